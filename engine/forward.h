@@ -1,0 +1,37 @@
+/* forward.h: the DeepSeek-V4 target forward over one step plan (CPU reference backend).
+ *
+ *   struct td_plan p;  meta_plan_build(&p, ...);
+ *   float *logits = malloc(p.n_tok * cfg.vocab * sizeof(float));
+ *   if (td_forward(&model, &state, &p, logits, NULL, err, sizeof err)) ...
+ *
+ * Reads each sequence's caches at positions < len_before, appends the plan's rows, and
+ * commits them: state->len[slot] = len_before + rows. Rows of different sequences never
+ * interact, and every row's arithmetic is independent of which other rows share the call,
+ * so a sequence gives bit-identical logits alone, batched, or fed in any chunking.
+ */
+#ifndef TD_FORWARD_H
+#define TD_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "engine/state.h"
+#include "metadata/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* logits[n_tok, vocab] for every row. topk_trace, when not NULL, receives the indexer's
+ * selection of every CSA layer: [n_layers, n_tok, index_topk], ascending, -1 padded (rows of
+ * other layers untouched). Returns 0, or -1 with a message (state unchanged) when the plan
+ * does not match the state (slot not live, len_before != committed length, context full,
+ * token id out of range). */
+int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+               float *logits, int32_t *topk_trace, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

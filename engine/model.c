@@ -1,0 +1,343 @@
+/* model.c: the weight mapping table (HF and upstream DeepSeek layouts) and shape checks.
+ *
+ * One table, `layer_table`, lists every per-layer tensor once: its HF name, its upstream
+ * name, where it lands in struct td_layer, when it exists, and its shape in symbolic dims.
+ * The routed experts are the one place the layouts differ in structure (HF fuses them into
+ * [E, 2I, D] / [E, D, I]; upstream stores ffn.experts.E.w1/w3/w2), handled in load_experts.
+ */
+#include "model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// ---------------------------------------------------------------------------------------------
+// symbolic dims
+
+enum sym {
+    S_END = 0, S_1, S_3, S_DIM, S_VOCAB, S_RQ, S_QOUT, S_HD, S_CHD, S_OA_OUT, S_OA_IN, S_E, S_K,
+    S_I, S_H, S_NC, S_HCM, S_NCD, S_RATE, S_IHD, S_2IHD, S_IQOUT, S_IH, S_RATE_CSA,
+};
+
+enum when { W_ALL, W_COMP, W_CSA, W_MOE, W_HASH, W_BIAS };
+enum kind { K_FLOAT, K_INT };
+
+struct wdesc {
+    const char *hf;  /* after "model.layers.N." */
+    const char *up;  /* after "layers.N." */
+    size_t off;      /* offsetof(struct td_layer, ...) */
+    int when;
+    int kind;
+    int dims[3];
+};
+
+#define L(f) offsetof(struct td_layer, f)
+static const struct wdesc layer_table[] = {
+    {"attn_hc.fn", "hc_attn_fn", L(hc_attn.fn), W_ALL, K_FLOAT, {S_HCM, S_NCD}},
+    {"attn_hc.base", "hc_attn_base", L(hc_attn.base), W_ALL, K_FLOAT, {S_HCM}},
+    {"attn_hc.scale", "hc_attn_scale", L(hc_attn.scale), W_ALL, K_FLOAT, {S_3}},
+    {"ffn_hc.fn", "hc_ffn_fn", L(hc_ffn.fn), W_ALL, K_FLOAT, {S_HCM, S_NCD}},
+    {"ffn_hc.base", "hc_ffn_base", L(hc_ffn.base), W_ALL, K_FLOAT, {S_HCM}},
+    {"ffn_hc.scale", "hc_ffn_scale", L(hc_ffn.scale), W_ALL, K_FLOAT, {S_3}},
+    {"input_layernorm.weight", "attn_norm.weight", L(attn_norm), W_ALL, K_FLOAT, {S_DIM}},
+    {"post_attention_layernorm.weight", "ffn_norm.weight", L(ffn_norm), W_ALL, K_FLOAT, {S_DIM}},
+    {"self_attn.q_a_proj.weight", "attn.wq_a.weight", L(wq_a), W_ALL, K_FLOAT, {S_RQ, S_DIM}},
+    {"self_attn.q_a_norm.weight", "attn.q_norm.weight", L(q_norm), W_ALL, K_FLOAT, {S_RQ}},
+    {"self_attn.q_b_proj.weight", "attn.wq_b.weight", L(wq_b), W_ALL, K_FLOAT, {S_QOUT, S_RQ}},
+    {"self_attn.kv_proj.weight", "attn.wkv.weight", L(wkv), W_ALL, K_FLOAT, {S_HD, S_DIM}},
+    {"self_attn.kv_norm.weight", "attn.kv_norm.weight", L(kv_norm), W_ALL, K_FLOAT, {S_HD}},
+    {"self_attn.o_a_proj.weight", "attn.wo_a.weight", L(wo_a), W_ALL, K_FLOAT,
+     {S_OA_OUT, S_OA_IN}},
+    {"self_attn.o_b_proj.weight", "attn.wo_b.weight", L(wo_b), W_ALL, K_FLOAT, {S_DIM, S_OA_OUT}},
+    {"self_attn.sinks", "attn.attn_sink", L(sinks), W_ALL, K_FLOAT, {S_H}},
+    {"self_attn.compressor.kv_proj.weight", "attn.compressor.wkv.weight", L(comp.wkv), W_COMP,
+     K_FLOAT, {S_CHD, S_DIM}},
+    {"self_attn.compressor.gate_proj.weight", "attn.compressor.wgate.weight", L(comp.wgate),
+     W_COMP, K_FLOAT, {S_CHD, S_DIM}},
+    {"self_attn.compressor.position_bias", "attn.compressor.ape", L(comp.ape), W_COMP, K_FLOAT,
+     {S_RATE, S_CHD}},
+    {"self_attn.compressor.kv_norm.weight", "attn.compressor.norm.weight", L(comp.norm), W_COMP,
+     K_FLOAT, {S_HD}},
+    {"self_attn.compressor.indexer.kv_proj.weight", "attn.indexer.compressor.wkv.weight",
+     L(icomp.wkv), W_CSA, K_FLOAT, {S_2IHD, S_DIM}},
+    {"self_attn.compressor.indexer.gate_proj.weight", "attn.indexer.compressor.wgate.weight",
+     L(icomp.wgate), W_CSA, K_FLOAT, {S_2IHD, S_DIM}},
+    {"self_attn.compressor.indexer.position_bias", "attn.indexer.compressor.ape", L(icomp.ape),
+     W_CSA, K_FLOAT, {S_RATE_CSA, S_2IHD}},
+    {"self_attn.compressor.indexer.kv_norm.weight", "attn.indexer.compressor.norm.weight",
+     L(icomp.norm), W_CSA, K_FLOAT, {S_IHD}},
+    {"self_attn.compressor.indexer.q_b_proj.weight", "attn.indexer.wq_b.weight", L(idx_wq_b),
+     W_CSA, K_FLOAT, {S_IQOUT, S_RQ}},
+    {"self_attn.compressor.indexer.scorer.weights_proj.weight", "attn.indexer.weights_proj.weight",
+     L(idx_weights), W_CSA, K_FLOAT, {S_IH, S_DIM}},
+    {"mlp.gate.weight", "ffn.gate.weight", L(gate), W_ALL, K_FLOAT, {S_E, S_DIM}},
+    {"mlp.gate.e_score_correction_bias", "ffn.gate.bias", L(gate_bias), W_MOE, K_FLOAT, {S_E}},
+    {"mlp.gate.tid2eid", "ffn.gate.tid2eid", L(tid2eid), W_HASH, K_INT, {S_VOCAB, S_K}},
+    {"mlp.shared_experts.gate_proj.weight", "ffn.shared_experts.w1.weight", L(sh_w1), W_ALL,
+     K_FLOAT, {S_I, S_DIM}},
+    {"mlp.shared_experts.up_proj.weight", "ffn.shared_experts.w3.weight", L(sh_w3), W_ALL,
+     K_FLOAT, {S_I, S_DIM}},
+    {"mlp.shared_experts.down_proj.weight", "ffn.shared_experts.w2.weight", L(sh_w2), W_ALL,
+     K_FLOAT, {S_DIM, S_I}},
+    {"mlp.shared_experts.gate_proj.bias", "ffn.shared_experts.w1.bias", L(sh_b1), W_BIAS, K_FLOAT,
+     {S_I}},
+    {"mlp.shared_experts.up_proj.bias", "ffn.shared_experts.w3.bias", L(sh_b3), W_BIAS, K_FLOAT,
+     {S_I}},
+    {"mlp.shared_experts.down_proj.bias", "ffn.shared_experts.w2.bias", L(sh_b2), W_BIAS, K_FLOAT,
+     {S_DIM}},
+};
+#undef L
+
+#define M(f) offsetof(struct td_model, f)
+static const struct wdesc model_table[] = {
+    {"model.embed_tokens.weight", "embed.weight", M(embed), W_ALL, K_FLOAT, {S_VOCAB, S_DIM}},
+    {"model.norm.weight", "norm.weight", M(norm), W_ALL, K_FLOAT, {S_DIM}},
+    {"model.hc_head.hc_fn", "hc_head_fn", M(hc_head.fn), W_ALL, K_FLOAT, {S_NC, S_NCD}},
+    {"model.hc_head.hc_base", "hc_head_base", M(hc_head.base), W_ALL, K_FLOAT, {S_NC}},
+    {"model.hc_head.hc_scale", "hc_head_scale", M(hc_head.scale), W_ALL, K_FLOAT, {S_1}},
+    {"lm_head.weight", "head.weight", M(head), W_ALL, K_FLOAT, {S_VOCAB, S_DIM}},
+};
+#undef M
+
+static int64_t dim_of(const struct td_config *c, int s, enum td_attn_kind kind) {
+    switch (s) {
+    case S_1: return 1;
+    case S_3: return 3;
+    case S_DIM: return c->dim;
+    case S_VOCAB: return c->vocab;
+    case S_RQ: return c->q_lora_rank;
+    case S_QOUT: return (int64_t)c->n_heads * c->head_dim;
+    case S_HD: return c->head_dim;
+    case S_CHD: return (kind == TD_ATTN_CSA ? 2 : 1) * (int64_t)c->head_dim;
+    case S_OA_OUT: return (int64_t)c->o_groups * c->o_lora_rank;
+    case S_OA_IN: return (int64_t)c->n_heads * c->head_dim / c->o_groups;
+    case S_E: return c->n_experts;
+    case S_K: return c->n_experts_tok;
+    case S_I: return c->moe_inter;
+    case S_H: return c->n_heads;
+    case S_NC: return c->hc_mult;
+    case S_HCM: return (int64_t)(2 + c->hc_mult) * c->hc_mult;
+    case S_NCD: return (int64_t)c->hc_mult * c->dim;
+    case S_RATE: return kind == TD_ATTN_CSA ? c->rate_csa : c->rate_hca;
+    case S_RATE_CSA: return c->rate_csa;
+    case S_IHD: return c->index_head_dim;
+    case S_2IHD: return 2 * (int64_t)c->index_head_dim;
+    case S_IQOUT: return (int64_t)c->index_n_heads * c->index_head_dim;
+    case S_IH: return c->index_n_heads;
+    default: return -1;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// lookup with bookkeeping of which stored tensors were used
+
+struct loader {
+    struct td_model *m;
+    char *used; /* [st.n_entries] */
+    char *err;
+    size_t errlen;
+};
+
+static int fail(struct loader *ld, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->err, ld->errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
+    size_t k = 0;
+    k += snprintf(buf + k, n - k, "[");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* find `name` (or `alt`), check kind and shape, store the view at dst; -1 with message */
+static int bind(struct loader *ld, struct td_tensor *dst, const char *name, const char *alt,
+                int kind, const int64_t *shape, int ndim) {
+    const struct st_set *st = &ld->m->st;
+    const struct st_entry *e = st_set_find(st, name);
+    if (!e && alt) e = st_set_find(st, alt);
+    char want[96], got[96];
+    shape_str(want, sizeof want, shape, ndim);
+    const char *want_dtype = kind == K_INT ? "I32/I64" : "F32/BF16/F16";
+    if (!e)
+        return fail(ld, "missing tensor %s (upstream name %s): expected %s %s", name,
+                    alt ? alt : "-", want_dtype, want);
+    const struct td_tensor *t = &e->t;
+    int dtype_ok = kind == K_INT ? (t->dtype == TD_DTYPE_I32 || t->dtype == TD_DTYPE_I64)
+                                 : (t->dtype == TD_DTYPE_F32 || t->dtype == TD_DTYPE_BF16 ||
+                                    t->dtype == TD_DTYPE_F16);
+    int shape_ok = t->ndim == ndim;
+    for (int i = 0; shape_ok && i < ndim; i++) shape_ok = t->shape[i] == shape[i];
+    if (!dtype_ok || !shape_ok) {
+        shape_str(got, sizeof got, t->shape, t->ndim);
+        return fail(ld, "tensor %s: expected %s %s, got %s %s", e->name, want_dtype, want,
+                    td_dtype_name(t->dtype), got);
+    }
+    ld->used[e - st->entries] = 1;
+    *dst = *t;
+    return 0;
+}
+
+static int bind_desc(struct loader *ld, void *base, const struct wdesc *d, const char *hf_prefix,
+                     const char *up_prefix, enum td_attn_kind kind) {
+    char hf[256], up[256];
+    int64_t shape[3];
+    int ndim = 0;
+    while (ndim < 3 && d->dims[ndim]) {
+        shape[ndim] = dim_of(&ld->m->cfg, d->dims[ndim], kind);
+        ndim++;
+    }
+    snprintf(hf, sizeof hf, "%s%s", hf_prefix, d->hf);
+    snprintf(up, sizeof up, "%s%s", up_prefix, d->up);
+    return bind(ld, (struct td_tensor *)((char *)base + d->off), hf, up, d->kind, shape, ndim);
+}
+
+static int layer_has(const struct td_config *c, int i, int when) {
+    switch (when) {
+    case W_COMP: return c->attn[i] != TD_ATTN_SLIDING;
+    case W_CSA: return c->attn[i] == TD_ATTN_CSA;
+    case W_MOE: return c->mlp[i] == TD_MLP_MOE;
+    case W_HASH: return c->mlp[i] == TD_MLP_HASH;
+    case W_BIAS: return c->mlp_bias;
+    default: return 1;
+    }
+}
+
+/* views of one expert matrix at row offset `row0` of a fused [E, rows, cols] tensor */
+static struct td_tensor expert_view(const struct td_tensor *fused, int e, int64_t row0,
+                                    int64_t rows, int64_t cols) {
+    struct td_tensor v = *fused;
+    size_t esz = td_dtype_size(fused->dtype);
+    v.data = (const char *)fused->data + ((size_t)e * fused->shape[1] + row0) * cols * esz;
+    v.ndim = 2;
+    v.shape[0] = rows;
+    v.shape[1] = cols;
+    return v;
+}
+
+static int load_experts(struct loader *ld, int i) {
+    const struct td_config *c = &ld->m->cfg;
+    struct td_layer *l = &ld->m->layers[i];
+    int E = c->n_experts;
+    int64_t I = c->moe_inter, D = c->dim;
+    char a[256], b[256];
+    snprintf(a, sizeof a, "model.layers.%d.mlp.experts.gate_up_proj", i);
+    snprintf(b, sizeof b, "model.layers.%d.mlp.experts.down_proj", i);
+    if (st_set_find(&ld->m->st, a) || st_set_find(&ld->m->st, b)) { // HF fused layout
+        struct td_tensor gu, dn;
+        int64_t s_gu[3] = {E, 2 * I, D}, s_dn[3] = {E, D, I};
+        if (bind(ld, &gu, a, NULL, K_FLOAT, s_gu, 3) || bind(ld, &dn, b, NULL, K_FLOAT, s_dn, 3))
+            return -1;
+        for (int e = 0; e < E; e++) {
+            l->w1[e] = expert_view(&gu, e, 0, I, D);
+            l->w3[e] = expert_view(&gu, e, I, I, D);
+            l->w2[e] = expert_view(&dn, e, 0, D, I);
+        }
+        return 0;
+    }
+    for (int e = 0; e < E; e++) { // upstream per-expert layout
+        int64_t s_in[2] = {I, D}, s_out[2] = {D, I};
+        const char *w[3] = {"w1", "w3", "w2"};
+        struct td_tensor *dst[3] = {&l->w1[e], &l->w3[e], &l->w2[e]};
+        for (int j = 0; j < 3; j++) {
+            char hf[256];
+            snprintf(a, sizeof a, "layers.%d.ffn.experts.%d.%s.weight", i, e, w[j]);
+            snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.gate_up_proj", i);
+            if (bind(ld, dst[j], a, NULL, K_FLOAT, j == 2 ? s_out : s_in, 2)) {
+                if (!st_set_find(&ld->m->st, a))
+                    fail(ld, "missing tensor %s (HF layout: %s): expected F32/BF16/F16 [%lld, %lld]",
+                         a, hf, (long long)(j == 2 ? D : I), (long long)(j == 2 ? I : D));
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int check_tid2eid(struct loader *ld, int i) {
+    const struct td_tensor *t = &ld->m->layers[i].tid2eid;
+    int64_t n = td_tensor_numel(t);
+    for (int64_t j = 0; j < n; j++) {
+        int64_t v = td_tensor_geti(t, j);
+        if (v < 0 || v >= ld->m->cfg.n_experts)
+            return fail(ld, "layer %d tid2eid[%lld][%lld] = %lld is not an expert id in [0, %d)",
+                        i, (long long)(j / t->shape[1]), (long long)(j % t->shape[1]),
+                        (long long)v, ld->m->cfg.n_experts);
+    }
+    return 0;
+}
+
+static int load_all(struct loader *ld, const char *dir) {
+    struct td_model *m = ld->m;
+    const struct td_config *c = &m->cfg;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (td_config_load(&m->cfg, path, ld->err, ld->errlen)) return -1;
+    // limits of the reference kernels' fixed-size scratch
+    if (c->hc_mult > 16 || c->n_experts > 1024 || c->n_experts_tok > 64 || c->n_heads > 1024 ||
+        c->rope_dim > 512 || 2 * c->rate_csa > 512 || c->rate_hca > 512)
+        return fail(ld, "%s: unsupported size (limits: hc_mult 16, n_routed_experts 1024, "
+                        "num_experts_per_tok 64, heads 1024, rope dims 512, csa rate 256, hca "
+                        "rate 512)", path);
+    if (st_set_open(&m->st, dir, ld->err, ld->errlen)) return -1;
+    ld->used = calloc((size_t)m->st.n_entries + 1, 1);
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    m->expert_views = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof *m->expert_views);
+    if (!ld->used || !m->layers || !m->expert_views) return fail(ld, "out of memory loading %s", dir);
+
+    for (size_t j = 0; j < sizeof model_table / sizeof *model_table; j++) {
+        const struct wdesc *d = &model_table[j];
+        if (d->off == offsetof(struct td_model, head) && c->tie_word_embeddings) continue;
+        if (bind_desc(ld, m, d, "", "", TD_ATTN_SLIDING)) return -1;
+    }
+    if (c->tie_word_embeddings) m->head = m->embed;
+    for (int i = 0; i < c->n_layers; i++) {
+        struct td_layer *l = &m->layers[i];
+        char hf[64], up[64];
+        snprintf(hf, sizeof hf, "model.layers.%d.", i);
+        snprintf(up, sizeof up, "layers.%d.", i);
+        for (size_t j = 0; j < sizeof layer_table / sizeof *layer_table; j++) {
+            const struct wdesc *d = &layer_table[j];
+            if (!layer_has(c, i, d->when)) continue;
+            if (bind_desc(ld, l, d, hf, up, c->attn[i])) return -1;
+        }
+        l->w1 = m->expert_views + (size_t)i * c->n_experts * 3;
+        l->w3 = l->w1 + c->n_experts;
+        l->w2 = l->w3 + c->n_experts;
+        if (load_experts(ld, i)) return -1;
+        if (c->mlp[i] == TD_MLP_HASH && check_tid2eid(ld, i)) return -1;
+    }
+    for (int j = 0; j < m->st.n_entries; j++) {
+        const char *name = m->st.entries[j].name;
+        if (!ld->used[j] && strncmp(name, "mtp.", 4) != 0)
+            return fail(ld, "unexpected tensor %s in %s (not part of a %d-layer model with this "
+                            "config)", name, dir, c->n_layers);
+    }
+    return 0;
+}
+
+int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    struct loader ld = {.m = m, .err = err, .errlen = errlen};
+    int rc = load_all(&ld, dir);
+    free(ld.used);
+    if (rc) td_model_free(m);
+    return rc;
+}
+
+void td_model_free(struct td_model *m) {
+    st_set_close(&m->st);
+    free(m->layers);
+    free(m->expert_views);
+    m->layers = NULL;
+    m->expert_views = NULL;
+}
+
+const struct td_tensor *td_model_tensor(const struct td_model *m, const char *name) {
+    const struct st_entry *e = st_set_find(&m->st, name);
+    return e ? &e->t : NULL;
+}

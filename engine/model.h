@@ -1,0 +1,85 @@
+/* model.h: a DeepSeek-V4 checkpoint: config + weight views into the mapped safetensors.
+ *
+ *   struct td_model m;
+ *   char err[512];
+ *   if (td_model_load(&m, "tests/fixtures/a_tiny_yarn", err, sizeof err)) { puts(err); ... }
+ *   ... m.layers[3].wq_a ...
+ *   td_model_free(&m);
+ *
+ * Both weight layouts go through one mapping table (model.c): the HF transformers layout
+ * (model.layers.N.self_attn.q_a_proj.weight, fused mlp.experts.gate_up_proj) and the upstream
+ * DeepSeek layout (layers.N.attn.wq_a.weight, per-expert ffn.experts.E.w1/w2/w3). Every tensor
+ * the config implies must be present with the right shape and a float (or, for tid2eid, int)
+ * dtype; every stored tensor must be used, except mtp.* which stays available to the drafters
+ * through td_model_tensor(). Failures name the tensor with expected and actual shape/dtype.
+ */
+#ifndef TD_MODEL_H
+#define TD_MODEL_H
+
+#include "config.h"
+#include "safetensors.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct td_hc_w {
+    struct td_tensor fn;    /* [(2 + nc) * nc, nc * dim], head: [nc, nc * dim] */
+    struct td_tensor base;  /* [(2 + nc) * nc], head: [nc] */
+    struct td_tensor scale; /* [3], head: [1] */
+};
+
+struct td_compressor_w {
+    struct td_tensor wkv;   /* [c * d, dim], c = 2 (CSA overlap: Ca | Cb) or 1 (HCA) */
+    struct td_tensor wgate; /* [c * d, dim] */
+    struct td_tensor ape;   /* [rate, c * d] position bias */
+    struct td_tensor norm;  /* [d] */
+};
+
+struct td_layer {
+    struct td_hc_w hc_attn, hc_ffn;
+    struct td_tensor attn_norm, ffn_norm;        /* [dim] */
+    struct td_tensor wq_a;                       /* [q_lora_rank, dim] */
+    struct td_tensor q_norm;                     /* [q_lora_rank] */
+    struct td_tensor wq_b;                       /* [n_heads * head_dim, q_lora_rank] */
+    struct td_tensor wkv;                        /* [head_dim, dim] */
+    struct td_tensor kv_norm;                    /* [head_dim] */
+    struct td_tensor wo_a;                       /* [o_groups * o_lora_rank, n_heads*head_dim/g] */
+    struct td_tensor wo_b;                       /* [dim, o_groups * o_lora_rank] */
+    struct td_tensor sinks;                      /* [n_heads] */
+    struct td_compressor_w comp;                 /* CSA and HCA layers, d = head_dim */
+    struct td_compressor_w icomp;                /* CSA layers: indexer keys, d = index_head_dim */
+    struct td_tensor idx_wq_b;                   /* CSA: [index_n_heads * index_head_dim, q_lora] */
+    struct td_tensor idx_weights;                /* CSA: [index_n_heads, dim] */
+    struct td_tensor gate;                       /* [n_experts, dim] */
+    struct td_tensor gate_bias;                  /* moe layers: [n_experts] */
+    struct td_tensor tid2eid;                    /* hash layers: [vocab, n_experts_tok] int */
+    struct td_tensor *w1, *w3, *w2;              /* [n_experts] views: [inter, dim] x2, [dim, inter] */
+    struct td_tensor sh_w1, sh_w3, sh_w2;        /* shared expert */
+    struct td_tensor sh_b1, sh_b3, sh_b2;        /* shared expert biases (mlp_bias), else absent */
+};
+
+struct td_model {
+    struct td_config cfg;
+    struct st_set st;
+    struct td_tensor embed; /* [vocab, dim] */
+    struct td_tensor head;  /* [vocab, dim] (= embed when tied) */
+    struct td_tensor norm;  /* [dim] */
+    struct td_hc_w hc_head;
+    struct td_layer *layers; /* [n_layers] */
+    struct td_tensor *expert_views; /* owned storage behind the w1/w3/w2 pointers */
+};
+
+/* Load DIR/config.json and DIR's safetensors. 0 on success; -1 with a message (nothing held). */
+int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen);
+
+void td_model_free(struct td_model *m);
+
+/* A stored tensor by its name in the file (e.g. "mtp.0.e_proj.weight"); NULL when absent. */
+const struct td_tensor *td_model_tensor(const struct td_model *m, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

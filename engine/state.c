@@ -1,0 +1,151 @@
+/* state.c: pool sizing and allocation for the position-indexed caches. */
+#include "state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int layer_rate(const struct td_config *c, int i) {
+    return c->attn[i] == TD_ATTN_CSA ? c->rate_csa : c->attn[i] == TD_ATTN_HCA ? c->rate_hca : 0;
+}
+
+/* element counts of one layer's pools for one sequence */
+static void layer_shape(const struct td_config *c, int i, int max_ctx, int max_chunk,
+                        struct td_layer_state *ls) {
+    int rate = layer_rate(c, i);
+    memset(ls, 0, sizeof *ls);
+    if (!rate) return;
+    int csa = c->attn[i] == TD_ATTN_CSA;
+    ls->ring = (csa ? 2 * rate : rate) + max_chunk;
+    ls->width = (csa ? 2 : 1) * c->head_dim;
+    ls->n_entries = max_ctx / rate;
+}
+
+static size_t per_seq_floats(const struct td_config *c, int max_ctx, int max_chunk) {
+    size_t n = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        struct td_layer_state ls;
+        layer_shape(c, i, max_ctx, max_chunk, &ls);
+        n += (size_t)(c->sliding_window + max_chunk) * c->head_dim;
+        n += 2 * (size_t)ls.ring * ls.width + (size_t)ls.n_entries * c->head_dim;
+        if (c->attn[i] == TD_ATTN_CSA)
+            n += 2 * (size_t)ls.ring * 2 * c->index_head_dim +
+                 (size_t)ls.n_entries * c->index_head_dim;
+    }
+    return n;
+}
+
+size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk) {
+    return per_seq_floats(cfg, max_ctx, max_chunk) * sizeof(float) * (size_t)max_seqs;
+}
+
+static float *pool(size_t n, int *oom) {
+    if (!n) return NULL;
+    float *p = calloc(n, sizeof(float));
+    if (!p) *oom = 1;
+    return p;
+}
+
+int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
+                  int max_chunk, size_t max_bytes, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    if (max_seqs < 1 || max_ctx < 1 || max_chunk < 1) {
+        snprintf(err, errlen, "state: max_seqs %d, max_ctx %d, max_chunk %d must all be >= 1",
+                 max_seqs, max_ctx, max_chunk);
+        return -1;
+    }
+    size_t bytes = td_state_bytes(cfg, max_seqs, max_ctx, max_chunk);
+    if (bytes > max_bytes) {
+        snprintf(err, errlen,
+                 "state: caches for %d sequences x %d tokens need %zu MiB, over the %zu MiB "
+                 "allowed (lower max_seqs or max_ctx, or raise the memory limit)",
+                 max_seqs, max_ctx, bytes >> 20, max_bytes >> 20);
+        return -1;
+    }
+    s->cfg = cfg;
+    s->max_seqs = max_seqs;
+    s->max_ctx = max_ctx;
+    s->max_chunk = max_chunk;
+    s->swa_ring = cfg->sliding_window + max_chunk;
+    s->bytes = bytes;
+    int oom = 0;
+    s->len = calloc((size_t)max_seqs, sizeof *s->len);
+    s->hi = calloc((size_t)max_seqs, sizeof *s->hi);
+    s->in_use = calloc((size_t)max_seqs, 1);
+    s->layers = calloc((size_t)cfg->n_layers, sizeof *s->layers);
+    if (!s->len || !s->hi || !s->in_use || !s->layers) oom = 1;
+    for (int i = 0; !oom && i < cfg->n_layers; i++) {
+        struct td_layer_state *ls = &s->layers[i];
+        layer_shape(cfg, i, max_ctx, max_chunk, ls);
+        size_t S = (size_t)max_seqs;
+        ls->swa = pool(S * s->swa_ring * cfg->head_dim, &oom);
+        ls->raw_kv = pool(S * ls->ring * ls->width, &oom);
+        ls->raw_gate = pool(S * ls->ring * ls->width, &oom);
+        ls->entries = pool(S * ls->n_entries * cfg->head_dim, &oom);
+        if (cfg->attn[i] == TD_ATTN_CSA) {
+            ls->iraw_kv = pool(S * ls->ring * 2 * cfg->index_head_dim, &oom);
+            ls->iraw_gate = pool(S * ls->ring * 2 * cfg->index_head_dim, &oom);
+            ls->ientries = pool(S * ls->n_entries * cfg->index_head_dim, &oom);
+        }
+    }
+    if (oom) {
+        td_state_free(s);
+        snprintf(err, errlen, "state: out of memory allocating %zu MiB of caches", bytes >> 20);
+        return -1;
+    }
+    return 0;
+}
+
+void td_state_free(struct td_state *s) {
+    if (s->layers && s->cfg) {
+        for (int i = 0; i < s->cfg->n_layers; i++) {
+            struct td_layer_state *ls = &s->layers[i];
+            free(ls->swa);
+            free(ls->raw_kv);
+            free(ls->raw_gate);
+            free(ls->entries);
+            free(ls->iraw_kv);
+            free(ls->iraw_gate);
+            free(ls->ientries);
+        }
+    }
+    free(s->layers);
+    free(s->len);
+    free(s->hi);
+    free(s->in_use);
+    memset(s, 0, sizeof *s);
+}
+
+int td_state_seq_alloc(struct td_state *s) {
+    for (int i = 0; i < s->max_seqs; i++)
+        if (!s->in_use[i]) {
+            s->in_use[i] = 1;
+            s->len[i] = s->hi[i] = 0;
+            return i;
+        }
+    return -1;
+}
+
+void td_state_seq_release(struct td_state *s, int slot) {
+    if (slot >= 0 && slot < s->max_seqs) s->in_use[slot] = 0;
+}
+
+int td_state_rollback(struct td_state *s, int slot, int new_len, char *err, size_t errlen) {
+    if (slot < 0 || slot >= s->max_seqs || !s->in_use[slot]) {
+        snprintf(err, errlen, "rollback: slot %d is not a live sequence", slot);
+        return -1;
+    }
+    if (new_len < 0 || new_len > s->len[slot]) {
+        snprintf(err, errlen, "rollback: length %d outside [0, %d]", new_len, s->len[slot]);
+        return -1;
+    }
+    if (s->hi[slot] - new_len > s->max_chunk) {
+        snprintf(err, errlen,
+                 "rollback: to %d is %d tokens behind the last written position %d; the caches "
+                 "keep max_chunk = %d",
+                 new_len, s->hi[slot] - new_len, s->hi[slot], s->max_chunk);
+        return -1;
+    }
+    s->len[slot] = new_len;
+    return 0;
+}

@@ -1,0 +1,80 @@
+/* dtype.h: storage dtypes the kernels read, and scalar conversions to fp32.
+ * Kernels depend on nothing else in the project; engine/tensor.h builds on this.
+ */
+#ifndef TD_DTYPE_H
+#define TD_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum td_dtype {
+    TD_DTYPE_NONE = 0,
+    TD_DTYPE_F32,
+    TD_DTYPE_BF16,
+    TD_DTYPE_F16,
+    TD_DTYPE_I32,
+    TD_DTYPE_I64,
+};
+
+/* bytes per element, 0 for TD_DTYPE_NONE */
+static inline size_t td_dtype_size(enum td_dtype t) {
+    switch (t) {
+    case TD_DTYPE_F32:
+    case TD_DTYPE_I32: return 4;
+    case TD_DTYPE_BF16:
+    case TD_DTYPE_F16: return 2;
+    case TD_DTYPE_I64: return 8;
+    default: return 0;
+    }
+}
+
+static inline float td_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* exact IEEE binary16 -> binary32: normals and inf/nan by re-biasing the bit fields,
+ * subnormals as mant * 2^-24, which fp32 represents exactly */
+static inline float td_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
+    float f;
+    if (exp == 0) {
+        f = (float)mant * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    u = exp == 0x1f ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp + 112) << 23) | (mant << 13));
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* element i of a float array of dtype t as fp32 */
+static inline float td_load_f32(const void *p, enum td_dtype t, int64_t i) {
+    switch (t) {
+    case TD_DTYPE_F32: return ((const float *)p)[i];
+    case TD_DTYPE_BF16: return td_bf16_to_f32(((const uint16_t *)p)[i]);
+    case TD_DTYPE_F16: return td_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return 0.0f;
+    }
+}
+
+/* dst[0..n) = elements [off, off+n) of a float array of dtype t */
+static inline void td_load_row_f32(float *dst, const void *p, enum td_dtype t, int64_t off,
+                                   int64_t n) {
+    if (t == TD_DTYPE_F32) {
+        memcpy(dst, (const float *)p + off, (size_t)n * 4);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) dst[i] = td_load_f32(p, t, off + i);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,38 @@
+/* hc.h: manifold-constrained hyper-connections (mHC): collapse nc residual streams into one
+ * block input, expand the block output back, and the final head collapse.
+ * All math fp32 (double for the long RMS and mixing sums), as dsv4.md section 3.2. */
+#ifndef TD_KERNELS_HC_H
+#define TD_KERNELS_HC_H
+
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct hc_weights {
+    const void *fn;       /* [(2 + nc) * nc, nc * d] rows: pre | post | comb (row-major nc x nc) */
+    const void *base;     /* [(2 + nc) * nc] */
+    const void *scale;    /* [3] (pre, post, comb) */
+    enum td_dtype fn_dtype, base_dtype, scale_dtype;
+};
+
+/* For n tokens with streams x[n, nc, d]: collapsed[n, d] = sum_i pre_i x_i, post[n, nc],
+ * comb[n, nc, nc] (Sinkhorn-normalised; new stream j uses column j). */
+void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
+                const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters, float hc_eps,
+                float rms_eps);
+
+/* x[n, nc, d] <- post_j * a + sum_i comb[i][j] * x_i  (in place), a[n, d] the block output. */
+void hc_post_ref(float *x, const float *a, const float *post, const float *comb, int n, int nc,
+                 int d);
+
+/* y[n, d] = sum_i (sigmoid(mix_i * scale + base_i) + eps) x_i, mix = fn . rms(x) (hc_head). */
+void hc_head_ref(float *y, const float *x, const void *fn, enum td_dtype fn_dtype,
+                 const void *base, enum td_dtype base_dtype, const void *scale,
+                 enum td_dtype scale_dtype, int n, int nc, int d, float hc_eps, float rms_eps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

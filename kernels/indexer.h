@@ -1,0 +1,24 @@
+/* indexer.h: Lightning Indexer scoring and top-k selection (CSA layers).
+ *
+ *   score[w] = sum_h weight[h] * relu(q[h] . key[w]) * scale     for w < n_keys
+ *
+ * Selection keeps the k = min(topk, n_keys) highest scores, ties broken toward the lower
+ * entry index, and writes the picks sorted ascending, padded with -1 to topk. */
+#ifndef TD_KERNELS_INDEXER_H
+#define TD_KERNELS_INDEXER_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* score[n_keys]; q[n_heads, d], weight[n_heads], keys[n_keys, d] contiguous. */
+void indexer_score_ref(float *score, const float *q, const float *weight, const float *keys,
+                       int n_keys, int n_heads, int d, float scale);
+
+/* idx[topk] <- sorted ascending picks, -1 padded; returns the number of picks. */
+int topk_select_ref(int *idx, const float *score, int n_keys, int topk);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

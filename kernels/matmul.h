@@ -1,0 +1,20 @@
+/* matmul.h: y = x W^T with W stored [out, in] in F32, BF16 or F16 (PyTorch Linear layout). */
+#ifndef TD_KERNELS_MATMUL_H
+#define TD_KERNELS_MATMUL_H
+
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[n, out] = x[n, in] . w[out, in]^T (+ bias[out] when bias != NULL).
+ * Each output element is one dot product accumulated in double in index order,
+ * so a row's result does not depend on n (batch invariance). y must not alias x. */
+void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n, int in,
+                int out, const void *bias, enum td_dtype bias_dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

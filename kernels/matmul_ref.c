@@ -1,0 +1,21 @@
+/* matmul_ref.c: plain-C reference GEMM over stored weights (fp32 math, double accumulation). */
+#include "matmul.h"
+
+#include <stdlib.h>
+
+void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n, int in,
+                int out, const void *bias, enum td_dtype bias_dtype) {
+    float *row = malloc((size_t)in * sizeof(float));
+    for (int o = 0; o < out; o++) {
+        // convert one weight row once, then use it for every token
+        td_load_row_f32(row, w, w_dtype, (int64_t)o * in, in);
+        double b = bias ? td_load_f32(bias, bias_dtype, o) : 0.0;
+        for (int t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * in;
+            double acc = 0.0;
+            for (int i = 0; i < in; i++) acc += (double)xt[i] * row[i];
+            y[(size_t)t * out + o] = (float)(acc + b);
+        }
+    }
+    free(row);
+}
