@@ -1,0 +1,70 @@
+/* check.h: the tests' shared reporting and comparison helpers (header-only, static).
+ *
+ * Every case prints one line, "OK <name> ..." or "FAIL <name>: <why>"; tests/run.sh counts
+ * them. CHECK(cond, fmt, ...) records a failure of the current case without aborting.
+ */
+#ifndef TD_TESTS_CHECK_H
+#define TD_TESTS_CHECK_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_failures;      /* cases failed so far */
+static int check_case_failed;   /* the current case */
+static char check_why[512];
+
+static void case_begin(void) {
+    check_case_failed = 0;
+    check_why[0] = 0;
+}
+
+static void case_fail(const char *fmt, ...) {
+    if (check_case_failed) return; // keep the first reason
+    check_case_failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(check_why, sizeof check_why, fmt, ap);
+    va_end(ap);
+}
+
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) case_fail(__VA_ARGS__);                                                   \
+    } while (0)
+
+/* print the case's line; extra is printed after OK (may be "") */
+static void case_end(const char *name, const char *extra) {
+    if (check_case_failed) {
+        printf("FAIL %s: %s\n", name, check_why);
+        check_failures++;
+    } else {
+        printf("OK %s%s%s\n", name, extra && *extra ? " " : "", extra ? extra : "");
+    }
+    fflush(stdout);
+}
+
+/* worst over rows of max|a - b| / max(1, max|ref row|); nan/inf positions must agree */
+static double rel_row_err(const float *out, const float *ref, long rows, long cols, long *worst_row) {
+    double worst = 0;
+    for (long t = 0; t < rows; t++) {
+        double m = 1.0, d = 0.0;
+        for (long v = 0; v < cols; v++) {
+            double r = ref[t * cols + v], o = out[t * cols + v];
+            if (isnan(r) != isnan(o) || (isinf(r) && r != o)) return INFINITY;
+            if (fabs(r) > m) m = fabs(r);
+            if (fabs(o - r) > d) d = fabs(o - r);
+        }
+        if (d / m > worst) {
+            worst = d / m;
+            if (worst_row) *worst_row = t;
+        }
+    }
+    return worst;
+}
+
+static int quick_mode(void) { return getenv("TD_TEST_QUICK") != NULL; }
+
+#endif

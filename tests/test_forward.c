@@ -1,0 +1,420 @@
+/* test_forward.c: the reference forward against HF transformers, and state by position.
+ *
+ *   make build/tests/test_forward && build/tests/test_forward
+ *
+ * For every fixture in tests/fixtures (made by tools/make_fixtures.py):
+ *   hf_logits     one-shot logits within max|d| <= 1e-3 * max(1, max|ref row|) of HF's. fp32
+ *                 math over the same stored weights differs from torch only in summation
+ *                 order (~1e-6 relative), so 1e-3 leaves room without hiding a wrong op,
+ *                 which moves logits by >1e-2.
+ *   rope_tables   inv_freq (main and compress, YaRN included) equal to HF's within 1 ulp.
+ *   indexer_picks every CSA layer's top-k picks equal HF's as sets, and ours are ascending.
+ *   chunked       any chunking (dsv4.md's 37 + 12x1 + 5 + 10x1 + rest, random sizes, all
+ *                 single tokens) gives bit-identical logits to the one-shot call.
+ *   rollback      feeding rejected tokens, rolling back and feeding the real ones gives
+ *                 bit-identical logits to a sequence that never saw them.
+ *   batched       sequences of different lengths, mixed prefill/decode/verify rows in one call,
+ *                 each bit-identical to running alone.
+ * TD_TEST_QUICK=1 (the sanitizer run) uses fewer random schedules.
+ */
+#include <stdint.h>
+
+#include "check.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/npy.h"
+#include "engine/safetensors.h"
+#include "engine/state.h"
+#include "kernels/rope.h"
+#include "metadata/plan.h"
+
+static const char *fixtures[] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
+
+struct fx {
+    char dir[256];
+    struct td_model m;
+    int32_t *ids;
+    int n;
+    float *ref;      /* [n, vocab] HF logits */
+    float *oneshot;  /* [n, vocab] ours, one call */
+    int32_t *picks;  /* [n_layers, n, index_topk] ours, one call */
+};
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(uint32_t n) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+static int read_ids(const char *path, int32_t **ids, int *n) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) return -1;
+    int cap = 4096, v;
+    *ids = malloc(cap * sizeof **ids);
+    *n = 0;
+    while (*n < cap && fscanf(fp, "%d", &v) == 1) (*ids)[(*n)++] = v;
+    fclose(fp);
+    return *n > 0 ? 0 : -1;
+}
+
+/* Feed `seq` (n ids) through a fresh slot in chunks; logits[n, vocab]. Each chunk is one call. */
+static int run_chunks(struct fx *f, struct td_state *st, const int32_t *seq,
+                      const int *chunks, int n_chunks, float *logits) {
+    char err[512];
+    int slot = td_state_seq_alloc(st), pos = 0;
+    for (int i = 0; i < n_chunks; i++) {
+        struct td_plan p;
+        int32_t len = pos, nn = chunks[i];
+        if (meta_plan_build(&p, 1, &slot, &len, &nn, seq + pos, err, sizeof err) ||
+            td_forward(&f->m, st, &p, logits + (size_t)pos * f->m.cfg.vocab, NULL, err,
+                       sizeof err)) {
+            fprintf(stderr, "run_chunks: %s\n", err);
+            meta_plan_free(&p);
+            td_state_seq_release(st, slot);
+            return -1;
+        }
+        meta_plan_free(&p);
+        pos += chunks[i];
+    }
+    td_state_seq_release(st, slot);
+    return 0;
+}
+
+static int bits_equal(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * 4); }
+
+static void test_hf(struct fx *f) {
+    char err[512], extra[128];
+    case_begin();
+    struct td_state st;
+    const struct td_config *c = &f->m.cfg;
+    size_t nv = (size_t)f->n * c->vocab;
+    f->oneshot = malloc(nv * sizeof(float));
+    f->picks = malloc((size_t)c->n_layers * f->n * (c->index_topk + 1) * sizeof(int32_t));
+    CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, err, sizeof err), "%s", err);
+    int slot = td_state_seq_alloc(&st);
+    struct td_plan p;
+    int32_t len = 0, nn = f->n;
+    meta_plan_build(&p, 1, &slot, &len, &nn, f->ids, err, sizeof err);
+    int rc = td_forward(&f->m, &st, &p, f->oneshot, f->picks, err, sizeof err);
+    CHECK(rc == 0, "forward: %s", err);
+    meta_plan_free(&p);
+    long row = -1;
+    double worst = rel_row_err(f->oneshot, f->ref, f->n, c->vocab, &row);
+    CHECK(worst <= 1e-3, "row %ld off by %.3g relative (limit 1e-3)", row, worst);
+    snprintf(extra, sizeof extra, "(worst max|d|/max(1,max|ref|) = %.2e at row %ld)", worst, row);
+    char name[128];
+    snprintf(name, sizeof name, "hf_logits/%s", strrchr(f->dir, '/') + 1);
+    case_end(name, extra);
+    td_state_free(&st);
+}
+
+static void test_rope_and_picks(struct fx *f) {
+    char err[512], name[128];
+    const struct td_config *c = &f->m.cfg;
+    struct st_set ex;
+    char path[300];
+    snprintf(path, sizeof path, "%s/hf_extra.safetensors", f->dir);
+    case_begin();
+    CHECK(!st_set_open_file(&ex, path, err, sizeof err), "%s", err);
+    const struct td_rope_cfg *rc[2] = {&c->rope_main, &c->rope_compress};
+    const char *tn[2] = {"main_inv_freq", "compress_inv_freq"};
+    for (int k = 0; k < 2 && !check_case_failed; k++) {
+        const struct st_entry *e = st_set_find(&ex, tn[k]);
+        CHECK(e && e->t.shape[0] == c->rope_dim / 2, "%s missing or mis-shaped", tn[k]);
+        if (!e) break;
+        struct rope_params rp = {rc[k]->theta, c->rope_dim, rc[k]->yarn, rc[k]->factor,
+                                 rc[k]->orig_max_pos, rc[k]->beta_fast, rc[k]->beta_slow,
+                                 rc[k]->truncate, (float)rc[k]->attention_factor};
+        float inv[256];
+        rope_inv_freq_ref(inv, &rp);
+        for (int i = 0; i < c->rope_dim / 2; i++) {
+            float h = td_tensor_getf(&e->t, i);
+            CHECK(fabsf(inv[i] - h) <= nextafterf(h, INFINITY) - h, "%s[%d] = %.9g, HF %.9g",
+                  tn[k], i, inv[i], h);
+        }
+    }
+    snprintf(name, sizeof name, "rope_tables/%s", strrchr(f->dir, '/') + 1);
+    case_end(name, "");
+
+    case_begin();
+    int n_csa = 0;
+    for (int li = 0; li < c->n_layers; li++) {
+        if (c->attn[li] != TD_ATTN_CSA) continue;
+        n_csa++;
+        char key[64];
+        snprintf(key, sizeof key, "layer%d.topk", li);
+        const struct st_entry *e = st_set_find(&ex, key);
+        CHECK(e != NULL, "%s missing from hf_extra", key);
+        if (!e) break;
+        int kh = (int)e->t.shape[1];
+        for (int t = 0; t < f->n; t++) {
+            const int32_t *ours = f->picks + ((size_t)li * f->n + t) * c->index_topk;
+            // ours: ascending valid picks, then -1
+            int nv = 0;
+            while (nv < c->index_topk && ours[nv] >= 0) nv++;
+            for (int j = nv; j < c->index_topk; j++) CHECK(ours[j] == -1, "row %d pad", t);
+            for (int j = 1; j < nv; j++) CHECK(ours[j - 1] < ours[j], "row %d not ascending", t);
+            int nh = 0;
+            for (int j = 0; j < kh; j++) {
+                int64_t h = td_tensor_geti(&e->t, (int64_t)t * kh + j);
+                if (h < 0) continue;
+                nh++;
+                int found = 0;
+                for (int q = 0; q < nv; q++) found |= ours[q] == h;
+                CHECK(found, "layer %d row %d: HF picks entry %lld, we do not", li, t,
+                      (long long)h);
+            }
+            CHECK(nh == nv, "layer %d row %d: %d picks vs HF %d", li, t, nv, nh);
+        }
+    }
+    char extra[64];
+    snprintf(extra, sizeof extra, "(%d CSA layers x %d rows)", n_csa, f->n);
+    snprintf(name, sizeof name, "indexer_picks/%s", strrchr(f->dir, '/') + 1);
+    case_end(name, extra);
+    st_set_close(&ex);
+}
+
+static void test_chunked(struct fx *f) {
+    char err[512], name[128];
+    const struct td_config *c = &f->m.cfg;
+    size_t nv = (size_t)f->n * c->vocab;
+    float *out = malloc(nv * sizeof(float));
+    int *chunks = malloc((size_t)f->n * sizeof(int));
+    struct td_state st;
+    case_begin();
+    CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, err, sizeof err), "%s", err);
+    int n_sched = quick_mode() ? 3 : 8;
+    for (int s = 0; s < n_sched && !check_case_failed; s++) {
+        int nc = 0, left = f->n;
+        if (s == 0) { // dsv4.md's test recipe: prefill 37, 12 decodes, a 5-token verify, 10 more
+            int fixed[24] = {37, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 5,
+                             1,  1, 1, 1, 1, 1, 1, 1, 1, 1};
+            for (int i = 0; i < 24; i++) left -= (chunks[nc++] = fixed[i]);
+        } else if (s == 1) { // every token alone
+            while (left) chunks[nc++] = 1, left--;
+        }
+        while (left > 0) {
+            int k = 1 + (int)rnd(s % 2 ? 16 : 40);
+            if (k > left) k = left;
+            chunks[nc++] = k;
+            left -= k;
+        }
+        if (left) chunks[nc++] = left;
+        CHECK(!run_chunks(f, &st, f->ids, chunks, nc, out), "schedule %d failed", s);
+        CHECK(bits_equal(out, f->oneshot, nv), "schedule %d (%d calls) differs from one-shot", s,
+              nc);
+    }
+    snprintf(name, sizeof name, "chunked/%s", strrchr(f->dir, '/') + 1);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(%d schedules, bit-identical)", n_sched);
+    case_end(name, extra);
+    td_state_free(&st);
+    free(out);
+    free(chunks);
+}
+
+/* feed 0..L, then k junk tokens (in one verify-like call), roll back to L - back, continue */
+static void test_rollback(struct fx *f) {
+    char err[512], name[128];
+    const struct td_config *c = &f->m.cfg;
+    int max_chunk = 16, V = c->vocab;
+    size_t nv = (size_t)f->n * V;
+    float *out = malloc(nv * sizeof(float));
+    float *junk_logits = malloc((size_t)max_chunk * V * sizeof(float));
+    int32_t junk[16];
+    struct td_state st;
+    case_begin();
+    CHECK(!td_state_init(&st, c, 1, f->n + max_chunk, max_chunk, (size_t)1 << 31, err, sizeof err),
+          "%s", err);
+    int slot = td_state_seq_alloc(&st), pos = 0, n_rollbacks = 0;
+    while (pos < f->n && !check_case_failed) {
+        // commit a real chunk
+        int k = 1 + (int)rnd(pos < 40 ? 37 : 6);
+        if (k > f->n - pos) k = f->n - pos;
+        struct td_plan p;
+        int32_t len = pos, nn = k;
+        meta_plan_build(&p, 1, &slot, &len, &nn, f->ids + pos, err, sizeof err);
+        CHECK(!td_forward(&f->m, &st, &p, out + (size_t)pos * V, NULL, err, sizeof err), "%s",
+              err);
+        meta_plan_free(&p);
+        pos += k;
+        if (pos >= f->n) break;
+        // draft tokens that get rejected: the first `keep` equal the real ones, the rest differ
+        int nj = 1 + (int)rnd(max_chunk), keep = (int)rnd(nj);
+        if (pos + nj > f->n) nj = f->n - pos, keep = keep < nj ? keep : 0;
+        for (int j = 0; j < nj; j++)
+            junk[j] = j < keep ? f->ids[pos + j] : (f->ids[pos + j] + 1 + (int)rnd(V - 1)) % V;
+        len = pos;
+        nn = nj;
+        meta_plan_build(&p, 1, &slot, &len, &nn, junk, err, sizeof err);
+        CHECK(!td_forward(&f->m, &st, &p, junk_logits, NULL, err, sizeof err), "%s", err);
+        meta_plan_free(&p);
+        // accepted prefix: the kept real tokens are committed as they are
+        CHECK(!td_state_rollback(&st, slot, pos + keep, err, sizeof err), "%s", err);
+        if (keep) memcpy(out + (size_t)pos * V, junk_logits, (size_t)keep * V * sizeof(float));
+        pos += keep;
+        n_rollbacks++;
+    }
+    CHECK(bits_equal(out, f->oneshot, nv), "logits after %d rollbacks differ from one-shot",
+          n_rollbacks);
+    // too deep a rollback is refused, not silently wrong
+    CHECK(td_state_rollback(&st, slot, st.len[slot] - max_chunk - 1, err, sizeof err) == -1,
+          "rollback past max_chunk accepted");
+    snprintf(name, sizeof name, "rollback/%s", strrchr(f->dir, '/') + 1);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(%d rollbacks, bit-identical)", n_rollbacks);
+    case_end(name, extra);
+    td_state_free(&st);
+    free(out);
+    free(junk_logits);
+}
+
+/* three sequences in one state; each call carries rows of all live ones, mixed sizes */
+static void test_batched(struct fx *f) {
+    char err[512], name[128];
+    const struct td_config *c = &f->m.cfg;
+    int V = c->vocab, n_seq = 3;
+    int len_of[3] = {f->n, f->n * 2 / 3, f->n / 3 + 7};
+    int32_t *seqs[3];
+    float *alone[3], *batched[3];
+    struct td_state st;
+    case_begin();
+    CHECK(!td_state_init(&st, c, 4, f->n, 16, (size_t)1 << 31, err, sizeof err), "%s", err);
+    for (int s = 0; s < n_seq; s++) {
+        seqs[s] = malloc((size_t)len_of[s] * sizeof(int32_t));
+        for (int i = 0; i < len_of[s]; i++)
+            seqs[s][i] = s == 2 ? (f->ids[i] * 7 + 3) % V : f->ids[(i + 11 * s) % f->n];
+        alone[s] = malloc((size_t)len_of[s] * V * sizeof(float));
+        batched[s] = malloc((size_t)len_of[s] * V * sizeof(float));
+        int one = len_of[s];
+        CHECK(!run_chunks(f, &st, seqs[s], &one, 1, alone[s]), "alone %d", s);
+    }
+    int slot[3], pos[3] = {0, 0, 0};
+    for (int s = 0; s < n_seq; s++) slot[s] = td_state_seq_alloc(&st);
+    int calls = 0;
+    while (!check_case_failed) {
+        int32_t ps[3], pl[3], pn[3], ids[256];
+        int np = 0, nt = 0;
+        for (int s = 0; s < n_seq; s++) {
+            if (pos[s] >= len_of[s]) continue;
+            // prefill-sized, verify-sized or decode rows, by turns
+            int k = (calls + s) % 3 == 0 ? 1 + (int)rnd(40) : (calls + s) % 3 == 1 ? 5 : 1;
+            if (k > len_of[s] - pos[s]) k = len_of[s] - pos[s];
+            ps[np] = slot[s];
+            pl[np] = pos[s];
+            pn[np] = k;
+            memcpy(ids + nt, seqs[s] + pos[s], (size_t)k * sizeof(int32_t));
+            nt += k;
+            np++;
+        }
+        if (!np) break;
+        struct td_plan p;
+        float *lg = malloc((size_t)nt * V * sizeof(float));
+        meta_plan_build(&p, np, ps, pl, pn, ids, err, sizeof err);
+        CHECK(!td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err), "%s", err);
+        for (int q = 0, row = 0; q < np; q++) {
+            int s = 0;
+            while (slot[s] != ps[q]) s++;
+            memcpy(batched[s] + (size_t)pos[s] * V, lg + (size_t)row * V,
+                   (size_t)pn[q] * V * sizeof(float));
+            row += pn[q];
+            pos[s] += pn[q];
+        }
+        meta_plan_free(&p);
+        free(lg);
+        calls++;
+    }
+    for (int s = 0; s < n_seq; s++)
+        CHECK(bits_equal(batched[s], alone[s], (size_t)len_of[s] * V),
+              "sequence %d batched differs from alone", s);
+    snprintf(name, sizeof name, "batched/%s", strrchr(f->dir, '/') + 1);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(3 sequences, %d mixed calls, bit-identical)", calls);
+    case_end(name, extra);
+    for (int s = 0; s < n_seq; s++) {
+        free(seqs[s]);
+        free(alone[s]);
+        free(batched[s]);
+    }
+    td_state_free(&st);
+}
+
+/* a plan that does not match the state is refused and leaves the state alone */
+static void test_plan_errors(struct fx *f) {
+    char err[512];
+    const struct td_config *c = &f->m.cfg;
+    struct td_state st;
+    float *lg = malloc((size_t)8 * c->vocab * sizeof(float));
+    case_begin();
+    CHECK(!td_state_init(&st, c, 2, 8, 4, (size_t)1 << 31, err, sizeof err), "%s", err);
+    int slot = td_state_seq_alloc(&st);
+    struct td_plan p;
+    int32_t len = 0, nn = 4, ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    meta_plan_build(&p, 1, &slot, &len, &nn, ids, err, sizeof err);
+    CHECK(!td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err), "%s", err);
+    CHECK(td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err) == -1 && strstr(err, "length"),
+          "stale len_before accepted");
+    meta_plan_free(&p);
+    len = 4;
+    nn = 5;
+    meta_plan_build(&p, 1, &slot, &len, &nn, ids, err, sizeof err);
+    CHECK(td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err) == -1 && strstr(err, "context"),
+          "context overflow accepted");
+    meta_plan_free(&p);
+    nn = 1;
+    ids[0] = c->vocab;
+    meta_plan_build(&p, 1, &slot, &len, &nn, ids, err, sizeof err);
+    CHECK(td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err) == -1 && strstr(err, "token id"),
+          "out-of-range id accepted");
+    meta_plan_free(&p);
+    int other = 1;
+    meta_plan_build(&p, 1, &other, &len, &nn, ids, err, sizeof err);
+    CHECK(td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err) == -1 && strstr(err, "slot"),
+          "dead slot accepted");
+    meta_plan_free(&p);
+    CHECK(st.len[slot] == 4, "state changed by refused calls: len %d", st.len[slot]);
+    size_t need = td_state_bytes(c, 1000, 1 << 20, 16);
+    CHECK(td_state_init(&st, c, 1000, 1 << 20, 16, need - 1, err, sizeof err) == -1 &&
+              strstr(err, "MiB"),
+          "oversized pools not refused");
+    case_end("plan_errors", "");
+    td_state_free(&st);
+    free(lg);
+}
+
+int main(void) {
+    char err[512];
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
+        struct fx f = {0};
+        snprintf(f.dir, sizeof f.dir, "tests/fixtures/%s", fixtures[i]);
+        char path[300];
+        int64_t rows, cols;
+        snprintf(path, sizeof path, "%s/ids.txt", f.dir);
+        case_begin();
+        CHECK(!read_ids(path, &f.ids, &f.n), "cannot read %s", path);
+        CHECK(!td_model_load(&f.m, f.dir, err, sizeof err), "%s", err);
+        snprintf(path, sizeof path, "%s/logits.npy", f.dir);
+        if (!check_case_failed) {
+            f.ref = npy_read_f32(path, &rows, &cols, err, sizeof err);
+            CHECK(f.ref && rows == f.n && cols == f.m.cfg.vocab, "%s", err);
+        }
+        if (check_case_failed) {
+            case_end(fixtures[i], "");
+            continue;
+        }
+        test_hf(&f);
+        test_rope_and_picks(&f);
+        test_chunked(&f);
+        test_rollback(&f);
+        test_batched(&f);
+        if (i == 0) test_plan_errors(&f);
+        td_model_free(&f.m);
+        free(f.ids);
+        free(f.ref);
+        free(f.oneshot);
+        free(f.picks);
+    }
+    return check_failures ? 1 : 0;
+}
