@@ -69,8 +69,11 @@ test-cpu: bin/tandem $(TEST_BIN)
 test: test-cpu
 	@$(MAKE) --no-print-directory SANITIZER=address,undefined test-san
 
-test-san: $(TEST_BIN)
-	@ASAN_OPTIONS=detect_leaks=1 TD_TEST_QUICK=1 sh tests/run.sh $(BUILD) $(TEST_BIN)
+test-san: $(TEST_BIN) $(BUILD)/tandem
+	@ASAN_OPTIONS=detect_leaks=1 TD_TEST_QUICK=1 TD_TANDEM=$(BUILD)/tandem sh tests/run.sh $(BUILD) $(TEST_BIN)
+
+$(BUILD)/tandem: $(BUILD)/engine/main.c.o $(BUILD)/libtandem.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 format:
 	clang-format -i $(wildcard */*.c */*.h */*.cu)

@@ -38,8 +38,15 @@ static inline float td_tensor_getf(const struct td_tensor *t, int64_t i) {
 
 /* element i of an integer tensor (I32 or I64) */
 static inline int64_t td_tensor_geti(const struct td_tensor *t, int64_t i) {
-    return t->dtype == TD_DTYPE_I64 ? ((const int64_t *)t->data)[i]
-                                    : (int64_t)((const int32_t *)t->data)[i];
+    const char *b = (const char *)t->data; // possibly unaligned: see td_load_f32
+    if (t->dtype == TD_DTYPE_I64) {
+        int64_t v;
+        memcpy(&v, b + 8 * i, 8);
+        return v;
+    }
+    int32_t v;
+    memcpy(&v, b + 4 * i, 4);
+    return v;
 }
 
 /* fill dst[0..n) with elements [off, off+n) of t as fp32 */

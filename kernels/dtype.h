@@ -56,10 +56,14 @@ static inline float td_f16_to_f32(uint16_t h) {
 
 /* element i of a float array of dtype t as fp32 */
 static inline float td_load_f32(const void *p, enum td_dtype t, int64_t i) {
+    // memcpy: a safetensors file need not align its tensors to their element size
+    const char *b = (const char *)p;
+    float f;
+    uint16_t h;
     switch (t) {
-    case TD_DTYPE_F32: return ((const float *)p)[i];
-    case TD_DTYPE_BF16: return td_bf16_to_f32(((const uint16_t *)p)[i]);
-    case TD_DTYPE_F16: return td_f16_to_f32(((const uint16_t *)p)[i]);
+    case TD_DTYPE_F32: memcpy(&f, b + 4 * i, 4); return f;
+    case TD_DTYPE_BF16: memcpy(&h, b + 2 * i, 2); return td_bf16_to_f32(h);
+    case TD_DTYPE_F16: memcpy(&h, b + 2 * i, 2); return td_f16_to_f32(h);
     default: return 0.0f;
     }
 }

@@ -16,12 +16,12 @@ static int check_failures;      /* cases failed so far */
 static int check_case_failed;   /* the current case */
 static char check_why[512];
 
-static void case_begin(void) {
+static inline void case_begin(void) {
     check_case_failed = 0;
     check_why[0] = 0;
 }
 
-static void case_fail(const char *fmt, ...) {
+static inline void case_fail(const char *fmt, ...) {
     if (check_case_failed) return; // keep the first reason
     check_case_failed = 1;
     va_list ap;
@@ -36,7 +36,7 @@ static void case_fail(const char *fmt, ...) {
     } while (0)
 
 /* print the case's line; extra is printed after OK (may be "") */
-static void case_end(const char *name, const char *extra) {
+static inline void case_end(const char *name, const char *extra) {
     if (check_case_failed) {
         printf("FAIL %s: %s\n", name, check_why);
         check_failures++;
@@ -47,7 +47,7 @@ static void case_end(const char *name, const char *extra) {
 }
 
 /* worst over rows of max|a - b| / max(1, max|ref row|); nan/inf positions must agree */
-static double rel_row_err(const float *out, const float *ref, long rows, long cols, long *worst_row) {
+static inline double rel_row_err(const float *out, const float *ref, long rows, long cols, long *worst_row) {
     double worst = 0;
     for (long t = 0; t < rows; t++) {
         double m = 1.0, d = 0.0;
@@ -65,6 +65,6 @@ static double rel_row_err(const float *out, const float *ref, long rows, long co
     return worst;
 }
 
-static int quick_mode(void) { return getenv("TD_TEST_QUICK") != NULL; }
+static inline int quick_mode(void) { return getenv("TD_TEST_QUICK") != NULL; }
 
 #endif

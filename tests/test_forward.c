@@ -376,7 +376,8 @@ static void test_plan_errors(struct fx *f) {
     meta_plan_free(&p);
     CHECK(st.len[slot] == 4, "state changed by refused calls: len %d", st.len[slot]);
     size_t need = td_state_bytes(c, 1000, 1 << 20, 16);
-    CHECK(td_state_init(&st, c, 1000, 1 << 20, 16, need - 1, err, sizeof err) == -1 &&
+    struct td_state big;
+    CHECK(td_state_init(&big, c, 1000, 1 << 20, 16, need - 1, err, sizeof err) == -1 &&
               strstr(err, "MiB"),
           "oversized pools not refused");
     case_end("plan_errors", "");

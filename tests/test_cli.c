@@ -1,0 +1,132 @@
+/* test_cli.c: `tandem logits` end to end, and its refusals of bad arguments.
+ *
+ *   make bin/tandem build/tests/test_cli && build/tests/test_cli     (from the repo root)
+ *
+ * TD_TANDEM names the binary (default ./bin/tandem; the sanitizer run uses its own build).
+ * Bad arguments must exit non-zero with one line on stderr, never crash; a good run with
+ * --chunks must write the same bits as the one-call run, and both must match HF.
+ */
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine/npy.h"
+
+static char root[64];
+
+/* run `args` through bin/tandem; returns the exit status, stderr's text in msg */
+static int tandem(const char *args, char *msg, size_t n) {
+    char cmd[2048], errf[128];
+    snprintf(errf, sizeof errf, "%s/stderr", root);
+    const char *bin = getenv("TD_TANDEM") ? getenv("TD_TANDEM") : "./bin/tandem";
+    snprintf(cmd, sizeof cmd, "%s %s 2>%s >/dev/null", bin, args, errf);
+    int st = system(cmd);
+    FILE *fp = fopen(errf, "r");
+    size_t k = fp ? fread(msg, 1, n - 1, fp) : 0;
+    msg[k] = 0;
+    if (fp) fclose(fp);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void write_text(const char *name, const char *text) {
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", root, name);
+    FILE *fp = fopen(path, "w");
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static void bad(const char *name, const char *args, const char *want) {
+    char msg[2048], full[1024];
+    snprintf(full, sizeof full, args, root, root, root);
+    case_begin();
+    int rc = tandem(full, msg, sizeof msg);
+    CHECK(rc != 0 && rc < 128, "exit status %d", rc);
+    CHECK(strstr(msg, want), "stderr '%s' lacks '%s'", msg, want);
+    int lines = 0;
+    for (char *p = msg; *p; p++) lines += *p == '\n';
+    CHECK(lines == 1, "%d lines on stderr: '%s'", lines, msg);
+    case_end(name, "");
+}
+
+int main(void) {
+    snprintf(root, sizeof root, "/tmp/td_cli_XXXXXX");
+    if (!mkdtemp(root)) return 1;
+    const char *fx = "tests/fixtures/b_plain_hc2";
+    char args[1024], msg[2048], err[256];
+
+    write_text("ids_ok", "1 2 3\n4\t5 6 7 8 9 10\n");
+    write_text("ids_range", "1 2 300\n");
+    write_text("ids_text", "1 2 x3\n");
+    write_text("ids_neg", "1 -2 3\n");
+    write_text("ids_empty", "  \n");
+
+    // good runs: one call, chunked; equal bits
+    case_begin();
+    snprintf(args, sizeof args, "logits --model %s --ids %s/ids.txt --out %s/one.npy", fx, fx, root);
+    CHECK(tandem(args, msg, sizeof msg) == 0, "one-call run failed: %s", msg);
+    snprintf(args, sizeof args,
+             "logits --model %s --ids %s/ids.txt --out %s/chunked.npy --chunks 37,1,1,1,5,1,274",
+             fx, fx, root);
+    CHECK(tandem(args, msg, sizeof msg) == 0, "chunked run failed: %s", msg);
+    int64_t r1 = 0, c1 = 0, r2 = 0, c2 = 0, r3 = 0, c3 = 0;
+    char path[256];
+    snprintf(path, sizeof path, "%s/one.npy", root);
+    float *one = npy_read_f32(path, &r1, &c1, err, sizeof err);
+    snprintf(path, sizeof path, "%s/chunked.npy", root);
+    float *ch = npy_read_f32(path, &r2, &c2, err, sizeof err);
+    snprintf(path, sizeof path, "%s/logits.npy", fx);
+    float *ref = npy_read_f32(path, &r3, &c3, err, sizeof err);
+    CHECK(one && ch && ref && r1 == 320 && c1 == 300 && r2 == r1 && c2 == c1 && r3 == r1,
+          "shapes %lldx%lld %lldx%lld", (long long)r1, (long long)c1, (long long)r2,
+          (long long)c2);
+    if (!check_case_failed) {
+        CHECK(!memcmp(one, ch, (size_t)r1 * c1 * 4), "--chunks changed the logits");
+        CHECK(rel_row_err(one, ref, r1, c1, NULL) <= 1e-3, "logits differ from HF");
+    }
+    free(one);
+    free(ch);
+    free(ref);
+    case_end("logits_chunked_equals_one_call", "");
+
+    snprintf(args, sizeof args, "logits --model %s --ids %%s/ids_ok --out %%s/o.npy", fx);
+    case_begin();
+    snprintf(msg, sizeof msg, args, root, root);
+    CHECK(tandem(msg, msg, sizeof msg) == 0, "10 ids failed");
+    case_end("logits_small", "");
+
+    char a[512];
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/missing --out %%s/o.npy", fx);
+    bad("missing_ids_file", a, "cannot open ids file");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_range --out %%s/o.npy", fx);
+    bad("id_out_of_range", a, "outside [0, 300)");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_text --out %%s/o.npy", fx);
+    bad("id_not_a_number", a, "is not a token id");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_neg --out %%s/o.npy", fx);
+    bad("id_negative", a, "is not a token id");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_empty --out %%s/o.npy", fx);
+    bad("ids_empty", a, "no token ids");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --chunks 3,3", fx);
+    bad("chunks_wrong_sum", a, "sums to 6");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --chunks 5,0,5", fx);
+    bad("chunks_zero", a, "positive integers");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --chunks 5,,5", fx);
+    bad("chunks_empty_item", a, "positive integers");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --chunks 5,5,", fx);
+    bad("chunks_trailing_comma", a, "trailing comma");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --chunks a", fx);
+    bad("chunks_not_numbers", a, "positive integers");
+    snprintf(a, sizeof a, "logits --model %%s/nope --ids %%s/ids_ok --out %%s/o.npy");
+    bad("model_dir_missing", a, "config.json");
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_ok --out %%s/no/such/dir/o.npy", fx);
+    bad("out_unwritable", a, "cannot write");
+    bad("missing_model_flag", "logits --ids %s/ids_ok --out %s/o.npy", "--model DIR is required");
+    bad("missing_value", "logits --model", "needs a value");
+    bad("unknown_option", "logits --bogus 1", "unknown option");
+    bad("unknown_command", "frobnicate", "unknown command");
+
+    snprintf(args, sizeof args, "rm -rf %s", root);
+    if (system(args)) return 1;
+    return check_failures ? 1 : 0;
+}

@@ -1,0 +1,209 @@
+/* test_model.c: the weight mapping table and its refusals, on rewritten copies of the fixtures.
+ *
+ *   make build/tests/test_model && build/tests/test_model
+ *
+ * Each case copies a fixture's config.json and writes its tensors, altered, into a fresh
+ * model.safetensors under a temporary directory, then expects td_model_load to succeed or to
+ * fail with a message naming the tensor.
+ */
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine/model.h"
+#include "engine/safetensors.h"
+
+struct wt {
+    char name[160];
+    enum td_dtype dtype;
+    int ndim;
+    int64_t shape[4];
+    const void *data;
+    size_t nbytes;
+};
+
+static char root[64];
+
+static int write_st(const char *path, const struct wt *t, int n) {
+    size_t cap = 1 << 20, len = 0, off = 0;
+    char *h = malloc(cap);
+    len += snprintf(h + len, cap - len, "{");
+    for (int i = 0; i < n; i++) {
+        len += snprintf(h + len, cap - len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "",
+                        t[i].name, td_dtype_name(t[i].dtype));
+        for (int d = 0; d < t[i].ndim; d++)
+            len += snprintf(h + len, cap - len, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
+        len += snprintf(h + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", off, off + t[i].nbytes);
+        off += t[i].nbytes;
+    }
+    len += snprintf(h + len, cap - len, "}");
+    FILE *fp = fopen(path, "wb");
+    uint64_t hl = len;
+    fwrite(&hl, 8, 1, fp);
+    fwrite(h, 1, len, fp);
+    for (int i = 0; i < n; i++) fwrite(t[i].data, 1, t[i].nbytes, fp);
+    fclose(fp);
+    free(h);
+    return 0;
+}
+
+static int copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    if (!a || !b) return -1;
+    char buf[4096];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, a)) > 0) fwrite(buf, 1, k, b);
+    fclose(a);
+    fclose(b);
+    return 0;
+}
+
+/* the fixture's tensors as an editable list (views into `set`) */
+static int list_of(const struct st_set *set, struct wt *out) {
+    for (int i = 0; i < set->n_entries; i++) {
+        const struct st_entry *e = &set->entries[i];
+        snprintf(out[i].name, sizeof out[i].name, "%s", e->name);
+        out[i].dtype = e->t.dtype;
+        out[i].ndim = e->t.ndim;
+        memcpy(out[i].shape, e->t.shape, sizeof out[i].shape);
+        out[i].data = e->t.data;
+        out[i].nbytes = e->nbytes;
+    }
+    return set->n_entries;
+}
+
+static int find(struct wt *t, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return i;
+    return -1;
+}
+
+/* write the case directory (fixture config + tensors) and try to load it */
+static int load_case(const char *fixture, const struct wt *t, int n, struct td_model *m,
+                     char *err, size_t errlen) {
+    char dir[128], from[256], path[256];
+    static int k;
+    snprintf(dir, sizeof dir, "%s/case%d", root, k++);
+    mkdir(dir, 0700);
+    snprintf(from, sizeof from, "tests/fixtures/%s/config.json", fixture);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    copy_file(from, path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_st(path, t, n);
+    return td_model_load(m, dir, err, errlen);
+}
+
+static void expect_error(const char *name, const char *fixture, const struct wt *t, int n,
+                         const char *w1, const char *w2) {
+    char err[1024] = "";
+    struct td_model m;
+    case_begin();
+    int rc = load_case(fixture, t, n, &m, err, sizeof err);
+    CHECK(rc == -1, "loaded, expected an error mentioning '%s'", w1);
+    CHECK(strstr(err, w1) && (!w2 || strstr(err, w2)), "message '%s' lacks '%s'/'%s'", err, w1,
+          w2 ? w2 : "");
+    if (!rc) td_model_free(&m);
+    if (getenv("TD_TEST_VERBOSE")) printf("  %s\n", err);
+    case_end(name, "");
+}
+
+int main(void) {
+    char err[1024];
+    snprintf(root, sizeof root, "/tmp/td_model_XXXXXX");
+    if (!mkdtemp(root)) return 1;
+    struct st_set hb, cu;
+    if (st_set_open(&hb, "tests/fixtures/b_plain_hc2", err, sizeof err) ||
+        st_set_open(&cu, "tests/fixtures/c_upstream_sharded", err, sizeof err)) {
+        printf("FAIL open fixtures: %s\n", err);
+        return 1;
+    }
+    struct wt *t = calloc((size_t)cu.n_entries + hb.n_entries + 4, sizeof *t);
+    int n;
+
+    // the unchanged rewrite loads, and a stored mtp.* tensor is kept for the drafters
+    struct td_model m;
+    case_begin();
+    n = list_of(&hb, t);
+    float mtp[64 * 64];
+    memset(mtp, 0, sizeof mtp);
+    t[n++] = (struct wt){"mtp.0.e_proj.weight", TD_DTYPE_F32, 2, {64, 64}, mtp, sizeof mtp};
+    CHECK(!load_case("b_plain_hc2", t, n, &m, err, sizeof err), "%s", err);
+    if (!check_case_failed) {
+        CHECK(td_model_tensor(&m, "mtp.0.e_proj.weight") != NULL, "mtp tensor not kept");
+        CHECK(m.head.data == m.embed.data, "tied head is not the embedding");
+        CHECK(m.layers[0].sh_b1.data && m.layers[0].sh_w1.dtype == TD_DTYPE_F16,
+              "shared expert bias / F16 weight not bound");
+        td_model_free(&m);
+    }
+    case_end("load_hf_layout_with_mtp", "");
+
+    case_begin();
+    CHECK(!td_model_load(&m, "tests/fixtures/c_upstream_sharded", err, sizeof err), "%s", err);
+    if (!check_case_failed) {
+        CHECK(td_model_tensor(&m, "mtp.0.enorm.weight") != NULL, "mtp tensor not kept");
+        CHECK(m.layers[1].tid2eid.dtype == TD_DTYPE_I32, "upstream tid2eid is not int32");
+        CHECK(m.cfg.mtp_attn[0] == TD_ATTN_SLIDING && m.cfg.attn[2] == TD_ATTN_HCA,
+              "legacy compress_ratios not folded");
+        td_model_free(&m);
+    }
+    case_end("load_upstream_sharded", "");
+
+    n = list_of(&hb, t);
+    int i = find(t, n, "model.layers.1.self_attn.kv_norm.weight");
+    t[i] = t[--n];
+    expect_error("missing_tensor", "b_plain_hc2", t, n, "missing tensor",
+                 "model.layers.1.self_attn.kv_norm.weight");
+
+    n = list_of(&hb, t);
+    i = find(t, n, "model.layers.0.self_attn.q_a_proj.weight");
+    t[i].shape[1] = 63;
+    t[i].nbytes = 32 * 63 * 2;
+    expect_error("misshaped_tensor", "b_plain_hc2", t, n, "expected F32/BF16/F16 [32, 64]",
+                 "got BF16 [32, 63]");
+
+    n = list_of(&hb, t);
+    i = find(t, n, "model.layers.0.mlp.gate.tid2eid");
+    t[i].dtype = TD_DTYPE_F32; // same bytes as the I64 table: [300, 6] F32
+    t[i].shape[1] *= 2;
+    expect_error("wrong_dtype", "b_plain_hc2", t, n, "tid2eid", "expected I32/I64");
+
+    n = list_of(&hb, t);
+    t[n++] = (struct wt){"model.layers.7.mlp.gate.weight", TD_DTYPE_F32, 2, {8, 8}, mtp, 256};
+    expect_error("unexpected_tensor", "b_plain_hc2", t, n, "unexpected tensor",
+                 "model.layers.7.mlp.gate.weight");
+
+    n = list_of(&hb, t);
+    i = find(t, n, "model.layers.0.mlp.gate.tid2eid");
+    int64_t *bad = malloc(t[i].nbytes);
+    memcpy(bad, t[i].data, t[i].nbytes);
+    bad[5] = 6; // 6 experts: ids 0..5
+    t[i].data = bad;
+    expect_error("tid2eid_out_of_range", "b_plain_hc2", t, n, "tid2eid", "not an expert id");
+    free(bad);
+
+    n = list_of(&cu, t);
+    i = find(t, n, "layers.2.ffn.experts.3.w2.weight");
+    t[i] = t[--n];
+    expect_error("upstream_missing_expert", "c_upstream_sharded", t, n, "missing tensor",
+                 "layers.2.ffn.experts.3.w2.weight");
+
+    n = list_of(&cu, t);
+    i = find(t, n, "layers.1.attn.indexer.compressor.ape");
+    t[i] = t[--n];
+    expect_error("upstream_missing_indexer_ape", "c_upstream_sharded", t, n, "missing tensor",
+                 "indexer.compressor.ape");
+
+    case_begin();
+    CHECK(td_model_load(&m, root, err, sizeof err) == -1 && strstr(err, "config.json"),
+          "a directory without config.json: '%s'", err);
+    case_end("missing_config", "");
+
+    st_set_close(&hb);
+    st_set_close(&cu);
+    free(t);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd)) return 1;
+    return check_failures ? 1 : 0;
+}
