@@ -93,6 +93,7 @@ static void rope_row(struct fwd *f, float *x, int n_vec, int d, int t, int compr
 struct comp_io {
     const struct td_compressor_w *w;
     int rate, overlap, d;           /* overlap: CSA (Ca of window w-1 + Cb of window w) */
+    const int32_t *emit, *write;    /* the plan's emit_* and write_* rows for this rate */
     float *raw, *gate;              /* [n, (1 + overlap) * d] this call's rows */
     float *ring_kv, *ring_gate;     /* the layer's rings */
     int ring;
@@ -112,10 +113,10 @@ static void compressor_run(struct fwd *f, const struct comp_io *io, const float 
     }
     const float *kv_rows[512], *gate_rows[512];
     for (int t = 0; t < n; t++) {
-        int pos = f->p->positions[t];
-        if ((pos + 1) % io->rate) continue;
+        int w = io->emit[t];
+        if (w < 0) continue;
         int sq = f->p->row_seq[t], slot = f->p->slot[sq], len = f->p->len_before[sq];
-        int row0 = f->p->qo_indptr[sq], w = (pos + 1) / io->rate - 1, n_slots = 0;
+        int row0 = f->p->qo_indptr[sq], n_slots = 0;
         // slots: CSA first the previous window's Ca half (none for w = 0), then own Cb half
         for (int half = io->overlap ? 0 : 1; half < 2; half++) {
             int first = (w - (half == 0)) * io->rate, off = (io->overlap && half) ? io->d : 0;
@@ -150,12 +151,11 @@ static void compressor_run(struct fwd *f, const struct comp_io *io, const float 
 static void compressor_store(struct fwd *f, const struct comp_io *io) {
     int width = (1 + io->overlap) * io->d;
     for (int t = 0; t < f->n; t++) {
-        int sq = f->p->row_seq[t], slot = f->p->slot[sq], pos = f->p->positions[t];
-        int end = f->p->len_before[sq] + f->p->qo_indptr[sq + 1] - f->p->qo_indptr[sq];
-        if (pos < end - io->ring) continue;
-        memcpy((float *)ring_row(io->ring_kv, slot, io->ring, width, pos),
-               io->raw + (size_t)t * width, (size_t)width * sizeof(float));
-        memcpy((float *)ring_row(io->ring_gate, slot, io->ring, width, pos),
+        int r = io->write[t], slot = f->p->slot[f->p->row_seq[t]];
+        if (r < 0) continue;
+        memcpy(io->ring_kv + ((size_t)slot * io->ring + r) * width, io->raw + (size_t)t * width,
+               (size_t)width * sizeof(float));
+        memcpy(io->ring_gate + ((size_t)slot * io->ring + r) * width,
                io->gate + (size_t)t * width, (size_t)width * sizeof(float));
     }
 }
@@ -188,15 +188,17 @@ static void attention_block(struct fwd *f, int li) {
     if (comp) {
         int csa = kind == TD_ATTN_CSA;
         main_io = (struct comp_io){&l->comp, csa ? c->rate_csa : c->rate_hca, csa, hd,
-                                   f->raw, f->gate, ls->raw_kv, ls->raw_gate, ls->ring,
-                                   ls->entries, ls->n_entries};
+                                   csa ? f->p->emit_csa : f->p->emit_hca,
+                                   csa ? f->p->write_csa : f->p->write_hca, f->raw, f->gate,
+                                   ls->raw_kv, ls->raw_gate, ls->ring, ls->entries,
+                                   ls->n_entries};
         compressor_run(f, &main_io, xn);
     }
     int IH = c->index_n_heads, ihd = c->index_head_dim;
     if (kind == TD_ATTN_CSA) {
-        idx_io = (struct comp_io){&l->icomp, c->rate_csa, 1, ihd, f->iraw, f->igate,
-                                  ls->iraw_kv, ls->iraw_gate, ls->ring, ls->ientries,
-                                  ls->n_entries};
+        idx_io = (struct comp_io){&l->icomp, c->rate_csa, 1, ihd, f->p->emit_csa,
+                                  f->p->write_csa, f->iraw, f->igate, ls->iraw_kv,
+                                  ls->iraw_gate, ls->ring, ls->ientries, ls->n_entries};
         compressor_run(f, &idx_io, xn);
         matmul_ref(f->qi, f->qr, W(l->idx_wq_b), n, rq, IH * ihd, NULL, 0);
         matmul_ref(f->wi, xn, W(l->idx_weights), n, D, IH, NULL, 0);
@@ -212,14 +214,15 @@ static void attention_block(struct fwd *f, int li) {
     float scale = 1.0f / sqrtf((float)hd);
     for (int t = 0; t < n; t++) {
         int sq = f->p->row_seq[t], slot = f->p->slot[sq], len = f->p->len_before[sq];
-        int row0 = f->p->qo_indptr[sq], pos = f->p->positions[t], nk = 0;
-        // sliding window: positions (pos - W, pos]
-        int lo = pos - c->sliding_window + 1 < 0 ? 0 : pos - c->sliding_window + 1;
-        for (int q = lo; q <= pos; q++)
+        int row0 = f->p->qo_indptr[sq], nk = 0;
+        // sliding window keys: this call's rows from the activations, older ones from the ring
+        for (int k = f->p->swa_indptr[t]; k < f->p->swa_indptr[t + 1]; k++) {
+            int q = f->p->swa_pos[k];
             f->keys[nk++] = q >= len ? f->kv + (size_t)(row0 + q - len) * hd
                                      : ring_row(ls->swa, slot, f->st->swa_ring, hd, q);
+        }
         if (comp) {
-            int n_vis = (pos + 1) / main_io.rate;
+            int n_vis = kind == TD_ATTN_CSA ? f->p->vis_csa[t] : f->p->vis_hca[t];
             const float *ent = ls->entries + (size_t)slot * ls->n_entries * hd;
             if (kind == TD_ATTN_HCA) {
                 for (int w = 0; w < n_vis; w++) f->keys[nk++] = ent + (size_t)w * hd;
@@ -227,11 +230,13 @@ static void attention_block(struct fwd *f, int li) {
                 const float *ik = ls->ientries + (size_t)slot * ls->n_entries * ihd;
                 indexer_score_ref(f->score, f->qi + (size_t)t * IH * ihd, f->wi + (size_t)t * IH,
                                   ik, n_vis, IH, ihd, 1.0f / sqrtf((float)ihd));
+                int32_t *picks = f->p->topk + (size_t)t * f->p->dims.topk;
                 int k = topk_select_ref(f->picks, f->score, n_vis, c->index_topk);
-                for (int j = 0; j < k; j++) f->keys[nk++] = ent + (size_t)f->picks[j] * hd;
+                for (int j = 0; j < c->index_topk; j++) picks[j] = f->picks[j];
+                for (int j = 0; j < k; j++) f->keys[nk++] = ent + (size_t)picks[j] * hd;
                 if (f->topk_trace)
-                    for (int j = 0; j < c->index_topk; j++)
-                        f->topk_trace[((size_t)li * n + t) * c->index_topk + j] = f->picks[j];
+                    memcpy(f->topk_trace + ((size_t)li * n + t) * c->index_topk, picks,
+                           (size_t)c->index_topk * sizeof(int32_t));
             }
         }
         float *ot = f->o + (size_t)t * H * hd;
@@ -257,11 +262,10 @@ static void attention_block(struct fwd *f, int li) {
 
     // the rings learn this call's rows only now, after every read of older positions
     for (int t = 0; t < n; t++) {
-        int sq = f->p->row_seq[t], slot = f->p->slot[sq], pos = f->p->positions[t];
-        int end = f->p->len_before[sq] + f->p->qo_indptr[sq + 1] - f->p->qo_indptr[sq];
-        if (pos < end - f->st->swa_ring) continue;
-        memcpy((float *)ring_row(ls->swa, slot, f->st->swa_ring, hd, pos),
-               f->kv + (size_t)t * hd, (size_t)hd * sizeof(float));
+        int r = f->p->swa_write[t], slot = f->p->slot[f->p->row_seq[t]];
+        if (r >= 0)
+            memcpy(ls->swa + ((size_t)slot * f->st->swa_ring + r) * hd, f->kv + (size_t)t * hd,
+                   (size_t)hd * sizeof(float));
     }
     if (comp) compressor_store(f, &main_io);
     if (kind == TD_ATTN_CSA) compressor_store(f, &idx_io);
@@ -331,7 +335,14 @@ static void moe_block(struct fwd *f, int li) {
 
 static int check_plan(const struct td_model *m, const struct td_state *st,
                       const struct td_plan *p, char *err, size_t errlen) {
-    if (meta_plan_validate(p, err, errlen)) return -1;
+#ifndef NDEBUG
+    if (meta_plan_validate(p, err, errlen)) return -1; // every step, in debug builds and tests
+#endif
+    struct td_plan_dims want = td_state_plan_dims(st, p->dims.max_tok, p->dims.max_seq);
+    if (memcmp(&want, &p->dims, sizeof want)) {
+        snprintf(err, errlen, "forward: the plan was laid out for other state dimensions");
+        return -1;
+    }
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s], rows = p->qo_indptr[s + 1] - p->qo_indptr[s];
         if (slot < 0 || slot >= st->max_seqs || !st->in_use[slot]) {
@@ -435,4 +446,18 @@ int td_forward(const struct td_model *m, struct td_state *st, const struct td_pl
                     (void *)f.keys, f.cos_main, f.sin_main, f.cos_comp, f.sin_comp};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     return 0;
+}
+
+int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct td_plan_seq *seqs,
+                    int n_seq, float *logits, int32_t *topk_trace, char *err, size_t errlen) {
+    int n_tok = 0;
+    for (int s = 0; s < n_seq; s++) n_tok += seqs[s].n_new > 0 ? seqs[s].n_new : 0;
+    struct td_plan_dims d = td_state_plan_dims(st, meta_bucket(n_tok, 1 << 30),
+                                               meta_bucket(n_seq, 1 << 30));
+    struct td_plan p;
+    if (meta_plan_init(&p, &d, err, errlen)) return -1;
+    int rc = meta_plan_build(&p, seqs, n_seq, err, errlen);
+    if (!rc) rc = td_forward(m, st, &p, logits, topk_trace, err, errlen);
+    meta_plan_free(&p);
+    return rc;
 }

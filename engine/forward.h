@@ -1,7 +1,8 @@
 /* forward.h: the DeepSeek-V4 target forward over one step plan (CPU reference backend).
  *
- *   struct td_plan p;  meta_plan_build(&p, ...);
- *   float *logits = malloc(p.n_tok * cfg.vocab * sizeof(float));
+ *   struct td_plan p;
+ *   meta_plan_init(&p, &dims, ...);           // dims = td_state_plan_dims(&state, ...)
+ *   meta_plan_build(&p, seqs, n_seq, ...);    // every step
  *   if (td_forward(&model, &state, &p, logits, NULL, err, sizeof err)) ...
  *
  * Reads each sequence's caches at positions < len_before, appends the plan's rows, and
@@ -30,6 +31,11 @@ extern "C" {
  * token id out of range). */
 int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                float *logits, int32_t *topk_trace, char *err, size_t errlen);
+
+/* Convenience for one-off calls (CLI, tests): build a plan for seqs (bucketed capacity),
+ * run td_forward, free the plan. Same return contract. */
+int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct td_plan_seq *seqs,
+                    int n_seq, float *logits, int32_t *topk_trace, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -175,12 +175,10 @@ static int cmd_logits(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n_chunks; i++) {
-        struct td_plan p;
-        int32_t len = pos, n_new = chunks[i];
-        if (meta_plan_build(&p, 1, &slot, &len, &n_new, ids + pos, err, sizeof err)) goto done;
-        int f = td_forward(&m, &st, &p, logits + (size_t)pos * m.cfg.vocab, NULL, err, sizeof err);
-        meta_plan_free(&p);
-        if (f) goto done;
+        struct td_plan_seq q = {slot, pos, chunks[i], ids + pos};
+        if (td_forward_seqs(&m, &st, &q, 1, logits + (size_t)pos * m.cfg.vocab, NULL, err,
+                            sizeof err))
+            goto done;
         pos += chunks[i];
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);

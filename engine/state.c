@@ -149,3 +149,20 @@ int td_state_rollback(struct td_state *s, int slot, int new_len, char *err, size
     s->len[slot] = new_len;
     return 0;
 }
+
+struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, int max_seq) {
+    const struct td_config *c = s->cfg;
+    struct td_plan_dims d;
+    memset(&d, 0, sizeof d);
+    d.max_tok = max_tok;
+    d.max_seq = max_seq;
+    d.max_ctx = s->max_ctx;
+    d.window = c->sliding_window;
+    d.topk = c->index_topk;
+    d.swa_ring = s->swa_ring;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->attn[i] == TD_ATTN_CSA) d.rate_csa = c->rate_csa, d.ring_csa = s->layers[i].ring;
+        if (c->attn[i] == TD_ATTN_HCA) d.rate_hca = c->rate_hca, d.ring_hca = s->layers[i].ring;
+    }
+    return d;
+}

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "metadata/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,6 +58,10 @@ void td_state_free(struct td_state *s);
 int td_state_seq_alloc(struct td_state *s);
 
 void td_state_seq_release(struct td_state *s, int slot);
+
+/* Plan dims matching this state's rings and context, for batches of up to max_tok rows from
+ * max_seq sequences. The forward refuses a plan laid out for anything else. */
+struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, int max_seq);
 
 /* Move the committed length back to new_len. Allowed while no position at or beyond new_len
  * has overwritten a row new_len still needs: hi - new_len <= max_chunk. -1 with a message. */

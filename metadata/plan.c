@@ -1,57 +1,91 @@
-/* plan.c: build and validate the per-step plan (one allocation, token-major arrays). */
+/* plan.c: layout, build and validation of the per-step plan. */
 #include "plan.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int meta_plan_build(struct td_plan *p, int n_seq, const int32_t *slot, const int32_t *len_before,
-                    const int32_t *n_new, const int32_t *ids, char *err, size_t errlen) {
+int meta_bucket(int n, int cap) {
+    int b = 1;
+    while (b < n) b *= 2;
+    return b < cap ? b : cap;
+}
+
+/* offsets (in int32 words) of every array; depends on the dims alone */
+struct layout {
+    size_t input_ids, positions, row_seq, qo_indptr, slot, len_before, kv_indptr, swa_indptr,
+        swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk,
+        words;
+};
+
+static struct layout plan_layout(const struct td_plan_dims *d) {
+    struct layout l;
+    size_t T = (size_t)d->max_tok, S = (size_t)d->max_seq, w = 0;
+    // each region starts on a 16-word (64-byte) boundary
+#define REGION(name, n) (l.name = w, w += ((size_t)(n) + 15) / 16 * 16)
+    REGION(input_ids, T);
+    REGION(positions, T);
+    REGION(row_seq, T);
+    REGION(qo_indptr, S + 1);
+    REGION(slot, S);
+    REGION(len_before, S);
+    REGION(kv_indptr, S + 1);
+    REGION(swa_indptr, T + 1);
+    REGION(swa_pos, T * d->window);
+    REGION(swa_write, T);
+    REGION(vis_csa, T);
+    REGION(vis_hca, T);
+    REGION(emit_csa, T);
+    REGION(emit_hca, T);
+    REGION(write_csa, T);
+    REGION(write_hca, T);
+    REGION(topk, T * d->topk);
+#undef REGION
+    l.words = w;
+    return l;
+}
+
+size_t meta_plan_bytes(const struct td_plan_dims *d) { return plan_layout(d).words * 4; }
+
+static void bind_arrays(struct td_plan *p) {
+    struct layout l = plan_layout(&p->dims);
+    int32_t *m = p->mem;
+    p->input_ids = m + l.input_ids;
+    p->positions = m + l.positions;
+    p->row_seq = m + l.row_seq;
+    p->qo_indptr = m + l.qo_indptr;
+    p->slot = m + l.slot;
+    p->len_before = m + l.len_before;
+    p->kv_indptr = m + l.kv_indptr;
+    p->swa_indptr = m + l.swa_indptr;
+    p->swa_pos = m + l.swa_pos;
+    p->swa_write = m + l.swa_write;
+    p->vis_csa = m + l.vis_csa;
+    p->vis_hca = m + l.vis_hca;
+    p->emit_csa = m + l.emit_csa;
+    p->emit_hca = m + l.emit_hca;
+    p->write_csa = m + l.write_csa;
+    p->write_hca = m + l.write_hca;
+    p->topk = m + l.topk;
+}
+
+int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
-    if (n_seq <= 0) {
-        snprintf(err, errlen, "plan: no sequences");
+    if (d->max_tok < 1 || d->max_seq < 1 || d->window < 1 || d->topk < 0 || d->swa_ring < 1 ||
+        d->max_ctx < 1) {
+        snprintf(err, errlen, "plan: bad dims (max_tok %d, max_seq %d, window %d, topk %d)",
+                 d->max_tok, d->max_seq, d->window, d->topk);
         return -1;
     }
-    long n_tok = 0;
-    for (int s = 0; s < n_seq; s++) {
-        if (n_new[s] <= 0 || len_before[s] < 0) {
-            snprintf(err, errlen, "plan: sequence %d has %d new tokens after %d", s, n_new[s],
-                     len_before[s]);
-            return -1;
-        }
-        n_tok += n_new[s];
-    }
-    if (n_tok > (1L << 30)) {
-        snprintf(err, errlen, "plan: %ld tokens in one step", n_tok);
+    p->dims = *d;
+    p->bytes = meta_plan_bytes(d);
+    p->mem = malloc(p->bytes);
+    if (!p->mem) {
+        snprintf(err, errlen, "plan: out of memory for a %zu-byte plan buffer", p->bytes);
         return -1;
     }
-    size_t words = (size_t)n_tok * 3 + (size_t)n_seq * 3 + 1;
-    int32_t *m = malloc(words * sizeof(int32_t));
-    if (!m) {
-        snprintf(err, errlen, "plan: out of memory for %ld tokens", n_tok);
-        return -1;
-    }
-    p->mem = m;
-    p->n_tok = (int)n_tok;
-    p->n_seq = n_seq;
-    p->input_ids = m;
-    p->positions = m + n_tok;
-    p->row_seq = m + 2 * n_tok;
-    p->qo_indptr = m + 3 * n_tok;
-    p->slot = p->qo_indptr + n_seq + 1;
-    p->len_before = p->slot + n_seq;
-    int t = 0;
-    p->qo_indptr[0] = 0;
-    for (int s = 0; s < n_seq; s++) {
-        p->slot[s] = slot[s];
-        p->len_before[s] = len_before[s];
-        for (int j = 0; j < n_new[s]; j++, t++) {
-            p->input_ids[t] = ids[t];
-            p->positions[t] = len_before[s] + j;
-            p->row_seq[t] = s;
-        }
-        p->qo_indptr[s + 1] = t;
-    }
+    bind_arrays(p);
     return 0;
 }
 
@@ -60,29 +94,168 @@ void meta_plan_free(struct td_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
-    if (p->n_seq <= 0 || p->qo_indptr[0] != 0 || p->qo_indptr[p->n_seq] != p->n_tok) {
-        snprintf(err, errlen, "plan: qo_indptr does not span [0, %d)", p->n_tok);
-        return -1;
+static int failf(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ring row of position pos in a ring of `ring` rows, when the row is among the last `ring`
+ * positions of its sequence after the step (older rows of a long chunk are not kept) */
+static int32_t ring_write(int pos, int end, int ring) {
+    return ring > 0 && pos >= end - ring ? pos % ring : -1;
+}
+
+int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq, char *err,
+                    size_t errlen) {
+    const struct td_plan_dims *d = &p->dims;
+    long n_tok = 0;
+    if (n_seq < 1 || n_seq > d->max_seq)
+        return failf(err, errlen, "plan: %d sequences, capacity %d", n_seq, d->max_seq);
+    for (int s = 0; s < n_seq; s++) {
+        if (seqs[s].n_new < 1 || seqs[s].len_before < 0)
+            return failf(err, errlen, "plan: sequence %d has %d rows after length %d", s,
+                         seqs[s].n_new, seqs[s].len_before);
+        if ((long)seqs[s].len_before + seqs[s].n_new > d->max_ctx)
+            return failf(err, errlen, "plan: sequence %d would reach %ld tokens, max context %d",
+                         s, (long)seqs[s].len_before + seqs[s].n_new, d->max_ctx);
+        n_tok += seqs[s].n_new;
     }
-    for (int s = 0; s < p->n_seq; s++) {
-        if (p->qo_indptr[s + 1] <= p->qo_indptr[s]) {
-            snprintf(err, errlen, "plan: sequence %d has no rows (qo_indptr %d..%d)", s,
-                     p->qo_indptr[s], p->qo_indptr[s + 1]);
-            return -1;
+    if (n_tok > d->max_tok)
+        return failf(err, errlen, "plan: %ld rows, capacity %d", n_tok, d->max_tok);
+    p->n_tok = (int)n_tok;
+    p->n_seq = n_seq;
+    p->n_tok_pad = meta_bucket(p->n_tok, d->max_tok);
+    p->n_seq_pad = meta_bucket(n_seq, d->max_seq);
+
+    // sequences; pad sequences end where the last real one ends
+    int t = 0;
+    p->qo_indptr[0] = 0;
+    p->kv_indptr[0] = 0;
+    for (int s = 0; s < d->max_seq; s++) {
+        int real = s < n_seq;
+        p->slot[s] = real ? seqs[s].slot : -1;
+        p->len_before[s] = real ? seqs[s].len_before : 0;
+        p->qo_indptr[s + 1] = p->qo_indptr[s] + (real ? seqs[s].n_new : 0);
+        p->kv_indptr[s + 1] = p->kv_indptr[s] + (real ? seqs[s].len_before + seqs[s].n_new : 0);
+    }
+    // rows
+    p->swa_indptr[0] = 0;
+    for (int s = 0; s < n_seq; s++) {
+        int end = seqs[s].len_before + seqs[s].n_new;
+        for (int j = 0; j < seqs[s].n_new; j++, t++) {
+            int pos = seqs[s].len_before + j;
+            p->input_ids[t] = seqs[s].ids[j];
+            p->positions[t] = pos;
+            p->row_seq[t] = s;
+            int lo = pos - d->window + 1 < 0 ? 0 : pos - d->window + 1, n = pos - lo + 1;
+            p->swa_indptr[t + 1] = p->swa_indptr[t] + n;
+            for (int k = 0; k < n; k++) p->swa_pos[p->swa_indptr[t] + k] = lo + k;
+            p->swa_write[t] = ring_write(pos, end, d->swa_ring);
+            p->vis_csa[t] = d->rate_csa ? (pos + 1) / d->rate_csa : 0;
+            p->vis_hca[t] = d->rate_hca ? (pos + 1) / d->rate_hca : 0;
+            p->emit_csa[t] = d->rate_csa && (pos + 1) % d->rate_csa == 0 ? p->vis_csa[t] - 1 : -1;
+            p->emit_hca[t] = d->rate_hca && (pos + 1) % d->rate_hca == 0 ? p->vis_hca[t] - 1 : -1;
+            p->write_csa[t] = d->rate_csa ? ring_write(pos, end, d->ring_csa) : -1;
+            p->write_hca[t] = d->rate_hca ? ring_write(pos, end, d->ring_hca) : -1;
         }
-        for (int r = 0; r < s; r++)
-            if (p->slot[r] == p->slot[s]) {
-                snprintf(err, errlen, "plan: sequences %d and %d share slot %d", r, s, p->slot[s]);
-                return -1;
-            }
-        for (int t = p->qo_indptr[s]; t < p->qo_indptr[s + 1]; t++)
-            if (p->row_seq[t] != s || p->positions[t] != p->len_before[s] + t - p->qo_indptr[s]) {
-                snprintf(err, errlen, "plan: row %d has sequence %d position %d, expected %d/%d",
-                         t, p->row_seq[t], p->positions[t], s,
-                         p->len_before[s] + t - p->qo_indptr[s]);
-                return -1;
-            }
     }
+    // pad rows: zero length at the last real end, nothing written
+    for (; t < d->max_tok; t++) {
+        p->input_ids[t] = 0;
+        p->positions[t] = 0;
+        p->row_seq[t] = -1;
+        p->swa_indptr[t + 1] = p->swa_indptr[t];
+        p->swa_write[t] = -1;
+        p->vis_csa[t] = p->vis_hca[t] = 0;
+        p->emit_csa[t] = p->emit_hca[t] = -1;
+        p->write_csa[t] = p->write_hca[t] = -1;
+    }
+    for (size_t k = (size_t)p->swa_indptr[d->max_tok]; k < (size_t)d->max_tok * d->window; k++)
+        p->swa_pos[k] = -1;
+    for (size_t k = 0; k < (size_t)d->max_tok * d->topk; k++) p->topk[k] = -1;
+    return 0;
+}
+
+int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
+    const struct td_plan_dims *d = &p->dims;
+    struct layout l = plan_layout(d);
+    const int32_t *m = p->mem;
+    if (p->qo_indptr != m + l.qo_indptr || p->topk != m + l.topk || p->swa_pos != m + l.swa_pos ||
+        p->row_seq != m + l.row_seq || p->kv_indptr != m + l.kv_indptr)
+        return failf(err, errlen, "plan: arrays are not at the offsets the dims fix");
+    if (p->n_seq < 1 || p->n_seq > p->n_seq_pad || p->n_seq_pad > d->max_seq ||
+        p->n_tok < p->n_seq || p->n_tok > p->n_tok_pad || p->n_tok_pad > d->max_tok ||
+        p->n_tok_pad != meta_bucket(p->n_tok, d->max_tok) ||
+        p->n_seq_pad != meta_bucket(p->n_seq, d->max_seq))
+        return failf(err, errlen, "plan: counts %d/%d rows, %d/%d sequences, capacity %d/%d",
+                     p->n_tok, p->n_tok_pad, p->n_seq, p->n_seq_pad, d->max_tok, d->max_seq);
+    if (p->qo_indptr[0] != 0 || p->kv_indptr[0] != 0 || p->swa_indptr[0] != 0)
+        return failf(err, errlen, "plan: an indptr does not start at 0");
+    for (int s = 0; s < d->max_seq; s++) {
+        int q = p->qo_indptr[s + 1] - p->qo_indptr[s], kv = p->kv_indptr[s + 1] - p->kv_indptr[s];
+        if (q < 0 || kv < 0)
+            return failf(err, errlen, "plan: sequence %d has negative length (rows %d, kv %d)", s,
+                         q, kv);
+        if (s < p->n_seq) {
+            if (q < 1) return failf(err, errlen, "plan: sequence %d has no rows", s);
+            if (kv != p->len_before[s] + q || kv > d->max_ctx)
+                return failf(err, errlen, "plan: sequence %d kv length %d, expected %d (max %d)",
+                             s, kv, p->len_before[s] + q, d->max_ctx);
+            if (p->slot[s] < 0) return failf(err, errlen, "plan: sequence %d has no slot", s);
+            for (int r = 0; r < s; r++)
+                if (p->slot[r] == p->slot[s])
+                    return failf(err, errlen, "plan: sequences %d and %d share slot %d", r, s,
+                                 p->slot[s]);
+        } else if (q || kv || p->slot[s] != -1 || p->len_before[s]) {
+            return failf(err, errlen, "plan: pad sequence %d is not inert (rows %d, kv %d, slot "
+                                      "%d)", s, q, kv, p->slot[s]);
+        }
+    }
+    if (p->qo_indptr[p->n_seq] != p->n_tok)
+        return failf(err, errlen, "plan: qo_indptr ends at %d, %d rows", p->qo_indptr[p->n_seq],
+                     p->n_tok);
+    for (int t = 0; t < d->max_tok; t++) {
+        int n = p->swa_indptr[t + 1] - p->swa_indptr[t];
+        if (n < 0) return failf(err, errlen, "plan: row %d has negative window length %d", t, n);
+        if (t >= p->n_tok) {
+            if (n || p->row_seq[t] != -1 || p->swa_write[t] != -1 || p->write_csa[t] != -1 ||
+                p->write_hca[t] != -1 || p->emit_csa[t] != -1 || p->emit_hca[t] != -1 ||
+                p->vis_csa[t] || p->vis_hca[t])
+                return failf(err, errlen, "plan: pad row %d is not inert", t);
+            continue;
+        }
+        int s = p->row_seq[t];
+        if (s < 0 || s >= p->n_seq || t < p->qo_indptr[s] || t >= p->qo_indptr[s + 1])
+            return failf(err, errlen, "plan: row %d names sequence %d, but belongs to another "
+                                      "(stale token->sequence map?)", t, s);
+        int pos = p->positions[t], end = p->len_before[s] + p->qo_indptr[s + 1] - p->qo_indptr[s];
+        if (pos != p->len_before[s] + t - p->qo_indptr[s])
+            return failf(err, errlen, "plan: row %d position %d, expected %d", t, pos,
+                         p->len_before[s] + t - p->qo_indptr[s]);
+        int lo = pos - d->window + 1 < 0 ? 0 : pos - d->window + 1;
+        if (n != pos - lo + 1)
+            return failf(err, errlen, "plan: row %d window length %d, expected %d", t, n,
+                         pos - lo + 1);
+        for (int k = 0; k < n; k++)
+            if (p->swa_pos[p->swa_indptr[t] + k] != lo + k)
+                return failf(err, errlen, "plan: row %d window key %d is position %d, expected %d",
+                             t, k, p->swa_pos[p->swa_indptr[t] + k], lo + k);
+        if (p->swa_write[t] != ring_write(pos, end, d->swa_ring) ||
+            p->write_csa[t] != (d->rate_csa ? ring_write(pos, end, d->ring_csa) : -1) ||
+            p->write_hca[t] != (d->rate_hca ? ring_write(pos, end, d->ring_hca) : -1))
+            return failf(err, errlen, "plan: row %d ring write slots %d/%d/%d are wrong", t,
+                         p->swa_write[t], p->write_csa[t], p->write_hca[t]);
+        if ((d->rate_csa && (p->vis_csa[t] != (pos + 1) / d->rate_csa ||
+                             p->emit_csa[t] != ((pos + 1) % d->rate_csa ? -1 : p->vis_csa[t] - 1))) ||
+            (d->rate_hca && (p->vis_hca[t] != (pos + 1) / d->rate_hca ||
+                             p->emit_hca[t] != ((pos + 1) % d->rate_hca ? -1 : p->vis_hca[t] - 1))))
+            return failf(err, errlen, "plan: row %d visible/emitted entries inconsistent", t);
+    }
+    for (size_t k = (size_t)p->swa_indptr[d->max_tok]; k < (size_t)d->max_tok * d->window; k++)
+        if (p->swa_pos[k] != -1)
+            return failf(err, errlen, "plan: window slot %zu past the last range is not -1", k);
     return 0;
 }

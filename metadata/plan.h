@@ -1,13 +1,23 @@
-/* plan.h: the per-step plan, a value built fresh from scheduler state for every forward call.
+/* plan.h: the per-step plan, rebuilt out of place for every forward call and draft sub-step.
  *
- *   int32_t slot[2] = {0, 3}, len[2] = {37, 5}, n_new[2] = {1, 4}, ids[5] = {...};
+ *   struct td_plan_dims d = meta_plan_dims(&cfg, state.swa_ring, ring_csa, ring_hca, max_ctx,
+ *                                          max_tok, max_seq);
  *   struct td_plan p;
- *   if (meta_plan_build(&p, 2, slot, len, n_new, ids, err, sizeof err)) ...
- *   td_forward(model, state, &p, logits, ...);
+ *   meta_plan_init(&p, &d);                       // one buffer, fixed capacity and layout
+ *   struct td_plan_seq seqs[2] = {{slot0, 37, 1, ids0}, {slot3, 5, 4, ids3}};
+ *   meta_plan_build(&p, seqs, 2, err, sizeof err); // every array rewritten from these alone
+ *   td_forward(&model, &state, &p, logits, err, sizeof err);
  *   meta_plan_free(&p);
  *
- * Token-major: the n_tok rows are the sequences' new tokens, sequence by sequence. Nothing
- * that reads a plan mutates it; nothing derived from it is cached across steps.
+ * Capture-stable: every array's capacity and offset in the buffer, and every row stride,
+ * come from td_plan_dims (configuration maxima) only, never from the live batch. The live
+ * batch is padded to bucket sizes (td_plan.n_tok_pad, n_seq_pad); pad rows are valid rows:
+ * zero-length ranges that start and end at the last real end, slot -1, write slot -1.
+ * meta_plan_build rewrites every element of every array (pads included) from the sequences it
+ * is given, so nothing from an earlier step survives; consumers never write a plan, except
+ * the indexer's output region `topk`, which the builder resets to -1.
+ *
+ * Rows are token-major: sequence s owns rows [qo_indptr[s], qo_indptr[s+1]).
  */
 #ifndef TD_PLAN_H
 #define TD_PLAN_H
@@ -19,27 +29,76 @@
 extern "C" {
 #endif
 
-struct td_plan {
-    int n_tok;              /* rows this step */
-    int n_seq;              /* sequences this step */
-    int32_t *input_ids;     /* [n_tok] */
-    int32_t *positions;     /* [n_tok] absolute position of each row */
-    int32_t *row_seq;       /* [n_tok] index into the plan's sequences */
-    int32_t *qo_indptr;     /* [n_seq + 1] rows of sequence s are [qo_indptr[s], qo_indptr[s+1]) */
-    int32_t *slot;          /* [n_seq] state slot of each sequence */
-    int32_t *len_before;    /* [n_seq] committed length before this step */
-    void *mem;              /* one allocation behind every array */
+struct td_plan_dims {
+    int max_tok;        /* row capacity (largest bucket) */
+    int max_seq;        /* sequence capacity */
+    int max_ctx;        /* longest context a sequence may reach */
+    int window;         /* sliding_window: keys per row at most */
+    int topk;           /* index_topk: stride of a topk row */
+    int rate_csa;       /* 0 when the model has no CSA layer */
+    int rate_hca;       /* 0 when the model has no HCA layer */
+    int swa_ring;       /* rows in a sequence's sliding-window ring */
+    int ring_csa;       /* rows in a sequence's CSA compressor ring */
+    int ring_hca;       /* rows in a sequence's HCA compressor ring */
 };
 
-/* Build from n_seq sequences: state slot, committed length, new token count (>= 1) and the
- * new tokens concatenated in sequence order. 0, or -1 with a message (no allocation held). */
-int meta_plan_build(struct td_plan *p, int n_seq, const int32_t *slot, const int32_t *len_before,
-                    const int32_t *n_new, const int32_t *ids, char *err, size_t errlen);
+/* one sequence's part of a step, as the scheduler sees it */
+struct td_plan_seq {
+    int32_t slot;       /* state slot */
+    int32_t len_before; /* committed length */
+    int32_t n_new;      /* rows this step, >= 1 */
+    const int32_t *ids; /* [n_new] */
+};
+
+struct td_plan {
+    struct td_plan_dims dims;
+    int n_tok, n_seq;          /* real rows and sequences */
+    int n_tok_pad, n_seq_pad;  /* the bucket the batch is padded to */
+    int32_t *input_ids;        /* [max_tok], pad 0 */
+    int32_t *positions;        /* [max_tok], pad 0 */
+    int32_t *row_seq;          /* [max_tok] sequence of each row, pad -1 */
+    int32_t *qo_indptr;        /* [max_seq + 1], pad = n_tok */
+    int32_t *slot;             /* [max_seq] state slot, pad -1 */
+    int32_t *len_before;       /* [max_seq] committed length before the step, pad 0 */
+    int32_t *kv_indptr;        /* [max_seq + 1] CSR of context length after the step, pad = last
+                                  real end */
+    int32_t *swa_indptr;       /* [max_tok + 1] CSR of each row's sliding-window keys, pad = last
+                                  real end */
+    int32_t *swa_pos;          /* [max_tok * window] key positions, ascending; -1 past the end */
+    int32_t *swa_write;        /* [max_tok] ring row the row's key is stored at, -1: not stored */
+    int32_t *vis_csa;          /* [max_tok] visible CSA entries floor((pos+1)/m), pad 0 */
+    int32_t *vis_hca;          /* [max_tok] visible HCA entries floor((pos+1)/M), pad 0 */
+    int32_t *emit_csa;         /* [max_tok] CSA entry whose window the row closes, else -1 */
+    int32_t *emit_hca;         /* [max_tok] HCA entry whose window the row closes, else -1 */
+    int32_t *write_csa;        /* [max_tok] CSA compressor ring row, -1: not stored */
+    int32_t *write_hca;        /* [max_tok] HCA compressor ring row, -1: not stored */
+    int32_t *topk;             /* [max_tok * topk] indexer output, row stride dims.topk, -1 pad */
+    void *mem;                 /* the one buffer behind every array */
+    size_t bytes;
+};
+
+/* Round n up to the next bucket (1, 2, 4, ... powers of two), capped at cap. */
+int meta_bucket(int n, int cap);
+
+/* Bytes of the buffer for these dims (the same code as meta_plan_init's layout). */
+size_t meta_plan_bytes(const struct td_plan_dims *d);
+
+/* Allocate the buffer and lay out the arrays. 0, or -1 with a message. */
+int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen);
+
+/* Rewrite every array from seqs[0..n_seq). 0, or -1 with a message when the step does not fit
+ * the dims (too many rows/sequences, context past max_ctx, empty sequence). */
+int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq, char *err,
+                    size_t errlen);
 
 void meta_plan_free(struct td_plan *p);
 
-/* Invariants: monotone qo_indptr from 0 to n_tok, no empty sequence, row_seq and positions
- * consistent with qo_indptr and len_before, distinct slots. 0 or -1 with a message. */
+/* Check every invariant: monotone indptrs with no negative length; pad rows and sequences
+ * inert (zero length at the last real end, slot -1, write slots -1); row_seq and positions
+ * consistent with qo_indptr and len_before; slots distinct; window ranges exactly
+ * (pos - window, pos] clipped at 0; write slots in range; visible counts and emits consistent
+ * with positions; array offsets equal to the layout the dims fix. 0, or -1 naming the first
+ * broken invariant and its row. */
 int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen);
 
 #ifdef __cplusplus

@@ -65,17 +65,13 @@ static int run_chunks(struct fx *f, struct td_state *st, const int32_t *seq,
     char err[512];
     int slot = td_state_seq_alloc(st), pos = 0;
     for (int i = 0; i < n_chunks; i++) {
-        struct td_plan p;
-        int32_t len = pos, nn = chunks[i];
-        if (meta_plan_build(&p, 1, &slot, &len, &nn, seq + pos, err, sizeof err) ||
-            td_forward(&f->m, st, &p, logits + (size_t)pos * f->m.cfg.vocab, NULL, err,
-                       sizeof err)) {
+        struct td_plan_seq q = {slot, pos, chunks[i], seq + pos};
+        if (td_forward_seqs(&f->m, st, &q, 1, logits + (size_t)pos * f->m.cfg.vocab, NULL, err,
+                            sizeof err)) {
             fprintf(stderr, "run_chunks: %s\n", err);
-            meta_plan_free(&p);
             td_state_seq_release(st, slot);
             return -1;
         }
-        meta_plan_free(&p);
         pos += chunks[i];
     }
     td_state_seq_release(st, slot);
@@ -94,12 +90,9 @@ static void test_hf(struct fx *f) {
     f->picks = malloc((size_t)c->n_layers * f->n * (c->index_topk + 1) * sizeof(int32_t));
     CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
-    struct td_plan p;
-    int32_t len = 0, nn = f->n;
-    meta_plan_build(&p, 1, &slot, &len, &nn, f->ids, err, sizeof err);
-    int rc = td_forward(&f->m, &st, &p, f->oneshot, f->picks, err, sizeof err);
+    struct td_plan_seq q = {slot, 0, f->n, f->ids};
+    int rc = td_forward_seqs(&f->m, &st, &q, 1, f->oneshot, f->picks, err, sizeof err);
     CHECK(rc == 0, "forward: %s", err);
-    meta_plan_free(&p);
     long row = -1;
     double worst = rel_row_err(f->oneshot, f->ref, f->n, c->vocab, &row);
     CHECK(worst <= 1e-3, "row %ld off by %.3g relative (limit 1e-3)", row, worst);
@@ -233,12 +226,9 @@ static void test_rollback(struct fx *f) {
         // commit a real chunk
         int k = 1 + (int)rnd(pos < 40 ? 37 : 6);
         if (k > f->n - pos) k = f->n - pos;
-        struct td_plan p;
-        int32_t len = pos, nn = k;
-        meta_plan_build(&p, 1, &slot, &len, &nn, f->ids + pos, err, sizeof err);
-        CHECK(!td_forward(&f->m, &st, &p, out + (size_t)pos * V, NULL, err, sizeof err), "%s",
-              err);
-        meta_plan_free(&p);
+        struct td_plan_seq q = {slot, pos, k, f->ids + pos};
+        CHECK(!td_forward_seqs(&f->m, &st, &q, 1, out + (size_t)pos * V, NULL, err, sizeof err),
+              "%s", err);
         pos += k;
         if (pos >= f->n) break;
         // draft tokens that get rejected: the first `keep` equal the real ones, the rest differ
@@ -246,11 +236,9 @@ static void test_rollback(struct fx *f) {
         if (pos + nj > f->n) nj = f->n - pos, keep = keep < nj ? keep : 0;
         for (int j = 0; j < nj; j++)
             junk[j] = j < keep ? f->ids[pos + j] : (f->ids[pos + j] + 1 + (int)rnd(V - 1)) % V;
-        len = pos;
-        nn = nj;
-        meta_plan_build(&p, 1, &slot, &len, &nn, junk, err, sizeof err);
-        CHECK(!td_forward(&f->m, &st, &p, junk_logits, NULL, err, sizeof err), "%s", err);
-        meta_plan_free(&p);
+        struct td_plan_seq qj = {slot, pos, nj, junk};
+        CHECK(!td_forward_seqs(&f->m, &st, &qj, 1, junk_logits, NULL, err, sizeof err), "%s",
+              err);
         // accepted prefix: the kept real tokens are committed as they are
         CHECK(!td_state_rollback(&st, slot, pos + keep, err, sizeof err), "%s", err);
         if (keep) memcpy(out + (size_t)pos * V, junk_logits, (size_t)keep * V * sizeof(float));
@@ -295,7 +283,8 @@ static void test_batched(struct fx *f) {
     for (int s = 0; s < n_seq; s++) slot[s] = td_state_seq_alloc(&st);
     int calls = 0;
     while (!check_case_failed) {
-        int32_t ps[3], pl[3], pn[3], ids[256];
+        struct td_plan_seq qs[3];
+        int32_t ps[3], pn[3];
         int np = 0, nt = 0;
         for (int s = 0; s < n_seq; s++) {
             if (pos[s] >= len_of[s]) continue;
@@ -303,17 +292,14 @@ static void test_batched(struct fx *f) {
             int k = (calls + s) % 3 == 0 ? 1 + (int)rnd(40) : (calls + s) % 3 == 1 ? 5 : 1;
             if (k > len_of[s] - pos[s]) k = len_of[s] - pos[s];
             ps[np] = slot[s];
-            pl[np] = pos[s];
             pn[np] = k;
-            memcpy(ids + nt, seqs[s] + pos[s], (size_t)k * sizeof(int32_t));
+            qs[np] = (struct td_plan_seq){slot[s], pos[s], k, seqs[s] + pos[s]};
             nt += k;
             np++;
         }
         if (!np) break;
-        struct td_plan p;
         float *lg = malloc((size_t)nt * V * sizeof(float));
-        meta_plan_build(&p, np, ps, pl, pn, ids, err, sizeof err);
-        CHECK(!td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err), "%s", err);
+        CHECK(!td_forward_seqs(&f->m, &st, qs, np, lg, NULL, err, sizeof err), "%s", err);
         for (int q = 0, row = 0; q < np; q++) {
             int s = 0;
             while (slot[s] != ps[q]) s++;
@@ -322,7 +308,6 @@ static void test_batched(struct fx *f) {
             row += pn[q];
             pos[s] += pn[q];
         }
-        meta_plan_free(&p);
         free(lg);
         calls++;
     }
@@ -350,30 +335,26 @@ static void test_plan_errors(struct fx *f) {
     case_begin();
     CHECK(!td_state_init(&st, c, 2, 8, 4, (size_t)1 << 31, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
-    struct td_plan p;
-    int32_t len = 0, nn = 4, ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    meta_plan_build(&p, 1, &slot, &len, &nn, ids, err, sizeof err);
-    CHECK(!td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err), "%s", err);
-    CHECK(td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err) == -1 && strstr(err, "length"),
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    struct td_plan_seq q = {slot, 0, 4, ids};
+    CHECK(!td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err), "%s", err);
+    CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
+              strstr(err, "length"),
           "stale len_before accepted");
-    meta_plan_free(&p);
-    len = 4;
-    nn = 5;
-    meta_plan_build(&p, 1, &slot, &len, &nn, ids, err, sizeof err);
-    CHECK(td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err) == -1 && strstr(err, "context"),
+    q = (struct td_plan_seq){slot, 4, 5, ids};
+    CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
+              strstr(err, "context"),
           "context overflow accepted");
-    meta_plan_free(&p);
-    nn = 1;
     ids[0] = c->vocab;
-    meta_plan_build(&p, 1, &slot, &len, &nn, ids, err, sizeof err);
-    CHECK(td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err) == -1 && strstr(err, "token id"),
+    q = (struct td_plan_seq){slot, 4, 1, ids};
+    CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
+              strstr(err, "token id"),
           "out-of-range id accepted");
-    meta_plan_free(&p);
-    int other = 1;
-    meta_plan_build(&p, 1, &other, &len, &nn, ids, err, sizeof err);
-    CHECK(td_forward(&f->m, &st, &p, lg, NULL, err, sizeof err) == -1 && strstr(err, "slot"),
+    ids[0] = 1;
+    q = (struct td_plan_seq){1, 4, 1, ids};
+    CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
+              strstr(err, "slot"),
           "dead slot accepted");
-    meta_plan_free(&p);
     CHECK(st.len[slot] == 4, "state changed by refused calls: len %d", st.len[slot]);
     size_t need = td_state_bytes(c, 1000, 1 << 20, 16);
     struct td_state big;
