@@ -1,0 +1,320 @@
+/* test_plan.c: the per-step plan's invariants and the regression tests from ../shared/seeds.
+ *
+ *   make build/tests/test_plan && build/tests/test_plan
+ *
+ * seed000_topk_stride_capture_stable  (seed 000) a plan laid out as graph capture sees it
+ *        (a sequence at max_model_len) and one for a small live batch put decode row 1's top-k
+ *        row at the same offset with the same stride.
+ * seed001_pad_rows_never_negative     (seed 001) 5 real rows padded to 8 over a buffer whose
+ *        tail holds a bigger batch's stale ranges: pad rows get length 0 at the last real end,
+ *        the real rows keep [3476, 3492, 3595, 3724, 3200].
+ * draft_substep_fresh_row_map         a mixed batch whose draft sub-steps change the row layout
+ *        gets a fresh row -> sequence map each sub-step; reusing the stale map is detected.
+ * identical_requests_identical_topk   two identical requests in one batch select identical,
+ *        identically ordered top-k lists (and identical logits).
+ * random_plans_validate               thousands of random batches (prefill/decode/verify rows,
+ *        ragged lengths, padding) pass the validator, and every mutation of an invariant fails.
+ * random_batches_match_alone          random mixed batches give logits bit-identical to
+ *        one-request-at-a-time runs.
+ */
+#include <stdint.h>
+
+#include "check.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/state.h"
+#include "metadata/plan.h"
+
+static uint64_t rs = 88172645463325252ull;
+static uint32_t rnd(uint32_t n) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)(rs % n);
+}
+
+static struct td_plan_dims dims_v4(int max_tok, int max_seq, int max_ctx) {
+    // V4-Flash-like: window 128, top-k 512, rates 4 and 128, rings with max_chunk 16
+    struct td_plan_dims d = {max_tok, max_seq, max_ctx, 128, 512, 4, 128, 144, 24, 144};
+    return d;
+}
+
+static void seed000(void) {
+    char err[256];
+    case_begin();
+    struct td_plan_dims d = dims_v4(64, 8, 1 << 20);
+    struct td_plan cap, live;
+    CHECK(!meta_plan_init(&cap, &d, err, sizeof err) && !meta_plan_init(&live, &d, err, sizeof err),
+          "%s", err);
+    int32_t ids[4] = {5, 6, 7, 8};
+    // capture: two decode rows, one at max_model_len - 1
+    struct td_plan_seq c2[2] = {{0, (1 << 20) - 1, 1, ids}, {1, (1 << 20) - 1, 1, ids}};
+    // live: two short decode rows
+    struct td_plan_seq l2[2] = {{0, 300, 1, ids}, {1, 77, 1, ids}};
+    CHECK(!meta_plan_build(&cap, c2, 2, err, sizeof err), "%s", err);
+    CHECK(!meta_plan_build(&live, l2, 2, err, sizeof err), "%s", err);
+    ptrdiff_t off_cap = (char *)(cap.topk + 1 * cap.dims.topk) - (char *)cap.mem;
+    ptrdiff_t off_live = (char *)(live.topk + 1 * live.dims.topk) - (char *)live.mem;
+    CHECK(off_cap == off_live && cap.dims.topk == live.dims.topk && cap.bytes == live.bytes,
+          "row 1 at %td vs %td, stride %d vs %d", off_cap, off_live, cap.dims.topk,
+          live.dims.topk);
+    CHECK(!meta_plan_validate(&cap, err, sizeof err) && !meta_plan_validate(&live, err, sizeof err),
+          "%s", err);
+    // every array sits at the same offset whatever the batch
+    int32_t *arrs_c[] = {cap.row_seq, cap.qo_indptr, cap.kv_indptr, cap.swa_indptr, cap.swa_pos,
+                         cap.vis_csa, cap.topk};
+    int32_t *arrs_l[] = {live.row_seq, live.qo_indptr, live.kv_indptr, live.swa_indptr,
+                         live.swa_pos, live.vis_csa, live.topk};
+    for (int i = 0; i < 7; i++)
+        CHECK((char *)arrs_c[i] - (char *)cap.mem == (char *)arrs_l[i] - (char *)live.mem,
+              "array %d moved with the batch", i);
+    meta_plan_free(&cap);
+    meta_plan_free(&live);
+    case_end("seed000_topk_stride_capture_stable", "");
+}
+
+static void seed001(void) {
+    char err[256];
+    case_begin();
+    struct td_plan_dims d = dims_v4(8, 8, 1 << 16);
+    struct td_plan p;
+    CHECK(!meta_plan_init(&p, &d, err, sizeof err), "%s", err);
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    // an earlier, bigger batch leaves its ranges in the buffer
+    struct td_plan_seq big[8];
+    int big_len[8] = {9000, 8000, 7000, 6000, 5000, 17486, 6338, 7317};
+    for (int s = 0; s < 8; s++) big[s] = (struct td_plan_seq){s, big_len[s], 1, ids};
+    CHECK(!meta_plan_build(&p, big, 8, err, sizeof err), "%s", err);
+    int stale_tail[3] = {p.kv_indptr[6] - p.kv_indptr[5], p.kv_indptr[7] - p.kv_indptr[6],
+                         p.kv_indptr[8] - p.kv_indptr[7]};
+    (void)stale_tail;
+    // the faulting batch: 5 decode rows of context 3476, 3492, 3595, 3724, 3200
+    int want[5] = {3476, 3492, 3595, 3724, 3200};
+    struct td_plan_seq five[5];
+    for (int s = 0; s < 5; s++) five[s] = (struct td_plan_seq){s, want[s] - 1, 1, ids};
+    CHECK(!meta_plan_build(&p, five, 5, err, sizeof err), "%s", err);
+    CHECK(p.n_seq_pad == 8 && p.n_tok_pad == 8, "not padded to 8 (%d/%d)", p.n_seq_pad,
+          p.n_tok_pad);
+    for (int s = 0; s < 5; s++)
+        CHECK(p.kv_indptr[s + 1] - p.kv_indptr[s] == want[s], "real row %d kv length %d", s,
+              p.kv_indptr[s + 1] - p.kv_indptr[s]);
+    for (int s = 5; s < 8; s++) {
+        CHECK(p.kv_indptr[s + 1] == p.kv_indptr[5], "pad row %d kv_indptr %d, last real end %d", s,
+              p.kv_indptr[s + 1], p.kv_indptr[5]);
+        CHECK(p.kv_indptr[s + 1] - p.kv_indptr[s] == 0, "pad row %d length %d", s,
+              p.kv_indptr[s + 1] - p.kv_indptr[s]);
+        CHECK(p.slot[s] == -1 && p.swa_write[s] == -1 && p.write_csa[s] == -1, "pad row %d slot",
+              s);
+    }
+    CHECK(!meta_plan_validate(&p, err, sizeof err), "%s", err);
+    // the seed's bug, reproduced by hand: rebase only the real rows, keep the stale tail
+    int32_t keep = p.kv_indptr[6];
+    p.kv_indptr[6] = p.kv_indptr[5] - 11147;
+    CHECK(meta_plan_validate(&p, err, sizeof err) == -1 && strstr(err, "negative"),
+          "a negative pad length passed validation: %s", err);
+    p.kv_indptr[6] = keep;
+    meta_plan_free(&p);
+    case_end("seed001_pad_rows_never_negative", "");
+}
+
+static void draft_substeps(void) {
+    char err[256];
+    case_begin();
+    struct td_plan_dims d = dims_v4(16, 4, 4096);
+    struct td_plan a, b;
+    CHECK(!meta_plan_init(&a, &d, err, sizeof err) && !meta_plan_init(&b, &d, err, sizeof err),
+          "%s", err);
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    // sub-step 1: request 0 verifies 4 rows, request 1 prefills 3, request 2 decodes 1
+    struct td_plan_seq s1[3] = {{0, 100, 4, ids}, {1, 20, 3, ids}, {2, 50, 1, ids}};
+    // sub-step 2: request 1 is done drafting; request 2 drafts 2, request 0 drafts 1
+    struct td_plan_seq s2[2] = {{2, 51, 2, ids}, {0, 104, 1, ids}};
+    CHECK(!meta_plan_build(&a, s1, 3, err, sizeof err), "%s", err);
+    CHECK(!meta_plan_build(&b, s2, 2, err, sizeof err), "%s", err);
+    CHECK(!meta_plan_validate(&b, err, sizeof err), "fresh map rejected: %s", err);
+    // the fresh map names request slot 2 for row 0; the stale one named request slot 0
+    CHECK(b.slot[b.row_seq[0]] == 2 && a.slot[a.row_seq[0]] == 0, "row identities");
+    memcpy(b.row_seq, a.row_seq, sizeof(int32_t) * d.max_tok); // consumer caches the old map
+    CHECK(meta_plan_validate(&b, err, sizeof err) == -1 && strstr(err, "stale"),
+          "a stale row->sequence map passed validation");
+    meta_plan_free(&a);
+    meta_plan_free(&b);
+    case_end("draft_substep_fresh_row_map", "");
+}
+
+static int random_batch(struct td_plan_seq *q, int32_t *ids, int max_seq, int max_tok,
+                        int max_ctx) {
+    int n_seq = 1 + (int)rnd((uint32_t)max_seq), used = 0;
+    for (int s = 0; s < n_seq; s++) {
+        int kind = (int)rnd(3), left = max_tok - used - (n_seq - s - 1);
+        if (left < 1) return s;
+        int n = kind == 0 ? 1 + (int)rnd(40) : kind == 1 ? 1 + (int)rnd(8) : 1;
+        if (n > left) n = left;
+        int len = (int)rnd((uint32_t)(max_ctx - n));
+        q[s] = (struct td_plan_seq){s * 3 + 1, len, n, ids + used};
+        for (int j = 0; j < n; j++) ids[used + j] = (int)rnd(1000);
+        used += n;
+    }
+    return n_seq;
+}
+
+static void random_plans(void) {
+    char err[256];
+    case_begin();
+    struct td_plan_dims d = dims_v4(128, 16, 5000);
+    d.window = 16;
+    d.topk = 8;
+    struct td_plan p;
+    CHECK(!meta_plan_init(&p, &d, err, sizeof err), "%s", err);
+    struct td_plan_seq q[16];
+    int32_t ids[128];
+    int n_iter = quick_mode() ? 500 : 5000, mutations = 0;
+    for (int it = 0; it < n_iter && !check_case_failed; it++) {
+        int n = random_batch(q, ids, 16, 128, 5000);
+        CHECK(!meta_plan_build(&p, q, n, err, sizeof err), "build: %s", err);
+        CHECK(!meta_plan_validate(&p, err, sizeof err), "iteration %d: %s", it, err);
+        // break one invariant; the validator must notice
+        int32_t *targets[] = {p.qo_indptr + 1 + rnd(p.n_seq_pad), p.swa_indptr + 1 + rnd(p.n_tok_pad),
+                              p.row_seq + rnd(p.n_tok_pad), p.positions + rnd(p.n_tok),
+                              p.swa_write + rnd(p.n_tok_pad),
+                              p.n_seq < d.max_seq ? p.slot + p.n_seq + rnd((uint32_t)(d.max_seq - p.n_seq))
+                                                  : p.positions,
+                              p.vis_csa + rnd(p.n_tok), p.emit_hca + rnd(p.n_tok_pad)};
+        int32_t *t = targets[rnd(8)], old = *t;
+        *t += 1 + (int)rnd(3);
+        if (!meta_plan_validate(&p, err, sizeof err)) {
+            // a few mutations are harmless by construction (e.g. an indptr past the last row
+            // whose following entries also shift); only report ones that break an invariant
+            // the checks are meant to see
+            if (t != p.swa_indptr + p.n_tok_pad && t != p.qo_indptr + p.n_seq_pad)
+                CHECK(0, "iteration %d: mutation at offset %td passed", it,
+                      (char *)t - (char *)p.mem);
+        } else {
+            mutations++;
+        }
+        *t = old;
+    }
+    meta_plan_free(&p);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(%d batches, %d mutations caught)", n_iter, mutations);
+    case_end("random_plans_validate", extra);
+}
+
+static void with_model(void) {
+    char err[512];
+    struct td_model m;
+    if (td_model_load(&m, "tests/fixtures/b_plain_hc2", err, sizeof err)) {
+        printf("FAIL load fixture: %s\n", err);
+        check_failures++;
+        return;
+    }
+    const struct td_config *c = &m.cfg;
+    int V = c->vocab;
+
+    // two identical requests in one batch
+    case_begin();
+    struct td_state st;
+    CHECK(!td_state_init(&st, c, 2, 400, 16, (size_t)1 << 30, err, sizeof err), "%s", err);
+    int32_t ids[300];
+    for (int i = 0; i < 300; i++) ids[i] = (i * 37 + 11) % V;
+    int sa = td_state_seq_alloc(&st), sb = td_state_seq_alloc(&st);
+    struct td_plan_seq two[2] = {{sa, 0, 300, ids}, {sb, 0, 300, ids}};
+    float *lg = malloc((size_t)600 * V * sizeof(float));
+    int32_t *trace = malloc((size_t)c->n_layers * 600 * c->index_topk * sizeof(int32_t));
+    CHECK(!td_forward_seqs(&m, &st, two, 2, lg, trace, err, sizeof err), "%s", err);
+    int csa_layer = -1, active = 0;
+    for (int i = 0; i < c->n_layers; i++)
+        if (c->attn[i] == TD_ATTN_CSA) csa_layer = i;
+    for (int t = 0; t < 300 && csa_layer >= 0; t++) {
+        const int32_t *r0 = trace + ((size_t)csa_layer * 600 + t) * c->index_topk;
+        const int32_t *r1 = trace + ((size_t)csa_layer * 600 + 300 + t) * c->index_topk;
+        CHECK(!memcmp(r0, r1, (size_t)c->index_topk * 4), "row %d top-k differs", t);
+        active += (t + 1) / c->rate_csa > c->index_topk;
+    }
+    CHECK(!memcmp(lg, lg + (size_t)300 * V, (size_t)300 * V * 4), "logits differ");
+    char extra[64];
+    snprintf(extra, sizeof extra, "(%d rows with sparse selection active)", active);
+    case_end("identical_requests_identical_topk", extra);
+    td_state_free(&st);
+
+    // random mixed batches against one-at-a-time
+    case_begin();
+    int n_iter = quick_mode() ? 60 : 1000, n_seqs = 6;
+    struct td_state sb_st, one;
+    CHECK(!td_state_init(&sb_st, c, n_seqs, 400, 16, (size_t)1 << 30, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&one, c, n_seqs, 400, 16, (size_t)1 << 30, err, sizeof err), "%s", err);
+    int slot_b[6], slot_1[6], len[6] = {0};
+    int32_t seq_ids[6][400];
+    for (int s = 0; s < n_seqs; s++) {
+        slot_b[s] = td_state_seq_alloc(&sb_st);
+        slot_1[s] = td_state_seq_alloc(&one);
+        for (int i = 0; i < 400; i++) seq_ids[s][i] = (int32_t)rnd((uint32_t)V);
+    }
+    float *lb = malloc((size_t)128 * V * sizeof(float)), *l1 = malloc((size_t)64 * V * 4);
+    for (int it = 0; it < n_iter && !check_case_failed; it++) {
+        struct td_plan_seq q[6];
+        int n = 0, rows = 0, order[6];
+        for (int s = 0; s < n_seqs; s++) order[s] = s;
+        for (int s = n_seqs - 1; s > 0; s--) { // random order of sequences in the batch
+            int j = (int)rnd((uint32_t)s + 1), t = order[s];
+            order[s] = order[j];
+            order[j] = t;
+        }
+        for (int k = 0; k < n_seqs; k++) {
+            int s = order[k];
+            if (len[s] >= 380) { // finished: the slot goes back and a new request takes it
+                td_state_seq_release(&sb_st, slot_b[s]);
+                td_state_seq_release(&one, slot_1[s]);
+                slot_b[s] = td_state_seq_alloc(&sb_st);
+                slot_1[s] = td_state_seq_alloc(&one);
+                len[s] = 0;
+                for (int i = 0; i < 400; i++) seq_ids[s][i] = (int32_t)rnd((uint32_t)V);
+            }
+            if (rnd(3) == 0) continue;
+            int kind = (int)rnd(3), nn = kind == 0 ? 1 + (int)rnd(19) : kind == 1 ? 4 : 1;
+            if (len[s] + nn > 380) nn = 380 - len[s];
+            q[n++] = (struct td_plan_seq){slot_b[s], len[s], nn, seq_ids[s] + len[s]};
+            rows += nn;
+        }
+        if (!n) continue;
+        CHECK(!td_forward_seqs(&m, &sb_st, q, n, lb, NULL, err, sizeof err), "%s", err);
+        for (int k = 0, row = 0; k < n; k++) {
+            int s = 0;
+            while (slot_b[s] != q[k].slot) s++;
+            struct td_plan_seq q1 = {slot_1[s], len[s], q[k].n_new, q[k].ids};
+            CHECK(!td_forward_seqs(&m, &one, &q1, 1, l1, NULL, err, sizeof err), "%s", err);
+            CHECK(!memcmp(l1, lb + (size_t)row * V, (size_t)q[k].n_new * V * 4),
+                  "iteration %d: sequence %d differs batched vs alone", it, s);
+            // rejected drafts: sometimes roll both back by a few rows
+            len[s] += q[k].n_new;
+            row += q[k].n_new;
+            int room = sb_st.max_chunk - (sb_st.hi[slot_b[s]] - len[s]); // rollback depth left
+            if (q[k].n_new > 1 && room > 0 && rnd(2)) {
+                int back = 1 + (int)rnd((uint32_t)q[k].n_new - 1);
+                back = back > room ? room : back;
+                len[s] -= back;
+                CHECK(!td_state_rollback(&sb_st, slot_b[s], len[s], err, sizeof err) &&
+                          !td_state_rollback(&one, slot_1[s], len[s], err, sizeof err),
+                      "%s", err);
+            }
+        }
+    }
+    snprintf(extra, sizeof extra, "(%d random batches of up to 6 sequences)", n_iter);
+    case_end("random_batches_match_alone", extra);
+    td_state_free(&sb_st);
+    td_state_free(&one);
+    free(lg);
+    free(trace);
+    free(lb);
+    free(l1);
+    td_model_free(&m);
+}
+
+int main(void) {
+    seed000();
+    seed001();
+    draft_substeps();
+    random_plans();
+    with_model();
+    return check_failures ? 1 : 0;
+}
