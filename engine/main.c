@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/npy.h"
@@ -23,7 +24,24 @@ static void usage(FILE *fp) {
             "usage: tandem <command> [options]\n"
             "\n"
             "commands:\n"
-            "  logits   run the reference forward and write every position's logits\n"
+            "  generate   generate tokens from a prompt, with or without speculation\n"
+            "  logits     run the reference forward and write every position's logits\n"
+            "\n"
+            "tandem generate --model DIR (--prompt-ids \"1 2 3\" | --prompt-ids-file F) [options]\n"
+            "  --max-tokens N         tokens to generate per completion (default 64, >= 1)\n"
+            "  --temperature T        0 = greedy (default 0), else sampled; >= 0\n"
+            "  --top-k K              keep the K most likely tokens (default 0 = off)\n"
+            "  --top-p P              nucleus mass in (0, 1] (default 1 = off)\n"
+            "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
+            "  --n N                  independent completions decoded together (default 1)\n"
+            "  --draft NAME           none | ngram | random (default none)\n"
+            "  --draft-tokens K       draft tokens per round, 1..16 (default 3 with a drafter)\n"
+            "  --print-ids            one line of generated ids per completion, nothing else\n"
+            "  --stats                tokens/s, steps, mean accepted length and per-position\n"
+            "                         acceptance to stderr\n"
+            "  --ignore-eos           do not stop at EOS tokens\n"
+            "  --max-batch-tokens N   rows per forward step (default 256)\n"
+            "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
             "\n"
             "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...]\n"
             "  --model DIR     model directory: config.json + model.safetensors (or shards with\n"
@@ -197,6 +215,186 @@ done:
     return rc;
 }
 
+// ---------------------------------------------------------------------------------------------
+// generate
+
+static int parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "tandem: %s '%s': expected an integer in [%ld, %ld]\n", flag, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *v, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "tandem: %s '%s': expected a number in [%g, %g]\n", flag, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* "1 2 3" -> ids (whitespace separated) */
+static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
+    int cap = 64, n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    const char *p = text;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
+            fprintf(stderr, "tandem: --prompt-ids: item %d is not a token id\n", n + 1);
+            free(ids);
+            return -1;
+        }
+        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    if (!n) {
+        fprintf(stderr, "tandem: the prompt holds no token ids\n");
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+static int cmd_generate(int argc, char **argv) {
+    struct td_engine_params ep = td_engine_defaults();
+    const char *prompt_text = NULL, *prompt_file = NULL;
+    long max_tokens = 64, top_k = 0, seed = 0, n = 1, draft_tokens = -1;
+    double temperature = 0.0, top_p = 1.0;
+    int print_ids = 0, stats = 0, ignore_eos = 0;
+    long lv;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--print-ids")) { print_ids = 1; continue; }
+        if (!strcmp(a, "--stats")) { stats = 1; continue; }
+        if (!strcmp(a, "--ignore-eos")) { ignore_eos = 1; continue; }
+        if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
+        i++;
+        int rc = 0;
+        if (!strcmp(a, "--model")) ep.model_dir = v;
+        else if (!strcmp(a, "--prompt-ids")) prompt_text = v;
+        else if (!strcmp(a, "--prompt-ids-file")) prompt_file = v;
+        else if (!strcmp(a, "--max-tokens")) rc = parse_int(a, v, 1, 1 << 24, &max_tokens);
+        else if (!strcmp(a, "--temperature")) rc = parse_float(a, v, 0, 1e6, &temperature);
+        else if (!strcmp(a, "--top-k")) rc = parse_int(a, v, 0, INT32_MAX, &top_k);
+        else if (!strcmp(a, "--top-p")) rc = parse_float(a, v, 1e-9, 1, &top_p);
+        else if (!strcmp(a, "--seed")) rc = parse_int(a, v, 0, LONG_MAX, &seed);
+        else if (!strcmp(a, "--n")) rc = parse_int(a, v, 1, 4096, &n);
+        else if (!strcmp(a, "--draft")) ep.draft = v;
+        else if (!strcmp(a, "--draft-tokens")) rc = parse_int(a, v, 1, TD_MAX_DRAFT, &draft_tokens);
+        else if (!strcmp(a, "--max-batch-tokens")) {
+            rc = parse_int(a, v, 1, 1 << 20, &lv);
+            ep.max_batch_tokens = (int)lv;
+        } else if (!strcmp(a, "--max-ctx")) {
+            rc = parse_int(a, v, 2, 1 << 24, &lv);
+            ep.max_ctx = (int)lv;
+        } else return die("generate: unknown option '%s' (see tandem generate --help)", a);
+        if (rc) return 2;
+    }
+    if (!ep.model_dir) return die("generate: --model DIR is required%s", "");
+    if (!prompt_text == !prompt_file)
+        return die("generate: give exactly one of --prompt-ids and --prompt-ids-file%s", "");
+    if (strcmp(ep.draft, "none") && strcmp(ep.draft, "ngram") && strcmp(ep.draft, "random"))
+        return die("generate: --draft '%s': expected none, ngram or random", ep.draft);
+    if (!strcmp(ep.draft, "none") && draft_tokens > 0)
+        return die("generate: --draft-tokens needs a drafter (--draft ngram|random)%s", "");
+    ep.max_draft = strcmp(ep.draft, "none") ? (draft_tokens > 0 ? (int)draft_tokens : 3) : 0;
+    ep.max_seqs = (int)(n < 256 ? n : 256);
+    if (ep.max_batch_tokens < 1 + ep.max_draft) ep.max_batch_tokens = 1 + ep.max_draft;
+
+    char err[1024];
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    if (prompt_file) {
+        if (read_ids(prompt_file, &prompt, &n_prompt, err, sizeof err)) return die("%s", err);
+    } else if (parse_ids_text(prompt_text, &prompt, &n_prompt)) {
+        return 2;
+    }
+    struct td_engine *e;
+    if (td_engine_init(&e, &ep, err, sizeof err)) {
+        free(prompt);
+        return die("%s", err);
+    }
+    int *ids = malloc((size_t)n * sizeof *ids), rc = 0;
+    for (long i = 0; i < n; i++) {
+        struct td_request_params rp = {prompt, n_prompt, (int)max_tokens,
+                                       {(float)temperature, (int)top_k, (float)top_p,
+                                        (uint64_t)(seed + i)},
+                                       ignore_eos};
+        if ((ids[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
+            rc = die("%s", err);
+            goto done;
+        }
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int live;
+    while ((live = td_engine_step(e, err, sizeof err)) > 0) {
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (live < 0) {
+        rc = die("%s", err);
+        goto done;
+    }
+    for (long i = 0; i < n; i++) {
+        const int32_t *toks;
+        int nt;
+        enum td_req_status st;
+        const char *msg;
+        td_engine_output(e, ids[i], &toks, &nt, &st, NULL, &msg);
+        for (int j = 0; j < nt; j++) printf(j ? " %d" : "%d", toks[j]);
+        printf("\n");
+        if (st == TD_REQ_FAILED) {
+            fprintf(stderr, "tandem: completion %ld failed: %s\n", i, msg);
+            rc = 1;
+        }
+    }
+    (void)print_ids; // ids are the only output until a tokenizer is wired in
+    if (stats) {
+        const struct td_engine_stats *s = td_engine_stats(e);
+        double sec = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+        fprintf(stderr, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
+                s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
+        if (s->rounds) {
+            fprintf(stderr, "stats: mean accepted length %.3f (tokens per round incl. bonus), "
+                            "acceptance %.3f (%ld of %ld drafts)\n",
+                    (double)(s->accepted + s->rounds) / s->rounds,
+                    s->drafted ? (double)s->accepted / s->drafted : 0.0, s->accepted, s->drafted);
+            fprintf(stderr, "stats: acceptance by draft position:");
+            for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
+                fprintf(stderr, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
+            fprintf(stderr, "\n");
+        }
+        if (s->nan_rows) fprintf(stderr, "stats: %ld non-finite logits rows\n", s->nan_rows);
+    }
+done:
+    free(ids);
+    free(prompt);
+    td_engine_free(e);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -207,6 +405,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
     fprintf(stderr, "tandem: unknown command '%s' (see tandem --help)\n", argv[1]);
     return 2;
 }

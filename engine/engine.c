@@ -1,0 +1,433 @@
+/* engine.c: scheduler, the speculative round, commit and rollback (architecture.md section 6).
+ *
+ *   for each step:
+ *     admit queued requests to free slots
+ *     pack decode groups [anchor, drafts...] then prefill chunks, within the row budget
+ *     plan = build(those groups)          // fresh every step, from scheduler state only
+ *     logits = forward(target, plan)
+ *     per group: verify -> accepted prefix + correction/bonus; commit; roll the rest back
+ */
+#include "engine.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "draft/drafter.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/state.h"
+#include "metadata/plan.h"
+#include "verify/accept.h"
+
+struct request {
+    int id;
+    enum td_req_status status;
+    enum td_finish finish;
+    int32_t *toks;            /* [cap] prompt then generated */
+    int n_prompt, n_toks, cap;
+    int max_tokens;
+    struct td_sampling sampling;
+    int ignore_eos;
+    int slot;                 /* state slot while running, else -1 */
+    char msg[256];
+};
+
+/* one sequence of the current step */
+struct group {
+    struct request *r;
+    int prefill;              /* 1: prompt chunk, 0: verify group */
+    int n_drafts;
+    int q_onehot;
+    int32_t rows[TD_MAX_DRAFT + 1];
+};
+
+struct td_engine {
+    struct td_engine_params p;
+    struct td_model model;
+    struct td_state state;
+    struct td_plan plan;
+    struct td_drafter *drafter;
+    struct request *reqs;     /* [n_reqs] */
+    int n_reqs, cap_reqs;
+    int next_admit;           /* requests before this index were admitted (FIFO) */
+    struct group *groups;     /* [max_seqs] */
+    struct td_plan_seq *seqs; /* [max_seqs] */
+    float *logits;            /* [max_batch_tokens, vocab] */
+    float *q;                 /* [max_seqs, max_draft, vocab] */
+    float *p_scratch, *r_scratch; /* [vocab] */
+    int eos[TD_MAX_EOS + 8];
+    int n_eos;
+    struct td_engine_stats stats;
+};
+
+struct td_engine_params td_engine_defaults(void) {
+    struct td_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.max_seqs = 16;
+    p.max_ctx = 4096;
+    p.max_batch_tokens = 256;
+    p.draft = "none";
+    p.max_draft = 0;
+    p.max_cache_bytes = (size_t)4 << 30;
+    return p;
+}
+
+/* EOS ids: config.json's, plus generation_config.json's when the model directory has one */
+static void load_eos(struct td_engine *e) {
+    const struct td_config *c = &e->model.cfg;
+    for (int i = 0; i < c->n_eos; i++) e->eos[e->n_eos++] = c->eos_ids[i];
+    char path[1024];
+    snprintf(path, sizeof path, "%s/generation_config.json", e->p.model_dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return;
+    json_t *v = json_object_get(root, "eos_token_id");
+    size_t n = json_is_array(v) ? json_array_size(v) : json_is_integer(v) ? 1 : 0;
+    for (size_t i = 0; i < n && e->n_eos < (int)(sizeof e->eos / sizeof *e->eos); i++) {
+        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(x)) continue;
+        int id = (int)json_integer_value(x), dup = 0;
+        for (int j = 0; j < e->n_eos; j++) dup |= e->eos[j] == id;
+        if (!dup) e->eos[e->n_eos++] = id;
+    }
+    json_decref(root);
+}
+
+static int is_eos(const struct td_engine *e, int32_t t) {
+    for (int i = 0; i < e->n_eos; i++)
+        if (e->eos[i] == t) return 1;
+    return 0;
+}
+
+int td_engine_init(struct td_engine **out, const struct td_engine_params *p, char *err,
+                   size_t errlen) {
+    *out = NULL;
+    struct td_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    e->p = *p;
+    if (!p->model_dir) {
+        snprintf(err, errlen, "engine: no model directory");
+        free(e);
+        return -1;
+    }
+    if (p->max_seqs < 1 || p->max_ctx < 2 || p->max_draft < 0 || p->max_draft > TD_MAX_DRAFT ||
+        p->max_batch_tokens < 1 + p->max_draft) {
+        snprintf(err, errlen,
+                 "engine: need max_seqs >= 1, max_ctx >= 2, draft tokens in [0, %d] and a batch "
+                 "of at least 1 + draft tokens rows (got %d, %d, %d, %d)",
+                 TD_MAX_DRAFT, p->max_seqs, p->max_ctx, p->max_draft, p->max_batch_tokens);
+        free(e);
+        return -1;
+    }
+    if (td_model_load(&e->model, p->model_dir, err, errlen)) {
+        free(e);
+        return -1;
+    }
+    const struct td_config *c = &e->model.cfg;
+    if (p->max_ctx > c->max_position_embeddings) e->p.max_ctx = (int)c->max_position_embeddings;
+    int use_drafter = p->draft && strcmp(p->draft, "none") != 0;
+    if (!use_drafter) e->p.max_draft = 0;
+    if (use_drafter && !(e->drafter = draft_init(p->draft, c->vocab, err, errlen))) goto fail;
+    // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
+    int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
+    if (td_state_init(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk, p->max_cache_bytes,
+                      err, errlen))
+        goto fail;
+    struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
+    if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
+    size_t V = (size_t)c->vocab;
+    e->groups = calloc((size_t)e->p.max_seqs, sizeof *e->groups);
+    e->seqs = calloc((size_t)e->p.max_seqs, sizeof *e->seqs);
+    e->logits = malloc((size_t)e->p.max_batch_tokens * V * sizeof(float));
+    e->q = malloc(((size_t)e->p.max_seqs * (e->p.max_draft + 1)) * V * sizeof(float));
+    e->p_scratch = malloc(V * sizeof(float));
+    e->r_scratch = malloc(V * sizeof(float));
+    if (!e->groups || !e->seqs || !e->logits || !e->q || !e->p_scratch || !e->r_scratch) {
+        snprintf(err, errlen, "engine: out of memory for step buffers (%zu MiB of logits)",
+                 ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
+        goto fail;
+    }
+    load_eos(e);
+    *out = e;
+    return 0;
+fail:
+    td_engine_free(e);
+    return -1;
+}
+
+void td_engine_free(struct td_engine *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n_reqs; i++) free(e->reqs[i].toks);
+    free(e->reqs);
+    free(e->groups);
+    free(e->seqs);
+    free(e->logits);
+    free(e->q);
+    free(e->p_scratch);
+    free(e->r_scratch);
+    draft_free(e->drafter);
+    meta_plan_free(&e->plan);
+    td_state_free(&e->state);
+    td_model_free(&e->model);
+    free(e);
+}
+
+int td_engine_vocab(const struct td_engine *e) { return e->model.cfg.vocab; }
+
+const struct td_engine_stats *td_engine_stats(const struct td_engine *e) { return &e->stats; }
+
+int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, char *err,
+                     size_t errlen) {
+    const struct td_sampling *s = &rp->sampling;
+    if (rp->n_prompt < 1 || !rp->prompt) {
+        snprintf(err, errlen, "request: empty prompt");
+        return -1;
+    }
+    if (rp->n_prompt > e->p.max_ctx) {
+        snprintf(err, errlen, "request: prompt of %d tokens exceeds the context of %d",
+                 rp->n_prompt, e->p.max_ctx);
+        return -1;
+    }
+    if (rp->max_tokens < 1) {
+        snprintf(err, errlen, "request: max_tokens %d, must be >= 1", rp->max_tokens);
+        return -1;
+    }
+    if (!(s->temperature >= 0.0f) || s->top_k < 0 || !(s->top_p > 0.0f && s->top_p <= 1.0f)) {
+        snprintf(err, errlen, "request: temperature %g (>= 0), top_k %d (>= 0), top_p %g (in "
+                 "(0, 1]) out of range", s->temperature, s->top_k, s->top_p);
+        return -1;
+    }
+    for (int i = 0; i < rp->n_prompt; i++)
+        if (rp->prompt[i] < 0 || rp->prompt[i] >= e->model.cfg.vocab) {
+            snprintf(err, errlen, "request: prompt token %d (item %d) is outside [0, %d)",
+                     rp->prompt[i], i + 1, e->model.cfg.vocab);
+            return -1;
+        }
+    if (e->n_reqs == e->cap_reqs) {
+        int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
+        struct request *nr = realloc(e->reqs, (size_t)cap * sizeof *nr);
+        if (!nr) {
+            snprintf(err, errlen, "request: out of memory");
+            return -1;
+        }
+        e->reqs = nr;
+        e->cap_reqs = cap;
+    }
+    struct request *r = &e->reqs[e->n_reqs];
+    memset(r, 0, sizeof *r);
+    r->cap = rp->n_prompt + rp->max_tokens + TD_MAX_DRAFT + 1;
+    r->toks = malloc((size_t)r->cap * sizeof(int32_t));
+    if (!r->toks) {
+        snprintf(err, errlen, "request: out of memory");
+        return -1;
+    }
+    memcpy(r->toks, rp->prompt, (size_t)rp->n_prompt * sizeof(int32_t));
+    r->id = e->n_reqs;
+    r->n_prompt = r->n_toks = rp->n_prompt;
+    r->max_tokens = rp->max_tokens;
+    r->sampling = *s;
+    r->ignore_eos = rp->ignore_eos;
+    r->slot = -1;
+    r->status = TD_REQ_QUEUED;
+    return e->n_reqs++;
+}
+
+static void finish(struct td_engine *e, struct request *r, enum td_req_status st,
+                   enum td_finish why) {
+    r->status = st;
+    r->finish = why;
+    if (r->slot >= 0) td_state_seq_release(&e->state, r->slot);
+    r->slot = -1;
+}
+
+void td_engine_cancel(struct td_engine *e, int id) {
+    if (id < 0 || id >= e->n_reqs) return;
+    struct request *r = &e->reqs[id];
+    if (r->status == TD_REQ_FINISHED || r->status == TD_REQ_FAILED) return;
+    snprintf(r->msg, sizeof r->msg, "cancelled");
+    finish(e, r, TD_REQ_FINISHED, TD_FINISH_NONE);
+}
+
+int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, int *n_tokens,
+                     enum td_req_status *status, enum td_finish *why, const char **msg) {
+    if (id < 0 || id >= e->n_reqs) return -1;
+    const struct request *r = &e->reqs[id];
+    if (tokens) *tokens = r->toks + r->n_prompt;
+    if (n_tokens) *n_tokens = r->n_toks - r->n_prompt;
+    if (status) *status = r->status;
+    if (why) *why = r->finish;
+    if (msg) *msg = r->msg;
+    return 0;
+}
+
+/* append one generated token; returns 1 when the request is done */
+static int emit(struct td_engine *e, struct request *r, int32_t tok) {
+    r->toks[r->n_toks++] = tok;
+    e->stats.tokens_out++;
+    if (!r->ignore_eos && is_eos(e, tok)) {
+        finish(e, r, TD_REQ_FINISHED, TD_FINISH_EOS);
+        return 1;
+    }
+    if (r->n_toks - r->n_prompt >= r->max_tokens) {
+        finish(e, r, TD_REQ_FINISHED, TD_FINISH_LENGTH);
+        return 1;
+    }
+    return 0;
+}
+
+static void fail_nan(struct td_engine *e, struct request *r, long pos) {
+    e->stats.nan_rows++;
+    snprintf(r->msg, sizeof r->msg, "non-finite logits for position %ld; no token emitted", pos);
+    finish(e, r, TD_REQ_FAILED, TD_FINISH_ERROR);
+}
+
+/* pack this step's groups; returns how many */
+static int schedule(struct td_engine *e) {
+    int budget = e->p.max_batch_tokens, n = 0, V = e->model.cfg.vocab;
+    // admit in arrival order while slots are free
+    while (e->next_admit < e->n_reqs) {
+        struct request *r = &e->reqs[e->next_admit];
+        if (r->status != TD_REQ_QUEUED) {
+            e->next_admit++;
+            continue;
+        }
+        int slot = td_state_seq_alloc(&e->state);
+        if (slot < 0) break;
+        r->slot = slot;
+        r->status = TD_REQ_PREFILL;
+        e->next_admit++;
+    }
+    // verify groups first: decoding requests are latency-bound
+    for (int i = 0; i < e->n_reqs && n < e->p.max_seqs && budget > 0; i++) {
+        struct request *r = &e->reqs[i];
+        if (r->status != TD_REQ_DECODE) continue;
+        int fed = e->state.len[r->slot];
+        int k = e->p.max_draft;
+        int left = r->max_tokens - (r->n_toks - r->n_prompt); // a round emits up to k + 1
+        if (k > left - 1) k = left - 1;
+        if (k > budget - 1) k = budget - 1;
+        if (k > e->p.max_ctx - fed - 1) k = e->p.max_ctx - fed - 1;
+        if (k < 0) k = 0;
+        struct group *g = &e->groups[n];
+        g->r = r;
+        g->prefill = 0;
+        g->rows[0] = r->toks[r->n_toks - 1]; // the anchor: sampled, not yet fed
+        g->n_drafts = 0;
+        g->q_onehot = 1;
+        if (k > 0 && e->drafter) {
+            struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
+            g->n_drafts = e->drafter->propose(e->drafter, &dr, k, g->rows + 1,
+                                              e->q + (size_t)n * e->p.max_draft * V, &g->q_onehot);
+        }
+        e->seqs[n] = (struct td_plan_seq){r->slot, fed, 1 + g->n_drafts, g->rows};
+        budget -= 1 + g->n_drafts;
+        n++;
+    }
+    // then prefill chunks, oldest first
+    for (int i = 0; i < e->n_reqs && n < e->p.max_seqs && budget > 0; i++) {
+        struct request *r = &e->reqs[i];
+        if (r->status != TD_REQ_PREFILL) continue;
+        int fed = e->state.len[r->slot], chunk = r->n_prompt - fed;
+        if (chunk > budget) chunk = budget;
+        struct group *g = &e->groups[n];
+        g->r = r;
+        g->prefill = 1;
+        g->n_drafts = 0;
+        e->seqs[n] = (struct td_plan_seq){r->slot, fed, chunk, r->toks + fed};
+        budget -= chunk;
+        n++;
+    }
+    return n;
+}
+
+static void hook_rows(struct td_engine *e, const struct request *r, float *rows, long pos0,
+                      int n) {
+    if (!e->p.logits_hook) return;
+    int V = e->model.cfg.vocab;
+    for (int j = 0; j < n; j++)
+        e->p.logits_hook(e->p.hook_ctx, r->id, pos0 + j, rows + (size_t)j * V, V);
+}
+
+static void finish_prefill(struct td_engine *e, struct group *g, float *rows, int n_rows) {
+    struct request *r = g->r;
+    int V = e->model.cfg.vocab;
+    int fed = e->state.len[r->slot];
+    if (fed < r->n_prompt) return; // more chunks to come
+    const float *last = rows + (size_t)(n_rows - 1) * V;
+    if (td_probs(e->p_scratch, last, V, &r->sampling)) {
+        fail_nan(e, r, fed);
+        return;
+    }
+    int32_t tok = td_sample(e->p_scratch, V,
+                            td_rand_uniform(r->sampling.seed, (uint64_t)fed, TD_RAND_SAMPLE));
+    r->status = TD_REQ_DECODE;
+    if (emit(e, r, tok)) return;
+    if (fed >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
+}
+
+static void finish_round(struct td_engine *e, struct group *g, float *rows, int slot_in_step,
+                         long pos0) {
+    struct request *r = g->r;
+    int V = e->model.cfg.vocab, L = g->n_drafts;
+    const float *qrows[TD_MAX_DRAFT];
+    for (int j = 0; j < L; j++)
+        qrows[j] = g->q_onehot ? NULL
+                               : e->q + ((size_t)slot_in_step * e->p.max_draft + j) * V;
+    struct verify_result vr;
+    verify_chain(&vr, rows, V, g->rows + 1, g->q_onehot ? NULL : qrows, L, &r->sampling, pos0,
+                 e->p_scratch, e->r_scratch, 1.0);
+    e->stats.rounds++;
+    e->stats.drafted += vr.n_drafts_used;
+    for (int j = 0; j < vr.n_drafts_used; j++) e->stats.proposed_at[j]++;
+    if (vr.status == VERIFY_NAN_TARGET) {
+        fail_nan(e, r, vr.nan_position);
+        return;
+    }
+    e->stats.accepted += vr.n_accepted;
+    for (int j = 0; j < vr.n_accepted; j++) e->stats.accepted_at[j]++;
+    if (e->drafter && e->drafter->observe) {
+        struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
+        e->drafter->observe(e->drafter, &dr, vr.n_accepted);
+    }
+    // commit: the anchor and the accepted drafts stay fed; the rejected rows are forgotten
+    char err[200];
+    int keep = (int)pos0 + 1 + vr.n_accepted;
+    if (td_state_rollback(&e->state, r->slot, keep, err, sizeof err)) {
+        snprintf(r->msg, sizeof r->msg, "%s", err);
+        finish(e, r, TD_REQ_FAILED, TD_FINISH_ERROR);
+        return;
+    }
+    for (int j = 0; j < vr.n_accepted; j++)
+        if (emit(e, r, g->rows[1 + j])) return; // EOS or length inside the accepted prefix
+    if (emit(e, r, vr.token)) return;
+    if (keep >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
+}
+
+int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
+    int n = schedule(e);
+    if (n > 0) {
+        if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
+        if (td_forward(&e->model, &e->state, &e->plan, e->logits, NULL, err, errlen)) return -1;
+        e->stats.steps++;
+        e->stats.rows += e->plan.n_tok;
+        int V = e->model.cfg.vocab;
+        for (int i = 0; i < n; i++) {
+            struct group *g = &e->groups[i];
+            float *rows = e->logits + (size_t)e->plan.qo_indptr[i] * V;
+            int n_rows = e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i];
+            hook_rows(e, g->r, rows, e->plan.len_before[i], n_rows);
+            if (g->prefill)
+                finish_prefill(e, g, rows, n_rows);
+            else
+                finish_round(e, g, rows, i, e->plan.len_before[i]); // anchor position
+        }
+    }
+    int live = 0;
+    for (int i = 0; i < e->n_reqs; i++)
+        live += e->reqs[i].status != TD_REQ_FINISHED && e->reqs[i].status != TD_REQ_FAILED;
+    return live;
+}

@@ -1,0 +1,117 @@
+/* engine.h: the Tandem engine API: requests in, tokens out, continuous batching with chunked
+ * prefill and lossless speculative decoding.
+ *
+ *   struct td_engine_params ep = td_engine_defaults();
+ *   ep.model_dir = "models/x"; ep.draft = "ngram"; ep.max_draft = 3;
+ *   struct td_engine *e;
+ *   if (td_engine_init(&e, &ep, err, sizeof err)) { puts(err); ... }
+ *   struct td_request_params rp = {prompt, n_prompt, 64, {0.0f, 0, 1.0f, 42}, 0};
+ *   int id = td_engine_submit(e, &rp, err, sizeof err);
+ *   while (td_engine_step(e, err, sizeof err) > 0) { ... td_engine_output(e, id, ...) ... }
+ *   td_engine_free(e);
+ *
+ * Every step the scheduler packs, within max_batch_tokens rows and max_seqs sequences: first
+ * a verify row group [anchor, drafts...] for every decoding request (the drafter proposes up to
+ * max_draft tokens; with no drafter a group is the anchor alone), then prefill chunks of
+ * queued prompts in arrival order. A fresh plan is built from that, the target runs once,
+ * every group is verified (verify/accept.h), the accepted prefix plus one correction or bonus
+ * token is committed, and each sequence's committed length moves back over what was rejected.
+ * Requests wait for a free sequence slot; they never overcommit the pools sized at init.
+ *
+ * Dimension names used throughout: n_tok rows in a step, n_seq sequences in a step, vocab,
+ * k draft tokens, topk index_topk, window sliding_window, rate compress rate.
+ */
+#ifndef TD_ENGINE_H
+#define TD_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "verify/sample.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TD_MAX_DRAFT 16
+
+struct td_engine_params {
+    const char *model_dir;
+    int max_seqs;             /* sequences decoding at once (state slots), default 16 */
+    int max_ctx;              /* tokens per sequence, default 4096 (capped by the model) */
+    int max_batch_tokens;     /* rows per step, default 256; >= 1 + max_draft */
+    const char *draft;        /* "none" (default), "ngram" or "random" */
+    int max_draft;            /* draft tokens per round, 0 .. TD_MAX_DRAFT */
+    size_t max_cache_bytes;   /* cache pools above this are refused at init, default 4 GiB */
+    /* test seam: sees (and may alter) every logits row before verification */
+    void (*logits_hook)(void *ctx, int request, long position, float *row, int vocab);
+    void *hook_ctx;
+};
+
+struct td_request_params {
+    const int32_t *prompt;    /* [n_prompt], copied */
+    int n_prompt;
+    int max_tokens;           /* tokens to generate at most, >= 1 */
+    struct td_sampling sampling;
+    int ignore_eos;           /* keep going past EOS tokens (benchmarks) */
+};
+
+enum td_req_status {
+    TD_REQ_QUEUED = 0,
+    TD_REQ_PREFILL,
+    TD_REQ_DECODE,
+    TD_REQ_FINISHED,
+    TD_REQ_FAILED,
+};
+
+enum td_finish {
+    TD_FINISH_NONE = 0, TD_FINISH_EOS, TD_FINISH_LENGTH, TD_FINISH_CONTEXT, TD_FINISH_ERROR,
+};
+
+struct td_engine_stats {
+    long steps;               /* forward calls */
+    long rows;                /* rows fed */
+    long tokens_out;          /* tokens emitted */
+    long rounds;              /* verify rounds (decode groups) */
+    long drafted;             /* drafts verified */
+    long accepted;            /* drafts accepted */
+    long proposed_at[TD_MAX_DRAFT]; /* drafts verified at draft position j */
+    long accepted_at[TD_MAX_DRAFT]; /* drafts accepted at draft position j */
+    long nan_rows;            /* non-finite target rows met (each fails its request) */
+};
+
+struct td_engine;
+
+struct td_engine_params td_engine_defaults(void);
+
+/* Load the model, size and allocate every pool. 0, or -1 with a message (nothing held). */
+int td_engine_init(struct td_engine **e, const struct td_engine_params *p, char *err,
+                   size_t errlen);
+
+/* Queue a request. Its id (>= 0), or -1 with a message when it can never run (empty prompt,
+ * prompt longer than max_ctx, token id out of range, bad sampling values). */
+int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, char *err,
+                     size_t errlen);
+
+/* One scheduler step. The number of requests still queued or running (0: idle), or -1 with a
+ * message on an engine error (requests already finished keep their output). */
+int td_engine_step(struct td_engine *e, char *err, size_t errlen);
+
+/* A request's tokens so far and its status; msg (may be NULL) gets its error when failed. */
+int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, int *n_tokens,
+                     enum td_req_status *status, enum td_finish *finish, const char **msg);
+
+/* Stop a request now; its slot is freed, its output kept. */
+void td_engine_cancel(struct td_engine *e, int id);
+
+const struct td_engine_stats *td_engine_stats(const struct td_engine *e);
+
+/* The model's vocabulary size and EOS ids (config.json and generation_config.json). */
+int td_engine_vocab(const struct td_engine *e);
+
+void td_engine_free(struct td_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

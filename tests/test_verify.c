@@ -1,0 +1,257 @@
+/* test_verify.c: lossless acceptance (verify/accept.c) and the sampling distribution.
+ *
+ *   make build/tests/test_verify && build/tests/test_verify
+ *
+ * The statistical cases draw 10^5 chains on a 6-token vocabulary and compare the emitted
+ * tokens' histogram with the target distribution by chi-square (Wilson-Hilferty z < 4.5, a
+ * false alarm about once in 300,000 runs); the same test with a deliberately biased acceptance
+ * rule must fail it (z > 10), which shows the test has power. Randomness is counter-based, so
+ * every run is the same run.
+ */
+#include <stdint.h>
+
+#include "check.h"
+#include "verify/accept.h"
+#include "verify/sample.h"
+
+#define V 6
+#define TRIALS 100000
+
+static double chi2_z(const long *obs, const double *expect_p, int cells, long n) {
+    double chi = 0;
+    int df = -1;
+    for (int i = 0; i < cells; i++) {
+        if (expect_p[i] <= 0) {
+            if (obs[i]) return 1e9; // mass where the target has none
+            continue;
+        }
+        double e = expect_p[i] * n, d = obs[i] - e;
+        chi += d * d / e;
+        df++;
+    }
+    double k = df, h = 2.0 / (9.0 * k);
+    return (pow(chi / k, 1.0 / 3.0) - (1.0 - h)) / sqrt(h);
+}
+
+static void normalise(double *p, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += p[i];
+    for (int i = 0; i < n; i++) p[i] /= s;
+}
+
+/* logits whose softmax is p */
+static void to_logits(float *lg, const double *p) {
+    for (int i = 0; i < V; i++) lg[i] = p[i] > 0 ? (float)log(p[i]) : -1e30f;
+}
+
+/* Markov target P[a][b] and draft Q[a][b]; chain of L drafts from anchor 0.
+ * kind: 0 random q, 1 greedy (one-hot argmax of Q), 2 chained Markov q (sampled from Q[prev]).
+ * Returns the z of the joint histogram of the first two emitted tokens against P. */
+static double run_chain(int kind, int L, double bias, long *n_accepted) {
+    static double P[V][V], Q[V][V];
+    uint64_t st = 12345;
+    for (int a = 0; a < V; a++) {
+        for (int b = 0; b < V; b++) {
+            P[a][b] = 0.05 + td_rand_uniform(st, (uint64_t)(a * V + b), 7);
+            Q[a][b] = 0.05 + td_rand_uniform(st, (uint64_t)(a * V + b), 8);
+        }
+        P[a][(a + 1) % V] += 1.0; // peaked rows, so acceptance is neither ~0 nor ~1
+        Q[a][(a + 1) % V] += 0.7;
+        normalise(P[a], V);
+        normalise(Q[a], V);
+    }
+    long hist[V * V] = {0};
+    *n_accepted = 0;
+    float logits[(8 + 1) * V], qrow[8][V], p[V], r[V];
+    const float *qp[8];
+    int32_t drafts[8];
+    struct td_sampling s = {1.0f, 0, 1.0f, 0};
+    for (long t = 0; t < TRIALS; t++) {
+        s.seed = (uint64_t)t;
+        int prev = 0;
+        for (int j = 0; j < L; j++) {
+            double u = td_rand_uniform(s.seed, (uint64_t)j, 99);
+            int x;
+            if (kind == 1) {
+                x = 0;
+                for (int b = 1; b < V; b++) x = Q[prev][b] > Q[prev][x] ? b : x;
+                qp[j] = NULL;
+            } else {
+                const double *src = Q[kind == 2 ? prev : 0];
+                double c = 0;
+                x = V - 1;
+                for (int b = 0; b < V; b++) {
+                    c += src[b];
+                    if (u < c) {
+                        x = b;
+                        break;
+                    }
+                }
+                for (int b = 0; b < V; b++) qrow[j][b] = (float)src[b];
+                qp[j] = qrow[j];
+            }
+            drafts[j] = x;
+            prev = x;
+        }
+        // target rows follow the chain the drafts build: row j is conditioned on draft j-1
+        prev = 0;
+        for (int j = 0; j <= L; j++) {
+            to_logits(logits + j * V, P[prev]);
+            if (j < L) prev = drafts[j];
+        }
+        struct verify_result vr;
+        verify_chain(&vr, logits, V, drafts, kind == 1 ? NULL : qp, L, &s, 100, p, r, bias);
+        *n_accepted += vr.n_accepted;
+        int out[9], n = 0;
+        for (int j = 0; j < vr.n_accepted; j++) out[n++] = drafts[j];
+        out[n++] = vr.token;
+        if (n < 2) { // one token this round: the next comes from a fresh target row
+            float lg[V];
+            to_logits(lg, P[out[0]]);
+            td_probs(p, lg, V, &s);
+            out[n++] = td_sample(p, V, td_rand_uniform(s.seed, 102, TD_RAND_SAMPLE));
+        }
+        hist[out[0] * V + out[1]]++;
+    }
+    double expect[V * V];
+    for (int a = 0; a < V; a++)
+        for (int b = 0; b < V; b++) expect[a * V + b] = P[0][a] * P[a][b];
+    return chi2_z(hist, expect, V * V, TRIALS);
+}
+
+static void test_distribution(void) {
+    const char *names[3] = {"random_q", "greedy_q", "markov_q"};
+    for (int kind = 0; kind < 3; kind++) {
+        char name[64], extra[96];
+        long acc;
+        case_begin();
+        double z = run_chain(kind, 3, 1.0, &acc);
+        CHECK(z < 4.5, "chi-square z = %.2f (accepted %.3f per chain)", z, (double)acc / TRIALS);
+        snprintf(extra, sizeof extra, "(z = %.2f, %.3f drafts accepted per chain of 3)", z,
+                 (double)acc / TRIALS);
+        snprintf(name, sizeof name, "chi_square/%s", names[kind]);
+        case_end(name, extra);
+    }
+    case_begin();
+    long acc;
+    double z = run_chain(2, 3, 1.3, &acc);
+    CHECK(z > 10, "a biased acceptance rule passed (z = %.2f): the test has no power", z);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(biased rule z = %.1f)", z);
+    case_end("chi_square_detects_bias", extra);
+}
+
+static void test_one_hot(void) {
+    case_begin();
+    float logits[5 * V], p[V], r[V];
+    int32_t want[5] = {2, 4, 1, 1, 5}, drafts[4];
+    for (int j = 0; j < 5; j++)
+        for (int v = 0; v < V; v++) logits[j * V + v] = v == want[j] ? 0.0f : -1e30f;
+    for (int trial = 0; trial < 200; trial++) {
+        struct td_sampling s = {0.7f + trial % 3, trial % 4, trial % 2 ? 0.9f : 1.0f, (uint64_t)trial};
+        for (int j = 0; j < 4; j++)
+            drafts[j] = trial % 5 == 0 ? want[j] : (int32_t)(td_rand_uniform(trial, j, 9) * V);
+        float q[4][V];
+        const float *qp[4];
+        for (int j = 0; j < 4; j++) {
+            for (int v = 0; v < V; v++) q[j][v] = 1.0f / V;
+            qp[j] = q[j];
+        }
+        struct verify_result vr;
+        verify_chain(&vr, logits, V, drafts, qp, 4, &s, 10, p, r, 1.0);
+        for (int j = 0; j < vr.n_accepted; j++)
+            CHECK(drafts[j] == want[j], "trial %d: accepted draft %d = %d, target %d", trial, j,
+                  drafts[j], want[j]);
+        CHECK(vr.token == want[vr.n_accepted], "trial %d: token %d after %d accepted, target %d",
+              trial, vr.token, vr.n_accepted, want[vr.n_accepted]);
+        if (trial % 5 == 0) CHECK(vr.n_accepted == 4, "trial %d: the right chain was rejected", trial);
+    }
+    case_end("one_hot_target_exact", "");
+}
+
+static void test_greedy_prefix(void) {
+    case_begin();
+    float logits[8 * V], p[V], r[V];
+    struct td_sampling s = {0.0f, 0, 1.0f, 3};
+    for (int trial = 0; trial < 500; trial++) {
+        for (int k = 0; k < 8 * V; k++) logits[k] = (float)td_rand_uniform(trial, k, 4);
+        int32_t drafts[7];
+        for (int j = 0; j < 7; j++)
+            drafts[j] = trial % 3 ? td_argmax(logits + j * V, V) : (int32_t)(td_rand_uniform(trial, j, 5) * V);
+        struct verify_result vr;
+        verify_chain(&vr, logits, V, drafts, NULL, 7, &s, 0, p, r, 1.0);
+        int a = 0;
+        while (a < 7 && drafts[a] == td_argmax(logits + a * V, V)) a++;
+        CHECK(vr.n_accepted == a && vr.token == td_argmax(logits + a * V, V),
+              "trial %d: accepted %d (expected %d), token %d", trial, vr.n_accepted, a, vr.token);
+    }
+    case_end("greedy_accepts_argmax_prefix", "");
+}
+
+static void test_nan(void) {
+    float logits[4 * V], p[V], r[V], q[3][V];
+    const float *qp[3] = {q[0], q[1], q[2]};
+    int32_t drafts[3] = {1, 2, 3};
+    struct td_sampling s = {1.0f, 0, 1.0f, 1};
+    case_begin();
+    for (int k = 0; k < 4 * V; k++) logits[k] = k % V == (k / V + 1) ? 5.0f : 0.0f;
+    for (int j = 0; j < 3; j++)
+        for (int v = 0; v < V; v++) q[j][v] = v == drafts[j] ? 1.0f : 0.0f;
+    logits[2 * V + 3] = NAN; // row 2 judges draft 3 and predicts position 10 + 3
+    struct verify_result vr;
+    for (int t = 0; t < 50; t++) {
+        s.seed = (uint64_t)t;
+        verify_chain(&vr, logits, V, drafts, qp, 3, &s, 10, p, r, 1.0);
+        if (vr.n_accepted == 2 || vr.status) {
+            CHECK(vr.status == VERIFY_NAN_TARGET && vr.nan_position == 13 && vr.token == -1,
+                  "NaN row: status %d position %ld token %d", vr.status, vr.nan_position, vr.token);
+        }
+    }
+    s.temperature = 0.0f;
+    verify_chain(&vr, logits, V, drafts, NULL, 3, &s, 10, p, r, 1.0);
+    CHECK(vr.status == VERIFY_NAN_TARGET && vr.token == -1, "greedy NaN row not reported");
+    case_end("nan_target_row_fails_no_token", "");
+
+    case_begin();
+    logits[2 * V + 3] = 0.0f;
+    q[1][4] = INFINITY; // draft 2's distribution is broken: it and draft 3 are dropped
+    s.temperature = 1.0f;
+    for (int t = 0; t < 50; t++) {
+        s.seed = (uint64_t)t;
+        verify_chain(&vr, logits, V, drafts, qp, 3, &s, 10, p, r, 1.0);
+        CHECK(vr.status == VERIFY_OK && vr.n_drafts_used == 1 && vr.n_accepted <= 1 &&
+                  vr.token >= 0 && vr.token < V,
+              "non-finite q: used %d accepted %d token %d", vr.n_drafts_used, vr.n_accepted,
+              vr.token);
+    }
+    case_end("nan_draft_row_rejected", "");
+}
+
+static void test_probs(void) {
+    case_begin();
+    float lg[V] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f}, p[V];
+    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    td_probs(p, lg, V, &g);
+    CHECK(p[1] == 1.0f && p[3] == 0.0f, "greedy tie must pick the lowest id");
+    struct td_sampling k2 = {1.0f, 2, 1.0f, 0};
+    td_probs(p, lg, V, &k2);
+    CHECK(p[0] == 0 && p[2] == 0 && fabsf(p[1] - 0.5f) < 1e-6f && fabsf(p[3] - 0.5f) < 1e-6f,
+          "top-k 2: %g %g %g %g", p[0], p[1], p[2], p[3]);
+    struct td_sampling tp = {1.0f, 0, 0.5f, 0};
+    td_probs(p, lg, V, &tp);
+    int nz = 0;
+    for (int i = 0; i < V; i++) nz += p[i] > 0;
+    CHECK(nz == 2 && p[1] > 0 && p[3] > 0, "top-p 0.5 kept %d tokens", nz);
+    float bad[V] = {0, 1, NAN, 0, 0, 0};
+    CHECK(td_probs(p, bad, V, &k2) == -1, "a NaN row was accepted");
+    case_end("probs_temperature_topk_topp", "");
+}
+
+int main(void) {
+    test_probs();
+    test_one_hot();
+    test_greedy_prefix();
+    test_nan();
+    test_distribution();
+    return check_failures ? 1 : 0;
+}

@@ -1,0 +1,82 @@
+/* sample.c: temperature / top-k / top-p distributions and the counter-based generator. */
+#include "sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* splitmix64 finaliser: a bijective mix, so distinct keys give independent-looking outputs */
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double td_rand_uniform(uint64_t seed, uint64_t position, uint32_t stream) {
+    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull);
+    h = mix64(h ^ (position * 0xd1b54a32d192ed03ull));
+    h = mix64(h ^ ((uint64_t)stream * 0x8cb92ba72f3d8dd7ull));
+    return (double)(h >> 11) * 0x1p-53;
+}
+
+int td_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static const float *sort_key;
+static int by_prob_desc(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (sort_key[i] != sort_key[j]) return sort_key[i] > sort_key[j] ? -1 : 1;
+    return i - j; // ties: lower id first
+}
+
+int td_probs(float *p, const float *logits, int vocab, const struct td_sampling *s) {
+    for (int i = 0; i < vocab; i++)
+        if (!isfinite(logits[i])) return -1;
+    if (s->temperature <= 0.0f) {
+        for (int i = 0; i < vocab; i++) p[i] = 0.0f;
+        p[td_argmax(logits, vocab)] = 1.0f;
+        return 0;
+    }
+    float mx = logits[td_argmax(logits, vocab)];
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) sum += p[i] = expf((logits[i] - mx) / s->temperature);
+    for (int i = 0; i < vocab; i++) p[i] = (float)(p[i] / sum);
+    int k = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
+    if (k == vocab && !(s->top_p > 0.0f && s->top_p < 1.0f)) return 0;
+    int *idx = malloc((size_t)vocab * sizeof(int));
+    for (int i = 0; i < vocab; i++) idx[i] = i;
+    sort_key = p;
+    qsort(idx, (size_t)vocab, sizeof(int), by_prob_desc);
+    // keep the k most likely, then the shortest prefix of them whose mass reaches top_p
+    double kept = 0.0, mass = 0.0;
+    int n = 0;
+    for (int j = 0; j < k; j++) mass += p[idx[j]];
+    for (; n < k; n++) {
+        kept += p[idx[n]];
+        if (s->top_p > 0.0f && s->top_p < 1.0f && kept >= s->top_p * mass) {
+            n++;
+            break;
+        }
+    }
+    kept = 0.0;
+    for (int j = 0; j < n; j++) kept += p[idx[j]];
+    for (int j = n; j < vocab; j++) p[idx[j]] = 0.0f;
+    for (int j = 0; j < n; j++) p[idx[j]] = (float)(p[idx[j]] / kept);
+    free(idx);
+    return 0;
+}
+
+int td_sample(const float *p, int vocab, double u) {
+    double c = 0.0;
+    int last = 0;
+    for (int i = 0; i < vocab; i++) {
+        if (p[i] <= 0.0f) continue;
+        c += p[i];
+        last = i;
+        if (u < c) return i;
+    }
+    return last;
+}
