@@ -1,0 +1,241 @@
+/* test_engine.c: the engine end to end on the oracle fixtures: speculation is lossless.
+ *
+ *   make build/tests/test_engine && build/tests/test_engine
+ *
+ * greedy_spec_equals_plain/<fixture>/<drafter>/k<k>/b<batch>: with greedy decoding, ngram and
+ *     random speculation with k in {1, 3, 7} give token-for-token the output of plain decoding,
+ *     for batches of 1 and 13 requests (13 with a small row budget, so prefill chunks, decode
+ *     rows and verify rows share steps).
+ * sampled_batch_invariant: a sampled request gives the same tokens alone and inside a batch.
+ * admission_waits: more requests than sequence slots all finish, with the same tokens.
+ * eos_and_length_stops, context_stop, nan_target_fails_request, bad_requests_refused.
+ * TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
+ */
+#include <stdint.h>
+
+#include "check.h"
+#include "engine/engine.h"
+
+#define MAX_REQ 16
+
+struct run {
+    int n;
+    int32_t out[MAX_REQ][128];
+    int n_out[MAX_REQ];
+    enum td_req_status st[MAX_REQ];
+    enum td_finish why[MAX_REQ];
+    char msg[MAX_REQ][256];
+    struct td_engine_stats stats;
+};
+
+struct hook {
+    int request;   /* -1: none */
+    long position;
+    int mode;      /* 0: NaN row, 1: force token `token` */
+    int token;
+};
+
+static void hook_fn(void *ctx, int request, long position, float *row, int vocab) {
+    struct hook *h = ctx;
+    if (h->request != request && h->request != -2) return;
+    if (position != h->position) return;
+    for (int v = 0; v < vocab; v++)
+        row[v] = h->mode == 0 ? (v == 3 ? NAN : row[v]) : (v == h->token ? 100.0f : -100.0f);
+}
+
+static int32_t prompts[MAX_REQ][64];
+static int prompt_len[MAX_REQ];
+
+static void make_prompts(int vocab) {
+    for (int r = 0; r < MAX_REQ; r++) {
+        prompt_len[r] = 5 + (r * 7) % 40;
+        for (int i = 0; i < prompt_len[r]; i++)
+            // repeating spans so the lookup drafter finds matches, varied per request
+            prompts[r][i] = (int32_t)(((i % (3 + r % 4)) * 31 + r * 17 + (i > 20 ? i : 0)) % vocab);
+    }
+}
+
+static int run(const char *model, const char *draft, int k, int n_req, int budget, int max_seqs,
+               const struct td_sampling *s, int first_req, struct hook *h, int max_tokens,
+               int max_ctx, struct run *out) {
+    char err[512];
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = model;
+    ep.draft = draft;
+    ep.max_draft = k;
+    ep.max_batch_tokens = budget;
+    ep.max_seqs = max_seqs;
+    ep.max_ctx = max_ctx;
+    ep.max_cache_bytes = (size_t)1 << 30;
+    if (h) {
+        ep.logits_hook = hook_fn;
+        ep.hook_ctx = h;
+    }
+    struct td_engine *e;
+    if (td_engine_init(&e, &ep, err, sizeof err)) {
+        case_fail("engine init: %s", err);
+        return -1;
+    }
+    int ids[MAX_REQ];
+    for (int i = 0; i < n_req; i++) {
+        int r = first_req + i;
+        struct td_sampling si = *s;
+        si.seed = s->seed + (uint64_t)r;
+        struct td_request_params rp = {prompts[r], prompt_len[r], max_tokens, si, h ? 0 : 1};
+        ids[i] = td_engine_submit(e, &rp, err, sizeof err);
+        if (ids[i] < 0) {
+            case_fail("submit: %s", err);
+            td_engine_free(e);
+            return -1;
+        }
+    }
+    int live, steps = 0;
+    while ((live = td_engine_step(e, err, sizeof err)) > 0 && steps++ < 100000) {
+    }
+    if (live != 0) case_fail("engine step: %s", live < 0 ? err : "did not finish");
+    out->n = n_req;
+    for (int i = 0; i < n_req; i++) {
+        const int32_t *t;
+        const char *msg;
+        td_engine_output(e, ids[i], &t, &out->n_out[i], &out->st[i], &out->why[i], &msg);
+        memcpy(out->out[i], t, (size_t)out->n_out[i] * sizeof(int32_t));
+        snprintf(out->msg[i], sizeof out->msg[i], "%s", msg);
+    }
+    out->stats = *td_engine_stats(e);
+    td_engine_free(e);
+    return 0;
+}
+
+static int same_tokens(const struct run *a, const struct run *b, int *which) {
+    for (int i = 0; i < a->n; i++)
+        if (a->n_out[i] != b->n_out[i] ||
+            memcmp(a->out[i], b->out[i], (size_t)a->n_out[i] * sizeof(int32_t))) {
+            *which = i;
+            return 0;
+        }
+    return 1;
+}
+
+static void greedy_lossless(const char *fx) {
+    char model[128], name[160], extra[128];
+    snprintf(model, sizeof model, "tests/fixtures/%s", fx);
+    struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+    static struct run base1, base13, spec;
+    case_begin();
+    run(model, "none", 0, 1, 256, 1, &greedy, 3, NULL, 24, 512, &base1);
+    run(model, "none", 0, 13, 64, 13, &greedy, 0, NULL, 24, 512, &base13);
+    snprintf(name, sizeof name, "plain_greedy/%s", fx);
+    case_end(name, "");
+    const char *drafters[2] = {"ngram", "random"};
+    int ks[3] = {1, 3, 7};
+    for (int d = 0; d < 2; d++)
+        for (int ki = 0; ki < 3; ki++)
+            for (int b = 0; b < 2; b++) {
+                case_begin();
+                struct run *base = b ? &base13 : &base1;
+                if (b)
+                    run(model, drafters[d], ks[ki], 13, 64, 13, &greedy, 0, NULL, 24, 512, &spec);
+                else
+                    run(model, drafters[d], ks[ki], 1, 256, 1, &greedy, 3, NULL, 24, 512, &spec);
+                int which = -1;
+                CHECK(same_tokens(&spec, base, &which), "request %d differs from plain decoding",
+                      which);
+                const struct td_engine_stats *s = &spec.stats;
+                snprintf(extra, sizeof extra, "(%ld steps vs %ld plain, accepted %ld of %ld)",
+                         s->steps, base->stats.steps, s->accepted, s->drafted);
+                snprintf(name, sizeof name, "greedy_spec_equals_plain/%s/%s/k%d/b%d", fx,
+                         drafters[d], ks[ki], b ? 13 : 1);
+                case_end(name, extra);
+            }
+}
+
+int main(void) {
+    const char *fxs[3] = {"b_plain_hc2", "a_tiny_yarn", "c_upstream_sharded"};
+    make_prompts(300);
+    for (int i = 0; i < (quick_mode() ? 1 : 3); i++) greedy_lossless(fxs[i]);
+
+    const char *model = "tests/fixtures/b_plain_hc2";
+    static struct run a, b, c;
+    struct td_sampling samp = {0.8f, 50, 0.9f, 1000};
+
+    case_begin();
+    run(model, "ngram", 3, 1, 256, 1, &samp, 5, NULL, 30, 512, &a);
+    run(model, "ngram", 3, 13, 48, 13, &samp, 0, NULL, 30, 512, &b);
+    CHECK(a.n_out[0] == b.n_out[5] && !memcmp(a.out[0], b.out[5], (size_t)a.n_out[0] * 4),
+          "request 5 differs alone and in a batch");
+    run(model, "none", 0, 13, 48, 13, &samp, 0, NULL, 30, 512, &c);
+    int diff = 0;
+    for (int i = 0; i < 13; i++) diff += c.n_out[i] != b.n_out[i] || memcmp(c.out[i], b.out[i], 120);
+    case_end("sampled_batch_invariant", "");
+
+    case_begin();
+    struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+    run(model, "ngram", 3, 13, 64, 13, &greedy, 0, NULL, 20, 512, &a);
+    run(model, "ngram", 3, 13, 64, 3, &greedy, 0, NULL, 20, 512, &b);
+    int which = -1;
+    CHECK(same_tokens(&a, &b, &which), "request %d differs with 3 slots", which);
+    for (int i = 0; i < 13; i++) CHECK(b.st[i] == TD_REQ_FINISHED, "request %d not finished", i);
+    case_end("admission_waits", "");
+
+    // EOS (id 1 in the fixture config) forced at a position: the request ends right there
+    case_begin();
+    for (int dr = 0; dr < 2; dr++) {
+        struct hook h = {2, prompt_len[2] + 5, 1, 1};
+        run(model, dr ? "ngram" : "none", 3, 4, 256, 4, &greedy, 0, &h, 30, 512, &a);
+        CHECK(a.why[2] == TD_FINISH_EOS && a.n_out[2] == 7 && a.out[2][6] == 1,
+              "EOS at position %ld: finish %d after %d tokens", h.position, a.why[2], a.n_out[2]);
+        CHECK(a.why[1] == TD_FINISH_LENGTH && a.n_out[1] == 30, "request 1 stopped at %d",
+              a.n_out[1]);
+    }
+    case_end("eos_and_length_stops", "");
+
+    case_begin();
+    run(model, "ngram", 3, 1, 256, 1, &greedy, 0, NULL, 100, 20, &a);
+    CHECK(a.why[0] == TD_FINISH_CONTEXT && prompt_len[0] + a.n_out[0] == 21,
+          "context 20: finish %d with %d prompt + %d generated", a.why[0], prompt_len[0],
+          a.n_out[0]);
+    case_end("context_stop", "");
+
+    // a NaN target row fails only its request, names the position, emits no token for it
+    case_begin();
+    for (int dr = 0; dr < 2; dr++) {
+        struct hook h = {1, prompt_len[1] + 4, 0, 0};
+        run(model, "none", 0, 3, 256, 3, &greedy, 0, NULL, 12, 512, &b);
+        run(model, dr ? "random" : "none", 3, 3, 256, 3, &greedy, 0, &h, 12, 512, &a);
+        char want[64];
+        snprintf(want, sizeof want, "position %ld", h.position + 1);
+        CHECK(a.st[1] == TD_REQ_FAILED && strstr(a.msg[1], want), "status %d msg '%s'", a.st[1],
+              a.msg[1]);
+        CHECK(a.n_out[1] <= 5 && !memcmp(a.out[1], b.out[1], (size_t)a.n_out[1] * 4),
+              "failed request emitted %d tokens", a.n_out[1]);
+        for (int j = 0; j < a.n_out[1]; j++) CHECK(a.out[1][j] != 0 || b.out[1][j] == 0, "token 0");
+        CHECK(a.stats.nan_rows == 1, "nan counter %ld", a.stats.nan_rows);
+        CHECK(a.n_out[0] == b.n_out[0] && !memcmp(a.out[0], b.out[0], (size_t)a.n_out[0] * 4) &&
+                  !memcmp(a.out[2], b.out[2], (size_t)a.n_out[2] * 4),
+              "other requests changed");
+    }
+    case_end("nan_target_fails_request", "");
+
+    case_begin();
+    char err[256];
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = model;
+    ep.max_ctx = 32;
+    struct td_engine *e;
+    CHECK(!td_engine_init(&e, &ep, err, sizeof err), "%s", err);
+    int32_t long_prompt[40] = {0}, bad_tok[2] = {1, 300};
+    struct td_request_params rp = {long_prompt, 40, 5, greedy, 0};
+    CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1 && strstr(err, "context"), "long prompt");
+    rp = (struct td_request_params){bad_tok, 2, 5, greedy, 0};
+    CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1 && strstr(err, "outside"), "bad id");
+    rp = (struct td_request_params){bad_tok, 0, 5, greedy, 0};
+    CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1, "empty prompt accepted");
+    rp = (struct td_request_params){bad_tok, 1, 5, {-1.0f, 0, 1.0f, 0}, 0};
+    CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1, "negative temperature accepted");
+    td_engine_free(e);
+    ep.max_cache_bytes = 1000;
+    CHECK(td_engine_init(&e, &ep, err, sizeof err) == -1 && strstr(err, "MiB"),
+          "pools over the limit were not refused");
+    case_end("bad_requests_refused", "");
+    return check_failures ? 1 : 0;
+}
