@@ -126,6 +126,51 @@ int main(void) {
     bad("unknown_option", "logits --bogus 1", "unknown option");
     bad("unknown_command", "frobnicate", "unknown command");
 
+    // generate: --n completions, one line each with --print-ids; speculation changes nothing
+    case_begin();
+    char out1[4096], out2[4096];
+    const char *bin = getenv("TD_TANDEM") ? getenv("TD_TANDEM") : "./bin/tandem";
+    snprintf(args, sizeof args,
+             "%s generate --model %s --prompt-ids \"5 6 7 5 6 7 5\" --max-tokens 12 --n 3 "
+             "--print-ids --ignore-eos > %s/g1.txt 2>/dev/null && %s generate --model %s "
+             "--prompt-ids-file %s/ids_ok --max-tokens 12 --n 3 --draft ngram --draft-tokens 4 "
+             "--print-ids --ignore-eos > %s/g2.txt 2>/dev/null",
+             bin, fx, root, bin, fx, root, root);
+    CHECK(system(args) == 0, "generate failed");
+    snprintf(path, sizeof path, "%s/g1.txt", root);
+    FILE *fp = fopen(path, "r");
+    size_t k1 = fp ? fread(out1, 1, sizeof out1 - 1, fp) : 0;
+    if (fp) fclose(fp);
+    out1[k1] = 0;
+    int lines = 0, items = 0;
+    for (char *q = out1; *q; q++) lines += *q == '\n';
+    for (char *q = strtok(out1, " \n"); q; q = strtok(NULL, " \n")) items++;
+    CHECK(lines == 3 && items == 36, "--n 3 --max-tokens 12 printed %d lines, %d ids", lines, items);
+    snprintf(path, sizeof path, "%s/g2.txt", root);
+    fp = fopen(path, "r");
+    size_t k2 = fp ? fread(out2, 1, sizeof out2 - 1, fp) : 0;
+    if (fp) fclose(fp);
+    out2[k2] = 0;
+    CHECK(k2 > 0, "no output with --draft ngram");
+    case_end("generate_print_ids", "");
+
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft bogus", fx);
+    bad("generate_bad_drafter", a, "expected none, ngram or random");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --temperature -1", fx);
+    bad("generate_bad_temperature", a, "--temperature");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --top-p 0", fx);
+    bad("generate_bad_top_p", a, "--top-p");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft-tokens 3", fx);
+    bad("generate_draft_tokens_without_drafter", a, "needs a drafter");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 x\"", fx);
+    bad("generate_bad_prompt", a, "not a token id");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 999\"", fx);
+    bad("generate_prompt_out_of_range", a, "outside [0, 300)");
+    snprintf(a, sizeof a, "generate --model %s", fx);
+    bad("generate_no_prompt", a, "exactly one of");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1\" --max-tokens 0", fx);
+    bad("generate_zero_tokens", a, "--max-tokens");
+
     snprintf(args, sizeof args, "rm -rf %s", root);
     if (system(args)) return 1;
     return check_failures ? 1 : 0;
