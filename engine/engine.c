@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,7 +71,7 @@ struct td_engine_params td_engine_defaults(void) {
     p.max_batch_tokens = 256;
     p.draft = "none";
     p.max_draft = 0;
-    p.max_cache_bytes = (size_t)4 << 30;
+    p.max_cache_bytes = 0; // auto: see cache_limit()
     return p;
 }
 
@@ -98,6 +99,16 @@ static int is_eos(const struct td_engine *e, int32_t t) {
     for (int i = 0; i < e->n_eos; i++)
         if (e->eos[i] == t) return 1;
     return 0;
+}
+
+/* the cache-pool limit: as given, or 3/4 of physical memory less 1 GiB of headroom for the
+ * weights' page cache, step buffers and the rest of the process */
+static size_t cache_limit(size_t asked) {
+    if (asked) return asked;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    size_t phys = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)4 << 30;
+    size_t lim = phys / 4 * 3;
+    return lim > ((size_t)1 << 30) ? lim - ((size_t)1 << 30) : lim / 2;
 }
 
 int td_engine_init(struct td_engine **out, const struct td_engine_params *p, char *err,
@@ -134,8 +145,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (use_drafter && !(e->drafter = draft_init(p->draft, c->vocab, err, errlen))) goto fail;
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
-    if (td_state_init(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk, p->max_cache_bytes,
-                      err, errlen))
+    if (td_state_init(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
+                      cache_limit(p->max_cache_bytes), err, errlen))
         goto fail;
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;

@@ -42,7 +42,8 @@ struct td_engine_params {
     int max_batch_tokens;     /* rows per step, default 256; >= 1 + max_draft */
     const char *draft;        /* "none" (default), "ngram" or "random" */
     int max_draft;            /* draft tokens per round, 0 .. TD_MAX_DRAFT */
-    size_t max_cache_bytes;   /* cache pools above this are refused at init, default 4 GiB */
+    size_t max_cache_bytes;   /* cache pools above this are refused at init; 0 (default):
+                                 3/4 of physical memory less 1 GiB of headroom */
     /* test seam: sees (and may alter) every logits row before verification */
     void (*logits_hook)(void *ctx, int request, long position, float *row, int vocab);
     void *hook_ctx;
