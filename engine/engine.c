@@ -146,7 +146,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
     if (td_state_init(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
-                      cache_limit(p->max_cache_bytes), err, errlen))
+                      cache_limit(p->max_cache_bytes), NULL, err, errlen))
         goto fail;
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;

@@ -182,7 +182,7 @@ static int cmd_logits(int argc, char **argv) {
         }
     int max_chunk = 16;
     for (int i = 0; i < n_chunks; i++) max_chunk = chunks[i] > max_chunk ? chunks[i] : max_chunk;
-    if (td_state_init(&st, &m.cfg, 1, n_ids, max_chunk, (size_t)8 << 30, err, sizeof err))
+    if (td_state_init(&st, &m.cfg, 1, n_ids, max_chunk, (size_t)8 << 30, NULL, err, sizeof err))
         goto done;
     logits = malloc((size_t)n_ids * m.cfg.vocab * sizeof(float));
     if (!logits) {

@@ -7,6 +7,8 @@
  */
 #include "model.h"
 
+#include "backend.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,7 +289,9 @@ static int load_all(struct loader *ld, const char *dir) {
     ld->used = calloc((size_t)m->st.n_entries + 1, 1);
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     m->expert_views = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof *m->expert_views);
-    if (!ld->used || !m->layers || !m->expert_views) return fail(ld, "out of memory loading %s", dir);
+    m->expert_ptrs = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof *m->expert_ptrs);
+    if (!ld->used || !m->layers || !m->expert_views || !m->expert_ptrs)
+        return fail(ld, "out of memory loading %s", dir);
 
     for (size_t j = 0; j < sizeof model_table / sizeof *model_table; j++) {
         const struct wdesc *d = &model_table[j];
@@ -309,6 +313,19 @@ static int load_all(struct loader *ld, const char *dir) {
         l->w3 = l->w1 + c->n_experts;
         l->w2 = l->w3 + c->n_experts;
         if (load_experts(ld, i)) return -1;
+        const void **xp = m->expert_ptrs + (size_t)i * 3 * c->n_experts;
+        for (int e = 0; e < c->n_experts; e++) {
+            xp[e] = l->w1[e].data;
+            xp[c->n_experts + e] = l->w3[e].data;
+            xp[2 * c->n_experts + e] = l->w2[e].data;
+            if (l->w1[e].dtype != l->w1[0].dtype || l->w3[e].dtype != l->w1[0].dtype ||
+                l->w2[e].dtype != l->w1[0].dtype)
+                return fail(ld, "layer %d: routed experts mix dtypes (expert %d)", i, e);
+        }
+        l->ex_w1 = xp;
+        l->ex_w3 = xp + c->n_experts;
+        l->ex_w2 = xp + 2 * c->n_experts;
+        l->ex_dtype = l->w1[0].dtype;
         if (c->mlp[i] == TD_MLP_HASH && check_tid2eid(ld, i)) return -1;
     }
     for (int j = 0; j < m->st.n_entries; j++) {
@@ -330,11 +347,144 @@ int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen)
 }
 
 void td_model_free(struct td_model *m) {
+    if (m->backend)
+        for (int i = 0; i < m->n_dev_bufs; i++) m->backend->release(m->dev_bufs[i]);
+    free(m->dev_bufs);
     st_set_close(&m->st);
     free(m->layers);
     free(m->expert_views);
-    m->layers = NULL;
-    m->expert_views = NULL;
+    free(m->expert_ptrs);
+    memset(m, 0, sizeof *m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// device mirror
+
+struct uploader {
+    struct td_model *dev;
+    const struct td_backend *b;
+    int cap;
+    char *err;
+    size_t errlen;
+};
+
+static void *dev_alloc(struct uploader *u, size_t bytes) {
+    if (u->dev->n_dev_bufs == u->cap) {
+        u->cap = u->cap ? 2 * u->cap : 256;
+        void **nb = realloc(u->dev->dev_bufs, (size_t)u->cap * sizeof *nb);
+        if (!nb) return NULL;
+        u->dev->dev_bufs = nb;
+    }
+    void *p = u->b->alloc(bytes);
+    if (p) u->dev->dev_bufs[u->dev->n_dev_bufs++] = p;
+    return p;
+}
+
+static uint16_t f32_to_bf16(float f) { // round to nearest even
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+/* upload t converted to `to` (BF16, F32, or I32 for int tensors); rewrites t's view */
+static int upload_tensor(struct uploader *u, struct td_tensor *t, enum td_dtype to) {
+    if (!t->data) return 0;
+    int64_t n = td_tensor_numel(t);
+    size_t bytes = (size_t)n * td_dtype_size(to);
+    void *host = malloc(bytes ? bytes : 1), *dst = dev_alloc(u, bytes);
+    if (!host || !dst) {
+        free(host);
+        snprintf(u->err, u->errlen, "upload: out of %s memory for a %zu-byte tensor",
+                 u->b->name, bytes);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (to == TD_DTYPE_BF16) ((uint16_t *)host)[i] = f32_to_bf16(td_tensor_getf(t, i));
+        else if (to == TD_DTYPE_F32) ((float *)host)[i] = td_tensor_getf(t, i);
+        else ((int32_t *)host)[i] = (int32_t)td_tensor_geti(t, i);
+    }
+    u->b->to_device(dst, host, bytes);
+    free(host);
+    t->data = dst;
+    t->dtype = to;
+    return 0;
+}
+
+static enum td_dtype upload_dtype(const struct td_tensor *t, const struct wdesc *d) {
+    if (d->kind == K_INT) return TD_DTYPE_I32;
+    // GEMM operands go bf16; HC mixing, position biases and vectors stay fp32 (dsv4.md 2.2)
+    int keep32 = t->ndim < 2 || strstr(d->hf, "_hc.") || strstr(d->hf, "hc_head") ||
+                 strstr(d->hf, "position_bias");
+    return keep32 ? TD_DTYPE_F32 : TD_DTYPE_BF16;
+}
+
+int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
+                    char *err, size_t errlen) {
+    const struct td_config *c = &host->cfg;
+    memset(dev, 0, sizeof *dev);
+    dev->cfg = *c;
+    dev->backend = b;
+    struct uploader u = {dev, b, 0, err, errlen};
+    size_t E = (size_t)c->n_experts;
+    dev->layers = malloc((size_t)c->n_layers * sizeof *dev->layers);
+    dev->expert_views = calloc((size_t)c->n_layers * E * 3, sizeof *dev->expert_views);
+    if (!dev->layers || !dev->expert_views) goto oom;
+    for (size_t j = 0; j < sizeof model_table / sizeof *model_table; j++) {
+        const struct wdesc *d = &model_table[j];
+        struct td_tensor *t = (struct td_tensor *)((char *)dev + d->off);
+        *t = *(const struct td_tensor *)((const char *)host + d->off);
+        if (d->off == offsetof(struct td_model, head) && c->tie_word_embeddings) continue;
+        if (upload_tensor(&u, t, upload_dtype(t, d))) goto fail;
+    }
+    if (c->tie_word_embeddings) dev->head = dev->embed;
+    for (int i = 0; i < c->n_layers; i++) {
+        struct td_layer *l = &dev->layers[i];
+        *l = host->layers[i];
+        for (size_t j = 0; j < sizeof layer_table / sizeof *layer_table; j++) {
+            const struct wdesc *d = &layer_table[j];
+            struct td_tensor *t = (struct td_tensor *)((char *)l + d->off);
+            if (upload_tensor(&u, t, upload_dtype(t, d))) goto fail;
+        }
+        // routed experts: bf16 copies, and device arrays of their pointers
+        l->w1 = dev->expert_views + (size_t)i * 3 * E;
+        l->w3 = l->w1 + E;
+        l->w2 = l->w3 + E;
+        const void **ptrs = malloc(3 * E * sizeof *ptrs);
+        if (!ptrs) goto oom;
+        for (size_t e = 0; e < E; e++) {
+            l->w1[e] = host->layers[i].w1[e];
+            l->w3[e] = host->layers[i].w3[e];
+            l->w2[e] = host->layers[i].w2[e];
+            if (upload_tensor(&u, &l->w1[e], TD_DTYPE_BF16) ||
+                upload_tensor(&u, &l->w3[e], TD_DTYPE_BF16) ||
+                upload_tensor(&u, &l->w2[e], TD_DTYPE_BF16)) {
+                free(ptrs);
+                goto fail;
+            }
+            ptrs[e] = l->w1[e].data;
+            ptrs[E + e] = l->w3[e].data;
+            ptrs[2 * E + e] = l->w2[e].data;
+        }
+        const void **dp = dev_alloc(&u, 3 * E * sizeof *dp);
+        if (!dp) {
+            free(ptrs);
+            goto oom;
+        }
+        b->to_device(dp, ptrs, 3 * E * sizeof *dp);
+        free(ptrs);
+        l->ex_w1 = dp;
+        l->ex_w3 = dp + E;
+        l->ex_w2 = dp + 2 * E;
+        l->ex_dtype = TD_DTYPE_BF16;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "upload: out of memory");
+fail:
+    td_model_free(dev);
+    return -1;
 }
 
 const struct td_tensor *td_model_tensor(const struct td_model *m, const char *name) {

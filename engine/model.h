@@ -56,6 +56,10 @@ struct td_layer {
     struct td_tensor gate_bias;                  /* moe layers: [n_experts] */
     struct td_tensor tid2eid;                    /* hash layers: [vocab, n_experts_tok] int */
     struct td_tensor *w1, *w3, *w2;              /* [n_experts] views: [inter, dim] x2, [dim, inter] */
+    const void *const *ex_w1;                    /* [n_experts] w1 data pointers, where the */
+    const void *const *ex_w3;                    /*   weights live (host, or device for a */
+    const void *const *ex_w2;                    /*   model uploaded to a device backend) */
+    enum td_dtype ex_dtype;                      /* one dtype for all routed experts */
     struct td_tensor sh_w1, sh_w3, sh_w2;        /* shared expert */
     struct td_tensor sh_b1, sh_b3, sh_b2;        /* shared expert biases (mlp_bias), else absent */
 };
@@ -69,12 +73,24 @@ struct td_model {
     struct td_hc_w hc_head;
     struct td_layer *layers; /* [n_layers] */
     struct td_tensor *expert_views; /* owned storage behind the w1/w3/w2 pointers */
+    const void **expert_ptrs;        /* owned storage behind ex_w1/ex_w3/ex_w2 (host model) */
+    const struct td_backend *backend;/* a device mirror's backend (td_model_upload), else NULL */
+    void **dev_bufs;                 /* a device mirror's allocations */
+    int n_dev_bufs;
 };
 
 /* Load DIR/config.json and DIR's safetensors. 0 on success; -1 with a message (nothing held). */
 int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen);
 
 void td_model_free(struct td_model *m);
+
+struct td_backend;
+
+/* A copy of `host` resident on a device backend: matrices that go through GEMMs (and the
+ * embedding) as BF16, every other float tensor as F32, tid2eid as I32. Views in `dev` point
+ * into device memory. 0, or -1 with a message (nothing held). Free with td_model_free. */
+int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
+                    char *err, size_t errlen);
 
 /* A stored tensor by its name in the file (e.g. "mtp.0.e_proj.weight"); NULL when absent. */
 const struct td_tensor *td_model_tensor(const struct td_model *m, const char *name);

@@ -1,6 +1,8 @@
 /* state.c: pool sizing and allocation for the position-indexed caches. */
 #include "state.h"
 
+#include "backend.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,16 +41,18 @@ size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, in
     return per_seq_floats(cfg, max_ctx, max_chunk) * sizeof(float) * (size_t)max_seqs;
 }
 
-static float *pool(size_t n, int *oom) {
-    if (!n) return NULL;
-    float *p = calloc(n, sizeof(float));
+static float *pool(const struct td_backend *b, size_t n, int *oom) {
+    if (!n || *oom) return NULL;
+    float *p = b->alloc(n * sizeof(float));
     if (!p) *oom = 1;
     return p;
 }
 
 int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
-                  int max_chunk, size_t max_bytes, char *err, size_t errlen) {
+                  int max_chunk, size_t max_bytes, const struct td_backend *b, char *err,
+                  size_t errlen) {
     memset(s, 0, sizeof *s);
+    if (!b) b = td_backend_cpu();
     if (max_seqs < 1 || max_ctx < 1 || max_chunk < 1) {
         snprintf(err, errlen, "state: max_seqs %d, max_ctx %d, max_chunk %d must all be >= 1",
                  max_seqs, max_ctx, max_chunk);
@@ -63,6 +67,7 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
         return -1;
     }
     s->cfg = cfg;
+    s->backend = b;
     s->max_seqs = max_seqs;
     s->max_ctx = max_ctx;
     s->max_chunk = max_chunk;
@@ -78,14 +83,14 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
         struct td_layer_state *ls = &s->layers[i];
         layer_shape(cfg, i, max_ctx, max_chunk, ls);
         size_t S = (size_t)max_seqs;
-        ls->swa = pool(S * s->swa_ring * cfg->head_dim, &oom);
-        ls->raw_kv = pool(S * ls->ring * ls->width, &oom);
-        ls->raw_gate = pool(S * ls->ring * ls->width, &oom);
-        ls->entries = pool(S * ls->n_entries * cfg->head_dim, &oom);
+        ls->swa = pool(b, S * s->swa_ring * cfg->head_dim, &oom);
+        ls->raw_kv = pool(b, S * ls->ring * ls->width, &oom);
+        ls->raw_gate = pool(b, S * ls->ring * ls->width, &oom);
+        ls->entries = pool(b, S * ls->n_entries * cfg->head_dim, &oom);
         if (cfg->attn[i] == TD_ATTN_CSA) {
-            ls->iraw_kv = pool(S * ls->ring * 2 * cfg->index_head_dim, &oom);
-            ls->iraw_gate = pool(S * ls->ring * 2 * cfg->index_head_dim, &oom);
-            ls->ientries = pool(S * ls->n_entries * cfg->index_head_dim, &oom);
+            ls->iraw_kv = pool(b, S * ls->ring * 2 * cfg->index_head_dim, &oom);
+            ls->iraw_gate = pool(b, S * ls->ring * 2 * cfg->index_head_dim, &oom);
+            ls->ientries = pool(b, S * ls->n_entries * cfg->index_head_dim, &oom);
         }
     }
     if (oom) {
@@ -100,13 +105,10 @@ void td_state_free(struct td_state *s) {
     if (s->layers && s->cfg) {
         for (int i = 0; i < s->cfg->n_layers; i++) {
             struct td_layer_state *ls = &s->layers[i];
-            free(ls->swa);
-            free(ls->raw_kv);
-            free(ls->raw_gate);
-            free(ls->entries);
-            free(ls->iraw_kv);
-            free(ls->iraw_gate);
-            free(ls->ientries);
+            float *bufs[] = {ls->swa,      ls->raw_kv,    ls->raw_gate, ls->entries,
+                             ls->iraw_kv, ls->iraw_gate, ls->ientries};
+            for (int k = 0; k < 7; k++)
+                if (bufs[k]) s->backend->release(bufs[k]);
         }
     }
     free(s->layers);

@@ -33,8 +33,11 @@ struct td_layer_state {
     float *ientries;    /* CSA: [max_seqs, n_entries, index_head_dim] indexer keys */
 };
 
+struct td_backend;
+
 struct td_state {
     const struct td_config *cfg;
+    const struct td_backend *backend; /* where the pools live */
     int max_seqs, max_ctx, max_chunk;
     int swa_ring;                 /* sliding_window + max_chunk */
     int32_t *len;                 /* [max_seqs] committed length */
@@ -47,10 +50,11 @@ struct td_state {
 /* Bytes td_state_init would allocate for this shape. */
 size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk);
 
-/* Allocate every pool up front. Refuses (returns -1, message with the numbers) when the pools
- * exceed max_bytes or max_chunk < 1; nothing is held then. */
+/* Allocate every pool up front on backend b (NULL: the CPU). Refuses (returns -1, message with
+ * the numbers) when the pools exceed max_bytes or max_chunk < 1; nothing is held then. */
 int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
-                  int max_chunk, size_t max_bytes, char *err, size_t errlen);
+                  int max_chunk, size_t max_bytes, const struct td_backend *b, char *err,
+                  size_t errlen);
 
 void td_state_free(struct td_state *s);
 

@@ -7,6 +7,8 @@
 #ifndef TD_KERNELS_ATTENTION_H
 #define TD_KERNELS_ATTENTION_H
 
+#include "rows.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -14,6 +16,26 @@ extern "C" {
 /* out[n_heads, d], q[n_heads, d]; keys[j] -> d floats; sinks[n_heads] fp32. */
 void attention_sink_ref(float *out, const float *q, const float *const *keys, int n_keys,
                         const float *sinks, int n_heads, int d, float scale);
+
+/* The one sparse-attention entry point: every row's key set comes from the step metadata. */
+struct attn_args {
+    struct rows_view rows;      /* swa_indptr/swa_pos, vis, topk, row_seq, slot, len_before */
+    float *out;                 /* [n_tok, n_heads, d] */
+    const float *q;             /* [n_tok, n_heads, d] */
+    const float *kv;            /* [n_tok, d] this step's keys (= values) */
+    const float *swa_ring;      /* [max_seqs, swa_rows, d] older window keys */
+    int swa_rows;
+    const float *entries;       /* [max_seqs, n_entries, d] compressed entries, NULL: none */
+    int n_entries;
+    int use_topk;               /* 1: entries rows.topk picks (CSA); 0: all w < vis (HCA) */
+    const float *sinks;         /* [n_heads] */
+    int n_heads, d;
+    float scale;
+};
+
+/* Keys of row t: window positions swa_pos[swa_indptr[t] .. swa_indptr[t + 1]) (this step's rows
+ * from kv, older ones from the ring), then the compressed entries. */
+void attention_rows_ref(const struct attn_args *a);
 
 #ifdef __cplusplus
 }

@@ -27,3 +27,37 @@ void attention_sink_ref(float *out, const float *q, const float *const *keys, in
     }
     free(s);
 }
+
+void attention_rows_ref(const struct attn_args *a) {
+    const struct rows_view *r = &a->rows;
+    int max_keys = 0;
+    for (int t = 0; t < r->n_tok; t++) {
+        int n = r->swa_indptr[t + 1] - r->swa_indptr[t] + (a->entries ? r->vis[t] : 0);
+        if (n > max_keys) max_keys = n;
+    }
+    const float **keys = malloc(((size_t)max_keys + 1) * sizeof *keys);
+    for (int t = 0; t < r->n_tok; t++) {
+        int sq = r->row_seq[t], slot = r->slot[sq], len = r->len_before[sq];
+        int row0 = r->qo_indptr[sq], nk = 0;
+        for (int k = r->swa_indptr[t]; k < r->swa_indptr[t + 1]; k++) {
+            int q = r->swa_pos[k];
+            keys[nk++] = q >= len ? a->kv + (size_t)(row0 + q - len) * a->d
+                                  : a->swa_ring + ((size_t)slot * a->swa_rows +
+                                                   (size_t)(q % a->swa_rows)) * a->d;
+        }
+        if (a->entries) {
+            const float *ent = a->entries + (size_t)slot * a->n_entries * a->d;
+            if (a->use_topk) {
+                const int32_t *pk = r->topk + (size_t)t * r->topk_stride;
+                for (int j = 0; j < r->topk_stride && pk[j] >= 0; j++)
+                    keys[nk++] = ent + (size_t)pk[j] * a->d;
+            } else {
+                for (int w = 0; w < r->vis[t]; w++) keys[nk++] = ent + (size_t)w * a->d;
+            }
+        }
+        attention_sink_ref(a->out + (size_t)t * a->n_heads * a->d,
+                           a->q + (size_t)t * a->n_heads * a->d, keys, nk, a->sinks, a->n_heads,
+                           a->d, a->scale);
+    }
+    free(keys);
+}

@@ -1,5 +1,7 @@
 /* compress_ref.c: softmax-gated pooling of a compressor window (fp32 softmax). */
 #include "compress.h"
+#include "rmsnorm.h"
+#include "rope.h"
 
 #include <math.h>
 
@@ -16,5 +18,53 @@ void compress_pool_ref(float *out, const float *const *kv, const float *const *g
             num += (double)a * kv[s][c];
         }
         out[c] = (float)num;
+    }
+}
+
+void compress_emit_ref(const struct compress_args *a) {
+    const struct rows_view *r = &a->rows;
+    const float *kv_rows[1024], *gate_rows[1024];
+    float cs[256], sn[256];
+    for (int t = 0; t < r->n_tok; t++) {
+        int w = r->emit[t];
+        if (w < 0) continue;
+        int sq = r->row_seq[t], slot = r->slot[sq], len = r->len_before[sq];
+        int row0 = r->qo_indptr[sq], n_slots = 0;
+        // CSA: first the previous window's Ca half (absent for w = 0), then the own Cb half
+        for (int half = a->overlap ? 0 : 1; half < 2; half++) {
+            int first = (w - (half == 0)) * a->rate, off = (a->overlap && half) ? a->d : 0;
+            if (first < 0) continue;
+            for (int s = 0; s < a->rate; s++) {
+                int q = first + s;
+                size_t o = q >= len ? (size_t)(row0 + q - len) * a->width
+                                    : ((size_t)slot * a->ring + (size_t)(q % a->ring)) * a->width;
+                kv_rows[n_slots] = (q >= len ? a->raw : a->ring_kv) + o + off;
+                gate_rows[n_slots++] = (q >= len ? a->gate : a->ring_gate) + o + off;
+            }
+        }
+        float *e = a->entries + ((size_t)slot * a->n_entries + w) * a->d;
+        compress_pool_ref(e, kv_rows, gate_rows, n_slots, a->d);
+        rmsnorm_ref(e, e, a->norm, a->norm_dtype, 1, a->d, a->eps);
+        rope_cos_sin_ref(cs, sn, a->inv_freq, a->rot_dim / 2, (long)w * a->rate, a->attn_factor);
+        rope_apply_ref(e, 1, a->d, a->d, a->rot_dim, cs, sn, 0);
+    }
+}
+
+void add_pos_bias_ref(float *x, const void *bias, enum td_dtype bias_dtype,
+                      const int32_t *positions, int rate, int n, int width) {
+    for (int t = 0; t < n; t++) {
+        int s = positions[t] % rate;
+        for (int j = 0; j < width; j++)
+            x[(size_t)t * width + j] += td_load_f32(bias, bias_dtype, (int64_t)s * width + j);
+    }
+}
+
+void ring_store_ref(float *ring, const float *rows, const int32_t *write,
+                    const struct rows_view *r, int ring_rows, int width) {
+    for (int t = 0; t < r->n_tok; t++) {
+        if (write[t] < 0) continue;
+        int slot = r->slot[r->row_seq[t]];
+        float *dst = ring + ((size_t)slot * ring_rows + write[t]) * width;
+        for (int j = 0; j < width; j++) dst[j] = rows[(size_t)t * width + j];
     }
 }

@@ -40,3 +40,19 @@ int topk_select_ref(int *idx, const float *score, int n_keys, int topk) {
     for (int j = k; j < topk; j++) idx[j] = -1;
     return k;
 }
+
+void indexer_topk_ref(const struct indexer_args *a) {
+    const struct rows_view *r = &a->rows;
+    float *score = malloc(((size_t)a->n_entries + 1) * sizeof(float));
+    int *picks = malloc(((size_t)a->topk + 1) * sizeof(int));
+    for (int t = 0; t < r->n_tok; t++) {
+        int slot = r->slot[r->row_seq[t]], n_vis = r->vis[t];
+        const float *keys = a->keys + (size_t)slot * a->n_entries * a->d;
+        indexer_score_ref(score, a->q + (size_t)t * a->n_heads * a->d,
+                          a->w + (size_t)t * a->n_heads, keys, n_vis, a->n_heads, a->d, a->scale);
+        topk_select_ref(picks, score, n_vis, a->topk);
+        for (int j = 0; j < a->topk; j++) r->topk[(size_t)t * r->topk_stride + j] = picks[j];
+    }
+    free(score);
+    free(picks);
+}

@@ -14,6 +14,11 @@ extern "C" {
 void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n, int in,
                 int out, const void *bias, enum td_dtype bias_dtype);
 
+/* Block-diagonal: for each group j < groups, y[:, j*out .. (j+1)*out) =
+ * x[:, j*in .. (j+1)*in) . w[j*out .. (j+1)*out, :]^T; x [n, groups*in], w [groups*out, in]. */
+void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
+                        int groups, int in, int out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,3 +19,19 @@ void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, 
     }
     free(row);
 }
+
+void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
+                        int groups, int in, int out) {
+    float *row = malloc((size_t)in * sizeof(float));
+    for (int j = 0; j < groups; j++)
+        for (int o = 0; o < out; o++) {
+            td_load_row_f32(row, w, w_dtype, ((int64_t)j * out + o) * in, in);
+            for (int t = 0; t < n; t++) {
+                const float *xt = x + (size_t)t * groups * in + (size_t)j * in;
+                double acc = 0.0;
+                for (int i = 0; i < in; i++) acc += (double)xt[i] * row[i];
+                y[(size_t)t * groups * out + (size_t)j * out + o] = (float)acc;
+            }
+        }
+    free(row);
+}

@@ -27,6 +27,27 @@ struct swiglu_weights {
 void swiglu_ref(float *y, const float *x, const struct swiglu_weights *w, int n, int d, int inter,
                 float limit);
 
+/* Route n rows: hash rows (tid2eid != NULL) take tid2eid[ids[t]] ([vocab, k], I32 or I64);
+ * learned rows take the top-k of scores + bias. picks/weights [n, k]. */
+void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, const int32_t *ids,
+                        enum moe_score score_fn, const void *bias, enum td_dtype bias_dtype,
+                        const void *tid2eid, enum td_dtype tid_dtype, int n, int k, int n_experts,
+                        float scaling);
+
+/* the routed experts: arrays of n_experts weight pointers, one dtype for all */
+struct expert_set {
+    const void *const *w1;      /* [n_experts] -> [inter, d] gate */
+    const void *const *w3;      /* [n_experts] -> [inter, d] up */
+    const void *const *w2;      /* [n_experts] -> [d, inter] down */
+    enum td_dtype dtype;
+};
+
+/* out[n, d] = sum over row t's picks, in ascending expert order (then pick order), of
+ * weights[t, j] * expert(x[t]). Batch-invariant: a row's sum never depends on other rows. */
+void moe_experts_ref(float *out, const float *x, const int32_t *picks, const float *weights,
+                     const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
+                     float limit);
+
 #ifdef __cplusplus
 }
 #endif

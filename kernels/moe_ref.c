@@ -1,9 +1,11 @@
 /* moe_ref.c: router scores/selection and the clamped SwiGLU expert, plain C. */
 #include "moe.h"
+#include "elementwise.h"
 #include "matmul.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static float score_one(float z, enum moe_score fn) {
     if (fn == MOE_SCORE_SIGMOID) return 1.0f / (1.0f + expf(-z));
@@ -52,12 +54,65 @@ void swiglu_ref(float *y, const float *x, const struct swiglu_weights *w, int n,
     float *u = malloc((size_t)n * inter * sizeof(float));
     matmul_ref(g, x, w->w1, w->w1_dtype, n, d, inter, w->b1, w->b1_dtype);
     matmul_ref(u, x, w->w3, w->w3_dtype, n, d, inter, w->b3, w->b3_dtype);
-    for (size_t i = 0; i < (size_t)n * inter; i++) {
-        float gi = g[i] > limit ? limit : g[i]; // gate: upper bound only
-        float ui = u[i] > limit ? limit : (u[i] < -limit ? -limit : u[i]);
-        g[i] = gi / (1.0f + expf(-gi)) * ui;
-    }
+    swiglu_act_ref(g, u, (size_t)n * inter, limit);
     matmul_ref(y, g, w->w2, w->w2_dtype, n, inter, d, w->b2, w->b2_dtype);
     free(g);
     free(u);
+}
+
+void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, const int32_t *ids,
+                        enum moe_score score_fn, const void *bias, enum td_dtype bias_dtype,
+                        const void *tid2eid, enum td_dtype tid_dtype, int n, int k, int n_experts,
+                        float scaling) {
+    int64_t row[64];
+    int p[64];
+    for (int t = 0; t < n; t++) {
+        if (tid2eid)
+            for (int j = 0; j < k; j++) {
+                int64_t i = (int64_t)ids[t] * k + j;
+                if (tid_dtype == TD_DTYPE_I64) {
+                    memcpy(&row[j], (const char *)tid2eid + 8 * i, 8);
+                } else {
+                    int32_t v;
+                    memcpy(&v, (const char *)tid2eid + 4 * i, 4);
+                    row[j] = v;
+                }
+            }
+        moe_route_ref(p, weights + (size_t)t * k, logits + (size_t)t * n_experts, score_fn,
+                      tid2eid ? NULL : bias, bias_dtype, tid2eid ? row : NULL, k, n_experts,
+                      scaling);
+        for (int j = 0; j < k; j++) picks[(size_t)t * k + j] = p[j];
+    }
+}
+
+void moe_experts_ref(float *out, const float *x, const int32_t *picks, const float *weights,
+                     const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
+                     float limit) {
+    int *rows = malloc((size_t)n * k * sizeof(int));
+    float *xe = malloc((size_t)n * k * d * sizeof(float));
+    float *ye = malloc((size_t)n * k * d * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * d; i++) out[i] = 0.0f;
+    // gather each expert's rows, run it once, add in ascending expert order
+    for (int e = 0; e < n_experts; e++) {
+        int m = 0;
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < k; j++)
+                if (picks[(size_t)t * k + j] == e) {
+                    rows[m] = t * k + j;
+                    memcpy(xe + (size_t)m * d, x + (size_t)t * d, (size_t)d * sizeof(float));
+                    m++;
+                }
+        if (!m) continue;
+        struct swiglu_weights sw = {ex->w1[e], ex->w3[e], ex->w2[e], NULL, NULL, NULL,
+                                    ex->dtype, ex->dtype, ex->dtype, 0, 0, 0};
+        swiglu_ref(ye, xe, &sw, m, d, inter, limit);
+        for (int r = 0; r < m; r++) {
+            int t = rows[r] / k;
+            float w = weights[rows[r]];
+            for (int c = 0; c < d; c++) out[(size_t)t * d + c] += ye[(size_t)r * d + c] * w;
+        }
+    }
+    free(rows);
+    free(xe);
+    free(ye);
 }

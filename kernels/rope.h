@@ -6,6 +6,8 @@
 #ifndef TD_KERNELS_ROPE_H
 #define TD_KERNELS_ROPE_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,6 +34,11 @@ void rope_cos_sin_ref(float *cos_out, float *sin_out, const float *inv_freq, int
 /* rotate n vectors x[n, stride] (first d channels used) by the pair tables; inverse uses -sin. */
 void rope_apply_ref(float *x, int n, int stride, int d, int rot_dim, const float *cos_t,
                     const float *sin_t, int inverse);
+
+/* Rotate row t's n_vec vectors (x[t, v, 0..d)) at position positions[t]; cos/sin from
+ * inv_freq exactly as rope_cos_sin_ref. */
+void rope_rows_ref(float *x, int n, int n_vec, int d, int rot_dim, const int32_t *positions,
+                   const float *inv_freq, float attention_factor, int inverse);
 
 #ifdef __cplusplus
 }

@@ -60,3 +60,12 @@ void rope_apply_ref(float *x, int n, int stride, int d, int rot_dim, const float
         }
     }
 }
+
+void rope_rows_ref(float *x, int n, int n_vec, int d, int rot_dim, const int32_t *positions,
+                   const float *inv_freq, float attention_factor, int inverse) {
+    float cs[256], sn[256];
+    for (int t = 0; t < n; t++) {
+        rope_cos_sin_ref(cs, sn, inv_freq, rot_dim / 2, positions[t], attention_factor);
+        rope_apply_ref(x + (size_t)t * n_vec * d, n_vec, d, d, rot_dim, cs, sn, inverse);
+    }
+}

@@ -88,7 +88,7 @@ static void test_hf(struct fx *f) {
     size_t nv = (size_t)f->n * c->vocab;
     f->oneshot = malloc(nv * sizeof(float));
     f->picks = malloc((size_t)c->n_layers * f->n * (c->index_topk + 1) * sizeof(int32_t));
-    CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
     struct td_plan_seq q = {slot, 0, f->n, f->ids};
     int rc = td_forward_seqs(&f->m, &st, &q, 1, f->oneshot, f->picks, err, sizeof err);
@@ -177,7 +177,7 @@ static void test_chunked(struct fx *f) {
     int *chunks = malloc((size_t)f->n * sizeof(int));
     struct td_state st;
     case_begin();
-    CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     int n_sched = quick_mode() ? 3 : 8;
     for (int s = 0; s < n_sched && !check_case_failed; s++) {
         int nc = 0, left = f->n;
@@ -219,7 +219,7 @@ static void test_rollback(struct fx *f) {
     int32_t junk[16];
     struct td_state st;
     case_begin();
-    CHECK(!td_state_init(&st, c, 1, f->n + max_chunk, max_chunk, (size_t)1 << 31, err, sizeof err),
+    CHECK(!td_state_init(&st, c, 1, f->n + max_chunk, max_chunk, (size_t)1 << 31, NULL, err, sizeof err),
           "%s", err);
     int slot = td_state_seq_alloc(&st), pos = 0, n_rollbacks = 0;
     while (pos < f->n && !check_case_failed) {
@@ -269,7 +269,7 @@ static void test_batched(struct fx *f) {
     float *alone[3], *batched[3];
     struct td_state st;
     case_begin();
-    CHECK(!td_state_init(&st, c, 4, f->n, 16, (size_t)1 << 31, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&st, c, 4, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     for (int s = 0; s < n_seq; s++) {
         seqs[s] = malloc((size_t)len_of[s] * sizeof(int32_t));
         for (int i = 0; i < len_of[s]; i++)
@@ -333,7 +333,7 @@ static void test_plan_errors(struct fx *f) {
     struct td_state st;
     float *lg = malloc((size_t)8 * c->vocab * sizeof(float));
     case_begin();
-    CHECK(!td_state_init(&st, c, 2, 8, 4, (size_t)1 << 31, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&st, c, 2, 8, 4, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
     int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     struct td_plan_seq q = {slot, 0, 4, ids};
@@ -358,7 +358,7 @@ static void test_plan_errors(struct fx *f) {
     CHECK(st.len[slot] == 4, "state changed by refused calls: len %d", st.len[slot]);
     size_t need = td_state_bytes(c, 1000, 1 << 20, 16);
     struct td_state big;
-    CHECK(td_state_init(&big, c, 1000, 1 << 20, 16, need - 1, err, sizeof err) == -1 &&
+    CHECK(td_state_init(&big, c, 1000, 1 << 20, 16, need - 1, NULL, err, sizeof err) == -1 &&
               strstr(err, "MiB"),
           "oversized pools not refused");
     case_end("plan_errors", "");

@@ -214,7 +214,7 @@ static void with_model(void) {
     // two identical requests in one batch
     case_begin();
     struct td_state st;
-    CHECK(!td_state_init(&st, c, 2, 400, 16, (size_t)1 << 30, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&st, c, 2, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s", err);
     int32_t ids[300];
     for (int i = 0; i < 300; i++) ids[i] = (i * 37 + 11) % V;
     int sa = td_state_seq_alloc(&st), sb = td_state_seq_alloc(&st);
@@ -241,8 +241,8 @@ static void with_model(void) {
     case_begin();
     int n_iter = quick_mode() ? 60 : 1000, n_seqs = 6;
     struct td_state sb_st, one;
-    CHECK(!td_state_init(&sb_st, c, n_seqs, 400, 16, (size_t)1 << 30, err, sizeof err), "%s", err);
-    CHECK(!td_state_init(&one, c, n_seqs, 400, 16, (size_t)1 << 30, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&sb_st, c, n_seqs, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&one, c, n_seqs, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s", err);
     int slot_b[6], slot_1[6], len[6] = {0};
     int32_t seq_ids[6][400];
     for (int s = 0; s < n_seqs; s++) {

@@ -1,0 +1,86 @@
+/* backend.h: where the forward runs. One table of op entry points over raw buffers (kernels/
+ * signatures), plus memory. The CPU backend calls kernels/<op>_ref.c; the CUDA backend launches
+ * kernels/<op>.cu on one stream. The layer loop (forward.c) is written once against this table.
+ *
+ *   const struct td_backend *b = td_backend_get("cuda", err, sizeof err); // or "cpu"
+ *   td_state_init(&st, &cfg, ..., b, err, sizeof err);   // pools live on b
+ *   td_model_to_backend(&host_model, b, &run_model, ...); // weights resident on b
+ *   td_forward(&run_model, &st, &plan, logits, NULL, err, sizeof err);
+ */
+#ifndef TD_BACKEND_H
+#define TD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention.h"
+#include "kernels/compress.h"
+#include "kernels/dtype.h"
+#include "kernels/hc.h"
+#include "kernels/indexer.h"
+#include "kernels/moe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct td_ops {
+    void (*embed)(float *X, const int32_t *ids, const void *emb, enum td_dtype t, int n, int nc,
+                  int d);
+    void (*matmul)(float *y, const float *x, const void *w, enum td_dtype t, int n, int in,
+                   int out, const void *bias, enum td_dtype bias_t);
+    void (*matmul_grouped)(float *y, const float *x, const void *w, enum td_dtype t, int n,
+                           int groups, int in, int out);
+    void (*rmsnorm)(float *y, const float *x, const void *w, enum td_dtype t, int n, int d,
+                    float eps);
+    void (*rope_rows)(float *x, int n, int n_vec, int d, int rot_dim, const int32_t *positions,
+                      const float *inv_freq, float attention_factor, int inverse);
+    void (*hc_pre)(float *collapsed, float *post, float *comb, const float *x,
+                   const struct hc_weights *w, int n, int nc, int d, int iters, float hc_eps,
+                   float rms_eps);
+    void (*hc_post)(float *x, const float *a, const float *post, const float *comb, int n,
+                    int nc, int d);
+    void (*hc_head)(float *y, const float *x, const void *fn, enum td_dtype fn_t,
+                    const void *base, enum td_dtype base_t, const void *scale,
+                    enum td_dtype scale_t, int n, int nc, int d, float hc_eps, float rms_eps);
+    void (*add_pos_bias)(float *x, const void *bias, enum td_dtype t, const int32_t *positions,
+                         int rate, int n, int width);
+    void (*compress_emit)(const struct compress_args *a);
+    void (*ring_store)(float *ring, const float *rows, const int32_t *write,
+                       const struct rows_view *r, int ring_rows, int width);
+    void (*indexer_topk)(const struct indexer_args *a);
+    void (*attention_rows)(const struct attn_args *a);
+    void (*moe_route_rows)(int32_t *picks, float *weights, const float *logits,
+                           const int32_t *ids, enum moe_score fn, const void *bias,
+                           enum td_dtype bias_t, const void *tid2eid, enum td_dtype tid_t, int n,
+                           int k, int n_experts, float scaling);
+    void (*moe_experts)(float *out, const float *x, const int32_t *picks, const float *weights,
+                        const struct expert_set *ex, int n, int d, int inter, int k,
+                        int n_experts, float limit);
+    void (*add)(float *y, const float *x, size_t n);
+    void (*scale)(float *x, float s, size_t n);
+    void (*swiglu_act)(float *g, const float *u, size_t n, float limit);
+};
+
+struct td_backend {
+    const char *name;
+    int on_device;                                    /* buffers are not host-addressable */
+    struct td_ops ops;
+    void *(*alloc)(size_t bytes);                     /* zeroed, NULL on failure */
+    void (*release)(void *p);
+    void (*to_device)(void *dst, const void *src, size_t bytes);
+    void (*to_host)(void *dst, const void *src, size_t bytes);
+    int (*finish)(char *err, size_t errlen);          /* drain queued work, report faults */
+    size_t (*free_bytes)(void);                       /* memory the backend can still take */
+};
+
+const struct td_backend *td_backend_cpu(void);
+
+/* "cpu", "cuda", or "auto" (cuda when a device is usable, else cpu). NULL + message when the
+ * named backend is unavailable (no GPU, built without nvcc). */
+const struct td_backend *td_backend_get(const char *name, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,30 @@
+/* elementwise.h: embedding gather into the residual streams, and small pointwise ops. */
+#ifndef TD_KERNELS_ELEMENTWISE_H
+#define TD_KERNELS_ELEMENTWISE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X[t, i, :] = emb[ids[t], :] for each of the nc streams i. */
+void embed_ref(float *X, const int32_t *ids, const void *emb, enum td_dtype emb_dtype, int n,
+               int nc, int d);
+
+/* y[i] += x[i] */
+void add_ref(float *y, const float *x, size_t n);
+
+/* x[i] *= s */
+void scale_ref(float *x, float s, size_t n);
+
+/* g[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) (DeepSeek-V4 SwiGLU clamp) */
+void swiglu_act_ref(float *g, const float *u, size_t n, float limit);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,27 @@
+/* elementwise_ref.c: embedding gather and pointwise ops, plain C. */
+#include "elementwise.h"
+
+#include <math.h>
+
+void embed_ref(float *X, const int32_t *ids, const void *emb, enum td_dtype emb_dtype, int n,
+               int nc, int d) {
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < nc; i++)
+            td_load_row_f32(X + ((size_t)t * nc + i) * d, emb, emb_dtype, (int64_t)ids[t] * d, d);
+}
+
+void add_ref(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void scale_ref(float *x, float s, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void swiglu_act_ref(float *g, const float *u, size_t n, float limit) {
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] > limit ? limit : g[i]; // gate: upper bound only
+        float ui = u[i] > limit ? limit : (u[i] < -limit ? -limit : u[i]);
+        g[i] = gi / (1.0f + expf(-gi)) * ui;
+    }
+}
