@@ -8,10 +8,16 @@ MAKEFLAGS += -r
 CC      ?= cc
 NVCC    ?= nvcc
 CUARCH  ?= sm_90a
+# DEPS=DIR: Debian packages unpacked under DIR (dpkg -x), for machines without them installed
+ifneq ($(DEPS),)
+DEPS_INC := -I$(DEPS)/usr/include -I$(DEPS)/usr/include/x86_64-linux-gnu
+DEPS_LIB := -L$(DEPS)/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(abspath $(DEPS))/usr/lib/x86_64-linux-gnu
+endif
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_DEFAULT_SOURCE -I. -MMD -MP
-LDLIBS  += -ljansson -lm -lpthread
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_DEFAULT_SOURCE -I. -MMD -MP $(DEPS_INC)
+LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
+LDFLAGS += $(DEPS_LIB)
 
 ifneq ($(SANITIZER),)
 BUILD   := build-san
@@ -24,10 +30,10 @@ ifeq ($(HAVE_NVCC),)
 $(info ✗ nvcc not found, building CPU-only)
 CU_SRC :=
 else
-CU_SRC := $(wildcard kernels/*.cu)
-NVFLAGS := -std=c++17 -O3 -g -lineinfo -arch=$(CUARCH) -I.
+CU_SRC := $(wildcard kernels/*.cu engine/*.cu)
+NVFLAGS := -std=c++17 -O3 -g -lineinfo -gencode=arch=compute_$(subst sm_,,$(CUARCH)),code=$(CUARCH) -I. $(DEPS_INC)
 ifneq ($(CU_SRC),)
-LDLIBS  += -lcudart -lcublasLt -lcublas
+LDLIBS  += -L$(dir $(HAVE_NVCC))../lib64 -lcudart -lcublasLt -lstdc++
 CFLAGS  += -DTD_HAVE_CUDA=1
 endif
 endif
@@ -70,10 +76,17 @@ test: test-cpu
 	@$(MAKE) --no-print-directory SANITIZER=address,undefined test-san
 
 test-san: $(TEST_BIN) $(BUILD)/tandem
-	@ASAN_OPTIONS=detect_leaks=1 TD_TEST_QUICK=1 TD_TANDEM=$(BUILD)/tandem sh tests/run.sh $(BUILD) $(TEST_BIN)
+	@ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 TD_TEST_QUICK=1 TD_TANDEM=$(BUILD)/tandem sh tests/run.sh $(BUILD) $(TEST_BIN)
 
 $(BUILD)/tandem: $(BUILD)/engine/main.c.o $(BUILD)/libtandem.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# GPU tests (an sm_90 device): every CUDA op against its reference, whole models against HF
+test-gpu: bin/tandem $(BUILD)/tests/test_gpu
+	@sh tests/run.sh $(BUILD) $(BUILD)/tests/test_gpu
+
+sanitize-gpu: $(BUILD)/tests/test_gpu
+	compute-sanitizer --tool memcheck --error-exitcode 1 $(BUILD)/tests/test_gpu
 
 format:
 	clang-format -i $(wildcard */*.c */*.h */*.cu)
@@ -81,6 +94,6 @@ format:
 clean:
 	rm -rf build build-san bin
 
-.PHONY: all tests test test-cpu test-san format clean
+.PHONY: all tests test test-cpu test-san test-gpu sanitize-gpu format clean
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "draft/drafter.h"
+#include "engine/backend.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/state.h"
@@ -46,7 +47,10 @@ struct group {
 
 struct td_engine {
     struct td_engine_params p;
-    struct td_model model;
+    const struct td_backend *b;
+    struct td_model model;    /* on the host (mapped files) */
+    struct td_model dev;      /* its mirror on a device backend */
+    const struct td_model *run; /* the one the forward reads: model or dev */
     struct td_state state;
     struct td_plan plan;
     struct td_drafter *drafter;
@@ -70,6 +74,7 @@ struct td_engine_params td_engine_defaults(void) {
     p.max_ctx = 4096;
     p.max_batch_tokens = 256;
     p.draft = "none";
+    p.backend = "auto";
     p.max_draft = 0;
     p.max_cache_bytes = 0; // auto: see cache_limit()
     return p;
@@ -101,10 +106,15 @@ static int is_eos(const struct td_engine *e, int32_t t) {
     return 0;
 }
 
-/* the cache-pool limit: as given, or 3/4 of physical memory less 1 GiB of headroom for the
- * weights' page cache, step buffers and the rest of the process */
-static size_t cache_limit(size_t asked) {
+/* the cache-pool limit: as given; on a device, its free memory (after the weights) less 10% and
+ * 2 GiB for step buffers, activations and the GEMM workspace; on the CPU 3/4 of physical memory
+ * less 1 GiB for the weights' page cache, step buffers and the rest of the process */
+static size_t cache_limit(size_t asked, const struct td_backend *b) {
     if (asked) return asked;
+    if (b->on_device) {
+        size_t fr = b->free_bytes(), keep = fr / 10 + ((size_t)2 << 30);
+        return fr > keep ? fr - keep : 0;
+    }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     size_t phys = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)4 << 30;
     size_t lim = phys / 4 * 3;
@@ -134,9 +144,18 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         free(e);
         return -1;
     }
+    if (!(e->b = td_backend_get(p->backend ? p->backend : "auto", err, errlen))) {
+        free(e);
+        return -1;
+    }
     if (td_model_load(&e->model, p->model_dir, err, errlen)) {
         free(e);
         return -1;
+    }
+    e->run = &e->model;
+    if (e->b->on_device) {
+        if (td_model_upload(&e->model, e->b, &e->dev, err, errlen)) goto fail;
+        e->run = &e->dev;
     }
     const struct td_config *c = &e->model.cfg;
     if (p->max_ctx > c->max_position_embeddings) e->p.max_ctx = (int)c->max_position_embeddings;
@@ -146,7 +165,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
     if (td_state_init(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
-                      cache_limit(p->max_cache_bytes), NULL, err, errlen))
+                      cache_limit(p->max_cache_bytes, e->b), e->b, err, errlen))
         goto fail;
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
@@ -183,9 +202,12 @@ void td_engine_free(struct td_engine *e) {
     draft_free(e->drafter);
     meta_plan_free(&e->plan);
     td_state_free(&e->state);
+    if (e->dev.backend) td_model_free(&e->dev);
     td_model_free(&e->model);
     free(e);
 }
+
+const char *td_engine_backend(const struct td_engine *e) { return e->b->name; }
 
 int td_engine_vocab(const struct td_engine *e) { return e->model.cfg.vocab; }
 
@@ -422,7 +444,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     int n = schedule(e);
     if (n > 0) {
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
-        if (td_forward(&e->model, &e->state, &e->plan, e->logits, NULL, err, errlen)) return -1;
+        if (td_forward(e->run, &e->state, &e->plan, e->logits, NULL, err, errlen)) return -1;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;
         int V = e->model.cfg.vocab;

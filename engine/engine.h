@@ -37,13 +37,15 @@ extern "C" {
 
 struct td_engine_params {
     const char *model_dir;
+    const char *backend;      /* "auto" (default: cuda when a GPU is usable), "cpu", "cuda" */
     int max_seqs;             /* sequences decoding at once (state slots), default 16 */
     int max_ctx;              /* tokens per sequence, default 4096 (capped by the model) */
     int max_batch_tokens;     /* rows per step, default 256; >= 1 + max_draft */
     const char *draft;        /* "none" (default), "ngram" or "random" */
     int max_draft;            /* draft tokens per round, 0 .. TD_MAX_DRAFT */
-    size_t max_cache_bytes;   /* cache pools above this are refused at init; 0 (default):
-                                 3/4 of physical memory less 1 GiB of headroom */
+    size_t max_cache_bytes;   /* cache pools above this are refused at init; 0 (default): on the
+                                 CPU 3/4 of physical memory less 1 GiB, on a GPU the free device
+                                 memory after the weights less 10% and 2 GiB of headroom */
     /* test seam: sees (and may alter) every logits row before verification */
     void (*logits_hook)(void *ctx, int request, long position, float *row, int vocab);
     void *hook_ctx;
@@ -107,8 +109,11 @@ void td_engine_cancel(struct td_engine *e, int id);
 
 const struct td_engine_stats *td_engine_stats(const struct td_engine *e);
 
-/* The model's vocabulary size and EOS ids (config.json and generation_config.json). */
+/* The model's vocabulary size. */
 int td_engine_vocab(const struct td_engine *e);
+
+/* The backend the engine runs on ("cpu" or "cuda"). */
+const char *td_engine_backend(const struct td_engine *e);
 
 void td_engine_free(struct td_engine *e);
 

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "engine/backend.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/npy.h"
@@ -42,14 +43,16 @@ static void usage(FILE *fp) {
             "  --ignore-eos           do not stop at EOS tokens\n"
             "  --max-batch-tokens N   rows per forward step (default 256)\n"
             "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
+            "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
             "\n"
-            "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...]\n"
+            "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...] [--backend B]\n"
             "  --model DIR     model directory: config.json + model.safetensors (or shards with\n"
             "                  model.safetensors.index.json), HF or upstream DeepSeek layout\n"
             "  --ids FILE      whitespace-separated token ids, each in [0, vocab_size)\n"
             "  --out OUT.npy   float32 little-endian C-order array [n_ids, vocab_size]\n"
             "  --chunks LIST   feed the ids as successive forward calls of these sizes\n"
-            "                  (positive, summing to n_ids; default: one call)\n");
+            "                  (positive, summing to n_ids; default: one call)\n"
+            "  --backend B     cpu (default: the fp32 reference), cuda or auto\n");
 }
 
 static int die(const char *fmt, const char *a) {
@@ -134,6 +137,7 @@ static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *e
 
 static int cmd_logits(int argc, char **argv) {
     const char *model_dir = NULL, *ids_path = NULL, *out_path = NULL, *chunks_arg = NULL;
+    const char *backend = "cpu";
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -144,6 +148,7 @@ static int cmd_logits(int argc, char **argv) {
                            : !strcmp(a, "--ids")    ? &ids_path
                            : !strcmp(a, "--out")    ? &out_path
                            : !strcmp(a, "--chunks") ? &chunks_arg
+                           : !strcmp(a, "--backend") ? &backend
                                                     : NULL;
         if (!dst) return die("logits: unknown option '%s' (see tandem logits --help)", a);
         if (i + 1 >= argc) return die("logits: %s needs a value", a);
@@ -156,8 +161,10 @@ static int cmd_logits(int argc, char **argv) {
     char err[1024];
     int32_t *ids = NULL;
     int n_ids = 0, *chunks = NULL, n_chunks = 0, rc = 1;
-    struct td_model m;
+    struct td_model m, dev = {0};
     struct td_state st = {0};
+    const struct td_backend *b = td_backend_get(backend, err, sizeof err);
+    if (!b) return die("%s", err);
     float *logits = NULL;
     if (read_ids(ids_path, &ids, &n_ids, err, sizeof err)) return die("%s", err);
     if (chunks_arg && parse_chunks(chunks_arg, n_ids, &chunks, &n_chunks, err, sizeof err)) {
@@ -182,7 +189,12 @@ static int cmd_logits(int argc, char **argv) {
         }
     int max_chunk = 16;
     for (int i = 0; i < n_chunks; i++) max_chunk = chunks[i] > max_chunk ? chunks[i] : max_chunk;
-    if (td_state_init(&st, &m.cfg, 1, n_ids, max_chunk, (size_t)8 << 30, NULL, err, sizeof err))
+    const struct td_model *run = &m;
+    if (b->on_device) {
+        if (td_model_upload(&m, b, &dev, err, sizeof err)) goto done;
+        run = &dev;
+    }
+    if (td_state_init(&st, &m.cfg, 1, n_ids, max_chunk, (size_t)8 << 30, b, err, sizeof err))
         goto done;
     logits = malloc((size_t)n_ids * m.cfg.vocab * sizeof(float));
     if (!logits) {
@@ -194,7 +206,7 @@ static int cmd_logits(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n_chunks; i++) {
         struct td_plan_seq q = {slot, pos, chunks[i], ids + pos};
-        if (td_forward_seqs(&m, &st, &q, 1, logits + (size_t)pos * m.cfg.vocab, NULL, err,
+        if (td_forward_seqs(run, &st, &q, 1, logits + (size_t)pos * m.cfg.vocab, NULL, err,
                             sizeof err))
             goto done;
         pos += chunks[i];
@@ -211,6 +223,7 @@ done:
     free(ids);
     free(chunks);
     td_state_free(&st);
+    if (dev.backend) td_model_free(&dev);
     td_model_free(&m);
     return rc;
 }
@@ -302,6 +315,7 @@ static int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) rc = parse_int(a, v, 0, LONG_MAX, &seed);
         else if (!strcmp(a, "--n")) rc = parse_int(a, v, 1, 4096, &n);
         else if (!strcmp(a, "--draft")) ep.draft = v;
+        else if (!strcmp(a, "--backend")) ep.backend = v;
         else if (!strcmp(a, "--draft-tokens")) rc = parse_int(a, v, 1, TD_MAX_DRAFT, &draft_tokens);
         else if (!strcmp(a, "--max-batch-tokens")) {
             rc = parse_int(a, v, 1, 1 << 20, &lv);
@@ -373,6 +387,7 @@ static int cmd_generate(int argc, char **argv) {
     (void)print_ids; // ids are the only output until a tokenizer is wired in
     if (stats) {
         const struct td_engine_stats *s = td_engine_stats(e);
+        fprintf(stderr, "stats: backend %s\n", td_engine_backend(e));
         double sec = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
         fprintf(stderr, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
                 s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);

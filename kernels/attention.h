@@ -37,6 +37,10 @@ struct attn_args {
  * from kv, older ones from the ring), then the compressed entries. */
 void attention_rows_ref(const struct attn_args *a);
 
+/* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
+ * backend's stream. Defined only in builds with nvcc. */
+void attention_rows_cuda(const struct attn_args *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -48,6 +48,14 @@ void add_pos_bias_ref(float *x, const void *bias, enum td_dtype bias_dtype,
 void ring_store_ref(float *ring, const float *rows, const int32_t *write,
                     const struct rows_view *r, int ring_rows, int width);
 
+/* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
+ * backend's stream. Defined only in builds with nvcc. */
+void compress_emit_cuda(const struct compress_args *a);
+void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
+                       const int32_t *positions, int rate, int n, int width);
+void ring_store_cuda(float *ring, const float *rows, const int32_t *write,
+                     const struct rows_view *r, int ring_rows, int width);
+
 #ifdef __cplusplus
 }
 #endif

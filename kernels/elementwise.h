@@ -24,6 +24,14 @@ void scale_ref(float *x, float s, size_t n);
 /* g[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) (DeepSeek-V4 SwiGLU clamp) */
 void swiglu_act_ref(float *g, const float *u, size_t n, float limit);
 
+/* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
+ * backend's stream. Defined only in builds with nvcc. */
+void embed_cuda(float *X, const int32_t *ids, const void *emb, enum td_dtype emb_dtype, int n,
+                int nc, int d);
+void add_cuda(float *y, const float *x, size_t n);
+void scale_cuda(float *x, float s, size_t n);
+void swiglu_act_cuda(float *g, const float *u, size_t n, float limit);
+
 #ifdef __cplusplus
 }
 #endif

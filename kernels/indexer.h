@@ -32,6 +32,10 @@ struct indexer_args {
 /* rows.topk[t] <- the top-k of row t's scores over its visible entries (sorted, -1 padded). */
 void indexer_topk_ref(const struct indexer_args *a);
 
+/* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
+ * backend's stream. Defined only in builds with nvcc. */
+void indexer_topk_cuda(const struct indexer_args *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,13 @@ void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, 
 void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
                         int groups, int in, int out);
 
+/* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
+ * backend's stream. Defined only in builds with nvcc. */
+void matmul_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n, int in,
+                 int out, const void *bias, enum td_dtype bias_dtype);
+void matmul_grouped_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
+                         int groups, int in, int out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,11 @@ extern "C" {
 void rmsnorm_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n, int d,
                  float eps);
 
+/* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
+ * backend's stream. Defined only in builds with nvcc. */
+void rmsnorm_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n, int d,
+                  float eps);
+
 #ifdef __cplusplus
 }
 #endif

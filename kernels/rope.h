@@ -40,6 +40,11 @@ void rope_apply_ref(float *x, int n, int stride, int d, int rot_dim, const float
 void rope_rows_ref(float *x, int n, int n_vec, int d, int rot_dim, const int32_t *positions,
                    const float *inv_freq, float attention_factor, int inverse);
 
+/* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
+ * backend's stream. Defined only in builds with nvcc. */
+void rope_rows_cuda(float *x, int n, int n_vec, int d, int rot_dim, const int32_t *positions,
+                    const float *inv_freq, float attention_factor, int inverse);
+
 #ifdef __cplusplus
 }
 #endif

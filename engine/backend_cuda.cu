@@ -1,0 +1,108 @@
+/* backend_cuda.cu: the CUDA backend: kernels/<op>.cu launchers on one stream, device memory
+ * from cudaMalloc. Built only when nvcc is found (TD_HAVE_CUDA). */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+
+static cudaStream_t stream;
+static int sync_each = -1;
+
+extern "C" cudaStream_t td_cuda_stream(void) { return stream; }
+
+extern "C" void td_cuda_after_launch(const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (sync_each < 0) sync_each = getenv("TD_SYNC") && atoi(getenv("TD_SYNC"));
+    if (e == cudaSuccess && sync_each) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "CUDA error %s (%s) after the launch at %s:%d\n", cudaGetErrorName(e),
+                cudaGetErrorString(e), file, line);
+        abort();
+    }
+}
+
+static void *cu_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    if (cudaMemset(p, 0, bytes ? bytes : 1) != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_release(void *p) { cudaFree(p); }
+
+// cudaMemcpy on the legacy stream orders itself with our (blocking) stream
+static void cu_to_device(void *dst, const void *src, size_t bytes) {
+    if (bytes) cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
+static void cu_to_host(void *dst, const void *src, size_t bytes) {
+    if (bytes) cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+static int cu_finish(char *err, size_t errlen) {
+    cudaError_t e = cudaStreamSynchronize(stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cuda: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+static size_t cu_free_bytes(void) {
+    size_t fr = 0, total = 0;
+    if (cudaMemGetInfo(&fr, &total) != cudaSuccess) return 0;
+    return fr;
+}
+
+static struct td_backend cuda_backend;
+
+extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
+    if (stream) return &cuda_backend;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(err, errlen, "backend cuda: no usable GPU (%s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+        cudaGetLastError();
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 9) {
+        snprintf(err, errlen, "backend cuda: device 0 is compute capability %d.%d; this build "
+                 "targets sm_90a (rebuild with make CUARCH=...)", prop.major, prop.minor);
+        return NULL;
+    }
+    if (cudaStreamCreate(&stream) != cudaSuccess) {
+        snprintf(err, errlen, "backend cuda: cannot create a stream");
+        return NULL;
+    }
+    struct td_ops ops = {embed_cuda,          matmul_cuda,         matmul_grouped_cuda,
+                         rmsnorm_cuda,        rope_rows_cuda,      hc_pre_cuda,
+                         hc_post_cuda,        hc_head_cuda,        add_pos_bias_cuda,
+                         compress_emit_cuda,  ring_store_cuda,     indexer_topk_cuda,
+                         attention_rows_cuda, moe_route_rows_cuda, moe_experts_cuda,
+                         add_cuda,            scale_cuda,          swiglu_act_cuda};
+    cuda_backend.name = "cuda";
+    cuda_backend.on_device = 1;
+    cuda_backend.ops = ops;
+    cuda_backend.alloc = cu_alloc;
+    cuda_backend.release = cu_release;
+    cuda_backend.to_device = cu_to_device;
+    cuda_backend.to_host = cu_to_host;
+    cuda_backend.finish = cu_finish;
+    cuda_backend.free_bytes = cu_free_bytes;
+    return &cuda_backend;
+}

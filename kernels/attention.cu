@@ -1,0 +1,78 @@
+/* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block per row; each row's
+ * keys come from the step metadata exactly as in attention_rows_ref (see attention.h). Two-pass
+ * fp32 softmax over the row's keys held in shared memory. */
+#include "attention.h"
+#include "cuda_common.cuh"
+
+__device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t, int j, int n_swa,
+                                                int slot, int len, int row0) {
+    const struct rows_view &r = a.rows;
+    if (j < n_swa) {
+        int q = r.swa_pos[r.swa_indptr[t] + j];
+        return q >= len ? a.kv + (size_t)(row0 + q - len) * a.d
+                        : a.swa_ring + ((size_t)slot * a.swa_rows + q % a.swa_rows) * a.d;
+    }
+    int w = a.use_topk ? r.topk[(size_t)t * r.topk_stride + (j - n_swa)] : j - n_swa;
+    return a.entries + ((size_t)slot * a.n_entries + w) * a.d;
+}
+
+__global__ void attention_rows_kernel(struct attn_args a) {
+    extern __shared__ float sm[]; // q[d], s[max keys]
+    const struct rows_view &r = a.rows;
+    int t = blockIdx.x, sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
+    int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
+    if (a.entries) {
+        if (a.use_topk) {
+            const int32_t *pk = r.topk + (size_t)t * r.topk_stride;
+            while (n_ent < r.topk_stride && pk[n_ent] >= 0) n_ent++;
+        } else {
+            n_ent = r.vis[t];
+        }
+    }
+    int nk = n_swa + n_ent, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float *qs = sm, *s = sm + a.d;
+    for (int h = 0; h < a.n_heads; h++) {
+        const float *qh = a.q + ((size_t)t * a.n_heads + h) * a.d;
+        for (int c = threadIdx.x; c < a.d; c += blockDim.x) qs[c] = qh[c];
+        __syncthreads();
+        for (int j = warp; j < nk; j += nw) {
+            const float *k = key_ptr(a, t, j, n_swa, slot, len, row0);
+            float dot = 0.0f;
+            for (int c = lane; c < a.d; c += 32) dot += qs[c] * k[c];
+            dot = warp_sum(dot);
+            if (lane == 0) s[j] = dot * a.scale;
+        }
+        __syncthreads();
+        float sink = a.sinks[h], mx = sink;
+        for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmaxf(mx, s[j]);
+        mx = block_max(mx);
+        float den = 0.0f;
+        for (int j = threadIdx.x; j < nk; j += blockDim.x) den += expf(s[j] - mx);
+        den = block_sum(den) + expf(sink - mx);
+        __syncthreads();
+        for (int j = threadIdx.x; j < nk; j += blockDim.x) s[j] = expf(s[j] - mx) / den;
+        __syncthreads();
+        float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
+        for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
+            float acc = 0.0f;
+            for (int j = 0; j < nk; j++) acc += s[j] * key_ptr(a, t, j, n_swa, slot, len, row0)[c];
+            oh[c] = acc;
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" void attention_rows_cuda(const struct attn_args *a) {
+    if (!a->rows.n_tok) return;
+    // capacity: the window plus every compressed entry a row may see (top-k or all visible)
+    int max_keys = a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
+    size_t smem = ((size_t)a->d + max_keys) * sizeof(float);
+    static size_t smem_set;
+    if (smem > 48 * 1024 && smem > smem_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_rows_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = smem;
+    }
+    attention_rows_kernel<<<a->rows.n_tok, 128, smem, td_cuda_stream()>>>(*a);
+    LAUNCH_CHECK();
+}

@@ -1,0 +1,112 @@
+/* compress.cu: compressor position bias, entry emission (pool, norm, rope) and ring stores on
+ * the GPU (see compress.h). One block per row for emission; rows that close no window exit. */
+#include "compress.h"
+#include "cuda_common.cuh"
+
+#define MAX_SLOTS 512
+
+__global__ void add_pos_bias_kernel(float *x, const void *bias, int dt, const int32_t *positions,
+                                    int rate, int n, int width) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)n * width) return;
+    int t = (int)(i / width), j = (int)(i % width);
+    x[i] += ld_f32(bias, dt, (long long)(positions[t] % rate) * width + j);
+}
+
+__global__ void compress_emit_kernel(struct compress_args a) {
+    const struct rows_view *r = &a.rows;
+    int t = blockIdx.x, w = r->emit[t];
+    if (w < 0) return;
+    __shared__ long long off_kv[MAX_SLOTS];
+    __shared__ unsigned char from_ring[MAX_SLOTS];
+    __shared__ int n_slots;
+    extern __shared__ float e[]; // [d]
+    int sq = r->row_seq[t], slot = r->slot[sq], len = r->len_before[sq], row0 = r->qo_indptr[sq];
+    if (threadIdx.x == 0) {
+        int ns = 0;
+        // CSA: the previous window's Ca half (absent for w = 0), then the own Cb half
+        for (int half = a.overlap ? 0 : 1; half < 2; half++) {
+            int first = (w - (half == 0)) * a.rate, off = (a.overlap && half) ? a.d : 0;
+            if (first < 0) continue;
+            for (int s = 0; s < a.rate; s++) {
+                int q = first + s;
+                from_ring[ns] = q < len;
+                off_kv[ns++] = (q >= len ? (long long)(row0 + q - len) * a.width
+                                         : ((long long)slot * a.ring + q % a.ring) * a.width) +
+                               off;
+            }
+        }
+        n_slots = ns;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
+        float mx = -INFINITY;
+        for (int s = 0; s < n_slots; s++)
+            mx = fmaxf(mx, (from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c]);
+        float den = 0.0f, num = 0.0f;
+        for (int s = 0; s < n_slots; s++) den += expf((from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] - mx);
+        for (int s = 0; s < n_slots; s++) {
+            float al = expf((from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] - mx) / den;
+            num += al * (from_ring[s] ? a.ring_kv : a.raw)[off_kv[s] + c];
+        }
+        e[c] = num;
+    }
+    __syncthreads();
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x) ss += e[c] * e[c];
+    ss = block_sum(ss);
+    float rr = rsqrtf(ss / a.d + a.eps);
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x) e[c] = e[c] * rr * ld_f32(a.norm, a.norm_dtype, c);
+    __syncthreads();
+    int half = a.rot_dim / 2;
+    float pos = (float)((long long)w * a.rate);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double sd, cd;
+        sincos((double)(pos * a.inv_freq[i]), &sd, &cd);
+        float cs = (float)cd * a.attn_factor, sn = (float)sd * a.attn_factor;
+        float *p = e + (a.d - a.rot_dim);
+        float x0 = p[2 * i], x1 = p[2 * i + 1];
+        p[2 * i] = x0 * cs - x1 * sn;
+        p[2 * i + 1] = x1 * cs + x0 * sn;
+    }
+    __syncthreads();
+    float *dst = a.entries + ((size_t)slot * a.n_entries + w) * a.d;
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x) dst[c] = e[c];
+}
+
+__global__ void ring_store_kernel(float *ring, const float *rows, const int32_t *write,
+                                  struct rows_view r, int ring_rows, int width) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)r.n_tok * width) return;
+    int t = (int)(i / width), j = (int)(i % width);
+    if (write[t] < 0) return;
+    int slot = r.slot[r.row_seq[t]];
+    ring[((size_t)slot * ring_rows + write[t]) * width + j] = rows[i];
+}
+
+extern "C" void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
+                                  const int32_t *positions, int rate, int n, int width) {
+    if (!n) return;
+    add_pos_bias_kernel<<<ceil_div((long long)n * width, 256), 256, 0, td_cuda_stream()>>>(
+        x, bias, bias_dtype, positions, rate, n, width);
+    LAUNCH_CHECK();
+}
+
+extern "C" void compress_emit_cuda(const struct compress_args *a) {
+    if (!a->rows.n_tok) return;
+    if ((1 + a->overlap) * a->rate > MAX_SLOTS) {
+        fprintf(stderr, "compress_emit_cuda: %d slots, at most %d\n", (1 + a->overlap) * a->rate,
+                MAX_SLOTS);
+        abort();
+    }
+    compress_emit_kernel<<<a->rows.n_tok, 128, (size_t)a->d * sizeof(float), td_cuda_stream()>>>(*a);
+    LAUNCH_CHECK();
+}
+
+extern "C" void ring_store_cuda(float *ring, const float *rows, const int32_t *write,
+                                const struct rows_view *r, int ring_rows, int width) {
+    if (!r->n_tok) return;
+    ring_store_kernel<<<ceil_div((long long)r->n_tok * width, 256), 256, 0, td_cuda_stream()>>>(
+        ring, rows, write, *r, ring_rows, width);
+    LAUNCH_CHECK();
+}

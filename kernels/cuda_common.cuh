@@ -1,0 +1,81 @@
+/* cuda_common.cuh: shared device helpers for kernels/<op>.cu: error checks, the stream every
+ * launch goes to, dtype-generic loads, block reductions. Included by .cu files only. */
+#ifndef TD_CUDA_COMMON_CUH
+#define TD_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dtype.h"
+
+/* evaluates x once; on failure prints the statement, file:line and the error, then aborts */
+#define CUDA_CHECK(x)                                                                          \
+    do {                                                                                       \
+        cudaError_t err_ = (x);                                                                \
+        if (err_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "CUDA error %s (%s) at %s:%d: %s\n", cudaGetErrorName(err_),       \
+                    cudaGetErrorString(err_), __FILE__, __LINE__, #x);                         \
+            abort();                                                                           \
+        }                                                                                      \
+    } while (0)
+
+/* after every launch; TD_SYNC=1 in the environment also synchronises, so an asynchronous fault
+ * is reported at the kernel that caused it */
+#define LAUNCH_CHECK() td_cuda_after_launch(__FILE__, __LINE__)
+
+extern "C" cudaStream_t td_cuda_stream(void);
+extern "C" void td_cuda_after_launch(const char *file, int line);
+
+__device__ __forceinline__ float ld_f32(const void *p, int dtype, long long i) {
+    switch (dtype) {
+    case TD_DTYPE_F32: return ((const float *)p)[i];
+    case TD_DTYPE_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    case TD_DTYPE_F16: return __half2float(((const __half *)p)[i]);
+    default: return 0.0f;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+ * The reduction order is fixed by the thread layout, not by the data. */
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float part[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    float r = 0.0f;
+    int nw = blockDim.x >> 5;
+    for (int i = 0; i < nw; i++) r += part[i];
+    return r;
+}
+
+__device__ __forceinline__ float block_max(float v) {
+    __shared__ float partm[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) partm[w] = v;
+    __syncthreads();
+    float r = -INFINITY;
+    int nw = blockDim.x >> 5;
+    for (int i = 0; i < nw; i++) r = fmaxf(r, partm[i]);
+    return r;
+}
+
+static inline int ceil_div(long long a, int b) { return (int)((a + b - 1) / b); }
+
+#endif

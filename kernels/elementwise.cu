@@ -1,0 +1,54 @@
+/* elementwise.cu: embedding gather and pointwise ops on the GPU (see elementwise.h). */
+#include "cuda_common.cuh"
+#include "elementwise.h"
+
+__global__ void embed_kernel(float *X, const int32_t *ids, const void *emb, int dt, int n, int nc,
+                             int d) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x, total = (long long)n * nc * d;
+    if (i >= total) return;
+    int c = (int)(i % d), t = (int)(i / ((long long)nc * d));
+    X[i] = ld_f32(emb, dt, (long long)ids[t] * d + c);
+}
+
+__global__ void add_kernel(float *y, const float *x, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+__global__ void scale_kernel(float *x, float s, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+__global__ void swiglu_act_kernel(float *g, const float *u, size_t n, float limit) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gi = fminf(g[i], limit), ui = fminf(fmaxf(u[i], -limit), limit);
+    g[i] = gi / (1.0f + expf(-gi)) * ui;
+}
+
+extern "C" void embed_cuda(float *X, const int32_t *ids, const void *emb, enum td_dtype t, int n,
+                           int nc, int d) {
+    long long total = (long long)n * nc * d;
+    if (!total) return;
+    embed_kernel<<<ceil_div(total, 256), 256, 0, td_cuda_stream()>>>(X, ids, emb, t, n, nc, d);
+    LAUNCH_CHECK();
+}
+
+extern "C" void add_cuda(float *y, const float *x, size_t n) {
+    if (!n) return;
+    add_kernel<<<ceil_div(n, 256), 256, 0, td_cuda_stream()>>>(y, x, n);
+    LAUNCH_CHECK();
+}
+
+extern "C" void scale_cuda(float *x, float s, size_t n) {
+    if (!n) return;
+    scale_kernel<<<ceil_div(n, 256), 256, 0, td_cuda_stream()>>>(x, s, n);
+    LAUNCH_CHECK();
+}
+
+extern "C" void swiglu_act_cuda(float *g, const float *u, size_t n, float limit) {
+    if (!n) return;
+    swiglu_act_kernel<<<ceil_div(n, 256), 256, 0, td_cuda_stream()>>>(g, u, n, limit);
+    LAUNCH_CHECK();
+}

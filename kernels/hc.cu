@@ -1,0 +1,134 @@
+/* hc.cu: mHC pre (mixes, Sinkhorn, collapse), post (expand) and head on the GPU (see hc.h).
+ * One block per token for pre/head; the tiny Sinkhorn runs in one thread, in fp32. */
+#include "cuda_common.cuh"
+#include "hc.h"
+
+#define HC_MAX_MIX 288 /* (2 + 16) * 16 */
+
+/* mix[m] = fn[m, :] . (x / rms(x)), x the token's nc * d streams; mix in shared memory */
+__device__ void hc_mixes(float *mix, const float *xt, const void *fn, int fn_dt, int m, int width,
+                         float rms_eps) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) ss += xt[i] * xt[i];
+    ss = block_sum(ss);
+    float r = rsqrtf(ss / width + rms_eps);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = warp; o < m; o += nw) {
+        float acc = 0.0f;
+        for (int i = lane; i < width; i += 32)
+            acc += (xt[i] * r) * ld_f32(fn, fn_dt, (long long)o * width + i);
+        acc = warp_sum(acc);
+        if (lane == 0) mix[o] = acc;
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ float sigm(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+__global__ void hc_pre_kernel(float *collapsed, float *post, float *comb, const float *x,
+                              struct hc_weights w, int nc, int d, int iters, float hc_eps,
+                              float rms_eps) {
+    __shared__ float mix[HC_MAX_MIX];
+    __shared__ float pre[16];
+    int t = blockIdx.x, m = (2 + nc) * nc, width = nc * d;
+    const float *xt = x + (size_t)t * width;
+    hc_mixes(mix, xt, w.fn, w.fn_dtype, m, width, rms_eps);
+    if (threadIdx.x == 0) {
+        float s_pre = ld_f32(w.scale, w.scale_dtype, 0), s_post = ld_f32(w.scale, w.scale_dtype, 1);
+        float s_comb = ld_f32(w.scale, w.scale_dtype, 2);
+        float *pt = post + (size_t)t * nc, *ct = comb + (size_t)t * nc * nc;
+        for (int i = 0; i < nc; i++) {
+            pre[i] = sigm(mix[i] * s_pre + ld_f32(w.base, w.base_dtype, i)) + hc_eps;
+            pt[i] = 2.0f * sigm(mix[nc + i] * s_post + ld_f32(w.base, w.base_dtype, nc + i));
+        }
+        for (int i = 0; i < nc; i++) { // row softmax + eps
+            float mx = -INFINITY, *row = ct + i * nc;
+            for (int j = 0; j < nc; j++) {
+                row[j] = mix[2 * nc + i * nc + j] * s_comb +
+                         ld_f32(w.base, w.base_dtype, 2 * nc + i * nc + j);
+                mx = fmaxf(mx, row[j]);
+            }
+            float sum = 0.0f;
+            for (int j = 0; j < nc; j++) sum += (row[j] = expf(row[j] - mx));
+            for (int j = 0; j < nc; j++) row[j] = row[j] / sum + hc_eps;
+        }
+        for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
+            if (it > 0)
+                for (int i = 0; i < nc; i++) {
+                    float sum = 0.0f;
+                    for (int j = 0; j < nc; j++) sum += ct[i * nc + j];
+                    for (int j = 0; j < nc; j++) ct[i * nc + j] /= sum + hc_eps;
+                }
+            for (int j = 0; j < nc; j++) {
+                float sum = 0.0f;
+                for (int i = 0; i < nc; i++) sum += ct[i * nc + j];
+                for (int i = 0; i < nc; i++) ct[i * nc + j] /= sum + hc_eps;
+            }
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < nc; i++) acc += pre[i] * xt[(size_t)i * d + c];
+        collapsed[(size_t)t * d + c] = acc;
+    }
+}
+
+__global__ void hc_post_kernel(float *x, const float *a, const float *post, const float *comb,
+                               int n, int nc, int d) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)n * d) return;
+    int t = (int)(i / d), c = (int)(i % d);
+    float old[16], *xt = x + (size_t)t * nc * d;
+    const float *ct = comb + (size_t)t * nc * nc, *pt = post + (size_t)t * nc;
+    for (int k = 0; k < nc; k++) old[k] = xt[(size_t)k * d + c];
+    float at = a[(size_t)t * d + c];
+    for (int j = 0; j < nc; j++) {
+        float acc = 0.0f;
+        for (int k = 0; k < nc; k++) acc += ct[k * nc + j] * old[k];
+        xt[(size_t)j * d + c] = pt[j] * at + acc;
+    }
+}
+
+__global__ void hc_head_kernel(float *y, const float *x, const void *fn, int fn_dt,
+                               const void *base, int base_dt, const void *scale, int scale_dt,
+                               int nc, int d, float hc_eps, float rms_eps) {
+    __shared__ float mix[16];
+    int t = blockIdx.x;
+    const float *xt = x + (size_t)t * nc * d;
+    hc_mixes(mix, xt, fn, fn_dt, nc, nc * d, rms_eps);
+    float s = ld_f32(scale, scale_dt, 0);
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < nc; i++)
+            acc += (sigm(mix[i] * s + ld_f32(base, base_dt, i)) + hc_eps) * xt[(size_t)i * d + c];
+        y[(size_t)t * d + c] = acc;
+    }
+}
+
+extern "C" void hc_pre_cuda(float *collapsed, float *post, float *comb, const float *x,
+                            const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters,
+                            float hc_eps, float rms_eps) {
+    if (!n) return;
+    hc_pre_kernel<<<n, 256, 0, td_cuda_stream()>>>(collapsed, post, comb, x, *w, nc, d,
+                                                   sinkhorn_iters, hc_eps, rms_eps);
+    LAUNCH_CHECK();
+}
+
+extern "C" void hc_post_cuda(float *x, const float *a, const float *post, const float *comb, int n,
+                             int nc, int d) {
+    if (!n) return;
+    hc_post_kernel<<<ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream()>>>(x, a, post,
+                                                                                   comb, n, nc, d);
+    LAUNCH_CHECK();
+}
+
+extern "C" void hc_head_cuda(float *y, const float *x, const void *fn, enum td_dtype fn_dtype,
+                             const void *base, enum td_dtype base_dtype, const void *scale,
+                             enum td_dtype scale_dtype, int n, int nc, int d, float hc_eps,
+                             float rms_eps) {
+    if (!n) return;
+    hc_head_kernel<<<n, 256, 0, td_cuda_stream()>>>(y, x, fn, fn_dtype, base, base_dtype, scale,
+                                                    scale_dtype, nc, d, hc_eps, rms_eps);
+    LAUNCH_CHECK();
+}

@@ -1,0 +1,132 @@
+/* matmul.cu: y = x W^T on the GPU. BF16 weights go through cuBLASLt (x rounded to bf16, fp32
+ * accumulation and output); other weight dtypes take a plain fp32 kernel (only small tensors
+ * stay fp32 on the device; see td_model_upload). */
+#include <cublasLt.h>
+
+#include "cuda_common.cuh"
+#include "matmul.h"
+
+#define CUBLAS_CHECK(x)                                                                        \
+    do {                                                                                       \
+        cublasStatus_t st_ = (x);                                                              \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                    \
+            fprintf(stderr, "cuBLAS error %d at %s:%d: %s\n", (int)st_, __FILE__, __LINE__,   \
+                    #x);                                                                       \
+            abort();                                                                           \
+        }                                                                                      \
+    } while (0)
+
+static cublasLtHandle_t lt;
+static void *lt_ws;
+static const size_t lt_ws_bytes = (size_t)32 << 20;
+static __nv_bfloat16 *xbuf;
+static size_t xbuf_cap;
+
+static void ensure_lt(size_t x_elems) {
+    if (!lt) {
+        CUBLAS_CHECK(cublasLtCreate(&lt));
+        CUDA_CHECK(cudaMalloc(&lt_ws, lt_ws_bytes));
+    }
+    if (x_elems > xbuf_cap) {
+        if (xbuf) CUDA_CHECK(cudaFree(xbuf));
+        xbuf_cap = x_elems + (x_elems >> 1);
+        CUDA_CHECK(cudaMalloc(&xbuf, xbuf_cap * sizeof(__nv_bfloat16)));
+    }
+}
+
+__global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2bfloat16(x[i]);
+}
+
+__global__ void matmul_f32_kernel(float *y, const float *x, const void *w, int dt, int n, int in,
+                                  int out, int x_stride, int y_stride) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)n * out) return;
+    int t = (int)(i / out), o = (int)(i % out);
+    float acc = 0.0f;
+    for (int k = 0; k < in; k++) acc += x[(size_t)t * x_stride + k] * ld_f32(w, dt, (long long)o * in + k);
+    y[(size_t)t * y_stride + o] = acc;
+}
+
+__global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < (long long)n * out) y[i] += ld_f32(b, dt, i % out);
+}
+
+/* C[out, n] (col-major, ldc) = W[out, in] . B, B = bf16 x rows (col-major in x n, ldb) */
+static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const void *w, int n,
+                    int in, int out) {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, in, out, in));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, in, n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, out, n, ldc));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes, sizeof lt_ws_bytes));
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &found));
+    if (!found) {
+        fprintf(stderr, "cuBLASLt: no algorithm for %d x %d x %d\n", out, n, in);
+        abort();
+    }
+    float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, w, la, xb, lb, &beta, y, lc, y, lc, &h.algo, lt_ws,
+                                lt_ws_bytes, td_cuda_stream()));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+}
+
+static const __nv_bfloat16 *x_as_bf16(const float *x, size_t elems) {
+    ensure_lt(elems);
+    to_bf16_kernel<<<ceil_div(elems, 256), 256, 0, td_cuda_stream()>>>(xbuf, x, elems);
+    LAUNCH_CHECK();
+    return xbuf;
+}
+
+extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
+                            int in, int out, const void *bias, enum td_dtype bias_dtype) {
+    if (!n || !out) return;
+    if (w_dtype == TD_DTYPE_BF16) {
+        const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * in);
+        lt_gemm(y, out, xb, in, w, n, in, out);
+    } else {
+        matmul_f32_kernel<<<ceil_div((long long)n * out, 128), 128, 0, td_cuda_stream()>>>(
+            y, x, w, w_dtype, n, in, out, in, out);
+        LAUNCH_CHECK();
+    }
+    if (bias) {
+        add_bias_kernel<<<ceil_div((long long)n * out, 256), 256, 0, td_cuda_stream()>>>(
+            y, bias, bias_dtype, n, out);
+        LAUNCH_CHECK();
+    }
+}
+
+extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype,
+                                    int n, int groups, int in, int out) {
+    if (!n) return;
+    size_t esz = td_dtype_size(w_dtype);
+    if (w_dtype == TD_DTYPE_BF16) {
+        const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * groups * in);
+        for (int j = 0; j < groups; j++)
+            lt_gemm(y + (size_t)j * out, groups * out, xb + (size_t)j * in, groups * in,
+                    (const char *)w + (size_t)j * out * in * esz, n, in, out);
+        return;
+    }
+    for (int j = 0; j < groups; j++) {
+        matmul_f32_kernel<<<ceil_div((long long)n * out, 128), 128, 0, td_cuda_stream()>>>(
+            y + (size_t)j * out, x + (size_t)j * in, (const char *)w + (size_t)j * out * in * esz,
+            w_dtype, n, in, out, groups * in, groups * out);
+        LAUNCH_CHECK();
+    }
+}

@@ -1,0 +1,344 @@
+/* test_gpu.c: the CUDA backend against the CPU references, op by op and for whole models.
+ *
+ *   make test-gpu                     (on a machine with an sm_90 GPU; elsewhere: SKIP, exit 77)
+ *
+ * Op cases run each CUDA launcher and its kernels/<op>_ref.c twin on the same random inputs
+ * (shapes include batch 1, odd batches and a vocabulary of 111), with canary-filled guard
+ * regions around every device output. Tolerances: GEMMs round their activations to bf16
+ * (relative step 2^-8), so a dot product of length K carries about 2^-8 * sqrt(K) * |x||w|
+ * relative noise: 2e-2 of the row's largest magnitude; fp32-only ops (norms, rope, mHC,
+ * softmaxes) differ from the double-accumulating references by float reordering: 1e-4.
+ *
+ * Model cases run the oracle fixtures through the CUDA forward: logits within the bf16 budget
+ * of HF's (max |d| <= 5e-2 * max(1, max|ref row|), the activations of ~12 GEMMs in a row each
+ * adding ~2^-8 relative noise), the top-1 token equal to HF's on >= 97% of rows, chunked and
+ * batched runs within the same budget of the one-shot run.
+ */
+#include <stdint.h>
+
+#include "check.h"
+#include "engine/backend.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/npy.h"
+#include "engine/state.h"
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+
+#ifdef TD_HAVE_CUDA
+
+#define GUARD 64
+#define CANARY 1234.5f
+
+static const struct td_backend *gpu;
+static uint64_t rs = 0x243f6a8885a308d3ull;
+
+static float frand(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (float)((rs >> 11) * 0x1p-53) * 2.0f - 1.0f;
+}
+
+/* device buffer of n floats with guard regions of CANARY on both sides */
+static float *dev_out(size_t n) {
+    float *h = malloc((n + 2 * GUARD) * sizeof(float));
+    for (size_t i = 0; i < n + 2 * GUARD; i++) h[i] = CANARY;
+    float *d = gpu->alloc((n + 2 * GUARD) * sizeof(float));
+    gpu->to_device(d, h, (n + 2 * GUARD) * sizeof(float));
+    free(h);
+    return d + GUARD;
+}
+
+static void *dev_copy(const void *h, size_t bytes) {
+    void *d = gpu->alloc(bytes);
+    gpu->to_device(d, h, bytes);
+    return d;
+}
+
+/* fetch a guarded output; checks the canaries */
+static float *fetch(const float *d, size_t n, const char *what) {
+    float *h = malloc((n + 2 * GUARD) * sizeof(float));
+    gpu->to_host(h, d - GUARD, (n + 2 * GUARD) * sizeof(float));
+    for (int i = 0; i < GUARD; i++)
+        CHECK(h[i] == CANARY && h[GUARD + n + i] == CANARY, "%s wrote outside its output", what);
+    memmove(h, h + GUARD, n * sizeof(float));
+    return h;
+}
+
+static void release_out(float *d) { gpu->release(d - GUARD); }
+
+static double max_rel(const float *a, const float *ref, size_t n) {
+    double m = 1e-30, d = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) != isnan(ref[i])) return INFINITY;
+        m = fmax(m, fabs(ref[i]));
+        d = fmax(d, fabs(a[i] - ref[i]));
+    }
+    return d / fmax(m, 1e-6);
+}
+
+static uint16_t bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+static void test_matmul(void) {
+    int shapes[][3] = {{1, 64, 111}, {7, 128, 300}, {33, 96, 64}, {129, 256, 111}};
+    for (int s = 0; s < 4; s++) {
+        int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+        char name[64];
+        case_begin();
+        float *x = malloc((size_t)n * in * 4), *y = malloc((size_t)n * out * 4);
+        uint16_t *w = malloc((size_t)out * in * 2);
+        float bias[300];
+        for (int i = 0; i < n * in; i++) x[i] = frand();
+        for (int i = 0; i < out * in; i++) w[i] = bf16(frand() * 0.1f);
+        for (int i = 0; i < out; i++) bias[i] = frand();
+        // the reference sees the bf16-rounded activations the GEMM sees
+        float *xr = malloc((size_t)n * in * 4);
+        for (int i = 0; i < n * in; i++) xr[i] = td_bf16_to_f32(bf16(x[i]));
+        matmul_ref(y, xr, w, TD_DTYPE_BF16, n, in, out, bias, TD_DTYPE_F32);
+        float *dx = dev_copy(x, (size_t)n * in * 4), *dy = dev_out((size_t)n * out);
+        void *dw = dev_copy(w, (size_t)out * in * 2), *db = dev_copy(bias, sizeof bias);
+        matmul_cuda(dy, dx, dw, TD_DTYPE_BF16, n, in, out, db, TD_DTYPE_F32);
+        float *g = fetch(dy, (size_t)n * out, "matmul");
+        double e = max_rel(g, y, (size_t)n * out);
+        CHECK(e < 1e-4, "n %d in %d out %d: rel err %.3g (same bf16 inputs)", n, in, out, e);
+        snprintf(name, sizeof name, "op/matmul/%dx%dx%d", n, in, out);
+        case_end(name, "");
+        // grouped: two groups of in/2 -> out/2... use out even shapes only
+        if (out % 2 == 0 && in % 2 == 0) {
+            case_begin();
+            float *yg = malloc((size_t)n * out * 4);
+            matmul_grouped_ref(yg, xr, w, TD_DTYPE_BF16, n, 2, in / 2, out / 2);
+            float *dg = dev_out((size_t)n * out);
+            matmul_grouped_cuda(dg, dx, dw, TD_DTYPE_BF16, n, 2, in / 2, out / 2);
+            float *gg = fetch(dg, (size_t)n * out, "matmul_grouped");
+            e = max_rel(gg, yg, (size_t)n * out);
+            CHECK(e < 1e-4, "grouped rel err %.3g", e);
+            snprintf(name, sizeof name, "op/matmul_grouped/%dx%dx%d", n, in, out);
+            case_end(name, "");
+            free(yg);
+            free(gg);
+            release_out(dg);
+        }
+        free(x), free(y), free(w), free(xr), free(g);
+        gpu->release(dx), gpu->release(dw), gpu->release(db), release_out(dy);
+    }
+}
+
+static void test_pointwise(void) {
+    int n = 37, d = 96, nc = 4, rot = 16, V = 111;
+    float *x = malloc((size_t)n * nc * d * 4), *ref = malloc((size_t)n * nc * d * 4);
+    float w[96], inv[8];
+    int32_t pos[37], ids[37];
+    for (int i = 0; i < n * nc * d; i++) x[i] = frand() * 3;
+    for (int i = 0; i < d; i++) w[i] = 1 + 0.1f * frand();
+    for (int t = 0; t < n; t++) pos[t] = t * 37 + 5, ids[t] = (t * 7) % V;
+    struct rope_params rp = {160000, rot, 1, 16, 32, 32, 1, 1, 1.0f};
+    rope_inv_freq_ref(inv, &rp);
+    float *dx = dev_copy(x, (size_t)n * nc * d * 4), *dw = dev_copy(w, sizeof w);
+    int32_t *dpos = dev_copy(pos, sizeof pos), *dids = dev_copy(ids, sizeof ids);
+    float *dinv = dev_copy(inv, sizeof inv);
+
+    case_begin();
+    for (int weighted = 0; weighted < 2; weighted++) {
+        float *dy = dev_out((size_t)n * d);
+        rmsnorm_ref(ref, x, weighted ? w : NULL, TD_DTYPE_F32, n, d, 1e-6f);
+        rmsnorm_cuda(dy, dx, weighted ? dw : NULL, TD_DTYPE_F32, n, d, 1e-6f);
+        float *g = fetch(dy, (size_t)n * d, "rmsnorm");
+        CHECK(max_rel(g, ref, (size_t)n * d) < 1e-5, "rmsnorm (weighted %d)", weighted);
+        free(g);
+        release_out(dy);
+    }
+    case_end("op/rmsnorm", "");
+
+    case_begin();
+    for (int inverse = 0; inverse < 2; inverse++) {
+        memcpy(ref, x, (size_t)n * nc * d * 4);
+        rope_rows_ref(ref, n, nc, d, rot, pos, inv, 1.0f, inverse);
+        float *dy = dev_out((size_t)n * nc * d);
+        gpu->to_device(dy, x, (size_t)n * nc * d * 4);
+        rope_rows_cuda(dy, n, nc, d, rot, dpos, dinv, 1.0f, inverse);
+        float *g = fetch(dy, (size_t)n * nc * d, "rope");
+        CHECK(max_rel(g, ref, (size_t)n * nc * d) < 1e-5, "rope (inverse %d)", inverse);
+        free(g);
+        release_out(dy);
+    }
+    case_end("op/rope_rows", "");
+
+    case_begin();
+    {
+        int m = (2 + nc) * nc;
+        float *fn = malloc((size_t)m * nc * d * 4), base[24], scale[3] = {0.9f, 1.2f, 1.1f};
+        for (int i = 0; i < m * nc * d; i++) fn[i] = frand() * 0.05f;
+        for (int i = 0; i < m; i++) base[i] = frand() * 0.5f;
+        struct hc_weights hw = {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32};
+        float *col = malloc((size_t)n * d * 4), *post = malloc((size_t)n * nc * 4);
+        float *comb = malloc((size_t)n * nc * nc * 4);
+        hc_pre_ref(col, post, comb, x, &hw, n, nc, d, 20, 1e-6f, 1e-6f);
+        struct hc_weights dhw = {dev_copy(fn, (size_t)m * nc * d * 4), dev_copy(base, sizeof base),
+                                 dev_copy(scale, sizeof scale), TD_DTYPE_F32, TD_DTYPE_F32,
+                                 TD_DTYPE_F32};
+        float *dcol = dev_out((size_t)n * d), *dpost = dev_out((size_t)n * nc);
+        float *dcomb = dev_out((size_t)n * nc * nc);
+        hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f);
+        float *gc = fetch(dcol, (size_t)n * d, "hc_pre collapsed");
+        float *gp = fetch(dpost, (size_t)n * nc, "hc_pre post");
+        float *gm = fetch(dcomb, (size_t)n * nc * nc, "hc_pre comb");
+        CHECK(max_rel(gc, col, (size_t)n * d) < 1e-4 && max_rel(gp, post, (size_t)n * nc) < 1e-4 &&
+                  max_rel(gm, comb, (size_t)n * nc * nc) < 1e-4,
+              "hc_pre: %.3g %.3g %.3g", max_rel(gc, col, (size_t)n * d),
+              max_rel(gp, post, (size_t)n * nc), max_rel(gm, comb, (size_t)n * nc * nc));
+        // post: x' = post_j a + sum_i comb[i][j] x_i, on the reference's own post/comb
+        float *a = malloc((size_t)n * d * 4);
+        for (int i = 0; i < n * d; i++) a[i] = frand();
+        memcpy(ref, x, (size_t)n * nc * d * 4);
+        hc_post_ref(ref, a, post, comb, n, nc, d);
+        float *dX = dev_out((size_t)n * nc * d);
+        gpu->to_device(dX, x, (size_t)n * nc * d * 4);
+        float *da = dev_copy(a, (size_t)n * d * 4);
+        gpu->to_device(dpost, post, (size_t)n * nc * 4);
+        gpu->to_device(dcomb, comb, (size_t)n * nc * nc * 4);
+        hc_post_cuda(dX, da, dpost, dcomb, n, nc, d);
+        float *gX = fetch(dX, (size_t)n * nc * d, "hc_post");
+        CHECK(max_rel(gX, ref, (size_t)n * nc * d) < 1e-5, "hc_post %.3g",
+              max_rel(gX, ref, (size_t)n * nc * d));
+        // head
+        float hfn[4 * 4 * 96], hbase[4] = {0.1f, -0.2f, 0.3f, 0.0f}, hs = 1.1f;
+        for (int i = 0; i < nc * nc * d; i++) hfn[i] = frand() * 0.05f;
+        float *hy = malloc((size_t)n * d * 4);
+        hc_head_ref(hy, x, hfn, TD_DTYPE_F32, hbase, TD_DTYPE_F32, &hs, TD_DTYPE_F32, n, nc, d,
+                    1e-6f, 1e-6f);
+        float *dhy = dev_out((size_t)n * d);
+        hc_head_cuda(dhy, dx, dev_copy(hfn, sizeof hfn), TD_DTYPE_F32, dev_copy(hbase, sizeof hbase),
+                     TD_DTYPE_F32, dev_copy(&hs, 4), TD_DTYPE_F32, n, nc, d, 1e-6f, 1e-6f);
+        float *ghy = fetch(dhy, (size_t)n * d, "hc_head");
+        CHECK(max_rel(ghy, hy, (size_t)n * d) < 1e-4, "hc_head %.3g", max_rel(ghy, hy, (size_t)n * d));
+        free(fn), free(col), free(post), free(comb), free(gc), free(gp), free(gm), free(a);
+        free(gX), free(hy), free(ghy);
+    }
+    case_end("op/hc_pre_post_head", "");
+
+    case_begin();
+    {
+        float emb[111 * 96];
+        for (int i = 0; i < V * d; i++) emb[i] = frand();
+        embed_ref(ref, ids, emb, TD_DTYPE_F32, n, nc, d);
+        float *dX = dev_out((size_t)n * nc * d);
+        embed_cuda(dX, dids, dev_copy(emb, sizeof emb), TD_DTYPE_F32, n, nc, d);
+        float *g = fetch(dX, (size_t)n * nc * d, "embed");
+        CHECK(!memcmp(g, ref, (size_t)n * nc * d * 4), "embed differs");
+        free(g);
+        float *u = malloc((size_t)n * d * 4);
+        for (int i = 0; i < n * d; i++) u[i] = frand() * 20;
+        memcpy(ref, x, (size_t)n * d * 4);
+        swiglu_act_ref(ref, u, (size_t)n * d, 0.3f);
+        float *dg = dev_out((size_t)n * d);
+        gpu->to_device(dg, x, (size_t)n * d * 4);
+        swiglu_act_cuda(dg, dev_copy(u, (size_t)n * d * 4), (size_t)n * d, 0.3f);
+        g = fetch(dg, (size_t)n * d, "swiglu_act");
+        CHECK(max_rel(g, ref, (size_t)n * d) < 1e-6, "swiglu_act");
+        free(g), free(u);
+    }
+    case_end("op/embed_swiglu", "");
+    free(x), free(ref);
+}
+
+/* whole models: logits vs HF, chunked and batched vs one-shot */
+static void test_model(const char *fx) {
+    char err[512], dir[128], path[256], name[128], extra[160];
+    snprintf(dir, sizeof dir, "tests/fixtures/%s", fx);
+    struct td_model host, dev;
+    case_begin();
+    CHECK(!td_model_load(&host, dir, err, sizeof err), "%s", err);
+    CHECK(!check_case_failed && !td_model_upload(&host, gpu, &dev, err, sizeof err), "%s", err);
+    if (check_case_failed) {
+        case_end(fx, "");
+        return;
+    }
+    int64_t rows, cols;
+    snprintf(path, sizeof path, "%s/logits.npy", dir);
+    float *ref = npy_read_f32(path, &rows, &cols, err, sizeof err);
+    int32_t ids[512];
+    int n = 0;
+    snprintf(path, sizeof path, "%s/ids.txt", dir);
+    FILE *fp = fopen(path, "r");
+    while (fp && n < 512 && fscanf(fp, "%d", &ids[n]) == 1) n++;
+    if (fp) fclose(fp);
+    int V = host.cfg.vocab;
+    float *one = malloc((size_t)n * V * 4), *out = malloc((size_t)n * V * 4);
+    struct td_state st;
+    CHECK(!td_state_init(&st, &host.cfg, 4, n, 16, (size_t)1 << 32, gpu, err, sizeof err), "%s",
+          err);
+    int slot = td_state_seq_alloc(&st);
+    struct td_plan_seq q = {slot, 0, n, ids};
+    CHECK(!td_forward_seqs(&dev, &st, &q, 1, one, NULL, err, sizeof err), "%s", err);
+    long worst_row = -1;
+    double worst = rel_row_err(one, ref, n, V, &worst_row);
+    int top1 = 0;
+    for (int t = 0; t < n; t++) {
+        int a = 0, b = 0;
+        for (int v = 1; v < V; v++) {
+            if (one[(size_t)t * V + v] > one[(size_t)t * V + a]) a = v;
+            if (ref[(size_t)t * V + v] > ref[(size_t)t * V + b]) b = v;
+        }
+        top1 += a == b;
+    }
+    CHECK(worst <= 5e-2, "row %ld off by %.3g relative (budget 5e-2)", worst_row, worst);
+    CHECK(top1 >= n * 97 / 100, "top-1 agrees on %d of %d rows", top1, n);
+    snprintf(extra, sizeof extra, "(worst %.2e at row %ld, top-1 %d/%d)", worst, worst_row, top1, n);
+    snprintf(name, sizeof name, "model/hf_logits/%s", fx);
+    case_end(name, extra);
+
+    case_begin();
+    td_state_seq_release(&st, slot);
+    slot = td_state_seq_alloc(&st);
+    int chunks[64], nc = 0, left = n;
+    int fixed[24] = {37, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    for (int i = 0; i < 24; i++) left -= (chunks[nc++] = fixed[i]);
+    while (left > 0) left -= (chunks[nc++] = left > 64 ? 64 : left);
+    for (int i = 0, pos = 0; i < nc; pos += chunks[i++]) {
+        struct td_plan_seq qc = {slot, pos, chunks[i], ids + pos};
+        CHECK(!td_forward_seqs(&dev, &st, &qc, 1, out + (size_t)pos * V, NULL, err, sizeof err),
+              "%s", err);
+    }
+    double ce = rel_row_err(out, one, n, V, NULL);
+    CHECK(ce <= 5e-2, "chunked vs one-shot %.3g", ce);
+    snprintf(extra, sizeof extra, "(max rel %.2e)", ce);
+    snprintf(name, sizeof name, "model/chunked/%s", fx);
+    case_end(name, extra);
+    td_state_free(&st);
+    td_model_free(&dev);
+    td_model_free(&host);
+    free(ref), free(one), free(out);
+}
+
+#endif
+
+int main(void) {
+    char err[256];
+#ifndef TD_HAVE_CUDA
+    printf("SKIP gpu: this build has no CUDA (nvcc was not found)\n");
+    (void)err;
+    return 77;
+#else
+    gpu = td_backend_get("cuda", err, sizeof err);
+    if (!gpu) {
+        printf("SKIP gpu: %s\n", err);
+        return 77;
+    }
+    test_matmul();
+    test_pointwise();
+    const char *fxs[3] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
+    for (int i = 0; i < 3; i++) test_model(fxs[i]);
+    char e2[256];
+    CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
+    return check_failures ? 1 : 0;
+#endif
+}
