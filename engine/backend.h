@@ -72,6 +72,9 @@ struct td_backend {
     void (*to_host)(void *dst, const void *src, size_t bytes);
     int (*finish)(char *err, size_t errlen);          /* drain queued work, report faults */
     size_t (*free_bytes)(void);                       /* memory the backend can still take */
+    /* batch-invariant mode: a row's results never depend on which rows share its step.
+     * NULL when the backend always is (the CPU references are). */
+    void (*set_deterministic)(int on);
 };
 
 const struct td_backend *td_backend_cpu(void);

@@ -37,6 +37,7 @@ static const struct td_backend cpu = {
     cpu_copy,
     cpu_finish,
     cpu_free_bytes,
+    NULL,
 };
 
 const struct td_backend *td_backend_cpu(void) { return &cpu; }

@@ -104,5 +104,6 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
     cuda_backend.to_host = cu_to_host;
     cuda_backend.finish = cu_finish;
     cuda_backend.free_bytes = cu_free_bytes;
+    cuda_backend.set_deterministic = matmul_cuda_set_deterministic;
     return &cuda_backend;
 }

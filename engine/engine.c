@@ -152,6 +152,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         free(e);
         return -1;
     }
+    if (e->b->set_deterministic) e->b->set_deterministic(p->deterministic);
     e->run = &e->model;
     if (e->b->on_device) {
         if (td_model_upload(&e->model, e->b, &e->dev, err, errlen)) goto fail;

@@ -172,7 +172,7 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
 // ---------------------------------------------------------------- normalizers
 
 static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size_t errlen) {
-    if (json_is_null(n)) return 0;
+    if (!n || json_is_null(n)) return 0;
     const char *type = jstr(n, "type");
     if (!type) return fail(err, errlen, "%s has no type%s", where, "");
     if (!strcmp(type, "Sequence")) {
@@ -240,7 +240,7 @@ static int parse_behavior(const char *s, enum tok_split_behavior *b) {
 }
 
 static int add_pre(struct tok *t, json_t *p, const char *where, char *err, size_t errlen) {
-    if (json_is_null(p)) return 0;
+    if (!p || json_is_null(p)) return 0;
     const char *type = jstr(p, "type");
     if (!type) return fail(err, errlen, "%s has no type%s", where, "");
     if (!strcmp(type, "Sequence")) {
@@ -307,7 +307,7 @@ static int push_ids(int32_t **v, size_t *n, int32_t id) {
 }
 
 static int add_post(struct tok *t, json_t *p, const char *where, char *err, size_t errlen) {
-    if (json_is_null(p)) return 0;
+    if (!p || json_is_null(p)) return 0;
     const char *type = jstr(p, "type");
     if (!type) return fail(err, errlen, "%s has no type%s", where, "");
     if (!strcmp(type, "ByteLevel")) return 0; // offsets only
@@ -369,7 +369,7 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
 // ---------------------------------------------------------------- decoders
 
 static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_t errlen) {
-    if (json_is_null(d)) return 0;
+    if (!d || json_is_null(d)) return 0;
     const char *type = jstr(d, "type");
     if (!type) return fail(err, errlen, "%s has no type%s", where, "");
     t->has_decoder = 1;
@@ -570,6 +570,9 @@ int tok_load_mem(struct tok **out, const char *json, size_t len, const char *con
         load_config(t, config_json, err, errlen))
         goto done;
     init_byte_ids(t);
+    t->norm_ascii_same = 1;
+    for (size_t i = 0; i < t->n_norm; i++)
+        t->norm_ascii_same &= t->norm[i].kind <= TOK_NORM_NFKD;
     for (size_t i = 0; i < t->n_post_prefix + t->n_post_suffix; i++) {
         int32_t id = i < t->n_post_prefix ? t->post_prefix[i] : t->post_suffix[i - t->n_post_prefix];
         if (id < 0 || id >= t->n_vocab || t->str_len[id] == UINT32_MAX) {

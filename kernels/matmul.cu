@@ -17,6 +17,9 @@
     } while (0)
 
 static cublasLtHandle_t lt;
+static int deterministic; /* batch-invariant mode: no cuBLASLt, fixed-order dots */
+
+extern "C" void matmul_cuda_set_deterministic(int on) { deterministic = on; }
 static void *lt_ws;
 static const size_t lt_ws_bytes = (size_t)32 << 20;
 static __nv_bfloat16 *xbuf;
@@ -47,6 +50,22 @@ __global__ void matmul_f32_kernel(float *y, const float *x, const void *w, int d
     float acc = 0.0f;
     for (int k = 0; k < in; k++) acc += x[(size_t)t * x_stride + k] * ld_f32(w, dt, (long long)o * in + k);
     y[(size_t)t * y_stride + o] = acc;
+}
+
+/* one warp per output element: lanes stride the reduction dim, then a fixed butterfly; the
+ * order of every sum depends on `in` alone, never on n (batch-invariant mode) */
+__global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int dt, int n, int in,
+                                   int out, int x_stride, int y_stride) {
+    long long e = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (e >= (long long)n * out) return;
+    int t = (int)(e / out), o = (int)(e % out);
+    const float *xr = x + (size_t)t * x_stride;
+    float acc = 0.0f;
+    for (int k = lane; k < in; k += 32)
+        acc += __bfloat162float(__float2bfloat16(xr[k])) * ld_f32(w, dt, (long long)o * in + k);
+    acc = warp_sum(acc);
+    if (lane == 0) y[(size_t)t * y_stride + o] = acc;
 }
 
 __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out) {
@@ -97,7 +116,11 @@ static const __nv_bfloat16 *x_as_bf16(const float *x, size_t elems) {
 extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
                             int in, int out, const void *bias, enum td_dtype bias_dtype) {
     if (!n || !out) return;
-    if (w_dtype == TD_DTYPE_BF16) {
+    if (deterministic) {
+        matmul_warp_kernel<<<ceil_div((long long)n * out * 32, 256), 256, 0, td_cuda_stream()>>>(
+            y, x, w, w_dtype, n, in, out, in, out);
+        LAUNCH_CHECK();
+    } else if (w_dtype == TD_DTYPE_BF16) {
         const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * in);
         lt_gemm(y, out, xb, in, w, n, in, out);
     } else {
@@ -116,6 +139,17 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
                                     int n, int groups, int in, int out) {
     if (!n) return;
     size_t esz = td_dtype_size(w_dtype);
+    if (deterministic) {
+        for (int j = 0; j < groups; j++) {
+            matmul_warp_kernel<<<ceil_div((long long)n * out * 32, 256), 256, 0,
+                                 td_cuda_stream()>>>(y + (size_t)j * out, x + (size_t)j * in,
+                                                     (const char *)w + (size_t)j * out * in * esz,
+                                                     w_dtype, n, in, out, groups * in,
+                                                     groups * out);
+            LAUNCH_CHECK();
+        }
+        return;
+    }
     if (w_dtype == TD_DTYPE_BF16) {
         const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * groups * in);
         for (int j = 0; j < groups; j++)

@@ -25,6 +25,8 @@ void matmul_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype,
                  int out, const void *bias, enum td_dtype bias_dtype);
 void matmul_grouped_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
                          int groups, int in, int out);
+/* 1: batch-invariant GEMMs (a fixed reduction order per output, whatever n), slower */
+void matmul_cuda_set_deterministic(int on);
 
 #ifdef __cplusplus
 }

@@ -19,9 +19,11 @@
  * 5e-2 of the one-shot run.
  */
 #include <stdint.h>
+#include <time.h>
 
 #include "check.h"
 #include "engine/backend.h"
+#include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/npy.h"
@@ -335,6 +337,105 @@ static void test_model(const char *fx) {
     free(ref), free(one), free(out);
 }
 
+/* batch-invariant mode: alone, in a batch of 64, and as rows of a verify chunk, the same bits */
+static void test_deterministic(void) {
+    char err[512];
+    struct td_model host, dev;
+    case_begin();
+    CHECK(!td_model_load(&host, "tests/fixtures/a_tiny_yarn", err, sizeof err), "%s", err);
+    CHECK(!td_model_upload(&host, gpu, &dev, err, sizeof err), "%s", err);
+    gpu->set_deterministic(1);
+    int V = host.cfg.vocab, L = 40;
+    struct td_state st;
+    CHECK(!td_state_init(&st, &host.cfg, 64, 128, 16, (size_t)1 << 32, gpu, err, sizeof err), "%s",
+          err);
+    int32_t ids[64][48];
+    for (int s = 0; s < 64; s++)
+        for (int i = 0; i < 48; i++) ids[s][i] = (int32_t)((s * 131 + i * 17 + (i % 5) * 7) % V);
+    float *alone = malloc((size_t)L * V * 4), *batch = malloc((size_t)64 * L * V * 4);
+    float *chunk = malloc((size_t)L * V * 4);
+    int slot = td_state_seq_alloc(&st);
+    struct td_plan_seq q = {slot, 0, L, ids[5]};
+    CHECK(!td_forward_seqs(&dev, &st, &q, 1, alone, NULL, err, sizeof err), "%s", err);
+    td_state_seq_release(&st, slot);
+    struct td_plan_seq qs[64];
+    for (int s = 0; s < 64; s++) qs[s] = (struct td_plan_seq){td_state_seq_alloc(&st), 0, L, ids[s]};
+    CHECK(!td_forward_seqs(&dev, &st, qs, 64, batch, NULL, err, sizeof err), "%s", err);
+    CHECK(!memcmp(alone, batch + (size_t)5 * L * V, (size_t)L * V * 4),
+          "a request's logits differ alone and in a batch of 64");
+    for (int s = 0; s < 64; s++) td_state_seq_release(&st, qs[s].slot);
+    // as verify chunks: 35 rows, then 5 rows at once
+    slot = td_state_seq_alloc(&st);
+    q = (struct td_plan_seq){slot, 0, 35, ids[5]};
+    CHECK(!td_forward_seqs(&dev, &st, &q, 1, chunk, NULL, err, sizeof err), "%s", err);
+    q = (struct td_plan_seq){slot, 35, 5, ids[5] + 35};
+    CHECK(!td_forward_seqs(&dev, &st, &q, 1, chunk + (size_t)35 * V, NULL, err, sizeof err), "%s",
+          err);
+    CHECK(!memcmp(alone, chunk, (size_t)L * V * 4), "a verify chunk's rows differ from one pass");
+    gpu->set_deterministic(0);
+    case_end("deterministic/bit_identical_alone_batch64_verify", "");
+    td_state_free(&st);
+    td_model_free(&dev);
+    td_model_free(&host);
+    free(alone), free(batch), free(chunk);
+}
+
+/* greedy speculation equals plain greedy decoding on the GPU, 32 prompts decoded together */
+static double run_engine(const char *draft, int det, int32_t (*out)[64], int *n_out) {
+    char err[512];
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = "tests/fixtures/a_tiny_yarn";
+    ep.backend = "cuda";
+    ep.deterministic = det;
+    ep.draft = draft;
+    ep.max_draft = strcmp(draft, "none") ? 3 : 0;
+    ep.max_seqs = 32;
+    ep.max_ctx = 256;
+    struct td_engine *e;
+    if (td_engine_init(&e, &ep, err, sizeof err)) {
+        case_fail("%s", err);
+        return 0;
+    }
+    int32_t prompt[32][40];
+    int ids[32];
+    for (int r = 0; r < 32; r++) {
+        for (int i = 0; i < 40; i++) prompt[r][i] = (int32_t)((r * 29 + (i % (4 + r % 5)) * 11) % 512);
+        struct td_request_params rp = {prompt[r], 40, 48, {0.0f, 0, 1.0f, 0}, 1};
+        ids[r] = td_engine_submit(e, &rp, err, sizeof err);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (td_engine_step(e, err, sizeof err) > 0) {
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (int r = 0; r < 32; r++) {
+        const int32_t *t;
+        td_engine_output(e, ids[r], &t, &n_out[r], NULL, NULL, NULL);
+        memcpy(out[r], t, (size_t)n_out[r] * 4);
+    }
+    double tok = td_engine_stats(e)->tokens_out;
+    td_engine_free(e);
+    gpu->set_deterministic(0);
+    return tok / ((t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+}
+
+static void test_greedy_spec_gpu(void) {
+    static int32_t plain[32][64], spec[32][64];
+    int np[32], ns[32];
+    char extra[200];
+    case_begin();
+    double tp = run_engine("none", 1, plain, np);
+    double ts = run_engine("ngram", 1, spec, ns);
+    for (int r = 0; r < 32; r++)
+        CHECK(np[r] == ns[r] && !memcmp(plain[r], spec[r], (size_t)np[r] * 4),
+              "request %d: speculative output differs from plain greedy", r);
+    double td = run_engine("none", 0, plain, np);
+    snprintf(extra, sizeof extra,
+             "(tokens/s: plain %.0f, ngram k=3 %.0f, deterministic; plain default mode %.0f: "
+             "deterministic costs %.2fx)", tp, ts, td, td / tp);
+    case_end("deterministic/greedy_spec_equals_plain_32_prompts", extra);
+}
+
 #endif
 
 int main(void) {
@@ -353,6 +454,8 @@ int main(void) {
     test_pointwise();
     const char *fxs[3] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
     for (int i = 0; i < 3; i++) test_model(fxs[i]);
+    test_deterministic();
+    test_greedy_spec_gpu();
     char e2[256];
     CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
     return check_failures ? 1 : 0;

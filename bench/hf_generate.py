@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""hf_generate.py: the HF transformers baseline for `tandem generate` on the same GPU.
+
+    python3 bench/hf_generate.py --model tests/fixtures/a_tiny_yarn --prompt-len 64 \
+        --max-tokens 128 --batch 1 [--device cuda]
+
+Greedy decoding with DeepseekV4ForCausalLM (fp32: HF 5.17's V4 does not run in bf16 without an
+FP8 config, dsv4.md 1.3), the prompt = the fixture's first prompt-len ids, repeated `batch`
+times (V4's compressors take no padding). Prints one line: hf tokens/s and the first row's ids.
+"""
+import argparse
+import time
+
+import torch
+from transformers import DeepseekV4ForCausalLM
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompt-len", type=int, default=64)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--device", default="cuda")
+    a = ap.parse_args()
+    ids = [int(x) for x in open(f"{a.model}/ids.txt").read().split()][: a.prompt_len]
+    model = DeepseekV4ForCausalLM.from_pretrained(a.model, dtype=torch.float32).to(a.device).eval()
+    x = torch.tensor([ids] * a.batch, device=a.device)
+    kw = dict(max_new_tokens=a.max_tokens, min_new_tokens=a.max_tokens, do_sample=False)
+    with torch.no_grad():
+        model.generate(x, **dict(kw, max_new_tokens=4, min_new_tokens=4))  # warm-up
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = model.generate(x, **kw)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+    n = a.max_tokens * a.batch
+    print(f"hf batch {a.batch}: {n} tokens in {dt:.3f} s = {n / dt:.1f} tokens/s; "
+          f"ids {' '.join(str(int(v)) for v in out[0, len(ids):len(ids) + 16])}")
+
+
+if __name__ == "__main__":
+    main()
