@@ -287,7 +287,7 @@ static void test_model(const char *fx) {
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, one, NULL, err, sizeof err), "%s", err);
     long worst_row = -1;
     double worst = rel_row_err(one, ref, n, V, &worst_row);
-    double *re = malloc((size_t)n * sizeof(double));
+    double *re = calloc((size_t)n + 1, sizeof(double));
     for (int t = 0; t < n; t++) re[t] = rel_row_err(one + (size_t)t * V, ref + (size_t)t * V, 1, V, NULL);
     for (int i = 1; i < n; i++) { // sort ascending for the percentile
         double v = re[i];
