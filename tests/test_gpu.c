@@ -10,13 +10,15 @@
  * softmaxes) differ from the double-accumulating references by float reordering: 1e-4.
  *
  * Model cases run the oracle fixtures through the CUDA forward. Per row, e = max|d| /
- * max(1, max|ref row|) against HF's fp32 logits. Budget: the 99th percentile of e <= 3e-2 (the
- * activations of ~12 GEMMs in a row, each rounded to bf16, ~2^-8 relative noise apiece) and the
- * worst row <= 1.5e-1: a row whose CSA top-k has a near tie at bf16 precision may pick another
- * compressed entry than fp32 HF does (the fixtures only guarantee an fp32-sized gap), which moves
- * that row's logits by a few percent; measured on the H200: worst 7.2e-2 (a_tiny_yarn), 3.0e-2,
- * 3.8e-3. The top-1 token must equal HF's on >= 97% of rows, and chunked runs must stay within
- * 5e-2 of the one-shot run.
+ * max(1, max|ref row|) against HF's fp32 logits. Budget: the 99th percentile of e <= 6e-2 and
+ * the worst row <= 1.5e-1. Why: every GEMM rounds its activations to bf16 (2^-8 relative), ~12
+ * GEMMs in a row per layer; the CPU reference with exactly that rounding added to matmul_ref
+ * (and nothing else changed) gives p99 4.8e-2 / worst 6.0e-2 on a_tiny_yarn (N(0,1) embeddings,
+ * the most sensitive fixture) and 7.9e-3 / 3.0e-2 on c_upstream_sharded; the H200 gives 4.3e-2 /
+ * 7.2e-2 and 7.9e-3 / 3.0e-2, so the GPU error is the rounding, not the kernels. A row whose CSA
+ * top-k has a near tie at bf16 precision may also pick another entry than fp32 HF (the fixtures
+ * guarantee only an fp32-sized gap), hence the looser worst-row bound. The top-1 token must
+ * equal HF's on >= 97% of rows, and chunked runs must stay within 5e-2 of the one-shot run.
  */
 #include <stdint.h>
 #include <time.h>
@@ -306,7 +308,7 @@ static void test_model(const char *fx) {
         }
         top1 += a == b;
     }
-    CHECK(p99 <= 3e-2 && worst <= 1.5e-1, "p99 %.3g (budget 3e-2), worst %.3g at row %ld (1.5e-1)",
+    CHECK(p99 <= 6e-2 && worst <= 1.5e-1, "p99 %.3g (budget 6e-2), worst %.3g at row %ld (1.5e-1)",
           p99, worst, worst_row);
     CHECK(top1 >= n * 97 / 100, "top-1 agrees on %d of %d rows", top1, n);
     snprintf(extra, sizeof extra, "(p99 %.2e, worst %.2e at row %ld, top-1 %d/%d)", p99, worst,
@@ -432,7 +434,7 @@ static void test_greedy_spec_gpu(void) {
     double td = run_engine("none", 0, plain, np);
     snprintf(extra, sizeof extra,
              "(tokens/s: plain %.0f, ngram k=3 %.0f, deterministic; plain default mode %.0f: "
-             "deterministic costs %.2fx)", tp, ts, td, td / tp);
+             "deterministic / default = %.2f)", tp, ts, td, tp / td);
     case_end("deterministic/greedy_spec_equals_plain_32_prompts", extra);
 }
 
