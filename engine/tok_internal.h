@@ -87,6 +87,9 @@ static inline int tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp) 
     return 4;
 }
 int tok_utf8_put(char *out, uint32_t cp); /* writes 1..4 bytes */
+/* the character at s[0..n): >0 its length, valid; 0 a valid start that needs more bytes; -k
+ * invalid, its maximal invalid subpart (one U+FFFD) being k bytes */
+int tok_utf8_char(const unsigned char *s, size_t n);
 /* Rust's char::is_whitespace (the White_Space property) */
 int tok_is_white_space(uint32_t cp);
 /* Rust's char::is_numeric (general categories Nd, Nl, No) */
@@ -213,8 +216,8 @@ struct tok_trie {
 
 // ---------------------------------------------------------------- the tokenizer
 
-#define TOK_MAX_PRE 16    /* pre-tokenizer steps after flattening Sequences */
-#define TOK_CACHE_MAX_WORD 256
+#define TOK_MAX_PRE           16 /* pre-tokenizer steps after flattening Sequences */
+#define TOK_CACHE_MAX_WORD    256
 #define TOK_CACHE_MAX_ENTRIES (1u << 17)
 
 struct tok {
@@ -235,11 +238,11 @@ struct tok {
     int32_t byte_fallback_id[256];      /* "<0xXX>" ids, -1 = absent */
 
     /* byte-level alphabet */
-    int byte_level;                /* a ByteLevel pre-tokenizer maps bytes to chars */
-    int32_t byte_id[256];          /* vocab id of each byte's char, -1 = absent */
-    char byte_utf8[256][3];        /* each byte's char, UTF-8 */
+    int byte_level;         /* a ByteLevel pre-tokenizer maps bytes to chars */
+    int32_t byte_id[256];   /* vocab id of each byte's char, -1 = absent */
+    char byte_utf8[256][3]; /* each byte's char, UTF-8 */
     unsigned char byte_utf8_n[256];
-    int16_t char_byte[0x144];      /* code point -> byte, -1 = not in the alphabet */
+    int16_t char_byte[0x144]; /* code point -> byte, -1 = not in the alphabet */
 
     /* added tokens */
     struct tok_added *added; /* [n_added] */
@@ -248,6 +251,7 @@ struct tok {
 
     struct tok_norm *norm; /* [n_norm] */
     size_t n_norm;
+    int norm_ascii_same; /* every step leaves ASCII text as it is (NFC, NFD, NFKC, NFKD) */
     struct tok_pre pre[TOK_MAX_PRE];
     size_t n_pre;
     int32_t *post_prefix, *post_suffix; /* post-processor ids around a single sequence */
@@ -261,15 +265,15 @@ struct tok {
     char *chat_template; /* owned, may be NULL */
 
     /* encode scratch (why encode is not thread-safe) */
-    struct tok_map cache;     /* raw pre-token bytes -> (offset in cache_ids, count) */
-    struct tok_buf cache_ids; /* int32 ids */
-    struct tok_spans spans[TOK_MAX_PRE];   /* per pre-tokenizer step */
+    struct tok_map cache;                /* raw pre-token bytes -> (offset in cache_ids, count) */
+    struct tok_buf cache_ids;            /* int32 ids */
+    struct tok_spans spans[TOK_MAX_PRE]; /* per pre-tokenizer step */
     struct tok_spans span_tmp, span_add[2]; /* split behaviors; added tokens raw / normalized */
-    struct tok_buf scratch[TOK_MAX_PRE];   /* ByteLevel's prefixed piece */
-    struct tok_buf word; /* the mapped word being merged */
+    struct tok_buf scratch[TOK_MAX_PRE];    /* ByteLevel's prefixed piece */
+    struct tok_buf word;                    /* the mapped word being merged */
     struct tok_buf nbuf, ntmp; /* normalized text, and the normalizer's second buffer */
-    void *sym;           /* merge symbols */
-    void *heap;          /* merge queue */
+    void *sym;                 /* merge symbols */
+    void *heap;                /* merge queue */
     size_t sym_cap, heap_cap;
 };
 
@@ -285,6 +289,7 @@ int tok_added_spans(const struct tok *t, const struct tok_trie *trie, const char
 /* tok_encode.c: pre-tokenize s[0..n) (already normalized) and call fn on every final piece */
 typedef int (*tok_piece_fn)(void *ctx, const char *s, size_t n);
 int tok_pretokenize(struct tok *t, const char *s, size_t n, tok_piece_fn fn, void *ctx);
+/* tok_util.c: add pattern s[0..n) for tok.added[added]; the first of equal patterns keeps it */
 int tok_trie_add(struct tok_trie *tr, const char *s, size_t n, int32_t added);
 void tok_trie_free(struct tok_trie *tr);
 

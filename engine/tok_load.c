@@ -14,7 +14,7 @@
 
 #include "engine/tok_internal.h"
 
-#define GPT2_PATTERN                                                                           \
+#define GPT2_PATTERN                                                                               \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
 static int fail(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
@@ -47,7 +47,8 @@ static int set_str(struct tok *t, int32_t id, const char *s, size_t n) {
     if (id < 0) return -1;
     if ((size_t)id >= t->id_cap) {
         size_t cap = t->id_cap ? t->id_cap : 1024;
-        while (cap <= (size_t)id) cap *= 2;
+        while (cap <= (size_t)id)
+            cap *= 2;
         uint64_t *off = realloc(t->str_off, cap * sizeof *off);
         if (off) t->str_off = off;
         uint32_t *len = realloc(t->str_len, cap * sizeof *len);
@@ -76,12 +77,16 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
     if (type ? strcmp(type, "BPE") : !merges)
         return fail(err, errlen, "model: %s is not supported (only BPE)%s",
                     type ? type : "(untyped)", "");
-    if (!json_is_object(vocab)) return fail(err, errlen, "model.vocab is not an object%s%s", "", "");
-    if (!json_is_array(merges)) return fail(err, errlen, "model.merges is not an array%s%s", "", "");
+    if (!json_is_object(vocab))
+        return fail(err, errlen, "model.vocab is not an object%s%s", "", "");
+    if (!json_is_array(merges))
+        return fail(err, errlen, "model.merges is not an array%s%s", "", "");
     json_t *dropout = json_object_get(m, "dropout");
     if (json_is_number(dropout) && json_number_value(dropout) > 0)
-        return fail(err, errlen, "model: BPE dropout is not supported (it makes encoding "
-                                 "random)%s%s", "", "");
+        return fail(err, errlen,
+                    "model: BPE dropout is not supported (it makes encoding "
+                    "random)%s%s",
+                    "", "");
 
     const char *key;
     json_t *val;
@@ -128,8 +133,10 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
             const char *sp = strchr(s, ' ');
             if (!sp || strchr(sp + 1, ' ')) {
                 tok_buf_free(&cat);
-                snprintf(err, errlen, "model.merges[%zu] '%s' is not two tokens separated by one "
-                                      "space", i, s);
+                snprintf(err, errlen,
+                         "model.merges[%zu] '%s' is not two tokens separated by one "
+                         "space",
+                         i, s);
                 return -1;
             }
             a = s;
@@ -155,7 +162,12 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
         const struct tok_map_slot *ec = oom ? NULL : tok_map_get(&t->vocab, cat.p, cat.n);
         if (!ea || !eb || !ec) {
             snprintf(err, errlen, "model.merges[%zu]: '%.*s' is not in the vocab", i,
-                     (int)(!ea ? na : !eb ? nb : cat.n), !ea ? a : !eb ? b : cat.p);
+                     (int)(!ea   ? na
+                           : !eb ? nb
+                                 : cat.n),
+                     !ea   ? a
+                     : !eb ? b
+                           : cat.p);
             tok_buf_free(&cat);
             return -1;
         }
@@ -187,11 +199,16 @@ static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size
         return 0;
     }
     struct tok_norm x = {0};
-    if (!strcmp(type, "NFC")) x.kind = TOK_NORM_NFC;
-    else if (!strcmp(type, "NFD")) x.kind = TOK_NORM_NFD;
-    else if (!strcmp(type, "NFKC")) x.kind = TOK_NORM_NFKC;
-    else if (!strcmp(type, "NFKD")) x.kind = TOK_NORM_NFKD;
-    else if (!strcmp(type, "Lowercase")) x.kind = TOK_NORM_LOWERCASE;
+    if (!strcmp(type, "NFC"))
+        x.kind = TOK_NORM_NFC;
+    else if (!strcmp(type, "NFD"))
+        x.kind = TOK_NORM_NFD;
+    else if (!strcmp(type, "NFKC"))
+        x.kind = TOK_NORM_NFKC;
+    else if (!strcmp(type, "NFKD"))
+        x.kind = TOK_NORM_NFKD;
+    else if (!strcmp(type, "Lowercase"))
+        x.kind = TOK_NORM_LOWERCASE;
     else if (!strcmp(type, "Strip")) {
         x.kind = TOK_NORM_STRIP;
         x.a = jbool(n, "strip_left", 1);
@@ -205,9 +222,11 @@ static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size
     } else if (!strcmp(type, "Replace")) {
         x.kind = TOK_NORM_REPLACE;
         json_t *pat = json_object_get(n, "pattern");
-        const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"), *content = jstr(n, "content");
+        const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"),
+                   *content = jstr(n, "content");
         if ((!lit && !rx) || !content)
-            return fail(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where, "");
+            return fail(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where,
+                        "");
         if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
             return -1;
         x.str = strdup(content);
@@ -254,16 +273,20 @@ static int add_pre(struct tok *t, json_t *p, const char *where, char *err, size_
         }
         return 0;
     }
-    if (t->n_pre == TOK_MAX_PRE) return fail(err, errlen, "%s: more than 16 pre-tokenizers%s", where, "");
+    if (t->n_pre == TOK_MAX_PRE)
+        return fail(err, errlen, "%s: more than 16 pre-tokenizers%s", where, "");
     if (t->n_pre && t->pre[t->n_pre - 1].kind == TOK_PRE_BYTE_LEVEL)
-        return fail(err, errlen, "%s: %s after ByteLevel is not supported (ByteLevel must come "
-                                 "last)", where, type);
+        return fail(err, errlen,
+                    "%s: %s after ByteLevel is not supported (ByteLevel must come "
+                    "last)",
+                    where, type);
     struct tok_pre x = {0};
     if (!strcmp(type, "Split")) {
         x.kind = TOK_PRE_SPLIT;
         json_t *pat = json_object_get(p, "pattern");
         const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex");
-        if (!lit && !rx) return fail(err, errlen, "%s: Split needs pattern.String or .Regex%s", where, "");
+        if (!lit && !rx)
+            return fail(err, errlen, "%s: Split needs pattern.String or .Regex%s", where, "");
         if (parse_behavior(jstr(p, "behavior"), &x.behavior))
             return fail(err, errlen, "%s: Split behavior '%s' is unknown", where,
                         jstr(p, "behavior") ? jstr(p, "behavior") : "(none)");
@@ -341,11 +364,13 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
     json_t *piece;
     int seen_a = 0;
     json_array_foreach(single, i, piece) {
-        json_t *sp = json_object_get(piece, "SpecialToken"), *sq = json_object_get(piece, "Sequence");
+        json_t *sp = json_object_get(piece, "SpecialToken"),
+               *sq = json_object_get(piece, "Sequence");
         if (sq) {
             const char *id = jstr(sq, "id");
             if (seen_a || !id || strcmp(id, "A"))
-                return fail(err, errlen, "%s: TemplateProcessing single must hold one $A%s", where, "");
+                return fail(err, errlen, "%s: TemplateProcessing single must hold one $A%s", where,
+                            "");
             seen_a = 1;
             continue;
         }
@@ -357,8 +382,10 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
         size_t k;
         json_t *idv;
         json_array_foreach(ids, k, idv) {
-            int r = seen_a ? push_ids(&t->post_suffix, &t->n_post_suffix, (int32_t)json_integer_value(idv))
-                           : push_ids(&t->post_prefix, &t->n_post_prefix, (int32_t)json_integer_value(idv));
+            int r = seen_a ? push_ids(&t->post_suffix, &t->n_post_suffix,
+                                      (int32_t)json_integer_value(idv))
+                           : push_ids(&t->post_prefix, &t->n_post_prefix,
+                                      (int32_t)json_integer_value(idv));
             if (r) return fail(err, errlen, "out of memory%s%s", "", "");
         }
     }
@@ -385,9 +412,12 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
         return 0;
     }
     struct tok_dec x = {0};
-    if (!strcmp(type, "ByteLevel")) x.kind = TOK_DEC_BYTE_LEVEL;
-    else if (!strcmp(type, "ByteFallback")) x.kind = TOK_DEC_BYTE_FALLBACK;
-    else if (!strcmp(type, "Fuse")) x.kind = TOK_DEC_FUSE;
+    if (!strcmp(type, "ByteLevel"))
+        x.kind = TOK_DEC_BYTE_LEVEL;
+    else if (!strcmp(type, "ByteFallback"))
+        x.kind = TOK_DEC_BYTE_FALLBACK;
+    else if (!strcmp(type, "Fuse"))
+        x.kind = TOK_DEC_FUSE;
     else if (!strcmp(type, "Strip")) {
         x.kind = TOK_DEC_STRIP;
         const char *c = jstr(d, "content");
@@ -399,9 +429,11 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
     } else if (!strcmp(type, "Replace")) {
         x.kind = TOK_DEC_REPLACE;
         json_t *pat = json_object_get(d, "pattern");
-        const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"), *content = jstr(d, "content");
+        const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"),
+                   *content = jstr(d, "content");
         if ((!lit && !rx) || !content)
-            return fail(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where, "");
+            return fail(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where,
+                        "");
         if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
             return -1;
         x.str = strdup(content);
@@ -484,7 +516,8 @@ static int load_added(struct tok *t, json_t *list, char *err, size_t errlen) {
 static void init_byte_alphabet(struct tok *t) {
     // GPT-2's bytes_to_unicode: printable bytes map to themselves, the other 68 to U+0100..
     int n = 0;
-    for (int i = 0; i < 0x144; i++) t->char_byte[i] = -1;
+    for (int i = 0; i < 0x144; i++)
+        t->char_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
         int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
         uint32_t cp = printable ? (uint32_t)b : 0x100u + (uint32_t)n++;
@@ -535,8 +568,8 @@ static int load_config(struct tok *t, const char *config_json, char *err, size_t
 
 // ---------------------------------------------------------------- entry points
 
-int tok_load_mem(struct tok **out, const char *json, size_t len, const char *config_json,
-                 char *err, size_t errlen) {
+int tok_load_mem(struct tok **out, const char *json, size_t len, const char *config_json, char *err,
+                 size_t errlen) {
     *out = NULL;
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, &je);
@@ -574,7 +607,8 @@ int tok_load_mem(struct tok **out, const char *json, size_t len, const char *con
     for (size_t i = 0; i < t->n_norm; i++)
         t->norm_ascii_same &= t->norm[i].kind <= TOK_NORM_NFKD;
     for (size_t i = 0; i < t->n_post_prefix + t->n_post_suffix; i++) {
-        int32_t id = i < t->n_post_prefix ? t->post_prefix[i] : t->post_suffix[i - t->n_post_prefix];
+        int32_t id =
+            i < t->n_post_prefix ? t->post_prefix[i] : t->post_suffix[i - t->n_post_prefix];
         if (id < 0 || id >= t->n_vocab || t->str_len[id] == UINT32_MAX) {
             snprintf(err, errlen, "post_processor adds id %d, which no token has", id);
             goto done;
@@ -583,8 +617,10 @@ int tok_load_mem(struct tok **out, const char *json, size_t len, const char *con
     rc = 0;
 done:
     json_decref(root);
-    if (rc) tok_free(t);
-    else *out = t;
+    if (rc)
+        tok_free(t);
+    else
+        *out = t;
     return rc;
 }
 
@@ -661,7 +697,8 @@ void tok_free(struct tok *t) {
         tok_re_free(&t->norm[i].re);
     }
     free(t->norm);
-    for (size_t i = 0; i < t->n_pre; i++) tok_re_free(&t->pre[i].re);
+    for (size_t i = 0; i < t->n_pre; i++)
+        tok_re_free(&t->pre[i].re);
     free(t->post_prefix);
     free(t->post_suffix);
     for (size_t i = 0; i < t->n_dec; i++) {
@@ -689,7 +726,9 @@ void tok_free(struct tok *t) {
 
 // ---------------------------------------------------------------- accessors
 
-int32_t tok_n_vocab(const struct tok *t) { return t->n_vocab; }
+int32_t tok_n_vocab(const struct tok *t) {
+    return t->n_vocab;
+}
 
 int32_t tok_id(const struct tok *t, const char *s, size_t n) {
     for (size_t i = 0; i < t->n_added; i++)
@@ -708,6 +747,12 @@ int tok_is_special(const struct tok *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && (t->flag[id] & TOK_FLAG_SPECIAL);
 }
 
-int32_t tok_bos(const struct tok *t) { return t->bos_id; }
-int32_t tok_eos(const struct tok *t) { return t->eos_id; }
-const char *tok_chat_template(const struct tok *t) { return t->chat_template; }
+int32_t tok_bos(const struct tok *t) {
+    return t->bos_id;
+}
+int32_t tok_eos(const struct tok *t) {
+    return t->eos_id;
+}
+const char *tok_chat_template(const struct tok *t) {
+    return t->chat_template;
+}

@@ -20,7 +20,8 @@
 int tok_buf_put(struct tok_buf *b, const void *src, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
+        while (cap < b->n + n + 1)
+            cap *= 2;
         char *p = realloc(b->p, cap);
         if (!p) return -1;
         b->p = p;
@@ -52,12 +53,21 @@ int tok_spans_push(struct tok_spans *s, size_t off, size_t len, int is_match) {
 // ---------------------------------------------------------------- string map
 
 uint32_t tok_hash(const void *s, size_t n) {
-    // FNV-1a, folded so that 0 stays free to mean "empty slot"
+    // 8 bytes at a time, multiply-xorshift mixing; 0 is kept free to mean "empty slot"
     const unsigned char *p = s;
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
-    h ^= h >> 15;
-    return h ? h : 1;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0x94D049BB133111EBull;
+    h ^= h >> 29;
+    uint32_t r = (uint32_t)(h ^ (h >> 32));
+    return r ? r : 1;
 }
 
 const struct tok_map_slot *tok_map_get(const struct tok_map *m, const char *s, size_t n) {
@@ -78,7 +88,8 @@ static int map_grow(struct tok_map *m) {
         struct tok_map_slot *e = &m->slots[j];
         if (!e->hash) continue;
         size_t i = e->hash & (cap - 1);
-        while (slots[i].hash) i = (i + 1) & (cap - 1);
+        while (slots[i].hash)
+            i = (i + 1) & (cap - 1);
         slots[i] = *e;
     }
     free(m->slots);
@@ -143,11 +154,13 @@ int tok_merges_set(struct tok_merges *m, int32_t a, int32_t b, int32_t rank, int
         size_t cap = m->cap ? 2 * m->cap : 1024;
         struct tok_merge_slot *slots = malloc(cap * sizeof *slots);
         if (!slots) return -1;
-        for (size_t i = 0; i < cap; i++) slots[i].key = UINT64_MAX;
+        for (size_t i = 0; i < cap; i++)
+            slots[i].key = UINT64_MAX;
         for (size_t j = 0; j < m->cap; j++) {
             if (m->slots[j].key == UINT64_MAX) continue;
             size_t i = merge_slot(m->slots[j].key, cap);
-            while (slots[i].key != UINT64_MAX) i = (i + 1) & (cap - 1);
+            while (slots[i].key != UINT64_MAX)
+                i = (i + 1) & (cap - 1);
             slots[i] = m->slots[j];
         }
         free(m->slots);
@@ -156,7 +169,8 @@ int tok_merges_set(struct tok_merges *m, int32_t a, int32_t b, int32_t rank, int
     }
     uint64_t key = tok_merge_key(a, b);
     size_t i = merge_slot(key, m->cap);
-    while (m->slots[i].key != UINT64_MAX && m->slots[i].key != key) i = (i + 1) & (m->cap - 1);
+    while (m->slots[i].key != UINT64_MAX && m->slots[i].key != key)
+        i = (i + 1) & (m->cap - 1);
     if (m->slots[i].key == UINT64_MAX) m->count++;
     m->slots[i] = (struct tok_merge_slot){key, rank, id}; // a repeated pair: the later rank wins
     return 0;
@@ -192,14 +206,13 @@ int tok_utf8_put(char *out, uint32_t cp) {
     return 4;
 }
 
-/* length of the valid character at s[0..n): >0 valid; 0 the bytes so far are a valid prefix
- * that needs more input; <0 invalid, -k meaning the maximal invalid subpart has k bytes */
-static int utf8_char(const unsigned char *s, size_t n) {
+int tok_utf8_char(const unsigned char *s, size_t n) {
     unsigned c = s[0];
     if (c < 0x80) return 1;
     int need;
     unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
     else if (c >= 0xE0 && c <= 0xEF) {
         need = 2;
         if (c == 0xE0) lo = 0xA0;
@@ -208,7 +221,8 @@ static int utf8_char(const unsigned char *s, size_t n) {
         need = 3;
         if (c == 0xF0) lo = 0x90;
         if (c == 0xF4) hi = 0x8F;
-    } else return -1;
+    } else
+        return -1;
     for (int i = 1; i <= need; i++) {
         if ((size_t)i >= n) return 0;
         unsigned b = s[i];
@@ -225,7 +239,7 @@ size_t tok_utf8_valid_prefix(const char *s, size_t n) {
             i++;
             continue;
         }
-        int k = utf8_char(p + i, n - i);
+        int k = tok_utf8_char(p + i, n - i);
         if (k <= 0) return i;
         i += (size_t)k;
     }
@@ -234,13 +248,14 @@ size_t tok_utf8_valid_prefix(const char *s, size_t n) {
 
 int tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n) {
     static const char repl[] = "\xEF\xBF\xBD";
+    if (n == 0) return tok_buf_put(out, "", 0);
     size_t i = 0, run = 0; // run: start of the pending valid bytes
     while (i < n) {
         if (s[i] < 0x80) {
             i++;
             continue;
         }
-        int k = utf8_char(s + i, n - i);
+        int k = tok_utf8_char(s + i, n - i);
         if (k > 0) {
             i += (size_t)k;
             continue;
@@ -253,9 +268,9 @@ int tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n) {
 }
 
 int tok_is_white_space(uint32_t cp) {
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
-           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-           cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+           cp == 0x205F || cp == 0x3000;
 }
 
 int tok_is_numeric(uint32_t cp) {
@@ -264,27 +279,34 @@ int tok_is_numeric(uint32_t cp) {
 }
 
 int tok_is_word_char(uint32_t cp) {
-    if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') ||
-                          (cp >= 'A' && cp <= 'Z') || cp == '_';
+    if (cp < 0x80)
+        return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') ||
+               cp == '_';
     if (cp == 0x200C || cp == 0x200D) return 1; // Join_Control
     switch (utf8proc_category((utf8proc_int32_t)cp)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
-        return 1;
-    default:
-        return 0;
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC: return 1;
+    default: return 0;
     }
 }
 
 // ---------------------------------------------------------------- regexes
 
 /* Oniguruma's Unicode \s and \w, as class members (no brackets) */
-#define WS_MEMBERS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
-                   "\\x{202F}\\x{205F}\\x{3000}"
+#define WS_MEMBERS                                                                                 \
+    "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"                         \
+    "\\x{202F}\\x{205F}\\x{3000}"
 #define WORD_MEMBERS "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
-#define HEX_MEMBERS "0-9a-fA-F"
+#define HEX_MEMBERS  "0-9a-fA-F"
 
 /* rewrite the shorthand classes; returns a malloc'd pattern or NULL */
 static char *re_translate(const char *pat, size_t n, size_t *out_n) {
@@ -346,7 +368,7 @@ int tok_re_compile(struct tok_re *re, const char *pat, size_t n, int literal, ch
     }
     int code;
     PCRE2_SIZE at;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : PCRE2_MULTILINE);
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
     re->code = pcre2_compile((PCRE2_SPTR)(literal ? pat : tp), tn, opts, &code, &at, NULL);
     free(tp);
     if (!re->code) {
@@ -431,7 +453,8 @@ int tok_trie_add(struct tok_trie *tr, const char *s, size_t n, int32_t added) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         int32_t k = tr->nodes[cur].child;
-        while (k >= 0 && tr->nodes[k].byte != c) k = tr->nodes[k].sibling;
+        while (k >= 0 && tr->nodes[k].byte != c)
+            k = tr->nodes[k].sibling;
         if (k < 0) {
             if (tr->n == tr->cap) {
                 struct tok_trie_node *v = realloc(tr->nodes, 2 * tr->cap * sizeof *v);

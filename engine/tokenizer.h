@@ -59,8 +59,8 @@ enum tok_decode_flags {
  * message; *out is freed with tok_free. */
 int tok_load(struct tok **out, const char *dir, char *err, size_t errlen);
 /* The same from memory; config_json may be NULL. */
-int tok_load_mem(struct tok **out, const char *json, size_t len, const char *config_json,
-                 char *err, size_t errlen);
+int tok_load_mem(struct tok **out, const char *json, size_t len, const char *config_json, char *err,
+                 size_t errlen);
 void tok_free(struct tok *t);
 
 /* Encode text[0..len) and append the ids to out. 0, or -1 with a message (invalid UTF-8, out
@@ -77,8 +77,8 @@ int tok_decode(const struct tok *t, const int32_t *ids, size_t n, unsigned flags
 int tok_ids_push(struct tok_ids *v, int32_t id); /* 0, or -1 out of memory */
 void tok_ids_free(struct tok_ids *v);
 
-int32_t tok_n_vocab(const struct tok *t);                     /* max id + 1 */
-int32_t tok_id(const struct tok *t, const char *s, size_t n); /* added, then model; -1 */
+int32_t tok_n_vocab(const struct tok *t);                        /* max id + 1 */
+int32_t tok_id(const struct tok *t, const char *s, size_t n);    /* added, then model; -1 */
 const char *tok_str(const struct tok *t, int32_t id, size_t *n); /* NULL if no such id */
 int tok_is_special(const struct tok *t, int32_t id);
 int32_t tok_bos(const struct tok *t); /* from tokenizer_config.json; -1 if none */

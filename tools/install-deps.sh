@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs every Debian package the build and the tests need. Idempotent.
 set -e
-PKGS="build-essential make libjansson-dev libxxhash-dev libinih-dev clang-format"
+PKGS="build-essential make libjansson-dev libxxhash-dev libinih-dev clang-format libpcre2-dev libutf8proc-dev"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
