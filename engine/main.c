@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/backend.h"
+#include "engine/cli.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/npy.h"
@@ -27,6 +28,8 @@ static void usage(FILE *fp) {
             "commands:\n"
             "  generate   generate tokens from a prompt, with or without speculation\n"
             "  logits     run the reference forward and write every position's logits\n"
+            "  tokenize   text -> token ids (tandem tokenize --help)\n"
+            "  detokenize token ids -> text (tandem detokenize --help)\n"
             "\n"
             "tandem generate --model DIR (--prompt-ids \"1 2 3\" | --prompt-ids-file F) [options]\n"
             "  --max-tokens N         tokens to generate per completion (default 64, >= 1)\n"
@@ -423,6 +426,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
     fprintf(stderr, "tandem: unknown command '%s' (see tandem --help)\n", argv[1]);
     return 2;
 }
