@@ -2,7 +2,7 @@
 # gpu_vs_hf.sh: tandem (CUDA backend) against HF transformers, greedy decoding, same GPU, one run.
 #   sh bench/gpu_vs_hf.sh [MODEL_DIR] [MAX_TOKENS]
 # Prints tokens/s for batch 1 and 16: HF (fp32 eager), tandem --draft none, tandem --draft ngram
-# (k = 3), and the ratios to HF and to tandem's own no-spec mode.
+# (k = 3), tandem without CUDA graphs, and the ratios to HF and to tandem's own no-spec mode.
 set -e
 M=${1:-tests/fixtures/a_tiny_yarn}
 N=${2:-128}
@@ -12,8 +12,10 @@ for B in 1 16; do
     hf=$(python3 bench/hf_generate.py --model "$M" --prompt-len 64 --max-tokens "$N" --batch "$B" 2>/dev/null | tail -1)
     hf_tps=$(echo "$hf" | sed -E 's/.*= ([0-9.]+) tokens.*/\1/')
     none=$(./bin/tandem generate --backend cuda --model "$M" --prompt-ids "$P" --max-tokens "$N" --n "$B" --ignore-eos --stats 2>&1 >/dev/null | grep tokens/s | sed -E 's/.*= ([0-9.]+) tokens.*/\1/')
+    nog=$(./bin/tandem generate --backend cuda --no-graphs --model "$M" --prompt-ids "$P" --max-tokens "$N" --n "$B" --ignore-eos --stats 2>&1 >/dev/null | grep tokens/s | sed -E 's/.*= ([0-9.]+) tokens.*/\1/')
     ngram=$(./bin/tandem generate --backend cuda --model "$M" --prompt-ids "$P" --max-tokens "$N" --n "$B" --ignore-eos --stats --draft ngram --draft-tokens 3 2>&1 >/dev/null | grep -E "tokens/s|accepted length" | tr '\n' ' ')
     ngram_tps=$(echo "$ngram" | sed -E 's/.*= ([0-9.]+) tokens.*/\1/')
     echo "batch $B: hf $hf_tps tok/s | tandem none $none tok/s ($(awk "BEGIN{printf \"%.2f\", $none/$hf_tps}")x hf) | tandem ngram $ngram_tps tok/s ($(awk "BEGIN{printf \"%.2f\", $ngram_tps/$none}")x none) | $hf"
     echo "   ngram: $ngram"
+    echo "   tandem none without CUDA graphs: $nog tok/s (graphs $(awk "BEGIN{printf \"%.2f\", $none/$nog}")x)"
 done

@@ -75,6 +75,15 @@ struct td_backend {
     /* batch-invariant mode: a row's results never depend on which rows share its step.
      * NULL when the backend always is (the CPU references are). */
     void (*set_deterministic)(int on);
+    /* step graphs (NULL when the backend has none): capture what the ops queue next, end it into
+     * an executable graph (NULL on failure), replay it, free it */
+    int (*graph_begin)(void);
+    void *(*graph_end)(void);
+    void (*graph_launch)(void *g);
+    void (*graph_free)(void *g);
+    /* size the ops' internal scratch once, outside any capture: GEMM inputs up to gemm_x
+     * elements, indexer scores up to scores elements, attention/MoE shared memory (bytes) */
+    void (*reserve)(size_t gemm_x, size_t scores, size_t attn_smem, size_t moe_smem);
 };
 
 const struct td_backend *td_backend_cpu(void);

@@ -38,6 +38,11 @@ static const struct td_backend cpu = {
     cpu_finish,
     cpu_free_bytes,
     NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 const struct td_backend *td_backend_cpu(void) { return &cpu; }

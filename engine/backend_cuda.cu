@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "kernels/cuda_common.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
@@ -19,7 +20,10 @@ extern "C" cudaStream_t td_cuda_stream(void) { return stream; }
 extern "C" void td_cuda_after_launch(const char *file, int line) {
     cudaError_t e = cudaGetLastError();
     if (sync_each < 0) sync_each = getenv("TD_SYNC") && atoi(getenv("TD_SYNC"));
-    if (e == cudaSuccess && sync_each) e = cudaStreamSynchronize(stream);
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(stream, &cap);
+    if (e == cudaSuccess && sync_each && cap == cudaStreamCaptureStatusNone)
+        e = cudaStreamSynchronize(stream);
     if (e != cudaSuccess) {
         fprintf(stderr, "CUDA error %s (%s) after the launch at %s:%d\n", cudaGetErrorName(e),
                 cudaGetErrorString(e), file, line);
@@ -67,6 +71,44 @@ static size_t cu_free_bytes(void) {
     return fr;
 }
 
+static int cu_graph_begin(void) {
+    return cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
+}
+
+static void *cu_graph_end(void) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    if (cudaStreamEndCapture(stream, &g) != cudaSuccess || !g) {
+        cudaGetLastError();
+        return NULL;
+    }
+    cudaError_t e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return x;
+}
+
+static void cu_graph_launch(void *g) { CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, stream)); }
+
+static void cu_graph_free(void *g) {
+    if (g) cudaGraphExecDestroy((cudaGraphExec_t)g);
+}
+
+extern "C" void matmul_cuda_reserve(size_t x_elems);
+extern "C" void indexer_cuda_reserve(size_t score_elems);
+extern "C" void attention_cuda_reserve(size_t smem);
+extern "C" void moe_cuda_reserve(size_t smem);
+
+static void cu_reserve(size_t gemm_x, size_t scores, size_t attn_smem, size_t moe_smem) {
+    matmul_cuda_reserve(gemm_x);
+    indexer_cuda_reserve(scores);
+    attention_cuda_reserve(attn_smem);
+    moe_cuda_reserve(moe_smem);
+}
+
 static struct td_backend cuda_backend;
 
 extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
@@ -105,5 +147,10 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
     cuda_backend.finish = cu_finish;
     cuda_backend.free_bytes = cu_free_bytes;
     cuda_backend.set_deterministic = matmul_cuda_set_deterministic;
+    cuda_backend.graph_begin = cu_graph_begin;
+    cuda_backend.graph_end = cu_graph_end;
+    cuda_backend.graph_launch = cu_graph_launch;
+    cuda_backend.graph_free = cu_graph_free;
+    cuda_backend.reserve = cu_reserve;
     return &cuda_backend;
 }

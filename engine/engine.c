@@ -168,6 +168,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (td_state_init(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
                       cache_limit(p->max_cache_bytes, e->b), e->b, err, errlen))
         goto fail;
+    e->state.use_graphs = !p->no_graphs;
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
     size_t V = (size_t)c->vocab;

@@ -43,6 +43,8 @@ struct td_engine_params {
     int max_batch_tokens;     /* rows per step, default 256; >= 1 + max_draft */
     const char *draft;        /* "none" (default), "ngram" or "random" */
     int max_draft;            /* draft tokens per round, 0 .. TD_MAX_DRAFT */
+    int no_graphs;            /* run every step eagerly (default: decode and verify steps replay
+                                 a CUDA graph captured once per row bucket) */
     int deterministic;        /* batch-invariant kernels: a request's logits are the same bits
                                  alone, in any batch, or as a row of a verify chunk */
     size_t max_cache_bytes;   /* cache pools above this are refused at init; 0 (default): on the

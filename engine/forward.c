@@ -103,6 +103,7 @@ static void attention_block(struct fwd *f, int li) {
 
     // this layer's rate decides which visible / emit / ring-write rows apply
     struct rows_view rows = rows_of(p, f->plan_dev ? f->plan_dev : p->mem);
+    rows.n_tok = f->n;
     const char *h = p->mem;
     char *base = f->plan_dev ? f->plan_dev : p->mem;
 #define AT(arr) ((int32_t *)(base + ((const char *)(arr) - h)))
@@ -238,67 +239,127 @@ static int check_plan(const struct td_model *m, const struct td_state *st,
     return 0;
 }
 
-int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
-               float *logits, int32_t *topk_trace, char *err, size_t errlen) {
-    if (check_plan(m, st, p, err, errlen)) return -1;
-    const struct td_config *c = &m->cfg;
+// ---------------------------------------------------------------------------------------------
+// step buffers: made once per plan layout, so every step (and every captured graph) reads and
+// writes the same addresses
+
+#define MAX_GRAPHS 16
+
+struct td_fwd_ws {
+    struct td_plan_dims dims;
+    const struct td_backend *b;
+    void **bufs;
+    int n_bufs;
+    struct fwd f;                   /* buffer pointers; per-step fields are set by td_forward */
+    struct {
+        int n_pad;
+        void *exec;                 /* NULL: capture failed, run eagerly */
+    } graphs[MAX_GRAPHS];
+    int n_graphs;
+};
+
+static void ws_free(struct td_state *st) {
+    struct td_fwd_ws *ws = st->ws;
+    if (!ws) return;
+    for (int i = 0; i < ws->n_graphs; i++)
+        if (ws->graphs[i].exec) ws->b->graph_free(ws->graphs[i].exec);
+    for (int i = 0; i < ws->n_bufs; i++) ws->b->release(ws->bufs[i]);
+    free(ws->bufs);
+    free(ws);
+    st->ws = NULL;
+}
+
+static int ws_make(struct td_state *st, const struct td_config *c, const struct td_plan_dims *d,
+                   char *err, size_t errlen) {
+    if (st->ws && !memcmp(&st->ws->dims, d, sizeof *d)) return 0;
+    ws_free(st);
     const struct td_backend *b = st->backend;
-    int n = p->n_tok, D = c->dim, nc = c->hc_mult, H = c->n_heads, hd = c->head_dim;
-    int wmax = 2 * (hd > c->index_head_dim ? hd : c->index_head_dim), half = c->rope_dim / 2;
-    struct fwd f = {.b = b, .op = &b->ops, .m = m, .c = c, .st = st, .p = p, .n = n};
-    size_t N = (size_t)n, F = sizeof(float);
+    struct td_fwd_ws *ws = calloc(1, sizeof *ws);
+    if (!ws) goto oom;
+    st->ws = ws;
+    st->ws_free = ws_free;
+    ws->dims = *d;
+    ws->b = b;
+    struct fwd *f = &ws->f;
+    int D = c->dim, nc = c->hc_mult, H = c->n_heads, hd = c->head_dim, half = c->rope_dim / 2;
+    int wmax = 2 * (hd > c->index_head_dim ? hd : c->index_head_dim);
+    size_t N = (size_t)d->max_tok, F = sizeof(float);
     struct {
         void **dst;
         size_t bytes;
-    } bufs[] = {
-        {(void **)&f.X, N * nc * D * F},
-        {(void **)&f.x, N * D * F},
-        {(void **)&f.xn, N * D * F},
-        {(void **)&f.a, N * D * F},
-        {(void **)&f.a2, N * D * F},
-        {(void **)&f.post, N * nc * F},
-        {(void **)&f.comb, N * nc * nc * F},
-        {(void **)&f.qr, N * c->q_lora_rank * F},
-        {(void **)&f.q, N * H * hd * F},
-        {(void **)&f.o, N * H * hd * F},
-        {(void **)&f.kv, N * hd * F},
-        {(void **)&f.og, N * c->o_groups * c->o_lora_rank * F},
-        {(void **)&f.raw, N * wmax * F},
-        {(void **)&f.gate, N * wmax * F},
-        {(void **)&f.iraw, N * wmax * F},
-        {(void **)&f.igate, N * wmax * F},
-        {(void **)&f.qi, N * c->index_n_heads * c->index_head_dim * F},
-        {(void **)&f.wi, N * c->index_n_heads * F},
-        {(void **)&f.g, N * c->moe_inter * F},
-        {(void **)&f.u, N * c->moe_inter * F},
-        {(void **)&f.router, N * c->n_experts * F},
-        {(void **)&f.picks, N * c->n_experts_tok * sizeof(int32_t)},
-        {(void **)&f.weights, N * c->n_experts_tok * F},
-        {(void **)&f.logits, N * c->vocab * F},
-        {(void **)&f.inv_main, (size_t)(half + 1) * F},
-        {(void **)&f.inv_comp, (size_t)(half + 1) * F},
+    } want[] = {
+        {(void **)&f->X, N * nc * D * F},
+        {(void **)&f->x, N * D * F},
+        {(void **)&f->xn, N * D * F},
+        {(void **)&f->a, N * D * F},
+        {(void **)&f->a2, N * D * F},
+        {(void **)&f->post, N * nc * F},
+        {(void **)&f->comb, N * nc * nc * F},
+        {(void **)&f->qr, N * c->q_lora_rank * F},
+        {(void **)&f->q, N * H * hd * F},
+        {(void **)&f->o, N * H * hd * F},
+        {(void **)&f->kv, N * hd * F},
+        {(void **)&f->og, N * c->o_groups * c->o_lora_rank * F},
+        {(void **)&f->raw, N * wmax * F},
+        {(void **)&f->gate, N * wmax * F},
+        {(void **)&f->iraw, N * wmax * F},
+        {(void **)&f->igate, N * wmax * F},
+        {(void **)&f->qi, N * c->index_n_heads * c->index_head_dim * F},
+        {(void **)&f->wi, N * c->index_n_heads * F},
+        {(void **)&f->g, N * c->moe_inter * F},
+        {(void **)&f->u, N * c->moe_inter * F},
+        {(void **)&f->router, N * c->n_experts * F},
+        {(void **)&f->picks, N * c->n_experts_tok * sizeof(int32_t)},
+        {(void **)&f->weights, N * c->n_experts_tok * F},
+        {(void **)&f->logits, N * c->vocab * F},
+        {(void **)&f->inv_main, (size_t)(half + 1) * F},
+        {(void **)&f->inv_comp, (size_t)(half + 1) * F},
+        {(void **)&f->plan_dev, meta_plan_bytes(d)},
     };
-    int nb = (int)(sizeof bufs / sizeof *bufs), rc = 0, got = 0;
-    for (; got < nb; got++)
-        if (!(*bufs[got].dst = b->alloc(bufs[got].bytes))) break;
-    if (b->on_device && got == nb && !(f.plan_dev = b->alloc(p->bytes))) got = nb - 1;
-    if (got < nb) {
-        snprintf(err, errlen, "forward: out of %s memory for %d rows", b->name, n);
-        rc = -1;
-        goto done;
+    int n = (int)(sizeof want / sizeof *want);
+    if (!(ws->bufs = calloc((size_t)n, sizeof *ws->bufs))) goto oom;
+    for (int i = 0; i < n; i++) {
+        if (!(*want[i].dst = b->alloc(want[i].bytes))) goto oom;
+        ws->bufs[ws->n_bufs++] = *want[i].dst;
     }
-    if (f.plan_dev) b->to_device(f.plan_dev, p->mem, p->bytes);
-    f.rows = rows_of(p, f.plan_dev ? f.plan_dev : p->mem);
-
+    if (!b->on_device) { // the CPU reads the host plan itself
+        b->release(f->plan_dev);
+        ws->n_bufs--;
+        f->plan_dev = NULL;
+    }
     float inv[256];
     struct rope_params pm = rope_of(&c->rope_main, c->rope_dim);
     struct rope_params pc = rope_of(&c->rope_compress, c->rope_dim);
     rope_inv_freq_ref(inv, &pm);
-    b->to_device(f.inv_main, inv, (size_t)half * F);
+    b->to_device(f->inv_main, inv, (size_t)half * F);
     rope_inv_freq_ref(inv, &pc);
-    b->to_device(f.inv_comp, inv, (size_t)half * F);
+    b->to_device(f->inv_comp, inv, (size_t)half * F);
+    if (b->reserve) {
+        size_t in_max = (size_t)D;
+        size_t ins[4] = {(size_t)c->q_lora_rank, (size_t)H * hd, (size_t)c->o_groups * c->o_lora_rank,
+                         (size_t)c->moe_inter};
+        for (int i = 0; i < 4; i++) in_max = ins[i] > in_max ? ins[i] : in_max;
+        int ent = 0;
+        for (int i = 0; i < c->n_layers; i++)
+            if (st->layers[i].n_entries > ent) ent = st->layers[i].n_entries;
+        int keys = st->swa_ring + (ent > c->index_topk ? ent : c->index_topk);
+        b->reserve(N * in_max, N * (size_t)(ent + 1), ((size_t)hd + keys) * F,
+                   ((size_t)2 * D + c->moe_inter) * F);
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "forward: out of %s memory for step buffers of %d rows", b->name,
+             d->max_tok);
+    ws_free(st);
+    return -1;
+}
 
-    f.op->embed(f.X, f.rows.input_ids, W(m->embed), n, nc, D);
+/* the whole forward for n rows, queued on the backend (capturable: no allocation, no copy) */
+static void run_layers(struct fwd *f, int32_t *topk_trace) {
+    const struct td_model *m = f->m;
+    const struct td_config *c = f->c;
+    int n = f->n, D = c->dim, nc = c->hc_mult;
+    f->op->embed(f->X, f->rows.input_ids, W(m->embed), n, nc, D);
     for (int li = 0; li < c->n_layers; li++) {
         const struct td_layer *l = &m->layers[li];
         struct hc_weights ha = {l->hc_attn.fn.data, l->hc_attn.base.data, l->hc_attn.scale.data,
@@ -306,38 +367,80 @@ int td_forward(const struct td_model *m, struct td_state *st, const struct td_pl
                                 l->hc_attn.scale.dtype};
         struct hc_weights hf = {l->hc_ffn.fn.data, l->hc_ffn.base.data, l->hc_ffn.scale.data,
                                 l->hc_ffn.fn.dtype, l->hc_ffn.base.dtype, l->hc_ffn.scale.dtype};
-        f.op->hc_pre(f.x, f.post, f.comb, f.X, &ha, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
-                     c->rms_eps);
-        f.op->rmsnorm(f.xn, f.x, W(l->attn_norm), n, D, c->rms_eps);
-        attention_block(&f, li);
-        f.op->hc_post(f.X, f.a, f.post, f.comb, n, nc, D);
-        f.op->hc_pre(f.x, f.post, f.comb, f.X, &hf, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
-                     c->rms_eps);
-        f.op->rmsnorm(f.xn, f.x, W(l->ffn_norm), n, D, c->rms_eps);
-        moe_block(&f, li);
-        f.op->hc_post(f.X, f.a, f.post, f.comb, n, nc, D);
+        f->op->hc_pre(f->x, f->post, f->comb, f->X, &ha, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
+                      c->rms_eps);
+        f->op->rmsnorm(f->xn, f->x, W(l->attn_norm), n, D, c->rms_eps);
+        attention_block(f, li);
+        f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D);
+        f->op->hc_pre(f->x, f->post, f->comb, f->X, &hf, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
+                      c->rms_eps);
+        f->op->rmsnorm(f->xn, f->x, W(l->ffn_norm), n, D, c->rms_eps);
+        moe_block(f, li);
+        f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D);
         if (topk_trace && c->attn[li] == TD_ATTN_CSA) // the indexer's picks of this layer
-            b->to_host(topk_trace + (size_t)li * n * c->index_topk, f.rows.topk,
-                       (size_t)n * c->index_topk * sizeof(int32_t));
+            f->b->to_host(topk_trace + (size_t)li * n * c->index_topk, f->rows.topk,
+                          (size_t)n * c->index_topk * sizeof(int32_t));
     }
-    f.op->hc_head(f.x, f.X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc, D,
-                  c->hc_eps, c->rms_eps);
-    f.op->rmsnorm(f.xn, f.x, W(m->norm), n, D, c->rms_eps);
-    f.op->matmul(f.logits, f.xn, W(m->head), n, D, c->vocab, NULL, 0);
-    b->to_host(logits, f.logits, N * c->vocab * F);
-    if (b->finish(err, errlen)) {
-        rc = -1;
-        goto done;
+    f->op->hc_head(f->x, f->X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc,
+                   D, c->hc_eps, c->rms_eps);
+    f->op->rmsnorm(f->xn, f->x, W(m->norm), n, D, c->rms_eps);
+    f->op->matmul(f->logits, f->xn, W(m->head), n, D, c->vocab, NULL, 0);
+}
+
+/* decode and verify steps (up to 128 rows) replay a graph captured once per row bucket */
+static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
+    const struct td_backend *b = f->b;
+    int n_pad = f->p->n_tok_pad;
+    if (!f->st->use_graphs || !b->graph_begin || topk_trace || n_pad > 128) {
+        run_layers(f, topk_trace);
+        return;
     }
+    int g = 0;
+    while (g < ws->n_graphs && ws->graphs[g].n_pad != n_pad) g++;
+    f->n = n_pad; // pad rows are valid rows: the kernels leave them inert
+    f->rows.n_tok = n_pad;
+    if (g == ws->n_graphs && g < MAX_GRAPHS) {
+        void *exec = NULL;
+        if (!b->graph_begin()) {
+            run_layers(f, NULL);
+            exec = b->graph_end();
+        }
+        ws->graphs[g].n_pad = n_pad;
+        ws->graphs[g].exec = exec;
+        ws->n_graphs++;
+    }
+    if (g < ws->n_graphs && ws->graphs[g].exec)
+        b->graph_launch(ws->graphs[g].exec);
+    else
+        run_layers(f, NULL);
+}
+
+int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+               float *logits, int32_t *topk_trace, char *err, size_t errlen) {
+    if (check_plan(m, st, p, err, errlen)) return -1;
+    const struct td_config *c = &m->cfg;
+    const struct td_backend *b = st->backend;
+    if (ws_make(st, c, &p->dims, err, errlen)) return -1;
+    struct td_fwd_ws *ws = st->ws;
+    struct fwd *f = &ws->f;
+    f->b = b;
+    f->op = &b->ops;
+    f->m = m;
+    f->c = c;
+    f->st = st;
+    f->p = p;
+    f->n = p->n_tok;
+    if (f->plan_dev) b->to_device(f->plan_dev, p->mem, p->bytes);
+    f->rows = rows_of(p, f->plan_dev ? f->plan_dev : p->mem);
+    run_step(f, ws, topk_trace);
+    b->to_host(logits, f->logits, (size_t)p->n_tok * c->vocab * sizeof(float));
+    if (b->finish(err, errlen)) return -1;
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s];
         st->len[slot] = p->len_before[s] + p->qo_indptr[s + 1] - p->qo_indptr[s];
         if (st->len[slot] > st->hi[slot]) st->hi[slot] = st->len[slot];
     }
-done:
-    for (int i = 0; i < got; i++) b->release(*bufs[i].dst);
-    if (f.plan_dev) b->release(f.plan_dev);
-    return rc;
+    return 0;
 }
 
 int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct td_plan_seq *seqs,

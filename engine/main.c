@@ -48,6 +48,7 @@ static void usage(FILE *fp) {
             "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
             "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
             "  --deterministic        batch-invariant kernels (GPU; the CPU always is)\n"
+            "  --no-graphs            run every GPU step eagerly (no CUDA graph replay)\n"
             "\n"
             "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...] [--backend B]\n"
             "  --model DIR     model directory: config.json + model.safetensors (or shards with\n"
@@ -307,6 +308,7 @@ static int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "--stats")) { stats = 1; continue; }
         if (!strcmp(a, "--ignore-eos")) { ignore_eos = 1; continue; }
         if (!strcmp(a, "--deterministic")) { ep.deterministic = 1; continue; }
+        if (!strcmp(a, "--no-graphs")) { ep.no_graphs = 1; continue; }
         if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
         i++;
         int rc = 0;

@@ -102,6 +102,7 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
 }
 
 void td_state_free(struct td_state *s) {
+    if (s->ws_free) s->ws_free(s);
     if (s->layers && s->cfg) {
         for (int i = 0; i < s->cfg->n_layers; i++) {
             struct td_layer_state *ls = &s->layers[i];

@@ -34,6 +34,7 @@ struct td_layer_state {
 };
 
 struct td_backend;
+struct td_fwd_ws;
 
 struct td_state {
     const struct td_config *cfg;
@@ -45,6 +46,9 @@ struct td_state {
     uint8_t *in_use;              /* [max_seqs] */
     struct td_layer_state *layers;/* [n_layers] */
     size_t bytes;                 /* total pool bytes */
+    int use_graphs;               /* replay captured step graphs where the backend has them */
+    struct td_fwd_ws *ws;         /* the forward's step buffers (forward.c), made on first use */
+    void (*ws_free)(struct td_state *s);
 };
 
 /* Bytes td_state_init would allocate for this shape. */

@@ -19,6 +19,7 @@ __device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t
 __global__ void attention_rows_kernel(struct attn_args a) {
     extern __shared__ float sm[]; // q[d], s[max keys]
     const struct rows_view &r = a.rows;
+    if (r.row_seq[blockIdx.x] < 0) return; // a pad row: inert
     int t = blockIdx.x, sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
     int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
     if (a.entries) {
@@ -62,17 +63,23 @@ __global__ void attention_rows_kernel(struct attn_args a) {
     }
 }
 
+static size_t smem_set;
+
+static void ensure_smem(size_t smem) {
+    if (smem <= 48 * 1024 || smem <= smem_set) return;
+    CUDA_CHECK(cudaFuncSetAttribute(attention_rows_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    smem_set = smem;
+}
+
+extern "C" void attention_cuda_reserve(size_t smem) { ensure_smem(smem); }
+
 extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (!a->rows.n_tok) return;
     // capacity: the window plus every compressed entry a row may see (top-k or all visible)
     int max_keys = a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
     size_t smem = ((size_t)a->d + max_keys) * sizeof(float);
-    static size_t smem_set;
-    if (smem > 48 * 1024 && smem > smem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attention_rows_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = smem;
-    }
+    ensure_smem(smem);
     attention_rows_kernel<<<a->rows.n_tok, 128, smem, td_cuda_stream()>>>(*a);
     LAUNCH_CHECK();
 }

@@ -37,6 +37,7 @@ void attention_rows_ref(const struct attn_args *a) {
     }
     const float **keys = malloc(((size_t)max_keys + 1) * sizeof *keys);
     for (int t = 0; t < r->n_tok; t++) {
+        if (r->row_seq[t] < 0) continue; // a pad row: inert
         int sq = r->row_seq[t], slot = r->slot[sq], len = r->len_before[sq];
         int row0 = r->qo_indptr[sq], nk = 0;
         for (int k = r->swa_indptr[t]; k < r->swa_indptr[t + 1]; k++) {

@@ -9,6 +9,7 @@ static size_t scratch_cap;
 
 __global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
     const struct rows_view *r = &a.rows;
+    if (r->row_seq[blockIdx.x] < 0) return; // a pad row: its picks stay -1
     int t = blockIdx.x, n_vis = r->vis[t], slot = r->slot[r->row_seq[t]];
     float *sc = scores + (size_t)t * a.n_entries;
     const float *q = a.q + (size_t)t * a.n_heads * a.d, *wt = a.w + (size_t)t * a.n_heads;
@@ -66,18 +67,22 @@ __global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
         r->topk[(size_t)t * r->topk_stride + j] = j < k ? picks[j] : -1;
 }
 
+static void ensure_scratch(size_t need) {
+    if (need <= scratch_cap) return;
+    if (scratch) CUDA_CHECK(cudaFree(scratch));
+    scratch_cap = need + need / 2;
+    CUDA_CHECK(cudaMalloc(&scratch, scratch_cap * sizeof(float)));
+}
+
+extern "C" void indexer_cuda_reserve(size_t score_elems) { ensure_scratch(score_elems); }
+
 extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
     if (!a->rows.n_tok) return;
     if (a->topk > 1024) {
         fprintf(stderr, "indexer_topk_cuda: index_topk %d, at most 1024\n", a->topk);
         abort();
     }
-    size_t need = (size_t)a->rows.n_tok * (a->n_entries + 1);
-    if (need > scratch_cap) {
-        if (scratch) CUDA_CHECK(cudaFree(scratch));
-        scratch_cap = need + need / 2;
-        CUDA_CHECK(cudaMalloc(&scratch, scratch_cap * sizeof(float)));
-    }
+    ensure_scratch((size_t)a->rows.n_tok * (a->n_entries + 1));
     indexer_topk_kernel<<<a->rows.n_tok, 256, 0, td_cuda_stream()>>>(*a, scratch);
     LAUNCH_CHECK();
 }

@@ -106,6 +106,8 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
     cublasLtMatmulDescDestroy(op);
 }
 
+extern "C" void matmul_cuda_reserve(size_t x_elems) { ensure_lt(x_elems); }
+
 static const __nv_bfloat16 *x_as_bf16(const float *x, size_t elems) {
     ensure_lt(elems);
     to_bf16_kernel<<<ceil_div(elems, 256), 256, 0, td_cuda_stream()>>>(xbuf, x, elems);

@@ -120,18 +120,24 @@ extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float 
     LAUNCH_CHECK();
 }
 
+static size_t experts_smem_set;
+
+static void ensure_experts_smem(size_t smem) {
+    if (smem <= 48 * 1024 || smem <= experts_smem_set) return;
+    CUDA_CHECK(cudaFuncSetAttribute(experts_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)smem));
+    experts_smem_set = smem;
+}
+
+extern "C" void moe_cuda_reserve(size_t smem) { ensure_experts_smem(smem); }
+
 extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *picks,
                                  const float *weights, const struct expert_set *ex, int n, int d,
                                  int inter, int k, int n_experts, float limit) {
     (void)n_experts;
     if (!n) return;
     size_t smem = ((size_t)2 * d + inter) * sizeof(float);
-    static size_t smem_set;
-    if (smem > 48 * 1024 && smem > smem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(experts_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem));
-        smem_set = smem;
-    }
+    ensure_experts_smem(smem);
     experts_kernel<<<n, 256, smem, td_cuda_stream()>>>(out, x, picks, weights, *ex, d, inter, k,
                                                        limit);
     LAUNCH_CHECK();

@@ -29,6 +29,7 @@
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/npy.h"
+#include "metadata/plan.h"
 #include "engine/state.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
@@ -382,6 +383,99 @@ static void test_deterministic(void) {
     free(alone), free(batch), free(chunk);
 }
 
+/* step graphs: captured once per row bucket on a step whose rows sit near max context (what a
+ * capture at maximum widths sees), replayed for small live batches with mixed lengths and
+ * padded rows; every step's logits must equal the eager run's (bit-identical in the
+ * batch-invariant mode, where both take the same kernels) */
+static void test_graphs(void) {
+    char err[512];
+    struct td_model host, dev;
+    case_begin();
+    CHECK(!td_model_load(&host, "tests/fixtures/b_plain_hc2", err, sizeof err), "%s", err);
+    CHECK(!td_model_upload(&host, gpu, &dev, err, sizeof err), "%s", err);
+    const struct td_config *c = &host.cfg;
+    int V = c->vocab, max_ctx = 512, S = 8;
+    gpu->set_deterministic(1);
+    struct td_state sg, se;
+    CHECK(!td_state_init(&sg, c, S, max_ctx, 16, (size_t)1 << 32, gpu, err, sizeof err) &&
+              !td_state_init(&se, c, S, max_ctx, 16, (size_t)1 << 32, gpu, err, sizeof err),
+          "%s", err);
+    sg.use_graphs = 1;
+    se.use_graphs = 0;
+    struct td_plan_dims d = td_state_plan_dims(&sg, 64, S);
+    struct td_plan pg, pe;
+    CHECK(!meta_plan_init(&pg, &d, err, sizeof err) && !meta_plan_init(&pe, &d, err, sizeof err),
+          "%s", err);
+    int32_t ids[8][512];
+    int len[8], slot_g[8], slot_e[8];
+    for (int q = 0; q < S; q++) {
+        for (int i = 0; i < max_ctx; i++) ids[q][i] = (int32_t)((q * 977 + i * 131 + i / 7) % V);
+        slot_g[q] = td_state_seq_alloc(&sg);
+        slot_e[q] = td_state_seq_alloc(&se);
+        len[q] = 0;
+    }
+    float *lg = malloc((size_t)64 * V * 4), *le = malloc((size_t)64 * V * 4);
+    int steps = 0, replays = 0;
+    // prefill: sequences 0-3 long (near max context), 4-7 short
+    for (int q = 0; q < S && !check_case_failed; q++) {
+        int n = q < 4 ? 480 : 20 + 3 * q;
+        for (int pos = 0; pos < n; pos += 64) {
+            int k = n - pos < 64 ? n - pos : 64;
+            struct td_plan_seq a = {slot_g[q], pos, k, ids[q] + pos}, b = a;
+            b.slot = slot_e[q];
+            CHECK(!meta_plan_build(&pg, &a, 1, err, sizeof err) &&
+                      !meta_plan_build(&pe, &b, 1, err, sizeof err) &&
+                      !td_forward(&dev, &sg, &pg, lg, NULL, err, sizeof err) &&
+                      !td_forward(&dev, &se, &pe, le, NULL, err, sizeof err),
+                  "%s", err);
+        }
+        len[q] = n;
+    }
+    // decode / verify steps: first the long rows (capture), then short live batches (replay)
+    for (int it = 0; it < 40 && !check_case_failed; it++) {
+        struct td_plan_seq a[8], b[8];
+        int n = 0, rows = 0;
+        for (int q = it < 4 ? 0 : 4; q < S && n < (it < 4 ? 4 : 1 + it % 4); q++) {
+            int k = (it + q) % 3 == 0 ? 5 : 1; // verify groups and decode rows
+            if (len[q] + k > max_ctx) continue;
+            a[n] = (struct td_plan_seq){slot_g[q], len[q], k, ids[q] + len[q]};
+            b[n] = a[n];
+            b[n].slot = slot_e[q];
+            rows += k;
+            n++;
+        }
+        CHECK(!meta_plan_build(&pg, a, n, err, sizeof err) &&
+                  !meta_plan_build(&pe, b, n, err, sizeof err),
+              "%s", err);
+        replays += pg.n_tok_pad != pg.n_tok;
+        CHECK(!td_forward(&dev, &sg, &pg, lg, NULL, err, sizeof err) &&
+                  !td_forward(&dev, &se, &pe, le, NULL, err, sizeof err),
+              "%s", err);
+        CHECK(!memcmp(lg, le, (size_t)rows * V * 4), "step %d (%d rows, bucket %d): graph replay "
+              "differs from eager", it, rows, pg.n_tok_pad);
+        for (int j = 0; j < n; j++) { // verify groups keep 2 of 5 rows: roll back the rest
+            int q = 0;
+            while (slot_g[q] != a[j].slot) q++;
+            len[q] += a[j].n_new == 5 ? 2 : 1;
+            CHECK(!td_state_rollback(&sg, slot_g[q], len[q], err, sizeof err) &&
+                      !td_state_rollback(&se, slot_e[q], len[q], err, sizeof err),
+                  "%s", err);
+        }
+        steps++;
+    }
+    gpu->set_deterministic(0);
+    char extra[96];
+    snprintf(extra, sizeof extra, "(%d steps, %d with padded rows, bit-identical)", steps, replays);
+    case_end("graphs/replay_equals_eager_small_batches_after_max_width_capture", extra);
+    meta_plan_free(&pg);
+    meta_plan_free(&pe);
+    td_state_free(&sg);
+    td_state_free(&se);
+    td_model_free(&dev);
+    td_model_free(&host);
+    free(lg), free(le);
+}
+
 /* greedy speculation equals plain greedy decoding on the GPU, 32 prompts decoded together */
 static double run_engine(const char *draft, int det, int32_t (*out)[64], int *n_out) {
     char err[512];
@@ -457,6 +551,7 @@ int main(void) {
     const char *fxs[3] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
     for (int i = 0; i < 3; i++) test_model(fxs[i]);
     test_deterministic();
+    test_graphs();
     test_greedy_spec_gpu();
     char e2[256];
     CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
