@@ -259,6 +259,175 @@ static void test_pointwise(void) {
     free(x), free(ref);
 }
 
+/* the plan-driven ops on a synthetic step: 3 sequences (a 5-row verify group at length 40, a
+ * decode row at length 3 whose top-k has 1 pick and 7 x -1, a 2-row prefill at 0 whose top-k is
+ * empty), 8 rows padded to 8 -> run at n_tok_pad with a pad row... and random caches */
+static void fill(float *x, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) x[i] = frand() * s;
+}
+
+static void test_plan_ops(void) {
+    char err[256];
+    struct td_plan_dims dm = {16, 4, 128, 8, 8, 4, 8, 24, 24, 24};
+    struct td_plan p;
+    int32_t ids[16];
+    for (int i = 0; i < 16; i++) ids[i] = i * 3 % 50;
+    struct td_plan_seq seqs[3] = {{2, 40, 5, ids}, {0, 3, 1, ids + 5}, {1, 0, 1, ids + 6}};
+    case_begin();
+    CHECK(!meta_plan_init(&p, &dm, err, sizeof err) && !meta_plan_build(&p, seqs, 3, err, sizeof err),
+          "%s", err);
+    CHECK(p.n_tok == 7 && p.n_tok_pad == 8, "rows %d pad %d", p.n_tok, p.n_tok_pad);
+    int n = p.n_tok_pad, S = 3, H = 4, d = 32, ring = 24, ne = 32, ihd = 16, IH = 8;
+    void *dplan = dev_copy(p.mem, p.bytes);
+    const char *hb = p.mem;
+    char *db = dplan;
+#define DEV(arr) ((int32_t *)(db + ((const char *)(arr) - hb)))
+    struct rows_view rh = {n,          p.input_ids, p.positions, p.row_seq, p.qo_indptr, p.slot,
+                           p.len_before, p.swa_indptr, p.swa_pos, p.swa_write, p.vis_csa,
+                           p.emit_csa, p.write_csa, p.topk, dm.topk};
+    struct rows_view rd = {n,          DEV(p.input_ids), DEV(p.positions), DEV(p.row_seq),
+                           DEV(p.qo_indptr), DEV(p.slot), DEV(p.len_before), DEV(p.swa_indptr),
+                           DEV(p.swa_pos), DEV(p.swa_write), DEV(p.vis_csa), DEV(p.emit_csa),
+                           DEV(p.write_csa), DEV(p.topk), dm.topk};
+    // indexer: picks must match exactly (well-separated random scores)
+    float *iq = malloc((size_t)n * IH * ihd * 4), *iw = malloc((size_t)n * IH * 4);
+    float *ik = malloc((size_t)S * ne * ihd * 4);
+    fill(iq, (size_t)n * IH * ihd, 1), fill(iw, (size_t)n * IH, 1), fill(ik, (size_t)S * ne * ihd, 1);
+    struct indexer_args ia = {rh, iq, iw, ik, ne, IH, ihd, dm.topk, 0.25f};
+    indexer_topk_ref(&ia);
+    struct indexer_args ida = {rd, dev_copy(iq, (size_t)n * IH * ihd * 4), dev_copy(iw, (size_t)n * IH * 4),
+                               dev_copy(ik, (size_t)S * ne * ihd * 4), ne, IH, ihd, dm.topk, 0.25f};
+    indexer_topk_cuda(&ida);
+    int32_t gpicks[16 * 8];
+    gpu->to_host(gpicks, rd.topk, (size_t)n * dm.topk * 4);
+    CHECK(!memcmp(gpicks, p.topk, (size_t)n * dm.topk * 4), "indexer picks differ");
+    int empty = 0, partial = 0;
+    for (int t = 0; t < p.n_tok; t++) {
+        empty += p.topk[t * dm.topk] == -1;
+        partial += p.topk[t * dm.topk] >= 0 && p.topk[t * dm.topk + dm.topk - 1] == -1;
+    }
+    CHECK(empty >= 1 && partial >= 1, "the step has no empty (%d) or partial (%d) top-k row",
+          empty, partial);
+    case_end("op/indexer_topk", "");
+
+    // attention: sliding only, CSA through the picks, HCA over all visible entries
+    float *q = malloc((size_t)n * H * d * 4), *kv = malloc((size_t)n * d * 4);
+    float *swa = malloc((size_t)S * ring * d * 4), *ent = malloc((size_t)S * ne * d * 4);
+    float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+    fill(q, (size_t)n * H * d, 1), fill(kv, (size_t)n * d, 1), fill(swa, (size_t)S * ring * d, 1);
+    fill(ent, (size_t)S * ne * d, 1);
+    float *dq = dev_copy(q, (size_t)n * H * d * 4), *dkv = dev_copy(kv, (size_t)n * d * 4);
+    float *dswa = dev_copy(swa, (size_t)S * ring * d * 4), *dent = dev_copy(ent, (size_t)S * ne * d * 4);
+    float *dsink = dev_copy(sinks, sizeof sinks), *out = malloc((size_t)n * H * d * 4);
+    const char *kinds[3] = {"sliding", "csa", "hca"};
+    for (int k = 0; k < 3; k++) {
+        case_begin();
+        struct rows_view rh2 = rh, rd2 = rd;
+        if (k == 2) rh2.vis = p.vis_hca, rd2.vis = DEV(p.vis_hca);
+        memset(out, 0, (size_t)n * H * d * 4);
+        struct attn_args ah = {rh2, out, q, kv, swa, ring, k ? ent : NULL, ne, k == 1, sinks, H, d, 0.18f};
+        attention_rows_ref(&ah);
+        float *dout = dev_out((size_t)n * H * d);
+        struct attn_args ad = {rd2, dout, dq, dkv, dswa, ring, k ? dent : NULL, ne, k == 1, dsink, H, d, 0.18f};
+        attention_rows_cuda(&ad);
+        float *g = fetch(dout, (size_t)n * H * d, "attention");
+        // the pad row (7) is inert: compare the real rows only
+        CHECK(max_rel(g, out, (size_t)p.n_tok * H * d) < 1e-4, "%s: rel err %.3g", kinds[k],
+              max_rel(g, out, (size_t)p.n_tok * H * d));
+        char name[64];
+        snprintf(name, sizeof name, "op/attention_rows/%s", kinds[k]);
+        case_end(name, "");
+        free(g);
+        release_out(dout);
+    }
+
+    // compressor emission (CSA overlap) into the entries of the emitting rows' sequences
+    case_begin();
+    {
+        int width = 2 * d;
+        float *raw = malloc((size_t)n * width * 4), *gate = malloc((size_t)n * width * 4);
+        float *rk = malloc((size_t)S * ring * width * 4), *rg = malloc((size_t)S * ring * width * 4);
+        float nw[32], inv[8];
+        fill(raw, (size_t)n * width, 1), fill(gate, (size_t)n * width, 2);
+        fill(rk, (size_t)S * ring * width, 1), fill(rg, (size_t)S * ring * width, 2);
+        for (int i = 0; i < d; i++) nw[i] = 1 + 0.1f * frand();
+        struct rope_params rp = {160000, 16, 0, 1, 1, 32, 1, 1, 1.0f};
+        rope_inv_freq_ref(inv, &rp);
+        float *eh = calloc((size_t)S * ne * d, 4);
+        struct compress_args ch = {rh, raw, gate, rk, rg, ring, width, d, 4, 1, eh, ne, nw,
+                                   TD_DTYPE_F32, 1e-6f, inv, 16, 1.0f};
+        compress_emit_ref(&ch);
+        float *ed = gpu->alloc((size_t)S * ne * d * 4);
+        struct compress_args cd = {rd, dev_copy(raw, (size_t)n * width * 4), dev_copy(gate, (size_t)n * width * 4),
+                                   dev_copy(rk, (size_t)S * ring * width * 4), dev_copy(rg, (size_t)S * ring * width * 4),
+                                   ring, width, d, 4, 1, ed, ne, dev_copy(nw, sizeof nw), TD_DTYPE_F32, 1e-6f,
+                                   dev_copy(inv, sizeof inv), 16, 1.0f};
+        compress_emit_cuda(&cd);
+        float *eg = malloc((size_t)S * ne * d * 4);
+        gpu->to_host(eg, ed, (size_t)S * ne * d * 4);
+        int emitted = 0;
+        for (int t = 0; t < p.n_tok; t++) emitted += p.emit_csa[t] >= 0;
+        CHECK(emitted >= 1, "no row emits an entry");
+        CHECK(max_rel(eg, eh, (size_t)S * ne * d) < 1e-4, "entries rel err %.3g",
+              max_rel(eg, eh, (size_t)S * ne * d));
+        free(raw), free(gate), free(rk), free(rg), free(eh), free(eg);
+    }
+    case_end("op/compress_emit", "");
+
+    // router (every score function, hash) and the routed experts on bf16 weights
+    case_begin();
+    {
+        int E = 6, k = 2, D = 48, I = 40;
+        float *lg = malloc((size_t)n * E * 4), bias[6];
+        fill(lg, (size_t)n * E, 3);
+        fill(bias, 6, 0.3f);
+        int64_t tid[50 * 2];
+        for (int i = 0; i < 100; i++) tid[i] = (i * 7 + i / 2) % E;
+        int32_t ph[16 * 2], pg[16 * 2];
+        float wh[16 * 2], wg[16 * 2];
+        int32_t *dpk = gpu->alloc(sizeof pg);
+        float *dwt = gpu->alloc(sizeof wg), *dlg = dev_copy(lg, (size_t)n * E * 4);
+        for (int fn = 0; fn < 4; fn++) {
+            int hash = fn == 3;
+            enum moe_score sf = (enum moe_score)(hash ? 0 : fn);
+            moe_route_rows_ref(ph, wh, lg, p.input_ids, sf, hash ? NULL : bias, TD_DTYPE_F32,
+                               hash ? tid : NULL, TD_DTYPE_I64, n, k, E, 1.5f);
+            moe_route_rows_cuda(dpk, dwt, dlg, rd.input_ids, sf, hash ? NULL : dev_copy(bias, sizeof bias),
+                                TD_DTYPE_F32, hash ? dev_copy(tid, sizeof tid) : NULL, TD_DTYPE_I64, n,
+                                k, E, 1.5f);
+            gpu->to_host(pg, dpk, (size_t)n * k * 4);
+            gpu->to_host(wg, dwt, (size_t)n * k * 4);
+            CHECK(!memcmp(pg, ph, (size_t)n * k * 4), "route %d: picks differ", fn);
+            CHECK(max_rel(wg, wh, (size_t)n * k) < 1e-5, "route %d: weights differ", fn);
+        }
+        uint16_t *w1 = malloc((size_t)E * I * D * 2), *w3 = malloc((size_t)E * I * D * 2);
+        uint16_t *w2 = malloc((size_t)E * D * I * 2);
+        for (int i = 0; i < E * I * D; i++) w1[i] = bf16(frand() * 0.2f), w3[i] = bf16(frand() * 0.2f),
+                                             w2[i] = bf16(frand() * 0.2f);
+        const void *p1[6], *p3[6], *p2[6], *q1[6], *q3[6], *q2[6];
+        for (int e = 0; e < E; e++) {
+            p1[e] = w1 + (size_t)e * I * D, p3[e] = w3 + (size_t)e * I * D, p2[e] = w2 + (size_t)e * D * I;
+            q1[e] = dev_copy(p1[e], (size_t)I * D * 2), q3[e] = dev_copy(p3[e], (size_t)I * D * 2);
+            q2[e] = dev_copy(p2[e], (size_t)D * I * 2);
+        }
+        float *x = malloc((size_t)n * D * 4), *yh = malloc((size_t)n * D * 4);
+        fill(x, (size_t)n * D, 2);
+        struct expert_set eh = {p1, p3, p2, TD_DTYPE_BF16};
+        moe_experts_ref(yh, x, ph, wh, &eh, n, D, I, k, E, 0.5f);
+        struct expert_set ed = {dev_copy(q1, sizeof q1), dev_copy(q3, sizeof q3), dev_copy(q2, sizeof q2),
+                                TD_DTYPE_BF16};
+        float *dy = dev_out((size_t)n * D);
+        moe_experts_cuda(dy, dev_copy(x, (size_t)n * D * 4), dpk, dwt, &ed, n, D, I, k, E, 0.5f);
+        float *yg = fetch(dy, (size_t)n * D, "moe_experts");
+        CHECK(max_rel(yg, yh, (size_t)n * D) < 1e-4, "experts rel err %.3g", max_rel(yg, yh, (size_t)n * D));
+        free(lg), free(w1), free(w3), free(w2), free(x), free(yh), free(yg);
+    }
+    case_end("op/moe_route_experts", "");
+#undef DEV
+    free(iq), free(iw), free(ik), free(q), free(kv), free(swa), free(ent), free(out);
+    meta_plan_free(&p);
+}
+
 /* whole models: logits vs HF, chunked and batched vs one-shot */
 static void test_model(const char *fx) {
     char err[512], dir[128], path[256], name[128], extra[160];
@@ -548,6 +717,7 @@ int main(void) {
     }
     test_matmul();
     test_pointwise();
+    test_plan_ops();
     const char *fxs[3] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
     for (int i = 0; i < 3; i++) test_model(fxs[i]);
     test_deterministic();
