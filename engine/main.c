@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "engine/backend.h"
@@ -19,6 +20,7 @@
 #include "engine/model.h"
 #include "engine/npy.h"
 #include "engine/state.h"
+#include "engine/tokenizer.h"
 #include "metadata/plan.h"
 
 static void usage(FILE *fp) {
@@ -31,7 +33,11 @@ static void usage(FILE *fp) {
             "  tokenize   text -> token ids (tandem tokenize --help)\n"
             "  detokenize token ids -> text (tandem detokenize --help)\n"
             "\n"
-            "tandem generate --model DIR (--prompt-ids \"1 2 3\" | --prompt-ids-file F) [options]\n"
+            "tandem generate [--model DIR] (\"TEXT\" | --prompt-ids \"1 2 3\" | --prompt-ids-file F)\n"
+            "                [options]\n"
+            "  --model DIR            default: models/tandem-tiny (here, or beside the binary)\n"
+            "  TEXT                   a text prompt, encoded with DIR/tokenizer.json; the output is\n"
+            "                         text (streamed for one completion) unless --print-ids\n"
             "  --max-tokens N         tokens to generate per completion (default 64, >= 1)\n"
             "  --temperature T        0 = greedy (default 0), else sampled; >= 0\n"
             "  --top-k K              keep the K most likely tokens (default 0 = off)\n"
@@ -291,9 +297,40 @@ static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
     return 0;
 }
 
+/* the default model: models/tandem-tiny under the working directory, else beside the binary */
+static const char *default_model(const char *argv0) {
+    static char path[1024];
+    if (!access("models/tandem-tiny/config.json", R_OK)) return "models/tandem-tiny";
+    const char *slash = strrchr(argv0, '/');
+    if (slash) {
+        snprintf(path, sizeof path, "%.*s/../models/tandem-tiny", (int)(slash - argv0), argv0);
+        char cfg[1100];
+        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        if (!access(cfg, R_OK)) return path;
+    }
+    return NULL;
+}
+
+static const char *argv0_g = "tandem";
+
+/* stream request id's new tokens as text */
+static void stream_text(struct td_engine *e, int id, struct tok_stream *ts, int *shown) {
+    const int32_t *toks;
+    int nt;
+    td_engine_output(e, id, &toks, &nt, NULL, NULL, NULL);
+    for (; *shown < nt; (*shown)++) {
+        const char *txt;
+        size_t len;
+        char err[256];
+        if (tok_stream_push(ts, toks[*shown], &txt, &len, err, sizeof err) == 0 && len)
+            fwrite(txt, 1, len, stdout);
+    }
+    fflush(stdout);
+}
+
 static int cmd_generate(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
-    const char *prompt_text = NULL, *prompt_file = NULL;
+    const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
     long max_tokens = 64, top_k = 0, seed = 0, n = 1, draft_tokens = -1;
     double temperature = 0.0, top_p = 1.0;
     int print_ids = 0, stats = 0, ignore_eos = 0;
@@ -309,6 +346,11 @@ static int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "--ignore-eos")) { ignore_eos = 1; continue; }
         if (!strcmp(a, "--deterministic")) { ep.deterministic = 1; continue; }
         if (!strcmp(a, "--no-graphs")) { ep.no_graphs = 1; continue; }
+        if (a[0] != '-' || !a[1]) { // the text prompt
+            if (text) return die("generate: more than one text prompt ('%s')", a);
+            text = a;
+            continue;
+        }
         if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
         i++;
         int rc = 0;
@@ -333,9 +375,11 @@ static int cmd_generate(int argc, char **argv) {
         } else return die("generate: unknown option '%s' (see tandem generate --help)", a);
         if (rc) return 2;
     }
-    if (!ep.model_dir) return die("generate: --model DIR is required%s", "");
-    if (!prompt_text == !prompt_file)
-        return die("generate: give exactly one of --prompt-ids and --prompt-ids-file%s", "");
+    if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
+        return die("generate: no model: give --model DIR (models/tandem-tiny was not found)%s", "");
+    if ((text != NULL) + (prompt_text != NULL) + (prompt_file != NULL) != 1)
+        return die("generate: give exactly one of a text prompt, --prompt-ids and "
+                   "--prompt-ids-file%s", "");
     if (strcmp(ep.draft, "none") && strcmp(ep.draft, "ngram") && strcmp(ep.draft, "random"))
         return die("generate: --draft '%s': expected none, ngram or random", ep.draft);
     if (!strcmp(ep.draft, "none") && draft_tokens > 0)
@@ -347,17 +391,39 @@ static int cmd_generate(int argc, char **argv) {
     char err[1024];
     int32_t *prompt = NULL;
     int n_prompt = 0;
-    if (prompt_file) {
-        if (read_ids(prompt_file, &prompt, &n_prompt, err, sizeof err)) return die("%s", err);
+    struct tok *tk = NULL;
+    // text in (and out, unless --print-ids) needs the model's tokenizer
+    if ((text || !print_ids) && tok_load(&tk, ep.model_dir, err, sizeof err) != 0) {
+        if (text) return die("%s", err);
+        tk = NULL; // ids in, ids out
+    }
+    if (text) {
+        struct tok_ids ti = {0};
+        if (tok_encode(tk, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ti, err, sizeof err)) {
+            tok_free(tk);
+            return die("%s", err);
+        }
+        prompt = ti.ids;
+        n_prompt = (int)ti.n;
+    } else if (prompt_file) {
+        if (read_ids(prompt_file, &prompt, &n_prompt, err, sizeof err)) {
+            tok_free(tk);
+            return die("%s", err);
+        }
     } else if (parse_ids_text(prompt_text, &prompt, &n_prompt)) {
+        tok_free(tk);
         return 2;
     }
     struct td_engine *e;
     if (td_engine_init(&e, &ep, err, sizeof err)) {
         free(prompt);
+        tok_free(tk);
         return die("%s", err);
     }
     int *ids = malloc((size_t)n * sizeof *ids), rc = 0;
+    int stream = tk && !print_ids && n == 1, shown = 0;
+    struct tok_stream ts;
+    if (stream) tok_stream_init(&ts, tk, 0);
     for (long i = 0; i < n; i++) {
         struct td_request_params rp = {prompt, n_prompt, (int)max_tokens,
                                        {(float)temperature, (int)top_k, (float)top_p,
@@ -371,9 +437,18 @@ static int cmd_generate(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int live;
-    while ((live = td_engine_step(e, err, sizeof err)) > 0) {
-    }
+    while ((live = td_engine_step(e, err, sizeof err)) > 0)
+        if (stream) stream_text(e, ids[0], &ts, &shown);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (stream) {
+        stream_text(e, ids[0], &ts, &shown);
+        const char *txt;
+        size_t len;
+        tok_stream_flush(&ts, &txt, &len);
+        if (len) fwrite(txt, 1, len, stdout);
+        printf("\n");
+        tok_stream_free(&ts);
+    }
     if (live < 0) {
         rc = die("%s", err);
         goto done;
@@ -384,14 +459,21 @@ static int cmd_generate(int argc, char **argv) {
         enum td_req_status st;
         const char *msg;
         td_engine_output(e, ids[i], &toks, &nt, &st, NULL, &msg);
-        for (int j = 0; j < nt; j++) printf(j ? " %d" : "%d", toks[j]);
-        printf("\n");
+        if (tk && !print_ids && !stream) { // text, one completion after another
+            char *out = NULL;
+            size_t len = 0;
+            if (!tok_decode(tk, toks, (size_t)nt, 0, &out, &len, err, sizeof err))
+                printf("%s%.*s\n", i ? "\n" : "", (int)len, out);
+            free(out);
+        } else if (!stream) {
+            for (int j = 0; j < nt; j++) printf(j ? " %d" : "%d", toks[j]);
+            printf("\n");
+        }
         if (st == TD_REQ_FAILED) {
             fprintf(stderr, "tandem: completion %ld failed: %s\n", i, msg);
             rc = 1;
         }
     }
-    (void)print_ids; // ids are the only output until a tokenizer is wired in
     if (stats) {
         const struct td_engine_stats *s = td_engine_stats(e);
         fprintf(stderr, "stats: backend %s\n", td_engine_backend(e));
@@ -413,11 +495,13 @@ static int cmd_generate(int argc, char **argv) {
 done:
     free(ids);
     free(prompt);
+    tok_free(tk);
     td_engine_free(e);
     return rc;
 }
 
 int main(int argc, char **argv) {
+    argv0_g = argv[0];
     if (argc < 2) {
         usage(stderr);
         return 2;
