@@ -21,6 +21,7 @@
 #include "engine/npy.h"
 #include "engine/state.h"
 #include "engine/tokenizer.h"
+#include "engine/chat.h"
 #include "metadata/plan.h"
 
 static void usage(FILE *fp) {
@@ -29,6 +30,7 @@ static void usage(FILE *fp) {
             "\n"
             "commands:\n"
             "  generate   generate tokens from a prompt, with or without speculation\n"
+            "  chat       an interactive session in the model's chat format\n"
             "  logits     run the reference forward and write every position's logits\n"
             "  tokenize   text -> token ids (tandem tokenize --help)\n"
             "  detokenize token ids -> text (tandem detokenize --help)\n"
@@ -500,6 +502,126 @@ done:
     return rc;
 }
 
+// ---------------------------------------------------------------------------------------------
+// chat: an interactive session in the model's chat format
+
+static int cmd_chat(int argc, char **argv) {
+    struct td_engine_params ep = td_engine_defaults();
+    const char *system = NULL;
+    long max_tokens = 256, seed = 0;
+    double temperature = 0.0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: tandem chat [--model DIR] [--system TEXT] [--max-tokens N] "
+                   "[--temperature T] [--seed S] [--draft none|ngram] [--backend B]\n"
+                   "Type a message and Enter; an empty line or end of input ends the session.\n");
+            return 0;
+        }
+        if (!v) return die("chat: %s needs a value (see tandem chat --help)", a);
+        i++;
+        int rc = 0;
+        if (!strcmp(a, "--model")) ep.model_dir = v;
+        else if (!strcmp(a, "--system")) system = v;
+        else if (!strcmp(a, "--max-tokens")) rc = parse_int(a, v, 1, 1 << 20, &max_tokens);
+        else if (!strcmp(a, "--temperature")) rc = parse_float(a, v, 0, 1e6, &temperature);
+        else if (!strcmp(a, "--seed")) rc = parse_int(a, v, 0, LONG_MAX, &seed);
+        else if (!strcmp(a, "--draft")) ep.draft = v;
+        else if (!strcmp(a, "--backend")) ep.backend = v;
+        else return die("chat: unknown option '%s' (see tandem chat --help)", a);
+        if (rc) return 2;
+    }
+    if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
+        return die("chat: no model: give --model DIR (models/tandem-tiny was not found)%s", "");
+    if (strcmp(ep.draft, "none") && strcmp(ep.draft, "ngram"))
+        return die("chat: --draft '%s': expected none or ngram", ep.draft);
+    ep.max_draft = strcmp(ep.draft, "none") ? 3 : 0;
+    ep.max_seqs = 1;
+    char err[1024];
+    struct tok *tk;
+    struct chat ch;
+    struct td_engine *e;
+    if (tok_load(&tk, ep.model_dir, err, sizeof err)) return die("%s", err);
+    if (chat_init(&ch, tk, err, sizeof err) || td_engine_init(&e, &ep, err, sizeof err)) {
+        tok_free(tk);
+        return die("%s", err);
+    }
+    struct chat_msg *msgs = NULL;
+    char **owned = NULL;
+    int n_msgs = 0, rc = 0, turn = 0;
+    char line[8192];
+    int interactive = isatty(0);
+    if (system) {
+        msgs = realloc(msgs, sizeof *msgs * (n_msgs + 1));
+        msgs[n_msgs++] = (struct chat_msg){CHAT_ROLE_SYSTEM, system};
+    }
+    for (;;) {
+        if (interactive) {
+            printf("> ");
+            fflush(stdout);
+        }
+        if (!fgets(line, sizeof line, stdin)) break;
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0]) break;
+        owned = realloc(owned, sizeof *owned * (n_msgs + 2));
+        msgs = realloc(msgs, sizeof *msgs * (n_msgs + 2));
+        owned[n_msgs] = strdup(line);
+        msgs[n_msgs] = (struct chat_msg){CHAT_ROLE_USER, owned[n_msgs]};
+        n_msgs++;
+        struct tok_ids ti = {0};
+        if (chat_encode(&ch, msgs, (size_t)n_msgs, 1, &ti, err, sizeof err)) {
+            fprintf(stderr, "tandem: %s\n", err);
+            n_msgs--;
+            free(owned[n_msgs]);
+            continue;
+        }
+        struct td_request_params rp = {ti.ids, (int)ti.n, (int)max_tokens,
+                                       {(float)temperature, 0, 1.0f, (uint64_t)(seed + turn++)},
+                                       0};
+        int id = td_engine_submit(e, &rp, err, sizeof err);
+        tok_ids_free(&ti);
+        if (id < 0) {
+            fprintf(stderr, "tandem: %s\n", err);
+            rc = 1;
+            break;
+        }
+        struct tok_stream ts;
+        tok_stream_init(&ts, tk, TOK_DECODE_SKIP_SPECIAL);
+        int shown = 0, live;
+        while ((live = td_engine_step(e, err, sizeof err)) > 0) stream_text(e, id, &ts, &shown);
+        stream_text(e, id, &ts, &shown);
+        const char *txt;
+        size_t len;
+        tok_stream_flush(&ts, &txt, &len);
+        if (len) fwrite(txt, 1, len, stdout);
+        printf("\n");
+        tok_stream_free(&ts);
+        if (live < 0) {
+            fprintf(stderr, "tandem: %s\n", err);
+            rc = 1;
+            break;
+        }
+        // the reply joins the conversation
+        const int32_t *toks;
+        int nt;
+        td_engine_output(e, id, &toks, &nt, NULL, NULL, NULL);
+        char *reply = NULL;
+        size_t rl = 0;
+        if (tok_decode(tk, toks, (size_t)nt, TOK_DECODE_SKIP_SPECIAL, &reply, &rl, err, sizeof err))
+            reply = strdup("");
+        owned[n_msgs] = reply;
+        msgs[n_msgs] = (struct chat_msg){CHAT_ROLE_ASSISTANT, reply};
+        n_msgs++;
+    }
+    for (int i = 0; i < n_msgs; i++)
+        if (msgs[i].role != CHAT_ROLE_SYSTEM) free(owned[i]);
+    free(owned);
+    free(msgs);
+    td_engine_free(e);
+    tok_free(tk);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     argv0_g = argv[0];
     if (argc < 2) {
@@ -512,6 +634,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
     fprintf(stderr, "tandem: unknown command '%s' (see tandem --help)\n", argv[1]);
