@@ -60,6 +60,8 @@ struct td_ops {
     void (*add)(float *y, const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
     void (*swiglu_act)(float *g, const float *u, size_t n, float limit);
+    void (*add_bcast)(float *X, const float *e, int n, int nc, int d);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory, queued */
 };
 
 struct td_backend {

@@ -31,6 +31,10 @@ extern "C" void td_cuda_after_launch(const char *file, int line) {
     }
 }
 
+static void cu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
 static void *cu_alloc(size_t bytes) {
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
@@ -136,7 +140,8 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
                          hc_post_cuda,        hc_head_cuda,        add_pos_bias_cuda,
                          compress_emit_cuda,  ring_store_cuda,     indexer_topk_cuda,
                          attention_rows_cuda, moe_route_rows_cuda, moe_experts_cuda,
-                         add_cuda,            scale_cuda,          swiglu_act_cuda};
+                         add_cuda,            scale_cuda,          swiglu_act_cuda,
+                         add_bcast_cuda,      cu_copy};
     cuda_backend.name = "cuda";
     cuda_backend.on_device = 1;
     cuda_backend.ops = ops;

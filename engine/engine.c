@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "draft/drafter.h"
+#include "draft/mtp.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
 #include "engine/model.h"
@@ -33,6 +34,8 @@ struct request {
     struct td_sampling sampling;
     int ignore_eos;
     int slot;                 /* state slot while running, else -1 */
+    int32_t drafts[TD_MAX_DRAFT]; /* MTP: drafts made after the last step, for the next */
+    int n_drafts;
     char msg[256];
 };
 
@@ -54,6 +57,8 @@ struct td_engine {
     struct td_state state;
     struct td_plan plan;
     struct td_drafter *drafter;
+    struct draft_mtp *mtp;    /* the MTP drafter, when draft = "mtp" */
+    struct mtp_rows *mtp_rows;/* [max_seqs] */
     struct request *reqs;     /* [n_reqs] */
     int n_reqs, cap_reqs;
     int next_admit;           /* requests before this index were admitted (FIFO) */
@@ -162,13 +167,26 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (p->max_ctx > c->max_position_embeddings) e->p.max_ctx = (int)c->max_position_embeddings;
     int use_drafter = p->draft && strcmp(p->draft, "none") != 0;
     if (!use_drafter) e->p.max_draft = 0;
-    if (use_drafter && !(e->drafter = draft_init(p->draft, c->vocab, err, errlen))) goto fail;
+    int use_mtp = use_drafter && !strcmp(p->draft, "mtp");
+    if (use_drafter && !use_mtp && !(e->drafter = draft_init(p->draft, c->vocab, err, errlen)))
+        goto fail;
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
     if (td_state_init(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
                       cache_limit(p->max_cache_bytes, e->b), e->b, err, errlen))
         goto fail;
     e->state.use_graphs = !p->no_graphs;
+    if (use_mtp) {
+        if (draft_mtp_init(&e->mtp, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
+                           e->p.max_batch_tokens, e->p.max_draft, !p->no_graphs,
+                           cache_limit(p->max_cache_bytes, e->b), err, errlen))
+            goto fail;
+        e->mtp_rows = calloc((size_t)e->p.max_seqs, sizeof *e->mtp_rows);
+        if (!e->mtp_rows) {
+            snprintf(err, errlen, "engine: out of memory");
+            goto fail;
+        }
+    }
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
     size_t V = (size_t)c->vocab;
@@ -202,6 +220,8 @@ void td_engine_free(struct td_engine *e) {
     free(e->p_scratch);
     free(e->r_scratch);
     draft_free(e->drafter);
+    draft_mtp_free(e->mtp);
+    free(e->mtp_rows);
     meta_plan_free(&e->plan);
     td_state_free(&e->state);
     if (e->dev.backend) td_model_free(&e->dev);
@@ -320,9 +340,22 @@ static void fail_nan(struct td_engine *e, struct request *r, long pos) {
     finish(e, r, TD_REQ_FAILED, TD_FINISH_ERROR);
 }
 
+/* drafts the next round of r may verify: a round emits up to k + 1 tokens and feeds k + 1 rows */
+static int draft_budget(const struct td_engine *e, const struct request *r, int fed) {
+    int k = e->p.max_draft;
+    int left = r->max_tokens - (r->n_toks - r->n_prompt);
+    if (k > left - 1) k = left - 1;
+    if (k > e->p.max_ctx - fed - 1) k = e->p.max_ctx - fed - 1;
+    return k < 0 ? 0 : k;
+}
+
+static float *q_rows(const struct td_engine *e, int slot) {
+    return e->q + (size_t)slot * e->p.max_draft * e->model.cfg.vocab;
+}
+
 /* pack this step's groups; returns how many */
 static int schedule(struct td_engine *e) {
-    int budget = e->p.max_batch_tokens, n = 0, V = e->model.cfg.vocab;
+    int budget = e->p.max_batch_tokens, n = 0;
     // admit in arrival order while slots are free
     while (e->next_admit < e->n_reqs) {
         struct request *r = &e->reqs[e->next_admit];
@@ -341,12 +374,8 @@ static int schedule(struct td_engine *e) {
         struct request *r = &e->reqs[i];
         if (r->status != TD_REQ_DECODE) continue;
         int fed = e->state.len[r->slot];
-        int k = e->p.max_draft;
-        int left = r->max_tokens - (r->n_toks - r->n_prompt); // a round emits up to k + 1
-        if (k > left - 1) k = left - 1;
+        int k = draft_budget(e, r, fed);
         if (k > budget - 1) k = budget - 1;
-        if (k > e->p.max_ctx - fed - 1) k = e->p.max_ctx - fed - 1;
-        if (k < 0) k = 0;
         struct group *g = &e->groups[n];
         g->r = r;
         g->prefill = 0;
@@ -355,8 +384,12 @@ static int schedule(struct td_engine *e) {
         g->q_onehot = 1;
         if (k > 0 && e->drafter) {
             struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
-            g->n_drafts = e->drafter->propose(e->drafter, &dr, k, g->rows + 1,
-                                              e->q + (size_t)n * e->p.max_draft * V, &g->q_onehot);
+            g->n_drafts = e->drafter->propose(e->drafter, &dr, k, g->rows + 1, q_rows(e, r->slot),
+                                              &g->q_onehot);
+        } else if (k > 0 && e->mtp) { // drafted at the end of the last step
+            g->n_drafts = r->n_drafts < k ? r->n_drafts : k;
+            memcpy(g->rows + 1, r->drafts, (size_t)g->n_drafts * sizeof(int32_t));
+            g->q_onehot = 0;
         }
         e->seqs[n] = (struct td_plan_seq){r->slot, fed, 1 + g->n_drafts, g->rows};
         budget -= 1 + g->n_drafts;
@@ -404,14 +437,12 @@ static void finish_prefill(struct td_engine *e, struct group *g, float *rows, in
     if (fed >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
 }
 
-static void finish_round(struct td_engine *e, struct group *g, float *rows, int slot_in_step,
-                         long pos0) {
+static void finish_round(struct td_engine *e, struct group *g, float *rows, long pos0) {
     struct request *r = g->r;
     int V = e->model.cfg.vocab, L = g->n_drafts;
     const float *qrows[TD_MAX_DRAFT];
     for (int j = 0; j < L; j++)
-        qrows[j] = g->q_onehot ? NULL
-                               : e->q + ((size_t)slot_in_step * e->p.max_draft + j) * V;
+        qrows[j] = g->q_onehot ? NULL : q_rows(e, r->slot) + (size_t)j * V;
     struct verify_result vr;
     verify_chain(&vr, rows, V, g->rows + 1, g->q_onehot ? NULL : qrows, L, &r->sampling, pos0,
                  e->p_scratch, e->r_scratch, 1.0);
@@ -442,11 +473,41 @@ static void finish_round(struct td_engine *e, struct group *g, float *rows, int 
     if (keep >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
 }
 
+/* MTP: catch up the rows every live sequence committed this step, and draft its next round */
+static int mtp_step(struct td_engine *e, int n_groups, char *err, size_t errlen) {
+    int n = 0;
+    for (int i = 0; i < n_groups; i++) {
+        struct request *r = e->groups[i].r;
+        r->n_drafts = 0;
+        if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue; // finished
+        int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot];
+        struct mtp_rows *m = &e->mtp_rows[n++];
+        m->slot = r->slot;
+        m->pos0 = pos0;
+        m->n = fed - pos0;                 // the rows this step committed
+        m->hidden_row = e->plan.qo_indptr[i];
+        m->next = r->toks + pos0 + 1;      // r->toks[p] is the token at position p
+        m->k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
+        m->sampling = &r->sampling;
+        m->drafts = r->drafts;
+        m->q = q_rows(e, r->slot);
+    }
+    if (draft_mtp_run(e->mtp, e->mtp_rows, n, err, errlen)) return -1;
+    for (int i = 0, j = 0; i < n_groups; i++) {
+        struct request *r = e->groups[i].r;
+        if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue;
+        r->n_drafts = e->mtp_rows[j++].n_drafts;
+    }
+    return 0;
+}
+
 int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     int n = schedule(e);
     if (n > 0) {
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
-        if (td_forward(e->run, &e->state, &e->plan, e->logits, NULL, err, errlen)) return -1;
+        if (td_forward_ex(e->run, &e->state, &e->plan, NULL, e->mtp ? draft_mtp_hidden(e->mtp) : NULL,
+                          e->logits, NULL, err, errlen))
+            return -1;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;
         int V = e->model.cfg.vocab;
@@ -458,8 +519,9 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             if (g->prefill)
                 finish_prefill(e, g, rows, n_rows);
             else
-                finish_round(e, g, rows, i, e->plan.len_before[i]); // anchor position
+                finish_round(e, g, rows, e->plan.len_before[i]); // anchor position
         }
+        if (e->mtp && mtp_step(e, n, err, errlen)) return -1;
     }
     int live = 0;
     for (int i = 0; i < e->n_reqs; i++)

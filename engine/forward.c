@@ -49,6 +49,8 @@ struct fwd {
     float *logits;                  /* [n, vocab] */
     float *inv_main, *inv_comp;     /* [rope_dim / 2] */
     void *plan_dev;                 /* the plan's buffer on a device backend */
+    const float *x_in;              /* [n, nc, dim] input streams instead of the embedding, or NULL */
+    float *hidden_out;              /* [n, nc, dim] final streams out, or NULL */
 };
 
 static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
@@ -253,6 +255,7 @@ struct td_fwd_ws {
     struct fwd f;                   /* buffer pointers; per-step fields are set by td_forward */
     struct {
         int n_pad;
+        const void *x_in, *hidden_out; /* the buffers the graph was captured with */
         void *exec;                 /* NULL: capture failed, run eagerly */
     } graphs[MAX_GRAPHS];
     int n_graphs;
@@ -359,7 +362,10 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
     const struct td_model *m = f->m;
     const struct td_config *c = f->c;
     int n = f->n, D = c->dim, nc = c->hc_mult;
-    f->op->embed(f->X, f->rows.input_ids, W(m->embed), n, nc, D);
+    if (f->x_in) // a drafter's own input streams (MTP: projected target hidden + token)
+        f->op->copy(f->X, f->x_in, (size_t)n * nc * D * sizeof(float));
+    else
+        f->op->embed(f->X, f->rows.input_ids, W(m->embed), n, nc, D);
     for (int li = 0; li < c->n_layers; li++) {
         const struct td_layer *l = &m->layers[li];
         struct hc_weights ha = {l->hc_attn.fn.data, l->hc_attn.base.data, l->hc_attn.scale.data,
@@ -381,6 +387,8 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
             f->b->to_host(topk_trace + (size_t)li * n * c->index_topk, f->rows.topk,
                           (size_t)n * c->index_topk * sizeof(int32_t));
     }
+    if (f->hidden_out) // the final residual streams, before hc_head (what MTP reads)
+        f->op->copy(f->hidden_out, f->X, (size_t)n * nc * D * sizeof(float));
     f->op->hc_head(f->x, f->X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc,
                    D, c->hc_eps, c->rms_eps);
     f->op->rmsnorm(f->xn, f->x, W(m->norm), n, D, c->rms_eps);
@@ -396,7 +404,9 @@ static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
         return;
     }
     int g = 0;
-    while (g < ws->n_graphs && ws->graphs[g].n_pad != n_pad) g++;
+    while (g < ws->n_graphs && (ws->graphs[g].n_pad != n_pad || ws->graphs[g].x_in != f->x_in ||
+                                ws->graphs[g].hidden_out != f->hidden_out))
+        g++;
     f->n = n_pad; // pad rows are valid rows: the kernels leave them inert
     f->rows.n_tok = n_pad;
     if (g == ws->n_graphs && g < MAX_GRAPHS) {
@@ -406,6 +416,8 @@ static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
             exec = b->graph_end();
         }
         ws->graphs[g].n_pad = n_pad;
+        ws->graphs[g].x_in = f->x_in;
+        ws->graphs[g].hidden_out = f->hidden_out;
         ws->graphs[g].exec = exec;
         ws->n_graphs++;
     }
@@ -417,6 +429,12 @@ static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
 
 int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                float *logits, int32_t *topk_trace, char *err, size_t errlen) {
+    return td_forward_ex(m, st, p, NULL, NULL, logits, topk_trace, err, errlen);
+}
+
+int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+                  const float *x_in, float *hidden_out, float *logits, int32_t *topk_trace,
+                  char *err, size_t errlen) {
     if (check_plan(m, st, p, err, errlen)) return -1;
     const struct td_config *c = &m->cfg;
     const struct td_backend *b = st->backend;
@@ -430,6 +448,8 @@ int td_forward(const struct td_model *m, struct td_state *st, const struct td_pl
     f->st = st;
     f->p = p;
     f->n = p->n_tok;
+    f->x_in = x_in;
+    f->hidden_out = hidden_out;
     if (f->plan_dev) b->to_device(f->plan_dev, p->mem, p->bytes);
     f->rows = rows_of(p, f->plan_dev ? f->plan_dev : p->mem);
     run_step(f, ws, topk_trace);

@@ -32,6 +32,13 @@ extern "C" {
 int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                float *logits, int32_t *topk_trace, char *err, size_t errlen);
 
+/* td_forward with the residual streams exposed, for drafters (backend memory, may be NULL):
+ * x_in [n_tok, hc_mult, dim] replaces the embedding as the first layer's input; hidden_out
+ * [n_tok, hc_mult, dim] receives the final streams before hc_head. */
+int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+                  const float *x_in, float *hidden_out, float *logits, int32_t *topk_trace,
+                  char *err, size_t errlen);
+
 /* Convenience for one-off calls (CLI, tests): build a plan for seqs (bucketed capacity),
  * run td_forward, free the plan. Same return contract. */
 int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct td_plan_seq *seqs,

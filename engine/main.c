@@ -46,7 +46,8 @@ static void usage(FILE *fp) {
             "  --top-p P              nucleus mass in (0, 1] (default 1 = off)\n"
             "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
             "  --n N                  independent completions decoded together (default 1)\n"
-            "  --draft NAME           none | ngram | random (default none)\n"
+            "  --draft NAME           none | ngram | random | mtp (default none; mtp reads the\n"
+            "                         checkpoint's mtp.0.* layer)\n"
             "  --draft-tokens K       draft tokens per round, 1..16 (default 3 with a drafter)\n"
             "  --print-ids            one line of generated ids per completion, nothing else\n"
             "  --stats                tokens/s, steps, mean accepted length and per-position\n"
@@ -382,10 +383,11 @@ static int cmd_generate(int argc, char **argv) {
     if ((text != NULL) + (prompt_text != NULL) + (prompt_file != NULL) != 1)
         return die("generate: give exactly one of a text prompt, --prompt-ids and "
                    "--prompt-ids-file%s", "");
-    if (strcmp(ep.draft, "none") && strcmp(ep.draft, "ngram") && strcmp(ep.draft, "random"))
-        return die("generate: --draft '%s': expected none, ngram or random", ep.draft);
+    if (strcmp(ep.draft, "none") && strcmp(ep.draft, "ngram") && strcmp(ep.draft, "random") &&
+        strcmp(ep.draft, "mtp"))
+        return die("generate: --draft '%s': expected none, ngram, random or mtp", ep.draft);
     if (!strcmp(ep.draft, "none") && draft_tokens > 0)
-        return die("generate: --draft-tokens needs a drafter (--draft ngram|random)%s", "");
+        return die("generate: --draft-tokens needs a drafter (--draft ngram|random|mtp)%s", "");
     ep.max_draft = strcmp(ep.draft, "none") ? (draft_tokens > 0 ? (int)draft_tokens : 3) : 0;
     ep.max_seqs = (int)(n < 256 ? n : 256);
     if (ep.max_batch_tokens < 1 + ep.max_draft) ep.max_batch_tokens = 1 + ep.max_draft;

@@ -135,7 +135,8 @@ static int64_t dim_of(const struct td_config *c, int s, enum td_attn_kind kind) 
 
 struct loader {
     struct td_model *m;
-    char *used; /* [st.n_entries] */
+    const struct st_set *st; /* where tensors are looked up */
+    char *used; /* [st.n_entries], NULL: no bookkeeping */
     char *err;
     size_t errlen;
 };
@@ -159,7 +160,7 @@ static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
 /* find `name` (or `alt`), check kind and shape, store the view at dst; -1 with message */
 static int bind(struct loader *ld, struct td_tensor *dst, const char *name, const char *alt,
                 int kind, const int64_t *shape, int ndim) {
-    const struct st_set *st = &ld->m->st;
+    const struct st_set *st = ld->st;
     const struct st_entry *e = st_set_find(st, name);
     if (!e && alt) e = st_set_find(st, alt);
     char want[96], got[96];
@@ -179,7 +180,7 @@ static int bind(struct loader *ld, struct td_tensor *dst, const char *name, cons
         return fail(ld, "tensor %s: expected %s %s, got %s %s", e->name, want_dtype, want,
                     td_dtype_name(t->dtype), got);
     }
-    ld->used[e - st->entries] = 1;
+    if (ld->used) ld->used[e - st->entries] = 1;
     *dst = *t;
     return 0;
 }
@@ -221,15 +222,16 @@ static struct td_tensor expert_view(const struct td_tensor *fused, int e, int64_
     return v;
 }
 
-static int load_experts(struct loader *ld, int i) {
+/* hf / up: the layer's name prefixes in the two layouts ("model.layers.3." / "layers.3.") */
+static int load_experts(struct loader *ld, int i, const char *hf, const char *up) {
     const struct td_config *c = &ld->m->cfg;
     struct td_layer *l = &ld->m->layers[i];
     int E = c->n_experts;
     int64_t I = c->moe_inter, D = c->dim;
     char a[256], b[256];
-    snprintf(a, sizeof a, "model.layers.%d.mlp.experts.gate_up_proj", i);
-    snprintf(b, sizeof b, "model.layers.%d.mlp.experts.down_proj", i);
-    if (st_set_find(&ld->m->st, a) || st_set_find(&ld->m->st, b)) { // HF fused layout
+    snprintf(a, sizeof a, "%smlp.experts.gate_up_proj", hf);
+    snprintf(b, sizeof b, "%smlp.experts.down_proj", hf);
+    if (st_set_find(ld->st, a) || st_set_find(ld->st, b)) { // HF fused layout
         struct td_tensor gu, dn;
         int64_t s_gu[3] = {E, 2 * I, D}, s_dn[3] = {E, D, I};
         if (bind(ld, &gu, a, NULL, K_FLOAT, s_gu, 3) || bind(ld, &dn, b, NULL, K_FLOAT, s_dn, 3))
@@ -246,13 +248,13 @@ static int load_experts(struct loader *ld, int i) {
         const char *w[3] = {"w1", "w3", "w2"};
         struct td_tensor *dst[3] = {&l->w1[e], &l->w3[e], &l->w2[e]};
         for (int j = 0; j < 3; j++) {
-            char hf[256];
-            snprintf(a, sizeof a, "layers.%d.ffn.experts.%d.%s.weight", i, e, w[j]);
-            snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.gate_up_proj", i);
+            char hfn[256];
+            snprintf(a, sizeof a, "%sffn.experts.%d.%s.weight", up, e, w[j]);
+            snprintf(hfn, sizeof hfn, "%smlp.experts.gate_up_proj", hf);
             if (bind(ld, dst[j], a, NULL, K_FLOAT, j == 2 ? s_out : s_in, 2)) {
-                if (!st_set_find(&ld->m->st, a))
+                if (!st_set_find(ld->st, a))
                     fail(ld, "missing tensor %s (HF layout: %s): expected F32/BF16/F16 [%lld, %lld]",
-                         a, hf, (long long)(j == 2 ? D : I), (long long)(j == 2 ? I : D));
+                         a, hfn, (long long)(j == 2 ? D : I), (long long)(j == 2 ? I : D));
                 return -1;
             }
         }
@@ -312,7 +314,7 @@ static int load_all(struct loader *ld, const char *dir) {
         l->w1 = m->expert_views + (size_t)i * c->n_experts * 3;
         l->w3 = l->w1 + c->n_experts;
         l->w2 = l->w3 + c->n_experts;
-        if (load_experts(ld, i)) return -1;
+        if (load_experts(ld, i, hf, up)) return -1;
         const void **xp = m->expert_ptrs + (size_t)i * 3 * c->n_experts;
         for (int e = 0; e < c->n_experts; e++) {
             xp[e] = l->w1[e].data;
@@ -337,9 +339,68 @@ static int load_all(struct loader *ld, const char *dir) {
     return 0;
 }
 
+int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    m->cfg = t->cfg;
+    struct td_config *c = &m->cfg;
+    c->n_layers = 1;
+    c->attn[0] = t->cfg.mtp_attn[0];
+    c->mlp[0] = TD_MLP_MOE;
+    struct loader ld = {.m = m, .st = &t->st, .err = err, .errlen = errlen};
+    if (t->cfg.n_mtp_layers < 1 || !st_set_find(&t->st, "mtp.0.e_proj.weight"))
+        return fail(&ld, "this checkpoint has no MTP layer (no mtp.0.* tensors)");
+    if (c->attn[0] != TD_ATTN_SLIDING)
+        return fail(&ld, "MTP layer with %s attention: only sliding-window MTP layers are supported",
+                    td_attn_kind_name(c->attn[0]));
+    m->layers = calloc(1, sizeof *m->layers);
+    m->expert_views = calloc((size_t)c->n_experts * 3, sizeof *m->expert_views);
+    m->expert_ptrs = calloc((size_t)c->n_experts * 3, sizeof *m->expert_ptrs);
+    if (!m->layers || !m->expert_views || !m->expert_ptrs) {
+        fail(&ld, "out of memory");
+        goto fail;
+    }
+    struct td_layer *l = m->layers;
+    for (size_t j = 0; j < sizeof layer_table / sizeof *layer_table; j++) {
+        const struct wdesc *d = &layer_table[j];
+        if (!layer_has(c, 0, d->when)) continue;
+        if (bind_desc(&ld, l, d, "mtp.0.", "mtp.0.", c->attn[0])) goto fail;
+    }
+    l->w1 = m->expert_views;
+    l->w3 = l->w1 + c->n_experts;
+    l->w2 = l->w3 + c->n_experts;
+    if (load_experts(&ld, 0, "mtp.0.", "mtp.0.")) goto fail;
+    for (int e = 0; e < c->n_experts; e++) {
+        m->expert_ptrs[e] = l->w1[e].data;
+        m->expert_ptrs[c->n_experts + e] = l->w3[e].data;
+        m->expert_ptrs[2 * c->n_experts + e] = l->w2[e].data;
+    }
+    l->ex_w1 = m->expert_ptrs;
+    l->ex_w3 = m->expert_ptrs + c->n_experts;
+    l->ex_w2 = m->expert_ptrs + 2 * c->n_experts;
+    l->ex_dtype = l->w1[0].dtype;
+    int64_t vd[1] = {c->dim}, md[2] = {c->dim, c->dim}, hcf[2] = {c->hc_mult, (int64_t)c->hc_mult * c->dim};
+    int64_t hcb[1] = {c->hc_mult}, one[1] = {1};
+    if (bind(&ld, &m->norm, "mtp.0.norm.weight", NULL, K_FLOAT, vd, 1) ||
+        bind(&ld, &m->hc_head.fn, "mtp.0.hc_head_fn", NULL, K_FLOAT, hcf, 2) ||
+        bind(&ld, &m->hc_head.base, "mtp.0.hc_head_base", NULL, K_FLOAT, hcb, 1) ||
+        bind(&ld, &m->hc_head.scale, "mtp.0.hc_head_scale", NULL, K_FLOAT, one, 1) ||
+        bind(&ld, &m->mtp_enorm, "mtp.0.enorm.weight", NULL, K_FLOAT, vd, 1) ||
+        bind(&ld, &m->mtp_hnorm, "mtp.0.hnorm.weight", NULL, K_FLOAT, vd, 1) ||
+        bind(&ld, &m->mtp_eproj, "mtp.0.e_proj.weight", NULL, K_FLOAT, md, 2) ||
+        bind(&ld, &m->mtp_hproj, "mtp.0.h_proj.weight", NULL, K_FLOAT, md, 2))
+        goto fail;
+    return 0;
+fail:
+    free(m->layers);
+    free(m->expert_views);
+    free(m->expert_ptrs);
+    memset(m, 0, sizeof *m);
+    return -1;
+}
+
 int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
-    struct loader ld = {.m = m, .err = err, .errlen = errlen};
+    struct loader ld = {.m = m, .st = &m->st, .err = err, .errlen = errlen};
     int rc = load_all(&ld, dir);
     free(ld.used);
     if (rc) td_model_free(m);
@@ -439,6 +500,15 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
         if (upload_tensor(&u, t, upload_dtype(t, d))) goto fail;
     }
     if (c->tie_word_embeddings) dev->head = dev->embed;
+    dev->mtp_enorm = host->mtp_enorm;
+    dev->mtp_hnorm = host->mtp_hnorm;
+    dev->mtp_eproj = host->mtp_eproj;
+    dev->mtp_hproj = host->mtp_hproj;
+    if (upload_tensor(&u, &dev->mtp_enorm, TD_DTYPE_F32) ||
+        upload_tensor(&u, &dev->mtp_hnorm, TD_DTYPE_F32) ||
+        upload_tensor(&u, &dev->mtp_eproj, TD_DTYPE_BF16) ||
+        upload_tensor(&u, &dev->mtp_hproj, TD_DTYPE_BF16))
+        goto fail;
     for (int i = 0; i < c->n_layers; i++) {
         struct td_layer *l = &dev->layers[i];
         *l = host->layers[i];

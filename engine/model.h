@@ -72,6 +72,8 @@ struct td_model {
     struct td_tensor norm;  /* [dim] */
     struct td_hc_w hc_head;
     struct td_layer *layers; /* [n_layers] */
+    struct td_tensor mtp_enorm, mtp_hnorm; /* MTP layer only (td_model_load_mtp): [dim] */
+    struct td_tensor mtp_eproj, mtp_hproj; /* [dim, dim] */
     struct td_tensor *expert_views; /* owned storage behind the w1/w3/w2 pointers */
     const void **expert_ptrs;        /* owned storage behind ex_w1/ex_w3/ex_w2 (host model) */
     const struct td_backend *backend;/* a device mirror's backend (td_model_upload), else NULL */
@@ -85,6 +87,14 @@ int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen)
 void td_model_free(struct td_model *m);
 
 struct td_backend;
+
+/* The MTP layer stored as mtp.0.* (upstream names) in target's files, as a one-layer model:
+ * the decoder block (its attention kind from compress_ratios' tail; score-routed MoE), its own
+ * hc_head and norm, and enorm/hnorm/e_proj/h_proj. embed and head are left empty: they are the
+ * target's (the caller points them at the target's, on whatever backend it runs). Views into
+ * target's mapping, so target must outlive it. 0, or -1 with a message naming what is missing. */
+int td_model_load_mtp(const struct td_model *target, struct td_model *mtp, char *err,
+                      size_t errlen);
 
 /* A copy of `host` resident on a device backend: matrices that go through GEMMs (and the
  * embedding) as BF16, every other float tensor as F32, tid2eid as I32. Views in `dev` point

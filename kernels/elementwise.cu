@@ -27,6 +27,20 @@ __global__ void swiglu_act_kernel(float *g, const float *u, size_t n, float limi
     g[i] = gi / (1.0f + expf(-gi)) * ui;
 }
 
+__global__ void add_bcast_kernel(float *X, const float *e, int n, int nc, int d) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)n * nc * d) return;
+    int c = (int)(i % d), t = (int)(i / ((long long)nc * d));
+    X[i] += e[(size_t)t * d + c];
+}
+
+extern "C" void add_bcast_cuda(float *X, const float *e, int n, int nc, int d) {
+    long long total = (long long)n * nc * d;
+    if (!total) return;
+    add_bcast_kernel<<<ceil_div(total, 256), 256, 0, td_cuda_stream()>>>(X, e, n, nc, d);
+    LAUNCH_CHECK();
+}
+
 extern "C" void embed_cuda(float *X, const int32_t *ids, const void *emb, enum td_dtype t, int n,
                            int nc, int d) {
     long long total = (long long)n * nc * d;

@@ -21,6 +21,9 @@ void add_ref(float *y, const float *x, size_t n);
 /* x[i] *= s */
 void scale_ref(float *x, float s, size_t n);
 
+/* X[t, i, :] += e[t, :] for each of the nc streams i (a row vector broadcast over streams) */
+void add_bcast_ref(float *X, const float *e, int n, int nc, int d);
+
 /* g[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) (DeepSeek-V4 SwiGLU clamp) */
 void swiglu_act_ref(float *g, const float *u, size_t n, float limit);
 
@@ -31,6 +34,7 @@ void embed_cuda(float *X, const int32_t *ids, const void *emb, enum td_dtype emb
 void add_cuda(float *y, const float *x, size_t n);
 void scale_cuda(float *x, float s, size_t n);
 void swiglu_act_cuda(float *g, const float *u, size_t n, float limit);
+void add_bcast_cuda(float *X, const float *e, int n, int nc, int d);
 
 #ifdef __cplusplus
 }

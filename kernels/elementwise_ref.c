@@ -25,3 +25,9 @@ void swiglu_act_ref(float *g, const float *u, size_t n, float limit) {
         g[i] = gi / (1.0f + expf(-gi)) * ui;
     }
 }
+
+void add_bcast_ref(float *X, const float *e, int n, int nc, int d) {
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < nc; i++)
+            for (int c = 0; c < d; c++) X[((size_t)t * nc + i) * d + c] += e[(size_t)t * d + c];
+}

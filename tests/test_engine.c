@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "engine/engine.h"
+#include "engine/tokenizer.h"
 
 #define MAX_REQ 16
 
@@ -67,6 +68,7 @@ static int run(const char *model, const char *draft, int k, int n_req, int budge
     ep.max_seqs = max_seqs;
     ep.max_ctx = max_ctx;
     ep.max_cache_bytes = (size_t)1 << 30;
+    ep.backend = "cpu";
     if (h) {
         ep.logits_hook = hook_fn;
         ep.hook_ctx = h;
@@ -149,10 +151,72 @@ static void greedy_lossless(const char *fx) {
             }
 }
 
+/* the MTP drafter on the default model: lossless, and it predicts (acceptance has teeth) */
+static void mtp_tests(void) {
+    const char *model = "models/tandem-tiny";
+    const char *texts[4] = {"In the beginning God created the heaven and the earth.",
+                            "It is a truth universally acknowledged, that",
+                            "dog, domestic dog, Canis familiaris:",
+                            "And it came to pass, when the king heard"};
+    char err[512];
+    struct tok *tk;
+    if (tok_load(&tk, model, err, sizeof err)) {
+        printf("FAIL mtp: %s\n", err);
+        check_failures++;
+        return;
+    }
+    int n_req = quick_mode() ? 2 : 4, max_tokens = quick_mode() ? 12 : 24;
+    for (int r = 0; r < n_req; r++) {
+        struct tok_ids ti = {0};
+        tok_encode(tk, texts[r], strlen(texts[r]), TOK_ENCODE_ADD_SPECIAL, &ti, err, sizeof err);
+        prompt_len[r] = (int)ti.n;
+        memcpy(prompts[r], ti.ids, ti.n * sizeof(int32_t));
+        tok_ids_free(&ti);
+    }
+    tok_free(tk);
+    struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+    static struct run base, spec;
+    int ks[2] = {1, 3};
+    for (int b = 0; b < 2; b++) {
+        int n = b ? n_req : 1;
+        run(model, "none", 0, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &base);
+        for (int ki = 0; ki < 2; ki++) {
+            char name[96], extra[128];
+            case_begin();
+            run(model, "mtp", ks[ki], n, 64, n, &greedy, 0, NULL, max_tokens, 512, &spec);
+            int which = -1;
+            CHECK(same_tokens(&spec, &base, &which), "request %d differs from plain decoding",
+                  which);
+            const struct td_engine_stats *s = &spec.stats;
+            double mean = s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 0;
+            // a working MTP on its own model is accepted far more than chance (~1/8192)
+            CHECK(s->drafted > 0 && (double)s->accepted / s->drafted > 0.3,
+                  "acceptance %ld of %ld drafts", s->accepted, s->drafted);
+            snprintf(extra, sizeof extra, "(accepted %ld of %ld, mean accepted length %.2f, %ld "
+                     "steps vs %ld plain)", s->accepted, s->drafted, mean, s->steps,
+                     base.stats.steps);
+            snprintf(name, sizeof name, "mtp_greedy_equals_plain/tandem-tiny/k%d/b%d", ks[ki], n);
+            case_end(name, extra);
+        }
+    }
+    // sampled: the same seed gives the same tokens alone and in a batch (MTP draws are keyed by
+    // request seed and position too)
+    case_begin();
+    struct td_sampling samp = {0.9f, 40, 0.95f, 77};
+    static struct run a, bb;
+    run(model, "mtp", 3, 1, 64, 1, &samp, 1, NULL, max_tokens, 512, &a);
+    run(model, "mtp", 3, n_req, 64, n_req, &samp, 0, NULL, max_tokens, 512, &bb);
+    CHECK(a.n_out[0] == bb.n_out[1] && !memcmp(a.out[0], bb.out[1], (size_t)a.n_out[0] * 4),
+          "a sampled request differs alone and in a batch");
+    case_end("mtp_sampled_batch_invariant", "");
+}
+
 int main(void) {
     const char *fxs[3] = {"b_plain_hc2", "a_tiny_yarn", "c_upstream_sharded"};
     make_prompts(300);
     for (int i = 0; i < (quick_mode() ? 1 : 3); i++) greedy_lossless(fxs[i]);
+    mtp_tests();
+    make_prompts(300);
 
     const char *model = "tests/fixtures/b_plain_hc2";
     static struct run a, b, c;

@@ -1,0 +1,238 @@
+/* mtp.c: the V4 MTP drafter over the engine's forward (see mtp.h). */
+#include "mtp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/state.h"
+#include "metadata/plan.h"
+
+#define W(t) (t).data, (t).dtype
+
+struct draft_mtp {
+    const struct td_backend *b;
+    struct td_model host;            /* mtp.0.* views (host) */
+    struct td_model dev;             /* its device mirror, when b is a device */
+    const struct td_model *run;      /* the one the forward reads */
+    struct td_state st;
+    struct td_plan plan;
+    int max_rows, max_k, vocab, nc, dim;
+    float *hidden;                   /* [max_rows, nc, dim] the target's streams */
+    float *h_in, *h_out, *x;         /* [max_rows, nc, dim] */
+    float *tmp;                      /* [max_rows * nc, dim] */
+    float *e;                        /* [max_rows, dim] */
+    int32_t *ids_dev;                /* [max_rows] */
+    float *logits;                   /* [max_rows, vocab] host */
+    float *p;                        /* [vocab] host scratch */
+    int32_t *ids;                    /* [max_rows] host */
+    struct td_plan_seq *seqs;        /* [max_seqs] */
+    int *zero, *live, *keep;         /* [max_rows], [max_seqs], [max_seqs] */
+    int max_seqs;
+};
+
+int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
+                   const struct td_model *target_run, const struct td_backend *b, int max_seqs,
+                   int max_ctx, int max_rows, int max_k, int use_graphs, size_t max_bytes,
+                   char *err, size_t errlen) {
+    *out = NULL;
+    struct draft_mtp *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, errlen, "mtp: out of memory");
+        return -1;
+    }
+    d->b = b;
+    if (td_model_load_mtp(target_host, &d->host, err, errlen)) {
+        free(d);
+        return -1;
+    }
+    d->run = &d->host;
+    if (b->on_device) {
+        if (td_model_upload(&d->host, b, &d->dev, err, errlen)) goto fail;
+        d->run = &d->dev;
+        d->dev.embed = target_run->embed; // shared with the target
+        d->dev.head = target_run->head;
+    } else {
+        d->host.embed = target_run->embed;
+        d->host.head = target_run->head;
+    }
+    const struct td_config *c = &d->host.cfg;
+    d->max_rows = max_rows;
+    d->max_k = max_k;
+    d->max_seqs = max_seqs;
+    d->vocab = c->vocab;
+    d->nc = c->hc_mult;
+    d->dim = c->dim;
+    int chunk = max_k > 16 ? max_k : 16; // the chain's rows are what gets rolled back
+    if (td_state_init(&d->st, c, max_seqs, max_ctx, chunk, max_bytes, b, err, errlen)) goto fail;
+    d->st.use_graphs = use_graphs;
+    struct td_plan_dims pd = td_state_plan_dims(&d->st, max_rows, max_seqs);
+    if (meta_plan_init(&d->plan, &pd, err, errlen)) goto fail;
+    size_t R = (size_t)max_rows, S = R * d->nc * d->dim * sizeof(float);
+    d->hidden = b->alloc(S);
+    d->h_in = b->alloc(S);
+    d->h_out = b->alloc(S);
+    d->x = b->alloc(S);
+    d->tmp = b->alloc(S);
+    d->e = b->alloc(R * d->dim * sizeof(float));
+    d->ids_dev = b->alloc(R * sizeof(int32_t));
+    d->logits = malloc(R * d->vocab * sizeof(float));
+    d->p = malloc((size_t)d->vocab * sizeof(float));
+    d->ids = malloc(R * sizeof(int32_t));
+    d->seqs = calloc((size_t)max_seqs, sizeof *d->seqs);
+    d->zero = malloc(R * sizeof(int));
+    d->live = malloc((size_t)max_seqs * sizeof(int));
+    d->keep = malloc((size_t)max_seqs * sizeof(int));
+    if (!d->hidden || !d->h_in || !d->h_out || !d->x || !d->tmp || !d->e || !d->ids_dev ||
+        !d->logits || !d->p || !d->ids || !d->seqs || !d->zero || !d->live || !d->keep) {
+        snprintf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
+        goto fail;
+    }
+    *out = d;
+    return 0;
+fail:
+    draft_mtp_free(d);
+    return -1;
+}
+
+void draft_mtp_free(struct draft_mtp *d) {
+    if (!d) return;
+    const struct td_backend *b = d->b;
+    void *bufs[] = {d->hidden, d->h_in, d->h_out, d->x, d->tmp, d->e, d->ids_dev};
+    for (int i = 0; i < 7; i++)
+        if (bufs[i]) b->release(bufs[i]);
+    free(d->logits);
+    free(d->p);
+    free(d->ids);
+    free(d->seqs);
+    free(d->zero);
+    free(d->live);
+    free(d->keep);
+    meta_plan_free(&d->plan);
+    td_state_free(&d->st);
+    if (d->dev.backend) td_model_free(&d->dev);
+    td_model_free(&d->host);
+    free(d);
+}
+
+float *draft_mtp_hidden(struct draft_mtp *d) { return d->hidden; }
+
+/* X = h_proj(hnorm(h_in)) + e_proj(enorm(embed(ids))), zero token term at position 0; then the
+ * MTP block over the plan already built in d->plan */
+static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_zero, char *err,
+                       size_t errlen) {
+    const struct td_backend *b = d->b;
+    const struct td_ops *op = &b->ops;
+    const struct td_model *m = d->run;
+    int D = d->dim, nc = d->nc;
+    float eps = m->cfg.rms_eps;
+    b->to_device(d->ids_dev, d->ids, (size_t)n * sizeof(int32_t));
+    op->embed(d->tmp, d->ids_dev, W(m->embed), n, 1, D);
+    op->rmsnorm(d->tmp, d->tmp, W(m->mtp_enorm), n, D, eps);
+    op->matmul(d->e, d->tmp, W(m->mtp_eproj), n, D, D, NULL, 0);
+    if (n_zero) {
+        float *z = calloc((size_t)D, sizeof(float));
+        for (int i = 0; i < n_zero; i++) b->to_device(d->e + (size_t)zero_rows[i] * D, z, (size_t)D * 4);
+        free(z);
+    }
+    op->rmsnorm(d->tmp, d->h_in, W(m->mtp_hnorm), n * nc, D, eps);
+    op->matmul(d->x, d->tmp, W(m->mtp_hproj), n * nc, D, D, NULL, 0);
+    op->add_bcast(d->x, d->e, n, nc, D);
+    return td_forward_ex(m, &d->st, &d->plan, d->x, d->h_out, d->logits, NULL, err, errlen);
+}
+
+/* draft one token from logits row lg; its distribution into q; -1 when the row is not finite */
+static int draw(struct draft_mtp *d, const float *lg, const struct td_sampling *s, long pos,
+                float *q) {
+    if (td_probs(q, lg, d->vocab, s)) return -1;
+    return td_sample(q, d->vocab, td_rand_uniform(s->seed, (uint64_t)pos, TD_RAND_DRAFT));
+}
+
+int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err,
+                  size_t errlen) {
+    const struct td_backend *b = d->b;
+    size_t row_bytes = (size_t)d->nc * d->dim * sizeof(float);
+    int rows = 0, *zero = d->zero, n_zero = 0;
+    // catch up: every sequence's committed rows, in one call
+    for (int s = 0; s < n_seq; s++) {
+        struct mtp_rows *q = &seqs[s];
+        if (q->pos0 == 0) { // a new sequence in this slot
+            d->st.in_use[q->slot] = 1;
+            d->st.len[q->slot] = d->st.hi[q->slot] = 0;
+        }
+        if (d->st.len[q->slot] != q->pos0) {
+            snprintf(err, errlen, "mtp: slot %d holds %d rows, the target committed %d", q->slot,
+                     d->st.len[q->slot], q->pos0);
+            return -1;
+        }
+        b->ops.copy(d->h_in + (size_t)rows * d->nc * d->dim,
+                    d->hidden + (size_t)q->hidden_row * d->nc * d->dim, (size_t)q->n * row_bytes);
+        memcpy(d->ids + rows, q->next, (size_t)q->n * sizeof(int32_t));
+        if (q->pos0 == 0) zero[n_zero++] = rows;
+        d->seqs[s] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->ids + rows};
+        rows += q->n;
+        q->n_drafts = 0;
+    }
+    if (!n_seq) return 0;
+    if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
+        mtp_forward(d, rows, zero, n_zero, err, errlen))
+        return -1;
+    // the chain: draft 1 from each sequence's last row, then one recycled row per step
+    int *live = d->live, n_live = 0, kmax = 0;
+    for (int s = 0, r = 0; s < n_seq; r += seqs[s].n, s++) {
+        struct mtp_rows *q = &seqs[s];
+        if (q->k < 1) continue;
+        long pos = q->pos0 + q->n + 1; // the position of the token row pos0+n-1 predicts
+        int t = draw(d, d->logits + (size_t)(r + q->n - 1) * d->vocab, q->sampling, pos, q->q);
+        if (t < 0) continue;
+        q->drafts[0] = t;
+        q->n_drafts = 1;
+        // this sequence's streams for the next step: its last row's output
+        b->ops.copy(d->h_in + (size_t)n_live * d->nc * d->dim,
+                    d->h_out + (size_t)(r + q->n - 1) * d->nc * d->dim, row_bytes);
+        live[n_live++] = s;
+        if (q->k > kmax) kmax = q->k;
+    }
+    for (int j = 1; j < kmax; j++) {
+        int n = 0, *keep = d->keep;
+        for (int i = 0; i < n_live; i++) {
+            struct mtp_rows *q = &seqs[live[i]];
+            if (q->k <= j || q->n_drafts < j) continue;
+            if (n != i) // compact the recycled streams to rows 0..n
+                b->ops.copy(d->h_in + (size_t)n * d->nc * d->dim,
+                            d->h_in + (size_t)i * d->nc * d->dim, row_bytes);
+            d->ids[n] = q->drafts[j - 1];
+            int pos = q->pos0 + q->n + j - 1;
+            d->seqs[n] = (struct td_plan_seq){q->slot, pos, 1, d->ids + n};
+            keep[n++] = live[i];
+        }
+        if (!n) break;
+        if (meta_plan_build(&d->plan, d->seqs, n, err, errlen) ||
+            mtp_forward(d, n, NULL, 0, err, errlen))
+            return -1;
+        n_live = 0;
+        for (int i = 0; i < n; i++) {
+            struct mtp_rows *q = &seqs[keep[i]];
+            long pos = q->pos0 + q->n + j + 1;
+            int t = draw(d, d->logits + (size_t)i * d->vocab, q->sampling, pos,
+                         q->q + (size_t)j * d->vocab);
+            if (t < 0) continue;
+            q->drafts[j] = t;
+            q->n_drafts = j + 1;
+            b->ops.copy(d->h_in + (size_t)n_live * d->nc * d->dim,
+                        d->h_out + (size_t)i * d->nc * d->dim, row_bytes);
+            live[n_live++] = keep[i];
+        }
+    }
+    // the chain rows were speculative: the MTP's committed length is the target's
+    for (int s = 0; s < n_seq; s++) {
+        int keep_len = seqs[s].pos0 + seqs[s].n;
+        if (d->st.len[seqs[s].slot] != keep_len &&
+            td_state_rollback(&d->st, seqs[s].slot, keep_len, err, errlen))
+            return -1;
+    }
+    return 0;
+}

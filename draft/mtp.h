@@ -1,0 +1,70 @@
+/* mtp.h: the DeepSeek-V4 MTP drafter (mtp.0.*), drafters.md 4.2-4.3, in the engine.
+ *
+ *   draft_mtp_init(&d, &host_model, &run_model, backend, ...);
+ *   every step:  td_forward_ex(..., draft_mtp_hidden(d), ...)   // the target's final streams
+ *                verify + commit
+ *                draft_mtp_run(d, rows, n, ...)                  // catch up, then draft k
+ *
+ * One MTP row at position q reads the target's final residual streams H_q and the token after
+ * q: X = h_proj(hnorm(H_q)) + e_proj(enorm(embed(t_{q+1}))) (the token term is zero at q = 0),
+ * runs the MTP block (one V4 decoder layer, sliding-window attention over the MTP's own rows,
+ * stored by position like the target's), then head(norm(hc_head(.))) gives the distribution of
+ * the token at q + 2. After each target step the rows it committed are caught up in one
+ * batched call (their next tokens are all known by then); the last one drafts token 1. Token j
+ * (j >= 2) comes from one more row at the next position whose streams are the previous step's
+ * output (recycled) and whose token is draft j - 1. Those chain rows are rolled back at once:
+ * the MTP's committed length always equals the target's. Every call builds a fresh plan and
+ * runs through the same forward and attention entry points as the target.
+ */
+#ifndef TD_DRAFT_MTP_H
+#define TD_DRAFT_MTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "verify/sample.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct td_model;
+struct td_backend;
+struct draft_mtp;
+
+/* one sequence's rows committed by the last target step */
+struct mtp_rows {
+    int slot;                        /* the target's state slot; the MTP uses the same one */
+    int pos0;                        /* position of the first committed row */
+    int n;                           /* committed rows (>= 1) */
+    int hidden_row;                  /* the first of them in the target step's hidden buffer */
+    const int32_t *next;             /* [n] the token after each row (the last: the new anchor) */
+    int k;                           /* drafts wanted, 0 .. max_k (0: catch up only) */
+    const struct td_sampling *sampling;
+    int32_t *drafts;                 /* [k] out */
+    float *q;                        /* [k, vocab] out: the distribution each draft came from */
+    int n_drafts;                    /* out: drafts made (< k when a draft row was not finite) */
+};
+
+/* target_host: the loaded checkpoint (holds mtp.0.*); target_run: the same model resident on
+ * backend b (== target_host on the CPU). Pools for max_seqs sequences of max_ctx tokens;
+ * catch-up calls of up to max_rows rows. 0, or -1 with a message. */
+int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
+                   const struct td_model *target_run, const struct td_backend *b, int max_seqs,
+                   int max_ctx, int max_rows, int max_k, int use_graphs, size_t max_bytes,
+                   char *err, size_t errlen);
+
+/* [max_rows, hc_mult, dim] in backend memory: where the target forward leaves its streams */
+float *draft_mtp_hidden(struct draft_mtp *d);
+
+/* Catch up every sequence's committed rows and draft. A sequence at pos0 == 0 starts afresh in
+ * its slot. 0, or -1 with a message (an engine error). */
+int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err,
+                  size_t errlen);
+
+void draft_mtp_free(struct draft_mtp *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
