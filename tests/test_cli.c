@@ -155,7 +155,7 @@ int main(void) {
     case_end("generate_print_ids", "");
 
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft bogus", fx);
-    bad("generate_bad_drafter", a, "expected none, ngram or random");
+    bad("generate_bad_drafter", a, "expected none, ngram, random or mtp");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --temperature -1", fx);
     bad("generate_bad_temperature", a, "--temperature");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --top-p 0", fx);
