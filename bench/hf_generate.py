@@ -22,9 +22,24 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--prompt-ids", default=None, help="the prompt as ids (else the fixture's)")
+    ap.add_argument("--upstream", action="store_true",
+                    help="the model dir is in the upstream layout (models/tandem-tiny)")
     a = ap.parse_args()
-    ids = [int(x) for x in open(f"{a.model}/ids.txt").read().split()][: a.prompt_len]
-    model = DeepseekV4ForCausalLM.from_pretrained(a.model, dtype=torch.float32).to(a.device).eval()
+    if a.prompt_ids:
+        ids = [int(x) for x in a.prompt_ids.split()]
+    else:
+        ids = [int(x) for x in open(f"{a.model}/ids.txt").read().split()][: a.prompt_len]
+    if a.upstream:
+        import os
+        import sys
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+        import tandem_tiny
+        model = tandem_tiny.load_target(a.model)
+        model = (model[0] if isinstance(model, tuple) else model).to(a.device).eval()
+    else:
+        model = DeepseekV4ForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+        model = model.to(a.device).eval()
     x = torch.tensor([ids] * a.batch, device=a.device)
     kw = dict(max_new_tokens=a.max_tokens, min_new_tokens=a.max_tokens, do_sample=False)
     with torch.no_grad():
