@@ -646,14 +646,18 @@ static void test_graphs(void) {
 }
 
 /* greedy speculation equals plain greedy decoding on the GPU, 32 prompts decoded together */
+static const char *engine_model = "tests/fixtures/a_tiny_yarn";
+static int engine_vocab = 512;
+
 static double run_engine(const char *draft, int det, int32_t (*out)[64], int *n_out) {
     char err[512];
     struct td_engine_params ep = td_engine_defaults();
-    ep.model_dir = "tests/fixtures/a_tiny_yarn";
+    ep.model_dir = engine_model;
     ep.backend = "cuda";
     ep.deterministic = det;
     ep.draft = draft;
     ep.max_draft = strcmp(draft, "none") ? 3 : 0;
+    ep.max_batch_tokens = 256;
     ep.max_seqs = 32;
     ep.max_ctx = 256;
     struct td_engine *e;
@@ -664,7 +668,8 @@ static double run_engine(const char *draft, int det, int32_t (*out)[64], int *n_
     int32_t prompt[32][40];
     int ids[32];
     for (int r = 0; r < 32; r++) {
-        for (int i = 0; i < 40; i++) prompt[r][i] = (int32_t)((r * 29 + (i % (4 + r % 5)) * 11) % 512);
+        for (int i = 0; i < 40; i++)
+            prompt[r][i] = (int32_t)((r * 29 + (i % (4 + r % 5)) * 11) % engine_vocab);
         struct td_request_params rp = {prompt[r], 40, 48, {0.0f, 0, 1.0f, 0}, 1};
         ids[r] = td_engine_submit(e, &rp, err, sizeof err);
     }
@@ -699,6 +704,18 @@ static void test_greedy_spec_gpu(void) {
              "(tokens/s: plain %.0f, ngram k=3 %.0f, deterministic; plain default mode %.0f: "
              "deterministic / default = %.2f)", tp, ts, td, tp / td);
     case_end("deterministic/greedy_spec_equals_plain_32_prompts", extra);
+
+    // the MTP drafter of the default model, on the GPU
+    engine_model = "models/tandem-tiny";
+    engine_vocab = 8192;
+    case_begin();
+    tp = run_engine("none", 1, plain, np);
+    ts = run_engine("mtp", 1, spec, ns);
+    for (int r = 0; r < 32; r++)
+        CHECK(np[r] == ns[r] && !memcmp(plain[r], spec[r], (size_t)np[r] * 4),
+              "request %d: MTP output differs from plain greedy", r);
+    snprintf(extra, sizeof extra, "(tokens/s: plain %.0f, mtp k=3 %.0f, deterministic)", tp, ts);
+    case_end("deterministic/mtp_greedy_equals_plain_32_prompts", extra);
 }
 
 #endif
