@@ -120,6 +120,8 @@ void draft_mtp_free(struct draft_mtp *d) {
 
 float *draft_mtp_hidden(struct draft_mtp *d) { return d->hidden; }
 
+const float *draft_mtp_logits(const struct draft_mtp *d) { return d->logits; }
+
 /* X = h_proj(hnorm(h_in)) + e_proj(enorm(embed(ids))), zero token term at position 0; then the
  * MTP block over the plan already built in d->plan */
 static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_zero, char *err,

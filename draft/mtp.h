@@ -62,6 +62,9 @@ float *draft_mtp_hidden(struct draft_mtp *d);
 int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err,
                   size_t errlen);
 
+/* [rows, vocab] the logits of the last MTP call's rows (host; tests and tools) */
+const float *draft_mtp_logits(const struct draft_mtp *d);
+
 void draft_mtp_free(struct draft_mtp *d);
 
 #ifdef __cplusplus
