@@ -24,6 +24,15 @@
 extern "C" {
 #endif
 
+/* the largest work a step can give the ops, for scratch sized once (graphs cannot allocate) */
+struct td_reserve {
+    size_t gemm_x;      /* elements of a GEMM input */
+    size_t scores;      /* indexer scores: rows x (entries + 1) */
+    size_t attn_smem;   /* attention shared memory, bytes */
+    int moe_entries;    /* rows x experts per token */
+    int moe_experts, moe_inter, moe_dim;
+};
+
 struct td_ops {
     void (*embed)(float *X, const int32_t *ids, const void *emb, enum td_dtype t, int n, int nc,
                   int d);
@@ -83,9 +92,8 @@ struct td_backend {
     void *(*graph_end)(void);
     void (*graph_launch)(void *g);
     void (*graph_free)(void *g);
-    /* size the ops' internal scratch once, outside any capture: GEMM inputs up to gemm_x
-     * elements, indexer scores up to scores elements, attention/MoE shared memory (bytes) */
-    void (*reserve)(size_t gemm_x, size_t scores, size_t attn_smem, size_t moe_smem);
+    /* size the ops' internal scratch once, outside any capture */
+    void (*reserve)(const struct td_reserve *r);
 };
 
 const struct td_backend *td_backend_cpu(void);

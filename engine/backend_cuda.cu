@@ -104,13 +104,13 @@ static void cu_graph_free(void *g) {
 extern "C" void matmul_cuda_reserve(size_t x_elems);
 extern "C" void indexer_cuda_reserve(size_t score_elems);
 extern "C" void attention_cuda_reserve(size_t smem);
-extern "C" void moe_cuda_reserve(size_t smem);
+extern "C" void moe_cuda_reserve(int entries, int experts, int inter, int dim);
 
-static void cu_reserve(size_t gemm_x, size_t scores, size_t attn_smem, size_t moe_smem) {
-    matmul_cuda_reserve(gemm_x);
-    indexer_cuda_reserve(scores);
-    attention_cuda_reserve(attn_smem);
-    moe_cuda_reserve(moe_smem);
+static void cu_reserve(const struct td_reserve *r) {
+    matmul_cuda_reserve(r->gemm_x);
+    indexer_cuda_reserve(r->scores);
+    attention_cuda_reserve(r->attn_smem);
+    moe_cuda_reserve(r->moe_entries, r->moe_experts, r->moe_inter, r->moe_dim);
 }
 
 static struct td_backend cuda_backend;

@@ -346,8 +346,9 @@ static int ws_make(struct td_state *st, const struct td_config *c, const struct 
         for (int i = 0; i < c->n_layers; i++)
             if (st->layers[i].n_entries > ent) ent = st->layers[i].n_entries;
         int keys = st->swa_ring + (ent > c->index_topk ? ent : c->index_topk);
-        b->reserve(N * in_max, N * (size_t)(ent + 1), ((size_t)hd + keys) * F,
-                   ((size_t)2 * D + c->moe_inter) * F);
+        struct td_reserve rs = {N * in_max, N * (size_t)(ent + 1), ((size_t)hd + keys) * F,
+                                (int)N * c->n_experts_tok, c->n_experts, c->moe_inter, D};
+        b->reserve(&rs);
     }
     return 0;
 oom:

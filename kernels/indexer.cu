@@ -68,8 +68,7 @@ __global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
 }
 
 static void ensure_scratch(size_t need) {
-    if (need <= scratch_cap) return;
-    if (scratch) CUDA_CHECK(cudaFree(scratch));
+    if (need <= scratch_cap) return; // grow only, never free: captured graphs keep old addresses
     scratch_cap = need + need / 2;
     CUDA_CHECK(cudaMalloc(&scratch, scratch_cap * sizeof(float)));
 }

@@ -30,8 +30,7 @@ static void ensure_lt(size_t x_elems) {
         CUBLAS_CHECK(cublasLtCreate(&lt));
         CUDA_CHECK(cudaMalloc(&lt_ws, lt_ws_bytes));
     }
-    if (x_elems > xbuf_cap) {
-        if (xbuf) CUDA_CHECK(cudaFree(xbuf));
+    if (x_elems > xbuf_cap) { // grow only, never free: captured graphs keep the old address
         xbuf_cap = x_elems + (x_elems >> 1);
         CUDA_CHECK(cudaMalloc(&xbuf, xbuf_cap * sizeof(__nv_bfloat16)));
     }
