@@ -68,6 +68,13 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.c.o $(BUILD)/libtandem.a
 
 tests: $(TEST_BIN)
 
+# measurement programs (bench/*.c), not part of the test run
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+$(BUILD)/bench/%: $(BUILD)/bench/%.c.o $(BUILD)/libtandem.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+bench-bins: $(BENCH_BIN)
+
 # every test binary prints OK/FAIL lines; tests/run.sh sums them into "N passed, N failed"
 test-cpu: bin/tandem $(TEST_BIN)
 	@sh tests/run.sh $(BUILD) $(TEST_BIN)
@@ -94,6 +101,6 @@ format:
 clean:
 	rm -rf build build-san bin
 
-.PHONY: all tests test test-cpu test-san test-gpu sanitize-gpu format clean
+.PHONY: all tests bench-bins test test-cpu test-san test-gpu sanitize-gpu format clean
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,106 @@
+/* mtp_acceptance.c: the engine's MTP acceptance on tandem-tiny's held-out text, measured the
+ * way tools/spec_loop.py measures the PyTorch reference, so the two can be compared.
+ *
+ *   make bench-bins && build/bench/mtp_acceptance [--prompts 8] [--new 128] [--k 3]
+ *        [--backend cpu|cuda]     (needs .corpus/val.jsonl: sh tools/corpus.sh)
+ *
+ * Prompts: the first documents of the validation split, each encoded as BOS + ids + EOS, cut to
+ * the first 128 tokens (documents shorter than that, or holding EOS inside, are skipped), as in
+ * spec_loop.py. Each prompt is decoded alone at T = 0 and T = 1 with MTP k = 3 drafts, stopping
+ * at EOS or 128 new tokens. Printed: per-position conditional acceptance P(draft j accepted |
+ * drafts < j accepted) and the mean accepted length per round (bonus included).
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine/tokenizer.h"
+
+int main(int argc, char **argv) {
+    int n_prompts = 8, n_new = 128, k = 3, plen = 128;
+    const char *model = "models/tandem-tiny", *backend = "cpu", *val = ".corpus/val.jsonl";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--prompts")) n_prompts = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--new")) n_new = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--k")) k = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
+        else if (!strcmp(argv[i], "--val")) val = argv[i + 1];
+        else {
+            fprintf(stderr, "unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    char err[512];
+    struct tok *tk;
+    if (tok_load(&tk, model, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    FILE *fp = fopen(val, "r");
+    if (!fp) {
+        fprintf(stderr, "cannot open %s (run sh tools/corpus.sh)\n", val);
+        return 1;
+    }
+    int32_t bos = tok_bos(tk), eos = tok_eos(tk);
+    int32_t prompts[64][128];
+    int np = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (np < n_prompts && getline(&line, &cap, fp) > 0) {
+        json_t *doc = json_loads(line, 0, NULL);
+        const char *text = doc ? json_string_value(json_object_get(doc, "text")) : NULL;
+        if (text) {
+            struct tok_ids ti = {0};
+            if (!tok_encode(tk, text, strlen(text), 0, &ti, err, sizeof err) && ti.n + 1 > (size_t)plen) {
+                prompts[np][0] = bos;
+                memcpy(prompts[np] + 1, ti.ids, (size_t)(plen - 1) * sizeof(int32_t));
+                int has_eos = 0;
+                for (int i = 0; i < plen; i++) has_eos |= prompts[np][i] == eos;
+                if (!has_eos) np++;
+            }
+            tok_ids_free(&ti);
+        }
+        json_decref(doc);
+    }
+    free(line);
+    fclose(fp);
+    tok_free(tk);
+    printf("model %s, backend %s, %d prompts x %d tokens, MTP k = %d\n", model, backend, np, plen, k);
+    for (int ti = 0; ti < 2; ti++) {
+        float T = ti ? 1.0f : 0.0f;
+        long acc[16] = {0}, prop[16] = {0}, rounds = 0, accepted = 0;
+        for (int p = 0; p < np; p++) {
+            struct td_engine_params ep = td_engine_defaults();
+            ep.model_dir = model;
+            ep.backend = backend;
+            ep.draft = "mtp";
+            ep.max_draft = k;
+            ep.max_seqs = 1;
+            ep.max_ctx = 1024;
+            struct td_engine *e;
+            if (td_engine_init(&e, &ep, err, sizeof err)) {
+                fprintf(stderr, "%s\n", err);
+                return 1;
+            }
+            struct td_request_params rp = {prompts[p], plen, n_new, {T, 0, 1.0f, (uint64_t)p}, 0};
+            td_engine_submit(e, &rp, err, sizeof err);
+            while (td_engine_step(e, err, sizeof err) > 0) {
+            }
+            const struct td_engine_stats *s = td_engine_stats(e);
+            for (int j = 0; j < k; j++) acc[j] += s->accepted_at[j], prop[j] += s->proposed_at[j];
+            rounds += s->rounds;
+            accepted += s->accepted;
+            td_engine_free(e);
+        }
+        printf("T = %.0f: conditional acceptance by position:", T);
+        for (int j = 0; j < k; j++) {
+            long reached = j == 0 ? prop[0] : (acc[j - 1] < prop[j] ? acc[j - 1] : prop[j]);
+            printf(" %d: %.3f", j + 1, reached ? (double)acc[j] / reached : 0.0);
+        }
+        printf("; mean accepted length %.3f (bonus included), %ld rounds\n",
+               rounds ? (double)(accepted + rounds) / rounds : 0.0, rounds);
+    }
+    return 0;
+}
