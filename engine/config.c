@@ -7,6 +7,7 @@
  * Every failure is one line naming the key.
  */
 #include "config.h"
+#include "err.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -15,16 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+
 
 const char *td_attn_kind_name(enum td_attn_kind k) {
     switch (k) {
@@ -65,17 +57,17 @@ static json_t *get(const json_t *o, const char *key) {
 
 static int to_int(const json_t *v, const char *what, int *out, char *err, size_t errlen) {
     if (!json_is_integer(v))
-        return fail(err, errlen, "key \"%s\" must be an integer, got %s", what, type_name(v));
+        return td_errf(err, errlen, "key \"%s\" must be an integer, got %s", what, type_name(v));
     json_int_t x = json_integer_value(v);
     if (x < INT_MIN || x > INT_MAX)
-        return fail(err, errlen, "key \"%s\" = %lld is out of range", what, (long long)x);
+        return td_errf(err, errlen, "key \"%s\" = %lld is out of range", what, (long long)x);
     *out = (int)x;
     return 0;
 }
 
 static int to_num(const json_t *v, const char *what, double *out, char *err, size_t errlen) {
     if (!json_is_number(v))
-        return fail(err, errlen, "key \"%s\" must be a number, got %s", what, type_name(v));
+        return td_errf(err, errlen, "key \"%s\" must be a number, got %s", what, type_name(v));
     *out = json_number_value(v);
     return 0;
 }
@@ -86,8 +78,8 @@ static int req_int(const json_t *o, const char *key, const char *alias, int *out
     json_t *v = json_object_get(o, key);
     if (!v && alias && (v = json_object_get(o, alias))) key = alias;
     if (!v && alias)
-        return fail(err, errlen, "missing required key \"%s\" (or \"%s\")", key, alias);
-    if (!v) return fail(err, errlen, "missing required key \"%s\"", key);
+        return td_errf(err, errlen, "missing required key \"%s\" (or \"%s\")", key, alias);
+    if (!v) return td_errf(err, errlen, "missing required key \"%s\"", key);
     return to_int(v, key, out, err, errlen);
 }
 
@@ -130,7 +122,7 @@ static int opt_bool(const json_t *o, const char *ctx, const char *key, int def, 
         *out = (int)json_integer_value(v);
         return 0;
     }
-    return fail(err, errlen, "key \"%s\" must be a bool, got %s", label(buf, sizeof buf, ctx, key),
+    return td_errf(err, errlen, "key \"%s\" must be a bool, got %s", label(buf, sizeof buf, ctx, key),
                 type_name(v));
 }
 
@@ -140,7 +132,7 @@ static int opt_str(const json_t *o, const char *key, const char *def, const char
     *out = def;
     if (!v) return 0;
     if (!json_is_string(v))
-        return fail(err, errlen, "key \"%s\" must be a string, got %s", key, type_name(v));
+        return td_errf(err, errlen, "key \"%s\" must be a string, got %s", key, type_name(v));
     *out = json_string_value(v);
     return 0;
 }
@@ -172,26 +164,26 @@ static int parse_rope(const json_t *d, const char *ctx, int nested, double max_p
     json_t *t = get(d, "rope_type");
     if (!t) t = get(d, "type");
     if (t && !json_is_string(t))
-        return fail(err, errlen, "key \"%s.rope_type\" must be a string, got %s", ctx,
+        return td_errf(err, errlen, "key \"%s.rope_type\" must be a string, got %s", ctx,
                     type_name(t));
     if (t) type = json_string_value(t);
     if (nested && opt_num(d, ctx, "rope_theta", r->theta, &r->theta, err, errlen)) return -1;
 
     if (strcmp(type, "default") == 0) return 0;
     if (strcmp(type, "yarn") != 0)
-        return fail(err, errlen, "unsupported rope type \"%s\" in \"%s\" (want default or yarn)",
+        return td_errf(err, errlen, "unsupported rope type \"%s\" in \"%s\" (want default or yarn)",
                     type, ctx);
     r->yarn = 1;
 
     json_t *om = get(d, "original_max_position_embeddings");
     if (!om)
-        return fail(err, errlen, "yarn rope \"%s\" needs original_max_position_embeddings", ctx);
+        return td_errf(err, errlen, "yarn rope \"%s\" needs original_max_position_embeddings", ctx);
     char buf[128];
     if (to_num(om, label(buf, sizeof buf, ctx, "original_max_position_embeddings"),
                &r->orig_max_pos, err, errlen))
         return -1;
     if (!(r->orig_max_pos > 0))
-        return fail(err, errlen, "key \"%s.original_max_position_embeddings\" must be positive",
+        return td_errf(err, errlen, "key \"%s.original_max_position_embeddings\" must be positive",
                     ctx);
     if (opt_num(d, ctx, "factor", max_pos / r->orig_max_pos, &r->factor, err, errlen) ||
         opt_num(d, ctx, "beta_fast", 32.0, &r->beta_fast, err, errlen) ||
@@ -199,7 +191,7 @@ static int parse_rope(const json_t *d, const char *ctx, int nested, double max_p
         opt_bool(d, ctx, "truncate", 1, &r->truncate, err, errlen))
         return -1;
     if (!(r->factor > 0))
-        return fail(err, errlen, "key \"%s.factor\" must be positive", ctx);
+        return td_errf(err, errlen, "key \"%s.factor\" must be positive", ctx);
 
     /* HF injects attention_factor 1.0 only into flat dicts; nested ones get YaRN's default */
     double mscale = 0, mscale_all = 0, def = 1.0;
@@ -228,14 +220,14 @@ static int parse_ropes(struct td_config *c, const json_t *o, double rope_theta,
     }
     if (!rp) return 0;
     if (!json_is_object(rp))
-        return fail(err, errlen, "key \"%s\" must be an object, got %s", key, type_name(rp));
+        return td_errf(err, errlen, "key \"%s\" must be an object, got %s", key, type_name(rp));
 
     double max_pos = (double)c->max_position_embeddings;
     json_t *jmain = json_object_get(rp, "main"), *jcomp = json_object_get(rp, "compress");
     if (!json_is_object(jmain) && !json_is_object(jcomp))
         return parse_rope(rp, key, 0, max_pos, &c->rope_compress, err, errlen);
     if (!json_is_object(jmain) || !json_is_object(jcomp))
-        return fail(err, errlen, "key \"%s\" must have both \"main\" and \"compress\" objects",
+        return td_errf(err, errlen, "key \"%s\" must have both \"main\" and \"compress\" objects",
                     key);
     char ctx_main[64], ctx_comp[64];
     snprintf(ctx_main, sizeof ctx_main, "%s.main", key);
@@ -259,7 +251,7 @@ static const char *const attn_type_names[] = {
 static int ratio_kind(const json_t *v, int i, int rate_csa, int rate_hca, enum td_attn_kind *out,
                       char *err, size_t errlen) {
     if (!json_is_integer(v))
-        return fail(err, errlen, "compress_ratios[%d] must be an integer, got %s", i,
+        return td_errf(err, errlen, "compress_ratios[%d] must be an integer, got %s", i,
                     type_name(v));
     json_int_t x = json_integer_value(v);
     if (x == 0)
@@ -273,7 +265,7 @@ static int ratio_kind(const json_t *v, int i, int rate_csa, int rate_hca, enum t
     else if (x == 128)
         *out = TD_ATTN_HCA;
     else
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "compress_ratios[%d] = %lld is not 0 (sliding), %d (CSA) or %d (HCA)", i,
                     (long long)x, rate_csa, rate_hca);
     return 0;
@@ -286,16 +278,16 @@ static int parse_attn(struct td_config *c, const json_t *o, char *err, size_t er
     for (int i = 0; i < 4; i++) c->mtp_attn[i] = TD_ATTN_SLIDING;
     if (lt) {
         if (!json_is_array(lt))
-            return fail(err, errlen, "key \"layer_types\" must be a list, got %s", type_name(lt));
+            return td_errf(err, errlen, "key \"layer_types\" must be a list, got %s", type_name(lt));
         if (json_array_size(lt) < (size_t)n)
-            return fail(err, errlen, "layer_types has %zu entries, num_hidden_layers is %d",
+            return td_errf(err, errlen, "layer_types has %zu entries, num_hidden_layers is %d",
                         json_array_size(lt), n);
         for (int i = 0; i < n; i++) {
             const char *s = json_string_value(json_array_get(lt, (size_t)i));
             int k = 0;
             while (k < 3 && !(s && strcmp(s, attn_type_names[k]) == 0)) k++;
             if (k == 3)
-                return fail(err, errlen,
+                return td_errf(err, errlen,
                             "layer_types[%d] is \"%s\", want sliding_attention, "
                             "compressed_sparse_attention or heavily_compressed_attention",
                             i, s ? s : "(not a string)");
@@ -304,11 +296,11 @@ static int parse_attn(struct td_config *c, const json_t *o, char *err, size_t er
     } else if (cr) {
         /* entries past num_hidden_layers describe the MTP layers */
         if (!json_is_array(cr))
-            return fail(err, errlen, "key \"compress_ratios\" must be a list, got %s",
+            return td_errf(err, errlen, "key \"compress_ratios\" must be a list, got %s",
                         type_name(cr));
         size_t len = json_array_size(cr);
         if (len < (size_t)n)
-            return fail(err, errlen, "compress_ratios has %zu entries, num_hidden_layers is %d",
+            return td_errf(err, errlen, "compress_ratios has %zu entries, num_hidden_layers is %d",
                         len, n);
         for (int i = 0; i < n + 4 && (size_t)i < len; i++) {
             enum td_attn_kind k = TD_ATTN_SLIDING;
@@ -332,10 +324,10 @@ static int parse_mlp(struct td_config *c, const json_t *o, char *err, size_t err
     json_t *mt = get(o, "mlp_layer_types");
     if (mt) {
         if (!json_is_array(mt))
-            return fail(err, errlen, "key \"mlp_layer_types\" must be a list, got %s",
+            return td_errf(err, errlen, "key \"mlp_layer_types\" must be a list, got %s",
                         type_name(mt));
         if (json_array_size(mt) < (size_t)n)
-            return fail(err, errlen, "mlp_layer_types has %zu entries, num_hidden_layers is %d",
+            return td_errf(err, errlen, "mlp_layer_types has %zu entries, num_hidden_layers is %d",
                         json_array_size(mt), n);
         for (int i = 0; i < n; i++) {
             const char *s = json_string_value(json_array_get(mt, (size_t)i));
@@ -344,14 +336,14 @@ static int parse_mlp(struct td_config *c, const json_t *o, char *err, size_t err
             else if (s && strcmp(s, "moe") == 0)
                 c->mlp[i] = TD_MLP_MOE;
             else
-                return fail(err, errlen, "mlp_layer_types[%d] is \"%s\", want hash_moe or moe", i,
+                return td_errf(err, errlen, "mlp_layer_types[%d] is \"%s\", want hash_moe or moe", i,
                             s ? s : "(not a string)");
         }
         return 0;
     }
     int n_hash;
     if (opt_int(o, NULL, "num_hash_layers", 3, &n_hash, err, errlen)) return -1;
-    if (n_hash < 0) return fail(err, errlen, "key \"num_hash_layers\" must be >= 0");
+    if (n_hash < 0) return td_errf(err, errlen, "key \"num_hash_layers\" must be >= 0");
     for (int i = 0; i < n; i++) c->mlp[i] = i < n_hash ? TD_MLP_HASH : TD_MLP_MOE;
     return 0;
 }
@@ -364,7 +356,7 @@ static int parse_rates(struct td_config *c, const json_t *o, char *err, size_t e
     json_t *cr = get(o, "compress_rates");
     if (cr) {
         if (!json_is_object(cr))
-            return fail(err, errlen, "key \"compress_rates\" must be an object, got %s",
+            return td_errf(err, errlen, "key \"compress_rates\" must be an object, got %s",
                         type_name(cr));
         if (opt_int(cr, "compress_rates", "compressed_sparse_attention", 0, &c->rate_csa, err,
                     errlen) ||
@@ -382,12 +374,12 @@ static int parse_rates(struct td_config *c, const json_t *o, char *err, size_t e
 static int check_rates(const struct td_config *c, char *err, size_t errlen) {
     for (int i = 0; i < c->n_layers; i++) {
         if (c->attn[i] == TD_ATTN_CSA && c->rate_csa < 1)
-            return fail(err, errlen,
+            return td_errf(err, errlen,
                         "layer %d is CSA but compress_rates[\"compressed_sparse_attention\"] is "
                         "missing or not positive (%d)",
                         i, c->rate_csa);
         if (c->attn[i] == TD_ATTN_HCA && c->rate_hca < 1)
-            return fail(err, errlen,
+            return td_errf(err, errlen,
                         "layer %d is HCA but compress_rates[\"heavily_compressed_attention\"] is "
                         "missing or not positive (%d)",
                         i, c->rate_hca);
@@ -410,10 +402,10 @@ static int parse_tokens(struct td_config *c, const json_t *o, char *err, size_t 
         return to_int(eos, "eos_token_id", &c->eos_ids[0], err, errlen);
     }
     if (!json_is_array(eos))
-        return fail(err, errlen, "key \"eos_token_id\" must be an integer, a list or null, got %s",
+        return td_errf(err, errlen, "key \"eos_token_id\" must be an integer, a list or null, got %s",
                     type_name(eos));
     if (json_array_size(eos) > TD_MAX_EOS)
-        return fail(err, errlen, "eos_token_id has %zu ids (max %d)", json_array_size(eos),
+        return td_errf(err, errlen, "eos_token_id has %zu ids (max %d)", json_array_size(eos),
                     TD_MAX_EOS);
     for (size_t i = 0; i < json_array_size(eos); i++) {
         char what[48];
@@ -443,27 +435,27 @@ static int check_sizes(const struct td_config *c, char *err, size_t errlen) {
     };
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v < 1)
-            return fail(err, errlen, "key \"%s\" must be positive, got %d", pos[i].key, pos[i].v);
+            return td_errf(err, errlen, "key \"%s\" must be positive, got %d", pos[i].key, pos[i].v);
     if (c->n_layers > TD_MAX_LAYERS)
-        return fail(err, errlen, "num_hidden_layers %d exceeds the engine limit %d", c->n_layers,
+        return td_errf(err, errlen, "num_hidden_layers %d exceeds the engine limit %d", c->n_layers,
                     TD_MAX_LAYERS);
     if (((long long)c->n_heads * c->head_dim) % c->o_groups != 0 || c->n_heads % c->o_groups != 0)
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "o_groups %d must divide num_attention_heads %d (and heads x head_dim)",
                     c->o_groups, c->n_heads);
     if (c->n_experts_tok > c->n_experts)
-        return fail(err, errlen, "num_experts_per_tok %d exceeds n_routed_experts %d",
+        return td_errf(err, errlen, "num_experts_per_tok %d exceeds n_routed_experts %d",
                     c->n_experts_tok, c->n_experts);
     if (c->sliding_window < 2)
-        return fail(err, errlen, "sliding_window must be >= 2, got %d", c->sliding_window);
-    if (c->hc_mult < 1) return fail(err, errlen, "hc_mult must be >= 1, got %d", c->hc_mult);
+        return td_errf(err, errlen, "sliding_window must be >= 2, got %d", c->sliding_window);
+    if (c->hc_mult < 1) return td_errf(err, errlen, "hc_mult must be >= 1, got %d", c->hc_mult);
     if (c->hc_sinkhorn_iters < 0)
-        return fail(err, errlen, "hc_sinkhorn_iters must be >= 0, got %d", c->hc_sinkhorn_iters);
+        return td_errf(err, errlen, "hc_sinkhorn_iters must be >= 0, got %d", c->hc_sinkhorn_iters);
     if (c->max_position_embeddings < 1)
-        return fail(err, errlen, "max_position_embeddings must be positive, got %ld",
+        return td_errf(err, errlen, "max_position_embeddings must be positive, got %ld",
                     c->max_position_embeddings);
     if (c->n_mtp_layers < 0 || c->n_mtp_layers > 4)
-        return fail(err, errlen, "num_nextn_predict_layers must be in [0, 4], got %d",
+        return td_errf(err, errlen, "num_nextn_predict_layers must be in [0, 4], got %d",
                     c->n_mtp_layers);
     return 0;
 }
@@ -477,7 +469,7 @@ static int parse_rope_dim(struct td_config *c, const json_t *o, char *err, size_
         if (to_num(prf, "partial_rotary_factor", &f, err, errlen)) return -1;
         double d = c->head_dim * f;
         if (!(d > -1.0 && d < (double)INT_MAX))
-            return fail(err, errlen, "partial_rotary_factor %g is out of range", f);
+            return td_errf(err, errlen, "partial_rotary_factor %g is out of range", f);
         c->rope_dim = (int)d;
     } else if (qk) {
         if (to_int(qk, "qk_rope_head_dim", &c->rope_dim, err, errlen)) return -1;
@@ -486,7 +478,7 @@ static int parse_rope_dim(struct td_config *c, const json_t *o, char *err, size_
     }
     if (c->rope_dim < 0 || c->rope_dim % 2 != 0 || c->rope_dim > c->head_dim ||
         c->rope_dim > c->index_head_dim)
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "rope dims %d (from %s) must be even, >= 0 and <= head_dim %d and "
                     "index_head_dim %d",
                     c->rope_dim, src, c->head_dim, c->index_head_dim);
@@ -494,12 +486,12 @@ static int parse_rope_dim(struct td_config *c, const json_t *o, char *err, size_
 }
 
 static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen) {
-    if (!json_is_object(o)) return fail(err, errlen, "config is not a JSON object");
+    if (!json_is_object(o)) return td_errf(err, errlen, "config is not a JSON object");
 
     const char *model_type, *score;
     if (opt_str(o, "model_type", "deepseek_v4", &model_type, err, errlen)) return -1;
     if (strcmp(model_type, "deepseek_v4") != 0)
-        return fail(err, errlen, "model_type is \"%s\", want \"deepseek_v4\"", model_type);
+        return td_errf(err, errlen, "model_type is \"%s\", want \"deepseek_v4\"", model_type);
 
     if (req_int(o, "vocab_size", NULL, &c->vocab, err, errlen) ||
         req_int(o, "hidden_size", NULL, &c->dim, err, errlen) ||
@@ -541,11 +533,11 @@ static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen)
     else if (strcmp(score, "softmax") == 0)
         c->score_fn = TD_SCORE_SOFTMAX;
     else
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "scoring_func \"%s\" is not supported (want sqrtsoftplus, sigmoid or softmax)",
                     score);
     if (!(max_pos >= 1 && max_pos <= (double)LONG_MAX) || max_pos != floor(max_pos))
-        return fail(err, errlen, "max_position_embeddings must be a positive integer");
+        return td_errf(err, errlen, "max_position_embeddings must be a positive integer");
     c->max_position_embeddings = (long)max_pos;
 
     if (check_sizes(c, err, errlen) || parse_tokens(c, o, err, errlen) ||
@@ -562,7 +554,7 @@ int td_config_parse(struct td_config *cfg, const char *json, char *err, size_t e
     json_error_t jerr;
     json_t *root = json_loads(json, 0, &jerr);
     if (!root)
-        return fail(err, errlen, "malformed config JSON: %s (line %d, column %d)", jerr.text,
+        return td_errf(err, errlen, "malformed config JSON: %s (line %d, column %d)", jerr.text,
                     jerr.line, jerr.column);
     int rc = parse(cfg, root, err, errlen);
     json_decref(root);
@@ -575,14 +567,14 @@ int td_config_load(struct td_config *cfg, const char *path, char *err, size_t er
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root)
-        return fail(err, errlen, "cannot read config %s: %s (line %d, column %d)", path,
+        return td_errf(err, errlen, "cannot read config %s: %s (line %d, column %d)", path,
                     jerr.text, jerr.line, jerr.column);
     char msg[512] = "";
     int rc = parse(cfg, root, msg, sizeof msg);
     json_decref(root);
     if (rc) {
         memset(cfg, 0, sizeof *cfg);
-        return fail(err, errlen, "%s: %s", path, msg);
+        return td_errf(err, errlen, "%s: %s", path, msg);
     }
     return 0;
 }

@@ -331,6 +331,17 @@ static void stream_text(struct td_engine *e, int id, struct tok_stream *ts, int 
     fflush(stdout);
 }
 
+/* the rest of request id's text, then a newline; ends the stream */
+static void stream_finish(struct td_engine *e, int id, struct tok_stream *ts, int *shown) {
+    stream_text(e, id, ts, shown);
+    const char *txt;
+    size_t len;
+    tok_stream_flush(ts, &txt, &len);
+    if (len) fwrite(txt, 1, len, stdout);
+    printf("\n");
+    tok_stream_free(ts);
+}
+
 static int cmd_generate(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
@@ -444,15 +455,7 @@ static int cmd_generate(int argc, char **argv) {
     while ((live = td_engine_step(e, err, sizeof err)) > 0)
         if (stream) stream_text(e, ids[0], &ts, &shown);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (stream) {
-        stream_text(e, ids[0], &ts, &shown);
-        const char *txt;
-        size_t len;
-        tok_stream_flush(&ts, &txt, &len);
-        if (len) fwrite(txt, 1, len, stdout);
-        printf("\n");
-        tok_stream_free(&ts);
-    }
+    if (stream) stream_finish(e, ids[0], &ts, &shown);
     if (live < 0) {
         rc = die("%s", err);
         goto done;
@@ -591,13 +594,7 @@ static int cmd_chat(int argc, char **argv) {
         tok_stream_init(&ts, tk, TOK_DECODE_SKIP_SPECIAL);
         int shown = 0, live;
         while ((live = td_engine_step(e, err, sizeof err)) > 0) stream_text(e, id, &ts, &shown);
-        stream_text(e, id, &ts, &shown);
-        const char *txt;
-        size_t len;
-        tok_stream_flush(&ts, &txt, &len);
-        if (len) fwrite(txt, 1, len, stdout);
-        printf("\n");
-        tok_stream_free(&ts);
+        stream_finish(e, id, &ts, &shown);
         if (live < 0) {
             fprintf(stderr, "tandem: %s\n", err);
             rc = 1;

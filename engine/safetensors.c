@@ -9,6 +9,7 @@
  * failure the set is closed, so callers only ever see a complete set or a zeroed one.
  */
 #include "safetensors.h"
+#include "err.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,16 +32,7 @@ struct st_range {
     int entry;              /* index into st_set.entries */
 };
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+
 
 static char *path_join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
@@ -70,24 +62,24 @@ static int parse_entry(struct st_set *set, int shard, const char *name, json_t *
     const char *path = set->maps[shard].path;
 
     if (!json_is_object(v))
-        return fail(err, errlen, "entry for tensor \"%s\" is not an object in %s", name, path);
+        return td_errf(err, errlen, "entry for tensor \"%s\" is not an object in %s", name, path);
 
     json_t *jd = json_object_get(v, "dtype");
     if (!json_is_string(jd))
-        return fail(err, errlen, "missing or non-string \"dtype\" for tensor \"%s\" in %s", name,
+        return td_errf(err, errlen, "missing or non-string \"dtype\" for tensor \"%s\" in %s", name,
                     path);
     enum td_dtype dtype = dtype_from_name(json_string_value(jd));
     if (dtype == TD_DTYPE_NONE)
-        return fail(err, errlen, "unsupported dtype \"%s\" for tensor \"%s\" in %s",
+        return td_errf(err, errlen, "unsupported dtype \"%s\" for tensor \"%s\" in %s",
                     json_string_value(jd), name, path);
 
     json_t *js = json_object_get(v, "shape");
     if (!json_is_array(js))
-        return fail(err, errlen, "missing or non-array \"shape\" for tensor \"%s\" in %s", name,
+        return td_errf(err, errlen, "missing or non-array \"shape\" for tensor \"%s\" in %s", name,
                     path);
     size_t ndim = json_array_size(js);
     if (ndim > TD_MAX_DIMS)
-        return fail(err, errlen, "shape has %zu dims (max %d) for tensor \"%s\" in %s", ndim,
+        return td_errf(err, errlen, "shape has %zu dims (max %d) for tensor \"%s\" in %s", ndim,
                     TD_MAX_DIMS, name, path);
 
     /* numel saturates at UINT64_MAX; a zero dim makes it 0 regardless */
@@ -97,11 +89,11 @@ static int parse_entry(struct st_set *set, int shard, const char *name, json_t *
     for (size_t i = 0; i < ndim; i++) {
         json_t *d = json_array_get(js, i);
         if (!json_is_integer(d))
-            return fail(err, errlen, "shape[%zu] is not an integer for tensor \"%s\" in %s", i,
+            return td_errf(err, errlen, "shape[%zu] is not an integer for tensor \"%s\" in %s", i,
                         name, path);
         json_int_t x = json_integer_value(d);
         if (x < 0)
-            return fail(err, errlen, "negative dim %lld in shape for tensor \"%s\" in %s",
+            return td_errf(err, errlen, "negative dim %lld in shape for tensor \"%s\" in %s",
                         (long long)x, name, path);
         shape[i] = x;
         if (x != 0 && numel > UINT64_MAX / (uint64_t)x)
@@ -116,28 +108,28 @@ static int parse_entry(struct st_set *set, int shard, const char *name, json_t *
     json_t *jb = json_array_get(jo, 0), *je = json_array_get(jo, 1);
     if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(jb) ||
         !json_is_integer(je) || json_integer_value(jb) < 0 || json_integer_value(je) < 0)
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "missing or malformed \"data_offsets\" (want [begin, end], non-negative "
                     "integers) for tensor \"%s\" in %s",
                     name, path);
     uint64_t begin = (uint64_t)json_integer_value(jb), end = (uint64_t)json_integer_value(je);
     if (begin > end)
-        return fail(err, errlen, "data_offsets begin %llu > end %llu for tensor \"%s\" in %s",
+        return td_errf(err, errlen, "data_offsets begin %llu > end %llu for tensor \"%s\" in %s",
                     (ull)begin, (ull)end, name, path);
     if (end > data_size)
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "data_offsets end %llu is past the data section (%llu bytes) for tensor "
                     "\"%s\" in %s",
                     (ull)end, (ull)data_size, name, path);
 
     size_t esize = td_dtype_size(dtype);
     if (overflow || numel > UINT64_MAX / esize)
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "size mismatch for tensor \"%s\" in %s: shape x %s overflows 64 bits, "
                     "actual %llu bytes",
                     name, path, td_dtype_name(dtype), (ull)(end - begin));
     if (numel * esize != end - begin)
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "size mismatch for tensor \"%s\" in %s: expected %llu bytes (shape x %s), "
                     "actual %llu bytes (data_offsets)",
                     name, path, (ull)(numel * esize), td_dtype_name(dtype), (ull)(end - begin));
@@ -145,7 +137,7 @@ static int parse_entry(struct st_set *set, int shard, const char *name, json_t *
     struct st_entry *e = &set->entries[set->n_entries];
     memset(e, 0, sizeof *e);
     e->name = strdup(name);
-    if (!e->name) return fail(err, errlen, "out of memory reading %s", path);
+    if (!e->name) return td_errf(err, errlen, "out of memory reading %s", path);
     e->t.data = data + begin;
     e->t.dtype = dtype;
     e->t.ndim = (int)ndim;
@@ -172,7 +164,7 @@ static int check_overlap(struct st_set *set, int first, const char *data, char *
     int n = set->n_entries - first;
     if (n < 2) return 0;
     struct st_range *r = malloc((size_t)n * sizeof *r);
-    if (!r) return fail(err, errlen, "out of memory");
+    if (!r) return td_errf(err, errlen, "out of memory");
     for (int i = 0; i < n; i++) {
         const struct st_entry *e = &set->entries[first + i];
         r[i].begin = (uint64_t)((const char *)e->t.data - data);
@@ -186,7 +178,7 @@ static int check_overlap(struct st_set *set, int first, const char *data, char *
     for (int i = 0; i < n && rc == 0; i++) {
         if (r[i].begin == r[i].end) continue;
         if (last >= 0 && r[i].begin < r[last].end)
-            rc = fail(err, errlen,
+            rc = td_errf(err, errlen,
                       "tensors \"%s\" [%llu, %llu) and \"%s\" [%llu, %llu) overlap in %s",
                       set->entries[r[last].entry].name, (ull)r[last].begin, (ull)r[last].end,
                       set->entries[r[i].entry].name, (ull)r[i].begin, (ull)r[i].end,
@@ -205,10 +197,10 @@ static int parse_header(struct st_set *set, int shard, char *err, size_t errlen)
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
     if (hlen > m->size - 8)
-        return fail(err, errlen, "header length %llu is past the end of %s (%zu bytes)",
+        return td_errf(err, errlen, "header length %llu is past the end of %s (%zu bytes)",
                     (ull)hlen, m->path, m->size);
     if (hlen > ST_MAX_HEADER)
-        return fail(err, errlen, "header length %llu in %s is absurd (max %llu)", (ull)hlen,
+        return td_errf(err, errlen, "header length %llu in %s is absurd (max %llu)", (ull)hlen,
                     m->path, ST_MAX_HEADER);
     const char *data = (const char *)p + 8 + hlen;
     uint64_t data_size = m->size - 8 - hlen;
@@ -216,24 +208,24 @@ static int parse_header(struct st_set *set, int shard, char *err, size_t errlen)
     json_error_t jerr;
     json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return fail(err, errlen, "malformed JSON header in %s: %s (line %d, column %d)", m->path,
+        return td_errf(err, errlen, "malformed JSON header in %s: %s (line %d, column %d)", m->path,
                     jerr.text, jerr.line, jerr.column);
     if (!json_is_object(root)) {
         json_decref(root);
-        return fail(err, errlen, "header is not a JSON object in %s", m->path);
+        return td_errf(err, errlen, "header is not a JSON object in %s", m->path);
     }
 
     size_t count = json_object_size(root);
     if (count > (size_t)(INT_MAX - set->n_entries)) {
         json_decref(root);
-        return fail(err, errlen, "too many tensors in %s", m->path);
+        return td_errf(err, errlen, "too many tensors in %s", m->path);
     }
     if (count > 0) {
         size_t want = (size_t)set->n_entries + count;
         struct st_entry *grown = realloc(set->entries, want * sizeof *grown);
         if (!grown) {
             json_decref(root);
-            return fail(err, errlen, "out of memory reading %s", m->path);
+            return td_errf(err, errlen, "out of memory reading %s", m->path);
         }
         set->entries = grown;
     }
@@ -254,39 +246,39 @@ static int parse_header(struct st_set *set, int shard, char *err, size_t errlen)
 /* Maps the file at path as a new shard of set and indexes its tensors. */
 static int add_shard(struct st_set *set, const char *path, char *err, size_t errlen) {
     struct st_map *maps = realloc(set->maps, (size_t)(set->n_maps + 1) * sizeof *maps);
-    if (!maps) return fail(err, errlen, "out of memory opening %s", path);
+    if (!maps) return td_errf(err, errlen, "out of memory opening %s", path);
     set->maps = maps;
     struct st_map *m = &maps[set->n_maps];
     memset(m, 0, sizeof *m);
     m->path = strdup(path);
-    if (!m->path) return fail(err, errlen, "out of memory opening %s", path);
+    if (!m->path) return td_errf(err, errlen, "out of memory opening %s", path);
     int shard = set->n_maps++;
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (fd < 0) return td_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, "cannot stat %s: %s", path, strerror(e));
+        return td_errf(err, errlen, "cannot stat %s: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s is not a regular file", path);
+        return td_errf(err, errlen, "%s is not a regular file", path);
     }
     if (st.st_size < 8) {
         close(fd);
-        return fail(err, errlen, "%s is too short for safetensors (%lld bytes, need at least 8)",
+        return td_errf(err, errlen, "%s is too short for safetensors (%lld bytes, need at least 8)",
                     path, (long long)st.st_size);
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
-        return fail(err, errlen, "%s is too large to map", path);
+        return td_errf(err, errlen, "%s is too large to map", path);
     }
     void *base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
-    if (base == MAP_FAILED) return fail(err, errlen, "cannot mmap %s: %s", path, strerror(e));
+    if (base == MAP_FAILED) return td_errf(err, errlen, "cannot mmap %s: %s", path, strerror(e));
     m->base = base;
     m->size = (size_t)st.st_size;
     return parse_header(set, shard, err, errlen);
@@ -303,7 +295,7 @@ static int finalize(struct st_set *set, char *err, size_t errlen) {
     for (int i = 1; i < set->n_entries; i++) {
         const struct st_entry *a = &set->entries[i - 1], *b = &set->entries[i];
         if (strcmp(a->name, b->name) == 0)
-            return fail(err, errlen, "duplicate tensor \"%s\" in %s and %s", a->name,
+            return td_errf(err, errlen, "duplicate tensor \"%s\" in %s and %s", a->name,
                         set->maps[a->shard].path, set->maps[b->shard].path);
     }
     return 0;
@@ -332,7 +324,7 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
     json_error_t jerr;
     json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return fail(err, errlen, "malformed JSON in %s: %s (line %d, column %d)", index,
+        return td_errf(err, errlen, "malformed JSON in %s: %s (line %d, column %d)", index,
                     jerr.text, jerr.line, jerr.column);
 
     const char **shards = NULL; /* [n_shards], strings owned by root */
@@ -342,20 +334,20 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
     json_t *v;
 
     if (!json_is_object(root)) {
-        rc = fail(err, errlen, "%s is not a JSON object", index);
+        rc = td_errf(err, errlen, "%s is not a JSON object", index);
         goto out;
     }
     if (!json_is_object(wm)) {
-        rc = fail(err, errlen, "missing or non-object \"weight_map\" in %s", index);
+        rc = td_errf(err, errlen, "missing or non-object \"weight_map\" in %s", index);
         goto out;
     }
     if (json_object_size(wm) == 0) {
-        rc = fail(err, errlen, "\"weight_map\" in %s is empty", index);
+        rc = td_errf(err, errlen, "\"weight_map\" in %s is empty", index);
         goto out;
     }
     shards = malloc(json_object_size(wm) * sizeof *shards);
     if (!shards) {
-        rc = fail(err, errlen, "out of memory reading %s", index);
+        rc = td_errf(err, errlen, "out of memory reading %s", index);
         goto out;
     }
 
@@ -363,13 +355,13 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
      * because weight maps list a shard's tensors together) */
     json_object_foreach(wm, name, v) {
         if (!json_is_string(v)) {
-            rc = fail(err, errlen, "weight_map entry for tensor \"%s\" is not a string in %s",
+            rc = td_errf(err, errlen, "weight_map entry for tensor \"%s\" is not a string in %s",
                       name, index);
             goto out;
         }
         const char *s = json_string_value(v);
         if (!shard_name_ok(s)) {
-            rc = fail(err, errlen,
+            rc = td_errf(err, errlen,
                       "invalid shard name \"%s\" for tensor \"%s\" in %s (want a plain file "
                       "name)",
                       s, name, index);
@@ -384,7 +376,7 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
     for (int k = 0; k < n_shards; k++) {
         char *path = path_join(dir, shards[k]);
         if (!path) {
-            rc = fail(err, errlen, "out of memory");
+            rc = td_errf(err, errlen, "out of memory");
             goto out;
         }
         rc = add_shard(set, path, err, errlen);
@@ -399,12 +391,12 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
         const char *s = json_string_value(v);
         const struct st_entry *e = st_set_find(set, name);
         if (!e) {
-            rc = fail(err, errlen, "tensor \"%s\" listed in %s is missing from shard %s", name,
+            rc = td_errf(err, errlen, "tensor \"%s\" listed in %s is missing from shard %s", name,
                       index, s);
             goto out;
         }
         if (strcmp(shards[e->shard], s) != 0) {
-            rc = fail(err, errlen, "tensor \"%s\" is in shard %s but %s says %s", name,
+            rc = td_errf(err, errlen, "tensor \"%s\" is in shard %s but %s says %s", name,
                       shards[e->shard], index, s);
             goto out;
         }
@@ -412,7 +404,7 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
     for (int i = 0; i < set->n_entries; i++) {
         const struct st_entry *e = &set->entries[i];
         if (!json_object_get(wm, e->name)) {
-            rc = fail(err, errlen, "tensor \"%s\" in shard %s is not listed in %s", e->name,
+            rc = td_errf(err, errlen, "tensor \"%s\" in shard %s is not listed in %s", e->name,
                       shards[e->shard], index);
             goto out;
         }
@@ -429,7 +421,7 @@ int st_set_open(struct st_set *set, const char *dir, char *err, size_t errlen) {
     int rc;
 
     char *index = path_join(dir, "model.safetensors.index.json");
-    if (!index) return fail(err, errlen, "out of memory");
+    if (!index) return td_errf(err, errlen, "out of memory");
     if (stat(index, &st) == 0) {
         rc = open_index(set, dir, index, err, errlen);
         free(index);
@@ -439,14 +431,14 @@ int st_set_open(struct st_set *set, const char *dir, char *err, size_t errlen) {
     free(index);
 
     char *single = path_join(dir, "model.safetensors");
-    if (!single) return fail(err, errlen, "out of memory");
+    if (!single) return td_errf(err, errlen, "out of memory");
     if (stat(single, &st) == 0) {
         rc = st_set_open_file(set, single, err, errlen);
         free(single);
         return rc;
     }
     free(single);
-    return fail(err, errlen, "no model.safetensors or model.safetensors.index.json in %s", dir);
+    return td_errf(err, errlen, "no model.safetensors or model.safetensors.index.json in %s", dir);
 }
 
 const struct st_entry *st_set_find(const struct st_set *set, const char *name) {
