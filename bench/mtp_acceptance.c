@@ -22,11 +22,16 @@ int main(int argc, char **argv) {
     int n_prompts = 8, n_new = 128, k = 3, plen = 128;
     const char *model = "models/tandem-tiny", *backend = "cpu", *val = ".corpus/val.jsonl";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--prompts")) n_prompts = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--new")) n_new = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--k")) k = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
-        else if (!strcmp(argv[i], "--val")) val = argv[i + 1];
+        if (!strcmp(argv[i], "--prompts"))
+            n_prompts = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--new"))
+            n_new = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--k"))
+            k = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--backend"))
+            backend = argv[i + 1];
+        else if (!strcmp(argv[i], "--val"))
+            val = argv[i + 1];
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
@@ -53,11 +58,13 @@ int main(int argc, char **argv) {
         const char *text = doc ? json_string_value(json_object_get(doc, "text")) : NULL;
         if (text) {
             struct tok_ids ti = {0};
-            if (!tok_encode(tk, text, strlen(text), 0, &ti, err, sizeof err) && ti.n + 1 > (size_t)plen) {
+            if (!tok_encode(tk, text, strlen(text), 0, &ti, err, sizeof err) &&
+                ti.n + 1 > (size_t)plen) {
                 prompts[np][0] = bos;
                 memcpy(prompts[np] + 1, ti.ids, (size_t)(plen - 1) * sizeof(int32_t));
                 int has_eos = 0;
-                for (int i = 0; i < plen; i++) has_eos |= prompts[np][i] == eos;
+                for (int i = 0; i < plen; i++)
+                    has_eos |= prompts[np][i] == eos;
                 if (!has_eos) np++;
             }
             tok_ids_free(&ti);
@@ -67,7 +74,8 @@ int main(int argc, char **argv) {
     free(line);
     fclose(fp);
     tok_free(tk);
-    printf("model %s, backend %s, %d prompts x %d tokens, MTP k = %d\n", model, backend, np, plen, k);
+    printf("model %s, backend %s, %d prompts x %d tokens, MTP k = %d\n", model, backend, np, plen,
+           k);
     for (int ti = 0; ti < 2; ti++) {
         float T = ti ? 1.0f : 0.0f;
         long acc[16] = {0}, prop[16] = {0}, rounds = 0, accepted = 0;
@@ -89,7 +97,8 @@ int main(int argc, char **argv) {
             while (td_engine_step(e, err, sizeof err) > 0) {
             }
             const struct td_engine_stats *s = td_engine_stats(e);
-            for (int j = 0; j < k; j++) acc[j] += s->accepted_at[j], prop[j] += s->proposed_at[j];
+            for (int j = 0; j < k; j++)
+                acc[j] += s->accepted_at[j], prop[j] += s->proposed_at[j];
             rounds += s->rounds;
             accepted += s->accepted;
             td_engine_free(e);

@@ -10,8 +10,10 @@ struct td_drafter *draft_random_init(int vocab);
 
 struct td_drafter *draft_init(const char *name, int vocab, char *err, size_t errlen) {
     struct td_drafter *d = NULL;
-    if (!strcmp(name, "ngram")) d = draft_ngram_init(vocab);
-    else if (!strcmp(name, "random")) d = draft_random_init(vocab);
+    if (!strcmp(name, "ngram"))
+        d = draft_ngram_init(vocab);
+    else if (!strcmp(name, "random"))
+        d = draft_random_init(vocab);
     else {
         snprintf(err, errlen, "unknown drafter '%s' (known: none, ngram, random)", name);
         return NULL;

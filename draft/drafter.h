@@ -24,8 +24,8 @@ extern "C" {
 #endif
 
 struct td_draft_req {
-    int id;                          /* request id */
-    const int32_t *tokens;           /* [n_tokens] prompt + generated; the last one is the anchor */
+    int id;                /* request id */
+    const int32_t *tokens; /* [n_tokens] prompt + generated; the last one is the anchor */
     int n_tokens;
     const struct td_sampling *sampling;
 };

@@ -15,22 +15,22 @@
 
 struct draft_mtp {
     const struct td_backend *b;
-    struct td_model host;            /* mtp.0.* views (host) */
-    struct td_model dev;             /* its device mirror, when b is a device */
-    const struct td_model *run;      /* the one the forward reads */
+    struct td_model host;       /* mtp.0.* views (host) */
+    struct td_model dev;        /* its device mirror, when b is a device */
+    const struct td_model *run; /* the one the forward reads */
     struct td_state st;
     struct td_plan plan;
     int max_rows, max_k, vocab, nc, dim;
-    float *hidden;                   /* [max_rows, nc, dim] the target's streams */
-    float *h_in, *h_out, *x;         /* [max_rows, nc, dim] */
-    float *tmp;                      /* [max_rows * nc, dim] */
-    float *e;                        /* [max_rows, dim] */
-    int32_t *ids_dev;                /* [max_rows] */
-    float *logits;                   /* [max_rows, vocab] host */
-    float *p;                        /* [vocab] host scratch */
-    int32_t *ids;                    /* [max_rows] host */
-    struct td_plan_seq *seqs;        /* [max_seqs] */
-    int *zero, *live, *keep;         /* [max_rows], [max_seqs], [max_seqs] */
+    float *hidden;            /* [max_rows, nc, dim] the target's streams */
+    float *h_in, *h_out, *x;  /* [max_rows, nc, dim] */
+    float *tmp;               /* [max_rows * nc, dim] */
+    float *e;                 /* [max_rows, dim] */
+    int32_t *ids_dev;         /* [max_rows] */
+    float *logits;            /* [max_rows, vocab] host */
+    float *p;                 /* [vocab] host scratch */
+    int32_t *ids;             /* [max_rows] host */
+    struct td_plan_seq *seqs; /* [max_seqs] */
+    int *zero, *live, *keep;  /* [max_rows], [max_seqs], [max_seqs] */
     int max_seqs;
 };
 
@@ -118,9 +118,13 @@ void draft_mtp_free(struct draft_mtp *d) {
     free(d);
 }
 
-float *draft_mtp_hidden(struct draft_mtp *d) { return d->hidden; }
+float *draft_mtp_hidden(struct draft_mtp *d) {
+    return d->hidden;
+}
 
-const float *draft_mtp_logits(const struct draft_mtp *d) { return d->logits; }
+const float *draft_mtp_logits(const struct draft_mtp *d) {
+    return d->logits;
+}
 
 /* X = h_proj(hnorm(h_in)) + e_proj(enorm(embed(ids))), zero token term at position 0; then the
  * MTP block over the plan already built in d->plan */
@@ -137,7 +141,8 @@ static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_z
     op->matmul(d->e, d->tmp, W(m->mtp_eproj), n, D, D, NULL, 0);
     if (n_zero) {
         float *z = calloc((size_t)D, sizeof(float));
-        for (int i = 0; i < n_zero; i++) b->to_device(d->e + (size_t)zero_rows[i] * D, z, (size_t)D * 4);
+        for (int i = 0; i < n_zero; i++)
+            b->to_device(d->e + (size_t)zero_rows[i] * D, z, (size_t)D * 4);
         free(z);
     }
     op->rmsnorm(d->tmp, d->h_in, W(m->mtp_hnorm), n * nc, D, eps);
@@ -153,8 +158,7 @@ static int draw(struct draft_mtp *d, const float *lg, const struct td_sampling *
     return td_sample(q, d->vocab, td_rand_uniform(s->seed, (uint64_t)pos, TD_RAND_DRAFT));
 }
 
-int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err,
-                  size_t errlen) {
+int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err, size_t errlen) {
     const struct td_backend *b = d->b;
     size_t row_bytes = (size_t)d->nc * d->dim * sizeof(float);
     int rows = 0, *zero = d->zero, n_zero = 0;

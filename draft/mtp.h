@@ -34,16 +34,16 @@ struct draft_mtp;
 
 /* one sequence's rows committed by the last target step */
 struct mtp_rows {
-    int slot;                        /* the target's state slot; the MTP uses the same one */
-    int pos0;                        /* position of the first committed row */
-    int n;                           /* committed rows (>= 1) */
-    int hidden_row;                  /* the first of them in the target step's hidden buffer */
-    const int32_t *next;             /* [n] the token after each row (the last: the new anchor) */
-    int k;                           /* drafts wanted, 0 .. max_k (0: catch up only) */
+    int slot;            /* the target's state slot; the MTP uses the same one */
+    int pos0;            /* position of the first committed row */
+    int n;               /* committed rows (>= 1) */
+    int hidden_row;      /* the first of them in the target step's hidden buffer */
+    const int32_t *next; /* [n] the token after each row (the last: the new anchor) */
+    int k;               /* drafts wanted, 0 .. max_k (0: catch up only) */
     const struct td_sampling *sampling;
-    int32_t *drafts;                 /* [k] out */
-    float *q;                        /* [k, vocab] out: the distribution each draft came from */
-    int n_drafts;                    /* out: drafts made (< k when a draft row was not finite) */
+    int32_t *drafts; /* [k] out */
+    float *q;        /* [k, vocab] out: the distribution each draft came from */
+    int n_drafts;    /* out: drafts made (< k when a draft row was not finite) */
 };
 
 /* target_host: the loaded checkpoint (holds mtp.0.*); target_run: the same model resident on
@@ -59,8 +59,7 @@ float *draft_mtp_hidden(struct draft_mtp *d);
 
 /* Catch up every sequence's committed rows and draft. A sequence at pos0 == 0 starts afresh in
  * its slot. 0, or -1 with a message (an engine error). */
-int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err,
-                  size_t errlen);
+int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err, size_t errlen);
 
 /* [rows, vocab] the logits of the last MTP call's rows (host; tests and tools) */
 const float *draft_mtp_logits(const struct draft_mtp *d);

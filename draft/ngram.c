@@ -9,8 +9,8 @@
 
 #define NGRAM_MAX 3
 
-static int ngram_propose(struct td_drafter *d, const struct td_draft_req *r, int k,
-                         int32_t *drafts, float *q, int *q_onehot) {
+static int ngram_propose(struct td_drafter *d, const struct td_draft_req *r, int k, int32_t *drafts,
+                         float *q, int *q_onehot) {
     (void)d;
     (void)q;
     *q_onehot = 1;
@@ -23,13 +23,15 @@ static int ngram_propose(struct td_drafter *d, const struct td_draft_req *r, int
         int best = -1, best_len = 0;
         for (int st = n_tok - n - 1; st >= 0 && best_len < k; st--) {
             int j = 0;
-            while (j < n && t[st + j] == tail[j]) j++;
+            while (j < n && t[st + j] == tail[j])
+                j++;
             if (j < n) continue;
             int len = n_tok - (st + n) < k ? n_tok - (st + n) : k;
             if (len > best_len) best = st, best_len = len;
         }
         if (best >= 0) {
-            for (int m = 0; m < best_len; m++) drafts[m] = t[best + n + m];
+            for (int m = 0; m < best_len; m++)
+                drafts[m] = t[best + n + m];
             return best_len;
         }
     }

@@ -12,7 +12,8 @@ static int random_propose(struct td_drafter *d, const struct td_draft_req *r, in
         double u = td_rand_uniform(r->sampling->seed, (uint64_t)(r->n_tokens + j), TD_RAND_DRAFT);
         drafts[j] = (int32_t)(u * d->vocab);
         if (drafts[j] >= d->vocab) drafts[j] = d->vocab - 1;
-        for (int v = 0; v < d->vocab; v++) q[(size_t)j * d->vocab + v] = 1.0f / d->vocab;
+        for (int v = 0; v < d->vocab; v++)
+            q[(size_t)j * d->vocab + v] = 1.0f / d->vocab;
     }
     return k;
 }

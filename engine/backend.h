@@ -26,18 +26,18 @@ extern "C" {
 
 /* the largest work a step can give the ops, for scratch sized once (graphs cannot allocate) */
 struct td_reserve {
-    size_t gemm_x;      /* elements of a GEMM input */
-    size_t scores;      /* indexer scores: rows x (entries + 1) */
-    size_t attn_smem;   /* attention shared memory, bytes */
-    int moe_entries;    /* rows x experts per token */
+    size_t gemm_x;    /* elements of a GEMM input */
+    size_t scores;    /* indexer scores: rows x (entries + 1) */
+    size_t attn_smem; /* attention shared memory, bytes */
+    int moe_entries;  /* rows x experts per token */
     int moe_experts, moe_inter, moe_dim;
 };
 
 struct td_ops {
     void (*embed)(float *X, const int32_t *ids, const void *emb, enum td_dtype t, int n, int nc,
                   int d);
-    void (*matmul)(float *y, const float *x, const void *w, enum td_dtype t, int n, int in,
-                   int out, const void *bias, enum td_dtype bias_t);
+    void (*matmul)(float *y, const float *x, const void *w, enum td_dtype t, int n, int in, int out,
+                   const void *bias, enum td_dtype bias_t);
     void (*matmul_grouped)(float *y, const float *x, const void *w, enum td_dtype t, int n,
                            int groups, int in, int out);
     void (*rmsnorm)(float *y, const float *x, const void *w, enum td_dtype t, int n, int d,
@@ -47,11 +47,11 @@ struct td_ops {
     void (*hc_pre)(float *collapsed, float *post, float *comb, const float *x,
                    const struct hc_weights *w, int n, int nc, int d, int iters, float hc_eps,
                    float rms_eps);
-    void (*hc_post)(float *x, const float *a, const float *post, const float *comb, int n,
-                    int nc, int d);
-    void (*hc_head)(float *y, const float *x, const void *fn, enum td_dtype fn_t,
-                    const void *base, enum td_dtype base_t, const void *scale,
-                    enum td_dtype scale_t, int n, int nc, int d, float hc_eps, float rms_eps);
+    void (*hc_post)(float *x, const float *a, const float *post, const float *comb, int n, int nc,
+                    int d);
+    void (*hc_head)(float *y, const float *x, const void *fn, enum td_dtype fn_t, const void *base,
+                    enum td_dtype base_t, const void *scale, enum td_dtype scale_t, int n, int nc,
+                    int d, float hc_eps, float rms_eps);
     void (*add_pos_bias)(float *x, const void *bias, enum td_dtype t, const int32_t *positions,
                          int rate, int n, int width);
     void (*compress_emit)(const struct compress_args *a);
@@ -59,13 +59,13 @@ struct td_ops {
                        const struct rows_view *r, int ring_rows, int width);
     void (*indexer_topk)(const struct indexer_args *a);
     void (*attention_rows)(const struct attn_args *a);
-    void (*moe_route_rows)(int32_t *picks, float *weights, const float *logits,
-                           const int32_t *ids, enum moe_score fn, const void *bias,
-                           enum td_dtype bias_t, const void *tid2eid, enum td_dtype tid_t, int n,
-                           int k, int n_experts, float scaling);
+    void (*moe_route_rows)(int32_t *picks, float *weights, const float *logits, const int32_t *ids,
+                           enum moe_score fn, const void *bias, enum td_dtype bias_t,
+                           const void *tid2eid, enum td_dtype tid_t, int n, int k, int n_experts,
+                           float scaling);
     void (*moe_experts)(float *out, const float *x, const int32_t *picks, const float *weights,
-                        const struct expert_set *ex, int n, int d, int inter, int k,
-                        int n_experts, float limit);
+                        const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
+                        float limit);
     void (*add)(float *y, const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
     void (*swiglu_act)(float *g, const float *u, size_t n, float limit);
@@ -75,14 +75,14 @@ struct td_ops {
 
 struct td_backend {
     const char *name;
-    int on_device;                                    /* buffers are not host-addressable */
+    int on_device; /* buffers are not host-addressable */
     struct td_ops ops;
-    void *(*alloc)(size_t bytes);                     /* zeroed, NULL on failure */
+    void *(*alloc)(size_t bytes); /* zeroed, NULL on failure */
     void (*release)(void *p);
     void (*to_device)(void *dst, const void *src, size_t bytes);
     void (*to_host)(void *dst, const void *src, size_t bytes);
-    int (*finish)(char *err, size_t errlen);          /* drain queued work, report faults */
-    size_t (*free_bytes)(void);                       /* memory the backend can still take */
+    int (*finish)(char *err, size_t errlen); /* drain queued work, report faults */
+    size_t (*free_bytes)(void);              /* memory the backend can still take */
     /* batch-invariant mode: a row's results never depend on which rows share its step.
      * NULL when the backend always is (the CPU references are). */
     void (*set_deterministic)(int on);

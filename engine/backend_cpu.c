@@ -11,9 +11,15 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 
-static void *cpu_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
-static void cpu_release(void *p) { free(p); }
-static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void *cpu_alloc(size_t bytes) {
+    return calloc(1, bytes ? bytes : 1);
+}
+static void cpu_release(void *p) {
+    free(p);
+}
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+}
 static int cpu_finish(char *err, size_t errlen) {
     (void)err;
     (void)errlen;
@@ -27,10 +33,10 @@ static size_t cpu_free_bytes(void) {
 static const struct td_backend cpu = {
     "cpu",
     0,
-    {embed_ref, matmul_ref, matmul_grouped_ref, rmsnorm_ref, rope_rows_ref, hc_pre_ref,
-     hc_post_ref, hc_head_ref, add_pos_bias_ref, compress_emit_ref, ring_store_ref,
-     indexer_topk_ref, attention_rows_ref, moe_route_rows_ref, moe_experts_ref, add_ref, scale_ref,
-     swiglu_act_ref, add_bcast_ref, cpu_copy},
+    {embed_ref,      matmul_ref,       matmul_grouped_ref, rmsnorm_ref,        rope_rows_ref,
+     hc_pre_ref,     hc_post_ref,      hc_head_ref,        add_pos_bias_ref,   compress_emit_ref,
+     ring_store_ref, indexer_topk_ref, attention_rows_ref, moe_route_rows_ref, moe_experts_ref,
+     add_ref,        scale_ref,        swiglu_act_ref,     add_bcast_ref,      cpu_copy},
     cpu_alloc,
     cpu_release,
     cpu_copy,
@@ -45,7 +51,9 @@ static const struct td_backend cpu = {
     NULL,
 };
 
-const struct td_backend *td_backend_cpu(void) { return &cpu; }
+const struct td_backend *td_backend_cpu(void) {
+    return &cpu;
+}
 
 #ifdef TD_HAVE_CUDA
 const struct td_backend *td_backend_cuda(char *err, size_t errlen);

@@ -15,7 +15,9 @@
 static cudaStream_t stream;
 static int sync_each = -1;
 
-extern "C" cudaStream_t td_cuda_stream(void) { return stream; }
+extern "C" cudaStream_t td_cuda_stream(void) {
+    return stream;
+}
 
 extern "C" void td_cuda_after_launch(const char *file, int line) {
     cudaError_t e = cudaGetLastError();
@@ -48,7 +50,9 @@ static void *cu_alloc(size_t bytes) {
     return p;
 }
 
-static void cu_release(void *p) { cudaFree(p); }
+static void cu_release(void *p) {
+    cudaFree(p);
+}
 
 // cudaMemcpy on the legacy stream orders itself with our (blocking) stream
 static void cu_to_device(void *dst, const void *src, size_t bytes) {
@@ -95,7 +99,9 @@ static void *cu_graph_end(void) {
     return x;
 }
 
-static void cu_graph_launch(void *g) { CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, stream)); }
+static void cu_graph_launch(void *g) {
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, stream));
+}
 
 static void cu_graph_free(void *g) {
     if (g) cudaGraphExecDestroy((cudaGraphExec_t)g);
@@ -127,21 +133,22 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
     }
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 9) {
-        snprintf(err, errlen, "backend cuda: device 0 is compute capability %d.%d; this build "
-                 "targets sm_90a (rebuild with make CUARCH=...)", prop.major, prop.minor);
+        snprintf(err, errlen,
+                 "backend cuda: device 0 is compute capability %d.%d; this build "
+                 "targets sm_90a (rebuild with make CUARCH=...)",
+                 prop.major, prop.minor);
         return NULL;
     }
     if (cudaStreamCreate(&stream) != cudaSuccess) {
         snprintf(err, errlen, "backend cuda: cannot create a stream");
         return NULL;
     }
-    struct td_ops ops = {embed_cuda,          matmul_cuda,         matmul_grouped_cuda,
-                         rmsnorm_cuda,        rope_rows_cuda,      hc_pre_cuda,
-                         hc_post_cuda,        hc_head_cuda,        add_pos_bias_cuda,
-                         compress_emit_cuda,  ring_store_cuda,     indexer_topk_cuda,
-                         attention_rows_cuda, moe_route_rows_cuda, moe_experts_cuda,
-                         add_cuda,            scale_cuda,          swiglu_act_cuda,
-                         add_bcast_cuda,      cu_copy};
+    struct td_ops ops = {
+        embed_cuda,          matmul_cuda,         matmul_grouped_cuda, rmsnorm_cuda,
+        rope_rows_cuda,      hc_pre_cuda,         hc_post_cuda,        hc_head_cuda,
+        add_pos_bias_cuda,   compress_emit_cuda,  ring_store_cuda,     indexer_topk_cuda,
+        attention_rows_cuda, moe_route_rows_cuda, moe_experts_cuda,    add_cuda,
+        scale_cuda,          swiglu_act_cuda,     add_bcast_cuda,      cu_copy};
     cuda_backend.name = "cuda";
     cuda_backend.on_device = 1;
     cuda_backend.ops = ops;

@@ -16,8 +16,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
-
 const char *td_attn_kind_name(enum td_attn_kind k) {
     switch (k) {
     case TD_ATTN_SLIDING: return "sliding";
@@ -83,8 +81,8 @@ static int req_int(const json_t *o, const char *key, const char *alias, int *out
     return to_int(v, key, out, err, errlen);
 }
 
-static int opt_int(const json_t *o, const char *ctx, const char *key, int def, int *out,
-                   char *err, size_t errlen) {
+static int opt_int(const json_t *o, const char *ctx, const char *key, int def, int *out, char *err,
+                   size_t errlen) {
     char buf[128];
     json_t *v = get(o, key);
     *out = def;
@@ -108,8 +106,8 @@ static int opt_float(const json_t *o, const char *key, double def, float *out, c
 }
 
 /* bools also accept 0/1 integers */
-static int opt_bool(const json_t *o, const char *ctx, const char *key, int def, int *out,
-                    char *err, size_t errlen) {
+static int opt_bool(const json_t *o, const char *ctx, const char *key, int def, int *out, char *err,
+                    size_t errlen) {
     char buf[128];
     json_t *v = get(o, key);
     *out = def;
@@ -122,12 +120,12 @@ static int opt_bool(const json_t *o, const char *ctx, const char *key, int def, 
         *out = (int)json_integer_value(v);
         return 0;
     }
-    return td_errf(err, errlen, "key \"%s\" must be a bool, got %s", label(buf, sizeof buf, ctx, key),
-                type_name(v));
+    return td_errf(err, errlen, "key \"%s\" must be a bool, got %s",
+                   label(buf, sizeof buf, ctx, key), type_name(v));
 }
 
-static int opt_str(const json_t *o, const char *key, const char *def, const char **out,
-                   char *err, size_t errlen) {
+static int opt_str(const json_t *o, const char *key, const char *def, const char **out, char *err,
+                   size_t errlen) {
     json_t *v = get(o, key);
     *out = def;
     if (!v) return 0;
@@ -165,14 +163,14 @@ static int parse_rope(const json_t *d, const char *ctx, int nested, double max_p
     if (!t) t = get(d, "type");
     if (t && !json_is_string(t))
         return td_errf(err, errlen, "key \"%s.rope_type\" must be a string, got %s", ctx,
-                    type_name(t));
+                       type_name(t));
     if (t) type = json_string_value(t);
     if (nested && opt_num(d, ctx, "rope_theta", r->theta, &r->theta, err, errlen)) return -1;
 
     if (strcmp(type, "default") == 0) return 0;
     if (strcmp(type, "yarn") != 0)
         return td_errf(err, errlen, "unsupported rope type \"%s\" in \"%s\" (want default or yarn)",
-                    type, ctx);
+                       type, ctx);
     r->yarn = 1;
 
     json_t *om = get(d, "original_max_position_embeddings");
@@ -184,14 +182,13 @@ static int parse_rope(const json_t *d, const char *ctx, int nested, double max_p
         return -1;
     if (!(r->orig_max_pos > 0))
         return td_errf(err, errlen, "key \"%s.original_max_position_embeddings\" must be positive",
-                    ctx);
+                       ctx);
     if (opt_num(d, ctx, "factor", max_pos / r->orig_max_pos, &r->factor, err, errlen) ||
         opt_num(d, ctx, "beta_fast", 32.0, &r->beta_fast, err, errlen) ||
         opt_num(d, ctx, "beta_slow", 1.0, &r->beta_slow, err, errlen) ||
         opt_bool(d, ctx, "truncate", 1, &r->truncate, err, errlen))
         return -1;
-    if (!(r->factor > 0))
-        return td_errf(err, errlen, "key \"%s.factor\" must be positive", ctx);
+    if (!(r->factor > 0)) return td_errf(err, errlen, "key \"%s.factor\" must be positive", ctx);
 
     /* HF injects attention_factor 1.0 only into flat dicts; nested ones get YaRN's default */
     double mscale = 0, mscale_all = 0, def = 1.0;
@@ -228,7 +225,7 @@ static int parse_ropes(struct td_config *c, const json_t *o, double rope_theta,
         return parse_rope(rp, key, 0, max_pos, &c->rope_compress, err, errlen);
     if (!json_is_object(jmain) || !json_is_object(jcomp))
         return td_errf(err, errlen, "key \"%s\" must have both \"main\" and \"compress\" objects",
-                    key);
+                       key);
     char ctx_main[64], ctx_comp[64];
     snprintf(ctx_main, sizeof ctx_main, "%s.main", key);
     snprintf(ctx_comp, sizeof ctx_comp, "%s.compress", key);
@@ -252,7 +249,7 @@ static int ratio_kind(const json_t *v, int i, int rate_csa, int rate_hca, enum t
                       char *err, size_t errlen) {
     if (!json_is_integer(v))
         return td_errf(err, errlen, "compress_ratios[%d] must be an integer, got %s", i,
-                    type_name(v));
+                       type_name(v));
     json_int_t x = json_integer_value(v);
     if (x == 0)
         *out = TD_ATTN_SLIDING;
@@ -266,8 +263,8 @@ static int ratio_kind(const json_t *v, int i, int rate_csa, int rate_hca, enum t
         *out = TD_ATTN_HCA;
     else
         return td_errf(err, errlen,
-                    "compress_ratios[%d] = %lld is not 0 (sliding), %d (CSA) or %d (HCA)", i,
-                    (long long)x, rate_csa, rate_hca);
+                       "compress_ratios[%d] = %lld is not 0 (sliding), %d (CSA) or %d (HCA)", i,
+                       (long long)x, rate_csa, rate_hca);
     return 0;
 }
 
@@ -275,33 +272,36 @@ static int parse_attn(struct td_config *c, const json_t *o, char *err, size_t er
     int n = c->n_layers;
     json_t *lt = get(o, "layer_types"), *cr = get(o, "compress_ratios");
 
-    for (int i = 0; i < 4; i++) c->mtp_attn[i] = TD_ATTN_SLIDING;
+    for (int i = 0; i < 4; i++)
+        c->mtp_attn[i] = TD_ATTN_SLIDING;
     if (lt) {
         if (!json_is_array(lt))
-            return td_errf(err, errlen, "key \"layer_types\" must be a list, got %s", type_name(lt));
+            return td_errf(err, errlen, "key \"layer_types\" must be a list, got %s",
+                           type_name(lt));
         if (json_array_size(lt) < (size_t)n)
             return td_errf(err, errlen, "layer_types has %zu entries, num_hidden_layers is %d",
-                        json_array_size(lt), n);
+                           json_array_size(lt), n);
         for (int i = 0; i < n; i++) {
             const char *s = json_string_value(json_array_get(lt, (size_t)i));
             int k = 0;
-            while (k < 3 && !(s && strcmp(s, attn_type_names[k]) == 0)) k++;
+            while (k < 3 && !(s && strcmp(s, attn_type_names[k]) == 0))
+                k++;
             if (k == 3)
                 return td_errf(err, errlen,
-                            "layer_types[%d] is \"%s\", want sliding_attention, "
-                            "compressed_sparse_attention or heavily_compressed_attention",
-                            i, s ? s : "(not a string)");
+                               "layer_types[%d] is \"%s\", want sliding_attention, "
+                               "compressed_sparse_attention or heavily_compressed_attention",
+                               i, s ? s : "(not a string)");
             c->attn[i] = (enum td_attn_kind)k;
         }
     } else if (cr) {
         /* entries past num_hidden_layers describe the MTP layers */
         if (!json_is_array(cr))
             return td_errf(err, errlen, "key \"compress_ratios\" must be a list, got %s",
-                        type_name(cr));
+                           type_name(cr));
         size_t len = json_array_size(cr);
         if (len < (size_t)n)
             return td_errf(err, errlen, "compress_ratios has %zu entries, num_hidden_layers is %d",
-                        len, n);
+                           len, n);
         for (int i = 0; i < n + 4 && (size_t)i < len; i++) {
             enum td_attn_kind k = TD_ATTN_SLIDING;
             if (ratio_kind(json_array_get(cr, (size_t)i), i, c->rate_csa, c->rate_hca, &k, err,
@@ -325,10 +325,10 @@ static int parse_mlp(struct td_config *c, const json_t *o, char *err, size_t err
     if (mt) {
         if (!json_is_array(mt))
             return td_errf(err, errlen, "key \"mlp_layer_types\" must be a list, got %s",
-                        type_name(mt));
+                           type_name(mt));
         if (json_array_size(mt) < (size_t)n)
             return td_errf(err, errlen, "mlp_layer_types has %zu entries, num_hidden_layers is %d",
-                        json_array_size(mt), n);
+                           json_array_size(mt), n);
         for (int i = 0; i < n; i++) {
             const char *s = json_string_value(json_array_get(mt, (size_t)i));
             if (s && strcmp(s, "hash_moe") == 0)
@@ -336,15 +336,16 @@ static int parse_mlp(struct td_config *c, const json_t *o, char *err, size_t err
             else if (s && strcmp(s, "moe") == 0)
                 c->mlp[i] = TD_MLP_MOE;
             else
-                return td_errf(err, errlen, "mlp_layer_types[%d] is \"%s\", want hash_moe or moe", i,
-                            s ? s : "(not a string)");
+                return td_errf(err, errlen, "mlp_layer_types[%d] is \"%s\", want hash_moe or moe",
+                               i, s ? s : "(not a string)");
         }
         return 0;
     }
     int n_hash;
     if (opt_int(o, NULL, "num_hash_layers", 3, &n_hash, err, errlen)) return -1;
     if (n_hash < 0) return td_errf(err, errlen, "key \"num_hash_layers\" must be >= 0");
-    for (int i = 0; i < n; i++) c->mlp[i] = i < n_hash ? TD_MLP_HASH : TD_MLP_MOE;
+    for (int i = 0; i < n; i++)
+        c->mlp[i] = i < n_hash ? TD_MLP_HASH : TD_MLP_MOE;
     return 0;
 }
 
@@ -357,7 +358,7 @@ static int parse_rates(struct td_config *c, const json_t *o, char *err, size_t e
     if (cr) {
         if (!json_is_object(cr))
             return td_errf(err, errlen, "key \"compress_rates\" must be an object, got %s",
-                        type_name(cr));
+                           type_name(cr));
         if (opt_int(cr, "compress_rates", "compressed_sparse_attention", 0, &c->rate_csa, err,
                     errlen) ||
             opt_int(cr, "compress_rates", "heavily_compressed_attention", 0, &c->rate_hca, err,
@@ -375,14 +376,15 @@ static int check_rates(const struct td_config *c, char *err, size_t errlen) {
     for (int i = 0; i < c->n_layers; i++) {
         if (c->attn[i] == TD_ATTN_CSA && c->rate_csa < 1)
             return td_errf(err, errlen,
-                        "layer %d is CSA but compress_rates[\"compressed_sparse_attention\"] is "
-                        "missing or not positive (%d)",
-                        i, c->rate_csa);
+                           "layer %d is CSA but compress_rates[\"compressed_sparse_attention\"] is "
+                           "missing or not positive (%d)",
+                           i, c->rate_csa);
         if (c->attn[i] == TD_ATTN_HCA && c->rate_hca < 1)
-            return td_errf(err, errlen,
-                        "layer %d is HCA but compress_rates[\"heavily_compressed_attention\"] is "
-                        "missing or not positive (%d)",
-                        i, c->rate_hca);
+            return td_errf(
+                err, errlen,
+                "layer %d is HCA but compress_rates[\"heavily_compressed_attention\"] is "
+                "missing or not positive (%d)",
+                i, c->rate_hca);
     }
     return 0;
 }
@@ -402,11 +404,12 @@ static int parse_tokens(struct td_config *c, const json_t *o, char *err, size_t 
         return to_int(eos, "eos_token_id", &c->eos_ids[0], err, errlen);
     }
     if (!json_is_array(eos))
-        return td_errf(err, errlen, "key \"eos_token_id\" must be an integer, a list or null, got %s",
-                    type_name(eos));
+        return td_errf(err, errlen,
+                       "key \"eos_token_id\" must be an integer, a list or null, got %s",
+                       type_name(eos));
     if (json_array_size(eos) > TD_MAX_EOS)
         return td_errf(err, errlen, "eos_token_id has %zu ids (max %d)", json_array_size(eos),
-                    TD_MAX_EOS);
+                       TD_MAX_EOS);
     for (size_t i = 0; i < json_array_size(eos); i++) {
         char what[48];
         snprintf(what, sizeof what, "eos_token_id[%zu]", i);
@@ -417,7 +420,10 @@ static int parse_tokens(struct td_config *c, const json_t *o, char *err, size_t 
 }
 
 static int check_sizes(const struct td_config *c, char *err, size_t errlen) {
-    const struct { const char *key; int v; } pos[] = {
+    const struct {
+        const char *key;
+        int v;
+    } pos[] = {
         {"vocab_size", c->vocab},
         {"hidden_size", c->dim},
         {"num_hidden_layers", c->n_layers},
@@ -435,17 +441,18 @@ static int check_sizes(const struct td_config *c, char *err, size_t errlen) {
     };
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v < 1)
-            return td_errf(err, errlen, "key \"%s\" must be positive, got %d", pos[i].key, pos[i].v);
+            return td_errf(err, errlen, "key \"%s\" must be positive, got %d", pos[i].key,
+                           pos[i].v);
     if (c->n_layers > TD_MAX_LAYERS)
         return td_errf(err, errlen, "num_hidden_layers %d exceeds the engine limit %d", c->n_layers,
-                    TD_MAX_LAYERS);
+                       TD_MAX_LAYERS);
     if (((long long)c->n_heads * c->head_dim) % c->o_groups != 0 || c->n_heads % c->o_groups != 0)
         return td_errf(err, errlen,
-                    "o_groups %d must divide num_attention_heads %d (and heads x head_dim)",
-                    c->o_groups, c->n_heads);
+                       "o_groups %d must divide num_attention_heads %d (and heads x head_dim)",
+                       c->o_groups, c->n_heads);
     if (c->n_experts_tok > c->n_experts)
         return td_errf(err, errlen, "num_experts_per_tok %d exceeds n_routed_experts %d",
-                    c->n_experts_tok, c->n_experts);
+                       c->n_experts_tok, c->n_experts);
     if (c->sliding_window < 2)
         return td_errf(err, errlen, "sliding_window must be >= 2, got %d", c->sliding_window);
     if (c->hc_mult < 1) return td_errf(err, errlen, "hc_mult must be >= 1, got %d", c->hc_mult);
@@ -453,10 +460,10 @@ static int check_sizes(const struct td_config *c, char *err, size_t errlen) {
         return td_errf(err, errlen, "hc_sinkhorn_iters must be >= 0, got %d", c->hc_sinkhorn_iters);
     if (c->max_position_embeddings < 1)
         return td_errf(err, errlen, "max_position_embeddings must be positive, got %ld",
-                    c->max_position_embeddings);
+                       c->max_position_embeddings);
     if (c->n_mtp_layers < 0 || c->n_mtp_layers > 4)
         return td_errf(err, errlen, "num_nextn_predict_layers must be in [0, 4], got %d",
-                    c->n_mtp_layers);
+                       c->n_mtp_layers);
     return 0;
 }
 
@@ -479,9 +486,9 @@ static int parse_rope_dim(struct td_config *c, const json_t *o, char *err, size_
     if (c->rope_dim < 0 || c->rope_dim % 2 != 0 || c->rope_dim > c->head_dim ||
         c->rope_dim > c->index_head_dim)
         return td_errf(err, errlen,
-                    "rope dims %d (from %s) must be even, >= 0 and <= head_dim %d and "
-                    "index_head_dim %d",
-                    c->rope_dim, src, c->head_dim, c->index_head_dim);
+                       "rope dims %d (from %s) must be even, >= 0 and <= head_dim %d and "
+                       "index_head_dim %d",
+                       c->rope_dim, src, c->head_dim, c->index_head_dim);
     return 0;
 }
 
@@ -533,9 +540,9 @@ static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen)
     else if (strcmp(score, "softmax") == 0)
         c->score_fn = TD_SCORE_SOFTMAX;
     else
-        return td_errf(err, errlen,
-                    "scoring_func \"%s\" is not supported (want sqrtsoftplus, sigmoid or softmax)",
-                    score);
+        return td_errf(
+            err, errlen,
+            "scoring_func \"%s\" is not supported (want sqrtsoftplus, sigmoid or softmax)", score);
     if (!(max_pos >= 1 && max_pos <= (double)LONG_MAX) || max_pos != floor(max_pos))
         return td_errf(err, errlen, "max_position_embeddings must be a positive integer");
     c->max_position_embeddings = (long)max_pos;
@@ -555,7 +562,7 @@ int td_config_parse(struct td_config *cfg, const char *json, char *err, size_t e
     json_t *root = json_loads(json, 0, &jerr);
     if (!root)
         return td_errf(err, errlen, "malformed config JSON: %s (line %d, column %d)", jerr.text,
-                    jerr.line, jerr.column);
+                       jerr.line, jerr.column);
     int rc = parse(cfg, root, err, errlen);
     json_decref(root);
     if (rc) memset(cfg, 0, sizeof *cfg);
@@ -568,7 +575,7 @@ int td_config_load(struct td_config *cfg, const char *path, char *err, size_t er
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root)
         return td_errf(err, errlen, "cannot read config %s: %s (line %d, column %d)", path,
-                    jerr.text, jerr.line, jerr.column);
+                       jerr.text, jerr.line, jerr.column);
     char msg[512] = "";
     int rc = parse(cfg, root, msg, sizeof msg);
     json_decref(root);

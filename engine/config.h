@@ -20,39 +20,39 @@ extern "C" {
 #endif
 
 #define TD_MAX_LAYERS 256
-#define TD_MAX_EOS 8
+#define TD_MAX_EOS    8
 
 enum td_attn_kind { TD_ATTN_SLIDING = 0, TD_ATTN_CSA, TD_ATTN_HCA };
 enum td_mlp_kind { TD_MLP_HASH = 0, TD_MLP_MOE };
 enum td_score_fn { TD_SCORE_SQRTSOFTPLUS = 0, TD_SCORE_SIGMOID, TD_SCORE_SOFTMAX };
 
 struct td_rope_cfg {
-    int yarn;               /* 0: default rope, 1: yarn */
-    double theta;           /* base */
-    double factor;          /* yarn: scaling factor */
-    double orig_max_pos;    /* yarn: original_max_position_embeddings */
-    double beta_fast;       /* yarn, default 32 */
-    double beta_slow;       /* yarn, default 1 */
-    double attention_factor;/* cos/sin multiplier (1.0 unless a nested dict says otherwise) */
-    int truncate;           /* yarn: floor/ceil the correction range (default 1) */
+    int yarn;                /* 0: default rope, 1: yarn */
+    double theta;            /* base */
+    double factor;           /* yarn: scaling factor */
+    double orig_max_pos;     /* yarn: original_max_position_embeddings */
+    double beta_fast;        /* yarn, default 32 */
+    double beta_slow;        /* yarn, default 1 */
+    double attention_factor; /* cos/sin multiplier (1.0 unless a nested dict says otherwise) */
+    int truncate;            /* yarn: floor/ceil the correction range (default 1) */
 };
 
 struct td_config {
-    int vocab;              /* vocab_size */
-    int dim;                /* hidden_size */
-    int n_layers;           /* num_hidden_layers */
-    int n_heads;            /* num_attention_heads (one shared K=V head) */
-    int head_dim;           /* head_dim */
-    int rope_dim;           /* int(head_dim * partial_rotary_factor), trailing dims */
+    int vocab;    /* vocab_size */
+    int dim;      /* hidden_size */
+    int n_layers; /* num_hidden_layers */
+    int n_heads;  /* num_attention_heads (one shared K=V head) */
+    int head_dim; /* head_dim */
+    int rope_dim; /* int(head_dim * partial_rotary_factor), trailing dims */
     int q_lora_rank;
     int o_groups, o_lora_rank;
-    int n_experts;          /* n_routed_experts */
-    int n_experts_tok;      /* num_experts_per_tok, also tid2eid columns */
-    int moe_inter;          /* moe_intermediate_size: routed and shared expert width */
+    int n_experts;     /* n_routed_experts */
+    int n_experts_tok; /* num_experts_per_tok, also tid2eid columns */
+    int moe_inter;     /* moe_intermediate_size: routed and shared expert width */
     enum td_score_fn score_fn;
     float routed_scaling;
     float swiglu_limit;
-    int mlp_bias;           /* shared expert Linears have biases */
+    int mlp_bias; /* shared expert Linears have biases */
     int hc_mult, hc_sinkhorn_iters;
     float hc_eps, rms_eps;
     int sliding_window;
@@ -60,12 +60,13 @@ struct td_config {
     int index_n_heads, index_head_dim, index_topk;
     int tie_word_embeddings;
     long max_position_embeddings;
-    int n_mtp_layers;       /* num_nextn_predict_layers */
-    enum td_attn_kind mtp_attn[4]; /* attention kind of each MTP layer (from compress_ratios tail) */
+    int n_mtp_layers; /* num_nextn_predict_layers */
+    enum td_attn_kind
+        mtp_attn[4]; /* attention kind of each MTP layer (from compress_ratios tail) */
     struct td_rope_cfg rope_main, rope_compress;
     enum td_attn_kind attn[TD_MAX_LAYERS];
     enum td_mlp_kind mlp[TD_MAX_LAYERS];
-    int bos_id;             /* -1 when absent */
+    int bos_id; /* -1 when absent */
     int eos_ids[TD_MAX_EOS];
     int n_eos;
 };

@@ -28,12 +28,12 @@ struct request {
     int id;
     enum td_req_status status;
     enum td_finish finish;
-    int32_t *toks;            /* [cap] prompt then generated */
+    int32_t *toks; /* [cap] prompt then generated */
     int n_prompt, n_toks, cap;
     int max_tokens;
     struct td_sampling sampling;
     int ignore_eos;
-    int slot;                 /* state slot while running, else -1 */
+    int slot;                     /* state slot while running, else -1 */
     int32_t drafts[TD_MAX_DRAFT]; /* MTP: drafts made after the last step, for the next */
     int n_drafts;
     char msg[256];
@@ -42,7 +42,7 @@ struct request {
 /* one sequence of the current step */
 struct group {
     struct request *r;
-    int prefill;              /* 1: prompt chunk, 0: verify group */
+    int prefill; /* 1: prompt chunk, 0: verify group */
     int n_drafts;
     int q_onehot;
     int32_t rows[TD_MAX_DRAFT + 1];
@@ -51,21 +51,21 @@ struct group {
 struct td_engine {
     struct td_engine_params p;
     const struct td_backend *b;
-    struct td_model model;    /* on the host (mapped files) */
-    struct td_model dev;      /* its mirror on a device backend */
+    struct td_model model;      /* on the host (mapped files) */
+    struct td_model dev;        /* its mirror on a device backend */
     const struct td_model *run; /* the one the forward reads: model or dev */
     struct td_state state;
     struct td_plan plan;
     struct td_drafter *drafter;
-    struct draft_mtp *mtp;    /* the MTP drafter, when draft = "mtp" */
-    struct mtp_rows *mtp_rows;/* [max_seqs] */
-    struct request *reqs;     /* [n_reqs] */
+    struct draft_mtp *mtp;     /* the MTP drafter, when draft = "mtp" */
+    struct mtp_rows *mtp_rows; /* [max_seqs] */
+    struct request *reqs;      /* [n_reqs] */
     int n_reqs, cap_reqs;
-    int next_admit;           /* requests before this index were admitted (FIFO) */
-    struct group *groups;     /* [max_seqs] */
-    struct td_plan_seq *seqs; /* [max_seqs] */
-    float *logits;            /* [max_batch_tokens, vocab] */
-    float *q;                 /* [max_seqs, max_draft, vocab] */
+    int next_admit;               /* requests before this index were admitted (FIFO) */
+    struct group *groups;         /* [max_seqs] */
+    struct td_plan_seq *seqs;     /* [max_seqs] */
+    float *logits;                /* [max_batch_tokens, vocab] */
+    float *q;                     /* [max_seqs, max_draft, vocab] */
     float *p_scratch, *r_scratch; /* [vocab] */
     int eos[TD_MAX_EOS + 8];
     int n_eos;
@@ -88,7 +88,8 @@ struct td_engine_params td_engine_defaults(void) {
 /* EOS ids: config.json's, plus generation_config.json's when the model directory has one */
 static void load_eos(struct td_engine *e) {
     const struct td_config *c = &e->model.cfg;
-    for (int i = 0; i < c->n_eos; i++) e->eos[e->n_eos++] = c->eos_ids[i];
+    for (int i = 0; i < c->n_eos; i++)
+        e->eos[e->n_eos++] = c->eos_ids[i];
     char path[1024];
     snprintf(path, sizeof path, "%s/generation_config.json", e->p.model_dir);
     json_t *root = json_load_file(path, 0, NULL);
@@ -99,7 +100,8 @@ static void load_eos(struct td_engine *e) {
         json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
         if (!json_is_integer(x)) continue;
         int id = (int)json_integer_value(x), dup = 0;
-        for (int j = 0; j < e->n_eos; j++) dup |= e->eos[j] == id;
+        for (int j = 0; j < e->n_eos; j++)
+            dup |= e->eos[j] == id;
         if (!dup) e->eos[e->n_eos++] = id;
     }
     json_decref(root);
@@ -211,7 +213,8 @@ fail:
 
 void td_engine_free(struct td_engine *e) {
     if (!e) return;
-    for (int i = 0; i < e->n_reqs; i++) free(e->reqs[i].toks);
+    for (int i = 0; i < e->n_reqs; i++)
+        free(e->reqs[i].toks);
     free(e->reqs);
     free(e->groups);
     free(e->seqs);
@@ -229,11 +232,17 @@ void td_engine_free(struct td_engine *e) {
     free(e);
 }
 
-const char *td_engine_backend(const struct td_engine *e) { return e->b->name; }
+const char *td_engine_backend(const struct td_engine *e) {
+    return e->b->name;
+}
 
-int td_engine_vocab(const struct td_engine *e) { return e->model.cfg.vocab; }
+int td_engine_vocab(const struct td_engine *e) {
+    return e->model.cfg.vocab;
+}
 
-const struct td_engine_stats *td_engine_stats(const struct td_engine *e) { return &e->stats; }
+const struct td_engine_stats *td_engine_stats(const struct td_engine *e) {
+    return &e->stats;
+}
 
 int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, char *err,
                      size_t errlen) {
@@ -252,8 +261,10 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
         return -1;
     }
     if (!(s->temperature >= 0.0f) || s->top_k < 0 || !(s->top_p > 0.0f && s->top_p <= 1.0f)) {
-        snprintf(err, errlen, "request: temperature %g (>= 0), top_k %d (>= 0), top_p %g (in "
-                 "(0, 1]) out of range", s->temperature, s->top_k, s->top_p);
+        snprintf(err, errlen,
+                 "request: temperature %g (>= 0), top_k %d (>= 0), top_p %g (in "
+                 "(0, 1]) out of range",
+                 s->temperature, s->top_k, s->top_p);
         return -1;
     }
     for (int i = 0; i < rp->n_prompt; i++)
@@ -412,8 +423,7 @@ static int schedule(struct td_engine *e) {
     return n;
 }
 
-static void hook_rows(struct td_engine *e, const struct request *r, float *rows, long pos0,
-                      int n) {
+static void hook_rows(struct td_engine *e, const struct request *r, float *rows, long pos0, int n) {
     if (!e->p.logits_hook) return;
     int V = e->model.cfg.vocab;
     for (int j = 0; j < n; j++)
@@ -448,13 +458,15 @@ static void finish_round(struct td_engine *e, struct group *g, float *rows, long
                  e->p_scratch, e->r_scratch, 1.0);
     e->stats.rounds++;
     e->stats.drafted += vr.n_drafts_used;
-    for (int j = 0; j < vr.n_drafts_used; j++) e->stats.proposed_at[j]++;
+    for (int j = 0; j < vr.n_drafts_used; j++)
+        e->stats.proposed_at[j]++;
     if (vr.status == VERIFY_NAN_TARGET) {
         fail_nan(e, r, vr.nan_position);
         return;
     }
     e->stats.accepted += vr.n_accepted;
-    for (int j = 0; j < vr.n_accepted; j++) e->stats.accepted_at[j]++;
+    for (int j = 0; j < vr.n_accepted; j++)
+        e->stats.accepted_at[j]++;
     if (e->drafter && e->drafter->observe) {
         struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
         e->drafter->observe(e->drafter, &dr, vr.n_accepted);
@@ -484,9 +496,9 @@ static int mtp_step(struct td_engine *e, int n_groups, char *err, size_t errlen)
         struct mtp_rows *m = &e->mtp_rows[n++];
         m->slot = r->slot;
         m->pos0 = pos0;
-        m->n = fed - pos0;                 // the rows this step committed
+        m->n = fed - pos0; // the rows this step committed
         m->hidden_row = e->plan.qo_indptr[i];
-        m->next = r->toks + pos0 + 1;      // r->toks[p] is the token at position p
+        m->next = r->toks + pos0 + 1; // r->toks[p] is the token at position p
         m->k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
         m->sampling = &r->sampling;
         m->drafts = r->drafts;
@@ -505,8 +517,8 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     int n = schedule(e);
     if (n > 0) {
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
-        if (td_forward_ex(e->run, &e->state, &e->plan, NULL, e->mtp ? draft_mtp_hidden(e->mtp) : NULL,
-                          e->logits, NULL, err, errlen))
+        if (td_forward_ex(e->run, &e->state, &e->plan, NULL,
+                          e->mtp ? draft_mtp_hidden(e->mtp) : NULL, e->logits, NULL, err, errlen))
             return -1;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;

@@ -37,30 +37,30 @@ extern "C" {
 
 struct td_engine_params {
     const char *model_dir;
-    const char *backend;      /* "auto" (default: cuda when a GPU is usable), "cpu", "cuda" */
-    int max_seqs;             /* sequences decoding at once (state slots), default 16 */
-    int max_ctx;              /* tokens per sequence, default 4096 (capped by the model) */
-    int max_batch_tokens;     /* rows per step, default 256; >= 1 + max_draft */
-    const char *draft;        /* "none" (default), "ngram" or "random" */
-    int max_draft;            /* draft tokens per round, 0 .. TD_MAX_DRAFT */
-    int no_graphs;            /* run every step eagerly (default: decode and verify steps replay
-                                 a CUDA graph captured once per row bucket) */
-    int deterministic;        /* batch-invariant kernels: a request's logits are the same bits
-                                 alone, in any batch, or as a row of a verify chunk */
-    size_t max_cache_bytes;   /* cache pools above this are refused at init; 0 (default): on the
-                                 CPU 3/4 of physical memory less 1 GiB, on a GPU the free device
-                                 memory after the weights less 10% and 2 GiB of headroom */
+    const char *backend;    /* "auto" (default: cuda when a GPU is usable), "cpu", "cuda" */
+    int max_seqs;           /* sequences decoding at once (state slots), default 16 */
+    int max_ctx;            /* tokens per sequence, default 4096 (capped by the model) */
+    int max_batch_tokens;   /* rows per step, default 256; >= 1 + max_draft */
+    const char *draft;      /* "none" (default), "ngram" or "random" */
+    int max_draft;          /* draft tokens per round, 0 .. TD_MAX_DRAFT */
+    int no_graphs;          /* run every step eagerly (default: decode and verify steps replay
+                               a CUDA graph captured once per row bucket) */
+    int deterministic;      /* batch-invariant kernels: a request's logits are the same bits
+                               alone, in any batch, or as a row of a verify chunk */
+    size_t max_cache_bytes; /* cache pools above this are refused at init; 0 (default): on the
+                               CPU 3/4 of physical memory less 1 GiB, on a GPU the free device
+                               memory after the weights less 10% and 2 GiB of headroom */
     /* test seam: sees (and may alter) every logits row before verification */
     void (*logits_hook)(void *ctx, int request, long position, float *row, int vocab);
     void *hook_ctx;
 };
 
 struct td_request_params {
-    const int32_t *prompt;    /* [n_prompt], copied */
+    const int32_t *prompt; /* [n_prompt], copied */
     int n_prompt;
-    int max_tokens;           /* tokens to generate at most, >= 1 */
+    int max_tokens; /* tokens to generate at most, >= 1 */
     struct td_sampling sampling;
-    int ignore_eos;           /* keep going past EOS tokens (benchmarks) */
+    int ignore_eos; /* keep going past EOS tokens (benchmarks) */
 };
 
 enum td_req_status {
@@ -72,19 +72,23 @@ enum td_req_status {
 };
 
 enum td_finish {
-    TD_FINISH_NONE = 0, TD_FINISH_EOS, TD_FINISH_LENGTH, TD_FINISH_CONTEXT, TD_FINISH_ERROR,
+    TD_FINISH_NONE = 0,
+    TD_FINISH_EOS,
+    TD_FINISH_LENGTH,
+    TD_FINISH_CONTEXT,
+    TD_FINISH_ERROR,
 };
 
 struct td_engine_stats {
-    long steps;               /* forward calls */
-    long rows;                /* rows fed */
-    long tokens_out;          /* tokens emitted */
-    long rounds;              /* verify rounds (decode groups) */
-    long drafted;             /* drafts verified */
-    long accepted;            /* drafts accepted */
+    long steps;                     /* forward calls */
+    long rows;                      /* rows fed */
+    long tokens_out;                /* tokens emitted */
+    long rounds;                    /* verify rounds (decode groups) */
+    long drafted;                   /* drafts verified */
+    long accepted;                  /* drafts accepted */
     long proposed_at[TD_MAX_DRAFT]; /* drafts verified at draft position j */
     long accepted_at[TD_MAX_DRAFT]; /* drafts accepted at draft position j */
-    long nan_rows;            /* non-finite target rows met (each fails its request) */
+    long nan_rows;                  /* non-finite target rows met (each fails its request) */
 };
 
 struct td_engine;

@@ -30,32 +30,33 @@ struct fwd {
     const struct td_config *c;
     struct td_state *st;
     const struct td_plan *p;
-    struct rows_view rows;          /* the plan's arrays, in backend memory */
-    int n;                          /* rows */
-    float *X;                       /* [n, nc, dim] residual streams */
-    float *x, *xn, *a, *a2;         /* [n, dim] */
-    float *post, *comb;             /* [n, nc], [n, nc, nc] */
-    float *qr;                      /* [n, q_lora_rank] */
-    float *q, *o;                   /* [n, n_heads * head_dim] */
-    float *kv;                      /* [n, head_dim] */
-    float *og;                      /* [n, o_groups * o_lora_rank] */
-    float *raw, *gate;              /* [n, 2 * head_dim] compressor rows */
-    float *iraw, *igate;            /* [n, 2 * index_head_dim] */
-    float *qi, *wi;                 /* [n, IH * ihd], [n, IH] */
-    float *g, *u;                   /* [n, moe_inter] shared expert */
-    float *router;                  /* [n, n_experts] */
-    int32_t *picks;                 /* [n, experts per token] */
-    float *weights;                 /* [n, experts per token] */
-    float *logits;                  /* [n, vocab] */
-    float *inv_main, *inv_comp;     /* [rope_dim / 2] */
-    void *plan_dev;                 /* the plan's buffer on a device backend */
-    const float *x_in;              /* [n, nc, dim] input streams instead of the embedding, or NULL */
-    float *hidden_out;              /* [n, nc, dim] final streams out, or NULL */
+    struct rows_view rows;      /* the plan's arrays, in backend memory */
+    int n;                      /* rows */
+    float *X;                   /* [n, nc, dim] residual streams */
+    float *x, *xn, *a, *a2;     /* [n, dim] */
+    float *post, *comb;         /* [n, nc], [n, nc, nc] */
+    float *qr;                  /* [n, q_lora_rank] */
+    float *q, *o;               /* [n, n_heads * head_dim] */
+    float *kv;                  /* [n, head_dim] */
+    float *og;                  /* [n, o_groups * o_lora_rank] */
+    float *raw, *gate;          /* [n, 2 * head_dim] compressor rows */
+    float *iraw, *igate;        /* [n, 2 * index_head_dim] */
+    float *qi, *wi;             /* [n, IH * ihd], [n, IH] */
+    float *g, *u;               /* [n, moe_inter] shared expert */
+    float *router;              /* [n, n_experts] */
+    int32_t *picks;             /* [n, experts per token] */
+    float *weights;             /* [n, experts per token] */
+    float *logits;              /* [n, vocab] */
+    float *inv_main, *inv_comp; /* [rope_dim / 2] */
+    void *plan_dev;             /* the plan's buffer on a device backend */
+    const float *x_in;          /* [n, nc, dim] input streams instead of the embedding, or NULL */
+    float *hidden_out;          /* [n, nc, dim] final streams out, or NULL */
 };
 
 static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
-    struct rope_params p = {r->theta, rot_dim, r->yarn, r->factor, r->orig_max_pos,
-                            r->beta_fast, r->beta_slow, r->truncate, (float)r->attention_factor};
+    struct rope_params p = {r->theta,     rot_dim,         r->yarn,
+                            r->factor,    r->orig_max_pos, r->beta_fast,
+                            r->beta_slow, r->truncate,     (float)r->attention_factor};
     return p;
 }
 
@@ -63,11 +64,22 @@ static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
 static struct rows_view rows_of(const struct td_plan *p, void *base) {
     const char *h = p->mem;
     char *d = base;
-#define AT(arr) ((int32_t *)(d + ((const char *)(arr) - h)))
-    struct rows_view r = {p->n_tok,       AT(p->input_ids),  AT(p->positions), AT(p->row_seq),
-                          AT(p->qo_indptr), AT(p->slot),     AT(p->len_before), AT(p->swa_indptr),
-                          AT(p->swa_pos), AT(p->swa_write), NULL,              NULL,
-                          NULL,           AT(p->topk),      p->dims.topk};
+#define AT(arr) ((int32_t *)(d + ((const char *)(arr)-h)))
+    struct rows_view r = {p->n_tok,
+                          AT(p->input_ids),
+                          AT(p->positions),
+                          AT(p->row_seq),
+                          AT(p->qo_indptr),
+                          AT(p->slot),
+                          AT(p->len_before),
+                          AT(p->swa_indptr),
+                          AT(p->swa_pos),
+                          AT(p->swa_write),
+                          NULL,
+                          NULL,
+                          NULL,
+                          AT(p->topk),
+                          p->dims.topk};
 #undef AT
     return r;
 }
@@ -75,8 +87,8 @@ static struct rows_view rows_of(const struct td_plan *p, void *base) {
 // ---------------------------------------------------------------------------------------------
 // attention block
 
-static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind, int d,
-                       float *raw, float *gate, float *ring_kv, float *ring_gate, float *entries,
+static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind, int d, float *raw,
+                       float *gate, float *ring_kv, float *ring_gate, float *entries,
                        const struct td_layer_state *ls, struct compress_args *io) {
     const struct td_config *c = f->c;
     int csa = kind == TD_ATTN_CSA, rate = csa ? c->rate_csa : c->rate_hca;
@@ -84,11 +96,15 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
     f->op->matmul(raw, f->xn, W(w->wkv), f->n, c->dim, width, NULL, 0);
     f->op->matmul(gate, f->xn, W(w->wgate), f->n, c->dim, width, NULL, 0);
     f->op->add_pos_bias(gate, W(w->ape), f->rows.positions, rate, f->n, width);
-    *io = (struct compress_args){f->rows,   raw,         gate, ring_kv,      ring_gate,
-                                 ls->ring,  width,       d,    rate,         csa,
-                                 entries,   ls->n_entries, w->norm.data, w->norm.dtype,
-                                 c->rms_eps, f->inv_comp, c->rope_dim,
-                                 (float)c->rope_compress.attention_factor};
+    *io = (struct compress_args){f->rows,      raw,
+                                 gate,         ring_kv,
+                                 ring_gate,    ls->ring,
+                                 width,        d,
+                                 rate,         csa,
+                                 entries,      ls->n_entries,
+                                 w->norm.data, w->norm.dtype,
+                                 c->rms_eps,   f->inv_comp,
+                                 c->rope_dim,  (float)c->rope_compress.attention_factor};
     f->op->compress_emit(io);
 }
 
@@ -108,7 +124,7 @@ static void attention_block(struct fwd *f, int li) {
     rows.n_tok = f->n;
     const char *h = p->mem;
     char *base = f->plan_dev ? f->plan_dev : p->mem;
-#define AT(arr) ((int32_t *)(base + ((const char *)(arr) - h)))
+#define AT(arr) ((int32_t *)(base + ((const char *)(arr)-h)))
     rows.vis = csa ? AT(p->vis_csa) : AT(p->vis_hca);
     rows.emit = csa ? AT(p->emit_csa) : AT(p->emit_hca);
     rows.write = csa ? AT(p->write_csa) : AT(p->write_hca);
@@ -139,8 +155,9 @@ static void attention_block(struct fwd *f, int li) {
                       (float)c->rope_compress.attention_factor, 0);
         op->matmul(f->wi, f->xn, W(l->idx_weights), n, D, IH, NULL, 0);
         op->scale(f->wi, 1.0f / sqrtf((float)IH), (size_t)n * IH);
-        struct indexer_args ia = {rows, f->qi, f->wi, ls->ientries, ls->n_entries, IH, ihd,
-                                  c->index_topk, 1.0f / sqrtf((float)ihd)};
+        struct indexer_args ia = {rows,         f->qi,         f->wi,
+                                  ls->ientries, ls->n_entries, IH,
+                                  ihd,          c->index_topk, 1.0f / sqrtf((float)ihd)};
         op->indexer_topk(&ia);
     }
 
@@ -190,8 +207,8 @@ static void moe_block(struct fwd *f, int li) {
     op->matmul(f->router, f->xn, W(l->gate), n, D, E, NULL, 0);
     op->moe_route_rows(f->picks, f->weights, f->router, f->rows.input_ids,
                        (enum moe_score)c->score_fn, hash ? NULL : l->gate_bias.data,
-                       l->gate_bias.dtype, hash ? l->tid2eid.data : NULL, l->tid2eid.dtype, n, k,
-                       E, c->routed_scaling);
+                       l->gate_bias.dtype, hash ? l->tid2eid.data : NULL, l->tid2eid.dtype, n, k, E,
+                       c->routed_scaling);
     struct expert_set ex = {l->ex_w1, l->ex_w3, l->ex_w2, l->ex_dtype};
     op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k, E, c->swiglu_limit);
     // the shared expert: down(silu(clamp(gate x)) * clamp(up x)), same clamps
@@ -204,8 +221,8 @@ static void moe_block(struct fwd *f, int li) {
 
 // ---------------------------------------------------------------------------------------------
 
-static int check_plan(const struct td_model *m, const struct td_state *st,
-                      const struct td_plan *p, char *err, size_t errlen) {
+static int check_plan(const struct td_model *m, const struct td_state *st, const struct td_plan *p,
+                      char *err, size_t errlen) {
 #ifndef NDEBUG
     if (meta_plan_validate(p, err, errlen)) return -1; // every step, in debug builds and tests
 #endif
@@ -252,11 +269,11 @@ struct td_fwd_ws {
     const struct td_backend *b;
     void **bufs;
     int n_bufs;
-    struct fwd f;                   /* buffer pointers; per-step fields are set by td_forward */
+    struct fwd f; /* buffer pointers; per-step fields are set by td_forward */
     struct {
         int n_pad;
         const void *x_in, *hidden_out; /* the buffers the graph was captured with */
-        void *exec;                 /* NULL: capture failed, run eagerly */
+        void *exec;                    /* NULL: capture failed, run eagerly */
     } graphs[MAX_GRAPHS];
     int n_graphs;
 };
@@ -266,7 +283,8 @@ static void ws_free(struct td_state *st) {
     if (!ws) return;
     for (int i = 0; i < ws->n_graphs; i++)
         if (ws->graphs[i].exec) ws->b->graph_free(ws->graphs[i].exec);
-    for (int i = 0; i < ws->n_bufs; i++) ws->b->release(ws->bufs[i]);
+    for (int i = 0; i < ws->n_bufs; i++)
+        ws->b->release(ws->bufs[i]);
     free(ws->bufs);
     free(ws);
     st->ws = NULL;
@@ -339,15 +357,21 @@ static int ws_make(struct td_state *st, const struct td_config *c, const struct 
     b->to_device(f->inv_comp, inv, (size_t)half * F);
     if (b->reserve) {
         size_t in_max = (size_t)D;
-        size_t ins[4] = {(size_t)c->q_lora_rank, (size_t)H * hd, (size_t)c->o_groups * c->o_lora_rank,
-                         (size_t)c->moe_inter};
-        for (int i = 0; i < 4; i++) in_max = ins[i] > in_max ? ins[i] : in_max;
+        size_t ins[4] = {(size_t)c->q_lora_rank, (size_t)H * hd,
+                         (size_t)c->o_groups * c->o_lora_rank, (size_t)c->moe_inter};
+        for (int i = 0; i < 4; i++)
+            in_max = ins[i] > in_max ? ins[i] : in_max;
         int ent = 0;
         for (int i = 0; i < c->n_layers; i++)
             if (st->layers[i].n_entries > ent) ent = st->layers[i].n_entries;
         int keys = st->swa_ring + (ent > c->index_topk ? ent : c->index_topk);
-        struct td_reserve rs = {N * in_max, N * (size_t)(ent + 1), ((size_t)hd + keys) * F,
-                                (int)N * c->n_experts_tok, c->n_experts, c->moe_inter, D};
+        struct td_reserve rs = {N * in_max,
+                                N * (size_t)(ent + 1),
+                                ((size_t)hd + keys) * F,
+                                (int)N * c->n_experts_tok,
+                                c->n_experts,
+                                c->moe_inter,
+                                D};
         b->reserve(&rs);
     }
     return 0;
@@ -369,10 +393,9 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
         f->op->embed(f->X, f->rows.input_ids, W(m->embed), n, nc, D);
     for (int li = 0; li < c->n_layers; li++) {
         const struct td_layer *l = &m->layers[li];
-        struct hc_weights ha = {l->hc_attn.fn.data, l->hc_attn.base.data, l->hc_attn.scale.data,
-                                l->hc_attn.fn.dtype, l->hc_attn.base.dtype,
-                                l->hc_attn.scale.dtype};
-        struct hc_weights hf = {l->hc_ffn.fn.data, l->hc_ffn.base.data, l->hc_ffn.scale.data,
+        struct hc_weights ha = {l->hc_attn.fn.data,  l->hc_attn.base.data,  l->hc_attn.scale.data,
+                                l->hc_attn.fn.dtype, l->hc_attn.base.dtype, l->hc_attn.scale.dtype};
+        struct hc_weights hf = {l->hc_ffn.fn.data,  l->hc_ffn.base.data,  l->hc_ffn.scale.data,
                                 l->hc_ffn.fn.dtype, l->hc_ffn.base.dtype, l->hc_ffn.scale.dtype};
         f->op->hc_pre(f->x, f->post, f->comb, f->X, &ha, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
                       c->rms_eps);
@@ -390,8 +413,8 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
     }
     if (f->hidden_out) // the final residual streams, before hc_head (what MTP reads)
         f->op->copy(f->hidden_out, f->X, (size_t)n * nc * D * sizeof(float));
-    f->op->hc_head(f->x, f->X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc,
-                   D, c->hc_eps, c->rms_eps);
+    f->op->hc_head(f->x, f->X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc, D,
+                   c->hc_eps, c->rms_eps);
     f->op->rmsnorm(f->xn, f->x, W(m->norm), n, D, c->rms_eps);
     f->op->matmul(f->logits, f->xn, W(m->head), n, D, c->vocab, NULL, 0);
 }
@@ -467,9 +490,10 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
 int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct td_plan_seq *seqs,
                     int n_seq, float *logits, int32_t *topk_trace, char *err, size_t errlen) {
     int n_tok = 0;
-    for (int s = 0; s < n_seq; s++) n_tok += seqs[s].n_new > 0 ? seqs[s].n_new : 0;
-    struct td_plan_dims d = td_state_plan_dims(st, meta_bucket(n_tok, 1 << 30),
-                                               meta_bucket(n_seq, 1 << 30));
+    for (int s = 0; s < n_seq; s++)
+        n_tok += seqs[s].n_new > 0 ? seqs[s].n_new : 0;
+    struct td_plan_dims d =
+        td_state_plan_dims(st, meta_bucket(n_tok, 1 << 30), meta_bucket(n_seq, 1 << 30));
     struct td_plan p;
     if (meta_plan_init(&p, &d, err, errlen)) return -1;
     int rc = meta_plan_build(&p, seqs, n_seq, err, errlen);

@@ -25,48 +25,49 @@
 #include "metadata/plan.h"
 
 static void usage(FILE *fp) {
-    fprintf(fp,
-            "usage: tandem <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  generate   generate tokens from a prompt, with or without speculation\n"
-            "  chat       an interactive session in the model's chat format\n"
-            "  logits     run the reference forward and write every position's logits\n"
-            "  tokenize   text -> token ids (tandem tokenize --help)\n"
-            "  detokenize token ids -> text (tandem detokenize --help)\n"
-            "\n"
-            "tandem generate [--model DIR] (\"TEXT\" | --prompt-ids \"1 2 3\" | --prompt-ids-file F)\n"
-            "                [options]\n"
-            "  --model DIR            default: models/tandem-tiny (here, or beside the binary)\n"
-            "  TEXT                   a text prompt, encoded with DIR/tokenizer.json; the output is\n"
-            "                         text (streamed for one completion) unless --print-ids\n"
-            "  --max-tokens N         tokens to generate per completion (default 64, >= 1)\n"
-            "  --temperature T        0 = greedy (default 0), else sampled; >= 0\n"
-            "  --top-k K              keep the K most likely tokens (default 0 = off)\n"
-            "  --top-p P              nucleus mass in (0, 1] (default 1 = off)\n"
-            "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
-            "  --n N                  independent completions decoded together (default 1)\n"
-            "  --draft NAME           none | ngram | random | mtp (default none; mtp reads the\n"
-            "                         checkpoint's mtp.0.* layer)\n"
-            "  --draft-tokens K       draft tokens per round, 1..16 (default 3 with a drafter)\n"
-            "  --print-ids            one line of generated ids per completion, nothing else\n"
-            "  --stats                tokens/s, steps, mean accepted length and per-position\n"
-            "                         acceptance to stderr\n"
-            "  --ignore-eos           do not stop at EOS tokens\n"
-            "  --max-batch-tokens N   rows per forward step (default 256)\n"
-            "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
-            "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
-            "  --deterministic        batch-invariant kernels (GPU; the CPU always is)\n"
-            "  --no-graphs            run every GPU step eagerly (no CUDA graph replay)\n"
-            "\n"
-            "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...] [--backend B]\n"
-            "  --model DIR     model directory: config.json + model.safetensors (or shards with\n"
-            "                  model.safetensors.index.json), HF or upstream DeepSeek layout\n"
-            "  --ids FILE      whitespace-separated token ids, each in [0, vocab_size)\n"
-            "  --out OUT.npy   float32 little-endian C-order array [n_ids, vocab_size]\n"
-            "  --chunks LIST   feed the ids as successive forward calls of these sizes\n"
-            "                  (positive, summing to n_ids; default: one call)\n"
-            "  --backend B     cpu (default: the fp32 reference), cuda or auto\n");
+    fprintf(
+        fp,
+        "usage: tandem <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  generate   generate tokens from a prompt, with or without speculation\n"
+        "  chat       an interactive session in the model's chat format\n"
+        "  logits     run the reference forward and write every position's logits\n"
+        "  tokenize   text -> token ids (tandem tokenize --help)\n"
+        "  detokenize token ids -> text (tandem detokenize --help)\n"
+        "\n"
+        "tandem generate [--model DIR] (\"TEXT\" | --prompt-ids \"1 2 3\" | --prompt-ids-file F)\n"
+        "                [options]\n"
+        "  --model DIR            default: models/tandem-tiny (here, or beside the binary)\n"
+        "  TEXT                   a text prompt, encoded with DIR/tokenizer.json; the output is\n"
+        "                         text (streamed for one completion) unless --print-ids\n"
+        "  --max-tokens N         tokens to generate per completion (default 64, >= 1)\n"
+        "  --temperature T        0 = greedy (default 0), else sampled; >= 0\n"
+        "  --top-k K              keep the K most likely tokens (default 0 = off)\n"
+        "  --top-p P              nucleus mass in (0, 1] (default 1 = off)\n"
+        "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
+        "  --n N                  independent completions decoded together (default 1)\n"
+        "  --draft NAME           none | ngram | random | mtp (default none; mtp reads the\n"
+        "                         checkpoint's mtp.0.* layer)\n"
+        "  --draft-tokens K       draft tokens per round, 1..16 (default 3 with a drafter)\n"
+        "  --print-ids            one line of generated ids per completion, nothing else\n"
+        "  --stats                tokens/s, steps, mean accepted length and per-position\n"
+        "                         acceptance to stderr\n"
+        "  --ignore-eos           do not stop at EOS tokens\n"
+        "  --max-batch-tokens N   rows per forward step (default 256)\n"
+        "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
+        "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
+        "  --deterministic        batch-invariant kernels (GPU; the CPU always is)\n"
+        "  --no-graphs            run every GPU step eagerly (no CUDA graph replay)\n"
+        "\n"
+        "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...] [--backend B]\n"
+        "  --model DIR     model directory: config.json + model.safetensors (or shards with\n"
+        "                  model.safetensors.index.json), HF or upstream DeepSeek layout\n"
+        "  --ids FILE      whitespace-separated token ids, each in [0, vocab_size)\n"
+        "  --out OUT.npy   float32 little-endian C-order array [n_ids, vocab_size]\n"
+        "  --chunks LIST   feed the ids as successive forward calls of these sizes\n"
+        "                  (positive, summing to n_ids; default: one call)\n"
+        "  --backend B     cpu (default: the fp32 reference), cuda or auto\n");
 }
 
 static int die(const char *fmt, const char *a) {
@@ -114,8 +115,7 @@ static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size
 }
 
 /* "37,1,1,64" -> sizes; each > 0, sum == n_ids */
-static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *err,
-                        size_t errlen) {
+static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *err, size_t errlen) {
     int *c = malloc((strlen(s) / 2 + 2) * sizeof *c), n = 0;
     long sum = 0;
     const char *p = s;
@@ -124,8 +124,10 @@ static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *e
         errno = 0;
         long v = strtol(p, &end, 10);
         if (end == p || errno || v <= 0 || v > INT32_MAX || (*end && *end != ',')) {
-            snprintf(err, errlen, "--chunks '%s': sizes must be positive integers separated by "
-                                  "commas", s);
+            snprintf(err, errlen,
+                     "--chunks '%s': sizes must be positive integers separated by "
+                     "commas",
+                     s);
             free(c);
             return -1;
         }
@@ -158,12 +160,12 @@ static int cmd_logits(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        const char **dst = !strcmp(a, "--model")    ? &model_dir
-                           : !strcmp(a, "--ids")    ? &ids_path
-                           : !strcmp(a, "--out")    ? &out_path
-                           : !strcmp(a, "--chunks") ? &chunks_arg
+        const char **dst = !strcmp(a, "--model")     ? &model_dir
+                           : !strcmp(a, "--ids")     ? &ids_path
+                           : !strcmp(a, "--out")     ? &out_path
+                           : !strcmp(a, "--chunks")  ? &chunks_arg
                            : !strcmp(a, "--backend") ? &backend
-                                                    : NULL;
+                                                     : NULL;
         if (!dst) return die("logits: unknown option '%s' (see tandem logits --help)", a);
         if (i + 1 >= argc) return die("logits: %s needs a value", a);
         *dst = argv[++i];
@@ -202,7 +204,8 @@ static int cmd_logits(int argc, char **argv) {
             goto done;
         }
     int max_chunk = 16;
-    for (int i = 0; i < n_chunks; i++) max_chunk = chunks[i] > max_chunk ? chunks[i] : max_chunk;
+    for (int i = 0; i < n_chunks; i++)
+        max_chunk = chunks[i] > max_chunk ? chunks[i] : max_chunk;
     const struct td_model *run = &m;
     if (b->on_device) {
         if (td_model_upload(&m, b, &dev, err, sizeof err)) goto done;
@@ -228,8 +231,8 @@ static int cmd_logits(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (npy_write_f32(out_path, logits, n_ids, m.cfg.vocab, err, sizeof err)) goto done;
     double s = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
-    fprintf(stderr, "tandem: %d positions in %d call(s), %.3f s (%.1f tokens/s), wrote %s\n",
-            n_ids, n_chunks, s, n_ids / s, out_path);
+    fprintf(stderr, "tandem: %d positions in %d call(s), %.3f s (%.1f tokens/s), wrote %s\n", n_ids,
+            n_chunks, s, n_ids / s, out_path);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "tandem: %s\n", err);
@@ -275,7 +278,8 @@ static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     const char *p = text;
     for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
         if (!*p) break;
         char *end;
         errno = 0;
@@ -355,11 +359,26 @@ static int cmd_generate(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--print-ids")) { print_ids = 1; continue; }
-        if (!strcmp(a, "--stats")) { stats = 1; continue; }
-        if (!strcmp(a, "--ignore-eos")) { ignore_eos = 1; continue; }
-        if (!strcmp(a, "--deterministic")) { ep.deterministic = 1; continue; }
-        if (!strcmp(a, "--no-graphs")) { ep.no_graphs = 1; continue; }
+        if (!strcmp(a, "--print-ids")) {
+            print_ids = 1;
+            continue;
+        }
+        if (!strcmp(a, "--stats")) {
+            stats = 1;
+            continue;
+        }
+        if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = 1;
+            continue;
+        }
+        if (!strcmp(a, "--deterministic")) {
+            ep.deterministic = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-graphs")) {
+            ep.no_graphs = 1;
+            continue;
+        }
         if (a[0] != '-' || !a[1]) { // the text prompt
             if (text) return die("generate: more than one text prompt ('%s')", a);
             text = a;
@@ -368,32 +387,46 @@ static int cmd_generate(int argc, char **argv) {
         if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
         i++;
         int rc = 0;
-        if (!strcmp(a, "--model")) ep.model_dir = v;
-        else if (!strcmp(a, "--prompt-ids")) prompt_text = v;
-        else if (!strcmp(a, "--prompt-ids-file")) prompt_file = v;
-        else if (!strcmp(a, "--max-tokens")) rc = parse_int(a, v, 1, 1 << 24, &max_tokens);
-        else if (!strcmp(a, "--temperature")) rc = parse_float(a, v, 0, 1e6, &temperature);
-        else if (!strcmp(a, "--top-k")) rc = parse_int(a, v, 0, INT32_MAX, &top_k);
-        else if (!strcmp(a, "--top-p")) rc = parse_float(a, v, 1e-9, 1, &top_p);
-        else if (!strcmp(a, "--seed")) rc = parse_int(a, v, 0, LONG_MAX, &seed);
-        else if (!strcmp(a, "--n")) rc = parse_int(a, v, 1, 4096, &n);
-        else if (!strcmp(a, "--draft")) ep.draft = v;
-        else if (!strcmp(a, "--backend")) ep.backend = v;
-        else if (!strcmp(a, "--draft-tokens")) rc = parse_int(a, v, 1, TD_MAX_DRAFT, &draft_tokens);
+        if (!strcmp(a, "--model"))
+            ep.model_dir = v;
+        else if (!strcmp(a, "--prompt-ids"))
+            prompt_text = v;
+        else if (!strcmp(a, "--prompt-ids-file"))
+            prompt_file = v;
+        else if (!strcmp(a, "--max-tokens"))
+            rc = parse_int(a, v, 1, 1 << 24, &max_tokens);
+        else if (!strcmp(a, "--temperature"))
+            rc = parse_float(a, v, 0, 1e6, &temperature);
+        else if (!strcmp(a, "--top-k"))
+            rc = parse_int(a, v, 0, INT32_MAX, &top_k);
+        else if (!strcmp(a, "--top-p"))
+            rc = parse_float(a, v, 1e-9, 1, &top_p);
+        else if (!strcmp(a, "--seed"))
+            rc = parse_int(a, v, 0, LONG_MAX, &seed);
+        else if (!strcmp(a, "--n"))
+            rc = parse_int(a, v, 1, 4096, &n);
+        else if (!strcmp(a, "--draft"))
+            ep.draft = v;
+        else if (!strcmp(a, "--backend"))
+            ep.backend = v;
+        else if (!strcmp(a, "--draft-tokens"))
+            rc = parse_int(a, v, 1, TD_MAX_DRAFT, &draft_tokens);
         else if (!strcmp(a, "--max-batch-tokens")) {
             rc = parse_int(a, v, 1, 1 << 20, &lv);
             ep.max_batch_tokens = (int)lv;
         } else if (!strcmp(a, "--max-ctx")) {
             rc = parse_int(a, v, 2, 1 << 24, &lv);
             ep.max_ctx = (int)lv;
-        } else return die("generate: unknown option '%s' (see tandem generate --help)", a);
+        } else
+            return die("generate: unknown option '%s' (see tandem generate --help)", a);
         if (rc) return 2;
     }
     if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
         return die("generate: no model: give --model DIR (models/tandem-tiny was not found)%s", "");
     if ((text != NULL) + (prompt_text != NULL) + (prompt_file != NULL) != 1)
         return die("generate: give exactly one of a text prompt, --prompt-ids and "
-                   "--prompt-ids-file%s", "");
+                   "--prompt-ids-file%s",
+                   "");
     if (strcmp(ep.draft, "none") && strcmp(ep.draft, "ngram") && strcmp(ep.draft, "random") &&
         strcmp(ep.draft, "mtp"))
         return die("generate: --draft '%s': expected none, ngram, random or mtp", ep.draft);
@@ -440,10 +473,12 @@ static int cmd_generate(int argc, char **argv) {
     struct tok_stream ts;
     if (stream) tok_stream_init(&ts, tk, 0);
     for (long i = 0; i < n; i++) {
-        struct td_request_params rp = {prompt, n_prompt, (int)max_tokens,
-                                       {(float)temperature, (int)top_k, (float)top_p,
-                                        (uint64_t)(seed + i)},
-                                       ignore_eos};
+        struct td_request_params rp = {
+            prompt,
+            n_prompt,
+            (int)max_tokens,
+            {(float)temperature, (int)top_k, (float)top_p, (uint64_t)(seed + i)},
+            ignore_eos};
         if ((ids[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
             rc = die("%s", err);
             goto done;
@@ -473,7 +508,8 @@ static int cmd_generate(int argc, char **argv) {
                 printf("%s%.*s\n", i ? "\n" : "", (int)len, out);
             free(out);
         } else if (!stream) {
-            for (int j = 0; j < nt; j++) printf(j ? " %d" : "%d", toks[j]);
+            for (int j = 0; j < nt; j++)
+                printf(j ? " %d" : "%d", toks[j]);
             printf("\n");
         }
         if (st == TD_REQ_FAILED) {
@@ -488,8 +524,9 @@ static int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
                 s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
         if (s->rounds) {
-            fprintf(stderr, "stats: mean accepted length %.3f (tokens per round incl. bonus), "
-                            "acceptance %.3f (%ld of %ld drafts)\n",
+            fprintf(stderr,
+                    "stats: mean accepted length %.3f (tokens per round incl. bonus), "
+                    "acceptance %.3f (%ld of %ld drafts)\n",
                     (double)(s->accepted + s->rounds) / s->rounds,
                     s->drafted ? (double)s->accepted / s->drafted : 0.0, s->accepted, s->drafted);
             fprintf(stderr, "stats: acceptance by draft position:");
@@ -526,14 +563,22 @@ static int cmd_chat(int argc, char **argv) {
         if (!v) return die("chat: %s needs a value (see tandem chat --help)", a);
         i++;
         int rc = 0;
-        if (!strcmp(a, "--model")) ep.model_dir = v;
-        else if (!strcmp(a, "--system")) system = v;
-        else if (!strcmp(a, "--max-tokens")) rc = parse_int(a, v, 1, 1 << 20, &max_tokens);
-        else if (!strcmp(a, "--temperature")) rc = parse_float(a, v, 0, 1e6, &temperature);
-        else if (!strcmp(a, "--seed")) rc = parse_int(a, v, 0, LONG_MAX, &seed);
-        else if (!strcmp(a, "--draft")) ep.draft = v;
-        else if (!strcmp(a, "--backend")) ep.backend = v;
-        else return die("chat: unknown option '%s' (see tandem chat --help)", a);
+        if (!strcmp(a, "--model"))
+            ep.model_dir = v;
+        else if (!strcmp(a, "--system"))
+            system = v;
+        else if (!strcmp(a, "--max-tokens"))
+            rc = parse_int(a, v, 1, 1 << 20, &max_tokens);
+        else if (!strcmp(a, "--temperature"))
+            rc = parse_float(a, v, 0, 1e6, &temperature);
+        else if (!strcmp(a, "--seed"))
+            rc = parse_int(a, v, 0, LONG_MAX, &seed);
+        else if (!strcmp(a, "--draft"))
+            ep.draft = v;
+        else if (!strcmp(a, "--backend"))
+            ep.backend = v;
+        else
+            return die("chat: unknown option '%s' (see tandem chat --help)", a);
         if (rc) return 2;
     }
     if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
@@ -580,7 +625,9 @@ static int cmd_chat(int argc, char **argv) {
             free(owned[n_msgs]);
             continue;
         }
-        struct td_request_params rp = {ti.ids, (int)ti.n, (int)max_tokens,
+        struct td_request_params rp = {ti.ids,
+                                       (int)ti.n,
+                                       (int)max_tokens,
                                        {(float)temperature, 0, 1.0f, (uint64_t)(seed + turn++)},
                                        0};
         int id = td_engine_submit(e, &rp, err, sizeof err);
@@ -593,7 +640,8 @@ static int cmd_chat(int argc, char **argv) {
         struct tok_stream ts;
         tok_stream_init(&ts, tk, TOK_DECODE_SKIP_SPECIAL);
         int shown = 0, live;
-        while ((live = td_engine_step(e, err, sizeof err)) > 0) stream_text(e, id, &ts, &shown);
+        while ((live = td_engine_step(e, err, sizeof err)) > 0)
+            stream_text(e, id, &ts, &shown);
         stream_finish(e, id, &ts, &shown);
         if (live < 0) {
             fprintf(stderr, "tandem: %s\n", err);

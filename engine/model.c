@@ -17,17 +17,39 @@
 // symbolic dims
 
 enum sym {
-    S_END = 0, S_1, S_3, S_DIM, S_VOCAB, S_RQ, S_QOUT, S_HD, S_CHD, S_OA_OUT, S_OA_IN, S_E, S_K,
-    S_I, S_H, S_NC, S_HCM, S_NCD, S_RATE, S_IHD, S_2IHD, S_IQOUT, S_IH, S_RATE_CSA,
+    S_END = 0,
+    S_1,
+    S_3,
+    S_DIM,
+    S_VOCAB,
+    S_RQ,
+    S_QOUT,
+    S_HD,
+    S_CHD,
+    S_OA_OUT,
+    S_OA_IN,
+    S_E,
+    S_K,
+    S_I,
+    S_H,
+    S_NC,
+    S_HCM,
+    S_NCD,
+    S_RATE,
+    S_IHD,
+    S_2IHD,
+    S_IQOUT,
+    S_IH,
+    S_RATE_CSA,
 };
 
 enum when { W_ALL, W_COMP, W_CSA, W_MOE, W_HASH, W_BIAS };
 enum kind { K_FLOAT, K_INT };
 
 struct wdesc {
-    const char *hf;  /* after "model.layers.N." */
-    const char *up;  /* after "layers.N." */
-    size_t off;      /* offsetof(struct td_layer, ...) */
+    const char *hf; /* after "model.layers.N." */
+    const char *up; /* after "layers.N." */
+    size_t off;     /* offsetof(struct td_layer, ...) */
     int when;
     int kind;
     int dims[3];
@@ -48,44 +70,107 @@ static const struct wdesc layer_table[] = {
     {"self_attn.q_b_proj.weight", "attn.wq_b.weight", L(wq_b), W_ALL, K_FLOAT, {S_QOUT, S_RQ}},
     {"self_attn.kv_proj.weight", "attn.wkv.weight", L(wkv), W_ALL, K_FLOAT, {S_HD, S_DIM}},
     {"self_attn.kv_norm.weight", "attn.kv_norm.weight", L(kv_norm), W_ALL, K_FLOAT, {S_HD}},
-    {"self_attn.o_a_proj.weight", "attn.wo_a.weight", L(wo_a), W_ALL, K_FLOAT,
-     {S_OA_OUT, S_OA_IN}},
+    {"self_attn.o_a_proj.weight", "attn.wo_a.weight", L(wo_a), W_ALL, K_FLOAT, {S_OA_OUT, S_OA_IN}},
     {"self_attn.o_b_proj.weight", "attn.wo_b.weight", L(wo_b), W_ALL, K_FLOAT, {S_DIM, S_OA_OUT}},
     {"self_attn.sinks", "attn.attn_sink", L(sinks), W_ALL, K_FLOAT, {S_H}},
-    {"self_attn.compressor.kv_proj.weight", "attn.compressor.wkv.weight", L(comp.wkv), W_COMP,
-     K_FLOAT, {S_CHD, S_DIM}},
-    {"self_attn.compressor.gate_proj.weight", "attn.compressor.wgate.weight", L(comp.wgate),
-     W_COMP, K_FLOAT, {S_CHD, S_DIM}},
-    {"self_attn.compressor.position_bias", "attn.compressor.ape", L(comp.ape), W_COMP, K_FLOAT,
+    {"self_attn.compressor.kv_proj.weight",
+     "attn.compressor.wkv.weight",
+     L(comp.wkv),
+     W_COMP,
+     K_FLOAT,
+     {S_CHD, S_DIM}},
+    {"self_attn.compressor.gate_proj.weight",
+     "attn.compressor.wgate.weight",
+     L(comp.wgate),
+     W_COMP,
+     K_FLOAT,
+     {S_CHD, S_DIM}},
+    {"self_attn.compressor.position_bias",
+     "attn.compressor.ape",
+     L(comp.ape),
+     W_COMP,
+     K_FLOAT,
      {S_RATE, S_CHD}},
-    {"self_attn.compressor.kv_norm.weight", "attn.compressor.norm.weight", L(comp.norm), W_COMP,
-     K_FLOAT, {S_HD}},
-    {"self_attn.compressor.indexer.kv_proj.weight", "attn.indexer.compressor.wkv.weight",
-     L(icomp.wkv), W_CSA, K_FLOAT, {S_2IHD, S_DIM}},
-    {"self_attn.compressor.indexer.gate_proj.weight", "attn.indexer.compressor.wgate.weight",
-     L(icomp.wgate), W_CSA, K_FLOAT, {S_2IHD, S_DIM}},
-    {"self_attn.compressor.indexer.position_bias", "attn.indexer.compressor.ape", L(icomp.ape),
-     W_CSA, K_FLOAT, {S_RATE_CSA, S_2IHD}},
-    {"self_attn.compressor.indexer.kv_norm.weight", "attn.indexer.compressor.norm.weight",
-     L(icomp.norm), W_CSA, K_FLOAT, {S_IHD}},
-    {"self_attn.compressor.indexer.q_b_proj.weight", "attn.indexer.wq_b.weight", L(idx_wq_b),
-     W_CSA, K_FLOAT, {S_IQOUT, S_RQ}},
-    {"self_attn.compressor.indexer.scorer.weights_proj.weight", "attn.indexer.weights_proj.weight",
-     L(idx_weights), W_CSA, K_FLOAT, {S_IH, S_DIM}},
+    {"self_attn.compressor.kv_norm.weight",
+     "attn.compressor.norm.weight",
+     L(comp.norm),
+     W_COMP,
+     K_FLOAT,
+     {S_HD}},
+    {"self_attn.compressor.indexer.kv_proj.weight",
+     "attn.indexer.compressor.wkv.weight",
+     L(icomp.wkv),
+     W_CSA,
+     K_FLOAT,
+     {S_2IHD, S_DIM}},
+    {"self_attn.compressor.indexer.gate_proj.weight",
+     "attn.indexer.compressor.wgate.weight",
+     L(icomp.wgate),
+     W_CSA,
+     K_FLOAT,
+     {S_2IHD, S_DIM}},
+    {"self_attn.compressor.indexer.position_bias",
+     "attn.indexer.compressor.ape",
+     L(icomp.ape),
+     W_CSA,
+     K_FLOAT,
+     {S_RATE_CSA, S_2IHD}},
+    {"self_attn.compressor.indexer.kv_norm.weight",
+     "attn.indexer.compressor.norm.weight",
+     L(icomp.norm),
+     W_CSA,
+     K_FLOAT,
+     {S_IHD}},
+    {"self_attn.compressor.indexer.q_b_proj.weight",
+     "attn.indexer.wq_b.weight",
+     L(idx_wq_b),
+     W_CSA,
+     K_FLOAT,
+     {S_IQOUT, S_RQ}},
+    {"self_attn.compressor.indexer.scorer.weights_proj.weight",
+     "attn.indexer.weights_proj.weight",
+     L(idx_weights),
+     W_CSA,
+     K_FLOAT,
+     {S_IH, S_DIM}},
     {"mlp.gate.weight", "ffn.gate.weight", L(gate), W_ALL, K_FLOAT, {S_E, S_DIM}},
     {"mlp.gate.e_score_correction_bias", "ffn.gate.bias", L(gate_bias), W_MOE, K_FLOAT, {S_E}},
     {"mlp.gate.tid2eid", "ffn.gate.tid2eid", L(tid2eid), W_HASH, K_INT, {S_VOCAB, S_K}},
-    {"mlp.shared_experts.gate_proj.weight", "ffn.shared_experts.w1.weight", L(sh_w1), W_ALL,
-     K_FLOAT, {S_I, S_DIM}},
-    {"mlp.shared_experts.up_proj.weight", "ffn.shared_experts.w3.weight", L(sh_w3), W_ALL,
-     K_FLOAT, {S_I, S_DIM}},
-    {"mlp.shared_experts.down_proj.weight", "ffn.shared_experts.w2.weight", L(sh_w2), W_ALL,
-     K_FLOAT, {S_DIM, S_I}},
-    {"mlp.shared_experts.gate_proj.bias", "ffn.shared_experts.w1.bias", L(sh_b1), W_BIAS, K_FLOAT,
+    {"mlp.shared_experts.gate_proj.weight",
+     "ffn.shared_experts.w1.weight",
+     L(sh_w1),
+     W_ALL,
+     K_FLOAT,
+     {S_I, S_DIM}},
+    {"mlp.shared_experts.up_proj.weight",
+     "ffn.shared_experts.w3.weight",
+     L(sh_w3),
+     W_ALL,
+     K_FLOAT,
+     {S_I, S_DIM}},
+    {"mlp.shared_experts.down_proj.weight",
+     "ffn.shared_experts.w2.weight",
+     L(sh_w2),
+     W_ALL,
+     K_FLOAT,
+     {S_DIM, S_I}},
+    {"mlp.shared_experts.gate_proj.bias",
+     "ffn.shared_experts.w1.bias",
+     L(sh_b1),
+     W_BIAS,
+     K_FLOAT,
      {S_I}},
-    {"mlp.shared_experts.up_proj.bias", "ffn.shared_experts.w3.bias", L(sh_b3), W_BIAS, K_FLOAT,
+    {"mlp.shared_experts.up_proj.bias",
+     "ffn.shared_experts.w3.bias",
+     L(sh_b3),
+     W_BIAS,
+     K_FLOAT,
      {S_I}},
-    {"mlp.shared_experts.down_proj.bias", "ffn.shared_experts.w2.bias", L(sh_b2), W_BIAS, K_FLOAT,
+    {"mlp.shared_experts.down_proj.bias",
+     "ffn.shared_experts.w2.bias",
+     L(sh_b2),
+     W_BIAS,
+     K_FLOAT,
      {S_DIM}},
 };
 #undef L
@@ -136,7 +221,7 @@ static int64_t dim_of(const struct td_config *c, int s, enum td_attn_kind kind) 
 struct loader {
     struct td_model *m;
     const struct st_set *st; /* where tensors are looked up */
-    char *used; /* [st.n_entries], NULL: no bookkeeping */
+    char *used;              /* [st.n_entries], NULL: no bookkeeping */
     char *err;
     size_t errlen;
 };
@@ -174,7 +259,8 @@ static int bind(struct loader *ld, struct td_tensor *dst, const char *name, cons
                                  : (t->dtype == TD_DTYPE_F32 || t->dtype == TD_DTYPE_BF16 ||
                                     t->dtype == TD_DTYPE_F16);
     int shape_ok = t->ndim == ndim;
-    for (int i = 0; shape_ok && i < ndim; i++) shape_ok = t->shape[i] == shape[i];
+    for (int i = 0; shape_ok && i < ndim; i++)
+        shape_ok = t->shape[i] == shape[i];
     if (!dtype_ok || !shape_ok) {
         shape_str(got, sizeof got, t->shape, t->ndim);
         return fail(ld, "tensor %s: expected %s %s, got %s %s", e->name, want_dtype, want,
@@ -253,8 +339,9 @@ static int load_experts(struct loader *ld, int i, const char *hf, const char *up
             snprintf(hfn, sizeof hfn, "%smlp.experts.gate_up_proj", hf);
             if (bind(ld, dst[j], a, NULL, K_FLOAT, j == 2 ? s_out : s_in, 2)) {
                 if (!st_set_find(ld->st, a))
-                    fail(ld, "missing tensor %s (HF layout: %s): expected F32/BF16/F16 [%lld, %lld]",
-                         a, hfn, (long long)(j == 2 ? D : I), (long long)(j == 2 ? I : D));
+                    fail(ld,
+                         "missing tensor %s (HF layout: %s): expected F32/BF16/F16 [%lld, %lld]", a,
+                         hfn, (long long)(j == 2 ? D : I), (long long)(j == 2 ? I : D));
                 return -1;
             }
         }
@@ -268,9 +355,9 @@ static int check_tid2eid(struct loader *ld, int i) {
     for (int64_t j = 0; j < n; j++) {
         int64_t v = td_tensor_geti(t, j);
         if (v < 0 || v >= ld->m->cfg.n_experts)
-            return fail(ld, "layer %d tid2eid[%lld][%lld] = %lld is not an expert id in [0, %d)",
-                        i, (long long)(j / t->shape[1]), (long long)(j % t->shape[1]),
-                        (long long)v, ld->m->cfg.n_experts);
+            return fail(ld, "layer %d tid2eid[%lld][%lld] = %lld is not an expert id in [0, %d)", i,
+                        (long long)(j / t->shape[1]), (long long)(j % t->shape[1]), (long long)v,
+                        ld->m->cfg.n_experts);
     }
     return 0;
 }
@@ -284,9 +371,11 @@ static int load_all(struct loader *ld, const char *dir) {
     // limits of the reference kernels' fixed-size scratch
     if (c->hc_mult > 16 || c->n_experts > 1024 || c->n_experts_tok > 64 || c->n_heads > 1024 ||
         c->rope_dim > 512 || 2 * c->rate_csa > 512 || c->rate_hca > 512)
-        return fail(ld, "%s: unsupported size (limits: hc_mult 16, n_routed_experts 1024, "
-                        "num_experts_per_tok 64, heads 1024, rope dims 512, csa rate 256, hca "
-                        "rate 512)", path);
+        return fail(ld,
+                    "%s: unsupported size (limits: hc_mult 16, n_routed_experts 1024, "
+                    "num_experts_per_tok 64, heads 1024, rope dims 512, csa rate 256, hca "
+                    "rate 512)",
+                    path);
     if (st_set_open(&m->st, dir, ld->err, ld->errlen)) return -1;
     ld->used = calloc((size_t)m->st.n_entries + 1, 1);
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
@@ -333,8 +422,10 @@ static int load_all(struct loader *ld, const char *dir) {
     for (int j = 0; j < m->st.n_entries; j++) {
         const char *name = m->st.entries[j].name;
         if (!ld->used[j] && strncmp(name, "mtp.", 4) != 0)
-            return fail(ld, "unexpected tensor %s in %s (not part of a %d-layer model with this "
-                            "config)", name, dir, c->n_layers);
+            return fail(ld,
+                        "unexpected tensor %s in %s (not part of a %d-layer model with this "
+                        "config)",
+                        name, dir, c->n_layers);
     }
     return 0;
 }
@@ -350,7 +441,8 @@ int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, s
     if (t->cfg.n_mtp_layers < 1 || !st_set_find(&t->st, "mtp.0.e_proj.weight"))
         return fail(&ld, "this checkpoint has no MTP layer (no mtp.0.* tensors)");
     if (c->attn[0] != TD_ATTN_SLIDING)
-        return fail(&ld, "MTP layer with %s attention: only sliding-window MTP layers are supported",
+        return fail(&ld,
+                    "MTP layer with %s attention: only sliding-window MTP layers are supported",
                     td_attn_kind_name(c->attn[0]));
     m->layers = calloc(1, sizeof *m->layers);
     m->expert_views = calloc((size_t)c->n_experts * 3, sizeof *m->expert_views);
@@ -378,7 +470,8 @@ int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, s
     l->ex_w3 = m->expert_ptrs + c->n_experts;
     l->ex_w2 = m->expert_ptrs + 2 * c->n_experts;
     l->ex_dtype = l->w1[0].dtype;
-    int64_t vd[1] = {c->dim}, md[2] = {c->dim, c->dim}, hcf[2] = {c->hc_mult, (int64_t)c->hc_mult * c->dim};
+    int64_t vd[1] = {c->dim}, md[2] = {c->dim, c->dim},
+            hcf[2] = {c->hc_mult, (int64_t)c->hc_mult * c->dim};
     int64_t hcb[1] = {c->hc_mult}, one[1] = {1};
     if (bind(&ld, &m->norm, "mtp.0.norm.weight", NULL, K_FLOAT, vd, 1) ||
         bind(&ld, &m->hc_head.fn, "mtp.0.hc_head_fn", NULL, K_FLOAT, hcf, 2) ||
@@ -409,7 +502,8 @@ int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen)
 
 void td_model_free(struct td_model *m) {
     if (m->backend)
-        for (int i = 0; i < m->n_dev_bufs; i++) m->backend->release(m->dev_bufs[i]);
+        for (int i = 0; i < m->n_dev_bufs; i++)
+            m->backend->release(m->dev_bufs[i]);
     free(m->dev_bufs);
     st_set_close(&m->st);
     free(m->layers);
@@ -457,14 +551,17 @@ static int upload_tensor(struct uploader *u, struct td_tensor *t, enum td_dtype 
     void *host = malloc(bytes ? bytes : 1), *dst = dev_alloc(u, bytes);
     if (!host || !dst) {
         free(host);
-        snprintf(u->err, u->errlen, "upload: out of %s memory for a %zu-byte tensor",
-                 u->b->name, bytes);
+        snprintf(u->err, u->errlen, "upload: out of %s memory for a %zu-byte tensor", u->b->name,
+                 bytes);
         return -1;
     }
     for (int64_t i = 0; i < n; i++) {
-        if (to == TD_DTYPE_BF16) ((uint16_t *)host)[i] = f32_to_bf16(td_tensor_getf(t, i));
-        else if (to == TD_DTYPE_F32) ((float *)host)[i] = td_tensor_getf(t, i);
-        else ((int32_t *)host)[i] = (int32_t)td_tensor_geti(t, i);
+        if (to == TD_DTYPE_BF16)
+            ((uint16_t *)host)[i] = f32_to_bf16(td_tensor_getf(t, i));
+        else if (to == TD_DTYPE_F32)
+            ((float *)host)[i] = td_tensor_getf(t, i);
+        else
+            ((int32_t *)host)[i] = (int32_t)td_tensor_geti(t, i);
     }
     u->b->to_device(dst, host, bytes);
     free(host);

@@ -39,29 +39,29 @@ struct td_compressor_w {
 
 struct td_layer {
     struct td_hc_w hc_attn, hc_ffn;
-    struct td_tensor attn_norm, ffn_norm;        /* [dim] */
-    struct td_tensor wq_a;                       /* [q_lora_rank, dim] */
-    struct td_tensor q_norm;                     /* [q_lora_rank] */
-    struct td_tensor wq_b;                       /* [n_heads * head_dim, q_lora_rank] */
-    struct td_tensor wkv;                        /* [head_dim, dim] */
-    struct td_tensor kv_norm;                    /* [head_dim] */
-    struct td_tensor wo_a;                       /* [o_groups * o_lora_rank, n_heads*head_dim/g] */
-    struct td_tensor wo_b;                       /* [dim, o_groups * o_lora_rank] */
-    struct td_tensor sinks;                      /* [n_heads] */
-    struct td_compressor_w comp;                 /* CSA and HCA layers, d = head_dim */
-    struct td_compressor_w icomp;                /* CSA layers: indexer keys, d = index_head_dim */
-    struct td_tensor idx_wq_b;                   /* CSA: [index_n_heads * index_head_dim, q_lora] */
-    struct td_tensor idx_weights;                /* CSA: [index_n_heads, dim] */
-    struct td_tensor gate;                       /* [n_experts, dim] */
-    struct td_tensor gate_bias;                  /* moe layers: [n_experts] */
-    struct td_tensor tid2eid;                    /* hash layers: [vocab, n_experts_tok] int */
-    struct td_tensor *w1, *w3, *w2;              /* [n_experts] views: [inter, dim] x2, [dim, inter] */
-    const void *const *ex_w1;                    /* [n_experts] w1 data pointers, where the */
-    const void *const *ex_w3;                    /*   weights live (host, or device for a */
-    const void *const *ex_w2;                    /*   model uploaded to a device backend) */
-    enum td_dtype ex_dtype;                      /* one dtype for all routed experts */
-    struct td_tensor sh_w1, sh_w3, sh_w2;        /* shared expert */
-    struct td_tensor sh_b1, sh_b3, sh_b2;        /* shared expert biases (mlp_bias), else absent */
+    struct td_tensor attn_norm, ffn_norm; /* [dim] */
+    struct td_tensor wq_a;                /* [q_lora_rank, dim] */
+    struct td_tensor q_norm;              /* [q_lora_rank] */
+    struct td_tensor wq_b;                /* [n_heads * head_dim, q_lora_rank] */
+    struct td_tensor wkv;                 /* [head_dim, dim] */
+    struct td_tensor kv_norm;             /* [head_dim] */
+    struct td_tensor wo_a;                /* [o_groups * o_lora_rank, n_heads*head_dim/g] */
+    struct td_tensor wo_b;                /* [dim, o_groups * o_lora_rank] */
+    struct td_tensor sinks;               /* [n_heads] */
+    struct td_compressor_w comp;          /* CSA and HCA layers, d = head_dim */
+    struct td_compressor_w icomp;         /* CSA layers: indexer keys, d = index_head_dim */
+    struct td_tensor idx_wq_b;            /* CSA: [index_n_heads * index_head_dim, q_lora] */
+    struct td_tensor idx_weights;         /* CSA: [index_n_heads, dim] */
+    struct td_tensor gate;                /* [n_experts, dim] */
+    struct td_tensor gate_bias;           /* moe layers: [n_experts] */
+    struct td_tensor tid2eid;             /* hash layers: [vocab, n_experts_tok] int */
+    struct td_tensor *w1, *w3, *w2;       /* [n_experts] views: [inter, dim] x2, [dim, inter] */
+    const void *const *ex_w1;             /* [n_experts] w1 data pointers, where the */
+    const void *const *ex_w3;             /*   weights live (host, or device for a */
+    const void *const *ex_w2;             /*   model uploaded to a device backend) */
+    enum td_dtype ex_dtype;               /* one dtype for all routed experts */
+    struct td_tensor sh_w1, sh_w3, sh_w2; /* shared expert */
+    struct td_tensor sh_b1, sh_b3, sh_b2; /* shared expert biases (mlp_bias), else absent */
 };
 
 struct td_model {
@@ -71,13 +71,13 @@ struct td_model {
     struct td_tensor head;  /* [vocab, dim] (= embed when tied) */
     struct td_tensor norm;  /* [dim] */
     struct td_hc_w hc_head;
-    struct td_layer *layers; /* [n_layers] */
+    struct td_layer *layers;               /* [n_layers] */
     struct td_tensor mtp_enorm, mtp_hnorm; /* MTP layer only (td_model_load_mtp): [dim] */
     struct td_tensor mtp_eproj, mtp_hproj; /* [dim, dim] */
-    struct td_tensor *expert_views; /* owned storage behind the w1/w3/w2 pointers */
-    const void **expert_ptrs;        /* owned storage behind ex_w1/ex_w3/ex_w2 (host model) */
-    const struct td_backend *backend;/* a device mirror's backend (td_model_upload), else NULL */
-    void **dev_bufs;                 /* a device mirror's allocations */
+    struct td_tensor *expert_views;        /* owned storage behind the w1/w3/w2 pointers */
+    const void **expert_ptrs;              /* owned storage behind ex_w1/ex_w3/ex_w2 (host model) */
+    const struct td_backend *backend; /* a device mirror's backend (td_model_upload), else NULL */
+    void **dev_bufs;                  /* a device mirror's allocations */
     int n_dev_bufs;
 };
 

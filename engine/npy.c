@@ -8,7 +8,8 @@
 int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols, char *err,
                   size_t errlen) {
     char dict[128];
-    int n = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
+    int n = snprintf(dict, sizeof dict,
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
                      (long long)rows, (long long)cols);
     // magic(6) + version(2) + len(2) + dict + padding spaces + '\n', total a multiple of 64
     int total = 10 + n + 1;
@@ -23,7 +24,8 @@ int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t col
     head[8] = hl & 0xff;
     head[9] = hl >> 8;
     int ok = fwrite(head, 1, 10, fp) == 10 && fwrite(dict, 1, (size_t)n, fp) == (size_t)n;
-    for (int i = 0; ok && i < pad; i++) ok = fputc(' ', fp) != EOF;
+    for (int i = 0; ok && i < pad; i++)
+        ok = fputc(' ', fp) != EOF;
     ok = ok && fputc('\n', fp) != EOF;
     size_t cnt = (size_t)(rows * cols);
     ok = ok && fwrite(data, sizeof(float), cnt, fp) == cnt; // x86-64 and arm64 are little-endian

@@ -28,11 +28,9 @@ typedef unsigned long long ull;
 
 /* one tensor's byte range inside its shard's data section (for the overlap check) */
 struct st_range {
-    uint64_t begin, end;    /* end exclusive */
-    int entry;              /* index into st_set.entries */
+    uint64_t begin, end; /* end exclusive */
+    int entry;           /* index into st_set.entries */
 };
-
-
 
 static char *path_join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
@@ -57,8 +55,8 @@ static enum td_dtype dtype_from_name(const char *s) {
 
 /* Validates entry `name` of shard `shard` and appends it to set->entries (capacity reserved
  * by the caller). data/data_size describe the shard's data section. */
-static int parse_entry(struct st_set *set, int shard, const char *name, json_t *v,
-                       const char *data, uint64_t data_size, char *err, size_t errlen) {
+static int parse_entry(struct st_set *set, int shard, const char *name, json_t *v, const char *data,
+                       uint64_t data_size, char *err, size_t errlen) {
     const char *path = set->maps[shard].path;
 
     if (!json_is_object(v))
@@ -67,20 +65,20 @@ static int parse_entry(struct st_set *set, int shard, const char *name, json_t *
     json_t *jd = json_object_get(v, "dtype");
     if (!json_is_string(jd))
         return td_errf(err, errlen, "missing or non-string \"dtype\" for tensor \"%s\" in %s", name,
-                    path);
+                       path);
     enum td_dtype dtype = dtype_from_name(json_string_value(jd));
     if (dtype == TD_DTYPE_NONE)
         return td_errf(err, errlen, "unsupported dtype \"%s\" for tensor \"%s\" in %s",
-                    json_string_value(jd), name, path);
+                       json_string_value(jd), name, path);
 
     json_t *js = json_object_get(v, "shape");
     if (!json_is_array(js))
         return td_errf(err, errlen, "missing or non-array \"shape\" for tensor \"%s\" in %s", name,
-                    path);
+                       path);
     size_t ndim = json_array_size(js);
     if (ndim > TD_MAX_DIMS)
         return td_errf(err, errlen, "shape has %zu dims (max %d) for tensor \"%s\" in %s", ndim,
-                    TD_MAX_DIMS, name, path);
+                       TD_MAX_DIMS, name, path);
 
     /* numel saturates at UINT64_MAX; a zero dim makes it 0 regardless */
     int64_t shape[TD_MAX_DIMS] = {0};
@@ -90,11 +88,11 @@ static int parse_entry(struct st_set *set, int shard, const char *name, json_t *
         json_t *d = json_array_get(js, i);
         if (!json_is_integer(d))
             return td_errf(err, errlen, "shape[%zu] is not an integer for tensor \"%s\" in %s", i,
-                        name, path);
+                           name, path);
         json_int_t x = json_integer_value(d);
         if (x < 0)
             return td_errf(err, errlen, "negative dim %lld in shape for tensor \"%s\" in %s",
-                        (long long)x, name, path);
+                           (long long)x, name, path);
         shape[i] = x;
         if (x != 0 && numel > UINT64_MAX / (uint64_t)x)
             overflow = 1;
@@ -109,30 +107,30 @@ static int parse_entry(struct st_set *set, int shard, const char *name, json_t *
     if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(jb) ||
         !json_is_integer(je) || json_integer_value(jb) < 0 || json_integer_value(je) < 0)
         return td_errf(err, errlen,
-                    "missing or malformed \"data_offsets\" (want [begin, end], non-negative "
-                    "integers) for tensor \"%s\" in %s",
-                    name, path);
+                       "missing or malformed \"data_offsets\" (want [begin, end], non-negative "
+                       "integers) for tensor \"%s\" in %s",
+                       name, path);
     uint64_t begin = (uint64_t)json_integer_value(jb), end = (uint64_t)json_integer_value(je);
     if (begin > end)
         return td_errf(err, errlen, "data_offsets begin %llu > end %llu for tensor \"%s\" in %s",
-                    (ull)begin, (ull)end, name, path);
+                       (ull)begin, (ull)end, name, path);
     if (end > data_size)
         return td_errf(err, errlen,
-                    "data_offsets end %llu is past the data section (%llu bytes) for tensor "
-                    "\"%s\" in %s",
-                    (ull)end, (ull)data_size, name, path);
+                       "data_offsets end %llu is past the data section (%llu bytes) for tensor "
+                       "\"%s\" in %s",
+                       (ull)end, (ull)data_size, name, path);
 
     size_t esize = td_dtype_size(dtype);
     if (overflow || numel > UINT64_MAX / esize)
         return td_errf(err, errlen,
-                    "size mismatch for tensor \"%s\" in %s: shape x %s overflows 64 bits, "
-                    "actual %llu bytes",
-                    name, path, td_dtype_name(dtype), (ull)(end - begin));
+                       "size mismatch for tensor \"%s\" in %s: shape x %s overflows 64 bits, "
+                       "actual %llu bytes",
+                       name, path, td_dtype_name(dtype), (ull)(end - begin));
     if (numel * esize != end - begin)
         return td_errf(err, errlen,
-                    "size mismatch for tensor \"%s\" in %s: expected %llu bytes (shape x %s), "
-                    "actual %llu bytes (data_offsets)",
-                    name, path, (ull)(numel * esize), td_dtype_name(dtype), (ull)(end - begin));
+                       "size mismatch for tensor \"%s\" in %s: expected %llu bytes (shape x %s), "
+                       "actual %llu bytes (data_offsets)",
+                       name, path, (ull)(numel * esize), td_dtype_name(dtype), (ull)(end - begin));
 
     struct st_entry *e = &set->entries[set->n_entries];
     memset(e, 0, sizeof *e);
@@ -179,10 +177,10 @@ static int check_overlap(struct st_set *set, int first, const char *data, char *
         if (r[i].begin == r[i].end) continue;
         if (last >= 0 && r[i].begin < r[last].end)
             rc = td_errf(err, errlen,
-                      "tensors \"%s\" [%llu, %llu) and \"%s\" [%llu, %llu) overlap in %s",
-                      set->entries[r[last].entry].name, (ull)r[last].begin, (ull)r[last].end,
-                      set->entries[r[i].entry].name, (ull)r[i].begin, (ull)r[i].end,
-                      set->maps[set->entries[r[i].entry].shard].path);
+                         "tensors \"%s\" [%llu, %llu) and \"%s\" [%llu, %llu) overlap in %s",
+                         set->entries[r[last].entry].name, (ull)r[last].begin, (ull)r[last].end,
+                         set->entries[r[i].entry].name, (ull)r[i].begin, (ull)r[i].end,
+                         set->maps[set->entries[r[i].entry].shard].path);
         if (last < 0 || r[i].end > r[last].end) last = i;
     }
     free(r);
@@ -195,13 +193,14 @@ static int parse_header(struct st_set *set, int shard, char *err, size_t errlen)
     const unsigned char *p = m->base;
 
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | p[i];
     if (hlen > m->size - 8)
         return td_errf(err, errlen, "header length %llu is past the end of %s (%zu bytes)",
-                    (ull)hlen, m->path, m->size);
+                       (ull)hlen, m->path, m->size);
     if (hlen > ST_MAX_HEADER)
         return td_errf(err, errlen, "header length %llu in %s is absurd (max %llu)", (ull)hlen,
-                    m->path, ST_MAX_HEADER);
+                       m->path, ST_MAX_HEADER);
     const char *data = (const char *)p + 8 + hlen;
     uint64_t data_size = m->size - 8 - hlen;
 
@@ -209,7 +208,7 @@ static int parse_header(struct st_set *set, int shard, char *err, size_t errlen)
     json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return td_errf(err, errlen, "malformed JSON header in %s: %s (line %d, column %d)", m->path,
-                    jerr.text, jerr.line, jerr.column);
+                       jerr.text, jerr.line, jerr.column);
     if (!json_is_object(root)) {
         json_decref(root);
         return td_errf(err, errlen, "header is not a JSON object in %s", m->path);
@@ -269,7 +268,7 @@ static int add_shard(struct st_set *set, const char *path, char *err, size_t err
     if (st.st_size < 8) {
         close(fd);
         return td_errf(err, errlen, "%s is too short for safetensors (%lld bytes, need at least 8)",
-                    path, (long long)st.st_size);
+                       path, (long long)st.st_size);
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
@@ -296,7 +295,7 @@ static int finalize(struct st_set *set, char *err, size_t errlen) {
         const struct st_entry *a = &set->entries[i - 1], *b = &set->entries[i];
         if (strcmp(a->name, b->name) == 0)
             return td_errf(err, errlen, "duplicate tensor \"%s\" in %s and %s", a->name,
-                        set->maps[a->shard].path, set->maps[b->shard].path);
+                           set->maps[a->shard].path, set->maps[b->shard].path);
     }
     return 0;
 }
@@ -325,7 +324,7 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
     json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return td_errf(err, errlen, "malformed JSON in %s: %s (line %d, column %d)", index,
-                    jerr.text, jerr.line, jerr.column);
+                       jerr.text, jerr.line, jerr.column);
 
     const char **shards = NULL; /* [n_shards], strings owned by root */
     int n_shards = 0, rc = 0;
@@ -356,20 +355,21 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
     json_object_foreach(wm, name, v) {
         if (!json_is_string(v)) {
             rc = td_errf(err, errlen, "weight_map entry for tensor \"%s\" is not a string in %s",
-                      name, index);
+                         name, index);
             goto out;
         }
         const char *s = json_string_value(v);
         if (!shard_name_ok(s)) {
             rc = td_errf(err, errlen,
-                      "invalid shard name \"%s\" for tensor \"%s\" in %s (want a plain file "
-                      "name)",
-                      s, name, index);
+                         "invalid shard name \"%s\" for tensor \"%s\" in %s (want a plain file "
+                         "name)",
+                         s, name, index);
             goto out;
         }
         int k = n_shards - 1;
         if (k < 0 || strcmp(shards[k], s) != 0)
-            for (k = 0; k < n_shards && strcmp(shards[k], s) != 0; k++) {}
+            for (k = 0; k < n_shards && strcmp(shards[k], s) != 0; k++) {
+            }
         if (k == n_shards) shards[n_shards++] = s;
     }
 
@@ -392,12 +392,12 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
         const struct st_entry *e = st_set_find(set, name);
         if (!e) {
             rc = td_errf(err, errlen, "tensor \"%s\" listed in %s is missing from shard %s", name,
-                      index, s);
+                         index, s);
             goto out;
         }
         if (strcmp(shards[e->shard], s) != 0) {
             rc = td_errf(err, errlen, "tensor \"%s\" is in shard %s but %s says %s", name,
-                      shards[e->shard], index, s);
+                         shards[e->shard], index, s);
             goto out;
         }
     }
@@ -405,7 +405,7 @@ static int open_index(struct st_set *set, const char *dir, const char *index, ch
         const struct st_entry *e = &set->entries[i];
         if (!json_object_get(wm, e->name)) {
             rc = td_errf(err, errlen, "tensor \"%s\" in shard %s is not listed in %s", e->name,
-                      shards[e->shard], index);
+                         shards[e->shard], index);
             goto out;
         }
     }
@@ -457,7 +457,8 @@ const struct st_entry *st_set_find(const struct st_set *set, const char *name) {
 
 void st_set_close(struct st_set *set) {
     if (!set) return;
-    for (int i = 0; i < set->n_entries; i++) free(set->entries[i].name);
+    for (int i = 0; i < set->n_entries; i++)
+        free(set->entries[i].name);
     free(set->entries);
     for (int i = 0; i < set->n_maps; i++) {
         if (set->maps[i].base) munmap(set->maps[i].base, set->maps[i].size);

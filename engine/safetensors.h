@@ -24,20 +24,20 @@ extern "C" {
 #endif
 
 struct st_entry {
-    char *name;             /* owned */
-    struct td_tensor t;     /* data points into the mapping */
+    char *name;         /* owned */
+    struct td_tensor t; /* data points into the mapping */
     size_t nbytes;
-    int shard;              /* index into st_set.maps */
+    int shard; /* index into st_set.maps */
 };
 
 struct st_map {
-    char *path;             /* owned */
-    void *base;             /* mmap base, NULL if empty */
+    char *path; /* owned */
+    void *base; /* mmap base, NULL if empty */
     size_t size;
 };
 
 struct st_set {
-    struct st_map *maps;    /* [n_maps] */
+    struct st_map *maps; /* [n_maps] */
     int n_maps;
     struct st_entry *entries; /* [n_entries], sorted by name */
     int n_entries;

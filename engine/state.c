@@ -106,7 +106,7 @@ void td_state_free(struct td_state *s) {
     if (s->layers && s->cfg) {
         for (int i = 0; i < s->cfg->n_layers; i++) {
             struct td_layer_state *ls = &s->layers[i];
-            float *bufs[] = {ls->swa,      ls->raw_kv,    ls->raw_gate, ls->entries,
+            float *bufs[] = {ls->swa,     ls->raw_kv,    ls->raw_gate, ls->entries,
                              ls->iraw_kv, ls->iraw_gate, ls->ientries};
             for (int k = 0; k < 7; k++)
                 if (bufs[k]) s->backend->release(bufs[k]);

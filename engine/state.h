@@ -21,16 +21,16 @@ extern "C" {
 #endif
 
 struct td_layer_state {
-    int ring;           /* compressor raw ring rows (0 for sliding layers) */
-    int width;          /* raw row width: 2 * head_dim (CSA), head_dim (HCA) */
-    int n_entries;      /* entry capacity: max_ctx / rate */
-    float *swa;         /* [max_seqs, swa_ring, head_dim] */
-    float *raw_kv;      /* [max_seqs, ring, width] */
-    float *raw_gate;    /* [max_seqs, ring, width] gate + position bias */
-    float *entries;     /* [max_seqs, n_entries, head_dim] */
-    float *iraw_kv;     /* CSA: [max_seqs, ring, 2 * index_head_dim] */
-    float *iraw_gate;   /* CSA: [max_seqs, ring, 2 * index_head_dim] */
-    float *ientries;    /* CSA: [max_seqs, n_entries, index_head_dim] indexer keys */
+    int ring;         /* compressor raw ring rows (0 for sliding layers) */
+    int width;        /* raw row width: 2 * head_dim (CSA), head_dim (HCA) */
+    int n_entries;    /* entry capacity: max_ctx / rate */
+    float *swa;       /* [max_seqs, swa_ring, head_dim] */
+    float *raw_kv;    /* [max_seqs, ring, width] */
+    float *raw_gate;  /* [max_seqs, ring, width] gate + position bias */
+    float *entries;   /* [max_seqs, n_entries, head_dim] */
+    float *iraw_kv;   /* CSA: [max_seqs, ring, 2 * index_head_dim] */
+    float *iraw_gate; /* CSA: [max_seqs, ring, 2 * index_head_dim] */
+    float *ientries;  /* CSA: [max_seqs, n_entries, index_head_dim] indexer keys */
 };
 
 struct td_backend;
@@ -40,14 +40,14 @@ struct td_state {
     const struct td_config *cfg;
     const struct td_backend *backend; /* where the pools live */
     int max_seqs, max_ctx, max_chunk;
-    int swa_ring;                 /* sliding_window + max_chunk */
-    int32_t *len;                 /* [max_seqs] committed length */
-    int32_t *hi;                  /* [max_seqs] highest position ever written + 1 */
-    uint8_t *in_use;              /* [max_seqs] */
-    struct td_layer_state *layers;/* [n_layers] */
-    size_t bytes;                 /* total pool bytes */
-    int use_graphs;               /* replay captured step graphs where the backend has them */
-    struct td_fwd_ws *ws;         /* the forward's step buffers (forward.c), made on first use */
+    int swa_ring;                  /* sliding_window + max_chunk */
+    int32_t *len;                  /* [max_seqs] committed length */
+    int32_t *hi;                   /* [max_seqs] highest position ever written + 1 */
+    uint8_t *in_use;               /* [max_seqs] */
+    struct td_layer_state *layers; /* [n_layers] */
+    size_t bytes;                  /* total pool bytes */
+    int use_graphs;                /* replay captured step graphs where the backend has them */
+    struct td_fwd_ws *ws;          /* the forward's step buffers (forward.c), made on first use */
     void (*ws_free)(struct td_state *s);
 };
 

@@ -17,7 +17,7 @@ extern "C" {
 #define TD_MAX_DIMS 4
 
 struct td_tensor {
-    const void *data;           /* NULL when absent */
+    const void *data; /* NULL when absent */
     enum td_dtype dtype;
     int ndim;
     int64_t shape[TD_MAX_DIMS]; /* outermost first */
@@ -27,7 +27,8 @@ const char *td_dtype_name(enum td_dtype t);
 
 static inline int64_t td_tensor_numel(const struct td_tensor *t) {
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
     return n;
 }
 

@@ -25,7 +25,8 @@ __global__ void attention_rows_kernel(struct attn_args a) {
     if (a.entries) {
         if (a.use_topk) {
             const int32_t *pk = r.topk + (size_t)t * r.topk_stride;
-            while (n_ent < r.topk_stride && pk[n_ent] >= 0) n_ent++;
+            while (n_ent < r.topk_stride && pk[n_ent] >= 0)
+                n_ent++;
         } else {
             n_ent = r.vis[t];
         }
@@ -34,29 +35,35 @@ __global__ void attention_rows_kernel(struct attn_args a) {
     float *qs = sm, *s = sm + a.d;
     for (int h = 0; h < a.n_heads; h++) {
         const float *qh = a.q + ((size_t)t * a.n_heads + h) * a.d;
-        for (int c = threadIdx.x; c < a.d; c += blockDim.x) qs[c] = qh[c];
+        for (int c = threadIdx.x; c < a.d; c += blockDim.x)
+            qs[c] = qh[c];
         __syncthreads();
         for (int j = warp; j < nk; j += nw) {
             const float *k = key_ptr(a, t, j, n_swa, slot, len, row0);
             float dot = 0.0f;
-            for (int c = lane; c < a.d; c += 32) dot += qs[c] * k[c];
+            for (int c = lane; c < a.d; c += 32)
+                dot += qs[c] * k[c];
             dot = warp_sum(dot);
             if (lane == 0) s[j] = dot * a.scale;
         }
         __syncthreads();
         float sink = a.sinks[h], mx = sink;
-        for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmaxf(mx, s[j]);
+        for (int j = threadIdx.x; j < nk; j += blockDim.x)
+            mx = fmaxf(mx, s[j]);
         mx = block_max(mx);
         float den = 0.0f;
-        for (int j = threadIdx.x; j < nk; j += blockDim.x) den += expf(s[j] - mx);
+        for (int j = threadIdx.x; j < nk; j += blockDim.x)
+            den += expf(s[j] - mx);
         den = block_sum(den) + expf(sink - mx);
         __syncthreads();
-        for (int j = threadIdx.x; j < nk; j += blockDim.x) s[j] = expf(s[j] - mx) / den;
+        for (int j = threadIdx.x; j < nk; j += blockDim.x)
+            s[j] = expf(s[j] - mx) / den;
         __syncthreads();
         float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
         for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
             float acc = 0.0f;
-            for (int j = 0; j < nk; j++) acc += s[j] * key_ptr(a, t, j, n_swa, slot, len, row0)[c];
+            for (int j = 0; j < nk; j++)
+                acc += s[j] * key_ptr(a, t, j, n_swa, slot, len, row0)[c];
             oh[c] = acc;
         }
         __syncthreads();
@@ -72,12 +79,15 @@ static void ensure_smem(size_t smem) {
     smem_set = smem;
 }
 
-extern "C" void attention_cuda_reserve(size_t smem) { ensure_smem(smem); }
+extern "C" void attention_cuda_reserve(size_t smem) {
+    ensure_smem(smem);
+}
 
 extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (!a->rows.n_tok) return;
     // capacity: the window plus every compressed entry a row may see (top-k or all visible)
-    int max_keys = a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
+    int max_keys =
+        a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
     size_t smem = ((size_t)a->d + max_keys) * sizeof(float);
     ensure_smem(smem);
     attention_rows_kernel<<<a->rows.n_tok, 128, smem, td_cuda_stream()>>>(*a);

@@ -19,16 +19,16 @@ void attention_sink_ref(float *out, const float *q, const float *const *keys, in
 
 /* The one sparse-attention entry point: every row's key set comes from the step metadata. */
 struct attn_args {
-    struct rows_view rows;      /* swa_indptr/swa_pos, vis, topk, row_seq, slot, len_before */
-    float *out;                 /* [n_tok, n_heads, d] */
-    const float *q;             /* [n_tok, n_heads, d] */
-    const float *kv;            /* [n_tok, d] this step's keys (= values) */
-    const float *swa_ring;      /* [max_seqs, swa_rows, d] older window keys */
+    struct rows_view rows; /* swa_indptr/swa_pos, vis, topk, row_seq, slot, len_before */
+    float *out;            /* [n_tok, n_heads, d] */
+    const float *q;        /* [n_tok, n_heads, d] */
+    const float *kv;       /* [n_tok, d] this step's keys (= values) */
+    const float *swa_ring; /* [max_seqs, swa_rows, d] older window keys */
     int swa_rows;
-    const float *entries;       /* [max_seqs, n_entries, d] compressed entries, NULL: none */
+    const float *entries; /* [max_seqs, n_entries, d] compressed entries, NULL: none */
     int n_entries;
-    int use_topk;               /* 1: entries rows.topk picks (CSA); 0: all w < vis (HCA) */
-    const float *sinks;         /* [n_heads] */
+    int use_topk;       /* 1: entries rows.topk picks (CSA); 0: all w < vis (HCA) */
+    const float *sinks; /* [n_heads] */
     int n_heads, d;
     float scale;
 };

@@ -13,16 +13,20 @@ void attention_sink_ref(float *out, const float *q, const float *const *keys, in
         float mx = sinks[h];
         for (int j = 0; j < n_keys; j++) {
             double dot = 0.0;
-            for (int c = 0; c < d; c++) dot += (double)qh[c] * keys[j][c];
+            for (int c = 0; c < d; c++)
+                dot += (double)qh[c] * keys[j][c];
             s[j] = (float)dot * scale;
             if (s[j] > mx) mx = s[j];
         }
         double den = exp((double)sinks[h] - mx);
-        for (int j = 0; j < n_keys; j++) den += exp((double)s[j] - mx);
-        for (int c = 0; c < d; c++) oh[c] = 0.0f;
+        for (int j = 0; j < n_keys; j++)
+            den += exp((double)s[j] - mx);
+        for (int c = 0; c < d; c++)
+            oh[c] = 0.0f;
         for (int j = 0; j < n_keys; j++) {
             float p = (float)(exp((double)s[j] - mx) / den);
-            for (int c = 0; c < d; c++) oh[c] += p * keys[j][c];
+            for (int c = 0; c < d; c++)
+                oh[c] += p * keys[j][c];
         }
     }
     free(s);
@@ -42,9 +46,10 @@ void attention_rows_ref(const struct attn_args *a) {
         int row0 = r->qo_indptr[sq], nk = 0;
         for (int k = r->swa_indptr[t]; k < r->swa_indptr[t + 1]; k++) {
             int q = r->swa_pos[k];
-            keys[nk++] = q >= len ? a->kv + (size_t)(row0 + q - len) * a->d
-                                  : a->swa_ring + ((size_t)slot * a->swa_rows +
-                                                   (size_t)(q % a->swa_rows)) * a->d;
+            keys[nk++] =
+                q >= len
+                    ? a->kv + (size_t)(row0 + q - len) * a->d
+                    : a->swa_ring + ((size_t)slot * a->swa_rows + (size_t)(q % a->swa_rows)) * a->d;
         }
         if (a->entries) {
             const float *ent = a->entries + (size_t)slot * a->n_entries * a->d;
@@ -53,7 +58,8 @@ void attention_rows_ref(const struct attn_args *a) {
                 for (int j = 0; j < r->topk_stride && pk[j] >= 0; j++)
                     keys[nk++] = ent + (size_t)pk[j] * a->d;
             } else {
-                for (int w = 0; w < r->vis[t]; w++) keys[nk++] = ent + (size_t)w * a->d;
+                for (int w = 0; w < r->vis[t]; w++)
+                    keys[nk++] = ent + (size_t)w * a->d;
             }
         }
         attention_sink_ref(a->out + (size_t)t * a->n_heads * a->d,

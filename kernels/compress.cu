@@ -44,7 +44,8 @@ __global__ void compress_emit_kernel(struct compress_args a) {
         for (int s = 0; s < n_slots; s++)
             mx = fmaxf(mx, (from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c]);
         float den = 0.0f, num = 0.0f;
-        for (int s = 0; s < n_slots; s++) den += expf((from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] - mx);
+        for (int s = 0; s < n_slots; s++)
+            den += expf((from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] - mx);
         for (int s = 0; s < n_slots; s++) {
             float al = expf((from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] - mx) / den;
             num += al * (from_ring[s] ? a.ring_kv : a.raw)[off_kv[s] + c];
@@ -53,10 +54,12 @@ __global__ void compress_emit_kernel(struct compress_args a) {
     }
     __syncthreads();
     float ss = 0.0f;
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x) ss += e[c] * e[c];
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x)
+        ss += e[c] * e[c];
     ss = block_sum(ss);
     float rr = rsqrtf(ss / a.d + a.eps);
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x) e[c] = e[c] * rr * ld_f32(a.norm, a.norm_dtype, c);
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x)
+        e[c] = e[c] * rr * ld_f32(a.norm, a.norm_dtype, c);
     __syncthreads();
     int half = a.rot_dim / 2;
     float pos = (float)((long long)w * a.rate);
@@ -71,7 +74,8 @@ __global__ void compress_emit_kernel(struct compress_args a) {
     }
     __syncthreads();
     float *dst = a.entries + ((size_t)slot * a.n_entries + w) * a.d;
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x) dst[c] = e[c];
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x)
+        dst[c] = e[c];
 }
 
 __global__ void ring_store_kernel(float *ring, const float *rows, const int32_t *write,
@@ -99,7 +103,8 @@ extern "C" void compress_emit_cuda(const struct compress_args *a) {
                 MAX_SLOTS);
         abort();
     }
-    compress_emit_kernel<<<a->rows.n_tok, 128, (size_t)a->d * sizeof(float), td_cuda_stream()>>>(*a);
+    compress_emit_kernel<<<a->rows.n_tok, 128, (size_t)a->d * sizeof(float), td_cuda_stream()>>>(
+        *a);
     LAUNCH_CHECK();
 }
 

@@ -19,19 +19,19 @@ void compress_pool_ref(float *out, const float *const *kv, const float *const *g
 
 /* Everything one compressor (main or indexer, CSA or HCA) does for the rows of a step. */
 struct compress_args {
-    struct rows_view rows;      /* uses positions, row_seq, qo_indptr, slot, len_before, emit */
-    const float *raw;           /* [n_tok, width] this step's kv rows */
-    const float *gate;          /* [n_tok, width] this step's gate rows, position bias added */
-    const float *ring_kv;       /* [max_seqs, ring, width] older rows */
-    const float *ring_gate;     /* [max_seqs, ring, width] */
-    int ring, width;            /* width = (1 + overlap) * d */
-    int d, rate, overlap;       /* overlap: CSA (previous window's Ca half + own Cb half) */
-    float *entries;             /* [max_seqs, n_entries, d] entry w of a sequence at w */
+    struct rows_view rows;  /* uses positions, row_seq, qo_indptr, slot, len_before, emit */
+    const float *raw;       /* [n_tok, width] this step's kv rows */
+    const float *gate;      /* [n_tok, width] this step's gate rows, position bias added */
+    const float *ring_kv;   /* [max_seqs, ring, width] older rows */
+    const float *ring_gate; /* [max_seqs, ring, width] */
+    int ring, width;        /* width = (1 + overlap) * d */
+    int d, rate, overlap;   /* overlap: CSA (previous window's Ca half + own Cb half) */
+    float *entries;         /* [max_seqs, n_entries, d] entry w of a sequence at w */
     int n_entries;
-    const void *norm;           /* [d] kv_norm weight */
+    const void *norm; /* [d] kv_norm weight */
     enum td_dtype norm_dtype;
     float eps;
-    const float *inv_freq;      /* [rot_dim / 2] compress rope */
+    const float *inv_freq; /* [rot_dim / 2] compress rope */
     int rot_dim;
     float attn_factor;
 };
@@ -45,8 +45,8 @@ void add_pos_bias_ref(float *x, const void *bias, enum td_dtype bias_dtype,
                       const int32_t *positions, int rate, int n, int width);
 
 /* ring[slot(t)][write[t]] = rows[t] for every row with write[t] >= 0. */
-void ring_store_ref(float *ring, const float *rows, const int32_t *write,
-                    const struct rows_view *r, int ring_rows, int width);
+void ring_store_ref(float *ring, const float *rows, const int32_t *write, const struct rows_view *r,
+                    int ring_rows, int width);
 
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */

@@ -12,7 +12,8 @@ void compress_pool_ref(float *out, const float *const *kv, const float *const *g
         for (int s = 0; s < n_slots; s++)
             if (gate[s][c] > mx) mx = gate[s][c];
         double den = 0.0, num = 0.0;
-        for (int s = 0; s < n_slots; s++) den += exp((double)gate[s][c] - mx);
+        for (int s = 0; s < n_slots; s++)
+            den += exp((double)gate[s][c] - mx);
         for (int s = 0; s < n_slots; s++) {
             float a = (float)(exp((double)gate[s][c] - mx) / den);
             num += (double)a * kv[s][c];
@@ -59,12 +60,13 @@ void add_pos_bias_ref(float *x, const void *bias, enum td_dtype bias_dtype,
     }
 }
 
-void ring_store_ref(float *ring, const float *rows, const int32_t *write,
-                    const struct rows_view *r, int ring_rows, int width) {
+void ring_store_ref(float *ring, const float *rows, const int32_t *write, const struct rows_view *r,
+                    int ring_rows, int width) {
     for (int t = 0; t < r->n_tok; t++) {
         if (write[t] < 0) continue;
         int slot = r->slot[r->row_seq[t]];
         float *dst = ring + ((size_t)slot * ring_rows + write[t]) * width;
-        for (int j = 0; j < width; j++) dst[j] = rows[(size_t)t * width + j];
+        for (int j = 0; j < width; j++)
+            dst[j] = rows[(size_t)t * width + j];
     }
 }

@@ -12,14 +12,14 @@
 #include "dtype.h"
 
 /* evaluates x once; on failure prints the statement, file:line and the error, then aborts */
-#define CUDA_CHECK(x)                                                                          \
-    do {                                                                                       \
-        cudaError_t err_ = (x);                                                                \
-        if (err_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "CUDA error %s (%s) at %s:%d: %s\n", cudaGetErrorName(err_),       \
-                    cudaGetErrorString(err_), __FILE__, __LINE__, #x);                         \
-            abort();                                                                           \
-        }                                                                                      \
+#define CUDA_CHECK(x)                                                                              \
+    do {                                                                                           \
+        cudaError_t err_ = (x);                                                                    \
+        if (err_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "CUDA error %s (%s) at %s:%d: %s\n", cudaGetErrorName(err_),           \
+                    cudaGetErrorString(err_), __FILE__, __LINE__, #x);                             \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* after every launch; TD_SYNC=1 in the environment also synchronises, so an asynchronous fault
@@ -39,12 +39,14 @@ __device__ __forceinline__ float ld_f32(const void *p, int dtype, long long i) {
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
 __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -59,7 +61,8 @@ __device__ __forceinline__ float block_sum(float v) {
     __syncthreads();
     float r = 0.0f;
     int nw = blockDim.x >> 5;
-    for (int i = 0; i < nw; i++) r += part[i];
+    for (int i = 0; i < nw; i++)
+        r += part[i];
     return r;
 }
 
@@ -72,10 +75,13 @@ __device__ __forceinline__ float block_max(float v) {
     __syncthreads();
     float r = -INFINITY;
     int nw = blockDim.x >> 5;
-    for (int i = 0; i < nw; i++) r = fmaxf(r, partm[i]);
+    for (int i = 0; i < nw; i++)
+        r = fmaxf(r, partm[i]);
     return r;
 }
 
-static inline int ceil_div(long long a, int b) { return (int)((a + b - 1) / b); }
+static inline int ceil_div(long long a, int b) {
+    return (int)((a + b - 1) / b);
+}
 
 #endif

@@ -49,7 +49,8 @@ static inline float td_f16_to_f32(uint16_t h) {
         f = (float)mant * 0x1p-24f;
         return sign ? -f : f;
     }
-    u = exp == 0x1f ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp + 112) << 23) | (mant << 13));
+    u = exp == 0x1f ? (sign | 0x7f800000u | (mant << 13))
+                    : (sign | ((exp + 112) << 23) | (mant << 13));
     memcpy(&f, &u, 4);
     return f;
 }
@@ -75,7 +76,8 @@ static inline void td_load_row_f32(float *dst, const void *p, enum td_dtype t, i
         memcpy(dst, (const float *)p + off, (size_t)n * 4);
         return;
     }
-    for (int64_t i = 0; i < n; i++) dst[i] = td_load_f32(p, t, off + i);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = td_load_f32(p, t, off + i);
 }
 
 #ifdef __cplusplus

@@ -11,11 +11,13 @@ void embed_ref(float *X, const int32_t *ids, const void *emb, enum td_dtype emb_
 }
 
 void add_ref(float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
 }
 
 void scale_ref(float *x, float s, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] *= s;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
 }
 
 void swiglu_act_ref(float *g, const float *u, size_t n, float limit) {
@@ -29,5 +31,6 @@ void swiglu_act_ref(float *g, const float *u, size_t n, float limit) {
 void add_bcast_ref(float *X, const float *e, int n, int nc, int d) {
     for (int t = 0; t < n; t++)
         for (int i = 0; i < nc; i++)
-            for (int c = 0; c < d; c++) X[((size_t)t * nc + i) * d + c] += e[(size_t)t * d + c];
+            for (int c = 0; c < d; c++)
+                X[((size_t)t * nc + i) * d + c] += e[(size_t)t * d + c];
 }

@@ -9,7 +9,8 @@
 __device__ void hc_mixes(float *mix, const float *xt, const void *fn, int fn_dt, int m, int width,
                          float rms_eps) {
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) ss += xt[i] * xt[i];
+    for (int i = threadIdx.x; i < width; i += blockDim.x)
+        ss += xt[i] * xt[i];
     ss = block_sum(ss);
     float r = rsqrtf(ss / width + rms_eps);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -23,7 +24,9 @@ __device__ void hc_mixes(float *mix, const float *xt, const void *fn, int fn_dt,
     __syncthreads();
 }
 
-__device__ __forceinline__ float sigm(float z) { return 1.0f / (1.0f + expf(-z)); }
+__device__ __forceinline__ float sigm(float z) {
+    return 1.0f / (1.0f + expf(-z));
+}
 
 __global__ void hc_pre_kernel(float *collapsed, float *post, float *comb, const float *x,
                               struct hc_weights w, int nc, int d, int iters, float hc_eps,
@@ -49,27 +52,34 @@ __global__ void hc_pre_kernel(float *collapsed, float *post, float *comb, const 
                 mx = fmaxf(mx, row[j]);
             }
             float sum = 0.0f;
-            for (int j = 0; j < nc; j++) sum += (row[j] = expf(row[j] - mx));
-            for (int j = 0; j < nc; j++) row[j] = row[j] / sum + hc_eps;
+            for (int j = 0; j < nc; j++)
+                sum += (row[j] = expf(row[j] - mx));
+            for (int j = 0; j < nc; j++)
+                row[j] = row[j] / sum + hc_eps;
         }
         for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
             if (it > 0)
                 for (int i = 0; i < nc; i++) {
                     float sum = 0.0f;
-                    for (int j = 0; j < nc; j++) sum += ct[i * nc + j];
-                    for (int j = 0; j < nc; j++) ct[i * nc + j] /= sum + hc_eps;
+                    for (int j = 0; j < nc; j++)
+                        sum += ct[i * nc + j];
+                    for (int j = 0; j < nc; j++)
+                        ct[i * nc + j] /= sum + hc_eps;
                 }
             for (int j = 0; j < nc; j++) {
                 float sum = 0.0f;
-                for (int i = 0; i < nc; i++) sum += ct[i * nc + j];
-                for (int i = 0; i < nc; i++) ct[i * nc + j] /= sum + hc_eps;
+                for (int i = 0; i < nc; i++)
+                    sum += ct[i * nc + j];
+                for (int i = 0; i < nc; i++)
+                    ct[i * nc + j] /= sum + hc_eps;
             }
         }
     }
     __syncthreads();
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float acc = 0.0f;
-        for (int i = 0; i < nc; i++) acc += pre[i] * xt[(size_t)i * d + c];
+        for (int i = 0; i < nc; i++)
+            acc += pre[i] * xt[(size_t)i * d + c];
         collapsed[(size_t)t * d + c] = acc;
     }
 }
@@ -81,11 +91,13 @@ __global__ void hc_post_kernel(float *x, const float *a, const float *post, cons
     int t = (int)(i / d), c = (int)(i % d);
     float old[16], *xt = x + (size_t)t * nc * d;
     const float *ct = comb + (size_t)t * nc * nc, *pt = post + (size_t)t * nc;
-    for (int k = 0; k < nc; k++) old[k] = xt[(size_t)k * d + c];
+    for (int k = 0; k < nc; k++)
+        old[k] = xt[(size_t)k * d + c];
     float at = a[(size_t)t * d + c];
     for (int j = 0; j < nc; j++) {
         float acc = 0.0f;
-        for (int k = 0; k < nc; k++) acc += ct[k * nc + j] * old[k];
+        for (int k = 0; k < nc; k++)
+            acc += ct[k * nc + j] * old[k];
         xt[(size_t)j * d + c] = pt[j] * at + acc;
     }
 }
@@ -118,8 +130,8 @@ extern "C" void hc_pre_cuda(float *collapsed, float *post, float *comb, const fl
 extern "C" void hc_post_cuda(float *x, const float *a, const float *post, const float *comb, int n,
                              int nc, int d) {
     if (!n) return;
-    hc_post_kernel<<<ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream()>>>(x, a, post,
-                                                                                   comb, n, nc, d);
+    hc_post_kernel<<<ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream()>>>(x, a, post, comb,
+                                                                                  n, nc, d);
     LAUNCH_CHECK();
 }
 

@@ -11,9 +11,9 @@ extern "C" {
 #endif
 
 struct hc_weights {
-    const void *fn;       /* [(2 + nc) * nc, nc * d] rows: pre | post | comb (row-major nc x nc) */
-    const void *base;     /* [(2 + nc) * nc] */
-    const void *scale;    /* [3] (pre, post, comb) */
+    const void *fn;    /* [(2 + nc) * nc, nc * d] rows: pre | post | comb (row-major nc x nc) */
+    const void *base;  /* [(2 + nc) * nc] */
+    const void *scale; /* [3] (pre, post, comb) */
     enum td_dtype fn_dtype, base_dtype, scale_dtype;
 };
 
@@ -28,15 +28,15 @@ void hc_post_ref(float *x, const float *a, const float *post, const float *comb,
                  int d);
 
 /* y[n, d] = sum_i (sigmoid(mix_i * scale + base_i) + eps) x_i, mix = fn . rms(x) (hc_head). */
-void hc_head_ref(float *y, const float *x, const void *fn, enum td_dtype fn_dtype,
-                 const void *base, enum td_dtype base_dtype, const void *scale,
-                 enum td_dtype scale_dtype, int n, int nc, int d, float hc_eps, float rms_eps);
+void hc_head_ref(float *y, const float *x, const void *fn, enum td_dtype fn_dtype, const void *base,
+                 enum td_dtype base_dtype, const void *scale, enum td_dtype scale_dtype, int n,
+                 int nc, int d, float hc_eps, float rms_eps);
 
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */
 void hc_pre_cuda(float *collapsed, float *post, float *comb, const float *x,
-                 const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters,
-                 float hc_eps, float rms_eps);
+                 const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters, float hc_eps,
+                 float rms_eps);
 void hc_post_cuda(float *x, const float *a, const float *post, const float *comb, int n, int nc,
                   int d);
 void hc_head_cuda(float *y, const float *x, const void *fn, enum td_dtype fn_dtype,

@@ -4,13 +4,16 @@
 #include <math.h>
 #include <stdlib.h>
 
-static float sigmoidf_(float z) { return 1.0f / (1.0f + expf(-z)); }
+static float sigmoidf_(float z) {
+    return 1.0f / (1.0f + expf(-z));
+}
 
 /* mix[m] = fn[m, :] . (x / rms(x)) over the flattened nc * d streams of one token */
 static void hc_mix(float *mix, const float *x, const void *fn, enum td_dtype fn_dtype, int m,
                    int width, float rms_eps) {
     double ss = 0.0;
-    for (int i = 0; i < width; i++) ss += (double)x[i] * x[i];
+    for (int i = 0; i < width; i++)
+        ss += (double)x[i] * x[i];
     float r = (float)(1.0 / sqrt(ss / width + (double)rms_eps));
     for (int o = 0; o < m; o++) {
         double acc = 0.0;
@@ -35,8 +38,8 @@ void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
         float pre[16];
         for (int i = 0; i < nc; i++) {
             pre[i] = sigmoidf_(mix[i] * s_pre + td_load_f32(w->base, w->base_dtype, i)) + hc_eps;
-            pt[i] = 2.0f * sigmoidf_(mix[nc + i] * s_post +
-                                     td_load_f32(w->base, w->base_dtype, nc + i));
+            pt[i] = 2.0f *
+                    sigmoidf_(mix[nc + i] * s_post + td_load_f32(w->base, w->base_dtype, nc + i));
         }
         // comb: row softmax + eps, then column normalise, then (iters - 1) x (row, column)
         for (int i = 0; i < nc; i++) {
@@ -47,27 +50,34 @@ void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
                 if (row[j] > mx) mx = row[j];
             }
             float sum = 0.0f;
-            for (int j = 0; j < nc; j++) sum += (row[j] = expf(row[j] - mx));
-            for (int j = 0; j < nc; j++) row[j] = row[j] / sum + hc_eps;
+            for (int j = 0; j < nc; j++)
+                sum += (row[j] = expf(row[j] - mx));
+            for (int j = 0; j < nc; j++)
+                row[j] = row[j] / sum + hc_eps;
         }
         for (int it = 0; it < sinkhorn_iters; it++) {
             if (it > 0) {
                 for (int i = 0; i < nc; i++) {
                     float sum = 0.0f;
-                    for (int j = 0; j < nc; j++) sum += ct[i * nc + j];
-                    for (int j = 0; j < nc; j++) ct[i * nc + j] /= sum + hc_eps;
+                    for (int j = 0; j < nc; j++)
+                        sum += ct[i * nc + j];
+                    for (int j = 0; j < nc; j++)
+                        ct[i * nc + j] /= sum + hc_eps;
                 }
             }
             for (int j = 0; j < nc; j++) {
                 float sum = 0.0f;
-                for (int i = 0; i < nc; i++) sum += ct[i * nc + j];
-                for (int i = 0; i < nc; i++) ct[i * nc + j] /= sum + hc_eps;
+                for (int i = 0; i < nc; i++)
+                    sum += ct[i * nc + j];
+                for (int i = 0; i < nc; i++)
+                    ct[i * nc + j] /= sum + hc_eps;
             }
         }
         float *yt = collapsed + (size_t)t * d;
         for (int c = 0; c < d; c++) {
             float acc = 0.0f;
-            for (int i = 0; i < nc; i++) acc += pre[i] * xt[(size_t)i * d + c];
+            for (int i = 0; i < nc; i++)
+                acc += pre[i] * xt[(size_t)i * d + c];
             yt[c] = acc;
         }
     }
@@ -81,11 +91,13 @@ void hc_post_ref(float *x, const float *a, const float *post, const float *comb,
         float *xt = x + (size_t)t * nc * d;
         const float *at = a + (size_t)t * d, *pt = post + (size_t)t * nc;
         const float *ct = comb + (size_t)t * nc * nc;
-        for (int k = 0; k < nc * d; k++) old[k] = xt[k];
+        for (int k = 0; k < nc * d; k++)
+            old[k] = xt[k];
         for (int j = 0; j < nc; j++) {
             for (int c = 0; c < d; c++) {
                 float acc = 0.0f;
-                for (int i = 0; i < nc; i++) acc += ct[i * nc + j] * old[(size_t)i * d + c];
+                for (int i = 0; i < nc; i++)
+                    acc += ct[i * nc + j] * old[(size_t)i * d + c];
                 xt[(size_t)j * d + c] = pt[j] * at[c] + acc;
             }
         }
@@ -93,9 +105,9 @@ void hc_post_ref(float *x, const float *a, const float *post, const float *comb,
     free(old);
 }
 
-void hc_head_ref(float *y, const float *x, const void *fn, enum td_dtype fn_dtype,
-                 const void *base, enum td_dtype base_dtype, const void *scale,
-                 enum td_dtype scale_dtype, int n, int nc, int d, float hc_eps, float rms_eps) {
+void hc_head_ref(float *y, const float *x, const void *fn, enum td_dtype fn_dtype, const void *base,
+                 enum td_dtype base_dtype, const void *scale, enum td_dtype scale_dtype, int n,
+                 int nc, int d, float hc_eps, float rms_eps) {
     float mix[16], s = td_load_f32(scale, scale_dtype, 0);
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * nc * d;
@@ -105,7 +117,8 @@ void hc_head_ref(float *y, const float *x, const void *fn, enum td_dtype fn_dtyp
             pre[i] = sigmoidf_(mix[i] * s + td_load_f32(base, base_dtype, i)) + hc_eps;
         for (int c = 0; c < d; c++) {
             float acc = 0.0f;
-            for (int i = 0; i < nc; i++) acc += pre[i] * xt[(size_t)i * d + c];
+            for (int i = 0; i < nc; i++)
+                acc += pre[i] * xt[(size_t)i * d + c];
             y[(size_t)t * d + c] = acc;
         }
     }

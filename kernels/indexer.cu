@@ -20,7 +20,8 @@ __global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
         float s = 0.0f;
         for (int h = 0; h < a.n_heads; h++) {
             float dot = 0.0f;
-            for (int c = lane; c < a.d; c += 32) dot += q[(size_t)h * a.d + c] * k[c];
+            for (int c = lane; c < a.d; c += 32)
+                dot += q[(size_t)h * a.d + c] * k[c];
             dot = warp_sum(dot);
             s += fmaxf(dot, 0.0f) * a.scale * wt[h];
         }
@@ -58,7 +59,8 @@ __global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
     if (threadIdx.x == 0) { // ascending
         for (int i = 1; i < k; i++) {
             int v = picks[i], j = i - 1;
-            while (j >= 0 && picks[j] > v) picks[j + 1] = picks[j], j--;
+            while (j >= 0 && picks[j] > v)
+                picks[j + 1] = picks[j], j--;
             picks[j + 1] = v;
         }
     }
@@ -73,7 +75,9 @@ static void ensure_scratch(size_t need) {
     CUDA_CHECK(cudaMalloc(&scratch, scratch_cap * sizeof(float)));
 }
 
-extern "C" void indexer_cuda_reserve(size_t score_elems) { ensure_scratch(score_elems); }
+extern "C" void indexer_cuda_reserve(size_t score_elems) {
+    ensure_scratch(score_elems);
+}
 
 extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
     if (!a->rows.n_tok) return;

@@ -21,12 +21,12 @@ void indexer_score_ref(float *score, const float *q, const float *weight, const 
 int topk_select_ref(int *idx, const float *score, int n_keys, int topk);
 
 struct indexer_args {
-    struct rows_view rows;      /* uses row_seq, slot, vis, topk (output) */
-    const float *q;             /* [n_tok, n_heads, d] roped indexer queries */
-    const float *w;             /* [n_tok, n_heads] head weights, scaled by n_heads^-1/2 */
-    const float *keys;          /* [max_seqs, n_entries, d] indexer keys */
+    struct rows_view rows; /* uses row_seq, slot, vis, topk (output) */
+    const float *q;        /* [n_tok, n_heads, d] roped indexer queries */
+    const float *w;        /* [n_tok, n_heads] head weights, scaled by n_heads^-1/2 */
+    const float *keys;     /* [max_seqs, n_entries, d] indexer keys */
     int n_entries, n_heads, d, topk;
-    float scale;                /* d^-1/2 */
+    float scale; /* d^-1/2 */
 };
 
 /* rows.topk[t] <- the top-k of row t's scores over its visible entries (sorted, -1 padded). */

@@ -11,7 +11,8 @@ void indexer_score_ref(float *score, const float *q, const float *weight, const 
         for (int h = 0; h < n_heads; h++) {
             const float *qh = q + (size_t)h * d;
             double dot = 0.0;
-            for (int c = 0; c < d; c++) dot += (double)qh[c] * k[c];
+            for (int c = 0; c < d; c++)
+                dot += (double)qh[c] * k[c];
             float r = dot > 0 ? (float)dot : 0.0f;
             s += (double)(r * scale) * weight[h];
         }
@@ -37,7 +38,8 @@ int topk_select_ref(int *idx, const float *score, int n_keys, int topk) {
     }
     free(taken);
     qsort(idx, (size_t)k, sizeof(int), cmp_int);
-    for (int j = k; j < topk; j++) idx[j] = -1;
+    for (int j = k; j < topk; j++)
+        idx[j] = -1;
     return k;
 }
 
@@ -52,7 +54,8 @@ void indexer_topk_ref(const struct indexer_args *a) {
         indexer_score_ref(score, a->q + (size_t)t * a->n_heads * a->d,
                           a->w + (size_t)t * a->n_heads, keys, n_vis, a->n_heads, a->d, a->scale);
         topk_select_ref(picks, score, n_vis, a->topk);
-        for (int j = 0; j < a->topk; j++) r->topk[(size_t)t * r->topk_stride + j] = picks[j];
+        for (int j = 0; j < a->topk; j++)
+            r->topk[(size_t)t * r->topk_stride + j] = picks[j];
     }
     free(score);
     free(picks);

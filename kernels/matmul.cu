@@ -6,20 +6,21 @@
 #include "cuda_common.cuh"
 #include "matmul.h"
 
-#define CUBLAS_CHECK(x)                                                                        \
-    do {                                                                                       \
-        cublasStatus_t st_ = (x);                                                              \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                    \
-            fprintf(stderr, "cuBLAS error %d at %s:%d: %s\n", (int)st_, __FILE__, __LINE__,   \
-                    #x);                                                                       \
-            abort();                                                                           \
-        }                                                                                      \
+#define CUBLAS_CHECK(x)                                                                            \
+    do {                                                                                           \
+        cublasStatus_t st_ = (x);                                                                  \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                        \
+            fprintf(stderr, "cuBLAS error %d at %s:%d: %s\n", (int)st_, __FILE__, __LINE__, #x);   \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 static cublasLtHandle_t lt;
 static int deterministic; /* batch-invariant mode: no cuBLASLt, fixed-order dots */
 
-extern "C" void matmul_cuda_set_deterministic(int on) { deterministic = on; }
+extern "C" void matmul_cuda_set_deterministic(int on) {
+    deterministic = on;
+}
 static void *lt_ws;
 static const size_t lt_ws_bytes = (size_t)32 << 20;
 static __nv_bfloat16 *xbuf;
@@ -47,7 +48,8 @@ __global__ void matmul_f32_kernel(float *y, const float *x, const void *w, int d
     if (i >= (long long)n * out) return;
     int t = (int)(i / out), o = (int)(i % out);
     float acc = 0.0f;
-    for (int k = 0; k < in; k++) acc += x[(size_t)t * x_stride + k] * ld_f32(w, dt, (long long)o * in + k);
+    for (int k = 0; k < in; k++)
+        acc += x[(size_t)t * x_stride + k] * ld_f32(w, dt, (long long)o * in + k);
     y[(size_t)t * y_stride + o] = acc;
 }
 
@@ -105,7 +107,9 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
     cublasLtMatmulDescDestroy(op);
 }
 
-extern "C" void matmul_cuda_reserve(size_t x_elems) { ensure_lt(x_elems); }
+extern "C" void matmul_cuda_reserve(size_t x_elems) {
+    ensure_lt(x_elems);
+}
 
 static const __nv_bfloat16 *x_as_bf16(const float *x, size_t elems) {
     ensure_lt(elems);

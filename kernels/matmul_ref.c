@@ -13,7 +13,8 @@ void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, 
         for (int t = 0; t < n; t++) {
             const float *xt = x + (size_t)t * in;
             double acc = 0.0;
-            for (int i = 0; i < in; i++) acc += (double)xt[i] * row[i];
+            for (int i = 0; i < in; i++)
+                acc += (double)xt[i] * row[i];
             y[(size_t)t * out + o] = (float)(acc + b);
         }
     }
@@ -29,7 +30,8 @@ void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w
             for (int t = 0; t < n; t++) {
                 const float *xt = x + (size_t)t * groups * in + (size_t)j * in;
                 double acc = 0.0;
-                for (int i = 0; i < in; i++) acc += (double)xt[i] * row[i];
+                for (int i = 0; i < in; i++)
+                    acc += (double)xt[i] * row[i];
                 y[(size_t)t * groups * out + (size_t)j * out + o] = (float)acc;
             }
         }

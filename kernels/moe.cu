@@ -19,14 +19,18 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
     const float *lg = logits + (size_t)t * E;
     if (fn == MOE_SCORE_SOFTMAX) {
         float mx = -INFINITY;
-        for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, lg[e]);
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            mx = fmaxf(mx, lg[e]);
         mx = block_max(mx);
         float den = 0.0f;
-        for (int e = threadIdx.x; e < E; e += blockDim.x) den += expf(lg[e] - mx);
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            den += expf(lg[e] - mx);
         den = block_sum(den);
-        for (int e = threadIdx.x; e < E; e += blockDim.x) sc[e] = expf(lg[e] - mx) / den;
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            sc[e] = expf(lg[e] - mx) / den;
     } else {
-        for (int e = threadIdx.x; e < E; e += blockDim.x) sc[e] = score_of(lg[e], fn);
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            sc[e] = score_of(lg[e], fn);
     }
     __syncthreads();
     if (threadIdx.x) return;
@@ -42,7 +46,8 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
         float bv = 0.0f;
         for (int e = 0; e < E; e++) {
             int taken = 0;
-            for (int u = 0; u < j; u++) taken |= p[u] == e;
+            for (int u = 0; u < j; u++)
+                taken |= p[u] == e;
             if (taken) continue;
             float v = sc[e] + (bias ? ld_f32(bias, bias_dt, e) : 0.0f);
             if (best < 0 || v > bv) best = e, bv = v;
@@ -50,7 +55,8 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
         p[j] = best;
     }
     float sum = 0.0f;
-    for (int j = 0; j < k; j++) sum += sc[p[j]];
+    for (int j = 0; j < k; j++)
+        sum += sc[p[j]];
     for (int j = 0; j < k; j++) {
         picks[(size_t)t * k + j] = p[j];
         weights[(size_t)t * k + j] = sc[p[j]] / (sum + 1e-20f) * scaling;
@@ -64,8 +70,8 @@ extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float 
                                     float scaling) {
     if (!n) return;
     route_kernel<<<n, 128, (size_t)n_experts * sizeof(float), td_cuda_stream()>>>(
-        picks, weights, logits, ids, score_fn, bias, bias_dtype, tid2eid, tid_dtype, k,
-        n_experts, scaling);
+        picks, weights, logits, ids, score_fn, bias, bias_dtype, tid2eid, tid_dtype, k, n_experts,
+        scaling);
     LAUNCH_CHECK();
 }
 
@@ -89,9 +95,11 @@ __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int32_t *pe
                                  int32_t *tiles, int32_t *n_tiles) {
     extern __shared__ int sh[]; // count[E], off[E + 1], cur[E]
     int *count = sh, *off = sh + E, *cur = sh + 2 * E + 1;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0, cur[e] = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        count[e] = 0, cur[e] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < m; i += blockDim.x) atomicAdd(&count[picks[i]], 1);
+    for (int i = threadIdx.x; i < m; i += blockDim.x)
+        atomicAdd(&count[picks[i]], 1);
     __syncthreads();
     if (threadIdx.x == 0) {
         int o = 0, nt = 0;
@@ -137,8 +145,8 @@ __global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm
             float v = 0.0f;
             if (r < rows && k0 + kk < K) {
                 int p = p0 + r;
-                const float *src = swiglu ? in + (size_t)(perm[p] / k_per_row) * K
-                                          : in + (size_t)p * K;
+                const float *src =
+                    swiglu ? in + (size_t)(perm[p] / k_per_row) * K : in + (size_t)p * K;
                 v = src[k0 + kk];
             }
             xs[r][kk] = v;
@@ -233,7 +241,6 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
         g_y, g_h, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d, limit);
     LAUNCH_CHECK();
     moe_combine_kernel<<<ceil_div((long long)n * d, 256), 256, 0, s>>>(out, g_y, picks, weights,
-                                                                        g_inv, n, k, d);
+                                                                       g_inv, n, k, d);
     LAUNCH_CHECK();
 }
-

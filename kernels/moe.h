@@ -36,9 +36,9 @@ void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, con
 
 /* the routed experts: arrays of n_experts weight pointers, one dtype for all */
 struct expert_set {
-    const void *const *w1;      /* [n_experts] -> [inter, d] gate */
-    const void *const *w3;      /* [n_experts] -> [inter, d] up */
-    const void *const *w2;      /* [n_experts] -> [d, inter] down */
+    const void *const *w1; /* [n_experts] -> [inter, d] gate */
+    const void *const *w3; /* [n_experts] -> [inter, d] up */
+    const void *const *w2; /* [n_experts] -> [d, inter] down */
     enum td_dtype dtype;
 };
 
@@ -50,10 +50,10 @@ void moe_experts_ref(float *out, const float *x, const int32_t *picks, const flo
 
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */
-void moe_route_rows_cuda(int32_t *picks, float *weights, const float *logits,
-                         const int32_t *ids, enum moe_score score_fn, const void *bias,
-                         enum td_dtype bias_dtype, const void *tid2eid, enum td_dtype tid_dtype,
-                         int n, int k, int n_experts, float scaling);
+void moe_route_rows_cuda(int32_t *picks, float *weights, const float *logits, const int32_t *ids,
+                         enum moe_score score_fn, const void *bias, enum td_dtype bias_dtype,
+                         const void *tid2eid, enum td_dtype tid_dtype, int n, int k, int n_experts,
+                         float scaling);
 void moe_experts_cuda(float *out, const float *x, const int32_t *picks, const float *weights,
                       const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                       float limit);

@@ -20,15 +20,20 @@ void moe_route_ref(int *picks, float *weights, const float *logits, enum moe_sco
     float sc[1024];
     if (score_fn == MOE_SCORE_SOFTMAX) {
         float mx = -INFINITY;
-        for (int e = 0; e < n_experts; e++) mx = logits[e] > mx ? logits[e] : mx;
+        for (int e = 0; e < n_experts; e++)
+            mx = logits[e] > mx ? logits[e] : mx;
         double den = 0.0;
-        for (int e = 0; e < n_experts; e++) den += exp((double)logits[e] - mx);
-        for (int e = 0; e < n_experts; e++) sc[e] = (float)(exp((double)logits[e] - mx) / den);
+        for (int e = 0; e < n_experts; e++)
+            den += exp((double)logits[e] - mx);
+        for (int e = 0; e < n_experts; e++)
+            sc[e] = (float)(exp((double)logits[e] - mx) / den);
     } else {
-        for (int e = 0; e < n_experts; e++) sc[e] = score_one(logits[e], score_fn);
+        for (int e = 0; e < n_experts; e++)
+            sc[e] = score_one(logits[e], score_fn);
     }
     if (hash_row) {
-        for (int j = 0; j < k; j++) picks[j] = (int)hash_row[j];
+        for (int j = 0; j < k; j++)
+            picks[j] = (int)hash_row[j];
     } else {
         char taken[1024] = {0};
         for (int j = 0; j < k; j++) {
@@ -44,8 +49,10 @@ void moe_route_ref(int *picks, float *weights, const float *logits, enum moe_sco
         }
     }
     float sum = 0.0f;
-    for (int j = 0; j < k; j++) sum += sc[picks[j]];
-    for (int j = 0; j < k; j++) weights[j] = sc[picks[j]] / (sum + 1e-20f) * scaling;
+    for (int j = 0; j < k; j++)
+        sum += sc[picks[j]];
+    for (int j = 0; j < k; j++)
+        weights[j] = sc[picks[j]] / (sum + 1e-20f) * scaling;
 }
 
 void swiglu_ref(float *y, const float *x, const struct swiglu_weights *w, int n, int d, int inter,
@@ -81,7 +88,8 @@ void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, con
         moe_route_ref(p, weights + (size_t)t * k, logits + (size_t)t * n_experts, score_fn,
                       tid2eid ? NULL : bias, bias_dtype, tid2eid ? row : NULL, k, n_experts,
                       scaling);
-        for (int j = 0; j < k; j++) picks[(size_t)t * k + j] = p[j];
+        for (int j = 0; j < k; j++)
+            picks[(size_t)t * k + j] = p[j];
     }
 }
 
@@ -91,7 +99,8 @@ void moe_experts_ref(float *out, const float *x, const int32_t *picks, const flo
     int *rows = malloc((size_t)n * k * sizeof(int));
     float *xe = malloc((size_t)n * k * d * sizeof(float));
     float *ye = malloc((size_t)n * k * d * sizeof(float));
-    for (size_t i = 0; i < (size_t)n * d; i++) out[i] = 0.0f;
+    for (size_t i = 0; i < (size_t)n * d; i++)
+        out[i] = 0.0f;
     // gather each expert's rows, run it once, add in ascending expert order
     for (int e = 0; e < n_experts; e++) {
         int m = 0;
@@ -104,12 +113,13 @@ void moe_experts_ref(float *out, const float *x, const int32_t *picks, const flo
                 }
         if (!m) continue;
         struct swiglu_weights sw = {ex->w1[e], ex->w3[e], ex->w2[e], NULL, NULL, NULL,
-                                    ex->dtype, ex->dtype, ex->dtype, 0, 0, 0};
+                                    ex->dtype, ex->dtype, ex->dtype, 0,    0,    0};
         swiglu_ref(ye, xe, &sw, m, d, inter, limit);
         for (int r = 0; r < m; r++) {
             int t = rows[r] / k;
             float w = weights[rows[r]];
-            for (int c = 0; c < d; c++) out[(size_t)t * d + c] += ye[(size_t)r * d + c] * w;
+            for (int c = 0; c < d; c++)
+                out[(size_t)t * d + c] += ye[(size_t)r * d + c] * w;
         }
     }
     free(rows);

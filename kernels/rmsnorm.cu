@@ -6,7 +6,8 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, 
     const float *xr = x + (size_t)blockIdx.x * d;
     float *yr = y + (size_t)blockIdx.x * d;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+    for (int i = threadIdx.x; i < d; i += blockDim.x)
+        ss += xr[i] * xr[i];
     ss = block_sum(ss);
     float r = rsqrtf(ss / d + eps);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {

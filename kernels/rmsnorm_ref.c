@@ -9,7 +9,8 @@ void rmsnorm_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype,
         const float *xt = x + (size_t)t * d;
         float *yt = y + (size_t)t * d;
         double ss = 0.0;
-        for (int i = 0; i < d; i++) ss += (double)xt[i] * xt[i];
+        for (int i = 0; i < d; i++)
+            ss += (double)xt[i] * xt[i];
         float r = (float)(1.0 / sqrt(ss / d + (double)eps));
         for (int i = 0; i < d; i++) {
             float v = xt[i] * r;

@@ -13,15 +13,15 @@ extern "C" {
 #endif
 
 struct rope_params {
-    double theta;            /* base */
-    int rot_dim;             /* rotated channels (even) */
-    int yarn;                /* 0 default, 1 yarn */
-    double factor;           /* yarn */
-    double orig_max_pos;     /* yarn */
-    double beta_fast;        /* yarn */
-    double beta_slow;        /* yarn */
-    int truncate;            /* yarn: floor/ceil the correction range */
-    float attention_factor;  /* cos and sin are multiplied by it */
+    double theta;           /* base */
+    int rot_dim;            /* rotated channels (even) */
+    int yarn;               /* 0 default, 1 yarn */
+    double factor;          /* yarn */
+    double orig_max_pos;    /* yarn */
+    double beta_fast;       /* yarn */
+    double beta_slow;       /* yarn */
+    int truncate;           /* yarn: floor/ceil the correction range */
+    float attention_factor; /* cos and sin are multiplied by it */
 };
 
 /* inv_freq[rot_dim / 2], computed with the fp32 operations HF uses. */

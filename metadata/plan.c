@@ -8,15 +8,15 @@
 
 int meta_bucket(int n, int cap) {
     int b = 1;
-    while (b < n) b *= 2;
+    while (b < n)
+        b *= 2;
     return b < cap ? b : cap;
 }
 
 /* offsets (in int32 words) of every array; depends on the dims alone */
 struct layout {
     size_t input_ids, positions, row_seq, qo_indptr, slot, len_before, kv_indptr, swa_indptr,
-        swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk,
-        words;
+        swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk, words;
 };
 
 static struct layout plan_layout(const struct td_plan_dims *d) {
@@ -46,7 +46,9 @@ static struct layout plan_layout(const struct td_plan_dims *d) {
     return l;
 }
 
-size_t meta_plan_bytes(const struct td_plan_dims *d) { return plan_layout(d).words * 4; }
+size_t meta_plan_bytes(const struct td_plan_dims *d) {
+    return plan_layout(d).words * 4;
+}
 
 static void bind_arrays(struct td_plan *p) {
     struct layout l = plan_layout(&p->dims);
@@ -119,8 +121,8 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
             return failf(err, errlen, "plan: sequence %d has %d rows after length %d", s,
                          seqs[s].n_new, seqs[s].len_before);
         if ((long)seqs[s].len_before + seqs[s].n_new > d->max_ctx)
-            return failf(err, errlen, "plan: sequence %d would reach %ld tokens, max context %d",
-                         s, (long)seqs[s].len_before + seqs[s].n_new, d->max_ctx);
+            return failf(err, errlen, "plan: sequence %d would reach %ld tokens, max context %d", s,
+                         (long)seqs[s].len_before + seqs[s].n_new, d->max_ctx);
         n_tok += seqs[s].n_new;
     }
     if (n_tok > d->max_tok)
@@ -152,7 +154,8 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
             p->row_seq[t] = s;
             int lo = pos - d->window + 1 < 0 ? 0 : pos - d->window + 1, n = pos - lo + 1;
             p->swa_indptr[t + 1] = p->swa_indptr[t] + n;
-            for (int k = 0; k < n; k++) p->swa_pos[p->swa_indptr[t] + k] = lo + k;
+            for (int k = 0; k < n; k++)
+                p->swa_pos[p->swa_indptr[t] + k] = lo + k;
             p->swa_write[t] = ring_write(pos, end, d->swa_ring);
             p->vis_csa[t] = d->rate_csa ? (pos + 1) / d->rate_csa : 0;
             p->vis_hca[t] = d->rate_hca ? (pos + 1) / d->rate_hca : 0;
@@ -175,7 +178,8 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
     }
     for (size_t k = (size_t)p->swa_indptr[d->max_tok]; k < (size_t)d->max_tok * d->window; k++)
         p->swa_pos[k] = -1;
-    for (size_t k = 0; k < (size_t)d->max_tok * d->topk; k++) p->topk[k] = -1;
+    for (size_t k = 0; k < (size_t)d->max_tok * d->topk; k++)
+        p->topk[k] = -1;
     return 0;
 }
 
@@ -202,16 +206,18 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
         if (s < p->n_seq) {
             if (q < 1) return failf(err, errlen, "plan: sequence %d has no rows", s);
             if (kv != p->len_before[s] + q || kv > d->max_ctx)
-                return failf(err, errlen, "plan: sequence %d kv length %d, expected %d (max %d)",
-                             s, kv, p->len_before[s] + q, d->max_ctx);
+                return failf(err, errlen, "plan: sequence %d kv length %d, expected %d (max %d)", s,
+                             kv, p->len_before[s] + q, d->max_ctx);
             if (p->slot[s] < 0) return failf(err, errlen, "plan: sequence %d has no slot", s);
             for (int r = 0; r < s; r++)
                 if (p->slot[r] == p->slot[s])
                     return failf(err, errlen, "plan: sequences %d and %d share slot %d", r, s,
                                  p->slot[s]);
         } else if (q || kv || p->slot[s] != -1 || p->len_before[s]) {
-            return failf(err, errlen, "plan: pad sequence %d is not inert (rows %d, kv %d, slot "
-                                      "%d)", s, q, kv, p->slot[s]);
+            return failf(err, errlen,
+                         "plan: pad sequence %d is not inert (rows %d, kv %d, slot "
+                         "%d)",
+                         s, q, kv, p->slot[s]);
         }
     }
     if (p->qo_indptr[p->n_seq] != p->n_tok)
@@ -229,8 +235,10 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
         }
         int s = p->row_seq[t];
         if (s < 0 || s >= p->n_seq || t < p->qo_indptr[s] || t >= p->qo_indptr[s + 1])
-            return failf(err, errlen, "plan: row %d names sequence %d, but belongs to another "
-                                      "(stale token->sequence map?)", t, s);
+            return failf(err, errlen,
+                         "plan: row %d names sequence %d, but belongs to another "
+                         "(stale token->sequence map?)",
+                         t, s);
         int pos = p->positions[t], end = p->len_before[s] + p->qo_indptr[s + 1] - p->qo_indptr[s];
         if (pos != p->len_before[s] + t - p->qo_indptr[s])
             return failf(err, errlen, "plan: row %d position %d, expected %d", t, pos,
@@ -248,8 +256,9 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
             p->write_hca[t] != (d->rate_hca ? ring_write(pos, end, d->ring_hca) : -1))
             return failf(err, errlen, "plan: row %d ring write slots %d/%d/%d are wrong", t,
                          p->swa_write[t], p->write_csa[t], p->write_hca[t]);
-        if ((d->rate_csa && (p->vis_csa[t] != (pos + 1) / d->rate_csa ||
-                             p->emit_csa[t] != ((pos + 1) % d->rate_csa ? -1 : p->vis_csa[t] - 1))) ||
+        if ((d->rate_csa &&
+             (p->vis_csa[t] != (pos + 1) / d->rate_csa ||
+              p->emit_csa[t] != ((pos + 1) % d->rate_csa ? -1 : p->vis_csa[t] - 1))) ||
             (d->rate_hca && (p->vis_hca[t] != (pos + 1) / d->rate_hca ||
                              p->emit_hca[t] != ((pos + 1) % d->rate_hca ? -1 : p->vis_hca[t] - 1))))
             return failf(err, errlen, "plan: row %d visible/emitted entries inconsistent", t);

@@ -30,16 +30,16 @@ extern "C" {
 #endif
 
 struct td_plan_dims {
-    int max_tok;        /* row capacity (largest bucket) */
-    int max_seq;        /* sequence capacity */
-    int max_ctx;        /* longest context a sequence may reach */
-    int window;         /* sliding_window: keys per row at most */
-    int topk;           /* index_topk: stride of a topk row */
-    int rate_csa;       /* 0 when the model has no CSA layer */
-    int rate_hca;       /* 0 when the model has no HCA layer */
-    int swa_ring;       /* rows in a sequence's sliding-window ring */
-    int ring_csa;       /* rows in a sequence's CSA compressor ring */
-    int ring_hca;       /* rows in a sequence's HCA compressor ring */
+    int max_tok;  /* row capacity (largest bucket) */
+    int max_seq;  /* sequence capacity */
+    int max_ctx;  /* longest context a sequence may reach */
+    int window;   /* sliding_window: keys per row at most */
+    int topk;     /* index_topk: stride of a topk row */
+    int rate_csa; /* 0 when the model has no CSA layer */
+    int rate_hca; /* 0 when the model has no HCA layer */
+    int swa_ring; /* rows in a sequence's sliding-window ring */
+    int ring_csa; /* rows in a sequence's CSA compressor ring */
+    int ring_hca; /* rows in a sequence's HCA compressor ring */
 };
 
 /* one sequence's part of a step, as the scheduler sees it */
@@ -52,28 +52,28 @@ struct td_plan_seq {
 
 struct td_plan {
     struct td_plan_dims dims;
-    int n_tok, n_seq;          /* real rows and sequences */
-    int n_tok_pad, n_seq_pad;  /* the bucket the batch is padded to */
-    int32_t *input_ids;        /* [max_tok], pad 0 */
-    int32_t *positions;        /* [max_tok], pad 0 */
-    int32_t *row_seq;          /* [max_tok] sequence of each row, pad -1 */
-    int32_t *qo_indptr;        /* [max_seq + 1], pad = n_tok */
-    int32_t *slot;             /* [max_seq] state slot, pad -1 */
-    int32_t *len_before;       /* [max_seq] committed length before the step, pad 0 */
-    int32_t *kv_indptr;        /* [max_seq + 1] CSR of context length after the step, pad = last
-                                  real end */
-    int32_t *swa_indptr;       /* [max_tok + 1] CSR of each row's sliding-window keys, pad = last
-                                  real end */
-    int32_t *swa_pos;          /* [max_tok * window] key positions, ascending; -1 past the end */
-    int32_t *swa_write;        /* [max_tok] ring row the row's key is stored at, -1: not stored */
-    int32_t *vis_csa;          /* [max_tok] visible CSA entries floor((pos+1)/m), pad 0 */
-    int32_t *vis_hca;          /* [max_tok] visible HCA entries floor((pos+1)/M), pad 0 */
-    int32_t *emit_csa;         /* [max_tok] CSA entry whose window the row closes, else -1 */
-    int32_t *emit_hca;         /* [max_tok] HCA entry whose window the row closes, else -1 */
-    int32_t *write_csa;        /* [max_tok] CSA compressor ring row, -1: not stored */
-    int32_t *write_hca;        /* [max_tok] HCA compressor ring row, -1: not stored */
-    int32_t *topk;             /* [max_tok * topk] indexer output, row stride dims.topk, -1 pad */
-    void *mem;                 /* the one buffer behind every array */
+    int n_tok, n_seq;         /* real rows and sequences */
+    int n_tok_pad, n_seq_pad; /* the bucket the batch is padded to */
+    int32_t *input_ids;       /* [max_tok], pad 0 */
+    int32_t *positions;       /* [max_tok], pad 0 */
+    int32_t *row_seq;         /* [max_tok] sequence of each row, pad -1 */
+    int32_t *qo_indptr;       /* [max_seq + 1], pad = n_tok */
+    int32_t *slot;            /* [max_seq] state slot, pad -1 */
+    int32_t *len_before;      /* [max_seq] committed length before the step, pad 0 */
+    int32_t *kv_indptr;       /* [max_seq + 1] CSR of context length after the step, pad = last
+                                 real end */
+    int32_t *swa_indptr;      /* [max_tok + 1] CSR of each row's sliding-window keys, pad = last
+                                 real end */
+    int32_t *swa_pos;         /* [max_tok * window] key positions, ascending; -1 past the end */
+    int32_t *swa_write;       /* [max_tok] ring row the row's key is stored at, -1: not stored */
+    int32_t *vis_csa;         /* [max_tok] visible CSA entries floor((pos+1)/m), pad 0 */
+    int32_t *vis_hca;         /* [max_tok] visible HCA entries floor((pos+1)/M), pad 0 */
+    int32_t *emit_csa;        /* [max_tok] CSA entry whose window the row closes, else -1 */
+    int32_t *emit_hca;        /* [max_tok] HCA entry whose window the row closes, else -1 */
+    int32_t *write_csa;       /* [max_tok] CSA compressor ring row, -1: not stored */
+    int32_t *write_hca;       /* [max_tok] HCA compressor ring row, -1: not stored */
+    int32_t *topk;            /* [max_tok * topk] indexer output, row stride dims.topk, -1 pad */
+    void *mem;                /* the one buffer behind every array */
     size_t bytes;
 };
 

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int check_failures;      /* cases failed so far */
-static int check_case_failed;   /* the current case */
+static int check_failures;    /* cases failed so far */
+static int check_case_failed; /* the current case */
 static char check_why[512];
 
 static inline void case_begin(void) {
@@ -30,9 +30,9 @@ static inline void case_fail(const char *fmt, ...) {
     va_end(ap);
 }
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) case_fail(__VA_ARGS__);                                                   \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) case_fail(__VA_ARGS__);                                                       \
     } while (0)
 
 /* print the case's line; extra is printed after OK (may be "") */
@@ -47,7 +47,8 @@ static inline void case_end(const char *name, const char *extra) {
 }
 
 /* worst over rows of max|a - b| / max(1, max|ref row|); nan/inf positions must agree */
-static inline double rel_row_err(const float *out, const float *ref, long rows, long cols, long *worst_row) {
+static inline double rel_row_err(const float *out, const float *ref, long rows, long cols,
+                                 long *worst_row) {
     double worst = 0;
     for (long t = 0; t < rows; t++) {
         double m = 1.0, d = 0.0;
@@ -65,6 +66,8 @@ static inline double rel_row_err(const float *out, const float *ref, long rows, 
     return worst;
 }
 
-static inline int quick_mode(void) { return getenv("TD_TEST_QUICK") != NULL; }
+static inline int quick_mode(void) {
+    return getenv("TD_TEST_QUICK") != NULL;
+}
 
 #endif

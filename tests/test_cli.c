@@ -45,7 +45,8 @@ static void bad(const char *name, const char *args, const char *want) {
     CHECK(rc != 0 && rc < 128, "exit status %d", rc);
     CHECK(strstr(msg, want), "stderr '%s' lacks '%s'", msg, want);
     int lines = 0;
-    for (char *p = msg; *p; p++) lines += *p == '\n';
+    for (char *p = msg; *p; p++)
+        lines += *p == '\n';
     CHECK(lines == 1, "%d lines on stderr: '%s'", lines, msg);
     case_end(name, "");
 }
@@ -64,7 +65,8 @@ int main(void) {
 
     // good runs: one call, chunked; equal bits
     case_begin();
-    snprintf(args, sizeof args, "logits --model %s --ids %s/ids.txt --out %s/one.npy", fx, fx, root);
+    snprintf(args, sizeof args, "logits --model %s --ids %s/ids.txt --out %s/one.npy", fx, fx,
+             root);
     CHECK(tandem(args, msg, sizeof msg) == 0, "one-call run failed: %s", msg);
     snprintf(args, sizeof args,
              "logits --model %s --ids %s/ids.txt --out %s/chunked.npy --chunks 37,1,1,1,5,1,274",
@@ -79,8 +81,7 @@ int main(void) {
     snprintf(path, sizeof path, "%s/logits.npy", fx);
     float *ref = npy_read_f32(path, &r3, &c3, err, sizeof err);
     CHECK(one && ch && ref && r1 == 320 && c1 == 300 && r2 == r1 && c2 == c1 && r3 == r1,
-          "shapes %lldx%lld %lldx%lld", (long long)r1, (long long)c1, (long long)r2,
-          (long long)c2);
+          "shapes %lldx%lld %lldx%lld", (long long)r1, (long long)c1, (long long)r2, (long long)c2);
     if (!check_case_failed) {
         CHECK(!memcmp(one, ch, (size_t)r1 * c1 * 4), "--chunks changed the logits");
         CHECK(rel_row_err(one, ref, r1, c1, NULL) <= 1e-3, "logits differ from HF");
@@ -143,9 +144,12 @@ int main(void) {
     if (fp) fclose(fp);
     out1[k1] = 0;
     int lines = 0, items = 0;
-    for (char *q = out1; *q; q++) lines += *q == '\n';
-    for (char *q = strtok(out1, " \n"); q; q = strtok(NULL, " \n")) items++;
-    CHECK(lines == 3 && items == 36, "--n 3 --max-tokens 12 printed %d lines, %d ids", lines, items);
+    for (char *q = out1; *q; q++)
+        lines += *q == '\n';
+    for (char *q = strtok(out1, " \n"); q; q = strtok(NULL, " \n"))
+        items++;
+    CHECK(lines == 3 && items == 36, "--n 3 --max-tokens 12 printed %d lines, %d ids", lines,
+          items);
     snprintf(path, sizeof path, "%s/g2.txt", root);
     fp = fopen(path, "r");
     size_t k2 = fp ? fread(out2, 1, sizeof out2 - 1, fp) : 0;

@@ -27,15 +27,17 @@ static void report(const char *name, const char *why) {
     }
 }
 
-#define CHECK(cond)                                                                           \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            snprintf(why, sizeof why, "line %d: %s", __LINE__, #cond);                        \
-            goto done;                                                                        \
-        }                                                                                     \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            snprintf(why, sizeof why, "line %d: %s", __LINE__, #cond);                             \
+            goto done;                                                                             \
+        }                                                                                          \
     } while (0)
 
-static int near(double a, double b) { return fabs(a - b) <= 1e-6 * fmax(1.0, fabs(b)); }
+static int near(double a, double b) {
+    return fabs(a - b) <= 1e-6 * fmax(1.0, fabs(b));
+}
 
 /* ' -> ", parsed; NULL on bad test JSON */
 static json_t *js(const char *s) {
@@ -74,8 +76,8 @@ static char *variant(const char *base, const char *patch, const char *del) {
 }
 
 /* parse a variant; on failure the message lands in err */
-static int parse_variant(struct td_config *c, const char *base, const char *patch,
-                         const char *del, char *err, size_t errlen) {
+static int parse_variant(struct td_config *c, const char *base, const char *patch, const char *del,
+                         char *err, size_t errlen) {
     char *s = variant(base, patch, del);
     if (!s) {
         snprintf(err, errlen, "bad test JSON");
@@ -147,9 +149,21 @@ static const char *minimal =
     " 'index_topk': 16, 'sliding_window': 16}";
 
 static const char *required_keys[] = {
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
-    "q_lora_rank", "o_groups", "o_lora_rank", "n_routed_experts", "num_experts_per_tok",
-    "moe_intermediate_size", "index_n_heads", "index_head_dim", "index_topk", "sliding_window",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "head_dim",
+    "q_lora_rank",
+    "o_groups",
+    "o_lora_rank",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "index_n_heads",
+    "index_head_dim",
+    "index_topk",
+    "sliding_window",
 };
 
 /* the released V4-Flash config.json shape: legacy keys only */
@@ -300,7 +314,8 @@ static void test_legacy_flash(void) {
         goto done;
     }
     int n_kind[3] = {0};
-    for (int i = 0; i < c.n_layers; i++) n_kind[c.attn[i]]++;
+    for (int i = 0; i < c.n_layers; i++)
+        n_kind[c.attn[i]]++;
     CHECK(c.n_layers == 43 && c.head_dim == 512 && c.rope_dim == 64);
     CHECK(n_kind[TD_ATTN_SLIDING] == 2 && n_kind[TD_ATTN_CSA] == 21 && n_kind[TD_ATTN_HCA] == 20);
     CHECK(c.attn[0] == TD_ATTN_SLIDING && c.attn[1] == TD_ATTN_SLIDING);
@@ -366,8 +381,7 @@ done:
 static void test_default_mlp_two_layers(void) {
     char why[600] = "";
     struct td_config c;
-    if (expect_ok("default_mlp_two_layers", &c, minimal, "{'num_hidden_layers': 2}", NULL))
-        return;
+    if (expect_ok("default_mlp_two_layers", &c, minimal, "{'num_hidden_layers': 2}", NULL)) return;
     CHECK(c.mlp[0] == TD_MLP_HASH && c.mlp[1] == TD_MLP_HASH);
     CHECK(c.attn[0] == TD_ATTN_HCA && c.attn[1] == TD_ATTN_HCA);
 done:
@@ -442,8 +456,7 @@ done:
     expect_fail("rates_partial_dict_used", tiny,
                 "{'compress_rates': {'compressed_sparse_attention': 4}}", NULL,
                 "heavily_compressed_attention");
-    expect_fail("rates_not_object", tiny, "{'compress_rates': [4, 128]}", NULL,
-                "compress_rates");
+    expect_fail("rates_not_object", tiny, "{'compress_rates': [4, 128]}", NULL, "compress_rates");
     expect_fail("rates_not_positive", tiny, "{'compress_rate_hca': 0}", NULL,
                 "heavily_compressed_attention");
 }
@@ -463,10 +476,10 @@ static void test_errors(void) {
                 NULL, "layer_types[1] is \"full_attention\"");
     expect_fail("layer_types_too_short", tiny, "{'layer_types': ['sliding_attention']}", NULL,
                 "layer_types has 1 entries");
-    expect_fail("bad_mlp_type", tiny, "{'mlp_layer_types': ['moe', 'moe', 'dense', 'moe']}",
-                NULL, "mlp_layer_types[2]");
-    expect_fail("bad_compress_ratio", tiny, "{'compress_ratios': [0, 4, 7, 128]}",
-                "layer_types", "compress_ratios[2]");
+    expect_fail("bad_mlp_type", tiny, "{'mlp_layer_types': ['moe', 'moe', 'dense', 'moe']}", NULL,
+                "mlp_layer_types[2]");
+    expect_fail("bad_compress_ratio", tiny, "{'compress_ratios': [0, 4, 7, 128]}", "layer_types",
+                "compress_ratios[2]");
     expect_fail("compress_ratios_too_short", tiny, "{'compress_ratios': [0, 4]}", "layer_types",
                 "compress_ratios");
     expect_fail("bad_scoring_func", tiny, "{'scoring_func': 'relu'}", NULL,
@@ -483,8 +496,10 @@ static void test_errors(void) {
     expect_fail("too_many_layers", minimal, "{'num_hidden_layers': 300}", NULL,
                 "num_hidden_layers");
     expect_fail("negative_size", minimal, "{'hidden_size': -4}", NULL, "hidden_size");
-    expect_fail("flat_yarn_no_original", tiny, "{'rope_parameters': {'rope_type': 'yarn',"
-                " 'factor': 4.0}}", NULL, "original_max_position_embeddings");
+    expect_fail("flat_yarn_no_original", tiny,
+                "{'rope_parameters': {'rope_type': 'yarn',"
+                " 'factor': 4.0}}",
+                NULL, "original_max_position_embeddings");
     expect_fail("flat_rope_unknown_type", tiny,
                 "{'rope_scaling': {'type': 'linear', 'factor': 2.0}}", "rope_parameters",
                 "\"linear\"");
@@ -492,8 +507,7 @@ static void test_errors(void) {
                 "{'rope_parameters': {'main': {'rope_type': 'default'},"
                 " 'compress': {'rope_type': 'llama3'}}}",
                 NULL, "\"llama3\"");
-    expect_fail("nested_rope_half", tiny, "{'rope_parameters': {'main': {}}}", NULL,
-                "compress");
+    expect_fail("nested_rope_half", tiny, "{'rope_parameters': {'main': {}}}", NULL, "compress");
     expect_fail("rope_not_object", tiny, "{'rope_parameters': 'yarn'}", NULL, "rope_parameters");
     expect_fail("bool_wrong_type", tiny, "{'mlp_bias': 'yes'}", NULL, "mlp_bias");
     expect_fail("not_an_object", "[1, 2]", NULL, NULL, "not a JSON object");

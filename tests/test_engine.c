@@ -30,9 +30,9 @@ struct run {
 };
 
 struct hook {
-    int request;   /* -1: none */
+    int request; /* -1: none */
     long position;
-    int mode;      /* 0: NaN row, 1: force token `token` */
+    int mode; /* 0: NaN row, 1: force token `token` */
     int token;
 };
 
@@ -154,10 +154,10 @@ static void greedy_lossless(const char *fx) {
 /* the MTP drafter on the default model: lossless, and it predicts (acceptance has teeth) */
 static void mtp_tests(void) {
     const char *model = "models/tandem-tiny";
-    const char *texts[4] = {"In the beginning God created the heaven and the earth.",
-                            "It is a truth universally acknowledged, that",
-                            "dog, domestic dog, Canis familiaris:",
-                            "And it came to pass, when the king heard"};
+    const char *texts[4] = {
+        "In the beginning God created the heaven and the earth.",
+        "It is a truth universally acknowledged, that",
+        "dog, domestic dog, Canis familiaris:", "And it came to pass, when the king heard"};
     char err[512];
     struct tok *tk;
     if (tok_load(&tk, model, err, sizeof err)) {
@@ -192,9 +192,10 @@ static void mtp_tests(void) {
             // a working MTP on its own model is accepted far more than chance (~1/8192)
             CHECK(s->drafted > 0 && (double)s->accepted / s->drafted > 0.3,
                   "acceptance %ld of %ld drafts", s->accepted, s->drafted);
-            snprintf(extra, sizeof extra, "(accepted %ld of %ld, mean accepted length %.2f, %ld "
-                     "steps vs %ld plain)", s->accepted, s->drafted, mean, s->steps,
-                     base.stats.steps);
+            snprintf(extra, sizeof extra,
+                     "(accepted %ld of %ld, mean accepted length %.2f, %ld "
+                     "steps vs %ld plain)",
+                     s->accepted, s->drafted, mean, s->steps, base.stats.steps);
             snprintf(name, sizeof name, "mtp_greedy_equals_plain/tandem-tiny/k%d/b%d", ks[ki], n);
             case_end(name, extra);
         }
@@ -214,7 +215,8 @@ static void mtp_tests(void) {
 int main(void) {
     const char *fxs[3] = {"b_plain_hc2", "a_tiny_yarn", "c_upstream_sharded"};
     make_prompts(300);
-    for (int i = 0; i < (quick_mode() ? 1 : 3); i++) greedy_lossless(fxs[i]);
+    for (int i = 0; i < (quick_mode() ? 1 : 3); i++)
+        greedy_lossless(fxs[i]);
     mtp_tests();
     make_prompts(300);
 
@@ -229,7 +231,8 @@ int main(void) {
           "request 5 differs alone and in a batch");
     run(model, "none", 0, 13, 48, 13, &samp, 0, NULL, 30, 512, &c);
     int diff = 0;
-    for (int i = 0; i < 13; i++) diff += c.n_out[i] != b.n_out[i] || memcmp(c.out[i], b.out[i], 120);
+    for (int i = 0; i < 13; i++)
+        diff += c.n_out[i] != b.n_out[i] || memcmp(c.out[i], b.out[i], 120);
     case_end("sampled_batch_invariant", "");
 
     case_begin();
@@ -238,7 +241,8 @@ int main(void) {
     run(model, "ngram", 3, 13, 64, 3, &greedy, 0, NULL, 20, 512, &b);
     int which = -1;
     CHECK(same_tokens(&a, &b, &which), "request %d differs with 3 slots", which);
-    for (int i = 0; i < 13; i++) CHECK(b.st[i] == TD_REQ_FINISHED, "request %d not finished", i);
+    for (int i = 0; i < 13; i++)
+        CHECK(b.st[i] == TD_REQ_FINISHED, "request %d not finished", i);
     case_end("admission_waits", "");
 
     // EOS (id 1 in the fixture config) forced at a position: the request ends right there
@@ -272,7 +276,8 @@ int main(void) {
               a.msg[1]);
         CHECK(a.n_out[1] <= 5 && !memcmp(a.out[1], b.out[1], (size_t)a.n_out[1] * 4),
               "failed request emitted %d tokens", a.n_out[1]);
-        for (int j = 0; j < a.n_out[1]; j++) CHECK(a.out[1][j] != 0 || b.out[1][j] == 0, "token 0");
+        for (int j = 0; j < a.n_out[1]; j++)
+            CHECK(a.out[1][j] != 0 || b.out[1][j] == 0, "token 0");
         CHECK(a.stats.nan_rows == 1, "nan counter %ld", a.stats.nan_rows);
         CHECK(a.n_out[0] == b.n_out[0] && !memcmp(a.out[0], b.out[0], (size_t)a.n_out[0] * 4) &&
                   !memcmp(a.out[2], b.out[2], (size_t)a.n_out[2] * 4),

@@ -35,9 +35,9 @@ struct fx {
     struct td_model m;
     int32_t *ids;
     int n;
-    float *ref;      /* [n, vocab] HF logits */
-    float *oneshot;  /* [n, vocab] ours, one call */
-    int32_t *picks;  /* [n_layers, n, index_topk] ours, one call */
+    float *ref;     /* [n, vocab] HF logits */
+    float *oneshot; /* [n, vocab] ours, one call */
+    int32_t *picks; /* [n_layers, n, index_topk] ours, one call */
 };
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -54,14 +54,15 @@ static int read_ids(const char *path, int32_t **ids, int *n) {
     int cap = 4096, v;
     *ids = malloc(cap * sizeof **ids);
     *n = 0;
-    while (*n < cap && fscanf(fp, "%d", &v) == 1) (*ids)[(*n)++] = v;
+    while (*n < cap && fscanf(fp, "%d", &v) == 1)
+        (*ids)[(*n)++] = v;
     fclose(fp);
     return *n > 0 ? 0 : -1;
 }
 
 /* Feed `seq` (n ids) through a fresh slot in chunks; logits[n, vocab]. Each chunk is one call. */
-static int run_chunks(struct fx *f, struct td_state *st, const int32_t *seq,
-                      const int *chunks, int n_chunks, float *logits) {
+static int run_chunks(struct fx *f, struct td_state *st, const int32_t *seq, const int *chunks,
+                      int n_chunks, float *logits) {
     char err[512];
     int slot = td_state_seq_alloc(st), pos = 0;
     for (int i = 0; i < n_chunks; i++) {
@@ -78,7 +79,9 @@ static int run_chunks(struct fx *f, struct td_state *st, const int32_t *seq,
     return 0;
 }
 
-static int bits_equal(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * 4); }
+static int bits_equal(const float *a, const float *b, size_t n) {
+    return !memcmp(a, b, n * 4);
+}
 
 static void test_hf(struct fx *f) {
     char err[512], extra[128];
@@ -117,15 +120,16 @@ static void test_rope_and_picks(struct fx *f) {
         const struct st_entry *e = st_set_find(&ex, tn[k]);
         CHECK(e && e->t.shape[0] == c->rope_dim / 2, "%s missing or mis-shaped", tn[k]);
         if (!e) break;
-        struct rope_params rp = {rc[k]->theta, c->rope_dim, rc[k]->yarn, rc[k]->factor,
-                                 rc[k]->orig_max_pos, rc[k]->beta_fast, rc[k]->beta_slow,
-                                 rc[k]->truncate, (float)rc[k]->attention_factor};
+        struct rope_params rp = {
+            rc[k]->theta,     c->rope_dim,         rc[k]->yarn,
+            rc[k]->factor,    rc[k]->orig_max_pos, rc[k]->beta_fast,
+            rc[k]->beta_slow, rc[k]->truncate,     (float)rc[k]->attention_factor};
         float inv[256];
         rope_inv_freq_ref(inv, &rp);
         for (int i = 0; i < c->rope_dim / 2; i++) {
             float h = td_tensor_getf(&e->t, i);
-            CHECK(fabsf(inv[i] - h) <= nextafterf(h, INFINITY) - h, "%s[%d] = %.9g, HF %.9g",
-                  tn[k], i, inv[i], h);
+            CHECK(fabsf(inv[i] - h) <= nextafterf(h, INFINITY) - h, "%s[%d] = %.9g, HF %.9g", tn[k],
+                  i, inv[i], h);
         }
     }
     snprintf(name, sizeof name, "rope_tables/%s", strrchr(f->dir, '/') + 1);
@@ -146,16 +150,20 @@ static void test_rope_and_picks(struct fx *f) {
             const int32_t *ours = f->picks + ((size_t)li * f->n + t) * c->index_topk;
             // ours: ascending valid picks, then -1
             int nv = 0;
-            while (nv < c->index_topk && ours[nv] >= 0) nv++;
-            for (int j = nv; j < c->index_topk; j++) CHECK(ours[j] == -1, "row %d pad", t);
-            for (int j = 1; j < nv; j++) CHECK(ours[j - 1] < ours[j], "row %d not ascending", t);
+            while (nv < c->index_topk && ours[nv] >= 0)
+                nv++;
+            for (int j = nv; j < c->index_topk; j++)
+                CHECK(ours[j] == -1, "row %d pad", t);
+            for (int j = 1; j < nv; j++)
+                CHECK(ours[j - 1] < ours[j], "row %d not ascending", t);
             int nh = 0;
             for (int j = 0; j < kh; j++) {
                 int64_t h = td_tensor_geti(&e->t, (int64_t)t * kh + j);
                 if (h < 0) continue;
                 nh++;
                 int found = 0;
-                for (int q = 0; q < nv; q++) found |= ours[q] == h;
+                for (int q = 0; q < nv; q++)
+                    found |= ours[q] == h;
                 CHECK(found, "layer %d row %d: HF picks entry %lld, we do not", li, t,
                       (long long)h);
             }
@@ -182,11 +190,13 @@ static void test_chunked(struct fx *f) {
     for (int s = 0; s < n_sched && !check_case_failed; s++) {
         int nc = 0, left = f->n;
         if (s == 0) { // dsv4.md's test recipe: prefill 37, 12 decodes, a 5-token verify, 10 more
-            int fixed[24] = {37, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 5,
-                             1,  1, 1, 1, 1, 1, 1, 1, 1, 1};
-            for (int i = 0; i < 24; i++) left -= (chunks[nc++] = fixed[i]);
+            int fixed[24] = {37, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                             1,  5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+            for (int i = 0; i < 24; i++)
+                left -= (chunks[nc++] = fixed[i]);
         } else if (s == 1) { // every token alone
-            while (left) chunks[nc++] = 1, left--;
+            while (left)
+                chunks[nc++] = 1, left--;
         }
         while (left > 0) {
             int k = 1 + (int)rnd(s % 2 ? 16 : 40);
@@ -219,7 +229,8 @@ static void test_rollback(struct fx *f) {
     int32_t junk[16];
     struct td_state st;
     case_begin();
-    CHECK(!td_state_init(&st, c, 1, f->n + max_chunk, max_chunk, (size_t)1 << 31, NULL, err, sizeof err),
+    CHECK(!td_state_init(&st, c, 1, f->n + max_chunk, max_chunk, (size_t)1 << 31, NULL, err,
+                         sizeof err),
           "%s", err);
     int slot = td_state_seq_alloc(&st), pos = 0, n_rollbacks = 0;
     while (pos < f->n && !check_case_failed) {
@@ -237,8 +248,7 @@ static void test_rollback(struct fx *f) {
         for (int j = 0; j < nj; j++)
             junk[j] = j < keep ? f->ids[pos + j] : (f->ids[pos + j] + 1 + (int)rnd(V - 1)) % V;
         struct td_plan_seq qj = {slot, pos, nj, junk};
-        CHECK(!td_forward_seqs(&f->m, &st, &qj, 1, junk_logits, NULL, err, sizeof err), "%s",
-              err);
+        CHECK(!td_forward_seqs(&f->m, &st, &qj, 1, junk_logits, NULL, err, sizeof err), "%s", err);
         // accepted prefix: the kept real tokens are committed as they are
         CHECK(!td_state_rollback(&st, slot, pos + keep, err, sizeof err), "%s", err);
         if (keep) memcpy(out + (size_t)pos * V, junk_logits, (size_t)keep * V * sizeof(float));
@@ -280,7 +290,8 @@ static void test_batched(struct fx *f) {
         CHECK(!run_chunks(f, &st, seqs[s], &one, 1, alone[s]), "alone %d", s);
     }
     int slot[3], pos[3] = {0, 0, 0};
-    for (int s = 0; s < n_seq; s++) slot[s] = td_state_seq_alloc(&st);
+    for (int s = 0; s < n_seq; s++)
+        slot[s] = td_state_seq_alloc(&st);
     int calls = 0;
     while (!check_case_failed) {
         struct td_plan_seq qs[3];
@@ -302,7 +313,8 @@ static void test_batched(struct fx *f) {
         CHECK(!td_forward_seqs(&f->m, &st, qs, np, lg, NULL, err, sizeof err), "%s", err);
         for (int q = 0, row = 0; q < np; q++) {
             int s = 0;
-            while (slot[s] != ps[q]) s++;
+            while (slot[s] != ps[q])
+                s++;
             memcpy(batched[s] + (size_t)pos[s] * V, lg + (size_t)row * V,
                    (size_t)pn[q] * V * sizeof(float));
             row += pn[q];

@@ -38,7 +38,7 @@
 
 #ifdef TD_HAVE_CUDA
 
-#define GUARD 64
+#define GUARD  64
 #define CANARY 1234.5f
 
 static const struct td_backend *gpu;
@@ -54,7 +54,8 @@ static float frand(void) {
 /* device buffer of n floats with guard regions of CANARY on both sides */
 static float *dev_out(size_t n) {
     float *h = malloc((n + 2 * GUARD) * sizeof(float));
-    for (size_t i = 0; i < n + 2 * GUARD; i++) h[i] = CANARY;
+    for (size_t i = 0; i < n + 2 * GUARD; i++)
+        h[i] = CANARY;
     float *d = gpu->alloc((n + 2 * GUARD) * sizeof(float));
     gpu->to_device(d, h, (n + 2 * GUARD) * sizeof(float));
     free(h);
@@ -77,7 +78,9 @@ static float *fetch(const float *d, size_t n, const char *what) {
     return h;
 }
 
-static void release_out(float *d) { gpu->release(d - GUARD); }
+static void release_out(float *d) {
+    gpu->release(d - GUARD);
+}
 
 static double max_rel(const float *a, const float *ref, size_t n) {
     double m = 1e-30, d = 0;
@@ -105,12 +108,16 @@ static void test_matmul(void) {
         float *x = malloc((size_t)n * in * 4), *y = malloc((size_t)n * out * 4);
         uint16_t *w = malloc((size_t)out * in * 2);
         float bias[300];
-        for (int i = 0; i < n * in; i++) x[i] = frand();
-        for (int i = 0; i < out * in; i++) w[i] = bf16(frand() * 0.1f);
-        for (int i = 0; i < out; i++) bias[i] = frand();
+        for (int i = 0; i < n * in; i++)
+            x[i] = frand();
+        for (int i = 0; i < out * in; i++)
+            w[i] = bf16(frand() * 0.1f);
+        for (int i = 0; i < out; i++)
+            bias[i] = frand();
         // the reference sees the bf16-rounded activations the GEMM sees
         float *xr = malloc((size_t)n * in * 4);
-        for (int i = 0; i < n * in; i++) xr[i] = td_bf16_to_f32(bf16(x[i]));
+        for (int i = 0; i < n * in; i++)
+            xr[i] = td_bf16_to_f32(bf16(x[i]));
         matmul_ref(y, xr, w, TD_DTYPE_BF16, n, in, out, bias, TD_DTYPE_F32);
         float *dx = dev_copy(x, (size_t)n * in * 4), *dy = dev_out((size_t)n * out);
         void *dw = dev_copy(w, (size_t)out * in * 2), *db = dev_copy(bias, sizeof bias);
@@ -146,9 +153,12 @@ static void test_pointwise(void) {
     float *x = malloc((size_t)n * nc * d * 4), *ref = malloc((size_t)n * nc * d * 4);
     float w[96], inv[8];
     int32_t pos[37], ids[37];
-    for (int i = 0; i < n * nc * d; i++) x[i] = frand() * 3;
-    for (int i = 0; i < d; i++) w[i] = 1 + 0.1f * frand();
-    for (int t = 0; t < n; t++) pos[t] = t * 37 + 5, ids[t] = (t * 7) % V;
+    for (int i = 0; i < n * nc * d; i++)
+        x[i] = frand() * 3;
+    for (int i = 0; i < d; i++)
+        w[i] = 1 + 0.1f * frand();
+    for (int t = 0; t < n; t++)
+        pos[t] = t * 37 + 5, ids[t] = (t * 7) % V;
     struct rope_params rp = {160000, rot, 1, 16, 32, 32, 1, 1, 1.0f};
     rope_inv_freq_ref(inv, &rp);
     float *dx = dev_copy(x, (size_t)n * nc * d * 4), *dw = dev_copy(w, sizeof w);
@@ -185,14 +195,19 @@ static void test_pointwise(void) {
     {
         int m = (2 + nc) * nc;
         float *fn = malloc((size_t)m * nc * d * 4), base[24], scale[3] = {0.9f, 1.2f, 1.1f};
-        for (int i = 0; i < m * nc * d; i++) fn[i] = frand() * 0.05f;
-        for (int i = 0; i < m; i++) base[i] = frand() * 0.5f;
+        for (int i = 0; i < m * nc * d; i++)
+            fn[i] = frand() * 0.05f;
+        for (int i = 0; i < m; i++)
+            base[i] = frand() * 0.5f;
         struct hc_weights hw = {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32};
         float *col = malloc((size_t)n * d * 4), *post = malloc((size_t)n * nc * 4);
         float *comb = malloc((size_t)n * nc * nc * 4);
         hc_pre_ref(col, post, comb, x, &hw, n, nc, d, 20, 1e-6f, 1e-6f);
-        struct hc_weights dhw = {dev_copy(fn, (size_t)m * nc * d * 4), dev_copy(base, sizeof base),
-                                 dev_copy(scale, sizeof scale), TD_DTYPE_F32, TD_DTYPE_F32,
+        struct hc_weights dhw = {dev_copy(fn, (size_t)m * nc * d * 4),
+                                 dev_copy(base, sizeof base),
+                                 dev_copy(scale, sizeof scale),
+                                 TD_DTYPE_F32,
+                                 TD_DTYPE_F32,
                                  TD_DTYPE_F32};
         float *dcol = dev_out((size_t)n * d), *dpost = dev_out((size_t)n * nc);
         float *dcomb = dev_out((size_t)n * nc * nc);
@@ -206,7 +221,8 @@ static void test_pointwise(void) {
               max_rel(gp, post, (size_t)n * nc), max_rel(gm, comb, (size_t)n * nc * nc));
         // post: x' = post_j a + sum_i comb[i][j] x_i, on the reference's own post/comb
         float *a = malloc((size_t)n * d * 4);
-        for (int i = 0; i < n * d; i++) a[i] = frand();
+        for (int i = 0; i < n * d; i++)
+            a[i] = frand();
         memcpy(ref, x, (size_t)n * nc * d * 4);
         hc_post_ref(ref, a, post, comb, n, nc, d);
         float *dX = dev_out((size_t)n * nc * d);
@@ -220,15 +236,18 @@ static void test_pointwise(void) {
               max_rel(gX, ref, (size_t)n * nc * d));
         // head
         float hfn[4 * 4 * 96], hbase[4] = {0.1f, -0.2f, 0.3f, 0.0f}, hs = 1.1f;
-        for (int i = 0; i < nc * nc * d; i++) hfn[i] = frand() * 0.05f;
+        for (int i = 0; i < nc * nc * d; i++)
+            hfn[i] = frand() * 0.05f;
         float *hy = malloc((size_t)n * d * 4);
         hc_head_ref(hy, x, hfn, TD_DTYPE_F32, hbase, TD_DTYPE_F32, &hs, TD_DTYPE_F32, n, nc, d,
                     1e-6f, 1e-6f);
         float *dhy = dev_out((size_t)n * d);
-        hc_head_cuda(dhy, dx, dev_copy(hfn, sizeof hfn), TD_DTYPE_F32, dev_copy(hbase, sizeof hbase),
-                     TD_DTYPE_F32, dev_copy(&hs, 4), TD_DTYPE_F32, n, nc, d, 1e-6f, 1e-6f);
+        hc_head_cuda(dhy, dx, dev_copy(hfn, sizeof hfn), TD_DTYPE_F32,
+                     dev_copy(hbase, sizeof hbase), TD_DTYPE_F32, dev_copy(&hs, 4), TD_DTYPE_F32, n,
+                     nc, d, 1e-6f, 1e-6f);
         float *ghy = fetch(dhy, (size_t)n * d, "hc_head");
-        CHECK(max_rel(ghy, hy, (size_t)n * d) < 1e-4, "hc_head %.3g", max_rel(ghy, hy, (size_t)n * d));
+        CHECK(max_rel(ghy, hy, (size_t)n * d) < 1e-4, "hc_head %.3g",
+              max_rel(ghy, hy, (size_t)n * d));
         free(fn), free(col), free(post), free(comb), free(gc), free(gp), free(gm), free(a);
         free(gX), free(hy), free(ghy);
     }
@@ -237,7 +256,8 @@ static void test_pointwise(void) {
     case_begin();
     {
         float emb[111 * 96];
-        for (int i = 0; i < V * d; i++) emb[i] = frand();
+        for (int i = 0; i < V * d; i++)
+            emb[i] = frand();
         embed_ref(ref, ids, emb, TD_DTYPE_F32, n, nc, d);
         float *dX = dev_out((size_t)n * nc * d);
         embed_cuda(dX, dids, dev_copy(emb, sizeof emb), TD_DTYPE_F32, n, nc, d);
@@ -245,7 +265,8 @@ static void test_pointwise(void) {
         CHECK(!memcmp(g, ref, (size_t)n * nc * d * 4), "embed differs");
         free(g);
         float *u = malloc((size_t)n * d * 4);
-        for (int i = 0; i < n * d; i++) u[i] = frand() * 20;
+        for (int i = 0; i < n * d; i++)
+            u[i] = frand() * 20;
         memcpy(ref, x, (size_t)n * d * 4);
         swiglu_act_ref(ref, u, (size_t)n * d, 0.3f);
         float *dg = dev_out((size_t)n * d);
@@ -263,7 +284,8 @@ static void test_pointwise(void) {
  * decode row at length 3 whose top-k has 1 pick and 7 x -1, a 2-row prefill at 0 whose top-k is
  * empty), 8 rows padded to 8 -> run at n_tok_pad with a pad row... and random caches */
 static void fill(float *x, size_t n, float s) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * s;
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand() * s;
 }
 
 static void test_plan_ops(void) {
@@ -271,32 +293,53 @@ static void test_plan_ops(void) {
     struct td_plan_dims dm = {16, 4, 128, 8, 8, 4, 8, 24, 24, 24};
     struct td_plan p;
     int32_t ids[16];
-    for (int i = 0; i < 16; i++) ids[i] = i * 3 % 50;
+    for (int i = 0; i < 16; i++)
+        ids[i] = i * 3 % 50;
     struct td_plan_seq seqs[3] = {{2, 40, 5, ids}, {0, 3, 1, ids + 5}, {1, 0, 1, ids + 6}};
     case_begin();
-    CHECK(!meta_plan_init(&p, &dm, err, sizeof err) && !meta_plan_build(&p, seqs, 3, err, sizeof err),
+    CHECK(!meta_plan_init(&p, &dm, err, sizeof err) &&
+              !meta_plan_build(&p, seqs, 3, err, sizeof err),
           "%s", err);
     CHECK(p.n_tok == 7 && p.n_tok_pad == 8, "rows %d pad %d", p.n_tok, p.n_tok_pad);
     int n = p.n_tok_pad, S = 3, H = 4, d = 32, ring = 24, ne = 32, ihd = 16, IH = 8;
     void *dplan = dev_copy(p.mem, p.bytes);
     const char *hb = p.mem;
     char *db = dplan;
-#define DEV(arr) ((int32_t *)(db + ((const char *)(arr) - hb)))
-    struct rows_view rh = {n,          p.input_ids, p.positions, p.row_seq, p.qo_indptr, p.slot,
-                           p.len_before, p.swa_indptr, p.swa_pos, p.swa_write, p.vis_csa,
-                           p.emit_csa, p.write_csa, p.topk, dm.topk};
-    struct rows_view rd = {n,          DEV(p.input_ids), DEV(p.positions), DEV(p.row_seq),
-                           DEV(p.qo_indptr), DEV(p.slot), DEV(p.len_before), DEV(p.swa_indptr),
-                           DEV(p.swa_pos), DEV(p.swa_write), DEV(p.vis_csa), DEV(p.emit_csa),
-                           DEV(p.write_csa), DEV(p.topk), dm.topk};
+#define DEV(arr) ((int32_t *)(db + ((const char *)(arr)-hb)))
+    struct rows_view rh = {n,         p.input_ids,  p.positions,  p.row_seq, p.qo_indptr,
+                           p.slot,    p.len_before, p.swa_indptr, p.swa_pos, p.swa_write,
+                           p.vis_csa, p.emit_csa,   p.write_csa,  p.topk,    dm.topk};
+    struct rows_view rd = {n,
+                           DEV(p.input_ids),
+                           DEV(p.positions),
+                           DEV(p.row_seq),
+                           DEV(p.qo_indptr),
+                           DEV(p.slot),
+                           DEV(p.len_before),
+                           DEV(p.swa_indptr),
+                           DEV(p.swa_pos),
+                           DEV(p.swa_write),
+                           DEV(p.vis_csa),
+                           DEV(p.emit_csa),
+                           DEV(p.write_csa),
+                           DEV(p.topk),
+                           dm.topk};
     // indexer: picks must match exactly (well-separated random scores)
     float *iq = malloc((size_t)n * IH * ihd * 4), *iw = malloc((size_t)n * IH * 4);
     float *ik = malloc((size_t)S * ne * ihd * 4);
-    fill(iq, (size_t)n * IH * ihd, 1), fill(iw, (size_t)n * IH, 1), fill(ik, (size_t)S * ne * ihd, 1);
+    fill(iq, (size_t)n * IH * ihd, 1), fill(iw, (size_t)n * IH, 1),
+        fill(ik, (size_t)S * ne * ihd, 1);
     struct indexer_args ia = {rh, iq, iw, ik, ne, IH, ihd, dm.topk, 0.25f};
     indexer_topk_ref(&ia);
-    struct indexer_args ida = {rd, dev_copy(iq, (size_t)n * IH * ihd * 4), dev_copy(iw, (size_t)n * IH * 4),
-                               dev_copy(ik, (size_t)S * ne * ihd * 4), ne, IH, ihd, dm.topk, 0.25f};
+    struct indexer_args ida = {rd,
+                               dev_copy(iq, (size_t)n * IH * ihd * 4),
+                               dev_copy(iw, (size_t)n * IH * 4),
+                               dev_copy(ik, (size_t)S * ne * ihd * 4),
+                               ne,
+                               IH,
+                               ihd,
+                               dm.topk,
+                               0.25f};
     indexer_topk_cuda(&ida);
     int32_t gpicks[16 * 8];
     gpu->to_host(gpicks, rd.topk, (size_t)n * dm.topk * 4);
@@ -306,8 +349,8 @@ static void test_plan_ops(void) {
         empty += p.topk[t * dm.topk] == -1;
         partial += p.topk[t * dm.topk] >= 0 && p.topk[t * dm.topk + dm.topk - 1] == -1;
     }
-    CHECK(empty >= 1 && partial >= 1, "the step has no empty (%d) or partial (%d) top-k row",
-          empty, partial);
+    CHECK(empty >= 1 && partial >= 1, "the step has no empty (%d) or partial (%d) top-k row", empty,
+          partial);
     case_end("op/indexer_topk", "");
 
     // attention: sliding only, CSA through the picks, HCA over all visible entries
@@ -317,7 +360,8 @@ static void test_plan_ops(void) {
     fill(q, (size_t)n * H * d, 1), fill(kv, (size_t)n * d, 1), fill(swa, (size_t)S * ring * d, 1);
     fill(ent, (size_t)S * ne * d, 1);
     float *dq = dev_copy(q, (size_t)n * H * d * 4), *dkv = dev_copy(kv, (size_t)n * d * 4);
-    float *dswa = dev_copy(swa, (size_t)S * ring * d * 4), *dent = dev_copy(ent, (size_t)S * ne * d * 4);
+    float *dswa = dev_copy(swa, (size_t)S * ring * d * 4),
+          *dent = dev_copy(ent, (size_t)S * ne * d * 4);
     float *dsink = dev_copy(sinks, sizeof sinks), *out = malloc((size_t)n * H * d * 4);
     const char *kinds[3] = {"sliding", "csa", "hca"};
     for (int k = 0; k < 3; k++) {
@@ -325,10 +369,12 @@ static void test_plan_ops(void) {
         struct rows_view rh2 = rh, rd2 = rd;
         if (k == 2) rh2.vis = p.vis_hca, rd2.vis = DEV(p.vis_hca);
         memset(out, 0, (size_t)n * H * d * 4);
-        struct attn_args ah = {rh2, out, q, kv, swa, ring, k ? ent : NULL, ne, k == 1, sinks, H, d, 0.18f};
+        struct attn_args ah = {rh2, out,    q,     kv, swa, ring, k ? ent : NULL,
+                               ne,  k == 1, sinks, H,  d,   0.18f};
         attention_rows_ref(&ah);
         float *dout = dev_out((size_t)n * H * d);
-        struct attn_args ad = {rd2, dout, dq, dkv, dswa, ring, k ? dent : NULL, ne, k == 1, dsink, H, d, 0.18f};
+        struct attn_args ad = {rd2, dout,   dq,    dkv, dswa, ring, k ? dent : NULL,
+                               ne,  k == 1, dsink, H,   d,    0.18f};
         attention_rows_cuda(&ad);
         float *g = fetch(dout, (size_t)n * H * d, "attention");
         // the pad row (7) is inert: compare the real rows only
@@ -346,27 +392,44 @@ static void test_plan_ops(void) {
     {
         int width = 2 * d;
         float *raw = malloc((size_t)n * width * 4), *gate = malloc((size_t)n * width * 4);
-        float *rk = malloc((size_t)S * ring * width * 4), *rg = malloc((size_t)S * ring * width * 4);
+        float *rk = malloc((size_t)S * ring * width * 4),
+              *rg = malloc((size_t)S * ring * width * 4);
         float nw[32], inv[8];
         fill(raw, (size_t)n * width, 1), fill(gate, (size_t)n * width, 2);
         fill(rk, (size_t)S * ring * width, 1), fill(rg, (size_t)S * ring * width, 2);
-        for (int i = 0; i < d; i++) nw[i] = 1 + 0.1f * frand();
+        for (int i = 0; i < d; i++)
+            nw[i] = 1 + 0.1f * frand();
         struct rope_params rp = {160000, 16, 0, 1, 1, 32, 1, 1, 1.0f};
         rope_inv_freq_ref(inv, &rp);
         float *eh = calloc((size_t)S * ne * d, 4);
-        struct compress_args ch = {rh, raw, gate, rk, rg, ring, width, d, 4, 1, eh, ne, nw,
-                                   TD_DTYPE_F32, 1e-6f, inv, 16, 1.0f};
+        struct compress_args ch = {rh, raw, gate, rk, rg,           ring,  width, d,  4,
+                                   1,  eh,  ne,   nw, TD_DTYPE_F32, 1e-6f, inv,   16, 1.0f};
         compress_emit_ref(&ch);
         float *ed = gpu->alloc((size_t)S * ne * d * 4);
-        struct compress_args cd = {rd, dev_copy(raw, (size_t)n * width * 4), dev_copy(gate, (size_t)n * width * 4),
-                                   dev_copy(rk, (size_t)S * ring * width * 4), dev_copy(rg, (size_t)S * ring * width * 4),
-                                   ring, width, d, 4, 1, ed, ne, dev_copy(nw, sizeof nw), TD_DTYPE_F32, 1e-6f,
-                                   dev_copy(inv, sizeof inv), 16, 1.0f};
+        struct compress_args cd = {rd,
+                                   dev_copy(raw, (size_t)n * width * 4),
+                                   dev_copy(gate, (size_t)n * width * 4),
+                                   dev_copy(rk, (size_t)S * ring * width * 4),
+                                   dev_copy(rg, (size_t)S * ring * width * 4),
+                                   ring,
+                                   width,
+                                   d,
+                                   4,
+                                   1,
+                                   ed,
+                                   ne,
+                                   dev_copy(nw, sizeof nw),
+                                   TD_DTYPE_F32,
+                                   1e-6f,
+                                   dev_copy(inv, sizeof inv),
+                                   16,
+                                   1.0f};
         compress_emit_cuda(&cd);
         float *eg = malloc((size_t)S * ne * d * 4);
         gpu->to_host(eg, ed, (size_t)S * ne * d * 4);
         int emitted = 0;
-        for (int t = 0; t < p.n_tok; t++) emitted += p.emit_csa[t] >= 0;
+        for (int t = 0; t < p.n_tok; t++)
+            emitted += p.emit_csa[t] >= 0;
         CHECK(emitted >= 1, "no row emits an entry");
         CHECK(max_rel(eg, eh, (size_t)S * ne * d) < 1e-4, "entries rel err %.3g",
               max_rel(eg, eh, (size_t)S * ne * d));
@@ -382,7 +445,8 @@ static void test_plan_ops(void) {
         fill(lg, (size_t)n * E, 3);
         fill(bias, 6, 0.3f);
         int64_t tid[50 * 2];
-        for (int i = 0; i < 100; i++) tid[i] = (i * 7 + i / 2) % E;
+        for (int i = 0; i < 100; i++)
+            tid[i] = (i * 7 + i / 2) % E;
         int32_t ph[16 * 2], pg[16 * 2];
         float wh[16 * 2], wg[16 * 2];
         int32_t *dpk = gpu->alloc(sizeof pg);
@@ -392,9 +456,9 @@ static void test_plan_ops(void) {
             enum moe_score sf = (enum moe_score)(hash ? 0 : fn);
             moe_route_rows_ref(ph, wh, lg, p.input_ids, sf, hash ? NULL : bias, TD_DTYPE_F32,
                                hash ? tid : NULL, TD_DTYPE_I64, n, k, E, 1.5f);
-            moe_route_rows_cuda(dpk, dwt, dlg, rd.input_ids, sf, hash ? NULL : dev_copy(bias, sizeof bias),
-                                TD_DTYPE_F32, hash ? dev_copy(tid, sizeof tid) : NULL, TD_DTYPE_I64, n,
-                                k, E, 1.5f);
+            moe_route_rows_cuda(
+                dpk, dwt, dlg, rd.input_ids, sf, hash ? NULL : dev_copy(bias, sizeof bias),
+                TD_DTYPE_F32, hash ? dev_copy(tid, sizeof tid) : NULL, TD_DTYPE_I64, n, k, E, 1.5f);
             gpu->to_host(pg, dpk, (size_t)n * k * 4);
             gpu->to_host(wg, dwt, (size_t)n * k * 4);
             CHECK(!memcmp(pg, ph, (size_t)n * k * 4), "route %d: picks differ", fn);
@@ -402,11 +466,13 @@ static void test_plan_ops(void) {
         }
         uint16_t *w1 = malloc((size_t)E * I * D * 2), *w3 = malloc((size_t)E * I * D * 2);
         uint16_t *w2 = malloc((size_t)E * D * I * 2);
-        for (int i = 0; i < E * I * D; i++) w1[i] = bf16(frand() * 0.2f), w3[i] = bf16(frand() * 0.2f),
-                                             w2[i] = bf16(frand() * 0.2f);
+        for (int i = 0; i < E * I * D; i++)
+            w1[i] = bf16(frand() * 0.2f), w3[i] = bf16(frand() * 0.2f),
+            w2[i] = bf16(frand() * 0.2f);
         const void *p1[6], *p3[6], *p2[6], *q1[6], *q3[6], *q2[6];
         for (int e = 0; e < E; e++) {
-            p1[e] = w1 + (size_t)e * I * D, p3[e] = w3 + (size_t)e * I * D, p2[e] = w2 + (size_t)e * D * I;
+            p1[e] = w1 + (size_t)e * I * D, p3[e] = w3 + (size_t)e * I * D,
+            p2[e] = w2 + (size_t)e * D * I;
             q1[e] = dev_copy(p1[e], (size_t)I * D * 2), q3[e] = dev_copy(p3[e], (size_t)I * D * 2);
             q2[e] = dev_copy(p2[e], (size_t)D * I * 2);
         }
@@ -414,12 +480,13 @@ static void test_plan_ops(void) {
         fill(x, (size_t)n * D, 2);
         struct expert_set eh = {p1, p3, p2, TD_DTYPE_BF16};
         moe_experts_ref(yh, x, ph, wh, &eh, n, D, I, k, E, 0.5f);
-        struct expert_set ed = {dev_copy(q1, sizeof q1), dev_copy(q3, sizeof q3), dev_copy(q2, sizeof q2),
-                                TD_DTYPE_BF16};
+        struct expert_set ed = {dev_copy(q1, sizeof q1), dev_copy(q3, sizeof q3),
+                                dev_copy(q2, sizeof q2), TD_DTYPE_BF16};
         float *dy = dev_out((size_t)n * D);
         moe_experts_cuda(dy, dev_copy(x, (size_t)n * D * 4), dpk, dwt, &ed, n, D, I, k, E, 0.5f);
         float *yg = fetch(dy, (size_t)n * D, "moe_experts");
-        CHECK(max_rel(yg, yh, (size_t)n * D) < 1e-4, "experts rel err %.3g", max_rel(yg, yh, (size_t)n * D));
+        CHECK(max_rel(yg, yh, (size_t)n * D) < 1e-4, "experts rel err %.3g",
+              max_rel(yg, yh, (size_t)n * D));
         free(lg), free(w1), free(w3), free(w2), free(x), free(yh), free(yg);
     }
     case_end("op/moe_route_experts", "");
@@ -447,7 +514,8 @@ static void test_model(const char *fx) {
     int n = 0;
     snprintf(path, sizeof path, "%s/ids.txt", dir);
     FILE *fp = fopen(path, "r");
-    while (fp && n < 512 && fscanf(fp, "%d", &ids[n]) == 1) n++;
+    while (fp && n < 512 && fscanf(fp, "%d", &ids[n]) == 1)
+        n++;
     if (fp) fclose(fp);
     int V = host.cfg.vocab;
     float *one = malloc((size_t)n * V * 4), *out = malloc((size_t)n * V * 4);
@@ -460,11 +528,13 @@ static void test_model(const char *fx) {
     long worst_row = -1;
     double worst = rel_row_err(one, ref, n, V, &worst_row);
     double *re = calloc((size_t)n + 1, sizeof(double));
-    for (int t = 0; t < n; t++) re[t] = rel_row_err(one + (size_t)t * V, ref + (size_t)t * V, 1, V, NULL);
+    for (int t = 0; t < n; t++)
+        re[t] = rel_row_err(one + (size_t)t * V, ref + (size_t)t * V, 1, V, NULL);
     for (int i = 1; i < n; i++) { // sort ascending for the percentile
         double v = re[i];
         int j = i - 1;
-        while (j >= 0 && re[j] > v) re[j + 1] = re[j], j--;
+        while (j >= 0 && re[j] > v)
+            re[j + 1] = re[j], j--;
         re[j + 1] = v;
     }
     double p99 = re[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
@@ -491,8 +561,10 @@ static void test_model(const char *fx) {
     slot = td_state_seq_alloc(&st);
     int chunks[64], nc = 0, left = n;
     int fixed[24] = {37, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-    for (int i = 0; i < 24; i++) left -= (chunks[nc++] = fixed[i]);
-    while (left > 0) left -= (chunks[nc++] = left > 64 ? 64 : left);
+    for (int i = 0; i < 24; i++)
+        left -= (chunks[nc++] = fixed[i]);
+    while (left > 0)
+        left -= (chunks[nc++] = left > 64 ? 64 : left);
     for (int i = 0, pos = 0; i < nc; pos += chunks[i++]) {
         struct td_plan_seq qc = {slot, pos, chunks[i], ids + pos};
         CHECK(!td_forward_seqs(&dev, &st, &qc, 1, out + (size_t)pos * V, NULL, err, sizeof err),
@@ -523,7 +595,8 @@ static void test_deterministic(void) {
           err);
     int32_t ids[64][48];
     for (int s = 0; s < 64; s++)
-        for (int i = 0; i < 48; i++) ids[s][i] = (int32_t)((s * 131 + i * 17 + (i % 5) * 7) % V);
+        for (int i = 0; i < 48; i++)
+            ids[s][i] = (int32_t)((s * 131 + i * 17 + (i % 5) * 7) % V);
     float *alone = malloc((size_t)L * V * 4), *batch = malloc((size_t)64 * L * V * 4);
     float *chunk = malloc((size_t)L * V * 4);
     int slot = td_state_seq_alloc(&st);
@@ -531,11 +604,13 @@ static void test_deterministic(void) {
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, alone, NULL, err, sizeof err), "%s", err);
     td_state_seq_release(&st, slot);
     struct td_plan_seq qs[64];
-    for (int s = 0; s < 64; s++) qs[s] = (struct td_plan_seq){td_state_seq_alloc(&st), 0, L, ids[s]};
+    for (int s = 0; s < 64; s++)
+        qs[s] = (struct td_plan_seq){td_state_seq_alloc(&st), 0, L, ids[s]};
     CHECK(!td_forward_seqs(&dev, &st, qs, 64, batch, NULL, err, sizeof err), "%s", err);
     CHECK(!memcmp(alone, batch + (size_t)5 * L * V, (size_t)L * V * 4),
           "a request's logits differ alone and in a batch of 64");
-    for (int s = 0; s < 64; s++) td_state_seq_release(&st, qs[s].slot);
+    for (int s = 0; s < 64; s++)
+        td_state_seq_release(&st, qs[s].slot);
     // as verify chunks: 35 rows, then 5 rows at once
     slot = td_state_seq_alloc(&st);
     q = (struct td_plan_seq){slot, 0, 35, ids[5]};
@@ -578,7 +653,8 @@ static void test_graphs(void) {
     int32_t ids[8][512];
     int len[8], slot_g[8], slot_e[8];
     for (int q = 0; q < S; q++) {
-        for (int i = 0; i < max_ctx; i++) ids[q][i] = (int32_t)((q * 977 + i * 131 + i / 7) % V);
+        for (int i = 0; i < max_ctx; i++)
+            ids[q][i] = (int32_t)((q * 977 + i * 131 + i / 7) % V);
         slot_g[q] = td_state_seq_alloc(&sg);
         slot_e[q] = td_state_seq_alloc(&se);
         len[q] = 0;
@@ -620,11 +696,14 @@ static void test_graphs(void) {
         CHECK(!td_forward(&dev, &sg, &pg, lg, NULL, err, sizeof err) &&
                   !td_forward(&dev, &se, &pe, le, NULL, err, sizeof err),
               "%s", err);
-        CHECK(!memcmp(lg, le, (size_t)rows * V * 4), "step %d (%d rows, bucket %d): graph replay "
-              "differs from eager", it, rows, pg.n_tok_pad);
+        CHECK(!memcmp(lg, le, (size_t)rows * V * 4),
+              "step %d (%d rows, bucket %d): graph replay "
+              "differs from eager",
+              it, rows, pg.n_tok_pad);
         for (int j = 0; j < n; j++) { // verify groups keep 2 of 5 rows: roll back the rest
             int q = 0;
-            while (slot_g[q] != a[j].slot) q++;
+            while (slot_g[q] != a[j].slot)
+                q++;
             len[q] += a[j].n_new == 5 ? 2 : 1;
             CHECK(!td_state_rollback(&sg, slot_g[q], len[q], err, sizeof err) &&
                       !td_state_rollback(&se, slot_e[q], len[q], err, sizeof err),
@@ -702,7 +781,8 @@ static void test_greedy_spec_gpu(void) {
     double td = run_engine("none", 0, plain, np);
     snprintf(extra, sizeof extra,
              "(tokens/s: plain %.0f, ngram k=3 %.0f, deterministic; plain default mode %.0f: "
-             "deterministic / default = %.2f)", tp, ts, td, tp / td);
+             "deterministic / default = %.2f)",
+             tp, ts, td, tp / td);
     case_end("deterministic/greedy_spec_equals_plain_32_prompts", extra);
 
     // the MTP drafter of the default model, on the GPU
@@ -736,7 +816,8 @@ int main(void) {
     test_pointwise();
     test_plan_ops();
     const char *fxs[3] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
-    for (int i = 0; i < 3; i++) test_model(fxs[i]);
+    for (int i = 0; i < 3; i++)
+        test_model(fxs[i]);
     test_deterministic();
     test_graphs();
     test_greedy_spec_gpu();

@@ -34,7 +34,8 @@ static int write_st(const char *path, const struct wt *t, int n) {
                         t[i].name, td_dtype_name(t[i].dtype));
         for (int d = 0; d < t[i].ndim; d++)
             len += snprintf(h + len, cap - len, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
-        len += snprintf(h + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", off, off + t[i].nbytes);
+        len +=
+            snprintf(h + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", off, off + t[i].nbytes);
         off += t[i].nbytes;
     }
     len += snprintf(h + len, cap - len, "}");
@@ -42,7 +43,8 @@ static int write_st(const char *path, const struct wt *t, int n) {
     uint64_t hl = len;
     fwrite(&hl, 8, 1, fp);
     fwrite(h, 1, len, fp);
-    for (int i = 0; i < n; i++) fwrite(t[i].data, 1, t[i].nbytes, fp);
+    for (int i = 0; i < n; i++)
+        fwrite(t[i].data, 1, t[i].nbytes, fp);
     fclose(fp);
     free(h);
     return 0;
@@ -53,7 +55,8 @@ static int copy_file(const char *from, const char *to) {
     if (!a || !b) return -1;
     char buf[4096];
     size_t k;
-    while ((k = fread(buf, 1, sizeof buf, a)) > 0) fwrite(buf, 1, k, b);
+    while ((k = fread(buf, 1, sizeof buf, a)) > 0)
+        fwrite(buf, 1, k, b);
     fclose(a);
     fclose(b);
     return 0;
@@ -80,8 +83,8 @@ static int find(struct wt *t, int n, const char *name) {
 }
 
 /* write the case directory (fixture config + tensors) and try to load it */
-static int load_case(const char *fixture, const struct wt *t, int n, struct td_model *m,
-                     char *err, size_t errlen) {
+static int load_case(const char *fixture, const struct wt *t, int n, struct td_model *m, char *err,
+                     size_t errlen) {
     char dir[128], from[256], path[256];
     static int k;
     snprintf(dir, sizeof dir, "%s/case%d", root, k++);

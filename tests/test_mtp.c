@@ -34,7 +34,8 @@ int main(void) {
     int32_t ids[256];
     int n = 0;
     FILE *fp = fopen("tests/fixtures/mtp_tiny/ids.txt", "r");
-    while (fp && n < 255 && fscanf(fp, "%d", &ids[n]) == 1) n++;
+    while (fp && n < 255 && fscanf(fp, "%d", &ids[n]) == 1)
+        n++;
     if (fp) fclose(fp);
     int V = m.cfg.vocab, bonus_ref = (int)json_integer_value(json_object_get(js, "bonus"));
     (void)fx;
@@ -54,7 +55,8 @@ int main(void) {
     struct td_plan_seq q = {slot, 0, n, ids};
     struct td_plan p;
     struct td_plan_dims dims = td_state_plan_dims(&st, 64, 2);
-    CHECK(!meta_plan_init(&p, &dims, err, sizeof err) && !meta_plan_build(&p, &q, 1, err, sizeof err),
+    CHECK(!meta_plan_init(&p, &dims, err, sizeof err) &&
+              !meta_plan_build(&p, &q, 1, err, sizeof err),
           "%s", err);
     CHECK(!td_forward_ex(&m, &st, &p, NULL, draft_mtp_hidden(d), lg, NULL, err, sizeof err), "%s",
           err);

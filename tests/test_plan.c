@@ -56,15 +56,14 @@ static void seed000(void) {
     ptrdiff_t off_cap = (char *)(cap.topk + 1 * cap.dims.topk) - (char *)cap.mem;
     ptrdiff_t off_live = (char *)(live.topk + 1 * live.dims.topk) - (char *)live.mem;
     CHECK(off_cap == off_live && cap.dims.topk == live.dims.topk && cap.bytes == live.bytes,
-          "row 1 at %td vs %td, stride %d vs %d", off_cap, off_live, cap.dims.topk,
-          live.dims.topk);
+          "row 1 at %td vs %td, stride %d vs %d", off_cap, off_live, cap.dims.topk, live.dims.topk);
     CHECK(!meta_plan_validate(&cap, err, sizeof err) && !meta_plan_validate(&live, err, sizeof err),
           "%s", err);
     // every array sits at the same offset whatever the batch
-    int32_t *arrs_c[] = {cap.row_seq, cap.qo_indptr, cap.kv_indptr, cap.swa_indptr, cap.swa_pos,
-                         cap.vis_csa, cap.topk};
+    int32_t *arrs_c[] = {cap.row_seq, cap.qo_indptr, cap.kv_indptr, cap.swa_indptr,
+                         cap.swa_pos, cap.vis_csa,   cap.topk};
     int32_t *arrs_l[] = {live.row_seq, live.qo_indptr, live.kv_indptr, live.swa_indptr,
-                         live.swa_pos, live.vis_csa, live.topk};
+                         live.swa_pos, live.vis_csa,   live.topk};
     for (int i = 0; i < 7; i++)
         CHECK((char *)arrs_c[i] - (char *)cap.mem == (char *)arrs_l[i] - (char *)live.mem,
               "array %d moved with the batch", i);
@@ -83,7 +82,8 @@ static void seed001(void) {
     // an earlier, bigger batch leaves its ranges in the buffer
     struct td_plan_seq big[8];
     int big_len[8] = {9000, 8000, 7000, 6000, 5000, 17486, 6338, 7317};
-    for (int s = 0; s < 8; s++) big[s] = (struct td_plan_seq){s, big_len[s], 1, ids};
+    for (int s = 0; s < 8; s++)
+        big[s] = (struct td_plan_seq){s, big_len[s], 1, ids};
     CHECK(!meta_plan_build(&p, big, 8, err, sizeof err), "%s", err);
     int stale_tail[3] = {p.kv_indptr[6] - p.kv_indptr[5], p.kv_indptr[7] - p.kv_indptr[6],
                          p.kv_indptr[8] - p.kv_indptr[7]};
@@ -91,7 +91,8 @@ static void seed001(void) {
     // the faulting batch: 5 decode rows of context 3476, 3492, 3595, 3724, 3200
     int want[5] = {3476, 3492, 3595, 3724, 3200};
     struct td_plan_seq five[5];
-    for (int s = 0; s < 5; s++) five[s] = (struct td_plan_seq){s, want[s] - 1, 1, ids};
+    for (int s = 0; s < 5; s++)
+        five[s] = (struct td_plan_seq){s, want[s] - 1, 1, ids};
     CHECK(!meta_plan_build(&p, five, 5, err, sizeof err), "%s", err);
     CHECK(p.n_seq_pad == 8 && p.n_tok_pad == 8, "not padded to 8 (%d/%d)", p.n_seq_pad,
           p.n_tok_pad);
@@ -152,7 +153,8 @@ static int random_batch(struct td_plan_seq *q, int32_t *ids, int max_seq, int ma
         if (n > left) n = left;
         int len = (int)rnd((uint32_t)(max_ctx - n));
         q[s] = (struct td_plan_seq){s * 3 + 1, len, n, ids + used};
-        for (int j = 0; j < n; j++) ids[used + j] = (int)rnd(1000);
+        for (int j = 0; j < n; j++)
+            ids[used + j] = (int)rnd(1000);
         used += n;
     }
     return n_seq;
@@ -174,12 +176,16 @@ static void random_plans(void) {
         CHECK(!meta_plan_build(&p, q, n, err, sizeof err), "build: %s", err);
         CHECK(!meta_plan_validate(&p, err, sizeof err), "iteration %d: %s", it, err);
         // break one invariant; the validator must notice
-        int32_t *targets[] = {p.qo_indptr + 1 + rnd(p.n_seq_pad), p.swa_indptr + 1 + rnd(p.n_tok_pad),
-                              p.row_seq + rnd(p.n_tok_pad), p.positions + rnd(p.n_tok),
+        int32_t *targets[] = {p.qo_indptr + 1 + rnd(p.n_seq_pad),
+                              p.swa_indptr + 1 + rnd(p.n_tok_pad),
+                              p.row_seq + rnd(p.n_tok_pad),
+                              p.positions + rnd(p.n_tok),
                               p.swa_write + rnd(p.n_tok_pad),
-                              p.n_seq < d.max_seq ? p.slot + p.n_seq + rnd((uint32_t)(d.max_seq - p.n_seq))
-                                                  : p.positions,
-                              p.vis_csa + rnd(p.n_tok), p.emit_hca + rnd(p.n_tok_pad)};
+                              p.n_seq < d.max_seq
+                                  ? p.slot + p.n_seq + rnd((uint32_t)(d.max_seq - p.n_seq))
+                                  : p.positions,
+                              p.vis_csa + rnd(p.n_tok),
+                              p.emit_hca + rnd(p.n_tok_pad)};
         int32_t *t = targets[rnd(8)], old = *t;
         *t += 1 + (int)rnd(3);
         if (!meta_plan_validate(&p, err, sizeof err)) {
@@ -216,7 +222,8 @@ static void with_model(void) {
     struct td_state st;
     CHECK(!td_state_init(&st, c, 2, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s", err);
     int32_t ids[300];
-    for (int i = 0; i < 300; i++) ids[i] = (i * 37 + 11) % V;
+    for (int i = 0; i < 300; i++)
+        ids[i] = (i * 37 + 11) % V;
     int sa = td_state_seq_alloc(&st), sb = td_state_seq_alloc(&st);
     struct td_plan_seq two[2] = {{sa, 0, 300, ids}, {sb, 0, 300, ids}};
     float *lg = malloc((size_t)600 * V * sizeof(float));
@@ -241,20 +248,24 @@ static void with_model(void) {
     case_begin();
     int n_iter = quick_mode() ? 60 : 1000, n_seqs = 6;
     struct td_state sb_st, one;
-    CHECK(!td_state_init(&sb_st, c, n_seqs, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s", err);
-    CHECK(!td_state_init(&one, c, n_seqs, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&sb_st, c, n_seqs, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s",
+          err);
+    CHECK(!td_state_init(&one, c, n_seqs, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s",
+          err);
     int slot_b[6], slot_1[6], len[6] = {0};
     int32_t seq_ids[6][400];
     for (int s = 0; s < n_seqs; s++) {
         slot_b[s] = td_state_seq_alloc(&sb_st);
         slot_1[s] = td_state_seq_alloc(&one);
-        for (int i = 0; i < 400; i++) seq_ids[s][i] = (int32_t)rnd((uint32_t)V);
+        for (int i = 0; i < 400; i++)
+            seq_ids[s][i] = (int32_t)rnd((uint32_t)V);
     }
     float *lb = malloc((size_t)128 * V * sizeof(float)), *l1 = malloc((size_t)64 * V * 4);
     for (int it = 0; it < n_iter && !check_case_failed; it++) {
         struct td_plan_seq q[6];
         int n = 0, rows = 0, order[6];
-        for (int s = 0; s < n_seqs; s++) order[s] = s;
+        for (int s = 0; s < n_seqs; s++)
+            order[s] = s;
         for (int s = n_seqs - 1; s > 0; s--) { // random order of sequences in the batch
             int j = (int)rnd((uint32_t)s + 1), t = order[s];
             order[s] = order[j];
@@ -268,7 +279,8 @@ static void with_model(void) {
                 slot_b[s] = td_state_seq_alloc(&sb_st);
                 slot_1[s] = td_state_seq_alloc(&one);
                 len[s] = 0;
-                for (int i = 0; i < 400; i++) seq_ids[s][i] = (int32_t)rnd((uint32_t)V);
+                for (int i = 0; i < 400; i++)
+                    seq_ids[s][i] = (int32_t)rnd((uint32_t)V);
             }
             if (rnd(3) == 0) continue;
             int kind = (int)rnd(3), nn = kind == 0 ? 1 + (int)rnd(19) : kind == 1 ? 4 : 1;
@@ -280,7 +292,8 @@ static void with_model(void) {
         CHECK(!td_forward_seqs(&m, &sb_st, q, n, lb, NULL, err, sizeof err), "%s", err);
         for (int k = 0, row = 0; k < n; k++) {
             int s = 0;
-            while (slot_b[s] != q[k].slot) s++;
+            while (slot_b[s] != q[k].slot)
+                s++;
             struct td_plan_seq q1 = {slot_1[s], len[s], q[k].n_new, q[k].ids};
             CHECK(!td_forward_seqs(&m, &one, &q1, 1, l1, NULL, err, sizeof err), "%s", err);
             CHECK(!memcmp(l1, lb + (size_t)row * V, (size_t)q[k].n_new * V * 4),

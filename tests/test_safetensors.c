@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 static int n_failed;
-static char root[64];       /* the mkdtemp directory */
+static char root[64]; /* the mkdtemp directory */
 
 // ----------------------------------------------------------------------------
 // helpers
@@ -65,8 +65,10 @@ static int write_text(const char *path, const char *s) {
 static int write_st(const char *path, const char *header, const void *data, size_t n) {
     size_t len = strlen(header), padded = (len + 7) & ~(size_t)7;
     unsigned char *buf = malloc(8 + padded);
-    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    for (size_t i = 0; i < padded; i++) buf[8 + i] = i < len ? (unsigned char)header[i] : ' ';
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    for (size_t i = 0; i < padded; i++)
+        buf[8 + i] = i < len ? (unsigned char)header[i] : ' ';
     for (size_t i = 0; i < len; i++)
         if (buf[8 + i] == '\'') buf[8 + i] = '"';
     int rc = write_bytes(path, buf, 8 + padded, data, n);
@@ -77,7 +79,8 @@ static int write_st(const char *path, const char *header, const void *data, size
 /* a raw header length followed by arbitrary bytes */
 static int write_hlen(const char *path, uint64_t hlen, const char *body) {
     unsigned char len[8];
-    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(hlen >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        len[i] = (unsigned char)(hlen >> (8 * i));
     return write_bytes(path, len, 8, body, strlen(body));
 }
 
@@ -142,12 +145,12 @@ static void bad_file(const char *name, const char *header, const void *data, siz
     expect_fail(name, path, 0, want);
 }
 
-#define CHECK(cond)                                                                           \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            snprintf(why, sizeof why, "line %d: %s", __LINE__, #cond);                        \
-            goto done;                                                                        \
-        }                                                                                     \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            snprintf(why, sizeof why, "line %d: %s", __LINE__, #cond);                             \
+            goto done;                                                                             \
+        }                                                                                          \
     } while (0)
 
 static int same_bits(float a, float b) {
@@ -217,15 +220,14 @@ static void test_single_file(void) {
     memcpy(data + 52, b, 8);
     memcpy(data + 60, c, 22);
     memcpy(data + 84, &g, 4);
-    const char *hdr =
-        "{'__metadata__': {'format': 'pt', 'note': 'ignored'},"
-        " 'a': {'dtype': 'F32', 'shape': [2, 3], 'data_offsets': [0, 24]},"
-        " 'e': {'dtype': 'I64', 'shape': [2], 'data_offsets': [24, 40]},"
-        " 'd': {'dtype': 'I32', 'shape': [3], 'data_offsets': [40, 52]},"
-        " 'b': {'dtype': 'BF16', 'shape': [4], 'data_offsets': [52, 60]},"
-        " 'c': {'dtype': 'F16', 'shape': [11], 'data_offsets': [60, 82]},"
-        " 'f': {'dtype': 'F32', 'shape': [0, 3], 'data_offsets': [82, 82]},"
-        " 'g': {'dtype': 'F32', 'shape': [], 'data_offsets': [84, 88]}}";
+    const char *hdr = "{'__metadata__': {'format': 'pt', 'note': 'ignored'},"
+                      " 'a': {'dtype': 'F32', 'shape': [2, 3], 'data_offsets': [0, 24]},"
+                      " 'e': {'dtype': 'I64', 'shape': [2], 'data_offsets': [24, 40]},"
+                      " 'd': {'dtype': 'I32', 'shape': [3], 'data_offsets': [40, 52]},"
+                      " 'b': {'dtype': 'BF16', 'shape': [4], 'data_offsets': [52, 60]},"
+                      " 'c': {'dtype': 'F16', 'shape': [11], 'data_offsets': [60, 82]},"
+                      " 'f': {'dtype': 'F32', 'shape': [0, 3], 'data_offsets': [82, 82]},"
+                      " 'g': {'dtype': 'F32', 'shape': [], 'data_offsets': [84, 88]}}";
     const char *path = at("single.safetensors");
     CHECK(write_st(path, hdr, data, sizeof data) == 0);
     if (st_set_open_file(&set, path, err, sizeof err) != 0) {
@@ -233,14 +235,16 @@ static void test_single_file(void) {
         goto done;
     }
     CHECK(set.n_maps == 1 && set.n_entries == 7);
-    for (int i = 0; i < 7; i++) CHECK(set.entries[i].name[0] == "abcdefg"[i]);
+    for (int i = 0; i < 7; i++)
+        CHECK(set.entries[i].name[0] == "abcdefg"[i]);
 
     const struct st_entry *ea = st_set_find(&set, "a");
     CHECK(ea && ea->t.dtype == TD_DTYPE_F32 && ea->t.ndim == 2);
     CHECK(ea->t.shape[0] == 2 && ea->t.shape[1] == 3 && ea->nbytes == 24 && ea->shard == 0);
     size_t hdr_bytes = (strlen(hdr) + 7) & ~(size_t)7;
     CHECK((const char *)ea->t.data == (const char *)set.maps[0].base + 8 + hdr_bytes);
-    for (int i = 0; i < 6; i++) CHECK(td_tensor_getf(&ea->t, i) == a[i]);
+    for (int i = 0; i < 6; i++)
+        CHECK(td_tensor_getf(&ea->t, i) == a[i]);
 
     const struct st_entry *eb = st_set_find(&set, "b");
     CHECK(eb && eb->t.dtype == TD_DTYPE_BF16 && eb->nbytes == 8);
@@ -391,8 +395,8 @@ done:
     report("sharded_index_two_shards", why[0] ? why : NULL);
 }
 
-static void bad_sharded(const char *name, const char *extra1, const char *extra2,
-                        const char *index, const char *want) {
+static void bad_sharded(const char *name, const char *extra1, const char *extra2, const char *index,
+                        const char *want) {
     if (make_sharded(name, extra1, extra2, index) != 0) {
         report(name, "cannot write test files");
         return;
@@ -417,20 +421,21 @@ static void test_bad_sharded(void) {
     bad_sharded("shard_tensor_not_in_index",
                 ", 'extra': {'dtype': 'I32', 'shape': [1], 'data_offsets': [12, 16]}", "",
                 good_index, "\"extra\" in shard");
-    bad_sharded("index_shard_with_dotdot", "", "",
-                "{'weight_map': {'x': '../" SHARD1 "'}}", "invalid shard name");
-    bad_sharded("index_shard_with_slash", "", "",
-                "{'weight_map': {'x': 'sub/" SHARD1 "'}}", "invalid shard name");
+    bad_sharded("index_shard_with_dotdot", "", "", "{'weight_map': {'x': '../" SHARD1 "'}}",
+                "invalid shard name");
+    bad_sharded("index_shard_with_slash", "", "", "{'weight_map': {'x': 'sub/" SHARD1 "'}}",
+                "invalid shard name");
     bad_sharded("index_no_weight_map", "", "", "{'metadata': {}}", "weight_map");
-    bad_sharded("index_weight_map_not_strings", "", "", "{'weight_map': {'x': 1}}",
-                "not a string");
+    bad_sharded("index_weight_map_not_strings", "", "", "{'weight_map': {'x': 1}}", "not a string");
     bad_sharded("index_malformed_json", "", "", "{'weight_map': ", "malformed JSON");
     bad_sharded("bad_header_in_shard", "",
                 ", 'q': {'dtype': 'F8_E4M3', 'shape': [8], 'data_offsets': [8, 16]}", good_index,
                 SHARD2);
 
-    if (mkdir(at("empty_dir"), 0700) != 0) report("no_model_file", "cannot mkdir");
-    else expect_fail("no_model_file", at("empty_dir"), 1, "no model.safetensors");
+    if (mkdir(at("empty_dir"), 0700) != 0)
+        report("no_model_file", "cannot mkdir");
+    else
+        expect_fail("no_model_file", at("empty_dir"), 1, "no model.safetensors");
     expect_fail("missing_dir", at("does_not_exist"), 1, "no model.safetensors");
 }
 
@@ -477,18 +482,17 @@ static void test_bad_files(void) {
              z, 32, "duplicate");
     bad_file("missing_dtype", "{'a': {'shape': [2], 'data_offsets': [0, 8]}}", z, 32,
              "\"dtype\" for tensor \"a\"");
-    bad_file("dtype_not_string", "{'a': {'dtype': 5, 'shape': [2], 'data_offsets': [0, 8]}}", z,
-             32, "dtype");
+    bad_file("dtype_not_string", "{'a': {'dtype': 5, 'shape': [2], 'data_offsets': [0, 8]}}", z, 32,
+             "dtype");
     snprintf(hdr, sizeof hdr,
              "{%s, 'x': {'dtype': 'F8_E4M3', 'shape': [8], 'data_offsets': [8, 16]}}", ok_entry);
     bad_file("unsupported_dtype", hdr, z, 32, "unsupported dtype \"F8_E4M3\" for tensor \"x\"");
     bad_file("missing_shape", "{'a': {'dtype': 'F32', 'data_offsets': [0, 8]}}", z, 32,
              "\"shape\"");
-    bad_file("shape_not_list", "{'a': {'dtype': 'F32', 'shape': 2, 'data_offsets': [0, 8]}}", z,
-             32, "\"shape\"");
-    bad_file("shape_dim_not_int",
-             "{'a': {'dtype': 'F32', 'shape': [2.0], 'data_offsets': [0, 8]}}", z, 32,
-             "shape[0]");
+    bad_file("shape_not_list", "{'a': {'dtype': 'F32', 'shape': 2, 'data_offsets': [0, 8]}}", z, 32,
+             "\"shape\"");
+    bad_file("shape_dim_not_int", "{'a': {'dtype': 'F32', 'shape': [2.0], 'data_offsets': [0, 8]}}",
+             z, 32, "shape[0]");
     bad_file("too_many_dims",
              "{'a': {'dtype': 'F32', 'shape': [1, 1, 1, 1, 2], 'data_offsets': [0, 8]}}", z, 32,
              "5 dims");
@@ -496,8 +500,8 @@ static void test_bad_files(void) {
              32, "negative dim");
     bad_file("missing_data_offsets", "{'a': {'dtype': 'F32', 'shape': [2]}}", z, 32,
              "data_offsets");
-    bad_file("data_offsets_one_value",
-             "{'a': {'dtype': 'F32', 'shape': [2], 'data_offsets': [8]}}", z, 32, "data_offsets");
+    bad_file("data_offsets_one_value", "{'a': {'dtype': 'F32', 'shape': [2], 'data_offsets': [8]}}",
+             z, 32, "data_offsets");
     bad_file("data_offsets_negative",
              "{'a': {'dtype': 'F32', 'shape': [2], 'data_offsets': [-8, 0]}}", z, 32,
              "data_offsets");
@@ -507,11 +511,10 @@ static void test_bad_files(void) {
              "{'a': {'dtype': 'I64', 'shape': [4294967296, 4294967296, 4294967296],"
              " 'data_offsets': [0, 8]}}",
              z, 32, "overflows");
-    bad_file("offset_past_end",
-             "{'a': {'dtype': 'F32', 'shape': [16], 'data_offsets': [0, 64]}}", z, 32,
-             "past the data section");
-    bad_file("begin_after_end", "{'a': {'dtype': 'F32', 'shape': [2], 'data_offsets': [16, 8]}}",
-             z, 32, "begin 16 > end 8");
+    bad_file("offset_past_end", "{'a': {'dtype': 'F32', 'shape': [16], 'data_offsets': [0, 64]}}",
+             z, 32, "past the data section");
+    bad_file("begin_after_end", "{'a': {'dtype': 'F32', 'shape': [2], 'data_offsets': [16, 8]}}", z,
+             32, "begin 16 > end 8");
     bad_file("overlapping_ranges",
              "{'a': {'dtype': 'F32', 'shape': [4], 'data_offsets': [0, 16]},"
              " 'b': {'dtype': 'F32', 'shape': [4], 'data_offsets': [8, 24]}}",

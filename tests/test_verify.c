@@ -14,7 +14,7 @@
 #include "verify/accept.h"
 #include "verify/sample.h"
 
-#define V 6
+#define V      6
 #define TRIALS 100000
 
 static double chi2_z(const long *obs, const double *expect_p, int cells, long n) {
@@ -35,13 +35,16 @@ static double chi2_z(const long *obs, const double *expect_p, int cells, long n)
 
 static void normalise(double *p, int n) {
     double s = 0;
-    for (int i = 0; i < n; i++) s += p[i];
-    for (int i = 0; i < n; i++) p[i] /= s;
+    for (int i = 0; i < n; i++)
+        s += p[i];
+    for (int i = 0; i < n; i++)
+        p[i] /= s;
 }
 
 /* logits whose softmax is p */
 static void to_logits(float *lg, const double *p) {
-    for (int i = 0; i < V; i++) lg[i] = p[i] > 0 ? (float)log(p[i]) : -1e30f;
+    for (int i = 0; i < V; i++)
+        lg[i] = p[i] > 0 ? (float)log(p[i]) : -1e30f;
 }
 
 /* Markov target P[a][b] and draft Q[a][b]; chain of L drafts from anchor 0.
@@ -74,7 +77,8 @@ static double run_chain(int kind, int L, double bias, long *n_accepted) {
             int x;
             if (kind == 1) {
                 x = 0;
-                for (int b = 1; b < V; b++) x = Q[prev][b] > Q[prev][x] ? b : x;
+                for (int b = 1; b < V; b++)
+                    x = Q[prev][b] > Q[prev][x] ? b : x;
                 qp[j] = NULL;
             } else {
                 const double *src = Q[kind == 2 ? prev : 0];
@@ -87,7 +91,8 @@ static double run_chain(int kind, int L, double bias, long *n_accepted) {
                         break;
                     }
                 }
-                for (int b = 0; b < V; b++) qrow[j][b] = (float)src[b];
+                for (int b = 0; b < V; b++)
+                    qrow[j][b] = (float)src[b];
                 qp[j] = qrow[j];
             }
             drafts[j] = x;
@@ -103,7 +108,8 @@ static double run_chain(int kind, int L, double bias, long *n_accepted) {
         verify_chain(&vr, logits, V, drafts, kind == 1 ? NULL : qp, L, &s, 100, p, r, bias);
         *n_accepted += vr.n_accepted;
         int out[9], n = 0;
-        for (int j = 0; j < vr.n_accepted; j++) out[n++] = drafts[j];
+        for (int j = 0; j < vr.n_accepted; j++)
+            out[n++] = drafts[j];
         out[n++] = vr.token;
         if (n < 2) { // one token this round: the next comes from a fresh target row
             float lg[V];
@@ -115,7 +121,8 @@ static double run_chain(int kind, int L, double bias, long *n_accepted) {
     }
     double expect[V * V];
     for (int a = 0; a < V; a++)
-        for (int b = 0; b < V; b++) expect[a * V + b] = P[0][a] * P[a][b];
+        for (int b = 0; b < V; b++)
+            expect[a * V + b] = P[0][a] * P[a][b];
     return chi2_z(hist, expect, V * V, TRIALS);
 }
 
@@ -146,15 +153,18 @@ static void test_one_hot(void) {
     float logits[5 * V], p[V], r[V];
     int32_t want[5] = {2, 4, 1, 1, 5}, drafts[4];
     for (int j = 0; j < 5; j++)
-        for (int v = 0; v < V; v++) logits[j * V + v] = v == want[j] ? 0.0f : -1e30f;
+        for (int v = 0; v < V; v++)
+            logits[j * V + v] = v == want[j] ? 0.0f : -1e30f;
     for (int trial = 0; trial < 200; trial++) {
-        struct td_sampling s = {0.7f + trial % 3, trial % 4, trial % 2 ? 0.9f : 1.0f, (uint64_t)trial};
+        struct td_sampling s = {0.7f + trial % 3, trial % 4, trial % 2 ? 0.9f : 1.0f,
+                                (uint64_t)trial};
         for (int j = 0; j < 4; j++)
             drafts[j] = trial % 5 == 0 ? want[j] : (int32_t)(td_rand_uniform(trial, j, 9) * V);
         float q[4][V];
         const float *qp[4];
         for (int j = 0; j < 4; j++) {
-            for (int v = 0; v < V; v++) q[j][v] = 1.0f / V;
+            for (int v = 0; v < V; v++)
+                q[j][v] = 1.0f / V;
             qp[j] = q[j];
         }
         struct verify_result vr;
@@ -164,7 +174,8 @@ static void test_one_hot(void) {
                   drafts[j], want[j]);
         CHECK(vr.token == want[vr.n_accepted], "trial %d: token %d after %d accepted, target %d",
               trial, vr.token, vr.n_accepted, want[vr.n_accepted]);
-        if (trial % 5 == 0) CHECK(vr.n_accepted == 4, "trial %d: the right chain was rejected", trial);
+        if (trial % 5 == 0)
+            CHECK(vr.n_accepted == 4, "trial %d: the right chain was rejected", trial);
     }
     case_end("one_hot_target_exact", "");
 }
@@ -174,14 +185,17 @@ static void test_greedy_prefix(void) {
     float logits[8 * V], p[V], r[V];
     struct td_sampling s = {0.0f, 0, 1.0f, 3};
     for (int trial = 0; trial < 500; trial++) {
-        for (int k = 0; k < 8 * V; k++) logits[k] = (float)td_rand_uniform(trial, k, 4);
+        for (int k = 0; k < 8 * V; k++)
+            logits[k] = (float)td_rand_uniform(trial, k, 4);
         int32_t drafts[7];
         for (int j = 0; j < 7; j++)
-            drafts[j] = trial % 3 ? td_argmax(logits + j * V, V) : (int32_t)(td_rand_uniform(trial, j, 5) * V);
+            drafts[j] = trial % 3 ? td_argmax(logits + j * V, V)
+                                  : (int32_t)(td_rand_uniform(trial, j, 5) * V);
         struct verify_result vr;
         verify_chain(&vr, logits, V, drafts, NULL, 7, &s, 0, p, r, 1.0);
         int a = 0;
-        while (a < 7 && drafts[a] == td_argmax(logits + a * V, V)) a++;
+        while (a < 7 && drafts[a] == td_argmax(logits + a * V, V))
+            a++;
         CHECK(vr.n_accepted == a && vr.token == td_argmax(logits + a * V, V),
               "trial %d: accepted %d (expected %d), token %d", trial, vr.n_accepted, a, vr.token);
     }
@@ -194,9 +208,11 @@ static void test_nan(void) {
     int32_t drafts[3] = {1, 2, 3};
     struct td_sampling s = {1.0f, 0, 1.0f, 1};
     case_begin();
-    for (int k = 0; k < 4 * V; k++) logits[k] = k % V == (k / V + 1) ? 5.0f : 0.0f;
+    for (int k = 0; k < 4 * V; k++)
+        logits[k] = k % V == (k / V + 1) ? 5.0f : 0.0f;
     for (int j = 0; j < 3; j++)
-        for (int v = 0; v < V; v++) q[j][v] = v == drafts[j] ? 1.0f : 0.0f;
+        for (int v = 0; v < V; v++)
+            q[j][v] = v == drafts[j] ? 1.0f : 0.0f;
     logits[2 * V + 3] = NAN; // row 2 judges draft 3 and predicts position 10 + 3
     struct verify_result vr;
     for (int t = 0; t < 50; t++) {
@@ -240,7 +256,8 @@ static void test_probs(void) {
     struct td_sampling tp = {1.0f, 0, 0.5f, 0};
     td_probs(p, lg, V, &tp);
     int nz = 0;
-    for (int i = 0; i < V; i++) nz += p[i] > 0;
+    for (int i = 0; i < V; i++)
+        nz += p[i] > 0;
     CHECK(nz == 2 && p[1] > 0 && p[3] > 0, "top-p 0.5 kept %d tokens", nz);
     float bad[V] = {0, 1, NAN, 0, 0, 0};
     CHECK(td_probs(p, bad, V, &k2) == -1, "a NaN row was accepted");

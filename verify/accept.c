@@ -10,14 +10,12 @@ static int row_finite(const float *q, int vocab) {
     return 1;
 }
 
-void verify_chain(struct verify_result *res, const float *logits, int vocab,
-                  const int32_t *drafts, const float *const *q, int L,
-                  const struct td_sampling *s, long pos0, float *p, float *r,
-                  double accept_scale) {
+void verify_chain(struct verify_result *res, const float *logits, int vocab, const int32_t *drafts,
+                  const float *const *q, int L, const struct td_sampling *s, long pos0, float *p,
+                  float *r, double accept_scale) {
     // a draft whose distribution is not finite is rejected with everything after it
     int n = 0;
-    while (n < L && (!q || !q[n] || row_finite(q[n], vocab)) && drafts[n] >= 0 &&
-           drafts[n] < vocab)
+    while (n < L && (!q || !q[n] || row_finite(q[n], vocab)) && drafts[n] >= 0 && drafts[n] < vocab)
         n++;
     res->n_drafts_used = n;
     res->status = VERIFY_OK;
@@ -43,7 +41,8 @@ void verify_chain(struct verify_result *res, const float *logits, int vocab,
         if (s->temperature <= 0.0f)
             accept = p[x] == 1.0f; // one-hot target: the argmax
         else
-            accept = qx > 0 && td_rand_uniform(s->seed, pos, TD_RAND_ACCEPT) < accept_scale * p[x] / qx;
+            accept =
+                qx > 0 && td_rand_uniform(s->seed, pos, TD_RAND_ACCEPT) < accept_scale * p[x] / qx;
         if (accept) continue;
         // rejected: the correction comes from the residual max(p - q, 0)
         double mass = 0.0;
@@ -54,7 +53,8 @@ void verify_chain(struct verify_result *res, const float *logits, int vocab,
         }
         const float *from = p;
         if (mass > 1e-8) {
-            for (int i = 0; i < vocab; i++) r[i] = (float)(r[i] / mass);
+            for (int i = 0; i < vocab; i++)
+                r[i] = (float)(r[i] / mass);
             from = r;
         }
         res->token = td_sample(from, vocab, td_rand_uniform(s->seed, pos, TD_RAND_SAMPLE));

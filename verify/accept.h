@@ -20,20 +20,19 @@ extern "C" {
 enum verify_status { VERIFY_OK = 0, VERIFY_NAN_TARGET = 1 };
 
 struct verify_result {
-    int n_accepted;          /* drafts accepted, a prefix of the chain: 0 .. L */
-    int32_t token;           /* the correction or bonus token; -1 when status != OK */
+    int n_accepted; /* drafts accepted, a prefix of the chain: 0 .. L */
+    int32_t token;  /* the correction or bonus token; -1 when status != OK */
     enum verify_status status;
-    long nan_position;       /* status NAN_TARGET: the position whose distribution was not finite */
-    int n_drafts_used;       /* L after dropping drafts whose q row was not finite */
+    long nan_position; /* status NAN_TARGET: the position whose distribution was not finite */
+    int n_drafts_used; /* L after dropping drafts whose q row was not finite */
 };
 
 /* logits[L + 1][vocab] target rows; drafts[L]; q[j] -> the vocab-sized distribution draft j was
  * drawn from, or NULL for a one-hot draft (greedy / lookup drafters). Scratch: p[vocab],
  * r[vocab]. accept_scale must be 1 (tests pass other values to prove their power). */
-void verify_chain(struct verify_result *res, const float *logits, int vocab,
-                  const int32_t *drafts, const float *const *q, int L,
-                  const struct td_sampling *s, long pos0, float *p, float *r,
-                  double accept_scale);
+void verify_chain(struct verify_result *res, const float *logits, int vocab, const int32_t *drafts,
+                  const float *const *q, int L, const struct td_sampling *s, long pos0, float *p,
+                  float *r, double accept_scale);
 
 #ifdef __cplusplus
 }

@@ -36,24 +36,29 @@ int td_probs(float *p, const float *logits, int vocab, const struct td_sampling 
     for (int i = 0; i < vocab; i++)
         if (!isfinite(logits[i])) return -1;
     if (s->temperature <= 0.0f) {
-        for (int i = 0; i < vocab; i++) p[i] = 0.0f;
+        for (int i = 0; i < vocab; i++)
+            p[i] = 0.0f;
         p[td_argmax(logits, vocab)] = 1.0f;
         return 0;
     }
     float mx = logits[td_argmax(logits, vocab)];
     double sum = 0.0;
-    for (int i = 0; i < vocab; i++) sum += p[i] = expf((logits[i] - mx) / s->temperature);
-    for (int i = 0; i < vocab; i++) p[i] = (float)(p[i] / sum);
+    for (int i = 0; i < vocab; i++)
+        sum += p[i] = expf((logits[i] - mx) / s->temperature);
+    for (int i = 0; i < vocab; i++)
+        p[i] = (float)(p[i] / sum);
     int k = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
     if (k == vocab && !(s->top_p > 0.0f && s->top_p < 1.0f)) return 0;
     int *idx = malloc((size_t)vocab * sizeof(int));
-    for (int i = 0; i < vocab; i++) idx[i] = i;
+    for (int i = 0; i < vocab; i++)
+        idx[i] = i;
     sort_key = p;
     qsort(idx, (size_t)vocab, sizeof(int), by_prob_desc);
     // keep the k most likely, then the shortest prefix of them whose mass reaches top_p
     double kept = 0.0, mass = 0.0;
     int n = 0;
-    for (int j = 0; j < k; j++) mass += p[idx[j]];
+    for (int j = 0; j < k; j++)
+        mass += p[idx[j]];
     for (; n < k; n++) {
         kept += p[idx[n]];
         if (s->top_p > 0.0f && s->top_p < 1.0f && kept >= s->top_p * mass) {
@@ -62,9 +67,12 @@ int td_probs(float *p, const float *logits, int vocab, const struct td_sampling 
         }
     }
     kept = 0.0;
-    for (int j = 0; j < n; j++) kept += p[idx[j]];
-    for (int j = n; j < vocab; j++) p[idx[j]] = 0.0f;
-    for (int j = 0; j < n; j++) p[idx[j]] = (float)(p[idx[j]] / kept);
+    for (int j = 0; j < n; j++)
+        kept += p[idx[j]];
+    for (int j = n; j < vocab; j++)
+        p[idx[j]] = 0.0f;
+    for (int j = 0; j < n; j++)
+        p[idx[j]] = (float)(p[idx[j]] / kept);
     free(idx);
     return 0;
 }

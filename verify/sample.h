@@ -13,9 +13,9 @@ extern "C" {
 #endif
 
 struct td_sampling {
-    float temperature;  /* 0: greedy (argmax, lowest id among ties) */
-    int top_k;          /* 0: off */
-    float top_p;        /* 1: off; in (0, 1] */
+    float temperature; /* 0: greedy (argmax, lowest id among ties) */
+    int top_k;         /* 0: off */
+    float top_p;       /* 1: off; in (0, 1] */
     uint64_t seed;
 };
 
