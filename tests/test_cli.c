@@ -158,6 +158,26 @@ int main(void) {
     CHECK(k2 > 0, "no output with --draft ngram");
     case_end("generate_print_ids", "");
 
+    // bench on the default model: a tiny prompt set, CSV out
+    write_text("p.jsonl", "{\"turns\": [\"What is a cat?\"]}\n{\"text\": \"Once upon a time\"}\n");
+    write_text("bad.jsonl", "{\"turns\": [\"ok\"]}\n[1, 2]\n");
+    case_begin();
+    snprintf(args, sizeof args,
+             "%s bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 4 --batch 2 "
+             "--draft mtp --csv --backend cpu > %s/bench.csv 2>/dev/null",
+             bin, root, root);
+    CHECK(system(args) == 0, "bench failed");
+    snprintf(path, sizeof path, "%s/bench.csv", root);
+    fp = fopen(path, "r");
+    k2 = fp ? fread(out2, 1, sizeof out2 - 1, fp) : 0;
+    if (fp) fclose(fp);
+    out2[k2] = 0;
+    CHECK(strstr(out2, "tokens_per_s") && strstr(out2, ",mtp,3,2,2,"), "bench CSV: '%s'", out2);
+    case_end("bench_csv", "");
+    bad("bench_bad_prompt_line", "bench --model models/tandem-tiny --prompts %s/bad.jsonl",
+        "bad.jsonl:2");
+    bad("bench_missing_prompts", "bench --model models/tandem-tiny", "--prompts FILE.jsonl is required");
+
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft bogus", fx);
     bad("generate_bad_drafter", a, "expected none, ngram, random or mtp");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --temperature -1", fx);
