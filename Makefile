@@ -95,12 +95,17 @@ test-gpu: bin/tandem $(BUILD)/tests/test_gpu
 sanitize-gpu: $(BUILD)/tests/test_gpu
 	compute-sanitizer --tool memcheck --error-exitcode 1 $(BUILD)/tests/test_gpu
 
+# coverage-guided fuzzing of the parsers (clang libFuzzer): make fuzz [FUZZ_SECONDS=30]
+FUZZ_SECONDS ?= 30
+fuzz:
+	sh tests/fuzz.sh $(FUZZ_SECONDS)
+
 format:
 	clang-format -i $(wildcard */*.c */*.h */*.cu)
 
 clean:
-	rm -rf build build-san bin
+	rm -rf build build-san build-fuzz bin
 
-.PHONY: all tests bench-bins test test-cpu test-san test-gpu sanitize-gpu format clean
+.PHONY: all tests bench-bins fuzz test test-cpu test-san test-gpu sanitize-gpu format clean
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

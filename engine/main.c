@@ -707,6 +707,7 @@ static int cmd_bench(int argc, char **argv) {
                    "  --backend B          auto | cpu | cuda;  --deterministic;  --no-graphs\n"
                    "  --max-batch-tokens N rows per step (default 256)\n"
                    "  --csv                one CSV header line and one result line\n"
+                   "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
                    "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
                    "the mean accepted length and acceptance by draft position.\n");
             return 0;

@@ -1,0 +1,15 @@
+/* fuzz_config.c: libFuzzer target for config.json parsing (td_config_parse). `make fuzz`. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/config.h"
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {
+    char *s = malloc(n + 1), err[256];
+    memcpy(s, data, n);
+    s[n] = 0;
+    struct td_config c;
+    td_config_parse(&c, s, err, sizeof err); // must return, never crash or read out of bounds
+    free(s);
+    return 0;
+}
