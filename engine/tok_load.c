@@ -12,15 +12,11 @@
 
 #include <jansson.h>
 
+#include "engine/err.h"
 #include "engine/tok_internal.h"
 
 #define GPT2_PATTERN                                                                               \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
-
-static int fail(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
-    snprintf(err, errlen, fmt, a, b);
-    return -1;
-}
 
 static const char *jstr(json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);
@@ -71,19 +67,19 @@ static int set_str(struct tok *t, int32_t id, const char *s, size_t n) {
 // ---------------------------------------------------------------- model
 
 static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
-    if (!json_is_object(m)) return fail(err, errlen, "tokenizer.json has no \"model\"%s%s", "", "");
+    if (!json_is_object(m)) return td_errf(err, errlen, "tokenizer.json has no \"model\"%s%s", "", "");
     const char *type = jstr(m, "type");
     json_t *vocab = json_object_get(m, "vocab"), *merges = json_object_get(m, "merges");
     if (type ? strcmp(type, "BPE") : !merges)
-        return fail(err, errlen, "model: %s is not supported (only BPE)%s",
+        return td_errf(err, errlen, "model: %s is not supported (only BPE)%s",
                     type ? type : "(untyped)", "");
     if (!json_is_object(vocab))
-        return fail(err, errlen, "model.vocab is not an object%s%s", "", "");
+        return td_errf(err, errlen, "model.vocab is not an object%s%s", "", "");
     if (!json_is_array(merges))
-        return fail(err, errlen, "model.merges is not an array%s%s", "", "");
+        return td_errf(err, errlen, "model.merges is not an array%s%s", "", "");
     json_t *dropout = json_object_get(m, "dropout");
     if (json_is_number(dropout) && json_number_value(dropout) > 0)
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "model: BPE dropout is not supported (it makes encoding "
                     "random)%s%s",
                     "", "");
@@ -93,17 +89,17 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
     json_object_foreach(vocab, key, val) {
         json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
         if (id < 0 || id > INT32_MAX / 2)
-            return fail(err, errlen, "model.vocab[\"%s\"] is not a token id%s", key, "");
+            return td_errf(err, errlen, "model.vocab[\"%s\"] is not a token id%s", key, "");
         size_t n = strlen(key);
         if (tok_map_set(&t->vocab, key, n, (int32_t)id, 0) || set_str(t, (int32_t)id, key, n))
-            return fail(err, errlen, "out of memory loading the vocab%s%s", "", "");
+            return td_errf(err, errlen, "out of memory loading the vocab%s%s", "", "");
     }
 
     const char *unk = jstr(m, "unk_token");
     t->unk_id = -1;
     if (unk) {
         const struct tok_map_slot *e = tok_map_get(&t->vocab, unk, strlen(unk));
-        if (!e) return fail(err, errlen, "model.unk_token '%s' is not in the vocab%s", unk, "");
+        if (!e) return td_errf(err, errlen, "model.unk_token '%s' is not in the vocab%s", unk, "");
         t->unk_id = e->val;
     }
     t->fuse_unk = jbool(m, "fuse_unk", 0);
@@ -173,7 +169,7 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
         }
         if (tok_merges_set(&t->merges, ea->val, eb->val, (int32_t)rank, ec->val)) {
             tok_buf_free(&cat);
-            return fail(err, errlen, "out of memory loading merges%s%s", "", "");
+            return td_errf(err, errlen, "out of memory loading merges%s%s", "", "");
         }
         rank++;
     }
@@ -186,7 +182,7 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
 static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size_t errlen) {
     if (!n || json_is_null(n)) return 0;
     const char *type = jstr(n, "type");
-    if (!type) return fail(err, errlen, "%s has no type%s", where, "");
+    if (!type) return td_errf(err, errlen, "%s has no type%s", where, "");
     if (!strcmp(type, "Sequence")) {
         json_t *list = json_object_get(n, "normalizers");
         size_t i;
@@ -216,7 +212,7 @@ static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size
     } else if (!strcmp(type, "Prepend") || !strcmp(type, "Append")) {
         x.kind = type[0] == 'P' ? TOK_NORM_PREPEND : TOK_NORM_APPEND;
         const char *s = jstr(n, type[0] == 'P' ? "prepend" : "append");
-        if (!s) return fail(err, errlen, "%s: %s has no string", where, type);
+        if (!s) return td_errf(err, errlen, "%s: %s has no string", where, type);
         x.str = strdup(s);
         x.str_len = strlen(s);
     } else if (!strcmp(type, "Replace")) {
@@ -225,20 +221,20 @@ static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size
         const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"),
                    *content = jstr(n, "content");
         if ((!lit && !rx) || !content)
-            return fail(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where,
+            return td_errf(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where,
                         "");
         if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
             return -1;
         x.str = strdup(content);
         x.str_len = strlen(content);
     } else {
-        return fail(err, errlen, "%s: normalizer %s is not supported", where, type);
+        return td_errf(err, errlen, "%s: normalizer %s is not supported", where, type);
     }
     struct tok_norm *v = realloc(t->norm, (t->n_norm + 1) * sizeof *v);
     if (!v) {
         free(x.str);
         tok_re_free(&x.re);
-        return fail(err, errlen, "out of memory%s%s", "", "");
+        return td_errf(err, errlen, "out of memory%s%s", "", "");
     }
     t->norm = v;
     t->norm[t->n_norm++] = x;
@@ -261,7 +257,7 @@ static int parse_behavior(const char *s, enum tok_split_behavior *b) {
 static int add_pre(struct tok *t, json_t *p, const char *where, char *err, size_t errlen) {
     if (!p || json_is_null(p)) return 0;
     const char *type = jstr(p, "type");
-    if (!type) return fail(err, errlen, "%s has no type%s", where, "");
+    if (!type) return td_errf(err, errlen, "%s has no type%s", where, "");
     if (!strcmp(type, "Sequence")) {
         json_t *list = json_object_get(p, "pretokenizers");
         size_t i;
@@ -274,9 +270,9 @@ static int add_pre(struct tok *t, json_t *p, const char *where, char *err, size_
         return 0;
     }
     if (t->n_pre == TOK_MAX_PRE)
-        return fail(err, errlen, "%s: more than 16 pre-tokenizers%s", where, "");
+        return td_errf(err, errlen, "%s: more than 16 pre-tokenizers%s", where, "");
     if (t->n_pre && t->pre[t->n_pre - 1].kind == TOK_PRE_BYTE_LEVEL)
-        return fail(err, errlen,
+        return td_errf(err, errlen,
                     "%s: %s after ByteLevel is not supported (ByteLevel must come "
                     "last)",
                     where, type);
@@ -286,9 +282,9 @@ static int add_pre(struct tok *t, json_t *p, const char *where, char *err, size_
         json_t *pat = json_object_get(p, "pattern");
         const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex");
         if (!lit && !rx)
-            return fail(err, errlen, "%s: Split needs pattern.String or .Regex%s", where, "");
+            return td_errf(err, errlen, "%s: Split needs pattern.String or .Regex%s", where, "");
         if (parse_behavior(jstr(p, "behavior"), &x.behavior))
-            return fail(err, errlen, "%s: Split behavior '%s' is unknown", where,
+            return td_errf(err, errlen, "%s: Split behavior '%s' is unknown", where,
                         jstr(p, "behavior") ? jstr(p, "behavior") : "(none)");
         x.invert = jbool(p, "invert", 0);
         if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
@@ -313,7 +309,7 @@ static int add_pre(struct tok *t, json_t *p, const char *where, char *err, size_
             return -1;
         t->byte_level = 1;
     } else {
-        return fail(err, errlen, "%s: pre-tokenizer %s is not supported", where, type);
+        return td_errf(err, errlen, "%s: pre-tokenizer %s is not supported", where, type);
     }
     t->pre[t->n_pre++] = x;
     return 0;
@@ -332,7 +328,7 @@ static int push_ids(int32_t **v, size_t *n, int32_t id) {
 static int add_post(struct tok *t, json_t *p, const char *where, char *err, size_t errlen) {
     if (!p || json_is_null(p)) return 0;
     const char *type = jstr(p, "type");
-    if (!type) return fail(err, errlen, "%s has no type%s", where, "");
+    if (!type) return td_errf(err, errlen, "%s has no type%s", where, "");
     if (!strcmp(type, "ByteLevel")) return 0; // offsets only
     if (!strcmp(type, "Sequence")) {
         json_t *list = json_object_get(p, "processors");
@@ -346,19 +342,19 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
         return 0;
     }
     if (t->n_post_prefix || t->n_post_suffix)
-        return fail(err, errlen, "%s: a second %s adding tokens is not supported", where, type);
+        return td_errf(err, errlen, "%s: a second %s adding tokens is not supported", where, type);
     if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
         json_t *cls = json_object_get(p, "cls"), *sep = json_object_get(p, "sep");
         json_t *ci = json_array_get(cls, 1), *si = json_array_get(sep, 1);
         if (!json_is_integer(ci) || !json_is_integer(si))
-            return fail(err, errlen, "%s: %s needs cls and sep as [token, id]", where, type);
+            return td_errf(err, errlen, "%s: %s needs cls and sep as [token, id]", where, type);
         if (push_ids(&t->post_prefix, &t->n_post_prefix, (int32_t)json_integer_value(ci)) ||
             push_ids(&t->post_suffix, &t->n_post_suffix, (int32_t)json_integer_value(si)))
-            return fail(err, errlen, "out of memory%s%s", "", "");
+            return td_errf(err, errlen, "out of memory%s%s", "", "");
         return 0;
     }
     if (strcmp(type, "TemplateProcessing"))
-        return fail(err, errlen, "%s: post-processor %s is not supported", where, type);
+        return td_errf(err, errlen, "%s: post-processor %s is not supported", where, type);
     json_t *single = json_object_get(p, "single"), *specials = json_object_get(p, "special_tokens");
     size_t i;
     json_t *piece;
@@ -369,7 +365,7 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
         if (sq) {
             const char *id = jstr(sq, "id");
             if (seen_a || !id || strcmp(id, "A"))
-                return fail(err, errlen, "%s: TemplateProcessing single must hold one $A%s", where,
+                return td_errf(err, errlen, "%s: TemplateProcessing single must hold one $A%s", where,
                             "");
             seen_a = 1;
             continue;
@@ -377,7 +373,7 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
         const char *name = jstr(sp, "id");
         json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
         if (!name || !json_is_array(ids))
-            return fail(err, errlen, "%s: special token '%s' is not in special_tokens", where,
+            return td_errf(err, errlen, "%s: special token '%s' is not in special_tokens", where,
                         name ? name : "(none)");
         size_t k;
         json_t *idv;
@@ -386,10 +382,10 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
                                       (int32_t)json_integer_value(idv))
                            : push_ids(&t->post_prefix, &t->n_post_prefix,
                                       (int32_t)json_integer_value(idv));
-            if (r) return fail(err, errlen, "out of memory%s%s", "", "");
+            if (r) return td_errf(err, errlen, "out of memory%s%s", "", "");
         }
     }
-    if (!seen_a) return fail(err, errlen, "%s: TemplateProcessing single has no $A%s", where, "");
+    if (!seen_a) return td_errf(err, errlen, "%s: TemplateProcessing single has no $A%s", where, "");
     return 0;
 }
 
@@ -398,7 +394,7 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
 static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_t errlen) {
     if (!d || json_is_null(d)) return 0;
     const char *type = jstr(d, "type");
-    if (!type) return fail(err, errlen, "%s has no type%s", where, "");
+    if (!type) return td_errf(err, errlen, "%s has no type%s", where, "");
     t->has_decoder = 1;
     if (!strcmp(type, "Sequence")) {
         json_t *list = json_object_get(d, "decoders");
@@ -421,7 +417,7 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
     else if (!strcmp(type, "Strip")) {
         x.kind = TOK_DEC_STRIP;
         const char *c = jstr(d, "content");
-        if (!c || !*c) return fail(err, errlen, "%s: Strip needs a content character%s", where, "");
+        if (!c || !*c) return td_errf(err, errlen, "%s: Strip needs a content character%s", where, "");
         tok_utf8_next((const unsigned char *)c, strlen(c), &x.cp);
         json_t *a = json_object_get(d, "start"), *b = json_object_get(d, "stop");
         x.a = json_is_integer(a) ? (int)json_integer_value(a) : 0;
@@ -432,20 +428,20 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
         const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"),
                    *content = jstr(d, "content");
         if ((!lit && !rx) || !content)
-            return fail(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where,
+            return td_errf(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where,
                         "");
         if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
             return -1;
         x.str = strdup(content);
         x.str_len = strlen(content);
     } else {
-        return fail(err, errlen, "%s: decoder %s is not supported", where, type);
+        return td_errf(err, errlen, "%s: decoder %s is not supported", where, type);
     }
     struct tok_dec *v = realloc(t->dec, (t->n_dec + 1) * sizeof *v);
     if (!v) {
         free(x.str);
         tok_re_free(&x.re);
-        return fail(err, errlen, "out of memory%s%s", "", "");
+        return td_errf(err, errlen, "out of memory%s%s", "", "");
     }
     t->dec = v;
     t->dec[t->n_dec++] = x;
@@ -456,9 +452,9 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
 
 static int load_added(struct tok *t, json_t *list, char *err, size_t errlen) {
     if (json_is_null(list) || !list) return 0;
-    if (!json_is_array(list)) return fail(err, errlen, "added_tokens is not an array%s%s", "", "");
+    if (!json_is_array(list)) return td_errf(err, errlen, "added_tokens is not an array%s%s", "", "");
     t->added = calloc(json_array_size(list) + 1, sizeof *t->added);
-    if (!t->added) return fail(err, errlen, "out of memory%s%s", "", "");
+    if (!t->added) return td_errf(err, errlen, "out of memory%s%s", "", "");
     size_t i;
     json_t *a;
     struct tok_buf nb = {0};
@@ -483,7 +479,7 @@ static int load_added(struct tok *t, json_t *list, char *err, size_t errlen) {
         x->rstrip = jbool(a, "rstrip", 0);
         x->single_word = jbool(a, "single_word", 0);
         x->normalized = jbool(a, "normalized", !x->special);
-        if (!x->content) return fail(err, errlen, "out of memory%s%s", "", "");
+        if (!x->content) return td_errf(err, errlen, "out of memory%s%s", "", "");
         t->n_added++;
         // the pattern: normalized tokens match their normalized form, which is also what
         // decoding gives back (HF's normalized_cache)
@@ -503,7 +499,7 @@ static int load_added(struct tok *t, json_t *list, char *err, size_t errlen) {
             tok_trie_add(x->normalized ? &t->trie_norm : &t->trie_raw, pat, pn,
                          (int32_t)(t->n_added - 1))) {
             tok_buf_free(&nb);
-            return fail(err, errlen, "out of memory%s%s", "", "");
+            return td_errf(err, errlen, "out of memory%s%s", "", "");
         }
         t->flag[x->id] |= TOK_FLAG_ADDED | (x->special ? TOK_FLAG_SPECIAL : 0);
     }
@@ -560,7 +556,7 @@ static int load_config(struct tok *t, const char *config_json, char *err, size_t
     const char *tpl = jstr(cfg, "chat_template");
     if (tpl && !(t->chat_template = strdup(tpl))) {
         json_decref(cfg);
-        return fail(err, errlen, "out of memory%s%s", "", "");
+        return td_errf(err, errlen, "out of memory%s%s", "", "");
     }
     json_decref(cfg);
     return 0;
@@ -581,17 +577,17 @@ int tok_load_mem(struct tok **out, const char *json, size_t len, const char *con
     struct tok *t = calloc(1, sizeof *t);
     if (!t) {
         json_decref(root);
-        return fail(err, errlen, "out of memory%s%s", "", "");
+        return td_errf(err, errlen, "out of memory%s%s", "", "");
     }
     init_byte_alphabet(t);
     int rc = -1;
     json_t *trunc = json_object_get(root, "truncation"), *pad = json_object_get(root, "padding");
     if (trunc && !json_is_null(trunc)) {
-        fail(err, errlen, "truncation is not supported (set it to null)%s%s", "", "");
+        td_errf(err, errlen, "truncation is not supported (set it to null)%s%s", "", "");
         goto done;
     }
     if (pad && !json_is_null(pad)) {
-        fail(err, errlen, "padding is not supported (set it to null)%s%s", "", "");
+        td_errf(err, errlen, "padding is not supported (set it to null)%s%s", "", "");
         goto done;
     }
     if (load_model(t, json_object_get(root, "model"), err, errlen) ||
