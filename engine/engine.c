@@ -62,6 +62,8 @@ struct td_engine {
     struct request *reqs;      /* [n_reqs] */
     int n_reqs, cap_reqs;
     int next_admit;               /* requests before this index were admitted (FIFO) */
+    int *active;                  /* [n_active] ids of requests not yet finished, oldest first */
+    int n_active, cap_active;
     struct group *groups;         /* [max_seqs] */
     struct td_plan_seq *seqs;     /* [max_seqs] */
     float *logits;                /* [max_batch_tokens, vocab] */
@@ -216,6 +218,7 @@ void td_engine_free(struct td_engine *e) {
     for (int i = 0; i < e->n_reqs; i++)
         free(e->reqs[i].toks);
     free(e->reqs);
+    free(e->active);
     free(e->groups);
     free(e->seqs);
     free(e->logits);
@@ -299,6 +302,18 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
     r->ignore_eos = rp->ignore_eos;
     r->slot = -1;
     r->status = TD_REQ_QUEUED;
+    if (e->n_active == e->cap_active) {
+        int cap = e->cap_active ? 2 * e->cap_active : 16;
+        int *na = realloc(e->active, (size_t)cap * sizeof *na);
+        if (!na) {
+            free(r->toks);
+            snprintf(err, errlen, "request: out of memory");
+            return -1;
+        }
+        e->active = na;
+        e->cap_active = cap;
+    }
+    e->active[e->n_active++] = e->n_reqs;
     return e->n_reqs++;
 }
 
@@ -381,8 +396,8 @@ static int schedule(struct td_engine *e) {
         e->next_admit++;
     }
     // verify groups first: decoding requests are latency-bound
-    for (int i = 0; i < e->n_reqs && n < e->p.max_seqs && budget > 0; i++) {
-        struct request *r = &e->reqs[i];
+    for (int a = 0; a < e->n_active && n < e->p.max_seqs && budget > 0; a++) {
+        struct request *r = &e->reqs[e->active[a]];
         if (r->status != TD_REQ_DECODE) continue;
         int fed = e->state.len[r->slot];
         int k = draft_budget(e, r, fed);
@@ -407,8 +422,8 @@ static int schedule(struct td_engine *e) {
         n++;
     }
     // then prefill chunks, oldest first
-    for (int i = 0; i < e->n_reqs && n < e->p.max_seqs && budget > 0; i++) {
-        struct request *r = &e->reqs[i];
+    for (int a = 0; a < e->n_active && n < e->p.max_seqs && budget > 0; a++) {
+        struct request *r = &e->reqs[e->active[a]];
         if (r->status != TD_REQ_PREFILL) continue;
         int fed = e->state.len[r->slot], chunk = r->n_prompt - fed;
         if (chunk > budget) chunk = budget;
@@ -535,8 +550,12 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         }
         if (e->mtp && mtp_step(e, n, err, errlen)) return -1;
     }
+    // forget finished requests: each step scans only the live ones
     int live = 0;
-    for (int i = 0; i < e->n_reqs; i++)
-        live += e->reqs[i].status != TD_REQ_FINISHED && e->reqs[i].status != TD_REQ_FAILED;
+    for (int a = 0; a < e->n_active; a++) {
+        enum td_req_status st = e->reqs[e->active[a]].status;
+        if (st != TD_REQ_FINISHED && st != TD_REQ_FAILED) e->active[live++] = e->active[a];
+    }
+    e->n_active = live;
     return live;
 }

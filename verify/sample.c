@@ -25,11 +25,17 @@ int td_argmax(const float *x, int n) {
     return b;
 }
 
-static const float *sort_key;
+/* a token and its probability, sorted by probability, ties to the lower id (no shared state,
+ * so concurrent callers are safe) */
+struct ranked {
+    float p;
+    int id;
+};
+
 static int by_prob_desc(const void *a, const void *b) {
-    int i = *(const int *)a, j = *(const int *)b;
-    if (sort_key[i] != sort_key[j]) return sort_key[i] > sort_key[j] ? -1 : 1;
-    return i - j; // ties: lower id first
+    const struct ranked *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return x->id - y->id;
 }
 
 int td_probs(float *p, const float *logits, int vocab, const struct td_sampling *s) {
@@ -49,11 +55,14 @@ int td_probs(float *p, const float *logits, int vocab, const struct td_sampling 
         p[i] = (float)(p[i] / sum);
     int k = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
     if (k == vocab && !(s->top_p > 0.0f && s->top_p < 1.0f)) return 0;
+    struct ranked *r = malloc((size_t)vocab * sizeof *r);
     int *idx = malloc((size_t)vocab * sizeof(int));
     for (int i = 0; i < vocab; i++)
-        idx[i] = i;
-    sort_key = p;
-    qsort(idx, (size_t)vocab, sizeof(int), by_prob_desc);
+        r[i] = (struct ranked){p[i], i};
+    qsort(r, (size_t)vocab, sizeof *r, by_prob_desc);
+    for (int i = 0; i < vocab; i++)
+        idx[i] = r[i].id;
+    free(r);
     // keep the k most likely, then the shortest prefix of them whose mass reaches top_p
     double kept = 0.0, mass = 0.0;
     int n = 0;
