@@ -360,6 +360,43 @@ int main(void) {
     }
     case_end("nan_target_fails_request", "");
 
+    // cancel, max_tokens = 1, a prompt that fills the context
+    case_begin();
+    {
+        char e2[256];
+        struct td_engine_params ep2 = td_engine_defaults();
+        ep2.model_dir = model;
+        ep2.backend = "cpu";
+        ep2.max_ctx = 40;
+        struct td_engine *en;
+        CHECK(!td_engine_init(&en, &ep2, e2, sizeof e2), "%s", e2);
+        int32_t full[40];
+        for (int i = 0; i < 40; i++) full[i] = (i * 7) % 300;
+        struct td_request_params a1 = {prompts[0], prompt_len[0], 20, greedy, 1};
+        struct td_request_params a2 = {prompts[1], prompt_len[1], 1, greedy, 1};
+        struct td_request_params a3 = {full, 40, 10, greedy, 1};
+        int i1 = td_engine_submit(en, &a1, e2, sizeof e2), i2 = td_engine_submit(en, &a2, e2, sizeof e2);
+        int i3 = td_engine_submit(en, &a3, e2, sizeof e2);
+        for (int k = 0; k < 3; k++) td_engine_step(en, e2, sizeof e2);
+        td_engine_cancel(en, i1);
+        while (td_engine_step(en, e2, sizeof e2) > 0) {
+        }
+        int n1, n2, n3;
+        enum td_req_status s1, s2, s3;
+        enum td_finish f2, f3;
+        const char *m1;
+        td_engine_output(en, i1, NULL, &n1, &s1, NULL, &m1);
+        td_engine_output(en, i2, NULL, &n2, &s2, &f2, NULL);
+        td_engine_output(en, i3, NULL, &n3, &s3, &f3, NULL);
+        CHECK(s1 == TD_REQ_FINISHED && !strcmp(m1, "cancelled") && n1 < 20, "cancel: %d tokens '%s'",
+              n1, m1);
+        CHECK(s2 == TD_REQ_FINISHED && f2 == TD_FINISH_LENGTH && n2 == 1, "max_tokens 1: %d", n2);
+        CHECK(s3 == TD_REQ_FINISHED && f3 == TD_FINISH_CONTEXT && n3 == 1,
+              "a full-context prompt: %d tokens, finish %d", n3, f3);
+        td_engine_free(en);
+    }
+    case_end("cancel_one_token_full_context", "");
+
     case_begin();
     char err[256];
     struct td_engine_params ep = td_engine_defaults();
