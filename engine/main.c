@@ -33,6 +33,7 @@ static void usage(FILE *fp) {
         "commands:\n"
         "  generate   generate tokens from a prompt, with or without speculation\n"
         "  chat       an interactive session in the model's chat format\n"
+        "  bench      batch throughput over a prompt set (tandem bench --help)\n"
         "  logits     run the reference forward and write every position's logits\n"
         "  tokenize   text -> token ids (tandem tokenize --help)\n"
         "  detokenize token ids -> text (tandem detokenize --help)\n"
