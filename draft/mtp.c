@@ -31,6 +31,7 @@ struct draft_mtp {
     int32_t *ids;             /* [max_rows] host */
     struct td_plan_seq *seqs; /* [max_seqs] */
     int *zero, *live, *keep;  /* [max_rows], [max_seqs], [max_seqs] */
+    int all_logits; /* catch-up returns every row's logits (tests) */
     int max_seqs;
 };
 
@@ -126,6 +127,8 @@ const float *draft_mtp_logits(const struct draft_mtp *d) {
     return d->logits;
 }
 
+void draft_mtp_set_all_logits(struct draft_mtp *d, int on) { d->all_logits = on; }
+
 /* X = h_proj(hnorm(h_in)) + e_proj(enorm(embed(ids))), zero token term at position 0; then the
  * MTP block over the plan already built in d->plan */
 static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_zero, char *err,
@@ -178,7 +181,9 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
                     d->hidden + (size_t)q->hidden_row * d->nc * d->dim, (size_t)q->n * row_bytes);
         memcpy(d->ids + rows, q->next, (size_t)q->n * sizeof(int32_t));
         if (q->pos0 == 0) zero[n_zero++] = rows;
-        d->seqs[s] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->ids + rows};
+        // only the last row's logits draft; all rows' when a test asks for them
+        d->seqs[s] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->ids + rows,
+                                          d->all_logits ? 0 : q->n - 1};
         rows += q->n;
         q->n_drafts = 0;
     }
@@ -192,7 +197,8 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
         struct mtp_rows *q = &seqs[s];
         if (q->k < 1) continue;
         long pos = q->pos0 + q->n + 1; // the position of the token row pos0+n-1 predicts
-        int t = draw(d, d->logits + (size_t)(r + q->n - 1) * d->vocab, q->sampling, pos, q->q);
+        int last = d->all_logits ? r + q->n - 1 : s; // the row in the step's logits
+        int t = draw(d, d->logits + (size_t)last * d->vocab, q->sampling, pos, q->q);
         if (t < 0) continue;
         q->drafts[0] = t;
         q->n_drafts = 1;
@@ -212,7 +218,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
                             d->h_in + (size_t)i * d->nc * d->dim, row_bytes);
             d->ids[n] = q->drafts[j - 1];
             int pos = q->pos0 + q->n + j - 1;
-            d->seqs[n] = (struct td_plan_seq){q->slot, pos, 1, d->ids + n};
+            d->seqs[n] = (struct td_plan_seq){q->slot, pos, 1, d->ids + n, 0};
             keep[n++] = live[i];
         }
         if (!n) break;

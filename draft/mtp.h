@@ -61,8 +61,10 @@ float *draft_mtp_hidden(struct draft_mtp *d);
  * its slot. 0, or -1 with a message (an engine error). */
 int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err, size_t errlen);
 
-/* [rows, vocab] the logits of the last MTP call's rows (host; tests and tools) */
+/* [rows, vocab] the logits of the last MTP call (host; tests and tools): one row per sequence
+ * (its last), or every row after draft_mtp_set_all_logits(d, 1) */
 const float *draft_mtp_logits(const struct draft_mtp *d);
+void draft_mtp_set_all_logits(struct draft_mtp *d, int on);
 
 void draft_mtp_free(struct draft_mtp *d);
 

@@ -417,7 +417,7 @@ static int schedule(struct td_engine *e) {
             memcpy(g->rows + 1, r->drafts, (size_t)g->n_drafts * sizeof(int32_t));
             g->q_onehot = 0;
         }
-        e->seqs[n] = (struct td_plan_seq){r->slot, fed, 1 + g->n_drafts, g->rows};
+        e->seqs[n] = (struct td_plan_seq){r->slot, fed, 1 + g->n_drafts, g->rows, 0};
         budget -= 1 + g->n_drafts;
         n++;
     }
@@ -431,7 +431,9 @@ static int schedule(struct td_engine *e) {
         g->r = r;
         g->prefill = 1;
         g->n_drafts = 0;
-        e->seqs[n] = (struct td_plan_seq){r->slot, fed, chunk, r->toks + fed};
+        // a prompt chunk needs no logits, except the last row of the chunk that ends the prompt
+        int skip = fed + chunk < r->n_prompt ? chunk : chunk - 1;
+        e->seqs[n] = (struct td_plan_seq){r->slot, fed, chunk, r->toks + fed, skip};
         budget -= chunk;
         n++;
     }
@@ -540,9 +542,11 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         int V = e->model.cfg.vocab;
         for (int i = 0; i < n; i++) {
             struct group *g = &e->groups[i];
-            float *rows = e->logits + (size_t)e->plan.qo_indptr[i] * V;
-            int n_rows = e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i];
-            hook_rows(e, g->r, rows, e->plan.len_before[i], n_rows);
+            // this sequence's logits rows: the last n_rows of its rows
+            float *rows = e->logits + (size_t)e->plan.logit_indptr[i] * V;
+            int n_rows = e->plan.logit_indptr[i + 1] - e->plan.logit_indptr[i];
+            int fed_rows = e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i];
+            hook_rows(e, g->r, rows, e->plan.len_before[i] + fed_rows - n_rows, n_rows);
             if (g->prefill)
                 finish_prefill(e, g, rows, n_rows);
             else

@@ -50,6 +50,7 @@ struct fwd {
     float *inv_main, *inv_comp; /* [rope_dim / 2] */
     void *plan_dev;             /* the plan's buffer on a device backend */
     const float *x_in;          /* [n, nc, dim] input streams instead of the embedding, or NULL */
+    int head_all_rows;              /* 1: the head runs on every row (graphs), 0: on logit_rows */
     float *hidden_out;          /* [n, nc, dim] final streams out, or NULL */
 };
 
@@ -382,6 +383,16 @@ oom:
     return -1;
 }
 
+/* rows logit_rows[i] -> i of x [rows, width], in place: ascending, and logit_rows[i] >= i, so a
+ * copy never overwrites a row a later copy reads (queued copies run in order) */
+static void compact_rows(struct fwd *f, float *x, int width) {
+    const struct td_plan *p = f->p;
+    for (int i = 0; i < p->n_logit; i++)
+        if (p->logit_rows[i] != i)
+            f->op->copy(x + (size_t)i * width, x + (size_t)p->logit_rows[i] * width,
+                        (size_t)width * sizeof(float));
+}
+
 /* the whole forward for n rows, queued on the backend (capturable: no allocation, no copy) */
 static void run_layers(struct fwd *f, int32_t *topk_trace) {
     const struct td_model *m = f->m;
@@ -416,7 +427,12 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
     f->op->hc_head(f->x, f->X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc, D,
                    c->hc_eps, c->rms_eps);
     f->op->rmsnorm(f->xn, f->x, W(m->norm), n, D, c->rms_eps);
-    f->op->matmul(f->logits, f->xn, W(m->head), n, D, c->vocab, NULL, 0);
+    int n_head = n;
+    if (!f->head_all_rows) { // only the rows whose logits the step returns meet the head
+        compact_rows(f, f->xn, D);
+        n_head = f->p->n_logit;
+    }
+    f->op->matmul(f->logits, f->xn, W(m->head), n_head, D, c->vocab, NULL, 0);
 }
 
 /* decode and verify steps (up to 128 rows) replay a graph captured once per row bucket */
@@ -433,6 +449,7 @@ static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
         g++;
     f->n = n_pad; // pad rows are valid rows: the kernels leave them inert
     f->rows.n_tok = n_pad;
+    f->head_all_rows = 1; // a graph serves every step of its bucket, whatever rows they keep
     if (g == ws->n_graphs && g < MAX_GRAPHS) {
         void *exec = NULL;
         if (!b->graph_begin()) {
@@ -445,10 +462,13 @@ static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
         ws->graphs[g].exec = exec;
         ws->n_graphs++;
     }
-    if (g < ws->n_graphs && ws->graphs[g].exec)
+    if (g < ws->n_graphs && ws->graphs[g].exec) {
         b->graph_launch(ws->graphs[g].exec);
-    else
+        compact_rows(f, f->logits, f->c->vocab); // the graph ran the head over every row
+    } else {
+        f->head_all_rows = 0;
         run_layers(f, NULL);
+    }
 }
 
 int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
@@ -474,10 +494,11 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
     f->n = p->n_tok;
     f->x_in = x_in;
     f->hidden_out = hidden_out;
+    f->head_all_rows = 0;
     if (f->plan_dev) b->to_device(f->plan_dev, p->mem, p->bytes);
     f->rows = rows_of(p, f->plan_dev ? f->plan_dev : p->mem);
     run_step(f, ws, topk_trace);
-    b->to_host(logits, f->logits, (size_t)p->n_tok * c->vocab * sizeof(float));
+    b->to_host(logits, f->logits, (size_t)p->n_logit * c->vocab * sizeof(float));
     if (b->finish(err, errlen)) return -1;
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s];

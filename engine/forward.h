@@ -24,7 +24,8 @@
 extern "C" {
 #endif
 
-/* logits[n_tok, vocab] for every row. topk_trace, when not NULL, receives the indexer's
+/* logits[n_logit, vocab]: the rows p->logit_rows (every row unless the plan's sequences skip
+ * some: then the head runs only on the rows kept). topk_trace, when not NULL, receives the indexer's
  * selection of every CSA layer: [n_layers, n_tok, index_topk], ascending, -1 padded (rows of
  * other layers untouched). Returns 0, or -1 with a message (state unchanged) when the plan
  * does not match the state (slot not live, len_before != committed length, context full,

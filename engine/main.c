@@ -224,7 +224,7 @@ static int cmd_logits(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n_chunks; i++) {
-        struct td_plan_seq q = {slot, pos, chunks[i], ids + pos};
+        struct td_plan_seq q = {slot, pos, chunks[i], ids + pos, 0};
         if (td_forward_seqs(run, &st, &q, 1, logits + (size_t)pos * m.cfg.vocab, NULL, err,
                             sizeof err))
             goto done;

@@ -16,7 +16,8 @@ int meta_bucket(int n, int cap) {
 /* offsets (in int32 words) of every array; depends on the dims alone */
 struct layout {
     size_t input_ids, positions, row_seq, qo_indptr, slot, len_before, kv_indptr, swa_indptr,
-        swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk, words;
+        swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk,
+        logit_rows, logit_indptr, words;
 };
 
 static struct layout plan_layout(const struct td_plan_dims *d) {
@@ -41,6 +42,8 @@ static struct layout plan_layout(const struct td_plan_dims *d) {
     REGION(write_csa, T);
     REGION(write_hca, T);
     REGION(topk, T * d->topk);
+    REGION(logit_rows, T);
+    REGION(logit_indptr, S + 1);
 #undef REGION
     l.words = w;
     return l;
@@ -70,6 +73,8 @@ static void bind_arrays(struct td_plan *p) {
     p->write_csa = m + l.write_csa;
     p->write_hca = m + l.write_hca;
     p->topk = m + l.topk;
+    p->logit_rows = m + l.logit_rows;
+    p->logit_indptr = m + l.logit_indptr;
 }
 
 int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen) {
@@ -180,6 +185,21 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
         p->swa_pos[k] = -1;
     for (size_t k = 0; k < (size_t)d->max_tok * d->topk; k++)
         p->topk[k] = -1;
+    // the rows whose logits the step returns: each sequence's last n_new - skip_logits rows
+    int nl = 0;
+    p->logit_indptr[0] = 0;
+    for (int s = 0; s < d->max_seq; s++) {
+        if (s < n_seq) {
+            int skip = seqs[s].skip_logits < 0 ? 0 : seqs[s].skip_logits;
+            if (skip > seqs[s].n_new) skip = seqs[s].n_new;
+            for (int j = skip; j < seqs[s].n_new; j++)
+                p->logit_rows[nl++] = p->qo_indptr[s] + j;
+        }
+        p->logit_indptr[s + 1] = nl;
+    }
+    p->n_logit = nl;
+    for (int t = nl; t < d->max_tok; t++)
+        p->logit_rows[t] = -1;
     return 0;
 }
 
@@ -266,5 +286,21 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
     for (size_t k = (size_t)p->swa_indptr[d->max_tok]; k < (size_t)d->max_tok * d->window; k++)
         if (p->swa_pos[k] != -1)
             return failf(err, errlen, "plan: window slot %zu past the last range is not -1", k);
+    if (p->logit_indptr[0] != 0 || p->n_logit < 0 || p->n_logit > p->n_tok ||
+        p->logit_indptr[d->max_seq] != p->n_logit)
+        return failf(err, errlen, "plan: logit_indptr does not span [0, %d)", p->n_logit);
+    for (int s = 0; s < d->max_seq; s++) {
+        int a = p->logit_indptr[s], b = p->logit_indptr[s + 1];
+        if (b < a) return failf(err, errlen, "plan: sequence %d has a negative logits range", s);
+        for (int i = a; i < b; i++) // a sequence's logits are a suffix of its own rows
+            if (s >= p->n_seq || p->logit_rows[i] < p->qo_indptr[s] ||
+                p->logit_rows[i] >= p->qo_indptr[s + 1] ||
+                (i > a && p->logit_rows[i] != p->logit_rows[i - 1] + 1) ||
+                (i == b - 1 && p->logit_rows[i] != p->qo_indptr[s + 1] - 1))
+                return failf(err, errlen, "plan: logits row %d of sequence %d is %d", i, s,
+                             p->logit_rows[i]);
+    }
+    for (int t = p->n_logit; t < d->max_tok; t++)
+        if (p->logit_rows[t] != -1) return failf(err, errlen, "plan: logit_rows pad %d not -1", t);
     return 0;
 }

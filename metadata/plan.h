@@ -44,10 +44,12 @@ struct td_plan_dims {
 
 /* one sequence's part of a step, as the scheduler sees it */
 struct td_plan_seq {
-    int32_t slot;       /* state slot */
-    int32_t len_before; /* committed length */
-    int32_t n_new;      /* rows this step, >= 1 */
-    const int32_t *ids; /* [n_new] */
+    int32_t slot;        /* state slot */
+    int32_t len_before;  /* committed length */
+    int32_t n_new;       /* rows this step, >= 1 */
+    const int32_t *ids;  /* [n_new] */
+    int32_t skip_logits; /* leading rows whose logits nobody reads (0: every row's; a prompt
+                            chunk that does not end the prompt skips all, the last skips n - 1) */
 };
 
 struct td_plan {
@@ -73,6 +75,10 @@ struct td_plan {
     int32_t *write_csa;       /* [max_tok] CSA compressor ring row, -1: not stored */
     int32_t *write_hca;       /* [max_tok] HCA compressor ring row, -1: not stored */
     int32_t *topk;            /* [max_tok * topk] indexer output, row stride dims.topk, -1 pad */
+    int32_t *logit_rows;      /* [max_tok] rows whose logits the step returns, ascending; -1 pad */
+    int32_t *logit_indptr;    /* [max_seq + 1] sequence s's logits are rows [logit_indptr[s],
+                                 logit_indptr[s + 1]) of the step's logits; pad = last real end */
+    int n_logit;              /* logits rows this step (== n_tok when no row is skipped) */
     void *mem;                /* the one buffer behind every array */
     size_t bytes;
 };

@@ -66,7 +66,7 @@ static int run_chunks(struct fx *f, struct td_state *st, const int32_t *seq, con
     char err[512];
     int slot = td_state_seq_alloc(st), pos = 0;
     for (int i = 0; i < n_chunks; i++) {
-        struct td_plan_seq q = {slot, pos, chunks[i], seq + pos};
+        struct td_plan_seq q = {slot, pos, chunks[i], seq + pos, 0};
         if (td_forward_seqs(&f->m, st, &q, 1, logits + (size_t)pos * f->m.cfg.vocab, NULL, err,
                             sizeof err)) {
             fprintf(stderr, "run_chunks: %s\n", err);
@@ -93,7 +93,7 @@ static void test_hf(struct fx *f) {
     f->picks = malloc((size_t)c->n_layers * f->n * (c->index_topk + 1) * sizeof(int32_t));
     CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, f->n, f->ids};
+    struct td_plan_seq q = {slot, 0, f->n, f->ids, 0};
     int rc = td_forward_seqs(&f->m, &st, &q, 1, f->oneshot, f->picks, err, sizeof err);
     CHECK(rc == 0, "forward: %s", err);
     long row = -1;
@@ -237,7 +237,7 @@ static void test_rollback(struct fx *f) {
         // commit a real chunk
         int k = 1 + (int)rnd(pos < 40 ? 37 : 6);
         if (k > f->n - pos) k = f->n - pos;
-        struct td_plan_seq q = {slot, pos, k, f->ids + pos};
+        struct td_plan_seq q = {slot, pos, k, f->ids + pos, 0};
         CHECK(!td_forward_seqs(&f->m, &st, &q, 1, out + (size_t)pos * V, NULL, err, sizeof err),
               "%s", err);
         pos += k;
@@ -247,7 +247,7 @@ static void test_rollback(struct fx *f) {
         if (pos + nj > f->n) nj = f->n - pos, keep = keep < nj ? keep : 0;
         for (int j = 0; j < nj; j++)
             junk[j] = j < keep ? f->ids[pos + j] : (f->ids[pos + j] + 1 + (int)rnd(V - 1)) % V;
-        struct td_plan_seq qj = {slot, pos, nj, junk};
+        struct td_plan_seq qj = {slot, pos, nj, junk, 0};
         CHECK(!td_forward_seqs(&f->m, &st, &qj, 1, junk_logits, NULL, err, sizeof err), "%s", err);
         // accepted prefix: the kept real tokens are committed as they are
         CHECK(!td_state_rollback(&st, slot, pos + keep, err, sizeof err), "%s", err);
@@ -304,7 +304,7 @@ static void test_batched(struct fx *f) {
             if (k > len_of[s] - pos[s]) k = len_of[s] - pos[s];
             ps[np] = slot[s];
             pn[np] = k;
-            qs[np] = (struct td_plan_seq){slot[s], pos[s], k, seqs[s] + pos[s]};
+            qs[np] = (struct td_plan_seq){slot[s], pos[s], k, seqs[s] + pos[s], 0};
             nt += k;
             np++;
         }
@@ -338,6 +338,42 @@ static void test_batched(struct fx *f) {
     td_state_free(&st);
 }
 
+/* rows whose logits nobody reads skip the head; the kept rows are the same bits */
+static void test_skip_logits(struct fx *f) {
+    char err[512], name[128];
+    const struct td_config *c = &f->m.cfg;
+    int V = c->vocab, n = f->n < 120 ? f->n : 120;
+    struct td_state st;
+    case_begin();
+    CHECK(!td_state_init(&st, c, 2, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
+    float *out = malloc((size_t)n * V * sizeof(float));
+    int sa = td_state_seq_alloc(&st), sb = td_state_seq_alloc(&st);
+    // sequence a: a prompt chunk that skips every row, then one that keeps its last row;
+    // sequence b alongside: keeps its last 3 rows
+    struct td_plan_seq q1[2] = {{sa, 0, 60, f->ids, 60}, {sb, 0, 50, f->ids + 7, 47}};
+    CHECK(!td_forward_seqs(&f->m, &st, q1, 2, out, NULL, err, sizeof err), "%s", err);
+    float *b_rows = malloc((size_t)3 * V * sizeof(float));
+    memcpy(b_rows, out, (size_t)3 * V * sizeof(float));
+    struct td_plan_seq q2 = {sa, 60, n - 60, f->ids + 60, n - 61};
+    CHECK(!td_forward_seqs(&f->m, &st, &q2, 1, out, NULL, err, sizeof err), "%s", err);
+    CHECK(!memcmp(out, f->oneshot + (size_t)(n - 1) * V, (size_t)V * sizeof(float)),
+          "the kept last row differs from the one-shot run");
+    CHECK(st.len[sa] == n && st.len[sb] == 50, "skipped rows were not committed");
+    // b's three kept rows equal b alone without skipping
+    struct td_state st2;
+    CHECK(!td_state_init(&st2, c, 1, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
+    float *full = malloc((size_t)50 * V * sizeof(float));
+    struct td_plan_seq qb = {td_state_seq_alloc(&st2), 0, 50, f->ids + 7, 0};
+    CHECK(!td_forward_seqs(&f->m, &st2, &qb, 1, full, NULL, err, sizeof err), "%s", err);
+    CHECK(!memcmp(b_rows, full + (size_t)47 * V, (size_t)3 * V * sizeof(float)),
+          "kept rows of a batched sequence differ");
+    snprintf(name, sizeof name, "skip_logits/%s", strrchr(f->dir, '/') + 1);
+    case_end(name, "");
+    td_state_free(&st);
+    td_state_free(&st2);
+    free(out), free(b_rows), free(full);
+}
+
 /* a plan that does not match the state is refused and leaves the state alone */
 static void test_plan_errors(struct fx *f) {
     char err[512];
@@ -348,22 +384,22 @@ static void test_plan_errors(struct fx *f) {
     CHECK(!td_state_init(&st, c, 2, 8, 4, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
     int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    struct td_plan_seq q = {slot, 0, 4, ids};
+    struct td_plan_seq q = {slot, 0, 4, ids, 0};
     CHECK(!td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err), "%s", err);
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "length"),
           "stale len_before accepted");
-    q = (struct td_plan_seq){slot, 4, 5, ids};
+    q = (struct td_plan_seq){slot, 4, 5, ids, 0};
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "context"),
           "context overflow accepted");
     ids[0] = c->vocab;
-    q = (struct td_plan_seq){slot, 4, 1, ids};
+    q = (struct td_plan_seq){slot, 4, 1, ids, 0};
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "token id"),
           "out-of-range id accepted");
     ids[0] = 1;
-    q = (struct td_plan_seq){1, 4, 1, ids};
+    q = (struct td_plan_seq){1, 4, 1, ids, 0};
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "slot"),
           "dead slot accepted");
@@ -404,6 +440,7 @@ int main(void) {
         test_rollback(&f);
         test_batched(&f);
         if (i == 0) test_plan_errors(&f);
+        test_skip_logits(&f);
         td_model_free(&f.m);
         free(f.ids);
         free(f.ref);

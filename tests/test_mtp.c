@@ -52,7 +52,7 @@ int main(void) {
     }
     float *lg = malloc((size_t)n * V * sizeof(float));
     int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, n, ids};
+    struct td_plan_seq q = {slot, 0, n, ids, 0};
     struct td_plan p;
     struct td_plan_dims dims = td_state_plan_dims(&st, 64, 2);
     CHECK(!meta_plan_init(&p, &dims, err, sizeof err) &&
@@ -73,6 +73,7 @@ int main(void) {
     struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
     // catch-up only: the logits of every prompt row
     case_begin();
+    draft_mtp_set_all_logits(d, 1);
     struct mtp_rows r = {slot, 0, n, 0, next, 0, &greedy, drafts, qd, 0};
     CHECK(!draft_mtp_run(d, &r, 1, err, sizeof err), "%s", err);
     const struct st_entry *cl = st_set_find(&ref, "catchup_logits");
@@ -89,8 +90,10 @@ int main(void) {
     snprintf(extra, sizeof extra, "(worst %.2e over the last 8 rows)", worst);
     case_end("mtp/catchup_logits_match_reference", extra);
 
-    // a fresh sequence in the slot: catch up and draft k = 3 greedily
+    // a fresh sequence in the slot: catch up and draft k = 3 greedily (the engine's way: only the
+    // last catch-up row meets the head)
     case_begin();
+    draft_mtp_set_all_logits(d, 0);
     r = (struct mtp_rows){slot, 0, n, 0, next, 3, &greedy, drafts, qd, 0};
     CHECK(!draft_mtp_run(d, &r, 1, err, sizeof err), "%s", err);
     json_t *jd = json_object_get(js, "drafts");

@@ -48,9 +48,9 @@ static void seed000(void) {
           "%s", err);
     int32_t ids[4] = {5, 6, 7, 8};
     // capture: two decode rows, one at max_model_len - 1
-    struct td_plan_seq c2[2] = {{0, (1 << 20) - 1, 1, ids}, {1, (1 << 20) - 1, 1, ids}};
+    struct td_plan_seq c2[2] = {{0, (1 << 20) - 1, 1, ids, 0}, {1, (1 << 20) - 1, 1, ids, 0}};
     // live: two short decode rows
-    struct td_plan_seq l2[2] = {{0, 300, 1, ids}, {1, 77, 1, ids}};
+    struct td_plan_seq l2[2] = {{0, 300, 1, ids, 0}, {1, 77, 1, ids, 0}};
     CHECK(!meta_plan_build(&cap, c2, 2, err, sizeof err), "%s", err);
     CHECK(!meta_plan_build(&live, l2, 2, err, sizeof err), "%s", err);
     ptrdiff_t off_cap = (char *)(cap.topk + 1 * cap.dims.topk) - (char *)cap.mem;
@@ -83,7 +83,7 @@ static void seed001(void) {
     struct td_plan_seq big[8];
     int big_len[8] = {9000, 8000, 7000, 6000, 5000, 17486, 6338, 7317};
     for (int s = 0; s < 8; s++)
-        big[s] = (struct td_plan_seq){s, big_len[s], 1, ids};
+        big[s] = (struct td_plan_seq){s, big_len[s], 1, ids, 0};
     CHECK(!meta_plan_build(&p, big, 8, err, sizeof err), "%s", err);
     int stale_tail[3] = {p.kv_indptr[6] - p.kv_indptr[5], p.kv_indptr[7] - p.kv_indptr[6],
                          p.kv_indptr[8] - p.kv_indptr[7]};
@@ -92,7 +92,7 @@ static void seed001(void) {
     int want[5] = {3476, 3492, 3595, 3724, 3200};
     struct td_plan_seq five[5];
     for (int s = 0; s < 5; s++)
-        five[s] = (struct td_plan_seq){s, want[s] - 1, 1, ids};
+        five[s] = (struct td_plan_seq){s, want[s] - 1, 1, ids, 0};
     CHECK(!meta_plan_build(&p, five, 5, err, sizeof err), "%s", err);
     CHECK(p.n_seq_pad == 8 && p.n_tok_pad == 8, "not padded to 8 (%d/%d)", p.n_seq_pad,
           p.n_tok_pad);
@@ -127,9 +127,9 @@ static void draft_substeps(void) {
           "%s", err);
     int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     // sub-step 1: request 0 verifies 4 rows, request 1 prefills 3, request 2 decodes 1
-    struct td_plan_seq s1[3] = {{0, 100, 4, ids}, {1, 20, 3, ids}, {2, 50, 1, ids}};
+    struct td_plan_seq s1[3] = {{0, 100, 4, ids, 0}, {1, 20, 3, ids, 0}, {2, 50, 1, ids, 0}};
     // sub-step 2: request 1 is done drafting; request 2 drafts 2, request 0 drafts 1
-    struct td_plan_seq s2[2] = {{2, 51, 2, ids}, {0, 104, 1, ids}};
+    struct td_plan_seq s2[2] = {{2, 51, 2, ids, 0}, {0, 104, 1, ids, 0}};
     CHECK(!meta_plan_build(&a, s1, 3, err, sizeof err), "%s", err);
     CHECK(!meta_plan_build(&b, s2, 2, err, sizeof err), "%s", err);
     CHECK(!meta_plan_validate(&b, err, sizeof err), "fresh map rejected: %s", err);
@@ -152,7 +152,7 @@ static int random_batch(struct td_plan_seq *q, int32_t *ids, int max_seq, int ma
         int n = kind == 0 ? 1 + (int)rnd(40) : kind == 1 ? 1 + (int)rnd(8) : 1;
         if (n > left) n = left;
         int len = (int)rnd((uint32_t)(max_ctx - n));
-        q[s] = (struct td_plan_seq){s * 3 + 1, len, n, ids + used};
+        q[s] = (struct td_plan_seq){s * 3 + 1, len, n, ids + used, 0};
         for (int j = 0; j < n; j++)
             ids[used + j] = (int)rnd(1000);
         used += n;
@@ -225,7 +225,7 @@ static void with_model(void) {
     for (int i = 0; i < 300; i++)
         ids[i] = (i * 37 + 11) % V;
     int sa = td_state_seq_alloc(&st), sb = td_state_seq_alloc(&st);
-    struct td_plan_seq two[2] = {{sa, 0, 300, ids}, {sb, 0, 300, ids}};
+    struct td_plan_seq two[2] = {{sa, 0, 300, ids, 0}, {sb, 0, 300, ids, 0}};
     float *lg = malloc((size_t)600 * V * sizeof(float));
     int32_t *trace = malloc((size_t)c->n_layers * 600 * c->index_topk * sizeof(int32_t));
     CHECK(!td_forward_seqs(&m, &st, two, 2, lg, trace, err, sizeof err), "%s", err);
@@ -285,7 +285,7 @@ static void with_model(void) {
             if (rnd(3) == 0) continue;
             int kind = (int)rnd(3), nn = kind == 0 ? 1 + (int)rnd(19) : kind == 1 ? 4 : 1;
             if (len[s] + nn > 380) nn = 380 - len[s];
-            q[n++] = (struct td_plan_seq){slot_b[s], len[s], nn, seq_ids[s] + len[s]};
+            q[n++] = (struct td_plan_seq){slot_b[s], len[s], nn, seq_ids[s] + len[s], 0};
             rows += nn;
         }
         if (!n) continue;
@@ -294,7 +294,7 @@ static void with_model(void) {
             int s = 0;
             while (slot_b[s] != q[k].slot)
                 s++;
-            struct td_plan_seq q1 = {slot_1[s], len[s], q[k].n_new, q[k].ids};
+            struct td_plan_seq q1 = {slot_1[s], len[s], q[k].n_new, q[k].ids, 0};
             CHECK(!td_forward_seqs(&m, &one, &q1, 1, l1, NULL, err, sizeof err), "%s", err);
             CHECK(!memcmp(l1, lb + (size_t)row * V, (size_t)q[k].n_new * V * 4),
                   "iteration %d: sequence %d differs batched vs alone", it, s);
