@@ -151,7 +151,8 @@ static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_z
     op->rmsnorm(d->tmp, d->h_in, W(m->mtp_hnorm), n * nc, D, eps);
     op->matmul(d->x, d->tmp, W(m->mtp_hproj), n * nc, D, D, NULL, 0);
     op->add_bcast(d->x, d->e, n, nc, D);
-    return td_forward_ex(m, &d->st, &d->plan, d->x, d->h_out, d->logits, NULL, err, errlen);
+    struct td_forward_io io = {d->x, d->h_out, NULL, NULL, 0};
+    return td_forward_ex(m, &d->st, &d->plan, &io, d->logits, NULL, err, errlen);
 }
 
 /* draft one token from logits row lg; its distribution into q; -1 when the row is not finite */

@@ -71,6 +71,7 @@ struct td_ops {
     void (*swiglu_act)(float *g, const float *u, size_t n, float limit);
     void (*add_bcast)(float *X, const float *e, int n, int nc, int d);
     void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory, queued */
+    void (*mean_streams)(float *y, const float *X, int n, int nc, int d, int y_stride);
 };
 
 struct td_backend {

@@ -534,8 +534,8 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     int n = schedule(e);
     if (n > 0) {
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
-        if (td_forward_ex(e->run, &e->state, &e->plan, NULL,
-                          e->mtp ? draft_mtp_hidden(e->mtp) : NULL, e->logits, NULL, err, errlen))
+        struct td_forward_io io = {NULL, e->mtp ? draft_mtp_hidden(e->mtp) : NULL, NULL, NULL, 0};
+        if (td_forward_ex(e->run, &e->state, &e->plan, &io, e->logits, NULL, err, errlen))
             return -1;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;

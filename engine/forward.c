@@ -51,6 +51,9 @@ struct fwd {
     void *plan_dev;             /* the plan's buffer on a device backend */
     const float *x_in;          /* [n, nc, dim] input streams instead of the embedding, or NULL */
     int head_all_rows;              /* 1: the head runs on every row (graphs), 0: on logit_rows */
+    float *capture;                 /* [n, n_capture, dim] stream means, or NULL */
+    const int *capture_layers;      /* [n_capture] */
+    int n_capture;
     float *hidden_out;          /* [n, nc, dim] final streams out, or NULL */
 };
 
@@ -273,7 +276,7 @@ struct td_fwd_ws {
     struct fwd f; /* buffer pointers; per-step fields are set by td_forward */
     struct {
         int n_pad;
-        const void *x_in, *hidden_out; /* the buffers the graph was captured with */
+        const void *x_in, *hidden_out, *capture; /* the buffers the graph was captured with */
         void *exec;                    /* NULL: capture failed, run eagerly */
     } graphs[MAX_GRAPHS];
     int n_graphs;
@@ -418,6 +421,9 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
         f->op->rmsnorm(f->xn, f->x, W(l->ffn_norm), n, D, c->rms_eps);
         moe_block(f, li);
         f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D);
+        for (int k = 0; k < f->n_capture; k++) // DSpark's context: this layer's mean stream
+            if (f->capture_layers[k] == li)
+                f->op->mean_streams(f->capture + (size_t)k * D, f->X, n, nc, D, f->n_capture * D);
         if (topk_trace && c->attn[li] == TD_ATTN_CSA) // the indexer's picks of this layer
             f->b->to_host(topk_trace + (size_t)li * n * c->index_topk, f->rows.topk,
                           (size_t)n * c->index_topk * sizeof(int32_t));
@@ -444,8 +450,9 @@ static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
         return;
     }
     int g = 0;
-    while (g < ws->n_graphs && (ws->graphs[g].n_pad != n_pad || ws->graphs[g].x_in != f->x_in ||
-                                ws->graphs[g].hidden_out != f->hidden_out))
+    while (g < ws->n_graphs &&
+           (ws->graphs[g].n_pad != n_pad || ws->graphs[g].x_in != f->x_in ||
+            ws->graphs[g].hidden_out != f->hidden_out || ws->graphs[g].capture != f->capture))
         g++;
     f->n = n_pad; // pad rows are valid rows: the kernels leave them inert
     f->rows.n_tok = n_pad;
@@ -459,6 +466,7 @@ static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
         ws->graphs[g].n_pad = n_pad;
         ws->graphs[g].x_in = f->x_in;
         ws->graphs[g].hidden_out = f->hidden_out;
+        ws->graphs[g].capture = f->capture;
         ws->graphs[g].exec = exec;
         ws->n_graphs++;
     }
@@ -473,12 +481,14 @@ static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
 
 int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                float *logits, int32_t *topk_trace, char *err, size_t errlen) {
-    return td_forward_ex(m, st, p, NULL, NULL, logits, topk_trace, err, errlen);
+    return td_forward_ex(m, st, p, NULL, logits, topk_trace, err, errlen);
 }
 
 int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td_plan *p,
-                  const float *x_in, float *hidden_out, float *logits, int32_t *topk_trace,
-                  char *err, size_t errlen) {
+                  const struct td_forward_io *io, float *logits, int32_t *topk_trace, char *err,
+                  size_t errlen) {
+    static const struct td_forward_io none;
+    if (!io) io = &none;
     if (check_plan(m, st, p, err, errlen)) return -1;
     const struct td_config *c = &m->cfg;
     const struct td_backend *b = st->backend;
@@ -492,8 +502,11 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
     f->st = st;
     f->p = p;
     f->n = p->n_tok;
-    f->x_in = x_in;
-    f->hidden_out = hidden_out;
+    f->x_in = io->x_in;
+    f->hidden_out = io->hidden_out;
+    f->capture = io->capture;
+    f->capture_layers = io->capture_layers;
+    f->n_capture = io->capture ? io->n_capture : 0;
     f->head_all_rows = 0;
     if (f->plan_dev) b->to_device(f->plan_dev, p->mem, p->bytes);
     f->rows = rows_of(p, f->plan_dev ? f->plan_dev : p->mem);

@@ -33,12 +33,20 @@ extern "C" {
 int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                float *logits, int32_t *topk_trace, char *err, size_t errlen);
 
-/* td_forward with the residual streams exposed, for drafters (backend memory, may be NULL):
- * x_in [n_tok, hc_mult, dim] replaces the embedding as the first layer's input; hidden_out
- * [n_tok, hc_mult, dim] receives the final streams before hc_head. */
+/* what a drafter reads from or feeds to a forward; every pointer in backend memory, any NULL */
+struct td_forward_io {
+    const float *x_in;        /* [n_tok, hc_mult, dim] replaces the embedding as the input */
+    float *hidden_out;        /* [n_tok, hc_mult, dim] the final streams, before hc_head (MTP) */
+    float *capture;           /* [n_tok, n_capture, dim] the mean of the streams after each of
+                                 capture_layers (DSpark's context) */
+    const int *capture_layers;/* [n_capture] ascending layer indices */
+    int n_capture;
+};
+
+/* td_forward with a drafter's inputs and outputs (io may be NULL). */
 int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td_plan *p,
-                  const float *x_in, float *hidden_out, float *logits, int32_t *topk_trace,
-                  char *err, size_t errlen);
+                  const struct td_forward_io *io, float *logits, int32_t *topk_trace, char *err,
+                  size_t errlen);
 
 /* Convenience for one-off calls (CLI, tests): build a plan for seqs (bucketed capacity),
  * run td_forward, free the plan. Same return contract. */

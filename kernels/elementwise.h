@@ -24,6 +24,9 @@ void scale_ref(float *x, float s, size_t n);
 /* X[t, i, :] += e[t, :] for each of the nc streams i (a row vector broadcast over streams) */
 void add_bcast_ref(float *X, const float *e, int n, int nc, int d);
 
+/* y[t * y_stride + c] = mean over the nc streams of X[t, i, c] (summed in stream order, / nc) */
+void mean_streams_ref(float *y, const float *X, int n, int nc, int d, int y_stride);
+
 /* g[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) (DeepSeek-V4 SwiGLU clamp) */
 void swiglu_act_ref(float *g, const float *u, size_t n, float limit);
 
@@ -35,6 +38,7 @@ void add_cuda(float *y, const float *x, size_t n);
 void scale_cuda(float *x, float s, size_t n);
 void swiglu_act_cuda(float *g, const float *u, size_t n, float limit);
 void add_bcast_cuda(float *X, const float *e, int n, int nc, int d);
+void mean_streams_cuda(float *y, const float *X, int n, int nc, int d, int y_stride);
 
 #ifdef __cplusplus
 }

@@ -34,3 +34,12 @@ void add_bcast_ref(float *X, const float *e, int n, int nc, int d) {
             for (int c = 0; c < d; c++)
                 X[((size_t)t * nc + i) * d + c] += e[(size_t)t * d + c];
 }
+
+void mean_streams_ref(float *y, const float *X, int n, int nc, int d, int y_stride) {
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < d; c++) {
+            float s = 0.0f;
+            for (int i = 0; i < nc; i++) s += X[((size_t)t * nc + i) * d + c];
+            y[(size_t)t * y_stride + c] = s / (float)nc;
+        }
+}

@@ -338,6 +338,56 @@ static void test_batched(struct fx *f) {
     td_state_free(&st);
 }
 
+/* DSpark's context capture: the mean of the HC streams after chosen layers, against HF's layer
+ * outputs (fixture a only: tools/make_fixtures.py stores them as layerN.stream_mean) */
+static void test_capture(struct fx *f) {
+    char err[512], path[300];
+    const struct td_config *c = &f->m.cfg;
+    struct st_set ex;
+    snprintf(path, sizeof path, "%s/hf_extra.safetensors", f->dir);
+    if (st_set_open_file(&ex, path, err, sizeof err)) return;
+    if (!st_set_find(&ex, "layer1.stream_mean")) { // only fixture a has them
+        st_set_close(&ex);
+        return;
+    }
+    case_begin();
+    int layers[3] = {1, 2, 3}, n = f->n, D = c->dim;
+    float *cap = malloc((size_t)n * 3 * D * sizeof(float));
+    float *lg = malloc((size_t)n * c->vocab * sizeof(float)), *want = malloc((size_t)n * D * 4);
+    float *got = malloc((size_t)n * D * 4);
+    struct td_state st;
+    CHECK(!td_state_init(&st, c, 1, n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
+    struct td_plan_seq q = {td_state_seq_alloc(&st), 0, n, f->ids, 0};
+    struct td_plan_dims d = td_state_plan_dims(&st, meta_bucket(n, 1 << 20), 1);
+    struct td_plan p;
+    CHECK(!meta_plan_init(&p, &d, err, sizeof err) && !meta_plan_build(&p, &q, 1, err, sizeof err),
+          "%s", err);
+    struct td_forward_io io = {NULL, NULL, cap, layers, 3};
+    CHECK(!td_forward_ex(&f->m, &st, &p, &io, lg, NULL, err, sizeof err), "%s", err);
+    double worst = 0;
+    for (int k = 0; k < 3 && !check_case_failed; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "layer%d.stream_mean", layers[k]);
+        const struct st_entry *e = st_set_find(&ex, key);
+        CHECK(e && e->t.shape[0] == n && e->t.shape[1] == D, "%s missing", key);
+        if (!e) break;
+        td_tensor_read_f32(&e->t, 0, (int64_t)n * D, want);
+        for (int t = 0; t < n; t++) memcpy(got + (size_t)t * D, cap + ((size_t)t * 3 + k) * D, (size_t)D * 4);
+        double r = rel_row_err(got, want, n, D, NULL);
+        worst = r > worst ? r : worst;
+        CHECK(r <= 1e-3, "layer %d: stream means off by %.3g", layers[k], r);
+    }
+    // the capture changes nothing else
+    CHECK(!memcmp(lg, f->oneshot, (size_t)n * c->vocab * 4), "logits changed by the capture");
+    char extra[64];
+    snprintf(extra, sizeof extra, "(layers 1-3 vs HF, worst %.2e)", worst);
+    case_end("capture_stream_means/a_tiny_yarn", extra);
+    meta_plan_free(&p);
+    td_state_free(&st);
+    st_set_close(&ex);
+    free(cap), free(lg), free(want), free(got);
+}
+
 /* rows whose logits nobody reads skip the head; the kept rows are the same bits */
 static void test_skip_logits(struct fx *f) {
     char err[512], name[128];
@@ -441,6 +491,7 @@ int main(void) {
         test_batched(&f);
         if (i == 0) test_plan_errors(&f);
         test_skip_logits(&f);
+        test_capture(&f);
         td_model_free(&f.m);
         free(f.ids);
         free(f.ref);

@@ -277,6 +277,22 @@ static void test_pointwise(void) {
         free(g), free(u);
     }
     case_end("op/embed_swiglu", "");
+
+    case_begin();
+    {
+        float *y = malloc((size_t)n * 3 * d * 4);
+        for (int i = 0; i < n * 3 * d; i++) y[i] = -1.0f;
+        mean_streams_ref(y + d, x, n, nc, d, 3 * d); // the middle slab of a [n, 3, d] capture
+        float *dy = dev_out((size_t)n * 3 * d);
+        gpu->to_device(dy, y, (size_t)n * 3 * d * 4);
+        for (int t = 0; t < n; t++) // fresh values in the slab the op writes
+            gpu->to_device(dy + (size_t)t * 3 * d + d, ref, (size_t)d * 4);
+        mean_streams_cuda(dy + d, dx, n, nc, d, 3 * d);
+        float *g = fetch(dy, (size_t)n * 3 * d, "mean_streams");
+        CHECK(max_rel(g, y, (size_t)n * 3 * d) < 1e-6, "mean_streams");
+        free(g), free(y);
+    }
+    case_end("op/mean_streams_strided", "");
     free(x), free(ref);
 }
 

@@ -58,7 +58,8 @@ int main(void) {
     CHECK(!meta_plan_init(&p, &dims, err, sizeof err) &&
               !meta_plan_build(&p, &q, 1, err, sizeof err),
           "%s", err);
-    CHECK(!td_forward_ex(&m, &st, &p, NULL, draft_mtp_hidden(d), lg, NULL, err, sizeof err), "%s",
+    struct td_forward_io io = {NULL, draft_mtp_hidden(d), NULL, NULL, 0};
+    CHECK(!td_forward_ex(&m, &st, &p, &io, lg, NULL, err, sizeof err), "%s",
           err);
     int bonus = 0;
     for (int v = 1; v < V; v++)

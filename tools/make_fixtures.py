@@ -20,8 +20,9 @@ Each fixture directory holds:
     model.safetensors | shards+index  HF layout (a, b) / upstream layout, sharded (c)
     ids.txt                           the token ids, whitespace separated
     logits.npy                        HF one-shot logits, float32 [n_ids, vocab]
-    hf_extra.safetensors              rope inv_freq tables and the indexer's
-                                      top-k picks per CSA layer (sorted ascending)
+    hf_extra.safetensors              rope inv_freq tables, the indexer's top-k picks per
+                                      CSA layer (sorted ascending) and, for fixture a, the
+                                      mean of the HC streams after every layer
 
 A seed is accepted only when no indexer query and no router row has a near tie
 at its top-k cut (relative gap > 2e-5), so that selection is well defined for
@@ -364,6 +365,10 @@ def write_fixture(spec, hf_cfg, model, ids, logits, rec, out_dir):
     extra = {"main_inv_freq": rot.main_inv_freq.float().contiguous(),
              "compress_inv_freq": rot.compress_inv_freq.float().contiguous()}
     extra.update({k: v.contiguous() for k, v in rec.topk.items()})
+    if spec["name"].startswith("a_"):  # the mean of the HC streams after each layer (DSpark capture)
+        for k, v in rec.debug.items():
+            if k.endswith(".out"):
+                extra[k[:-4] + ".stream_mean"] = v[0].mean(dim=1).contiguous()
     save_file(extra, os.path.join(d, "hf_extra.safetensors"))
     return d
 
