@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,34 @@ static inline double rel_row_err(const float *out, const float *ref, long rows, 
         }
     }
     return worst;
+}
+
+/* One-shot style, for cases that stop at their first failure: the case keeps a local
+ * `char why[...]` (empty = pass) and a `done:` label; REQUIRE fills why and jumps there, and
+ * report() prints the case's line. */
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            snprintf(why, sizeof why, "line %d: %s", __LINE__, #cond);                             \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static inline void report(const char *name, const char *why) {
+    if (why) {
+        printf("FAIL %s: %s\n", name, why);
+        check_failures++;
+    } else {
+        printf("OK %s\n", name);
+    }
+}
+
+/* xorshift64: advances *s and returns it; the tests' one source of reproducible noise */
+static inline uint64_t xorshift64(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
 }
 
 static inline int quick_mode(void) {

@@ -8,6 +8,7 @@
  * prints each expected error message.
  */
 #include "engine/config.h"
+#include "check.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -15,25 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int n_failed;
-
-static void report(const char *name, const char *why) {
-    if (why) {
-        printf("FAIL %s: %s\n", name, why);
-        n_failed++;
-    } else {
-        printf("OK %s\n", name);
-    }
-}
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            snprintf(why, sizeof why, "line %d: %s", __LINE__, #cond);                             \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
 
 static int near(double a, double b) {
     return fabs(a - b) <= 1e-6 * fmax(1.0, fabs(b));
@@ -207,28 +189,28 @@ static void test_hf_tiny(void) {
     char why[600] = "";
     struct td_config c;
     if (expect_ok("hf_tiny", &c, tiny, NULL, NULL)) return;
-    CHECK(c.vocab == 512 && c.dim == 128 && c.n_layers == 4 && c.n_heads == 4);
-    CHECK(c.head_dim == 64 && c.rope_dim == 16 && c.q_lora_rank == 64);
-    CHECK(c.o_groups == 2 && c.o_lora_rank == 32);
-    CHECK(c.n_experts == 8 && c.n_experts_tok == 2 && c.moe_inter == 64);
-    CHECK(c.score_fn == TD_SCORE_SQRTSOFTPLUS && c.routed_scaling == 1.5f);
-    CHECK(c.swiglu_limit == 10.0f && c.mlp_bias == 0);
-    CHECK(c.hc_mult == 4 && c.hc_sinkhorn_iters == 20 && c.hc_eps == 1e-6f && c.rms_eps == 1e-6f);
-    CHECK(c.sliding_window == 8 && c.rate_csa == 4 && c.rate_hca == 8);
-    CHECK(c.index_n_heads == 8 && c.index_head_dim == 32 && c.index_topk == 3);
-    CHECK(c.tie_word_embeddings == 0 && c.max_position_embeddings == 512);
-    CHECK(c.n_mtp_layers == 1 && c.mtp_attn[0] == TD_ATTN_SLIDING);
-    CHECK(c.attn[0] == TD_ATTN_SLIDING && c.attn[1] == TD_ATTN_CSA);
-    CHECK(c.attn[2] == TD_ATTN_HCA && c.attn[3] == TD_ATTN_CSA);
-    CHECK(c.mlp[0] == TD_MLP_HASH && c.mlp[1] == TD_MLP_HASH);
-    CHECK(c.mlp[2] == TD_MLP_MOE && c.mlp[3] == TD_MLP_MOE);
-    CHECK(!c.rope_main.yarn && c.rope_main.theta == 10000.0);
-    CHECK(c.rope_main.attention_factor == 1.0);
-    CHECK(c.rope_compress.yarn && c.rope_compress.theta == 160000.0);
-    CHECK(c.rope_compress.factor == 16.0 && c.rope_compress.orig_max_pos == 32.0);
-    CHECK(c.rope_compress.beta_fast == 32.0 && c.rope_compress.beta_slow == 1.0);
-    CHECK(c.rope_compress.attention_factor == 1.0 && c.rope_compress.truncate == 1);
-    CHECK(c.bos_id == 0 && c.n_eos == 1 && c.eos_ids[0] == 1);
+    REQUIRE(c.vocab == 512 && c.dim == 128 && c.n_layers == 4 && c.n_heads == 4);
+    REQUIRE(c.head_dim == 64 && c.rope_dim == 16 && c.q_lora_rank == 64);
+    REQUIRE(c.o_groups == 2 && c.o_lora_rank == 32);
+    REQUIRE(c.n_experts == 8 && c.n_experts_tok == 2 && c.moe_inter == 64);
+    REQUIRE(c.score_fn == TD_SCORE_SQRTSOFTPLUS && c.routed_scaling == 1.5f);
+    REQUIRE(c.swiglu_limit == 10.0f && c.mlp_bias == 0);
+    REQUIRE(c.hc_mult == 4 && c.hc_sinkhorn_iters == 20 && c.hc_eps == 1e-6f && c.rms_eps == 1e-6f);
+    REQUIRE(c.sliding_window == 8 && c.rate_csa == 4 && c.rate_hca == 8);
+    REQUIRE(c.index_n_heads == 8 && c.index_head_dim == 32 && c.index_topk == 3);
+    REQUIRE(c.tie_word_embeddings == 0 && c.max_position_embeddings == 512);
+    REQUIRE(c.n_mtp_layers == 1 && c.mtp_attn[0] == TD_ATTN_SLIDING);
+    REQUIRE(c.attn[0] == TD_ATTN_SLIDING && c.attn[1] == TD_ATTN_CSA);
+    REQUIRE(c.attn[2] == TD_ATTN_HCA && c.attn[3] == TD_ATTN_CSA);
+    REQUIRE(c.mlp[0] == TD_MLP_HASH && c.mlp[1] == TD_MLP_HASH);
+    REQUIRE(c.mlp[2] == TD_MLP_MOE && c.mlp[3] == TD_MLP_MOE);
+    REQUIRE(!c.rope_main.yarn && c.rope_main.theta == 10000.0);
+    REQUIRE(c.rope_main.attention_factor == 1.0);
+    REQUIRE(c.rope_compress.yarn && c.rope_compress.theta == 160000.0);
+    REQUIRE(c.rope_compress.factor == 16.0 && c.rope_compress.orig_max_pos == 32.0);
+    REQUIRE(c.rope_compress.beta_fast == 32.0 && c.rope_compress.beta_slow == 1.0);
+    REQUIRE(c.rope_compress.attention_factor == 1.0 && c.rope_compress.truncate == 1);
+    REQUIRE(c.bos_id == 0 && c.n_eos == 1 && c.eos_ids[0] == 1);
 done:
     report("hf_tiny", why[0] ? why : NULL);
 }
@@ -242,10 +224,10 @@ static void test_nested_rope(void) {
         " 'compress': {'rope_type': 'yarn', 'rope_theta': 320000.0, 'factor': 16.0,"
         "              'original_max_position_embeddings': 32, 'truncate': false}}}";
     if (expect_ok("nested_rope_no_attention_factor", &c, tiny, no_af, NULL)) return;
-    CHECK(!c.rope_main.yarn && c.rope_main.theta == 5000.0);
-    CHECK(c.rope_compress.yarn && c.rope_compress.theta == 320000.0);
-    CHECK(near(c.rope_compress.attention_factor, 0.1 * log(16.0) + 1.0));
-    CHECK(c.rope_compress.truncate == 0);
+    REQUIRE(!c.rope_main.yarn && c.rope_main.theta == 5000.0);
+    REQUIRE(c.rope_compress.yarn && c.rope_compress.theta == 320000.0);
+    REQUIRE(near(c.rope_compress.attention_factor, 0.1 * log(16.0) + 1.0));
+    REQUIRE(c.rope_compress.truncate == 0);
 done:
     report("nested_rope_no_attention_factor", why[0] ? why : NULL);
 }
@@ -258,10 +240,10 @@ static void test_nested_rope_main_yarn(void) {
         "                              'original_max_position_embeddings': 128},"
         " 'compress': {'type': 'default'}}}";
     if (expect_ok("nested_rope_main_yarn", &c, tiny, both_yarn, NULL)) return;
-    CHECK(c.rope_main.yarn && c.rope_main.theta == 10000.0 && c.rope_main.factor == 4.0);
-    CHECK(near(c.rope_main.attention_factor, 0.1 * log(4.0) + 1.0));
-    CHECK(!c.rope_compress.yarn && c.rope_compress.theta == 160000.0);
-    CHECK(c.rope_compress.attention_factor == 1.0);
+    REQUIRE(c.rope_main.yarn && c.rope_main.theta == 10000.0 && c.rope_main.factor == 4.0);
+    REQUIRE(near(c.rope_main.attention_factor, 0.1 * log(4.0) + 1.0));
+    REQUIRE(!c.rope_compress.yarn && c.rope_compress.theta == 160000.0);
+    REQUIRE(c.rope_compress.attention_factor == 1.0);
 done:
     report("nested_rope_main_yarn", why[0] ? why : NULL);
 }
@@ -274,11 +256,11 @@ static void test_flat_rope(void) {
                        " 'original_max_position_embeddings': 32, 'beta_fast': 16,"
                        " 'rope_theta': 1234.0}}";
     if (expect_ok("flat_yarn_rope", &c, tiny, flat, NULL)) return;
-    CHECK(!c.rope_main.yarn && c.rope_main.theta == 10000.0);
-    CHECK(c.rope_compress.yarn && c.rope_compress.theta == 160000.0);
-    CHECK(c.rope_compress.factor == 16.0 && c.rope_compress.orig_max_pos == 32.0);
-    CHECK(c.rope_compress.beta_fast == 16.0 && c.rope_compress.beta_slow == 1.0);
-    CHECK(c.rope_compress.attention_factor == 1.0 && c.rope_compress.truncate == 1);
+    REQUIRE(!c.rope_main.yarn && c.rope_main.theta == 10000.0);
+    REQUIRE(c.rope_compress.yarn && c.rope_compress.theta == 160000.0);
+    REQUIRE(c.rope_compress.factor == 16.0 && c.rope_compress.orig_max_pos == 32.0);
+    REQUIRE(c.rope_compress.beta_fast == 16.0 && c.rope_compress.beta_slow == 1.0);
+    REQUIRE(c.rope_compress.attention_factor == 1.0 && c.rope_compress.truncate == 1);
 done:
     report("flat_yarn_rope", why[0] ? why : NULL);
 }
@@ -289,7 +271,7 @@ static void test_flat_rope_no_factor(void) {
     const char *flat =
         "{'rope_parameters': {'type': 'yarn', 'original_max_position_embeddings': 32}}";
     if (expect_ok("flat_yarn_factor_from_max_pos", &c, tiny, flat, NULL)) return;
-    CHECK(c.rope_compress.yarn && c.rope_compress.factor == 512.0 / 32.0);
+    REQUIRE(c.rope_compress.yarn && c.rope_compress.factor == 512.0 / 32.0);
 done:
     report("flat_yarn_factor_from_max_pos", why[0] ? why : NULL);
 }
@@ -298,9 +280,9 @@ static void test_no_rope_dict(void) {
     char why[600] = "";
     struct td_config c;
     if (expect_ok("no_rope_dict", &c, tiny, "{'rope_parameters': null}", NULL)) return;
-    CHECK(!c.rope_main.yarn && !c.rope_compress.yarn);
-    CHECK(c.rope_main.theta == 10000.0 && c.rope_compress.theta == 160000.0);
-    CHECK(c.rope_compress.attention_factor == 1.0);
+    REQUIRE(!c.rope_main.yarn && !c.rope_compress.yarn);
+    REQUIRE(c.rope_main.theta == 10000.0 && c.rope_compress.theta == 160000.0);
+    REQUIRE(c.rope_compress.attention_factor == 1.0);
 done:
     report("no_rope_dict", why[0] ? why : NULL);
 }
@@ -316,23 +298,23 @@ static void test_legacy_flash(void) {
     int n_kind[3] = {0};
     for (int i = 0; i < c.n_layers; i++)
         n_kind[c.attn[i]]++;
-    CHECK(c.n_layers == 43 && c.head_dim == 512 && c.rope_dim == 64);
-    CHECK(n_kind[TD_ATTN_SLIDING] == 2 && n_kind[TD_ATTN_CSA] == 21 && n_kind[TD_ATTN_HCA] == 20);
-    CHECK(c.attn[0] == TD_ATTN_SLIDING && c.attn[1] == TD_ATTN_SLIDING);
-    CHECK(c.attn[2] == TD_ATTN_CSA && c.attn[3] == TD_ATTN_HCA && c.attn[42] == TD_ATTN_CSA);
-    CHECK(c.n_mtp_layers == 1 && c.mtp_attn[0] == TD_ATTN_SLIDING);
-    CHECK(c.rate_csa == 4 && c.rate_hca == 128);
-    CHECK(c.mlp[0] == TD_MLP_HASH && c.mlp[2] == TD_MLP_HASH && c.mlp[3] == TD_MLP_MOE);
-    CHECK(c.mlp[42] == TD_MLP_MOE);
-    CHECK(!c.rope_main.yarn && c.rope_main.theta == 10000.0);
-    CHECK(c.rope_compress.yarn && c.rope_compress.theta == 160000.0);
-    CHECK(c.rope_compress.factor == 16.0 && c.rope_compress.orig_max_pos == 65536.0);
-    CHECK(c.rope_compress.beta_fast == 32.0 && c.rope_compress.beta_slow == 1.0);
-    CHECK(c.rope_compress.attention_factor == 1.0);
-    CHECK(c.n_experts == 256 && c.n_experts_tok == 6 && c.moe_inter == 2048);
-    CHECK(c.index_n_heads == 64 && c.index_head_dim == 128 && c.index_topk == 512);
-    CHECK(c.max_position_embeddings == 1048576 && c.bos_id == 0);
-    CHECK(c.n_eos == 1 && c.eos_ids[0] == 1);
+    REQUIRE(c.n_layers == 43 && c.head_dim == 512 && c.rope_dim == 64);
+    REQUIRE(n_kind[TD_ATTN_SLIDING] == 2 && n_kind[TD_ATTN_CSA] == 21 && n_kind[TD_ATTN_HCA] == 20);
+    REQUIRE(c.attn[0] == TD_ATTN_SLIDING && c.attn[1] == TD_ATTN_SLIDING);
+    REQUIRE(c.attn[2] == TD_ATTN_CSA && c.attn[3] == TD_ATTN_HCA && c.attn[42] == TD_ATTN_CSA);
+    REQUIRE(c.n_mtp_layers == 1 && c.mtp_attn[0] == TD_ATTN_SLIDING);
+    REQUIRE(c.rate_csa == 4 && c.rate_hca == 128);
+    REQUIRE(c.mlp[0] == TD_MLP_HASH && c.mlp[2] == TD_MLP_HASH && c.mlp[3] == TD_MLP_MOE);
+    REQUIRE(c.mlp[42] == TD_MLP_MOE);
+    REQUIRE(!c.rope_main.yarn && c.rope_main.theta == 10000.0);
+    REQUIRE(c.rope_compress.yarn && c.rope_compress.theta == 160000.0);
+    REQUIRE(c.rope_compress.factor == 16.0 && c.rope_compress.orig_max_pos == 65536.0);
+    REQUIRE(c.rope_compress.beta_fast == 32.0 && c.rope_compress.beta_slow == 1.0);
+    REQUIRE(c.rope_compress.attention_factor == 1.0);
+    REQUIRE(c.n_experts == 256 && c.n_experts_tok == 6 && c.moe_inter == 2048);
+    REQUIRE(c.index_n_heads == 64 && c.index_head_dim == 128 && c.index_topk == 512);
+    REQUIRE(c.max_position_embeddings == 1048576 && c.bos_id == 0);
+    REQUIRE(c.n_eos == 1 && c.eos_ids[0] == 1);
 done:
     free(s);
     report("legacy_v4_flash", why[0] ? why : NULL);
@@ -348,12 +330,12 @@ static void test_legacy_small(void) {
                   " 'num_hash_layers': 1, 'qk_rope_head_dim': 8}",
                   del))
         return;
-    CHECK(c.rate_csa == 8 && c.rate_hca == 128 && c.rope_dim == 8);
-    CHECK(c.attn[0] == TD_ATTN_SLIDING && c.attn[1] == TD_ATTN_CSA);
-    CHECK(c.attn[2] == TD_ATTN_HCA && c.attn[3] == TD_ATTN_CSA);
-    CHECK(c.mtp_attn[0] == TD_ATTN_HCA && c.mtp_attn[1] == TD_ATTN_SLIDING);
-    CHECK(c.mtp_attn[2] == TD_ATTN_CSA && c.mtp_attn[3] == TD_ATTN_SLIDING);
-    CHECK(c.mlp[0] == TD_MLP_HASH && c.mlp[1] == TD_MLP_MOE);
+    REQUIRE(c.rate_csa == 8 && c.rate_hca == 128 && c.rope_dim == 8);
+    REQUIRE(c.attn[0] == TD_ATTN_SLIDING && c.attn[1] == TD_ATTN_CSA);
+    REQUIRE(c.attn[2] == TD_ATTN_HCA && c.attn[3] == TD_ATTN_CSA);
+    REQUIRE(c.mtp_attn[0] == TD_ATTN_HCA && c.mtp_attn[1] == TD_ATTN_SLIDING);
+    REQUIRE(c.mtp_attn[2] == TD_ATTN_CSA && c.mtp_attn[3] == TD_ATTN_SLIDING);
+    REQUIRE(c.mlp[0] == TD_MLP_HASH && c.mlp[1] == TD_MLP_MOE);
 done:
     report("legacy_ratios_mtp_tail", why[0] ? why : NULL);
 }
@@ -362,18 +344,18 @@ static void test_defaults(void) {
     char why[600] = "";
     struct td_config c;
     if (expect_ok("defaults", &c, minimal, NULL, NULL)) return;
-    CHECK(c.attn[0] == TD_ATTN_HCA && c.attn[1] == TD_ATTN_HCA && c.attn[2] == TD_ATTN_HCA);
-    CHECK(c.attn[3] == TD_ATTN_CSA && c.attn[4] == TD_ATTN_HCA && c.attn[5] == TD_ATTN_CSA);
-    CHECK(c.mlp[0] == TD_MLP_HASH && c.mlp[2] == TD_MLP_HASH && c.mlp[3] == TD_MLP_MOE);
-    CHECK(c.mlp[5] == TD_MLP_MOE && c.rope_dim == 8 && c.rate_csa == 4 && c.rate_hca == 128);
-    CHECK(c.score_fn == TD_SCORE_SQRTSOFTPLUS && c.routed_scaling == 1.5f);
-    CHECK(c.swiglu_limit == 10.0f && c.mlp_bias == 0 && c.hc_mult == 4);
-    CHECK(c.hc_sinkhorn_iters == 20 && c.hc_eps == 1e-6f && c.rms_eps == 1e-6f);
-    CHECK(c.tie_word_embeddings == 0 && c.max_position_embeddings == 1048576);
-    CHECK(c.n_mtp_layers == 1 && c.mtp_attn[0] == TD_ATTN_SLIDING);
-    CHECK(!c.rope_main.yarn && !c.rope_compress.yarn && c.rope_main.theta == 10000.0);
-    CHECK(c.rope_compress.theta == 160000.0 && c.rope_compress.attention_factor == 1.0);
-    CHECK(c.bos_id == -1 && c.n_eos == 0);
+    REQUIRE(c.attn[0] == TD_ATTN_HCA && c.attn[1] == TD_ATTN_HCA && c.attn[2] == TD_ATTN_HCA);
+    REQUIRE(c.attn[3] == TD_ATTN_CSA && c.attn[4] == TD_ATTN_HCA && c.attn[5] == TD_ATTN_CSA);
+    REQUIRE(c.mlp[0] == TD_MLP_HASH && c.mlp[2] == TD_MLP_HASH && c.mlp[3] == TD_MLP_MOE);
+    REQUIRE(c.mlp[5] == TD_MLP_MOE && c.rope_dim == 8 && c.rate_csa == 4 && c.rate_hca == 128);
+    REQUIRE(c.score_fn == TD_SCORE_SQRTSOFTPLUS && c.routed_scaling == 1.5f);
+    REQUIRE(c.swiglu_limit == 10.0f && c.mlp_bias == 0 && c.hc_mult == 4);
+    REQUIRE(c.hc_sinkhorn_iters == 20 && c.hc_eps == 1e-6f && c.rms_eps == 1e-6f);
+    REQUIRE(c.tie_word_embeddings == 0 && c.max_position_embeddings == 1048576);
+    REQUIRE(c.n_mtp_layers == 1 && c.mtp_attn[0] == TD_ATTN_SLIDING);
+    REQUIRE(!c.rope_main.yarn && !c.rope_compress.yarn && c.rope_main.theta == 10000.0);
+    REQUIRE(c.rope_compress.theta == 160000.0 && c.rope_compress.attention_factor == 1.0);
+    REQUIRE(c.bos_id == -1 && c.n_eos == 0);
 done:
     report("defaults_and_default_layer_types", why[0] ? why : NULL);
 }
@@ -382,8 +364,8 @@ static void test_default_mlp_two_layers(void) {
     char why[600] = "";
     struct td_config c;
     if (expect_ok("default_mlp_two_layers", &c, minimal, "{'num_hidden_layers': 2}", NULL)) return;
-    CHECK(c.mlp[0] == TD_MLP_HASH && c.mlp[1] == TD_MLP_HASH);
-    CHECK(c.attn[0] == TD_ATTN_HCA && c.attn[1] == TD_ATTN_HCA);
+    REQUIRE(c.mlp[0] == TD_MLP_HASH && c.mlp[1] == TD_MLP_HASH);
+    REQUIRE(c.attn[0] == TD_ATTN_HCA && c.attn[1] == TD_ATTN_HCA);
 done:
     report("default_mlp_two_layers", why[0] ? why : NULL);
 }
@@ -397,9 +379,9 @@ static void test_aliases_and_options(void) {
                   " 'rope_theta': 50000, 'num_nextn_predict_layers': 0}",
                   "n_routed_experts moe_intermediate_size"))
         return;
-    CHECK(c.n_experts == 32 && c.moe_inter == 96 && c.score_fn == TD_SCORE_SIGMOID);
-    CHECK(c.mlp_bias == 1 && c.tie_word_embeddings == 1 && c.hc_mult == 2);
-    CHECK(c.rope_main.theta == 50000.0 && c.n_mtp_layers == 0);
+    REQUIRE(c.n_experts == 32 && c.moe_inter == 96 && c.score_fn == TD_SCORE_SIGMOID);
+    REQUIRE(c.mlp_bias == 1 && c.tie_word_embeddings == 1 && c.hc_mult == 2);
+    REQUIRE(c.rope_main.theta == 50000.0 && c.n_mtp_layers == 0);
 done:
     report("aliases_and_options", why[0] ? why : NULL);
 }
@@ -408,7 +390,7 @@ static void test_scoring_softmax(void) {
     char why[600] = "";
     struct td_config c;
     if (expect_ok("scoring_softmax", &c, minimal, "{'scoring_func': 'softmax'}", NULL)) return;
-    CHECK(c.score_fn == TD_SCORE_SOFTMAX);
+    REQUIRE(c.score_fn == TD_SCORE_SOFTMAX);
 done:
     report("scoring_softmax", why[0] ? why : NULL);
 }
@@ -418,8 +400,8 @@ static void test_tokens(void) {
     struct td_config c;
     if (expect_ok("eos_list", &c, tiny, "{'eos_token_id': [1, 2, 3], 'bos_token_id': 7}", NULL))
         return;
-    CHECK(c.n_eos == 3 && c.eos_ids[0] == 1 && c.eos_ids[1] == 2 && c.eos_ids[2] == 3);
-    CHECK(c.bos_id == 7);
+    REQUIRE(c.n_eos == 3 && c.eos_ids[0] == 1 && c.eos_ids[1] == 2 && c.eos_ids[2] == 3);
+    REQUIRE(c.bos_id == 7);
 done:
     report("eos_list", why[0] ? why : NULL);
 }
@@ -429,7 +411,7 @@ static void test_tokens_null(void) {
     struct td_config c;
     if (expect_ok("eos_bos_null", &c, tiny, "{'eos_token_id': null, 'bos_token_id': null}", NULL))
         return;
-    CHECK(c.n_eos == 0 && c.bos_id == -1);
+    REQUIRE(c.n_eos == 0 && c.bos_id == -1);
 done:
     report("eos_bos_null", why[0] ? why : NULL);
     expect_fail("eos_too_many", tiny, "{'eos_token_id': [1, 2, 3, 4, 5, 6, 7, 8, 9]}", NULL,
@@ -449,7 +431,7 @@ static void test_rates(void) {
                   "                 'sliding_attention', 'compressed_sparse_attention']}",
                   NULL))
         return;
-    CHECK(c.rate_csa == 4 && c.attn[2] == TD_ATTN_SLIDING);
+    REQUIRE(c.rate_csa == 4 && c.attn[2] == TD_ATTN_SLIDING);
 done:
     report("rates_partial_dict_unused", why[0] ? why : NULL);
 
@@ -519,7 +501,7 @@ static void test_load_file(void) {
     int fd = mkstemp(path);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     char *s = variant(tiny, NULL, NULL);
-    CHECK(f && s);
+    REQUIRE(f && s);
     fputs(s, f);
     fclose(f);
     f = NULL;
@@ -527,27 +509,27 @@ static void test_load_file(void) {
         snprintf(why, sizeof why, "load failed: %s", err);
         goto done;
     }
-    CHECK(c.n_layers == 4 && c.attn[2] == TD_ATTN_HCA && c.rope_compress.yarn);
+    REQUIRE(c.n_layers == 4 && c.attn[2] == TD_ATTN_HCA && c.rope_compress.yarn);
 
     /* errors from a file name the file and the key */
     f = fopen(path, "w");
-    CHECK(f);
+    REQUIRE(f);
     fputs("{\"vocab_size\": 10}", f);
     fclose(f);
     f = NULL;
-    CHECK(td_config_load(&c, path, err, sizeof err) == -1);
-    CHECK(strstr(err, path) && strstr(err, "hidden_size"));
+    REQUIRE(td_config_load(&c, path, err, sizeof err) == -1);
+    REQUIRE(strstr(err, path) && strstr(err, "hidden_size"));
 
     f = fopen(path, "w");
-    CHECK(f);
+    REQUIRE(f);
     fputs("{\"vocab_size\": ", f);
     fclose(f);
     f = NULL;
-    CHECK(td_config_load(&c, path, err, sizeof err) == -1 && strstr(err, path));
+    REQUIRE(td_config_load(&c, path, err, sizeof err) == -1 && strstr(err, path));
 
-    CHECK(td_config_load(&c, "/nonexistent/config.json", err, sizeof err) == -1);
-    CHECK(strstr(err, "/nonexistent/config.json") != NULL);
-    CHECK(td_config_parse(&c, "{", err, sizeof err) == -1 && strstr(err, "malformed"));
+    REQUIRE(td_config_load(&c, "/nonexistent/config.json", err, sizeof err) == -1);
+    REQUIRE(strstr(err, "/nonexistent/config.json") != NULL);
+    REQUIRE(td_config_parse(&c, "{", err, sizeof err) == -1 && strstr(err, "malformed"));
 done:
     if (f) fclose(f);
     free(s);
@@ -557,9 +539,9 @@ done:
 
 static void test_kind_names(void) {
     char why[600] = "";
-    CHECK(strcmp(td_attn_kind_name(TD_ATTN_SLIDING), "sliding") == 0);
-    CHECK(strcmp(td_attn_kind_name(TD_ATTN_CSA), "csa") == 0);
-    CHECK(strcmp(td_attn_kind_name(TD_ATTN_HCA), "hca") == 0);
+    REQUIRE(strcmp(td_attn_kind_name(TD_ATTN_SLIDING), "sliding") == 0);
+    REQUIRE(strcmp(td_attn_kind_name(TD_ATTN_CSA), "csa") == 0);
+    REQUIRE(strcmp(td_attn_kind_name(TD_ATTN_HCA), "hca") == 0);
 done:
     report("attn_kind_names", why[0] ? why : NULL);
 }
@@ -583,5 +565,5 @@ int main(void) {
     test_errors();
     test_load_file();
     test_kind_names();
-    return n_failed ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

@@ -42,10 +42,7 @@ struct fx {
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(uint32_t n) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state % n);
+    return (uint32_t)(xorshift64(&rng_state) % n);
 }
 
 static int read_ids(const char *path, int32_t **ids, int *n) {

@@ -45,10 +45,7 @@ static const struct td_backend *gpu;
 static uint64_t rs = 0x243f6a8885a308d3ull;
 
 static float frand(void) {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (float)((rs >> 11) * 0x1p-53) * 2.0f - 1.0f;
+    return (float)((xorshift64(&rs) >> 11) * 0x1p-53) * 2.0f - 1.0f;
 }
 
 /* device buffer of n floats with guard regions of CANARY on both sides */

@@ -27,10 +27,7 @@
 
 static uint64_t rs = 88172645463325252ull;
 static uint32_t rnd(uint32_t n) {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (uint32_t)(rs % n);
+    return (uint32_t)(xorshift64(&rs) % n);
 }
 
 static struct td_plan_dims dims_v4(int max_tok, int max_seq, int max_ctx) {

@@ -9,6 +9,7 @@
  * expected error message.
  */
 #include "engine/safetensors.h"
+#include "check.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -19,20 +20,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int n_failed;
 static char root[64]; /* the mkdtemp directory */
 
 // ----------------------------------------------------------------------------
 // helpers
-
-static void report(const char *name, const char *why) {
-    if (why) {
-        printf("FAIL %s: %s\n", name, why);
-        n_failed++;
-    } else {
-        printf("OK %s\n", name);
-    }
-}
 
 /* root/rel, in a static buffer good until the next call */
 static const char *at(const char *fmt, ...) {
@@ -145,14 +136,6 @@ static void bad_file(const char *name, const char *header, const void *data, siz
     expect_fail(name, path, 0, want);
 }
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            snprintf(why, sizeof why, "line %d: %s", __LINE__, #cond);                             \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
-
 static int same_bits(float a, float b) {
     uint32_t x, y;
     memcpy(&x, &a, 4);
@@ -165,12 +148,12 @@ static int same_bits(float a, float b) {
 
 static void test_dtype_names(void) {
     char why[600] = "";
-    CHECK(strcmp(td_dtype_name(TD_DTYPE_F32), "F32") == 0);
-    CHECK(strcmp(td_dtype_name(TD_DTYPE_BF16), "BF16") == 0);
-    CHECK(strcmp(td_dtype_name(TD_DTYPE_F16), "F16") == 0);
-    CHECK(strcmp(td_dtype_name(TD_DTYPE_I32), "I32") == 0);
-    CHECK(strcmp(td_dtype_name(TD_DTYPE_I64), "I64") == 0);
-    CHECK(strcmp(td_dtype_name(TD_DTYPE_NONE), "NONE") == 0);
+    REQUIRE(strcmp(td_dtype_name(TD_DTYPE_F32), "F32") == 0);
+    REQUIRE(strcmp(td_dtype_name(TD_DTYPE_BF16), "BF16") == 0);
+    REQUIRE(strcmp(td_dtype_name(TD_DTYPE_F16), "F16") == 0);
+    REQUIRE(strcmp(td_dtype_name(TD_DTYPE_I32), "I32") == 0);
+    REQUIRE(strcmp(td_dtype_name(TD_DTYPE_I64), "I64") == 0);
+    REQUIRE(strcmp(td_dtype_name(TD_DTYPE_NONE), "NONE") == 0);
 done:
     report("dtype_names", why[0] ? why : NULL);
 }
@@ -229,60 +212,60 @@ static void test_single_file(void) {
                       " 'f': {'dtype': 'F32', 'shape': [0, 3], 'data_offsets': [82, 82]},"
                       " 'g': {'dtype': 'F32', 'shape': [], 'data_offsets': [84, 88]}}";
     const char *path = at("single.safetensors");
-    CHECK(write_st(path, hdr, data, sizeof data) == 0);
+    REQUIRE(write_st(path, hdr, data, sizeof data) == 0);
     if (st_set_open_file(&set, path, err, sizeof err) != 0) {
         snprintf(why, sizeof why, "open failed: %s", err);
         goto done;
     }
-    CHECK(set.n_maps == 1 && set.n_entries == 7);
+    REQUIRE(set.n_maps == 1 && set.n_entries == 7);
     for (int i = 0; i < 7; i++)
-        CHECK(set.entries[i].name[0] == "abcdefg"[i]);
+        REQUIRE(set.entries[i].name[0] == "abcdefg"[i]);
 
     const struct st_entry *ea = st_set_find(&set, "a");
-    CHECK(ea && ea->t.dtype == TD_DTYPE_F32 && ea->t.ndim == 2);
-    CHECK(ea->t.shape[0] == 2 && ea->t.shape[1] == 3 && ea->nbytes == 24 && ea->shard == 0);
+    REQUIRE(ea && ea->t.dtype == TD_DTYPE_F32 && ea->t.ndim == 2);
+    REQUIRE(ea->t.shape[0] == 2 && ea->t.shape[1] == 3 && ea->nbytes == 24 && ea->shard == 0);
     size_t hdr_bytes = (strlen(hdr) + 7) & ~(size_t)7;
-    CHECK((const char *)ea->t.data == (const char *)set.maps[0].base + 8 + hdr_bytes);
+    REQUIRE((const char *)ea->t.data == (const char *)set.maps[0].base + 8 + hdr_bytes);
     for (int i = 0; i < 6; i++)
-        CHECK(td_tensor_getf(&ea->t, i) == a[i]);
+        REQUIRE(td_tensor_getf(&ea->t, i) == a[i]);
 
     const struct st_entry *eb = st_set_find(&set, "b");
-    CHECK(eb && eb->t.dtype == TD_DTYPE_BF16 && eb->nbytes == 8);
-    CHECK(td_tensor_getf(&eb->t, 0) == 1.0f && td_tensor_getf(&eb->t, 1) == -2.0f);
-    CHECK(td_tensor_getf(&eb->t, 2) == 0.5f && td_tensor_getf(&eb->t, 3) == 3.140625f);
+    REQUIRE(eb && eb->t.dtype == TD_DTYPE_BF16 && eb->nbytes == 8);
+    REQUIRE(td_tensor_getf(&eb->t, 0) == 1.0f && td_tensor_getf(&eb->t, 1) == -2.0f);
+    REQUIRE(td_tensor_getf(&eb->t, 2) == 0.5f && td_tensor_getf(&eb->t, 3) == 3.140625f);
 
     const struct st_entry *ec = st_set_find(&set, "c");
-    CHECK(ec && ec->t.dtype == TD_DTYPE_F16 && td_tensor_numel(&ec->t) == 11);
+    REQUIRE(ec && ec->t.dtype == TD_DTYPE_F16 && td_tensor_numel(&ec->t) == 11);
     float cf[11];
     td_tensor_read_f32(&ec->t, 0, 11, cf);
-    CHECK(cf[0] == 1.0f && cf[1] == -2.0f);
-    CHECK(cf[2] == 0x1p-24f && cf[3] == 1023 * 0x1p-24f && cf[4] == 0x1p-14f);
-    CHECK(cf[5] == 65504.0f && isinf(cf[6]) && cf[6] > 0 && isinf(cf[7]) && cf[7] < 0);
-    CHECK(isnan(cf[8]) && cf[9] == 0.0f && signbit(cf[9]) && cf[10] == 0.333251953125f);
+    REQUIRE(cf[0] == 1.0f && cf[1] == -2.0f);
+    REQUIRE(cf[2] == 0x1p-24f && cf[3] == 1023 * 0x1p-24f && cf[4] == 0x1p-14f);
+    REQUIRE(cf[5] == 65504.0f && isinf(cf[6]) && cf[6] > 0 && isinf(cf[7]) && cf[7] < 0);
+    REQUIRE(isnan(cf[8]) && cf[9] == 0.0f && signbit(cf[9]) && cf[10] == 0.333251953125f);
     float part[3];
     td_tensor_read_f32(&ec->t, 2, 3, part);
-    CHECK(part[0] == cf[2] && part[1] == cf[3] && part[2] == cf[4]);
+    REQUIRE(part[0] == cf[2] && part[1] == cf[3] && part[2] == cf[4]);
 
     const struct st_entry *ed = st_set_find(&set, "d");
-    CHECK(ed && ed->t.dtype == TD_DTYPE_I32);
-    CHECK(td_tensor_geti(&ed->t, 0) == -1 && td_tensor_geti(&ed->t, 1) == 7);
-    CHECK(td_tensor_geti(&ed->t, 2) == 2147483647);
+    REQUIRE(ed && ed->t.dtype == TD_DTYPE_I32);
+    REQUIRE(td_tensor_geti(&ed->t, 0) == -1 && td_tensor_geti(&ed->t, 1) == 7);
+    REQUIRE(td_tensor_geti(&ed->t, 2) == 2147483647);
     td_tensor_read_f32(&ed->t, 0, 2, part);
-    CHECK(part[0] == -1.0f && part[1] == 7.0f);
+    REQUIRE(part[0] == -1.0f && part[1] == 7.0f);
 
     const struct st_entry *ee = st_set_find(&set, "e");
-    CHECK(ee && ee->t.dtype == TD_DTYPE_I64 && ee->t.shape[0] == 2);
-    CHECK(td_tensor_geti(&ee->t, 0) == -5 && td_tensor_geti(&ee->t, 1) == ((int64_t)1 << 40));
+    REQUIRE(ee && ee->t.dtype == TD_DTYPE_I64 && ee->t.shape[0] == 2);
+    REQUIRE(td_tensor_geti(&ee->t, 0) == -5 && td_tensor_geti(&ee->t, 1) == ((int64_t)1 << 40));
 
     const struct st_entry *ef = st_set_find(&set, "f");
-    CHECK(ef && ef->nbytes == 0 && ef->t.ndim == 2 && td_tensor_numel(&ef->t) == 0);
+    REQUIRE(ef && ef->nbytes == 0 && ef->t.ndim == 2 && td_tensor_numel(&ef->t) == 0);
 
     const struct st_entry *eg = st_set_find(&set, "g");
-    CHECK(eg && eg->t.ndim == 0 && td_tensor_numel(&eg->t) == 1 && td_tensor_getf(&eg->t, 0) == g);
+    REQUIRE(eg && eg->t.ndim == 0 && td_tensor_numel(&eg->t) == 1 && td_tensor_getf(&eg->t, 0) == g);
 
-    CHECK(st_set_find(&set, "__metadata__") == NULL);
-    CHECK(st_set_find(&set, "zz") == NULL && st_set_find(&set, "") == NULL);
-    CHECK(st_set_find(&set, "0") == NULL && st_set_find(&set, "a.b") == NULL);
+    REQUIRE(st_set_find(&set, "__metadata__") == NULL);
+    REQUIRE(st_set_find(&set, "zz") == NULL && st_set_find(&set, "") == NULL);
+    REQUIRE(st_set_find(&set, "0") == NULL && st_set_find(&set, "a.b") == NULL);
 done:
     st_set_close(&set);
     if (!why[0] && !set_is_zero(&set)) snprintf(why, sizeof why, "close did not zero the set");
@@ -294,10 +277,10 @@ static void test_empty_set_ops(void) {
     char why[600] = "";
     struct st_set set;
     memset(&set, 0, sizeof set);
-    CHECK(st_set_find(&set, "x") == NULL);
+    REQUIRE(st_set_find(&set, "x") == NULL);
     st_set_close(&set);
     st_set_close(NULL);
-    CHECK(set_is_zero(&set));
+    REQUIRE(set_is_zero(&set));
 done:
     report("zeroed_set_close_and_find", why[0] ? why : NULL);
 }
@@ -307,7 +290,7 @@ static void test_metadata_and_empty(void) {
     char why[600] = "", err[512] = "";
     struct st_set set = {0};
     const char *path = at("meta.safetensors");
-    CHECK(write_st(path,
+    REQUIRE(write_st(path,
                    "{'__metadata__': {'format': 'pt'},"
                    " 'empty': {'dtype': 'BF16', 'shape': [4, 0], 'data_offsets': [0, 0]}}",
                    NULL, 0) == 0);
@@ -315,8 +298,8 @@ static void test_metadata_and_empty(void) {
         snprintf(why, sizeof why, "open failed: %s", err);
         goto done;
     }
-    CHECK(set.n_entries == 1 && strcmp(set.entries[0].name, "empty") == 0);
-    CHECK(set.entries[0].nbytes == 0 && td_tensor_numel(&set.entries[0].t) == 0);
+    REQUIRE(set.n_entries == 1 && strcmp(set.entries[0].name, "empty") == 0);
+    REQUIRE(set.entries[0].nbytes == 0 && td_tensor_numel(&set.entries[0].t) == 0);
 done:
     st_set_close(&set);
     report("metadata_and_empty_tensor", why[0] ? why : NULL);
@@ -327,15 +310,15 @@ static void test_dir_single(void) {
     char why[600] = "", err[512] = "";
     struct st_set set = {0};
     const float x[2] = {3, 4};
-    CHECK(mkdir(at("single_dir"), 0700) == 0);
-    CHECK(write_st(at("single_dir/model.safetensors"),
+    REQUIRE(mkdir(at("single_dir"), 0700) == 0);
+    REQUIRE(write_st(at("single_dir/model.safetensors"),
                    "{'w': {'dtype': 'F32', 'shape': [2], 'data_offsets': [0, 8]}}", x, 8) == 0);
     if (st_set_open(&set, at("single_dir"), err, sizeof err) != 0) {
         snprintf(why, sizeof why, "open failed: %s", err);
         goto done;
     }
     const struct st_entry *e = st_set_find(&set, "w");
-    CHECK(set.n_maps == 1 && e && td_tensor_getf(&e->t, 1) == 4.0f);
+    REQUIRE(set.n_maps == 1 && e && td_tensor_getf(&e->t, 1) == 4.0f);
 done:
     st_set_close(&set);
     report("dir_with_model_safetensors", why[0] ? why : NULL);
@@ -377,19 +360,19 @@ static const char *good_index = "{'metadata': {'total_size': 20}, 'weight_map': 
 static void test_sharded(void) {
     char why[600] = "", err[512] = "";
     struct st_set set = {0};
-    CHECK(make_sharded("sharded", "", "", good_index) == 0);
+    REQUIRE(make_sharded("sharded", "", "", good_index) == 0);
     if (st_set_open(&set, at("sharded"), err, sizeof err) != 0) {
         snprintf(why, sizeof why, "open failed: %s", err);
         goto done;
     }
-    CHECK(set.n_maps == 2 && set.n_entries == 3);
+    REQUIRE(set.n_maps == 2 && set.n_entries == 3);
     const struct st_entry *x = st_set_find(&set, "x"), *y = st_set_find(&set, "y");
     const struct st_entry *z = st_set_find(&set, "z");
-    CHECK(x && y && z && st_set_find(&set, "w") == NULL);
-    CHECK(strstr(set.maps[x->shard].path, SHARD1) && strstr(set.maps[z->shard].path, SHARD2));
-    CHECK(x->shard == y->shard && x->shard != z->shard);
-    CHECK(td_tensor_getf(&x->t, 1) == 2.0f && td_tensor_getf(&y->t, 0) == 3.0f);
-    CHECK(td_tensor_getf(&y->t, 1) == -1.0f && td_tensor_geti(&z->t, 0) == 99);
+    REQUIRE(x && y && z && st_set_find(&set, "w") == NULL);
+    REQUIRE(strstr(set.maps[x->shard].path, SHARD1) && strstr(set.maps[z->shard].path, SHARD2));
+    REQUIRE(x->shard == y->shard && x->shard != z->shard);
+    REQUIRE(td_tensor_getf(&x->t, 1) == 2.0f && td_tensor_getf(&y->t, 0) == 3.0f);
+    REQUIRE(td_tensor_getf(&y->t, 1) == -1.0f && td_tensor_geti(&z->t, 0) == 99);
 done:
     st_set_close(&set);
     report("sharded_index_two_shards", why[0] ? why : NULL);
@@ -542,5 +525,5 @@ int main(void) {
     test_bad_sharded();
     test_bad_files();
     rm_rf(root);
-    return n_failed ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

@@ -437,10 +437,10 @@ static void test_stream_split_chars(void) {
     int mism = 0;
     for (int r = 0; t && r < (quick_mode() ? 100 : 1000); r++) {
         ids.n = 0;
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        xorshift64(&x);
         int len = 1 + (int)(x % 24);
         for (int j = 0; j < len; j++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            xorshift64(&x);
             tok_ids_push(&ids, (int32_t)(x % 50257));
         }
         char *whole;
@@ -475,10 +475,10 @@ static void test_random_round_trip(void) {
         struct tok *t = load_fixture(names[k]);
         for (int r = 0; t && r < (quick_mode() ? 50 : 300); r++) {
             s.n = 0;
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            xorshift64(&x);
             int len = 1 + (int)(x % 64);
             for (int j = 0; j < len; j++) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                xorshift64(&x);
                 int c = (int)(x % 9);
                 uint32_t cp = lo[c] + (uint32_t)((x >> 8) % span[c]);
                 if (cp >= 0xD800 && cp < 0xE000) cp = 'x';
@@ -743,7 +743,7 @@ static char *english(const struct tok *t, size_t bytes, size_t *n) {
     size_t o = 0;
     uint64_t x = 2463534242ull;
     while (o < bytes && nw) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        xorshift64(&x);
         double u = (double)(x >> 11) / 9007199254740992.0;
         size_t len;
         const char *s = tok_str(t, words[(int32_t)(u * u * u * nw)], &len);
