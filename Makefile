@@ -25,16 +25,27 @@ CFLAGS  += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover
 LDFLAGS += -fsanitize=$(SANITIZER)
 endif
 
+# CUDA: nvcc must be on PATH and its runtime libraries must link. nvcc names its own
+# library directories (-dryrun), so a wrapper script in /usr/local/bin works too.
+COMMA := ,
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
+CU_SRC :=
 ifeq ($(HAVE_NVCC),)
 $(info ✗ nvcc not found, building CPU-only)
-CU_SRC :=
+else
+CUDA_LIBDIRS := $(shell $(NVCC) -dryrun -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ LIBRARIES= *//p' | tr -d '"')
+CUDA_LIBDIR  := $(filter-out %/stubs,$(CUDA_LIBDIRS))
+CUDA_LDLIBS  := $(CUDA_LIBDIR) $(patsubst -L%,-Wl$(COMMA)-rpath$(COMMA)%,$(CUDA_LIBDIR)) -lcudart -lcublasLt -lstdc++
+CUDA_LINKS   := $(shell printf 'int main(void){return 0;}' | $(CC) -x c - -o /dev/null $(CUDA_LDLIBS) 2>/dev/null && echo yes)
+ifneq ($(CUDA_LINKS),yes)
+$(info ✗ nvcc found but libcudart/libcublasLt do not link (nvcc's dirs: $(or $(CUDA_LIBDIRS),none)), building CPU-only)
 else
 CU_SRC := $(wildcard kernels/*.cu engine/*.cu)
 NVFLAGS := -std=c++17 -O3 -g -lineinfo -gencode=arch=compute_$(subst sm_,,$(CUARCH)),code=$(CUARCH) -I. $(DEPS_INC)
 ifneq ($(CU_SRC),)
-LDLIBS  += -L$(dir $(HAVE_NVCC))../lib64 -lcudart -lcublasLt -lstdc++
+LDLIBS  += $(CUDA_LDLIBS)
 CFLAGS  += -DTD_HAVE_CUDA=1
+endif
 endif
 endif
 
