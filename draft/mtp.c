@@ -184,7 +184,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
         if (q->pos0 == 0) zero[n_zero++] = rows;
         // only the last row's logits draft; all rows' when a test asks for them
         d->seqs[s] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->ids + rows,
-                                          d->all_logits ? 0 : q->n - 1};
+                                          d->all_logits ? 0 : q->n - 1, 0};
         rows += q->n;
         q->n_drafts = 0;
     }
@@ -219,7 +219,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
                             d->h_in + (size_t)i * d->nc * d->dim, row_bytes);
             d->ids[n] = q->drafts[j - 1];
             int pos = q->pos0 + q->n + j - 1;
-            d->seqs[n] = (struct td_plan_seq){q->slot, pos, 1, d->ids + n, 0};
+            d->seqs[n] = (struct td_plan_seq){q->slot, pos, 1, d->ids + n, 0, 0};
             keep[n++] = live[i];
         }
         if (!n) break;

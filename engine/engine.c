@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "draft/drafter.h"
+#include "draft/dspark.h"
 #include "draft/mtp.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
@@ -34,7 +35,7 @@ struct request {
     struct td_sampling sampling;
     int ignore_eos;
     int slot;                     /* state slot while running, else -1 */
-    int32_t drafts[TD_MAX_DRAFT]; /* MTP: drafts made after the last step, for the next */
+    int32_t drafts[TD_MAX_DRAFT]; /* MTP, DSpark: drafts made after the last step, for the next */
     int n_drafts;
     char msg[256];
 };
@@ -59,6 +60,8 @@ struct td_engine {
     struct td_drafter *drafter;
     struct draft_mtp *mtp;     /* the MTP drafter, when draft = "mtp" */
     struct mtp_rows *mtp_rows; /* [max_seqs] */
+    struct draft_dspark *dspark;   /* the DSpark drafter, when draft = "dspark" */
+    struct dspark_seq *ds_seqs;    /* [max_seqs] */
     struct request *reqs;      /* [n_reqs] */
     int n_reqs, cap_reqs;
     int next_admit;               /* requests before this index were admitted (FIFO) */
@@ -172,7 +175,27 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     int use_drafter = p->draft && strcmp(p->draft, "none") != 0;
     if (!use_drafter) e->p.max_draft = 0;
     int use_mtp = use_drafter && !strcmp(p->draft, "mtp");
-    if (use_drafter && !use_mtp && !(e->drafter = draft_init(p->draft, c->vocab, err, errlen)))
+    int use_dspark = use_drafter && !strcmp(p->draft, "dspark");
+    char ds_dir[1024];
+    snprintf(ds_dir, sizeof ds_dir, "%s", p->dspark_dir ? p->dspark_dir : "");
+    if (use_dspark) { // its block size bounds the drafts of a round
+        struct dspark_config dc;
+        if (!p->dspark_dir) snprintf(ds_dir, sizeof ds_dir, "%s/dspark", p->model_dir);
+        if (dspark_config_load(&dc, ds_dir, &e->model, err, errlen)) goto fail;
+        if (e->p.max_draft < 1 || e->p.max_draft > dc.block) e->p.max_draft = dc.block;
+        if (e->p.max_batch_tokens < 1 + e->p.max_draft) {
+            snprintf(err, errlen, "engine: a batch of %d rows cannot hold a DSpark round of %d",
+                     e->p.max_batch_tokens, 1 + e->p.max_draft);
+            goto fail;
+        }
+    }
+    if (!(p->dspark_threshold >= 0.0f && p->dspark_threshold < 1.0f)) {
+        snprintf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)",
+                 p->dspark_threshold);
+        goto fail;
+    }
+    if (use_drafter && !use_mtp && !use_dspark &&
+        !(e->drafter = draft_init(p->draft, c->vocab, err, errlen)))
         goto fail;
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
@@ -187,6 +210,17 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             goto fail;
         e->mtp_rows = calloc((size_t)e->p.max_seqs, sizeof *e->mtp_rows);
         if (!e->mtp_rows) {
+            snprintf(err, errlen, "engine: out of memory");
+            goto fail;
+        }
+    }
+    if (use_dspark) {
+        if (draft_dspark_init(&e->dspark, ds_dir, &e->model, e->run, e->b, e->p.max_seqs,
+                              e->p.max_ctx, e->p.max_batch_tokens, p->dspark_threshold,
+                              !p->no_graphs, cache_limit(p->max_cache_bytes, e->b), err, errlen))
+            goto fail;
+        e->ds_seqs = calloc((size_t)e->p.max_seqs, sizeof *e->ds_seqs);
+        if (!e->ds_seqs) {
             snprintf(err, errlen, "engine: out of memory");
             goto fail;
         }
@@ -228,6 +262,8 @@ void td_engine_free(struct td_engine *e) {
     draft_free(e->drafter);
     draft_mtp_free(e->mtp);
     free(e->mtp_rows);
+    draft_dspark_free(e->dspark);
+    free(e->ds_seqs);
     meta_plan_free(&e->plan);
     td_state_free(&e->state);
     if (e->dev.backend) td_model_free(&e->dev);
@@ -237,6 +273,10 @@ void td_engine_free(struct td_engine *e) {
 
 const char *td_engine_backend(const struct td_engine *e) {
     return e->b->name;
+}
+
+int td_engine_draft_tokens(const struct td_engine *e) {
+    return e->p.max_draft;
 }
 
 int td_engine_vocab(const struct td_engine *e) {
@@ -412,12 +452,12 @@ static int schedule(struct td_engine *e) {
             struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
             g->n_drafts = e->drafter->propose(e->drafter, &dr, k, g->rows + 1, q_rows(e, r->slot),
                                               &g->q_onehot);
-        } else if (k > 0 && e->mtp) { // drafted at the end of the last step
+        } else if (k > 0 && (e->mtp || e->dspark)) { // drafted at the end of the last step
             g->n_drafts = r->n_drafts < k ? r->n_drafts : k;
             memcpy(g->rows + 1, r->drafts, (size_t)g->n_drafts * sizeof(int32_t));
             g->q_onehot = 0;
         }
-        e->seqs[n] = (struct td_plan_seq){r->slot, fed, 1 + g->n_drafts, g->rows, 0};
+        e->seqs[n] = (struct td_plan_seq){r->slot, fed, 1 + g->n_drafts, g->rows, 0, 0};
         budget -= 1 + g->n_drafts;
         n++;
     }
@@ -433,7 +473,7 @@ static int schedule(struct td_engine *e) {
         g->n_drafts = 0;
         // a prompt chunk needs no logits, except the last row of the chunk that ends the prompt
         int skip = fed + chunk < r->n_prompt ? chunk : chunk - 1;
-        e->seqs[n] = (struct td_plan_seq){r->slot, fed, chunk, r->toks + fed, skip};
+        e->seqs[n] = (struct td_plan_seq){r->slot, fed, chunk, r->toks + fed, skip, 0};
         budget -= chunk;
         n++;
     }
@@ -530,11 +570,44 @@ static int mtp_step(struct td_engine *e, int n_groups, char *err, size_t errlen)
     return 0;
 }
 
+/* DSpark: insert the rows every live sequence committed this step, and draft its next round */
+static int dspark_step(struct td_engine *e, int n_groups, char *err, size_t errlen) {
+    int n = 0;
+    for (int i = 0; i < n_groups; i++) {
+        struct request *r = e->groups[i].r;
+        r->n_drafts = 0;
+        if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue; // finished
+        int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot];
+        struct dspark_seq *q = &e->ds_seqs[n++];
+        q->slot = r->slot;
+        q->pos0 = pos0;
+        q->n = fed - pos0; // the rows this step committed (never a rejected draft's)
+        q->capture_row = e->plan.qo_indptr[i];
+        q->anchor = r->toks[r->n_toks - 1];
+        q->k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
+        q->sampling = &r->sampling;
+        q->drafts = r->drafts;
+        q->q = q_rows(e, r->slot);
+        q->conf = NULL;
+    }
+    if (draft_dspark_run(e->dspark, e->ds_seqs, n, err, errlen)) return -1;
+    for (int i = 0, j = 0; i < n_groups; i++) {
+        struct request *r = e->groups[i].r;
+        if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue;
+        r->n_drafts = e->ds_seqs[j++].n_drafts;
+    }
+    return 0;
+}
+
 int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     int n = schedule(e);
     if (n > 0) {
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
         struct td_forward_io io = {NULL, e->mtp ? draft_mtp_hidden(e->mtp) : NULL, NULL, NULL, 0};
+        if (e->dspark) { // the context DSpark reads: the mean streams of its capture layers
+            io.capture = draft_dspark_capture(e->dspark);
+            io.capture_layers = draft_dspark_capture_layers(e->dspark, &io.n_capture);
+        }
         if (td_forward_ex(e->run, &e->state, &e->plan, &io, e->logits, NULL, err, errlen))
             return -1;
         e->stats.steps++;
@@ -553,6 +626,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
                 finish_round(e, g, rows, e->plan.len_before[i]); // anchor position
         }
         if (e->mtp && mtp_step(e, n, err, errlen)) return -1;
+        if (e->dspark && dspark_step(e, n, err, errlen)) return -1;
     }
     // forget finished requests: each step scans only the live ones
     int live = 0;

@@ -41,8 +41,12 @@ struct td_engine_params {
     int max_seqs;           /* sequences decoding at once (state slots), default 16 */
     int max_ctx;            /* tokens per sequence, default 4096 (capped by the model) */
     int max_batch_tokens;   /* rows per step, default 256; >= 1 + max_draft */
-    const char *draft;      /* "none" (default), "ngram" or "random" */
-    int max_draft;          /* draft tokens per round, 0 .. TD_MAX_DRAFT */
+    const char *draft;      /* "none" (default), "ngram", "random", "mtp" or "dspark" */
+    int max_draft;          /* draft tokens per round, 0 .. TD_MAX_DRAFT (dspark: 0 or more
+                               than its block size means the block size) */
+    const char *dspark_dir; /* the DSpark drafter's directory (default: model_dir/dspark) */
+    float dspark_threshold; /* DSpark confidence cut: a round stops before the first slot whose
+                               confidence is below it (0, the default: every slot is verified) */
     int no_graphs;          /* run every step eagerly (default: decode and verify steps replay
                                a CUDA graph captured once per row bucket) */
     int deterministic;      /* batch-invariant kernels: a request's logits are the same bits
@@ -119,6 +123,9 @@ const struct td_engine_stats *td_engine_stats(const struct td_engine *e);
 
 /* The model's vocabulary size. */
 int td_engine_vocab(const struct td_engine *e);
+
+/* Draft tokens per round at most (the drafter's block size for DSpark; 0 without a drafter). */
+int td_engine_draft_tokens(const struct td_engine *e);
 
 /* The backend the engine runs on ("cpu" or "cuda"). */
 const char *td_engine_backend(const struct td_engine *e);

@@ -112,6 +112,16 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
     f->op->compress_emit(io);
 }
 
+/* f->kv = rope(kv_norm(wkv x)) at the rows' positions: the layer's shared K = V rows */
+static void layer_keys(struct fwd *f, const struct td_layer *l, const float *x, const float *inv,
+                       float af) {
+    const struct td_config *c = f->c;
+    int n = f->n, hd = c->head_dim;
+    f->op->matmul(f->kv, x, W(l->wkv), n, c->dim, hd, NULL, 0);
+    f->op->rmsnorm(f->kv, f->kv, W(l->kv_norm), n, hd, c->rms_eps);
+    f->op->rope_rows(f->kv, n, 1, hd, c->rope_dim, f->rows.positions, inv, af, 0);
+}
+
 static void attention_block(struct fwd *f, int li) {
     const struct td_config *c = f->c;
     const struct td_layer *l = &f->m->layers[li];
@@ -141,10 +151,7 @@ static void attention_block(struct fwd *f, int li) {
     op->matmul(f->q, f->qr, W(l->wq_b), n, rq, H * hd, NULL, 0);
     op->rmsnorm(f->q, f->q, NULL, 0, n * H, hd, c->rms_eps);
     op->rope_rows(f->q, n, H, hd, c->rope_dim, rows.positions, inv, af, 0);
-    // shared K = V vector
-    op->matmul(f->kv, f->xn, W(l->wkv), n, D, hd, NULL, 0);
-    op->rmsnorm(f->kv, f->kv, W(l->kv_norm), n, hd, c->rms_eps);
-    op->rope_rows(f->kv, n, 1, hd, c->rope_dim, rows.positions, inv, af, 0);
+    layer_keys(f, l, f->xn, inv, af); // the shared K = V vector
 
     struct compress_args main_io, idx_io;
     if (comp)
@@ -484,21 +491,19 @@ int td_forward(const struct td_model *m, struct td_state *st, const struct td_pl
     return td_forward_ex(m, st, p, NULL, logits, topk_trace, err, errlen);
 }
 
-int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td_plan *p,
-                  const struct td_forward_io *io, float *logits, int32_t *topk_trace, char *err,
-                  size_t errlen) {
+/* checks, step buffers and the plan on the backend: the start of every forward call */
+static struct fwd *begin(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+                         const struct td_forward_io *io, char *err, size_t errlen) {
     static const struct td_forward_io none;
     if (!io) io = &none;
-    if (check_plan(m, st, p, err, errlen)) return -1;
-    const struct td_config *c = &m->cfg;
+    if (check_plan(m, st, p, err, errlen)) return NULL;
     const struct td_backend *b = st->backend;
-    if (ws_make(st, c, &p->dims, err, errlen)) return -1;
-    struct td_fwd_ws *ws = st->ws;
-    struct fwd *f = &ws->f;
+    if (ws_make(st, &m->cfg, &p->dims, err, errlen)) return NULL;
+    struct fwd *f = &st->ws->f;
     f->b = b;
     f->op = &b->ops;
     f->m = m;
-    f->c = c;
+    f->c = &m->cfg;
     f->st = st;
     f->p = p;
     f->n = p->n_tok;
@@ -510,19 +515,62 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
     f->head_all_rows = 0;
     if (f->plan_dev) b->to_device(f->plan_dev, p->mem, p->bytes);
     f->rows = rows_of(p, f->plan_dev ? f->plan_dev : p->mem);
-    run_step(f, ws, topk_trace);
-    b->to_host(logits, f->logits, (size_t)p->n_logit * c->vocab * sizeof(float));
-    if (b->finish(err, errlen)) return -1;
+    return f;
+}
+
+/* the committed length after a call: its rows, except a non-causal block's */
+static void commit(struct td_state *st, const struct td_plan *p) {
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s];
+        if (p->block[s]) continue; // a non-causal block stores nothing: its length stays
         st->len[slot] = p->len_before[s] + p->qo_indptr[s + 1] - p->qo_indptr[s];
         if (st->len[slot] > st->hi[slot]) st->hi[slot] = st->len[slot];
     }
+}
+
+int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+                  const struct td_forward_io *io, float *logits, int32_t *topk_trace, char *err,
+                  size_t errlen) {
+    struct fwd *f = begin(m, st, p, io, err, errlen);
+    if (!f) return -1;
+    run_step(f, st->ws, topk_trace);
+    f->b->to_host(logits, f->logits, (size_t)p->n_logit * f->c->vocab * sizeof(float));
+    if (f->b->finish(err, errlen)) return -1;
+    commit(st, p);
     return 0;
 }
 
-int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct td_plan_seq *seqs,
-                    int n_seq, float *logits, int32_t *topk_trace, char *err, size_t errlen) {
+int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+                        const float *x, char *err, size_t errlen) {
+    const struct td_config *c = &m->cfg;
+    for (int li = 0; li < c->n_layers; li++)
+        if (c->attn[li] != TD_ATTN_SLIDING) {
+            snprintf(err, errlen,
+                     "store_kv: layer %d has %s attention; only sliding-window layers take keys "
+                     "from outside",
+                     li, td_attn_kind_name(c->attn[li]));
+            return -1;
+        }
+    for (int s = 0; s < p->n_seq; s++)
+        if (p->block[s]) {
+            snprintf(err, errlen, "store_kv: sequence %d is a block, and blocks store nothing", s);
+            return -1;
+        }
+    struct fwd *f = begin(m, st, p, NULL, err, errlen);
+    if (!f) return -1;
+    for (int li = 0; li < c->n_layers; li++) {
+        layer_keys(f, &m->layers[li], x, f->inv_main, (float)c->rope_main.attention_factor);
+        f->op->ring_store(st->layers[li].swa, f->kv, f->rows.swa_write, &f->rows, st->swa_ring,
+                          c->head_dim);
+    }
+    if (f->b->finish(err, errlen)) return -1;
+    commit(st, p);
+    return 0;
+}
+
+static int forward_seqs(const struct td_model *m, struct td_state *st,
+                        const struct td_plan_seq *seqs, int n_seq, const struct td_forward_io *io,
+                        float *logits, int32_t *topk_trace, char *err, size_t errlen) {
     int n_tok = 0;
     for (int s = 0; s < n_seq; s++)
         n_tok += seqs[s].n_new > 0 ? seqs[s].n_new : 0;
@@ -531,7 +579,18 @@ int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct 
     struct td_plan p;
     if (meta_plan_init(&p, &d, err, errlen)) return -1;
     int rc = meta_plan_build(&p, seqs, n_seq, err, errlen);
-    if (!rc) rc = td_forward(m, st, &p, logits, topk_trace, err, errlen);
+    if (!rc) rc = td_forward_ex(m, st, &p, io, logits, topk_trace, err, errlen);
     meta_plan_free(&p);
     return rc;
+}
+
+int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct td_plan_seq *seqs,
+                    int n_seq, float *logits, int32_t *topk_trace, char *err, size_t errlen) {
+    return forward_seqs(m, st, seqs, n_seq, NULL, logits, topk_trace, err, errlen);
+}
+
+int td_forward_seqs_io(const struct td_model *m, struct td_state *st,
+                       const struct td_plan_seq *seqs, int n_seq, const struct td_forward_io *io,
+                       float *logits, char *err, size_t errlen) {
+    return forward_seqs(m, st, seqs, n_seq, io, logits, NULL, err, errlen);
 }

@@ -48,10 +48,23 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
                   const struct td_forward_io *io, float *logits, int32_t *topk_trace, char *err,
                   size_t errlen);
 
+/* Store keys made from outside rows in every layer's sliding-window ring, nothing else: for each
+ * plan row, rope(kv_norm(wkv x_row)) at its position, written where the plan says, and the
+ * committed length advances as after a forward. x [n_tok, dim] in backend memory. A DSpark
+ * drafter's context insertion (its stages' keys come from the fused target rows, not from the
+ * stage inputs). Sliding-window-only models; 0, or -1 with a message. */
+int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+                        const float *x, char *err, size_t errlen);
+
 /* Convenience for one-off calls (CLI, tests): build a plan for seqs (bucketed capacity),
  * run td_forward, free the plan. Same return contract. */
 int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct td_plan_seq *seqs,
                     int n_seq, float *logits, int32_t *topk_trace, char *err, size_t errlen);
+
+/* td_forward_seqs with a drafter's inputs and outputs (io may be NULL). */
+int td_forward_seqs_io(const struct td_model *m, struct td_state *st,
+                       const struct td_plan_seq *seqs, int n_seq, const struct td_forward_io *io,
+                       float *logits, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

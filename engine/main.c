@@ -25,6 +25,16 @@
 #include "engine/chat.h"
 #include "metadata/plan.h"
 
+#define DRAFT_USAGE                                                                                \
+    "  --draft NAME           auto | none | ngram | random | mtp | dspark (auto: dspark when\n"  \
+    "                         the model ships DIR/dspark/, else none; mtp reads the\n"            \
+    "                         checkpoint's mtp.0.* layer)\n"                                      \
+    "  --draft-tokens K       draft tokens per round, 1..16 (default 3; dspark: its block\n"      \
+    "                         size, and at most that)\n"                                          \
+    "  --dspark-dir DIR       the DSpark drafter (default: the model's dspark/)\n"               \
+    "  --dspark-threshold C   verify only the drafts before the first slot whose confidence is\n" \
+    "                         below C, in [0, 1) (default 0: all; lossless either way)\n"
+
 static void usage(FILE *fp) {
     fprintf(
         fp,
@@ -49,9 +59,7 @@ static void usage(FILE *fp) {
         "  --top-p P              nucleus mass in (0, 1] (default 1 = off)\n"
         "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
         "  --n N                  independent completions decoded together (default 1)\n"
-        "  --draft NAME           none | ngram | random | mtp (default none; mtp reads the\n"
-        "                         checkpoint's mtp.0.* layer)\n"
-        "  --draft-tokens K       draft tokens per round, 1..16 (default 3 with a drafter)\n"
+        DRAFT_USAGE
         "  --print-ids            one line of generated ids per completion, nothing else\n"
         "  --stats                tokens/s, steps, mean accepted length and per-position\n"
         "                         acceptance to stderr\n"
@@ -63,13 +71,17 @@ static void usage(FILE *fp) {
         "  --no-graphs            run every GPU step eagerly (no CUDA graph replay)\n"
         "\n"
         "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...] [--backend B]\n"
+        "              [--capture L,L,... --capture-out CAP.npy]\n"
         "  --model DIR     model directory: config.json + model.safetensors (or shards with\n"
         "                  model.safetensors.index.json), HF or upstream DeepSeek layout\n"
         "  --ids FILE      whitespace-separated token ids, each in [0, vocab_size)\n"
         "  --out OUT.npy   float32 little-endian C-order array [n_ids, vocab_size]\n"
         "  --chunks LIST   feed the ids as successive forward calls of these sizes\n"
         "                  (positive, summing to n_ids; default: one call)\n"
-        "  --backend B     cpu (default: the fp32 reference), cuda or auto\n");
+        "  --backend B     cpu (default: the fp32 reference), cuda or auto\n"
+        "  --capture LIST  target layers (ascending, 0-based) whose mean HC stream is written,\n"
+        "                  per position, to --capture-out as float32 [n_ids, layers * hidden]\n"
+        "                  (the context a DSpark drafter reads)\n");
 }
 
 static int die(const char *fmt, const char *a) {
@@ -153,9 +165,37 @@ static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *e
     return 0;
 }
 
+/* "3,4,5": ascending layer indices in [0, n_layers) */
+static int parse_layers(const char *s, int n_layers, int *out, int *n_out, char *err,
+                        size_t errlen) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= n_layers || (n && v <= out[n - 1]) ||
+            (*end && *end != ',') || n == TD_MAX_LAYERS) {
+            snprintf(err, errlen,
+                     "--capture '%s': expected ascending layer indices in [0, %d), separated by "
+                     "commas",
+                     s, n_layers);
+            return -1;
+        }
+        out[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (!n) {
+        snprintf(err, errlen, "--capture '%s': no layer given", s);
+        return -1;
+    }
+    *n_out = n;
+    return 0;
+}
+
 static int cmd_logits(int argc, char **argv) {
     const char *model_dir = NULL, *ids_path = NULL, *out_path = NULL, *chunks_arg = NULL;
-    const char *backend = "cpu";
+    const char *backend = "cpu", *capture_arg = NULL, *capture_out = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -167,6 +207,8 @@ static int cmd_logits(int argc, char **argv) {
                            : !strcmp(a, "--out")     ? &out_path
                            : !strcmp(a, "--chunks")  ? &chunks_arg
                            : !strcmp(a, "--backend") ? &backend
+                           : !strcmp(a, "--capture") ? &capture_arg
+                           : !strcmp(a, "--capture-out") ? &capture_out
                                                      : NULL;
         if (!dst) return die("logits: unknown option '%s' (see tandem logits --help)", a);
         if (i + 1 >= argc) return die("logits: %s needs a value", a);
@@ -175,6 +217,8 @@ static int cmd_logits(int argc, char **argv) {
     if (!model_dir) return die("logits: --model DIR is required%s", "");
     if (!ids_path) return die("logits: --ids FILE is required%s", "");
     if (!out_path) return die("logits: --out OUT.npy is required%s", "");
+    if (!capture_arg != !capture_out)
+        return die("logits: --capture and --capture-out go together%s", "");
 
     char err[1024];
     int32_t *ids = NULL;
@@ -183,7 +227,8 @@ static int cmd_logits(int argc, char **argv) {
     struct td_state st = {0};
     const struct td_backend *b = td_backend_get(backend, err, sizeof err);
     if (!b) return die("%s", err);
-    float *logits = NULL;
+    float *logits = NULL, *cap = NULL, *cap_dev = NULL;
+    int cap_layers[TD_MAX_LAYERS], n_cap = 0;
     if (read_ids(ids_path, &ids, &n_ids, err, sizeof err)) return die("%s", err);
     if (chunks_arg && parse_chunks(chunks_arg, n_ids, &chunks, &n_chunks, err, sizeof err)) {
         free(ids);
@@ -205,6 +250,9 @@ static int cmd_logits(int argc, char **argv) {
                      ids[i], i + 1, m.cfg.vocab);
             goto done;
         }
+    if (capture_arg && parse_layers(capture_arg, m.cfg.n_layers, cap_layers, &n_cap, err,
+                                    sizeof err))
+        goto done;
     int max_chunk = 16;
     for (int i = 0; i < n_chunks; i++)
         max_chunk = chunks[i] > max_chunk ? chunks[i] : max_chunk;
@@ -220,18 +268,29 @@ static int cmd_logits(int argc, char **argv) {
         snprintf(err, sizeof err, "out of memory for %d x %d logits", n_ids, m.cfg.vocab);
         goto done;
     }
+    size_t cap_row = (size_t)n_cap * m.cfg.dim;
+    if (n_cap && (!(cap = malloc((size_t)n_ids * cap_row * sizeof(float))) ||
+                  !(cap_dev = b->alloc((size_t)max_chunk * cap_row * sizeof(float))))) {
+        snprintf(err, sizeof err, "out of memory for %d x %zu captured values", n_ids, cap_row);
+        goto done;
+    }
     int slot = td_state_seq_alloc(&st), pos = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n_chunks; i++) {
-        struct td_plan_seq q = {slot, pos, chunks[i], ids + pos, 0};
-        if (td_forward_seqs(run, &st, &q, 1, logits + (size_t)pos * m.cfg.vocab, NULL, err,
-                            sizeof err))
+        struct td_plan_seq q = {slot, pos, chunks[i], ids + pos, 0, 0};
+        struct td_forward_io io = {NULL, NULL, cap_dev, cap_layers, n_cap};
+        if (td_forward_seqs_io(run, &st, &q, 1, n_cap ? &io : NULL,
+                               logits + (size_t)pos * m.cfg.vocab, err, sizeof err))
             goto done;
+        if (n_cap)
+            b->to_host(cap + (size_t)pos * cap_row, cap_dev,
+                       (size_t)chunks[i] * cap_row * sizeof(float));
         pos += chunks[i];
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (npy_write_f32(out_path, logits, n_ids, m.cfg.vocab, err, sizeof err)) goto done;
+    if (n_cap && npy_write_f32(capture_out, cap, n_ids, (int)cap_row, err, sizeof err)) goto done;
     double s = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
     fprintf(stderr, "tandem: %d positions in %d call(s), %.3f s (%.1f tokens/s), wrote %s\n", n_ids,
             n_chunks, s, n_ids / s, out_path);
@@ -239,6 +298,8 @@ static int cmd_logits(int argc, char **argv) {
 done:
     if (rc) fprintf(stderr, "tandem: %s\n", err);
     free(logits);
+    free(cap);
+    if (cap_dev) b->release(cap_dev);
     free(ids);
     free(chunks);
     td_state_free(&st);
@@ -348,8 +409,65 @@ static void stream_finish(struct td_engine *e, int id, struct tok_stream *ts, in
     tok_stream_free(ts);
 }
 
+// ---------------------------------------------------------------------------------------------
+// drafter options, shared by generate, chat and bench
+
+/* 1: (a, v) was a drafter option and is taken; 0: not one; -1: a bad value (message printed) */
+static int draft_option(const char *a, const char *v, struct td_engine_params *ep,
+                        long *draft_tokens) {
+    if (!strcmp(a, "--draft")) {
+        ep->draft = v;
+        return 1;
+    }
+    if (!strcmp(a, "--dspark-dir")) {
+        ep->dspark_dir = v;
+        return 1;
+    }
+    if (!strcmp(a, "--draft-tokens")) return parse_int(a, v, 1, TD_MAX_DRAFT, draft_tokens) ? -1 : 1;
+    if (!strcmp(a, "--dspark-threshold")) {
+        double t;
+        if (parse_float(a, v, 0, 0.999999, &t)) return -1;
+        ep->dspark_threshold = (float)t;
+        return 1;
+    }
+    return 0;
+}
+
+/* check the drafter name, resolve auto, and set max_draft; 0, or 2 after printing an error */
+static int draft_finish(const char *cmd, struct td_engine_params *ep, long draft_tokens) {
+    if (!strcmp(ep->draft, "auto")) {
+        char path[1100];
+        snprintf(path, sizeof path, "%s/config.json", ep->dspark_dir ? ep->dspark_dir : "");
+        if (!ep->dspark_dir) snprintf(path, sizeof path, "%s/dspark/config.json", ep->model_dir);
+        ep->draft = access(path, R_OK) == 0 ? "dspark" : "none";
+    }
+    const char *names[] = {"none", "ngram", "random", "mtp", "dspark"};
+    int ok = 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        ok |= !strcmp(ep->draft, names[i]);
+    if (!ok) {
+        fprintf(stderr, "tandem: %s: --draft '%s': expected auto, none, ngram, random, mtp or "
+                        "dspark\n", cmd, ep->draft);
+        return 2;
+    }
+    int none = !strcmp(ep->draft, "none"), dspark = !strcmp(ep->draft, "dspark");
+    if (none && draft_tokens > 0) {
+        fprintf(stderr, "tandem: %s: --draft-tokens needs a drafter (--draft ...)\n", cmd);
+        return 2;
+    }
+    if (!dspark && (ep->dspark_threshold > 0.0f || ep->dspark_dir)) {
+        fprintf(stderr, "tandem: %s: --dspark-threshold and --dspark-dir need --draft dspark\n",
+                cmd);
+        return 2;
+    }
+    ep->max_draft = none ? 0 : draft_tokens > 0 ? (int)draft_tokens : dspark ? 0 : 3;
+    if (ep->max_batch_tokens < 1 + ep->max_draft) ep->max_batch_tokens = 1 + ep->max_draft;
+    return 0;
+}
+
 static int cmd_generate(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
+    ep.draft = "auto";
     const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
     long max_tokens = 64, top_k = 0, seed = 0, n = 1, draft_tokens = -1;
     double temperature = 0.0, top_p = 1.0;
@@ -388,7 +506,11 @@ static int cmd_generate(int argc, char **argv) {
         }
         if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
         i++;
-        int rc = 0;
+        int rc = draft_option(a, v, &ep, &draft_tokens);
+        if (rc) {
+            if (rc < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "--model"))
             ep.model_dir = v;
         else if (!strcmp(a, "--prompt-ids"))
@@ -407,12 +529,8 @@ static int cmd_generate(int argc, char **argv) {
             rc = parse_int(a, v, 0, LONG_MAX, &seed);
         else if (!strcmp(a, "--n"))
             rc = parse_int(a, v, 1, 4096, &n);
-        else if (!strcmp(a, "--draft"))
-            ep.draft = v;
         else if (!strcmp(a, "--backend"))
             ep.backend = v;
-        else if (!strcmp(a, "--draft-tokens"))
-            rc = parse_int(a, v, 1, TD_MAX_DRAFT, &draft_tokens);
         else if (!strcmp(a, "--max-batch-tokens")) {
             rc = parse_int(a, v, 1, 1 << 20, &lv);
             ep.max_batch_tokens = (int)lv;
@@ -429,14 +547,8 @@ static int cmd_generate(int argc, char **argv) {
         return die("generate: give exactly one of a text prompt, --prompt-ids and "
                    "--prompt-ids-file%s",
                    "");
-    if (strcmp(ep.draft, "none") && strcmp(ep.draft, "ngram") && strcmp(ep.draft, "random") &&
-        strcmp(ep.draft, "mtp"))
-        return die("generate: --draft '%s': expected none, ngram, random or mtp", ep.draft);
-    if (!strcmp(ep.draft, "none") && draft_tokens > 0)
-        return die("generate: --draft-tokens needs a drafter (--draft ngram|random|mtp)%s", "");
-    ep.max_draft = strcmp(ep.draft, "none") ? (draft_tokens > 0 ? (int)draft_tokens : 3) : 0;
+    if (draft_finish("generate", &ep, draft_tokens)) return 2;
     ep.max_seqs = (int)(n < 256 ? n : 256);
-    if (ep.max_batch_tokens < 1 + ep.max_draft) ep.max_batch_tokens = 1 + ep.max_draft;
 
     char err[1024];
     int32_t *prompt = NULL;
@@ -551,20 +663,25 @@ done:
 
 static int cmd_chat(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
+    ep.draft = "auto";
     const char *system = NULL;
-    long max_tokens = 256, seed = 0;
+    long max_tokens = 256, seed = 0, draft_tokens = -1;
     double temperature = 0.0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: tandem chat [--model DIR] [--system TEXT] [--max-tokens N] "
-                   "[--temperature T] [--seed S] [--draft none|ngram] [--backend B]\n"
+                   "[--temperature T] [--seed S] [--backend B] [drafter options]\n" DRAFT_USAGE
                    "Type a message and Enter; an empty line or end of input ends the session.\n");
             return 0;
         }
         if (!v) return die("chat: %s needs a value (see tandem chat --help)", a);
         i++;
-        int rc = 0;
+        int rc = draft_option(a, v, &ep, &draft_tokens);
+        if (rc) {
+            if (rc < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "--model"))
             ep.model_dir = v;
         else if (!strcmp(a, "--system"))
@@ -575,8 +692,6 @@ static int cmd_chat(int argc, char **argv) {
             rc = parse_float(a, v, 0, 1e6, &temperature);
         else if (!strcmp(a, "--seed"))
             rc = parse_int(a, v, 0, LONG_MAX, &seed);
-        else if (!strcmp(a, "--draft"))
-            ep.draft = v;
         else if (!strcmp(a, "--backend"))
             ep.backend = v;
         else
@@ -585,9 +700,7 @@ static int cmd_chat(int argc, char **argv) {
     }
     if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
         return die("chat: no model: give --model DIR (models/tandem-tiny was not found)%s", "");
-    if (strcmp(ep.draft, "none") && strcmp(ep.draft, "ngram"))
-        return die("chat: --draft '%s': expected none or ngram", ep.draft);
-    ep.max_draft = strcmp(ep.draft, "none") ? 3 : 0;
+    if (draft_finish("chat", &ep, draft_tokens)) return 2;
     ep.max_seqs = 1;
     char err[1024];
     struct tok *tk;
@@ -700,8 +813,7 @@ static int cmd_bench(int argc, char **argv) {
                    "  --n-prompts N        prompts to run (default 64; fewer if the file has fewer)\n"
                    "  --max-tokens N       tokens per request (default 128)\n"
                    "  --batch B            requests decoding at once (default 16)\n"
-                   "  --draft NAME         none | ngram | random | mtp (default none)\n"
-                   "  --draft-tokens K     draft tokens per round (default 3 with a drafter)\n"
+                   "  drafter options (default --draft none):\n" DRAFT_USAGE
                    "  --temperature T      default 0 (greedy)\n"
                    "  --seed S             request i uses S + i\n"
                    "  --raw                prompts as plain text (default: the chat format)\n"
@@ -719,14 +831,16 @@ static int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "--no-graphs")) { ep.no_graphs = 1; continue; }
         if (!v) return die("bench: %s needs a value (see tandem bench --help)", a);
         i++;
-        int rc = 0;
+        int rc = draft_option(a, v, &ep, &draft_tokens);
+        if (rc) {
+            if (rc < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "--model")) ep.model_dir = v;
         else if (!strcmp(a, "--prompts")) prompts_path = v;
         else if (!strcmp(a, "--n-prompts")) rc = parse_int(a, v, 1, 1 << 20, &n_prompts);
         else if (!strcmp(a, "--max-tokens")) rc = parse_int(a, v, 1, 1 << 20, &max_tokens);
         else if (!strcmp(a, "--batch")) rc = parse_int(a, v, 1, 4096, &batch);
-        else if (!strcmp(a, "--draft")) ep.draft = v;
-        else if (!strcmp(a, "--draft-tokens")) rc = parse_int(a, v, 1, TD_MAX_DRAFT, &draft_tokens);
         else if (!strcmp(a, "--temperature")) rc = parse_float(a, v, 0, 1e6, &temperature);
         else if (!strcmp(a, "--seed")) rc = parse_int(a, v, 0, LONG_MAX, &seed);
         else if (!strcmp(a, "--backend")) ep.backend = v;
@@ -739,12 +853,8 @@ static int cmd_bench(int argc, char **argv) {
     if (!prompts_path) return die("bench: --prompts FILE.jsonl is required%s", "");
     if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
         return die("bench: no model: give --model DIR (models/tandem-tiny was not found)%s", "");
-    if (strcmp(ep.draft, "none") && strcmp(ep.draft, "ngram") && strcmp(ep.draft, "random") &&
-        strcmp(ep.draft, "mtp"))
-        return die("bench: --draft '%s': expected none, ngram, random or mtp", ep.draft);
-    ep.max_draft = strcmp(ep.draft, "none") ? (draft_tokens > 0 ? (int)draft_tokens : 3) : 0;
+    if (draft_finish("bench", &ep, draft_tokens)) return 2;
     ep.max_seqs = (int)batch;
-    if (ep.max_batch_tokens < 1 + ep.max_draft) ep.max_batch_tokens = 1 + ep.max_draft;
 
     char err[1024];
     struct tok *tk;
@@ -844,17 +954,17 @@ static int cmd_bench(int argc, char **argv) {
         printf("model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
                "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length\n");
         printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f\n", ep.model_dir,
-               td_engine_backend(e), ep.draft, ep.max_draft, np, batch, prompt_tokens,
+               td_engine_backend(e), ep.draft, td_engine_draft_tokens(e), np, batch, prompt_tokens,
                s->tokens_out, wall, s->tokens_out / wall, np / wall, ttft[np / 2],
                ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10], mal);
     } else {
         printf("bench: %s on %s, draft %s k=%d, %d prompts (%ld tokens), batch %ld\n", ep.model_dir,
-               td_engine_backend(e), ep.draft, ep.max_draft, np, prompt_tokens, batch);
+               td_engine_backend(e), ep.draft, td_engine_draft_tokens(e), np, prompt_tokens, batch);
         printf("bench: %ld output tokens in %.3f s = %.1f tokens/s, %.2f requests/s, %ld steps\n",
                s->tokens_out, wall, s->tokens_out / wall, np / wall, s->steps);
         printf("bench: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
                ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
-        if (s->rounds && ep.max_draft) {
+        if (s->rounds && td_engine_draft_tokens(e)) {
             printf("bench: mean accepted length %.3f, acceptance by draft position:", mal);
             for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
                 printf(" %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);

@@ -362,6 +362,48 @@ static int check_tid2eid(struct loader *ld, int i) {
     return 0;
 }
 
+/* layer i's tensors (names after the prefixes hf / up) and its routed experts; m->layers,
+ * m->expert_views and m->expert_ptrs hold room for it */
+static int bind_layer(struct loader *ld, int i, const char *hf, const char *up) {
+    struct td_model *m = ld->m;
+    const struct td_config *c = &m->cfg;
+    struct td_layer *l = &m->layers[i];
+    for (size_t j = 0; j < sizeof layer_table / sizeof *layer_table; j++) {
+        const struct wdesc *d = &layer_table[j];
+        if (!layer_has(c, i, d->when)) continue;
+        if (bind_desc(ld, l, d, hf, up, c->attn[i])) return -1;
+    }
+    l->w1 = m->expert_views + (size_t)i * c->n_experts * 3;
+    l->w3 = l->w1 + c->n_experts;
+    l->w2 = l->w3 + c->n_experts;
+    if (load_experts(ld, i, hf, up)) return -1;
+    const void **xp = m->expert_ptrs + (size_t)i * 3 * c->n_experts;
+    for (int e = 0; e < c->n_experts; e++) {
+        xp[e] = l->w1[e].data;
+        xp[c->n_experts + e] = l->w3[e].data;
+        xp[2 * c->n_experts + e] = l->w2[e].data;
+        if (l->w1[e].dtype != l->w1[0].dtype || l->w3[e].dtype != l->w1[0].dtype ||
+            l->w2[e].dtype != l->w1[0].dtype)
+            return fail(ld, "layer %d: routed experts mix dtypes (expert %d)", i, e);
+    }
+    l->ex_w1 = xp;
+    l->ex_w3 = xp + c->n_experts;
+    l->ex_w2 = xp + 2 * c->n_experts;
+    l->ex_dtype = l->w1[0].dtype;
+    return 0;
+}
+
+static int alloc_layers(struct loader *ld) {
+    struct td_model *m = ld->m;
+    const struct td_config *c = &m->cfg;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    m->expert_views = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof *m->expert_views);
+    m->expert_ptrs = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof *m->expert_ptrs);
+    return m->layers && m->expert_views && m->expert_ptrs ? 0 : fail(ld, "out of memory");
+}
+
+static int check_unused(struct loader *ld, const char *dir, const char *keep);
+
 static int load_all(struct loader *ld, const char *dir) {
     struct td_model *m = ld->m;
     const struct td_config *c = &m->cfg;
@@ -378,11 +420,7 @@ static int load_all(struct loader *ld, const char *dir) {
                     path);
     if (st_set_open(&m->st, dir, ld->err, ld->errlen)) return -1;
     ld->used = calloc((size_t)m->st.n_entries + 1, 1);
-    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    m->expert_views = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof *m->expert_views);
-    m->expert_ptrs = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof *m->expert_ptrs);
-    if (!ld->used || !m->layers || !m->expert_views || !m->expert_ptrs)
-        return fail(ld, "out of memory loading %s", dir);
+    if (!ld->used || alloc_layers(ld)) return fail(ld, "out of memory loading %s", dir);
 
     for (size_t j = 0; j < sizeof model_table / sizeof *model_table; j++) {
         const struct wdesc *d = &model_table[j];
@@ -391,41 +429,24 @@ static int load_all(struct loader *ld, const char *dir) {
     }
     if (c->tie_word_embeddings) m->head = m->embed;
     for (int i = 0; i < c->n_layers; i++) {
-        struct td_layer *l = &m->layers[i];
         char hf[64], up[64];
         snprintf(hf, sizeof hf, "model.layers.%d.", i);
         snprintf(up, sizeof up, "layers.%d.", i);
-        for (size_t j = 0; j < sizeof layer_table / sizeof *layer_table; j++) {
-            const struct wdesc *d = &layer_table[j];
-            if (!layer_has(c, i, d->when)) continue;
-            if (bind_desc(ld, l, d, hf, up, c->attn[i])) return -1;
-        }
-        l->w1 = m->expert_views + (size_t)i * c->n_experts * 3;
-        l->w3 = l->w1 + c->n_experts;
-        l->w2 = l->w3 + c->n_experts;
-        if (load_experts(ld, i, hf, up)) return -1;
-        const void **xp = m->expert_ptrs + (size_t)i * 3 * c->n_experts;
-        for (int e = 0; e < c->n_experts; e++) {
-            xp[e] = l->w1[e].data;
-            xp[c->n_experts + e] = l->w3[e].data;
-            xp[2 * c->n_experts + e] = l->w2[e].data;
-            if (l->w1[e].dtype != l->w1[0].dtype || l->w3[e].dtype != l->w1[0].dtype ||
-                l->w2[e].dtype != l->w1[0].dtype)
-                return fail(ld, "layer %d: routed experts mix dtypes (expert %d)", i, e);
-        }
-        l->ex_w1 = xp;
-        l->ex_w3 = xp + c->n_experts;
-        l->ex_w2 = xp + 2 * c->n_experts;
-        l->ex_dtype = l->w1[0].dtype;
+        if (bind_layer(ld, i, hf, up)) return -1;
         if (c->mlp[i] == TD_MLP_HASH && check_tid2eid(ld, i)) return -1;
     }
-    for (int j = 0; j < m->st.n_entries; j++) {
-        const char *name = m->st.entries[j].name;
-        if (!ld->used[j] && strncmp(name, "mtp.", 4) != 0)
+    return check_unused(ld, dir, "mtp.");
+}
+
+/* every stored tensor was bound, except those starting with `keep` (NULL: none) */
+static int check_unused(struct loader *ld, const char *dir, const char *keep) {
+    for (int j = 0; j < ld->m->st.n_entries; j++) {
+        const char *name = ld->m->st.entries[j].name;
+        if (!ld->used[j] && !(keep && !strncmp(name, keep, strlen(keep))))
             return fail(ld,
                         "unexpected tensor %s in %s (not part of a %d-layer model with this "
                         "config)",
-                        name, dir, c->n_layers);
+                        name, dir, ld->m->cfg.n_layers);
     }
     return 0;
 }
@@ -444,32 +465,7 @@ int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, s
         return fail(&ld,
                     "MTP layer with %s attention: only sliding-window MTP layers are supported",
                     td_attn_kind_name(c->attn[0]));
-    m->layers = calloc(1, sizeof *m->layers);
-    m->expert_views = calloc((size_t)c->n_experts * 3, sizeof *m->expert_views);
-    m->expert_ptrs = calloc((size_t)c->n_experts * 3, sizeof *m->expert_ptrs);
-    if (!m->layers || !m->expert_views || !m->expert_ptrs) {
-        fail(&ld, "out of memory");
-        goto fail;
-    }
-    struct td_layer *l = m->layers;
-    for (size_t j = 0; j < sizeof layer_table / sizeof *layer_table; j++) {
-        const struct wdesc *d = &layer_table[j];
-        if (!layer_has(c, 0, d->when)) continue;
-        if (bind_desc(&ld, l, d, "mtp.0.", "mtp.0.", c->attn[0])) goto fail;
-    }
-    l->w1 = m->expert_views;
-    l->w3 = l->w1 + c->n_experts;
-    l->w2 = l->w3 + c->n_experts;
-    if (load_experts(&ld, 0, "mtp.0.", "mtp.0.")) goto fail;
-    for (int e = 0; e < c->n_experts; e++) {
-        m->expert_ptrs[e] = l->w1[e].data;
-        m->expert_ptrs[c->n_experts + e] = l->w3[e].data;
-        m->expert_ptrs[2 * c->n_experts + e] = l->w2[e].data;
-    }
-    l->ex_w1 = m->expert_ptrs;
-    l->ex_w3 = m->expert_ptrs + c->n_experts;
-    l->ex_w2 = m->expert_ptrs + 2 * c->n_experts;
-    l->ex_dtype = l->w1[0].dtype;
+    if (alloc_layers(&ld) || bind_layer(&ld, 0, "mtp.0.", "mtp.0.")) goto fail;
     int64_t vd[1] = {c->dim}, md[2] = {c->dim, c->dim},
             hcf[2] = {c->hc_mult, (int64_t)c->hc_mult * c->dim};
     int64_t hcb[1] = {c->hc_mult}, one[1] = {1};
@@ -489,6 +485,58 @@ fail:
     free(m->expert_ptrs);
     memset(m, 0, sizeof *m);
     return -1;
+}
+
+int td_model_load_dspark(const struct td_model *t, const char *dir, int n_stages, int n_capture,
+                         int rank, struct td_model *m, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    m->cfg = t->cfg;
+    struct td_config *c = &m->cfg;
+    struct loader ld = {.m = m, .st = &m->st, .err = err, .errlen = errlen};
+    if (n_stages < 1 || n_stages > TD_MAX_LAYERS || n_capture < 1 || rank < 1)
+        return fail(&ld, "%s: %d stages, %d captured layers, Markov rank %d: each must be >= 1",
+                    dir, n_stages, n_capture, rank);
+    c->n_layers = n_stages;
+    for (int i = 0; i < n_stages; i++) { // sliding-window attention, score-routed MoE
+        c->attn[i] = TD_ATTN_SLIDING;
+        c->mlp[i] = TD_MLP_MOE;
+    }
+    int rc = -1;
+    if (st_set_open(&m->st, dir, err, errlen)) goto out;
+    if (!(ld.used = calloc((size_t)m->st.n_entries + 1, 1)) || alloc_layers(&ld)) goto out;
+    for (int i = 0; i < n_stages; i++) {
+        char pre[32];
+        snprintf(pre, sizeof pre, "mtp.%d.", i);
+        if (bind_layer(&ld, i, pre, pre)) goto out;
+    }
+    char last[32], name[96];
+    snprintf(last, sizeof last, "mtp.%d.", n_stages - 1);
+    int64_t D = c->dim, V = c->vocab, nc = c->hc_mult;
+    struct {
+        struct td_tensor *dst;
+        const char *pre, *name;
+        int64_t shape[2];
+        int ndim;
+    } want[] = {
+        {&m->dspark.main_proj, "mtp.0.", "main_proj.weight", {D, n_capture * D}, 2},
+        {&m->dspark.main_norm, "mtp.0.", "main_norm.weight", {D}, 1},
+        {&m->hc_head.fn, last, "hc_head_fn", {nc, nc * D}, 2},
+        {&m->hc_head.base, last, "hc_head_base", {nc}, 1},
+        {&m->hc_head.scale, last, "hc_head_scale", {1}, 1},
+        {&m->norm, last, "norm.weight", {D}, 1},
+        {&m->dspark.markov_w1, last, "markov_head.markov_w1.weight", {V, rank}, 2},
+        {&m->dspark.markov_w2, last, "markov_head.markov_w2.weight", {V, rank}, 2},
+        {&m->dspark.confidence, last, "confidence_head.proj.weight", {1, D + rank}, 2},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        snprintf(name, sizeof name, "%s%s", want[i].pre, want[i].name);
+        if (bind(&ld, want[i].dst, name, NULL, K_FLOAT, want[i].shape, want[i].ndim)) goto out;
+    }
+    rc = check_unused(&ld, dir, NULL);
+out:
+    free(ld.used);
+    if (rc) td_model_free(m);
+    return rc;
 }
 
 int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen) {
@@ -601,6 +649,12 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
     dev->mtp_hnorm = host->mtp_hnorm;
     dev->mtp_eproj = host->mtp_eproj;
     dev->mtp_hproj = host->mtp_hproj;
+    dev->dspark = host->dspark; // the confidence head stays on the host (its dot is there)
+    if (upload_tensor(&u, &dev->dspark.main_proj, TD_DTYPE_BF16) ||
+        upload_tensor(&u, &dev->dspark.main_norm, TD_DTYPE_F32) ||
+        upload_tensor(&u, &dev->dspark.markov_w1, TD_DTYPE_BF16) ||
+        upload_tensor(&u, &dev->dspark.markov_w2, TD_DTYPE_BF16))
+        goto fail;
     if (upload_tensor(&u, &dev->mtp_enorm, TD_DTYPE_F32) ||
         upload_tensor(&u, &dev->mtp_hnorm, TD_DTYPE_F32) ||
         upload_tensor(&u, &dev->mtp_eproj, TD_DTYPE_BF16) ||

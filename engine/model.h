@@ -64,6 +64,15 @@ struct td_layer {
     struct td_tensor sh_b1, sh_b3, sh_b2; /* shared expert biases (mlp_bias), else absent */
 };
 
+/* a DSpark drafter's own tensors beside its stages (td_model_load_dspark) */
+struct td_dspark_w {
+    struct td_tensor main_proj;  /* [dim, n_capture * dim] fuses the captured target rows */
+    struct td_tensor main_norm;  /* [dim] */
+    struct td_tensor markov_w1;  /* [vocab, rank] e(x): the Markov embedding */
+    struct td_tensor markov_w2;  /* [vocab, rank] bias = W2 e(x_prev) */
+    struct td_tensor confidence; /* [1, dim + rank] c = sigmoid(w . [y ; e]) (host only) */
+};
+
 struct td_model {
     struct td_config cfg;
     struct st_set st;
@@ -74,6 +83,7 @@ struct td_model {
     struct td_layer *layers;               /* [n_layers] */
     struct td_tensor mtp_enorm, mtp_hnorm; /* MTP layer only (td_model_load_mtp): [dim] */
     struct td_tensor mtp_eproj, mtp_hproj; /* [dim, dim] */
+    struct td_dspark_w dspark;             /* DSpark only (td_model_load_dspark) */
     struct td_tensor *expert_views;        /* owned storage behind the w1/w3/w2 pointers */
     const void **expert_ptrs;              /* owned storage behind ex_w1/ex_w3/ex_w2 (host model) */
     const struct td_backend *backend; /* a device mirror's backend (td_model_upload), else NULL */
@@ -95,6 +105,15 @@ struct td_backend;
  * target's mapping, so target must outlive it. 0, or -1 with a message naming what is missing. */
 int td_model_load_mtp(const struct td_model *target, struct td_model *mtp, char *err,
                       size_t errlen);
+
+/* A DSpark drafter stored as mtp.{0..n_stages-1}.* in DIR's safetensors (its own files, as
+ * models/<m>/dspark/ ships them), as an n_stages-layer model over target's config: every stage
+ * a V4 block with sliding-window attention and a score-routed MoE; hc_head and norm are the
+ * last stage's; main_proj/main_norm (stage 0's), the Markov head and the confidence head (the
+ * last stage's) in m->dspark. embed and head are left empty (the target's). Every tensor in
+ * DIR must be used. 0, or -1 with a message naming what is missing or mis-shaped. */
+int td_model_load_dspark(const struct td_model *target, const char *dir, int n_stages,
+                         int n_capture, int rank, struct td_model *m, char *err, size_t errlen);
 
 /* A copy of `host` resident on a device backend: matrices that go through GEMMs (and the
  * embedding) as BF16, every other float tensor as F32, tid2eid as I32. Views in `dev` point

@@ -163,6 +163,7 @@ struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, in
     d.window = c->sliding_window;
     d.topk = c->index_topk;
     d.swa_ring = s->swa_ring;
+    d.block = s->max_block;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->attn[i] == TD_ATTN_CSA) d.rate_csa = c->rate_csa, d.ring_csa = s->layers[i].ring;
         if (c->attn[i] == TD_ATTN_HCA) d.rate_hca = c->rate_hca, d.ring_hca = s->layers[i].ring;

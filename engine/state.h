@@ -41,6 +41,8 @@ struct td_state {
     const struct td_backend *backend; /* where the pools live */
     int max_seqs, max_ctx, max_chunk;
     int swa_ring;                  /* sliding_window + max_chunk */
+    int max_block;                 /* rows of a non-causal block a plan may hold (a DSpark
+                                      drafter's; set after init, <= max_chunk), 0: none */
     int32_t *len;                  /* [max_seqs] committed length */
     int32_t *hi;                   /* [max_seqs] highest position ever written + 1 */
     uint8_t *in_use;               /* [max_seqs] */

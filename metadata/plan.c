@@ -16,7 +16,7 @@ int meta_bucket(int n, int cap) {
 /* offsets (in int32 words) of every array; depends on the dims alone */
 struct layout {
     size_t input_ids, positions, row_seq, qo_indptr, slot, len_before, kv_indptr, swa_indptr,
-        swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk,
+        block, swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk,
         logit_rows, logit_indptr, words;
 };
 
@@ -32,8 +32,9 @@ static struct layout plan_layout(const struct td_plan_dims *d) {
     REGION(slot, S);
     REGION(len_before, S);
     REGION(kv_indptr, S + 1);
+    REGION(block, S);
     REGION(swa_indptr, T + 1);
-    REGION(swa_pos, T * d->window);
+    REGION(swa_pos, T * (d->window + d->block));
     REGION(swa_write, T);
     REGION(vis_csa, T);
     REGION(vis_hca, T);
@@ -63,6 +64,7 @@ static void bind_arrays(struct td_plan *p) {
     p->slot = m + l.slot;
     p->len_before = m + l.len_before;
     p->kv_indptr = m + l.kv_indptr;
+    p->block = m + l.block;
     p->swa_indptr = m + l.swa_indptr;
     p->swa_pos = m + l.swa_pos;
     p->swa_write = m + l.swa_write;
@@ -80,7 +82,7 @@ static void bind_arrays(struct td_plan *p) {
 int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     if (d->max_tok < 1 || d->max_seq < 1 || d->window < 1 || d->topk < 0 || d->swa_ring < 1 ||
-        d->max_ctx < 1) {
+        d->max_ctx < 1 || d->block < 0 || (d->block && (d->rate_csa || d->rate_hca))) {
         snprintf(err, errlen, "plan: bad dims (max_tok %d, max_seq %d, window %d, topk %d)",
                  d->max_tok, d->max_seq, d->window, d->topk);
         return -1;
@@ -115,6 +117,15 @@ static int32_t ring_write(int pos, int end, int ring) {
     return ring > 0 && pos >= end - ring ? pos % ring : -1;
 }
 
+/* the key positions [*lo, *hi) a row at pos sees: its window, or (a block's row) the window
+ * before the block and the whole block */
+static void row_keys(const struct td_plan_dims *d, int pos, int len_before, int n_new, int block,
+                     int *lo, int *hi) {
+    int first = block ? len_before : pos + 1; // the window ends just before this position
+    *lo = first - d->window < 0 ? 0 : first - d->window;
+    *hi = block ? len_before + n_new : pos + 1;
+}
+
 int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq, char *err,
                     size_t errlen) {
     const struct td_plan_dims *d = &p->dims;
@@ -128,6 +139,9 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
         if ((long)seqs[s].len_before + seqs[s].n_new > d->max_ctx)
             return failf(err, errlen, "plan: sequence %d would reach %ld tokens, max context %d", s,
                          (long)seqs[s].len_before + seqs[s].n_new, d->max_ctx);
+        if (seqs[s].block && seqs[s].n_new > d->block)
+            return failf(err, errlen, "plan: sequence %d is a block of %d rows, capacity %d", s,
+                         seqs[s].n_new, d->block);
         n_tok += seqs[s].n_new;
     }
     if (n_tok > d->max_tok)
@@ -145,23 +159,24 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
         int real = s < n_seq;
         p->slot[s] = real ? seqs[s].slot : -1;
         p->len_before[s] = real ? seqs[s].len_before : 0;
+        p->block[s] = real && seqs[s].block ? 1 : 0;
         p->qo_indptr[s + 1] = p->qo_indptr[s] + (real ? seqs[s].n_new : 0);
         p->kv_indptr[s + 1] = p->kv_indptr[s] + (real ? seqs[s].len_before + seqs[s].n_new : 0);
     }
     // rows
     p->swa_indptr[0] = 0;
     for (int s = 0; s < n_seq; s++) {
-        int end = seqs[s].len_before + seqs[s].n_new;
+        int end = seqs[s].len_before + seqs[s].n_new, blk = p->block[s];
         for (int j = 0; j < seqs[s].n_new; j++, t++) {
-            int pos = seqs[s].len_before + j;
+            int pos = seqs[s].len_before + j, lo, hi;
             p->input_ids[t] = seqs[s].ids[j];
             p->positions[t] = pos;
             p->row_seq[t] = s;
-            int lo = pos - d->window + 1 < 0 ? 0 : pos - d->window + 1, n = pos - lo + 1;
-            p->swa_indptr[t + 1] = p->swa_indptr[t] + n;
-            for (int k = 0; k < n; k++)
+            row_keys(d, pos, seqs[s].len_before, seqs[s].n_new, blk, &lo, &hi);
+            p->swa_indptr[t + 1] = p->swa_indptr[t] + hi - lo;
+            for (int k = 0; k < hi - lo; k++)
                 p->swa_pos[p->swa_indptr[t] + k] = lo + k;
-            p->swa_write[t] = ring_write(pos, end, d->swa_ring);
+            p->swa_write[t] = blk ? -1 : ring_write(pos, end, d->swa_ring);
             p->vis_csa[t] = d->rate_csa ? (pos + 1) / d->rate_csa : 0;
             p->vis_hca[t] = d->rate_hca ? (pos + 1) / d->rate_hca : 0;
             p->emit_csa[t] = d->rate_csa && (pos + 1) % d->rate_csa == 0 ? p->vis_csa[t] - 1 : -1;
@@ -181,7 +196,8 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
         p->emit_csa[t] = p->emit_hca[t] = -1;
         p->write_csa[t] = p->write_hca[t] = -1;
     }
-    for (size_t k = (size_t)p->swa_indptr[d->max_tok]; k < (size_t)d->max_tok * d->window; k++)
+    for (size_t k = (size_t)p->swa_indptr[d->max_tok];
+         k < (size_t)d->max_tok * (d->window + d->block); k++)
         p->swa_pos[k] = -1;
     for (size_t k = 0; k < (size_t)d->max_tok * d->topk; k++)
         p->topk[k] = -1;
@@ -233,7 +249,12 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
                 if (p->slot[r] == p->slot[s])
                     return failf(err, errlen, "plan: sequences %d and %d share slot %d", r, s,
                                  p->slot[s]);
-        } else if (q || kv || p->slot[s] != -1 || p->len_before[s]) {
+            if (p->block[s] != 0 && p->block[s] != 1)
+                return failf(err, errlen, "plan: sequence %d block flag %d", s, p->block[s]);
+            if (p->block[s] && (q > d->block || d->rate_csa || d->rate_hca))
+                return failf(err, errlen, "plan: sequence %d block of %d rows, capacity %d", s, q,
+                             d->block);
+        } else if (q || kv || p->slot[s] != -1 || p->len_before[s] || p->block[s]) {
             return failf(err, errlen,
                          "plan: pad sequence %d is not inert (rows %d, kv %d, slot "
                          "%d)",
@@ -263,15 +284,15 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
         if (pos != p->len_before[s] + t - p->qo_indptr[s])
             return failf(err, errlen, "plan: row %d position %d, expected %d", t, pos,
                          p->len_before[s] + t - p->qo_indptr[s]);
-        int lo = pos - d->window + 1 < 0 ? 0 : pos - d->window + 1;
-        if (n != pos - lo + 1)
-            return failf(err, errlen, "plan: row %d window length %d, expected %d", t, n,
-                         pos - lo + 1);
+        int lo, hi, blk = p->block[s];
+        row_keys(d, pos, p->len_before[s], end - p->len_before[s], blk, &lo, &hi);
+        if (n != hi - lo)
+            return failf(err, errlen, "plan: row %d window length %d, expected %d", t, n, hi - lo);
         for (int k = 0; k < n; k++)
             if (p->swa_pos[p->swa_indptr[t] + k] != lo + k)
                 return failf(err, errlen, "plan: row %d window key %d is position %d, expected %d",
                              t, k, p->swa_pos[p->swa_indptr[t] + k], lo + k);
-        if (p->swa_write[t] != ring_write(pos, end, d->swa_ring) ||
+        if (p->swa_write[t] != (blk ? -1 : ring_write(pos, end, d->swa_ring)) ||
             p->write_csa[t] != (d->rate_csa ? ring_write(pos, end, d->ring_csa) : -1) ||
             p->write_hca[t] != (d->rate_hca ? ring_write(pos, end, d->ring_hca) : -1))
             return failf(err, errlen, "plan: row %d ring write slots %d/%d/%d are wrong", t,
@@ -283,7 +304,8 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
                              p->emit_hca[t] != ((pos + 1) % d->rate_hca ? -1 : p->vis_hca[t] - 1))))
             return failf(err, errlen, "plan: row %d visible/emitted entries inconsistent", t);
     }
-    for (size_t k = (size_t)p->swa_indptr[d->max_tok]; k < (size_t)d->max_tok * d->window; k++)
+    for (size_t k = (size_t)p->swa_indptr[d->max_tok];
+         k < (size_t)d->max_tok * (d->window + d->block); k++)
         if (p->swa_pos[k] != -1)
             return failf(err, errlen, "plan: window slot %zu past the last range is not -1", k);
     if (p->logit_indptr[0] != 0 || p->n_logit < 0 || p->n_logit > p->n_tok ||

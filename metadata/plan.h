@@ -40,6 +40,7 @@ struct td_plan_dims {
     int swa_ring; /* rows in a sequence's sliding-window ring */
     int ring_csa; /* rows in a sequence's CSA compressor ring */
     int ring_hca; /* rows in a sequence's HCA compressor ring */
+    int block;    /* most rows of a non-causal block (a drafter's, e.g. DSpark), 0: none */
 };
 
 /* one sequence's part of a step, as the scheduler sees it */
@@ -50,6 +51,11 @@ struct td_plan_seq {
     const int32_t *ids;  /* [n_new] */
     int32_t skip_logits; /* leading rows whose logits nobody reads (0: every row's; a prompt
                             chunk that does not end the prompt skips all, the last skips n - 1) */
+    int32_t block;       /* 0: causal rows, stored (every target step). 1: a non-causal block
+                            of at most dims.block rows: each row sees the window before the
+                            block, (len_before - window, len_before), and every row of the
+                            block; nothing is stored and the committed length stays. Only for
+                            models without compressed layers (a DSpark drafter's stages) */
 };
 
 struct td_plan {
@@ -64,9 +70,11 @@ struct td_plan {
     int32_t *len_before;      /* [max_seq] committed length before the step, pad 0 */
     int32_t *kv_indptr;       /* [max_seq + 1] CSR of context length after the step, pad = last
                                  real end */
+    int32_t *block;           /* [max_seq] 1: the sequence's rows are a non-causal block, pad 0 */
     int32_t *swa_indptr;      /* [max_tok + 1] CSR of each row's sliding-window keys, pad = last
                                  real end */
-    int32_t *swa_pos;         /* [max_tok * window] key positions, ascending; -1 past the end */
+    int32_t *swa_pos;         /* [max_tok * (window + block)] key positions, ascending; -1 past
+                                 the end */
     int32_t *swa_write;       /* [max_tok] ring row the row's key is stored at, -1: not stored */
     int32_t *vis_csa;         /* [max_tok] visible CSA entries floor((pos+1)/m), pad 0 */
     int32_t *vis_hca;         /* [max_tok] visible HCA entries floor((pos+1)/M), pad 0 */
@@ -102,7 +110,8 @@ void meta_plan_free(struct td_plan *p);
 /* Check every invariant: monotone indptrs with no negative length; pad rows and sequences
  * inert (zero length at the last real end, slot -1, write slots -1); row_seq and positions
  * consistent with qo_indptr and len_before; slots distinct; window ranges exactly
- * (pos - window, pos] clipped at 0; write slots in range; visible counts and emits consistent
+ * (pos - window, pos] clipped at 0 (a block's rows: the window before the block and the whole
+ * block, nothing written); write slots in range; visible counts and emits consistent
  * with positions; array offsets equal to the layout the dims fix. 0, or -1 naming the first
  * broken invariant and its row. */
 int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen);

@@ -179,7 +179,14 @@ int main(void) {
     bad("bench_missing_prompts", "bench --model models/tandem-tiny", "--prompts FILE.jsonl is required");
 
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft bogus", fx);
-    bad("generate_bad_drafter", a, "expected none, ngram, random or mtp");
+    bad("generate_bad_drafter", a, "expected auto, none, ngram, random, mtp or dspark");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft dspark", fx);
+    bad("generate_dspark_missing", a, "dspark: cannot read");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --dspark-threshold 0.5", fx);
+    bad("generate_threshold_without_dspark", a, "need --draft dspark");
+    snprintf(a, sizeof a,
+             "generate --model %s --prompt-ids \"1 2\" --draft dspark --dspark-threshold 1.5", fx);
+    bad("generate_bad_threshold", a, "--dspark-threshold");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --temperature -1", fx);
     bad("generate_bad_temperature", a, "--temperature");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --top-p 0", fx);

@@ -63,7 +63,7 @@ static int run_chunks(struct fx *f, struct td_state *st, const int32_t *seq, con
     char err[512];
     int slot = td_state_seq_alloc(st), pos = 0;
     for (int i = 0; i < n_chunks; i++) {
-        struct td_plan_seq q = {slot, pos, chunks[i], seq + pos, 0};
+        struct td_plan_seq q = {slot, pos, chunks[i], seq + pos, 0, 0};
         if (td_forward_seqs(&f->m, st, &q, 1, logits + (size_t)pos * f->m.cfg.vocab, NULL, err,
                             sizeof err)) {
             fprintf(stderr, "run_chunks: %s\n", err);
@@ -90,7 +90,7 @@ static void test_hf(struct fx *f) {
     f->picks = malloc((size_t)c->n_layers * f->n * (c->index_topk + 1) * sizeof(int32_t));
     CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, f->n, f->ids, 0};
+    struct td_plan_seq q = {slot, 0, f->n, f->ids, 0, 0};
     int rc = td_forward_seqs(&f->m, &st, &q, 1, f->oneshot, f->picks, err, sizeof err);
     CHECK(rc == 0, "forward: %s", err);
     long row = -1;
@@ -234,7 +234,7 @@ static void test_rollback(struct fx *f) {
         // commit a real chunk
         int k = 1 + (int)rnd(pos < 40 ? 37 : 6);
         if (k > f->n - pos) k = f->n - pos;
-        struct td_plan_seq q = {slot, pos, k, f->ids + pos, 0};
+        struct td_plan_seq q = {slot, pos, k, f->ids + pos, 0, 0};
         CHECK(!td_forward_seqs(&f->m, &st, &q, 1, out + (size_t)pos * V, NULL, err, sizeof err),
               "%s", err);
         pos += k;
@@ -244,7 +244,7 @@ static void test_rollback(struct fx *f) {
         if (pos + nj > f->n) nj = f->n - pos, keep = keep < nj ? keep : 0;
         for (int j = 0; j < nj; j++)
             junk[j] = j < keep ? f->ids[pos + j] : (f->ids[pos + j] + 1 + (int)rnd(V - 1)) % V;
-        struct td_plan_seq qj = {slot, pos, nj, junk, 0};
+        struct td_plan_seq qj = {slot, pos, nj, junk, 0, 0};
         CHECK(!td_forward_seqs(&f->m, &st, &qj, 1, junk_logits, NULL, err, sizeof err), "%s", err);
         // accepted prefix: the kept real tokens are committed as they are
         CHECK(!td_state_rollback(&st, slot, pos + keep, err, sizeof err), "%s", err);
@@ -301,7 +301,7 @@ static void test_batched(struct fx *f) {
             if (k > len_of[s] - pos[s]) k = len_of[s] - pos[s];
             ps[np] = slot[s];
             pn[np] = k;
-            qs[np] = (struct td_plan_seq){slot[s], pos[s], k, seqs[s] + pos[s], 0};
+            qs[np] = (struct td_plan_seq){slot[s], pos[s], k, seqs[s] + pos[s], 0, 0};
             nt += k;
             np++;
         }
@@ -354,7 +354,7 @@ static void test_capture(struct fx *f) {
     float *got = malloc((size_t)n * D * 4);
     struct td_state st;
     CHECK(!td_state_init(&st, c, 1, n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
-    struct td_plan_seq q = {td_state_seq_alloc(&st), 0, n, f->ids, 0};
+    struct td_plan_seq q = {td_state_seq_alloc(&st), 0, n, f->ids, 0, 0};
     struct td_plan_dims d = td_state_plan_dims(&st, meta_bucket(n, 1 << 20), 1);
     struct td_plan p;
     CHECK(!meta_plan_init(&p, &d, err, sizeof err) && !meta_plan_build(&p, &q, 1, err, sizeof err),
@@ -397,11 +397,11 @@ static void test_skip_logits(struct fx *f) {
     int sa = td_state_seq_alloc(&st), sb = td_state_seq_alloc(&st);
     // sequence a: a prompt chunk that skips every row, then one that keeps its last row;
     // sequence b alongside: keeps its last 3 rows
-    struct td_plan_seq q1[2] = {{sa, 0, 60, f->ids, 60}, {sb, 0, 50, f->ids + 7, 47}};
+    struct td_plan_seq q1[2] = {{sa, 0, 60, f->ids, 60, 0}, {sb, 0, 50, f->ids + 7, 47, 0}};
     CHECK(!td_forward_seqs(&f->m, &st, q1, 2, out, NULL, err, sizeof err), "%s", err);
     float *b_rows = malloc((size_t)3 * V * sizeof(float));
     memcpy(b_rows, out, (size_t)3 * V * sizeof(float));
-    struct td_plan_seq q2 = {sa, 60, n - 60, f->ids + 60, n - 61};
+    struct td_plan_seq q2 = {sa, 60, n - 60, f->ids + 60, n - 61, 0};
     CHECK(!td_forward_seqs(&f->m, &st, &q2, 1, out, NULL, err, sizeof err), "%s", err);
     CHECK(!memcmp(out, f->oneshot + (size_t)(n - 1) * V, (size_t)V * sizeof(float)),
           "the kept last row differs from the one-shot run");
@@ -410,7 +410,7 @@ static void test_skip_logits(struct fx *f) {
     struct td_state st2;
     CHECK(!td_state_init(&st2, c, 1, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     float *full = malloc((size_t)50 * V * sizeof(float));
-    struct td_plan_seq qb = {td_state_seq_alloc(&st2), 0, 50, f->ids + 7, 0};
+    struct td_plan_seq qb = {td_state_seq_alloc(&st2), 0, 50, f->ids + 7, 0, 0};
     CHECK(!td_forward_seqs(&f->m, &st2, &qb, 1, full, NULL, err, sizeof err), "%s", err);
     CHECK(!memcmp(b_rows, full + (size_t)47 * V, (size_t)3 * V * sizeof(float)),
           "kept rows of a batched sequence differ");
@@ -431,22 +431,22 @@ static void test_plan_errors(struct fx *f) {
     CHECK(!td_state_init(&st, c, 2, 8, 4, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
     int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    struct td_plan_seq q = {slot, 0, 4, ids, 0};
+    struct td_plan_seq q = {slot, 0, 4, ids, 0, 0};
     CHECK(!td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err), "%s", err);
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "length"),
           "stale len_before accepted");
-    q = (struct td_plan_seq){slot, 4, 5, ids, 0};
+    q = (struct td_plan_seq){slot, 4, 5, ids, 0, 0};
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "context"),
           "context overflow accepted");
     ids[0] = c->vocab;
-    q = (struct td_plan_seq){slot, 4, 1, ids, 0};
+    q = (struct td_plan_seq){slot, 4, 1, ids, 0, 0};
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "token id"),
           "out-of-range id accepted");
     ids[0] = 1;
-    q = (struct td_plan_seq){1, 4, 1, ids, 0};
+    q = (struct td_plan_seq){1, 4, 1, ids, 0, 0};
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "slot"),
           "dead slot accepted");

@@ -303,12 +303,12 @@ static void fill(float *x, size_t n, float s) {
 
 static void test_plan_ops(void) {
     char err[256];
-    struct td_plan_dims dm = {16, 4, 128, 8, 8, 4, 8, 24, 24, 24};
+    struct td_plan_dims dm = {16, 4, 128, 8, 8, 4, 8, 24, 24, 24, 0};
     struct td_plan p;
     int32_t ids[16];
     for (int i = 0; i < 16; i++)
         ids[i] = i * 3 % 50;
-    struct td_plan_seq seqs[3] = {{2, 40, 5, ids, 0}, {0, 3, 1, ids + 5, 0}, {1, 0, 1, ids + 6, 0}};
+    struct td_plan_seq seqs[3] = {{2, 40, 5, ids, 0, 0}, {0, 3, 1, ids + 5, 0, 0}, {1, 0, 1, ids + 6, 0, 0}};
     case_begin();
     CHECK(!meta_plan_init(&p, &dm, err, sizeof err) &&
               !meta_plan_build(&p, seqs, 3, err, sizeof err),
@@ -536,7 +536,7 @@ static void test_model(const char *fx) {
     CHECK(!td_state_init(&st, &host.cfg, 4, n, 16, (size_t)1 << 32, gpu, err, sizeof err), "%s",
           err);
     int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, n, ids, 0};
+    struct td_plan_seq q = {slot, 0, n, ids, 0, 0};
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, one, NULL, err, sizeof err), "%s", err);
     long worst_row = -1;
     double worst = rel_row_err(one, ref, n, V, &worst_row);
@@ -579,7 +579,7 @@ static void test_model(const char *fx) {
     while (left > 0)
         left -= (chunks[nc++] = left > 64 ? 64 : left);
     for (int i = 0, pos = 0; i < nc; pos += chunks[i++]) {
-        struct td_plan_seq qc = {slot, pos, chunks[i], ids + pos, 0};
+        struct td_plan_seq qc = {slot, pos, chunks[i], ids + pos, 0, 0};
         CHECK(!td_forward_seqs(&dev, &st, &qc, 1, out + (size_t)pos * V, NULL, err, sizeof err),
               "%s", err);
     }
@@ -613,12 +613,12 @@ static void test_deterministic(void) {
     float *alone = malloc((size_t)L * V * 4), *batch = malloc((size_t)64 * L * V * 4);
     float *chunk = malloc((size_t)L * V * 4);
     int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, L, ids[5], 0};
+    struct td_plan_seq q = {slot, 0, L, ids[5], 0, 0};
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, alone, NULL, err, sizeof err), "%s", err);
     td_state_seq_release(&st, slot);
     struct td_plan_seq qs[64];
     for (int s = 0; s < 64; s++)
-        qs[s] = (struct td_plan_seq){td_state_seq_alloc(&st), 0, L, ids[s], 0};
+        qs[s] = (struct td_plan_seq){td_state_seq_alloc(&st), 0, L, ids[s], 0, 0};
     CHECK(!td_forward_seqs(&dev, &st, qs, 64, batch, NULL, err, sizeof err), "%s", err);
     CHECK(!memcmp(alone, batch + (size_t)5 * L * V, (size_t)L * V * 4),
           "a request's logits differ alone and in a batch of 64");
@@ -626,9 +626,9 @@ static void test_deterministic(void) {
         td_state_seq_release(&st, qs[s].slot);
     // as verify chunks: 35 rows, then 5 rows at once
     slot = td_state_seq_alloc(&st);
-    q = (struct td_plan_seq){slot, 0, 35, ids[5], 0};
+    q = (struct td_plan_seq){slot, 0, 35, ids[5], 0, 0};
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, chunk, NULL, err, sizeof err), "%s", err);
-    q = (struct td_plan_seq){slot, 35, 5, ids[5] + 35, 0};
+    q = (struct td_plan_seq){slot, 35, 5, ids[5] + 35, 0, 0};
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, chunk + (size_t)35 * V, NULL, err, sizeof err), "%s",
           err);
     CHECK(!memcmp(alone, chunk, (size_t)L * V * 4), "a verify chunk's rows differ from one pass");
@@ -679,7 +679,7 @@ static void test_graphs(void) {
         int n = q < 4 ? 480 : 20 + 3 * q;
         for (int pos = 0; pos < n; pos += 64) {
             int k = n - pos < 64 ? n - pos : 64;
-            struct td_plan_seq a = {slot_g[q], pos, k, ids[q] + pos, 0}, b = a;
+            struct td_plan_seq a = {slot_g[q], pos, k, ids[q] + pos, 0, 0}, b = a;
             b.slot = slot_e[q];
             CHECK(!meta_plan_build(&pg, &a, 1, err, sizeof err) &&
                       !meta_plan_build(&pe, &b, 1, err, sizeof err) &&
@@ -696,7 +696,7 @@ static void test_graphs(void) {
         for (int q = it < 4 ? 0 : 4; q < S && n < (it < 4 ? 4 : 1 + it % 4); q++) {
             int k = (it + q) % 3 == 0 ? 5 : 1; // verify groups and decode rows
             if (len[q] + k > max_ctx) continue;
-            a[n] = (struct td_plan_seq){slot_g[q], len[q], k, ids[q] + len[q], 0};
+            a[n] = (struct td_plan_seq){slot_g[q], len[q], k, ids[q] + len[q], 0, 0};
             b[n] = a[n];
             b[n].slot = slot_e[q];
             rows += k;

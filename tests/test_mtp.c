@@ -52,7 +52,7 @@ int main(void) {
     }
     float *lg = malloc((size_t)n * V * sizeof(float));
     int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, n, ids, 0};
+    struct td_plan_seq q = {slot, 0, n, ids, 0, 0};
     struct td_plan p;
     struct td_plan_dims dims = td_state_plan_dims(&st, 64, 2);
     CHECK(!meta_plan_init(&p, &dims, err, sizeof err) &&

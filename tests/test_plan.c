@@ -16,6 +16,10 @@
  *        ragged lengths, padding) pass the validator, and every mutation of an invariant fails.
  * random_batches_match_alone          random mixed batches give logits bit-identical to
  *        one-request-at-a-time runs.
+ * block_rows                          a DSpark block (non-causal, nothing stored) beside causal
+ *        rows: every block row sees the window before the block and the whole block, writes
+ *        nothing, pads stay inert; a block over capacity or in a model with compressed layers
+ *        is refused; the validator catches a block row that would write its ring.
  */
 #include <stdint.h>
 
@@ -32,7 +36,7 @@ static uint32_t rnd(uint32_t n) {
 
 static struct td_plan_dims dims_v4(int max_tok, int max_seq, int max_ctx) {
     // V4-Flash-like: window 128, top-k 512, rates 4 and 128, rings with max_chunk 16
-    struct td_plan_dims d = {max_tok, max_seq, max_ctx, 128, 512, 4, 128, 144, 24, 144};
+    struct td_plan_dims d = {max_tok, max_seq, max_ctx, 128, 512, 4, 128, 144, 24, 144, 0};
     return d;
 }
 
@@ -45,9 +49,9 @@ static void seed000(void) {
           "%s", err);
     int32_t ids[4] = {5, 6, 7, 8};
     // capture: two decode rows, one at max_model_len - 1
-    struct td_plan_seq c2[2] = {{0, (1 << 20) - 1, 1, ids, 0}, {1, (1 << 20) - 1, 1, ids, 0}};
+    struct td_plan_seq c2[2] = {{0, (1 << 20) - 1, 1, ids, 0, 0}, {1, (1 << 20) - 1, 1, ids, 0, 0}};
     // live: two short decode rows
-    struct td_plan_seq l2[2] = {{0, 300, 1, ids, 0}, {1, 77, 1, ids, 0}};
+    struct td_plan_seq l2[2] = {{0, 300, 1, ids, 0, 0}, {1, 77, 1, ids, 0, 0}};
     CHECK(!meta_plan_build(&cap, c2, 2, err, sizeof err), "%s", err);
     CHECK(!meta_plan_build(&live, l2, 2, err, sizeof err), "%s", err);
     ptrdiff_t off_cap = (char *)(cap.topk + 1 * cap.dims.topk) - (char *)cap.mem;
@@ -80,7 +84,7 @@ static void seed001(void) {
     struct td_plan_seq big[8];
     int big_len[8] = {9000, 8000, 7000, 6000, 5000, 17486, 6338, 7317};
     for (int s = 0; s < 8; s++)
-        big[s] = (struct td_plan_seq){s, big_len[s], 1, ids, 0};
+        big[s] = (struct td_plan_seq){s, big_len[s], 1, ids, 0, 0};
     CHECK(!meta_plan_build(&p, big, 8, err, sizeof err), "%s", err);
     int stale_tail[3] = {p.kv_indptr[6] - p.kv_indptr[5], p.kv_indptr[7] - p.kv_indptr[6],
                          p.kv_indptr[8] - p.kv_indptr[7]};
@@ -89,7 +93,7 @@ static void seed001(void) {
     int want[5] = {3476, 3492, 3595, 3724, 3200};
     struct td_plan_seq five[5];
     for (int s = 0; s < 5; s++)
-        five[s] = (struct td_plan_seq){s, want[s] - 1, 1, ids, 0};
+        five[s] = (struct td_plan_seq){s, want[s] - 1, 1, ids, 0, 0};
     CHECK(!meta_plan_build(&p, five, 5, err, sizeof err), "%s", err);
     CHECK(p.n_seq_pad == 8 && p.n_tok_pad == 8, "not padded to 8 (%d/%d)", p.n_seq_pad,
           p.n_tok_pad);
@@ -124,9 +128,9 @@ static void draft_substeps(void) {
           "%s", err);
     int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     // sub-step 1: request 0 verifies 4 rows, request 1 prefills 3, request 2 decodes 1
-    struct td_plan_seq s1[3] = {{0, 100, 4, ids, 0}, {1, 20, 3, ids, 0}, {2, 50, 1, ids, 0}};
+    struct td_plan_seq s1[3] = {{0, 100, 4, ids, 0, 0}, {1, 20, 3, ids, 0, 0}, {2, 50, 1, ids, 0, 0}};
     // sub-step 2: request 1 is done drafting; request 2 drafts 2, request 0 drafts 1
-    struct td_plan_seq s2[2] = {{2, 51, 2, ids, 0}, {0, 104, 1, ids, 0}};
+    struct td_plan_seq s2[2] = {{2, 51, 2, ids, 0, 0}, {0, 104, 1, ids, 0, 0}};
     CHECK(!meta_plan_build(&a, s1, 3, err, sizeof err), "%s", err);
     CHECK(!meta_plan_build(&b, s2, 2, err, sizeof err), "%s", err);
     CHECK(!meta_plan_validate(&b, err, sizeof err), "fresh map rejected: %s", err);
@@ -149,7 +153,7 @@ static int random_batch(struct td_plan_seq *q, int32_t *ids, int max_seq, int ma
         int n = kind == 0 ? 1 + (int)rnd(40) : kind == 1 ? 1 + (int)rnd(8) : 1;
         if (n > left) n = left;
         int len = (int)rnd((uint32_t)(max_ctx - n));
-        q[s] = (struct td_plan_seq){s * 3 + 1, len, n, ids + used, 0};
+        q[s] = (struct td_plan_seq){s * 3 + 1, len, n, ids + used, 0, 0};
         for (int j = 0; j < n; j++)
             ids[used + j] = (int)rnd(1000);
         used += n;
@@ -203,6 +207,48 @@ static void random_plans(void) {
     case_end("random_plans_validate", extra);
 }
 
+static void block_rows(void) {
+    char err[256];
+    case_begin();
+    // a DSpark stage model: sliding only, window 8, blocks of up to 5 rows
+    struct td_plan_dims d = {32, 4, 1000, 8, 0, 0, 0, 24, 0, 0, 5};
+    struct td_plan p;
+    CHECK(!meta_plan_init(&p, &d, err, sizeof err), "%s", err);
+    int32_t ids[16] = {9, 5, 5, 5, 5, 7, 5, 5, 5, 5, 1, 2, 3};
+    // a block after 20 context rows, a block at the very start, and 3 causal context rows
+    struct td_plan_seq q[3] = {{2, 20, 5, ids, 0, 1}, {0, 0, 5, ids + 5, 0, 1},
+                               {1, 11, 3, ids + 10, 0, 0}};
+    CHECK(!meta_plan_build(&p, q, 3, err, sizeof err), "%s", err);
+    CHECK(!meta_plan_validate(&p, err, sizeof err), "%s", err);
+    for (int t = 0; t < 5; t++) { // seq 0: keys 12..19 (window before) and 20..24 (the block)
+        int n = p.swa_indptr[t + 1] - p.swa_indptr[t];
+        CHECK(n == 13 && p.swa_pos[p.swa_indptr[t]] == 12 && p.swa_pos[p.swa_indptr[t] + 12] == 24,
+              "block row %d sees %d keys from %d", t, n, p.swa_pos[p.swa_indptr[t]]);
+        CHECK(p.swa_write[t] == -1 && p.positions[t] == 20 + t, "block row %d writes %d", t,
+              p.swa_write[t]);
+    }
+    for (int t = 5; t < 10; t++) // seq 1: no context, the block alone
+        CHECK(p.swa_indptr[t + 1] - p.swa_indptr[t] == 5 && p.swa_pos[p.swa_indptr[t]] == 0,
+              "block row %d at the start sees %d keys", t, p.swa_indptr[t + 1] - p.swa_indptr[t]);
+    CHECK(p.swa_write[12] == 13 % 24 && p.swa_indptr[13] - p.swa_indptr[12] == 8,
+          "a causal row beside blocks changed (write %d)", p.swa_write[12]);
+    CHECK(p.block[0] == 1 && p.block[1] == 1 && p.block[2] == 0 && p.block[3] == 0,
+          "block flags %d %d %d %d", p.block[0], p.block[1], p.block[2], p.block[3]);
+    // a block row that would store its key is caught
+    p.swa_write[2] = 22 % 24;
+    CHECK(meta_plan_validate(&p, err, sizeof err), "a block row writing its ring passed");
+    p.swa_write[2] = -1;
+    // over capacity, and in a model with compressed layers
+    struct td_plan_seq big = {0, 4, 6, ids, 0, 1};
+    CHECK(meta_plan_build(&p, &big, 1, err, sizeof err) && strstr(err, "capacity"),
+          "a 6-row block passed a 5-row capacity");
+    meta_plan_free(&p);
+    struct td_plan_dims dc = dims_v4(32, 4, 1000);
+    dc.block = 5;
+    CHECK(meta_plan_init(&p, &dc, err, sizeof err), "blocks with compressed layers were accepted");
+    case_end("block_rows", "");
+}
+
 static void with_model(void) {
     char err[512];
     struct td_model m;
@@ -222,7 +268,7 @@ static void with_model(void) {
     for (int i = 0; i < 300; i++)
         ids[i] = (i * 37 + 11) % V;
     int sa = td_state_seq_alloc(&st), sb = td_state_seq_alloc(&st);
-    struct td_plan_seq two[2] = {{sa, 0, 300, ids, 0}, {sb, 0, 300, ids, 0}};
+    struct td_plan_seq two[2] = {{sa, 0, 300, ids, 0, 0}, {sb, 0, 300, ids, 0, 0}};
     float *lg = malloc((size_t)600 * V * sizeof(float));
     int32_t *trace = malloc((size_t)c->n_layers * 600 * c->index_topk * sizeof(int32_t));
     CHECK(!td_forward_seqs(&m, &st, two, 2, lg, trace, err, sizeof err), "%s", err);
@@ -282,7 +328,7 @@ static void with_model(void) {
             if (rnd(3) == 0) continue;
             int kind = (int)rnd(3), nn = kind == 0 ? 1 + (int)rnd(19) : kind == 1 ? 4 : 1;
             if (len[s] + nn > 380) nn = 380 - len[s];
-            q[n++] = (struct td_plan_seq){slot_b[s], len[s], nn, seq_ids[s] + len[s], 0};
+            q[n++] = (struct td_plan_seq){slot_b[s], len[s], nn, seq_ids[s] + len[s], 0, 0};
             rows += nn;
         }
         if (!n) continue;
@@ -291,7 +337,7 @@ static void with_model(void) {
             int s = 0;
             while (slot_b[s] != q[k].slot)
                 s++;
-            struct td_plan_seq q1 = {slot_1[s], len[s], q[k].n_new, q[k].ids, 0};
+            struct td_plan_seq q1 = {slot_1[s], len[s], q[k].n_new, q[k].ids, 0, 0};
             CHECK(!td_forward_seqs(&m, &one, &q1, 1, l1, NULL, err, sizeof err), "%s", err);
             CHECK(!memcmp(l1, lb + (size_t)row * V, (size_t)q[k].n_new * V * 4),
                   "iteration %d: sequence %d differs batched vs alone", it, s);
@@ -325,6 +371,7 @@ int main(void) {
     seed001();
     draft_substeps();
     random_plans();
+    block_rows();
     with_model();
     return check_failures ? 1 : 0;
 }

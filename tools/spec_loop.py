@@ -2,25 +2,36 @@
 """spec_loop.py: a PyTorch speculative-decoding loop that measures drafter acceptance.
 
     python3 tools/spec_loop.py --model models/tandem-tiny --work .train/work \
-        [--prompts 8 --prompt-len 128 --new-tokens 128 --k 3 --temps 0,1]
+        [--prompts 8 --prompt-len 128 --new-tokens 128 --k 3 --temps 0,1]         # MTP
+    python3 tools/spec_loop.py --drafter dspark --prompts-from .train/dspark_val/ids.npy \
+        [--threshold C] [...]                                                      # DSpark
 
-Prompts are held-out text (the validation stream of tools/train_target.py under --work, cut
-at document starts). For each temperature, each prompt is decoded with the target alone
-verifying MTP drafts (tools/mtp_ref.py mtp_chain: catch-up over every committed row, then
-k - 1 recycled steps), drafters.md 3.3/3.4:
+Each prompt is decoded with the target alone verifying the drafter's proposals, drafters.md
+3.3/3.4:
+  mtp:    the target is HF transformers' DeepseekV4ForCausalLM; prompts are held-out text (the
+          validation stream of tools/train_target.py under --work, cut at document starts);
+          tools/mtp_ref.py mtp_chain drafts k tokens (catch-up over every committed row, then
+          k - 1 recycled steps);
+  dspark: the target is Tandem's reference forward (`tandem logits --capture`, checked against
+          HF by the foundation fixtures; torch alone is needed), prompts are the first
+          --prompt-len ids of held-out windows (tools/dspark_data.py --split val); the
+          reference drafter (tools/dspark_ref.py) drafts a block of gamma tokens from the
+          captured rows of every committed position and the anchor, Markov-chained; with
+          --threshold C a round verifies only the drafts before the first confidence below C.
   T = 0: accept while the draft equals the target's argmax; the correction/bonus is the
          argmax. The output is checked against plain greedy decoding of the first prompt.
   T > 0: accept with probability min(1, p/q), resample the residual max(p - q, 0) on a
-         rejection, sample the bonus from p when all k drafts pass.
+         rejection, sample the bonus from p when every draft passes.
 Everything is recomputed from scratch each round (no caches; the model is tiny). Reported:
-per-position conditional acceptance P(draft k accepted | drafts < k accepted) for k = 1..K
-and the mean accepted length per round (accepted drafts + the bonus/correction token).
-fp32 throughout, TF32 off.
+per-position conditional acceptance P(draft k accepted | drafts < k accepted) and the mean
+accepted length per round (accepted drafts + the bonus/correction token). fp32, TF32 off.
 """
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -28,13 +39,56 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tandem_tiny as tt  # noqa: E402
-from mtp_ref import TargetTap, load_mtp, mtp_chain  # noqa: E402
+from dspark_ref import embed_head, load_dspark, target_config  # noqa: E402
+from mtp_ref import load_mtp, mtp_chain  # noqa: E402
+TANDEM = os.path.join(tt.REPO, "bin", "tandem")
 
 
-@torch.no_grad()
-def target_rows(target, tap, ids, dev):
-    lg = target(input_ids=torch.tensor([ids], device=dev), use_cache=False).logits[0].float()
-    return lg, tap.h_final[0]
+def hf_target(model_dir, dev, layers=()):
+    """(rows(ids) -> (logits [n, V], final streams [n, hc, D], None), target, up, cfg)"""
+    from mtp_ref import TargetTap
+    target, up, cfg = tt.load_target(model_dir, None, dev)
+    tap = TargetTap(target, layers)
+
+    @torch.no_grad()
+    def rows(ids):
+        lg = target(input_ids=torch.tensor([ids], device=dev), use_cache=False).logits[0].float()
+        return lg, tap.h_final[0], None
+    return rows, target, up, cfg
+
+
+def tandem_target(model_dir, layers):
+    """rows(ids) -> (logits [n, V], None, captured rows [n, m*D]) from `tandem logits`"""
+    def rows(ids):
+        with tempfile.TemporaryDirectory() as d:
+            ip, lp, cp = (os.path.join(d, f) for f in ("ids.txt", "l.npy", "c.npy"))
+            with open(ip, "w") as fh:
+                fh.write(" ".join(map(str, ids)) + "\n")
+            subprocess.run([TANDEM, "logits", "--model", model_dir, "--ids", ip, "--out", lp,
+                            "--capture", ",".join(map(str, layers)), "--capture-out", cp],
+                           check=True, capture_output=True)
+            return torch.from_numpy(np.load(lp)), None, torch.from_numpy(np.load(cp))
+    return rows
+
+
+def mtp_proposer(mtp, target, k, dev):
+    def propose(seq, bonus, H, cap, T, gen):
+        d, q, _ = mtp_chain(mtp, target, H[:len(seq)], torch.tensor(seq[1:] + [bonus], device=dev),
+                            0, k, T, gen)
+        return d, q
+    return propose
+
+
+def dspark_proposer(ds, embed, head, threshold):
+    def propose(seq, bonus, H, cap, T, gen):
+        r = ds.round(cap[:len(seq)], bonus, embed, head, T, gen)
+        L = len(r["drafts"])
+        for j, c in enumerate(r["conf"]):  # non-anticipating: c_j is known before draft j
+            if c < threshold:
+                L = j
+                break
+        return r["drafts"][:L], r["q"][:L]
+    return propose
 
 
 def dist(logits, T):
@@ -52,21 +106,21 @@ def sample(p, T, gen):
 
 
 @torch.no_grad()
-def speculate_mtp(target, tap, mtp, prompt, n_new, k, T, gen, dev):
+def speculate(rows, propose, prompt, n_new, k, T, gen):
     """Returns (generated ids, per-position attempts [k], accepts [k], rounds)."""
     seq = list(prompt)
-    lg, H = target_rows(target, tap, seq, dev)
+    lg, H, cap = rows(seq)
     bonus = sample(dist(lg[-1], T), T, gen)
     out = []
     att, acc, rounds = [0] * k, [0] * k, 0
     while len(out) < n_new and bonus != tt.EOS_ID and len(seq) + 1 + k < tt.CONTEXT:
-        drafts, q, _ = mtp_chain(mtp, target, H[:len(seq)], torch.tensor(seq[1:] + [bonus], device=dev),
-                                 0, k, T, gen)
-        lg, H = target_rows(target, tap, seq + [bonus] + drafts, dev)
+        drafts, q = propose(seq, bonus, H, cap, T, gen)
+        L = len(drafts)
+        lg, H, cap = rows(seq + [bonus] + drafts)
         base = len(seq)  # row of the bonus token: its logits judge draft 1
         a = 0
         nxt = None
-        for j in range(k):
+        for j in range(L):
             att[j] += 1
             p = dist(lg[base + j], T)
             d = drafts[j]
@@ -89,8 +143,8 @@ def speculate_mtp(target, tap, mtp, prompt, n_new, k, T, gen, dev):
         committed = [bonus] + drafts[:a]
         seq += committed
         out += committed
-        if a == k:
-            nxt = sample(dist(lg[base + k], T), T, gen)
+        if a == L:
+            nxt = sample(dist(lg[base + L], T), T, gen)
         if drafts[:a] and drafts[a - 1] == tt.EOS_ID:
             break
         bonus = nxt
@@ -100,11 +154,11 @@ def speculate_mtp(target, tap, mtp, prompt, n_new, k, T, gen, dev):
 
 
 @torch.no_grad()
-def plain_greedy(target, prompt, n_new, dev):
+def plain_greedy(rows, prompt, n_new):
     seq = list(prompt)
     out = []
     while len(out) < n_new:
-        t = int(target(input_ids=torch.tensor([seq], device=dev), use_cache=False).logits[0, -1].argmax())
+        t = int(rows(seq)[0][-1].argmax())
         out.append(t)
         seq.append(t)
         if t == tt.EOS_ID:
@@ -130,37 +184,50 @@ def main():
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--drafter", choices=("mtp", "dspark"), default="mtp")
+    ap.add_argument("--k", type=int, default=3, help="MTP drafts per round (DSpark: its block size)")
+    ap.add_argument("--threshold", type=float, default=0.0, help="DSpark confidence threshold")
+    ap.add_argument("--prompts-from", default=os.path.join(tt.REPO, ".train", "dspark_val", "ids.npy"),
+                    help="DSpark: held-out windows [N, S] (tools/dspark_data.py --split val)")
     ap.add_argument("--temps", default="0,1")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--until", type=float, default=None, help="epoch seconds: stop adding prompts")
     ap.add_argument("--out", default=None)
     ap.add_argument("--ref-logits", type=int, default=0,
-                    help="also write HF fp32 logits of the first N held-out ids (ref_ids_N.txt, "
+                    help="MTP: also write HF fp32 logits of the first N held-out ids (ref_ids_N.txt, "
                          "ref_logits_N.npy under --work) to check the C engine against")
     a = ap.parse_args()
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False
-    target, up, cfg = tt.load_target(a.model, None, dev)
-    mtp = load_mtp(cfg=cfg, up=up).to(dev)
-    tap = TargetTap(target)
-    val = np.load(os.path.join(a.work, "val.npy"))
-    prompts = prompts_from_val(val, a.prompts, a.prompt_len)
+    if a.drafter == "mtp":
+        rows, target, up, cfg = hf_target(a.model, dev)
+        propose = mtp_proposer(load_mtp(cfg=cfg, up=up).to(dev), target, a.k, dev)
+        val = np.load(os.path.join(a.work, "val.npy"))
+        prompts = prompts_from_val(val, a.prompts, a.prompt_len)
+    else:
+        dev = "cpu"
+        ds = load_dspark(os.path.join(a.model, "dspark"), target_config(a.model))
+        rows = tandem_target(a.model, ds.dcfg["dspark_target_layer_ids"])
+        embed, head = embed_head(a.model)
+        a.k = ds.gamma
+        propose = dspark_proposer(ds, embed, head, a.threshold)
+        wins = np.load(a.prompts_from)
+        prompts = [w[:a.prompt_len].astype(np.int64).tolist() for w in wins[:a.prompts]]
     gen = torch.Generator(device=dev).manual_seed(a.seed)
-    res = {"drafter": "mtp", "k": a.k, "prompt_len": a.prompt_len, "new_tokens": a.new_tokens,
-           "results": {}}
+    res = {"drafter": a.drafter, "k": a.k, "threshold": a.threshold, "prompt_len": a.prompt_len,
+           "new_tokens": a.new_tokens, "results": {}}
 
     if a.ref_logits:
         ref = val[:a.ref_logits].astype(np.int64).tolist()
         with torch.no_grad():
-            rl = target(input_ids=torch.tensor([ref], device=dev), use_cache=False).logits[0].float().cpu()
+            rl = rows(ref)[0].cpu()
         np.save(os.path.join(a.work, f"ref_logits_{a.ref_logits}.npy"), rl.numpy().astype("<f4"))
         with open(os.path.join(a.work, f"ref_ids_{a.ref_logits}.txt"), "w") as fh:
             fh.write(" ".join(map(str, ref)) + "\n")
 
-    g0 = plain_greedy(target, prompts[0], a.new_tokens, dev)
-    s0, _, _, _ = speculate_mtp(target, tap, mtp, prompts[0], a.new_tokens, a.k, 0.0, gen, dev)
+    g0 = plain_greedy(rows, prompts[0], a.new_tokens)
+    s0, _, _, _ = speculate(rows, propose, prompts[0], a.new_tokens, a.k, 0.0, gen)
     res["greedy_identical"] = g0 == s0
     tt.log(f"T=0 speculative output equals plain greedy on prompt 0: {g0 == s0}")
 
@@ -173,7 +240,7 @@ def main():
         for pr in prompts:
             if t_end and n > 0 and time.time() > t_end:
                 break
-            out, at, ac, r = speculate_mtp(target, tap, mtp, pr, a.new_tokens, a.k, T, gen, dev)
+            out, at, ac, r = speculate(rows, propose, pr, a.new_tokens, a.k, T, gen)
             att = [x + y for x, y in zip(att, at)]
             acc = [x + y for x, y in zip(acc, ac)]
             rounds += r
@@ -184,7 +251,7 @@ def main():
         res["results"][str(T)] = {"prompts": n, "rounds": rounds, "per_position_acceptance": per,
                                   "attempts": att, "accepts": acc,
                                   "mean_accepted_length": round(mean_len, 4)}
-        tt.log(f"MTP k={a.k} T={T}: per-position acceptance {per}, mean accepted length "
+        tt.log(f"{a.drafter} k={a.k} T={T}: per-position acceptance {per}, mean accepted length "
                f"{mean_len:.3f} (bonus included), {n} prompts, {rounds} rounds, {time.time() - t0:.0f}s")
     if a.out:
         with open(a.out, "w") as fh:

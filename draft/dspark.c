@@ -1,0 +1,355 @@
+/* dspark.c: the V4 DSpark drafter over the engine's forward (see dspark.h). */
+#include "dspark.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/state.h"
+#include "metadata/plan.h"
+
+#define W(t) (t).data, (t).dtype
+
+struct draft_dspark {
+    struct dspark_config cfg;
+    const struct td_backend *b;
+    struct td_model host;       /* the stages and heads (its own mapped files) */
+    struct td_model dev;        /* its device mirror, when b is a device */
+    const struct td_model *run; /* the one the forward reads */
+    struct td_state st;
+    struct td_plan plan;
+    int max_rows, max_seqs, vocab, dim, nc;
+    float threshold;
+    float *capture;           /* [max_rows, n_capture * dim] the target's captured rows */
+    float *ctx;               /* [max_rows, n_capture * dim] the rows being inserted */
+    float *main_x;            /* [max_rows, dim] */
+    float *streams;           /* [max_seqs * block, nc, dim] the stages' output streams */
+    float *y;                 /* [max_seqs * block, dim] hc_head(streams) */
+    float *e, *bias;          /* [max_seqs, rank], [max_seqs, vocab] Markov step */
+    int32_t *ids_dev;         /* [max_seqs] */
+    float *U;                 /* host [max_seqs * block, vocab] base logits */
+    float *y_host;            /* host [max_seqs * block, dim] */
+    float *e_host, *bias_host;/* host [max_seqs, rank], [max_seqs, vocab] */
+    float *z;                 /* host [vocab] */
+    float *conf_w;            /* host [dim + rank] */
+    int32_t *zeros;           /* [max_rows] token ids of insertion rows (never read) */
+    int32_t *blk_ids;         /* [max_seqs * block] */
+    int32_t *ids_host;        /* [max_seqs] */
+    int *live, *act;          /* [max_seqs] */
+    struct td_plan_seq *seqs; /* [max_seqs] */
+    const int32_t *chain;     /* forced Markov chain (tests), or NULL */
+};
+
+// ---------------------------------------------------------------------------------------------
+// config
+
+static int get_int(json_t *root, const char *key, int lo, int hi, int *out, const char *path,
+                   char *err, size_t errlen) {
+    json_t *v = json_object_get(root, key);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        snprintf(err, errlen, "%s: \"%s\" must be an integer in [%d, %d]", path, key, lo, hi);
+        return -1;
+    }
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+int dspark_config_load(struct dspark_config *c, const char *dir, const struct td_model *target,
+                       char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) {
+        snprintf(err, errlen, "dspark: cannot read %s: %s", path, je.text);
+        return -1;
+    }
+    const struct td_config *t = &target->cfg;
+    int rc = -1, window = t->sliding_window;
+    if (get_int(root, "dspark_block_size", 1, DSPARK_MAX_BLOCK, &c->block, path, err, errlen) ||
+        get_int(root, "dspark_noise_token_id", 0, t->vocab - 1, &c->noise, path, err, errlen) ||
+        get_int(root, "dspark_markov_rank", 1, 1 << 16, &c->rank, path, err, errlen) ||
+        get_int(root, "dspark_num_stages", 1, 64, &c->n_stages, path, err, errlen))
+        goto out;
+    if (json_object_get(root, "sliding_window") &&
+        get_int(root, "sliding_window", window, window, &window, path, err, errlen))
+        goto out; // the stages' rings are the target's window (its config drives the plan)
+    json_t *ids = json_object_get(root, "dspark_target_layer_ids");
+    size_t n = json_is_array(ids) ? json_array_size(ids) : 0;
+    if (n < 1 || n > DSPARK_MAX_CAPTURE) {
+        snprintf(err, errlen, "%s: \"dspark_target_layer_ids\" must list 1 to %d layers", path,
+                 DSPARK_MAX_CAPTURE);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(ids, i);
+        long x = json_is_integer(v) ? (long)json_integer_value(v) : -1;
+        if (x < 0 || x >= t->n_layers || (i && x <= c->capture[i - 1])) {
+            snprintf(err, errlen,
+                     "%s: \"dspark_target_layer_ids\" must be ascending layer indices of the "
+                     "target, in [0, %d)",
+                     path, t->n_layers);
+            goto out;
+        }
+        c->capture[i] = (int)x;
+    }
+    c->n_capture = (int)n;
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// life cycle
+
+int draft_dspark_init(struct draft_dspark **out, const char *dir,
+                      const struct td_model *target_host, const struct td_model *target_run,
+                      const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
+                      float threshold, int use_graphs, size_t max_bytes, char *err,
+                      size_t errlen) {
+    *out = NULL;
+    struct draft_dspark *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, errlen, "dspark: out of memory");
+        return -1;
+    }
+    d->b = b;
+    if (dspark_config_load(&d->cfg, dir, target_host, err, errlen) ||
+        td_model_load_dspark(target_host, dir, d->cfg.n_stages, d->cfg.n_capture, d->cfg.rank,
+                             &d->host, err, errlen)) {
+        free(d);
+        return -1;
+    }
+    const struct dspark_config *dc = &d->cfg;
+    d->run = &d->host;
+    if (b->on_device) {
+        if (td_model_upload(&d->host, b, &d->dev, err, errlen)) goto fail;
+        d->run = &d->dev;
+        d->dev.embed = target_run->embed; // shared with the target
+        d->dev.head = target_run->head;
+    } else {
+        d->host.embed = target_run->embed;
+        d->host.head = target_run->head;
+    }
+    const struct td_config *c = &d->host.cfg;
+    d->max_rows = max_rows;
+    d->max_seqs = max_seqs;
+    d->vocab = c->vocab;
+    d->dim = c->dim;
+    d->nc = c->hc_mult;
+    d->threshold = threshold;
+    // rings of window + max(16, block) rows; the block's positions run past the committed
+    // length, so the state allows max_ctx + block
+    int chunk = dc->block > 16 ? dc->block : 16;
+    if (td_state_init(&d->st, c, max_seqs, max_ctx + dc->block, chunk, max_bytes, b, err, errlen))
+        goto fail;
+    d->st.use_graphs = use_graphs;
+    d->st.max_block = dc->block;
+    int blk_rows = max_seqs * dc->block;
+    int max_tok = max_rows > blk_rows ? max_rows : blk_rows;
+    struct td_plan_dims pd = td_state_plan_dims(&d->st, max_tok, max_seqs);
+    if (meta_plan_init(&d->plan, &pd, err, errlen)) goto fail;
+    size_t F = sizeof(float), R = (size_t)max_rows, CW = (size_t)dc->n_capture * d->dim;
+    size_t BR = (size_t)blk_rows, S = (size_t)max_seqs, V = (size_t)d->vocab;
+    d->capture = b->alloc(R * CW * F);
+    d->ctx = b->alloc(R * CW * F);
+    d->main_x = b->alloc(R * d->dim * F);
+    d->streams = b->alloc(BR * d->nc * d->dim * F);
+    d->y = b->alloc(BR * d->dim * F);
+    d->e = b->alloc(S * dc->rank * F);
+    d->bias = b->alloc(S * V * F);
+    d->ids_dev = b->alloc(S * sizeof(int32_t));
+    d->U = malloc(BR * V * F);
+    d->y_host = malloc(BR * d->dim * F);
+    d->e_host = malloc(S * dc->rank * F);
+    d->bias_host = malloc(S * V * F);
+    d->z = malloc(V * F);
+    d->conf_w = malloc(((size_t)d->dim + dc->rank) * F);
+    d->zeros = calloc(R, sizeof(int32_t));
+    d->blk_ids = malloc(BR * sizeof(int32_t));
+    d->ids_host = malloc(S * sizeof(int32_t));
+    d->live = malloc(S * sizeof(int));
+    d->act = malloc(S * sizeof(int));
+    d->seqs = calloc(S, sizeof *d->seqs);
+    if (!d->capture || !d->ctx || !d->main_x || !d->streams || !d->y || !d->e || !d->bias ||
+        !d->ids_dev || !d->U || !d->y_host || !d->e_host || !d->bias_host || !d->z ||
+        !d->conf_w || !d->zeros || !d->blk_ids || !d->ids_host || !d->live || !d->act ||
+        !d->seqs) {
+        snprintf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
+        goto fail;
+    }
+    for (int i = 0; i < d->dim + dc->rank; i++)
+        d->conf_w[i] = td_tensor_getf(&d->host.dspark.confidence, i);
+    *out = d;
+    return 0;
+fail:
+    draft_dspark_free(d);
+    return -1;
+}
+
+void draft_dspark_free(struct draft_dspark *d) {
+    if (!d) return;
+    void *bufs[] = {d->capture, d->ctx, d->main_x, d->streams, d->y, d->e, d->bias, d->ids_dev};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) d->b->release(bufs[i]);
+    free(d->U);
+    free(d->y_host);
+    free(d->e_host);
+    free(d->bias_host);
+    free(d->z);
+    free(d->conf_w);
+    free(d->zeros);
+    free(d->blk_ids);
+    free(d->ids_host);
+    free(d->live);
+    free(d->act);
+    free(d->seqs);
+    meta_plan_free(&d->plan);
+    td_state_free(&d->st);
+    if (d->dev.backend) td_model_free(&d->dev);
+    td_model_free(&d->host);
+    free(d);
+}
+
+const struct dspark_config *draft_dspark_config(const struct draft_dspark *d) {
+    return &d->cfg;
+}
+
+float *draft_dspark_capture(struct draft_dspark *d) {
+    return d->capture;
+}
+
+const int *draft_dspark_capture_layers(const struct draft_dspark *d, int *n) {
+    *n = d->cfg.n_capture;
+    return d->cfg.capture;
+}
+
+const float *draft_dspark_base_logits(const struct draft_dspark *d) {
+    return d->U;
+}
+
+void draft_dspark_force_chain(struct draft_dspark *d, const int32_t *chain) {
+    d->chain = chain;
+}
+
+// ---------------------------------------------------------------------------------------------
+// a call
+
+/* the committed rows of every sequence into the stages' rings */
+static int insert(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, char *err,
+                  size_t errlen) {
+    const struct td_backend *b = d->b;
+    const struct td_model *m = d->run;
+    size_t CW = (size_t)d->cfg.n_capture * d->dim;
+    int rows = 0;
+    for (int s = 0; s < n_seq; s++) {
+        struct dspark_seq *q = &seqs[s];
+        if (q->pos0 == 0) { // a new sequence in this slot
+            d->st.in_use[q->slot] = 1;
+            d->st.len[q->slot] = d->st.hi[q->slot] = 0;
+        }
+        if (d->st.len[q->slot] != q->pos0) {
+            snprintf(err, errlen, "dspark: slot %d holds %d rows, the target committed %d", q->slot,
+                     d->st.len[q->slot], q->pos0);
+            return -1;
+        }
+        if (rows + q->n > d->max_rows) {
+            snprintf(err, errlen, "dspark: %d rows to insert, capacity %d", rows + q->n,
+                     d->max_rows);
+            return -1;
+        }
+        b->ops.copy(d->ctx + rows * CW, d->capture + (size_t)q->capture_row * CW,
+                    (size_t)q->n * CW * sizeof(float));
+        d->seqs[s] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->zeros, q->n, 0};
+        rows += q->n;
+    }
+    if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen)) return -1;
+    b->ops.matmul(d->main_x, d->ctx, W(m->dspark.main_proj), rows, (int)CW, d->dim, NULL, 0);
+    b->ops.rmsnorm(d->main_x, d->main_x, W(m->dspark.main_norm), rows, d->dim, m->cfg.rms_eps);
+    return td_forward_store_kv(m, &d->st, &d->plan, d->main_x, err, errlen);
+}
+
+static float sigmoid(double z) {
+    return (float)(1.0 / (1.0 + exp(-z)));
+}
+
+int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, char *err,
+                     size_t errlen) {
+    const struct td_backend *b = d->b;
+    const struct td_model *m = d->run;
+    const struct td_config *c = &m->cfg;
+    int g = d->cfg.block, r = d->cfg.rank, V = d->vocab, D = d->dim;
+    if (!n_seq) return 0;
+    for (int s = 0; s < n_seq; s++)
+        seqs[s].n_drafts = 0;
+    if (insert(d, seqs, n_seq, err, errlen)) return -1;
+    // the block forward of every sequence that drafts: [anchor, noise...] after its context
+    int nb = 0;
+    for (int s = 0; s < n_seq; s++) {
+        struct dspark_seq *q = &seqs[s];
+        if (q->k < 1) continue;
+        int32_t *ids = d->blk_ids + (size_t)nb * g;
+        ids[0] = q->anchor;
+        for (int j = 1; j < g; j++)
+            ids[j] = d->cfg.noise;
+        d->seqs[nb] = (struct td_plan_seq){q->slot, q->pos0 + q->n, g, ids, 0, 1};
+        d->live[nb++] = s;
+    }
+    if (!nb) return 0;
+    struct td_forward_io io = {NULL, d->streams, NULL, NULL, 0};
+    if (meta_plan_build(&d->plan, d->seqs, nb, err, errlen) ||
+        td_forward_ex(m, &d->st, &d->plan, &io, d->U, NULL, err, errlen))
+        return -1;
+    b->ops.hc_head(d->y, d->streams, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale),
+                   nb * g, d->nc, D, c->hc_eps, c->rms_eps);
+    b->to_host(d->y_host, d->y, (size_t)nb * g * D * sizeof(float));
+    // the Markov chain, slot by slot, over every sequence still drafting
+    for (int j = 0; j < g; j++) {
+        int na = 0;
+        for (int i = 0; i < nb; i++) {
+            struct dspark_seq *q = &seqs[d->live[i]];
+            if (j >= q->k || q->n_drafts != j) continue; // done, cut, or a non-finite row
+            d->ids_host[na] = j ? q->drafts[j - 1] : q->anchor;
+            d->act[na++] = i;
+        }
+        if (!na) break;
+        b->to_device(d->ids_dev, d->ids_host, (size_t)na * sizeof(int32_t));
+        b->ops.embed(d->e, d->ids_dev, W(m->dspark.markov_w1), na, 1, r);
+        b->ops.matmul(d->bias, d->e, W(m->dspark.markov_w2), na, r, V, NULL, 0);
+        b->to_host(d->bias_host, d->bias, (size_t)na * V * sizeof(float));
+        b->to_host(d->e_host, d->e, (size_t)na * r * sizeof(float));
+        if (b->finish(err, errlen)) return -1;
+        for (int a = 0; a < na; a++) {
+            int i = d->act[a], row = i * g + j;
+            struct dspark_seq *q = &seqs[d->live[i]];
+            const float *y = d->y_host + (size_t)row * D, *e = d->e_host + (size_t)a * r;
+            double dot = 0.0;
+            for (int t = 0; t < D; t++)
+                dot += (double)d->conf_w[t] * y[t];
+            for (int t = 0; t < r; t++)
+                dot += (double)d->conf_w[D + t] * e[t];
+            float conf = sigmoid(dot);
+            if (q->conf) q->conf[j] = conf;
+            if (d->threshold > 0.0f && conf < d->threshold) continue; // the cut: before drawing
+            const float *u = d->U + (size_t)row * V, *bias = d->bias_host + (size_t)a * V;
+            for (int t = 0; t < V; t++)
+                d->z[t] = u[t] + bias[t];
+            float *qj = q->q + (size_t)j * V;
+            if (td_probs(qj, d->z, V, q->sampling)) continue; // non-finite: no more drafts
+            long pos = (long)q->pos0 + q->n + j + 1; // the position of the token drafted
+            int32_t t = d->chain ? d->chain[row]
+                                 : td_sample(qj, V, td_rand_uniform(q->sampling->seed,
+                                                                    (uint64_t)pos, TD_RAND_DRAFT));
+            q->drafts[j] = t;
+            q->n_drafts = j + 1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,108 @@
+/* dspark.h: the DeepSeek-V4 DSpark drafter (mtp.{0..S-1}.* in <model>/dspark/), drafters.md
+ * sections 1.5, 1.6, 2 and 3, in the engine.
+ *
+ *   draft_dspark_init(&d, &host_model, &run_model, backend, "models/x/dspark", ...);
+ *   every step:  io.capture = draft_dspark_capture(d); io.capture_layers = ...layers(d, &n);
+ *                td_forward_ex(target, ..., &io, ...)   // the mean HC streams of those layers
+ *                verify + commit
+ *                draft_dspark_run(d, seqs, n, ...)      // insert the committed rows, draft
+ *
+ * Context: each committed target row p carries the mean of its HC streams after each capture
+ * layer; main_x_p = main_norm(main_proj(those)) gives, in every stage, the key (= value)
+ * rope(kv_norm(wkv main_x_p)) stored at position p of the stage's sliding-window ring (by
+ * position, like the target's own rings). Only rows the target committed are inserted, so
+ * a rejected draft never reaches a ring, and the drafter's length always equals the target's.
+ *
+ * Round: a non-causal block [anchor, noise x (gamma - 1)] at positions P .. P+gamma-1 (P = the
+ * committed length, the anchor's position) runs through the stages (V4 blocks; every block
+ * row sees the W ring keys before P and the whole block; nothing is stored) and the target's
+ * head: base logits U_k. Then, slot by slot, Z_k = U_k + W2 W1[prev] (prev: the anchor, then
+ * each draft), q_k = the request's sampling distribution of Z_k, draft k drawn from q_k with
+ * the request's seed at its position (stream TD_RAND_DRAFT); c_k = sigmoid(w . [y_k ; W1[prev]])
+ * with y_k the stages' hc_head output. With a threshold t > 0 the round stops before the first
+ * slot whose c_k < t: c_k is known before draft k is drawn, so the cut is non-anticipating and
+ * verification stays lossless. Every call builds fresh plans and runs through the target's
+ * forward and attention entry points.
+ */
+#ifndef TD_DRAFT_DSPARK_H
+#define TD_DRAFT_DSPARK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "verify/sample.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct td_model;
+struct td_backend;
+struct draft_dspark;
+
+#define DSPARK_MAX_CAPTURE 8
+#define DSPARK_MAX_BLOCK 16
+
+/* dspark/config.json */
+struct dspark_config {
+    int block;                           /* dspark_block_size: gamma, drafts per round */
+    int noise;                           /* dspark_noise_token_id */
+    int rank;                            /* dspark_markov_rank */
+    int n_stages;                        /* dspark_num_stages */
+    int n_capture;                       /* len(dspark_target_layer_ids) */
+    int capture[DSPARK_MAX_CAPTURE];     /* dspark_target_layer_ids, ascending */
+};
+
+/* Read DIR/config.json and check it against the target (layers, vocab, window). 0, or -1 with a
+ * message naming the key. */
+int dspark_config_load(struct dspark_config *c, const char *dir, const struct td_model *target,
+                       char *err, size_t errlen);
+
+/* one sequence's part of a call: the rows the last target step committed, then a round */
+struct dspark_seq {
+    int slot;           /* the target's state slot; the drafter uses the same one */
+    int pos0;           /* position of the first committed row (0: a new sequence) */
+    int n;              /* committed rows (>= 1) */
+    int capture_row;    /* the first of them in the target step's capture buffer */
+    int32_t anchor;     /* the token at pos0 + n: the next round's first row */
+    int k;              /* drafts wanted, 0 .. block (0: insert only) */
+    const struct td_sampling *sampling;
+    int32_t *drafts;    /* [k] out */
+    float *q;           /* [k, vocab] out: the distribution each draft came from */
+    float *conf;        /* [k] out (may be NULL): the confidence of each slot */
+    int n_drafts;       /* out: drafts made (< k at a confidence cut or a non-finite row) */
+};
+
+/* dir: the drafter's directory; target_host: the loaded target (config); target_run: the same
+ * model resident on backend b (its embedding and head are shared). Rings for max_seqs
+ * sequences; insertion calls of up to max_rows rows. threshold: the confidence cut (0: off).
+ * 0, or -1 with a message. */
+int draft_dspark_init(struct draft_dspark **out, const char *dir,
+                      const struct td_model *target_host, const struct td_model *target_run,
+                      const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
+                      float threshold, int use_graphs, size_t max_bytes, char *err,
+                      size_t errlen);
+
+const struct dspark_config *draft_dspark_config(const struct draft_dspark *d);
+
+/* [max_rows, n_capture, dim] in backend memory: where the target forward leaves its captured
+ * rows; and the layers to capture */
+float *draft_dspark_capture(struct draft_dspark *d);
+const int *draft_dspark_capture_layers(const struct draft_dspark *d, int *n);
+
+/* Insert every sequence's committed rows, then run a round for those with k >= 1. A sequence
+ * at pos0 == 0 starts afresh in its slot. 0, or -1 with a message (an engine error). */
+int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, char *err,
+                     size_t errlen);
+
+/* Tests and tools: the last round's base logits U [n_round * block, vocab] (host), and its
+ * Markov chain taken from `chain` (n_round * block ids) instead of drawn, when not NULL. */
+const float *draft_dspark_base_logits(const struct draft_dspark *d);
+void draft_dspark_force_chain(struct draft_dspark *d, const int32_t *chain);
+
+void draft_dspark_free(struct draft_dspark *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

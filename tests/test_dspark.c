@@ -1,0 +1,231 @@
+/* test_dspark.c: the engine's DSpark drafter against the PyTorch reference (tools/dspark_ref.py).
+ *
+ *   make build/tests/test_dspark && build/tests/test_dspark
+ *
+ * Fixtures (tools/make_dspark_fixtures.py): tests/fixtures/dspark_b (a random drafter over the
+ * random target b_plain_hc2: hc 2, window 16, sigmoid routing, shared-expert biases, capture
+ * layers 0 and 2, 2 stages, block 4) and tests/fixtures/dspark_tiny (tandem-tiny's trained
+ * drafter), each with a context shorter than the window and one that wraps the rings. The C
+ * side runs the target over the case's ids on the CPU (its captured rows feed the drafter, as
+ * in the engine), inserts them, and runs a round:
+ *   base logits U of the block        max|d| <= 1e-3 * max(1, max|ref row|) (fp32 vs fp32)
+ *   greedy drafts                      the same tokens; confidences within 1e-4
+ *   a sampled chain (T = 1, forced)    q = softmax(Z_ref) within 1e-5 per entry; confidences
+ * Also: a round stores nothing (the committed length stays), rows inserted in pieces give the
+ * same round as all at once, and a confidence threshold cuts before the first slot under it.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "draft/dspark.h"
+#include "engine/backend.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/safetensors.h"
+#include "engine/state.h"
+
+struct fx {
+    const char *dir;
+    struct td_model m;
+    struct st_set ref;
+    json_t *js;
+};
+
+static int ids_of(json_t *c, int32_t *ids, int cap) {
+    json_t *a = json_object_get(c, "ids");
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(a) && n < cap; i++)
+        ids[n++] = (int32_t)json_integer_value(json_array_get(a, i));
+    return n;
+}
+
+/* the target over ids (one sequence, one call) with the drafter's capture layers: logits of the
+ * last row into last[V], captured rows into the drafter's capture buffer */
+static int target_pass(const struct td_model *m, struct draft_dspark *d, const int32_t *ids,
+                       int n, float *last, char *err, size_t errlen) {
+    struct td_state st;
+    if (td_state_init(&st, &m->cfg, 1, n + 1, n > 16 ? n : 16, (size_t)1 << 30, td_backend_cpu(),
+                      err, errlen))
+        return -1;
+    float *lg = malloc((size_t)n * m->cfg.vocab * sizeof(float));
+    struct td_forward_io io = {NULL, NULL, draft_dspark_capture(d), NULL, 0};
+    io.capture_layers = draft_dspark_capture_layers(d, &io.n_capture);
+    struct td_plan_seq q = {td_state_seq_alloc(&st), 0, n, ids, 0, 0};
+    int rc = td_forward_seqs_io(m, &st, &q, 1, &io, lg, err, errlen);
+    if (!rc) memcpy(last, lg + (size_t)(n - 1) * m->cfg.vocab, m->cfg.vocab * sizeof(float));
+    free(lg);
+    td_state_free(&st);
+    return rc;
+}
+
+static int argmax(const float *x, int n) {
+    int a = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[a]) a = i;
+    return a;
+}
+
+static void run_fixture(const char *dir) {
+    char err[512], path[512], name[160], extra[160];
+    struct fx f;
+    memset(&f, 0, sizeof f);
+    f.dir = dir;
+    case_begin();
+    snprintf(path, sizeof path, "%s/dspark.json", dir);
+    f.js = json_load_file(path, 0, NULL);
+    const char *model = json_string_value(json_object_get(f.js, "model"));
+    snprintf(path, sizeof path, "%s/dspark.safetensors", dir);
+    CHECK(f.js && model, "%s/dspark.json unreadable", dir);
+    if (check_case_failed || td_model_load(&f.m, model, err, sizeof err) ||
+        st_set_open_file(&f.ref, path, err, sizeof err)) {
+        CHECK(0, "%s: %s", dir, err);
+        case_end(dir, "");
+        json_decref(f.js);
+        return;
+    }
+    const char *ddir = strstr(dir, "dspark_tiny") ? "models/tandem-tiny/dspark" : NULL;
+    char dpath[512];
+    snprintf(dpath, sizeof dpath, "%s/dspark", dir);
+    struct draft_dspark *d = NULL;
+    CHECK(!draft_dspark_init(&d, ddir ? ddir : dpath, &f.m, &f.m, td_backend_cpu(), 2, 512, 512,
+                             0.0f, 0, (size_t)1 << 30, err, sizeof err),
+          "%s", err);
+    snprintf(name, sizeof name, "dspark/%s/init", dir + strlen("tests/fixtures/"));
+    case_end(name, "");
+    if (!d) {
+        td_model_free(&f.m);
+        st_set_close(&f.ref);
+        json_decref(f.js);
+        return;
+    }
+    const struct dspark_config *dc = draft_dspark_config(d);
+    int V = f.m.cfg.vocab, g = dc->block;
+    float *last = malloc((size_t)V * sizeof(float)), *q = malloc((size_t)g * V * sizeof(float));
+    float *want = malloc((size_t)g * V * sizeof(float)), conf[DSPARK_MAX_BLOCK];
+    int32_t ids[1024], drafts[DSPARK_MAX_BLOCK];
+    struct td_sampling greedy = {0.0f, 0, 1.0f, 0}, t1 = {1.0f, 0, 1.0f, 3};
+    json_t *cases = json_object_get(f.js, "cases");
+    const char *cname;
+    json_t *c;
+    json_object_foreach(cases, cname, c) {
+        int n = ids_of(c, ids, 1024), anchor = (int)json_integer_value(json_object_get(c, "anchor"));
+        // the target's anchor, then a greedy round
+        case_begin();
+        CHECK(!target_pass(&f.m, d, ids, n, last, err, sizeof err), "%s", err);
+        CHECK(argmax(last, V) == anchor, "target anchor %d, reference %d", argmax(last, V), anchor);
+        struct dspark_seq s = {0, 0, n, 0, anchor, g, &greedy, drafts, q, conf, 0};
+        CHECK(!check_case_failed && !draft_dspark_run(d, &s, 1, err, sizeof err), "%s", err);
+        snprintf(path, sizeof path, "%s_U", cname);
+        const struct st_entry *u = st_set_find(&f.ref, path);
+        CHECK(u && u->t.shape[0] == g && u->t.shape[1] == V, "%s missing", path);
+        double worst = 0;
+        if (!check_case_failed) {
+            td_tensor_read_f32(&u->t, 0, (int64_t)g * V, want);
+            worst = rel_row_err(draft_dspark_base_logits(d), want, g, V, NULL);
+            CHECK(worst <= 1e-3, "base logits off by %.3g relative", worst);
+            json_t *gd = json_object_get(c, "greedy_drafts"), *gc = json_object_get(c, "greedy_conf");
+            CHECK(s.n_drafts == g, "%d greedy drafts of %d", s.n_drafts, g);
+            for (int j = 0; j < s.n_drafts; j++) {
+                CHECK(drafts[j] == (int)json_integer_value(json_array_get(gd, (size_t)j)),
+                      "greedy draft %d is %d, reference %lld", j, drafts[j],
+                      (long long)json_integer_value(json_array_get(gd, (size_t)j)));
+                double cr = json_real_value(json_array_get(gc, (size_t)j));
+                CHECK(fabs(conf[j] - cr) <= 1e-4, "confidence %d: %.6f, reference %.6f", j, conf[j],
+                      cr);
+            }
+        }
+        struct dspark_seq again = {0, 1, n - 1, 1, anchor, g, &greedy, drafts, q, conf, 0};
+        CHECK(draft_dspark_run(d, &again, 1, err, sizeof err) && strstr(err, "holds"),
+              "rows inserted again at position 1 passed (a round must store nothing, and the "
+              "drafter's length is the target's)");
+        snprintf(name, sizeof name, "dspark/%s/%s_greedy_round_matches_reference",
+                 dir + strlen("tests/fixtures/"), cname);
+        snprintf(extra, sizeof extra, "(%d context rows, U worst %.2e)", n, worst);
+        case_end(name, extra);
+
+        // the sampled chain of the reference, forced: q and confidences; the context inserted
+        // in two pieces (the engine inserts a step's committed rows at a time)
+        case_begin();
+        json_t *chj = json_object_get(c, "chain"), *cc = json_object_get(c, "chain_conf");
+        int32_t chain[DSPARK_MAX_BLOCK];
+        for (int j = 0; j < g; j++)
+            chain[j] = (int32_t)json_integer_value(json_array_get(chj, (size_t)j));
+        int cut = n / 3 + 1;
+        struct dspark_seq s1 = {0, 0, cut, 0, ids[cut], 0, &t1, drafts, q, conf, 0};
+        CHECK(!draft_dspark_run(d, &s1, 1, err, sizeof err), "%s", err);
+        draft_dspark_force_chain(d, chain);
+        struct dspark_seq s2 = {0, cut, n - cut, cut, anchor, g, &t1, drafts, q, conf, 0};
+        CHECK(!draft_dspark_run(d, &s2, 1, err, sizeof err), "%s", err);
+        draft_dspark_force_chain(d, NULL);
+        snprintf(path, sizeof path, "%s_Z", cname);
+        const struct st_entry *z = st_set_find(&f.ref, path);
+        CHECK(z && s2.n_drafts == g, "%s missing or %d drafts", path, s2.n_drafts);
+        double qerr = 0;
+        if (!check_case_failed) {
+            td_tensor_read_f32(&z->t, 0, (int64_t)g * V, want);
+            for (int j = 0; j < g; j++) {
+                float *zr = want + (size_t)j * V;
+                double mx = zr[0], sum = 0;
+                for (int v = 1; v < V; v++)
+                    mx = zr[v] > mx ? zr[v] : mx;
+                for (int v = 0; v < V; v++)
+                    sum += exp(zr[v] - mx);
+                for (int v = 0; v < V; v++) {
+                    double e = fabs(q[(size_t)j * V + v] - exp(zr[v] - mx) / sum);
+                    qerr = e > qerr ? e : qerr;
+                }
+                double cr = json_real_value(json_array_get(cc, (size_t)j));
+                CHECK(fabs(conf[j] - cr) <= 1e-4, "chain confidence %d: %.6f, reference %.6f", j,
+                      conf[j], cr);
+                CHECK(drafts[j] == chain[j], "forced draft %d is %d", j, drafts[j]);
+            }
+            CHECK(qerr <= 1e-5, "q off by %.3g", qerr);
+        }
+        snprintf(name, sizeof name, "dspark/%s/%s_sampled_chain_q_matches_reference",
+                 dir + strlen("tests/fixtures/"), cname);
+        snprintf(extra, sizeof extra, "(q worst %.2e, context inserted as %d + %d rows)", qerr, cut,
+                 n - cut);
+        case_end(name, extra);
+
+        // a threshold between two slots' confidences cuts before the first slot under it
+        case_begin();
+        float c2[DSPARK_MAX_BLOCK], th = conf[1] + 1e-3f;
+        memcpy(c2, conf, sizeof c2);
+        int want_n = 0; // the first slot under the threshold, from this chain's confidences
+        while (want_n < g && c2[want_n] >= th)
+            want_n++;
+        struct draft_dspark *dt = NULL;
+        CHECK(!draft_dspark_init(&dt, ddir ? ddir : dpath, &f.m, &f.m, td_backend_cpu(), 1, 512,
+                                 512, th, 0, (size_t)1 << 30, err, sizeof err),
+              "%s", err);
+        if (dt) {
+            CHECK(!target_pass(&f.m, dt, ids, n, last, err, sizeof err), "%s", err);
+            draft_dspark_force_chain(dt, chain);
+            struct dspark_seq s3 = {0, 0, n, 0, anchor, g, &t1, drafts, q, conf, 0};
+            CHECK(!draft_dspark_run(dt, &s3, 1, err, sizeof err), "%s", err);
+            CHECK(s3.n_drafts == want_n, "threshold %.4f: %d drafts, expected %d", th, s3.n_drafts,
+                  want_n);
+            draft_dspark_free(dt);
+        }
+        snprintf(name, sizeof name, "dspark/%s/%s_threshold_cuts_before_first_low_slot",
+                 dir + strlen("tests/fixtures/"), cname);
+        case_end(name, "");
+    }
+    free(last);
+    free(q);
+    free(want);
+    draft_dspark_free(d);
+    td_model_free(&f.m);
+    st_set_close(&f.ref);
+    json_decref(f.js);
+}
+
+int main(void) {
+    run_fixture("tests/fixtures/dspark_b");
+    if (!access("tests/fixtures/dspark_tiny/dspark.json", R_OK))
+        run_fixture("tests/fixtures/dspark_tiny");
+    return check_failures ? 1 : 0;
+}
