@@ -809,6 +809,15 @@ static void test_greedy_spec_gpu(void) {
               "request %d: MTP output differs from plain greedy", r);
     snprintf(extra, sizeof extra, "(tokens/s: plain %.0f, mtp k=3 %.0f, deterministic)", tp, ts);
     case_end("deterministic/mtp_greedy_equals_plain_32_prompts", extra);
+
+    // the DSpark drafter of the default model (models/tandem-tiny/dspark), on the GPU
+    case_begin();
+    ts = run_engine("dspark", 1, spec, ns);
+    for (int r = 0; r < 32; r++)
+        CHECK(np[r] == ns[r] && !memcmp(plain[r], spec[r], (size_t)np[r] * 4),
+              "request %d: DSpark output differs from plain greedy", r);
+    snprintf(extra, sizeof extra, "(tokens/s: plain %.0f, dspark %.0f, deterministic)", tp, ts);
+    case_end("deterministic/dspark_greedy_equals_plain_32_prompts", extra);
 }
 
 #endif

@@ -16,6 +16,8 @@
  *        ragged lengths, padding) pass the validator, and every mutation of an invariant fails.
  * random_batches_match_alone          random mixed batches give logits bit-identical to
  *        one-request-at-a-time runs.
+ * random_block_plans_validate         thousands of random mixes of blocks and causal rows
+ *        validate; a block row that would store its key or misses a key is caught.
  * block_rows                          a DSpark block (non-causal, nothing stored) beside causal
  *        rows: every block row sees the window before the block and the whole block, writes
  *        nothing, pads stay inert; a block over capacity or in a model with compressed layers
@@ -249,6 +251,40 @@ static void block_rows(void) {
     case_end("block_rows", "");
 }
 
+/* random batches of DSpark blocks and causal context rows (a sliding-only drafter's plans) */
+static void random_block_plans(void) {
+    char err[256];
+    case_begin();
+    struct td_plan_dims d = {128, 16, 5000, 16, 0, 0, 0, 32, 0, 0, 5};
+    struct td_plan p;
+    CHECK(!meta_plan_init(&p, &d, err, sizeof err), "%s", err);
+    struct td_plan_seq q[16];
+    int32_t ids[128];
+    int n_iter = quick_mode() ? 300 : 3000, caught = 0, tried = 0;
+    for (int it = 0; it < n_iter && !check_case_failed; it++) {
+        int n = random_batch(q, ids, 16, 128, 5000);
+        for (int s = 0; s < n; s++)
+            if (q[s].n_new <= d.block && rnd(2)) q[s].block = 1;
+        CHECK(!meta_plan_build(&p, q, n, err, sizeof err), "build: %s", err);
+        CHECK(!meta_plan_validate(&p, err, sizeof err), "iteration %d: %s", it, err);
+        // a block row that stores its key, or sees one key too few, must be caught
+        for (int t = 0; t < p.n_tok; t++) {
+            if (!p.block[p.row_seq[t]]) continue;
+            int32_t *w = rnd(2) ? p.swa_write + t : p.swa_indptr + t + 1, old = *w;
+            *w = w == p.swa_write + t ? p.positions[t] % d.swa_ring : old - 1;
+            tried++;
+            caught += meta_plan_validate(&p, err, sizeof err) != 0;
+            *w = old;
+            break;
+        }
+    }
+    CHECK(caught == tried, "%d of %d broken block rows passed the validator", tried - caught, tried);
+    meta_plan_free(&p);
+    char extra[80];
+    snprintf(extra, sizeof extra, "(%d batches, %d broken block rows caught)", n_iter, caught);
+    case_end("random_block_plans_validate", extra);
+}
+
 static void with_model(void) {
     char err[512];
     struct td_model m;
@@ -372,6 +408,7 @@ int main(void) {
     draft_substeps();
     random_plans();
     block_rows();
+    random_block_plans();
     with_model();
     return check_failures ? 1 : 0;
 }
