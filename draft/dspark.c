@@ -25,24 +25,24 @@ struct draft_dspark {
     struct td_plan plan;
     int max_rows, max_seqs, vocab, dim, nc;
     float threshold;
-    float *capture;           /* [max_rows, n_capture * dim] the target's captured rows */
-    float *ctx;               /* [max_rows, n_capture * dim] the rows being inserted */
-    float *main_x;            /* [max_rows, dim] */
-    float *streams;           /* [max_seqs * block, nc, dim] the stages' output streams */
-    float *y;                 /* [max_seqs * block, dim] hc_head(streams) */
-    float *e, *bias;          /* [max_seqs, rank], [max_seqs, vocab] Markov step */
-    int32_t *ids_dev;         /* [max_seqs] */
-    float *U;                 /* host [max_seqs * block, vocab] base logits */
-    float *y_host;            /* host [max_seqs * block, dim] */
-    float *e_host, *bias_host;/* host [max_seqs, rank], [max_seqs, vocab] */
-    float *z;                 /* host [vocab] */
-    float *conf_w;            /* host [dim + rank] */
-    int32_t *zeros;           /* [max_rows] token ids of insertion rows (never read) */
-    int32_t *blk_ids;         /* [max_seqs * block] */
-    int32_t *ids_host;        /* [max_seqs] */
-    int *live, *act;          /* [max_seqs] */
-    struct td_plan_seq *seqs; /* [max_seqs] */
-    const int32_t *chain;     /* forced Markov chain (tests), or NULL */
+    float *capture;            /* [max_rows, n_capture * dim] the target's captured rows */
+    float *ctx;                /* [max_rows, n_capture * dim] the rows being inserted */
+    float *main_x;             /* [max_rows, dim] */
+    float *streams;            /* [max_seqs * block, nc, dim] the stages' output streams */
+    float *y;                  /* [max_seqs * block, dim] hc_head(streams) */
+    float *e, *bias;           /* [max_seqs, rank], [max_seqs, vocab] Markov step */
+    int32_t *ids_dev;          /* [max_seqs] */
+    float *U;                  /* host [max_seqs * block, vocab] base logits */
+    float *y_host;             /* host [max_seqs * block, dim] */
+    float *e_host, *bias_host; /* host [max_seqs, rank], [max_seqs, vocab] */
+    float *z;                  /* host [vocab] */
+    float *conf_w;             /* host [dim + rank] */
+    int32_t *zeros;            /* [max_rows] token ids of insertion rows (never read) */
+    int32_t *blk_ids;          /* [max_seqs * block] */
+    int32_t *ids_host;         /* [max_seqs] */
+    int *live, *act;           /* [max_seqs] */
+    struct td_plan_seq *seqs;  /* [max_seqs] */
+    const int32_t *chain;      /* forced Markov chain (tests), or NULL */
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -112,8 +112,7 @@ out:
 int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_model *target_host, const struct td_model *target_run,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
-                      float threshold, int use_graphs, size_t max_bytes, char *err,
-                      size_t errlen) {
+                      float threshold, int use_graphs, size_t max_bytes, char *err, size_t errlen) {
     *out = NULL;
     struct draft_dspark *d = calloc(1, sizeof *d);
     if (!d) {
@@ -128,16 +127,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
         return -1;
     }
     const struct dspark_config *dc = &d->cfg;
-    d->run = &d->host;
-    if (b->on_device) {
-        if (td_model_upload(&d->host, b, &d->dev, err, errlen)) goto fail;
-        d->run = &d->dev;
-        d->dev.embed = target_run->embed; // shared with the target
-        d->dev.head = target_run->head;
-    } else {
-        d->host.embed = target_run->embed;
-        d->host.head = target_run->head;
-    }
+    if (td_model_place_drafter(&d->host, &d->dev, target_run, b, &d->run, err, errlen)) goto fail;
     const struct td_config *c = &d->host.cfg;
     d->max_rows = max_rows;
     d->max_seqs = max_seqs;
@@ -179,9 +169,8 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->act = malloc(S * sizeof(int));
     d->seqs = calloc(S, sizeof *d->seqs);
     if (!d->capture || !d->ctx || !d->main_x || !d->streams || !d->y || !d->e || !d->bias ||
-        !d->ids_dev || !d->U || !d->y_host || !d->e_host || !d->bias_host || !d->z ||
-        !d->conf_w || !d->zeros || !d->blk_ids || !d->ids_host || !d->live || !d->act ||
-        !d->seqs) {
+        !d->ids_dev || !d->U || !d->y_host || !d->e_host || !d->bias_host || !d->z || !d->conf_w ||
+        !d->zeros || !d->blk_ids || !d->ids_host || !d->live || !d->act || !d->seqs) {
         snprintf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
         goto fail;
     }
@@ -343,10 +332,12 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
                 d->z[t] = u[t] + bias[t];
             float *qj = q->q + (size_t)j * V;
             if (td_probs(qj, d->z, V, q->sampling)) continue; // non-finite: no more drafts
-            long pos = (long)q->pos0 + q->n + j + 1; // the position of the token drafted
-            int32_t t = d->chain ? d->chain[row]
-                                 : td_sample(qj, V, td_rand_uniform(q->sampling->seed,
-                                                                    (uint64_t)pos, TD_RAND_DRAFT));
+            long pos = (long)q->pos0 + q->n + j + 1;          // the position of the token drafted
+            int32_t t =
+                d->chain
+                    ? d->chain[row]
+                    : td_sample(qj, V,
+                                td_rand_uniform(q->sampling->seed, (uint64_t)pos, TD_RAND_DRAFT));
             q->drafts[j] = t;
             q->n_drafts = j + 1;
         }

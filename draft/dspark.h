@@ -41,16 +41,16 @@ struct td_backend;
 struct draft_dspark;
 
 #define DSPARK_MAX_CAPTURE 8
-#define DSPARK_MAX_BLOCK 16
+#define DSPARK_MAX_BLOCK   16
 
 /* dspark/config.json */
 struct dspark_config {
-    int block;                           /* dspark_block_size: gamma, drafts per round */
-    int noise;                           /* dspark_noise_token_id */
-    int rank;                            /* dspark_markov_rank */
-    int n_stages;                        /* dspark_num_stages */
-    int n_capture;                       /* len(dspark_target_layer_ids) */
-    int capture[DSPARK_MAX_CAPTURE];     /* dspark_target_layer_ids, ascending */
+    int block;                       /* dspark_block_size: gamma, drafts per round */
+    int noise;                       /* dspark_noise_token_id */
+    int rank;                        /* dspark_markov_rank */
+    int n_stages;                    /* dspark_num_stages */
+    int n_capture;                   /* len(dspark_target_layer_ids) */
+    int capture[DSPARK_MAX_CAPTURE]; /* dspark_target_layer_ids, ascending */
 };
 
 /* Read DIR/config.json and check it against the target (layers, vocab, window). 0, or -1 with a
@@ -60,17 +60,17 @@ int dspark_config_load(struct dspark_config *c, const char *dir, const struct td
 
 /* one sequence's part of a call: the rows the last target step committed, then a round */
 struct dspark_seq {
-    int slot;           /* the target's state slot; the drafter uses the same one */
-    int pos0;           /* position of the first committed row (0: a new sequence) */
-    int n;              /* committed rows (>= 1) */
-    int capture_row;    /* the first of them in the target step's capture buffer */
-    int32_t anchor;     /* the token at pos0 + n: the next round's first row */
-    int k;              /* drafts wanted, 0 .. block (0: insert only) */
+    int slot;        /* the target's state slot; the drafter uses the same one */
+    int pos0;        /* position of the first committed row (0: a new sequence) */
+    int n;           /* committed rows (>= 1) */
+    int capture_row; /* the first of them in the target step's capture buffer */
+    int32_t anchor;  /* the token at pos0 + n: the next round's first row */
+    int k;           /* drafts wanted, 0 .. block (0: insert only) */
     const struct td_sampling *sampling;
-    int32_t *drafts;    /* [k] out */
-    float *q;           /* [k, vocab] out: the distribution each draft came from */
-    float *conf;        /* [k] out (may be NULL): the confidence of each slot */
-    int n_drafts;       /* out: drafts made (< k at a confidence cut or a non-finite row) */
+    int32_t *drafts; /* [k] out */
+    float *q;        /* [k, vocab] out: the distribution each draft came from */
+    float *conf;     /* [k] out (may be NULL): the confidence of each slot */
+    int n_drafts;    /* out: drafts made (< k at a confidence cut or a non-finite row) */
 };
 
 /* dir: the drafter's directory; target_host: the loaded target (config); target_run: the same
@@ -80,8 +80,7 @@ struct dspark_seq {
 int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_model *target_host, const struct td_model *target_run,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
-                      float threshold, int use_graphs, size_t max_bytes, char *err,
-                      size_t errlen);
+                      float threshold, int use_graphs, size_t max_bytes, char *err, size_t errlen);
 
 const struct dspark_config *draft_dspark_config(const struct draft_dspark *d);
 

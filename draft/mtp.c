@@ -31,7 +31,7 @@ struct draft_mtp {
     int32_t *ids;             /* [max_rows] host */
     struct td_plan_seq *seqs; /* [max_seqs] */
     int *zero, *live, *keep;  /* [max_rows], [max_seqs], [max_seqs] */
-    int all_logits; /* catch-up returns every row's logits (tests) */
+    int all_logits;           /* catch-up returns every row's logits (tests) */
     int max_seqs;
 };
 
@@ -50,16 +50,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
         free(d);
         return -1;
     }
-    d->run = &d->host;
-    if (b->on_device) {
-        if (td_model_upload(&d->host, b, &d->dev, err, errlen)) goto fail;
-        d->run = &d->dev;
-        d->dev.embed = target_run->embed; // shared with the target
-        d->dev.head = target_run->head;
-    } else {
-        d->host.embed = target_run->embed;
-        d->host.head = target_run->head;
-    }
+    if (td_model_place_drafter(&d->host, &d->dev, target_run, b, &d->run, err, errlen)) goto fail;
     const struct td_config *c = &d->host.cfg;
     d->max_rows = max_rows;
     d->max_k = max_k;
@@ -127,7 +118,9 @@ const float *draft_mtp_logits(const struct draft_mtp *d) {
     return d->logits;
 }
 
-void draft_mtp_set_all_logits(struct draft_mtp *d, int on) { d->all_logits = on; }
+void draft_mtp_set_all_logits(struct draft_mtp *d, int on) {
+    d->all_logits = on;
+}
 
 /* X = h_proj(hnorm(h_in)) + e_proj(enorm(embed(ids))), zero token term at position 0; then the
  * MTP block over the plan already built in d->plan */
@@ -183,8 +176,8 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
         memcpy(d->ids + rows, q->next, (size_t)q->n * sizeof(int32_t));
         if (q->pos0 == 0) zero[n_zero++] = rows;
         // only the last row's logits draft; all rows' when a test asks for them
-        d->seqs[s] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->ids + rows,
-                                          d->all_logits ? 0 : q->n - 1, 0};
+        d->seqs[s] = (struct td_plan_seq){
+            q->slot, q->pos0, q->n, d->ids + rows, d->all_logits ? 0 : q->n - 1, 0};
         rows += q->n;
         q->n_drafts = 0;
     }

@@ -58,14 +58,15 @@ struct td_engine {
     struct td_state state;
     struct td_plan plan;
     struct td_drafter *drafter;
-    struct draft_mtp *mtp;     /* the MTP drafter, when draft = "mtp" */
-    struct mtp_rows *mtp_rows; /* [max_seqs] */
-    struct draft_dspark *dspark;   /* the DSpark drafter, when draft = "dspark" */
-    struct dspark_seq *ds_seqs;    /* [max_seqs] */
-    struct request *reqs;      /* [n_reqs] */
+    struct draft_mtp *mtp;       /* the MTP drafter, when draft = "mtp" */
+    struct mtp_rows *mtp_rows;   /* [max_seqs] */
+    struct draft_dspark *dspark; /* the DSpark drafter, when draft = "dspark" */
+    struct dspark_seq *ds_seqs;  /* [max_seqs] */
+    struct request **live;       /* [max_seqs] the requests of a drafter call */
+    struct request *reqs;        /* [n_reqs] */
     int n_reqs, cap_reqs;
-    int next_admit;               /* requests before this index were admitted (FIFO) */
-    int *active;                  /* [n_active] ids of requests not yet finished, oldest first */
+    int next_admit; /* requests before this index were admitted (FIFO) */
+    int *active;    /* [n_active] ids of requests not yet finished, oldest first */
     int n_active, cap_active;
     struct group *groups;         /* [max_seqs] */
     struct td_plan_seq *seqs;     /* [max_seqs] */
@@ -190,8 +191,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         }
     }
     if (!(p->dspark_threshold >= 0.0f && p->dspark_threshold < 1.0f)) {
-        snprintf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)",
-                 p->dspark_threshold);
+        snprintf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)", p->dspark_threshold);
         goto fail;
     }
     if (use_drafter && !use_mtp && !use_dspark &&
@@ -229,12 +229,14 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
     size_t V = (size_t)c->vocab;
     e->groups = calloc((size_t)e->p.max_seqs, sizeof *e->groups);
+    e->live = calloc((size_t)e->p.max_seqs, sizeof *e->live);
     e->seqs = calloc((size_t)e->p.max_seqs, sizeof *e->seqs);
     e->logits = malloc((size_t)e->p.max_batch_tokens * V * sizeof(float));
     e->q = malloc(((size_t)e->p.max_seqs * (e->p.max_draft + 1)) * V * sizeof(float));
     e->p_scratch = malloc(V * sizeof(float));
     e->r_scratch = malloc(V * sizeof(float));
-    if (!e->groups || !e->seqs || !e->logits || !e->q || !e->p_scratch || !e->r_scratch) {
+    if (!e->groups || !e->live || !e->seqs || !e->logits || !e->q || !e->p_scratch ||
+        !e->r_scratch) {
         snprintf(err, errlen, "engine: out of memory for step buffers (%zu MiB of logits)",
                  ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
         goto fail;
@@ -254,6 +256,7 @@ void td_engine_free(struct td_engine *e) {
     free(e->reqs);
     free(e->active);
     free(e->groups);
+    free(e->live);
     free(e->seqs);
     free(e->logits);
     free(e->q);
@@ -542,60 +545,40 @@ static void finish_round(struct td_engine *e, struct group *g, float *rows, long
     if (keep >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
 }
 
-/* MTP: catch up the rows every live sequence committed this step, and draft its next round */
-static int mtp_step(struct td_engine *e, int n_groups, char *err, size_t errlen) {
+/* MTP or DSpark, after the target step: every live sequence's rows this step committed (never a
+ * rejected draft's) reach the drafter (MTP catches them up, DSpark inserts them as context),
+ * then each decoding sequence gets its next round's drafts in r->drafts and their q */
+static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size_t errlen) {
     int n = 0;
     for (int i = 0; i < n_groups; i++) {
         struct request *r = e->groups[i].r;
         r->n_drafts = 0;
         if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue; // finished
-        int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot];
-        struct mtp_rows *m = &e->mtp_rows[n++];
-        m->slot = r->slot;
-        m->pos0 = pos0;
-        m->n = fed - pos0; // the rows this step committed
-        m->hidden_row = e->plan.qo_indptr[i];
-        m->next = r->toks + pos0 + 1; // r->toks[p] is the token at position p
-        m->k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
-        m->sampling = &r->sampling;
-        m->drafts = r->drafts;
-        m->q = q_rows(e, r->slot);
+        int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot], row = e->plan.qo_indptr[i];
+        int k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
+        if (e->mtp) // row q's token is the one after it: r->toks[p] is the token at position p
+            e->mtp_rows[n] = (struct mtp_rows){
+                r->slot,      pos0,      fed - pos0,         row, r->toks + pos0 + 1, k,
+                &r->sampling, r->drafts, q_rows(e, r->slot), 0};
+        else // the anchor: the token just sampled, at position fed
+            e->ds_seqs[n] = (struct dspark_seq){r->slot,
+                                                pos0,
+                                                fed - pos0,
+                                                row,
+                                                r->toks[r->n_toks - 1],
+                                                k,
+                                                &r->sampling,
+                                                r->drafts,
+                                                q_rows(e, r->slot),
+                                                NULL,
+                                                0};
+        e->live[n++] = r;
     }
-    if (draft_mtp_run(e->mtp, e->mtp_rows, n, err, errlen)) return -1;
-    for (int i = 0, j = 0; i < n_groups; i++) {
-        struct request *r = e->groups[i].r;
-        if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue;
-        r->n_drafts = e->mtp_rows[j++].n_drafts;
-    }
-    return 0;
-}
-
-/* DSpark: insert the rows every live sequence committed this step, and draft its next round */
-static int dspark_step(struct td_engine *e, int n_groups, char *err, size_t errlen) {
-    int n = 0;
-    for (int i = 0; i < n_groups; i++) {
-        struct request *r = e->groups[i].r;
-        r->n_drafts = 0;
-        if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue; // finished
-        int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot];
-        struct dspark_seq *q = &e->ds_seqs[n++];
-        q->slot = r->slot;
-        q->pos0 = pos0;
-        q->n = fed - pos0; // the rows this step committed (never a rejected draft's)
-        q->capture_row = e->plan.qo_indptr[i];
-        q->anchor = r->toks[r->n_toks - 1];
-        q->k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
-        q->sampling = &r->sampling;
-        q->drafts = r->drafts;
-        q->q = q_rows(e, r->slot);
-        q->conf = NULL;
-    }
-    if (draft_dspark_run(e->dspark, e->ds_seqs, n, err, errlen)) return -1;
-    for (int i = 0, j = 0; i < n_groups; i++) {
-        struct request *r = e->groups[i].r;
-        if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue;
-        r->n_drafts = e->ds_seqs[j++].n_drafts;
-    }
+    if (e->mtp ? draft_mtp_run(e->mtp, e->mtp_rows, n, err, errlen)
+               : draft_dspark_run(e->dspark, e->ds_seqs, n, err, errlen))
+        return -1;
+    for (int j = 0; j < n; j++)
+        e->live[j]->n_drafts = e->mtp ? e->mtp_rows[j].n_drafts : e->ds_seqs[j].n_drafts;
     return 0;
 }
 
@@ -625,8 +608,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             else
                 finish_round(e, g, rows, e->plan.len_before[i]); // anchor position
         }
-        if (e->mtp && mtp_step(e, n, err, errlen)) return -1;
-        if (e->dspark && dspark_step(e, n, err, errlen)) return -1;
+        if ((e->mtp || e->dspark) && model_drafter_step(e, n, err, errlen)) return -1;
     }
     // forget finished requests: each step scans only the live ones
     int live = 0;

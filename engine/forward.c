@@ -50,11 +50,11 @@ struct fwd {
     float *inv_main, *inv_comp; /* [rope_dim / 2] */
     void *plan_dev;             /* the plan's buffer on a device backend */
     const float *x_in;          /* [n, nc, dim] input streams instead of the embedding, or NULL */
-    int head_all_rows;              /* 1: the head runs on every row (graphs), 0: on logit_rows */
-    float *capture;                 /* [n, n_capture, dim] stream means, or NULL */
-    const int *capture_layers;      /* [n_capture] */
+    int head_all_rows;          /* 1: the head runs on every row (graphs), 0: on logit_rows */
+    float *capture;             /* [n, n_capture, dim] stream means, or NULL */
+    const int *capture_layers;  /* [n_capture] */
     int n_capture;
-    float *hidden_out;          /* [n, nc, dim] final streams out, or NULL */
+    float *hidden_out; /* [n, nc, dim] final streams out, or NULL */
 };
 
 static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
@@ -284,7 +284,7 @@ struct td_fwd_ws {
     struct {
         int n_pad;
         const void *x_in, *hidden_out, *capture; /* the buffers the graph was captured with */
-        void *exec;                    /* NULL: capture failed, run eagerly */
+        void *exec;                              /* NULL: capture failed, run eagerly */
     } graphs[MAX_GRAPHS];
     int n_graphs;
 };

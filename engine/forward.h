@@ -25,21 +25,21 @@ extern "C" {
 #endif
 
 /* logits[n_logit, vocab]: the rows p->logit_rows (every row unless the plan's sequences skip
- * some: then the head runs only on the rows kept). topk_trace, when not NULL, receives the indexer's
- * selection of every CSA layer: [n_layers, n_tok, index_topk], ascending, -1 padded (rows of
- * other layers untouched). Returns 0, or -1 with a message (state unchanged) when the plan
- * does not match the state (slot not live, len_before != committed length, context full,
- * token id out of range). */
+ * some: then the head runs only on the rows kept). topk_trace, when not NULL, receives the
+ * indexer's selection of every CSA layer: [n_layers, n_tok, index_topk], ascending, -1 padded (rows
+ * of other layers untouched). Returns 0, or -1 with a message (state unchanged) when the plan does
+ * not match the state (slot not live, len_before != committed length, context full, token id out of
+ * range). */
 int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                float *logits, int32_t *topk_trace, char *err, size_t errlen);
 
 /* what a drafter reads from or feeds to a forward; every pointer in backend memory, any NULL */
 struct td_forward_io {
-    const float *x_in;        /* [n_tok, hc_mult, dim] replaces the embedding as the input */
-    float *hidden_out;        /* [n_tok, hc_mult, dim] the final streams, before hc_head (MTP) */
-    float *capture;           /* [n_tok, n_capture, dim] the mean of the streams after each of
-                                 capture_layers (DSpark's context) */
-    const int *capture_layers;/* [n_capture] ascending layer indices */
+    const float *x_in;         /* [n_tok, hc_mult, dim] replaces the embedding as the input */
+    float *hidden_out;         /* [n_tok, hc_mult, dim] the final streams, before hc_head (MTP) */
+    float *capture;            /* [n_tok, n_capture, dim] the mean of the streams after each of
+                                  capture_layers (DSpark's context) */
+    const int *capture_layers; /* [n_capture] ascending layer indices */
     int n_capture;
 };
 

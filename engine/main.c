@@ -26,13 +26,13 @@
 #include "metadata/plan.h"
 
 #define DRAFT_USAGE                                                                                \
-    "  --draft NAME           auto | none | ngram | random | mtp | dspark (auto: dspark when\n"  \
-    "                         the model ships DIR/dspark/, else none; mtp reads the\n"            \
-    "                         checkpoint's mtp.0.* layer)\n"                                      \
-    "  --draft-tokens K       draft tokens per round, 1..16 (default 3; dspark: its block\n"      \
-    "                         size, and at most that)\n"                                          \
-    "  --dspark-dir DIR       the DSpark drafter (default: the model's dspark/)\n"               \
-    "  --dspark-threshold C   verify only the drafts before the first slot whose confidence is\n" \
+    "  --draft NAME           auto | none | ngram | random | mtp | dspark (auto: dspark when\n"    \
+    "                         the model ships DIR/dspark/, else none; mtp reads the\n"             \
+    "                         checkpoint's mtp.0.* layer)\n"                                       \
+    "  --draft-tokens K       draft tokens per round, 1..16 (default 3; dspark: its block\n"       \
+    "                         size, and at most that)\n"                                           \
+    "  --dspark-dir DIR       the DSpark drafter (default: the model's dspark/)\n"                 \
+    "  --dspark-threshold C   verify only the drafts before the first slot whose confidence is\n"  \
     "                         below C, in [0, 1) (default 0: all; lossless either way)\n"
 
 static void usage(FILE *fp) {
@@ -58,8 +58,8 @@ static void usage(FILE *fp) {
         "  --top-k K              keep the K most likely tokens (default 0 = off)\n"
         "  --top-p P              nucleus mass in (0, 1] (default 1 = off)\n"
         "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
-        "  --n N                  independent completions decoded together (default 1)\n"
-        DRAFT_USAGE
+        "  --n N                  independent completions decoded together (default "
+        "1)\n" DRAFT_USAGE
         "  --print-ids            one line of generated ids per completion, nothing else\n"
         "  --stats                tokens/s, steps, mean accepted length and per-position\n"
         "                         acceptance to stderr\n"
@@ -202,14 +202,14 @@ static int cmd_logits(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        const char **dst = !strcmp(a, "--model")     ? &model_dir
-                           : !strcmp(a, "--ids")     ? &ids_path
-                           : !strcmp(a, "--out")     ? &out_path
-                           : !strcmp(a, "--chunks")  ? &chunks_arg
-                           : !strcmp(a, "--backend") ? &backend
-                           : !strcmp(a, "--capture") ? &capture_arg
+        const char **dst = !strcmp(a, "--model")         ? &model_dir
+                           : !strcmp(a, "--ids")         ? &ids_path
+                           : !strcmp(a, "--out")         ? &out_path
+                           : !strcmp(a, "--chunks")      ? &chunks_arg
+                           : !strcmp(a, "--backend")     ? &backend
+                           : !strcmp(a, "--capture")     ? &capture_arg
                            : !strcmp(a, "--capture-out") ? &capture_out
-                                                     : NULL;
+                                                         : NULL;
         if (!dst) return die("logits: unknown option '%s' (see tandem logits --help)", a);
         if (i + 1 >= argc) return die("logits: %s needs a value", a);
         *dst = argv[++i];
@@ -250,8 +250,8 @@ static int cmd_logits(int argc, char **argv) {
                      ids[i], i + 1, m.cfg.vocab);
             goto done;
         }
-    if (capture_arg && parse_layers(capture_arg, m.cfg.n_layers, cap_layers, &n_cap, err,
-                                    sizeof err))
+    if (capture_arg &&
+        parse_layers(capture_arg, m.cfg.n_layers, cap_layers, &n_cap, err, sizeof err))
         goto done;
     int max_chunk = 16;
     for (int i = 0; i < n_chunks; i++)
@@ -423,7 +423,8 @@ static int draft_option(const char *a, const char *v, struct td_engine_params *e
         ep->dspark_dir = v;
         return 1;
     }
-    if (!strcmp(a, "--draft-tokens")) return parse_int(a, v, 1, TD_MAX_DRAFT, draft_tokens) ? -1 : 1;
+    if (!strcmp(a, "--draft-tokens"))
+        return parse_int(a, v, 1, TD_MAX_DRAFT, draft_tokens) ? -1 : 1;
     if (!strcmp(a, "--dspark-threshold")) {
         double t;
         if (parse_float(a, v, 0, 0.999999, &t)) return -1;
@@ -446,8 +447,10 @@ static int draft_finish(const char *cmd, struct td_engine_params *ep, long draft
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         ok |= !strcmp(ep->draft, names[i]);
     if (!ok) {
-        fprintf(stderr, "tandem: %s: --draft '%s': expected auto, none, ngram, random, mtp or "
-                        "dspark\n", cmd, ep->draft);
+        fprintf(stderr,
+                "tandem: %s: --draft '%s': expected auto, none, ngram, random, mtp or "
+                "dspark\n",
+                cmd, ep->draft);
         return 2;
     }
     int none = !strcmp(ep->draft, "none"), dspark = !strcmp(ep->draft, "dspark");
@@ -807,28 +810,41 @@ static int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: tandem bench [--model DIR] --prompts FILE.jsonl [options]\n"
-                   "  --prompts FILE       JSON lines with \"turns\": [text, ...] (the first turn is\n"
-                   "                       the prompt) or \"text\": text\n"
-                   "  --n-prompts N        prompts to run (default 64; fewer if the file has fewer)\n"
-                   "  --max-tokens N       tokens per request (default 128)\n"
-                   "  --batch B            requests decoding at once (default 16)\n"
-                   "  drafter options (default --draft none):\n" DRAFT_USAGE
-                   "  --temperature T      default 0 (greedy)\n"
-                   "  --seed S             request i uses S + i\n"
-                   "  --raw                prompts as plain text (default: the chat format)\n"
-                   "  --backend B          auto | cpu | cuda;  --deterministic;  --no-graphs\n"
-                   "  --max-batch-tokens N rows per step (default 256)\n"
-                   "  --csv                one CSV header line and one result line\n"
-                   "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
-                   "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
-                   "the mean accepted length and acceptance by draft position.\n");
+            printf(
+                "usage: tandem bench [--model DIR] --prompts FILE.jsonl [options]\n"
+                "  --prompts FILE       JSON lines with \"turns\": [text, ...] (the first turn is\n"
+                "                       the prompt) or \"text\": text\n"
+                "  --n-prompts N        prompts to run (default 64; fewer if the file has fewer)\n"
+                "  --max-tokens N       tokens per request (default 128)\n"
+                "  --batch B            requests decoding at once (default 16)\n"
+                "  drafter options (default --draft none):\n" DRAFT_USAGE
+                "  --temperature T      default 0 (greedy)\n"
+                "  --seed S             request i uses S + i\n"
+                "  --raw                prompts as plain text (default: the chat format)\n"
+                "  --backend B          auto | cpu | cuda;  --deterministic;  --no-graphs\n"
+                "  --max-batch-tokens N rows per step (default 256)\n"
+                "  --csv                one CSV header line and one result line\n"
+                "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
+                "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
+                "the mean accepted length and acceptance by draft position.\n");
             return 0;
         }
-        if (!strcmp(a, "--raw")) { raw = 1; continue; }
-        if (!strcmp(a, "--csv")) { csv = 1; continue; }
-        if (!strcmp(a, "--deterministic")) { ep.deterministic = 1; continue; }
-        if (!strcmp(a, "--no-graphs")) { ep.no_graphs = 1; continue; }
+        if (!strcmp(a, "--raw")) {
+            raw = 1;
+            continue;
+        }
+        if (!strcmp(a, "--csv")) {
+            csv = 1;
+            continue;
+        }
+        if (!strcmp(a, "--deterministic")) {
+            ep.deterministic = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-graphs")) {
+            ep.no_graphs = 1;
+            continue;
+        }
         if (!v) return die("bench: %s needs a value (see tandem bench --help)", a);
         i++;
         int rc = draft_option(a, v, &ep, &draft_tokens);
@@ -836,18 +852,27 @@ static int cmd_bench(int argc, char **argv) {
             if (rc < 0) return 2;
             continue;
         }
-        if (!strcmp(a, "--model")) ep.model_dir = v;
-        else if (!strcmp(a, "--prompts")) prompts_path = v;
-        else if (!strcmp(a, "--n-prompts")) rc = parse_int(a, v, 1, 1 << 20, &n_prompts);
-        else if (!strcmp(a, "--max-tokens")) rc = parse_int(a, v, 1, 1 << 20, &max_tokens);
-        else if (!strcmp(a, "--batch")) rc = parse_int(a, v, 1, 4096, &batch);
-        else if (!strcmp(a, "--temperature")) rc = parse_float(a, v, 0, 1e6, &temperature);
-        else if (!strcmp(a, "--seed")) rc = parse_int(a, v, 0, LONG_MAX, &seed);
-        else if (!strcmp(a, "--backend")) ep.backend = v;
+        if (!strcmp(a, "--model"))
+            ep.model_dir = v;
+        else if (!strcmp(a, "--prompts"))
+            prompts_path = v;
+        else if (!strcmp(a, "--n-prompts"))
+            rc = parse_int(a, v, 1, 1 << 20, &n_prompts);
+        else if (!strcmp(a, "--max-tokens"))
+            rc = parse_int(a, v, 1, 1 << 20, &max_tokens);
+        else if (!strcmp(a, "--batch"))
+            rc = parse_int(a, v, 1, 4096, &batch);
+        else if (!strcmp(a, "--temperature"))
+            rc = parse_float(a, v, 0, 1e6, &temperature);
+        else if (!strcmp(a, "--seed"))
+            rc = parse_int(a, v, 0, LONG_MAX, &seed);
+        else if (!strcmp(a, "--backend"))
+            ep.backend = v;
         else if (!strcmp(a, "--max-batch-tokens")) {
             rc = parse_int(a, v, 1, 1 << 20, &lv);
             ep.max_batch_tokens = (int)lv;
-        } else return die("bench: unknown option '%s' (see tandem bench --help)", a);
+        } else
+            return die("bench: unknown option '%s' (see tandem bench --help)", a);
         if (rc) return 2;
     }
     if (!prompts_path) return die("bench: --prompts FILE.jsonl is required%s", "");
@@ -879,13 +904,15 @@ static int cmd_bench(int argc, char **argv) {
         json_t *doc = json_loads(line, 0, &je);
         json_t *turns = doc ? json_object_get(doc, "turns") : NULL;
         const char *text = json_is_array(turns) ? json_string_value(json_array_get(turns, 0))
-                           : doc ? json_string_value(json_object_get(doc, "text")) : NULL;
+                           : doc                ? json_string_value(json_object_get(doc, "text"))
+                                                : NULL;
         int rc = -1;
         if (!text) {
             snprintf(err, sizeof err, "%s:%d: not a JSON object with \"turns\" or \"text\"",
                      prompts_path, lineno);
         } else if (raw) {
-            rc = tok_encode(tk, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ids[np], err, sizeof err);
+            rc = tok_encode(tk, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ids[np], err,
+                            sizeof err);
         } else {
             struct chat_msg msg = {CHAT_ROLE_USER, text};
             rc = chat_encode(&ch, &msg, 1, 1, &ids[np], err, sizeof err);
@@ -894,7 +921,8 @@ static int cmd_bench(int argc, char **argv) {
         if (rc) {
             fclose(fp);
             free(line);
-            for (int i = 0; i <= np; i++) tok_ids_free(&ids[i]);
+            for (int i = 0; i <= np; i++)
+                tok_ids_free(&ids[i]);
             free(ids);
             tok_free(tk);
             return die("%s", err);
@@ -910,7 +938,8 @@ static int cmd_bench(int argc, char **argv) {
     }
     struct td_engine *e;
     if (td_engine_init(&e, &ep, err, sizeof err)) {
-        for (int i = 0; i < np; i++) tok_ids_free(&ids[i]);
+        for (int i = 0; i < np; i++)
+            tok_ids_free(&ids[i]);
         free(ids);
         tok_free(tk);
         return die("%s", err);
@@ -920,8 +949,11 @@ static int cmd_bench(int argc, char **argv) {
     long prompt_tokens = 0;
     double t0 = now_s();
     for (int i = 0; i < np; i++) {
-        struct td_request_params rp = {ids[i].ids, (int)ids[i].n, (int)max_tokens,
-                                       {(float)temperature, 0, 1.0f, (uint64_t)(seed + i)}, 1};
+        struct td_request_params rp = {ids[i].ids,
+                                       (int)ids[i].n,
+                                       (int)max_tokens,
+                                       {(float)temperature, 0, 1.0f, (uint64_t)(seed + i)},
+                                       1};
         prompt_tokens += (long)ids[i].n;
         ttft[i] = done_t[i] = -1;
         if ((rid[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
@@ -951,8 +983,9 @@ static int cmd_bench(int argc, char **argv) {
     qsort(done_t, (size_t)np, sizeof *done_t, cmp_double);
     double mal = s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 1.0;
     if (csv) {
-        printf("model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
-               "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length\n");
+        printf(
+            "model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
+            "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length\n");
         printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f\n", ep.model_dir,
                td_engine_backend(e), ep.draft, td_engine_draft_tokens(e), np, batch, prompt_tokens,
                s->tokens_out, wall, s->tokens_out / wall, np / wall, ttft[np / 2],
@@ -962,8 +995,9 @@ static int cmd_bench(int argc, char **argv) {
                td_engine_backend(e), ep.draft, td_engine_draft_tokens(e), np, prompt_tokens, batch);
         printf("bench: %ld output tokens in %.3f s = %.1f tokens/s, %.2f requests/s, %ld steps\n",
                s->tokens_out, wall, s->tokens_out / wall, np / wall, s->steps);
-        printf("bench: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
-               ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
+        printf(
+            "bench: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
+            ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
         if (s->rounds && td_engine_draft_tokens(e)) {
             printf("bench: mean accepted length %.3f, acceptance by draft position:", mal);
             for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
@@ -975,7 +1009,8 @@ out:
     free(rid);
     free(ttft);
     free(done_t);
-    for (int i = 0; i < np; i++) tok_ids_free(&ids[i]);
+    for (int i = 0; i < np; i++)
+        tok_ids_free(&ids[i]);
     free(ids);
     td_engine_free(e);
     tok_free(tk);

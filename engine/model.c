@@ -708,6 +708,20 @@ fail:
     return -1;
 }
 
+int td_model_place_drafter(struct td_model *host, struct td_model *dev,
+                           const struct td_model *target_run, const struct td_backend *b,
+                           const struct td_model **run, char *err, size_t errlen) {
+    struct td_model *m = host;
+    if (b->on_device) {
+        if (td_model_upload(host, b, dev, err, errlen)) return -1;
+        m = dev;
+    }
+    m->embed = target_run->embed; // shared with the target, on the same backend
+    m->head = target_run->head;
+    *run = m;
+    return 0;
+}
+
 const struct td_tensor *td_model_tensor(const struct td_model *m, const char *name) {
     const struct st_entry *e = st_set_find(&m->st, name);
     return e ? &e->t : NULL;

@@ -121,6 +121,13 @@ int td_model_load_dspark(const struct td_model *target, const char *dir, int n_s
 int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
                     char *err, size_t errlen);
 
+/* A drafter's model (td_model_load_mtp/_dspark) ready to run on b: *run = its device mirror in
+ * dev when b is a device, else host itself; either way with the embedding and head of the
+ * target as it runs on b (target_run). 0, or -1 with a message. */
+int td_model_place_drafter(struct td_model *host, struct td_model *dev,
+                           const struct td_model *target_run, const struct td_backend *b,
+                           const struct td_model **run, char *err, size_t errlen);
+
 /* A stored tensor by its name in the file (e.g. "mtp.0.e_proj.weight"); NULL when absent. */
 const struct td_tensor *td_model_tensor(const struct td_model *m, const char *name);
 

@@ -67,12 +67,13 @@ static int set_str(struct tok *t, int32_t id, const char *s, size_t n) {
 // ---------------------------------------------------------------- model
 
 static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
-    if (!json_is_object(m)) return td_errf(err, errlen, "tokenizer.json has no \"model\"%s%s", "", "");
+    if (!json_is_object(m))
+        return td_errf(err, errlen, "tokenizer.json has no \"model\"%s%s", "", "");
     const char *type = jstr(m, "type");
     json_t *vocab = json_object_get(m, "vocab"), *merges = json_object_get(m, "merges");
     if (type ? strcmp(type, "BPE") : !merges)
         return td_errf(err, errlen, "model: %s is not supported (only BPE)%s",
-                    type ? type : "(untyped)", "");
+                       type ? type : "(untyped)", "");
     if (!json_is_object(vocab))
         return td_errf(err, errlen, "model.vocab is not an object%s%s", "", "");
     if (!json_is_array(merges))
@@ -80,9 +81,9 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
     json_t *dropout = json_object_get(m, "dropout");
     if (json_is_number(dropout) && json_number_value(dropout) > 0)
         return td_errf(err, errlen,
-                    "model: BPE dropout is not supported (it makes encoding "
-                    "random)%s%s",
-                    "", "");
+                       "model: BPE dropout is not supported (it makes encoding "
+                       "random)%s%s",
+                       "", "");
 
     const char *key;
     json_t *val;
@@ -221,8 +222,8 @@ static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size
         const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"),
                    *content = jstr(n, "content");
         if ((!lit && !rx) || !content)
-            return td_errf(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where,
-                        "");
+            return td_errf(err, errlen, "%s: Replace needs pattern.String|Regex and content%s",
+                           where, "");
         if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
             return -1;
         x.str = strdup(content);
@@ -273,9 +274,9 @@ static int add_pre(struct tok *t, json_t *p, const char *where, char *err, size_
         return td_errf(err, errlen, "%s: more than 16 pre-tokenizers%s", where, "");
     if (t->n_pre && t->pre[t->n_pre - 1].kind == TOK_PRE_BYTE_LEVEL)
         return td_errf(err, errlen,
-                    "%s: %s after ByteLevel is not supported (ByteLevel must come "
-                    "last)",
-                    where, type);
+                       "%s: %s after ByteLevel is not supported (ByteLevel must come "
+                       "last)",
+                       where, type);
     struct tok_pre x = {0};
     if (!strcmp(type, "Split")) {
         x.kind = TOK_PRE_SPLIT;
@@ -285,7 +286,7 @@ static int add_pre(struct tok *t, json_t *p, const char *where, char *err, size_
             return td_errf(err, errlen, "%s: Split needs pattern.String or .Regex%s", where, "");
         if (parse_behavior(jstr(p, "behavior"), &x.behavior))
             return td_errf(err, errlen, "%s: Split behavior '%s' is unknown", where,
-                        jstr(p, "behavior") ? jstr(p, "behavior") : "(none)");
+                           jstr(p, "behavior") ? jstr(p, "behavior") : "(none)");
         x.invert = jbool(p, "invert", 0);
         if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
             return -1;
@@ -365,8 +366,8 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
         if (sq) {
             const char *id = jstr(sq, "id");
             if (seen_a || !id || strcmp(id, "A"))
-                return td_errf(err, errlen, "%s: TemplateProcessing single must hold one $A%s", where,
-                            "");
+                return td_errf(err, errlen, "%s: TemplateProcessing single must hold one $A%s",
+                               where, "");
             seen_a = 1;
             continue;
         }
@@ -374,7 +375,7 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
         json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
         if (!name || !json_is_array(ids))
             return td_errf(err, errlen, "%s: special token '%s' is not in special_tokens", where,
-                        name ? name : "(none)");
+                           name ? name : "(none)");
         size_t k;
         json_t *idv;
         json_array_foreach(ids, k, idv) {
@@ -385,7 +386,8 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
             if (r) return td_errf(err, errlen, "out of memory%s%s", "", "");
         }
     }
-    if (!seen_a) return td_errf(err, errlen, "%s: TemplateProcessing single has no $A%s", where, "");
+    if (!seen_a)
+        return td_errf(err, errlen, "%s: TemplateProcessing single has no $A%s", where, "");
     return 0;
 }
 
@@ -417,7 +419,8 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
     else if (!strcmp(type, "Strip")) {
         x.kind = TOK_DEC_STRIP;
         const char *c = jstr(d, "content");
-        if (!c || !*c) return td_errf(err, errlen, "%s: Strip needs a content character%s", where, "");
+        if (!c || !*c)
+            return td_errf(err, errlen, "%s: Strip needs a content character%s", where, "");
         tok_utf8_next((const unsigned char *)c, strlen(c), &x.cp);
         json_t *a = json_object_get(d, "start"), *b = json_object_get(d, "stop");
         x.a = json_is_integer(a) ? (int)json_integer_value(a) : 0;
@@ -428,8 +431,8 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
         const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"),
                    *content = jstr(d, "content");
         if ((!lit && !rx) || !content)
-            return td_errf(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where,
-                        "");
+            return td_errf(err, errlen, "%s: Replace needs pattern.String|Regex and content%s",
+                           where, "");
         if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
             return -1;
         x.str = strdup(content);
@@ -452,7 +455,8 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
 
 static int load_added(struct tok *t, json_t *list, char *err, size_t errlen) {
     if (json_is_null(list) || !list) return 0;
-    if (!json_is_array(list)) return td_errf(err, errlen, "added_tokens is not an array%s%s", "", "");
+    if (!json_is_array(list))
+        return td_errf(err, errlen, "added_tokens is not an array%s%s", "", "");
     t->added = calloc(json_array_size(list) + 1, sizeof *t->added);
     if (!t->added) return td_errf(err, errlen, "out of memory%s%s", "", "");
     size_t i;

@@ -46,14 +46,15 @@ __global__ void mean_streams_kernel(float *y, const float *X, int n, int nc, int
     if (i >= (long long)n * d) return;
     int t = (int)(i / d), c = (int)(i % d);
     float s = 0.0f;
-    for (int k = 0; k < nc; k++) s += X[((size_t)t * nc + k) * d + c];
+    for (int k = 0; k < nc; k++)
+        s += X[((size_t)t * nc + k) * d + c];
     y[(size_t)t * ys + c] = s / (float)nc;
 }
 
 extern "C" void mean_streams_cuda(float *y, const float *X, int n, int nc, int d, int y_stride) {
     if (!n) return;
-    mean_streams_kernel<<<ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream()>>>(y, X, n, nc, d,
-                                                                                     y_stride);
+    mean_streams_kernel<<<ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream()>>>(y, X, n, nc,
+                                                                                       d, y_stride);
     LAUNCH_CHECK();
 }
 

@@ -39,7 +39,8 @@ void mean_streams_ref(float *y, const float *X, int n, int nc, int d, int y_stri
     for (int t = 0; t < n; t++)
         for (int c = 0; c < d; c++) {
             float s = 0.0f;
-            for (int i = 0; i < nc; i++) s += X[((size_t)t * nc + i) * d + c];
+            for (int i = 0; i < nc; i++)
+                s += X[((size_t)t * nc + i) * d + c];
             y[(size_t)t * y_stride + c] = s / (float)nc;
         }
 }

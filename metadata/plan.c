@@ -15,8 +15,8 @@ int meta_bucket(int n, int cap) {
 
 /* offsets (in int32 words) of every array; depends on the dims alone */
 struct layout {
-    size_t input_ids, positions, row_seq, qo_indptr, slot, len_before, kv_indptr, swa_indptr,
-        block, swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk,
+    size_t input_ids, positions, row_seq, qo_indptr, slot, len_before, kv_indptr, swa_indptr, block,
+        swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk,
         logit_rows, logit_indptr, words;
 };
 

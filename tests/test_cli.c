@@ -176,7 +176,8 @@ int main(void) {
     case_end("bench_csv", "");
     bad("bench_bad_prompt_line", "bench --model models/tandem-tiny --prompts %s/bad.jsonl",
         "bad.jsonl:2");
-    bad("bench_missing_prompts", "bench --model models/tandem-tiny", "--prompts FILE.jsonl is required");
+    bad("bench_missing_prompts", "bench --model models/tandem-tiny",
+        "--prompts FILE.jsonl is required");
 
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft bogus", fx);
     bad("generate_bad_drafter", a, "expected auto, none, ngram, random, mtp or dspark");

@@ -44,8 +44,8 @@ static int ids_of(json_t *c, int32_t *ids, int cap) {
 
 /* the target over ids (one sequence, one call) with the drafter's capture layers: logits of the
  * last row into last[V], captured rows into the drafter's capture buffer */
-static int target_pass(const struct td_model *m, struct draft_dspark *d, const int32_t *ids,
-                       int n, float *last, char *err, size_t errlen) {
+static int target_pass(const struct td_model *m, struct draft_dspark *d, const int32_t *ids, int n,
+                       float *last, char *err, size_t errlen) {
     struct td_state st;
     if (td_state_init(&st, &m->cfg, 1, n + 1, n > 16 ? n : 16, (size_t)1 << 30, td_backend_cpu(),
                       err, errlen))
@@ -111,7 +111,8 @@ static void run_fixture(const char *dir) {
     const char *cname;
     json_t *c;
     json_object_foreach(cases, cname, c) {
-        int n = ids_of(c, ids, 1024), anchor = (int)json_integer_value(json_object_get(c, "anchor"));
+        int n = ids_of(c, ids, 1024),
+            anchor = (int)json_integer_value(json_object_get(c, "anchor"));
         // the target's anchor, then a greedy round
         case_begin();
         CHECK(!target_pass(&f.m, d, ids, n, last, err, sizeof err), "%s", err);
@@ -126,7 +127,8 @@ static void run_fixture(const char *dir) {
             td_tensor_read_f32(&u->t, 0, (int64_t)g * V, want);
             worst = rel_row_err(draft_dspark_base_logits(d), want, g, V, NULL);
             CHECK(worst <= 1e-3, "base logits off by %.3g relative", worst);
-            json_t *gd = json_object_get(c, "greedy_drafts"), *gc = json_object_get(c, "greedy_conf");
+            json_t *gd = json_object_get(c, "greedy_drafts"),
+                   *gc = json_object_get(c, "greedy_conf");
             CHECK(s.n_drafts == g, "%d greedy drafts of %d", s.n_drafts, g);
             for (int j = 0; j < s.n_drafts; j++) {
                 CHECK(drafts[j] == (int)json_integer_value(json_array_get(gd, (size_t)j)),

@@ -211,8 +211,8 @@ static void model_drafter_tests(const char *draft, double min_accept) {
                      "(accepted %ld of %ld, mean accepted length %.2f, %ld "
                      "steps vs %ld plain)",
                      s->accepted, s->drafted, mean, s->steps, base.stats.steps);
-            snprintf(name, sizeof name, "%s_greedy_equals_plain/tandem-tiny/k%d/b%d", draft,
-                     ks[ki], n);
+            snprintf(name, sizeof name, "%s_greedy_equals_plain/tandem-tiny/k%d/b%d", draft, ks[ki],
+                     n);
             case_end(name, extra);
         }
     }
@@ -231,9 +231,9 @@ static void model_drafter_tests(const char *draft, double min_accept) {
 }
 
 /* sampled speculation keeps the target's distribution: the third token of 512 sampled
- * completions (drafted by MTP or DSpark and verified with the q it was drawn from) has the same histogram
- * as without a drafter: a two-sample chi-square over the tokens seen >= 10 times, the rest
- * pooled (Wilson-Hilferty z < 4.5). Power is modest at this size (a q taken at T = 0.3 instead
+ * completions (drafted by MTP or DSpark and verified with the q it was drawn from) has the same
+ * histogram as without a drafter: a two-sample chi-square over the tokens seen >= 10 times, the
+ * rest pooled (Wilson-Hilferty z < 4.5). Power is modest at this size (a q taken at T = 0.3 instead
  * of the drafting T = 1 moved z from -1.5 to 2.1): it catches gross wiring errors end to end;
  * the sampler's exactness and the power of the test itself are shown in test_verify.c. */
 static void drafter_distribution(const char *draft) {
@@ -260,7 +260,8 @@ static void drafter_distribution(const char *draft) {
         int *ids = malloc((size_t)N * sizeof *ids);
         for (int i = 0; i < N; i++) {
             // seeds differ between the passes: two independent samples of one distribution
-            struct td_request_params rp = {prompt, 3, 3, {1.0f, 0, 1.0f, (uint64_t)(pass * 100000 + i)}, 1};
+            struct td_request_params rp = {
+                prompt, 3, 3, {1.0f, 0, 1.0f, (uint64_t)(pass * 100000 + i)}, 1};
             ids[i] = td_engine_submit(e, &rp, err, sizeof err);
         }
         while (td_engine_step(e, err, sizeof err) > 0) {
@@ -395,13 +396,16 @@ int main(void) {
         struct td_engine *en;
         CHECK(!td_engine_init(&en, &ep2, e2, sizeof e2), "%s", e2);
         int32_t full[40];
-        for (int i = 0; i < 40; i++) full[i] = (i * 7) % 300;
+        for (int i = 0; i < 40; i++)
+            full[i] = (i * 7) % 300;
         struct td_request_params a1 = {prompts[0], prompt_len[0], 20, greedy, 1};
         struct td_request_params a2 = {prompts[1], prompt_len[1], 1, greedy, 1};
         struct td_request_params a3 = {full, 40, 10, greedy, 1};
-        int i1 = td_engine_submit(en, &a1, e2, sizeof e2), i2 = td_engine_submit(en, &a2, e2, sizeof e2);
+        int i1 = td_engine_submit(en, &a1, e2, sizeof e2),
+            i2 = td_engine_submit(en, &a2, e2, sizeof e2);
         int i3 = td_engine_submit(en, &a3, e2, sizeof e2);
-        for (int k = 0; k < 3; k++) td_engine_step(en, e2, sizeof e2);
+        for (int k = 0; k < 3; k++)
+            td_engine_step(en, e2, sizeof e2);
         td_engine_cancel(en, i1);
         while (td_engine_step(en, e2, sizeof e2) > 0) {
         }
@@ -412,8 +416,8 @@ int main(void) {
         td_engine_output(en, i1, NULL, &n1, &s1, NULL, &m1);
         td_engine_output(en, i2, NULL, &n2, &s2, &f2, NULL);
         td_engine_output(en, i3, NULL, &n3, &s3, &f3, NULL);
-        CHECK(s1 == TD_REQ_FINISHED && !strcmp(m1, "cancelled") && n1 < 20, "cancel: %d tokens '%s'",
-              n1, m1);
+        CHECK(s1 == TD_REQ_FINISHED && !strcmp(m1, "cancelled") && n1 < 20,
+              "cancel: %d tokens '%s'", n1, m1);
         CHECK(s2 == TD_REQ_FINISHED && f2 == TD_FINISH_LENGTH && n2 == 1, "max_tokens 1: %d", n2);
         CHECK(s3 == TD_REQ_FINISHED && f3 == TD_FINISH_CONTEXT && n3 == 1,
               "a full-context prompt: %d tokens, finish %d", n3, f3);

@@ -369,7 +369,8 @@ static void test_capture(struct fx *f) {
         CHECK(e && e->t.shape[0] == n && e->t.shape[1] == D, "%s missing", key);
         if (!e) break;
         td_tensor_read_f32(&e->t, 0, (int64_t)n * D, want);
-        for (int t = 0; t < n; t++) memcpy(got + (size_t)t * D, cap + ((size_t)t * 3 + k) * D, (size_t)D * 4);
+        for (int t = 0; t < n; t++)
+            memcpy(got + (size_t)t * D, cap + ((size_t)t * 3 + k) * D, (size_t)D * 4);
         double r = rel_row_err(got, want, n, D, NULL);
         worst = r > worst ? r : worst;
         CHECK(r <= 1e-3, "layer %d: stream means off by %.3g", layers[k], r);

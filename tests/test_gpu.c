@@ -278,7 +278,8 @@ static void test_pointwise(void) {
     case_begin();
     {
         float *y = malloc((size_t)n * 3 * d * 4);
-        for (int i = 0; i < n * 3 * d; i++) y[i] = -1.0f;
+        for (int i = 0; i < n * 3 * d; i++)
+            y[i] = -1.0f;
         mean_streams_ref(y + d, x, n, nc, d, 3 * d); // the middle slab of a [n, 3, d] capture
         float *dy = dev_out((size_t)n * 3 * d);
         gpu->to_device(dy, y, (size_t)n * 3 * d * 4);
@@ -308,7 +309,8 @@ static void test_plan_ops(void) {
     int32_t ids[16];
     for (int i = 0; i < 16; i++)
         ids[i] = i * 3 % 50;
-    struct td_plan_seq seqs[3] = {{2, 40, 5, ids, 0, 0}, {0, 3, 1, ids + 5, 0, 0}, {1, 0, 1, ids + 6, 0, 0}};
+    struct td_plan_seq seqs[3] = {
+        {2, 40, 5, ids, 0, 0}, {0, 3, 1, ids + 5, 0, 0}, {1, 0, 1, ids + 6, 0, 0}};
     case_begin();
     CHECK(!meta_plan_init(&p, &dm, err, sizeof err) &&
               !meta_plan_build(&p, seqs, 3, err, sizeof err),

@@ -59,8 +59,7 @@ int main(void) {
               !meta_plan_build(&p, &q, 1, err, sizeof err),
           "%s", err);
     struct td_forward_io io = {NULL, draft_mtp_hidden(d), NULL, NULL, 0};
-    CHECK(!td_forward_ex(&m, &st, &p, &io, lg, NULL, err, sizeof err), "%s",
-          err);
+    CHECK(!td_forward_ex(&m, &st, &p, &io, lg, NULL, err, sizeof err), "%s", err);
     int bonus = 0;
     for (int v = 1; v < V; v++)
         if (lg[(size_t)(n - 1) * V + v] > lg[(size_t)(n - 1) * V + bonus]) bonus = v;

@@ -130,7 +130,8 @@ static void draft_substeps(void) {
           "%s", err);
     int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     // sub-step 1: request 0 verifies 4 rows, request 1 prefills 3, request 2 decodes 1
-    struct td_plan_seq s1[3] = {{0, 100, 4, ids, 0, 0}, {1, 20, 3, ids, 0, 0}, {2, 50, 1, ids, 0, 0}};
+    struct td_plan_seq s1[3] = {
+        {0, 100, 4, ids, 0, 0}, {1, 20, 3, ids, 0, 0}, {2, 50, 1, ids, 0, 0}};
     // sub-step 2: request 1 is done drafting; request 2 drafts 2, request 0 drafts 1
     struct td_plan_seq s2[2] = {{2, 51, 2, ids, 0, 0}, {0, 104, 1, ids, 0, 0}};
     CHECK(!meta_plan_build(&a, s1, 3, err, sizeof err), "%s", err);
@@ -218,8 +219,8 @@ static void block_rows(void) {
     CHECK(!meta_plan_init(&p, &d, err, sizeof err), "%s", err);
     int32_t ids[16] = {9, 5, 5, 5, 5, 7, 5, 5, 5, 5, 1, 2, 3};
     // a block after 20 context rows, a block at the very start, and 3 causal context rows
-    struct td_plan_seq q[3] = {{2, 20, 5, ids, 0, 1}, {0, 0, 5, ids + 5, 0, 1},
-                               {1, 11, 3, ids + 10, 0, 0}};
+    struct td_plan_seq q[3] = {
+        {2, 20, 5, ids, 0, 1}, {0, 0, 5, ids + 5, 0, 1}, {1, 11, 3, ids + 10, 0, 0}};
     CHECK(!meta_plan_build(&p, q, 3, err, sizeof err), "%s", err);
     CHECK(!meta_plan_validate(&p, err, sizeof err), "%s", err);
     for (int t = 0; t < 5; t++) { // seq 0: keys 12..19 (window before) and 20..24 (the block)
@@ -278,7 +279,8 @@ static void random_block_plans(void) {
             break;
         }
     }
-    CHECK(caught == tried, "%d of %d broken block rows passed the validator", tried - caught, tried);
+    CHECK(caught == tried, "%d of %d broken block rows passed the validator", tried - caught,
+          tried);
     meta_plan_free(&p);
     char extra[80];
     snprintf(extra, sizeof extra, "(%d batches, %d broken block rows caught)", n_iter, caught);

@@ -261,7 +261,8 @@ static void test_single_file(void) {
     REQUIRE(ef && ef->nbytes == 0 && ef->t.ndim == 2 && td_tensor_numel(&ef->t) == 0);
 
     const struct st_entry *eg = st_set_find(&set, "g");
-    REQUIRE(eg && eg->t.ndim == 0 && td_tensor_numel(&eg->t) == 1 && td_tensor_getf(&eg->t, 0) == g);
+    REQUIRE(eg && eg->t.ndim == 0 && td_tensor_numel(&eg->t) == 1 &&
+            td_tensor_getf(&eg->t, 0) == g);
 
     REQUIRE(st_set_find(&set, "__metadata__") == NULL);
     REQUIRE(st_set_find(&set, "zz") == NULL && st_set_find(&set, "") == NULL);
@@ -291,9 +292,9 @@ static void test_metadata_and_empty(void) {
     struct st_set set = {0};
     const char *path = at("meta.safetensors");
     REQUIRE(write_st(path,
-                   "{'__metadata__': {'format': 'pt'},"
-                   " 'empty': {'dtype': 'BF16', 'shape': [4, 0], 'data_offsets': [0, 0]}}",
-                   NULL, 0) == 0);
+                     "{'__metadata__': {'format': 'pt'},"
+                     " 'empty': {'dtype': 'BF16', 'shape': [4, 0], 'data_offsets': [0, 0]}}",
+                     NULL, 0) == 0);
     if (st_set_open_file(&set, path, err, sizeof err) != 0) {
         snprintf(why, sizeof why, "open failed: %s", err);
         goto done;
@@ -312,7 +313,7 @@ static void test_dir_single(void) {
     const float x[2] = {3, 4};
     REQUIRE(mkdir(at("single_dir"), 0700) == 0);
     REQUIRE(write_st(at("single_dir/model.safetensors"),
-                   "{'w': {'dtype': 'F32', 'shape': [2], 'data_offsets': [0, 8]}}", x, 8) == 0);
+                     "{'w': {'dtype': 'F32', 'shape': [2], 'data_offsets': [0, 8]}}", x, 8) == 0);
     if (st_set_open(&set, at("single_dir"), err, sizeof err) != 0) {
         snprintf(why, sizeof why, "open failed: %s", err);
         goto done;

@@ -42,9 +42,7 @@ Stored tensors (upstream names; S stages, the last one L = S-1), dtypes as V4 st
 The embedding and head are the target's. dspark/config.json holds DSPARK's keys.
 """
 import json
-import math
 import os
-import struct
 import sys
 
 import torch
@@ -53,61 +51,10 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tandem_tiny as tt  # noqa: E402
+from tandem_tiny import read_model_dir, st_load, st_save  # noqa: E402
 
 DSPARK = dict(dspark_block_size=5, dspark_noise_token_id=tt.NOISE_ID, dspark_markov_rank=64,
               dspark_target_layer_ids=[3, 4, 5], dspark_num_stages=3)
-
-# ------------------------------------------------------------------------------- safetensors
-# (the format is a little-endian u64 header size, a JSON header, raw bytes; written here so the
-# module needs torch alone)
-
-_DT = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I32": torch.int32,
-       "I64": torch.int64}
-
-
-def st_load(path):
-    with open(path, "rb") as fh:
-        n = struct.unpack("<Q", fh.read(8))[0]
-        head = json.loads(fh.read(n))
-        data = fh.read()
-    out = {}
-    for name, e in head.items():
-        if name == "__metadata__":
-            continue
-        a, b = e["data_offsets"]
-        t = torch.frombuffer(bytearray(data[a:b]), dtype=_DT[e["dtype"]]) if b > a else \
-            torch.empty(0, dtype=_DT[e["dtype"]])
-        out[name] = t.reshape(e["shape"]).clone()
-    return out
-
-
-def st_save(tensors, path):
-    rev = {v: k for k, v in _DT.items()}
-    head, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous().cpu()
-        b = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        head[name] = {"dtype": rev[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(head, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(h)))
-        fh.write(h)
-        for b in blobs:
-            fh.write(b)
-
-
-def read_model_dir(d):
-    idx = os.path.join(d, "model.safetensors.index.json")
-    files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) \
-        else ["model.safetensors"]
-    out = {}
-    for f in files:
-        out.update(st_load(os.path.join(d, f)))
-    return out
-
 
 # ------------------------------------------------------------------------------- V4 pieces
 
@@ -452,13 +399,7 @@ class V4DSpark(nn.Module):
         prev, drafts, qs, Zs, cs = anchor, [], [], [], []
         for k in range(self.gamma):
             z, cl = self.markov(U[k], y[k], torch.tensor(prev))
-            if temperature <= 0:
-                t = int(torch.argmax(z))
-                q = torch.zeros_like(z)
-                q[t] = 1.0
-            else:
-                q = torch.softmax(z / temperature, -1)
-                t = int(torch.multinomial(q, 1, generator=gen))
+            t, q = tt.draw(z, temperature, gen)
             if chain is not None:
                 t = int(chain[k])
             drafts.append(t)

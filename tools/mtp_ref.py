@@ -209,13 +209,7 @@ def mtp_chain(mtp, target, h_rows, ids_rows, pos0, k, temperature=0.0, gen=None)
     for j in range(k):
         logits, h_out = mtp(h, ids, pos, embed, head)
         lg = logits[0, -1].float()
-        if temperature <= 0:
-            d = int(torch.argmax(lg))
-            q = torch.zeros_like(lg)
-            q[d] = 1.0
-        else:
-            q = torch.softmax(lg / temperature, -1)
-            d = int(torch.multinomial(q, 1, generator=gen))
+        d, q = tt.draw(lg, temperature, gen)
         drafts.append(d)
         qs.append(q)
         logits_all.append(lg)

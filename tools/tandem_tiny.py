@@ -25,6 +25,7 @@ import json
 import lzma
 import os
 import re
+import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -139,6 +140,65 @@ def encode_stream(tok, docs):
 def load_tokenizer(d):
     from tokenizers import Tokenizer
     return Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+
+
+# ------------------------------------------------------------------------------- safetensors
+# (the format is a little-endian u64 header size, a JSON header, raw bytes; read and written
+# here so that the tools need torch alone, not the safetensors package)
+
+def _dt():
+    import torch
+    return {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I32": torch.int32,
+            "I64": torch.int64}
+
+
+def st_load(path):
+    import torch
+    dt = _dt()
+    with open(path, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        head = json.loads(fh.read(n))
+        data = fh.read()
+    out = {}
+    for name, e in head.items():
+        if name == "__metadata__":
+            continue
+        a, b = e["data_offsets"]
+        t = torch.frombuffer(bytearray(data[a:b]), dtype=dt[e["dtype"]]) if b > a else \
+            torch.empty(0, dtype=dt[e["dtype"]])
+        out[name] = t.reshape(e["shape"]).clone()
+    return out
+
+
+def st_save(tensors, path):
+    import torch
+    rev = {v: k for k, v in _dt().items()}
+    head, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].contiguous().cpu()
+        b = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        head[name] = {"dtype": rev[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(head, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(h)))
+        fh.write(h)
+        for b in blobs:
+            fh.write(b)
+
+
+def draw(z, T, gen=None):
+    """(token, q): argmax and its one-hot at T <= 0, else a sample of q = softmax(z / T)."""
+    import torch
+    if T <= 0:
+        t = int(torch.argmax(z))
+        q = torch.zeros_like(z)
+        q[t] = 1.0
+        return t, q
+    q = torch.softmax(z / T, -1)
+    return int(torch.multinomial(q, 1, generator=gen)), q
 
 
 # ------------------------------------------------------------------------------- model
@@ -275,7 +335,6 @@ def check_legacy_config(cfg):
 
 def write_model_dir(out_dir, cfg, tensors, shard_bytes=12 << 20):
     """Sharded safetensors (each < shard_bytes), index, config.json, generation_config.json."""
-    from safetensors.torch import save_file
     os.makedirs(out_dir, exist_ok=True)
     for f in os.listdir(out_dir):
         if re.match(r"model.*\.safetensors(\.index\.json)?$", f):
@@ -299,8 +358,7 @@ def write_model_dir(out_dir, cfg, tensors, shard_bytes=12 << 20):
     weight_map = {}
     for i, group in enumerate(shards):
         fn = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file({n: tensors[n].contiguous() for n in group}, os.path.join(out_dir, fn),
-                  metadata={"format": "pt"})
+        st_save({n: tensors[n] for n in group}, os.path.join(out_dir, fn))
         for n in group:
             weight_map[n] = fn
     total = sum(t.numel() * t.element_size() for t in tensors.values())
@@ -316,7 +374,7 @@ def write_model_dir(out_dir, cfg, tensors, shard_bytes=12 << 20):
 
 def read_model_dir(d):
     """{upstream name: tensor} of a model directory (sharded or single file)."""
-    from safetensors.torch import load_file
+    load_file = st_load
     idx = os.path.join(d, "model.safetensors.index.json")
     files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) \
         else ["model.safetensors"]

@@ -1,14 +1,17 @@
-/* mtp_acceptance.c: the engine's MTP acceptance on tandem-tiny's held-out text, measured the
- * way tools/spec_loop.py measures the PyTorch reference, so the two can be compared.
+/* acceptance.c: a drafter's acceptance on tandem-tiny's held-out text, measured the way
+ * tools/spec_loop.py measures the PyTorch reference, so the two can be compared.
  *
- *   make bench-bins && build/bench/mtp_acceptance [--prompts 8] [--new 128] [--k 3]
- *        [--backend cpu|cuda]     (needs .corpus/val.jsonl: sh tools/corpus.sh)
+ *   make bench-bins && build/bench/acceptance [--draft mtp|dspark] [--prompts 8] [--new 128]
+ *        [--k 3] [--threshold C] [--backend cpu|cuda] [--val F | --prompt-file F]
  *
- * Prompts: the first documents of the validation split, each encoded as BOS + ids + EOS, cut to
- * the first 128 tokens (documents shorter than that, or holding EOS inside, are skipped), as in
- * spec_loop.py. Each prompt is decoded alone at T = 0 and T = 1 with MTP k = 3 drafts, stopping
- * at EOS or 128 new tokens. Printed: per-position conditional acceptance P(draft j accepted |
- * drafts < j accepted) and the mean accepted length per round (bonus included).
+ * Prompts: the first documents of the validation split (--val, default .corpus/val.jsonl from
+ * sh tools/corpus.sh), each encoded as BOS + ids, cut to the first 128 tokens (documents
+ * shorter than that, or holding EOS inside, are skipped), as spec_loop.py does for MTP; or the
+ * lines of --prompt-file (ids, one prompt per line, the first 128 used), as spec_loop.py takes
+ * for DSpark from tools/dspark_data.py's held-out windows. Each prompt is decoded alone at
+ * T = 0 and T = 1 with k drafts per round (DSpark: its block size unless --k), stopping at EOS
+ * or 128 new tokens. Printed: per-position conditional acceptance P(draft j accepted | drafts
+ * < j accepted) and the mean accepted length per round (bonus included).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -20,7 +23,9 @@
 
 int main(int argc, char **argv) {
     int n_prompts = 8, n_new = 128, k = 3, plen = 128;
+    float threshold = 0.0f;
     const char *model = "models/tandem-tiny", *backend = "cpu", *val = ".corpus/val.jsonl";
+    const char *draft = "mtp", *prompt_file = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--prompts"))
             n_prompts = atoi(argv[i + 1]);
@@ -32,6 +37,12 @@ int main(int argc, char **argv) {
             backend = argv[i + 1];
         else if (!strcmp(argv[i], "--val"))
             val = argv[i + 1];
+        else if (!strcmp(argv[i], "--draft"))
+            draft = argv[i + 1];
+        else if (!strcmp(argv[i], "--prompt-file"))
+            prompt_file = argv[i + 1];
+        else if (!strcmp(argv[i], "--threshold"))
+            threshold = (float)atof(argv[i + 1]);
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
@@ -43,9 +54,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    FILE *fp = fopen(val, "r");
+    FILE *fp = fopen(prompt_file ? prompt_file : val, "r");
     if (!fp) {
-        fprintf(stderr, "cannot open %s (run sh tools/corpus.sh)\n", val);
+        fprintf(stderr, "cannot open %s%s\n", prompt_file ? prompt_file : val,
+                prompt_file ? "" : " (run sh tools/corpus.sh)");
         return 1;
     }
     int32_t bos = tok_bos(tk), eos = tok_eos(tk);
@@ -53,7 +65,15 @@ int main(int argc, char **argv) {
     int np = 0;
     char *line = NULL;
     size_t cap = 0;
+    if (n_prompts > 64) n_prompts = 64;
     while (np < n_prompts && getline(&line, &cap, fp) > 0) {
+        if (prompt_file) { // ids
+            int n = 0, off = 0, used;
+            while (n < plen && sscanf(line + off, "%d%n", &prompts[np][n], &used) == 1)
+                n++, off += used;
+            if (n == plen) np++;
+            continue;
+        }
         json_t *doc = json_loads(line, 0, NULL);
         const char *text = doc ? json_string_value(json_object_get(doc, "text")) : NULL;
         if (text) {
@@ -74,8 +94,8 @@ int main(int argc, char **argv) {
     free(line);
     fclose(fp);
     tok_free(tk);
-    printf("model %s, backend %s, %d prompts x %d tokens, MTP k = %d\n", model, backend, np, plen,
-           k);
+    if (!strcmp(draft, "dspark") && k == 3) k = 0; // its block size
+    int k_run = k;
     for (int ti = 0; ti < 2; ti++) {
         float T = ti ? 1.0f : 0.0f;
         long acc[16] = {0}, prop[16] = {0}, rounds = 0, accepted = 0;
@@ -83,8 +103,9 @@ int main(int argc, char **argv) {
             struct td_engine_params ep = td_engine_defaults();
             ep.model_dir = model;
             ep.backend = backend;
-            ep.draft = "mtp";
-            ep.max_draft = k;
+            ep.draft = draft;
+            ep.max_draft = k_run;
+            ep.dspark_threshold = threshold;
             ep.max_seqs = 1;
             ep.max_ctx = 1024;
             struct td_engine *e;
@@ -92,6 +113,10 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }
+            k = td_engine_draft_tokens(e);
+            if (!p && !ti)
+                printf("model %s, backend %s, %d prompts x %d tokens, %s k = %d\n", model, backend,
+                       np, plen, draft, k);
             struct td_request_params rp = {prompts[p], plen, n_new, {T, 0, 1.0f, (uint64_t)p}, 0};
             td_engine_submit(e, &rp, err, sizeof err);
             while (td_engine_step(e, err, sizeof err) > 0) {
