@@ -63,6 +63,7 @@ int main(void) {
     write_text("ids_neg", "1 -2 3\n");
     write_text("ids_empty", "  \n");
 
+    char a0[512];
     // good runs: one call, chunked; equal bits
     case_begin();
     snprintf(args, sizeof args, "logits --model %s --ids %s/ids.txt --out %s/one.npy", fx, fx,
@@ -90,6 +91,38 @@ int main(void) {
     free(ch);
     free(ref);
     case_end("logits_chunked_equals_one_call", "");
+
+    // --capture: per position, the mean streams of the layers named, the same bits chunked
+    case_begin();
+    float *cap[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args,
+                 "logits --model %s --ids %s/ids.txt --out %s/c%d.npy --capture 0,2 --capture-out "
+                 "%s/cap%d.npy%s",
+                 fx, fx, root, i, root, i, i ? " --chunks 37,1,1,1,5,1,274" : "");
+        CHECK(tandem(args, msg, sizeof msg) == 0, "capture run failed: %s", msg);
+        snprintf(path, sizeof path, "%s/cap%d.npy", root, i);
+        cap[i] = npy_read_f32(path, &r1, &c1, err, sizeof err);
+        CHECK(cap[i] && r1 == 320 && c1 == 2 * 64, "capture shape %lldx%lld", (long long)r1,
+              (long long)c1);
+    }
+    if (!check_case_failed)
+        CHECK(!memcmp(cap[0], cap[1], (size_t)320 * 128 * 4), "--chunks changed the capture");
+    free(cap[0]);
+    free(cap[1]);
+    case_end("logits_capture_chunked_equals_one_call", "");
+    snprintf(a0, sizeof a0,
+             "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --capture 2,1 "
+             "--capture-out %%s/c.npy",
+             fx);
+    bad("capture_not_ascending", a0, "ascending layer indices");
+    snprintf(a0, sizeof a0,
+             "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --capture 0,3 "
+             "--capture-out %%s/c.npy",
+             fx);
+    bad("capture_layer_out_of_range", a0, "in [0, 3)");
+    snprintf(a0, sizeof a0, "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --capture 0", fx);
+    bad("capture_without_out", a0, "go together");
 
     snprintf(args, sizeof args, "logits --model %s --ids %%s/ids_ok --out %%s/o.npy", fx);
     case_begin();
