@@ -106,7 +106,7 @@ def main():
     caps.flush()
     np.save(os.path.join(a.out, "ids.npy"), wins)
     with open(os.path.join(a.out, "meta.json"), "w") as fh:
-        json.dump({"model": a.model, "split": a.split, "seq": a.seq, "windows": a.windows,
+        json.dump({"model": os.path.relpath(a.model, tt.REPO), "split": a.split, "seq": a.seq, "windows": a.windows,
                    "offsets": offs, "layers": layers, "seed": a.seed}, fh)
     tt.log(f"wrote {a.out}")
 
