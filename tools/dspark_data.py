@@ -13,6 +13,10 @@ mean HC stream after each capture layer. Writes, under --out:
   cap.npy    float32 [N, S, m * D]   captured context rows
   logits.npy float16 [N, S, V]       the target's logits (teacher)
   meta.json  the window offsets, capture layers, split, model
+With --continue-tokens N each window keeps its first seq - N tokens and gets the target's own
+continuation (`tandem generate`, temperatures --continue-temps in turn) for the rest: the
+drafter then also learns on text as it meets it at inference (DeepSpec trains on
+target-regenerated answers).
 This lets the drafter train where HF transformers is not installed (torch alone is enough).
 """
 import argparse
@@ -50,6 +54,17 @@ def encode_docs(model, docs, limit_tokens):
     return np.concatenate(out)
 
 
+def continue_window(model, ids, n_new, temperature, seed):
+    """ids[:-n_new] followed by the target's own continuation of n_new tokens (`tandem
+    generate`, no drafter): text as the drafter will meet it at inference"""
+    prompt = " ".join(map(str, ids[:len(ids) - n_new].tolist()))
+    out = subprocess.run([TANDEM, "generate", "--model", model, "--prompt-ids", prompt,
+                          "--max-tokens", str(n_new), "--ignore-eos", "--print-ids", "--draft",
+                          "none", "--temperature", str(temperature), "--seed", str(seed),
+                          "--backend", "cpu"], capture_output=True, text=True, check=True).stdout
+    return np.concatenate([ids[:len(ids) - n_new], np.array(out.split(), dtype=np.int32)])
+
+
 def run_window(model, layers, ids, work):
     ip, lp, cp = (os.path.join(work, f) for f in ("ids.txt", "logits.npy", "cap.npy"))
     with open(ip, "w") as fh:
@@ -71,6 +86,10 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--layers", default="3,4,5")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--continue-tokens", type=int, default=0,
+                    help="replace each window's last N tokens by the target's own continuation")
+    ap.add_argument("--continue-temps", default="0,1",
+                    help="temperatures of those continuations, taken in turn")
     a = ap.parse_args()
     layers = [int(x) for x in a.layers.split(",")]
     rng = random.Random(a.seed)
@@ -80,6 +99,13 @@ def main():
     offs = sorted(rng.sample(range(len(stream) - a.seq), a.windows))
     wins = np.stack([stream[o:o + a.seq] for o in offs])
     tt.log(f"{len(stream):,} tokens from {a.split}; {a.windows} windows of {a.seq}")
+    if a.continue_tokens:
+        temps = [float(t) for t in a.continue_temps.split(",")]
+        with cf.ThreadPoolExecutor(a.jobs) as ex:
+            futs = [ex.submit(continue_window, a.model, wins[j], a.continue_tokens,
+                              temps[j % len(temps)], a.seed * 1000 + j) for j in range(a.windows)]
+            wins = np.stack([f.result() for f in futs])
+        tt.log(f"each window's last {a.continue_tokens} tokens are the target's (T = {temps})")
     os.makedirs(a.out, exist_ok=True)
     V = None
     logits = caps = None
@@ -106,7 +132,9 @@ def main():
     caps.flush()
     np.save(os.path.join(a.out, "ids.npy"), wins)
     with open(os.path.join(a.out, "meta.json"), "w") as fh:
-        json.dump({"model": os.path.relpath(a.model, tt.REPO), "split": a.split, "seq": a.seq, "windows": a.windows,
+        json.dump({"model": os.path.relpath(a.model, tt.REPO), "split": a.split, "seq": a.seq,
+                   "continue_tokens": a.continue_tokens, "continue_temps": a.continue_temps,
+                   "windows": a.windows,
                    "offsets": offs, "layers": layers, "seed": a.seed}, fh)
     tt.log(f"wrote {a.out}")
 

@@ -41,11 +41,22 @@ from train_target import lr_at  # noqa: E402
 
 
 class Windows:
-    def __init__(self, d):
-        self.ids = torch.from_numpy(np.load(os.path.join(d, "ids.npy")).astype(np.int64))
-        self.cap = np.load(os.path.join(d, "cap.npy"), mmap_mode="r")
-        self.logits = np.load(os.path.join(d, "logits.npy"), mmap_mode="r")
-        self.meta = json.load(open(os.path.join(d, "meta.json")))
+    """The windows of one or more tools/dspark_data.py outputs (comma-separated dirs)."""
+
+    def __init__(self, dirs):
+        parts = [d for d in dirs.split(",") if d]
+        metas = [json.load(open(os.path.join(d, "meta.json"))) for d in parts]
+        if len({tuple(m["layers"]) for m in metas}) != 1 or len({m["seq"] for m in metas}) != 1:
+            raise SystemExit(f"{dirs}: the data sets differ in capture layers or window length")
+        self.meta = metas[0] | {"sets": metas}
+        self.ids = torch.from_numpy(np.concatenate(
+            [np.load(os.path.join(d, "ids.npy")) for d in parts]).astype(np.int64))
+        if len(parts) == 1:
+            self.cap = np.load(os.path.join(parts[0], "cap.npy"), mmap_mode="r")
+            self.logits = np.load(os.path.join(parts[0], "logits.npy"), mmap_mode="r")
+        else:
+            self.cap = np.concatenate([np.load(os.path.join(d, "cap.npy")) for d in parts])
+            self.logits = np.concatenate([np.load(os.path.join(d, "logits.npy")) for d in parts])
         self.n, self.seq = self.ids.shape
 
     def get(self, idx):
@@ -119,7 +130,8 @@ def evaluate(ds, win, A, embed, head):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=tt.MODEL_DIR)
-    ap.add_argument("--data", default=os.path.join(tt.REPO, ".train", "dspark_data"))
+    ap.add_argument("--data", default=os.path.join(tt.REPO, ".train", "dspark_data"),
+                    help="tools/dspark_data.py outputs, comma-separated")
     ap.add_argument("--val", default=os.path.join(tt.REPO, ".train", "dspark_val"))
     ap.add_argument("--out", default=None, help="default: --model/dspark")
     ap.add_argument("--resume", action="store_true", help="start from --out's weights")
@@ -209,7 +221,10 @@ def main():
     runs = prev.get("runs", []) + [{
         "steps": step, "batch_windows": a.batch, "anchors": a.anchors, "lr": a.lr, "l1": a.l1,
         "bce": a.bce, "train_seconds": round(train_time, 1), "threads": torch.get_num_threads(),
-        "device": "cpu", "data": train.meta | {"offsets": None}, "val": ev,
+        "device": "cpu",
+        "data": {k: v for k, v in train.meta.items() if k != "offsets"} | {
+            "sets": [{k: v for k, v in m.items() if k != "offsets"} for m in train.meta["sets"]]},
+        "val": ev,
         "wall_seconds": round(time.time() - t_start, 1)}]
     with open(mp, "w") as fh:
         json.dump({"runs": runs}, fh, indent=1)
