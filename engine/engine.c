@@ -177,22 +177,32 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (!use_drafter) e->p.max_draft = 0;
     int use_mtp = use_drafter && !strcmp(p->draft, "mtp");
     int use_dspark = use_drafter && !strcmp(p->draft, "dspark");
-    char ds_dir[1024];
-    snprintf(ds_dir, sizeof ds_dir, "%s", p->dspark_dir ? p->dspark_dir : "");
-    if (use_dspark) { // its block size bounds the drafts of a round
-        struct dspark_config dc;
-        if (!p->dspark_dir) snprintf(ds_dir, sizeof ds_dir, "%s/dspark", p->model_dir);
-        if (dspark_config_load(&dc, ds_dir, &e->model, err, errlen)) goto fail;
-        if (e->p.max_draft < 1 || e->p.max_draft > dc.block) e->p.max_draft = dc.block;
+    if (!(p->dspark_threshold >= 0.0f && p->dspark_threshold < 1.0f)) {
+        snprintf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)", p->dspark_threshold);
+        goto fail;
+    }
+    if (use_dspark) { // made first: its block size bounds the drafts of a round
+        char dir[1024];
+        if (p->dspark_dir)
+            snprintf(dir, sizeof dir, "%s", p->dspark_dir);
+        else
+            snprintf(dir, sizeof dir, "%s/dspark", p->model_dir);
+        if (draft_dspark_init(&e->dspark, dir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
+                              e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
+                              cache_limit(p->max_cache_bytes, e->b), err, errlen))
+            goto fail;
+        int block = draft_dspark_config(e->dspark)->block;
+        if (e->p.max_draft < 1 || e->p.max_draft > block) e->p.max_draft = block;
         if (e->p.max_batch_tokens < 1 + e->p.max_draft) {
             snprintf(err, errlen, "engine: a batch of %d rows cannot hold a DSpark round of %d",
                      e->p.max_batch_tokens, 1 + e->p.max_draft);
             goto fail;
         }
-    }
-    if (!(p->dspark_threshold >= 0.0f && p->dspark_threshold < 1.0f)) {
-        snprintf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)", p->dspark_threshold);
-        goto fail;
+        e->ds_seqs = calloc((size_t)e->p.max_seqs, sizeof *e->ds_seqs);
+        if (!e->ds_seqs) {
+            snprintf(err, errlen, "engine: out of memory");
+            goto fail;
+        }
     }
     if (use_drafter && !use_mtp && !use_dspark &&
         !(e->drafter = draft_init(p->draft, c->vocab, err, errlen)))
@@ -210,17 +220,6 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             goto fail;
         e->mtp_rows = calloc((size_t)e->p.max_seqs, sizeof *e->mtp_rows);
         if (!e->mtp_rows) {
-            snprintf(err, errlen, "engine: out of memory");
-            goto fail;
-        }
-    }
-    if (use_dspark) {
-        if (draft_dspark_init(&e->dspark, ds_dir, &e->model, e->run, e->b, e->p.max_seqs,
-                              e->p.max_ctx, e->p.max_batch_tokens, p->dspark_threshold,
-                              !p->no_graphs, cache_limit(p->max_cache_bytes, e->b), err, errlen))
-            goto fail;
-        e->ds_seqs = calloc((size_t)e->p.max_seqs, sizeof *e->ds_seqs);
-        if (!e->ds_seqs) {
             snprintf(err, errlen, "engine: out of memory");
             goto fail;
         }

@@ -412,9 +412,18 @@ static void stream_finish(struct td_engine *e, int id, struct tok_stream *ts, in
 // ---------------------------------------------------------------------------------------------
 // drafter options, shared by generate, chat and bench
 
-/* 1: (a, v) was a drafter option and is taken; 0: not one; -1: a bad value (message printed) */
-static int draft_option(const char *a, const char *v, struct td_engine_params *ep,
-                        long *draft_tokens) {
+/* the options generate, chat and bench share (--model, --backend, the drafter's): 1: (a, v) was
+ * one and is taken; 0: not one; -1: a bad value (message printed) */
+static int engine_option(const char *a, const char *v, struct td_engine_params *ep,
+                         long *draft_tokens) {
+    if (!strcmp(a, "--model")) {
+        ep->model_dir = v;
+        return 1;
+    }
+    if (!strcmp(a, "--backend")) {
+        ep->backend = v;
+        return 1;
+    }
     if (!strcmp(a, "--draft")) {
         ep->draft = v;
         return 1;
@@ -509,14 +518,12 @@ static int cmd_generate(int argc, char **argv) {
         }
         if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
         i++;
-        int rc = draft_option(a, v, &ep, &draft_tokens);
+        int rc = engine_option(a, v, &ep, &draft_tokens);
         if (rc) {
             if (rc < 0) return 2;
             continue;
         }
-        if (!strcmp(a, "--model"))
-            ep.model_dir = v;
-        else if (!strcmp(a, "--prompt-ids"))
+        if (!strcmp(a, "--prompt-ids"))
             prompt_text = v;
         else if (!strcmp(a, "--prompt-ids-file"))
             prompt_file = v;
@@ -532,8 +539,6 @@ static int cmd_generate(int argc, char **argv) {
             rc = parse_int(a, v, 0, LONG_MAX, &seed);
         else if (!strcmp(a, "--n"))
             rc = parse_int(a, v, 1, 4096, &n);
-        else if (!strcmp(a, "--backend"))
-            ep.backend = v;
         else if (!strcmp(a, "--max-batch-tokens")) {
             rc = parse_int(a, v, 1, 1 << 20, &lv);
             ep.max_batch_tokens = (int)lv;
@@ -680,14 +685,12 @@ static int cmd_chat(int argc, char **argv) {
         }
         if (!v) return die("chat: %s needs a value (see tandem chat --help)", a);
         i++;
-        int rc = draft_option(a, v, &ep, &draft_tokens);
+        int rc = engine_option(a, v, &ep, &draft_tokens);
         if (rc) {
             if (rc < 0) return 2;
             continue;
         }
-        if (!strcmp(a, "--model"))
-            ep.model_dir = v;
-        else if (!strcmp(a, "--system"))
+        if (!strcmp(a, "--system"))
             system = v;
         else if (!strcmp(a, "--max-tokens"))
             rc = parse_int(a, v, 1, 1 << 20, &max_tokens);
@@ -695,8 +698,6 @@ static int cmd_chat(int argc, char **argv) {
             rc = parse_float(a, v, 0, 1e6, &temperature);
         else if (!strcmp(a, "--seed"))
             rc = parse_int(a, v, 0, LONG_MAX, &seed);
-        else if (!strcmp(a, "--backend"))
-            ep.backend = v;
         else
             return die("chat: unknown option '%s' (see tandem chat --help)", a);
         if (rc) return 2;
@@ -847,14 +848,12 @@ static int cmd_bench(int argc, char **argv) {
         }
         if (!v) return die("bench: %s needs a value (see tandem bench --help)", a);
         i++;
-        int rc = draft_option(a, v, &ep, &draft_tokens);
+        int rc = engine_option(a, v, &ep, &draft_tokens);
         if (rc) {
             if (rc < 0) return 2;
             continue;
         }
-        if (!strcmp(a, "--model"))
-            ep.model_dir = v;
-        else if (!strcmp(a, "--prompts"))
+        if (!strcmp(a, "--prompts"))
             prompts_path = v;
         else if (!strcmp(a, "--n-prompts"))
             rc = parse_int(a, v, 1, 1 << 20, &n_prompts);
@@ -866,8 +865,6 @@ static int cmd_bench(int argc, char **argv) {
             rc = parse_float(a, v, 0, 1e6, &temperature);
         else if (!strcmp(a, "--seed"))
             rc = parse_int(a, v, 0, LONG_MAX, &seed);
-        else if (!strcmp(a, "--backend"))
-            ep.backend = v;
         else if (!strcmp(a, "--max-batch-tokens")) {
             rc = parse_int(a, v, 1, 1 << 20, &lv);
             ep.max_batch_tokens = (int)lv;
