@@ -151,7 +151,9 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->capture = b->alloc(R * CW * F);
     d->ctx = b->alloc(R * CW * F);
     d->main_x = b->alloc(R * d->dim * F);
-    d->streams = b->alloc(BR * d->nc * d->dim * F);
+    // the block forward writes its final streams for every row of its padded bucket (a graph
+    // of n_tok_pad rows), so they are sized by the plan's widest bucket, not the live rows
+    d->streams = b->alloc((size_t)pd.max_tok * d->nc * d->dim * F);
     d->y = b->alloc(BR * d->dim * F);
     d->e = b->alloc(S * dc->rank * F);
     d->bias = b->alloc(S * V * F);
