@@ -1,4 +1,4 @@
-/* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block per row; each row's
+/* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block per (row, head); each row's
  * keys come from the step metadata exactly as in attention_rows_ref (see attention.h). Two-pass
  * fp32 softmax over the row's keys held in shared memory. */
 #include "attention.h"
@@ -16,11 +16,15 @@ __device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t
     return a.entries + ((size_t)slot * a.n_entries + w) * a.d;
 }
 
-__global__ void attention_rows_kernel(struct attn_args a) {
-    extern __shared__ float sm[]; // q[d], s[max keys]
+/* one block per (row, head): the heads of a row run side by side (a batch-1 decode step still
+ * fills n_heads blocks). Each block resolves its row's key addresses once into shared memory;
+ * every sum runs in the same order as with any other grid, so results do not depend on it. */
+__global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
+    extern __shared__ float sm[]; // key pointers[max_keys], q[d], s[max_keys]
     const struct rows_view &r = a.rows;
-    if (r.row_seq[blockIdx.x] < 0) return; // a pad row: inert
-    int t = blockIdx.x, sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
+    int t = blockIdx.x, h = blockIdx.y;
+    if (r.row_seq[t] < 0) return; // a pad row: inert
+    int sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
     int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
     if (a.entries) {
         if (a.use_topk) {
@@ -32,41 +36,41 @@ __global__ void attention_rows_kernel(struct attn_args a) {
         }
     }
     int nk = n_swa + n_ent, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float *qs = sm, *s = sm + a.d;
-    for (int h = 0; h < a.n_heads; h++) {
-        const float *qh = a.q + ((size_t)t * a.n_heads + h) * a.d;
-        for (int c = threadIdx.x; c < a.d; c += blockDim.x)
-            qs[c] = qh[c];
-        __syncthreads();
-        for (int j = warp; j < nk; j += nw) {
-            const float *k = key_ptr(a, t, j, n_swa, slot, len, row0);
-            float dot = 0.0f;
-            for (int c = lane; c < a.d; c += 32)
-                dot += qs[c] * k[c];
-            dot = warp_sum(dot);
-            if (lane == 0) s[j] = dot * a.scale;
-        }
-        __syncthreads();
-        float sink = a.sinks[h], mx = sink;
-        for (int j = threadIdx.x; j < nk; j += blockDim.x)
-            mx = fmaxf(mx, s[j]);
-        mx = block_max(mx);
-        float den = 0.0f;
-        for (int j = threadIdx.x; j < nk; j += blockDim.x)
-            den += expf(s[j] - mx);
-        den = block_sum(den) + expf(sink - mx);
-        __syncthreads();
-        for (int j = threadIdx.x; j < nk; j += blockDim.x)
-            s[j] = expf(s[j] - mx) / den;
-        __syncthreads();
-        float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
-        for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
-            float acc = 0.0f;
-            for (int j = 0; j < nk; j++)
-                acc += s[j] * key_ptr(a, t, j, n_swa, slot, len, row0)[c];
-            oh[c] = acc;
-        }
-        __syncthreads();
+    const float **kp = (const float **)sm;
+    float *qs = (float *)(kp + max_keys), *s = qs + a.d;
+    for (int j = threadIdx.x; j < nk; j += blockDim.x)
+        kp[j] = key_ptr(a, t, j, n_swa, slot, len, row0);
+    const float *qh = a.q + ((size_t)t * a.n_heads + h) * a.d;
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x)
+        qs[c] = qh[c];
+    __syncthreads();
+    for (int j = warp; j < nk; j += nw) {
+        const float *k = kp[j];
+        float dot = 0.0f;
+        for (int c = lane; c < a.d; c += 32)
+            dot += qs[c] * k[c];
+        dot = warp_sum(dot);
+        if (lane == 0) s[j] = dot * a.scale;
+    }
+    __syncthreads();
+    float sink = a.sinks[h], mx = sink;
+    for (int j = threadIdx.x; j < nk; j += blockDim.x)
+        mx = fmaxf(mx, s[j]);
+    mx = block_max(mx);
+    float den = 0.0f;
+    for (int j = threadIdx.x; j < nk; j += blockDim.x)
+        den += expf(s[j] - mx);
+    den = block_sum(den) + expf(sink - mx);
+    __syncthreads();
+    for (int j = threadIdx.x; j < nk; j += blockDim.x)
+        s[j] = expf(s[j] - mx) / den;
+    __syncthreads();
+    float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < nk; j++)
+            acc += s[j] * kp[j][c];
+        oh[c] = acc;
     }
 }
 
@@ -88,8 +92,9 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
     // capacity: the window plus every compressed entry a row may see (top-k or all visible)
     int max_keys =
         a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
-    size_t smem = ((size_t)a->d + max_keys) * sizeof(float);
+    size_t smem = attention_smem(a->d, max_keys);
     ensure_smem(smem);
-    attention_rows_kernel<<<a->rows.n_tok, 128, smem, td_cuda_stream()>>>(*a);
+    dim3 grid(a->rows.n_tok, a->n_heads);
+    attention_rows_kernel<<<grid, 128, smem, td_cuda_stream()>>>(*a, max_keys);
     LAUNCH_CHECK();
 }

@@ -7,6 +7,8 @@
 #ifndef TD_KERNELS_ATTENTION_H
 #define TD_KERNELS_ATTENTION_H
 
+#include <stddef.h>
+
 #include "rows.h"
 
 #ifdef __cplusplus
@@ -36,6 +38,12 @@ struct attn_args {
 /* Keys of row t: window positions swa_pos[swa_indptr[t] .. swa_indptr[t + 1]) (this step's rows
  * from kv, older ones from the ring), then the compressed entries. */
 void attention_rows_ref(const struct attn_args *a);
+
+/* Shared memory of the CUDA kernel's block for rows of up to max_keys keys of d floats: the
+ * keys' addresses, the query and the scores. */
+static inline size_t attention_smem(int d, int max_keys) {
+    return (size_t)max_keys * sizeof(float *) + ((size_t)d + max_keys) * sizeof(float);
+}
 
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */

@@ -1,6 +1,8 @@
 /* indexer.cu: Lightning Indexer scores and top-k on the GPU, one block per row (see indexer.h).
  * Selection is repeated block-wide argmax with ties to the lower entry, then an ascending sort,
- * so the picks are exactly the reference's whatever the launch shape. */
+ * so the picks are exactly the reference's whatever the launch shape; a row that sees no more
+ * entries than top-k picks them all without scoring. (The k rounds of block argmax are slow for
+ * long contexts: a block-wide sort is the next step.) */
 #include "cuda_common.cuh"
 #include "indexer.h"
 
@@ -11,6 +13,11 @@ __global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
     const struct rows_view *r = &a.rows;
     if (r->row_seq[blockIdx.x] < 0) return; // a pad row: its picks stay -1
     int t = blockIdx.x, n_vis = r->vis[t], slot = r->slot[r->row_seq[t]];
+    if (n_vis <= a.topk) { // every visible entry is picked, already ascending: no scores needed
+        for (int j = threadIdx.x; j < a.topk; j += blockDim.x)
+            r->topk[(size_t)t * r->topk_stride + j] = j < n_vis ? j : -1;
+        return;
+    }
     float *sc = scores + (size_t)t * a.n_entries;
     const float *q = a.q + (size_t)t * a.n_heads * a.d, *wt = a.w + (size_t)t * a.n_heads;
     const float *keys = a.keys + (size_t)slot * a.n_entries * a.d;

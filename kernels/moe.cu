@@ -84,8 +84,6 @@ extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float 
  * tile, so a row's result does not depend on which rows share its tile or its batch. */
 
 #define TM 16
-#define TN 64
-#define TK 32
 
 static int32_t *g_perm, *g_inv, *g_tiles, *g_ntiles;
 static float *g_h, *g_y;
@@ -125,59 +123,98 @@ __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int32_t *pe
     }
 }
 
-/* out[p, 0..N) for the tile's entries: up (swiglu = 1, x rows gathered by perm / k) or down */
+/* out[p, 0..N) for the tile's entries: up (swiglu = 1, x rows gathered by perm / k) or down.
+ * One warp per output feature: its lanes stride the weight row (lane l reads k = k0 + 32 j + l,
+ * eight independent coalesced loads per step), every row of the tile accumulates in registers,
+ * then a fixed butterfly. The order of each sum depends on K alone: a row's result does not
+ * depend on which rows share its tile or its batch. Decode-sized tiles are latency-bound, so
+ * the loads are issued together rather than through a shared-memory tile. */
+template <typename T>
+__device__ __forceinline__ float ldw(const void *w, long long i) {
+    return (float)((const T *)w)[i];
+}
+template <>
+__device__ __forceinline__ float ldw<__nv_bfloat16>(const void *w, long long i) {
+    return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+}
+template <>
+__device__ __forceinline__ float ldw<__half>(const void *w, long long i) {
+    return __half2float(((const __half *)w)[i]);
+}
+
+#define MOE_FEATS 8 /* output features (warps) per block */
+
+template <typename T>
 __global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm, int k_per_row,
                                 int swiglu, const int32_t *tiles, const int32_t *n_tiles,
                                 struct expert_set ex, int K, int N, float limit) {
-    __shared__ float xs[TM][TK];
-    __shared__ float w1s[TN][TK + 1];
-    __shared__ float w3s[TN][TK + 1];
     int tile = blockIdx.y;
     if (tile >= *n_tiles) return;
     int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
-    int n0 = blockIdx.x * TN, tid = threadIdx.x;
-    int c = tid % TN, r0 = (tid / TN) * 4; // 256 threads: 64 features x 4 groups of 4 rows
+    int lane = threadIdx.x & 31, n = blockIdx.x * MOE_FEATS + (threadIdx.x >> 5);
+    if (n >= N) return;
     const void *w1 = swiglu ? ex.w1[e] : ex.w2[e], *w3 = ex.w3[e];
-    float a1[4] = {0, 0, 0, 0}, a3[4] = {0, 0, 0, 0};
-    for (int k0 = 0; k0 < K; k0 += TK) {
-        for (int i = tid; i < TM * TK; i += blockDim.x) {
-            int r = i / TK, kk = i % TK;
-            float v = 0.0f;
-            if (r < rows && k0 + kk < K) {
-                int p = p0 + r;
-                const float *src =
-                    swiglu ? in + (size_t)(perm[p] / k_per_row) * K : in + (size_t)p * K;
-                v = src[k0 + kk];
-            }
-            xs[r][kk] = v;
-        }
-        for (int i = tid; i < TN * TK; i += blockDim.x) {
-            int nn = i / TK, kk = i % TK;
-            int ok = n0 + nn < N && k0 + kk < K;
-            long long wi = (long long)(n0 + nn) * K + k0 + kk;
-            w1s[nn][kk] = ok ? ld_f32(w1, ex.dtype, wi) : 0.0f;
-            if (swiglu) w3s[nn][kk] = ok ? ld_f32(w3, ex.dtype, wi) : 0.0f;
-        }
-        __syncthreads();
-        for (int kk = 0; kk < TK; kk++) {
-            float wv1 = w1s[c][kk], wv3 = swiglu ? w3s[c][kk] : 0.0f;
-            for (int j = 0; j < 4; j++) {
-                a1[j] += xs[r0 + j][kk] * wv1;
-                if (swiglu) a3[j] += xs[r0 + j][kk] * wv3;
-            }
-        }
-        __syncthreads();
+    const float *xr[TM];
+#pragma unroll
+    for (int r = 0; r < TM; r++) {
+        int p = p0 + (r < rows ? r : 0);
+        xr[r] = swiglu ? in + (size_t)(perm[p] / k_per_row) * K : in + (size_t)p * K;
     }
-    if (n0 + c >= N) return;
-    for (int j = 0; j < 4; j++) {
-        if (r0 + j >= rows) break;
-        float v = a1[j];
+    float a1[TM], a3[TM];
+#pragma unroll
+    for (int r = 0; r < TM; r++)
+        a1[r] = a3[r] = 0.0f;
+    long long wrow = (long long)n * K;
+    for (int k0 = 0; k0 < K; k0 += 256) {
+        float v1[8], v3[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int k = k0 + 32 * j + lane;
+            v1[j] = k < K ? ldw<T>(w1, wrow + k) : 0.0f;
+            v3[j] = swiglu && k < K ? ldw<T>(w3, wrow + k) : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < TM; r++) {
+            if (r >= rows) break;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int k = k0 + 32 * j + lane;
+                float xv = k < K ? xr[r][k] : 0.0f;
+                a1[r] += xv * v1[j];
+                a3[r] += xv * v3[j];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < TM; r++) {
+        if (r >= rows) break;
+        float g = warp_sum(a1[r]), u = warp_sum(a3[r]);
+        if (lane) continue;
+        float v = g;
         if (swiglu) {
-            float g = fminf(a1[j], limit), u = fminf(fmaxf(a3[j], -limit), limit);
+            g = fminf(g, limit), u = fminf(fmaxf(u, -limit), limit);
             v = g / (1.0f + expf(-g)) * u;
         }
-        out[(size_t)(p0 + r0 + j) * N + n0 + c] = v;
+        out[(size_t)(p0 + r) * N + n] = v;
     }
+}
+
+static void moe_gemm(dim3 grid, cudaStream_t s, float *out, const float *in, int swiglu, int k,
+                     const struct expert_set *ex, int K, int N, float limit) {
+    switch (ex->dtype) {
+    case TD_DTYPE_BF16:
+        moe_gemm_kernel<__nv_bfloat16><<<grid, 32 * MOE_FEATS, 0, s>>>(
+            out, in, g_perm, k, swiglu, g_tiles, g_ntiles, *ex, K, N, limit);
+        break;
+    case TD_DTYPE_F16:
+        moe_gemm_kernel<__half><<<grid, 32 * MOE_FEATS, 0, s>>>(out, in, g_perm, k, swiglu, g_tiles,
+                                                                 g_ntiles, *ex, K, N, limit);
+        break;
+    default:
+        moe_gemm_kernel<float><<<grid, 32 * MOE_FEATS, 0, s>>>(out, in, g_perm, k, swiglu, g_tiles,
+                                                                g_ntiles, *ex, K, N, limit);
+    }
+    LAUNCH_CHECK();
 }
 
 __global__ void moe_combine_kernel(float *out, const float *y, const int32_t *picks,
@@ -234,12 +271,8 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     moe_group_kernel<<<1, 256, (size_t)(3 * n_experts + 1) * sizeof(int), s>>>(
         picks, m, n_experts, g_perm, g_inv, g_tiles, g_ntiles);
     LAUNCH_CHECK();
-    moe_gemm_kernel<<<dim3(ceil_div(inter, TN), max_tiles), 256, 0, s>>>(
-        g_h, x, g_perm, k, 1, g_tiles, g_ntiles, *ex, d, inter, limit);
-    LAUNCH_CHECK();
-    moe_gemm_kernel<<<dim3(ceil_div(d, TN), max_tiles), 256, 0, s>>>(
-        g_y, g_h, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d, limit);
-    LAUNCH_CHECK();
+    moe_gemm(dim3(ceil_div(inter, MOE_FEATS), max_tiles), s, g_h, x, 1, k, ex, d, inter, limit);
+    moe_gemm(dim3(ceil_div(d, MOE_FEATS), max_tiles), s, g_y, g_h, 0, k, ex, inter, d, limit);
     moe_combine_kernel<<<ceil_div((long long)n * d, 256), 256, 0, s>>>(out, g_y, picks, weights,
                                                                        g_inv, n, k, d);
     LAUNCH_CHECK();
