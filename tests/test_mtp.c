@@ -2,12 +2,25 @@
  *
  *   make build/tests/test_mtp && build/tests/test_mtp
  *
- * tests/fixtures/mtp_tiny (tools/make_drafter_fixtures.py, HF + the reference in fp32 on
- * models/tandem-tiny): the target's greedy bonus token after the prompt, the MTP catch-up
- * logits over the prompt rows (last 8), and a k = 3 greedy chain with recycled streams: its
- * drafts and its last step's logits. The C side runs the same on the CPU: fp32 math against
- * fp32 math, so the budget is max|d| <= 1e-3 * max(1, max|ref row|), and the drafts must be the
- * same tokens.
+ * Fixtures (tools/make_drafter_fixtures.py, HF + the reference in fp32 on the CPU), each a
+ * model (a target with its mtp.0.* layer) and a reference directory (ids.txt, mtp.json,
+ * mtp.safetensors):
+ *   tiny                models/tandem-tiny and its trained MTP layer; tests/fixtures/mtp_tiny
+ *                       (a text prompt);
+ *   b_plain_hc2         tests/fixtures/mtp_b_plain_hc2, the random target b_plain_hc2 (HF
+ *                       layout, HF config: hc 2, window 16, sigmoid routing, F16 shared experts
+ *                       with biases, tied head) + a random MTP layer in upstream names;
+ *   c_upstream_sharded  tests/fixtures/mtp_c_upstream_sharded, the random target
+ *                       c_upstream_sharded (upstream layout, legacy config: hc 3, window 16,
+ *                       YaRN) + a random MTP layer.
+ * The random ones have a seeded random prompt longer than the window (the MTP's own sliding
+ * window over its rows is exercised) and no near ties in the bonus or the drafts.
+ * Three cases per fixture, named with the fixture as a suffix ("mtp/target_bonus[tiny]"): the
+ * target's greedy bonus token after the prompt; the MTP catch-up logits over the prompt rows
+ * (last 8); a k = 3 greedy chain with recycled streams: its drafts and its last step's logits.
+ * The C side runs the same on the CPU: fp32 math against fp32 math, so the budget is
+ * max|d| <= 1e-3 * max(1, max|ref row|), and the drafts must be the same tokens. A missing
+ * fixture fails (its message names the command that makes it).
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -20,107 +33,215 @@
 #include "engine/safetensors.h"
 #include "engine/state.h"
 
-int main(void) {
-    char err[512];
-    const char *fx = "tests/fixtures/mtp_tiny";
+#define MAX_IDS   64 /* prompt rows: one plan step and one MTP catch-up call */
+#define LAST_ROWS 8
+#define K         3
+
+struct mtp_fixture {
+    const char *name;  /* the case names' suffix */
+    const char *model; /* config.json + safetensors with the target and mtp.0.* */
+    const char *dir;   /* ids.txt, mtp.json, mtp.safetensors */
+    const char *make;  /* the command that writes it */
+};
+
+static const struct mtp_fixture fixtures[] = {
+    {"tiny", "models/tandem-tiny", "tests/fixtures/mtp_tiny",
+     "python3 tools/make_drafter_fixtures.py --out tests/fixtures/mtp_tiny"},
+    {"b_plain_hc2", "tests/fixtures/mtp_b_plain_hc2", "tests/fixtures/mtp_b_plain_hc2",
+     "python3 tools/make_drafter_fixtures.py --random b_plain_hc2"},
+    {"c_upstream_sharded", "tests/fixtures/mtp_c_upstream_sharded",
+     "tests/fixtures/mtp_c_upstream_sharded",
+     "python3 tools/make_drafter_fixtures.py --random c_upstream_sharded"},
+};
+
+static const char *const case_names[3] = {"mtp/target_bonus", "mtp/catchup_logits_match_reference",
+                                          "mtp/chain_k3_matches_reference"};
+
+/* one fixture loaded: the model, the reference tensors and JSON, the prompt */
+struct fx {
     struct td_model m;
     struct st_set ref;
-    if (td_model_load(&m, "models/tandem-tiny", err, sizeof err) ||
-        st_set_open_file(&ref, "tests/fixtures/mtp_tiny/mtp.safetensors", err, sizeof err)) {
-        printf("FAIL mtp fixtures: %s\n", err);
-        return 1;
+    json_t *js;
+    int32_t ids[MAX_IDS];
+    int n;
+};
+
+static void fx_close(struct fx *f) {
+    td_model_free(&f->m);
+    st_set_close(&f->ref);
+    json_decref(f->js);
+    memset(f, 0, sizeof *f);
+}
+
+/* the prompt of ids.txt: its length, or -1 when unreadable or not LAST_ROWS..MAX_IDS ids */
+static int read_ids(const char *path, int32_t *ids) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) return -1;
+    int n = 0, id;
+    while (n <= MAX_IDS && fscanf(fp, "%d", &id) == 1)
+        if (n++ < MAX_IDS) ids[n - 1] = id;
+    fclose(fp);
+    return n >= LAST_ROWS && n <= MAX_IDS ? n : -1;
+}
+
+/* 0, or -1 with a message (what is missing or malformed, and the command that makes it) */
+static int fx_open(struct fx *f, const struct mtp_fixture *x, char *err, size_t errlen) {
+    char path[256], why[512] = "";
+    memset(f, 0, sizeof *f);
+    json_error_t jerr;
+    int rc = 0;
+    snprintf(path, sizeof path, "%s/mtp.json", x->dir);
+    if (!(f->js = json_load_file(path, 0, &jerr))) {
+        snprintf(why, sizeof why, "%s", jerr.text);
+        rc = -1;
     }
-    json_t *js = json_load_file("tests/fixtures/mtp_tiny/mtp.json", 0, NULL);
-    int32_t ids[256];
-    int n = 0;
-    FILE *fp = fopen("tests/fixtures/mtp_tiny/ids.txt", "r");
-    while (fp && n < 255 && fscanf(fp, "%d", &ids[n]) == 1)
-        n++;
-    if (fp) fclose(fp);
-    int V = m.cfg.vocab, bonus_ref = (int)json_integer_value(json_object_get(js, "bonus"));
-    (void)fx;
-    const struct td_backend *b = td_backend_cpu();
+    snprintf(path, sizeof path, "%s/ids.txt", x->dir);
+    if (!rc && (f->n = read_ids(path, f->ids)) < 0) {
+        snprintf(why, sizeof why, "%s: unreadable, or not %d..%d ids", path, LAST_ROWS, MAX_IDS);
+        rc = -1;
+    }
+    snprintf(path, sizeof path, "%s/mtp.safetensors", x->dir);
+    if (!rc && (td_model_load(&f->m, x->model, why, sizeof why) ||
+                st_set_open_file(&f->ref, path, why, sizeof why)))
+        rc = -1;
+    if (!rc) return 0;
+    snprintf(err, errlen, "%s (made by: %s)", why, x->make);
+    fx_close(f);
+    return -1;
+}
+
+static int argmax(const float *x, int n) {
+    int a = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[a]) a = i;
+    return a;
+}
+
+/* the three cases on one fixture */
+static void run_fixture(const struct mtp_fixture *x) {
+    char err[768], name[3][160], extra[128];
+    for (int c = 0; c < 3; c++)
+        snprintf(name[c], sizeof name[c], "%s[%s]", case_names[c], x->name);
+    struct fx f;
     struct td_state st;
     struct draft_mtp *d = NULL;
-    case_begin();
-    CHECK(!td_state_init(&st, &m.cfg, 2, 256, 16, (size_t)1 << 30, b, err, sizeof err), "%s", err);
-    CHECK(!draft_mtp_init(&d, &m, &m, b, 2, 256, 64, 3, 0, (size_t)1 << 30, err, sizeof err), "%s",
-          err);
-    if (check_case_failed) {
-        case_end("mtp_init", "");
-        return 1;
-    }
-    float *lg = malloc((size_t)n * V * sizeof(float));
-    int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, n, ids, 0, 0};
     struct td_plan p;
-    struct td_plan_dims dims = td_state_plan_dims(&st, 64, 2);
-    CHECK(!meta_plan_init(&p, &dims, err, sizeof err) &&
-              !meta_plan_build(&p, &q, 1, err, sizeof err),
-          "%s", err);
-    struct td_forward_io io = {NULL, draft_mtp_hidden(d), NULL, NULL, 0};
-    CHECK(!td_forward_ex(&m, &st, &p, &io, lg, NULL, err, sizeof err), "%s", err);
-    int bonus = 0;
-    for (int v = 1; v < V; v++)
-        if (lg[(size_t)(n - 1) * V + v] > lg[(size_t)(n - 1) * V + bonus]) bonus = v;
-    CHECK(bonus == bonus_ref, "target bonus %d, reference %d", bonus, bonus_ref);
-    case_end("mtp/target_bonus", "");
+    memset(&st, 0, sizeof st);
+    memset(&p, 0, sizeof p);
+    case_begin();
+    if (fx_open(&f, x, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        case_end(name[0], "");
+        for (int c = 1; c < 3; c++) {
+            case_begin();
+            CHECK(0, "not run: the fixture did not load");
+            case_end(name[c], "");
+        }
+        return;
+    }
+    const struct td_backend *b = td_backend_cpu();
+    int n = f.n, V = f.m.cfg.vocab;
+    int st_ok = !td_state_init(&st, &f.m.cfg, 2, 256, 16, (size_t)1 << 30, b, err, sizeof err);
+    CHECK(st_ok, "%s", err);
+    if (st_ok)
+        CHECK(!draft_mtp_init(&d, &f.m, &f.m, b, 2, 256, MAX_IDS, K, 0, (size_t)1 << 30, err,
+                              sizeof err),
+              "%s", err);
+    float *lg = malloc((size_t)n * V * sizeof(float)), *qd = malloc((size_t)K * V * sizeof(float));
+    float *want = malloc((size_t)LAST_ROWS * V * sizeof(float));
+    int slot = -1, bonus = -1, plan_ok = 0;
 
-    int32_t next[256], drafts[3];
-    memcpy(next, ids + 1, (size_t)(n - 1) * sizeof(int32_t));
-    next[n - 1] = bonus;
-    float *qd = malloc((size_t)3 * V * sizeof(float));
+    // the target over the prompt: its bonus token, and its final streams for the MTP
+    if (!check_case_failed) {
+        slot = td_state_seq_alloc(&st);
+        struct td_plan_seq q = {slot, 0, n, f.ids, 0, 0};
+        struct td_plan_dims dims = td_state_plan_dims(&st, MAX_IDS, 2);
+        plan_ok = !meta_plan_init(&p, &dims, err, sizeof err);
+        CHECK(plan_ok && !meta_plan_build(&p, &q, 1, err, sizeof err), "%s", err);
+    }
+    if (!check_case_failed) {
+        struct td_forward_io io = {NULL, draft_mtp_hidden(d), NULL, NULL, 0};
+        CHECK(!td_forward_ex(&f.m, &st, &p, &io, lg, NULL, err, sizeof err), "%s", err);
+    }
+    int ready = !check_case_failed; // the MTP cases run on the C target's streams and bonus
+    json_t *jb = json_object_get(f.js, "bonus");
+    if (ready) {
+        bonus = argmax(lg + (size_t)(n - 1) * V, V);
+        CHECK(json_is_integer(jb) && bonus == (int)json_integer_value(jb),
+              "target bonus %d, reference %lld", bonus, (long long)json_integer_value(jb));
+    }
+    case_end(name[0], "");
+
+    int32_t next[MAX_IDS], drafts[K];
+    if (ready) {
+        memcpy(next, f.ids + 1, (size_t)(n - 1) * sizeof(int32_t));
+        next[n - 1] = bonus;
+    }
     struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
     // catch-up only: the logits of every prompt row
     case_begin();
-    draft_mtp_set_all_logits(d, 1);
-    struct mtp_rows r = {slot, 0, n, 0, next, 0, &greedy, drafts, qd, 0};
-    CHECK(!draft_mtp_run(d, &r, 1, err, sizeof err), "%s", err);
-    const struct st_entry *cl = st_set_find(&ref, "catchup_logits");
-    CHECK(cl && cl->t.shape[0] == 8 && cl->t.shape[1] == V, "catchup_logits missing");
     double worst = 0;
+    CHECK(ready, "not run: the target pass or the MTP setup failed");
     if (!check_case_failed) {
-        float *want = malloc((size_t)8 * V * sizeof(float));
-        td_tensor_read_f32(&cl->t, 0, (int64_t)8 * V, want);
-        worst = rel_row_err(draft_mtp_logits(d) + (size_t)(n - 8) * V, want, 8, V, NULL);
-        CHECK(worst <= 1e-3, "catch-up logits off by %.3g relative", worst);
-        free(want);
+        draft_mtp_set_all_logits(d, 1);
+        struct mtp_rows r = {slot, 0, n, 0, next, 0, &greedy, drafts, qd, 0};
+        CHECK(!draft_mtp_run(d, &r, 1, err, sizeof err), "%s", err);
     }
-    char extra[96];
-    snprintf(extra, sizeof extra, "(worst %.2e over the last 8 rows)", worst);
-    case_end("mtp/catchup_logits_match_reference", extra);
+    const struct st_entry *cl = st_set_find(&f.ref, "catchup_logits");
+    CHECK(cl && cl->t.ndim == 2 && cl->t.shape[0] == LAST_ROWS && cl->t.shape[1] == V,
+          "catchup_logits missing or not [%d, %d]", LAST_ROWS, V);
+    if (!check_case_failed) {
+        td_tensor_read_f32(&cl->t, 0, (int64_t)LAST_ROWS * V, want);
+        worst = rel_row_err(draft_mtp_logits(d) + (size_t)(n - LAST_ROWS) * V, want, LAST_ROWS, V,
+                            NULL);
+        CHECK(worst <= 1e-3, "catch-up logits off by %.3g relative", worst);
+    }
+    snprintf(extra, sizeof extra, "(worst %.2e over the last %d of %d rows)", worst, LAST_ROWS, n);
+    case_end(name[1], extra);
 
     // a fresh sequence in the slot: catch up and draft k = 3 greedily (the engine's way: only the
     // last catch-up row meets the head)
     case_begin();
-    draft_mtp_set_all_logits(d, 0);
-    r = (struct mtp_rows){slot, 0, n, 0, next, 3, &greedy, drafts, qd, 0};
-    CHECK(!draft_mtp_run(d, &r, 1, err, sizeof err), "%s", err);
-    json_t *jd = json_object_get(js, "drafts");
-    CHECK(r.n_drafts == 3, "%d drafts", r.n_drafts);
-    for (int j = 0; j < 3 && j < r.n_drafts; j++)
+    worst = 0;
+    struct mtp_rows r = {slot, 0, n, 0, next, K, &greedy, drafts, qd, 0};
+    CHECK(ready, "not run: the target pass or the MTP setup failed");
+    if (!check_case_failed) {
+        draft_mtp_set_all_logits(d, 0);
+        CHECK(!draft_mtp_run(d, &r, 1, err, sizeof err), "%s", err);
+        CHECK(r.n_drafts == K, "%d drafts", r.n_drafts);
+    }
+    json_t *jd = json_object_get(f.js, "drafts");
+    CHECK(json_array_size(jd) == K, "mtp.json has %zu drafts, want %d", json_array_size(jd), K);
+    for (int j = 0; !check_case_failed && j < K; j++)
         CHECK(drafts[j] == (int)json_integer_value(json_array_get(jd, (size_t)j)),
               "draft %d is %d, reference %lld", j, drafts[j],
               (long long)json_integer_value(json_array_get(jd, (size_t)j)));
-    const struct st_entry *ch = st_set_find(&ref, "chain_logits");
-    if (ch) {
-        float *want = malloc((size_t)V * sizeof(float));
-        td_tensor_read_f32(&ch->t, (int64_t)2 * V, V, want);
+    const struct st_entry *ch = st_set_find(&f.ref, "chain_logits");
+    CHECK(ch && ch->t.ndim == 2 && ch->t.shape[0] == K && ch->t.shape[1] == V,
+          "chain_logits missing or not [%d, %d]", K, V);
+    if (!check_case_failed) {
+        td_tensor_read_f32(&ch->t, (int64_t)(K - 1) * V, V, want);
         worst = rel_row_err(draft_mtp_logits(d), want, 1, V, NULL);
         CHECK(worst <= 1e-3, "last chain step's logits off by %.3g", worst);
-        free(want);
     }
-    snprintf(extra, sizeof extra, "(drafts %d %d %d, last step worst %.2e)", drafts[0], drafts[1],
-             drafts[2], worst);
-    case_end("mtp/chain_k3_matches_reference", extra);
+    if (ready && r.n_drafts == K)
+        snprintf(extra, sizeof extra, "(drafts %d %d %d, last step worst %.2e)", drafts[0],
+                 drafts[1], drafts[2], worst);
+    else
+        extra[0] = 0;
+    case_end(name[2], extra);
 
     free(lg);
     free(qd);
-    meta_plan_free(&p);
+    free(want);
+    if (plan_ok) meta_plan_free(&p);
     draft_mtp_free(d);
-    td_state_free(&st);
-    st_set_close(&ref);
-    json_decref(js);
-    td_model_free(&m);
+    if (st_ok) td_state_free(&st);
+    fx_close(&f);
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++)
+        run_fixture(&fixtures[i]);
     return check_failures ? 1 : 0;
 }
