@@ -4,8 +4,9 @@
  *
  * Fixtures (tools/make_dspark_fixtures.py): tests/fixtures/dspark_b (a random drafter over the
  * random target b_plain_hc2: hc 2, window 16, sigmoid routing, shared-expert biases, capture
- * layers 0 and 2, 2 stages, block 4) and tests/fixtures/dspark_tiny (tandem-tiny's trained
- * drafter), each with a context shorter than the window and one that wraps the rings. The C
+ * layers 0 and 2, 2 stages, block 4), tests/fixtures/dspark_c (a random drafter over the
+ * upstream-layout target c_upstream_sharded: hc 3, capture layers 1-3, 3 stages, block 6, rank
+ * 16) and tests/fixtures/dspark_tiny (tandem-tiny's trained drafter), each with a context shorter than the window and one that wraps the rings. The C
  * side runs the target over the case's ids on the CPU (its captured rows feed the drafter, as
  * in the engine), inserts them, and runs a round:
  *   base logits U of the block        max|d| <= 1e-3 * max(1, max|ref row|) (fp32 vs fp32)
@@ -17,7 +18,6 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
-#include <unistd.h>
 
 #include "check.h"
 #include "draft/dspark.h"
@@ -227,7 +227,7 @@ static void run_fixture(const char *dir) {
 
 int main(void) {
     run_fixture("tests/fixtures/dspark_b");
-    if (!access("tests/fixtures/dspark_tiny/dspark.json", R_OK))
-        run_fixture("tests/fixtures/dspark_tiny");
+    run_fixture("tests/fixtures/dspark_c");
+    run_fixture("tests/fixtures/dspark_tiny");
     return check_failures ? 1 : 0;
 }

@@ -75,7 +75,7 @@ class RMSNorm(nn.Module):
 
 def rope_tables(pos, rot, theta):
     """cos, sin [.., rot/2] at integer positions pos [..]."""
-    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
+    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float32, device=pos.device) / rot))
     f = pos.float()[..., None] * inv
     return f.cos(), f.sin()
 
@@ -271,7 +271,7 @@ def stored_dtype(up_name):
 
 def window_index(anchors, window):
     """[B, A, W]: the context positions a-W .. a-1 the block of anchor a sees (-1: before 0)."""
-    idx = anchors[:, :, None] - window + torch.arange(window)
+    idx = anchors[:, :, None] - window + torch.arange(window, device=anchors.device)
     return torch.where(idx >= 0, idx, torch.full_like(idx, -1))
 
 
@@ -359,14 +359,15 @@ class V4DSpark(nn.Module):
         mask = None
         if ctx_index is not None:
             gidx = ctx_index.clamp(min=0)
-            mask = torch.zeros(ctx_index.shape).masked_fill(ctx_index < 0, float("-inf"))
+            mask = torch.zeros(ctx_index.shape, device=ctx_index.device).masked_fill(ctx_index < 0,
+                                                                             float("-inf"))
         for st in self.stages:
             keys = st.attn.keys(main_x, cc, sc)                               # [B, Sc, hd]
             if ctx_index is None:
                 ck = keys[:, None].expand(-1, G, -1, -1)
             else:  # rows of the flattened [B * Sc, hd] keys
                 Sc = keys.shape[1]
-                flat = gidx + Sc * torch.arange(B).view(B, 1, 1)
+                flat = gidx + Sc * torch.arange(B, device=gidx.device).view(B, 1, 1)
                 ck = keys.reshape(B * Sc, -1)[flat]
             X = st(X, cb, sb, ck, mask)
         return self.hc_head(X)
@@ -429,7 +430,7 @@ class V4DSpark(nn.Module):
                         out[f"{pre}ffn.experts.{e}.{w}.weight"] = p[e]
                 else:
                     out[pre + STAGE_NAMES[name]] = p
-        return {k: v.detach().to(stored_dtype(k)).contiguous() for k, v in out.items()}
+        return {k: v.detach().cpu().to(stored_dtype(k)).contiguous() for k, v in out.items()}
 
     @torch.no_grad()
     def load_upstream(self, up):

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """make_dspark_fixtures.py: PyTorch-reference fixtures for the C DSpark drafter.
 
-    python3 tools/make_dspark_fixtures.py [--only tiny|b]     (needs bin/tandem built)
+    python3 tools/make_dspark_fixtures.py [--only tiny|b|c]     (needs bin/tandem built)
 
-Two configurations, each with a short context (fewer rows than the window) and a long one
+Three configurations, each with a short context (fewer rows than the window) and a long one
 (more: the rings wrap):
   tests/fixtures/dspark_tiny/  tandem-tiny's trained drafter (models/tandem-tiny/dspark), the
         prompt "In the beginning God created ..." and it followed by the target's greedy
@@ -11,7 +11,10 @@ Two configurations, each with a short context (fewer rows than the window) and a
   tests/fixtures/dspark_b/     a random drafter (seeded, written to dspark_b/dspark/) over the
         random test target tests/fixtures/b_plain_hc2: hc_mult 2, window 16, sigmoid routing,
         shared-expert biases, capture layers [0, 2], 2 stages, block 4, rank 8; its ids.txt
-        cut at 12 and at 120 tokens.
+        cut at 12 and at 120 tokens;
+  tests/fixtures/dspark_c/     a random drafter over tests/fixtures/c_upstream_sharded (upstream
+        layout, hc_mult 3, window 16, sigmoid routing over 6 experts): capture layers [1, 2, 3],
+        3 stages, block 6, rank 16, noise id 7; its ids.txt cut at 9 and at 200 tokens.
 The target's side comes from Tandem's reference forward (`tandem logits --capture`, the CPU
 forward checked against HF transformers by the foundation fixtures): its logits give the
 anchor (greedy) and its captured rows the context. For each case, tools/dspark_ref.py runs one
@@ -41,6 +44,8 @@ FIX = os.path.join(tt.REPO, "tests", "fixtures")
 PROMPT = "In the beginning God created the heaven and the earth. And the earth was without form"
 B_DSPARK = dict(dspark_block_size=4, dspark_noise_token_id=299, dspark_markov_rank=8,
                 dspark_target_layer_ids=[0, 2], dspark_num_stages=2)
+C_DSPARK = dict(dspark_block_size=6, dspark_noise_token_id=7, dspark_markov_rank=16,
+                dspark_target_layer_ids=[1, 2, 3], dspark_num_stages=3)
 
 
 def run(*args):
@@ -101,29 +106,32 @@ def tiny():
                 [("short", ids), ("long", ids + [int(x) for x in more.split()])])
 
 
-def fixture_b():
-    model = os.path.join(FIX, "b_plain_hc2")
-    out = os.path.join(FIX, "dspark_b")
-    ds = V4DSpark(target_config(model), B_DSPARK)
-    ds.init_random(seed=5)
+def fixture_random(name, target, dcfg, seed, cuts):
+    """a seeded random drafter over a random test target; the target's ids.txt cut at cuts"""
+    model = os.path.join(FIX, target)
+    out = os.path.join(FIX, "dspark_" + name)
+    ds = V4DSpark(target_config(model), dcfg)
+    ds.init_random(seed=seed)
     with torch.no_grad():  # the target's embedding has std 1: keep U and the Markov bias at a
         ds.norm.weight.mul_(0.05)  # scale where sampled chains vary (std ~0.4 each)
-        g = torch.Generator().manual_seed(6)
+        g = torch.Generator().manual_seed(seed + 1)
         ds.markov_w1.copy_(torch.randn(ds.markov_w1.shape, generator=g) * 0.4)
         ds.markov_w2.copy_(torch.randn(ds.markov_w2.shape, generator=g) * 0.4)
     ds.round_to_storage()
     write_dspark(os.path.join(out, "dspark"), ds)
     ids = [int(x) for x in open(os.path.join(model, "ids.txt")).read().split()]
-    write_cases(out, model, ds, [("short", ids[:12]), ("long", ids[:120])])
+    write_cases(out, model, ds, [("short", ids[:cuts[0]]), ("long", ids[:cuts[1]])])
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", choices=("tiny", "b"), default=None)
+    ap.add_argument("--only", choices=("tiny", "b", "c"), default=None)
     a = ap.parse_args()
     torch.manual_seed(0)
     if a.only in (None, "b"):
-        fixture_b()
+        fixture_random("b", "b_plain_hc2", B_DSPARK, 5, (12, 120))
+    if a.only in (None, "c"):
+        fixture_random("c", "c_upstream_sharded", C_DSPARK, 9, (9, 200))
     if a.only in (None, "tiny"):
         tiny()
 
