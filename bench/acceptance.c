@@ -3,12 +3,14 @@
  *
  *   make bench-bins && build/bench/acceptance [--draft mtp|dspark] [--prompts 8] [--new 128]
  *        [--k 3] [--threshold C] [--backend cpu|cuda] [--val F | --prompt-file F]
+ *        [--model DIR] [--dspark-dir DIR]
  *
  * Prompts: the first documents of the validation split (--val, default .corpus/val.jsonl from
  * sh tools/corpus.sh), each encoded as BOS + ids, cut to the first 128 tokens (documents
  * shorter than that, or holding EOS inside, are skipped), as spec_loop.py does for MTP; or the
  * lines of --prompt-file (ids, one prompt per line, the first 128 used), as spec_loop.py takes
- * for DSpark from tools/dspark_data.py's held-out windows. Each prompt is decoded alone at
+ * for DSpark from tools/dspark_data.py's held-out windows (bench/prompts/tiny_val.ids: the first
+ * 128 ids of `tools/dspark_data.py --split val --windows 16 --seq 512 --seed 12`). Each prompt is decoded alone at
  * T = 0 and T = 1 with k drafts per round (DSpark: its block size unless --k), stopping at EOS
  * or 128 new tokens. Printed: per-position conditional acceptance P(draft j accepted | drafts
  * < j accepted) and the mean accepted length per round (bonus included).
@@ -25,7 +27,7 @@ int main(int argc, char **argv) {
     int n_prompts = 8, n_new = 128, k = 3, plen = 128;
     float threshold = 0.0f;
     const char *model = "models/tandem-tiny", *backend = "cpu", *val = ".corpus/val.jsonl";
-    const char *draft = "mtp", *prompt_file = NULL;
+    const char *draft = "mtp", *prompt_file = NULL, *dspark_dir = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--prompts"))
             n_prompts = atoi(argv[i + 1]);
@@ -41,6 +43,10 @@ int main(int argc, char **argv) {
             draft = argv[i + 1];
         else if (!strcmp(argv[i], "--prompt-file"))
             prompt_file = argv[i + 1];
+        else if (!strcmp(argv[i], "--model"))
+            model = argv[i + 1];
+        else if (!strcmp(argv[i], "--dspark-dir"))
+            dspark_dir = argv[i + 1];
         else if (!strcmp(argv[i], "--threshold"))
             threshold = (float)atof(argv[i + 1]);
         else {
@@ -106,6 +112,7 @@ int main(int argc, char **argv) {
             ep.draft = draft;
             ep.max_draft = k_run;
             ep.dspark_threshold = threshold;
+            ep.dspark_dir = dspark_dir;
             ep.max_seqs = 1;
             ep.max_ctx = 1024;
             struct td_engine *e;

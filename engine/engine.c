@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "draft/drafter.h"
 #include "draft/dspark.h"
@@ -581,9 +582,17 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
     return 0;
 }
 
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     int n = schedule(e);
     if (n > 0) {
+        // the phases' wall times (each ends with its results on the host, so they add up)
+        double t0 = now();
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
         struct td_forward_io io = {NULL, e->mtp ? draft_mtp_hidden(e->mtp) : NULL, NULL, NULL, 0};
         if (e->dspark) { // the context DSpark reads: the mean streams of its capture layers
@@ -592,6 +601,8 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         }
         if (td_forward_ex(e->run, &e->state, &e->plan, &io, e->logits, NULL, err, errlen))
             return -1;
+        double t1 = now();
+        e->stats.t_target += t1 - t0;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;
         int V = e->model.cfg.vocab;
@@ -607,7 +618,10 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             else
                 finish_round(e, g, rows, e->plan.len_before[i]); // anchor position
         }
+        double t2 = now();
+        e->stats.t_verify += t2 - t1;
         if ((e->mtp || e->dspark) && model_drafter_step(e, n, err, errlen)) return -1;
+        e->stats.t_draft += now() - t2;
     }
     // forget finished requests: each step scans only the live ones
     int live = 0;

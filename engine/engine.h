@@ -93,6 +93,9 @@ struct td_engine_stats {
     long proposed_at[TD_MAX_DRAFT]; /* drafts verified at draft position j */
     long accepted_at[TD_MAX_DRAFT]; /* drafts accepted at draft position j */
     long nan_rows;                  /* non-finite target rows met (each fails its request) */
+    double t_target;                /* seconds in plan building and the target's forward */
+    double t_verify;                /* seconds verifying and committing its rows (host) */
+    double t_draft;                 /* seconds in the model drafter's steps (MTP, DSpark) */
 };
 
 struct td_engine;

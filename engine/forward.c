@@ -378,7 +378,7 @@ static int ws_make(struct td_state *st, const struct td_config *c, const struct 
         int keys = st->swa_ring + (ent > c->index_topk ? ent : c->index_topk);
         struct td_reserve rs = {N * in_max,
                                 N * (size_t)(ent + 1),
-                                ((size_t)hd + keys) * F,
+                                attention_smem(hd, keys),
                                 (int)N * c->n_experts_tok,
                                 c->n_experts,
                                 c->moe_inter,

@@ -61,8 +61,9 @@ static void usage(FILE *fp) {
         "  --n N                  independent completions decoded together (default "
         "1)\n" DRAFT_USAGE
         "  --print-ids            one line of generated ids per completion, nothing else\n"
-        "  --stats                tokens/s, steps, mean accepted length and per-position\n"
-        "                         acceptance to stderr\n"
+        "  --stats                tokens/s, steps, mean accepted length, per-position\n"
+        "                         acceptance and time per step (target, verify, drafter)\n"
+        "                         to stderr\n"
         "  --ignore-eos           do not stop at EOS tokens\n"
         "  --max-batch-tokens N   rows per forward step (default 256)\n"
         "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
@@ -656,6 +657,10 @@ static int cmd_generate(int argc, char **argv) {
                 fprintf(stderr, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
             fprintf(stderr, "\n");
         }
+        if (s->steps)
+            fprintf(stderr, "stats: per step: target %.3f ms, verify %.3f ms, drafter %.3f ms\n",
+                    1e3 * s->t_target / s->steps, 1e3 * s->t_verify / s->steps,
+                    1e3 * s->t_draft / s->steps);
         if (s->nan_rows) fprintf(stderr, "stats: %ld non-finite logits rows\n", s->nan_rows);
     }
 done:
