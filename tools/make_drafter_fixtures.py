@@ -204,7 +204,7 @@ def mtp_upstream(fx, mtp, spec):
 
 
 class RouterGaps:
-    """The smallest top-k cut gap of score routers (make_fixtures.Recorder's measure)."""
+    """The smallest top-k cut gap of score routers (make_fixtures.router_cut_gap)."""
 
     def __init__(self, gates):
         self.min_gap = math.inf
@@ -212,11 +212,7 @@ class RouterGaps:
 
     def _hook(self, gate):
         def hook(mod, inp, out):
-            sc = gate.score_fn(out[0]) + gate.e_score_correction_bias
-            row = torch.sort(sc, dim=-1, descending=True).values
-            k = gate.top_k
-            gap = ((row[:, k - 1] - row[:, k]) / (row.abs().max(dim=-1).values + 1e-6)).min().item()
-            self.min_gap = min(self.min_gap, gap)
+            self.min_gap = min(self.min_gap, tt._fixtures().router_cut_gap(gate, out[0]))
         return hook
 
     def remove(self):

@@ -30,7 +30,6 @@ an engine whose rounding differs from torch's.
 """
 import argparse
 import json
-import math
 import os
 import re
 import sys
@@ -226,6 +225,15 @@ def upstream_names(name, t, cfg):
     raise SystemExit(f"no upstream name for {name}")
 
 
+def router_cut_gap(gate, logits):
+    """The smallest gap, relative to the row's largest score, at a score router's top-k cut
+    over the rows of its logits (selection scores: scores + correction bias)."""
+    sc = gate.score_fn(logits) + gate.e_score_correction_bias
+    row = torch.sort(sc, dim=-1, descending=True).values
+    k = gate.top_k
+    return ((row[:, k - 1] - row[:, k]) / (row.abs().max(dim=-1).values + 1e-6)).min().item()
+
+
 class Recorder:
     """Forward hooks: indexer scores/top-k, router gaps, per-layer debug tensors."""
 
@@ -280,12 +288,7 @@ class Recorder:
 
     def _router(self, gate):
         def hook(mod, inp, out):
-            logits = out[0]
-            sc = gate.score_fn(logits) + gate.e_score_correction_bias
-            row = torch.sort(sc, dim=-1, descending=True).values
-            k = gate.top_k
-            gap = ((row[:, k - 1] - row[:, k]) / (row.abs().max(dim=-1).values + 1e-6)).min().item()
-            self.min_gap_router = min(self.min_gap_router, gap)
+            self.min_gap_router = min(self.min_gap_router, router_cut_gap(gate, out[0]))
         return hook
 
     def remove(self):
