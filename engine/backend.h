@@ -16,6 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/compress.h"
 #include "kernels/dtype.h"
+#include "kernels/fill.h"
 #include "kernels/hc.h"
 #include "kernels/indexer.h"
 #include "kernels/moe.h"
@@ -72,6 +73,7 @@ struct td_ops {
     void (*add_bcast)(float *X, const float *e, int n, int nc, int d);
     void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory, queued */
     void (*mean_streams)(float *y, const float *X, int n, int nc, int d, int y_stride);
+    void (*fill_uniform)(void *dst, enum td_dtype t, int64_t n, uint64_t seed, float lo, float hi);
 };
 
 struct td_backend {

@@ -162,13 +162,14 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         free(e);
         return -1;
     }
-    if (td_model_load(&e->model, p->model_dir, err, errlen)) {
+    if (p->dummy_weights ? td_model_load_dummy(&e->model, p->model_dir, 1, err, errlen)
+                         : td_model_load(&e->model, p->model_dir, err, errlen)) {
         free(e);
         return -1;
     }
     if (e->b->set_deterministic) e->b->set_deterministic(p->deterministic);
     e->run = &e->model;
-    if (e->b->on_device) {
+    if (e->b->on_device || e->model.dummy_seed) { // a dummy model's values are made there
         if (td_model_upload(&e->model, e->b, &e->dev, err, errlen)) goto fail;
         e->run = &e->dev;
     }

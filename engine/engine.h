@@ -51,6 +51,8 @@ struct td_engine_params {
                                a CUDA graph captured once per row bucket) */
     int deterministic;      /* batch-invariant kernels: a request's logits are the same bits
                                alone, in any batch, or as a row of a verify chunk */
+    int dummy_weights;      /* generated weights of model_dir/config.json's shapes, made on the
+                               backend (td_model_load_dummy; benchmarks) */
     size_t max_cache_bytes; /* cache pools above this are refused at init; 0 (default): on the
                                CPU 3/4 of physical memory less 1 GiB, on a GPU the free device
                                memory after the weights less 10% and 2 GiB of headroom */

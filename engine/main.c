@@ -70,6 +70,8 @@ static void usage(FILE *fp) {
         "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
         "  --deterministic        batch-invariant kernels (GPU; the CPU always is)\n"
         "  --no-graphs            run every GPU step eagerly (no CUDA graph replay)\n"
+        "  --dummy-weights        generated weights of DIR/config.json's shapes, made on the\n"
+        "                         backend (benchmarks; no safetensors are read)\n"
         "\n"
         "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...] [--backend B]\n"
         "              [--capture L,L,... --capture-out CAP.npy]\n"
@@ -510,6 +512,10 @@ static int cmd_generate(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-graphs")) {
             ep.no_graphs = 1;
+            continue;
+        }
+        if (!strcmp(a, "--dummy-weights")) {
+            ep.dummy_weights = 1;
             continue;
         }
         if (a[0] != '-' || !a[1]) { // the text prompt

@@ -9,9 +9,12 @@
 
 #include "backend.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "err.h"
 
 // ---------------------------------------------------------------------------------------------
 // symbolic dims
@@ -224,6 +227,7 @@ struct loader {
     char *used;              /* [st.n_entries], NULL: no bookkeeping */
     char *err;
     size_t errlen;
+    uint64_t dummy; /* nonzero: make every tensor instead (td_model_load_dummy's seed) */
 };
 
 static int fail(struct loader *ld, const char *fmt, ...) {
@@ -242,9 +246,60 @@ static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
+static void *own(struct td_model *m, size_t bytes) {
+    void **no = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *no);
+    if (!no) return NULL;
+    m->owned = no;
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (p) m->owned[m->n_owned++] = p;
+    return p;
+}
+
+static uint64_t name_hash(const char *s) { // FNV-1a
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* a dummy model's tensor `name` of the given shape (see td_model_load_dummy for the values) */
+static int make_dummy(struct loader *ld, struct td_tensor *dst, const char *name, int kind,
+                      const int64_t *shape, int ndim) {
+    struct td_tensor t = {NULL, TD_DTYPE_NONE, ndim, {0}};
+    memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
+    int64_t n = td_tensor_numel(&t);
+    if (kind == K_INT) { // tid2eid [vocab, k]: token v's j-th expert (v + j) mod E, all distinct
+        int32_t *v = own(ld->m, (size_t)n * sizeof *v);
+        if (!v) return fail(ld, "out of memory making %s", name);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (int32_t)((i / shape[1] + i % shape[1]) % ld->m->cfg.n_experts);
+        t.data = v;
+        t.dtype = TD_DTYPE_I32;
+    } else {
+        struct td_dummy *g = own(ld->m, sizeof *g);
+        if (!g) return fail(ld, "out of memory making %s", name);
+        const char *last = strrchr(name, '.');
+        last = last ? last + 1 : name;
+        g->seed = ld->dummy ^ name_hash(name);
+        if (strstr(name, "norm") || !strcmp(last, "scale") || !strcmp(last, "hc_scale")) {
+            g->lo = g->hi = 1.0f; // RMSNorm weights, HC scales
+        } else if (ndim < 2) {
+            g->lo = g->hi = 0.0f; // biases, sinks, HC bases
+        } else {
+            float a = sqrtf(3.0f / (float)shape[ndim - 1]); // std 1/sqrt(fan-in)
+            g->lo = -a;
+            g->hi = a;
+        }
+        t.data = g;
+    }
+    *dst = t;
+    return 0;
+}
+
 /* find `name` (or `alt`), check kind and shape, store the view at dst; -1 with message */
 static int bind(struct loader *ld, struct td_tensor *dst, const char *name, const char *alt,
                 int kind, const int64_t *shape, int ndim) {
+    if (ld->dummy) return make_dummy(ld, dst, alt ? alt : name, kind, shape, ndim);
     const struct st_set *st = ld->st;
     const struct st_entry *e = st_set_find(st, name);
     if (!e && alt) e = st_set_find(st, alt);
@@ -418,7 +473,7 @@ static int load_all(struct loader *ld, const char *dir) {
                     "num_experts_per_tok 64, heads 1024, rope dims 512, csa rate 256, hca "
                     "rate 512)",
                     path);
-    if (st_set_open(&m->st, dir, ld->err, ld->errlen)) return -1;
+    if (!ld->dummy && st_set_open(&m->st, dir, ld->err, ld->errlen)) return -1;
     ld->used = calloc((size_t)m->st.n_entries + 1, 1);
     if (!ld->used || alloc_layers(ld)) return fail(ld, "out of memory loading %s", dir);
 
@@ -539,13 +594,24 @@ out:
     return rc;
 }
 
-int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen) {
+static int load(struct td_model *m, const char *dir, uint64_t dummy, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
-    struct loader ld = {.m = m, .st = &m->st, .err = err, .errlen = errlen};
+    struct loader ld = {.m = m, .st = &m->st, .err = err, .errlen = errlen, .dummy = dummy};
+    m->dummy_seed = dummy;
     int rc = load_all(&ld, dir);
     free(ld.used);
     if (rc) td_model_free(m);
     return rc;
+}
+
+int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen) {
+    return load(m, dir, 0, err, errlen);
+}
+
+int td_model_load_dummy(struct td_model *m, const char *dir, uint64_t seed, char *err,
+                        size_t errlen) {
+    if (!seed) return td_errf(err, errlen, "dummy weights: the seed must be nonzero");
+    return load(m, dir, seed, err, errlen);
 }
 
 void td_model_free(struct td_model *m) {
@@ -557,6 +623,9 @@ void td_model_free(struct td_model *m) {
     free(m->layers);
     free(m->expert_views);
     free(m->expert_ptrs);
+    for (int i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
     memset(m, 0, sizeof *m);
 }
 
@@ -596,6 +665,20 @@ static int upload_tensor(struct uploader *u, struct td_tensor *t, enum td_dtype 
     if (!t->data) return 0;
     int64_t n = td_tensor_numel(t);
     size_t bytes = (size_t)n * td_dtype_size(to);
+    if (t->dtype == TD_DTYPE_NONE) { // a dummy model's tensor: made here, on the backend
+        const struct td_dummy *g = t->data;
+        void *dst = dev_alloc(u, bytes);
+        if (!dst) {
+            snprintf(u->err, u->errlen,
+                     "upload: out of %s memory for a %zu-byte tensor (%zu bytes free)",
+                     u->b->name, bytes, u->b->free_bytes());
+            return -1;
+        }
+        u->b->ops.fill_uniform(dst, to, n, g->seed, g->lo, g->hi);
+        t->data = dst;
+        t->dtype = to;
+        return 0;
+    }
     void *host = malloc(bytes ? bytes : 1), *dst = dev_alloc(u, bytes);
     if (!host || !dst) {
         free(host);

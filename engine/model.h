@@ -73,6 +73,14 @@ struct td_dspark_w {
     struct td_tensor confidence; /* [1, dim + rank] c = sigmoid(w . [y ; e]) (host only) */
 };
 
+/* A generated tensor of a dummy model (td_model_load_dummy): the view has dtype NONE and data
+ * pointing at one of these; its values are made where the model is placed (td_model_upload),
+ * with the backend's fill_uniform, so a large model never passes through host memory. */
+struct td_dummy {
+    uint64_t seed;
+    float lo, hi;
+};
+
 struct td_model {
     struct td_config cfg;
     struct st_set st;
@@ -89,10 +97,22 @@ struct td_model {
     const struct td_backend *backend; /* a device mirror's backend (td_model_upload), else NULL */
     void **dev_bufs;                  /* a device mirror's allocations */
     int n_dev_bufs;
+    uint64_t dummy_seed;              /* td_model_load_dummy's seed; 0: stored weights */
+    void **owned;                     /* a dummy model's host allocations (generators, tid2eid) */
+    int n_owned;
 };
 
 /* Load DIR/config.json and DIR's safetensors. 0 on success; -1 with a message (nothing held). */
 int td_model_load(struct td_model *m, const char *dir, char *err, size_t errlen);
+
+/* A model with DIR/config.json's shapes and generated weights (seed != 0; benchmarks): every
+ * tensor the config asks for, in the upstream layout's place, with values from fill.h: norms 1,
+ * vectors (biases, sinks, HC bases) 0, matrices uniform with std 1/sqrt(fan-in), hash-routing
+ * tables giving each token k distinct experts. Nothing is read but config.json; the values are
+ * made by td_model_upload on the backend it places the model on (the CPU too), so a dummy model
+ * always runs from its placed copy. 0, or -1 with a message. */
+int td_model_load_dummy(struct td_model *m, const char *dir, uint64_t seed, char *err,
+                        size_t errlen);
 
 void td_model_free(struct td_model *m);
 

@@ -29,6 +29,13 @@ static int tandem(const char *args, char *msg, size_t n) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+static void slurp(const char *path, char *buf, size_t n) {
+    FILE *fp = fopen(path, "r");
+    size_t k = fp ? fread(buf, 1, n - 1, fp) : 0;
+    buf[k] = 0;
+    if (fp) fclose(fp);
+}
+
 static void write_text(const char *name, const char *text) {
     char path[160];
     snprintf(path, sizeof path, "%s/%s", root, name);
@@ -211,6 +218,32 @@ int main(void) {
         "bad.jsonl:2");
     bad("bench_missing_prompts", "bench --model models/tandem-tiny",
         "--prompts FILE.jsonl is required");
+
+    // --dummy-weights: a directory holding only config.json runs, the same tokens each time
+    {
+        char dir[200], cmd[600], got[2][256];
+        snprintf(dir, sizeof dir, "%s/cfgonly", root);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s && cp tests/fixtures/c_upstream_sharded/config.json %s/",
+                 dir, dir);
+        case_begin();
+        CHECK(system(cmd) == 0, "copy config");
+        for (int r = 0; r < 2; r++) {
+            snprintf(args, sizeof args,
+                     "%s generate --model %s --dummy-weights --backend cpu --prompt-ids \"5 6 7\" "
+                     "--max-tokens 8 --print-ids > %s/dummy%d.txt 2>/dev/null",
+                     bin, dir, root, r);
+            CHECK(system(args) == 0, "generate --dummy-weights failed");
+            snprintf(path, sizeof path, "%s/dummy%d.txt", root, r);
+            slurp(path, got[r], sizeof got[r]);
+        }
+        int n_ids = 0, used, v;
+        for (const char *q = got[0]; sscanf(q, "%d%n", &v, &used) == 1; q += used)
+            n_ids++;
+        CHECK(n_ids == 8 && !strcmp(got[0], got[1]), "dummy runs: '%s' vs '%s'", got[0], got[1]);
+        case_end("generate_dummy_weights_config_only", "");
+        snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\"", dir);
+        bad("generate_config_only_without_dummy", a, "no model.safetensors");
+    }
 
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft bogus", fx);
     bad("generate_bad_drafter", a, "expected auto, none, ngram, random, mtp or dspark");

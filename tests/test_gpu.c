@@ -32,6 +32,7 @@
 #include "metadata/plan.h"
 #include "engine/state.h"
 #include "kernels/elementwise.h"
+#include "kernels/fill.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -292,6 +293,30 @@ static void test_pointwise(void) {
     }
     case_end("op/mean_streams_strided", "");
     free(x), free(ref);
+
+    // dummy weights: the GPU makes the host's bits (F32, and BF16 two to a float slot; an odd
+    // length, so the last BF16 leaves half a slot of canary)
+    case_begin();
+    {
+        size_t m = 1001;
+        float *want = malloc(m * 4), *want16 = calloc(m, 4);
+        fill_uniform_ref(want, TD_DTYPE_F32, (int64_t)m, 99, -0.5f, 0.25f);
+        fill_uniform_ref(want16, TD_DTYPE_BF16, (int64_t)m, 98, -2.0f, 2.0f);
+        float *d32 = dev_out(m), *d16 = dev_out(m);
+        fill_uniform_cuda(d32, TD_DTYPE_F32, (int64_t)m, 99, -0.5f, 0.25f);
+        fill_uniform_cuda(d16, TD_DTYPE_BF16, (int64_t)m, 98, -2.0f, 2.0f);
+        float *g32 = fetch(d32, m, "fill f32"), *g16 = fetch(d16, m, "fill bf16");
+        CHECK(!memcmp(g32, want, m * 4), "fill_uniform F32 differs from the host's");
+        CHECK(!memcmp(g16, want16, m * 2), "fill_uniform BF16 differs from the host's");
+        uint16_t cw[2], tail;
+        float canary = CANARY;
+        memcpy(cw, &canary, 4);
+        memcpy(&tail, (char *)g16 + m * 2, 2); // the upper half of the last float slot
+        CHECK(tail == cw[1], "fill_uniform BF16 wrote past its end");
+        free(want), free(want16), free(g32), free(g16);
+        release_out(d32), release_out(d16);
+    }
+    case_end("op/fill_uniform_matches_host", "");
 }
 
 /* the plan-driven ops on a synthetic step: 3 sequences (a 5-row verify group at length 40, a

@@ -6,11 +6,14 @@
  * model.safetensors under a temporary directory, then expects td_model_load to succeed or to
  * fail with a message naming the tensor.
  */
+#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
 
@@ -111,6 +114,126 @@ static void expect_error(const char *name, const char *fixture, const struct wt 
     case_end(name, "");
 }
 
+/* the tensors of a layer before its expert views, as an array (every member up to w1 is a
+ * td_tensor or a struct of them) */
+#define LAYER_TENSORS (offsetof(struct td_layer, w1) / sizeof(struct td_tensor))
+
+static int same_shape(const struct td_tensor *a, const struct td_tensor *b) {
+    if (!a->data != !b->data || a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+/* --dummy-weights: every tensor the stored model has, with its shape, made on the backend */
+static void test_dummy(void) {
+    const char *fx[] = {"tests/fixtures/a_tiny_yarn", "tests/fixtures/b_plain_hc2",
+                        "tests/fixtures/c_upstream_sharded"};
+    char err[1024], name[96];
+    const struct td_backend *cpu = td_backend_cpu();
+    for (int f = 0; f < 3; f++) {
+        struct td_model real = {0}, d = {0}, p1 = {0}, p2 = {0}, p3 = {0}, d2 = {0};
+        case_begin();
+        CHECK(!td_model_load(&real, fx[f], err, sizeof err), "%s", err);
+        CHECK(!td_model_load_dummy(&d, fx[f], 7, err, sizeof err), "%s", err);
+        if (check_case_failed) {
+            case_end(fx[f], "");
+            continue;
+        }
+        const struct td_config *c = &real.cfg;
+        int bad = !same_shape(&real.embed, &d.embed) || !same_shape(&real.head, &d.head) ||
+                  !same_shape(&real.norm, &d.norm) || !same_shape(&real.hc_head.fn, &d.hc_head.fn);
+        for (int i = 0; i < c->n_layers; i++) {
+            const struct td_tensor *a = (const struct td_tensor *)&real.layers[i],
+                                   *b = (const struct td_tensor *)&d.layers[i];
+            for (size_t j = 0; j < LAYER_TENSORS; j++)
+                CHECK(same_shape(&a[j], &b[j]), "layer %d tensor %zu: presence or shape differs",
+                      i, j);
+            for (int e = 0; e < c->n_experts; e++)
+                bad |= !same_shape(&real.layers[i].w1[e], &d.layers[i].w1[e]) ||
+                       !same_shape(&real.layers[i].w2[e], &d.layers[i].w2[e]);
+        }
+        CHECK(!bad, "embedding, head, norm, hc_head or expert shapes differ");
+        CHECK(d.st.n_entries == 0, "a dummy model read safetensors");
+        // placed on the CPU: values made there; the same seed gives the same bits
+        CHECK(!td_model_upload(&d, cpu, &p1, err, sizeof err), "%s", err);
+        CHECK(!td_model_load_dummy(&d2, fx[f], 7, err, sizeof err) &&
+                  !td_model_upload(&d2, cpu, &p2, err, sizeof err),
+              "%s", err);
+        td_model_free(&d2);
+        CHECK(!td_model_load_dummy(&d2, fx[f], 8, err, sizeof err) &&
+                  !td_model_upload(&d2, cpu, &p3, err, sizeof err),
+              "%s", err);
+        if (!check_case_failed) {
+            const struct td_tensor *w = &p1.layers[0].wq_a, *w2 = &p2.layers[0].wq_a;
+            size_t bytes = (size_t)td_tensor_numel(w) * td_dtype_size(w->dtype);
+            CHECK(w->dtype == TD_DTYPE_BF16 && !memcmp(w->data, w2->data, bytes),
+                  "same seed, different wq_a");
+            CHECK(memcmp(w->data, p3.layers[0].wq_a.data, bytes), "another seed, same wq_a");
+            double a = sqrt(3.0 / (double)w->shape[1]), sum = 0, sq = 0, mx = 0;
+            int64_t n = td_tensor_numel(w);
+            for (int64_t k = 0; k < n; k++) {
+                double v = td_tensor_getf(w, k);
+                sum += v, sq += v * v, mx = fabs(v) > mx ? fabs(v) : mx;
+            }
+            CHECK(mx <= a * 1.004 && fabs(sum / n) < 0.1 * a &&
+                      fabs(sqrt(sq / n) - a / sqrt(3.0)) < 0.1 * a,
+                  "wq_a: max %g mean %g rms %g, want within %g, std %g", mx, sum / n,
+                  sqrt(sq / n), a, a / sqrt(3.0));
+            for (int64_t k = 0; k < td_tensor_numel(&p1.norm); k++)
+                CHECK(td_tensor_getf(&p1.norm, k) == 1.0f, "norm[%lld] is not 1", (long long)k);
+            for (int k = 0; k < c->n_heads; k++)
+                CHECK(td_tensor_getf(&p1.layers[0].sinks, k) == 0.0f, "a sink is not 0");
+            for (int i = 0; i < c->n_layers; i++) { // hash routing: k distinct experts per token
+                const struct td_tensor *h = &p1.layers[i].tid2eid;
+                if (!h->data) continue;
+                for (int64_t v = 0; v < h->shape[0]; v++)
+                    for (int j = 1; j < h->shape[1]; j++)
+                        CHECK(td_tensor_geti(h, v * h->shape[1] + j) !=
+                                  td_tensor_geti(h, v * h->shape[1]),
+                              "layer %d token %lld: repeated expert", i, (long long)v);
+            }
+            td_model_free(&p1);
+            td_model_free(&p2);
+            td_model_free(&p3);
+        }
+        td_model_free(&d2);
+        td_model_free(&d);
+        td_model_free(&real);
+        snprintf(name, sizeof name, "dummy_weights/%s", fx[f] + strlen("tests/fixtures/"));
+        case_end(name, "");
+    }
+}
+
+/* the Flash-shaped slice the GPU benchmark runs (bench/flash_slice): its config reads, its
+ * layer kinds are HCA, CSA, HCA, CSA, and it has the parameters of V4-Flash's shapes */
+static void test_flash_slice(void) {
+    char err[512], extra[128] = "";
+    struct td_model m = {0};
+    case_begin();
+    CHECK(!td_model_load_dummy(&m, "bench/flash_slice", 1, err, sizeof err), "%s", err);
+    if (!check_case_failed) {
+        const struct td_config *c = &m.cfg;
+        CHECK(c->n_layers == 4 && c->attn[0] == TD_ATTN_HCA && c->attn[1] == TD_ATTN_CSA &&
+                  c->attn[2] == TD_ATTN_HCA && c->attn[3] == TD_ATTN_CSA,
+              "layer kinds");
+        int64_t n = td_tensor_numel(&m.embed) + td_tensor_numel(&m.head);
+        for (int i = 0; i < c->n_layers; i++) {
+            const struct td_tensor *t = (const struct td_tensor *)&m.layers[i];
+            for (size_t j = 0; j < LAYER_TENSORS; j++)
+                n += t[j].data ? td_tensor_numel(&t[j]) : 0;
+            for (int e = 0; e < c->n_experts; e++)
+                n += td_tensor_numel(&m.layers[i].w1[e]) + td_tensor_numel(&m.layers[i].w3[e]) +
+                     td_tensor_numel(&m.layers[i].w2[e]);
+        }
+        // 256 experts x 3 x 2048 x 4096 per layer: 25.8 G of the total
+        CHECK(n > 26000000000LL && n < 28000000000LL, "%lld parameters", (long long)n);
+        snprintf(extra, sizeof extra, "(%.2f G parameters)", n / 1e9);
+    }
+    td_model_free(&m);
+    case_end("dummy_weights/flash_slice_config", extra);
+}
+
 int main(void) {
     char err[1024];
     snprintf(root, sizeof root, "/tmp/td_model_XXXXXX");
@@ -201,6 +324,9 @@ int main(void) {
     CHECK(td_model_load(&m, root, err, sizeof err) == -1 && strstr(err, "config.json"),
           "a directory without config.json: '%s'", err);
     case_end("missing_config", "");
+
+    test_dummy();
+    test_flash_slice();
 
     st_set_close(&hb);
     st_set_close(&cu);

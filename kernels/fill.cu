@@ -1,0 +1,23 @@
+/* fill.cu: deterministic pseudo-random tensors on the GPU (see fill.h): the same bits as
+ * fill_uniform_ref, so the tens of GB of a dummy model never pass through the host. */
+#include "cuda_common.cuh"
+#include "fill.h"
+
+__global__ void fill_uniform_kernel(void *dst, int bf16, long long n, uint64_t seed, float lo,
+                                    float hi) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = fill_value(seed, (uint64_t)i, lo, hi);
+    if (bf16)
+        ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
+    else
+        ((float *)dst)[i] = v;
+}
+
+extern "C" void fill_uniform_cuda(void *dst, enum td_dtype t, int64_t n, uint64_t seed, float lo,
+                                  float hi) {
+    if (n <= 0) return;
+    fill_uniform_kernel<<<ceil_div((long long)n, 256), 256, 0, td_cuda_stream()>>>(
+        dst, t == TD_DTYPE_BF16, (long long)n, seed, lo, hi);
+    LAUNCH_CHECK();
+}
