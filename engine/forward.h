@@ -34,11 +34,15 @@ int td_forward(const struct td_model *m, struct td_state *st, const struct td_pl
                float *logits, int32_t *topk_trace, char *err, size_t errlen);
 
 /* what a drafter reads from or feeds to a forward; every pointer in backend memory, any NULL */
+/* A step replayed from a CUDA graph runs every row of its padded bucket, pad rows included, so
+ * each buffer here holds the plan's widest bucket (dims.max_tok rows), not the live rows: a
+ * graph writes, and reads, the same sizes at every replay. */
 struct td_forward_io {
-    const float *x_in;         /* [n_tok, hc_mult, dim] replaces the embedding as the input */
-    float *hidden_out;         /* [n_tok, hc_mult, dim] the final streams, before hc_head (MTP) */
-    float *capture;            /* [n_tok, n_capture, dim] the mean of the streams after each of
-                                  capture_layers (DSpark's context) */
+    const float *x_in;         /* [max_tok, hc_mult, dim] replaces the embedding as the input */
+    float *hidden_out;         /* [max_tok, hc_mult, dim] the final streams, before hc_head (MTP);
+                                  rows n_tok .. n_tok_pad - 1 get the pad rows' streams */
+    float *capture;            /* [max_tok, n_capture, dim] the mean of the streams after each of
+                                  capture_layers (DSpark's context), pad rows likewise */
     const int *capture_layers; /* [n_capture] ascending layer indices */
     int n_capture;
 };
