@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
     int k_run = k;
     for (int ti = 0; ti < 2; ti++) {
         float T = ti ? 1.0f : 0.0f;
-        long acc[16] = {0}, prop[16] = {0}, rounds = 0, accepted = 0;
+        long acc[16] = {0}, reached[16] = {0}, rounds = 0, accepted = 0;
         for (int p = 0; p < np; p++) {
             struct td_engine_params ep = td_engine_defaults();
             ep.model_dir = model;
@@ -130,16 +130,14 @@ int main(int argc, char **argv) {
             }
             const struct td_engine_stats *s = td_engine_stats(e);
             for (int j = 0; j < k; j++)
-                acc[j] += s->accepted_at[j], prop[j] += s->proposed_at[j];
+                acc[j] += s->accepted_at[j], reached[j] += s->reached_at[j];
             rounds += s->rounds;
             accepted += s->accepted;
             td_engine_free(e);
         }
         printf("T = %.0f: conditional acceptance by position:", T);
-        for (int j = 0; j < k; j++) {
-            long reached = j == 0 ? prop[0] : (acc[j - 1] < prop[j] ? acc[j - 1] : prop[j]);
-            printf(" %d: %.3f", j + 1, reached ? (double)acc[j] / reached : 0.0);
-        }
+        for (int j = 0; j < k; j++)
+            printf(" %d: %.3f", j + 1, reached[j] ? (double)acc[j] / reached[j] : 0.0);
         printf("; mean accepted length %.3f (bonus included), %ld rounds\n",
                rounds ? (double)(accepted + rounds) / rounds : 0.0, rounds);
     }

@@ -528,6 +528,8 @@ static void finish_round(struct td_engine *e, struct group *g, float *rows, long
     e->stats.accepted += vr.n_accepted;
     for (int j = 0; j < vr.n_accepted; j++)
         e->stats.accepted_at[j]++;
+    for (int j = 0; j <= vr.n_accepted && j < vr.n_drafts_used; j++)
+        e->stats.reached_at[j]++;
     if (e->drafter && e->drafter->observe) {
         struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
         e->drafter->observe(e->drafter, &dr, vr.n_accepted);

@@ -94,6 +94,9 @@ struct td_engine_stats {
     long accepted;                  /* drafts accepted */
     long proposed_at[TD_MAX_DRAFT]; /* drafts verified at draft position j */
     long accepted_at[TD_MAX_DRAFT]; /* drafts accepted at draft position j */
+    long reached_at[TD_MAX_DRAFT];  /* rounds whose drafts before j were all accepted and that
+                                       verified a draft j: accepted_at / reached_at is the
+                                       conditional acceptance P(j accepted | all before were) */
     long nan_rows;                  /* non-finite target rows met (each fails its request) */
     double t_target;                /* seconds in plan building and the target's forward */
     double t_verify;                /* seconds verifying and committing its rows (host) */

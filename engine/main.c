@@ -661,6 +661,9 @@ static int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "stats: acceptance by draft position:");
             for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
                 fprintf(stderr, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
+            fprintf(stderr, "\nstats: conditional acceptance (drafts before all accepted):");
+            for (int j = 0; j < TD_MAX_DRAFT && s->reached_at[j]; j++)
+                fprintf(stderr, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->reached_at[j]);
             fprintf(stderr, "\n");
         }
         if (s->steps)

@@ -207,6 +207,18 @@ static void model_drafter_tests(const char *draft, double min_accept) {
             double mean = s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 0;
             CHECK(s->drafted > 0 && (double)s->accepted / s->drafted > min_accept,
                   "acceptance %ld of %ld drafts", s->accepted, s->drafted);
+            // position counts: draft j is reached only when every draft before it was accepted
+            long sum_acc = 0;
+            for (int j = 0; j < TD_MAX_DRAFT; j++) {
+                sum_acc += s->accepted_at[j];
+                CHECK(s->accepted_at[j] <= s->reached_at[j] &&
+                          s->reached_at[j] <= s->proposed_at[j] &&
+                          (j == 0 || s->reached_at[j] <= s->accepted_at[j - 1]),
+                      "position %d: accepted %ld, reached %ld, proposed %ld", j + 1,
+                      s->accepted_at[j], s->reached_at[j], s->proposed_at[j]);
+            }
+            CHECK(sum_acc == s->accepted && s->reached_at[0] == s->proposed_at[0],
+                  "position counts do not add up");
             snprintf(extra, sizeof extra,
                      "(accepted %ld of %ld, mean accepted length %.2f, %ld "
                      "steps vs %ld plain)",
