@@ -1,14 +1,15 @@
 #!/bin/sh
 # gpu_vs_hf.sh: tandem (CUDA backend) against HF transformers, greedy decoding, same GPU, one run.
-#   sh bench/gpu_vs_hf.sh [MODEL_DIR] [MAX_TOKENS]
-# Prints tokens/s for batch 1 and 16: HF (fp32 eager), tandem --draft none, tandem --draft ngram
-# (k = 3), tandem without CUDA graphs, and the ratios to HF and to tandem's own no-spec mode.
+#   [BATCHES="1 8 64"] sh bench/gpu_vs_hf.sh [MODEL_DIR] [MAX_TOKENS]
+# Prints decode tokens/s for each batch: HF (fp32 eager), tandem --draft none, tandem --draft
+# ngram (k = 3), tandem without CUDA graphs, and the ratios to HF and to tandem's own no-spec
+# mode; then prefill tokens/s of the fixture's whole ids.txt at batch 1, tandem and HF.
 set -e
 M=${1:-tests/fixtures/a_tiny_yarn}
 N=${2:-128}
 P=$(tr ' ' '\n' < "$M/ids.txt" | head -64 | tr '\n' ' ')
 nvidia-smi --query-gpu=name --format=csv,noheader
-for B in 1 16; do
+for B in ${BATCHES:-1 8 64}; do
     hf=$(python3 bench/hf_generate.py --model "$M" --prompt-len 64 --max-tokens "$N" --batch "$B" 2>/dev/null | tail -1)
     hf_tps=$(echo "$hf" | sed -E 's/.*= ([0-9.]+) tokens.*/\1/')
     none=$(./bin/tandem generate --backend cuda --model "$M" --prompt-ids "$P" --max-tokens "$N" --n "$B" --ignore-eos --stats 2>&1 >/dev/null | grep tokens/s | sed -E 's/.*= ([0-9.]+) tokens.*/\1/')
@@ -19,3 +20,7 @@ for B in 1 16; do
     echo "   ngram: $ngram"
     echo "   tandem none without CUDA graphs: $nog tok/s (graphs $(awk "BEGIN{printf \"%.2f\", $none/$nog}")x)"
 done
+L=$(wc -w < "$M/ids.txt")
+t=$(./bin/tandem generate --backend cuda --model "$M" --prompt-ids-file "$M/ids.txt" --max-tokens 1 --max-batch-tokens "$L" --stats 2>&1 >/dev/null | sed -n 's/.* in \([0-9.]*\) s = .*/\1/p')
+hf=$(python3 bench/hf_generate.py --model "$M" --prompt-len "$L" --prefill 2>/dev/null | tail -1 | sed -E 's/.*= ([0-9.]+) tokens.*/\1/')
+echo "prefill $L tokens, batch 1: tandem $(awk "BEGIN{printf \"%.0f\", $L/$t}") tok/s, hf $hf tok/s ($(awk "BEGIN{printf \"%.1f\", $L/$t/$hf}")x)"
