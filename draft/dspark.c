@@ -330,16 +330,30 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
             if (q->conf) q->conf[j] = conf;
             if (d->threshold > 0.0f && conf < d->threshold) continue; // the cut: before drawing
             const float *u = d->U + (size_t)row * V, *bias = d->bias_host + (size_t)a * V;
-            for (int t = 0; t < V; t++)
-                d->z[t] = u[t] + bias[t];
-            float *qj = q->q + (size_t)j * V;
-            if (td_probs(qj, d->z, V, q->sampling)) continue; // non-finite: no more drafts
-            long pos = (long)q->pos0 + q->n + j + 1;          // the position of the token drafted
-            int32_t t =
-                d->chain
-                    ? d->chain[row]
-                    : td_sample(qj, V,
-                                td_rand_uniform(q->sampling->seed, (uint64_t)pos, TD_RAND_DRAFT));
+            int32_t t;
+            if (q->sampling->temperature <= 0.0f && !d->chain) {
+                // greedy: the argmax of Z in one pass (ties to the lower id, as td_argmax), q
+                // one-hot at it and not written
+                int best = 0, finite = 1;
+                float bz = -INFINITY;
+                for (int v = 0; v < V; v++) {
+                    float zv = u[v] + bias[v];
+                    finite &= isfinite(zv) != 0;
+                    if (zv > bz || v == 0) bz = zv, best = v;
+                }
+                if (!finite) continue; // non-finite: no more drafts
+                t = best;
+            } else {
+                for (int v = 0; v < V; v++)
+                    d->z[v] = u[v] + bias[v];
+                float *qj = q->q + (size_t)j * V;
+                if (td_probs(qj, d->z, V, q->sampling)) continue; // non-finite: no more drafts
+                long pos = (long)q->pos0 + q->n + j + 1; // the position of the token drafted
+                t = d->chain ? d->chain[row]
+                             : td_sample(qj, V,
+                                         td_rand_uniform(q->sampling->seed, (uint64_t)pos,
+                                                         TD_RAND_DRAFT));
+            }
             q->drafts[j] = t;
             q->n_drafts = j + 1;
         }

@@ -68,7 +68,8 @@ struct dspark_seq {
     int k;           /* drafts wanted, 0 .. block (0: insert only) */
     const struct td_sampling *sampling;
     int32_t *drafts; /* [k] out */
-    float *q;        /* [k, vocab] out: the distribution each draft came from */
+    float *q;        /* [k, vocab] out: the distribution each draft came from; at T = 0 not
+                        written (greedy: one-hot at the draft) */
     float *conf;     /* [k] out (may be NULL): the confidence of each slot */
     int n_drafts;    /* out: drafts made (< k at a confidence cut or a non-finite row) */
 };

@@ -459,7 +459,7 @@ static int schedule(struct td_engine *e) {
         } else if (k > 0 && (e->mtp || e->dspark)) { // drafted at the end of the last step
             g->n_drafts = r->n_drafts < k ? r->n_drafts : k;
             memcpy(g->rows + 1, r->drafts, (size_t)g->n_drafts * sizeof(int32_t));
-            g->q_onehot = 0;
+            g->q_onehot = r->sampling.temperature <= 0.0f; // greedy drafts: one-hot q
         }
         e->seqs[n] = (struct td_plan_seq){r->slot, fed, 1 + g->n_drafts, g->rows, 0, 0};
         budget -= 1 + g->n_drafts;
