@@ -6,6 +6,10 @@
 #   decode tokens/s at batch 1, 8 and 64 (64-token prompts, N new tokens, greedy, --ignore-eos)
 #   prefill tokens/s (one 4096-token prompt, one new token)
 #   the batch-1 decode step at context 4k and 32k: (time for 1 + S tokens - time for 1) / S
+#   the bytes of weights a batch-1 decode step reads (every dense matrix, the 6 routed + 1 shared
+#   experts of each layer, the head; bf16, HC mixing fp32), the bandwidth that implies at the
+#   measured batch-1 rate, and the device-to-device copy bandwidth measured by torch (4 GiB
+#   copied 10 times, bytes read + written), both in the same run
 #   sh bench/flash_slice.sh [N]
 # (MODEL=DIR BACKEND=cpu CTXS="256 512" PREFILL=256 run the same on another config: a smoke test)
 set -e
@@ -20,8 +24,41 @@ tps() { sed -n 's/.*= \([0-9.]*\) tokens\/s.*/\1/p' | head -1; }
 [ "${BACKEND:-cuda}" = cuda ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 P=$(ids 64 1)
 for B in 1 8 64; do
-    echo "decode batch $B: $($T --prompt-ids "$P" --max-tokens "$N" --n $B --max-ctx 4096 2>&1 >/dev/null | tps) tokens/s"
+    r=$($T --prompt-ids "$P" --max-tokens "$N" --n $B --max-ctx 4096 2>&1 >/dev/null | tps)
+    echo "decode batch $B: $r tokens/s"
+    [ $B = 1 ] && R1=$r
 done
+python3 - "$M/config.json" "$R1" "${BACKEND:-cuda}" <<'PY'
+import json, sys, time
+c, rate = json.load(open(sys.argv[1])), float(sys.argv[2])
+D, V, H, hd, qr = c["hidden_size"], c["vocab_size"], c["num_attention_heads"], c["head_dim"], c["q_lora_rank"]
+og, orank, I, k = c["o_groups"], c["o_lora_rank"], c["moe_intermediate_size"], c["num_experts_per_tok"]
+E, nc, IH, ihd = c["n_routed_experts"], c["hc_mult"], c["index_n_heads"], c["index_head_dim"]
+dense = 0
+for r in c["compress_ratios"][:c["num_hidden_layers"]]:
+    dense += qr * D + H * hd * qr + hd * D + H * hd * orank + D * og * orank + E * D
+    dense += (k + c.get("n_shared_experts", 1)) * 3 * I * D
+    if r:  # the compressor (CSA overlaps: two halves) and, for CSA, the indexer
+        dense += (2 if r == c["compress_rate_csa"] else 1) * 2 * hd * D
+    if r == c["compress_rate_csa"]:
+        dense += IH * ihd * qr + IH * D + 2 * 2 * ihd * D
+nbytes = 2 * (dense + V * D) + 4 * 2 * (2 + nc) * nc * nc * D * c["num_hidden_layers"]
+print(f"batch-1 step reads about {nbytes / 1e9:.2f} GB of weights: {nbytes * rate / 1e12:.2f} TB/s at {rate} tokens/s")
+if sys.argv[3] == "cuda":
+    import torch
+    x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    bw = 2 * x.numel() * 10 / (time.perf_counter() - t)
+    print(f"device-to-device copy {bw / 1e12:.2f} TB/s (read + write): batch-1 decode reaches "
+          f"{100 * nbytes * rate / bw:.0f}% of it")
+PY
 PF=${PREFILL:-4096}
 ids $PF 2 > /tmp/flash_prefill.ids
 t=$($T --prompt-ids-file /tmp/flash_prefill.ids --max-tokens 1 --max-ctx $((PF + 8)) --max-batch-tokens $PF 2>&1 >/dev/null | secs)
