@@ -446,6 +446,17 @@ static int engine_option(const char *a, const char *v, struct td_engine_params *
     return 0;
 }
 
+/* the value-less engine flags generate and bench share: 1 when a was one */
+static int engine_flag(const char *a, struct td_engine_params *ep) {
+    if (!strcmp(a, "--deterministic"))
+        ep->deterministic = 1;
+    else if (!strcmp(a, "--no-graphs"))
+        ep->no_graphs = 1;
+    else
+        return 0;
+    return 1;
+}
+
 /* check the drafter name, resolve auto, and set max_draft; 0, or 2 after printing an error */
 static int draft_finish(const char *cmd, struct td_engine_params *ep, long draft_tokens) {
     if (!strcmp(ep->draft, "auto")) {
@@ -506,14 +517,7 @@ static int cmd_generate(int argc, char **argv) {
             ignore_eos = 1;
             continue;
         }
-        if (!strcmp(a, "--deterministic")) {
-            ep.deterministic = 1;
-            continue;
-        }
-        if (!strcmp(a, "--no-graphs")) {
-            ep.no_graphs = 1;
-            continue;
-        }
+        if (engine_flag(a, &ep)) continue;
         if (!strcmp(a, "--dummy-weights")) {
             ep.dummy_weights = 1;
             continue;
@@ -852,14 +856,7 @@ static int cmd_bench(int argc, char **argv) {
             csv = 1;
             continue;
         }
-        if (!strcmp(a, "--deterministic")) {
-            ep.deterministic = 1;
-            continue;
-        }
-        if (!strcmp(a, "--no-graphs")) {
-            ep.no_graphs = 1;
-            continue;
-        }
+        if (engine_flag(a, &ep)) continue;
         if (!v) return die("bench: %s needs a value (see tandem bench --help)", a);
         i++;
         int rc = engine_option(a, v, &ep, &draft_tokens);

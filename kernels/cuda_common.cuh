@@ -29,6 +29,18 @@
 extern "C" cudaStream_t td_cuda_stream(void);
 extern "C" void td_cuda_after_launch(const char *file, int line);
 
+/* one element as fp32 when its type is known at compile time (loads the compiler can batch) */
+__device__ __forceinline__ float as_f32(float v) {
+    return v;
+}
+__device__ __forceinline__ float as_f32(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+__device__ __forceinline__ float as_f32(__half v) {
+    return __half2float(v);
+}
+
+/* one element as fp32 when its dtype is known only at run time */
 __device__ __forceinline__ float ld_f32(const void *p, int dtype, long long i) {
     switch (dtype) {
     case TD_DTYPE_F32: return ((const float *)p)[i];

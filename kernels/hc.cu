@@ -5,16 +5,6 @@
 
 #define HC_MAX_MIX 288 /* (2 + 16) * 16 */
 
-__device__ __forceinline__ float as_f32(float v) {
-    return v;
-}
-__device__ __forceinline__ float as_f32(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-__device__ __forceinline__ float as_f32(__half v) {
-    return __half2float(v);
-}
-
 /* a lane's share of (x / rms) . w over width, in index order. The weight's type is fixed
  * here so that the loads of several steps can be issued together; with a dtype switch per
  * element, hc_pre measured 65 us per call at batch 1 whatever the rows (40% of a decode step's

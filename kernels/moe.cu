@@ -129,19 +129,6 @@ __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int32_t *pe
  * then a fixed butterfly. The order of each sum depends on K alone: a row's result does not
  * depend on which rows share its tile or its batch. Decode-sized tiles are latency-bound, so
  * the loads are issued together rather than through a shared-memory tile. */
-template <typename T>
-__device__ __forceinline__ float ldw(const void *w, long long i) {
-    return (float)((const T *)w)[i];
-}
-template <>
-__device__ __forceinline__ float ldw<__nv_bfloat16>(const void *w, long long i) {
-    return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
-}
-template <>
-__device__ __forceinline__ float ldw<__half>(const void *w, long long i) {
-    return __half2float(((const __half *)w)[i]);
-}
-
 #define MOE_FEATS 8 /* output features (warps) per block */
 
 template <typename T>
@@ -170,8 +157,8 @@ __global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             int k = k0 + 32 * j + lane;
-            v1[j] = k < K ? ldw<T>(w1, wrow + k) : 0.0f;
-            v3[j] = swiglu && k < K ? ldw<T>(w3, wrow + k) : 0.0f;
+            v1[j] = k < K ? as_f32(((const T *)w1)[wrow + k]) : 0.0f;
+            v3[j] = swiglu && k < K ? as_f32(((const T *)w3)[wrow + k]) : 0.0f;
         }
 #pragma unroll
         for (int r = 0; r < TM; r++) {

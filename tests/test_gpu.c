@@ -768,6 +768,14 @@ static void test_graphs(void) {
 static const char *engine_model = "tests/fixtures/a_tiny_yarn";
 static int engine_vocab = 512;
 
+/* every one of n requests gave the same tokens in both runs */
+static void check_same(int32_t (*a)[64], const int *na, int32_t (*b)[64], const int *nb, int n,
+                       const char *what) {
+    for (int r = 0; r < n; r++)
+        CHECK(na[r] == nb[r] && !memcmp(a[r], b[r], (size_t)na[r] * 4),
+              "request %d: %s output differs from plain greedy", r, what);
+}
+
 /* n_req greedy requests decoded together (max_seqs = n_req) */
 static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[64], int *n_out) {
     char err[512];
@@ -816,9 +824,7 @@ static void test_greedy_spec_gpu(void) {
     case_begin();
     double tp = run_engine("none", 1, 32, plain, np);
     double ts = run_engine("ngram", 1, 32, spec, ns);
-    for (int r = 0; r < 32; r++)
-        CHECK(np[r] == ns[r] && !memcmp(plain[r], spec[r], (size_t)np[r] * 4),
-              "request %d: speculative output differs from plain greedy", r);
+    check_same(plain, np, spec, ns, 32, "speculative");
     double td = run_engine("none", 0, 32, plain, np);
     snprintf(extra, sizeof extra,
              "(tokens/s: plain %.0f, ngram k=3 %.0f, deterministic; plain default mode %.0f: "
@@ -832,18 +838,14 @@ static void test_greedy_spec_gpu(void) {
     case_begin();
     tp = run_engine("none", 1, 32, plain, np);
     ts = run_engine("mtp", 1, 32, spec, ns);
-    for (int r = 0; r < 32; r++)
-        CHECK(np[r] == ns[r] && !memcmp(plain[r], spec[r], (size_t)np[r] * 4),
-              "request %d: MTP output differs from plain greedy", r);
+    check_same(plain, np, spec, ns, 32, "MTP");
     snprintf(extra, sizeof extra, "(tokens/s: plain %.0f, mtp k=3 %.0f, deterministic)", tp, ts);
     case_end("deterministic/mtp_greedy_equals_plain_32_prompts", extra);
 
     // the DSpark drafter of the default model (models/tandem-tiny/dspark), on the GPU
     case_begin();
     ts = run_engine("dspark", 1, 32, spec, ns);
-    for (int r = 0; r < 32; r++)
-        CHECK(np[r] == ns[r] && !memcmp(plain[r], spec[r], (size_t)np[r] * 4),
-              "request %d: DSpark output differs from plain greedy", r);
+    check_same(plain, np, spec, ns, 32, "DSpark");
     snprintf(extra, sizeof extra, "(tokens/s: plain %.0f, dspark %.0f, deterministic)", tp, ts);
     case_end("deterministic/dspark_greedy_equals_plain_32_prompts", extra);
 
@@ -851,14 +853,12 @@ static void test_greedy_spec_gpu(void) {
     // so every buffer a step writes must hold the bucket's rows (a DSpark block of 5 rows runs
     // as 8)
     for (int nr = 1; nr <= 3; nr += 2) {
+        run_engine("none", 1, nr, plain, np);
         for (int d = 0; d < 2; d++) {
             const char *name = d ? "dspark" : "mtp";
             case_begin();
-            run_engine("none", 1, nr, plain, np);
             run_engine(name, 1, nr, spec, ns);
-            for (int r = 0; r < nr; r++)
-                CHECK(np[r] == ns[r] && !memcmp(plain[r], spec[r], (size_t)np[r] * 4),
-                      "request %d: %s output differs from plain greedy", r, name);
+            check_same(plain, np, spec, ns, nr, name);
             snprintf(extra, sizeof extra, "deterministic/%s_greedy_equals_plain_graphs_batch_%d",
                      name, nr);
             case_end(extra, "");
