@@ -10,10 +10,10 @@
  * shorter than that, or holding EOS inside, are skipped), as spec_loop.py does for MTP; or the
  * lines of --prompt-file (ids, one prompt per line, the first 128 used), as spec_loop.py takes
  * for DSpark from tools/dspark_data.py's held-out windows (bench/prompts/tiny_val.ids: the first
- * 128 ids of `tools/dspark_data.py --split val --windows 16 --seq 512 --seed 12`). Each prompt is decoded alone at
- * T = 0 and T = 1 with k drafts per round (DSpark: its block size unless --k), stopping at EOS
- * or 128 new tokens. Printed: per-position conditional acceptance P(draft j accepted | drafts
- * < j accepted) and the mean accepted length per round (bonus included).
+ * 128 ids of `tools/dspark_data.py --split val --windows 16 --seq 512 --seed 12`). Each prompt is
+ * decoded alone at T = 0 and T = 1 with k drafts per round (DSpark: its block size unless --k),
+ * stopping at EOS or 128 new tokens. Printed: per-position conditional acceptance P(draft j
+ * accepted | drafts < j accepted) and the mean accepted length per round (bonus included).
  */
 #include <jansson.h>
 #include <stdio.h>

@@ -37,12 +37,19 @@ struct draft_dspark {
     float *e_host, *bias_host; /* host [max_seqs, rank], [max_seqs, vocab] */
     float *z;                  /* host [vocab] */
     float *conf_w;             /* host [dim + rank] */
-    int32_t *zeros;            /* [max_rows] token ids of insertion rows (never read) */
-    int32_t *blk_ids;          /* [max_seqs * block] */
-    int32_t *ids_host;         /* [max_seqs] */
-    int *live, *act;           /* [max_seqs] */
-    struct td_plan_seq *seqs;  /* [max_seqs] */
-    const int32_t *chain;      /* forced Markov chain (tests), or NULL */
+    float *conf_w_dev;         /* [dim + rank] in backend memory */
+    /* greedy rounds draft on the backend (kernels/markov.h): mk = anchor | k | bad | n_drafts
+     * [max_seqs each] | tok | conf [max_seqs * block each], best [max_seqs] scratch; mk_host
+     * its host mirror */
+    int32_t *mk, *mk_host;
+    unsigned long long *best;
+    int32_t *zeros;           /* [max_rows] token ids of insertion rows (never read) */
+    int32_t *blk_ids;         /* [max_seqs * block] */
+    int32_t *ids_host;        /* [max_seqs] */
+    int *live, *act;          /* [max_seqs] */
+    struct td_plan_seq *seqs; /* [max_seqs] */
+    const int32_t *chain;     /* forced Markov chain (tests), or NULL */
+    int n_round;              /* sequences in the last round's block forward */
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -74,7 +81,7 @@ int dspark_config_load(struct dspark_config *c, const char *dir, const struct td
     int rc = -1, window = t->sliding_window;
     if (get_int(root, "dspark_block_size", 1, DSPARK_MAX_BLOCK, &c->block, path, err, errlen) ||
         get_int(root, "dspark_noise_token_id", 0, t->vocab - 1, &c->noise, path, err, errlen) ||
-        get_int(root, "dspark_markov_rank", 1, 1 << 16, &c->rank, path, err, errlen) ||
+        get_int(root, "dspark_markov_rank", 1, DSPARK_MAX_RANK, &c->rank, path, err, errlen) ||
         get_int(root, "dspark_num_stages", 1, 64, &c->n_stages, path, err, errlen))
         goto out;
     if (json_object_get(root, "sliding_window") &&
@@ -178,6 +185,19 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     }
     for (int i = 0; i < d->dim + dc->rank; i++)
         d->conf_w[i] = td_tensor_getf(&d->host.dspark.confidence, i);
+    size_t mk_words = 4 * S + 2 * BR;
+    d->conf_w_dev = b->alloc(((size_t)d->dim + dc->rank) * F);
+    d->mk = b->alloc(mk_words * sizeof(int32_t));
+    d->mk_host = malloc(mk_words * sizeof(int32_t));
+    d->best = b->alloc(S * sizeof *d->best);
+    if (!d->conf_w_dev || !d->mk || !d->mk_host || !d->best) {
+        snprintf(err, errlen, "dspark: out of memory for the Markov chain's buffers");
+        goto fail;
+    }
+    b->to_device(d->conf_w_dev, d->conf_w, ((size_t)d->dim + dc->rank) * F);
+    // the block forward's graphs, made now: a block of g rows per drafting sequence
+    struct td_forward_io io = {NULL, d->streams, NULL, NULL, 0};
+    if (td_forward_prepare(d->run, &d->st, &pd, &io, dc->block, blk_rows, err, errlen)) goto fail;
     *out = d;
     return 0;
 fail:
@@ -187,7 +207,8 @@ fail:
 
 void draft_dspark_free(struct draft_dspark *d) {
     if (!d) return;
-    void *bufs[] = {d->capture, d->ctx, d->main_x, d->streams, d->y, d->e, d->bias, d->ids_dev};
+    void *bufs[] = {d->capture, d->ctx,     d->main_x,     d->streams, d->y,   d->e,
+                    d->bias,    d->ids_dev, d->conf_w_dev, d->mk,      d->best};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) d->b->release(bufs[i]);
     free(d->U);
@@ -196,6 +217,7 @@ void draft_dspark_free(struct draft_dspark *d) {
     free(d->bias_host);
     free(d->z);
     free(d->conf_w);
+    free(d->mk_host);
     free(d->zeros);
     free(d->blk_ids);
     free(d->ids_host);
@@ -222,7 +244,14 @@ const int *draft_dspark_capture_layers(const struct draft_dspark *d, int *n) {
     return d->cfg.capture;
 }
 
-const float *draft_dspark_base_logits(const struct draft_dspark *d) {
+const struct td_state *draft_dspark_state(const struct draft_dspark *d) {
+    return &d->st;
+}
+
+const float *draft_dspark_base_logits(struct draft_dspark *d) {
+    const float *u = td_forward_logits(&d->st); // the block forward's (an insertion makes none)
+    if (u && d->n_round)
+        d->b->to_host(d->U, u, (size_t)d->n_round * d->cfg.block * d->vocab * sizeof(float));
     return d->U;
 }
 
@@ -271,6 +300,61 @@ static float sigmoid(double z) {
     return (float)(1.0 / (1.0 + exp(-z)));
 }
 
+/* the Markov chain of a greedy round on the backend (kernels/markov.h), over the block
+ * forward's logits and hc_head rows still there: q is one-hot at each draft and not written,
+ * and the host waits once, for the drafts */
+static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
+                        size_t errlen) {
+    const struct td_backend *b = d->b;
+    const struct td_model *m = d->run;
+    size_t S = (size_t)d->max_seqs;
+    int g = d->cfg.block;
+    int32_t *h = d->mk_host;
+    for (int i = 0; i < nb; i++) {
+        const struct dspark_seq *q = &seqs[d->live[i]];
+        h[i] = q->anchor;
+        h[S + i] = q->k;
+        h[2 * S + i] = 0; // bad
+        h[3 * S + i] = 0; // n_drafts
+    }
+    b->to_device(d->mk, h, 4 * S * sizeof(int32_t));
+    int32_t *nd = d->mk + 3 * S, *tok = nd + S;
+    struct markov_args a = {.U = td_forward_logits(&d->st),
+                            .y = d->y,
+                            .w1 = m->dspark.markov_w1.data,
+                            .w2 = m->dspark.markov_w2.data,
+                            .w1_dtype = m->dspark.markov_w1.dtype,
+                            .w2_dtype = m->dspark.markov_w2.dtype,
+                            .conf_w = d->conf_w_dev,
+                            .threshold = d->threshold,
+                            .n = nb,
+                            .g = g,
+                            .V = d->vocab,
+                            .D = d->dim,
+                            .r = d->cfg.rank,
+                            .anchor = d->mk,
+                            .k = d->mk + S,
+                            .tok = tok,
+                            .conf = (float *)(tok + S * g),
+                            .n_drafts = nd,
+                            .best = d->best,
+                            .bad = d->mk + 2 * S};
+    for (int j = 0; j < g; j++)
+        b->ops.markov_greedy(&a, j);
+    b->to_host(h + 3 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
+    if (b->finish(err, errlen)) return -1;
+    const int32_t *h_nd = h + 3 * S, *h_tok = h_nd + S;
+    const float *h_conf = (const float *)(h_tok + S * g);
+    for (int i = 0; i < nb; i++) {
+        struct dspark_seq *q = &seqs[d->live[i]];
+        q->n_drafts = h_nd[i];
+        memcpy(q->drafts, h_tok + (size_t)i * g, (size_t)h_nd[i] * sizeof(int32_t));
+        for (int j = 0; q->conf && j <= h_nd[i] && j < q->k; j++) // every slot that was scored
+            q->conf[j] = h_conf[(size_t)i * g + j];
+    }
+    return 0;
+}
+
 int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, char *err,
                      size_t errlen) {
     const struct td_backend *b = d->b;
@@ -293,13 +377,18 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
         d->seqs[nb] = (struct td_plan_seq){q->slot, q->pos0 + q->n, g, ids, 0, 1};
         d->live[nb++] = s;
     }
+    d->n_round = nb;
     if (!nb) return 0;
+    int greedy = !d->chain; // greedy rounds draft on the backend, sampled ones on the host
+    for (int i = 0; i < nb && greedy; i++)
+        greedy = seqs[d->live[i]].sampling->temperature <= 0.0f;
     struct td_forward_io io = {NULL, d->streams, NULL, NULL, 0};
     if (meta_plan_build(&d->plan, d->seqs, nb, err, errlen) ||
-        td_forward_ex(m, &d->st, &d->plan, &io, d->U, NULL, err, errlen))
+        td_forward_ex(m, &d->st, &d->plan, &io, greedy ? NULL : d->U, NULL, err, errlen))
         return -1;
     b->ops.hc_head(d->y, d->streams, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale),
                    nb * g, d->nc, D, c->hc_eps, c->rms_eps);
+    if (greedy) return greedy_chain(d, seqs, nb, err, errlen);
     b->to_host(d->y_host, d->y, (size_t)nb * g * D * sizeof(float));
     // the Markov chain, slot by slot, over every sequence still drafting
     for (int j = 0; j < g; j++) {
@@ -331,29 +420,15 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
             if (d->threshold > 0.0f && conf < d->threshold) continue; // the cut: before drawing
             const float *u = d->U + (size_t)row * V, *bias = d->bias_host + (size_t)a * V;
             int32_t t;
-            if (q->sampling->temperature <= 0.0f && !d->chain) {
-                // greedy: the argmax of Z in one pass (ties to the lower id, as td_argmax), q
-                // one-hot at it and not written
-                int best = 0, finite = 1;
-                float bz = -INFINITY;
-                for (int v = 0; v < V; v++) {
-                    float zv = u[v] + bias[v];
-                    finite &= isfinite(zv) != 0;
-                    if (zv > bz || v == 0) bz = zv, best = v;
-                }
-                if (!finite) continue; // non-finite: no more drafts
-                t = best;
-            } else {
-                for (int v = 0; v < V; v++)
-                    d->z[v] = u[v] + bias[v];
-                float *qj = q->q + (size_t)j * V;
-                if (td_probs(qj, d->z, V, q->sampling)) continue; // non-finite: no more drafts
-                long pos = (long)q->pos0 + q->n + j + 1; // the position of the token drafted
-                t = d->chain ? d->chain[row]
-                             : td_sample(qj, V,
-                                         td_rand_uniform(q->sampling->seed, (uint64_t)pos,
-                                                         TD_RAND_DRAFT));
-            }
+            for (int v = 0; v < V; v++)
+                d->z[v] = u[v] + bias[v];
+            float *qj = q->q + (size_t)j * V;
+            if (td_probs(qj, d->z, V, q->sampling)) continue; // non-finite: no more drafts
+            long pos = (long)q->pos0 + q->n + j + 1;          // the position of the token drafted
+            t = d->chain
+                    ? d->chain[row]
+                    : td_sample(qj, V,
+                                td_rand_uniform(q->sampling->seed, (uint64_t)pos, TD_RAND_DRAFT));
             q->drafts[j] = t;
             q->n_drafts = j + 1;
         }

@@ -42,6 +42,7 @@ struct draft_dspark;
 
 #define DSPARK_MAX_CAPTURE 8
 #define DSPARK_MAX_BLOCK   16
+#define DSPARK_MAX_RANK    256 /* the Markov kernels hold one embedding in shared memory */
 
 /* dspark/config.json */
 struct dspark_config {
@@ -88,6 +89,9 @@ const struct dspark_config *draft_dspark_config(const struct draft_dspark *d);
 /* [max_rows, n_capture, dim] in backend memory: where the target forward leaves its captured
  * rows; and the layers to capture */
 float *draft_dspark_capture(struct draft_dspark *d);
+
+/* The drafter's own caches (its graphs' counts live there). */
+const struct td_state *draft_dspark_state(const struct draft_dspark *d);
 const int *draft_dspark_capture_layers(const struct draft_dspark *d, int *n);
 
 /* Insert every sequence's committed rows, then run a round for those with k >= 1. A sequence
@@ -97,7 +101,7 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
 
 /* Tests and tools: the last round's base logits U [n_round * block, vocab] (host), and its
  * Markov chain taken from `chain` (n_round * block ids) instead of drawn, when not NULL. */
-const float *draft_dspark_base_logits(const struct draft_dspark *d);
+const float *draft_dspark_base_logits(struct draft_dspark *d);
 void draft_dspark_force_chain(struct draft_dspark *d, const int32_t *chain);
 
 void draft_dspark_free(struct draft_dspark *d);

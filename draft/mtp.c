@@ -83,6 +83,8 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
         snprintf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
         goto fail;
     }
+    struct td_forward_io io = {d->x, d->h_out, NULL, NULL, 0};
+    if (td_forward_prepare(d->run, &d->st, &pd, &io, 1, max_rows, err, errlen)) goto fail;
     *out = d;
     return 0;
 fail:
@@ -108,6 +110,10 @@ void draft_mtp_free(struct draft_mtp *d) {
     if (d->dev.backend) td_model_free(&d->dev);
     td_model_free(&d->host);
     free(d);
+}
+
+const struct td_state *draft_mtp_state(const struct draft_mtp *d) {
+    return &d->st;
 }
 
 float *draft_mtp_hidden(struct draft_mtp *d) {

@@ -57,6 +57,9 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
 /* [max_rows, hc_mult, dim] in backend memory: where the target forward leaves its streams */
 float *draft_mtp_hidden(struct draft_mtp *d);
 
+/* The drafter's own caches (its graphs' counts live there). */
+const struct td_state *draft_mtp_state(const struct draft_mtp *d);
+
 /* Catch up every sequence's committed rows and draft. A sequence at pos0 == 0 starts afresh in
  * its slot. 0, or -1 with a message (an engine error). */
 int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err, size_t errlen);

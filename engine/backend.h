@@ -19,6 +19,7 @@
 #include "kernels/fill.h"
 #include "kernels/hc.h"
 #include "kernels/indexer.h"
+#include "kernels/markov.h"
 #include "kernels/moe.h"
 
 #ifdef __cplusplus
@@ -74,6 +75,7 @@ struct td_ops {
     void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory, queued */
     void (*mean_streams)(float *y, const float *X, int n, int nc, int d, int y_stride);
     void (*fill_uniform)(void *dst, enum td_dtype t, int64_t n, uint64_t seed, float lo, float hi);
+    void (*markov_greedy)(const struct markov_args *a, int j);
 };
 
 struct td_backend {

@@ -54,17 +54,47 @@ static void cu_release(void *p) {
     cudaFree(p);
 }
 
-// cudaMemcpy on the legacy stream orders itself with our (blocking) stream
+/* Host-to-device copies are queued, not waited for: the bytes go at once into a pinned
+ * staging arena (so the caller may reuse its buffer) and an async copy from there joins the
+ * stream. The arena is reused after the stream has drained (finish, to_host, or a full arena).
+ * A synchronous cudaMemcpy here waited for every queued kernel first: each step's plan upload
+ * and each DSpark round's inputs cost a full pipeline drain. */
+static char *stage;
+static size_t stage_cap, stage_used;
+
 static void cu_to_device(void *dst, const void *src, size_t bytes) {
-    if (bytes) cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    if (!bytes) return;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(stream, &cap);
+    if (cap != cudaStreamCaptureStatusNone) { // a graph would replay the arena's later bytes
+        fprintf(stderr, "cuda: a host-to-device copy inside a graph capture\n");
+        abort();
+    }
+    if (stage_used + bytes > stage_cap) {
+        CUDA_CHECK(cudaStreamSynchronize(stream)); // the staged copies have landed
+        stage_used = 0;
+        if (bytes > stage_cap) {
+            if (stage) cudaFreeHost(stage);
+            stage_cap = bytes > ((size_t)8 << 20) ? bytes : (size_t)8 << 20;
+            CUDA_CHECK(cudaMallocHost((void **)&stage, stage_cap));
+        }
+    }
+    memcpy(stage + stage_used, src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, stage + stage_used, bytes, cudaMemcpyHostToDevice, stream));
+    stage_used += (bytes + 255) & ~(size_t)255;
 }
 
+// cudaMemcpy on the legacy stream orders itself with our (blocking) stream and returns after
+// everything queued before it
 static void cu_to_host(void *dst, const void *src, size_t bytes) {
-    if (bytes) cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+    if (!bytes) return;
+    cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+    stage_used = 0;
 }
 
 static int cu_finish(char *err, size_t errlen) {
     cudaError_t e = cudaStreamSynchronize(stream);
+    if (e == cudaSuccess) stage_used = 0;
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
         snprintf(err, errlen, "cuda: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
@@ -149,7 +179,7 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
         add_pos_bias_cuda,   compress_emit_cuda,  ring_store_cuda,     indexer_topk_cuda,
         attention_rows_cuda, moe_route_rows_cuda, moe_experts_cuda,    add_cuda,
         scale_cuda,          swiglu_act_cuda,     add_bcast_cuda,      cu_copy,
-        mean_streams_cuda,   fill_uniform_cuda};
+        mean_streams_cuda,   fill_uniform_cuda,   markov_greedy_cuda};
     cuda_backend.name = "cuda";
     cuda_backend.on_device = 1;
     cuda_backend.ops = ops;

@@ -455,7 +455,8 @@ static int check_sizes(const struct td_config *c, char *err, size_t errlen) {
                        c->n_experts_tok, c->n_experts);
     if (c->sliding_window < 2)
         return td_errf(err, errlen, "sliding_window must be >= 2, got %d", c->sliding_window);
-    if (c->hc_mult < 1) return td_errf(err, errlen, "hc_mult must be >= 1, got %d", c->hc_mult);
+    if (c->hc_mult < 1 || c->hc_mult > TD_MAX_HC)
+        return td_errf(err, errlen, "hc_mult must be in [1, %d], got %d", TD_MAX_HC, c->hc_mult);
     if (c->hc_sinkhorn_iters < 0)
         return td_errf(err, errlen, "hc_sinkhorn_iters must be >= 0, got %d", c->hc_sinkhorn_iters);
     if (c->max_position_embeddings < 1)

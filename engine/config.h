@@ -21,6 +21,7 @@ extern "C" {
 
 #define TD_MAX_LAYERS 256
 #define TD_MAX_EOS    8
+#define TD_MAX_HC     16 /* hc_mult: the HC kernels hold nc x nc in fixed arrays */
 
 enum td_attn_kind { TD_ATTN_SLIDING = 0, TD_ATTN_CSA, TD_ATTN_HCA };
 enum td_mlp_kind { TD_MLP_HASH = 0, TD_MLP_MOE };

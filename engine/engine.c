@@ -135,6 +135,17 @@ static size_t cache_limit(size_t asked, const struct td_backend *b) {
     return lim > ((size_t)1 << 30) ? lim - ((size_t)1 << 30) : lim / 2;
 }
 
+/* what the target's forward hands a model drafter: MTP reads its final streams, DSpark the
+ * mean streams of its capture layers */
+static struct td_forward_io target_io(struct td_engine *e) {
+    struct td_forward_io io = {NULL, e->mtp ? draft_mtp_hidden(e->mtp) : NULL, NULL, NULL, 0};
+    if (e->dspark) {
+        io.capture = draft_dspark_capture(e->dspark);
+        io.capture_layers = draft_dspark_capture_layers(e->dspark, &io.n_capture);
+    }
+    return io;
+}
+
 int td_engine_init(struct td_engine **out, const struct td_engine_params *p, char *err,
                    size_t errlen) {
     *out = NULL;
@@ -228,6 +239,9 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     }
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
+    struct td_forward_io io = target_io(e);
+    if (td_forward_prepare(e->run, &e->state, &d, &io, 1, e->p.max_batch_tokens, err, errlen))
+        goto fail;
     size_t V = (size_t)c->vocab;
     e->groups = calloc((size_t)e->p.max_seqs, sizeof *e->groups);
     e->live = calloc((size_t)e->p.max_seqs, sizeof *e->live);
@@ -287,7 +301,12 @@ int td_engine_vocab(const struct td_engine *e) {
     return e->model.cfg.vocab;
 }
 
-const struct td_engine_stats *td_engine_stats(const struct td_engine *e) {
+const struct td_engine_stats *td_engine_stats(struct td_engine *e) {
+    const struct td_state *ds = e->mtp      ? draft_mtp_state(e->mtp)
+                                : e->dspark ? draft_dspark_state(e->dspark)
+                                            : NULL;
+    e->stats.graphs = e->state.n_captured + (ds ? ds->n_captured : 0);
+    e->stats.t_capture = e->state.t_capture + (ds ? ds->t_capture : 0.0);
     return &e->stats;
 }
 
@@ -597,11 +616,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         // the phases' wall times (each ends with its results on the host, so they add up)
         double t0 = now();
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
-        struct td_forward_io io = {NULL, e->mtp ? draft_mtp_hidden(e->mtp) : NULL, NULL, NULL, 0};
-        if (e->dspark) { // the context DSpark reads: the mean streams of its capture layers
-            io.capture = draft_dspark_capture(e->dspark);
-            io.capture_layers = draft_dspark_capture_layers(e->dspark, &io.n_capture);
-        }
+        struct td_forward_io io = target_io(e);
         if (td_forward_ex(e->run, &e->state, &e->plan, &io, e->logits, NULL, err, errlen))
             return -1;
         double t1 = now();

@@ -101,6 +101,9 @@ struct td_engine_stats {
     double t_target;                /* seconds in plan building and the target's forward */
     double t_verify;                /* seconds verifying and committing its rows (host) */
     double t_draft;                 /* seconds in the model drafter's steps (MTP, DSpark) */
+    int graphs;                     /* step graphs captured (target and drafter) */
+    double t_capture;               /* seconds capturing them (at start-up; any made later
+                                       count inside t_target or t_draft) */
 };
 
 struct td_engine;
@@ -127,7 +130,7 @@ int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, 
 /* Stop a request now; its slot is freed, its output kept. */
 void td_engine_cancel(struct td_engine *e, int id);
 
-const struct td_engine_stats *td_engine_stats(const struct td_engine *e);
+const struct td_engine_stats *td_engine_stats(struct td_engine *e);
 
 /* The model's vocabulary size. */
 int td_engine_vocab(const struct td_engine *e);

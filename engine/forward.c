@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/backend.h"
 #include "kernels/rope.h"
@@ -448,28 +449,34 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
     f->op->matmul(f->logits, f->xn, W(m->head), n_head, D, c->vocab, NULL, 0);
 }
 
-/* decode and verify steps (up to 128 rows) replay a graph captured once per row bucket */
-static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
+#define GRAPH_MAX_ROWS 128 /* steps of more rows (long prefill chunks) run eagerly */
+
+/* the graph of bucket n_pad for f's io buffers, captured now if it is new: its index, or -1
+ * (none: the table is full or capture failed; the step runs eagerly). f is set up for n_pad
+ * rows: pad rows are valid rows, the kernels leave them inert, and the head runs on all. */
+static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
     const struct td_backend *b = f->b;
-    int n_pad = f->p->n_tok_pad;
-    if (!f->st->use_graphs || !b->graph_begin || topk_trace || n_pad > 128) {
-        run_layers(f, topk_trace);
-        return;
-    }
     int g = 0;
     while (g < ws->n_graphs &&
            (ws->graphs[g].n_pad != n_pad || ws->graphs[g].x_in != f->x_in ||
             ws->graphs[g].hidden_out != f->hidden_out || ws->graphs[g].capture != f->capture))
         g++;
-    f->n = n_pad; // pad rows are valid rows: the kernels leave them inert
+    f->n = n_pad;
     f->rows.n_tok = n_pad;
     f->head_all_rows = 1; // a graph serves every step of its bucket, whatever rows they keep
-    if (g == ws->n_graphs && g < MAX_GRAPHS) {
+    if (g == ws->n_graphs) {
+        if (g == MAX_GRAPHS) return -1;
         void *exec = NULL;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (!b->graph_begin()) {
             run_layers(f, NULL);
             exec = b->graph_end();
         }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        f->st->n_captured++;
+        f->st->t_capture +=
+            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         ws->graphs[g].n_pad = n_pad;
         ws->graphs[g].x_in = f->x_in;
         ws->graphs[g].hidden_out = f->hidden_out;
@@ -477,10 +484,27 @@ static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
         ws->graphs[g].exec = exec;
         ws->n_graphs++;
     }
-    if (g < ws->n_graphs && ws->graphs[g].exec) {
-        b->graph_launch(ws->graphs[g].exec);
+    return ws->graphs[g].exec ? g : -1;
+}
+
+static int graphs_on(const struct fwd *f) {
+    return f->st->use_graphs && f->b->graph_begin;
+}
+
+/* decode and verify steps (up to 128 rows) replay a graph captured once per row bucket */
+static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
+    int n_pad = f->p->n_tok_pad;
+    if (!graphs_on(f) || topk_trace || n_pad > GRAPH_MAX_ROWS) {
+        run_layers(f, topk_trace);
+        return;
+    }
+    int g = graph_for(f, ws, n_pad);
+    if (g >= 0) {
+        f->b->graph_launch(ws->graphs[g].exec);
         compact_rows(f, f->logits, f->c->vocab); // the graph ran the head over every row
     } else {
+        f->n = f->p->n_tok;
+        f->rows.n_tok = f->p->n_tok;
         f->head_all_rows = 0;
         run_layers(f, NULL);
     }
@@ -491,12 +515,12 @@ int td_forward(const struct td_model *m, struct td_state *st, const struct td_pl
     return td_forward_ex(m, st, p, NULL, logits, topk_trace, err, errlen);
 }
 
-/* checks, step buffers and the plan on the backend: the start of every forward call */
-static struct fwd *begin(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+/* step buffers and the fields every forward call sets (p: the step's plan, or a plan whose
+ * layout alone is read) */
+static struct fwd *setup(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                          const struct td_forward_io *io, char *err, size_t errlen) {
     static const struct td_forward_io none;
     if (!io) io = &none;
-    if (check_plan(m, st, p, err, errlen)) return NULL;
     const struct td_backend *b = st->backend;
     if (ws_make(st, &m->cfg, &p->dims, err, errlen)) return NULL;
     struct fwd *f = &st->ws->f;
@@ -513,12 +537,38 @@ static struct fwd *begin(const struct td_model *m, struct td_state *st, const st
     f->capture_layers = io->capture_layers;
     f->n_capture = io->capture ? io->n_capture : 0;
     f->head_all_rows = 0;
-    if (f->plan_dev) b->to_device(f->plan_dev, p->mem, p->bytes);
     f->rows = rows_of(p, f->plan_dev ? f->plan_dev : p->mem);
     return f;
 }
 
-/* the committed length after a call: its rows, except a non-causal block's */
+/* checks, step buffers and the plan on the backend: the start of every forward call */
+static struct fwd *begin(const struct td_model *m, struct td_state *st, const struct td_plan *p,
+                         const struct td_forward_io *io, char *err, size_t errlen) {
+    if (check_plan(m, st, p, err, errlen)) return NULL;
+    struct fwd *f = setup(m, st, p, io, err, errlen);
+    if (f && f->plan_dev) f->b->to_device(f->plan_dev, p->mem, p->bytes);
+    return f;
+}
+
+int td_forward_prepare(const struct td_model *m, struct td_state *st, const struct td_plan_dims *d,
+                       const struct td_forward_io *io, int min_rows, int max_rows, char *err,
+                       size_t errlen) {
+    if (!st->use_graphs || !st->backend->graph_begin) return 0;
+    struct td_plan_dims want = td_state_plan_dims(st, d->max_tok, d->max_seq);
+    if (memcmp(&want, d, sizeof want)) {
+        snprintf(err, errlen, "forward: prepare was given other state dimensions");
+        return -1;
+    }
+    struct td_plan p; // its layout only: capture records the kernels, it runs none of them
+    if (meta_plan_init(&p, d, err, errlen)) return -1;
+    struct fwd *f = setup(m, st, &p, io, err, errlen);
+    int top = meta_bucket(max_rows < GRAPH_MAX_ROWS ? max_rows : GRAPH_MAX_ROWS, d->max_tok);
+    for (int n_pad = meta_bucket(min_rows, d->max_tok); f && n_pad <= top; n_pad *= 2)
+        graph_for(f, st->ws, n_pad);
+    meta_plan_free(&p);
+    return f && !st->backend->finish(err, errlen) ? 0 : -1;
+}
+
 static void commit(struct td_state *st, const struct td_plan *p) {
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s];
@@ -534,10 +584,16 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
     struct fwd *f = begin(m, st, p, io, err, errlen);
     if (!f) return -1;
     run_step(f, st->ws, topk_trace);
-    f->b->to_host(logits, f->logits, (size_t)p->n_logit * f->c->vocab * sizeof(float));
-    if (f->b->finish(err, errlen)) return -1;
+    if (logits) { // else they stay in the backend (td_forward_logits) and nothing waits here
+        f->b->to_host(logits, f->logits, (size_t)p->n_logit * f->c->vocab * sizeof(float));
+        if (f->b->finish(err, errlen)) return -1;
+    }
     commit(st, p);
     return 0;
+}
+
+const float *td_forward_logits(const struct td_state *st) {
+    return st->ws ? st->ws->f.logits : NULL;
 }
 
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
@@ -563,8 +619,7 @@ int td_forward_store_kv(const struct td_model *m, struct td_state *st, const str
         f->op->ring_store(st->layers[li].swa, f->kv, f->rows.swa_write, &f->rows, st->swa_ring,
                           c->head_dim);
     }
-    if (f->b->finish(err, errlen)) return -1;
-    commit(st, p);
+    commit(st, p); // queued: the next forward on this state runs after it
     return 0;
 }
 

@@ -47,16 +47,31 @@ struct td_forward_io {
     int n_capture;
 };
 
-/* td_forward with a drafter's inputs and outputs (io may be NULL). */
+/* td_forward with a drafter's inputs and outputs (io may be NULL). logits NULL: the step's
+ * logits stay in the backend for td_forward_logits and the call returns without waiting for
+ * the step (a fault surfaces at the backend's next finish). */
 int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                   const struct td_forward_io *io, float *logits, int32_t *topk_trace, char *err,
                   size_t errlen);
+
+/* The last forward's logits rows [n_logit, vocab] in backend memory (until the next forward on
+ * this state); NULL before the first. */
+const float *td_forward_logits(const struct td_state *st);
+
+/* Capture now the step graphs of every row bucket from min_rows to max_rows (at most 128) for steps
+ * that will pass io and plans of dims d, so that no request waits while one is made: call at
+ * start-up. Nothing runs; without graphs (CPU, use_graphs off) it does nothing. 0, or -1 with
+ * a message. */
+int td_forward_prepare(const struct td_model *m, struct td_state *st, const struct td_plan_dims *d,
+                       const struct td_forward_io *io, int min_rows, int max_rows, char *err,
+                       size_t errlen);
 
 /* Store keys made from outside rows in every layer's sliding-window ring, nothing else: for each
  * plan row, rope(kv_norm(wkv x_row)) at its position, written where the plan says, and the
  * committed length advances as after a forward. x [n_tok, dim] in backend memory. A DSpark
  * drafter's context insertion (its stages' keys come from the fused target rows, not from the
- * stage inputs). Sliding-window-only models; 0, or -1 with a message. */
+ * stage inputs). Sliding-window-only models. Queued: nothing waits (a fault surfaces at the
+ * backend's next finish); 0, or -1 with a message. */
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                         const float *x, char *err, size_t errlen);
 

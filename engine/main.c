@@ -674,6 +674,9 @@ static int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "stats: per step: target %.3f ms, verify %.3f ms, drafter %.3f ms\n",
                     1e3 * s->t_target / s->steps, 1e3 * s->t_verify / s->steps,
                     1e3 * s->t_draft / s->steps);
+        if (s->graphs)
+            fprintf(stderr, "stats: %d step graphs captured in %.1f ms\n", s->graphs,
+                    1e3 * s->t_capture);
         if (s->nan_rows) fprintf(stderr, "stats: %ld non-finite logits rows\n", s->nan_rows);
     }
 done:

@@ -670,8 +670,8 @@ static int upload_tensor(struct uploader *u, struct td_tensor *t, enum td_dtype 
         void *dst = dev_alloc(u, bytes);
         if (!dst) {
             snprintf(u->err, u->errlen,
-                     "upload: out of %s memory for a %zu-byte tensor (%zu bytes free)",
-                     u->b->name, bytes, u->b->free_bytes());
+                     "upload: out of %s memory for a %zu-byte tensor (%zu bytes free)", u->b->name,
+                     bytes, u->b->free_bytes());
             return -1;
         }
         u->b->ops.fill_uniform(dst, to, n, g->seed, g->lo, g->hi);

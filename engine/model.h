@@ -97,8 +97,8 @@ struct td_model {
     const struct td_backend *backend; /* a device mirror's backend (td_model_upload), else NULL */
     void **dev_bufs;                  /* a device mirror's allocations */
     int n_dev_bufs;
-    uint64_t dummy_seed;              /* td_model_load_dummy's seed; 0: stored weights */
-    void **owned;                     /* a dummy model's host allocations (generators, tid2eid) */
+    uint64_t dummy_seed; /* td_model_load_dummy's seed; 0: stored weights */
+    void **owned;        /* a dummy model's host allocations (generators, tid2eid) */
     int n_owned;
 };
 

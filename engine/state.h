@@ -50,6 +50,8 @@ struct td_state {
     size_t bytes;                  /* total pool bytes */
     int use_graphs;                /* replay captured step graphs where the backend has them */
     struct td_fwd_ws *ws;          /* the forward's step buffers (forward.c), made on first use */
+    int n_captured;                /* step graphs captured so far, and the seconds it took */
+    double t_capture;
     void (*ws_free)(struct td_state *s);
 };
 

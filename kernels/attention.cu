@@ -1,6 +1,6 @@
-/* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block per (row, head); each row's
- * keys come from the step metadata exactly as in attention_rows_ref (see attention.h). Two-pass
- * fp32 softmax over the row's keys held in shared memory. */
+/* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block per (row, head); each
+ * row's keys come from the step metadata exactly as in attention_rows_ref (see attention.h).
+ * Two-pass fp32 softmax over the row's keys held in shared memory. */
 #include "attention.h"
 #include "cuda_common.cuh"
 

@@ -1,21 +1,32 @@
 /* hc.cu: mHC pre (mixes, Sinkhorn, collapse), post (expand) and head on the GPU (see hc.h).
- * One block per token for pre/head; the tiny Sinkhorn runs in one thread, in fp32. */
+ * One block per token for pre/head; the tiny Sinkhorn runs one thread per entry, in fp32. */
 #include "cuda_common.cuh"
 #include "hc.h"
 
 #define HC_MAX_MIX 288 /* (2 + 16) * 16 */
 
-/* a lane's share of (x / rms) . w over width, in index order. The weight's type is fixed
- * here so that the loads of several steps can be issued together; with a dtype switch per
- * element, hc_pre measured 65 us per call at batch 1 whatever the rows (40% of a decode step's
+/* a lane's share of (x / rms) . w over width, in index order. The loads of HC_BATCH steps are
+ * made into registers before any is used, so they are in flight together: a loop that loads
+ * and adds one element at a time waited out a full memory latency per element (hc_pre took 65
+ * us per call at batch 1, then 32 with the dtype fixed per row; 40% and 25% of a decode step's
  * GPU time on tandem-tiny). The sums keep their order. */
+#define HC_BATCH 16
 template <typename T>
 __device__ __forceinline__ float mix_dot(const float *xt, const T *w, int width, float r,
                                          int lane) {
     float acc = 0.0f;
-#pragma unroll 8
-    for (int i = lane; i < width; i += 32)
-        acc += (xt[i] * r) * as_f32(w[i]);
+    for (int i0 = lane; i0 < width; i0 += 32 * HC_BATCH) {
+        float xv[HC_BATCH], wv[HC_BATCH];
+#pragma unroll
+        for (int u = 0; u < HC_BATCH; u++) {
+            int i = i0 + 32 * u;
+            xv[u] = i < width ? xt[i] : 0.0f;
+            wv[u] = i < width ? as_f32(w[i]) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < HC_BATCH; u++)
+            if (i0 + 32 * u < width) acc += (xv[u] * r) * wv[u];
+    }
     return acc;
 }
 
@@ -23,8 +34,17 @@ __device__ __forceinline__ float mix_dot(const float *xt, const T *w, int width,
 __device__ void hc_mixes(float *mix, const float *xt, const void *fn, int fn_dt, int m, int width,
                          float rms_eps) {
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < width; i += blockDim.x)
-        ss += xt[i] * xt[i];
+    for (int i0 = threadIdx.x; i0 < width; i0 += blockDim.x * HC_BATCH) {
+        float xv[HC_BATCH];
+#pragma unroll
+        for (int u = 0; u < HC_BATCH; u++) {
+            int i = i0 + blockDim.x * u;
+            xv[u] = i < width ? xt[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < HC_BATCH; u++)
+            ss += xv[u] * xv[u];
+    }
     ss = block_sum(ss);
     float r = rsqrtf(ss / width + rms_eps);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -47,52 +67,79 @@ __device__ __forceinline__ float sigm(float z) {
     return 1.0f / (1.0f + expf(-z));
 }
 
+/* every thread of the Sinkhorn's group at the same point: one warp when the nc x nc matrix fits
+ * in it (every real configuration: nc = 4), else the whole block */
+__device__ __forceinline__ void hc_sync(bool warp_only) {
+    if (warp_only)
+        __syncwarp();
+    else
+        __syncthreads();
+}
+
+/* One block per token: the mixes (all warps), then the comb matrix with one thread per entry
+ * (warp 0 when nc * nc <= 32) in shared memory. Each thread forms its row's or column's sum
+ * over the same entries in the same order as the reference's loops, so the values are
+ * unchanged from a single-thread Sinkhorn (which took 65 us per call: 20 iterations of
+ * dependent global-memory round trips). */
 __global__ void hc_pre_kernel(float *collapsed, float *post, float *comb, const float *x,
                               struct hc_weights w, int nc, int d, int iters, float hc_eps,
                               float rms_eps) {
     __shared__ float mix[HC_MAX_MIX];
     __shared__ float pre[16];
-    int t = blockIdx.x, m = (2 + nc) * nc, width = nc * d;
+    __shared__ float cs[256];
+    int t = blockIdx.x, m = (2 + nc) * nc, width = nc * d, nn = nc * nc;
     const float *xt = x + (size_t)t * width;
     hc_mixes(mix, xt, w.fn, w.fn_dtype, m, width, rms_eps);
-    if (threadIdx.x == 0) {
+    bool small = nn <= 32;
+    int e = threadIdx.x;
+    if (!small || e < 32) {
         float s_pre = ld_f32(w.scale, w.scale_dtype, 0), s_post = ld_f32(w.scale, w.scale_dtype, 1);
         float s_comb = ld_f32(w.scale, w.scale_dtype, 2);
-        float *pt = post + (size_t)t * nc, *ct = comb + (size_t)t * nc * nc;
-        for (int i = 0; i < nc; i++) {
-            pre[i] = sigm(mix[i] * s_pre + ld_f32(w.base, w.base_dtype, i)) + hc_eps;
-            pt[i] = 2.0f * sigm(mix[nc + i] * s_post + ld_f32(w.base, w.base_dtype, nc + i));
+        if (e < nc) {
+            pre[e] = sigm(mix[e] * s_pre + ld_f32(w.base, w.base_dtype, e)) + hc_eps;
+            post[(size_t)t * nc + e] =
+                2.0f * sigm(mix[nc + e] * s_post + ld_f32(w.base, w.base_dtype, nc + e));
         }
-        for (int i = 0; i < nc; i++) { // row softmax + eps
-            float mx = -INFINITY, *row = ct + i * nc;
-            for (int j = 0; j < nc; j++) {
-                row[j] = mix[2 * nc + i * nc + j] * s_comb +
-                         ld_f32(w.base, w.base_dtype, 2 * nc + i * nc + j);
-                mx = fmaxf(mx, row[j]);
-            }
-            float sum = 0.0f;
-            for (int j = 0; j < nc; j++)
-                sum += (row[j] = expf(row[j] - mx));
-            for (int j = 0; j < nc; j++)
-                row[j] = row[j] / sum + hc_eps;
+        int i = e / nc, j = e % nc;
+        bool own = e < nn;
+        if (own) cs[e] = mix[2 * nc + e] * s_comb + ld_f32(w.base, w.base_dtype, 2 * nc + e);
+        hc_sync(small);
+        float v = 0.0f;
+        if (own) { // row softmax + eps
+            const float *row = cs + i * nc;
+            float mx = -INFINITY, sum = 0.0f;
+            for (int k = 0; k < nc; k++)
+                mx = fmaxf(mx, row[k]);
+            for (int k = 0; k < nc; k++)
+                sum += expf(row[k] - mx);
+            v = expf(row[j] - mx) / sum + hc_eps;
         }
+        hc_sync(small);
+        if (own) cs[e] = v;
+        hc_sync(small);
         for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
-            if (it > 0)
-                for (int i = 0; i < nc; i++) {
+            if (it > 0) {
+                if (own) {
                     float sum = 0.0f;
-                    for (int j = 0; j < nc; j++)
-                        sum += ct[i * nc + j];
-                    for (int j = 0; j < nc; j++)
-                        ct[i * nc + j] /= sum + hc_eps;
+                    for (int k = 0; k < nc; k++)
+                        sum += cs[i * nc + k];
+                    v = cs[e] / (sum + hc_eps);
                 }
-            for (int j = 0; j < nc; j++) {
-                float sum = 0.0f;
-                for (int i = 0; i < nc; i++)
-                    sum += ct[i * nc + j];
-                for (int i = 0; i < nc; i++)
-                    ct[i * nc + j] /= sum + hc_eps;
+                hc_sync(small);
+                if (own) cs[e] = v;
+                hc_sync(small);
             }
+            if (own) {
+                float sum = 0.0f;
+                for (int k = 0; k < nc; k++)
+                    sum += cs[k * nc + j];
+                v = cs[e] / (sum + hc_eps);
+            }
+            hc_sync(small);
+            if (own) cs[e] = v;
+            hc_sync(small);
         }
+        if (own) comb[(size_t)t * nn + e] = v;
     }
     __syncthreads();
     for (int c = threadIdx.x; c < d; c += blockDim.x) {

@@ -74,37 +74,66 @@ __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out)
     if (i < (long long)n * out) y[i] += ld_f32(b, dt, i % out);
 }
 
-/* C[out, n] (col-major, ldc) = W[out, in] . B, B = bf16 x rows (col-major in x n, ldb) */
-static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const void *w, int n,
-                    int in, int out) {
+/* one GEMM shape's descriptors and algorithm, made once: the heuristic query is a host-side
+ * search that cost more than the GEMM itself on small steps, on every call */
+struct lt_plan {
+    int n, in, out, ldb, ldc;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+};
+#define LT_PLANS 512
+static struct lt_plan lt_plans[LT_PLANS];
+static int n_lt_plans;
+
+static const struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc) {
+    for (int i = 0; i < n_lt_plans; i++) {
+        const struct lt_plan *q = &lt_plans[i];
+        if (q->n == n && q->in == in && q->out == out && q->ldb == ldb && q->ldc == ldc) return q;
+    }
+    static struct lt_plan spare; // a full table: the spare is remade for each new shape
+    struct lt_plan *q = n_lt_plans < LT_PLANS ? &lt_plans[n_lt_plans] : &spare;
+    if (q == &spare && spare.op) {
+        cublasLtMatrixLayoutDestroy(spare.la);
+        cublasLtMatrixLayoutDestroy(spare.lb);
+        cublasLtMatrixLayoutDestroy(spare.lc);
+        cublasLtMatmulDescDestroy(spare.op);
+    }
+    *q = (struct lt_plan){n, in, out, ldb, ldc};
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, in, out, in));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, in, n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, out, n, ldc));
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&q->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->la, CUDA_R_16BF, in, out, in));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lb, CUDA_R_16BF, in, n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lc, CUDA_R_32F, out, n, ldc));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes, sizeof lt_ws_bytes));
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &found));
+    CUBLAS_CHECK(
+        cublasLtMatmulAlgoGetHeuristic(lt, q->op, q->la, q->lb, q->lc, q->lc, pref, 1, &h, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
     if (!found) {
         fprintf(stderr, "cuBLASLt: no algorithm for %d x %d x %d\n", out, n, in);
         abort();
     }
+    q->algo = h.algo;
+    if (q != &spare) n_lt_plans++;
+    return q;
+}
+
+/* C[out, n] (col-major, ldc) = W[out, in] . B, B = bf16 x rows (col-major in x n, ldb) */
+static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const void *w, int n,
+                    int in, int out) {
+    const struct lt_plan *q = lt_plan_for(n, in, out, ldb, ldc);
     float alpha = 1.0f, beta = 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, w, la, xb, lb, &beta, y, lc, y, lc, &h.algo, lt_ws,
-                                lt_ws_bytes, td_cuda_stream()));
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(op);
+    CUBLAS_CHECK(cublasLtMatmul(lt, q->op, &alpha, w, q->la, xb, q->lb, &beta, y, q->lc, y, q->lc,
+                                &q->algo, lt_ws, lt_ws_bytes, td_cuda_stream()));
 }
 
 extern "C" void matmul_cuda_reserve(size_t x_elems) {

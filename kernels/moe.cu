@@ -195,11 +195,11 @@ static void moe_gemm(dim3 grid, cudaStream_t s, float *out, const float *in, int
         break;
     case TD_DTYPE_F16:
         moe_gemm_kernel<__half><<<grid, 32 * MOE_FEATS, 0, s>>>(out, in, g_perm, k, swiglu, g_tiles,
-                                                                 g_ntiles, *ex, K, N, limit);
+                                                                g_ntiles, *ex, K, N, limit);
         break;
     default:
         moe_gemm_kernel<float><<<grid, 32 * MOE_FEATS, 0, s>>>(out, in, g_perm, k, swiglu, g_tiles,
-                                                                g_ntiles, *ex, K, N, limit);
+                                                               g_ntiles, *ex, K, N, limit);
     }
     LAUNCH_CHECK();
 }

@@ -223,8 +223,8 @@ int main(void) {
     {
         char dir[200], cmd[600], got[2][256];
         snprintf(dir, sizeof dir, "%s/cfgonly", root);
-        snprintf(cmd, sizeof cmd, "mkdir -p %s && cp tests/fixtures/c_upstream_sharded/config.json %s/",
-                 dir, dir);
+        snprintf(cmd, sizeof cmd,
+                 "mkdir -p %s && cp tests/fixtures/c_upstream_sharded/config.json %s/", dir, dir);
         case_begin();
         CHECK(system(cmd) == 0, "copy config");
         for (int r = 0; r < 2; r++) {

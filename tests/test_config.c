@@ -464,6 +464,7 @@ static void test_errors(void) {
                 "compress_ratios[2]");
     expect_fail("compress_ratios_too_short", tiny, "{'compress_ratios': [0, 4]}", "layer_types",
                 "compress_ratios");
+    expect_fail("hc_mult_too_many", tiny, "{'hc_mult': 17}", NULL, "hc_mult");
     expect_fail("bad_scoring_func", tiny, "{'scoring_func': 'relu'}", NULL,
                 "scoring_func \"relu\"");
     expect_fail("rope_dim_odd", tiny, "{'qk_rope_head_dim': 15}", "partial_rotary_factor",

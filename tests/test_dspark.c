@@ -6,9 +6,9 @@
  * random target b_plain_hc2: hc 2, window 16, sigmoid routing, shared-expert biases, capture
  * layers 0 and 2, 2 stages, block 4), tests/fixtures/dspark_c (a random drafter over the
  * upstream-layout target c_upstream_sharded: hc 3, capture layers 1-3, 3 stages, block 6, rank
- * 16) and tests/fixtures/dspark_tiny (tandem-tiny's trained drafter), each with a context shorter than the window and one that wraps the rings. The C
- * side runs the target over the case's ids on the CPU (its captured rows feed the drafter, as
- * in the engine), inserts them, and runs a round:
+ * 16) and tests/fixtures/dspark_tiny (tandem-tiny's trained drafter), each with a context shorter
+ * than the window and one that wraps the rings. The C side runs the target over the case's ids on
+ * the CPU (its captured rows feed the drafter, as in the engine), inserts them, and runs a round:
  *   base logits U of the block        max|d| <= 1e-3 * max(1, max|ref row|) (fp32 vs fp32)
  *   greedy drafts                      the same tokens; confidences within 1e-4
  *   a sampled chain (T = 1, forced)    q = softmax(Z_ref) within 1e-5 per entry; confidences

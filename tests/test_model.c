@@ -147,8 +147,8 @@ static void test_dummy(void) {
             const struct td_tensor *a = (const struct td_tensor *)&real.layers[i],
                                    *b = (const struct td_tensor *)&d.layers[i];
             for (size_t j = 0; j < LAYER_TENSORS; j++)
-                CHECK(same_shape(&a[j], &b[j]), "layer %d tensor %zu: presence or shape differs",
-                      i, j);
+                CHECK(same_shape(&a[j], &b[j]), "layer %d tensor %zu: presence or shape differs", i,
+                      j);
             for (int e = 0; e < c->n_experts; e++)
                 bad |= !same_shape(&real.layers[i].w1[e], &d.layers[i].w1[e]) ||
                        !same_shape(&real.layers[i].w2[e], &d.layers[i].w2[e]);
@@ -178,8 +178,8 @@ static void test_dummy(void) {
             }
             CHECK(mx <= a * 1.004 && fabs(sum / n) < 0.1 * a &&
                       fabs(sqrt(sq / n) - a / sqrt(3.0)) < 0.1 * a,
-                  "wq_a: max %g mean %g rms %g, want within %g, std %g", mx, sum / n,
-                  sqrt(sq / n), a, a / sqrt(3.0));
+                  "wq_a: max %g mean %g rms %g, want within %g, std %g", mx, sum / n, sqrt(sq / n),
+                  a, a / sqrt(3.0));
             for (int64_t k = 0; k < td_tensor_numel(&p1.norm); k++)
                 CHECK(td_tensor_getf(&p1.norm, k) == 1.0f, "norm[%lld] is not 1", (long long)k);
             for (int k = 0; k < c->n_heads; k++)

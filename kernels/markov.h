@@ -1,0 +1,50 @@
+/* markov.h: one slot of DSpark's greedy Markov chain for a batch of drafting sequences
+ * (drafters.md 2; the caller is draft/dspark.c), so that a greedy round drafts without the host.
+ *
+ * Sequence i drafts slot j when n_drafts[i] == j and j < k[i]. Then, with prev = anchor[i] at
+ * j = 0 and tok[i * g + j - 1] after, and row = i * g + j:
+ *   e      = W1[prev]                                  (the Markov embedding, rank r)
+ *   conf   = sigmoid(conf_w . [y[row]; e])             -> conf[row]
+ *   z[v]   = U[row, v] + W2[v] . e                     (v over the vocabulary)
+ *   the slot is cut (nothing drafted) when threshold > 0 and conf < threshold, or when z has
+ *   a non-finite entry; otherwise tok[row] = argmax z (ties to the lower id), n_drafts[i] = j + 1.
+ * A sequence that did not draft slot j drafts no later slot. best and bad are scratch [n],
+ * zero before the first call and left zero by every call. */
+#ifndef TD_KERNELS_MARKOV_H
+#define TD_KERNELS_MARKOV_H
+
+#include <stdint.h>
+
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct markov_args {
+    const float *U; /* [n * g, V] base logits */
+    const float *y; /* [n * g, D] the stages' hc_head output */
+    const void *w1; /* [V, r] Markov embedding */
+    const void *w2; /* [V, r] Markov output */
+    enum td_dtype w1_dtype, w2_dtype;
+    const float *conf_w; /* [D + r] confidence head */
+    float threshold;     /* 0: no cut */
+    int n, g, V, D, r;
+    const int32_t *anchor;    /* [n] */
+    const int32_t *k;         /* [n] slots allowed */
+    int32_t *tok;             /* [n * g] drafts */
+    float *conf;              /* [n * g] */
+    int32_t *n_drafts;        /* [n] */
+    unsigned long long *best; /* [n] scratch */
+    int32_t *bad;             /* [n] scratch */
+};
+
+void markov_greedy_ref(const struct markov_args *a, int j);
+
+/* CUDA launcher (kernels/markov.cu), queued on the backend's stream; builds with nvcc only. */
+void markov_greedy_cuda(const struct markov_args *a, int j);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
