@@ -5,62 +5,73 @@
 
 #define HC_MAX_MIX 288 /* (2 + 16) * 16 */
 
-/* a lane's share of (x / rms) . w over width, in index order. The loads of HC_BATCH steps are
- * made into registers before any is used, so they are in flight together: a loop that loads
- * and adds one element at a time waited out a full memory latency per element (hc_pre took 65
- * us per call at batch 1, then 32 with the dtype fixed per row; 40% and 25% of a decode step's
- * GPU time on tandem-tiny). The sums keep their order. */
-#define HC_BATCH 16
+/* mix[m] = fn[m, :] . (x / rms(x)), x the token's nc * d streams; mix in shared memory. The
+ * whole block works on HC_TILE outputs at once: each thread takes columns i, i + blockDim, ...
+ * and loads x[i] and the HC_TILE weights of column i together, so a column's loads are in
+ * flight at the same time (per-warp dot products, one output after another, waited out a
+ * memory latency per step: hc_pre took 65 us per call at batch 1, then 32, then 17; 40% of a
+ * decode step's GPU time on tandem-tiny at first). Then the tile's sums: a butterfly in each
+ * warp, the warps' partials added in warp order; the same order for every batch. */
+#define HC_TILE 24
 template <typename T>
-__device__ __forceinline__ float mix_dot(const float *xt, const T *w, int width, float r,
-                                         int lane) {
-    float acc = 0.0f;
-    for (int i0 = lane; i0 < width; i0 += 32 * HC_BATCH) {
-        float xv[HC_BATCH], wv[HC_BATCH];
+__device__ void hc_mixes_t(float *mix, const float *xt, const T *fn, int m, int width,
+                           float rms_eps) {
+    __shared__ float part[HC_TILE][32];
+    __shared__ float ssp[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float ss = 0.0f;
+    for (int o0 = 0; o0 < m; o0 += HC_TILE) {
+        float acc[HC_TILE];
 #pragma unroll
-        for (int u = 0; u < HC_BATCH; u++) {
-            int i = i0 + 32 * u;
-            xv[u] = i < width ? xt[i] : 0.0f;
-            wv[u] = i < width ? as_f32(w[i]) : 0.0f;
+        for (int t = 0; t < HC_TILE; t++)
+            acc[t] = 0.0f;
+#pragma unroll 2
+        for (int i = threadIdx.x; i < width; i += blockDim.x) {
+            float xv = xt[i], wv[HC_TILE];
+#pragma unroll
+            for (int t = 0; t < HC_TILE; t++)
+                wv[t] = o0 + t < m ? as_f32(fn[(size_t)(o0 + t) * width + i]) : 0.0f;
+            if (o0 == 0) ss += xv * xv;
+#pragma unroll
+            for (int t = 0; t < HC_TILE; t++)
+                acc[t] += xv * wv[t];
         }
 #pragma unroll
-        for (int u = 0; u < HC_BATCH; u++)
-            if (i0 + 32 * u < width) acc += (xv[u] * r) * wv[u];
+        for (int t = 0; t < HC_TILE; t++) {
+            float v = warp_sum(acc[t]);
+            if (!lane) part[t][warp] = v;
+        }
+        if (o0 == 0) {
+            ss = warp_sum(ss);
+            if (!lane) ssp[warp] = ss;
+        }
+        __syncthreads();
+        int t = threadIdx.x;
+        if (t < HC_TILE && o0 + t < m) {
+            float v = 0.0f;
+            for (int w = 0; w < nw; w++)
+                v += part[t][w];
+            mix[o0 + t] = v;
+        }
+        __syncthreads();
     }
-    return acc;
+    float s = 0.0f;
+    for (int w = 0; w < nw; w++)
+        s += ssp[w];
+    float r = rsqrtf(s / width + rms_eps);
+    for (int o = threadIdx.x; o < m; o += blockDim.x)
+        mix[o] *= r;
+    __syncthreads();
 }
 
-/* mix[m] = fn[m, :] . (x / rms(x)), x the token's nc * d streams; mix in shared memory */
 __device__ void hc_mixes(float *mix, const float *xt, const void *fn, int fn_dt, int m, int width,
                          float rms_eps) {
-    float ss = 0.0f;
-    for (int i0 = threadIdx.x; i0 < width; i0 += blockDim.x * HC_BATCH) {
-        float xv[HC_BATCH];
-#pragma unroll
-        for (int u = 0; u < HC_BATCH; u++) {
-            int i = i0 + blockDim.x * u;
-            xv[u] = i < width ? xt[i] : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < HC_BATCH; u++)
-            ss += xv[u] * xv[u];
-    }
-    ss = block_sum(ss);
-    float r = rsqrtf(ss / width + rms_eps);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = warp; o < m; o += nw) {
-        size_t off = (size_t)o * width;
-        float acc = 0.0f;
-        if (fn_dt == TD_DTYPE_F32)
-            acc = mix_dot(xt, (const float *)fn + off, width, r, lane);
-        else if (fn_dt == TD_DTYPE_BF16)
-            acc = mix_dot(xt, (const __nv_bfloat16 *)fn + off, width, r, lane);
-        else if (fn_dt == TD_DTYPE_F16)
-            acc = mix_dot(xt, (const __half *)fn + off, width, r, lane);
-        acc = warp_sum(acc);
-        if (lane == 0) mix[o] = acc;
-    }
-    __syncthreads();
+    if (fn_dt == TD_DTYPE_BF16)
+        hc_mixes_t(mix, xt, (const __nv_bfloat16 *)fn, m, width, rms_eps);
+    else if (fn_dt == TD_DTYPE_F16)
+        hc_mixes_t(mix, xt, (const __half *)fn, m, width, rms_eps);
+    else
+        hc_mixes_t(mix, xt, (const float *)fn, m, width, rms_eps);
 }
 
 __device__ __forceinline__ float sigm(float z) {

@@ -1,12 +1,12 @@
 /* markov.cu: one slot of DSpark's greedy Markov chain on the GPU (see markov.h). Two kernels:
- * blocks over (vocabulary chunk, sequence) score z and fold each chunk's argmax into best[i]
+ * blocks over (64 vocabulary entries, sequence) score z and fold each chunk's argmax into best[i]
  * with one 64-bit atomicMax (value's order-preserving bits above the complemented id, so ties
  * go to the lower id whatever order the blocks run in); then one block per sequence computes
  * the confidence, applies the cut and writes the draft. */
 #include "cuda_common.cuh"
 #include "markov.h"
 
-#define MK_CHUNK   1024 /* vocabulary entries per block */
+#define MK_VPW     8 /* vocabulary entries per warp: 64 per block */
 #define MK_MAX_R   256
 #define MK_THREADS 256
 
@@ -37,30 +37,42 @@ __global__ void markov_scores_kernel(struct markov_args a, int j) {
         e[t] = as_f32(w1[t]);
     __syncthreads();
     const float *u = a.U + (size_t)row * a.V;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // each warp scores MK_VPW entries: lanes stride W2's rows (coalesced), and the loads of all
+    // MK_VPW rows are made before the first sum
+    int v0 = (blockIdx.x * (MK_THREADS / 32) + warp) * MK_VPW;
+    float acc[MK_VPW];
+#pragma unroll
+    for (int q = 0; q < MK_VPW; q++)
+        acc[q] = 0.0f;
+    for (int t0 = 0; t0 < a.r; t0 += 32) {
+        int t = t0 + lane;
+        float w[MK_VPW];
+#pragma unroll
+        for (int q = 0; q < MK_VPW; q++)
+            w[q] = t < a.r && v0 + q < a.V ? as_f32(((const T2 *)a.w2)[(size_t)(v0 + q) * a.r + t])
+                                           : 0.0f;
+        float et = t < a.r ? e[t] : 0.0f;
+#pragma unroll
+        for (int q = 0; q < MK_VPW; q++)
+            acc[q] += et * w[q];
+    }
     unsigned long long best = 0;
     int bad = 0;
-    int v0 = blockIdx.x * MK_CHUNK, v1 = min(v0 + MK_CHUNK, a.V);
-    for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-        const T2 *w = (const T2 *)a.w2 + (size_t)v * a.r;
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int t = 0; t < a.r; t++)
-            acc += e[t] * as_f32(w[t]);
-        float z = u[v] + acc;
-        bad |= !isfinite(z);
-        unsigned long long key = mk_key(z, v);
-        best = key > best ? key : best;
+#pragma unroll
+    for (int q = 0; q < MK_VPW; q++) {
+        float dot = warp_sum(acc[q]);
+        if (v0 + q < a.V) {
+            float z = u[v0 + q] + dot;
+            bad |= !isfinite(z);
+            unsigned long long key = mk_key(z, v0 + q);
+            best = key > best ? key : best;
+        }
     }
-    for (int o = 16; o; o >>= 1) {
-        unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
-        best = other > best ? other : best;
-        bad |= __shfl_xor_sync(0xffffffffu, bad, o);
-    }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (!lane) wbest[warp] = best, wbad[warp] = bad;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++) {
+        for (int w = 1; w < MK_THREADS / 32; w++) {
             best = wbest[w] > best ? wbest[w] : best;
             bad |= wbad[w];
         }
@@ -94,7 +106,7 @@ template <typename T1> __global__ void markov_pick_kernel(struct markov_args a, 
 }
 
 template <typename T1, typename T2> static void launch(const struct markov_args *a, int j) {
-    dim3 grid(ceil_div(a->V, MK_CHUNK), a->n);
+    dim3 grid(ceil_div(a->V, MK_VPW * MK_THREADS / 32), a->n);
     markov_scores_kernel<T1, T2><<<grid, MK_THREADS, 0, td_cuda_stream()>>>(*a, j);
     LAUNCH_CHECK();
     markov_pick_kernel<T1><<<a->n, MK_THREADS, 0, td_cuda_stream()>>>(*a, j);

@@ -1,6 +1,8 @@
-/* matmul.cu: y = x W^T on the GPU. BF16 weights go through cuBLASLt (x rounded to bf16, fp32
- * accumulation and output); other weight dtypes take a plain fp32 kernel (only small tensors
- * stay fp32 on the device; see td_model_upload). */
+/* matmul.cu: y = x W^T on the GPU. BF16 weights: steps of up to SKINNY_ROWS rows (decode and
+ * verify) take the skinny kernel below, which reads the fp32 rows and the weights directly;
+ * wider steps go through cuBLASLt (x rounded to bf16, fp32 accumulation and output). Other
+ * weight dtypes take a plain fp32 kernel (only small tensors stay fp32 on the device; see
+ * td_model_upload). */
 #include <cublasLt.h>
 
 #include "cuda_common.cuh"
@@ -67,6 +69,98 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
         acc += __bfloat162float(__float2bfloat16(xr[k])) * ld_f32(w, dt, (long long)o * in + k);
     acc = warp_sum(acc);
     if (lane == 0) y[(size_t)t * y_stride + o] = acc;
+}
+
+/* Skinny GEMM: one warp per output feature for up to SKINNY_TM rows of x, so each weight row is
+ * read once from memory for all of them; lanes take 8 consecutive elements at a time (one
+ * 16-byte load of bf16 weights where the row and x are aligned) and the loads of SKINNY_UNROLL
+ * steps are made before any is used. fp32 x (no bf16 rounding), fp32 sums, bias fused. The
+ * order of every sum depends on `in` alone. Grid (features / SKINNY_FEATS, row tiles, groups):
+ * group g reads x columns [g in, (g + 1) in) and weight block g, writes y columns of block g. */
+#define SKINNY_ROWS   MATMUL_SKINNY_ROWS
+#define SKINNY_TM     8
+#define SKINNY_FEATS  8
+#define SKINNY_UNROLL 2
+
+template <typename T, bool VEC>
+__device__ __forceinline__ void load8(float *dst, const T *w, long long k, int in) {
+    if (VEC) {
+        uint4 q = *(const uint4 *)(w + k);
+        const T *h = (const T *)&q;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            dst[j] = as_f32(h[j]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            dst[j] = k + j < in ? as_f32(w[k + j]) : 0.0f;
+    }
+}
+
+template <typename T, bool VEC>
+__global__ void skinny_kernel(float *y, const float *x, const T *w, int n, int in, int out,
+                              int x_stride, int y_stride, const void *bias, int bias_dt) {
+    int lane = threadIdx.x & 31, o = blockIdx.x * SKINNY_FEATS + (threadIdx.x >> 5);
+    int t0 = blockIdx.y * SKINNY_TM, g = blockIdx.z;
+    if (o >= out) return;
+    int rows = min(SKINNY_TM, n - t0);
+    const T *wr = w + ((size_t)g * out + o) * in;
+    const float *xb = x + (size_t)t0 * x_stride + (size_t)g * in;
+    float acc[SKINNY_TM];
+#pragma unroll
+    for (int r = 0; r < SKINNY_TM; r++)
+        acc[r] = 0.0f;
+    for (int k0 = 8 * lane; k0 < in; k0 += 256 * SKINNY_UNROLL) {
+        float wv[SKINNY_UNROLL][8];
+#pragma unroll
+        for (int u = 0; u < SKINNY_UNROLL; u++)
+            if (k0 + 256 * u < in) load8<T, VEC>(wv[u], wr, k0 + 256 * u, in);
+#pragma unroll
+        for (int r = 0; r < SKINNY_TM; r++) {
+            if (r >= rows) break;
+            const float *xr = xb + (size_t)r * x_stride;
+#pragma unroll
+            for (int u = 0; u < SKINNY_UNROLL; u++) {
+                int k = k0 + 256 * u;
+                if (k >= in) break;
+                float xv[8];
+                if (VEC) {
+                    float4 a = *(const float4 *)(xr + k), b = *(const float4 *)(xr + k + 4);
+                    xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+                    xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        xv[j] = k + j < in ? xr[k + j] : 0.0f;
+                }
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    acc[r] += xv[j] * wv[u][j];
+            }
+        }
+    }
+    float b = bias ? ld_f32(bias, bias_dt, o) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < SKINNY_TM; r++) {
+        if (r >= rows) break;
+        float v = warp_sum(acc[r]);
+        if (!lane) y[(size_t)(t0 + r) * y_stride + (size_t)g * out + o] = v + b;
+    }
+}
+
+template <typename T>
+static void skinny(float *y, const float *x, const void *w, int n, int groups, int in, int out,
+                   const void *bias, enum td_dtype bias_dtype) {
+    dim3 grid(ceil_div(out, SKINNY_FEATS), ceil_div(n, SKINNY_TM), groups);
+    int xs = groups * in, ys = groups * out;
+    bool vec = in % 8 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0;
+    if (vec)
+        skinny_kernel<T, true><<<grid, 32 * SKINNY_FEATS, 0, td_cuda_stream()>>>(
+            y, x, (const T *)w, n, in, out, xs, ys, bias, bias_dtype);
+    else
+        skinny_kernel<T, false><<<grid, 32 * SKINNY_FEATS, 0, td_cuda_stream()>>>(
+            y, x, (const T *)w, n, in, out, xs, ys, bias, bias_dtype);
+    LAUNCH_CHECK();
 }
 
 __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out) {
@@ -154,6 +248,9 @@ extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dty
         matmul_warp_kernel<<<ceil_div((long long)n * out * 32, 256), 256, 0, td_cuda_stream()>>>(
             y, x, w, w_dtype, n, in, out, in, out);
         LAUNCH_CHECK();
+    } else if (w_dtype == TD_DTYPE_BF16 && n <= SKINNY_ROWS) {
+        skinny<__nv_bfloat16>(y, x, w, n, 1, in, out, bias, bias_dtype);
+        return; // bias added
     } else if (w_dtype == TD_DTYPE_BF16) {
         const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * in);
         lt_gemm(y, out, xb, in, w, n, in, out);
@@ -182,6 +279,10 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
                                                      groups * out);
             LAUNCH_CHECK();
         }
+        return;
+    }
+    if (w_dtype == TD_DTYPE_BF16 && n <= SKINNY_ROWS) {
+        skinny<__nv_bfloat16>(y, x, w, n, groups, in, out, NULL, TD_DTYPE_F32);
         return;
     }
     if (w_dtype == TD_DTYPE_BF16) {

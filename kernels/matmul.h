@@ -4,6 +4,10 @@
 
 #include "dtype.h"
 
+/* The CUDA launchers read steps of up to this many rows as fp32 (the skinny kernel); wider
+ * steps round x to bf16 for cuBLASLt. */
+#define MATMUL_SKINNY_ROWS 8
+
 #ifdef __cplusplus
 extern "C" {
 #endif

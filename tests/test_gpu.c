@@ -99,8 +99,10 @@ static uint16_t bf16(float f) {
 }
 
 static void test_matmul(void) {
-    int shapes[][3] = {{1, 64, 111}, {7, 128, 300}, {33, 96, 64}, {129, 256, 111}};
-    for (int s = 0; s < 4; s++) {
+    // skinny rows (aligned; in % 8 != 0; several weight loads per lane), then cuBLASLt rows
+    int shapes[][3] = {{1, 64, 111},  {7, 128, 300}, {3, 100, 50},   {5, 264, 36},
+                       {8, 4096, 40}, {33, 96, 64},  {129, 256, 111}};
+    for (int s = 0; s < 7; s++) {
         int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
         char name[64];
         case_begin();
@@ -113,10 +115,11 @@ static void test_matmul(void) {
             w[i] = bf16(frand() * 0.1f);
         for (int i = 0; i < out; i++)
             bias[i] = frand();
-        // the reference sees the bf16-rounded activations the GEMM sees
+        // the reference sees the activations the GEMM sees: fp32 rows in skinny steps, else
+        // rounded to bf16
         float *xr = malloc((size_t)n * in * 4);
         for (int i = 0; i < n * in; i++)
-            xr[i] = td_bf16_to_f32(bf16(x[i]));
+            xr[i] = n <= MATMUL_SKINNY_ROWS ? x[i] : td_bf16_to_f32(bf16(x[i]));
         matmul_ref(y, xr, w, TD_DTYPE_BF16, n, in, out, bias, TD_DTYPE_F32);
         float *dx = dev_copy(x, (size_t)n * in * 4), *dy = dev_out((size_t)n * out);
         void *dw = dev_copy(w, (size_t)out * in * 2), *db = dev_copy(bias, sizeof bias);
