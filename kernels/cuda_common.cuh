@@ -40,6 +40,28 @@ __device__ __forceinline__ float as_f32(__half v) {
     return __half2float(v);
 }
 
+/* elements k .. k + 7 of a row as fp32. VEC: the caller checked that k is a multiple of 8 and
+ * the row 16-byte aligned, and that k + 7 < n: 16-byte loads (one for 2-byte types, two for
+ * fp32). Otherwise element loads, zero past n. */
+template <typename T, bool VEC>
+__device__ __forceinline__ void load8_f32(float *dst, const T *row, long long k, long long n) {
+    if (VEC && sizeof(T) == 2) {
+        uint4 q = *(const uint4 *)(row + k);
+        const T *h = (const T *)&q;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            dst[j] = as_f32(h[j]);
+    } else if (VEC) {
+        float4 a = *(const float4 *)(row + k), b = *(const float4 *)(row + k + 4);
+        dst[0] = as_f32(a.x), dst[1] = as_f32(a.y), dst[2] = as_f32(a.z), dst[3] = as_f32(a.w);
+        dst[4] = as_f32(b.x), dst[5] = as_f32(b.y), dst[6] = as_f32(b.z), dst[7] = as_f32(b.w);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            dst[j] = k + j < n ? as_f32(row[k + j]) : 0.0f;
+    }
+}
+
 /* one element as fp32 when its dtype is known only at run time */
 __device__ __forceinline__ float ld_f32(const void *p, int dtype, long long i) {
     switch (dtype) {

@@ -83,21 +83,6 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
 #define SKINNY_UNROLL 2
 
 template <typename T, bool VEC>
-__device__ __forceinline__ void load8(float *dst, const T *w, long long k, int in) {
-    if (VEC) {
-        uint4 q = *(const uint4 *)(w + k);
-        const T *h = (const T *)&q;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            dst[j] = as_f32(h[j]);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            dst[j] = k + j < in ? as_f32(w[k + j]) : 0.0f;
-    }
-}
-
-template <typename T, bool VEC>
 __global__ void skinny_kernel(float *y, const float *x, const T *w, int n, int in, int out,
                               int x_stride, int y_stride, const void *bias, int bias_dt) {
     int lane = threadIdx.x & 31, o = blockIdx.x * SKINNY_FEATS + (threadIdx.x >> 5);
@@ -114,7 +99,7 @@ __global__ void skinny_kernel(float *y, const float *x, const T *w, int n, int i
         float wv[SKINNY_UNROLL][8];
 #pragma unroll
         for (int u = 0; u < SKINNY_UNROLL; u++)
-            if (k0 + 256 * u < in) load8<T, VEC>(wv[u], wr, k0 + 256 * u, in);
+            if (k0 + 256 * u < in) load8_f32<T, VEC>(wv[u], wr, k0 + 256 * u, in);
 #pragma unroll
         for (int r = 0; r < SKINNY_TM; r++) {
             if (r >= rows) break;
@@ -124,15 +109,7 @@ __global__ void skinny_kernel(float *y, const float *x, const T *w, int n, int i
                 int k = k0 + 256 * u;
                 if (k >= in) break;
                 float xv[8];
-                if (VEC) {
-                    float4 a = *(const float4 *)(xr + k), b = *(const float4 *)(xr + k + 4);
-                    xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
-                    xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        xv[j] = k + j < in ? xr[k + j] : 0.0f;
-                }
+                load8_f32<float, VEC>(xv, xr, k, in);
 #pragma unroll
                 for (int j = 0; j < 8; j++)
                     acc[r] += xv[j] * wv[u][j];

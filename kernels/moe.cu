@@ -14,7 +14,8 @@ __device__ __forceinline__ float score_of(float z, int fn) {
 __global__ void route_kernel(int32_t *picks, float *weights, const float *logits,
                              const int32_t *ids, int fn, const void *bias, int bias_dt,
                              const void *tid2eid, int tid_dt, int k, int E, float scaling) {
-    extern __shared__ float sc[]; // [E]
+    extern __shared__ float sc[]; // [E] scores, then [E] selection values
+    float *sel = sc + E;
     int t = blockIdx.x;
     const float *lg = logits + (size_t)t * E;
     if (fn == MOE_SCORE_SOFTMAX) {
@@ -32,28 +33,49 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
         for (int e = threadIdx.x; e < E; e += blockDim.x)
             sc[e] = score_of(lg[e], fn);
     }
+    for (int e = threadIdx.x; e < E; e += blockDim.x) // selection: score + correction bias
+        sel[e] = sc[e] + (bias ? ld_f32(bias, bias_dt, e) : 0.0f);
     __syncthreads();
-    if (threadIdx.x) return;
-    int p[64];
+    // pick j: the block's largest sel among the experts not yet taken, ties to the lower expert
+    // (the reference's first strict maximum), as one 64-bit key per candidate
+    __shared__ int p[64];
+    __shared__ unsigned long long wk[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int j = 0; j < k; j++) {
         if (tid2eid) {
-            long long i = (long long)ids[t] * k + j;
-            p[j] = tid_dt == TD_DTYPE_I64 ? (int)((const long long *)tid2eid)[i]
-                                          : ((const int32_t *)tid2eid)[i];
+            if (!threadIdx.x) {
+                long long i = (long long)ids[t] * k + j;
+                p[j] = tid_dt == TD_DTYPE_I64 ? (int)((const long long *)tid2eid)[i]
+                                              : ((const int32_t *)tid2eid)[i];
+            }
             continue;
         }
-        int best = -1;
-        float bv = 0.0f;
-        for (int e = 0; e < E; e++) {
+        unsigned long long best = 0;
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
             int taken = 0;
             for (int u = 0; u < j; u++)
                 taken |= p[u] == e;
             if (taken) continue;
-            float v = sc[e] + (bias ? ld_f32(bias, bias_dt, e) : 0.0f);
-            if (best < 0 || v > bv) best = e, bv = v;
+            unsigned b = __float_as_uint(sel[e]);
+            b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+            unsigned long long key = ((unsigned long long)b << 32) | (unsigned)(~e);
+            best = key > best ? key : best;
         }
-        p[j] = best;
+        for (int o = 16; o; o >>= 1) {
+            unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
+            best = other > best ? other : best;
+        }
+        if (!lane) wk[warp] = best;
+        __syncthreads();
+        if (!threadIdx.x) {
+            for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+                best = wk[w] > best ? wk[w] : best;
+            p[j] = (int)~(unsigned)(best & 0xffffffffu);
+        }
+        __syncthreads();
     }
+    __syncthreads();
+    if (threadIdx.x) return;
     float sum = 0.0f;
     for (int j = 0; j < k; j++)
         sum += sc[p[j]];
@@ -69,7 +91,7 @@ extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float 
                                     enum td_dtype tid_dtype, int n, int k, int n_experts,
                                     float scaling) {
     if (!n) return;
-    route_kernel<<<n, 128, (size_t)n_experts * sizeof(float), td_cuda_stream()>>>(
+    route_kernel<<<n, 128, 2 * (size_t)n_experts * sizeof(float), td_cuda_stream()>>>(
         picks, weights, logits, ids, score_fn, bias, bias_dtype, tid2eid, tid_dtype, k, n_experts,
         scaling);
     LAUNCH_CHECK();
@@ -123,24 +145,22 @@ __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int32_t *pe
     }
 }
 
-/* out[p, 0..N) for the tile's entries: up (swiglu = 1, x rows gathered by perm / k) or down.
- * One warp per output feature: its lanes stride the weight row (lane l reads k = k0 + 32 j + l,
- * eight independent coalesced loads per step), every row of the tile accumulates in registers,
- * then a fixed butterfly. The order of each sum depends on K alone: a row's result does not
- * depend on which rows share its tile or its batch. Decode-sized tiles are latency-bound, so
- * the loads are issued together rather than through a shared-memory tile. */
-#define MOE_FEATS 8 /* output features (warps) per block */
+/* out[p, 0..N) for the tiles' entries: up (swiglu = 1, x rows gathered by perm / k) or down.
+ * One warp per output feature: lanes take 8 consecutive elements of the weight row at a time
+ * (one 16-byte load where the expert's rows are aligned), every row of the tile accumulates in
+ * registers, then a fixed butterfly. The order of each sum depends on K alone: a row's result
+ * does not depend on which rows share its tile or its batch. The grid's y blocks walk the
+ * tiles (MOE_TILE_BLOCKS at most), so a step with few tiles launches no idle blocks: a grid of
+ * one block row per possible tile (experts + entries / 16) spent most of a Flash-sized decode
+ * step's expert time starting blocks that had nothing to do. */
+#define MOE_FEATS       8  /* output features (warps) per block */
+#define MOE_TILE_BLOCKS 8 /* block rows walking the tiles */
 
-template <typename T>
-__global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm, int k_per_row,
-                                int swiglu, const int32_t *tiles, const int32_t *n_tiles,
-                                struct expert_set ex, int K, int N, float limit) {
-    int tile = blockIdx.y;
-    if (tile >= *n_tiles) return;
-    int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
-    int lane = threadIdx.x & 31, n = blockIdx.x * MOE_FEATS + (threadIdx.x >> 5);
-    if (n >= N) return;
-    const void *w1 = swiglu ? ex.w1[e] : ex.w2[e], *w3 = ex.w3[e];
+template <typename T, bool VEC>
+__device__ __forceinline__ void moe_tile(float *out, const float *in, const int32_t *perm,
+                                         int k_per_row, int swiglu, const T *w1, const T *w3,
+                                         int p0, int rows, int n, int K, int N, float limit) {
+    int lane = threadIdx.x & 31;
     const float *xr[TM];
 #pragma unroll
     for (int r = 0; r < TM; r++) {
@@ -151,31 +171,27 @@ __global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm
 #pragma unroll
     for (int r = 0; r < TM; r++)
         a1[r] = a3[r] = 0.0f;
-    long long wrow = (long long)n * K;
-    for (int k0 = 0; k0 < K; k0 += 256) {
+    const T *r1 = w1 + (size_t)n * K, *r3 = swiglu ? w3 + (size_t)n * K : NULL;
+    for (int k = 8 * lane; k < K; k += 256) {
         float v1[8], v3[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            int k = k0 + 32 * j + lane;
-            v1[j] = k < K ? as_f32(((const T *)w1)[wrow + k]) : 0.0f;
-            v3[j] = swiglu && k < K ? as_f32(((const T *)w3)[wrow + k]) : 0.0f;
-        }
+        load8_f32<T, VEC>(v1, r1, k, K);
+        if (swiglu) load8_f32<T, VEC>(v3, r3, k, K);
 #pragma unroll
         for (int r = 0; r < TM; r++) {
             if (r >= rows) break;
+            float xv[8];
+            load8_f32<float, VEC>(xv, xr[r], k, K);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                int k = k0 + 32 * j + lane;
-                float xv = k < K ? xr[r][k] : 0.0f;
-                a1[r] += xv * v1[j];
-                a3[r] += xv * v3[j];
+                a1[r] += xv[j] * v1[j];
+                if (swiglu) a3[r] += xv[j] * v3[j];
             }
         }
     }
 #pragma unroll
     for (int r = 0; r < TM; r++) {
         if (r >= rows) break;
-        float g = warp_sum(a1[r]), u = warp_sum(a3[r]);
+        float g = warp_sum(a1[r]), u = swiglu ? warp_sum(a3[r]) : 0.0f;
         if (lane) continue;
         float v = g;
         if (swiglu) {
@@ -183,6 +199,25 @@ __global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm
             v = g / (1.0f + expf(-g)) * u;
         }
         out[(size_t)(p0 + r) * N + n] = v;
+    }
+}
+
+template <typename T>
+__global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm, int k_per_row,
+                                int swiglu, const int32_t *tiles, const int32_t *n_tiles,
+                                struct expert_set ex, int K, int N, float limit) {
+    int n = blockIdx.x * MOE_FEATS + (threadIdx.x >> 5);
+    if (n >= N) return;
+    for (int tile = blockIdx.y; tile < *n_tiles; tile += gridDim.y) {
+        int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
+        const T *w1 = (const T *)(swiglu ? ex.w1[e] : ex.w2[e]), *w3 = (const T *)ex.w3[e];
+        bool vec = K % 8 == 0 && !((uintptr_t)w1 & 15) && (!swiglu || !((uintptr_t)w3 & 15)) &&
+                   !((uintptr_t)in & 15);
+        if (vec)
+            moe_tile<T, true>(out, in, perm, k_per_row, swiglu, w1, w3, p0, rows, n, K, N, limit);
+        else
+            moe_tile<T, false>(out, in, perm, k_per_row, swiglu, w1, w3, p0, rows, n, K, N,
+                               limit);
     }
 }
 
@@ -258,8 +293,9 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     moe_group_kernel<<<1, 256, (size_t)(3 * n_experts + 1) * sizeof(int), s>>>(
         picks, m, n_experts, g_perm, g_inv, g_tiles, g_ntiles);
     LAUNCH_CHECK();
-    moe_gemm(dim3(ceil_div(inter, MOE_FEATS), max_tiles), s, g_h, x, 1, k, ex, d, inter, limit);
-    moe_gemm(dim3(ceil_div(d, MOE_FEATS), max_tiles), s, g_y, g_h, 0, k, ex, inter, d, limit);
+    int ty = max_tiles < MOE_TILE_BLOCKS ? max_tiles : MOE_TILE_BLOCKS;
+    moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, g_h, x, 1, k, ex, d, inter, limit);
+    moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, g_y, g_h, 0, k, ex, inter, d, limit);
     moe_combine_kernel<<<ceil_div((long long)n * d, 256), 256, 0, s>>>(out, g_y, picks, weights,
                                                                        g_inv, n, k, d);
     LAUNCH_CHECK();

@@ -627,6 +627,40 @@ static void test_plan_ops(void) {
 }
 
 /* whole models: logits vs HF, chunked and batched vs one-shot */
+/* GPU logits against HF's: the 99th-percentile and worst row relative error, and how many
+ * rows agree on the top token */
+struct vs_hf {
+    double p99, worst;
+    long worst_row;
+    int top1;
+};
+
+static struct vs_hf compare_hf(const float *got, const float *ref, int n, int V) {
+    struct vs_hf h = {0, 0, -1, 0};
+    h.worst = rel_row_err(got, ref, n, V, &h.worst_row);
+    double *re = calloc((size_t)n + 1, sizeof(double));
+    for (int t = 0; t < n; t++)
+        re[t] = rel_row_err(got + (size_t)t * V, ref + (size_t)t * V, 1, V, NULL);
+    for (int i = 1; i < n; i++) { // sort ascending for the percentile
+        double v = re[i];
+        int j = i - 1;
+        while (j >= 0 && re[j] > v)
+            re[j + 1] = re[j], j--;
+        re[j + 1] = v;
+    }
+    h.p99 = re[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
+    free(re);
+    for (int t = 0; t < n; t++) {
+        int a = 0, b = 0;
+        for (int v = 1; v < V; v++) {
+            if (got[(size_t)t * V + v] > got[(size_t)t * V + a]) a = v;
+            if (ref[(size_t)t * V + v] > ref[(size_t)t * V + b]) b = v;
+        }
+        h.top1 += a == b;
+    }
+    return h;
+}
+
 static void test_model(const char *fx) {
     char err[512], dir[128], path[256], name[128], extra[160];
     snprintf(dir, sizeof dir, "tests/fixtures/%s", fx);
@@ -656,34 +690,12 @@ static void test_model(const char *fx) {
     int slot = td_state_seq_alloc(&st);
     struct td_plan_seq q = {slot, 0, n, ids, 0, 0};
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, one, NULL, err, sizeof err), "%s", err);
-    long worst_row = -1;
-    double worst = rel_row_err(one, ref, n, V, &worst_row);
-    double *re = calloc((size_t)n + 1, sizeof(double));
-    for (int t = 0; t < n; t++)
-        re[t] = rel_row_err(one + (size_t)t * V, ref + (size_t)t * V, 1, V, NULL);
-    for (int i = 1; i < n; i++) { // sort ascending for the percentile
-        double v = re[i];
-        int j = i - 1;
-        while (j >= 0 && re[j] > v)
-            re[j + 1] = re[j], j--;
-        re[j + 1] = v;
-    }
-    double p99 = re[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
-    free(re);
-    int top1 = 0;
-    for (int t = 0; t < n; t++) {
-        int a = 0, b = 0;
-        for (int v = 1; v < V; v++) {
-            if (one[(size_t)t * V + v] > one[(size_t)t * V + a]) a = v;
-            if (ref[(size_t)t * V + v] > ref[(size_t)t * V + b]) b = v;
-        }
-        top1 += a == b;
-    }
-    CHECK(p99 <= 6e-2 && worst <= 1.5e-1, "p99 %.3g (budget 6e-2), worst %.3g at row %ld (1.5e-1)",
-          p99, worst, worst_row);
-    CHECK(top1 >= n * 97 / 100, "top-1 agrees on %d of %d rows", top1, n);
-    snprintf(extra, sizeof extra, "(p99 %.2e, worst %.2e at row %ld, top-1 %d/%d)", p99, worst,
-             worst_row, top1, n);
+    struct vs_hf h = compare_hf(one, ref, n, V);
+    CHECK(h.p99 <= 6e-2 && h.worst <= 1.5e-1,
+          "p99 %.3g (budget 6e-2), worst %.3g at row %ld (1.5e-1)", h.p99, h.worst, h.worst_row);
+    CHECK(h.top1 >= n * 97 / 100, "top-1 agrees on %d of %d rows", h.top1, n);
+    snprintf(extra, sizeof extra, "(p99 %.2e, worst %.2e at row %ld, top-1 %d/%d)", h.p99,
+             h.worst, h.worst_row, h.top1, n);
     snprintf(name, sizeof name, "model/hf_logits/%s", fx);
     case_end(name, extra);
 
@@ -701,9 +713,16 @@ static void test_model(const char *fx) {
         CHECK(!td_forward_seqs(&dev, &st, &qc, 1, out + (size_t)pos * V, NULL, err, sizeof err),
               "%s", err);
     }
+    // chunks of 1 to 8 rows read fp32 activations, wider ones bf16 (kernels/matmul.h), so the
+    // chunked rows are held to the one-shot rows' budget against HF rather than to the one-shot
+    // rows themselves (a state bug moves logits by O(1), not by a bf16 rounding)
+    struct vs_hf hc = compare_hf(out, ref, n, V);
     double ce = rel_row_err(out, one, n, V, NULL);
-    CHECK(ce <= 5e-2, "chunked vs one-shot %.3g", ce);
-    snprintf(extra, sizeof extra, "(max rel %.2e)", ce);
+    CHECK(hc.p99 <= 6e-2 && hc.worst <= 1.5e-1 && hc.top1 >= n * 97 / 100,
+          "chunked vs HF: p99 %.3g, worst %.3g at row %ld, top-1 %d/%d", hc.p99, hc.worst,
+          hc.worst_row, hc.top1, n);
+    snprintf(extra, sizeof extra, "(vs HF p99 %.2e, worst %.2e; vs one-shot %.2e)", hc.p99,
+             hc.worst, ce);
     snprintf(name, sizeof name, "model/chunked/%s", fx);
     case_end(name, extra);
     td_state_free(&st);
