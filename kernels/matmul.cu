@@ -78,7 +78,7 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
  * order of every sum depends on `in` alone. Grid (features / SKINNY_FEATS, row tiles, groups):
  * group g reads x columns [g in, (g + 1) in) and weight block g, writes y columns of block g. */
 #define SKINNY_ROWS   MATMUL_SKINNY_ROWS
-#define SKINNY_TM     8
+#define SKINNY_TM     8 /* the epilogue's butterfly is written for 8 */
 #define SKINNY_FEATS  8
 #define SKINNY_UNROLL 2
 
@@ -117,12 +117,36 @@ __global__ void skinny_kernel(float *y, const float *x, const T *w, int n, int i
         }
     }
     float b = bias ? ld_f32(bias, bias_dt, o) : 0.0f;
-#pragma unroll
-    for (int r = 0; r < SKINNY_TM; r++) {
-        if (r >= rows) break;
-        float v = warp_sum(acc[r]);
-        if (!lane) y[(size_t)(t0 + r) * y_stride + (size_t)g * out + o] = v + b;
+    float *yo = y + (size_t)t0 * y_stride + (size_t)g * out + o;
+    if (rows == 1) {
+        float v = warp_sum(acc[0]);
+        if (!lane) yo[0] = v + b;
+        return;
     }
+    // the 8 rows' sums at once: each butterfly step halves the values a lane carries (9
+    // shuffles instead of 8 x 5); lane l ends with row 4 b4 + 2 b3 + b2 of its bits
+    const unsigned all = 0xffffffffu;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        bool hi = lane & 16;
+        float send = hi ? acc[r] : acc[r + 4], keep = hi ? acc[r + 4] : acc[r];
+        acc[r] = keep + __shfl_xor_sync(all, send, 16);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        bool hi = lane & 8;
+        float send = hi ? acc[r] : acc[r + 2], keep = hi ? acc[r + 2] : acc[r];
+        acc[r] = keep + __shfl_xor_sync(all, send, 8);
+    }
+    {
+        bool hi = lane & 4;
+        float send = hi ? acc[0] : acc[1], keep = hi ? acc[1] : acc[0];
+        acc[0] = keep + __shfl_xor_sync(all, send, 4);
+    }
+    acc[0] += __shfl_xor_sync(all, acc[0], 2);
+    acc[0] += __shfl_xor_sync(all, acc[0], 1);
+    int r = ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1);
+    if (!(lane & 3) && r < rows) yo[(size_t)r * y_stride] = acc[0] + b;
 }
 
 template <typename T>

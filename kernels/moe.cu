@@ -149,12 +149,11 @@ __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int32_t *pe
  * One warp per output feature: lanes take 8 consecutive elements of the weight row at a time
  * (one 16-byte load where the expert's rows are aligned), every row of the tile accumulates in
  * registers, then a fixed butterfly. The order of each sum depends on K alone: a row's result
- * does not depend on which rows share its tile or its batch. The grid's y blocks walk the
- * tiles (MOE_TILE_BLOCKS at most), so a step with few tiles launches no idle blocks: a grid of
- * one block row per possible tile (experts + entries / 16) spent most of a Flash-sized decode
- * step's expert time starting blocks that had nothing to do. */
-#define MOE_FEATS       8  /* output features (warps) per block */
-#define MOE_TILE_BLOCKS 8 /* block rows walking the tiles */
+ * does not depend on which rows share its tile or its batch. The grid has one block row per
+ * tile the step can have at most: min(entries, entries / 16 + experts + 1); a grid sized by
+ * the second alone spent most of a Flash-sized decode step's expert time starting blocks that
+ * had nothing to do (257 rows for 6 tiles). Rows past the step's tiles return at once. */
+#define MOE_FEATS 8 /* output features (warps) per block */
 
 template <typename T, bool VEC>
 __device__ __forceinline__ void moe_tile(float *out, const float *in, const int32_t *perm,
@@ -172,6 +171,7 @@ __device__ __forceinline__ void moe_tile(float *out, const float *in, const int3
     for (int r = 0; r < TM; r++)
         a1[r] = a3[r] = 0.0f;
     const T *r1 = w1 + (size_t)n * K, *r3 = swiglu ? w3 + (size_t)n * K : NULL;
+#pragma unroll 2
     for (int k = 8 * lane; k < K; k += 256) {
         float v1[8], v3[8];
         load8_f32<T, VEC>(v1, r1, k, K);
@@ -293,7 +293,7 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     moe_group_kernel<<<1, 256, (size_t)(3 * n_experts + 1) * sizeof(int), s>>>(
         picks, m, n_experts, g_perm, g_inv, g_tiles, g_ntiles);
     LAUNCH_CHECK();
-    int ty = max_tiles < MOE_TILE_BLOCKS ? max_tiles : MOE_TILE_BLOCKS;
+    int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
     moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, g_h, x, 1, k, ex, d, inter, limit);
     moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, g_y, g_h, 0, k, ex, inter, d, limit);
     moe_combine_kernel<<<ceil_div((long long)n * d, 256), 256, 0, s>>>(out, g_y, picks, weights,
