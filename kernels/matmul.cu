@@ -101,19 +101,27 @@ __global__ void skinny_kernel(float *y, const float *x, const T *w, int n, int i
         for (int u = 0; u < SKINNY_UNROLL; u++)
             if (k0 + 256 * u < in) load8_f32<T, VEC>(wv[u], wr, k0 + 256 * u, in);
 #pragma unroll
-        for (int r = 0; r < SKINNY_TM; r++) {
-            if (r >= rows) break;
-            const float *xr = xb + (size_t)r * x_stride;
+        for (int u = 0; u < SKINNY_UNROLL; u++) {
+            int k = k0 + 256 * u;
+            if (k >= in) break;
+            // every row's loads before any sum (a loop that loaded and summed row after row
+            // waited out one memory latency per row: 8-row steps took twice a 1-row step)
+            float xv[SKINNY_TM][8];
 #pragma unroll
-            for (int u = 0; u < SKINNY_UNROLL; u++) {
-                int k = k0 + 256 * u;
-                if (k >= in) break;
-                float xv[8];
-                load8_f32<float, VEC>(xv, xr, k, in);
+            for (int r = 0; r < SKINNY_TM; r++) {
+                if (r < rows) {
+                    load8_f32<float, VEC>(xv[r], xb + (size_t)r * x_stride, k, in);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        xv[r][j] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < SKINNY_TM; r++)
 #pragma unroll
                 for (int j = 0; j < 8; j++)
-                    acc[r] += xv[j] * wv[u][j];
-            }
+                    acc[r] += xv[r][j] * wv[u][j];
         }
     }
     float b = bias ? ld_f32(bias, bias_dt, o) : 0.0f;
