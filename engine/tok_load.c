@@ -178,23 +178,29 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
     return 0;
 }
 
+/* a "Sequence" component: each element of node[key] through add, named where.key[i] */
+typedef int (*tok_adder)(struct tok *t, json_t *n, const char *where, char *err, size_t errlen);
+
+static int add_sequence(struct tok *t, json_t *node, const char *key, const char *where,
+                        tok_adder add, char *err, size_t errlen) {
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(node, key), i, c) {
+        char w[256];
+        snprintf(w, sizeof w, "%s.%s[%zu]", where, key, i);
+        if (add(t, c, w, err, errlen)) return -1;
+    }
+    return 0;
+}
+
 // ---------------------------------------------------------------- normalizers
 
 static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size_t errlen) {
     if (!n || json_is_null(n)) return 0;
     const char *type = jstr(n, "type");
     if (!type) return td_errf(err, errlen, "%s has no type%s", where, "");
-    if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(n, "normalizers");
-        size_t i;
-        json_t *c;
-        json_array_foreach(list, i, c) {
-            char w[256];
-            snprintf(w, sizeof w, "%s.normalizers[%zu]", where, i);
-            if (add_norm(t, c, w, err, errlen)) return -1;
-        }
-        return 0;
-    }
+    if (!strcmp(type, "Sequence"))
+        return add_sequence(t, n, "normalizers", where, add_norm, err, errlen);
     struct tok_norm x = {0};
     if (!strcmp(type, "NFC"))
         x.kind = TOK_NORM_NFC;
@@ -259,17 +265,8 @@ static int add_pre(struct tok *t, json_t *p, const char *where, char *err, size_
     if (!p || json_is_null(p)) return 0;
     const char *type = jstr(p, "type");
     if (!type) return td_errf(err, errlen, "%s has no type%s", where, "");
-    if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(p, "pretokenizers");
-        size_t i;
-        json_t *c;
-        json_array_foreach(list, i, c) {
-            char w[256];
-            snprintf(w, sizeof w, "%s.pretokenizers[%zu]", where, i);
-            if (add_pre(t, c, w, err, errlen)) return -1;
-        }
-        return 0;
-    }
+    if (!strcmp(type, "Sequence"))
+        return add_sequence(t, p, "pretokenizers", where, add_pre, err, errlen);
     if (t->n_pre == TOK_MAX_PRE)
         return td_errf(err, errlen, "%s: more than 16 pre-tokenizers%s", where, "");
     if (t->n_pre && t->pre[t->n_pre - 1].kind == TOK_PRE_BYTE_LEVEL)
@@ -331,17 +328,8 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
     const char *type = jstr(p, "type");
     if (!type) return td_errf(err, errlen, "%s has no type%s", where, "");
     if (!strcmp(type, "ByteLevel")) return 0; // offsets only
-    if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(p, "processors");
-        size_t i;
-        json_t *c;
-        json_array_foreach(list, i, c) {
-            char w[256];
-            snprintf(w, sizeof w, "%s.processors[%zu]", where, i);
-            if (add_post(t, c, w, err, errlen)) return -1;
-        }
-        return 0;
-    }
+    if (!strcmp(type, "Sequence"))
+        return add_sequence(t, p, "processors", where, add_post, err, errlen);
     if (t->n_post_prefix || t->n_post_suffix)
         return td_errf(err, errlen, "%s: a second %s adding tokens is not supported", where, type);
     if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
@@ -398,17 +386,8 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
     const char *type = jstr(d, "type");
     if (!type) return td_errf(err, errlen, "%s has no type%s", where, "");
     t->has_decoder = 1;
-    if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(d, "decoders");
-        size_t i;
-        json_t *c;
-        json_array_foreach(list, i, c) {
-            char w[256];
-            snprintf(w, sizeof w, "%s.decoders[%zu]", where, i);
-            if (add_dec(t, c, w, err, errlen)) return -1;
-        }
-        return 0;
-    }
+    if (!strcmp(type, "Sequence"))
+        return add_sequence(t, d, "decoders", where, add_dec, err, errlen);
     struct tok_dec x = {0};
     if (!strcmp(type, "ByteLevel"))
         x.kind = TOK_DEC_BYTE_LEVEL;

@@ -113,7 +113,8 @@ __device__ __forceinline__ float comb_max(bool small, float v, const float *cs, 
                                           int stride, int nc) {
     float m = -INFINITY;
     for (int k = 0; k < nc; k++)
-        m = fmaxf(m, small ? __shfl_sync(0xffffffffu, v, base + k * stride) : cs[base + k * stride]);
+        m = fmaxf(m,
+                  small ? __shfl_sync(0xffffffffu, v, base + k * stride) : cs[base + k * stride]);
     return m;
 }
 
@@ -143,17 +144,18 @@ __global__ void hc_pre_kernel(float *collapsed, float *post, float *comb, const 
         }
         bool own = e < nn;
         int i = own ? e / nc : 0, j = own ? e % nc : 0; // other lanes only serve shuffles
-        float v = comb_set(small, own ? mix[2 * nc + e] * s_comb +
-                                            ld_f32(w.base, w.base_dtype, 2 * nc + e)
-                                      : 0.0f,
-                           cs, e, own);
+        float v = comb_set(
+            small, own ? mix[2 * nc + e] * s_comb + ld_f32(w.base, w.base_dtype, 2 * nc + e) : 0.0f,
+            cs, e, own);
         float mx = comb_max(small, v, cs, i * nc, 1, nc); // row softmax + eps
         float ex = expf(v - mx);
-        v = comb_set(small, ex / comb_sum(small, ex, cs, i * nc, 1, nc, true) + hc_eps, cs, e,
-                     own);
+        v = comb_set(small, ex / comb_sum(small, ex, cs, i * nc, 1, nc, true) + hc_eps, cs, e, own);
         for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
-            if (it > 0) v = comb_set(small, v / (comb_sum(small, v, cs, i * nc, 1, nc, false) + hc_eps), cs, e, own);
-            v = comb_set(small, v / (comb_sum(small, v, cs, j, nc, nc, false) + hc_eps), cs, e, own);
+            if (it > 0)
+                v = comb_set(small, v / (comb_sum(small, v, cs, i * nc, 1, nc, false) + hc_eps), cs,
+                             e, own);
+            v = comb_set(small, v / (comb_sum(small, v, cs, j, nc, nc, false) + hc_eps), cs, e,
+                         own);
         }
         if (own) comb[(size_t)t * nn + e] = v;
     }

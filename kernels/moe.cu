@@ -149,9 +149,9 @@ __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int32_t *pe
  * One warp per output feature: its lanes stride the weight row (lane l reads k = k0 + 32 j + l,
  * eight independent coalesced loads per step; 16-byte loads of 8 consecutive elements per lane
  * were measured slower on the Flash slice: 1074 -> 815 tokens/s at batch 64), every row of the
- * tile accumulates in registers, then a fixed butterfly. The order of each sum depends on K alone: a row's result
- * does not depend on which rows share its tile or its batch. The grid has one block row per
- * tile the step can have at most: min(entries, entries / 16 + experts + 1); a grid sized by
+ * tile accumulates in registers, then a fixed butterfly. The order of each sum depends on K alone:
+ * a row's result does not depend on which rows share its tile or its batch. The grid has one block
+ * row per tile the step can have at most: min(entries, entries / 16 + experts + 1); a grid sized by
  * the second alone spent most of a Flash-sized decode step's expert time starting blocks that
  * had nothing to do (257 rows for 6 tiles). Rows past the step's tiles return at once. */
 #define MOE_FEATS 8 /* output features (warps) per block */

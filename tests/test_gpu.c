@@ -694,8 +694,8 @@ static void test_model(const char *fx) {
     CHECK(h.p99 <= 6e-2 && h.worst <= 1.5e-1,
           "p99 %.3g (budget 6e-2), worst %.3g at row %ld (1.5e-1)", h.p99, h.worst, h.worst_row);
     CHECK(h.top1 >= n * 97 / 100, "top-1 agrees on %d of %d rows", h.top1, n);
-    snprintf(extra, sizeof extra, "(p99 %.2e, worst %.2e at row %ld, top-1 %d/%d)", h.p99,
-             h.worst, h.worst_row, h.top1, n);
+    snprintf(extra, sizeof extra, "(p99 %.2e, worst %.2e at row %ld, top-1 %d/%d)", h.p99, h.worst,
+             h.worst_row, h.top1, n);
     snprintf(name, sizeof name, "model/hf_logits/%s", fx);
     case_end(name, extra);
 
@@ -715,8 +715,8 @@ static void test_model(const char *fx) {
     gpu->set_deterministic(1);
     float *one_d = malloc((size_t)n * V * 4);
     int slot2 = td_state_seq_alloc(&st);
-    CHECK(!td_forward_seqs(&dev, &st, &(struct td_plan_seq){slot2, 0, n, ids, 0, 0}, 1, one_d,
-                           NULL, err, sizeof err),
+    CHECK(!td_forward_seqs(&dev, &st, &(struct td_plan_seq){slot2, 0, n, ids, 0, 0}, 1, one_d, NULL,
+                           err, sizeof err),
           "%s", err);
     for (int i = 0, pos = 0; i < nc; pos += chunks[i++]) {
         struct td_plan_seq qc = {slot, pos, chunks[i], ids + pos, 0, 0};
@@ -728,8 +728,8 @@ static void test_model(const char *fx) {
     for (size_t i = 0; i < (size_t)n * V; i++)
         diff += memcmp(&out[i], &one_d[i], 4) != 0;
     double ce = rel_row_err(out, one_d, n, V, NULL);
-    CHECK(ce <= 1e-4, "chunked vs one-shot (batch-invariant mode): rel %.3g, %zu of %zu differ",
-          ce, diff, (size_t)n * V);
+    CHECK(ce <= 1e-4, "chunked vs one-shot (batch-invariant mode): rel %.3g, %zu of %zu differ", ce,
+          diff, (size_t)n * V);
     snprintf(extra, sizeof extra, "(batch-invariant mode, %d chunks: rel %.2e, %zu of %zu differ)",
              nc, ce, diff, (size_t)n * V);
     free(one_d);
