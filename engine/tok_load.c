@@ -193,6 +193,21 @@ static int add_sequence(struct tok *t, json_t *node, const char *key, const char
     return 0;
 }
 
+/* a Replace component (normalizer or decoder): pattern.String or pattern.Regex, and content */
+static int parse_replace(json_t *n, const char *where, struct tok_re *re, char **str,
+                         size_t *str_len, char *err, size_t errlen) {
+    json_t *pat = json_object_get(n, "pattern");
+    const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"), *content = jstr(n, "content");
+    if ((!lit && !rx) || !content)
+        return td_errf(err, errlen, "%s: Replace needs pattern.String|Regex and content%s", where,
+                       "");
+    if (tok_re_compile(re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
+        return -1;
+    *str = strdup(content);
+    *str_len = strlen(content);
+    return 0;
+}
+
 // ---------------------------------------------------------------- normalizers
 
 static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size_t errlen) {
@@ -224,16 +239,7 @@ static int add_norm(struct tok *t, json_t *n, const char *where, char *err, size
         x.str_len = strlen(s);
     } else if (!strcmp(type, "Replace")) {
         x.kind = TOK_NORM_REPLACE;
-        json_t *pat = json_object_get(n, "pattern");
-        const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"),
-                   *content = jstr(n, "content");
-        if ((!lit && !rx) || !content)
-            return td_errf(err, errlen, "%s: Replace needs pattern.String|Regex and content%s",
-                           where, "");
-        if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
-            return -1;
-        x.str = strdup(content);
-        x.str_len = strlen(content);
+        if (parse_replace(n, where, &x.re, &x.str, &x.str_len, err, errlen)) return -1;
     } else {
         return td_errf(err, errlen, "%s: normalizer %s is not supported", where, type);
     }
@@ -406,16 +412,7 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
         x.b = json_is_integer(b) ? (int)json_integer_value(b) : 0;
     } else if (!strcmp(type, "Replace")) {
         x.kind = TOK_DEC_REPLACE;
-        json_t *pat = json_object_get(d, "pattern");
-        const char *lit = jstr(pat, "String"), *rx = jstr(pat, "Regex"),
-                   *content = jstr(d, "content");
-        if ((!lit && !rx) || !content)
-            return td_errf(err, errlen, "%s: Replace needs pattern.String|Regex and content%s",
-                           where, "");
-        if (tok_re_compile(&x.re, lit ? lit : rx, strlen(lit ? lit : rx), lit != NULL, err, errlen))
-            return -1;
-        x.str = strdup(content);
-        x.str_len = strlen(content);
+        if (parse_replace(d, where, &x.re, &x.str, &x.str_len, err, errlen)) return -1;
     } else {
         return td_errf(err, errlen, "%s: decoder %s is not supported", where, type);
     }
