@@ -84,6 +84,27 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* A (value, index) pair as one 64-bit key whose unsigned order is the order of a first strict
+ * maximum: the larger value, then the lower index (the value's bits made order-preserving
+ * above the complemented index). Keys from blocks that run in any order fold with atomicMax. */
+__device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
+    unsigned u = __float_as_uint(v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (unsigned)(~i);
+}
+
+__device__ __forceinline__ int argmax_key_index(unsigned long long k) {
+    return (int)~(unsigned)(k & 0xffffffffu);
+}
+
+__device__ __forceinline__ unsigned long long warp_max_key(unsigned long long k) {
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long other = __shfl_xor_sync(0xffffffffu, k, o);
+        k = other > k ? other : k;
+    }
+    return k;
+}
+
 /* sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
  * The reduction order is fixed by the thread layout, not by the data. */
 __device__ __forceinline__ float block_sum(float v) {

@@ -5,73 +5,64 @@
 
 #define HC_MAX_MIX 288 /* (2 + 16) * 16 */
 
-/* mix[m] = fn[m, :] . (x / rms(x)), x the token's nc * d streams; mix in shared memory. The
- * whole block works on HC_TILE outputs at once: each thread takes columns i, i + blockDim, ...
- * and loads x[i] and the HC_TILE weights of column i together, so a column's loads are in
- * flight at the same time (per-warp dot products, one output after another, waited out a
- * memory latency per step: hc_pre took 65 us per call at batch 1, then 32, then 17; 40% of a
- * decode step's GPU time on tandem-tiny at first). Then the tile's sums: a butterfly in each
- * warp, the warps' partials added in warp order; the same order for every batch. */
-#define HC_TILE 24
+/* a lane's share of (x / rms) . w over width, in index order. The loads of HC_BATCH steps are
+ * made into registers before any is used, so they are in flight together: a loop that loads
+ * and adds one element at a time waited out a full memory latency per element. Measured per
+ * hc_pre call at batch 1 on tandem-tiny (Nsight Compute): 65 us with a dtype switch per
+ * element, 32 with the dtype fixed per row, 17 with batched loads; a form where the whole
+ * block shared each output tile (every thread a column of all 24 outputs, then a reduction per
+ * output) measured 22 and was taken back. */
+#define HC_BATCH 16
 template <typename T>
-__device__ void hc_mixes_t(float *mix, const float *xt, const T *fn, int m, int width,
-                           float rms_eps) {
-    __shared__ float part[HC_TILE][32];
-    __shared__ float ssp[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float ss = 0.0f;
-    for (int o0 = 0; o0 < m; o0 += HC_TILE) {
-        float acc[HC_TILE];
+__device__ __forceinline__ float mix_dot(const float *xt, const T *w, int width, float r,
+                                         int lane) {
+    float acc = 0.0f;
+    for (int i0 = lane; i0 < width; i0 += 32 * HC_BATCH) {
+        float xv[HC_BATCH], wv[HC_BATCH];
 #pragma unroll
-        for (int t = 0; t < HC_TILE; t++)
-            acc[t] = 0.0f;
-#pragma unroll 2
-        for (int i = threadIdx.x; i < width; i += blockDim.x) {
-            float xv = xt[i], wv[HC_TILE];
-#pragma unroll
-            for (int t = 0; t < HC_TILE; t++)
-                wv[t] = o0 + t < m ? as_f32(fn[(size_t)(o0 + t) * width + i]) : 0.0f;
-            if (o0 == 0) ss += xv * xv;
-#pragma unroll
-            for (int t = 0; t < HC_TILE; t++)
-                acc[t] += xv * wv[t];
+        for (int u = 0; u < HC_BATCH; u++) {
+            int i = i0 + 32 * u;
+            xv[u] = i < width ? xt[i] : 0.0f;
+            wv[u] = i < width ? as_f32(w[i]) : 0.0f;
         }
 #pragma unroll
-        for (int t = 0; t < HC_TILE; t++) {
-            float v = warp_sum(acc[t]);
-            if (!lane) part[t][warp] = v;
-        }
-        if (o0 == 0) {
-            ss = warp_sum(ss);
-            if (!lane) ssp[warp] = ss;
-        }
-        __syncthreads();
-        int t = threadIdx.x;
-        if (t < HC_TILE && o0 + t < m) {
-            float v = 0.0f;
-            for (int w = 0; w < nw; w++)
-                v += part[t][w];
-            mix[o0 + t] = v;
-        }
-        __syncthreads();
+        for (int u = 0; u < HC_BATCH; u++)
+            if (i0 + 32 * u < width) acc += (xv[u] * r) * wv[u];
     }
-    float s = 0.0f;
-    for (int w = 0; w < nw; w++)
-        s += ssp[w];
-    float r = rsqrtf(s / width + rms_eps);
-    for (int o = threadIdx.x; o < m; o += blockDim.x)
-        mix[o] *= r;
-    __syncthreads();
+    return acc;
 }
 
+/* mix[m] = fn[m, :] . (x / rms(x)), x the token's nc * d streams; mix in shared memory */
 __device__ void hc_mixes(float *mix, const float *xt, const void *fn, int fn_dt, int m, int width,
                          float rms_eps) {
-    if (fn_dt == TD_DTYPE_BF16)
-        hc_mixes_t(mix, xt, (const __nv_bfloat16 *)fn, m, width, rms_eps);
-    else if (fn_dt == TD_DTYPE_F16)
-        hc_mixes_t(mix, xt, (const __half *)fn, m, width, rms_eps);
-    else
-        hc_mixes_t(mix, xt, (const float *)fn, m, width, rms_eps);
+    float ss = 0.0f;
+    for (int i0 = threadIdx.x; i0 < width; i0 += blockDim.x * HC_BATCH) {
+        float xv[HC_BATCH];
+#pragma unroll
+        for (int u = 0; u < HC_BATCH; u++) {
+            int i = i0 + blockDim.x * u;
+            xv[u] = i < width ? xt[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < HC_BATCH; u++)
+            ss += xv[u] * xv[u];
+    }
+    ss = block_sum(ss);
+    float r = rsqrtf(ss / width + rms_eps);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = warp; o < m; o += nw) {
+        size_t off = (size_t)o * width;
+        float acc = 0.0f;
+        if (fn_dt == TD_DTYPE_F32)
+            acc = mix_dot(xt, (const float *)fn + off, width, r, lane);
+        else if (fn_dt == TD_DTYPE_BF16)
+            acc = mix_dot(xt, (const __nv_bfloat16 *)fn + off, width, r, lane);
+        else if (fn_dt == TD_DTYPE_F16)
+            acc = mix_dot(xt, (const __half *)fn + off, width, r, lane);
+        acc = warp_sum(acc);
+        if (lane == 0) mix[o] = acc;
+    }
+    __syncthreads();
 }
 
 __device__ __forceinline__ float sigm(float z) {
@@ -81,10 +72,10 @@ __device__ __forceinline__ float sigm(float z) {
 /* The Sinkhorn's nc x nc comb matrix, one entry per thread. When it fits in a warp (every
  * real configuration: nc = 4) warp 0 holds it in registers and a row's or column's sum is read
  * through shuffles; otherwise the block keeps it in shared memory (cs). Either way every sum
- * runs over the same entries in the same order as the reference's loops, so the values are
- * unchanged from a single-thread Sinkhorn, which took 65 us per call (20 iterations of
- * dependent global-memory round trips); in shared memory with a barrier per phase it still took
- * most of hc_pre's 17 to 22 us. */
+ * runs over the same entries in the same order as the reference's loops. A single-thread
+ * Sinkhorn in global memory was most of hc_pre's 65 us per call; with one thread per entry
+ * (shared memory or registers alike) hc_pre measured 17 to 24 us, so what remains of its time
+ * is not the Sinkhorn (next: time it with 0 iterations). */
 __device__ __forceinline__ float comb_set(bool small, float v, float *cs, int e, bool own) {
     if (!small) {
         __syncthreads();
@@ -94,16 +85,11 @@ __device__ __forceinline__ float comb_set(bool small, float v, float *cs, int e,
     return v;
 }
 
-/* the entries base + k * stride, k = 0 .. nc - 1, in k order; fresh: the value to read is
- * this phase's v (in shared memory only after comb_set) */
-__device__ __forceinline__ float comb_sum(bool small, float v, float *cs, int base, int stride,
-                                          int nc, bool fresh) {
+/* the entries base + k * stride, k = 0 .. nc - 1, in k order (of the values last given to
+ * comb_set) */
+__device__ __forceinline__ float comb_sum(bool small, float v, const float *cs, int base,
+                                          int stride, int nc) {
     float s = 0.0f;
-    if (!small && fresh) { // the block path reads shared memory: publish v first
-        __syncthreads();
-        cs[threadIdx.x < 256 ? threadIdx.x : 0] = v;
-        __syncthreads();
-    }
     for (int k = 0; k < nc; k++)
         s += small ? __shfl_sync(0xffffffffu, v, base + k * stride) : cs[base + k * stride];
     return s;
@@ -148,14 +134,13 @@ __global__ void hc_pre_kernel(float *collapsed, float *post, float *comb, const 
             small, own ? mix[2 * nc + e] * s_comb + ld_f32(w.base, w.base_dtype, 2 * nc + e) : 0.0f,
             cs, e, own);
         float mx = comb_max(small, v, cs, i * nc, 1, nc); // row softmax + eps
-        float ex = expf(v - mx);
-        v = comb_set(small, ex / comb_sum(small, ex, cs, i * nc, 1, nc, true) + hc_eps, cs, e, own);
+        float ex = comb_set(small, expf(v - mx), cs, e, own);
+        v = comb_set(small, ex / comb_sum(small, ex, cs, i * nc, 1, nc) + hc_eps, cs, e, own);
         for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
             if (it > 0)
-                v = comb_set(small, v / (comb_sum(small, v, cs, i * nc, 1, nc, false) + hc_eps), cs,
-                             e, own);
-            v = comb_set(small, v / (comb_sum(small, v, cs, j, nc, nc, false) + hc_eps), cs, e,
-                         own);
+                v = comb_set(small, v / (comb_sum(small, v, cs, i * nc, 1, nc) + hc_eps), cs, e,
+                             own);
+            v = comb_set(small, v / (comb_sum(small, v, cs, j, nc, nc) + hc_eps), cs, e, own);
         }
         if (own) comb[(size_t)t * nn + e] = v;
     }

@@ -1,8 +1,8 @@
 /* markov.cu: one slot of DSpark's greedy Markov chain on the GPU (see markov.h). Two kernels:
  * blocks over (64 vocabulary entries, sequence) score z and fold each chunk's argmax into best[i]
- * with one 64-bit atomicMax (value's order-preserving bits above the complemented id, so ties
- * go to the lower id whatever order the blocks run in); then one block per sequence computes
- * the confidence, applies the cut and writes the draft. */
+ * with one 64-bit atomicMax of argmax_key (ties go to the lower id whatever order the blocks
+ * run in); then one block per sequence computes the confidence, applies the cut and writes the
+ * draft. */
 #include "cuda_common.cuh"
 #include "markov.h"
 
@@ -16,12 +16,6 @@ __device__ __forceinline__ bool mk_live(const struct markov_args &a, int i, int 
 
 __device__ __forceinline__ int32_t mk_prev(const struct markov_args &a, int i, int j) {
     return j ? a.tok[i * a.g + j - 1] : a.anchor[i];
-}
-
-__device__ __forceinline__ unsigned long long mk_key(float z, int v) {
-    unsigned u = __float_as_uint(z);
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)u << 32) | (unsigned)(~v);
 }
 
 template <typename T1, typename T2>
@@ -65,7 +59,7 @@ __global__ void markov_scores_kernel(struct markov_args a, int j) {
         if (v0 + q < a.V) {
             float z = u[v0 + q] + dot;
             bad |= !isfinite(z);
-            unsigned long long key = mk_key(z, v0 + q);
+            unsigned long long key = argmax_key(z, v0 + q);
             best = key > best ? key : best;
         }
     }
@@ -101,7 +95,7 @@ template <typename T1> __global__ void markov_pick_kernel(struct markov_args a, 
     a.best[i] = 0; // scratch left zero for the next slot
     a.bad[i] = 0;
     if ((a.threshold > 0.0f && conf < a.threshold) || bad) return; // cut: no draft at slot j
-    a.tok[row] = (int32_t)(~(unsigned)(best & 0xffffffffu));
+    a.tok[row] = argmax_key_index(best);
     a.n_drafts[i] = j + 1;
 }
 

@@ -108,20 +108,14 @@ __global__ void skinny_kernel(float *y, const float *x, const T *w, int n, int i
             // waited out one memory latency per row: 8-row steps took twice a 1-row step)
             float xv[SKINNY_TM][8];
 #pragma unroll
-            for (int r = 0; r < SKINNY_TM; r++) {
-                if (r < rows) {
-                    load8_f32<float, VEC>(xv[r], xb + (size_t)r * x_stride, k, in);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        xv[r][j] = 0.0f;
-                }
-            }
+            for (int r = 0; r < SKINNY_TM; r++)
+                if (r < rows) load8_f32<float, VEC>(xv[r], xb + (size_t)r * x_stride, k, in);
 #pragma unroll
             for (int r = 0; r < SKINNY_TM; r++)
+                if (r < rows) // rows past the step are neither loaded nor summed
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-                    acc[r] += xv[r][j] * wv[u][j];
+                    for (int j = 0; j < 8; j++)
+                        acc[r] += xv[r][j] * wv[u][j];
         }
     }
     float b = bias ? ld_f32(bias, bias_dt, o) : 0.0f;

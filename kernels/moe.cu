@@ -37,7 +37,7 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
         sel[e] = sc[e] + (bias ? ld_f32(bias, bias_dt, e) : 0.0f);
     __syncthreads();
     // pick j: the block's largest sel among the experts not yet taken, ties to the lower expert
-    // (the reference's first strict maximum), as one 64-bit key per candidate
+    // (the reference's first strict maximum), as one argmax_key per candidate
     __shared__ int p[64];
     __shared__ unsigned long long wk[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -56,21 +56,16 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
             for (int u = 0; u < j; u++)
                 taken |= p[u] == e;
             if (taken) continue;
-            unsigned b = __float_as_uint(sel[e]);
-            b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-            unsigned long long key = ((unsigned long long)b << 32) | (unsigned)(~e);
+            unsigned long long key = argmax_key(sel[e], e);
             best = key > best ? key : best;
         }
-        for (int o = 16; o; o >>= 1) {
-            unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
-            best = other > best ? other : best;
-        }
+        best = warp_max_key(best);
         if (!lane) wk[warp] = best;
         __syncthreads();
         if (!threadIdx.x) {
             for (int w = 1; w < (int)(blockDim.x >> 5); w++)
                 best = wk[w] > best ? wk[w] : best;
-            p[j] = (int)~(unsigned)(best & 0xffffffffu);
+            p[j] = argmax_key_index(best);
         }
         __syncthreads();
     }
