@@ -50,6 +50,8 @@ struct draft_dspark {
     struct td_plan_seq *seqs; /* [max_seqs] */
     const int32_t *chain;     /* forced Markov chain (tests), or NULL */
     int n_round;              /* sequences in the last round's block forward */
+    int defer;                /* greedy rounds leave their drafts in backend memory */
+    int pending;              /* the last round's drafts are still only there */
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -195,8 +197,10 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
         goto fail;
     }
     b->to_device(d->conf_w_dev, d->conf_w, ((size_t)d->dim + dc->rank) * F);
+    memset(d->mk_host, 0, mk_words * sizeof(int32_t)); // every tok a valid id, drafted or not
+    b->to_device(d->mk, d->mk_host, mk_words * sizeof(int32_t));
     // the block forward's graphs, made now: a block of g rows per drafting sequence
-    struct td_forward_io io = {NULL, d->streams, NULL, NULL, 0};
+    struct td_forward_io io = {.hidden_out = d->streams};
     if (td_forward_prepare(d->run, &d->st, &pd, &io, dc->block, blk_rows, err, errlen)) goto fail;
     *out = d;
     return 0;
@@ -296,6 +300,9 @@ static int insert(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, ch
     return td_forward_store_kv(m, &d->st, &d->plan, d->main_x, err, errlen);
 }
 
+static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
+                         size_t errlen);
+
 static float sigmoid(double z) {
     return (float)(1.0 / (1.0 + exp(-z)));
 }
@@ -341,6 +348,34 @@ static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb,
                             .bad = d->mk + 2 * S};
     for (int j = 0; j < g; j++)
         b->ops.markov_greedy(&a, j);
+    if (!d->defer) return chain_results(d, seqs, nb, err, errlen);
+    for (int i = 0; i < nb; i++) { // the drafts stay where the next verify step reads them
+        struct dspark_seq *q = &seqs[d->live[i]];
+        q->dev_drafts = tok + (size_t)i * g;
+        q->n_drafts = q->k;
+    }
+    d->pending = 1;
+    return 0;
+}
+
+int draft_dspark_collect(struct draft_dspark *d, struct dspark_seq *seqs, char *err,
+                         size_t errlen) {
+    if (!d->pending) return 0;
+    d->pending = 0;
+    return chain_results(d, seqs, d->n_round, err, errlen);
+}
+
+void draft_dspark_defer(struct draft_dspark *d, int on) {
+    d->defer = on && d->b->on_device;
+}
+
+/* a greedy round's drafts, counts and confidences to the host (waits for the round) */
+static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
+                         size_t errlen) {
+    const struct td_backend *b = d->b;
+    size_t S = (size_t)d->max_seqs;
+    int g = d->cfg.block;
+    int32_t *h = d->mk_host, *nd = d->mk + 3 * S;
     b->to_host(h + 3 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
     if (b->finish(err, errlen)) return -1;
     const int32_t *h_nd = h + 3 * S, *h_tok = h_nd + S;
@@ -362,8 +397,12 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
     const struct td_config *c = &m->cfg;
     int g = d->cfg.block, r = d->cfg.rank, V = d->vocab, D = d->dim;
     if (!n_seq) return 0;
+    if (d->pending) {
+        snprintf(err, errlen, "dspark: a round before the last round's drafts were collected");
+        return -1;
+    }
     for (int s = 0; s < n_seq; s++)
-        seqs[s].n_drafts = 0;
+        seqs[s].n_drafts = 0, seqs[s].dev_drafts = NULL;
     if (insert(d, seqs, n_seq, err, errlen)) return -1;
     // the block forward of every sequence that drafts: [anchor, noise...] after its context
     int nb = 0;
@@ -382,7 +421,7 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
     int greedy = !d->chain; // greedy rounds draft on the backend, sampled ones on the host
     for (int i = 0; i < nb && greedy; i++)
         greedy = seqs[d->live[i]].sampling->temperature <= 0.0f;
-    struct td_forward_io io = {NULL, d->streams, NULL, NULL, 0};
+    struct td_forward_io io = {.hidden_out = d->streams};
     if (meta_plan_build(&d->plan, d->seqs, nb, err, errlen) ||
         td_forward_ex(m, &d->st, &d->plan, &io, greedy ? NULL : d->U, NULL, err, errlen))
         return -1;

@@ -73,6 +73,9 @@ struct dspark_seq {
                         written (greedy: one-hot at the draft) */
     float *conf;     /* [k] out (may be NULL): the confidence of each slot */
     int n_drafts;    /* out: drafts made (< k at a confidence cut or a non-finite row) */
+    const int32_t *dev_drafts; /* out: NULL, or (deferred greedy round) where the [k] drafts
+                                  are in backend memory; drafts and n_drafts (k until then)
+                                  are filled by draft_dspark_collect */
 };
 
 /* dir: the drafter's directory; target_host: the loaded target (config); target_run: the same
@@ -83,6 +86,14 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_model *target_host, const struct td_model *target_run,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
                       float threshold, int use_graphs, size_t max_bytes, char *err, size_t errlen);
+
+/* Deferred greedy rounds (device backends): draft_dspark_run queues the Markov chain and
+ * returns without waiting; each drafting sequence's dev_drafts says where its drafts are, so
+ * the next verify step can read them from there (td_id_patch) while the host builds its plan.
+ * draft_dspark_collect(d, seqs) then brings the drafts to the host (seqs as given to the run;
+ * waits). Sampled rounds draft on the host as ever. */
+void draft_dspark_defer(struct draft_dspark *d, int on);
+int draft_dspark_collect(struct draft_dspark *d, struct dspark_seq *seqs, char *err, size_t errlen);
 
 const struct dspark_config *draft_dspark_config(const struct draft_dspark *d);
 

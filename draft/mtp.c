@@ -83,7 +83,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
         snprintf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
         goto fail;
     }
-    struct td_forward_io io = {d->x, d->h_out, NULL, NULL, 0};
+    struct td_forward_io io = {.x_in = d->x, .hidden_out = d->h_out};
     if (td_forward_prepare(d->run, &d->st, &pd, &io, 1, max_rows, err, errlen)) goto fail;
     *out = d;
     return 0;
@@ -150,7 +150,7 @@ static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_z
     op->rmsnorm(d->tmp, d->h_in, W(m->mtp_hnorm), n * nc, D, eps);
     op->matmul(d->x, d->tmp, W(m->mtp_hproj), n * nc, D, D, NULL, 0);
     op->add_bcast(d->x, d->e, n, nc, D);
-    struct td_forward_io io = {d->x, d->h_out, NULL, NULL, 0};
+    struct td_forward_io io = {.x_in = d->x, .hidden_out = d->h_out};
     return td_forward_ex(m, &d->st, &d->plan, &io, d->logits, NULL, err, errlen);
 }
 

@@ -31,6 +31,7 @@ struct td_reserve {
     size_t gemm_x;    /* elements of a GEMM input */
     size_t scores;    /* indexer scores: rows x (entries + 1) */
     size_t attn_smem; /* attention shared memory, bytes */
+    size_t hc_parts;  /* hc mix chunk parts (hc_mix_parts) */
     int moe_entries;  /* rows x experts per token */
     int moe_experts, moe_inter, moe_dim;
 };

@@ -141,12 +141,14 @@ extern "C" void matmul_cuda_reserve(size_t x_elems);
 extern "C" void indexer_cuda_reserve(size_t score_elems);
 extern "C" void attention_cuda_reserve(size_t smem);
 extern "C" void moe_cuda_reserve(int entries, int experts, int inter, int dim);
+extern "C" void hc_cuda_reserve(size_t parts);
 
 static void cu_reserve(const struct td_reserve *r) {
     matmul_cuda_reserve(r->gemm_x);
     indexer_cuda_reserve(r->scores);
     attention_cuda_reserve(r->attn_smem);
     moe_cuda_reserve(r->moe_entries, r->moe_experts, r->moe_inter, r->moe_dim);
+    hc_cuda_reserve(r->hc_parts);
 }
 
 static struct td_backend cuda_backend;

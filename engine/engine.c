@@ -38,6 +38,7 @@ struct request {
     int slot;                     /* state slot while running, else -1 */
     int32_t drafts[TD_MAX_DRAFT]; /* MTP, DSpark: drafts made after the last step, for the next */
     int n_drafts;
+    const int32_t *drafts_dev; /* DSpark deferred: the drafts are in backend memory here */
     char msg[256];
 };
 
@@ -63,6 +64,8 @@ struct td_engine {
     struct mtp_rows *mtp_rows;   /* [max_seqs] */
     struct draft_dspark *dspark; /* the DSpark drafter, when draft = "dspark" */
     struct dspark_seq *ds_seqs;  /* [max_seqs] */
+    int n_live;                  /* requests in the last drafter call (live, ds_seqs) */
+    struct td_id_patch *patches; /* [max_seqs] */
     struct request **live;       /* [max_seqs] the requests of a drafter call */
     struct request *reqs;        /* [n_reqs] */
     int n_reqs, cap_reqs;
@@ -138,7 +141,7 @@ static size_t cache_limit(size_t asked, const struct td_backend *b) {
 /* what the target's forward hands a model drafter: MTP reads its final streams, DSpark the
  * mean streams of its capture layers */
 static struct td_forward_io target_io(struct td_engine *e) {
-    struct td_forward_io io = {NULL, e->mtp ? draft_mtp_hidden(e->mtp) : NULL, NULL, NULL, 0};
+    struct td_forward_io io = {.hidden_out = e->mtp ? draft_mtp_hidden(e->mtp) : NULL};
     if (e->dspark) {
         io.capture = draft_dspark_capture(e->dspark);
         io.capture_layers = draft_dspark_capture_layers(e->dspark, &io.n_capture);
@@ -204,6 +207,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
                               e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
                               cache_limit(p->max_cache_bytes, e->b), err, errlen))
             goto fail;
+        draft_dspark_defer(e->dspark, 1); // greedy drafts go from the drafter to the verify
         int block = draft_dspark_config(e->dspark)->block;
         if (e->p.max_draft < 1 || e->p.max_draft > block) e->p.max_draft = block;
         if (e->p.max_batch_tokens < 1 + e->p.max_draft) {
@@ -212,7 +216,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             goto fail;
         }
         e->ds_seqs = calloc((size_t)e->p.max_seqs, sizeof *e->ds_seqs);
-        if (!e->ds_seqs) {
+        e->patches = calloc((size_t)e->p.max_seqs, sizeof *e->patches);
+        if (!e->ds_seqs || !e->patches) {
             snprintf(err, errlen, "engine: out of memory");
             goto fail;
         }
@@ -282,6 +287,7 @@ void td_engine_free(struct td_engine *e) {
     free(e->mtp_rows);
     draft_dspark_free(e->dspark);
     free(e->ds_seqs);
+    free(e->patches);
     meta_plan_free(&e->plan);
     td_state_free(&e->state);
     if (e->dev.backend) td_model_free(&e->dev);
@@ -477,7 +483,10 @@ static int schedule(struct td_engine *e) {
                                               &g->q_onehot);
         } else if (k > 0 && (e->mtp || e->dspark)) { // drafted at the end of the last step
             g->n_drafts = r->n_drafts < k ? r->n_drafts : k;
-            memcpy(g->rows + 1, r->drafts, (size_t)g->n_drafts * sizeof(int32_t));
+            if (r->drafts_dev) // still in backend memory: placeholders here (collect_drafts)
+                memset(g->rows + 1, 0, (size_t)g->n_drafts * sizeof(int32_t));
+            else
+                memcpy(g->rows + 1, r->drafts, (size_t)g->n_drafts * sizeof(int32_t));
             g->q_onehot = r->sampling.temperature <= 0.0f; // greedy drafts: one-hot q
         }
         e->seqs[n] = (struct td_plan_seq){r->slot, fed, 1 + g->n_drafts, g->rows, 0, 0};
@@ -593,14 +602,37 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
                                                 r->drafts,
                                                 q_rows(e, r->slot),
                                                 NULL,
-                                                0};
+                                                0,
+                                                NULL};
         e->live[n++] = r;
     }
+    e->n_live = n;
     if (e->mtp ? draft_mtp_run(e->mtp, e->mtp_rows, n, err, errlen)
                : draft_dspark_run(e->dspark, e->ds_seqs, n, err, errlen))
         return -1;
-    for (int j = 0; j < n; j++)
+    for (int j = 0; j < n; j++) {
         e->live[j]->n_drafts = e->mtp ? e->mtp_rows[j].n_drafts : e->ds_seqs[j].n_drafts;
+        e->live[j]->drafts_dev = e->mtp ? NULL : e->ds_seqs[j].dev_drafts;
+    }
+    return 0;
+}
+
+/* A deferred DSpark round's drafts (dev_drafts) went into this step's plan on the device; now
+ * that the step has run, they come to the host, and each verify group keeps the ones that
+ * were made (a round may stop short of its k: the rows past it are verified and dropped). */
+static int collect_drafts(struct td_engine *e, int n_groups, char *err, size_t errlen) {
+    if (!e->dspark || draft_dspark_collect(e->dspark, e->ds_seqs, err, errlen)) return -!!e->dspark;
+    for (int j = 0; j < e->n_live; j++)
+        e->live[j]->n_drafts = e->ds_seqs[j].n_drafts;
+    for (int i = 0; i < n_groups; i++) {
+        struct group *g = &e->groups[i];
+        struct request *r = g->r;
+        if (g->prefill || !r->drafts_dev) continue;
+        if (g->n_drafts > r->n_drafts) g->n_drafts = r->n_drafts;
+        memcpy(g->rows + 1, r->drafts, (size_t)g->n_drafts * sizeof(int32_t));
+    }
+    for (int j = 0; j < e->n_live; j++) // on the host now, also for those this step left out
+        e->live[j]->drafts_dev = NULL;
     return 0;
 }
 
@@ -617,7 +649,15 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         double t0 = now();
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
         struct td_forward_io io = target_io(e);
-        if (td_forward_ex(e->run, &e->state, &e->plan, &io, e->logits, NULL, err, errlen))
+        io.id_patches = e->patches;
+        for (int i = 0; i < n; i++) { // drafts the last DSpark round left on the device
+            struct group *g = &e->groups[i];
+            if (!g->prefill && g->r->drafts_dev && g->n_drafts)
+                e->patches[io.n_id_patches++] =
+                    (struct td_id_patch){e->plan.qo_indptr[i] + 1, g->n_drafts, g->r->drafts_dev};
+        }
+        if (td_forward_ex(e->run, &e->state, &e->plan, &io, e->logits, NULL, err, errlen) ||
+            collect_drafts(e, n, err, errlen))
             return -1;
         double t1 = now();
         e->stats.t_target += t1 - t0;

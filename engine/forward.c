@@ -380,6 +380,7 @@ static int ws_make(struct td_state *st, const struct td_config *c, const struct 
         struct td_reserve rs = {N * in_max,
                                 N * (size_t)(ent + 1),
                                 attention_smem(hd, keys),
+                                hc_mix_parts((int)N, c->hc_mult, D),
                                 (int)N * c->n_experts_tok,
                                 c->n_experts,
                                 c->moe_inter,
@@ -583,6 +584,16 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
                   size_t errlen) {
     struct fwd *f = begin(m, st, p, io, err, errlen);
     if (!f) return -1;
+    for (int i = 0; io && i < io->n_id_patches; i++) {
+        const struct td_id_patch *q = &io->id_patches[i];
+        if (!f->plan_dev || q->row < 0 || q->n < 0 || q->row + q->n > p->n_tok) {
+            snprintf(err, errlen, "forward: id patch of rows %d + %d (plan of %d rows, %s)", q->row,
+                     q->n, p->n_tok, f->plan_dev ? "on the device" : "on the host");
+            return -1;
+        }
+        f->b->ops.copy((int32_t *)f->rows.input_ids + q->row, q->src,
+                       (size_t)q->n * sizeof(int32_t));
+    }
     run_step(f, st->ws, topk_trace);
     if (logits) { // else they stay in the backend (td_forward_logits) and nothing waits here
         f->b->to_host(logits, f->logits, (size_t)p->n_logit * f->c->vocab * sizeof(float));

@@ -37,6 +37,13 @@ int td_forward(const struct td_model *m, struct td_state *st, const struct td_pl
 /* A step replayed from a CUDA graph runs every row of its padded bucket, pad rows included, so
  * each buffer here holds the plan's widest bucket (dims.max_tok rows), not the live rows: a
  * graph writes, and reads, the same sizes at every replay. */
+/* plan rows row .. row + n - 1 take their input ids from src, in backend memory: drafts a
+ * drafter left there, which the host has not seen (their plan rows hold placeholders) */
+struct td_id_patch {
+    int row, n;
+    const int32_t *src;
+};
+
 struct td_forward_io {
     const float *x_in;         /* [max_tok, hc_mult, dim] replaces the embedding as the input */
     float *hidden_out;         /* [max_tok, hc_mult, dim] the final streams, before hc_head (MTP);
@@ -45,6 +52,9 @@ struct td_forward_io {
                                   capture_layers (DSpark's context), pad rows likewise */
     const int *capture_layers; /* [n_capture] ascending layer indices */
     int n_capture;
+    const struct td_id_patch *id_patches; /* copied into the plan's device copy before the
+                                             step runs (backends with a device plan only) */
+    int n_id_patches;
 };
 
 /* td_forward with a drafter's inputs and outputs (io may be NULL). logits NULL: the step's

@@ -282,7 +282,8 @@ static int cmd_logits(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n_chunks; i++) {
         struct td_plan_seq q = {slot, pos, chunks[i], ids + pos, 0, 0};
-        struct td_forward_io io = {NULL, NULL, cap_dev, cap_layers, n_cap};
+        struct td_forward_io io = {
+            .capture = cap_dev, .capture_layers = cap_layers, .n_capture = n_cap};
         if (td_forward_seqs_io(run, &st, &q, 1, n_cap ? &io : NULL,
                                logits + (size_t)pos * m.cfg.vocab, err, sizeof err))
             goto done;

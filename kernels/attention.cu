@@ -16,6 +16,8 @@ __device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t
     return a.entries + ((size_t)slot * a.n_entries + w) * a.d;
 }
 
+#define ATT_KEYS 8
+
 /* one block per (row, head): the heads of a row run side by side (a batch-1 decode step still
  * fills n_heads blocks). Each block resolves its row's key addresses once into shared memory;
  * every sum runs in the same order as with any other grid, so results do not depend on it. */
@@ -44,13 +46,28 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
     for (int c = threadIdx.x; c < a.d; c += blockDim.x)
         qs[c] = qh[c];
     __syncthreads();
-    for (int j = warp; j < nk; j += nw) {
-        const float *k = kp[j];
-        float dot = 0.0f;
-        for (int c = lane; c < a.d; c += 32)
-            dot += qs[c] * k[c];
-        dot = warp_sum(dot);
-        if (lane == 0) s[j] = dot * a.scale;
+    // ATT_KEYS keys per warp at a time, their loads in flight together: a warp that finished
+    // one key before loading the next waited out a memory latency per key (a batch-1 step of
+    // the Flash slice spent 50 us per layer here). Each key's sum runs in the same order.
+    for (int j0 = warp * ATT_KEYS; j0 < nk; j0 += nw * ATT_KEYS) {
+        float dot[ATT_KEYS];
+#pragma unroll
+        for (int u = 0; u < ATT_KEYS; u++)
+            dot[u] = 0.0f;
+        for (int c = lane; c < a.d; c += 32) {
+            float kv[ATT_KEYS];
+#pragma unroll
+            for (int u = 0; u < ATT_KEYS; u++)
+                kv[u] = j0 + u < nk ? kp[j0 + u][c] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < ATT_KEYS; u++)
+                dot[u] += qs[c] * kv[u];
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_KEYS; u++) {
+            float v = warp_sum(dot[u]);
+            if (lane == 0 && j0 + u < nk) s[j0 + u] = v * a.scale;
+        }
     }
     __syncthreads();
     float sink = a.sinks[h], mx = sink;
@@ -66,10 +83,17 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
         s[j] = expf(s[j] - mx) / den;
     __syncthreads();
     float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x) { // in key order, ATT_KEYS loads at once
         float acc = 0.0f;
-        for (int j = 0; j < nk; j++)
-            acc += s[j] * kp[j][c];
+        for (int j0 = 0; j0 < nk; j0 += ATT_KEYS) {
+            float kv[ATT_KEYS];
+#pragma unroll
+            for (int u = 0; u < ATT_KEYS; u++)
+                kv[u] = j0 + u < nk ? kp[j0 + u][c] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < ATT_KEYS; u++)
+                if (j0 + u < nk) acc += s[j0 + u] * kv[u];
+        }
         oh[c] = acc;
     }
 }

@@ -1,67 +1,111 @@
 /* hc.cu: mHC pre (mixes, Sinkhorn, collapse), post (expand) and head on the GPU (see hc.h).
- * One block per token for pre/head; the tiny Sinkhorn runs one thread per entry, in fp32. */
+ * One block per token for pre/head, after one block per column chunk for the mixes of wide
+ * tokens; the Sinkhorn in one thread's registers (nc <= 4), all fp32. */
 #include "cuda_common.cuh"
 #include "hc.h"
 
 #define HC_MAX_MIX 288 /* (2 + 16) * 16 */
 
-/* a lane's share of (x / rms) . w over width, in index order. The loads of HC_BATCH steps are
- * made into registers before any is used, so they are in flight together: a loop that loads
- * and adds one element at a time waited out a full memory latency per element. Measured per
- * hc_pre call at batch 1 on tandem-tiny (Nsight Compute): 65 us with a dtype switch per
+/* a lane's share of x . w over columns [c0, c1), in index order. The loads of HC_BATCH steps
+ * are made into registers before any is used, so they are in flight together: a loop that
+ * loads and adds one element at a time waited out a full memory latency per element. Measured
+ * per hc_pre call at batch 1 on tandem-tiny (Nsight Compute): 65 us with a dtype switch per
  * element, 32 with the dtype fixed per row, 17 with batched loads; a form where the whole
- * block shared each output tile (every thread a column of all 24 outputs, then a reduction per
- * output) measured 22 and was taken back. */
+ * block shared each output tile measured 22 and was taken back. */
 #define HC_BATCH 16
+#define HC_THREADS                                                                                 \
+    1024 /* at most: a block of 1024 for wide tokens (one warp per output over a                   \
+            chunk), 256 otherwise. Measured per call, graph-replayed: nc = 4,                      \
+            d = 4096: hc_pre 11.4 us with 1024, 14.2 with 256, hc_head 9.7 and                     \
+            19.9; d = 256: hc_pre 9.4 and 9.1, hc_head 4.4 and 3.0 */
+static int hc_threads(int width) {
+    return width > HC_SPLIT_MIN ? HC_THREADS : 256;
+}
 template <typename T>
-__device__ __forceinline__ float mix_dot(const float *xt, const T *w, int width, float r,
-                                         int lane) {
+__device__ __forceinline__ float mix_dot(const float *xt, const T *w, int c0, int c1, int lane) {
     float acc = 0.0f;
-    for (int i0 = lane; i0 < width; i0 += 32 * HC_BATCH) {
+    for (int i0 = c0 + lane; i0 < c1; i0 += 32 * HC_BATCH) {
         float xv[HC_BATCH], wv[HC_BATCH];
 #pragma unroll
         for (int u = 0; u < HC_BATCH; u++) {
             int i = i0 + 32 * u;
-            xv[u] = i < width ? xt[i] : 0.0f;
-            wv[u] = i < width ? as_f32(w[i]) : 0.0f;
+            xv[u] = i < c1 ? xt[i] : 0.0f;
+            wv[u] = i < c1 ? as_f32(w[i]) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < HC_BATCH; u++)
-            if (i0 + 32 * u < width) acc += (xv[u] * r) * wv[u];
+            if (i0 + 32 * u < c1) acc += xv[u] * wv[u];
     }
     return acc;
 }
 
-/* mix[m] = fn[m, :] . (x / rms(x)), x the token's nc * d streams; mix in shared memory */
-__device__ void hc_mixes(float *mix, const float *xt, const void *fn, int fn_dt, int m, int width,
-                         float rms_eps) {
+/* the block's part of the mixes over columns [c0, c1): mix[o] = fn[o, c0:c1] . x[c0:c1] for
+ * o < m and mix[m] = x[c0:c1] . x[c0:c1], in shared memory, one warp per output */
+__device__ void mix_part(float *mix, const float *xt, const void *fn, int fn_dt, int m, int width,
+                         int c0, int c1) {
     float ss = 0.0f;
-    for (int i0 = threadIdx.x; i0 < width; i0 += blockDim.x * HC_BATCH) {
+    for (int i0 = c0 + threadIdx.x; i0 < c1; i0 += blockDim.x * HC_BATCH) {
         float xv[HC_BATCH];
 #pragma unroll
         for (int u = 0; u < HC_BATCH; u++) {
             int i = i0 + blockDim.x * u;
-            xv[u] = i < width ? xt[i] : 0.0f;
+            xv[u] = i < c1 ? xt[i] : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < HC_BATCH; u++)
             ss += xv[u] * xv[u];
     }
     ss = block_sum(ss);
-    float r = rsqrtf(ss / width + rms_eps);
+    if (threadIdx.x == 0) mix[m] = ss;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int o = warp; o < m; o += nw) {
         size_t off = (size_t)o * width;
         float acc = 0.0f;
         if (fn_dt == TD_DTYPE_F32)
-            acc = mix_dot(xt, (const float *)fn + off, width, r, lane);
+            acc = mix_dot(xt, (const float *)fn + off, c0, c1, lane);
         else if (fn_dt == TD_DTYPE_BF16)
-            acc = mix_dot(xt, (const __nv_bfloat16 *)fn + off, width, r, lane);
+            acc = mix_dot(xt, (const __nv_bfloat16 *)fn + off, c0, c1, lane);
         else if (fn_dt == TD_DTYPE_F16)
-            acc = mix_dot(xt, (const __half *)fn + off, width, r, lane);
+            acc = mix_dot(xt, (const __half *)fn + off, c0, c1, lane);
         acc = warp_sum(acc);
         if (lane == 0) mix[o] = acc;
     }
+    __syncthreads();
+}
+
+/* grid (splits, n): chunk b of token t's parts into part[t, b, 0 .. m] */
+__global__ void __launch_bounds__(HC_THREADS)
+    hc_mix_kernel(float *part, const float *x, const void *fn, int fn_dt, int m, int width,
+                  int splits) {
+    __shared__ float mix[HC_MAX_MIX + 1];
+    int b = blockIdx.x, t = blockIdx.y, c0 = b * HC_CHUNK;
+    int c1 = c0 + HC_CHUNK < width ? c0 + HC_CHUNK : width;
+    mix_part(mix, x + (size_t)t * width, fn, fn_dt, m, width, c0, c1);
+    float *p = part + ((size_t)t * splits + b) * (m + 1);
+    for (int o = threadIdx.x; o <= m; o += blockDim.x)
+        p[o] = mix[o];
+}
+
+/* this block's token's mixes, fn[o, :] . x / rms(x), into mix[0 .. m - 1]: summed from the
+ * chunk parts in chunk order when the width is split, else made here over the whole width */
+__device__ void hc_mixes(float *mix, const float *part, int splits, const float *xt, const void *fn,
+                         int fn_dt, int m, int width, float rms_eps) {
+    if (splits == 1) {
+        mix_part(mix, xt, fn, fn_dt, m, width, 0, width);
+    } else {
+        const float *p = part + (size_t)blockIdx.x * splits * (m + 1);
+        for (int o = threadIdx.x; o <= m; o += blockDim.x) {
+            float acc = 0.0f;
+            for (int b = 0; b < splits; b++)
+                acc += p[(size_t)b * (m + 1) + o];
+            mix[o] = acc;
+        }
+        __syncthreads();
+    }
+    float r = rsqrtf(mix[m] / width + rms_eps);
+    __syncthreads();
+    for (int o = threadIdx.x; o < m; o += blockDim.x)
+        mix[o] *= r;
     __syncthreads();
 }
 
@@ -69,82 +113,105 @@ __device__ __forceinline__ float sigm(float z) {
     return 1.0f / (1.0f + expf(-z));
 }
 
-/* The Sinkhorn's nc x nc comb matrix, one entry per thread. When it fits in a warp (every
- * real configuration: nc = 4) warp 0 holds it in registers and a row's or column's sum is read
- * through shuffles; otherwise the block keeps it in shared memory (cs). Either way every sum
- * runs over the same entries in the same order as the reference's loops. A single-thread
- * Sinkhorn in global memory was most of hc_pre's 65 us per call; with one thread per entry
- * (shared memory or registers alike) hc_pre measured 17 to 24 us, so what remains of its time
- * is not the Sinkhorn (next: time it with 0 iterations). */
-__device__ __forceinline__ float comb_set(bool small, float v, float *cs, int e, bool own) {
-    if (!small) {
-        __syncthreads();
-        if (own) cs[e] = v;
-        __syncthreads();
+/* The Sinkhorn of an nc x nc comb matrix, nc <= 4 (every real configuration), in warp 0: lane
+ * 4 i + j holds entry (i, j), the other lanes zeros, so a row's sum is a butterfly over lane
+ * bits 0-1 and a column's over bits 2-3, (e0 + e1) + (e2 + e3) in every lane alike. One thread
+ * holding the whole matrix measured 35 us per call (its 640 divisions in a row); one lane per
+ * entry with four shuffles per sum, 17 us with the mixes. */
+__device__ __forceinline__ float sum_bits(float v, int b0) {
+    v += __shfl_xor_sync(0xffffffffu, v, b0);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2 * b0);
+}
+
+__device__ void sinkhorn_warp(float *out, const float *mix, const struct hc_weights &w,
+                              float s_comb, int nc, int iters, float eps) {
+    int lane = threadIdx.x & 31, i = lane >> 2, j = lane & 3;
+    bool own = i < nc && j < nc;
+    int e = i * nc + j;
+    float v = own ? mix[2 * nc + e] * s_comb + ld_f32(w.base, w.base_dtype, 2 * nc + e) : -INFINITY;
+    float mx = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    v = own ? expf(v - mx) : 0.0f;
+    float s0 = sum_bits(v, 1); // every lane shuffles: the sums are never inside a branch
+    v = own ? v / s0 + eps : 0.0f;
+    for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
+        if (it > 0) {
+            float s = sum_bits(v, 1);
+            v = own ? v / (s + eps) : 0.0f;
+        }
+        float s = sum_bits(v, 4);
+        v = own ? v / (s + eps) : 0.0f;
     }
-    return v;
+    if (own) out[e] = v;
 }
 
-/* the entries base + k * stride, k = 0 .. nc - 1, in k order (of the values last given to
- * comb_set) */
-__device__ __forceinline__ float comb_sum(bool small, float v, const float *cs, int base,
-                                          int stride, int nc) {
-    float s = 0.0f;
+/* the same for larger nc: one thread per entry in shared memory cs, the block in step */
+__device__ void sinkhorn_shared(float *out, float *cs, const float *mix, const struct hc_weights &w,
+                                float s_comb, int nc, int iters, float eps) {
+    int e = threadIdx.x, nn = nc * nc;
+    bool own = e < nn;
+    int i = own ? e / nc : 0, j = own ? e % nc : 0;
+    float v = own ? mix[2 * nc + e] * s_comb + ld_f32(w.base, w.base_dtype, 2 * nc + e) : 0.0f;
+    float s;
+#define PUBLISH(val)                                                                               \
+    do {                                                                                           \
+        __syncthreads();                                                                           \
+        if (own) cs[e] = (val);                                                                    \
+        __syncthreads();                                                                           \
+    } while (0)
+    PUBLISH(v);
+    s = -INFINITY;
     for (int k = 0; k < nc; k++)
-        s += small ? __shfl_sync(0xffffffffu, v, base + k * stride) : cs[base + k * stride];
-    return s;
-}
-
-__device__ __forceinline__ float comb_max(bool small, float v, const float *cs, int base,
-                                          int stride, int nc) {
-    float m = -INFINITY;
+        s = fmaxf(s, cs[i * nc + k]);
+    v = expf(v - s);
+    PUBLISH(v);
+    s = 0.0f;
     for (int k = 0; k < nc; k++)
-        m = fmaxf(m,
-                  small ? __shfl_sync(0xffffffffu, v, base + k * stride) : cs[base + k * stride]);
-    return m;
+        s += cs[i * nc + k];
+    v = v / s + eps;
+    PUBLISH(v);
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            s = 0.0f;
+            for (int k = 0; k < nc; k++)
+                s += cs[i * nc + k];
+            v /= s + eps;
+            PUBLISH(v);
+        }
+        s = 0.0f;
+        for (int k = 0; k < nc; k++)
+            s += cs[k * nc + j];
+        v /= s + eps;
+        PUBLISH(v);
+    }
+#undef PUBLISH
+    if (own) out[e] = v;
 }
 
-/* One block per token: the mixes (all warps), then the comb matrix with one thread per entry
- * (warp 0 when nc * nc <= 32) in shared memory. Each thread forms its row's or column's sum
- * over the same entries in the same order as the reference's loops, so the values are
- * unchanged from a single-thread Sinkhorn (which took 65 us per call: 20 iterations of
- * dependent global-memory round trips). */
-__global__ void hc_pre_kernel(float *collapsed, float *post, float *comb, const float *x,
-                              struct hc_weights w, int nc, int d, int iters, float hc_eps,
-                              float rms_eps) {
-    __shared__ float mix[HC_MAX_MIX];
+/* One block per token: the mixes (or their chunk sums), pre and post, then the Sinkhorn (warp 0
+ * when nc <= 4, the block in shared memory otherwise) beside the collapse, which needs only
+ * pre. HC_THREADS: one warp per mix output over the width (24 of them for nc = 4). */
+__global__ void __launch_bounds__(HC_THREADS)
+    hc_pre_kernel(float *collapsed, float *post, float *comb, const float *x, const float *part,
+                  int splits, struct hc_weights w, int nc, int d, int iters, float hc_eps,
+                  float rms_eps) {
+    __shared__ float mix[HC_MAX_MIX + 1];
     __shared__ float pre[16];
     __shared__ float cs[256];
-    int t = blockIdx.x, m = (2 + nc) * nc, width = nc * d, nn = nc * nc;
+    int t = blockIdx.x, m = (2 + nc) * nc, width = nc * d, e = threadIdx.x;
     const float *xt = x + (size_t)t * width;
-    hc_mixes(mix, xt, w.fn, w.fn_dtype, m, width, rms_eps);
-    bool small = nn <= 32;
-    int e = threadIdx.x;
-    if (!small || e < 32) {
+    hc_mixes(mix, part, splits, xt, w.fn, w.fn_dtype, m, width, rms_eps);
+    if (e < nc) {
         float s_pre = ld_f32(w.scale, w.scale_dtype, 0), s_post = ld_f32(w.scale, w.scale_dtype, 1);
-        float s_comb = ld_f32(w.scale, w.scale_dtype, 2);
-        if (e < nc) {
-            pre[e] = sigm(mix[e] * s_pre + ld_f32(w.base, w.base_dtype, e)) + hc_eps;
-            post[(size_t)t * nc + e] =
-                2.0f * sigm(mix[nc + e] * s_post + ld_f32(w.base, w.base_dtype, nc + e));
-        }
-        bool own = e < nn;
-        int i = own ? e / nc : 0, j = own ? e % nc : 0; // other lanes only serve shuffles
-        float v = comb_set(
-            small, own ? mix[2 * nc + e] * s_comb + ld_f32(w.base, w.base_dtype, 2 * nc + e) : 0.0f,
-            cs, e, own);
-        float mx = comb_max(small, v, cs, i * nc, 1, nc); // row softmax + eps
-        float ex = comb_set(small, expf(v - mx), cs, e, own);
-        v = comb_set(small, ex / comb_sum(small, ex, cs, i * nc, 1, nc) + hc_eps, cs, e, own);
-        for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
-            if (it > 0)
-                v = comb_set(small, v / (comb_sum(small, v, cs, i * nc, 1, nc) + hc_eps), cs, e,
-                             own);
-            v = comb_set(small, v / (comb_sum(small, v, cs, j, nc, nc) + hc_eps), cs, e, own);
-        }
-        if (own) comb[(size_t)t * nn + e] = v;
+        pre[e] = sigm(mix[e] * s_pre + ld_f32(w.base, w.base_dtype, e)) + hc_eps;
+        post[(size_t)t * nc + e] =
+            2.0f * sigm(mix[nc + e] * s_post + ld_f32(w.base, w.base_dtype, nc + e));
     }
+    float s_comb = ld_f32(w.scale, w.scale_dtype, 2);
+    if (nc > 4) sinkhorn_shared(comb + (size_t)t * nc * nc, cs, mix, w, s_comb, nc, iters, hc_eps);
     __syncthreads();
+    if (nc <= 4 && e < 32)
+        sinkhorn_warp(comb + (size_t)t * nc * nc, mix, w, s_comb, nc, iters, hc_eps);
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float acc = 0.0f;
         for (int i = 0; i < nc; i++)
@@ -158,26 +225,29 @@ __global__ void hc_post_kernel(float *x, const float *a, const float *post, cons
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * d) return;
     int t = (int)(i / d), c = (int)(i % d);
-    float old[16], *xt = x + (size_t)t * nc * d;
+    float old[16], *xt = x + (size_t)t * nc * d; // unrolled to 16: old stays in registers
     const float *ct = comb + (size_t)t * nc * nc, *pt = post + (size_t)t * nc;
-    for (int k = 0; k < nc; k++)
-        old[k] = xt[(size_t)k * d + c];
+#pragma unroll
+    for (int k = 0; k < 16; k++)
+        if (k < nc) old[k] = xt[(size_t)k * d + c];
     float at = a[(size_t)t * d + c];
     for (int j = 0; j < nc; j++) {
         float acc = 0.0f;
-        for (int k = 0; k < nc; k++)
-            acc += ct[k * nc + j] * old[k];
+#pragma unroll
+        for (int k = 0; k < 16; k++)
+            if (k < nc) acc += ct[k * nc + j] * old[k];
         xt[(size_t)j * d + c] = pt[j] * at + acc;
     }
 }
 
-__global__ void hc_head_kernel(float *y, const float *x, const void *fn, int fn_dt,
-                               const void *base, int base_dt, const void *scale, int scale_dt,
-                               int nc, int d, float hc_eps, float rms_eps) {
-    __shared__ float mix[16];
+__global__ void __launch_bounds__(HC_THREADS)
+    hc_head_kernel(float *y, const float *x, const float *part, int splits, const void *fn,
+                   int fn_dt, const void *base, int base_dt, const void *scale, int scale_dt,
+                   int nc, int d, float hc_eps, float rms_eps) {
+    __shared__ float mix[17];
     int t = blockIdx.x;
     const float *xt = x + (size_t)t * nc * d;
-    hc_mixes(mix, xt, fn, fn_dt, nc, nc * d, rms_eps);
+    hc_mixes(mix, part, splits, xt, fn, fn_dt, nc, nc * d, rms_eps);
     float s = ld_f32(scale, scale_dt, 0);
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float acc = 0.0f;
@@ -187,12 +257,38 @@ __global__ void hc_head_kernel(float *y, const float *x, const void *fn, int fn_
     }
 }
 
+static float *parts;
+static size_t parts_cap;
+
+static void ensure_parts(size_t need) {
+    if (need <= parts_cap) return; // grow only, never free: captured graphs keep old addresses
+    parts_cap = need + need / 2;
+    CUDA_CHECK(cudaMalloc(&parts, parts_cap * sizeof(float)));
+}
+
+extern "C" void hc_cuda_reserve(size_t n) {
+    ensure_parts(n);
+}
+
+/* the chunk parts of n tokens' m mixes when the width is split (returns the split count) */
+static int mix_parts(const float *x, const void *fn, int fn_dt, int n, int m, int width) {
+    int splits = hc_mix_splits(width);
+    if (splits > 1) {
+        ensure_parts((size_t)n * splits * (m + 1));
+        hc_mix_kernel<<<dim3(splits, n), hc_threads(width), 0, td_cuda_stream()>>>(
+            parts, x, fn, fn_dt, m, width, splits);
+        LAUNCH_CHECK();
+    }
+    return splits;
+}
+
 extern "C" void hc_pre_cuda(float *collapsed, float *post, float *comb, const float *x,
                             const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters,
                             float hc_eps, float rms_eps) {
     if (!n) return;
-    hc_pre_kernel<<<n, 256, 0, td_cuda_stream()>>>(collapsed, post, comb, x, *w, nc, d,
-                                                   sinkhorn_iters, hc_eps, rms_eps);
+    int splits = mix_parts(x, w->fn, w->fn_dtype, n, (2 + nc) * nc, nc * d);
+    hc_pre_kernel<<<n, hc_threads(nc * d), 0, td_cuda_stream()>>>(
+        collapsed, post, comb, x, parts, splits, *w, nc, d, sinkhorn_iters, hc_eps, rms_eps);
     LAUNCH_CHECK();
 }
 
@@ -209,7 +305,9 @@ extern "C" void hc_head_cuda(float *y, const float *x, const void *fn, enum td_d
                              enum td_dtype scale_dtype, int n, int nc, int d, float hc_eps,
                              float rms_eps) {
     if (!n) return;
-    hc_head_kernel<<<n, 256, 0, td_cuda_stream()>>>(y, x, fn, fn_dtype, base, base_dtype, scale,
-                                                    scale_dtype, nc, d, hc_eps, rms_eps);
+    int splits = mix_parts(x, fn, fn_dtype, n, nc, nc * d);
+    hc_head_kernel<<<n, hc_threads(nc * d), 0, td_cuda_stream()>>>(
+        y, x, parts, splits, fn, fn_dtype, base, base_dtype, scale, scale_dtype, nc, d, hc_eps,
+        rms_eps);
     LAUNCH_CHECK();
 }

@@ -100,14 +100,15 @@ extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float 
  * ascending expert order. Every output's dot product runs over k in a fixed order inside its
  * tile, so a row's result does not depend on which rows share its tile or its batch. */
 
-#define TM 16
+#define TM                16
+#define MOE_GROUP_THREADS 256
 
 static int32_t *g_perm, *g_inv, *g_tiles, *g_ntiles;
 static float *g_h, *g_y;
 static int g_entries, g_experts, g_inter, g_dim;
 
-__global__ void moe_group_kernel(const int32_t *picks, int m, int E, int32_t *perm, int32_t *inv,
-                                 int32_t *tiles, int32_t *n_tiles) {
+__global__ void moe_group_kernel(const int32_t *picks, int m, int E, int tm, int32_t *perm,
+                                 int32_t *inv, int32_t *tiles, int32_t *n_tiles) {
     extern __shared__ int sh[]; // count[E], off[E + 1], cur[E]
     int *count = sh, *off = sh + E, *cur = sh + 2 * E + 1;
     for (int e = threadIdx.x; e < E; e += blockDim.x)
@@ -116,21 +117,32 @@ __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int32_t *pe
     for (int i = threadIdx.x; i < m; i += blockDim.x)
         atomicAdd(&count[picks[i]], 1);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int o = 0, nt = 0;
-        for (int e = 0; e < E; e++) {
-            off[e] = o;
-            for (int r = 0; r < count[e]; r += TM) { // tile: expert, first entry, rows
-                tiles[3 * nt] = e;
-                tiles[3 * nt + 1] = o + r;
-                tiles[3 * nt + 2] = count[e] - r < TM ? count[e] - r : TM;
-                nt++;
-            }
-            o += count[e];
-        }
-        off[E] = o;
-        *n_tiles = nt;
+    // offsets and tiles in ascending expert order: each thread a run of experts, then a scan
+    // of the runs (one thread walking all 256 experts of the Flash slice took 15 us a call)
+    __shared__ int run_c[MOE_GROUP_THREADS], run_t[MOE_GROUP_THREADS];
+    int tid = threadIdx.x, per = (E + blockDim.x - 1) / blockDim.x;
+    int e0 = tid * per < E ? tid * per : E, e1 = e0 + per < E ? e0 + per : E, c = 0, nt = 0;
+    for (int e = e0; e < e1; e++)
+        c += count[e], nt += (count[e] + tm - 1) / tm;
+    run_c[tid] = c, run_t[tid] = nt;
+    __syncthreads();
+    for (int o = 1; o < (int)blockDim.x; o <<= 1) { // inclusive scan
+        int vc = tid >= o ? run_c[tid - o] : 0, vt = tid >= o ? run_t[tid - o] : 0;
+        __syncthreads();
+        run_c[tid] += vc, run_t[tid] += vt;
+        __syncthreads();
     }
+    int o = run_c[tid] - c, t = run_t[tid] - nt;
+    for (int e = e0; e < e1; e++) {
+        off[e] = o;
+        for (int r = 0; r < count[e]; r += tm, t++) { // tile: expert, first entry, rows
+            tiles[3 * t] = e;
+            tiles[3 * t + 1] = o + r;
+            tiles[3 * t + 2] = count[e] - r < tm ? count[e] - r : tm;
+        }
+        o += count[e];
+    }
+    if (tid == (int)blockDim.x - 1) off[E] = o, *n_tiles = t;
     __syncthreads();
     // where an entry lands inside its expert does not change any result (rows are independent)
     for (int i = threadIdx.x; i < m; i += blockDim.x) {
@@ -151,35 +163,44 @@ __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int32_t *pe
  * had nothing to do (257 rows for 6 tiles). Rows past the step's tiles return at once. */
 #define MOE_FEATS 8 /* output features (warps) per block */
 
-template <typename T>
+/* Tiles of up to TM rows hold 16 accumulators per row in registers, which at 16 rows left room
+ * for two blocks per multiprocessor: too few loads in flight for a batch-1 step, whose every
+ * tile has one row (expert read at 1.07 TB/s on the Flash slice). Steps of at most
+ * MOE_SMALL_ENTRIES entries use tiles of TM_SMALL rows, with twice the loads per lane in flight.
+ * A lane visits k = lane, lane + 32, ... in the same order with either, so every sum, and a
+ * row's result, is the same whatever tile it lands in. */
+#define TM_SMALL          4
+#define MOE_SMALL_ENTRIES 64
+
+template <typename T, int TMR, int J>
 __device__ __forceinline__ void moe_tile(float *out, const float *in, const int32_t *perm,
                                          int k_per_row, int swiglu, const T *w1, const T *w3,
                                          int p0, int rows, int n, int K, int N, float limit) {
     int lane = threadIdx.x & 31;
-    const float *xr[TM];
+    const float *xr[TMR];
 #pragma unroll
-    for (int r = 0; r < TM; r++) {
+    for (int r = 0; r < TMR; r++) {
         int p = p0 + (r < rows ? r : 0);
         xr[r] = swiglu ? in + (size_t)(perm[p] / k_per_row) * K : in + (size_t)p * K;
     }
-    float a1[TM], a3[TM];
+    float a1[TMR], a3[TMR];
 #pragma unroll
-    for (int r = 0; r < TM; r++)
+    for (int r = 0; r < TMR; r++)
         a1[r] = a3[r] = 0.0f;
     long long wrow = (long long)n * K;
-    for (int k0 = 0; k0 < K; k0 += 256) {
-        float v1[8], v3[8];
+    for (int k0 = 0; k0 < K; k0 += 32 * J) {
+        float v1[J], v3[J];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < J; j++) {
             int k = k0 + 32 * j + lane;
             v1[j] = k < K ? as_f32(w1[wrow + k]) : 0.0f;
             v3[j] = swiglu && k < K ? as_f32(w3[wrow + k]) : 0.0f;
         }
 #pragma unroll
-        for (int r = 0; r < TM; r++) {
+        for (int r = 0; r < TMR; r++) {
             if (r >= rows) break;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < J; j++) {
                 int k = k0 + 32 * j + lane;
                 float xv = k < K ? xr[r][k] : 0.0f;
                 a1[r] += xv * v1[j];
@@ -188,7 +209,7 @@ __device__ __forceinline__ void moe_tile(float *out, const float *in, const int3
         }
     }
 #pragma unroll
-    for (int r = 0; r < TM; r++) {
+    for (int r = 0; r < TMR; r++) {
         if (r >= rows) break;
         float g = warp_sum(a1[r]), u = warp_sum(a3[r]);
         if (lane) continue;
@@ -201,7 +222,7 @@ __device__ __forceinline__ void moe_tile(float *out, const float *in, const int3
     }
 }
 
-template <typename T>
+template <typename T, int TMR, int J>
 __global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm, int k_per_row,
                                 int swiglu, const int32_t *tiles, const int32_t *n_tiles,
                                 struct expert_set ex, int K, int N, float limit) {
@@ -210,26 +231,31 @@ __global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm
     for (int tile = blockIdx.y; tile < *n_tiles; tile += gridDim.y) {
         int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
         const T *w1 = (const T *)(swiglu ? ex.w1[e] : ex.w2[e]), *w3 = (const T *)ex.w3[e];
-        moe_tile<T>(out, in, perm, k_per_row, swiglu, w1, w3, p0, rows, n, K, N, limit);
+        moe_tile<T, TMR, J>(out, in, perm, k_per_row, swiglu, w1, w3, p0, rows, n, K, N, limit);
     }
 }
 
-static void moe_gemm(dim3 grid, cudaStream_t s, float *out, const float *in, int swiglu, int k,
-                     const struct expert_set *ex, int K, int N, float limit) {
+template <typename T>
+static void moe_gemm_t(dim3 grid, cudaStream_t s, int tm, float *out, const float *in, int swiglu,
+                       int k, const struct expert_set *ex, int K, int N, float limit) {
+    if (tm == TM_SMALL)
+        moe_gemm_kernel<T, TM_SMALL, 16><<<grid, 32 * MOE_FEATS, 0, s>>>(
+            out, in, g_perm, k, swiglu, g_tiles, g_ntiles, *ex, K, N, limit);
+    else
+        moe_gemm_kernel<T, TM, 8><<<grid, 32 * MOE_FEATS, 0, s>>>(
+            out, in, g_perm, k, swiglu, g_tiles, g_ntiles, *ex, K, N, limit);
+    LAUNCH_CHECK();
+}
+
+static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float *in, int swiglu,
+                     int k, const struct expert_set *ex, int K, int N, float limit) {
     switch (ex->dtype) {
     case TD_DTYPE_BF16:
-        moe_gemm_kernel<__nv_bfloat16><<<grid, 32 * MOE_FEATS, 0, s>>>(
-            out, in, g_perm, k, swiglu, g_tiles, g_ntiles, *ex, K, N, limit);
+        moe_gemm_t<__nv_bfloat16>(grid, s, tm, out, in, swiglu, k, ex, K, N, limit);
         break;
-    case TD_DTYPE_F16:
-        moe_gemm_kernel<__half><<<grid, 32 * MOE_FEATS, 0, s>>>(out, in, g_perm, k, swiglu, g_tiles,
-                                                                g_ntiles, *ex, K, N, limit);
-        break;
-    default:
-        moe_gemm_kernel<float><<<grid, 32 * MOE_FEATS, 0, s>>>(out, in, g_perm, k, swiglu, g_tiles,
-                                                               g_ntiles, *ex, K, N, limit);
+    case TD_DTYPE_F16: moe_gemm_t<__half>(grid, s, tm, out, in, swiglu, k, ex, K, N, limit); break;
+    default: moe_gemm_t<float>(grid, s, tm, out, in, swiglu, k, ex, K, N, limit);
     }
-    LAUNCH_CHECK();
 }
 
 __global__ void moe_combine_kernel(float *out, const float *y, const int32_t *picks,
@@ -259,7 +285,7 @@ static void ensure_grouped(int entries, int experts, int inter, int dim) {
     g_experts = experts > g_experts ? experts : g_experts;
     g_inter = inter > g_inter ? inter : g_inter;
     g_dim = dim > g_dim ? dim : g_dim;
-    int max_tiles = g_entries / TM + g_experts + 1;
+    int max_tiles = g_entries / TM_SMALL + g_experts + 1;
     CUDA_CHECK(cudaMalloc(&g_perm, (size_t)g_entries * sizeof(int32_t)));
     CUDA_CHECK(cudaMalloc(&g_inv, (size_t)g_entries * sizeof(int32_t)));
     CUDA_CHECK(cudaMalloc(&g_tiles, (size_t)max_tiles * 3 * sizeof(int32_t)));
@@ -280,15 +306,16 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
         fprintf(stderr, "moe_experts_cuda: %d experts per token, at most 31\n", k);
         abort();
     }
-    int m = n * k, max_tiles = m / TM + n_experts + 1;
+    int m = n * k, tm = m <= MOE_SMALL_ENTRIES ? TM_SMALL : TM;
+    int max_tiles = m / tm + n_experts + 1;
     ensure_grouped(m, n_experts, inter, d);
     cudaStream_t s = td_cuda_stream();
-    moe_group_kernel<<<1, 256, (size_t)(3 * n_experts + 1) * sizeof(int), s>>>(
-        picks, m, n_experts, g_perm, g_inv, g_tiles, g_ntiles);
+    moe_group_kernel<<<1, MOE_GROUP_THREADS, (size_t)(3 * n_experts + 1) * sizeof(int), s>>>(
+        picks, m, n_experts, tm, g_perm, g_inv, g_tiles, g_ntiles);
     LAUNCH_CHECK();
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
-    moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, g_h, x, 1, k, ex, d, inter, limit);
-    moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, g_y, g_h, 0, k, ex, inter, d, limit);
+    moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, tm, g_h, x, 1, k, ex, d, inter, limit);
+    moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, tm, g_y, g_h, 0, k, ex, inter, d, limit);
     moe_combine_kernel<<<ceil_div((long long)n * d, 256), 256, 0, s>>>(out, g_y, picks, weights,
                                                                        g_inv, n, k, d);
     LAUNCH_CHECK();

@@ -4,17 +4,26 @@
 #include "cuda_common.cuh"
 #include "rope.h"
 
+/* one block per row: the row's cos/sin per frequency first (a double sincos each; once per
+ * frequency, not per vector: 64 heads of the Flash slice made each 64 times, 10 us a call),
+ * then every vector's pairs */
 __global__ void rope_rows_kernel(float *x, int n_vec, int d, int rot, const int32_t *positions,
                                  const float *inv_freq, float af, int inverse) {
+    __shared__ float cs[256], sn[256];
     int t = blockIdx.x, half = rot / 2;
     float pos = (float)positions[t];
-    for (int k = threadIdx.x; k < n_vec * half; k += blockDim.x) {
-        int v = k / half, i = k % half;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float ang = pos * inv_freq[i];
         double sd, cd;
         sincos((double)ang, &sd, &cd);
-        float c = (float)cd * af, s = (float)sd * af;
-        if (inverse) s = -s;
+        float s = (float)sd * af;
+        cs[i] = (float)cd * af;
+        sn[i] = inverse ? -s : s;
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < n_vec * half; k += blockDim.x) {
+        int v = k / half, i = k % half;
+        float c = cs[i], s = sn[i];
         float *r = x + ((size_t)t * n_vec + v) * d + (d - rot);
         float a = r[2 * i], b = r[2 * i + 1];
         r[2 * i] = a * c - b * s;
@@ -26,6 +35,10 @@ extern "C" void rope_rows_cuda(float *x, int n, int n_vec, int d, int rot_dim,
                                const int32_t *positions, const float *inv_freq,
                                float attention_factor, int inverse) {
     if (!n || !rot_dim) return;
+    if (rot_dim > 512) {
+        fprintf(stderr, "rope_rows_cuda: rotary dims %d, at most 512\n", rot_dim);
+        abort();
+    }
     rope_rows_kernel<<<n, 128, 0, td_cuda_stream()>>>(x, n_vec, d, rot_dim, positions, inv_freq,
                                                       attention_factor, inverse);
     LAUNCH_CHECK();

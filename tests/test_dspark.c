@@ -51,7 +51,7 @@ static int target_pass(const struct td_model *m, struct draft_dspark *d, const i
                       err, errlen))
         return -1;
     float *lg = malloc((size_t)n * m->cfg.vocab * sizeof(float));
-    struct td_forward_io io = {NULL, NULL, draft_dspark_capture(d), NULL, 0};
+    struct td_forward_io io = {.capture = draft_dspark_capture(d)};
     io.capture_layers = draft_dspark_capture_layers(d, &io.n_capture);
     struct td_plan_seq q = {td_state_seq_alloc(&st), 0, n, ids, 0, 0};
     int rc = td_forward_seqs_io(m, &st, &q, 1, &io, lg, err, errlen);
@@ -117,7 +117,7 @@ static void run_fixture(const char *dir) {
         case_begin();
         CHECK(!target_pass(&f.m, d, ids, n, last, err, sizeof err), "%s", err);
         CHECK(argmax(last, V) == anchor, "target anchor %d, reference %d", argmax(last, V), anchor);
-        struct dspark_seq s = {0, 0, n, 0, anchor, g, &greedy, drafts, q, conf, 0};
+        struct dspark_seq s = {0, 0, n, 0, anchor, g, &greedy, drafts, q, conf, 0, NULL};
         CHECK(!check_case_failed && !draft_dspark_run(d, &s, 1, err, sizeof err), "%s", err);
         snprintf(path, sizeof path, "%s_U", cname);
         const struct st_entry *u = st_set_find(&f.ref, path);
@@ -139,7 +139,7 @@ static void run_fixture(const char *dir) {
                       cr);
             }
         }
-        struct dspark_seq again = {0, 1, n - 1, 1, anchor, g, &greedy, drafts, q, conf, 0};
+        struct dspark_seq again = {0, 1, n - 1, 1, anchor, g, &greedy, drafts, q, conf, 0, NULL};
         CHECK(draft_dspark_run(d, &again, 1, err, sizeof err) && strstr(err, "holds"),
               "rows inserted again at position 1 passed (a round must store nothing, and the "
               "drafter's length is the target's)");
@@ -156,10 +156,10 @@ static void run_fixture(const char *dir) {
         for (int j = 0; j < g; j++)
             chain[j] = (int32_t)json_integer_value(json_array_get(chj, (size_t)j));
         int cut = n / 3 + 1;
-        struct dspark_seq s1 = {0, 0, cut, 0, ids[cut], 0, &t1, drafts, q, conf, 0};
+        struct dspark_seq s1 = {0, 0, cut, 0, ids[cut], 0, &t1, drafts, q, conf, 0, NULL};
         CHECK(!draft_dspark_run(d, &s1, 1, err, sizeof err), "%s", err);
         draft_dspark_force_chain(d, chain);
-        struct dspark_seq s2 = {0, cut, n - cut, cut, anchor, g, &t1, drafts, q, conf, 0};
+        struct dspark_seq s2 = {0, cut, n - cut, cut, anchor, g, &t1, drafts, q, conf, 0, NULL};
         CHECK(!draft_dspark_run(d, &s2, 1, err, sizeof err), "%s", err);
         draft_dspark_force_chain(d, NULL);
         snprintf(path, sizeof path, "%s_Z", cname);
@@ -206,7 +206,7 @@ static void run_fixture(const char *dir) {
         if (dt) {
             CHECK(!target_pass(&f.m, dt, ids, n, last, err, sizeof err), "%s", err);
             draft_dspark_force_chain(dt, chain);
-            struct dspark_seq s3 = {0, 0, n, 0, anchor, g, &t1, drafts, q, conf, 0};
+            struct dspark_seq s3 = {0, 0, n, 0, anchor, g, &t1, drafts, q, conf, 0, NULL};
             CHECK(!draft_dspark_run(dt, &s3, 1, err, sizeof err), "%s", err);
             CHECK(s3.n_drafts == want_n, "threshold %.4f: %d drafts, expected %d", th, s3.n_drafts,
                   want_n);

@@ -359,7 +359,7 @@ static void test_capture(struct fx *f) {
     struct td_plan p;
     CHECK(!meta_plan_init(&p, &d, err, sizeof err) && !meta_plan_build(&p, &q, 1, err, sizeof err),
           "%s", err);
-    struct td_forward_io io = {NULL, NULL, cap, layers, 3};
+    struct td_forward_io io = {.capture = cap, .capture_layers = layers, .n_capture = 3};
     CHECK(!td_forward_ex(&f->m, &st, &p, &io, lg, NULL, err, sizeof err), "%s", err);
     double worst = 0;
     for (int k = 0; k < 3 && !check_case_failed; k++) {

@@ -150,6 +150,83 @@ static void test_matmul(void) {
     }
 }
 
+/* hc_pre, hc_post and hc_head on n tokens of nc streams of width d against the reference */
+static void test_hc(int n, int nc, int d) {
+    int m = (2 + nc) * nc;
+    size_t X = (size_t)n * nc * d;
+    float *x = malloc(X * 4), *ref = malloc(X * 4);
+    for (size_t i = 0; i < X; i++)
+        x[i] = frand() * 3;
+    float *dx = dev_copy(x, X * 4);
+    case_begin();
+    {
+        float *fn = malloc((size_t)m * nc * d * 4), *base = malloc((size_t)m * 4);
+        float scale[3] = {0.9f, 1.2f, 1.1f};
+        for (int i = 0; i < m * nc * d; i++)
+            fn[i] = frand() * 0.05f;
+        for (int i = 0; i < m; i++)
+            base[i] = frand() * 0.5f;
+        struct hc_weights hw = {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32};
+        float *col = malloc((size_t)n * d * 4), *post = malloc((size_t)n * nc * 4);
+        float *comb = malloc((size_t)n * nc * nc * 4);
+        hc_pre_ref(col, post, comb, x, &hw, n, nc, d, 20, 1e-6f, 1e-6f);
+        struct hc_weights dhw = {dev_copy(fn, (size_t)m * nc * d * 4),
+                                 dev_copy(base, (size_t)m * 4),
+                                 dev_copy(scale, sizeof scale),
+                                 TD_DTYPE_F32,
+                                 TD_DTYPE_F32,
+                                 TD_DTYPE_F32};
+        float *dcol = dev_out((size_t)n * d), *dpost = dev_out((size_t)n * nc);
+        float *dcomb = dev_out((size_t)n * nc * nc);
+        hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f);
+        float *gc = fetch(dcol, (size_t)n * d, "hc_pre collapsed");
+        float *gp = fetch(dpost, (size_t)n * nc, "hc_pre post");
+        float *gm = fetch(dcomb, (size_t)n * nc * nc, "hc_pre comb");
+        CHECK(max_rel(gc, col, (size_t)n * d) < 1e-4 && max_rel(gp, post, (size_t)n * nc) < 1e-4 &&
+                  max_rel(gm, comb, (size_t)n * nc * nc) < 1e-4,
+              "hc_pre: %.3g %.3g %.3g", max_rel(gc, col, (size_t)n * d),
+              max_rel(gp, post, (size_t)n * nc), max_rel(gm, comb, (size_t)n * nc * nc));
+        // post: x' = post_j a + sum_i comb[i][j] x_i, on the reference's own post/comb
+        float *a = malloc((size_t)n * d * 4);
+        for (int i = 0; i < n * d; i++)
+            a[i] = frand();
+        memcpy(ref, x, (size_t)n * nc * d * 4);
+        hc_post_ref(ref, a, post, comb, n, nc, d);
+        float *dX = dev_out((size_t)n * nc * d);
+        gpu->to_device(dX, x, (size_t)n * nc * d * 4);
+        float *da = dev_copy(a, (size_t)n * d * 4);
+        gpu->to_device(dpost, post, (size_t)n * nc * 4);
+        gpu->to_device(dcomb, comb, (size_t)n * nc * nc * 4);
+        hc_post_cuda(dX, da, dpost, dcomb, n, nc, d);
+        float *gX = fetch(dX, (size_t)n * nc * d, "hc_post");
+        CHECK(max_rel(gX, ref, (size_t)n * nc * d) < 1e-5, "hc_post %.3g",
+              max_rel(gX, ref, (size_t)n * nc * d));
+        // head
+        float *hfn = malloc((size_t)nc * nc * d * 4), hbase[16], hs = 1.1f;
+        for (int i = 0; i < nc * nc * d; i++)
+            hfn[i] = frand() * 0.05f;
+        for (int i = 0; i < nc; i++)
+            hbase[i] = 0.1f * (i % 4) - 0.2f;
+        float *hy = malloc((size_t)n * d * 4);
+        hc_head_ref(hy, x, hfn, TD_DTYPE_F32, hbase, TD_DTYPE_F32, &hs, TD_DTYPE_F32, n, nc, d,
+                    1e-6f, 1e-6f);
+        float *dhy = dev_out((size_t)n * d);
+        hc_head_cuda(dhy, dx, dev_copy(hfn, (size_t)nc * nc * d * 4), TD_DTYPE_F32,
+                     dev_copy(hbase, (size_t)nc * 4), TD_DTYPE_F32, dev_copy(&hs, 4), TD_DTYPE_F32,
+                     n, nc, d, 1e-6f, 1e-6f);
+        float *ghy = fetch(dhy, (size_t)n * d, "hc_head");
+        CHECK(max_rel(ghy, hy, (size_t)n * d) < 1e-4, "hc_head %.3g",
+              max_rel(ghy, hy, (size_t)n * d));
+        free(fn), free(base), free(hfn), free(col), free(post), free(comb), free(gc), free(gp),
+            free(gm), free(a);
+        free(gX), free(hy), free(ghy);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "op/hc_pre_post_head/n%d_nc%d_d%d", n, nc, d);
+    case_end(name, "");
+    free(x), free(ref);
+}
+
 static void test_pointwise(void) {
     int n = 37, d = 96, nc = 4, rot = 16, V = 111;
     float *x = malloc((size_t)n * nc * d * 4), *ref = malloc((size_t)n * nc * d * 4);
@@ -193,67 +270,11 @@ static void test_pointwise(void) {
     }
     case_end("op/rope_rows", "");
 
-    case_begin();
-    {
-        int m = (2 + nc) * nc;
-        float *fn = malloc((size_t)m * nc * d * 4), base[24], scale[3] = {0.9f, 1.2f, 1.1f};
-        for (int i = 0; i < m * nc * d; i++)
-            fn[i] = frand() * 0.05f;
-        for (int i = 0; i < m; i++)
-            base[i] = frand() * 0.5f;
-        struct hc_weights hw = {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32};
-        float *col = malloc((size_t)n * d * 4), *post = malloc((size_t)n * nc * 4);
-        float *comb = malloc((size_t)n * nc * nc * 4);
-        hc_pre_ref(col, post, comb, x, &hw, n, nc, d, 20, 1e-6f, 1e-6f);
-        struct hc_weights dhw = {dev_copy(fn, (size_t)m * nc * d * 4),
-                                 dev_copy(base, sizeof base),
-                                 dev_copy(scale, sizeof scale),
-                                 TD_DTYPE_F32,
-                                 TD_DTYPE_F32,
-                                 TD_DTYPE_F32};
-        float *dcol = dev_out((size_t)n * d), *dpost = dev_out((size_t)n * nc);
-        float *dcomb = dev_out((size_t)n * nc * nc);
-        hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f);
-        float *gc = fetch(dcol, (size_t)n * d, "hc_pre collapsed");
-        float *gp = fetch(dpost, (size_t)n * nc, "hc_pre post");
-        float *gm = fetch(dcomb, (size_t)n * nc * nc, "hc_pre comb");
-        CHECK(max_rel(gc, col, (size_t)n * d) < 1e-4 && max_rel(gp, post, (size_t)n * nc) < 1e-4 &&
-                  max_rel(gm, comb, (size_t)n * nc * nc) < 1e-4,
-              "hc_pre: %.3g %.3g %.3g", max_rel(gc, col, (size_t)n * d),
-              max_rel(gp, post, (size_t)n * nc), max_rel(gm, comb, (size_t)n * nc * nc));
-        // post: x' = post_j a + sum_i comb[i][j] x_i, on the reference's own post/comb
-        float *a = malloc((size_t)n * d * 4);
-        for (int i = 0; i < n * d; i++)
-            a[i] = frand();
-        memcpy(ref, x, (size_t)n * nc * d * 4);
-        hc_post_ref(ref, a, post, comb, n, nc, d);
-        float *dX = dev_out((size_t)n * nc * d);
-        gpu->to_device(dX, x, (size_t)n * nc * d * 4);
-        float *da = dev_copy(a, (size_t)n * d * 4);
-        gpu->to_device(dpost, post, (size_t)n * nc * 4);
-        gpu->to_device(dcomb, comb, (size_t)n * nc * nc * 4);
-        hc_post_cuda(dX, da, dpost, dcomb, n, nc, d);
-        float *gX = fetch(dX, (size_t)n * nc * d, "hc_post");
-        CHECK(max_rel(gX, ref, (size_t)n * nc * d) < 1e-5, "hc_post %.3g",
-              max_rel(gX, ref, (size_t)n * nc * d));
-        // head
-        float hfn[4 * 4 * 96], hbase[4] = {0.1f, -0.2f, 0.3f, 0.0f}, hs = 1.1f;
-        for (int i = 0; i < nc * nc * d; i++)
-            hfn[i] = frand() * 0.05f;
-        float *hy = malloc((size_t)n * d * 4);
-        hc_head_ref(hy, x, hfn, TD_DTYPE_F32, hbase, TD_DTYPE_F32, &hs, TD_DTYPE_F32, n, nc, d,
-                    1e-6f, 1e-6f);
-        float *dhy = dev_out((size_t)n * d);
-        hc_head_cuda(dhy, dx, dev_copy(hfn, sizeof hfn), TD_DTYPE_F32,
-                     dev_copy(hbase, sizeof hbase), TD_DTYPE_F32, dev_copy(&hs, 4), TD_DTYPE_F32, n,
-                     nc, d, 1e-6f, 1e-6f);
-        float *ghy = fetch(dhy, (size_t)n * d, "hc_head");
-        CHECK(max_rel(ghy, hy, (size_t)n * d) < 1e-4, "hc_head %.3g",
-              max_rel(ghy, hy, (size_t)n * d));
-        free(fn), free(col), free(post), free(comb), free(gc), free(gp), free(gm), free(a);
-        free(gX), free(hy), free(ghy);
-    }
-    case_end("op/hc_pre_post_head", "");
+    test_hc(n, 4, d);    // the Sinkhorn in registers, the mixes in one block
+    test_hc(3, 4, 1536); // width 6144: the mixes split over column chunks (HC_SPLIT_MIN)
+    test_hc(5, 6, 40);   // nc > 4: the Sinkhorn in shared memory
+    test_hc(2, 5, 1000); // both, with a last chunk of 8 columns
+    test_hc(7, 3, 50);   // nc = 3: the warp's Sinkhorn with padded lanes
 
     case_begin();
     {
@@ -887,6 +908,7 @@ static void test_graphs(void) {
 /* greedy speculation equals plain greedy decoding on the GPU, 32 prompts decoded together */
 static const char *engine_model = "tests/fixtures/a_tiny_yarn";
 static int engine_vocab = 512;
+static float engine_threshold; /* --dspark-threshold */
 
 /* every one of n requests gave the same tokens in both runs */
 static void check_same(int32_t (*a)[64], const int *na, int32_t (*b)[64], const int *nb, int n,
@@ -908,6 +930,7 @@ static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[6
     ep.max_batch_tokens = 256;
     ep.max_seqs = n_req;
     ep.max_ctx = 256;
+    ep.dspark_threshold = engine_threshold;
     struct td_engine *e;
     if (td_engine_init(&e, &ep, err, sizeof err)) {
         case_fail("%s", err);
@@ -968,6 +991,15 @@ static void test_greedy_spec_gpu(void) {
     check_same(plain, np, spec, ns, 32, "DSpark");
     snprintf(extra, sizeof extra, "(tokens/s: plain %.0f, dspark %.0f, deterministic)", tp, ts);
     case_end("deterministic/dspark_greedy_equals_plain_32_prompts", extra);
+
+    // a confidence cut: rounds stop short of k, and the verify step, built before the drafts
+    // came to the host, verifies k rows of which it keeps the drafts made
+    case_begin();
+    engine_threshold = 0.5f;
+    ts = run_engine("dspark", 1, 32, spec, ns);
+    engine_threshold = 0.0f;
+    check_same(plain, np, spec, ns, 32, "DSpark with a confidence cut");
+    case_end("deterministic/dspark_threshold_greedy_equals_plain_32_prompts", "");
 
     // small batches: every step (target and drafter) replays a CUDA graph of a padded bucket,
     // so every buffer a step writes must hold the bucket's rows (a DSpark block of 5 rows runs

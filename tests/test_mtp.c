@@ -160,7 +160,7 @@ static void run_fixture(const struct mtp_fixture *x) {
         CHECK(plan_ok && !meta_plan_build(&p, &q, 1, err, sizeof err), "%s", err);
     }
     if (!check_case_failed) {
-        struct td_forward_io io = {NULL, draft_mtp_hidden(d), NULL, NULL, 0};
+        struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d)};
         CHECK(!td_forward_ex(&f.m, &st, &p, &io, lg, NULL, err, sizeof err), "%s", err);
     }
     int ready = !check_case_failed; // the MTP cases run on the C target's streams and bonus
