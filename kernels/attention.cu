@@ -18,6 +18,14 @@ __device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t
 
 #define ATT_KEYS 8
 
+/* column c of keys j0 .. j0 + ATT_KEYS - 1 (0 past nk), loaded before any is used */
+__device__ __forceinline__ void load_keys(float *kv, const float *const *kp, int j0, int nk,
+                                          int c) {
+#pragma unroll
+    for (int u = 0; u < ATT_KEYS; u++)
+        kv[u] = j0 + u < nk ? kp[j0 + u][c] : 0.0f;
+}
+
 /* one block per (row, head): the heads of a row run side by side (a batch-1 decode step still
  * fills n_heads blocks). Each block resolves its row's key addresses once into shared memory;
  * every sum runs in the same order as with any other grid, so results do not depend on it. */
@@ -57,9 +65,7 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
 #pragma unroll 4
         for (int c = lane; c < a.d; c += 32) {
             float kv[ATT_KEYS];
-#pragma unroll
-            for (int u = 0; u < ATT_KEYS; u++)
-                kv[u] = j0 + u < nk ? kp[j0 + u][c] : 0.0f;
+            load_keys(kv, kp, j0, nk, c);
 #pragma unroll
             for (int u = 0; u < ATT_KEYS; u++)
                 dot[u] += qs[c] * kv[u];
@@ -89,9 +95,7 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
 #pragma unroll 2
         for (int j0 = 0; j0 < nk; j0 += ATT_KEYS) {
             float kv[ATT_KEYS];
-#pragma unroll
-            for (int u = 0; u < ATT_KEYS; u++)
-                kv[u] = j0 + u < nk ? kp[j0 + u][c] : 0.0f;
+            load_keys(kv, kp, j0, nk, c);
 #pragma unroll
             for (int u = 0; u < ATT_KEYS; u++)
                 if (j0 + u < nk) acc += s[j0 + u] * kv[u];

@@ -139,4 +139,14 @@ static inline int ceil_div(long long a, int b) {
     return (int)((a + b - 1) / b);
 }
 
+/* a float scratch buffer of at least `need` elements: grown (by half again), never freed nor
+ * moved back, since a captured graph keeps the address it was captured with */
+static inline float *grow_scratch(float **buf, size_t *cap, size_t need) {
+    if (need > *cap) {
+        *cap = need + need / 2;
+        CUDA_CHECK(cudaMalloc(buf, *cap * sizeof(float)));
+    }
+    return *buf;
+}
+
 #endif

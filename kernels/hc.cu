@@ -260,21 +260,15 @@ __global__ void __launch_bounds__(HC_THREADS)
 static float *parts;
 static size_t parts_cap;
 
-static void ensure_parts(size_t need) {
-    if (need <= parts_cap) return; // grow only, never free: captured graphs keep old addresses
-    parts_cap = need + need / 2;
-    CUDA_CHECK(cudaMalloc(&parts, parts_cap * sizeof(float)));
-}
-
 extern "C" void hc_cuda_reserve(size_t n) {
-    ensure_parts(n);
+    grow_scratch(&parts, &parts_cap, n);
 }
 
 /* the chunk parts of n tokens' m mixes when the width is split (returns the split count) */
 static int mix_parts(const float *x, const void *fn, int fn_dt, int n, int m, int width) {
     int splits = hc_mix_splits(width);
     if (splits > 1) {
-        ensure_parts((size_t)n * splits * (m + 1));
+        grow_scratch(&parts, &parts_cap, (size_t)n * splits * (m + 1));
         hc_mix_kernel<<<dim3(splits, n), hc_threads(width), 0, td_cuda_stream()>>>(
             parts, x, fn, fn_dt, m, width, splits);
         LAUNCH_CHECK();

@@ -76,14 +76,8 @@ __global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
         r->topk[(size_t)t * r->topk_stride + j] = j < k ? picks[j] : -1;
 }
 
-static void ensure_scratch(size_t need) {
-    if (need <= scratch_cap) return; // grow only, never free: captured graphs keep old addresses
-    scratch_cap = need + need / 2;
-    CUDA_CHECK(cudaMalloc(&scratch, scratch_cap * sizeof(float)));
-}
-
 extern "C" void indexer_cuda_reserve(size_t score_elems) {
-    ensure_scratch(score_elems);
+    grow_scratch(&scratch, &scratch_cap, score_elems);
 }
 
 extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
@@ -92,7 +86,7 @@ extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
         fprintf(stderr, "indexer_topk_cuda: index_topk %d, at most 1024\n", a->topk);
         abort();
     }
-    ensure_scratch((size_t)a->rows.n_tok * (a->n_entries + 1));
+    grow_scratch(&scratch, &scratch_cap, (size_t)a->rows.n_tok * (a->n_entries + 1));
     indexer_topk_kernel<<<a->rows.n_tok, 256, 0, td_cuda_stream()>>>(*a, scratch);
     LAUNCH_CHECK();
 }
