@@ -36,7 +36,8 @@ int main(void) {
     for (int s = 0; s < 4; s++) {
         int n = shapes[s][0], d = shapes[s][1];
         float *x = b->alloc((size_t)n * nc * d * 4), *fn = b->alloc((size_t)m * nc * d * 4);
-        float *base = b->alloc((size_t)m * 4), *scale = b->alloc(12), *col = b->alloc((size_t)n * d * 4);
+        float *base = b->alloc((size_t)m * 4), *scale = b->alloc(12),
+              *col = b->alloc((size_t)n * d * 4);
         float *post = b->alloc((size_t)n * nc * 4), *comb = b->alloc((size_t)n * nc * nc * 4);
         struct hc_weights w = {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32};
         for (int v = 0; v < 3; v++) { // hc_pre 0 iterations, hc_pre 20, hc_head
@@ -56,8 +57,12 @@ int main(void) {
                 b->graph_launch(g);
             if (b->finish(err, sizeof err)) return 1;
             double us = (now() - t0) * 1e6 / (calls * reps);
-            printf("%s n %d nc %d d %d%s: %.2f us per call\n", v == 2 ? "hc_head" : "hc_pre ", n, nc,
-                   d, v == 2 ? "" : v ? ", 20 iterations" : ", 0 iterations", us);
+            printf("%s n %d nc %d d %d%s: %.2f us per call\n", v == 2 ? "hc_head" : "hc_pre ", n,
+                   nc, d,
+                   v == 2 ? ""
+                   : v    ? ", 20 iterations"
+                          : ", 0 iterations",
+                   us);
             b->graph_free(g);
         }
     }
