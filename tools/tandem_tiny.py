@@ -27,6 +27,7 @@ import os
 import re
 import struct
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -91,6 +92,37 @@ MTP_COMPRESS_RATIO = 0
 
 def log(*a):
     print(*a, flush=True)
+
+
+class StepBudget:
+    """How many steps a training run takes: `steps` when given, else as many as fit before
+    `until` (seconds since the epoch), the time of a step measured from step `first` to step
+    `last` (after `sync()`, a device sync). after(step), called after each step, returns the
+    seconds per step once, at `last` (total is then set), else None; over(grace) is true once
+    `until` (when given) is more than grace seconds past."""
+
+    def __init__(self, steps, until, first, last, sync=None, what="--steps or --train-seconds"):
+        if steps is None and until is None:
+            raise SystemExit(f"give {what}")
+        self.total = steps or 10 ** 9
+        self.calibrate = steps is None
+        self.until, self.first, self.last = until, first, last
+        self.sync = sync or (lambda: None)
+        self.t = time.time()
+
+    def after(self, step):
+        if not self.calibrate or step not in (self.first, self.last):
+            return None
+        self.sync()
+        if step == self.first:
+            self.t = time.time()
+            return None
+        dt = (time.time() - self.t) / (self.last - self.first)
+        self.total = max(step + 1, step + int((self.until - time.time()) / dt))
+        return dt
+
+    def over(self, grace):
+        return self.until is not None and time.time() > self.until + grace
 
 
 # ------------------------------------------------------------------------------- corpus

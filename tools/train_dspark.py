@@ -329,9 +329,8 @@ def main():
                              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95))
     until = time.time() + a.train_seconds if a.train_seconds else None
-    total = a.steps or 10 ** 9
-    if a.steps is None and until is None:
-        raise SystemExit("give --steps or --train-seconds")
+    budget = tt.StepBudget(a.steps, until, 0, 5)
+    total = budget.total
     gen = torch.Generator().manual_seed(a.seed)
     load = torch.zeros(len(ds.stages), ds.stages[0].ffn.E, device=dev)
     step, t0 = 0, time.time()
@@ -355,9 +354,9 @@ def main():
                 st.ffn.bias.add_(1e-3 * torch.sign(cnt.mean() - cnt))
                 load[s] = cnt / cnt.mean()
         step += 1
-        if step == 5 and a.steps is None:
-            dt = (time.time() - t0) / 5
-            total = max(step + 1, step + int((until - time.time()) / dt))
+        dt = budget.after(step)
+        if dt:
+            total = budget.total
             tt.log(f"calibrated: {dt:.3f} s/step -> {total} steps")
         if step % 50 == 0 or step == total or step <= 2:
             tt.log(f"step {step} loss {float(loss):.4f} (ce {float(parts[0]):.4f} tv "
@@ -367,7 +366,7 @@ def main():
             write_dspark(out, ds)
             saved = time.time()
             tt.log(f"step {step}: interim save to {out}")
-        if until and time.time() > until + 30:
+        if budget.over(30):
             break
     train_time = time.time() - t0
     ds.eval()

@@ -121,11 +121,11 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
 
     until = a.train_until or (time.time() + a.train_seconds if a.train_seconds else None)
-    total = a.steps or 10 ** 9
-    if a.steps is None and until is None:
-        raise SystemExit("give --steps, --train-seconds or --train-until")
+    budget = tt.StepBudget(a.steps, until, 5, 20, torch.cuda.synchronize,
+                           "--steps, --train-seconds or --train-until")
+    total = budget.total
     data = batches(train_s, a.batch, a.seq, a.seed, dev)
-    step, t0, t_cal = 0, time.time(), None
+    step, t0 = 0, time.time()
     while step < total:
         lr = lr_at(step, total, a.lr, a.warmup)
         for gr in opt.param_groups:
@@ -141,18 +141,14 @@ def main():
         opt.step()
         bal.update()
         step += 1
-        if step == 5:
-            torch.cuda.synchronize()
-            t_cal = time.time()
-        if step == 20 and a.steps is None:
-            torch.cuda.synchronize()
-            dt = (time.time() - t_cal) / 15
-            total = max(step + 1, step + int((until - time.time()) / dt))
+        dt = budget.after(step)
+        if dt:
+            total = budget.total
             tt.log(f"calibrated: {dt * 1000:.1f} ms/step -> {total} steps")
         if step % 25 == 0 or step == total or step <= 2:
             tt.log(f"step {step} loss " + " ".join(f"{float(l.detach()):.4f}" for l in losses)
                    + f" lr {lr:.2e} {time.time() - t0:.0f}s")
-        if a.steps is None and time.time() > until + 10:
+        if budget.over(10):
             break
     train_time = time.time() - t0
 

@@ -185,12 +185,12 @@ def main():
     torch.backends.cudnn.allow_tf32 = True
 
     until = a.train_until or (time.time() + a.train_seconds if a.train_seconds else None)
-    total = a.steps or 10 ** 9
-    if a.steps is None and until is None:
-        raise SystemExit("give --steps, --train-seconds or --train-until")
+    budget = tt.StepBudget(a.steps, until, 10, 30, torch.cuda.synchronize,
+                           "--steps, --train-seconds or --train-until")
+    total = budget.total
     data = batches(train_s, a.batch, a.seq, a.seed, dev)
     V = cfg["vocab_size"]
-    step, t_cal, t_train0 = 0, None, time.time()
+    step, t_train0 = 0, time.time()
     losses = []
     while step < total:
         lr = lr_at(step, total, a.lr, a.warmup)
@@ -207,13 +207,9 @@ def main():
         imb = bal.imbalance() if step % 50 == 0 else None
         bal.update()
         step += 1
-        if step == 10:
-            torch.cuda.synchronize()
-            t_cal = time.time()
-        if step == 30 and a.steps is None:
-            torch.cuda.synchronize()
-            dt = (time.time() - t_cal) / 20
-            total = max(step + 1, step + int((until - time.time()) / dt))
+        dt = budget.after(step)
+        if dt:
+            total = budget.total
             tt.log(f"calibrated: {dt * 1000:.1f} ms/step, {a.batch * a.seq / dt:,.0f} tokens/s -> "
                    f"{total} steps ({total * a.batch * a.seq / 1e6:.1f} M tokens)")
         if step % 50 == 0 or step == total or step <= 3:
@@ -222,7 +218,7 @@ def main():
             tt.log(f"step {step}/{total if total < 10 ** 9 else '?'} loss {l:.4f} lr {lr:.2e} "
                    f"gnorm {float(gn):.2f} {time.time() - t_train0:.0f}s"
                    + (f" imbalance {max(imb):.2f}" if imb else ""))
-        if a.steps is None and until is not None and time.time() > until + 15:
+        if budget.over(15):
             tt.log("past the deadline; stopping early")
             break
     torch.cuda.synchronize()
