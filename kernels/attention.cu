@@ -77,17 +77,7 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
         }
     }
     __syncthreads();
-    float sink = a.sinks[h], mx = sink;
-    for (int j = threadIdx.x; j < nk; j += blockDim.x)
-        mx = fmaxf(mx, s[j]);
-    mx = block_max(mx);
-    float den = 0.0f;
-    for (int j = threadIdx.x; j < nk; j += blockDim.x)
-        den += expf(s[j] - mx);
-    den = block_sum(den) + expf(sink - mx);
-    __syncthreads();
-    for (int j = threadIdx.x; j < nk; j += blockDim.x)
-        s[j] = expf(s[j] - mx) / den;
+    block_softmax(s, s, nk, a.sinks[h]);
     __syncthreads();
     float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
     for (int c = threadIdx.x; c < a.d; c += blockDim.x) { // in key order, ATT_KEYS loads at once

@@ -72,16 +72,27 @@ __device__ __forceinline__ float ld_f32(const void *p, int dtype, long long i) {
     }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+struct sum_op {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct max_op {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+/* op over the warp, a butterfly: every lane gets the same result */
+template <typename Op>
+__device__ __forceinline__ float warp_reduce(float v) {
     for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+        v = Op()(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
+__device__ __forceinline__ float warp_sum(float v) {
+    return warp_reduce<sum_op>(v);
+}
+
 __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+    return warp_reduce<max_op>(v);
 }
 
 /* A (value, index) pair as one 64-bit key whose unsigned order is the order of a first strict
@@ -105,34 +116,46 @@ __device__ __forceinline__ unsigned long long warp_max_key(unsigned long long k)
     return k;
 }
 
-/* sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
- * The reduction order is fixed by the thread layout, not by the data. */
-__device__ __forceinline__ float block_sum(float v) {
+
+/* op over the block (blockDim.x a multiple of 32, <= 1024), from init; every thread gets the
+ * result. The order is fixed by the thread layout, not by the data. */
+template <typename Op>
+__device__ __forceinline__ float block_reduce(float v, float init) {
     __shared__ float part[32];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_sum(v);
+    v = warp_reduce<Op>(v);
     __syncthreads();
     if (lane == 0) part[w] = v;
     __syncthreads();
-    float r = 0.0f;
+    float r = init;
     int nw = blockDim.x >> 5;
     for (int i = 0; i < nw; i++)
-        r += part[i];
+        r = Op()(r, part[i]);
     return r;
 }
 
+__device__ __forceinline__ float block_sum(float v) {
+    return block_reduce<sum_op>(v, 0.0f);
+}
+
 __device__ __forceinline__ float block_max(float v) {
-    __shared__ float partm[32];
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) partm[w] = v;
-    __syncthreads();
-    float r = -INFINITY;
-    int nw = blockDim.x >> 5;
-    for (int i = 0; i < nw; i++)
-        r = fmaxf(r, partm[i]);
-    return r;
+    return block_reduce<max_op>(v, -INFINITY);
+}
+
+/* out[j] = exp(in[j] - mx) / (sum_j exp(in[j] - mx) + exp(sink - mx)) for j < n, mx the
+ * largest of in[] and sink (an attention sink; -INFINITY: none), over the block; out may be
+ * in. Each thread writes the entries it read. */
+__device__ __forceinline__ void block_softmax(float *out, const float *in, int n, float sink) {
+    float mx = sink;
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        mx = fmaxf(mx, in[j]);
+    mx = block_max(mx);
+    float den = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        den += expf(in[j] - mx);
+    den = block_sum(den) + expf(sink - mx);
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        out[j] = expf(in[j] - mx) / den;
 }
 
 static inline int ceil_div(long long a, int b) {

@@ -19,16 +19,7 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
     int t = blockIdx.x;
     const float *lg = logits + (size_t)t * E;
     if (fn == MOE_SCORE_SOFTMAX) {
-        float mx = -INFINITY;
-        for (int e = threadIdx.x; e < E; e += blockDim.x)
-            mx = fmaxf(mx, lg[e]);
-        mx = block_max(mx);
-        float den = 0.0f;
-        for (int e = threadIdx.x; e < E; e += blockDim.x)
-            den += expf(lg[e] - mx);
-        den = block_sum(den);
-        for (int e = threadIdx.x; e < E; e += blockDim.x)
-            sc[e] = expf(lg[e] - mx) / den;
+        block_softmax(sc, lg, E, -INFINITY);
     } else {
         for (int e = threadIdx.x; e < E; e += blockDim.x)
             sc[e] = score_of(lg[e], fn);
