@@ -547,7 +547,12 @@ static struct fwd *begin(const struct td_model *m, struct td_state *st, const st
                          const struct td_forward_io *io, char *err, size_t errlen) {
     if (check_plan(m, st, p, err, errlen)) return NULL;
     struct fwd *f = setup(m, st, p, io, err, errlen);
-    if (f && f->plan_dev) f->b->to_device(f->plan_dev, p->mem, p->bytes);
+    if (f && f->plan_dev) { // the step's rows only (meta_plan_spans)
+        size_t off[2], len[2];
+        meta_plan_spans(p, off, len);
+        for (int i = 0; i < 2; i++)
+            f->b->to_device((char *)f->plan_dev + off[i], (const char *)p->mem + off[i], len[i]);
+    }
     return f;
 }
 

@@ -34,7 +34,6 @@ static struct layout plan_layout(const struct td_plan_dims *d) {
     REGION(kv_indptr, S + 1);
     REGION(block, S);
     REGION(swa_indptr, T + 1);
-    REGION(swa_pos, T * (d->window + d->block));
     REGION(swa_write, T);
     REGION(vis_csa, T);
     REGION(vis_hca, T);
@@ -42,9 +41,11 @@ static struct layout plan_layout(const struct td_plan_dims *d) {
     REGION(emit_hca, T);
     REGION(write_csa, T);
     REGION(write_hca, T);
-    REGION(topk, T * d->topk);
     REGION(logit_rows, T);
     REGION(logit_indptr, S + 1);
+    // the two row-strided regions last: a step's part of each is a prefix (meta_plan_spans)
+    REGION(swa_pos, T * (d->window + d->block));
+    REGION(topk, T * d->topk);
 #undef REGION
     l.words = w;
     return l;
@@ -52,6 +53,16 @@ static struct layout plan_layout(const struct td_plan_dims *d) {
 
 size_t meta_plan_bytes(const struct td_plan_dims *d) {
     return plan_layout(d).words * 4;
+}
+
+void meta_plan_spans(const struct td_plan *p, size_t off[2], size_t len[2]) {
+    const struct td_plan_dims *d = &p->dims;
+    struct layout l = plan_layout(d);
+    size_t n = (size_t)p->n_tok_pad;
+    off[0] = 0;
+    len[0] = (l.swa_pos + n * (d->window + d->block)) * 4;
+    off[1] = l.topk * 4;
+    len[1] = n * d->topk * 4;
 }
 
 static void bind_arrays(struct td_plan *p) {
@@ -89,7 +100,7 @@ int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, s
     }
     p->dims = *d;
     p->bytes = meta_plan_bytes(d);
-    p->mem = malloc(p->bytes);
+    p->mem = calloc(1, p->bytes); // the gaps between regions too: a plan is the same bytes
     if (!p->mem) {
         snprintf(err, errlen, "plan: out of memory for a %zu-byte plan buffer", p->bytes);
         return -1;
@@ -185,7 +196,10 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
             p->write_hca[t] = d->rate_hca ? ring_write(pos, end, d->ring_hca) : -1;
         }
     }
-    // pad rows: zero length at the last real end, nothing written
+    // pad rows: zero length at the last real end, nothing written. The two row-strided regions
+    // (window keys, top-k) are rewritten over the step's bucket only: a graph of n_tok_pad rows
+    // reads no row past it, and resetting them to max_tok cost 22 us per step on the host
+    int np = p->n_tok_pad;
     for (; t < d->max_tok; t++) {
         p->input_ids[t] = 0;
         p->positions[t] = 0;
@@ -196,10 +210,9 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
         p->emit_csa[t] = p->emit_hca[t] = -1;
         p->write_csa[t] = p->write_hca[t] = -1;
     }
-    for (size_t k = (size_t)p->swa_indptr[d->max_tok];
-         k < (size_t)d->max_tok * (d->window + d->block); k++)
+    for (size_t k = (size_t)p->swa_indptr[np]; k < (size_t)np * (d->window + d->block); k++)
         p->swa_pos[k] = -1;
-    for (size_t k = 0; k < (size_t)d->max_tok * d->topk; k++)
+    for (size_t k = 0; k < (size_t)np * d->topk; k++)
         p->topk[k] = -1;
     // the rows whose logits the step returns: each sequence's last n_new - skip_logits rows
     int nl = 0;
@@ -304,8 +317,8 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
                              p->emit_hca[t] != ((pos + 1) % d->rate_hca ? -1 : p->vis_hca[t] - 1))))
             return failf(err, errlen, "plan: row %d visible/emitted entries inconsistent", t);
     }
-    for (size_t k = (size_t)p->swa_indptr[d->max_tok];
-         k < (size_t)d->max_tok * (d->window + d->block); k++)
+    for (size_t k = (size_t)p->swa_indptr[p->n_tok_pad];
+         k < (size_t)p->n_tok_pad * (d->window + d->block); k++)
         if (p->swa_pos[k] != -1)
             return failf(err, errlen, "plan: window slot %zu past the last range is not -1", k);
     if (p->logit_indptr[0] != 0 || p->n_logit < 0 || p->n_logit > p->n_tok ||

@@ -13,9 +13,11 @@
  * come from td_plan_dims (configuration maxima) only, never from the live batch. The live
  * batch is padded to bucket sizes (td_plan.n_tok_pad, n_seq_pad); pad rows are valid rows:
  * zero-length ranges that start and end at the last real end, slot -1, write slot -1.
- * meta_plan_build rewrites every element of every array (pads included) from the sequences it
- * is given, so nothing from an earlier step survives; consumers never write a plan, except
- * the indexer's output region `topk`, which the builder resets to -1.
+ * meta_plan_build rewrites every element of every array (pads included) from the sequences
+ * it is given, so nothing from an earlier step survives, except in the two row-strided regions
+ * (window keys swa_pos, top-k), which it rewrites over the step's bucket of n_tok_pad rows:
+ * the graph of that bucket reads no row past it. Consumers never write a plan, except the
+ * indexer's output region `topk`, which the builder resets to -1 over the step's rows.
  *
  * Rows are token-major: sequence s owns rows [qo_indptr[s], qo_indptr[s+1]).
  */
@@ -96,6 +98,12 @@ int meta_bucket(int n, int cap);
 
 /* Bytes of the buffer for these dims (the same code as meta_plan_init's layout). */
 size_t meta_plan_bytes(const struct td_plan_dims *d);
+
+/* The step's part of the buffer as two byte spans (off, len): every sequence array and
+ * row array, then the step's rows of the two row-strided regions (window keys, top-k). What
+ * a device copy of the plan needs from the host: a 6-row verify step of tandem-tiny sends
+ * 17 KB of its 209 KB buffer. */
+void meta_plan_spans(const struct td_plan *p, size_t off[2], size_t len[2]);
 
 /* Allocate the buffer and lay out the arrays. 0, or -1 with a message. */
 int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen);

@@ -404,6 +404,43 @@ static void with_model(void) {
     td_model_free(&m);
 }
 
+/* What a device copy receives (meta_plan_spans) is a function of the step alone: a plan that
+ * held a 100-row step and then a 6-row one sends the same bytes as a fresh plan built for the
+ * 6-row step, and a small step sends a small part of the buffer */
+static void spans_fresh(void) {
+    char err[256];
+    case_begin();
+    struct td_plan_dims d = dims_v4(128, 8, 4096);
+    struct td_plan a, b;
+    CHECK(!meta_plan_init(&a, &d, err, sizeof err) && !meta_plan_init(&b, &d, err, sizeof err),
+          "init: %s", err);
+    int32_t ids[128];
+    for (int i = 0; i < 128; i++)
+        ids[i] = i * 7 + 1;
+    struct td_plan_seq big[3] = {
+        {0, 300, 60, ids, 0, 0}, {2, 4000 - 40, 30, ids, 0, 0}, {5, 0, 10, ids, 0, 0}};
+    struct td_plan_seq small[1] = {{2, 517, 6, ids, 0, 0}};
+    CHECK(!meta_plan_build(&a, big, 3, err, sizeof err), "big: %s", err);
+    CHECK(!meta_plan_build(&a, small, 1, err, sizeof err) &&
+              !meta_plan_build(&b, small, 1, err, sizeof err),
+          "small: %s", err);
+    CHECK(!meta_plan_validate(&a, err, sizeof err), "validate: %s", err);
+    size_t oa[2], la[2], ob[2], lb[2];
+    meta_plan_spans(&a, oa, la);
+    meta_plan_spans(&b, ob, lb);
+    for (int i = 0; i < 2; i++)
+        CHECK(oa[i] == ob[i] && la[i] == lb[i] && oa[i] + la[i] <= a.bytes &&
+                  !memcmp((char *)a.mem + oa[i], (char *)b.mem + ob[i], la[i]),
+              "span %d differs (%zu + %zu against %zu + %zu)", i, oa[i], la[i], ob[i], lb[i]);
+    CHECK(la[0] + la[1] < a.bytes / 4, "a 6-row step sends %zu of %zu bytes", la[0] + la[1],
+          a.bytes);
+    char extra[96];
+    snprintf(extra, sizeof extra, "(a 6-row step sends %zu of %zu bytes)", la[0] + la[1], a.bytes);
+    meta_plan_free(&a);
+    meta_plan_free(&b);
+    case_end("spans_are_the_step_alone", extra);
+}
+
 int main(void) {
     seed000();
     seed001();
@@ -412,5 +449,6 @@ int main(void) {
     block_rows();
     random_block_plans();
     with_model();
+    spans_fresh();
     return check_failures ? 1 : 0;
 }
