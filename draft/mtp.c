@@ -33,6 +33,10 @@ struct draft_mtp {
     int *zero, *live, *keep;  /* [max_rows], [max_seqs], [max_seqs] */
     int all_logits;           /* catch-up returns every row's logits (tests) */
     int max_seqs;
+    /* deferred greedy rounds: chain = n_drafts [max_seqs] | tok [max_seqs * max_k] | next
+     * [max_seqs] in backend memory, chain_host its mirror */
+    int32_t *chain, *chain_host;
+    int defer, pending, n_round;
 };
 
 int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
@@ -78,6 +82,13 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     d->zero = malloc(R * sizeof(int));
     d->live = malloc((size_t)max_seqs * sizeof(int));
     d->keep = malloc((size_t)max_seqs * sizeof(int));
+    size_t chain_words = (size_t)max_seqs * (2 + (max_k > 0 ? max_k : 1));
+    d->chain = b->alloc(chain_words * sizeof(int32_t));
+    d->chain_host = calloc(chain_words, sizeof(int32_t));
+    if (!d->chain || !d->chain_host) {
+        snprintf(err, errlen, "mtp: out of memory for the chain's buffers");
+        goto fail;
+    }
     if (!d->hidden || !d->h_in || !d->h_out || !d->x || !d->tmp || !d->e || !d->ids_dev ||
         !d->logits || !d->p || !d->ids || !d->seqs || !d->zero || !d->live || !d->keep) {
         snprintf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
@@ -95,9 +106,10 @@ fail:
 void draft_mtp_free(struct draft_mtp *d) {
     if (!d) return;
     const struct td_backend *b = d->b;
-    void *bufs[] = {d->hidden, d->h_in, d->h_out, d->x, d->tmp, d->e, d->ids_dev};
-    for (int i = 0; i < 7; i++)
+    void *bufs[] = {d->hidden, d->h_in, d->h_out, d->x, d->tmp, d->e, d->ids_dev, d->chain};
+    for (int i = 0; i < 8; i++)
         if (bufs[i]) b->release(bufs[i]);
+    free(d->chain_host);
     free(d->logits);
     free(d->p);
     free(d->ids);
@@ -129,16 +141,22 @@ void draft_mtp_set_all_logits(struct draft_mtp *d, int on) {
 }
 
 /* X = h_proj(hnorm(h_in)) + e_proj(enorm(embed(ids))), zero token term at position 0; then the
- * MTP block over the plan already built in d->plan */
-static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_zero, char *err,
-                       size_t errlen) {
+ * MTP block over the plan already built in d->plan. ids: d->ids, or (ids_dev non-NULL) the n
+ * ids in backend memory there, which the plan's device copy takes too. logits NULL: they stay
+ * in the backend (td_forward_logits) */
+static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_zero,
+                       const int32_t *ids_dev, float *logits, char *err, size_t errlen) {
     const struct td_backend *b = d->b;
     const struct td_ops *op = &b->ops;
     const struct td_model *m = d->run;
     int D = d->dim, nc = d->nc;
     float eps = m->cfg.rms_eps;
-    b->to_device(d->ids_dev, d->ids, (size_t)n * sizeof(int32_t));
-    op->embed(d->tmp, d->ids_dev, W(m->embed), n, 1, D);
+    struct td_id_patch patch = {0, n, ids_dev};
+    if (!ids_dev) {
+        b->to_device(d->ids_dev, d->ids, (size_t)n * sizeof(int32_t));
+        ids_dev = d->ids_dev;
+    }
+    op->embed(d->tmp, ids_dev, W(m->embed), n, 1, D);
     op->rmsnorm(d->tmp, d->tmp, W(m->mtp_enorm), n, D, eps);
     op->matmul(d->e, d->tmp, W(m->mtp_eproj), n, D, D, NULL, 0);
     if (n_zero) {
@@ -151,7 +169,65 @@ static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_z
     op->matmul(d->x, d->tmp, W(m->mtp_hproj), n * nc, D, D, NULL, 0);
     op->add_bcast(d->x, d->e, n, nc, D);
     struct td_forward_io io = {.x_in = d->x, .hidden_out = d->h_out};
-    return td_forward_ex(m, &d->st, &d->plan, &io, d->logits, NULL, err, errlen);
+    if (patch.src) io.id_patches = &patch, io.n_id_patches = 1;
+    return td_forward_ex(m, &d->st, &d->plan, &io, logits, NULL, err, errlen);
+}
+
+void draft_mtp_defer(struct draft_mtp *d, int on) {
+    d->defer = on && d->b->on_device;
+}
+
+/* A greedy round in which every sequence drafts k, on the backend (kernels/greedy.h): each
+ * slot is drafted from logits that stay there, and each later step embeds the ids the last
+ * one left. Nothing waits (draft_mtp_collect). */
+static int device_chain(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, int k, char *err,
+                        size_t errlen) {
+    const struct td_backend *b = d->b;
+    size_t S = (size_t)d->max_seqs, K = (size_t)d->max_k;
+    size_t row_floats = (size_t)d->nc * d->dim, row_bytes = row_floats * sizeof(float);
+    int32_t *nd = d->chain, *tok = nd + S, *next = tok + S * K;
+    memset(d->chain_host, 0, (size_t)n_seq * sizeof(int32_t));
+    b->to_device(nd, d->chain_host, (size_t)n_seq * sizeof(int32_t));
+    // slot 0 from the catch-up's logits (one row per sequence: its last), the streams of each
+    // sequence's last row for the next step
+    b->ops.greedy_slot(tok, nd, next, td_forward_logits(&d->st), n_seq, d->vocab, (int)K, 0);
+    for (int s = 0, r = 0; s < n_seq; r += seqs[s].n, s++)
+        b->ops.copy(d->h_in + s * row_floats, d->h_out + (size_t)(r + seqs[s].n - 1) * row_floats,
+                    row_bytes);
+    for (int j = 1; j < k; j++) {
+        for (int s = 0; s < n_seq; s++) {
+            d->ids[s] = 0; // a placeholder: the plan's device copy takes next[s]
+            d->seqs[s] = (struct td_plan_seq){
+                seqs[s].slot, seqs[s].pos0 + seqs[s].n + j - 1, 1, d->ids + s, 0, 0};
+        }
+        if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
+            mtp_forward(d, n_seq, NULL, 0, next, NULL, err, errlen))
+            return -1;
+        b->ops.greedy_slot(tok, nd, next, td_forward_logits(&d->st), n_seq, d->vocab, (int)K, j);
+        b->ops.copy(d->h_in, d->h_out, (size_t)n_seq * row_bytes);
+    }
+    for (int s = 0; s < n_seq; s++) {
+        seqs[s].dev_drafts = tok + (size_t)s * K;
+        seqs[s].n_drafts = k;
+    }
+    d->n_round = n_seq;
+    d->pending = 1;
+    return 0;
+}
+
+int draft_mtp_collect(struct draft_mtp *d, struct mtp_rows *seqs, char *err, size_t errlen) {
+    if (!d->pending) return 0;
+    d->pending = 0;
+    const struct td_backend *b = d->b;
+    size_t S = (size_t)d->max_seqs, K = (size_t)d->max_k;
+    b->to_host(d->chain_host, d->chain, (S + S * K) * sizeof(int32_t)); // n_drafts | tok
+    if (b->finish(err, errlen)) return -1;
+    for (int s = 0; s < d->n_round; s++) {
+        struct mtp_rows *q = &seqs[s];
+        q->n_drafts = d->chain_host[s];
+        memcpy(q->drafts, d->chain_host + S + (size_t)s * K, (size_t)q->n_drafts * sizeof(int32_t));
+    }
+    return 0;
 }
 
 /* draft one token from logits row lg; its distribution into q; -1 when the row is not finite */
@@ -165,6 +241,15 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
     const struct td_backend *b = d->b;
     size_t row_bytes = (size_t)d->nc * d->dim * sizeof(float);
     int rows = 0, *zero = d->zero, n_zero = 0;
+    if (d->pending) {
+        snprintf(err, errlen, "mtp: a round before the last round's drafts were collected");
+        return -1;
+    }
+    // a deferred round: the backend's own chain, when every sequence is greedy and wants the
+    // same k >= 1
+    int dev = d->defer && !d->all_logits && n_seq > 0 && seqs[0].k >= 1;
+    for (int s = 0; s < n_seq && dev; s++)
+        dev = seqs[s].k == seqs[0].k && seqs[s].sampling->temperature <= 0.0f;
     // catch up: every sequence's committed rows, in one call
     for (int s = 0; s < n_seq; s++) {
         struct mtp_rows *q = &seqs[s];
@@ -186,11 +271,14 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
             q->slot, q->pos0, q->n, d->ids + rows, d->all_logits ? 0 : q->n - 1, 0};
         rows += q->n;
         q->n_drafts = 0;
+        q->dev_drafts = NULL;
     }
     if (!n_seq) return 0;
     if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
-        mtp_forward(d, rows, zero, n_zero, err, errlen))
+        mtp_forward(d, rows, zero, n_zero, NULL, dev ? NULL : d->logits, err, errlen) ||
+        (dev && device_chain(d, seqs, n_seq, seqs[0].k, err, errlen)))
         return -1;
+    if (dev) goto rollback;
     // the chain: draft 1 from each sequence's last row, then one recycled row per step
     int *live = d->live, n_live = 0, kmax = 0;
     for (int s = 0, r = 0; s < n_seq; r += seqs[s].n, s++) {
@@ -223,7 +311,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
         }
         if (!n) break;
         if (meta_plan_build(&d->plan, d->seqs, n, err, errlen) ||
-            mtp_forward(d, n, NULL, 0, err, errlen))
+            mtp_forward(d, n, NULL, 0, NULL, d->logits, err, errlen))
             return -1;
         n_live = 0;
         for (int i = 0; i < n; i++) {
@@ -239,7 +327,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
             live[n_live++] = keep[i];
         }
     }
-    // the chain rows were speculative: the MTP's committed length is the target's
+rollback: // the chain rows were speculative: the MTP's committed length is the target's
     for (int s = 0; s < n_seq; s++) {
         int keep_len = seqs[s].pos0 + seqs[s].n;
         if (d->st.len[seqs[s].slot] != keep_len &&

@@ -41,9 +41,12 @@ struct mtp_rows {
     const int32_t *next; /* [n] the token after each row (the last: the new anchor) */
     int k;               /* drafts wanted, 0 .. max_k (0: catch up only) */
     const struct td_sampling *sampling;
-    int32_t *drafts; /* [k] out */
-    float *q;        /* [k, vocab] out: the distribution each draft came from */
-    int n_drafts;    /* out: drafts made (< k when a draft row was not finite) */
+    int32_t *drafts;           /* [k] out */
+    float *q;                  /* [k, vocab] out: the distribution each draft came from */
+    int n_drafts;              /* out: drafts made (< k when a draft row was not finite) */
+    const int32_t *dev_drafts; /* out: NULL, or (deferred greedy round) where the [k] drafts
+                                  are in backend memory; drafts and n_drafts (k until then)
+                                  are filled by draft_mtp_collect */
 };
 
 /* target_host: the loaded checkpoint (holds mtp.0.*); target_run: the same model resident on
@@ -53,6 +56,14 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
                    const struct td_model *target_run, const struct td_backend *b, int max_seqs,
                    int max_ctx, int max_rows, int max_k, int use_graphs, size_t max_bytes,
                    char *err, size_t errlen);
+
+/* Deferred greedy rounds (device backends), as DSpark's: when every sequence of a call is
+ * greedy and wants the same k, draft_mtp_run queues the whole chain (each step's ids come from
+ * the last step's greedy_slot in backend memory) and returns without waiting; dev_drafts says
+ * where each sequence's drafts are, for the next verify step (td_id_patch), and
+ * draft_mtp_collect(d, seqs) brings them to the host (waits). Other rounds draft as ever. */
+void draft_mtp_defer(struct draft_mtp *d, int on);
+int draft_mtp_collect(struct draft_mtp *d, struct mtp_rows *seqs, char *err, size_t errlen);
 
 /* [max_rows, hc_mult, dim] in backend memory: where the target forward leaves its streams */
 float *draft_mtp_hidden(struct draft_mtp *d);

@@ -17,6 +17,7 @@
 #include "kernels/compress.h"
 #include "kernels/dtype.h"
 #include "kernels/fill.h"
+#include "kernels/greedy.h"
 #include "kernels/hc.h"
 #include "kernels/indexer.h"
 #include "kernels/markov.h"
@@ -77,6 +78,8 @@ struct td_ops {
     void (*mean_streams)(float *y, const float *X, int n, int nc, int d, int y_stride);
     void (*fill_uniform)(void *dst, enum td_dtype t, int64_t n, uint64_t seed, float lo, float hi);
     void (*markov_greedy)(const struct markov_args *a, int j);
+    void (*greedy_slot)(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n,
+                        int V, int g, int j);
 };
 
 struct td_backend {

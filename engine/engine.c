@@ -216,8 +216,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             goto fail;
         }
         e->ds_seqs = calloc((size_t)e->p.max_seqs, sizeof *e->ds_seqs);
-        e->patches = calloc((size_t)e->p.max_seqs, sizeof *e->patches);
-        if (!e->ds_seqs || !e->patches) {
+        if (!e->ds_seqs) {
             snprintf(err, errlen, "engine: out of memory");
             goto fail;
         }
@@ -236,6 +235,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
                            e->p.max_batch_tokens, e->p.max_draft, !p->no_graphs,
                            cache_limit(p->max_cache_bytes, e->b), err, errlen))
             goto fail;
+        draft_mtp_defer(e->mtp, 1); // greedy drafts go from the drafter to the verify step
         e->mtp_rows = calloc((size_t)e->p.max_seqs, sizeof *e->mtp_rows);
         if (!e->mtp_rows) {
             snprintf(err, errlen, "engine: out of memory");
@@ -251,11 +251,12 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     e->groups = calloc((size_t)e->p.max_seqs, sizeof *e->groups);
     e->live = calloc((size_t)e->p.max_seqs, sizeof *e->live);
     e->seqs = calloc((size_t)e->p.max_seqs, sizeof *e->seqs);
+    e->patches = calloc((size_t)e->p.max_seqs, sizeof *e->patches);
     e->logits = malloc((size_t)e->p.max_batch_tokens * V * sizeof(float));
     e->q = malloc(((size_t)e->p.max_seqs * (e->p.max_draft + 1)) * V * sizeof(float));
     e->p_scratch = malloc(V * sizeof(float));
     e->r_scratch = malloc(V * sizeof(float));
-    if (!e->groups || !e->live || !e->seqs || !e->logits || !e->q || !e->p_scratch ||
+    if (!e->groups || !e->live || !e->seqs || !e->patches || !e->logits || !e->q || !e->p_scratch ||
         !e->r_scratch) {
         snprintf(err, errlen, "engine: out of memory for step buffers (%zu MiB of logits)",
                  ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
@@ -588,9 +589,17 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
         int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot], row = e->plan.qo_indptr[i];
         int k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
         if (e->mtp) // row q's token is the one after it: r->toks[p] is the token at position p
-            e->mtp_rows[n] = (struct mtp_rows){
-                r->slot,      pos0,      fed - pos0,         row, r->toks + pos0 + 1, k,
-                &r->sampling, r->drafts, q_rows(e, r->slot), 0};
+            e->mtp_rows[n] = (struct mtp_rows){r->slot,
+                                               pos0,
+                                               fed - pos0,
+                                               row,
+                                               r->toks + pos0 + 1,
+                                               k,
+                                               &r->sampling,
+                                               r->drafts,
+                                               q_rows(e, r->slot),
+                                               0,
+                                               NULL};
         else // the anchor: the token just sampled, at position fed
             e->ds_seqs[n] = (struct dspark_seq){r->slot,
                                                 pos0,
@@ -612,18 +621,22 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
         return -1;
     for (int j = 0; j < n; j++) {
         e->live[j]->n_drafts = e->mtp ? e->mtp_rows[j].n_drafts : e->ds_seqs[j].n_drafts;
-        e->live[j]->drafts_dev = e->mtp ? NULL : e->ds_seqs[j].dev_drafts;
+        e->live[j]->drafts_dev = e->mtp ? e->mtp_rows[j].dev_drafts : e->ds_seqs[j].dev_drafts;
     }
     return 0;
 }
 
-/* A deferred DSpark round's drafts (dev_drafts) went into this step's plan on the device; now
- * that the step has run, they come to the host, and each verify group keeps the ones that
- * were made (a round may stop short of its k: the rows past it are verified and dropped). */
+/* A deferred MTP or DSpark round's drafts (dev_drafts) went into this step's plan on the
+ * device; now that the step has run, they come to the host, and each verify group keeps the
+ * ones that were made (a round may stop short of its k: the rows past it are verified and
+ * dropped). */
 static int collect_drafts(struct td_engine *e, int n_groups, char *err, size_t errlen) {
-    if (!e->dspark || draft_dspark_collect(e->dspark, e->ds_seqs, err, errlen)) return -!!e->dspark;
+    if (!e->mtp && !e->dspark) return 0;
+    if (e->mtp ? draft_mtp_collect(e->mtp, e->mtp_rows, err, errlen)
+               : draft_dspark_collect(e->dspark, e->ds_seqs, err, errlen))
+        return -1;
     for (int j = 0; j < e->n_live; j++)
-        e->live[j]->n_drafts = e->ds_seqs[j].n_drafts;
+        e->live[j]->n_drafts = e->mtp ? e->mtp_rows[j].n_drafts : e->ds_seqs[j].n_drafts;
     for (int i = 0; i < n_groups; i++) {
         struct group *g = &e->groups[i];
         struct request *r = g->r;

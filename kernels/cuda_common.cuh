@@ -99,7 +99,7 @@ __device__ __forceinline__ float warp_max(float v) {
  * maximum: the larger value, then the lower index (the value's bits made order-preserving
  * above the complemented index). Keys from blocks that run in any order fold with atomicMax. */
 __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
-    unsigned u = __float_as_uint(v);
+    unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v); // -0 ties +0, as a > comparison has it
     u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
     return ((unsigned long long)u << 32) | (unsigned)(~i);
 }

@@ -33,6 +33,7 @@
 #include "engine/state.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
+#include "kernels/greedy.h"
 #include "kernels/markov.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
@@ -342,6 +343,56 @@ static void test_pointwise(void) {
         release_out(d32), release_out(d16);
     }
     case_end("op/fill_uniform_matches_host", "");
+}
+
+/* The greedy chain slot (kernels/greedy.h) against its reference over a 3-slot chain: 6 rows
+ * of 1000 logits (not a multiple of the block); row 1 ties ids 5 and 900 at the top (the lower
+ * wins), row 2 ties -0 and +0 at the top (the lower id), row 3 has a NaN at slot 1 (its chain
+ * stops there, next = 0), row 4 an infinity at slot 0. Drafts, counts and next ids exact. */
+static void test_greedy_slot(void) {
+    enum { N = 6, V = 1000, G = 3 };
+    case_begin();
+    float *x = malloc((size_t)G * N * V * 4);
+    int32_t tok[2][N * G], nd[2][N], next[2][G][N];
+    memset(tok, 0, sizeof tok);
+    memset(nd, 0, sizeof nd);
+    int32_t *dtok = dev_copy(tok[1], sizeof tok[1]), *dnd = dev_copy(nd[1], sizeof nd[1]);
+    int32_t *dnext = dev_copy(next[1][0], sizeof next[1][0]);
+    float *dx = dev_out((size_t)N * V);
+    for (int j = 0; j < G; j++) {
+        float *xj = x + (size_t)j * N * V;
+        for (int i = 0; i < N * V; i++)
+            xj[i] = 5.0f * frand();
+        xj[1 * V + 5] = xj[1 * V + 900] = 40.0f;
+        for (int v = 0; v < V; v++)
+            xj[2 * V + v] = v == 17 ? -0.0f : v == 400 ? 0.0f : -1.0f - frand();
+        if (j == 1) xj[3 * V + 123] = NAN;
+        if (j == 0) xj[4 * V + 999] = INFINITY;
+        greedy_slot_ref(tok[0], nd[0], next[0][j], xj, N, V, G, j);
+        gpu->to_device(dx, xj, (size_t)N * V * 4);
+        gpu->ops.greedy_slot(dtok, dnd, dnext, dx, N, V, G, j);
+        gpu->to_host(next[1][j], dnext, sizeof next[1][j]);
+    }
+    gpu->to_host(tok[1], dtok, sizeof tok[1]);
+    gpu->to_host(nd[1], dnd, sizeof nd[1]);
+    char e[256];
+    CHECK(!gpu->finish(e, sizeof e), "%s", e);
+    for (int i = 0; i < N; i++) {
+        CHECK(nd[1][i] == nd[0][i], "row %d drafted %d, reference %d", i, nd[1][i], nd[0][i]);
+        for (int j = 0; j < nd[0][i]; j++)
+            CHECK(tok[1][i * G + j] == tok[0][i * G + j], "row %d slot %d: %d, reference %d", i, j,
+                  tok[1][i * G + j], tok[0][i * G + j]);
+        for (int j = 0; j < G; j++)
+            CHECK(next[1][j][i] == next[0][j][i], "row %d slot %d next %d, reference %d", i, j,
+                  next[1][j][i], next[0][j][i]);
+    }
+    CHECK(tok[0][1 * G] == 5 && tok[0][2 * G] == 17, "ties went to %d and %d", tok[0][1 * G],
+          tok[0][2 * G]);
+    CHECK(nd[0][3] == 1 && next[0][1][3] == 0 && nd[0][4] == 0 && nd[0][0] == G,
+          "stops: %d %d %d %d", nd[0][3], next[0][1][3], nd[0][4], nd[0][0]);
+    gpu->release(dtok), gpu->release(dnd), gpu->release(dnext), release_out(dx);
+    free(x);
+    case_end("op/greedy_slot_matches_ref", "");
 }
 
 /* DSpark's greedy Markov slot (kernels/markov.h) against its reference over a whole chain:
@@ -1035,6 +1086,7 @@ int main(void) {
     test_matmul();
     test_pointwise();
     test_markov();
+    test_greedy_slot();
     test_plan_ops();
     const char *fxs[3] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
     for (int i = 0; i < 3; i++)

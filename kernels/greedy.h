@@ -1,0 +1,27 @@
+/* greedy.h: one slot of a greedy draft chain whose logits stay on the backend (the MTP's
+ * k-step recursion; drafters.md 4.3), so that a greedy round drafts without the host.
+ *
+ * For each row i of x [n, V]: a = argmax x[i] (ties to the lower id); when n_drafts[i] == j
+ * and the row is finite, tok[i * g + j] = a and n_drafts[i] = j + 1, so a chain stops at its
+ * first non-finite row (as td_probs refuses one). next[i] = a, or 0 for a non-finite row, either
+ * way: the id the chain's next step embeds (its rows past the stop are dropped later). */
+#ifndef TD_KERNELS_GREEDY_H
+#define TD_KERNELS_GREEDY_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void greedy_slot_ref(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
+                     int g, int j);
+
+/* CUDA launcher (kernels/greedy.cu): the same contract on device pointers, queued. */
+void greedy_slot_cuda(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
+                      int g, int j);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
