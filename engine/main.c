@@ -447,6 +447,26 @@ static int engine_option(const char *a, const char *v, struct td_engine_params *
     return 0;
 }
 
+/* the request options generate, chat and bench share: 1 when a was one (its value parsed into
+ * r), -1 after printing a bad value's error, 0 when a is another option */
+struct req_opts {
+    long max_tokens, seed;
+    double temperature;
+};
+
+static int request_option(const char *a, const char *v, struct req_opts *r) {
+    int rc;
+    if (!strcmp(a, "--max-tokens"))
+        rc = parse_int(a, v, 1, 1 << 24, &r->max_tokens);
+    else if (!strcmp(a, "--temperature"))
+        rc = parse_float(a, v, 0, 1e6, &r->temperature);
+    else if (!strcmp(a, "--seed"))
+        rc = parse_int(a, v, 0, LONG_MAX, &r->seed);
+    else
+        return 0;
+    return rc ? -1 : 1;
+}
+
 /* the value-less engine flags generate and bench share: 1 when a was one */
 static int engine_flag(const char *a, struct td_engine_params *ep) {
     if (!strcmp(a, "--deterministic"))
@@ -496,8 +516,9 @@ static int cmd_generate(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     ep.draft = "auto";
     const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
-    long max_tokens = 64, top_k = 0, seed = 0, n = 1, draft_tokens = -1;
-    double temperature = 0.0, top_p = 1.0;
+    struct req_opts ro = {64, 0, 0.0};
+    long top_k = 0, n = 1, draft_tokens = -1;
+    double top_p = 1.0;
     int print_ids = 0, stats = 0, ignore_eos = 0;
     long lv;
     for (int i = 0; i < argc; i++) {
@@ -531,6 +552,7 @@ static int cmd_generate(int argc, char **argv) {
         if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
         i++;
         int rc = engine_option(a, v, &ep, &draft_tokens);
+        if (!rc) rc = request_option(a, v, &ro);
         if (rc) {
             if (rc < 0) return 2;
             continue;
@@ -539,16 +561,10 @@ static int cmd_generate(int argc, char **argv) {
             prompt_text = v;
         else if (!strcmp(a, "--prompt-ids-file"))
             prompt_file = v;
-        else if (!strcmp(a, "--max-tokens"))
-            rc = parse_int(a, v, 1, 1 << 24, &max_tokens);
-        else if (!strcmp(a, "--temperature"))
-            rc = parse_float(a, v, 0, 1e6, &temperature);
         else if (!strcmp(a, "--top-k"))
             rc = parse_int(a, v, 0, INT32_MAX, &top_k);
         else if (!strcmp(a, "--top-p"))
             rc = parse_float(a, v, 1e-9, 1, &top_p);
-        else if (!strcmp(a, "--seed"))
-            rc = parse_int(a, v, 0, LONG_MAX, &seed);
         else if (!strcmp(a, "--n"))
             rc = parse_int(a, v, 1, 4096, &n);
         else if (!strcmp(a, "--max-batch-tokens")) {
@@ -610,8 +626,8 @@ static int cmd_generate(int argc, char **argv) {
         struct td_request_params rp = {
             prompt,
             n_prompt,
-            (int)max_tokens,
-            {(float)temperature, (int)top_k, (float)top_p, (uint64_t)(seed + i)},
+            (int)ro.max_tokens,
+            {(float)ro.temperature, (int)top_k, (float)top_p, (uint64_t)(ro.seed + i)},
             ignore_eos};
         if ((ids[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
             rc = die("%s", err);
@@ -695,8 +711,8 @@ static int cmd_chat(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     ep.draft = "auto";
     const char *system = NULL;
-    long max_tokens = 256, seed = 0, draft_tokens = -1;
-    double temperature = 0.0;
+    struct req_opts ro = {256, 0, 0.0};
+    long draft_tokens = -1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -708,21 +724,15 @@ static int cmd_chat(int argc, char **argv) {
         if (!v) return die("chat: %s needs a value (see tandem chat --help)", a);
         i++;
         int rc = engine_option(a, v, &ep, &draft_tokens);
+        if (!rc) rc = request_option(a, v, &ro);
         if (rc) {
             if (rc < 0) return 2;
             continue;
         }
         if (!strcmp(a, "--system"))
             system = v;
-        else if (!strcmp(a, "--max-tokens"))
-            rc = parse_int(a, v, 1, 1 << 20, &max_tokens);
-        else if (!strcmp(a, "--temperature"))
-            rc = parse_float(a, v, 0, 1e6, &temperature);
-        else if (!strcmp(a, "--seed"))
-            rc = parse_int(a, v, 0, LONG_MAX, &seed);
         else
             return die("chat: unknown option '%s' (see tandem chat --help)", a);
-        if (rc) return 2;
     }
     if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
         return die("chat: no model: give --model DIR (models/tandem-tiny was not found)%s", "");
@@ -766,11 +776,12 @@ static int cmd_chat(int argc, char **argv) {
             free(owned[n_msgs]);
             continue;
         }
-        struct td_request_params rp = {ti.ids,
-                                       (int)ti.n,
-                                       (int)max_tokens,
-                                       {(float)temperature, 0, 1.0f, (uint64_t)(seed + turn++)},
-                                       0};
+        struct td_request_params rp = {
+            ti.ids,
+            (int)ti.n,
+            (int)ro.max_tokens,
+            {(float)ro.temperature, 0, 1.0f, (uint64_t)(ro.seed + turn++)},
+            0};
         int id = td_engine_submit(e, &rp, err, sizeof err);
         tok_ids_free(&ti);
         if (id < 0) {
@@ -827,8 +838,8 @@ static int cmp_double(const void *a, const void *b) {
 static int cmd_bench(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     const char *prompts_path = NULL;
-    long n_prompts = 64, max_tokens = 128, batch = 16, draft_tokens = -1, seed = 0, lv;
-    double temperature = 0.0;
+    struct req_opts ro = {128, 0, 0.0};
+    long n_prompts = 64, batch = 16, draft_tokens = -1, lv;
     int raw = 0, csv = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -864,6 +875,7 @@ static int cmd_bench(int argc, char **argv) {
         if (!v) return die("bench: %s needs a value (see tandem bench --help)", a);
         i++;
         int rc = engine_option(a, v, &ep, &draft_tokens);
+        if (!rc) rc = request_option(a, v, &ro);
         if (rc) {
             if (rc < 0) return 2;
             continue;
@@ -872,14 +884,8 @@ static int cmd_bench(int argc, char **argv) {
             prompts_path = v;
         else if (!strcmp(a, "--n-prompts"))
             rc = parse_int(a, v, 1, 1 << 20, &n_prompts);
-        else if (!strcmp(a, "--max-tokens"))
-            rc = parse_int(a, v, 1, 1 << 20, &max_tokens);
         else if (!strcmp(a, "--batch"))
             rc = parse_int(a, v, 1, 4096, &batch);
-        else if (!strcmp(a, "--temperature"))
-            rc = parse_float(a, v, 0, 1e6, &temperature);
-        else if (!strcmp(a, "--seed"))
-            rc = parse_int(a, v, 0, LONG_MAX, &seed);
         else if (!strcmp(a, "--max-batch-tokens")) {
             rc = parse_int(a, v, 1, 1 << 20, &lv);
             ep.max_batch_tokens = (int)lv;
@@ -963,8 +969,8 @@ static int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < np; i++) {
         struct td_request_params rp = {ids[i].ids,
                                        (int)ids[i].n,
-                                       (int)max_tokens,
-                                       {(float)temperature, 0, 1.0f, (uint64_t)(seed + i)},
+                                       (int)ro.max_tokens,
+                                       {(float)ro.temperature, 0, 1.0f, (uint64_t)(ro.seed + i)},
                                        1};
         prompt_tokens += (long)ids[i].n;
         ttft[i] = done_t[i] = -1;
