@@ -366,7 +366,7 @@ int draft_dspark_collect(struct draft_dspark *d, struct dspark_seq *seqs, char *
 }
 
 void draft_dspark_defer(struct draft_dspark *d, int on) {
-    d->defer = on && d->b->on_device;
+    d->defer = on;
 }
 
 /* a greedy round's drafts, counts and confidences to the host (waits for the round) */

@@ -174,7 +174,7 @@ static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_z
 }
 
 void draft_mtp_defer(struct draft_mtp *d, int on) {
-    d->defer = on && d->b->on_device;
+    d->defer = on;
 }
 
 /* A greedy round in which every sequence drafts k, on the backend (kernels/greedy.h): each

@@ -49,11 +49,13 @@ struct fwd {
     float *weights;             /* [n, experts per token] */
     float *logits;              /* [n, vocab] */
     float *inv_main, *inv_comp; /* [rope_dim / 2] */
-    void *plan_dev;             /* the plan's buffer on a device backend */
-    const float *x_in;          /* [n, nc, dim] input streams instead of the embedding, or NULL */
-    int head_all_rows;          /* 1: the head runs on every row (graphs), 0: on logit_rows */
-    float *capture;             /* [n, n_capture, dim] stream means, or NULL */
-    const int *capture_layers;  /* [n_capture] */
+    void *plan_dev;    /* the plan's copy in backend memory: every step's on a device backend; on
+                          the CPU a step's whose draft ids come from backend memory (id patches) */
+    void *plan_base;   /* the plan buffer this step's kernels read: plan_dev, or the plan itself */
+    const float *x_in; /* [n, nc, dim] input streams instead of the embedding, or NULL */
+    int head_all_rows; /* 1: the head runs on every row (graphs), 0: on logit_rows */
+    float *capture;    /* [n, n_capture, dim] stream means, or NULL */
+    const int *capture_layers; /* [n_capture] */
     int n_capture;
     float *hidden_out; /* [n, nc, dim] final streams out, or NULL */
 };
@@ -135,10 +137,10 @@ static void attention_block(struct fwd *f, int li) {
     const struct td_plan *p = f->p;
 
     // this layer's rate decides which visible / emit / ring-write rows apply
-    struct rows_view rows = rows_of(p, f->plan_dev ? f->plan_dev : p->mem);
+    struct rows_view rows = rows_of(p, f->plan_base);
     rows.n_tok = f->n;
     const char *h = p->mem;
-    char *base = f->plan_dev ? f->plan_dev : p->mem;
+    char *base = f->plan_base;
 #define AT(arr) ((int32_t *)(base + ((const char *)(arr)-h)))
     rows.vis = csa ? AT(p->vis_csa) : AT(p->vis_hca);
     rows.emit = csa ? AT(p->emit_csa) : AT(p->emit_hca);
@@ -355,11 +357,7 @@ static int ws_make(struct td_state *st, const struct td_config *c, const struct 
         if (!(*want[i].dst = b->alloc(want[i].bytes))) goto oom;
         ws->bufs[ws->n_bufs++] = *want[i].dst;
     }
-    if (!b->on_device) { // the CPU reads the host plan itself
-        b->release(f->plan_dev);
-        ws->n_bufs--;
-        f->plan_dev = NULL;
-    }
+
     float inv[256];
     struct rope_params pm = rope_of(&c->rope_main, c->rope_dim);
     struct rope_params pc = rope_of(&c->rope_compress, c->rope_dim);
@@ -538,7 +536,8 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     f->capture_layers = io->capture_layers;
     f->n_capture = io->capture ? io->n_capture : 0;
     f->head_all_rows = 0;
-    f->rows = rows_of(p, f->plan_dev ? f->plan_dev : p->mem);
+    f->plan_base = b->on_device ? f->plan_dev : p->mem; // the CPU reads the plan itself
+    f->rows = rows_of(p, f->plan_base);
     return f;
 }
 
@@ -547,7 +546,7 @@ static struct fwd *begin(const struct td_model *m, struct td_state *st, const st
                          const struct td_forward_io *io, char *err, size_t errlen) {
     if (check_plan(m, st, p, err, errlen)) return NULL;
     struct fwd *f = setup(m, st, p, io, err, errlen);
-    if (f && f->plan_dev) { // the step's rows only (meta_plan_spans)
+    if (f && f->b->on_device) { // the step's rows only (meta_plan_spans)
         size_t off[2], len[2];
         meta_plan_spans(p, off, len);
         for (int i = 0; i < 2; i++)
@@ -589,11 +588,19 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
                   size_t errlen) {
     struct fwd *f = begin(m, st, p, io, err, errlen);
     if (!f) return -1;
+    if (io && io->n_id_patches && f->plan_base == p->mem) { // the CPU: patch a copy, never
+        size_t off[2], len[2];                              // the plan itself
+        meta_plan_spans(p, off, len);
+        for (int i = 0; i < 2; i++)
+            f->b->ops.copy((char *)f->plan_dev + off[i], (const char *)p->mem + off[i], len[i]);
+        f->plan_base = f->plan_dev;
+        f->rows = rows_of(p, f->plan_base);
+    }
     for (int i = 0; io && i < io->n_id_patches; i++) {
         const struct td_id_patch *q = &io->id_patches[i];
-        if (!f->plan_dev || q->row < 0 || q->n < 0 || q->row + q->n > p->n_tok) {
-            snprintf(err, errlen, "forward: id patch of rows %d + %d (plan of %d rows, %s)", q->row,
-                     q->n, p->n_tok, f->plan_dev ? "on the device" : "on the host");
+        if (q->row < 0 || q->n < 0 || q->row + q->n > p->n_tok) {
+            snprintf(err, errlen, "forward: id patch of rows %d + %d, the plan has %d", q->row,
+                     q->n, p->n_tok);
             return -1;
         }
         f->b->ops.copy((int32_t *)f->rows.input_ids + q->row, q->src,

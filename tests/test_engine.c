@@ -52,6 +52,7 @@ static void hook_fn(void *ctx, int request, long position, float *row, int vocab
 
 static int32_t prompts[MAX_REQ][64];
 static const char *dspark_dir_g; /* the DSpark drafter run() uses (NULL: the model's dspark/) */
+static float dspark_threshold_g; /* and its --dspark-threshold */
 static int prompt_len[MAX_REQ];
 
 static void make_prompts(int vocab) {
@@ -72,6 +73,7 @@ static int run(const char *model, const char *draft, int k, int n_req, int budge
     ep.draft = draft;
     ep.max_draft = k;
     if (!strcmp(draft, "dspark")) ep.dspark_dir = dspark_dir_g;
+    ep.dspark_threshold = dspark_threshold_g;
     ep.max_batch_tokens = budget;
     ep.max_seqs = max_seqs;
     ep.max_ctx = max_ctx;
@@ -227,6 +229,24 @@ static void model_drafter_tests(const char *draft, double min_accept) {
                      n);
             case_end(name, extra);
         }
+        if (!dspark) continue;
+        // a confidence cut: rounds stop short of the block, and the verify step (built while
+        // the drafts were still in backend memory) verifies the block's rows and keeps the
+        // drafts made
+        case_begin();
+        dspark_threshold_g = 0.5f;
+        run(model, draft, 0, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &spec);
+        dspark_threshold_g = 0.0f;
+        int which = -1;
+        CHECK(same_tokens(&spec, &base, &which), "request %d differs from plain decoding", which);
+        const struct td_engine_stats *s = &spec.stats;
+        CHECK(s->drafted < 5 * s->rounds, "no round was cut (%ld drafts in %ld rounds)", s->drafted,
+              s->rounds);
+        char name[96], extra[96];
+        snprintf(extra, sizeof extra, "(%ld drafts in %ld rounds of up to 5)", s->drafted,
+                 s->rounds);
+        snprintf(name, sizeof name, "dspark_threshold_greedy_equals_plain/tandem-tiny/b%d", n);
+        case_end(name, extra);
     }
     // sampled: the same seed gives the same tokens alone and in a batch (draws are keyed by
     // request seed and position too)
