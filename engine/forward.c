@@ -357,7 +357,6 @@ static int ws_make(struct td_state *st, const struct td_config *c, const struct 
         if (!(*want[i].dst = b->alloc(want[i].bytes))) goto oom;
         ws->bufs[ws->n_bufs++] = *want[i].dst;
     }
-
     float inv[256];
     struct rope_params pm = rope_of(&c->rope_main, c->rope_dim);
     struct rope_params pc = rope_of(&c->rope_compress, c->rope_dim);
