@@ -1,6 +1,6 @@
 /* hc.cu: mHC pre (mixes, Sinkhorn, collapse), post (expand) and head on the GPU (see hc.h).
  * One block per token for pre/head, after one block per column chunk for the mixes of wide
- * tokens; the Sinkhorn in one thread's registers (nc <= 4), all fp32. */
+ * tokens; the Sinkhorn in warp 0 (nc <= 4) or the block's shared memory, all fp32. */
 #include "cuda_common.cuh"
 #include "hc.h"
 
@@ -13,11 +13,10 @@
  * element, 32 with the dtype fixed per row, 17 with batched loads; a form where the whole
  * block shared each output tile measured 22 and was taken back. */
 #define HC_BATCH 16
-#define HC_THREADS                                                                                 \
-    1024 /* at most: a block of 1024 for wide tokens (one warp per output over a                   \
-            chunk), 256 otherwise. Measured per call, graph-replayed: nc = 4,                      \
-            d = 4096: hc_pre 11.4 us with 1024, 14.2 with 256, hc_head 9.7 and                     \
-            19.9; d = 256: hc_pre 9.4 and 9.1, hc_head 4.4 and 3.0 */
+/* threads per block, at most: 1024 for wide tokens (one warp per output over a chunk), 256
+ * otherwise. Measured per call, graph-replayed, nc = 4: d = 4096, hc_pre 11.4 us with 1024,
+ * 14.2 with 256, hc_head 9.7 and 19.9; d = 256, hc_pre 9.4 and 9.1, hc_head 4.4 and 3.0 */
+#define HC_THREADS 1024
 static int hc_threads(int width) {
     return width > HC_SPLIT_MIN ? HC_THREADS : 256;
 }
