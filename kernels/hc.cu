@@ -6,12 +6,6 @@
 
 #define HC_MAX_MIX 288 /* (2 + 16) * 16 */
 
-/* a lane's share of x . w over columns [c0, c1), in index order. The loads of HC_BATCH steps
- * are made into registers before any is used, so they are in flight together: a loop that
- * loads and adds one element at a time waited out a full memory latency per element. Measured
- * per hc_pre call at batch 1 on tandem-tiny (Nsight Compute): 65 us with a dtype switch per
- * element, 32 with the dtype fixed per row, 17 with batched loads; a form where the whole
- * block shared each output tile measured 22 and was taken back. */
 #define HC_BATCH 16
 /* threads per block, at most: 1024 for wide tokens (one warp per output over a chunk), 256
  * otherwise. Measured per call, graph-replayed, nc = 4: d = 4096, hc_pre 11.4 us with 1024,
@@ -20,6 +14,13 @@
 static int hc_threads(int width) {
     return width > HC_SPLIT_MIN ? HC_THREADS : 256;
 }
+
+/* a lane's share of x . w over columns [c0, c1), in index order. The loads of HC_BATCH steps
+ * are made into registers before any is used, so they are in flight together: a loop that
+ * loads and adds one element at a time waited out a full memory latency per element. Measured
+ * per hc_pre call at batch 1 on tandem-tiny (Nsight Compute): 65 us with a dtype switch per
+ * element, 32 with the dtype fixed per row, 17 with batched loads; a form where the whole
+ * block shared each output tile measured 22 and was taken back. */
 template <typename T>
 __device__ __forceinline__ float mix_dot(const float *xt, const T *w, int c0, int c1, int lane) {
     float acc = 0.0f;
