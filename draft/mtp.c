@@ -31,6 +31,7 @@ struct draft_mtp {
     int32_t *ids;             /* [max_rows] host */
     struct td_plan_seq *seqs; /* [max_seqs] */
     int *zero, *live, *keep;  /* [max_rows], [max_seqs], [max_seqs] */
+    int *ord;                 /* [max_seqs] the catch-up plan's sequence order */
     int all_logits;           /* catch-up returns every row's logits (tests) */
     int max_seqs;
     /* deferred greedy rounds: chain = n_drafts [max_seqs] | tok [max_seqs * max_k] | next
@@ -82,6 +83,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     d->zero = malloc(R * sizeof(int));
     d->live = malloc((size_t)max_seqs * sizeof(int));
     d->keep = malloc((size_t)max_seqs * sizeof(int));
+    d->ord = malloc((size_t)max_seqs * sizeof(int));
     size_t chain_words = (size_t)max_seqs * (2 + (max_k > 0 ? max_k : 1));
     d->chain = b->alloc(chain_words * sizeof(int32_t));
     d->chain_host = calloc(chain_words, sizeof(int32_t));
@@ -90,7 +92,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
         goto fail;
     }
     if (!d->hidden || !d->h_in || !d->h_out || !d->x || !d->tmp || !d->e || !d->ids_dev ||
-        !d->logits || !d->p || !d->ids || !d->seqs || !d->zero || !d->live || !d->keep) {
+        !d->logits || !d->p || !d->ids || !d->seqs || !d->zero || !d->live || !d->keep || !d->ord) {
         snprintf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
         goto fail;
     }
@@ -117,6 +119,7 @@ void draft_mtp_free(struct draft_mtp *d) {
     free(d->zero);
     free(d->live);
     free(d->keep);
+    free(d->ord);
     meta_plan_free(&d->plan);
     td_state_free(&d->st);
     if (d->dev.backend) td_model_free(&d->dev);
@@ -177,9 +180,11 @@ void draft_mtp_defer(struct draft_mtp *d, int on) {
     d->defer = on;
 }
 
-/* A greedy round in which every sequence drafts k, on the backend (kernels/greedy.h): each
- * slot is drafted from logits that stay there, and each later step embeds the ids the last
- * one left. Nothing waits (draft_mtp_collect). */
+/* A greedy round in which the n drafting sequences seqs[d->ord[0 .. n - 1]], the first n of
+ * the catch-up plan, draft k each, on the backend (kernels/greedy.h): each slot is drafted
+ * from logits that stay there, and each later step embeds the ids the last one left. Row i of
+ * every step is sequence d->ord[i]; its drafts go to tok[i * max_k ..]. Nothing waits
+ * (draft_mtp_collect). */
 static int device_chain(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, int k, char *err,
                         size_t errlen) {
     const struct td_backend *b = d->b;
@@ -191,14 +196,14 @@ static int device_chain(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, i
     // slot 0 from the catch-up's logits (one row per sequence: its last), the streams of each
     // sequence's last row for the next step
     b->ops.greedy_slot(tok, nd, next, td_forward_logits(&d->st), n_seq, d->vocab, (int)K, 0);
-    for (int s = 0, r = 0; s < n_seq; r += seqs[s].n, s++)
-        b->ops.copy(d->h_in + s * row_floats, d->h_out + (size_t)(r + seqs[s].n - 1) * row_floats,
-                    row_bytes);
+    for (int i = 0, r = 0; i < n_seq; r += seqs[d->ord[i]].n, i++)
+        b->ops.copy(d->h_in + i * row_floats,
+                    d->h_out + (size_t)(r + seqs[d->ord[i]].n - 1) * row_floats, row_bytes);
     for (int j = 1; j < k; j++) {
-        for (int s = 0; s < n_seq; s++) {
-            d->ids[s] = 0; // a placeholder: the plan's device copy takes next[s]
-            d->seqs[s] = (struct td_plan_seq){
-                seqs[s].slot, seqs[s].pos0 + seqs[s].n + j - 1, 1, d->ids + s, 0, 0};
+        for (int i = 0; i < n_seq; i++) {
+            const struct mtp_rows *q = &seqs[d->ord[i]];
+            d->ids[i] = 0; // a placeholder: the plan's device copy takes next[i]
+            d->seqs[i] = (struct td_plan_seq){q->slot, q->pos0 + q->n + j - 1, 1, d->ids + i, 0, 0};
         }
         if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
             mtp_forward(d, n_seq, NULL, 0, next, NULL, err, errlen))
@@ -206,9 +211,9 @@ static int device_chain(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, i
         b->ops.greedy_slot(tok, nd, next, td_forward_logits(&d->st), n_seq, d->vocab, (int)K, j);
         b->ops.copy(d->h_in, d->h_out, (size_t)n_seq * row_bytes);
     }
-    for (int s = 0; s < n_seq; s++) {
-        seqs[s].dev_drafts = tok + (size_t)s * K;
-        seqs[s].n_drafts = k;
+    for (int i = 0; i < n_seq; i++) {
+        seqs[d->ord[i]].dev_drafts = tok + (size_t)i * K;
+        seqs[d->ord[i]].n_drafts = k;
     }
     d->n_round = n_seq;
     d->pending = 1;
@@ -222,10 +227,10 @@ int draft_mtp_collect(struct draft_mtp *d, struct mtp_rows *seqs, char *err, siz
     size_t S = (size_t)d->max_seqs, K = (size_t)d->max_k;
     b->to_host(d->chain_host, d->chain, (S + S * K) * sizeof(int32_t)); // n_drafts | tok
     if (b->finish(err, errlen)) return -1;
-    for (int s = 0; s < d->n_round; s++) {
-        struct mtp_rows *q = &seqs[s];
-        q->n_drafts = d->chain_host[s];
-        memcpy(q->drafts, d->chain_host + S + (size_t)s * K, (size_t)q->n_drafts * sizeof(int32_t));
+    for (int i = 0; i < d->n_round; i++) { // row i: sequence ord[i] (device_chain)
+        struct mtp_rows *q = &seqs[d->ord[i]];
+        q->n_drafts = d->chain_host[i];
+        memcpy(q->drafts, d->chain_host + S + (size_t)i * K, (size_t)q->n_drafts * sizeof(int32_t));
     }
     return 0;
 }
@@ -245,13 +250,25 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
         snprintf(err, errlen, "mtp: a round before the last round's drafts were collected");
         return -1;
     }
-    // a deferred round: the backend's own chain, when every sequence is greedy and wants the
-    // same k >= 1
-    int dev = d->defer && !d->all_logits && n_seq > 0 && seqs[0].k >= 1;
-    for (int s = 0; s < n_seq && dev; s++)
-        dev = seqs[s].k == seqs[0].k && seqs[s].sampling->temperature <= 0.0f;
-    // catch up: every sequence's committed rows, in one call
+    // a deferred round: the backend's own chain, when every drafting sequence is greedy and
+    // wants the same k (the others only catch up). Its plan puts the drafting sequences first,
+    // so that their catch-up logits and every later step's rows are rows 0 .. n_draft - 1
+    int k = 0, n_draft = 0, *ord = d->ord, dev = d->defer && !d->all_logits;
     for (int s = 0; s < n_seq; s++) {
+        if (seqs[s].k < 1) continue;
+        dev = dev && (!k || seqs[s].k == k) && seqs[s].sampling->temperature <= 0.0f;
+        k = seqs[s].k;
+        ord[n_draft++] = s;
+    }
+    dev = dev && n_draft;
+    for (int s = 0, i = n_draft; s < n_seq; s++)
+        if (!dev)
+            ord[s] = s;
+        else if (seqs[s].k < 1)
+            ord[i++] = s;
+    // catch up: every sequence's committed rows, in one call
+    for (int i = 0; i < n_seq; i++) {
+        int s = ord[i];
         struct mtp_rows *q = &seqs[s];
         if (q->pos0 == 0) { // a new sequence in this slot
             d->st.in_use[q->slot] = 1;
@@ -267,7 +284,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
         memcpy(d->ids + rows, q->next, (size_t)q->n * sizeof(int32_t));
         if (q->pos0 == 0) zero[n_zero++] = rows;
         // only the last row's logits draft; all rows' when a test asks for them
-        d->seqs[s] = (struct td_plan_seq){
+        d->seqs[i] = (struct td_plan_seq){
             q->slot, q->pos0, q->n, d->ids + rows, d->all_logits ? 0 : q->n - 1, 0};
         rows += q->n;
         q->n_drafts = 0;
@@ -276,7 +293,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
     if (!n_seq) return 0;
     if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
         mtp_forward(d, rows, zero, n_zero, NULL, dev ? NULL : d->logits, err, errlen) ||
-        (dev && device_chain(d, seqs, n_seq, seqs[0].k, err, errlen)))
+        (dev && device_chain(d, seqs, n_draft, k, err, errlen)))
         return -1;
     if (dev) goto rollback;
     // the chain: draft 1 from each sequence's last row, then one recycled row per step
