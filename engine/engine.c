@@ -38,7 +38,8 @@ struct request {
     int slot;                     /* state slot while running, else -1 */
     int32_t drafts[TD_MAX_DRAFT]; /* MTP, DSpark: drafts made after the last step, for the next */
     int n_drafts;
-    const int32_t *drafts_dev; /* DSpark deferred: the drafts are in backend memory here */
+    const int32_t
+        *drafts_dev; /* a deferred MTP or DSpark round: the drafts are there, in backend memory */
     char msg[256];
 };
 
@@ -663,7 +664,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
         struct td_forward_io io = target_io(e);
         io.id_patches = e->patches;
-        for (int i = 0; i < n; i++) { // drafts the last DSpark round left on the device
+        for (int i = 0; i < n; i++) { // drafts the last MTP or DSpark round left on the device
             struct group *g = &e->groups[i];
             if (!g->prefill && g->r->drafts_dev && g->n_drafts)
                 e->patches[io.n_id_patches++] =

@@ -540,12 +540,19 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     return f;
 }
 
-/* checks, step buffers and the plan on the backend: the start of every forward call */
+/* checks, step buffers and the plan's copy in backend memory when the step reads one (a
+ * device's every step; on the CPU a step with id patches, which are written to the copy, never
+ * to the plan): the start of every forward call */
 static struct fwd *begin(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                          const struct td_forward_io *io, char *err, size_t errlen) {
     if (check_plan(m, st, p, err, errlen)) return NULL;
     struct fwd *f = setup(m, st, p, io, err, errlen);
-    if (f && f->b->on_device) { // the step's rows only (meta_plan_spans)
+    if (!f) return NULL;
+    if (io && io->n_id_patches && f->plan_base == p->mem) {
+        f->plan_base = f->plan_dev;
+        f->rows = rows_of(p, f->plan_base);
+    }
+    if (f->plan_base == f->plan_dev) { // the step's rows only (meta_plan_spans)
         size_t off[2], len[2];
         meta_plan_spans(p, off, len);
         for (int i = 0; i < 2; i++)
@@ -587,14 +594,6 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
                   size_t errlen) {
     struct fwd *f = begin(m, st, p, io, err, errlen);
     if (!f) return -1;
-    if (io && io->n_id_patches && f->plan_base == p->mem) { // the CPU: patch a copy, never
-        size_t off[2], len[2];                              // the plan itself
-        meta_plan_spans(p, off, len);
-        for (int i = 0; i < 2; i++)
-            f->b->ops.copy((char *)f->plan_dev + off[i], (const char *)p->mem + off[i], len[i]);
-        f->plan_base = f->plan_dev;
-        f->rows = rows_of(p, f->plan_base);
-    }
     for (int i = 0; io && i < io->n_id_patches; i++) {
         const struct td_id_patch *q = &io->id_patches[i];
         if (q->row < 0 || q->n < 0 || q->row + q->n > p->n_tok) {

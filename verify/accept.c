@@ -10,34 +10,6 @@ static int row_finite(const float *q, int vocab) {
     return 1;
 }
 
-/* the first maximum of a row, or -1 when the row has a non-finite entry: td_probs at T = 0 in
- * one pass. Eight independent lanes (each the first maximum of its residue class), folded by
- * value, then the lower index: the first maximum overall, without one long chain of compares */
-static int greedy_row(const float *x, int vocab) {
-    enum { LANES = 8 };
-    float bv[LANES];
-    int bi[LANES], finite = 1, i = LANES;
-    for (int l = 0; l < LANES; l++) { // lane l starts at x[l]; a lane past the row stays empty
-        bv[l] = l < vocab ? x[l] : -INFINITY, bi[l] = l < vocab ? l : vocab;
-        finite &= l >= vocab || isfinite(x[l]);
-    }
-    for (; i + LANES <= vocab; i += LANES)
-        for (int l = 0; l < LANES; l++) {
-            float v = x[i + l];
-            finite &= isfinite(v) != 0;
-            if (v > bv[l]) bv[l] = v, bi[l] = i + l;
-        }
-    for (int l = 0; i < vocab; i++, l++) {
-        float v = x[i];
-        finite &= isfinite(v) != 0;
-        if (v > bv[l]) bv[l] = v, bi[l] = i;
-    }
-    int b = 0;
-    for (int l = 1; l < LANES; l++)
-        if (bi[l] < vocab && (bv[l] > bv[b] || (bv[l] == bv[b] && bi[l] < bi[b]))) b = l;
-    return finite ? bi[b] : -1;
-}
-
 void verify_chain(struct verify_result *res, const float *logits, int vocab, const int32_t *drafts,
                   const float *const *q, int L, const struct td_sampling *s, long pos0, float *p,
                   float *r, double accept_scale) {
@@ -53,10 +25,10 @@ void verify_chain(struct verify_result *res, const float *logits, int vocab, con
     if (s->temperature <= 0.0f) {
         // greedy: the target is one-hot at each row's argmax m, so a draft is accepted when it
         // is m, and the bonus or the correction (the residual of a one-hot p is one-hot at m)
-        // is m. One pass per row instead of td_probs' three and the residual's four: 0.79 ms
-        // of host time per 5-draft round at a vocabulary of 129280 (50 us at 8192)
+        // is m: one td_argmax_finite per row instead of td_probs and the residual's draw (0.79
+        // ms of host time per 5-draft round at a vocabulary of 129280, 50 us at 8192)
         for (;; a++) {
-            int m = greedy_row(logits + (size_t)a * vocab, vocab);
+            int m = td_argmax_finite(logits + (size_t)a * vocab, vocab);
             if (m < 0) {
                 res->status = VERIFY_NAN_TARGET;
                 res->nan_position = pos0 + a + 1;

@@ -25,6 +25,33 @@ int td_argmax(const float *x, int n) {
     return b;
 }
 
+/* Eight independent lanes (each the first maximum of its residue class), folded by
+ * value, then the lower index: the first maximum overall, without one long chain of compares */
+int td_argmax_finite(const float *x, int vocab) {
+    enum { LANES = 8 };
+    float bv[LANES];
+    int bi[LANES], finite = 1, i = LANES;
+    for (int l = 0; l < LANES; l++) { // lane l starts at x[l]; a lane past the row stays empty
+        bv[l] = l < vocab ? x[l] : -INFINITY, bi[l] = l < vocab ? l : vocab;
+        finite &= l >= vocab || isfinite(x[l]);
+    }
+    for (; i + LANES <= vocab; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            float v = x[i + l];
+            finite &= isfinite(v) != 0;
+            if (v > bv[l]) bv[l] = v, bi[l] = i + l;
+        }
+    for (int l = 0; i < vocab; i++, l++) {
+        float v = x[i];
+        finite &= isfinite(v) != 0;
+        if (v > bv[l]) bv[l] = v, bi[l] = i;
+    }
+    int b = 0;
+    for (int l = 1; l < LANES; l++)
+        if (bi[l] < vocab && (bv[l] > bv[b] || (bv[l] == bv[b] && bi[l] < bi[b]))) b = l;
+    return finite ? bi[b] : -1;
+}
+
 /* a token and its probability, sorted by probability, ties to the lower id (no shared state,
  * so concurrent callers are safe) */
 struct ranked {
@@ -39,15 +66,15 @@ static int by_prob_desc(const void *a, const void *b) {
 }
 
 int td_probs(float *p, const float *logits, int vocab, const struct td_sampling *s) {
-    for (int i = 0; i < vocab; i++)
-        if (!isfinite(logits[i])) return -1;
+    int m = td_argmax_finite(logits, vocab);
+    if (m < 0) return -1;
     if (s->temperature <= 0.0f) {
         for (int i = 0; i < vocab; i++)
             p[i] = 0.0f;
-        p[td_argmax(logits, vocab)] = 1.0f;
+        p[m] = 1.0f;
         return 0;
     }
-    float mx = logits[td_argmax(logits, vocab)];
+    float mx = logits[m];
     double sum = 0.0;
     for (int i = 0; i < vocab; i++)
         sum += p[i] = expf((logits[i] - mx) / s->temperature);

@@ -36,6 +36,9 @@ int td_sample(const float *p, int vocab, double u);
 /* index of the largest value, lowest index among ties */
 int td_argmax(const float *x, int n);
 
+/* td_argmax, or -1 when x has a non-finite entry, in one pass (td_probs, greedy verification) */
+int td_argmax_finite(const float *x, int n);
+
 #ifdef __cplusplus
 }
 #endif
