@@ -116,6 +116,21 @@ __device__ __forceinline__ unsigned long long warp_max_key(unsigned long long k)
     return k;
 }
 
+/* the largest argmax_key over the block; every thread gets it (a max: any order gives the same) */
+__device__ __forceinline__ unsigned long long block_max_key(unsigned long long k) {
+    __shared__ unsigned long long part[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    k = warp_max_key(k);
+    __syncthreads();
+    if (lane == 0) part[w] = k;
+    __syncthreads();
+    unsigned long long r = 0;
+    int nw = blockDim.x >> 5;
+    for (int i = 0; i < nw; i++)
+        r = part[i] > r ? part[i] : r;
+    return r;
+}
+
 
 /* op over the block (blockDim.x a multiple of 32, <= 1024), from init; every thread gets the
  * result. The order is fixed by the thread layout, not by the data. */

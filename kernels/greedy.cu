@@ -1,12 +1,12 @@
 /* greedy.cu: one slot of a greedy draft chain on the GPU (see greedy.h): a block per row, each
- * thread's best as an argmax_key (the larger value, then the lower id), folded over the block. */
+ * thread's best as an argmax_key (the larger value, then the lower id), folded over the block
+ * (block_max_key). */
 #include "cuda_common.cuh"
 #include "greedy.h"
 
 __global__ void greedy_slot_kernel(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x,
                                    int V, int g, int j) {
-    __shared__ unsigned long long wk[32];
-    int i = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int i = blockIdx.x;
     const float *r = x + (size_t)i * V;
     unsigned long long best = 0;
     int bad = 0;
@@ -17,12 +17,8 @@ __global__ void greedy_slot_kernel(int32_t *tok, int32_t *n_drafts, int32_t *nex
         best = k > best ? k : best;
     }
     bad = __syncthreads_or(bad);
-    best = warp_max_key(best);
-    if (!lane) wk[warp] = best;
-    __syncthreads();
+    best = block_max_key(best);
     if (threadIdx.x) return;
-    for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-        best = wk[w] > best ? wk[w] : best;
     int a = argmax_key_index(best);
     next[i] = bad ? 0 : a;
     if (!bad && n_drafts[i] == j) {

@@ -30,8 +30,6 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
     // pick j: the block's largest sel among the experts not yet taken, ties to the lower expert
     // (the reference's first strict maximum), as one argmax_key per candidate
     __shared__ int p[64];
-    __shared__ unsigned long long wk[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int j = 0; j < k; j++) {
         if (tid2eid) {
             if (!threadIdx.x) {
@@ -50,14 +48,8 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
             unsigned long long key = argmax_key(sel[e], e);
             best = key > best ? key : best;
         }
-        best = warp_max_key(best);
-        if (!lane) wk[warp] = best;
-        __syncthreads();
-        if (!threadIdx.x) {
-            for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-                best = wk[w] > best ? wk[w] : best;
-            p[j] = argmax_key_index(best);
-        }
+        best = block_max_key(best);
+        if (!threadIdx.x) p[j] = argmax_key_index(best);
         __syncthreads();
     }
     __syncthreads();
