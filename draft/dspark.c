@@ -26,8 +26,7 @@ struct draft_dspark {
     int max_rows, max_seqs, vocab, dim, nc;
     float threshold;
     float *capture;            /* [max_rows, n_capture * dim] the target's captured rows */
-    float *ctx;                /* [max_rows, n_capture * dim] the rows being inserted */
-    float *main_x;             /* [max_rows, dim] */
+    float *ctx;                /* [max_tok, n_capture * dim] the rows being inserted */
     float *streams;            /* [max_seqs * block, nc, dim] the stages' output streams */
     float *y;                  /* [max_seqs * block, dim] hc_head(streams) */
     float *e, *bias;           /* [max_seqs, rank], [max_seqs, vocab] Markov step */
@@ -43,6 +42,7 @@ struct draft_dspark {
      * its host mirror */
     int32_t *mk, *mk_host;
     unsigned long long *best;
+    int32_t *done; /* [max_seqs] the chain's scratch, zero */
     int32_t *zeros;           /* [max_rows] token ids of insertion rows (never read) */
     int32_t *blk_ids;         /* [max_seqs * block] */
     int32_t *ids_host;        /* [max_seqs] */
@@ -158,8 +158,8 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     size_t F = sizeof(float), R = (size_t)max_rows, CW = (size_t)dc->n_capture * d->dim;
     size_t BR = (size_t)blk_rows, S = (size_t)max_seqs, V = (size_t)d->vocab;
     d->capture = b->alloc(R * CW * F);
-    d->ctx = b->alloc(R * CW * F);
-    d->main_x = b->alloc(R * d->dim * F);
+    // the insertion's graph reads every row of its bucket, so ctx has the plan's widest
+    d->ctx = b->alloc((size_t)pd.max_tok * CW * F);
     // the block forward writes its final streams for every row of its padded bucket (a graph
     // of n_tok_pad rows), so they are sized by the plan's widest bucket, not the live rows
     d->streams = b->alloc((size_t)pd.max_tok * d->nc * d->dim * F);
@@ -179,7 +179,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->live = malloc(S * sizeof(int));
     d->act = malloc(S * sizeof(int));
     d->seqs = calloc(S, sizeof *d->seqs);
-    if (!d->capture || !d->ctx || !d->main_x || !d->streams || !d->y || !d->e || !d->bias ||
+    if (!d->capture || !d->ctx || !d->streams || !d->y || !d->e || !d->bias ||
         !d->ids_dev || !d->U || !d->y_host || !d->e_host || !d->bias_host || !d->z || !d->conf_w ||
         !d->zeros || !d->blk_ids || !d->ids_host || !d->live || !d->act || !d->seqs) {
         snprintf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
@@ -192,16 +192,21 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->mk = b->alloc(mk_words * sizeof(int32_t));
     d->mk_host = malloc(mk_words * sizeof(int32_t));
     d->best = b->alloc(S * sizeof *d->best);
-    if (!d->conf_w_dev || !d->mk || !d->mk_host || !d->best) {
+    d->done = b->alloc(S * sizeof *d->done);
+    if (!d->conf_w_dev || !d->mk || !d->mk_host || !d->best || !d->done) {
         snprintf(err, errlen, "dspark: out of memory for the Markov chain's buffers");
         goto fail;
     }
     b->to_device(d->conf_w_dev, d->conf_w, ((size_t)d->dim + dc->rank) * F);
     memset(d->mk_host, 0, mk_words * sizeof(int32_t)); // every tok a valid id, drafted or not
     b->to_device(d->mk, d->mk_host, mk_words * sizeof(int32_t));
-    // the block forward's graphs, made now: a block of g rows per drafting sequence
+    // the graphs, made now: the insertion's of 1 to max_rows rows, the block forward's of a
+    // block of g rows per drafting sequence
+    struct td_forward_io ins = {.x_in = d->ctx, .keys_only = 1};
     struct td_forward_io io = {.hidden_out = d->streams};
-    if (td_forward_prepare(d->run, &d->st, &pd, &io, dc->block, blk_rows, err, errlen)) goto fail;
+    if (td_forward_prepare(d->run, &d->st, &pd, &ins, 1, max_rows, err, errlen) ||
+        td_forward_prepare(d->run, &d->st, &pd, &io, dc->block, blk_rows, err, errlen))
+        goto fail;
     *out = d;
     return 0;
 fail:
@@ -211,8 +216,8 @@ fail:
 
 void draft_dspark_free(struct draft_dspark *d) {
     if (!d) return;
-    void *bufs[] = {d->capture, d->ctx,     d->main_x,     d->streams, d->y,   d->e,
-                    d->bias,    d->ids_dev, d->conf_w_dev, d->mk,      d->best};
+    void *bufs[] = {d->capture, d->ctx,        d->streams, d->y,  d->e,   d->bias,
+                    d->ids_dev, d->conf_w_dev, d->mk,      d->best, d->done};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) d->b->release(bufs[i]);
     free(d->U);
@@ -295,9 +300,7 @@ static int insert(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, ch
         rows += q->n;
     }
     if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen)) return -1;
-    b->ops.matmul(d->main_x, d->ctx, W(m->dspark.main_proj), rows, (int)CW, d->dim, NULL, 0);
-    b->ops.rmsnorm(d->main_x, d->main_x, W(m->dspark.main_norm), rows, d->dim, m->cfg.rms_eps);
-    return td_forward_store_kv(m, &d->st, &d->plan, d->main_x, err, errlen);
+    return td_forward_store_kv(m, &d->st, &d->plan, d->ctx, err, errlen);
 }
 
 static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
@@ -345,9 +348,11 @@ static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb,
                             .conf = (float *)(tok + S * g),
                             .n_drafts = nd,
                             .best = d->best,
-                            .bad = d->mk + 2 * S};
+                            .bad = d->mk + 2 * S,
+                            .done = d->done};
     for (int j = 0; j < g; j++)
         b->ops.markov_greedy(&a, j);
+    if (b->mark) b->mark("markov");
     if (!d->defer) return chain_results(d, seqs, nb, err, errlen);
     for (int i = 0; i < nb; i++) { // the drafts stay where the next verify step reads them
         struct dspark_seq *q = &seqs[d->live[i]];
@@ -403,7 +408,9 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
     }
     for (int s = 0; s < n_seq; s++)
         seqs[s].n_drafts = 0, seqs[s].dev_drafts = NULL;
+    if (b->mark) b->mark("draft");
     if (insert(d, seqs, n_seq, err, errlen)) return -1;
+    if (b->mark) b->mark("insert");
     // the block forward of every sequence that drafts: [anchor, noise...] after its context
     int nb = 0;
     for (int s = 0; s < n_seq; s++) {
@@ -427,6 +434,7 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
         return -1;
     b->ops.hc_head(d->y, d->streams, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale),
                    nb * g, d->nc, D, c->hc_eps, c->rms_eps);
+    if (b->mark) b->mark("block");
     if (greedy) return greedy_chain(d, seqs, nb, err, errlen);
     b->to_host(d->y_host, d->y, (size_t)nb * g * D * sizeof(float));
     // the Markov chain, slot by slot, over every sequence still drafting

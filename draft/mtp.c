@@ -291,6 +291,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
         q->dev_drafts = NULL;
     }
     if (!n_seq) return 0;
+    if (b->mark) b->mark("draft");
     if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
         mtp_forward(d, rows, zero, n_zero, NULL, dev ? NULL : d->logits, err, errlen) ||
         (dev && device_chain(d, seqs, n_draft, k, err, errlen)))
@@ -345,6 +346,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
         }
     }
 rollback: // the chain rows were speculative: the MTP's committed length is the target's
+    if (b->mark) b->mark("drafted");
     for (int s = 0; s < n_seq; s++) {
         int keep_len = seqs[s].pos0 + seqs[s].n;
         if (d->st.len[seqs[s].slot] != keep_len &&

@@ -103,6 +103,11 @@ struct td_backend {
     void (*graph_free)(void *g);
     /* size the ops' internal scratch once, outside any capture */
     void (*reserve)(const struct td_reserve *r);
+    /* a named point in the queue (NULL when the backend has none). With TD_TIMELINE=1 set,
+     * the device time between consecutive points is summed per (from, to) pair and printed at
+     * exit: the spans of a step's phases and the idle gaps between them, which kernel
+     * profilers do not show. A point inside a graph capture is ignored. */
+    void (*mark)(const char *name);
 };
 
 const struct td_backend *td_backend_cpu(void);

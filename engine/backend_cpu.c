@@ -50,6 +50,7 @@ static const struct td_backend cpu = {
     NULL,
     NULL,
     NULL,
+    NULL,
 };
 
 const struct td_backend *td_backend_cpu(void) {

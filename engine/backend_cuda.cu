@@ -92,9 +92,71 @@ static void cu_to_host(void *dst, const void *src, size_t bytes) {
     stage_used = 0;
 }
 
+/* the timeline (TD_TIMELINE=1): events recorded at named points, read back at each finish */
+#define TL_EVENTS 256
+#define TL_NAMES 16
+static int tl_on = -1, tl_n, tl_names;
+static cudaEvent_t tl_ev[TL_EVENTS];
+static int tl_at[TL_EVENTS];
+static const char *tl_name[TL_NAMES];
+static double tl_ms[TL_NAMES][TL_NAMES];
+static long tl_count[TL_NAMES][TL_NAMES];
+
+static void tl_print(void) {
+    fprintf(stderr, "timeline (device time between points, TD_TIMELINE):\n");
+    for (int a = 0; a < tl_names; a++)
+        for (int b = 0; b < tl_names; b++)
+            if (tl_count[a][b])
+                fprintf(stderr, "  %-10s -> %-10s %9.1f us x %ld\n", tl_name[a], tl_name[b],
+                        1e3 * tl_ms[a][b] / (double)tl_count[a][b], tl_count[a][b]);
+}
+
+// after the stream drained: every recorded point has a time; the last one starts the next run
+static void tl_collect(void) {
+    for (int i = 1; i < tl_n; i++) {
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, tl_ev[i - 1], tl_ev[i]) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        tl_ms[tl_at[i - 1]][tl_at[i]] += ms;
+        tl_count[tl_at[i - 1]][tl_at[i]]++;
+    }
+    if (tl_n > 1) {
+        cudaEvent_t e = tl_ev[0];
+        tl_ev[0] = tl_ev[tl_n - 1], tl_ev[tl_n - 1] = e;
+        tl_at[0] = tl_at[tl_n - 1];
+        tl_n = 1;
+    }
+}
+
+static void cu_mark(const char *name) {
+    if (tl_on < 0) {
+        tl_on = getenv("TD_TIMELINE") && atoi(getenv("TD_TIMELINE"));
+        for (int i = 0; tl_on && i < TL_EVENTS; i++)
+            if (cudaEventCreate(&tl_ev[i]) != cudaSuccess) tl_on = 0;
+        if (tl_on) atexit(tl_print);
+    }
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (!tl_on || cudaStreamIsCapturing(stream, &cap) != cudaSuccess ||
+        cap != cudaStreamCaptureStatusNone)
+        return;
+    int a = 0;
+    while (a < tl_names && strcmp(tl_name[a], name)) a++;
+    if (a == TL_NAMES) return;
+    if (a == tl_names) tl_name[tl_names++] = name;
+    if (tl_n == TL_EVENTS) { // more points than events between two finishes: read them now
+        cudaStreamSynchronize(stream);
+        tl_collect();
+    }
+    cudaEventRecord(tl_ev[tl_n], stream);
+    tl_at[tl_n++] = a;
+}
+
 static int cu_finish(char *err, size_t errlen) {
     cudaError_t e = cudaStreamSynchronize(stream);
     if (e == cudaSuccess) stage_used = 0;
+    if (e == cudaSuccess && tl_on > 0) tl_collect();
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
         snprintf(err, errlen, "cuda: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
@@ -197,5 +259,6 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
     cuda_backend.graph_launch = cu_graph_launch;
     cuda_backend.graph_free = cu_graph_free;
     cuda_backend.reserve = cu_reserve;
+    cuda_backend.mark = cu_mark;
     return &cuda_backend;
 }

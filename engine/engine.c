@@ -670,8 +670,12 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
                 e->patches[io.n_id_patches++] =
                     (struct td_id_patch){e->plan.qo_indptr[i] + 1, g->n_drafts, g->r->drafts_dev};
         }
-        if (td_forward_ex(e->run, &e->state, &e->plan, &io, e->logits, NULL, err, errlen) ||
-            collect_drafts(e, n, err, errlen))
+        const struct td_backend *b = e->state.backend;
+        if (b->mark) b->mark("step");
+        if (td_forward_ex(e->run, &e->state, &e->plan, &io, e->logits, NULL, err, errlen))
+            return -1;
+        if (b->mark) b->mark("target");
+        if (collect_drafts(e, n, err, errlen))
             return -1;
         double t1 = now();
         e->stats.t_target += t1 - t0;

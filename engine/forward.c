@@ -58,6 +58,7 @@ struct fwd {
     const int *capture_layers; /* [n_capture] */
     int n_capture;
     float *hidden_out; /* [n, nc, dim] final streams out, or NULL */
+    int keys_only;     /* the pass stores context keys (td_forward_store_kv), nothing else */
 };
 
 static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
@@ -285,7 +286,7 @@ struct td_fwd_ws {
     int n_bufs;
     struct fwd f; /* buffer pointers; per-step fields are set by td_forward */
     struct {
-        int n_pad;
+        int n_pad, keys_only;
         const void *x_in, *hidden_out, *capture; /* the buffers the graph was captured with */
         void *exec;                              /* NULL: capture failed, run eagerly */
     } graphs[MAX_GRAPHS];
@@ -304,8 +305,9 @@ static void ws_free(struct td_state *st) {
     st->ws = NULL;
 }
 
-static int ws_make(struct td_state *st, const struct td_config *c, const struct td_plan_dims *d,
+static int ws_make(struct td_state *st, const struct td_model *m, const struct td_plan_dims *d,
                    char *err, size_t errlen) {
+    const struct td_config *c = &m->cfg;
     if (st->ws && !memcmp(&st->ws->dims, d, sizeof *d)) return 0;
     ws_free(st);
     const struct td_backend *b = st->backend;
@@ -366,9 +368,10 @@ static int ws_make(struct td_state *st, const struct td_config *c, const struct 
     b->to_device(f->inv_comp, inv, (size_t)half * F);
     if (b->reserve) {
         size_t in_max = (size_t)D;
-        size_t ins[4] = {(size_t)c->q_lora_rank, (size_t)H * hd,
-                         (size_t)c->o_groups * c->o_lora_rank, (size_t)c->moe_inter};
-        for (int i = 0; i < 4; i++)
+        size_t ins[5] = {(size_t)c->q_lora_rank, (size_t)H * hd,
+                         (size_t)c->o_groups * c->o_lora_rank, (size_t)c->moe_inter,
+                         (size_t)(m->dspark.main_proj.data ? m->dspark.main_proj.shape[1] : 0)};
+        for (int i = 0; i < 5; i++)
             in_max = ins[i] > in_max ? ins[i] : in_max;
         int ent = 0;
         for (int i = 0; i < c->n_layers; i++)
@@ -447,6 +450,31 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
     f->op->matmul(f->logits, f->xn, W(m->head), n_head, D, c->vocab, NULL, 0);
 }
 
+/* the context rows' keys into every layer's ring (td_forward_store_kv), capturable */
+static void run_store(struct fwd *f) {
+    const struct td_model *m = f->m;
+    const struct td_config *c = f->c;
+    const float *x = f->x_in;
+    if (m->dspark.main_proj.data) { // DSpark: the captured target rows, fused and normalised
+        int in = (int)m->dspark.main_proj.shape[1];
+        f->op->matmul(f->x, x, W(m->dspark.main_proj), f->n, in, c->dim, NULL, 0);
+        f->op->rmsnorm(f->x, f->x, W(m->dspark.main_norm), f->n, c->dim, c->rms_eps);
+        x = f->x;
+    }
+    for (int li = 0; li < c->n_layers; li++) {
+        layer_keys(f, &m->layers[li], x, f->inv_main, (float)c->rope_main.attention_factor);
+        f->op->ring_store(f->st->layers[li].swa, f->kv, f->rows.swa_write, &f->rows,
+                          f->st->swa_ring, c->head_dim);
+    }
+}
+
+static void run_pass(struct fwd *f, int32_t *topk_trace) {
+    if (f->keys_only)
+        run_store(f);
+    else
+        run_layers(f, topk_trace);
+}
+
 #define GRAPH_MAX_ROWS 128 /* steps of more rows (long prefill chunks) run eagerly */
 
 /* the graph of bucket n_pad for f's io buffers, captured now if it is new: its index, or -1
@@ -456,7 +484,8 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
     const struct td_backend *b = f->b;
     int g = 0;
     while (g < ws->n_graphs &&
-           (ws->graphs[g].n_pad != n_pad || ws->graphs[g].x_in != f->x_in ||
+           (ws->graphs[g].n_pad != n_pad || ws->graphs[g].keys_only != f->keys_only ||
+            ws->graphs[g].x_in != f->x_in ||
             ws->graphs[g].hidden_out != f->hidden_out || ws->graphs[g].capture != f->capture))
         g++;
     f->n = n_pad;
@@ -468,7 +497,7 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         if (!b->graph_begin()) {
-            run_layers(f, NULL);
+            run_pass(f, NULL);
             exec = b->graph_end();
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -476,6 +505,7 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
         f->st->t_capture +=
             (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         ws->graphs[g].n_pad = n_pad;
+        ws->graphs[g].keys_only = f->keys_only;
         ws->graphs[g].x_in = f->x_in;
         ws->graphs[g].hidden_out = f->hidden_out;
         ws->graphs[g].capture = f->capture;
@@ -489,22 +519,23 @@ static int graphs_on(const struct fwd *f) {
     return f->st->use_graphs && f->b->graph_begin;
 }
 
-/* decode and verify steps (up to 128 rows) replay a graph captured once per row bucket */
+/* decode and verify steps and context stores (up to 128 rows) replay a graph captured once per
+ * row bucket */
 static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
     int n_pad = f->p->n_tok_pad;
     if (!graphs_on(f) || topk_trace || n_pad > GRAPH_MAX_ROWS) {
-        run_layers(f, topk_trace);
+        run_pass(f, topk_trace);
         return;
     }
     int g = graph_for(f, ws, n_pad);
     if (g >= 0) {
         f->b->graph_launch(ws->graphs[g].exec);
-        compact_rows(f, f->logits, f->c->vocab); // the graph ran the head over every row
+        if (!f->keys_only) compact_rows(f, f->logits, f->c->vocab); // the head ran on every row
     } else {
         f->n = f->p->n_tok;
         f->rows.n_tok = f->p->n_tok;
         f->head_all_rows = 0;
-        run_layers(f, NULL);
+        run_pass(f, NULL);
     }
 }
 
@@ -520,7 +551,7 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     static const struct td_forward_io none;
     if (!io) io = &none;
     const struct td_backend *b = st->backend;
-    if (ws_make(st, &m->cfg, &p->dims, err, errlen)) return NULL;
+    if (ws_make(st, m, &p->dims, err, errlen)) return NULL;
     struct fwd *f = &st->ws->f;
     f->b = b;
     f->op = &b->ops;
@@ -534,6 +565,7 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     f->capture = io->capture;
     f->capture_layers = io->capture_layers;
     f->n_capture = io->capture ? io->n_capture : 0;
+    f->keys_only = io->keys_only;
     f->head_all_rows = 0;
     f->plan_base = b->on_device ? f->plan_dev : p->mem; // the CPU reads the plan itself
     f->rows = rows_of(p, f->plan_base);
@@ -633,13 +665,10 @@ int td_forward_store_kv(const struct td_model *m, struct td_state *st, const str
             snprintf(err, errlen, "store_kv: sequence %d is a block, and blocks store nothing", s);
             return -1;
         }
-    struct fwd *f = begin(m, st, p, NULL, err, errlen);
+    struct td_forward_io io = {.x_in = x, .keys_only = 1};
+    struct fwd *f = begin(m, st, p, &io, err, errlen);
     if (!f) return -1;
-    for (int li = 0; li < c->n_layers; li++) {
-        layer_keys(f, &m->layers[li], x, f->inv_main, (float)c->rope_main.attention_factor);
-        f->op->ring_store(st->layers[li].swa, f->kv, f->rows.swa_write, &f->rows, st->swa_ring,
-                          c->head_dim);
-    }
+    run_step(f, st->ws, NULL);
     commit(st, p); // queued: the next forward on this state runs after it
     return 0;
 }

@@ -55,6 +55,7 @@ struct td_forward_io {
     const struct td_id_patch *id_patches; /* copied into the plan's device copy before the
                                              step runs (backends with a device plan only) */
     int n_id_patches;
+    int keys_only; /* td_forward_store_kv's pass (x_in: its context rows); for prepare */
 };
 
 /* td_forward with a drafter's inputs and outputs (io may be NULL). logits NULL: the step's
@@ -78,10 +79,12 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
 
 /* Store keys made from outside rows in every layer's sliding-window ring, nothing else: for each
  * plan row, rope(kv_norm(wkv x_row)) at its position, written where the plan says, and the
- * committed length advances as after a forward. x [n_tok, dim] in backend memory. A DSpark
- * drafter's context insertion (its stages' keys come from the fused target rows, not from the
- * stage inputs). Sliding-window-only models. Queued: nothing waits (a fault surfaces at the
- * backend's next finish); 0, or -1 with a message. */
+ * committed length advances as after a forward. A DSpark drafter's context insertion: its
+ * stages' keys come from the captured target rows, x [max_tok, n_capture * dim] in backend
+ * memory, fused and normalised first (main_proj, main_norm); a model without that projection
+ * takes x [max_tok, dim] as they are. Rows n_tok .. n_tok_pad - 1 of x are read (a graph serves
+ * the bucket) and stored nowhere. Sliding-window-only models. Queued: nothing waits (a fault
+ * surfaces at the backend's next finish); 0, or -1 with a message. */
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                         const float *x, char *err, size_t errlen);
 

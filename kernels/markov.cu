@@ -1,8 +1,8 @@
-/* markov.cu: one slot of DSpark's greedy Markov chain on the GPU (see markov.h). Two kernels:
+/* markov.cu: one slot of DSpark's greedy Markov chain on the GPU (see markov.h), one kernel:
  * blocks over (64 vocabulary entries, sequence) score z and fold each chunk's argmax into best[i]
  * with one 64-bit atomicMax of argmax_key (ties go to the lower id whatever order the blocks
- * run in); then one block per sequence computes the confidence, applies the cut and writes the
- * draft. */
+ * run in); the sequence's last block to finish (a counter, done[i]) then computes the
+ * confidence, applies the cut and writes the draft. */
 #include "cuda_common.cuh"
 #include "markov.h"
 
@@ -65,6 +65,7 @@ __global__ void markov_scores_kernel(struct markov_args a, int j) {
     }
     if (!lane) wbest[warp] = best, wbad[warp] = bad;
     __syncthreads();
+    __shared__ int last;
     if (threadIdx.x == 0) {
         for (int w = 1; w < MK_THREADS / 32; w++) {
             best = wbest[w] > best ? wbest[w] : best;
@@ -72,28 +73,26 @@ __global__ void markov_scores_kernel(struct markov_args a, int j) {
         }
         atomicMax(&a.best[i], best);
         if (bad) atomicOr(&a.bad[i], 1);
+        __threadfence(); // this block's fold is visible before it counts itself done
+        last = atomicAdd(&a.done[i], 1) == (int)gridDim.x - 1;
     }
-}
-
-template <typename T1> __global__ void markov_pick_kernel(struct markov_args a, int j) {
-    int i = blockIdx.x;
-    if (!mk_live(a, i, j)) return;
-    int prev = mk_prev(a, i, j), row = i * a.g + j;
-    const T1 *w1 = (const T1 *)a.w1 + (size_t)prev * a.r;
+    __syncthreads();
+    if (!last) return;
+    // the sequence's last block: every fold has landed; the confidence, the cut, the draft
+    __threadfence();
     const float *y = a.y + (size_t)row * a.D;
     float dot = 0.0f;
     for (int t = threadIdx.x; t < a.D; t += blockDim.x)
         dot += a.conf_w[t] * y[t];
     for (int t = threadIdx.x; t < a.r; t += blockDim.x)
-        dot += a.conf_w[a.D + t] * as_f32(w1[t]);
+        dot += a.conf_w[a.D + t] * e[t];
     dot = block_sum(dot);
     if (threadIdx.x) return;
     float conf = 1.0f / (1.0f + expf(-dot));
     a.conf[row] = conf;
-    unsigned long long best = a.best[i];
-    int bad = a.bad[i];
-    a.best[i] = 0; // scratch left zero for the next slot
-    a.bad[i] = 0;
+    best = atomicExch(&a.best[i], 0ull); // scratch left zero for the next slot
+    bad = atomicExch(&a.bad[i], 0);
+    a.done[i] = 0;
     if ((a.threshold > 0.0f && conf < a.threshold) || bad) return; // cut: no draft at slot j
     a.tok[row] = argmax_key_index(best);
     a.n_drafts[i] = j + 1;
@@ -102,8 +101,6 @@ template <typename T1> __global__ void markov_pick_kernel(struct markov_args a, 
 template <typename T1, typename T2> static void launch(const struct markov_args *a, int j) {
     dim3 grid(ceil_div(a->V, MK_VPW * MK_THREADS / 32), a->n);
     markov_scores_kernel<T1, T2><<<grid, MK_THREADS, 0, td_cuda_stream()>>>(*a, j);
-    LAUNCH_CHECK();
-    markov_pick_kernel<T1><<<a->n, MK_THREADS, 0, td_cuda_stream()>>>(*a, j);
     LAUNCH_CHECK();
 }
 

@@ -8,8 +8,8 @@
  *   z[v]   = U[row, v] + W2[v] . e                     (v over the vocabulary)
  *   the slot is cut (nothing drafted) when threshold > 0 and conf < threshold, or when z has
  *   a non-finite entry; otherwise tok[row] = argmax z (ties to the lower id), n_drafts[i] = j + 1.
- * A sequence that did not draft slot j drafts no later slot. best and bad are scratch [n],
- * zero before the first call and left zero by every call. */
+ * A sequence that did not draft slot j drafts no later slot. best, bad and done are scratch
+ * [n], zero before the first call and left zero by every call. */
 #ifndef TD_KERNELS_MARKOV_H
 #define TD_KERNELS_MARKOV_H
 
@@ -37,6 +37,7 @@ struct markov_args {
     int32_t *n_drafts;        /* [n] */
     unsigned long long *best; /* [n] scratch */
     int32_t *bad;             /* [n] scratch */
+    int32_t *done;            /* [n] scratch: blocks of the slot finished (CUDA) */
 };
 
 void markov_greedy_ref(const struct markov_args *a, int j);

@@ -101,9 +101,10 @@ static uint16_t bf16(float f) {
 
 static void test_matmul(void) {
     // skinny rows (aligned; in % 8 != 0; several weight loads per lane), then cuBLASLt rows
-    int shapes[][3] = {{1, 64, 111},  {7, 128, 300}, {3, 100, 50},   {5, 264, 36},
-                       {8, 4096, 40}, {33, 96, 64},  {129, 256, 111}};
-    for (int s = 0; s < 7; s++) {
+    int shapes[][3] = {{1, 64, 111},  {7, 128, 300}, {3, 100, 50},  {5, 264, 36},
+                       {8, 4096, 40}, {8, 520, 111}, {2, 256, 33},  {33, 96, 64},
+                       {129, 256, 111}};
+    for (int s = 0; s < 9; s++) {
         int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
         char name[64];
         case_begin();
@@ -128,6 +129,17 @@ static void test_matmul(void) {
         float *g = fetch(dy, (size_t)n * out, "matmul");
         double e = max_rel(g, y, (size_t)n * out);
         CHECK(e < 1e-4, "n %d in %d out %d: rel err %.3g (same bf16 inputs)", n, in, out, e);
+        // a skinny step's rows are the bits of each row alone (the one-row kernel): the same
+        // order of sums whatever rows share the step
+        for (int r = 0; n > 1 && n <= MATMUL_SKINNY_ROWS && r < n; r++) {
+            float *d1 = dev_out((size_t)out);
+            matmul_cuda(d1, dx + (size_t)r * in, dw, TD_DTYPE_BF16, 1, in, out, db, TD_DTYPE_F32);
+            float *g1 = fetch(d1, (size_t)out, "matmul row");
+            CHECK(!memcmp(g1, g + (size_t)r * out, (size_t)out * 4),
+                  "n %d in %d out %d: row %d differs from the row alone", n, in, out, r);
+            free(g1);
+            release_out(d1);
+        }
         snprintf(name, sizeof name, "op/matmul/%dx%dx%d", n, in, out);
         case_end(name, "");
         // grouped: two groups of in/2 -> out/2... use out even shapes only
@@ -419,7 +431,7 @@ static void test_markov(void) {
         memcpy(w2 + (size_t)2900 * R, w2 + (size_t)7 * R, R * 4); // same bias for 7 and 2900
         U[(size_t)3 * G * V + 7] = U[(size_t)3 * G * V + 2900] = 50.0f;
         int32_t anchor[N] = {3, 17, 2999, 0, 1234}, k[N] = {4, 2, 4, 4, 4};
-        int32_t tok[2][N * G], nd[2][N], bad[N] = {0};
+        int32_t tok[2][N * G], nd[2][N], bad[N] = {0}, done[N] = {0};
         float conf[2][N * G];
         unsigned long long best[N] = {0};
         memset(tok, 0, sizeof tok);
@@ -427,7 +439,7 @@ static void test_markov(void) {
         memset(nd, 0, sizeof nd);
         struct markov_args a = {
             U, y, w1,     w2, TD_DTYPE_BF16, TD_DTYPE_F32, cw,    0.0f, N,  G, V,
-            D, R, anchor, k,  tok[0],        conf[0],      nd[0], best, bad};
+            D, R, anchor, k,  tok[0],        conf[0],      nd[0], best, bad, done};
         a.threshold = pass ? 0.5f : 0.0f;
         for (int j = 0; j < G; j++)
             markov_greedy_ref(&a, j);
@@ -444,8 +456,10 @@ static void test_markov(void) {
         b.n_drafts = dev_copy(nd[1], sizeof nd[1]);
         b.best = dev_copy(best, sizeof best);
         b.bad = dev_copy(bad, sizeof bad);
+        b.done = dev_copy(done, sizeof done);
         for (int j = 0; j < G; j++)
             gpu->ops.markov_greedy(&b, j);
+        gpu->to_host(done, b.done, sizeof done);
         gpu->to_host(tok[1], b.tok, sizeof tok[1]);
         gpu->to_host(conf[1], b.conf, sizeof conf[1]);
         gpu->to_host(nd[1], b.n_drafts, sizeof nd[1]);
@@ -456,7 +470,7 @@ static void test_markov(void) {
         for (int i = 0; i < N; i++) {
             CHECK(nd[1][i] == nd[0][i], "sequence %d drafted %d, reference %d", i, nd[1][i],
                   nd[0][i]);
-            CHECK(best[i] == 0, "scratch best[%d] left non-zero", i);
+            CHECK(best[i] == 0 && done[i] == 0, "scratch best[%d] or done[%d] left non-zero", i, i);
             cut += nd[0][i] < k[i];
             for (int j = 0; j < nd[0][i]; j++)
                 CHECK(tok[1][i * G + j] == tok[0][i * G + j],
@@ -473,7 +487,8 @@ static void test_markov(void) {
         CHECK(!pass || cut > 1, "the threshold cut nothing");
         void *bufs[] = {(void *)b.U,      (void *)b.y,      (void *)b.w1, (void *)b.w2,
                         (void *)b.conf_w, (void *)b.anchor, (void *)b.k,  b.tok,
-                        b.conf,           b.n_drafts,       b.best,       b.bad};
+                        b.conf,           b.n_drafts,       b.best,       b.bad,
+                        b.done};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             gpu->release(bufs[i]);
         free(U), free(y), free(w1), free(w2);
