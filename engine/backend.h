@@ -80,6 +80,7 @@ struct td_ops {
     void (*markov_greedy)(const struct markov_args *a, int j);
     void (*greedy_slot)(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n,
                         int V, int g, int j);
+    void (*argmax_rows)(int32_t *ids, const float *x, int n, int V);
 };
 
 struct td_backend {

@@ -243,7 +243,8 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
         add_pos_bias_cuda,   compress_emit_cuda,  ring_store_cuda,     indexer_topk_cuda,
         attention_rows_cuda, moe_route_rows_cuda, moe_experts_cuda,    add_cuda,
         scale_cuda,          swiglu_act_cuda,     add_bcast_cuda,      cu_copy,
-        mean_streams_cuda,   fill_uniform_cuda,   markov_greedy_cuda,  greedy_slot_cuda};
+        mean_streams_cuda,   fill_uniform_cuda,   markov_greedy_cuda,  greedy_slot_cuda,
+        argmax_rows_cuda};
     cuda_backend.name = "cuda";
     cuda_backend.on_device = 1;
     cuda_backend.ops = ops;

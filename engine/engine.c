@@ -76,6 +76,8 @@ struct td_engine {
     struct group *groups;         /* [max_seqs] */
     struct td_plan_seq *seqs;     /* [max_seqs] */
     float *logits;                /* [max_batch_tokens, vocab] */
+    int32_t *ids, *ids_dev;       /* [max_batch_tokens] a greedy step's row argmaxes, host and
+                                     backend (the logits then stay in the backend) */
     float *q;                     /* [max_seqs, max_draft, vocab] */
     float *p_scratch, *r_scratch; /* [vocab] */
     int eos[TD_MAX_EOS + 8];
@@ -254,11 +256,13 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     e->seqs = calloc((size_t)e->p.max_seqs, sizeof *e->seqs);
     e->patches = calloc((size_t)e->p.max_seqs, sizeof *e->patches);
     e->logits = malloc((size_t)e->p.max_batch_tokens * V * sizeof(float));
+    e->ids = malloc((size_t)e->p.max_batch_tokens * sizeof(int32_t));
+    e->ids_dev = e->state.backend->alloc((size_t)e->p.max_batch_tokens * sizeof(int32_t));
     e->q = malloc(((size_t)e->p.max_seqs * (e->p.max_draft + 1)) * V * sizeof(float));
     e->p_scratch = malloc(V * sizeof(float));
     e->r_scratch = malloc(V * sizeof(float));
     if (!e->groups || !e->live || !e->seqs || !e->patches || !e->logits || !e->q || !e->p_scratch ||
-        !e->r_scratch) {
+        !e->r_scratch || !e->ids || !e->ids_dev) {
         snprintf(err, errlen, "engine: out of memory for step buffers (%zu MiB of logits)",
                  ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
         goto fail;
@@ -281,6 +285,8 @@ void td_engine_free(struct td_engine *e) {
     free(e->live);
     free(e->seqs);
     free(e->logits);
+    free(e->ids);
+    if (e->ids_dev) e->state.backend->release(e->ids_dev);
     free(e->q);
     free(e->p_scratch);
     free(e->r_scratch);
@@ -521,32 +527,44 @@ static void hook_rows(struct td_engine *e, const struct request *r, float *rows,
         e->p.logits_hook(e->p.hook_ctx, r->id, pos0 + j, rows + (size_t)j * V, V);
 }
 
-static void finish_prefill(struct td_engine *e, struct group *g, float *rows, int n_rows) {
+/* rows: the group's logits rows on the host, or NULL in a greedy step, whose rows' argmaxes
+ * are ids (the logits stayed in the backend) */
+static void finish_prefill(struct td_engine *e, struct group *g, const float *rows,
+                           const int32_t *ids, int n_rows) {
     struct request *r = g->r;
     int V = e->model.cfg.vocab;
     int fed = e->state.len[r->slot];
     if (fed < r->n_prompt) return; // more chunks to come
-    const float *last = rows + (size_t)(n_rows - 1) * V;
-    if (td_probs(e->p_scratch, last, V, &r->sampling)) {
+    int32_t tok;
+    if (ids) // greedy: the last row's argmax (-1: not finite)
+        tok = ids[n_rows - 1];
+    else if (td_probs(e->p_scratch, rows + (size_t)(n_rows - 1) * V, V, &r->sampling))
+        tok = -1;
+    else
+        tok = td_sample(e->p_scratch, V,
+                        td_rand_uniform(r->sampling.seed, (uint64_t)fed, TD_RAND_SAMPLE));
+    if (tok < 0) {
         fail_nan(e, r, fed);
         return;
     }
-    int32_t tok = td_sample(e->p_scratch, V,
-                            td_rand_uniform(r->sampling.seed, (uint64_t)fed, TD_RAND_SAMPLE));
     r->status = TD_REQ_DECODE;
     if (emit(e, r, tok)) return;
     if (fed >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
 }
 
-static void finish_round(struct td_engine *e, struct group *g, float *rows, long pos0) {
+static void finish_round(struct td_engine *e, struct group *g, const float *rows,
+                         const int32_t *ids, long pos0) {
     struct request *r = g->r;
     int V = e->model.cfg.vocab, L = g->n_drafts;
     const float *qrows[TD_MAX_DRAFT];
     for (int j = 0; j < L; j++)
         qrows[j] = g->q_onehot ? NULL : q_rows(e, r->slot) + (size_t)j * V;
     struct verify_result vr;
-    verify_chain(&vr, rows, V, g->rows + 1, g->q_onehot ? NULL : qrows, L, &r->sampling, pos0,
-                 e->p_scratch, e->r_scratch, 1.0);
+    if (ids)
+        verify_greedy(&vr, ids, V, g->rows + 1, L, pos0);
+    else
+        verify_chain(&vr, rows, V, g->rows + 1, g->q_onehot ? NULL : qrows, L, &r->sampling,
+                     pos0, e->p_scratch, e->r_scratch, 1.0);
     e->stats.rounds++;
     e->stats.drafted += vr.n_drafts_used;
     for (int j = 0; j < vr.n_drafts_used; j++)
@@ -657,7 +675,7 @@ static double now(void) {
 }
 
 int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
-    int n = schedule(e);
+    int n = schedule(e), V = e->model.cfg.vocab;
     if (n > 0) {
         // the phases' wall times (each ends with its results on the host, so they add up)
         double t0 = now();
@@ -671,9 +689,20 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
                     (struct td_id_patch){e->plan.qo_indptr[i] + 1, g->n_drafts, g->r->drafts_dev};
         }
         const struct td_backend *b = e->state.backend;
+        // a step whose every sequence is greedy (and no hook reads logits) brings the rows'
+        // argmaxes to the host, not the rows
+        int greedy = !e->p.logits_hook;
+        for (int i = 0; i < n && greedy; i++)
+            greedy = e->groups[i].r->sampling.temperature <= 0.0f;
         if (b->mark) b->mark("step");
-        if (td_forward_ex(e->run, &e->state, &e->plan, &io, e->logits, NULL, err, errlen))
+        if (td_forward_ex(e->run, &e->state, &e->plan, &io, greedy ? NULL : e->logits, NULL, err,
+                          errlen))
             return -1;
+        if (greedy) {
+            b->ops.argmax_rows(e->ids_dev, td_forward_logits(&e->state), e->plan.n_logit, V);
+            b->to_host(e->ids, e->ids_dev, (size_t)e->plan.n_logit * sizeof(int32_t));
+            if (b->finish(err, errlen)) return -1;
+        }
         if (b->mark) b->mark("target");
         if (collect_drafts(e, n, err, errlen))
             return -1;
@@ -681,18 +710,18 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         e->stats.t_target += t1 - t0;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;
-        int V = e->model.cfg.vocab;
         for (int i = 0; i < n; i++) {
             struct group *g = &e->groups[i];
             // this sequence's logits rows: the last n_rows of its rows
-            float *rows = e->logits + (size_t)e->plan.logit_indptr[i] * V;
-            int n_rows = e->plan.logit_indptr[i + 1] - e->plan.logit_indptr[i];
+            int l0 = e->plan.logit_indptr[i], n_rows = e->plan.logit_indptr[i + 1] - l0;
+            float *rows = greedy ? NULL : e->logits + (size_t)l0 * V;
+            const int32_t *ids = greedy ? e->ids + l0 : NULL;
             int fed_rows = e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i];
-            hook_rows(e, g->r, rows, e->plan.len_before[i] + fed_rows - n_rows, n_rows);
+            if (rows) hook_rows(e, g->r, rows, e->plan.len_before[i] + fed_rows - n_rows, n_rows);
             if (g->prefill)
-                finish_prefill(e, g, rows, n_rows);
+                finish_prefill(e, g, rows, ids, n_rows);
             else
-                finish_round(e, g, rows, e->plan.len_before[i]); // anchor position
+                finish_round(e, g, rows, ids, e->plan.len_before[i]); // anchor position
         }
         double t2 = now();
         e->stats.t_verify += t2 - t1;

@@ -22,35 +22,32 @@ __global__ void compress_emit_kernel(struct compress_args a) {
     __shared__ int n_slots;
     extern __shared__ float e[]; // [d]
     int sq = r->row_seq[t], slot = r->slot[sq], len = r->len_before[sq], row0 = r->qo_indptr[sq];
-    if (threadIdx.x == 0) {
-        int ns = 0;
-        // CSA: the previous window's Ca half (absent for w = 0), then the own Cb half
-        for (int half = a.overlap ? 0 : 1; half < 2; half++) {
-            int first = (w - (half == 0)) * a.rate, off = (a.overlap && half) ? a.d : 0;
-            if (first < 0) continue;
-            for (int s = 0; s < a.rate; s++) {
-                int q = first + s;
-                from_ring[ns] = q < len;
-                off_kv[ns++] = (q >= len ? (long long)(row0 + q - len) * a.width
-                                         : ((long long)slot * a.ring + q % a.ring) * a.width) +
-                               off;
-            }
-        }
-        n_slots = ns;
+    // the window's slots, one thread each: CSA takes the previous window's Ca half (absent for
+    // w = 0), then the own Cb half; slot q is this step's row or the ring's
+    int first_half = a.overlap ? 0 : 1, skip = (a.overlap && w == 0) ? a.rate : 0;
+    int ns = (2 - first_half) * a.rate - skip;
+    for (int i = threadIdx.x; i < ns; i += blockDim.x) {
+        int j = i + skip, half = first_half + j / a.rate, s = j % a.rate;
+        int q = (w - (half == 0)) * a.rate + s, off = (a.overlap && half) ? a.d : 0;
+        from_ring[i] = q < len;
+        off_kv[i] = (q >= len ? (long long)(row0 + q - len) * a.width
+                              : ((long long)slot * a.ring + q % a.ring) * a.width) +
+                    off;
     }
+    if (threadIdx.x == 0) n_slots = ns;
     __syncthreads();
+    // softmax over the slots per channel: the max, then one exp per slot for both sums
     for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
         float mx = -INFINITY;
         for (int s = 0; s < n_slots; s++)
             mx = fmaxf(mx, (from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c]);
         float den = 0.0f, num = 0.0f;
-        for (int s = 0; s < n_slots; s++)
-            den += expf((from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] - mx);
         for (int s = 0; s < n_slots; s++) {
-            float al = expf((from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] - mx) / den;
-            num += al * (from_ring[s] ? a.ring_kv : a.raw)[off_kv[s] + c];
+            float p = expf((from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] - mx);
+            den += p;
+            num += p * (from_ring[s] ? a.ring_kv : a.raw)[off_kv[s] + c];
         }
-        e[c] = num;
+        e[c] = num / den;
     }
     __syncthreads();
     float ss = 0.0f;

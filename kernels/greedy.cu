@@ -1,13 +1,10 @@
-/* greedy.cu: one slot of a greedy draft chain on the GPU (see greedy.h): a block per row, each
- * thread's best as an argmax_key (the larger value, then the lower id), folded over the block
- * (block_max_key). */
+/* greedy.cu: the argmaxes of greedy.h on the GPU: a block per row, each thread's best as an
+ * argmax_key (the larger value, then the lower id), folded over the block (block_max_key). */
 #include "cuda_common.cuh"
 #include "greedy.h"
 
-__global__ void greedy_slot_kernel(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x,
-                                   int V, int g, int j) {
-    int i = blockIdx.x;
-    const float *r = x + (size_t)i * V;
+// the row's argmax for every thread of the block, or -1 when an entry is not finite
+__device__ int row_argmax(const float *r, int V) {
     unsigned long long best = 0;
     int bad = 0;
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
@@ -18,8 +15,25 @@ __global__ void greedy_slot_kernel(int32_t *tok, int32_t *n_drafts, int32_t *nex
     }
     bad = __syncthreads_or(bad);
     best = block_max_key(best);
+    return bad ? -1 : argmax_key_index(best);
+}
+
+__global__ void argmax_rows_kernel(int32_t *ids, const float *x, int V) {
+    int a = row_argmax(x + (size_t)blockIdx.x * V, V);
+    if (!threadIdx.x) ids[blockIdx.x] = a;
+}
+
+extern "C" void argmax_rows_cuda(int32_t *ids, const float *x, int n, int V) {
+    if (!n) return;
+    argmax_rows_kernel<<<n, 512, 0, td_cuda_stream()>>>(ids, x, V);
+    LAUNCH_CHECK();
+}
+
+__global__ void greedy_slot_kernel(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x,
+                                   int V, int g, int j) {
+    int i = blockIdx.x;
+    int a = row_argmax(x + (size_t)i * V, V), bad = a < 0;
     if (threadIdx.x) return;
-    int a = argmax_key_index(best);
     next[i] = bad ? 0 : a;
     if (!bad && n_drafts[i] == j) {
         tok[(size_t)i * g + j] = a;

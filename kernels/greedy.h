@@ -1,6 +1,10 @@
-/* greedy.h: one slot of a greedy draft chain whose logits stay on the backend (the MTP's
- * k-step recursion; drafters.md 4.3), so that a greedy round drafts without the host.
+/* greedy.h: argmaxes of logits rows that stay on the backend.
  *
+ * argmax_rows: ids[i] = argmax x[i] (ties to the lower id), or -1 when row i has a non-finite
+ * entry: a greedy step's verification reads these n ints instead of n x V logits.
+ *
+ * greedy_slot: one slot of a greedy draft chain (the MTP's k-step recursion; drafters.md 4.3),
+ * so that a greedy round drafts without the host.
  * For each row i of x [n, V]: a = argmax x[i] (ties to the lower id); when n_drafts[i] == j
  * and the row is finite, tok[i * g + j] = a and n_drafts[i] = j + 1, so a chain stops at its
  * first non-finite row (as td_probs refuses one). next[i] = a, or 0 for a non-finite row, either
@@ -14,10 +18,12 @@
 extern "C" {
 #endif
 
+void argmax_rows_ref(int32_t *ids, const float *x, int n, int V);
 void greedy_slot_ref(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
                      int g, int j);
 
-/* CUDA launcher (kernels/greedy.cu): the same contract on device pointers, queued. */
+/* CUDA launchers (kernels/greedy.cu): the same contracts on device pointers, queued. */
+void argmax_rows_cuda(int32_t *ids, const float *x, int n, int V);
 void greedy_slot_cuda(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
                       int g, int j);
 

@@ -1,5 +1,6 @@
 /* matmul.cu: y = x W^T on the GPU. BF16 weights: steps of up to SKINNY_ROWS rows (decode and
- * verify) take the skinny kernel below, which reads the fp32 rows and the weights directly;
+ * verify) take the skinny kernel below, which reads the fp32 rows and the weights directly
+ * (tensor cores, x as two bf16 terms);
  * wider steps go through cuBLASLt (x rounded to bf16, fp32 accumulation and output). Other
  * weight dtypes take a plain fp32 kernel (only small tensors stay fp32 on the device; see
  * td_model_upload). */
@@ -71,121 +72,174 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
     if (lane == 0) y[(size_t)t * y_stride + o] = acc;
 }
 
-/* Skinny GEMM: one warp per output feature for up to SKINNY_TM rows of x, so each weight row is
- * read once from memory for all of them; lanes take 8 consecutive elements at a time (one
- * 16-byte load of bf16 weights where the row and x are aligned) and the loads of SKINNY_UNROLL
- * steps are made before any is used. fp32 x (no bf16 rounding), fp32 sums, bias fused. The
- * order of every sum depends on `in` alone. Grid (features / SKINNY_FEATS, row tiles, groups):
- * group g reads x columns [g in, (g + 1) in) and weight block g, writes y columns of block g. */
-#define SKINNY_ROWS   MATMUL_SKINNY_ROWS
-#define SKINNY_TM     8 /* the epilogue's butterfly is written for 8 */
-#define SKINNY_FEATS  8
-#define SKINNY_UNROLL 2
+/* Skinny GEMM, steps of 1 to SKINNY_ROWS rows (decode batches, verify steps), on tensor cores:
+ * a warp computes a tile of 16 features x 8 rows with mma.m16n8k16 (bf16 in, fp32
+ * accumulate). The x rows enter as two bf16 terms, x = hi + lo (hi = bf16(x), lo = bf16(x -
+ * hi)), so the products keep about 16 bits of x (an fp32 dot keeps 24; the bf16 weights have
+ * 8). The reduction over k is a sum, so any order of k works when the weights and x agree on
+ * it: lane (g, t) loads 8 consecutive k (one 16-byte load per weight row g and g + 8, two
+ * float4 of x row g) and the fragments put them where mma expects logical k (2t, 2t + 1,
+ * 2t + 8, 2t + 9) of two instructions. The KW warps of a block take every KW-th 32-wide chunk
+ * of k and their tiles are summed in warp order: the order of every sum depends on the shape
+ * alone, and a row's sums never on the rows beside it (each column of an mma is its own), so a
+ * row has the same bits alone and in a verify step.
+ *
+ * It replaced an fp32 kernel with one warp per feature, whose 8-row form re-read x from L1 for
+ * every feature: at 8 rows the Flash head took 1270 us against 242 at 1 row; here 261 to 266 us
+ * at 1 to 8 rows (bench/gemm_time). */
 
-/* A one-row step (batch-1 decode) runs a variant with one accumulator (TMR = 1), which leaves
- * registers for twice the loads in flight (U = 4) and more blocks per multiprocessor. A lane
- * visits k = 8 lane, 8 lane + 256, ... in the same order in both, so a row's sums are the same.
- * (At 136 registers, one 8-row block per multiprocessor, the batch-1 step of the Flash slice
- * read its head at a quarter of the speed of the 96-register form.) */
-template <typename T, bool VEC, int TMR, int U>
-__global__ void skinny_kernel(float *y, const float *x, const T *w, int n, int in, int out,
-                              int x_stride, int y_stride, const void *bias, int bias_dt) {
-    int lane = threadIdx.x & 31, o = blockIdx.x * SKINNY_FEATS + (threadIdx.x >> 5);
-    int t0 = blockIdx.y * TMR, g = blockIdx.z;
-    if (o >= out) return;
-    int rows = min(TMR, n - t0);
-    const T *wr = w + ((size_t)g * out + o) * in;
-    const float *xb = x + (size_t)t0 * x_stride + (size_t)g * in;
-    float acc[SKINNY_TM];
-#pragma unroll
-    for (int r = 0; r < SKINNY_TM; r++)
-        acc[r] = 0.0f;
-    for (int k0 = 8 * lane; k0 < in; k0 += 256 * U) {
-        float wv[U][8];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (k0 + 256 * u < in) load8_f32<T, VEC>(wv[u], wr, k0 + 256 * u, in);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int k = k0 + 256 * u;
-            if (k >= in) break;
-            // every row's loads before any sum (a loop that loaded and summed row after row
-            // waited out one memory latency per row: 8-row steps took twice a 1-row step)
-            float xv[TMR][8];
-#pragma unroll
-            for (int r = 0; r < TMR; r++) {
-                if (r < rows) {
-                    load8_f32<float, VEC>(xv[r], xb + (size_t)r * x_stride, k, in);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        xv[r][j] = 0.0f;
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < TMR; r++)
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    acc[r] += xv[r][j] * wv[u][j];
-        }
-    }
-    float b = bias ? ld_f32(bias, bias_dt, o) : 0.0f;
-    float *yo = y + (size_t)t0 * y_stride + (size_t)g * out + o;
-    if (TMR == 1 || rows == 1) {
-        float v = warp_sum(acc[0]);
-        if (!lane) yo[0] = v + b;
-        return;
-    }
-    // the 8 rows' sums at once: each butterfly step halves the values a lane carries (9
-    // shuffles instead of 8 x 5); lane l ends with row 4 b4 + 2 b3 + b2 of its bits
-    const unsigned all = 0xffffffffu;
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        bool hi = lane & 16;
-        float send = hi ? acc[r] : acc[r + 4], keep = hi ? acc[r + 4] : acc[r];
-        acc[r] = keep + __shfl_xor_sync(all, send, 16);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        bool hi = lane & 8;
-        float send = hi ? acc[r] : acc[r + 2], keep = hi ? acc[r + 2] : acc[r];
-        acc[r] = keep + __shfl_xor_sync(all, send, 8);
-    }
-    {
-        bool hi = lane & 4;
-        float send = hi ? acc[0] : acc[1], keep = hi ? acc[1] : acc[0];
-        acc[0] = keep + __shfl_xor_sync(all, send, 4);
-    }
-    acc[0] += __shfl_xor_sync(all, acc[0], 2);
-    acc[0] += __shfl_xor_sync(all, acc[0], 1);
-    int r = ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1);
-    if (!(lane & 3) && r < rows) yo[(size_t)r * y_stride] = acc[0] + b;
+__device__ __forceinline__ unsigned pack_bf16(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b); // a in the low half
+    return *(unsigned *)&h;
 }
 
-template <typename T, bool VEC>
-static void skinny_v(float *y, const float *x, const void *w, int n, int groups, int in, int out,
-                     const void *bias, enum td_dtype bias_dtype) {
-    int xs = groups * in, ys = groups * out;
-    dim3 grid(ceil_div(out, SKINNY_FEATS), ceil_div(n, SKINNY_TM), groups);
-    if (n == 1)
-        skinny_kernel<T, VEC, 1, 2 * SKINNY_UNROLL>
-            <<<grid, 32 * SKINNY_FEATS, 0, td_cuda_stream()>>>(y, x, (const T *)w, n, in, out, xs,
-                                                               ys, bias, bias_dtype);
-    else
-        skinny_kernel<T, VEC, SKINNY_TM, SKINNY_UNROLL>
-            <<<grid, 32 * SKINNY_FEATS, 0, td_cuda_stream()>>>(y, x, (const T *)w, n, in, out, xs,
-                                                               ys, bias, bias_dtype);
+__device__ __forceinline__ void mma_bf16(float *c, unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 8 weights of row o from k (zeros past in or past out), as four bf16 pairs
+template <bool VEC>
+__device__ __forceinline__ uint4 sk_w8(const __nv_bfloat16 *w, int o, int out, int in, int k) {
+    if (o >= out) return make_uint4(0, 0, 0, 0);
+    const __nv_bfloat16 *r = w + (size_t)o * in + k;
+    if (VEC && k + 8 <= in) return *(const uint4 *)r;
+    unsigned short h[8];
+    for (int j = 0; j < 8; j++)
+        h[j] = k + j < in ? *(const unsigned short *)(r + j) : 0;
+    return make_uint4(h[0] | (unsigned)h[1] << 16, h[2] | (unsigned)h[3] << 16,
+                      h[4] | (unsigned)h[5] << 16, h[6] | (unsigned)h[7] << 16);
+}
+
+template <bool VEC>
+__device__ __forceinline__ void sk_x8(float *v, const float *xr, bool live, int in, int k) {
+    if (live && VEC && k + 8 <= in) {
+        float4 p = *(const float4 *)(xr + k), q = *(const float4 *)(xr + k + 4);
+        v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z,
+        v[7] = q.w;
+        return;
+    }
+    for (int j = 0; j < 8; j++)
+        v[j] = live && k + j < in ? xr[k + j] : 0.0f;
+}
+
+#define SKINNY_ROWS MATMUL_SKINNY_ROWS
+#define SK_U        4 /* chunks of 32 k each warp loads before it multiplies */
+
+template <bool VEC, int SK_KW, int ACC>
+__global__ void __launch_bounds__(32 * SK_KW)
+    skinny_mma_kernel(float *y, const float *x, const __nv_bfloat16 *w, int n, int in, int out,
+                      int x_stride, int y_stride, const void *bias, int bias_dt) {
+    __shared__ float part[SK_KW - 1][32][4];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8, grp = blockIdx.z;
+    int rows = min(8, n - t0);
+    const __nv_bfloat16 *wg = w + (size_t)grp * out * in;
+    const float *xr = x + (size_t)(t0 + g) * x_stride + (size_t)grp * in;
+    bool live = g < rows;
+    // ACC = 4: one accumulator per (first / second mma, hi / lo term), four short chains of
+    // dependent mma summed in a fixed order at the end, for short k; ACC = 1 keeps the
+    // registers (and more loads in flight) for the weight-bound shapes
+    float c[ACC][4] = {};
+    int chunks = (in + 31) / 32;
+    for (int c0 = warp; c0 < chunks; c0 += SK_KW * SK_U) {
+        uint4 wa[SK_U], wb[SK_U];
+        float xv[SK_U][8];
+#pragma unroll
+        for (int u = 0; u < SK_U; u++) {
+            int k = (c0 + u * SK_KW) * 32 + 8 * t;
+            bool in_k = c0 + u * SK_KW < chunks;
+            wa[u] = in_k ? sk_w8<VEC>(wg, o0 + g, out, in, k) : make_uint4(0, 0, 0, 0);
+            wb[u] = in_k ? sk_w8<VEC>(wg, o0 + g + 8, out, in, k) : make_uint4(0, 0, 0, 0);
+            sk_x8<VEC>(xv[u], xr, live && in_k, in, k);
+        }
+#pragma unroll
+        for (int u = 0; u < SK_U; u++) {
+            if (c0 + u * SK_KW >= chunks) break;
+            unsigned hi[4], lo[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float a = xv[u][2 * j], b = xv[u][2 * j + 1];
+                float ha = __bfloat162float(__float2bfloat16_rn(a));
+                float hb = __bfloat162float(__float2bfloat16_rn(b));
+                hi[j] = pack_bf16(ha, hb);
+                lo[j] = pack_bf16(a - ha, b - hb);
+            }
+            // k 8t .. 8t + 3 are logical (2t, 2t + 1, 2t + 8, 2t + 9) of the first mma,
+            // 8t + 4 .. 8t + 7 the same of the second
+            mma_bf16(c[0], wa[u].x, wb[u].x, wa[u].y, wb[u].y, hi[0], hi[1]);
+            mma_bf16(c[1 % ACC], wa[u].x, wb[u].x, wa[u].y, wb[u].y, lo[0], lo[1]);
+            mma_bf16(c[2 % ACC], wa[u].z, wb[u].z, wa[u].w, wb[u].w, hi[2], hi[3]);
+            mma_bf16(c[3 % ACC], wa[u].z, wb[u].z, wa[u].w, wb[u].w, lo[2], lo[3]);
+        }
+    }
+    if (ACC == 4) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            c[0][j] = (c[0][j] + c[2 % ACC][j]) + (c[1 % ACC][j] + c[3 % ACC][j]);
+    }
+    if (warp) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            part[warp - 1][lane][j] = c[0][j];
+    }
+    __syncthreads();
+    if (warp) return;
+#pragma unroll
+    for (int q = 0; q < SK_KW - 1; q++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            c[0][j] += part[q][lane][j];
+    // c0, c1: feature g, rows 2t and 2t + 1; c2, c3: feature g + 8, the same rows
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int o = o0 + g + (j >> 1) * 8, r = 2 * t + (j & 1);
+        if (o < out && r < rows)
+            y[(size_t)(t0 + r) * y_stride + (size_t)grp * out + o] =
+                c[0][j] + (bias ? ld_f32(bias, bias_dt, o) : 0.0f);
+    }
+}
+
+template <bool VEC, int KW, int ACC>
+static void skinny_mma_kw(float *y, const float *x, const void *w, int n, int groups, int in,
+                          int out, const void *bias, enum td_dtype bias_dtype) {
+    dim3 grid(ceil_div(out, 16), ceil_div(n, 8), groups);
+    skinny_mma_kernel<VEC, KW, ACC><<<grid, 32 * KW, 0, td_cuda_stream()>>>(
+        y, x, (const __nv_bfloat16 *)w, n, in, out, groups * in, groups * out, bias, bias_dtype);
     LAUNCH_CHECK();
 }
 
-template <typename T>
-static void skinny(float *y, const float *x, const void *w, int n, int groups, int in, int out,
-                   const void *bias, enum td_dtype bias_dtype) {
-    if (in % 8 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0)
-        skinny_v<T, true>(y, x, w, n, groups, in, out, bias, bias_dtype);
+/* The form follows the shape alone (so does the order of the sums): 16 warps split k when there
+ * are few tiles of features for a long k (a 4096 x 1024 projection has 64 tiles for 132
+ * multiprocessors), else 4; one accumulator for matrices of 16 MB and more (bound by the weight
+ * reads: the head ran at 261 us with one, 280 with four), else four. */
+template <bool VEC>
+static void skinny_mma_v(float *y, const float *x, const void *w, int n, int groups, int in,
+                         int out, const void *bias, enum td_dtype bias_dtype) {
+    bool wide = (long long)ceil_div(out, 16) * groups < 256 && in >= 2048;
+    bool big = (long long)groups * out * in * 2 >= (16ll << 20);
+    if (wide && big)
+        skinny_mma_kw<VEC, 16, 1>(y, x, w, n, groups, in, out, bias, bias_dtype);
+    else if (wide)
+        skinny_mma_kw<VEC, 16, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
+    else if (big)
+        skinny_mma_kw<VEC, 4, 1>(y, x, w, n, groups, in, out, bias, bias_dtype);
     else
-        skinny_v<T, false>(y, x, w, n, groups, in, out, bias, bias_dtype);
+        skinny_mma_kw<VEC, 4, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
 }
+
+static void skinny_mma(float *y, const float *x, const void *w, int n, int groups, int in, int out,
+                       const void *bias, enum td_dtype bias_dtype) {
+    int xs = groups * in;
+    if (in % 8 == 0 && xs % 4 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0)
+        skinny_mma_v<true>(y, x, w, n, groups, in, out, bias, bias_dtype);
+    else
+        skinny_mma_v<false>(y, x, w, n, groups, in, out, bias, bias_dtype);
+}
+
 
 __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out) {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
@@ -273,7 +327,7 @@ extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dty
             y, x, w, w_dtype, n, in, out, in, out);
         LAUNCH_CHECK();
     } else if (w_dtype == TD_DTYPE_BF16 && n <= SKINNY_ROWS) {
-        skinny<__nv_bfloat16>(y, x, w, n, 1, in, out, bias, bias_dtype);
+        skinny_mma(y, x, w, n, 1, in, out, bias, bias_dtype);
         return; // bias added
     } else if (w_dtype == TD_DTYPE_BF16) {
         const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * in);
@@ -306,7 +360,7 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
         return;
     }
     if (w_dtype == TD_DTYPE_BF16 && n <= SKINNY_ROWS) {
-        skinny<__nv_bfloat16>(y, x, w, n, groups, in, out, NULL, TD_DTYPE_F32);
+        skinny_mma(y, x, w, n, groups, in, out, NULL, TD_DTYPE_F32);
         return;
     }
     if (w_dtype == TD_DTYPE_BF16) {

@@ -384,6 +384,17 @@ static void test_greedy_slot(void) {
         gpu->to_device(dx, xj, (size_t)N * V * 4);
         gpu->ops.greedy_slot(dtok, dnd, dnext, dx, N, V, G, j);
         gpu->to_host(next[1][j], dnext, sizeof next[1][j]);
+        // the same rows' plain argmaxes (a greedy step's verification): -1 where not finite
+        int32_t ids[2][N];
+        argmax_rows_ref(ids[0], xj, N, V);
+        gpu->ops.argmax_rows(dnext, dx, N, V);
+        gpu->to_host(ids[1], dnext, sizeof ids[1]);
+        char e[256];
+        CHECK(!gpu->finish(e, sizeof e), "%s", e);
+        for (int i = 0; i < N; i++)
+            CHECK(ids[1][i] == ids[0][i] && ids[0][i] == (next[0][j][i] ? next[0][j][i] : -1),
+                  "slot %d row %d: argmax %d, reference %d, chain's %d", j, i, ids[1][i],
+                  ids[0][i], next[0][j][i]);
     }
     gpu->to_host(tok[1], dtok, sizeof tok[1]);
     gpu->to_host(nd[1], dnd, sizeof nd[1]);
@@ -404,7 +415,7 @@ static void test_greedy_slot(void) {
           "stops: %d %d %d %d", nd[0][3], next[0][1][3], nd[0][4], nd[0][0]);
     gpu->release(dtok), gpu->release(dnd), gpu->release(dnext), release_out(dx);
     free(x);
-    case_end("op/greedy_slot_matches_ref", "");
+    case_end("op/greedy_slot_and_argmax_rows_match_ref", "");
 }
 
 /* DSpark's greedy Markov slot (kernels/markov.h) against its reference over a whole chain:

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "check.h"
+#include "kernels/greedy.h"
 #include "verify/accept.h"
 #include "verify/sample.h"
 
@@ -335,6 +336,12 @@ static void test_greedy_fast_path(void) {
         general_rule(&b, lg, nv, d, nl, &s, 50, p, r);
         differ += a.status != b.status || a.n_accepted != b.n_accepted || a.token != b.token ||
                   a.nan_position != b.nan_position || a.n_drafts_used != b.n_drafts_used;
+        // and from the rows' argmaxes alone (a greedy step whose logits stayed on the device)
+        int32_t ids[6];
+        argmax_rows_ref(ids, lg, nl + 1, nv);
+        verify_greedy(&b, ids, nv, d, nl, 50);
+        differ += a.status != b.status || a.n_accepted != b.n_accepted || a.token != b.token ||
+                  a.nan_position != b.nan_position || a.n_drafts_used != b.n_drafts_used;
         nans += a.status == VERIFY_NAN_TARGET;
         accepted += a.n_accepted;
     }
@@ -344,7 +351,7 @@ static void test_greedy_fast_path(void) {
     char extra[80];
     snprintf(extra, sizeof extra, "(%d NaN or infinite targets, %d drafts accepted)", nans,
              accepted);
-    case_end("greedy_fast_path_equals_general_rule", extra);
+    case_end("greedy_fast_path_and_argmax_ids_equal_general_rule", extra);
 }
 
 int main(void) {

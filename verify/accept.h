@@ -34,6 +34,13 @@ void verify_chain(struct verify_result *res, const float *logits, int vocab, con
                   const float *const *q, int L, const struct td_sampling *s, long pos0, float *p,
                   float *r, double accept_scale);
 
+/* verify_chain at temperature 0 (drafts one-hot) from the target rows' argmaxes alone: ids[j]
+ * the argmax of row j, ties to the lower id, or -1 for a row with a non-finite entry (a device
+ * computes them where the logits are: kernels/greedy.h argmax_rows). The same result as
+ * verify_chain over those rows. */
+void verify_greedy(struct verify_result *res, const int32_t *ids, int vocab,
+                   const int32_t *drafts, int L, long pos0);
+
 #ifdef __cplusplus
 }
 #endif
