@@ -213,6 +213,11 @@ static void cu_reserve(const struct td_reserve *r) {
     hc_cuda_reserve(r->hc_parts);
 }
 
+static void cu_set_deterministic(int on) {
+    matmul_cuda_set_deterministic(on);
+    moe_cuda_set_deterministic(on);
+}
+
 static struct td_backend cuda_backend;
 
 extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
@@ -254,7 +259,7 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
     cuda_backend.to_host = cu_to_host;
     cuda_backend.finish = cu_finish;
     cuda_backend.free_bytes = cu_free_bytes;
-    cuda_backend.set_deterministic = matmul_cuda_set_deterministic;
+    cuda_backend.set_deterministic = cu_set_deterministic;
     cuda_backend.graph_begin = cu_graph_begin;
     cuda_backend.graph_end = cu_graph_end;
     cuda_backend.graph_launch = cu_graph_launch;

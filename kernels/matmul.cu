@@ -8,6 +8,7 @@
 
 #include "cuda_common.cuh"
 #include "matmul.h"
+#include "mma_tile.cuh"
 
 #define CUBLAS_CHECK(x)                                                                            \
     do {                                                                                           \
@@ -72,134 +73,32 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
     if (lane == 0) y[(size_t)t * y_stride + o] = acc;
 }
 
-/* Skinny GEMM, steps of 1 to SKINNY_ROWS rows (decode batches, verify steps), on tensor cores:
- * a warp computes a tile of 16 features x 8 rows with mma.m16n8k16 (bf16 in, fp32
- * accumulate). The x rows enter as two bf16 terms, x = hi + lo (hi = bf16(x), lo = bf16(x -
- * hi)), so the products keep about 16 bits of x (an fp32 dot keeps 24; the bf16 weights have
- * 8). The reduction over k is a sum, so any order of k works when the weights and x agree on
- * it: lane (g, t) loads 8 consecutive k (one 16-byte load per weight row g and g + 8, two
- * float4 of x row g) and the fragments put them where mma expects logical k (2t, 2t + 1,
- * 2t + 8, 2t + 9) of two instructions. The KW warps of a block take every KW-th 32-wide chunk
- * of k and their tiles are summed in warp order: the order of every sum depends on the shape
- * alone, and a row's sums never on the rows beside it (each column of an mma is its own), so a
- * row has the same bits alone and in a verify step.
- *
- * It replaced an fp32 kernel with one warp per feature, whose 8-row form re-read x from L1 for
- * every feature: at 8 rows the Flash head took 1270 us against 242 at 1 row; here 261 to 266 us
- * at 1 to 8 rows (bench/gemm_time). */
-
-__device__ __forceinline__ unsigned pack_bf16(float a, float b) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b); // a in the low half
-    return *(unsigned *)&h;
-}
-
-__device__ __forceinline__ void mma_bf16(float *c, unsigned a0, unsigned a1, unsigned a2,
-                                         unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 8 weights of row o from k (zeros past in or past out), as four bf16 pairs
-template <bool VEC>
-__device__ __forceinline__ uint4 sk_w8(const __nv_bfloat16 *w, int o, int out, int in, int k) {
-    if (o >= out) return make_uint4(0, 0, 0, 0);
-    const __nv_bfloat16 *r = w + (size_t)o * in + k;
-    if (VEC && k + 8 <= in) return *(const uint4 *)r;
-    unsigned short h[8];
-    for (int j = 0; j < 8; j++)
-        h[j] = k + j < in ? *(const unsigned short *)(r + j) : 0;
-    return make_uint4(h[0] | (unsigned)h[1] << 16, h[2] | (unsigned)h[3] << 16,
-                      h[4] | (unsigned)h[5] << 16, h[6] | (unsigned)h[7] << 16);
-}
-
-template <bool VEC>
-__device__ __forceinline__ void sk_x8(float *v, const float *xr, bool live, int in, int k) {
-    if (live && VEC && k + 8 <= in) {
-        float4 p = *(const float4 *)(xr + k), q = *(const float4 *)(xr + k + 4);
-        v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z,
-        v[7] = q.w;
-        return;
-    }
-    for (int j = 0; j < 8; j++)
-        v[j] = live && k + j < in ? xr[k + j] : 0.0f;
-}
-
+/* Skinny GEMM, steps of 1 to SKINNY_ROWS rows (decode batches, verify steps): tiles of 16
+ * features x 8 rows on tensor cores (mma_tile.cuh), so a row has the same bits alone and in a
+ * verify step. It replaced an fp32 kernel with one warp per feature, whose 8-row form re-read
+ * x from L1 for every feature: at 8 rows the Flash head took 1270 us against 242 at 1 row;
+ * here 261 to 276 us at 1 to 8 rows (bench/gemm_time). */
 #define SKINNY_ROWS MATMUL_SKINNY_ROWS
-#define SK_U        4 /* chunks of 32 k each warp loads before it multiplies */
 
-template <bool VEC, int SK_KW, int ACC>
-__global__ void __launch_bounds__(32 * SK_KW)
+template <bool VEC, int KW, int ACC>
+__global__ void __launch_bounds__(32 * KW)
     skinny_mma_kernel(float *y, const float *x, const __nv_bfloat16 *w, int n, int in, int out,
                       int x_stride, int y_stride, const void *bias, int bias_dt) {
-    __shared__ float part[SK_KW - 1][32][4];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    __shared__ float part[KW > 1 ? KW - 1 : 1][32][4];
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8, grp = blockIdx.z;
     int rows = min(8, n - t0);
-    const __nv_bfloat16 *wg = w + (size_t)grp * out * in;
-    const float *xr = x + (size_t)(t0 + g) * x_stride + (size_t)grp * in;
-    bool live = g < rows;
-    // ACC = 4: one accumulator per (first / second mma, hi / lo term), four short chains of
-    // dependent mma summed in a fixed order at the end, for short k; ACC = 1 keeps the
-    // registers (and more loads in flight) for the weight-bound shapes
-    float c[ACC][4] = {};
-    int chunks = (in + 31) / 32;
-    for (int c0 = warp; c0 < chunks; c0 += SK_KW * SK_U) {
-        uint4 wa[SK_U], wb[SK_U];
-        float xv[SK_U][8];
-#pragma unroll
-        for (int u = 0; u < SK_U; u++) {
-            int k = (c0 + u * SK_KW) * 32 + 8 * t;
-            bool in_k = c0 + u * SK_KW < chunks;
-            wa[u] = in_k ? sk_w8<VEC>(wg, o0 + g, out, in, k) : make_uint4(0, 0, 0, 0);
-            wb[u] = in_k ? sk_w8<VEC>(wg, o0 + g + 8, out, in, k) : make_uint4(0, 0, 0, 0);
-            sk_x8<VEC>(xv[u], xr, live && in_k, in, k);
-        }
-#pragma unroll
-        for (int u = 0; u < SK_U; u++) {
-            if (c0 + u * SK_KW >= chunks) break;
-            unsigned hi[4], lo[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float a = xv[u][2 * j], b = xv[u][2 * j + 1];
-                float ha = __bfloat162float(__float2bfloat16_rn(a));
-                float hb = __bfloat162float(__float2bfloat16_rn(b));
-                hi[j] = pack_bf16(ha, hb);
-                lo[j] = pack_bf16(a - ha, b - hb);
-            }
-            // k 8t .. 8t + 3 are logical (2t, 2t + 1, 2t + 8, 2t + 9) of the first mma,
-            // 8t + 4 .. 8t + 7 the same of the second
-            mma_bf16(c[0], wa[u].x, wb[u].x, wa[u].y, wb[u].y, hi[0], hi[1]);
-            mma_bf16(c[1 % ACC], wa[u].x, wb[u].x, wa[u].y, wb[u].y, lo[0], lo[1]);
-            mma_bf16(c[2 % ACC], wa[u].z, wb[u].z, wa[u].w, wb[u].w, hi[2], hi[3]);
-            mma_bf16(c[3 % ACC], wa[u].z, wb[u].z, wa[u].w, wb[u].w, lo[2], lo[3]);
-        }
-    }
-    if (ACC == 4) {
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            c[0][j] = (c[0][j] + c[2 % ACC][j]) + (c[1 % ACC][j] + c[3 % ACC][j]);
-    }
-    if (warp) {
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            part[warp - 1][lane][j] = c[0][j];
-    }
-    __syncthreads();
-    if (warp) return;
-#pragma unroll
-    for (int q = 0; q < SK_KW - 1; q++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            c[0][j] += part[q][lane][j];
+    float c[4];
+    mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows,
+                           w + (size_t)grp * out * in, o0, out, in);
+    if (!kw_sum<KW>(c, part)) return;
     // c0, c1: feature g, rows 2t and 2t + 1; c2, c3: feature g + 8, the same rows
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int o = o0 + g + (j >> 1) * 8, r = 2 * t + (j & 1);
         if (o < out && r < rows)
             y[(size_t)(t0 + r) * y_stride + (size_t)grp * out + o] =
-                c[0][j] + (bias ? ld_f32(bias, bias_dt, o) : 0.0f);
+                c[j] + (bias ? ld_f32(bias, bias_dt, o) : 0.0f);
     }
 }
 

@@ -57,6 +57,9 @@ void moe_route_rows_cuda(int32_t *picks, float *weights, const float *logits, co
 void moe_experts_cuda(float *out, const float *x, const int32_t *picks, const float *weights,
                       const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                       float limit);
+/* batch-invariant mode: every step's experts take the one fp32 tile form (a row's result
+ * never depends on the step's size); otherwise small steps run on tensor cores */
+void moe_cuda_set_deterministic(int on);
 
 #ifdef __cplusplus
 }

@@ -711,12 +711,29 @@ static void test_plan_ops(void) {
         moe_experts_ref(yh, x, ph, wh, &eh, n, D, I, k, E, 0.5f);
         struct expert_set ed = {dev_copy(q1, sizeof q1), dev_copy(q3, sizeof q3),
                                 dev_copy(q2, sizeof q2), TD_DTYPE_BF16};
-        float *dy = dev_out((size_t)n * D);
-        moe_experts_cuda(dy, dev_copy(x, (size_t)n * D * 4), dpk, dwt, &ed, n, D, I, k, E, 0.5f);
-        float *yg = fetch(dy, (size_t)n * D, "moe_experts");
-        CHECK(max_rel(yg, yh, (size_t)n * D) < 1e-4, "experts rel err %.3g",
-              max_rel(yg, yh, (size_t)n * D));
-        free(lg), free(w1), free(w3), free(w2), free(x), free(yh), free(yg);
+        float *dy = dev_out((size_t)n * D), *dx = dev_copy(x, (size_t)n * D * 4);
+        // the small-step tiles (tensor cores), then batch-invariant mode's fp32 tiles
+        for (int det = 0; det < 2; det++) {
+            moe_cuda_set_deterministic(det);
+            moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, 0.5f);
+            float *yg = fetch(dy, (size_t)n * D, "moe_experts");
+            CHECK(max_rel(yg, yh, (size_t)n * D) < 1e-4, "experts (%s tiles) rel err %.3g",
+                  det ? "fp32" : "tensor-core", max_rel(yg, yh, (size_t)n * D));
+            for (int r = 0; r < n; r++) { // a row's bits alone are its bits in the step
+                float *d1 = dev_out((size_t)D);
+                moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * k, dwt + r * k, &ed, 1, D, I,
+                                 k, E, 0.5f);
+                float *g1 = fetch(d1, (size_t)D, "moe_experts row");
+                CHECK(!memcmp(g1, yg + (size_t)r * D, (size_t)D * 4),
+                      "experts (%s tiles): row %d differs from the row alone",
+                      det ? "fp32" : "tensor-core", r);
+                free(g1);
+                release_out(d1);
+            }
+            free(yg);
+        }
+        moe_cuda_set_deterministic(0);
+        free(lg), free(w1), free(w3), free(w2), free(x), free(yh);
     }
     case_end("op/moe_route_experts", "");
 #undef DEV

@@ -1,0 +1,130 @@
+/* mma_tile.cuh: a warp's tile of 16 weight rows (output features) x 8 x rows on tensor cores,
+ * for the skinny GEMM (matmul.cu) and the expert GEMMs of small steps (moe.cu).
+ *
+ * mma.m16n8k16 (bf16 in, fp32 accumulate). The x rows enter as two bf16 terms, x = hi + lo
+ * (hi = bf16(x), lo = bf16(x - hi)), so the products keep about 16 bits of x (an fp32 dot keeps
+ * 24; the bf16 weights have 8). The reduction over k is a sum, so any order of k works when the
+ * weights and x agree on it: lane (g, t) loads 8 consecutive k (one 16-byte load per weight row
+ * g and g + 8, two float4 of x row g) and the fragments put them where mma expects logical k
+ * (2t, 2t + 1, 2t + 8, 2t + 9) of two instructions. The KW warps of a block take every KW-th
+ * 32-wide chunk of k and their tiles are summed in warp order (kw_sum): the order of every sum
+ * depends on the shape alone, and a row's sums never on the rows beside it (each column of an
+ * mma is its own).
+ *
+ * A lane's results (c[4]): c0, c1 are feature g, rows 2t and 2t + 1; c2, c3 feature g + 8,
+ * the same rows. */
+#ifndef TD_KERNELS_MMA_TILE_CUH
+#define TD_KERNELS_MMA_TILE_CUH
+
+#include "cuda_common.cuh"
+
+#define MT_U 4 /* chunks of 32 k each warp loads before it multiplies */
+
+__device__ __forceinline__ unsigned pack_bf16(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b); // a in the low half
+    return *(unsigned *)&h;
+}
+
+__device__ __forceinline__ void mma_bf16(float *c, unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 8 weights of row o from k (zeros past in or past out), as four bf16 pairs
+template <bool VEC>
+__device__ __forceinline__ uint4 sk_w8(const __nv_bfloat16 *w, int o, int out, int in, int k) {
+    if (o >= out) return make_uint4(0, 0, 0, 0);
+    const __nv_bfloat16 *r = w + (size_t)o * in + k;
+    if (VEC && k + 8 <= in) return *(const uint4 *)r;
+    unsigned short h[8];
+    for (int j = 0; j < 8; j++)
+        h[j] = k + j < in ? *(const unsigned short *)(r + j) : 0;
+    return make_uint4(h[0] | (unsigned)h[1] << 16, h[2] | (unsigned)h[3] << 16,
+                      h[4] | (unsigned)h[5] << 16, h[6] | (unsigned)h[7] << 16);
+}
+
+template <bool VEC>
+__device__ __forceinline__ void sk_x8(float *v, const float *xr, bool live, int in, int k) {
+    if (live && VEC && k + 8 <= in) {
+        float4 p = *(const float4 *)(xr + k), q = *(const float4 *)(xr + k + 4);
+        v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z,
+        v[7] = q.w;
+        return;
+    }
+    for (int j = 0; j < 8; j++)
+        v[j] = live && k + j < in ? xr[k + j] : 0.0f;
+}
+
+
+/* this warp's share of the tile of weight rows o0 .. o0 + 15 of w [out, in] times x rows
+ * (this lane's: xr, read when live), over chunks warp, warp + KW, ... of k, into c. ACC = 4:
+ * one accumulator per (first / second mma, hi / lo term), four short chains of dependent mma
+ * summed in a fixed order at the end, for short k; ACC = 1 keeps the registers (and more loads
+ * in flight) for the weight-bound shapes. */
+template <bool VEC, int KW, int ACC>
+__device__ __forceinline__ void mma_rows(float *cout, const float *xr, bool live,
+                                         const __nv_bfloat16 *w, int o0, int out, int in) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    float c[ACC][4] = {};
+    int chunks = (in + 31) / 32;
+    for (int c0 = warp; c0 < chunks; c0 += KW * MT_U) {
+        uint4 wa[MT_U], wb[MT_U];
+        float xv[MT_U][8];
+#pragma unroll
+        for (int u = 0; u < MT_U; u++) {
+            int k = (c0 + u * KW) * 32 + 8 * t;
+            bool in_k = c0 + u * KW < chunks;
+            wa[u] = in_k ? sk_w8<VEC>(w, o0 + g, out, in, k) : make_uint4(0, 0, 0, 0);
+            wb[u] = in_k ? sk_w8<VEC>(w, o0 + g + 8, out, in, k) : make_uint4(0, 0, 0, 0);
+            sk_x8<VEC>(xv[u], xr, live && in_k, in, k);
+        }
+#pragma unroll
+        for (int u = 0; u < MT_U; u++) {
+            if (c0 + u * KW >= chunks) break;
+            unsigned hi[4], lo[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float a = xv[u][2 * j], b = xv[u][2 * j + 1];
+                float ha = __bfloat162float(__float2bfloat16_rn(a));
+                float hb = __bfloat162float(__float2bfloat16_rn(b));
+                hi[j] = pack_bf16(ha, hb);
+                lo[j] = pack_bf16(a - ha, b - hb);
+            }
+            // k 8t .. 8t + 3 are logical (2t, 2t + 1, 2t + 8, 2t + 9) of the first mma,
+            // 8t + 4 .. 8t + 7 the same of the second
+            mma_bf16(c[0], wa[u].x, wb[u].x, wa[u].y, wb[u].y, hi[0], hi[1]);
+            mma_bf16(c[1 % ACC], wa[u].x, wb[u].x, wa[u].y, wb[u].y, lo[0], lo[1]);
+            mma_bf16(c[2 % ACC], wa[u].z, wb[u].z, wa[u].w, wb[u].w, hi[2], hi[3]);
+            mma_bf16(c[3 % ACC], wa[u].z, wb[u].z, wa[u].w, wb[u].w, lo[2], lo[3]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        cout[j] = ACC == 4 ? (c[0][j] + c[2 % ACC][j]) + (c[1 % ACC][j] + c[3 % ACC][j]) : c[0][j];
+}
+
+/* the KW warps' tiles summed in warp order into warp 0's c (every thread of the block calls
+ * it; part: KW - 1 tiles of shared memory, free again when it returns). True in warp 0. */
+template <int KW> __device__ __forceinline__ bool kw_sum(float *c, float (*part)[32][4]) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (KW == 1) return true;
+    __syncthreads(); // an earlier call's reads are done
+    if (warp) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            part[warp - 1][lane][j] = c[j];
+    }
+    __syncthreads();
+    if (warp) return false;
+#pragma unroll
+    for (int q = 0; q < KW - 1; q++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            c[j] += part[q][lane][j];
+    return true;
+}
+
+#endif
