@@ -19,6 +19,12 @@ extern "C" cudaStream_t td_cuda_stream(void) {
     return stream;
 }
 
+extern "C" int td_cuda_pdl(void) {
+    static int on = -1;
+    if (on < 0) on = !(getenv("TD_PDL") && !atoi(getenv("TD_PDL")));
+    return on;
+}
+
 extern "C" void td_cuda_after_launch(const char *file, int line) {
     cudaError_t e = cudaGetLastError();
     if (sync_each < 0) sync_each = getenv("TD_SYNC") && atoi(getenv("TD_SYNC"));

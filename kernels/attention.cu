@@ -30,6 +30,7 @@ __device__ __forceinline__ void load_keys(float *kv, const float *const *kp, int
  * fills n_heads blocks). Each block resolves its row's key addresses once into shared memory;
  * every sum runs in the same order as with any other grid, so results do not depend on it. */
 __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
+    PDL_START();
     extern __shared__ float sm[]; // key pointers[max_keys], q[d], s[max_keys]
     const struct rows_view &r = a.rows;
     int t = blockIdx.x, h = blockIdx.y;
@@ -121,6 +122,6 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
     // alone: the softmax's block sums run in an order it fixes.
     int threads = a->d > 256 ? 512 : a->d > 128 ? 256 : 128;
     dim3 grid(a->rows.n_tok, a->n_heads);
-    attention_rows_kernel<<<grid, threads, smem, td_cuda_stream()>>>(*a, max_keys);
+    launch_k(attention_rows_kernel, grid, threads, smem, td_cuda_stream(), *a, max_keys);
     LAUNCH_CHECK();
 }

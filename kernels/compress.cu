@@ -7,6 +7,7 @@
 
 __global__ void add_pos_bias_kernel(float *x, const void *bias, int dt, const int32_t *positions,
                                     int rate, int n, int width) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * width) return;
     int t = (int)(i / width), j = (int)(i % width);
@@ -14,6 +15,7 @@ __global__ void add_pos_bias_kernel(float *x, const void *bias, int dt, const in
 }
 
 __global__ void compress_emit_kernel(struct compress_args a) {
+    PDL_START();
     const struct rows_view *r = &a.rows;
     int t = blockIdx.x, w = r->emit[t];
     if (w < 0) return;
@@ -77,6 +79,7 @@ __global__ void compress_emit_kernel(struct compress_args a) {
 
 __global__ void ring_store_kernel(float *ring, const float *rows, const int32_t *write,
                                   struct rows_view r, int ring_rows, int width) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)r.n_tok * width) return;
     int t = (int)(i / width), j = (int)(i % width);
@@ -88,8 +91,8 @@ __global__ void ring_store_kernel(float *ring, const float *rows, const int32_t 
 extern "C" void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
                                   const int32_t *positions, int rate, int n, int width) {
     if (!n) return;
-    add_pos_bias_kernel<<<ceil_div((long long)n * width, 256), 256, 0, td_cuda_stream()>>>(
-        x, bias, bias_dtype, positions, rate, n, width);
+    launch_k(add_pos_bias_kernel, ceil_div((long long)n * width, 256), 256, 0, td_cuda_stream(), x,
+             bias, bias_dtype, positions, rate, n, width);
     LAUNCH_CHECK();
 }
 
@@ -100,15 +103,15 @@ extern "C" void compress_emit_cuda(const struct compress_args *a) {
                 MAX_SLOTS);
         abort();
     }
-    compress_emit_kernel<<<a->rows.n_tok, 128, (size_t)a->d * sizeof(float), td_cuda_stream()>>>(
-        *a);
+    launch_k(compress_emit_kernel, a->rows.n_tok, 128, (size_t)a->d * sizeof(float),
+             td_cuda_stream(), *a);
     LAUNCH_CHECK();
 }
 
 extern "C" void ring_store_cuda(float *ring, const float *rows, const int32_t *write,
                                 const struct rows_view *r, int ring_rows, int width) {
     if (!r->n_tok) return;
-    ring_store_kernel<<<ceil_div((long long)r->n_tok * width, 256), 256, 0, td_cuda_stream()>>>(
-        ring, rows, write, *r, ring_rows, width);
+    launch_k(ring_store_kernel, ceil_div((long long)r->n_tok * width, 256), 256, 0,
+             td_cuda_stream(), ring, rows, write, *r, ring_rows, width);
     LAUNCH_CHECK();
 }

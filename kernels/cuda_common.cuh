@@ -28,6 +28,36 @@
 
 extern "C" cudaStream_t td_cuda_stream(void);
 extern "C" void td_cuda_after_launch(const char *file, int line);
+extern "C" int td_cuda_pdl(void);
+
+/* Programmatic dependent launch. Every kernel starts with PDL_START(): it waits until the grid
+ * before it in the stream has finished and its writes are visible (griddepcontrol.wait; at
+ * once when there is none), then lets the next grid be launched (launch_dependents). With
+ * every launch made by launch_k, which allows that early launch, the next kernel's blocks are
+ * already resident when this one ends, instead of being launched after it: the gap between two
+ * small kernels of a step. A kernel must not read anything before PDL_START(). TD_PDL=0 in the
+ * environment launches without it (A/B). */
+#define PDL_START()                                                                                \
+    do {                                                                                           \
+        asm volatile("griddepcontrol.wait;" ::: "memory");                                         \
+        asm volatile("griddepcontrol.launch_dependents;");                                         \
+    } while (0)
+
+template <typename... P, typename... A>
+static inline void launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                            cudaStream_t stream, A &&...args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = td_cuda_pdl();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
 
 /* one element as fp32 when its type is known at compile time (loads the compiler can batch) */
 __device__ __forceinline__ float as_f32(float v) {
@@ -80,8 +110,7 @@ struct max_op {
 };
 
 /* op over the warp, a butterfly: every lane gets the same result */
-template <typename Op>
-__device__ __forceinline__ float warp_reduce(float v) {
+template <typename Op> __device__ __forceinline__ float warp_reduce(float v) {
     for (int o = 16; o > 0; o >>= 1)
         v = Op()(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
@@ -131,11 +160,9 @@ __device__ __forceinline__ unsigned long long block_max_key(unsigned long long k
     return r;
 }
 
-
 /* op over the block (blockDim.x a multiple of 32, <= 1024), from init; every thread gets the
  * result. The order is fixed by the thread layout, not by the data. */
-template <typename Op>
-__device__ __forceinline__ float block_reduce(float v, float init) {
+template <typename Op> __device__ __forceinline__ float block_reduce(float v, float init) {
     __shared__ float part[32];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     v = warp_reduce<Op>(v);

@@ -4,6 +4,7 @@
 
 __global__ void embed_kernel(float *X, const int32_t *ids, const void *emb, int dt, int n, int nc,
                              int d) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x, total = (long long)n * nc * d;
     if (i >= total) return;
     int c = (int)(i % d), t = (int)(i / ((long long)nc * d));
@@ -11,16 +12,19 @@ __global__ void embed_kernel(float *X, const int32_t *ids, const void *emb, int 
 }
 
 __global__ void add_kernel(float *y, const float *x, size_t n) {
+    PDL_START();
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) y[i] += x[i];
 }
 
 __global__ void scale_kernel(float *x, float s, size_t n) {
+    PDL_START();
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) x[i] *= s;
 }
 
 __global__ void swiglu_act_kernel(float *g, const float *u, size_t n, float limit) {
+    PDL_START();
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     float gi = fminf(g[i], limit), ui = fminf(fmaxf(u[i], -limit), limit);
@@ -28,6 +32,7 @@ __global__ void swiglu_act_kernel(float *g, const float *u, size_t n, float limi
 }
 
 __global__ void add_bcast_kernel(float *X, const float *e, int n, int nc, int d) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * nc * d) return;
     int c = (int)(i % d), t = (int)(i / ((long long)nc * d));
@@ -37,11 +42,12 @@ __global__ void add_bcast_kernel(float *X, const float *e, int n, int nc, int d)
 extern "C" void add_bcast_cuda(float *X, const float *e, int n, int nc, int d) {
     long long total = (long long)n * nc * d;
     if (!total) return;
-    add_bcast_kernel<<<ceil_div(total, 256), 256, 0, td_cuda_stream()>>>(X, e, n, nc, d);
+    launch_k(add_bcast_kernel, ceil_div(total, 256), 256, 0, td_cuda_stream(), X, e, n, nc, d);
     LAUNCH_CHECK();
 }
 
 __global__ void mean_streams_kernel(float *y, const float *X, int n, int nc, int d, int ys) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * d) return;
     int t = (int)(i / d), c = (int)(i % d);
@@ -53,8 +59,8 @@ __global__ void mean_streams_kernel(float *y, const float *X, int n, int nc, int
 
 extern "C" void mean_streams_cuda(float *y, const float *X, int n, int nc, int d, int y_stride) {
     if (!n) return;
-    mean_streams_kernel<<<ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream()>>>(y, X, n, nc,
-                                                                                       d, y_stride);
+    launch_k(mean_streams_kernel, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(), y, X,
+             n, nc, d, y_stride);
     LAUNCH_CHECK();
 }
 
@@ -62,24 +68,25 @@ extern "C" void embed_cuda(float *X, const int32_t *ids, const void *emb, enum t
                            int nc, int d) {
     long long total = (long long)n * nc * d;
     if (!total) return;
-    embed_kernel<<<ceil_div(total, 256), 256, 0, td_cuda_stream()>>>(X, ids, emb, t, n, nc, d);
+    launch_k(embed_kernel, ceil_div(total, 256), 256, 0, td_cuda_stream(), X, ids, emb, t, n, nc,
+             d);
     LAUNCH_CHECK();
 }
 
 extern "C" void add_cuda(float *y, const float *x, size_t n) {
     if (!n) return;
-    add_kernel<<<ceil_div(n, 256), 256, 0, td_cuda_stream()>>>(y, x, n);
+    launch_k(add_kernel, ceil_div(n, 256), 256, 0, td_cuda_stream(), y, x, n);
     LAUNCH_CHECK();
 }
 
 extern "C" void scale_cuda(float *x, float s, size_t n) {
     if (!n) return;
-    scale_kernel<<<ceil_div(n, 256), 256, 0, td_cuda_stream()>>>(x, s, n);
+    launch_k(scale_kernel, ceil_div(n, 256), 256, 0, td_cuda_stream(), x, s, n);
     LAUNCH_CHECK();
 }
 
 extern "C" void swiglu_act_cuda(float *g, const float *u, size_t n, float limit) {
     if (!n) return;
-    swiglu_act_kernel<<<ceil_div(n, 256), 256, 0, td_cuda_stream()>>>(g, u, n, limit);
+    launch_k(swiglu_act_kernel, ceil_div(n, 256), 256, 0, td_cuda_stream(), g, u, n, limit);
     LAUNCH_CHECK();
 }

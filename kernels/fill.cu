@@ -5,6 +5,7 @@
 
 __global__ void fill_uniform_kernel(void *dst, int bf16, long long n, uint64_t seed, float lo,
                                     float hi) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= n) return;
     float v = fill_value(seed, (uint64_t)i, lo, hi);
@@ -17,7 +18,7 @@ __global__ void fill_uniform_kernel(void *dst, int bf16, long long n, uint64_t s
 extern "C" void fill_uniform_cuda(void *dst, enum td_dtype t, int64_t n, uint64_t seed, float lo,
                                   float hi) {
     if (n <= 0) return;
-    fill_uniform_kernel<<<ceil_div((long long)n, 256), 256, 0, td_cuda_stream()>>>(
-        dst, t == TD_DTYPE_BF16, (long long)n, seed, lo, hi);
+    launch_k(fill_uniform_kernel, ceil_div((long long)n, 256), 256, 0, td_cuda_stream(), dst,
+             t == TD_DTYPE_BF16, (long long)n, seed, lo, hi);
     LAUNCH_CHECK();
 }

@@ -19,18 +19,20 @@ __device__ int row_argmax(const float *r, int V) {
 }
 
 __global__ void argmax_rows_kernel(int32_t *ids, const float *x, int V) {
+    PDL_START();
     int a = row_argmax(x + (size_t)blockIdx.x * V, V);
     if (!threadIdx.x) ids[blockIdx.x] = a;
 }
 
 extern "C" void argmax_rows_cuda(int32_t *ids, const float *x, int n, int V) {
     if (!n) return;
-    argmax_rows_kernel<<<n, 512, 0, td_cuda_stream()>>>(ids, x, V);
+    launch_k(argmax_rows_kernel, n, 512, 0, td_cuda_stream(), ids, x, V);
     LAUNCH_CHECK();
 }
 
 __global__ void greedy_slot_kernel(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x,
                                    int V, int g, int j) {
+    PDL_START();
     int i = blockIdx.x;
     int a = row_argmax(x + (size_t)i * V, V), bad = a < 0;
     if (threadIdx.x) return;
@@ -44,6 +46,6 @@ __global__ void greedy_slot_kernel(int32_t *tok, int32_t *n_drafts, int32_t *nex
 extern "C" void greedy_slot_cuda(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x,
                                  int n, int V, int g, int j) {
     if (!n) return;
-    greedy_slot_kernel<<<n, 256, 0, td_cuda_stream()>>>(tok, n_drafts, next, x, V, g, j);
+    launch_k(greedy_slot_kernel, n, 256, 0, td_cuda_stream(), tok, n_drafts, next, x, V, g, j);
     LAUNCH_CHECK();
 }

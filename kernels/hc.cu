@@ -77,6 +77,7 @@ __device__ void mix_part(float *mix, const float *xt, const void *fn, int fn_dt,
 __global__ void __launch_bounds__(HC_THREADS)
     hc_mix_kernel(float *part, const float *x, const void *fn, int fn_dt, int m, int width,
                   int splits) {
+    PDL_START();
     __shared__ float mix[HC_MAX_MIX + 1];
     int b = blockIdx.x, t = blockIdx.y, c0 = b * HC_CHUNK;
     int c1 = c0 + HC_CHUNK < width ? c0 + HC_CHUNK : width;
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(HC_THREADS)
     hc_pre_kernel(float *collapsed, float *post, float *comb, const float *x, const float *part,
                   int splits, struct hc_weights w, int nc, int d, int iters, float hc_eps,
                   float rms_eps) {
+    PDL_START();
     __shared__ float mix[HC_MAX_MIX + 1];
     __shared__ float pre[16];
     __shared__ float cs[256];
@@ -222,6 +224,7 @@ __global__ void __launch_bounds__(HC_THREADS)
 
 __global__ void hc_post_kernel(float *x, const float *a, const float *post, const float *comb,
                                int n, int nc, int d) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * d) return;
     int t = (int)(i / d), c = (int)(i % d);
@@ -244,6 +247,7 @@ __global__ void __launch_bounds__(HC_THREADS)
     hc_head_kernel(float *y, const float *x, const float *part, int splits, const void *fn,
                    int fn_dt, const void *base, int base_dt, const void *scale, int scale_dt,
                    int nc, int d, float hc_eps, float rms_eps) {
+    PDL_START();
     __shared__ float mix[17];
     int t = blockIdx.x;
     const float *xt = x + (size_t)t * nc * d;
@@ -269,8 +273,8 @@ static int mix_parts(const float *x, const void *fn, int fn_dt, int n, int m, in
     int splits = hc_mix_splits(width);
     if (splits > 1) {
         grow_scratch(&parts, &parts_cap, (size_t)n * splits * (m + 1));
-        hc_mix_kernel<<<dim3(splits, n), hc_threads(width), 0, td_cuda_stream()>>>(
-            parts, x, fn, fn_dt, m, width, splits);
+        launch_k(hc_mix_kernel, dim3(splits, n), hc_threads(width), 0, td_cuda_stream(), parts, x,
+                 fn, fn_dt, m, width, splits);
         LAUNCH_CHECK();
     }
     return splits;
@@ -281,16 +285,16 @@ extern "C" void hc_pre_cuda(float *collapsed, float *post, float *comb, const fl
                             float hc_eps, float rms_eps) {
     if (!n) return;
     int splits = mix_parts(x, w->fn, w->fn_dtype, n, (2 + nc) * nc, nc * d);
-    hc_pre_kernel<<<n, hc_threads(nc * d), 0, td_cuda_stream()>>>(
-        collapsed, post, comb, x, parts, splits, *w, nc, d, sinkhorn_iters, hc_eps, rms_eps);
+    launch_k(hc_pre_kernel, n, hc_threads(nc * d), 0, td_cuda_stream(), collapsed, post, comb, x,
+             parts, splits, *w, nc, d, sinkhorn_iters, hc_eps, rms_eps);
     LAUNCH_CHECK();
 }
 
 extern "C" void hc_post_cuda(float *x, const float *a, const float *post, const float *comb, int n,
                              int nc, int d) {
     if (!n) return;
-    hc_post_kernel<<<ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream()>>>(x, a, post, comb,
-                                                                                  n, nc, d);
+    launch_k(hc_post_kernel, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(), x, a, post,
+             comb, n, nc, d);
     LAUNCH_CHECK();
 }
 
@@ -300,8 +304,7 @@ extern "C" void hc_head_cuda(float *y, const float *x, const void *fn, enum td_d
                              float rms_eps) {
     if (!n) return;
     int splits = mix_parts(x, fn, fn_dtype, n, nc, nc * d);
-    hc_head_kernel<<<n, hc_threads(nc * d), 0, td_cuda_stream()>>>(
-        y, x, parts, splits, fn, fn_dtype, base, base_dtype, scale, scale_dtype, nc, d, hc_eps,
-        rms_eps);
+    launch_k(hc_head_kernel, n, hc_threads(nc * d), 0, td_cuda_stream(), y, x, parts, splits, fn,
+             fn_dtype, base, base_dtype, scale, scale_dtype, nc, d, hc_eps, rms_eps);
     LAUNCH_CHECK();
 }

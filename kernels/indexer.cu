@@ -10,6 +10,7 @@ static float *scratch;
 static size_t scratch_cap;
 
 __global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
+    PDL_START();
     const struct rows_view *r = &a.rows;
     if (r->row_seq[blockIdx.x] < 0) return; // a pad row: its picks stay -1
     int t = blockIdx.x, n_vis = r->vis[t], slot = r->slot[r->row_seq[t]];
@@ -87,6 +88,6 @@ extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
         abort();
     }
     grow_scratch(&scratch, &scratch_cap, (size_t)a->rows.n_tok * (a->n_entries + 1));
-    indexer_topk_kernel<<<a->rows.n_tok, 256, 0, td_cuda_stream()>>>(*a, scratch);
+    launch_k(indexer_topk_kernel, a->rows.n_tok, 256, 0, td_cuda_stream(), *a, scratch);
     LAUNCH_CHECK();
 }

@@ -20,6 +20,7 @@ __device__ __forceinline__ int32_t mk_prev(const struct markov_args &a, int i, i
 
 template <typename T1, typename T2>
 __global__ void markov_scores_kernel(struct markov_args a, int j) {
+    PDL_START();
     __shared__ float e[MK_MAX_R];
     __shared__ unsigned long long wbest[MK_THREADS / 32];
     __shared__ int wbad[MK_THREADS / 32];
@@ -100,7 +101,7 @@ __global__ void markov_scores_kernel(struct markov_args a, int j) {
 
 template <typename T1, typename T2> static void launch(const struct markov_args *a, int j) {
     dim3 grid(ceil_div(a->V, MK_VPW * MK_THREADS / 32), a->n);
-    markov_scores_kernel<T1, T2><<<grid, MK_THREADS, 0, td_cuda_stream()>>>(*a, j);
+    launch_k(markov_scores_kernel<T1, T2>, grid, MK_THREADS, 0, td_cuda_stream(), *a, j);
     LAUNCH_CHECK();
 }
 

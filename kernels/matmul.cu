@@ -42,12 +42,14 @@ static void ensure_lt(size_t x_elems) {
 }
 
 __global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
+    PDL_START();
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) y[i] = __float2bfloat16(x[i]);
 }
 
 __global__ void matmul_f32_kernel(float *y, const float *x, const void *w, int dt, int n, int in,
                                   int out, int x_stride, int y_stride) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * out) return;
     int t = (int)(i / out), o = (int)(i % out);
@@ -61,6 +63,7 @@ __global__ void matmul_f32_kernel(float *y, const float *x, const void *w, int d
  * order of every sum depends on `in` alone, never on n (batch-invariant mode) */
 __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int dt, int n, int in,
                                    int out, int x_stride, int y_stride) {
+    PDL_START();
     long long e = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (e >= (long long)n * out) return;
@@ -84,6 +87,7 @@ template <bool VEC, int KW, int ACC>
 __global__ void __launch_bounds__(32 * KW)
     skinny_mma_kernel(float *y, const float *x, const __nv_bfloat16 *w, int n, int in, int out,
                       int x_stride, int y_stride, const void *bias, int bias_dt) {
+    PDL_START();
     __shared__ float part[KW > 1 ? KW - 1 : 1][32][4];
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8, grp = blockIdx.z;
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(32 * KW)
     mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows,
                            w + (size_t)grp * out * in, o0, out, in);
     if (!kw_sum<KW>(c, part)) return;
-    // c0, c1: feature g, rows 2t and 2t + 1; c2, c3: feature g + 8, the same rows
+        // c0, c1: feature g, rows 2t and 2t + 1; c2, c3: feature g + 8, the same rows
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int o = o0 + g + (j >> 1) * 8, r = 2 * t + (j & 1);
@@ -106,8 +110,8 @@ template <bool VEC, int KW, int ACC>
 static void skinny_mma_kw(float *y, const float *x, const void *w, int n, int groups, int in,
                           int out, const void *bias, enum td_dtype bias_dtype) {
     dim3 grid(ceil_div(out, 16), ceil_div(n, 8), groups);
-    skinny_mma_kernel<VEC, KW, ACC><<<grid, 32 * KW, 0, td_cuda_stream()>>>(
-        y, x, (const __nv_bfloat16 *)w, n, in, out, groups * in, groups * out, bias, bias_dtype);
+    launch_k(skinny_mma_kernel<VEC, KW, ACC>, grid, 32 * KW, 0, td_cuda_stream(), y, x,
+             (const __nv_bfloat16 *)w, n, in, out, groups * in, groups * out, bias, bias_dtype);
     LAUNCH_CHECK();
 }
 
@@ -139,8 +143,8 @@ static void skinny_mma(float *y, const float *x, const void *w, int n, int group
         skinny_mma_v<false>(y, x, w, n, groups, in, out, bias, bias_dtype);
 }
 
-
 __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i < (long long)n * out) y[i] += ld_f32(b, dt, i % out);
 }
@@ -213,7 +217,7 @@ extern "C" void matmul_cuda_reserve(size_t x_elems) {
 
 static const __nv_bfloat16 *x_as_bf16(const float *x, size_t elems) {
     ensure_lt(elems);
-    to_bf16_kernel<<<ceil_div(elems, 256), 256, 0, td_cuda_stream()>>>(xbuf, x, elems);
+    launch_k(to_bf16_kernel, ceil_div(elems, 256), 256, 0, td_cuda_stream(), xbuf, x, elems);
     LAUNCH_CHECK();
     return xbuf;
 }
@@ -222,8 +226,8 @@ extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dty
                             int in, int out, const void *bias, enum td_dtype bias_dtype) {
     if (!n || !out) return;
     if (deterministic) {
-        matmul_warp_kernel<<<ceil_div((long long)n * out * 32, 256), 256, 0, td_cuda_stream()>>>(
-            y, x, w, w_dtype, n, in, out, in, out);
+        launch_k(matmul_warp_kernel, ceil_div((long long)n * out * 32, 256), 256, 0,
+                 td_cuda_stream(), y, x, w, w_dtype, n, in, out, in, out);
         LAUNCH_CHECK();
     } else if (w_dtype == TD_DTYPE_BF16 && n <= SKINNY_ROWS) {
         skinny_mma(y, x, w, n, 1, in, out, bias, bias_dtype);
@@ -232,13 +236,13 @@ extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dty
         const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * in);
         lt_gemm(y, out, xb, in, w, n, in, out);
     } else {
-        matmul_f32_kernel<<<ceil_div((long long)n * out, 128), 128, 0, td_cuda_stream()>>>(
-            y, x, w, w_dtype, n, in, out, in, out);
+        launch_k(matmul_f32_kernel, ceil_div((long long)n * out, 128), 128, 0, td_cuda_stream(), y,
+                 x, w, w_dtype, n, in, out, in, out);
         LAUNCH_CHECK();
     }
     if (bias) {
-        add_bias_kernel<<<ceil_div((long long)n * out, 256), 256, 0, td_cuda_stream()>>>(
-            y, bias, bias_dtype, n, out);
+        launch_k(add_bias_kernel, ceil_div((long long)n * out, 256), 256, 0, td_cuda_stream(), y,
+                 bias, bias_dtype, n, out);
         LAUNCH_CHECK();
     }
 }
@@ -249,11 +253,10 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
     size_t esz = td_dtype_size(w_dtype);
     if (deterministic) {
         for (int j = 0; j < groups; j++) {
-            matmul_warp_kernel<<<ceil_div((long long)n * out * 32, 256), 256, 0,
-                                 td_cuda_stream()>>>(y + (size_t)j * out, x + (size_t)j * in,
-                                                     (const char *)w + (size_t)j * out * in * esz,
-                                                     w_dtype, n, in, out, groups * in,
-                                                     groups * out);
+            launch_k(matmul_warp_kernel, ceil_div((long long)n * out * 32, 256), 256, 0,
+                     td_cuda_stream(), y + (size_t)j * out, x + (size_t)j * in,
+                     (const char *)w + (size_t)j * out * in * esz, w_dtype, n, in, out, groups * in,
+                     groups * out);
             LAUNCH_CHECK();
         }
         return;
@@ -270,9 +273,10 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
         return;
     }
     for (int j = 0; j < groups; j++) {
-        matmul_f32_kernel<<<ceil_div((long long)n * out, 128), 128, 0, td_cuda_stream()>>>(
-            y + (size_t)j * out, x + (size_t)j * in, (const char *)w + (size_t)j * out * in * esz,
-            w_dtype, n, in, out, groups * in, groups * out);
+        launch_k(matmul_f32_kernel, ceil_div((long long)n * out, 128), 128, 0, td_cuda_stream(),
+                 y + (size_t)j * out, x + (size_t)j * in,
+                 (const char *)w + (size_t)j * out * in * esz, w_dtype, n, in, out, groups * in,
+                 groups * out);
         LAUNCH_CHECK();
     }
 }

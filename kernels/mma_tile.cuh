@@ -58,7 +58,6 @@ __device__ __forceinline__ void sk_x8(float *v, const float *xr, bool live, int 
         v[j] = live && k + j < in ? xr[k + j] : 0.0f;
 }
 
-
 /* this warp's share of the tile of weight rows o0 .. o0 + 15 of w [out, in] times x rows
  * (this lane's: xr, read when live), over chunks warp, warp + KW, ... of k, into c. ACC = 4:
  * one accumulator per (first / second mma, hi / lo term), four short chains of dependent mma

@@ -15,6 +15,7 @@ __device__ __forceinline__ float score_of(float z, int fn) {
 __global__ void route_kernel(int32_t *picks, float *weights, const float *logits,
                              const int32_t *ids, int fn, const void *bias, int bias_dt,
                              const void *tid2eid, int tid_dt, int k, int E, float scaling) {
+    PDL_START();
     extern __shared__ float sc[]; // [E] scores, then [E] selection values
     float *sel = sc + E;
     int t = blockIdx.x;
@@ -70,9 +71,9 @@ extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float 
                                     enum td_dtype tid_dtype, int n, int k, int n_experts,
                                     float scaling) {
     if (!n) return;
-    route_kernel<<<n, 128, 2 * (size_t)n_experts * sizeof(float), td_cuda_stream()>>>(
-        picks, weights, logits, ids, score_fn, bias, bias_dtype, tid2eid, tid_dtype, k, n_experts,
-        scaling);
+    launch_k(route_kernel, n, 128, 2 * (size_t)n_experts * sizeof(float), td_cuda_stream(), picks,
+             weights, logits, ids, score_fn, bias, bias_dtype, tid2eid, tid_dtype, k, n_experts,
+             scaling);
     LAUNCH_CHECK();
 }
 
@@ -98,6 +99,7 @@ static int g_entries, g_experts, g_inter, g_dim;
 
 __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int tm, int32_t *perm,
                                  int32_t *inv, int32_t *tiles, int32_t *n_tiles) {
+    PDL_START();
     extern __shared__ int sh[]; // count[E], off[E + 1], cur[E]
     int *count = sh, *off = sh + E, *cur = sh + 2 * E + 1;
     for (int e = threadIdx.x; e < E; e += blockDim.x)
@@ -215,6 +217,7 @@ template <typename T, int TMR, int J>
 __global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm, int k_per_row,
                                 int swiglu, const int32_t *tiles, const int32_t *n_tiles,
                                 struct expert_set ex, int K, int N, float limit) {
+    PDL_START();
     int n = blockIdx.x * MOE_FEATS + (threadIdx.x >> 5);
     if (n >= N) return;
     for (int tile = blockIdx.y; tile < *n_tiles; tile += gridDim.y) {
@@ -228,11 +231,11 @@ template <typename T>
 static void moe_gemm_t(dim3 grid, cudaStream_t s, int tm, float *out, const float *in, int swiglu,
                        int k, const struct expert_set *ex, int K, int N, float limit) {
     if (tm == TM_SMALL)
-        moe_gemm_kernel<T, TM_SMALL, 16><<<grid, 32 * MOE_FEATS, 0, s>>>(
-            out, in, g_perm, k, swiglu, g_tiles, g_ntiles, *ex, K, N, limit);
+        launch_k(moe_gemm_kernel<T, TM_SMALL, 16>, grid, 32 * MOE_FEATS, 0, s, out, in, g_perm, k,
+                 swiglu, g_tiles, g_ntiles, *ex, K, N, limit);
     else
-        moe_gemm_kernel<T, TM, 8><<<grid, 32 * MOE_FEATS, 0, s>>>(
-            out, in, g_perm, k, swiglu, g_tiles, g_ntiles, *ex, K, N, limit);
+        launch_k(moe_gemm_kernel<T, TM, 8>, grid, 32 * MOE_FEATS, 0, s, out, in, g_perm, k, swiglu,
+                 g_tiles, g_ntiles, *ex, K, N, limit);
     LAUNCH_CHECK();
 }
 
@@ -257,8 +260,9 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
 template <bool VEC>
 __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     moe_mma_kernel(float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu,
-                   const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K,
-                   int N, float limit) {
+                   const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K, int N,
+                   float limit) {
+    PDL_START();
     __shared__ float part[MOE_MMA_KW - 1][32][4];
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, o0 = blockIdx.x * 16;
     for (int tile = blockIdx.y; tile < *n_tiles; tile += gridDim.y) {
@@ -269,7 +273,8 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         float c1[4], c3[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         const __nv_bfloat16 *w1 = (const __nv_bfloat16 *)(swiglu ? ex.w1[e] : ex.w2[e]);
         mma_rows<VEC, MOE_MMA_KW, 4>(c1, xr, live, w1, o0, N, K);
-        if (swiglu) mma_rows<VEC, MOE_MMA_KW, 4>(c3, xr, live, (const __nv_bfloat16 *)ex.w3[e], o0, N, K);
+        if (swiglu)
+            mma_rows<VEC, MOE_MMA_KW, 4>(c3, xr, live, (const __nv_bfloat16 *)ex.w3[e], o0, N, K);
         bool w0 = kw_sum<MOE_MMA_KW>(c1, part);
         if (swiglu) kw_sum<MOE_MMA_KW>(c3, part);
         if (!w0) continue;
@@ -289,6 +294,7 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
 
 __global__ void moe_combine_kernel(float *out, const float *y, const int32_t *picks,
                                    const float *weights, const int32_t *inv, int n, int k, int d) {
+    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * d) return;
     int t = (int)(i / d), c = (int)(i % d);
@@ -341,31 +347,31 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     int max_tiles = m / tm + n_experts + 1;
     ensure_grouped(m, n_experts, inter, d);
     cudaStream_t s = td_cuda_stream();
-    moe_group_kernel<<<1, MOE_GROUP_THREADS, (size_t)(3 * n_experts + 1) * sizeof(int), s>>>(
-        picks, m, n_experts, tm, g_perm, g_inv, g_tiles, g_ntiles);
+    launch_k(moe_group_kernel, 1, MOE_GROUP_THREADS, (size_t)(3 * n_experts + 1) * sizeof(int), s,
+             picks, m, n_experts, tm, g_perm, g_inv, g_tiles, g_ntiles);
     LAUNCH_CHECK();
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
     if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
         if (vec) {
-            moe_mma_kernel<true><<<dim3(ceil_div(inter, 16), ty), 32 * MOE_MMA_KW, 0, s>>>(
-                g_h, x, g_perm, k, 1, g_tiles, g_ntiles, *ex, d, inter, limit);
+            launch_k(moe_mma_kernel<true>, dim3(ceil_div(inter, 16), ty), 32 * MOE_MMA_KW, 0, s,
+                     g_h, x, g_perm, k, 1, g_tiles, g_ntiles, *ex, d, inter, limit);
             LAUNCH_CHECK();
-            moe_mma_kernel<true><<<dim3(ceil_div(d, 16), ty), 32 * MOE_MMA_KW, 0, s>>>(
-                g_y, g_h, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d, limit);
+            launch_k(moe_mma_kernel<true>, dim3(ceil_div(d, 16), ty), 32 * MOE_MMA_KW, 0, s, g_y,
+                     g_h, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d, limit);
         } else {
-            moe_mma_kernel<false><<<dim3(ceil_div(inter, 16), ty), 32 * MOE_MMA_KW, 0, s>>>(
-                g_h, x, g_perm, k, 1, g_tiles, g_ntiles, *ex, d, inter, limit);
+            launch_k(moe_mma_kernel<false>, dim3(ceil_div(inter, 16), ty), 32 * MOE_MMA_KW, 0, s,
+                     g_h, x, g_perm, k, 1, g_tiles, g_ntiles, *ex, d, inter, limit);
             LAUNCH_CHECK();
-            moe_mma_kernel<false><<<dim3(ceil_div(d, 16), ty), 32 * MOE_MMA_KW, 0, s>>>(
-                g_y, g_h, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d, limit);
+            launch_k(moe_mma_kernel<false>, dim3(ceil_div(d, 16), ty), 32 * MOE_MMA_KW, 0, s, g_y,
+                     g_h, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d, limit);
         }
         LAUNCH_CHECK();
     } else {
         moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, tm, g_h, x, 1, k, ex, d, inter, limit);
         moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, tm, g_y, g_h, 0, k, ex, inter, d, limit);
     }
-    moe_combine_kernel<<<ceil_div((long long)n * d, 256), 256, 0, s>>>(out, g_y, picks, weights,
-                                                                       g_inv, n, k, d);
+    launch_k(moe_combine_kernel, ceil_div((long long)n * d, 256), 256, 0, s, out, g_y, picks,
+             weights, g_inv, n, k, d);
     LAUNCH_CHECK();
 }

@@ -3,6 +3,7 @@
 #include "rmsnorm.h"
 
 __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, int d, float eps) {
+    PDL_START();
     const float *xr = x + (size_t)blockIdx.x * d;
     float *yr = y + (size_t)blockIdx.x * d;
     float ss = 0.0f;
@@ -20,6 +21,6 @@ extern "C" void rmsnorm_cuda(float *y, const float *x, const void *w, enum td_dt
                              float eps) {
     if (!n) return;
     int threads = d >= 1024 ? 1024 : (d + 31) / 32 * 32;
-    rmsnorm_kernel<<<n, threads, 0, td_cuda_stream()>>>(y, x, w, t, d, eps);
+    launch_k(rmsnorm_kernel, n, threads, 0, td_cuda_stream(), y, x, w, t, d, eps);
     LAUNCH_CHECK();
 }

@@ -9,6 +9,7 @@
  * then every vector's pairs */
 __global__ void rope_rows_kernel(float *x, int n_vec, int d, int rot, const int32_t *positions,
                                  const float *inv_freq, float af, int inverse) {
+    PDL_START();
     __shared__ float cs[256], sn[256];
     int t = blockIdx.x, half = rot / 2;
     float pos = (float)positions[t];
@@ -39,7 +40,7 @@ extern "C" void rope_rows_cuda(float *x, int n, int n_vec, int d, int rot_dim,
         fprintf(stderr, "rope_rows_cuda: rotary dims %d, at most 512\n", rot_dim);
         abort();
     }
-    rope_rows_kernel<<<n, 128, 0, td_cuda_stream()>>>(x, n_vec, d, rot_dim, positions, inv_freq,
-                                                      attention_factor, inverse);
+    launch_k(rope_rows_kernel, n, 128, 0, td_cuda_stream(), x, n_vec, d, rot_dim, positions,
+             inv_freq, attention_factor, inverse);
     LAUNCH_CHECK();
 }
