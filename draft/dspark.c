@@ -23,12 +23,11 @@ struct draft_dspark {
     const struct td_model *run; /* the one the forward reads */
     struct td_state st;
     struct td_plan plan;
-    int max_rows, max_seqs, vocab, dim, nc;
+    int max_rows, max_seqs, vocab, dim;
     float threshold;
     float *capture;            /* [max_rows, n_capture * dim] the target's captured rows */
     float *ctx;                /* [max_tok, n_capture * dim] the rows being inserted */
-    float *streams;            /* [max_seqs * block, nc, dim] the stages' output streams */
-    float *y;                  /* [max_seqs * block, dim] hc_head(streams) */
+    float *y;                  /* [max_tok, dim] hc_head of the stages' output streams */
     float *e, *bias;           /* [max_seqs, rank], [max_seqs, vocab] Markov step */
     int32_t *ids_dev;          /* [max_seqs] */
     float *U;                  /* host [max_seqs * block, vocab] base logits */
@@ -142,7 +141,6 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->max_seqs = max_seqs;
     d->vocab = c->vocab;
     d->dim = c->dim;
-    d->nc = c->hc_mult;
     d->threshold = threshold;
     // rings of window + max(16, block) rows; the block's positions run past the committed
     // length, so the state allows max_ctx + block
@@ -160,10 +158,9 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->capture = b->alloc(R * CW * F);
     // the insertion's graph reads every row of its bucket, so ctx has the plan's widest
     d->ctx = b->alloc((size_t)pd.max_tok * CW * F);
-    // the block forward writes its final streams for every row of its padded bucket (a graph
-    // of n_tok_pad rows), so they are sized by the plan's widest bucket, not the live rows
-    d->streams = b->alloc((size_t)pd.max_tok * d->nc * d->dim * F);
-    d->y = b->alloc(BR * d->dim * F);
+    // the block forward writes hc_head's rows for every row of its padded bucket (a graph of
+    // n_tok_pad rows), so they are sized by the plan's widest bucket, not the live rows
+    d->y = b->alloc((size_t)pd.max_tok * d->dim * F);
     d->e = b->alloc(S * dc->rank * F);
     d->bias = b->alloc(S * V * F);
     d->ids_dev = b->alloc(S * sizeof(int32_t));
@@ -179,7 +176,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->live = malloc(S * sizeof(int));
     d->act = malloc(S * sizeof(int));
     d->seqs = calloc(S, sizeof *d->seqs);
-    if (!d->capture || !d->ctx || !d->streams || !d->y || !d->e || !d->bias ||
+    if (!d->capture || !d->ctx || !d->y || !d->e || !d->bias ||
         !d->ids_dev || !d->U || !d->y_host || !d->e_host || !d->bias_host || !d->z || !d->conf_w ||
         !d->zeros || !d->blk_ids || !d->ids_host || !d->live || !d->act || !d->seqs) {
         snprintf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
@@ -203,7 +200,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     // the graphs, made now: the insertion's of 1 to max_rows rows, the block forward's of a
     // block of g rows per drafting sequence
     struct td_forward_io ins = {.x_in = d->ctx, .keys_only = 1};
-    struct td_forward_io io = {.hidden_out = d->streams};
+    struct td_forward_io io = {.hc_out = d->y};
     if (td_forward_prepare(d->run, &d->st, &pd, &ins, 1, max_rows, err, errlen) ||
         td_forward_prepare(d->run, &d->st, &pd, &io, dc->block, blk_rows, err, errlen))
         goto fail;
@@ -216,8 +213,8 @@ fail:
 
 void draft_dspark_free(struct draft_dspark *d) {
     if (!d) return;
-    void *bufs[] = {d->capture, d->ctx,        d->streams, d->y,  d->e,   d->bias,
-                    d->ids_dev, d->conf_w_dev, d->mk,      d->best, d->done};
+    void *bufs[] = {d->capture, d->ctx, d->y,    d->e,    d->bias,
+                    d->ids_dev, d->conf_w_dev, d->mk, d->best, d->done};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) d->b->release(bufs[i]);
     free(d->U);
@@ -399,7 +396,6 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
                      size_t errlen) {
     const struct td_backend *b = d->b;
     const struct td_model *m = d->run;
-    const struct td_config *c = &m->cfg;
     int g = d->cfg.block, r = d->cfg.rank, V = d->vocab, D = d->dim;
     if (!n_seq) return 0;
     if (d->pending) {
@@ -428,12 +424,10 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
     int greedy = !d->chain; // greedy rounds draft on the backend, sampled ones on the host
     for (int i = 0; i < nb && greedy; i++)
         greedy = seqs[d->live[i]].sampling->temperature <= 0.0f;
-    struct td_forward_io io = {.hidden_out = d->streams};
+    struct td_forward_io io = {.hc_out = d->y}; // the Markov and confidence heads' rows
     if (meta_plan_build(&d->plan, d->seqs, nb, err, errlen) ||
         td_forward_ex(m, &d->st, &d->plan, &io, greedy ? NULL : d->U, NULL, err, errlen))
         return -1;
-    b->ops.hc_head(d->y, d->streams, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale),
-                   nb * g, d->nc, D, c->hc_eps, c->rms_eps);
     if (b->mark) b->mark("block");
     if (greedy) return greedy_chain(d, seqs, nb, err, errlen);
     b->to_host(d->y_host, d->y, (size_t)nb * g * D * sizeof(float));

@@ -58,6 +58,7 @@ struct fwd {
     const int *capture_layers; /* [n_capture] */
     int n_capture;
     float *hidden_out; /* [n, nc, dim] final streams out, or NULL */
+    float *hc_out;     /* [n, dim] hc_head's rows out, or NULL (then in x) */
     int keys_only;     /* the pass stores context keys (td_forward_store_kv), nothing else */
 };
 
@@ -287,7 +288,7 @@ struct td_fwd_ws {
     struct fwd f; /* buffer pointers; per-step fields are set by td_forward */
     struct {
         int n_pad, keys_only;
-        const void *x_in, *hidden_out, *capture; /* the buffers the graph was captured with */
+        const void *x_in, *hidden_out, *hc_out, *capture; /* the buffers it was captured with */
         void *exec;                              /* NULL: capture failed, run eagerly */
     } graphs[MAX_GRAPHS];
     int n_graphs;
@@ -439,9 +440,10 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
     }
     if (f->hidden_out) // the final residual streams, before hc_head (what MTP reads)
         f->op->copy(f->hidden_out, f->X, (size_t)n * nc * D * sizeof(float));
-    f->op->hc_head(f->x, f->X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc, D,
+    float *hx = f->hc_out ? f->hc_out : f->x;
+    f->op->hc_head(hx, f->X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc, D,
                    c->hc_eps, c->rms_eps);
-    f->op->rmsnorm(f->xn, f->x, W(m->norm), n, D, c->rms_eps);
+    f->op->rmsnorm(f->xn, hx, W(m->norm), n, D, c->rms_eps);
     int n_head = n;
     if (!f->head_all_rows) { // only the rows whose logits the step returns meet the head
         compact_rows(f, f->xn, D);
@@ -486,7 +488,8 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
     while (g < ws->n_graphs &&
            (ws->graphs[g].n_pad != n_pad || ws->graphs[g].keys_only != f->keys_only ||
             ws->graphs[g].x_in != f->x_in ||
-            ws->graphs[g].hidden_out != f->hidden_out || ws->graphs[g].capture != f->capture))
+            ws->graphs[g].hidden_out != f->hidden_out || ws->graphs[g].hc_out != f->hc_out ||
+            ws->graphs[g].capture != f->capture))
         g++;
     f->n = n_pad;
     f->rows.n_tok = n_pad;
@@ -508,6 +511,7 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
         ws->graphs[g].keys_only = f->keys_only;
         ws->graphs[g].x_in = f->x_in;
         ws->graphs[g].hidden_out = f->hidden_out;
+        ws->graphs[g].hc_out = f->hc_out;
         ws->graphs[g].capture = f->capture;
         ws->graphs[g].exec = exec;
         ws->n_graphs++;
@@ -562,6 +566,7 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     f->n = p->n_tok;
     f->x_in = io->x_in;
     f->hidden_out = io->hidden_out;
+    f->hc_out = io->hc_out;
     f->capture = io->capture;
     f->capture_layers = io->capture_layers;
     f->n_capture = io->capture ? io->n_capture : 0;

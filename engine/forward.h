@@ -48,6 +48,8 @@ struct td_forward_io {
     const float *x_in;         /* [max_tok, hc_mult, dim] replaces the embedding as the input */
     float *hidden_out;         /* [max_tok, hc_mult, dim] the final streams, before hc_head (MTP);
                                   rows n_tok .. n_tok_pad - 1 get the pad rows' streams */
+    float *hc_out;             /* [max_tok, dim] hc_head's rows, the final norm's input (DSpark's
+                                  Markov and confidence heads read them), pad rows likewise */
     float *capture;            /* [max_tok, n_capture, dim] the mean of the streams after each of
                                   capture_layers (DSpark's context), pad rows likewise */
     const int *capture_layers; /* [n_capture] ascending layer indices */

@@ -92,17 +92,18 @@ __global__ void __launch_bounds__(32 * KW)
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8, grp = blockIdx.z;
     int rows = min(8, n - t0);
-    float c[4];
-    mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows,
-                           w + (size_t)grp * out * in, o0, out, in);
-    if (!kw_sum<KW>(c, part)) return;
+    float c[1][4];
+    const __nv_bfloat16 *wg = w + (size_t)grp * out * in;
+    mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg, o0,
+                           out, in);
+    if (!kw_sum<KW>(c[0], part)) return;
         // c0, c1: feature g, rows 2t and 2t + 1; c2, c3: feature g + 8, the same rows
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int o = o0 + g + (j >> 1) * 8, r = 2 * t + (j & 1);
         if (o < out && r < rows)
             y[(size_t)(t0 + r) * y_stride + (size_t)grp * out + o] =
-                c[j] + (bias ? ld_f32(bias, bias_dt, o) : 0.0f);
+                c[0][j] + (bias ? ld_f32(bias, bias_dt, o) : 0.0f);
     }
 }
 
@@ -115,23 +116,31 @@ static void skinny_mma_kw(float *y, const float *x, const void *w, int n, int gr
     LAUNCH_CHECK();
 }
 
-/* The form follows the shape alone (so does the order of the sums): 16 warps split k when there
- * are few tiles of features for a long k (a 4096 x 1024 projection has 64 tiles for 132
- * multiprocessors), else 4; one accumulator for matrices of 16 MB and more (bound by the weight
- * reads: the head ran at 261 us with one, 280 with four), else four. */
+/* The form follows the shape alone (so does the order of the sums). Warps splitting k: 4, or
+ * 8 or 16 when the tiles of features are too few to keep about 16 warps on each of the 132
+ * multiprocessors and k is long enough to share (Nsight Compute, Flash slice at batch 1: the
+ * 8192 x 4096 output projection's 256 tiles read 2.0 TB/s with 4 warps each). One
+ * accumulator for matrices of 16 MB and more (bound by the weight reads: the head ran at
+ * 261 us with one, 280 with four), else four. */
+template <bool VEC, int KW>
+static void skinny_mma_acc(float *y, const float *x, const void *w, int n, int groups, int in,
+                           int out, const void *bias, enum td_dtype bias_dtype) {
+    if ((long long)groups * out * in * 2 >= (16ll << 20))
+        skinny_mma_kw<VEC, KW, 1>(y, x, w, n, groups, in, out, bias, bias_dtype);
+    else
+        skinny_mma_kw<VEC, KW, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
+}
+
 template <bool VEC>
 static void skinny_mma_v(float *y, const float *x, const void *w, int n, int groups, int in,
                          int out, const void *bias, enum td_dtype bias_dtype) {
-    bool wide = (long long)ceil_div(out, 16) * groups < 256 && in >= 2048;
-    bool big = (long long)groups * out * in * 2 >= (16ll << 20);
-    if (wide && big)
-        skinny_mma_kw<VEC, 16, 1>(y, x, w, n, groups, in, out, bias, bias_dtype);
-    else if (wide)
-        skinny_mma_kw<VEC, 16, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
-    else if (big)
-        skinny_mma_kw<VEC, 4, 1>(y, x, w, n, groups, in, out, bias, bias_dtype);
+    long long tiles = (long long)ceil_div(out, 16) * groups;
+    if (tiles * 8 < 4096 && in >= 2048)
+        skinny_mma_acc<VEC, 16>(y, x, w, n, groups, in, out, bias, bias_dtype);
+    else if (tiles * 4 < 4096 && in >= 1024)
+        skinny_mma_acc<VEC, 8>(y, x, w, n, groups, in, out, bias, bias_dtype);
     else
-        skinny_mma_kw<VEC, 4, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
+        skinny_mma_acc<VEC, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
 }
 
 static void skinny_mma(float *y, const float *x, const void *w, int n, int groups, int in, int out,

@@ -58,26 +58,30 @@ __device__ __forceinline__ void sk_x8(float *v, const float *xr, bool live, int 
         v[j] = live && k + j < in ? xr[k + j] : 0.0f;
 }
 
-/* this warp's share of the tile of weight rows o0 .. o0 + 15 of w [out, in] times x rows
- * (this lane's: xr, read when live), over chunks warp, warp + KW, ... of k, into c. ACC = 4:
- * one accumulator per (first / second mma, hi / lo term), four short chains of dependent mma
- * summed in a fixed order at the end, for short k; ACC = 1 keeps the registers (and more loads
- * in flight) for the weight-bound shapes. */
-template <bool VEC, int KW, int ACC>
-__device__ __forceinline__ void mma_rows(float *cout, const float *xr, bool live,
-                                         const __nv_bfloat16 *w, int o0, int out, int in) {
+/* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in]
+ * (the same rows: an expert's gate and up projections) times x rows (this lane's: xr, read
+ * when live), over chunks warp, warp + KW, ... of k, into cout[m]. The loads of MT_U chunks of
+ * every matrix are made before the first mma. ACC = 4: one accumulator per (first / second mma,
+ * hi / lo term), four short chains of dependent mma summed in a fixed order at the end, for
+ * short k; ACC = 1 keeps the registers (and more loads in flight) for the weight-bound shapes. */
+template <bool VEC, int KW, int ACC, int NW = 1>
+__device__ __forceinline__ void mma_rows(float (*cout)[4], const float *xr, bool live,
+                                         const __nv_bfloat16 *const *w, int o0, int out, int in) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    float c[ACC][4] = {};
+    float c[NW][ACC][4] = {};
     int chunks = (in + 31) / 32;
     for (int c0 = warp; c0 < chunks; c0 += KW * MT_U) {
-        uint4 wa[MT_U], wb[MT_U];
+        uint4 wa[NW][MT_U], wb[NW][MT_U];
         float xv[MT_U][8];
 #pragma unroll
         for (int u = 0; u < MT_U; u++) {
             int k = (c0 + u * KW) * 32 + 8 * t;
             bool in_k = c0 + u * KW < chunks;
-            wa[u] = in_k ? sk_w8<VEC>(w, o0 + g, out, in, k) : make_uint4(0, 0, 0, 0);
-            wb[u] = in_k ? sk_w8<VEC>(w, o0 + g + 8, out, in, k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int m = 0; m < NW; m++) {
+                wa[m][u] = in_k ? sk_w8<VEC>(w[m], o0 + g, out, in, k) : make_uint4(0, 0, 0, 0);
+                wb[m][u] = in_k ? sk_w8<VEC>(w[m], o0 + g + 8, out, in, k) : make_uint4(0, 0, 0, 0);
+            }
             sk_x8<VEC>(xv[u], xr, live && in_k, in, k);
         }
 #pragma unroll
@@ -94,15 +98,23 @@ __device__ __forceinline__ void mma_rows(float *cout, const float *xr, bool live
             }
             // k 8t .. 8t + 3 are logical (2t, 2t + 1, 2t + 8, 2t + 9) of the first mma,
             // 8t + 4 .. 8t + 7 the same of the second
-            mma_bf16(c[0], wa[u].x, wb[u].x, wa[u].y, wb[u].y, hi[0], hi[1]);
-            mma_bf16(c[1 % ACC], wa[u].x, wb[u].x, wa[u].y, wb[u].y, lo[0], lo[1]);
-            mma_bf16(c[2 % ACC], wa[u].z, wb[u].z, wa[u].w, wb[u].w, hi[2], hi[3]);
-            mma_bf16(c[3 % ACC], wa[u].z, wb[u].z, wa[u].w, wb[u].w, lo[2], lo[3]);
+#pragma unroll
+            for (int m = 0; m < NW; m++) {
+                uint4 A = wa[m][u], B = wb[m][u];
+                mma_bf16(c[m][0], A.x, B.x, A.y, B.y, hi[0], hi[1]);
+                mma_bf16(c[m][1 % ACC], A.x, B.x, A.y, B.y, lo[0], lo[1]);
+                mma_bf16(c[m][2 % ACC], A.z, B.z, A.w, B.w, hi[2], hi[3]);
+                mma_bf16(c[m][3 % ACC], A.z, B.z, A.w, B.w, lo[2], lo[3]);
+            }
         }
     }
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-        cout[j] = ACC == 4 ? (c[0][j] + c[2 % ACC][j]) + (c[1 % ACC][j] + c[3 % ACC][j]) : c[0][j];
+    for (int m = 0; m < NW; m++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            cout[m][j] =
+                ACC == 4 ? (c[m][0][j] + c[m][2 % ACC][j]) + (c[m][1 % ACC][j] + c[m][3 % ACC][j])
+                         : c[m][0][j];
 }
 
 /* the KW warps' tiles summed in warp order into warp 0's c (every thread of the block calls

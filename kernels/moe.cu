@@ -270,21 +270,23 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         bool live = g < rows;
         int p = p0 + (live ? g : 0);
         const float *xr = swiglu ? in + (size_t)(perm[p] / k_per_row) * K : in + (size_t)p * K;
-        float c1[4], c3[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const __nv_bfloat16 *w1 = (const __nv_bfloat16 *)(swiglu ? ex.w1[e] : ex.w2[e]);
-        mma_rows<VEC, MOE_MMA_KW, 4>(c1, xr, live, w1, o0, N, K);
-        if (swiglu)
-            mma_rows<VEC, MOE_MMA_KW, 4>(c3, xr, live, (const __nv_bfloat16 *)ex.w3[e], o0, N, K);
-        bool w0 = kw_sum<MOE_MMA_KW>(c1, part);
-        if (swiglu) kw_sum<MOE_MMA_KW>(c3, part);
+        float c[2][4];
+        const __nv_bfloat16 *w[2] = {(const __nv_bfloat16 *)(swiglu ? ex.w1[e] : ex.w2[e]),
+                                     (const __nv_bfloat16 *)ex.w3[e]};
+        if (swiglu) // the gate and up rows together: their loads in flight at once
+            mma_rows<VEC, MOE_MMA_KW, 1, 2>(c, xr, live, w, o0, N, K);
+        else
+            mma_rows<VEC, MOE_MMA_KW, 1, 1>(c, xr, live, w, o0, N, K);
+        bool w0 = kw_sum<MOE_MMA_KW>(c[0], part);
+        if (swiglu) kw_sum<MOE_MMA_KW>(c[1], part);
         if (!w0) continue;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int o = o0 + g + (j >> 1) * 8, r = 2 * t + (j & 1);
             if (o >= N || r >= rows) continue;
-            float v = c1[j];
+            float v = c[0][j];
             if (swiglu) {
-                float gg = fminf(c1[j], limit), u = fminf(fmaxf(c3[j], -limit), limit);
+                float gg = fminf(c[0][j], limit), u = fminf(fmaxf(c[1][j], -limit), limit);
                 v = gg / (1.0f + expf(-gg)) * u;
             }
             out[(size_t)(p0 + r) * N + o] = v;

@@ -4,9 +4,11 @@
 #include "cuda_common.cuh"
 #include "rope.h"
 
-/* one block per row: the row's cos/sin per frequency first (a double sincos each; once per
- * frequency, not per vector: 64 heads of the Flash slice made each 64 times, 10 us a call),
- * then every vector's pairs */
+/* grid (rows, pair spans): a block's cos/sin per frequency first (a double sincos each; once
+ * per frequency, not per vector: 64 heads of the Flash slice made each 64 times, 10 us a
+ * call), then one pair per thread. A single block per row walked the Flash slice's 2048 query
+ * pairs 16 at a time: 8 us a call, one memory round trip after another. */
+#define ROPE_PAIRS 256
 __global__ void rope_rows_kernel(float *x, int n_vec, int d, int rot, const int32_t *positions,
                                  const float *inv_freq, float af, int inverse) {
     PDL_START();
@@ -22,7 +24,8 @@ __global__ void rope_rows_kernel(float *x, int n_vec, int d, int rot, const int3
         sn[i] = inverse ? -s : s;
     }
     __syncthreads();
-    for (int k = threadIdx.x; k < n_vec * half; k += blockDim.x) {
+    for (int k = blockIdx.y * ROPE_PAIRS + threadIdx.x;
+         k < n_vec * half && k < (blockIdx.y + 1) * ROPE_PAIRS; k += blockDim.x) {
         int v = k / half, i = k % half;
         float c = cs[i], s = sn[i];
         float *r = x + ((size_t)t * n_vec + v) * d + (d - rot);
@@ -40,7 +43,8 @@ extern "C" void rope_rows_cuda(float *x, int n, int n_vec, int d, int rot_dim,
         fprintf(stderr, "rope_rows_cuda: rotary dims %d, at most 512\n", rot_dim);
         abort();
     }
-    launch_k(rope_rows_kernel, n, 128, 0, td_cuda_stream(), x, n_vec, d, rot_dim, positions,
-             inv_freq, attention_factor, inverse);
+    int spans = ceil_div(n_vec * (rot_dim / 2), ROPE_PAIRS);
+    launch_k(rope_rows_kernel, dim3(n, spans), ROPE_PAIRS, 0, td_cuda_stream(), x, n_vec, d,
+             rot_dim, positions, inv_freq, attention_factor, inverse);
     LAUNCH_CHECK();
 }

@@ -411,6 +411,32 @@ static void test_greedy_slot(void) {
     }
     CHECK(tok[0][1 * G] == 5 && tok[0][2 * G] == 17, "ties went to %d and %d", tok[0][1 * G],
           tok[0][2 * G]);
+    { // argmax_rows over a row of several spans: ties across spans, a NaN in the last span
+        enum { R = 4, V2 = 9000 };
+        float *y = malloc((size_t)R * V2 * 4);
+        for (int i = 0; i < R * V2; i++)
+            y[i] = 5.0f * frand();
+        y[1 * V2 + 10] = y[1 * V2 + 8500] = 40.0f;
+        y[2 * V2 + 8999] = NAN;
+        for (int v = 0; v < V2; v++)
+            y[3 * V2 + v] = v == 4100 ? -0.0f : v == 5000 ? 0.0f : -1.0f - frand();
+        int32_t ids[2][R], *dids = gpu->alloc(sizeof ids[1]);
+        float *dy = dev_copy(y, (size_t)R * V2 * 4);
+        argmax_rows_ref(ids[0], y, R, V2);
+        for (int rep = 0; rep < 2; rep++) { // twice: the scratch was left zero
+            gpu->ops.argmax_rows(dids, dy, R, V2);
+            gpu->to_host(ids[1], dids, sizeof ids[1]);
+            char e2[256];
+            CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
+            for (int i = 0; i < R; i++)
+                CHECK(ids[1][i] == ids[0][i], "wide row %d (pass %d): argmax %d, reference %d", i,
+                      rep, ids[1][i], ids[0][i]);
+        }
+        CHECK(ids[0][1] == 10 && ids[0][2] == -1 && ids[0][3] == 4100, "reference: %d %d %d",
+              ids[0][1], ids[0][2], ids[0][3]);
+        gpu->release(dids), gpu->release(dy);
+        free(y);
+    }
     CHECK(nd[0][3] == 1 && next[0][1][3] == 0 && nd[0][4] == 0 && nd[0][0] == G,
           "stops: %d %d %d %d", nd[0][3], next[0][1][3], nd[0][4], nd[0][0]);
     gpu->release(dtok), gpu->release(dnd), gpu->release(dnext), release_out(dx);
