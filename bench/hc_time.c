@@ -1,71 +1,68 @@
-/* hc_time.c: hc_pre and hc_head per call on the GPU, warm: a CUDA graph of 200 calls captured
- * through the backend and replayed 5 times, host clock around the replays.
+/* hc_time.c: hc_pre and hc_head per call on the GPU, warm: a CUDA graph of 200 calls replayed
+ * 5 times (graph_time.h).
  *
  *   make bench-bins && build/bench/hc_time
  *
  * Shapes: nc = 4 streams of d = 256 (tandem-tiny) and d = 4096 (the Flash slice), 1 and 6 or 8
  * tokens, fp32 fn, 0 and 20 Sinkhorn iterations (the difference is the Sinkhorn's cost). */
-#include <stdio.h>
-#include <time.h>
-
-#include "engine/backend.h"
+#include "bench/graph_time.h"
 #include "kernels/hc.h"
 
-#ifdef TD_HAVE_CUDA
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+struct hc {
+    const struct td_backend *b;
+    float *x, *col, *post, *comb;
+    struct hc_weights w;
+    int n, nc, d, iters, head;
+};
+
+static void hc_call(void *ctx) {
+    struct hc *q = ctx;
+    const struct hc_weights *w = &q->w;
+    if (q->head)
+        q->b->ops.hc_head(q->col, q->x, w->fn, w->fn_dtype, w->base, w->base_dtype, w->scale,
+                          w->scale_dtype, q->n, q->nc, q->d, 1e-6f, 1e-6f);
+    else
+        q->b->ops.hc_pre(q->col, q->post, q->comb, q->x, w, q->n, q->nc, q->d, q->iters, 1e-6f,
+                         1e-6f);
 }
-#endif
 
 int main(void) {
-#ifndef TD_HAVE_CUDA
-    printf("SKIP hc_time: this build has no CUDA\n");
-    return 77;
-#else
-    char err[256];
-    const struct td_backend *b = td_backend_get("cuda", err, sizeof err);
-    if (!b) {
-        printf("SKIP hc_time: %s\n", err);
-        return 77;
-    }
+    const struct td_backend *b = bench_cuda("hc_time");
+    if (!b) return 77;
     static const int shapes[][2] = {{1, 256}, {6, 256}, {1, 4096}, {8, 4096}}; // tokens, d
-    const int nc = 4, m = (2 + nc) * nc, calls = 200, reps = 5;
-    hc_cuda_reserve(hc_mix_parts(8, nc, 4096));
+    const int nc = 4, m = (2 + nc) * nc;
+    struct td_reserve rs = {.hc_parts = hc_mix_parts(8, nc, 4096)};
+    b->reserve(&rs);
     for (int s = 0; s < 4; s++) {
         int n = shapes[s][0], d = shapes[s][1];
-        float *x = b->alloc((size_t)n * nc * d * 4), *fn = b->alloc((size_t)m * nc * d * 4);
-        float *base = b->alloc((size_t)m * 4), *scale = b->alloc(12),
-              *col = b->alloc((size_t)n * d * 4);
-        float *post = b->alloc((size_t)n * nc * 4), *comb = b->alloc((size_t)n * nc * nc * 4);
-        struct hc_weights w = {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32};
+        float *fn = b->alloc((size_t)m * nc * d * 4), *base = b->alloc((size_t)m * 4);
+        float *scale = b->alloc(12);
+        struct hc q = {b,
+                       b->alloc((size_t)n * nc * d * 4),
+                       b->alloc((size_t)n * d * 4),
+                       b->alloc((size_t)n * nc * 4),
+                       b->alloc((size_t)n * nc * nc * 4),
+                       {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32},
+                       n,
+                       nc,
+                       d,
+                       0,
+                       0};
         for (int v = 0; v < 3; v++) { // hc_pre 0 iterations, hc_pre 20, hc_head
-            if (b->graph_begin()) return 1;
-            for (int i = 0; i < calls; i++)
-                if (v == 2)
-                    hc_head_cuda(col, x, fn, TD_DTYPE_F32, base, TD_DTYPE_F32, scale, TD_DTYPE_F32,
-                                 n, nc, d, 1e-6f, 1e-6f);
-                else
-                    hc_pre_cuda(col, post, comb, x, &w, n, nc, d, 20 * v, 1e-6f, 1e-6f);
-            void *g = b->graph_end();
-            if (!g) return 1;
-            b->graph_launch(g); // warm
-            if (b->finish(err, sizeof err)) return 1;
-            double t0 = now();
-            for (int r = 0; r < reps; r++)
-                b->graph_launch(g);
-            if (b->finish(err, sizeof err)) return 1;
-            double us = (now() - t0) * 1e6 / (calls * reps);
+            q.iters = 20 * (v == 1);
+            q.head = v == 2;
+            double us = graph_us(b, hc_call, &q, 200, 5);
+            if (us < 0) return 1;
             printf("%s n %d nc %d d %d%s: %.2f us per call\n", v == 2 ? "hc_head" : "hc_pre ", n,
                    nc, d,
                    v == 2 ? ""
                    : v    ? ", 20 iterations"
                           : ", 0 iterations",
                    us);
-            b->graph_free(g);
         }
+        void *bufs[] = {fn, base, scale, q.x, q.col, q.post, q.comb};
+        for (int i = 0; i < 7; i++)
+            b->release(bufs[i]);
     }
     return 0;
-#endif
 }
