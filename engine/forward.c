@@ -280,6 +280,13 @@ static int check_plan(const struct td_model *m, const struct td_state *st, const
 
 #define MAX_GRAPHS 16
 
+/* what a captured graph is for: its row bucket, its pass and the io buffers it was captured
+ * with (zero-filled, compared whole) */
+struct graph_key {
+    int n_pad, keys_only;
+    const void *x_in, *hidden_out, *hc_out, *capture;
+};
+
 struct td_fwd_ws {
     struct td_plan_dims dims;
     const struct td_backend *b;
@@ -287,9 +294,8 @@ struct td_fwd_ws {
     int n_bufs;
     struct fwd f; /* buffer pointers; per-step fields are set by td_forward */
     struct {
-        int n_pad, keys_only;
-        const void *x_in, *hidden_out, *hc_out, *capture; /* the buffers it was captured with */
-        void *exec;                              /* NULL: capture failed, run eagerly */
+        struct graph_key key;
+        void *exec; /* NULL: capture failed, run eagerly */
     } graphs[MAX_GRAPHS];
     int n_graphs;
 };
@@ -484,12 +490,16 @@ static void run_pass(struct fwd *f, int32_t *topk_trace) {
  * rows: pad rows are valid rows, the kernels leave them inert, and the head runs on all. */
 static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
     const struct td_backend *b = f->b;
+    struct graph_key key;
+    memset(&key, 0, sizeof key);
+    key.n_pad = n_pad;
+    key.keys_only = f->keys_only;
+    key.x_in = f->x_in;
+    key.hidden_out = f->hidden_out;
+    key.hc_out = f->hc_out;
+    key.capture = f->capture;
     int g = 0;
-    while (g < ws->n_graphs &&
-           (ws->graphs[g].n_pad != n_pad || ws->graphs[g].keys_only != f->keys_only ||
-            ws->graphs[g].x_in != f->x_in ||
-            ws->graphs[g].hidden_out != f->hidden_out || ws->graphs[g].hc_out != f->hc_out ||
-            ws->graphs[g].capture != f->capture))
+    while (g < ws->n_graphs && memcmp(&ws->graphs[g].key, &key, sizeof key))
         g++;
     f->n = n_pad;
     f->rows.n_tok = n_pad;
@@ -507,12 +517,7 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
         f->st->n_captured++;
         f->st->t_capture +=
             (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        ws->graphs[g].n_pad = n_pad;
-        ws->graphs[g].keys_only = f->keys_only;
-        ws->graphs[g].x_in = f->x_in;
-        ws->graphs[g].hidden_out = f->hidden_out;
-        ws->graphs[g].hc_out = f->hc_out;
-        ws->graphs[g].capture = f->capture;
+        ws->graphs[g].key = key;
         ws->graphs[g].exec = exec;
         ws->n_graphs++;
     }

@@ -70,28 +70,6 @@ __device__ __forceinline__ float as_f32(__half v) {
     return __half2float(v);
 }
 
-/* elements k .. k + 7 of a row as fp32. VEC: the caller checked that k is a multiple of 8 and
- * the row 16-byte aligned, and that k + 7 < n: 16-byte loads (one for 2-byte types, two for
- * fp32). Otherwise element loads, zero past n. */
-template <typename T, bool VEC>
-__device__ __forceinline__ void load8_f32(float *dst, const T *row, long long k, long long n) {
-    if (VEC && sizeof(T) == 2) {
-        uint4 q = *(const uint4 *)(row + k);
-        const T *h = (const T *)&q;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            dst[j] = as_f32(h[j]);
-    } else if (VEC) {
-        float4 a = *(const float4 *)(row + k), b = *(const float4 *)(row + k + 4);
-        dst[0] = as_f32(a.x), dst[1] = as_f32(a.y), dst[2] = as_f32(a.z), dst[3] = as_f32(a.w);
-        dst[4] = as_f32(b.x), dst[5] = as_f32(b.y), dst[6] = as_f32(b.z), dst[7] = as_f32(b.w);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            dst[j] = k + j < n ? as_f32(row[k + j]) : 0.0f;
-    }
-}
-
 /* one element as fp32 when its dtype is known only at run time */
 __device__ __forceinline__ float ld_f32(const void *p, int dtype, long long i) {
     switch (dtype) {
@@ -198,6 +176,29 @@ __device__ __forceinline__ void block_softmax(float *out, const float *in, int n
     den = block_sum(den) + expf(sink - mx);
     for (int j = threadIdx.x; j < n; j += blockDim.x)
         out[j] = expf(in[j] - mx) / den;
+}
+
+/* the clamped SwiGLU of one gate / up pair: silu(min(g, limit)) * clamp(u, -limit, limit) */
+__device__ __forceinline__ float swiglu_clamped(float g, float u, float limit) {
+    g = fminf(g, limit), u = fminf(fmaxf(u, -limit), limit);
+    return g / (1.0f + expf(-g)) * u;
+}
+
+/* Thread 0 of each of `blocks` blocks folds its (argmax_key, non-finite flag) into a row's
+ * scratch key / bad (atomicMax: a max, the same in any order) and counts itself in done. True in
+ * the last block to arrive, which gets the row's whole fold in *best, *bad and leaves the
+ * scratch zero for the next use. */
+__device__ __forceinline__ bool fold_argmax_last(unsigned long long *key, int *badf, int *done,
+                                                 unsigned long long *best, int *bad, int blocks) {
+    atomicMax(key, *best);
+    if (*bad) atomicOr(badf, 1);
+    __threadfence(); // the fold is visible before the block counts itself done
+    if (atomicAdd(done, 1) != blocks - 1) return false;
+    __threadfence();
+    *best = atomicExch(key, 0ull);
+    *bad = atomicExch(badf, 0);
+    *done = 0;
+    return true;
 }
 
 static inline int ceil_div(long long a, int b) {

@@ -27,8 +27,7 @@ __global__ void swiglu_act_kernel(float *g, const float *u, size_t n, float limi
     PDL_START();
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float gi = fminf(g[i], limit), ui = fminf(fmaxf(u[i], -limit), limit);
-    g[i] = gi / (1.0f + expf(-gi)) * ui;
+    g[i] = swiglu_clamped(g[i], u[i], limit);
 }
 
 __global__ void add_bcast_kernel(float *X, const float *e, int n, int nc, int d) {

@@ -41,16 +41,8 @@ __global__ void argmax_rows_kernel(int32_t *ids, const float *x, int V, unsigned
     int i = blockIdx.y, v0 = blockIdx.x * AR_SPAN, v1 = min(V, v0 + AR_SPAN);
     int bad;
     unsigned long long best = span_argmax(x + (size_t)i * V, v0, v1, &bad);
-    if (threadIdx.x) return;
-    atomicMax(&key[i], best);
-    if (bad) atomicOr(&badf[i], 1);
-    __threadfence(); // the fold is visible before the block counts itself done
-    if (atomicAdd(&done[i], 1) != (int)gridDim.x - 1) return;
-    __threadfence();
-    best = atomicExch(&key[i], 0ull);
-    bad = atomicExch(&badf[i], 0);
-    done[i] = 0;
-    ids[i] = bad ? -1 : argmax_key_index(best);
+    if (!threadIdx.x && fold_argmax_last(&key[i], &badf[i], &done[i], &best, &bad, gridDim.x))
+        ids[i] = bad ? -1 : argmax_key_index(best);
 }
 
 extern "C" void argmax_rows_cuda(int32_t *ids, const float *x, int n, int V) {

@@ -72,15 +72,12 @@ __global__ void markov_scores_kernel(struct markov_args a, int j) {
             best = wbest[w] > best ? wbest[w] : best;
             bad |= wbad[w];
         }
-        atomicMax(&a.best[i], best);
-        if (bad) atomicOr(&a.bad[i], 1);
-        __threadfence(); // this block's fold is visible before it counts itself done
-        last = atomicAdd(&a.done[i], 1) == (int)gridDim.x - 1;
+        last = fold_argmax_last(&a.best[i], &a.bad[i], &a.done[i], &best, &bad, gridDim.x);
     }
     __syncthreads();
     if (!last) return;
-    // the sequence's last block: every fold has landed; the confidence, the cut, the draft
-    __threadfence();
+    // the sequence's last block (thread 0 holds the whole fold): the confidence, the cut, the
+    // draft
     const float *y = a.y + (size_t)row * a.D;
     float dot = 0.0f;
     for (int t = threadIdx.x; t < a.D; t += blockDim.x)
@@ -91,9 +88,6 @@ __global__ void markov_scores_kernel(struct markov_args a, int j) {
     if (threadIdx.x) return;
     float conf = 1.0f / (1.0f + expf(-dot));
     a.conf[row] = conf;
-    best = atomicExch(&a.best[i], 0ull); // scratch left zero for the next slot
-    bad = atomicExch(&a.bad[i], 0);
-    a.done[i] = 0;
     if ((a.threshold > 0.0f && conf < a.threshold) || bad) return; // cut: no draft at slot j
     a.tok[row] = argmax_key_index(best);
     a.n_drafts[i] = j + 1;

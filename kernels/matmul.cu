@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(32 * KW)
                       int x_stride, int y_stride, const void *bias, int bias_dt) {
     PDL_START();
     __shared__ float part[KW > 1 ? KW - 1 : 1][32][4];
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int g = (threadIdx.x & 31) >> 2;
     int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8, grp = blockIdx.z;
     int rows = min(8, n - t0);
     float c[1][4];
@@ -97,10 +97,9 @@ __global__ void __launch_bounds__(32 * KW)
     mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg, o0,
                            out, in);
     if (!kw_sum<KW>(c[0], part)) return;
-        // c0, c1: feature g, rows 2t and 2t + 1; c2, c3: feature g + 8, the same rows
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        int o = o0 + g + (j >> 1) * 8, r = 2 * t + (j & 1);
+        int o = o0 + mma_feature(j), r = mma_row(j);
         if (o < out && r < rows)
             y[(size_t)(t0 + r) * y_stride + (size_t)grp * out + o] =
                 c[0][j] + (bias ? ld_f32(bias, bias_dt, o) : 0.0f);

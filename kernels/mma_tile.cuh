@@ -9,10 +9,7 @@
  * (2t, 2t + 1, 2t + 8, 2t + 9) of two instructions. The KW warps of a block take every KW-th
  * 32-wide chunk of k and their tiles are summed in warp order (kw_sum): the order of every sum
  * depends on the shape alone, and a row's sums never on the rows beside it (each column of an
- * mma is its own).
- *
- * A lane's results (c[4]): c0, c1 are feature g, rows 2t and 2t + 1; c2, c3 feature g + 8,
- * the same rows. */
+ * mma is its own). A lane's results c[4] land where mma_feature and mma_row say. */
 #ifndef TD_KERNELS_MMA_TILE_CUH
 #define TD_KERNELS_MMA_TILE_CUH
 
@@ -46,6 +43,7 @@ __device__ __forceinline__ uint4 sk_w8(const __nv_bfloat16 *w, int o, int out, i
                       h[4] | (unsigned)h[5] << 16, h[6] | (unsigned)h[7] << 16);
 }
 
+// 8 values of x row xr from k (zeros past in, or all zeros for a row that is not live)
 template <bool VEC>
 __device__ __forceinline__ void sk_x8(float *v, const float *xr, bool live, int in, int k) {
     if (live && VEC && k + 8 <= in) {
@@ -56,6 +54,16 @@ __device__ __forceinline__ void sk_x8(float *v, const float *xr, bool live, int 
     }
     for (int j = 0; j < 8; j++)
         v[j] = live && k + j < in ? xr[k + j] : 0.0f;
+}
+
+/* where this lane's results c[j] of a tile belong: feature o0 + mma_feature(j), x row
+ * mma_row(j) (c0, c1: feature g, rows 2t and 2t + 1; c2, c3: feature g + 8, the same rows) */
+__device__ __forceinline__ int mma_feature(int j) {
+    return ((threadIdx.x & 31) >> 2) + (j >> 1) * 8;
+}
+
+__device__ __forceinline__ int mma_row(int j) {
+    return 2 * (threadIdx.x & 3) + (j & 1);
 }
 
 /* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in]

@@ -204,12 +204,7 @@ __device__ __forceinline__ void moe_tile(float *out, const float *in, const int3
         if (r >= rows) break;
         float g = warp_sum(a1[r]), u = warp_sum(a3[r]);
         if (lane) continue;
-        float v = g;
-        if (swiglu) {
-            g = fminf(g, limit), u = fminf(fmaxf(u, -limit), limit);
-            v = g / (1.0f + expf(-g)) * u;
-        }
-        out[(size_t)(p0 + r) * N + n] = v;
+        out[(size_t)(p0 + r) * N + n] = swiglu ? swiglu_clamped(g, u, limit) : g;
     }
 }
 
@@ -264,7 +259,7 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
                    float limit) {
     PDL_START();
     __shared__ float part[MOE_MMA_KW - 1][32][4];
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, o0 = blockIdx.x * 16;
+    int g = (threadIdx.x & 31) >> 2, o0 = blockIdx.x * 16;
     for (int tile = blockIdx.y; tile < *n_tiles; tile += gridDim.y) {
         int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
         bool live = g < rows;
@@ -282,16 +277,23 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         if (!w0) continue;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            int o = o0 + g + (j >> 1) * 8, r = 2 * t + (j & 1);
-            if (o >= N || r >= rows) continue;
-            float v = c[0][j];
-            if (swiglu) {
-                float gg = fminf(c[0][j], limit), u = fminf(fmaxf(c[1][j], -limit), limit);
-                v = gg / (1.0f + expf(-gg)) * u;
-            }
-            out[(size_t)(p0 + r) * N + o] = v;
+            int o = o0 + mma_feature(j), r = mma_row(j);
+            if (o < N && r < rows)
+                out[(size_t)(p0 + r) * N + o] =
+                    swiglu ? swiglu_clamped(c[0][j], c[1][j], limit) : c[0][j];
         }
     }
+}
+
+static void moe_mma(bool vec, dim3 grid, cudaStream_t s, float *out, const float *in, int swiglu,
+                    int k, const struct expert_set *ex, int K, int N, float limit) {
+    if (vec)
+        launch_k(moe_mma_kernel<true>, grid, 32 * MOE_MMA_KW, 0, s, out, in, g_perm, k, swiglu,
+                 g_tiles, g_ntiles, *ex, K, N, limit);
+    else
+        launch_k(moe_mma_kernel<false>, grid, 32 * MOE_MMA_KW, 0, s, out, in, g_perm, k, swiglu,
+                 g_tiles, g_ntiles, *ex, K, N, limit);
+    LAUNCH_CHECK();
 }
 
 __global__ void moe_combine_kernel(float *out, const float *y, const int32_t *picks,
@@ -355,20 +357,8 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
     if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
-        if (vec) {
-            launch_k(moe_mma_kernel<true>, dim3(ceil_div(inter, 16), ty), 32 * MOE_MMA_KW, 0, s,
-                     g_h, x, g_perm, k, 1, g_tiles, g_ntiles, *ex, d, inter, limit);
-            LAUNCH_CHECK();
-            launch_k(moe_mma_kernel<true>, dim3(ceil_div(d, 16), ty), 32 * MOE_MMA_KW, 0, s, g_y,
-                     g_h, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d, limit);
-        } else {
-            launch_k(moe_mma_kernel<false>, dim3(ceil_div(inter, 16), ty), 32 * MOE_MMA_KW, 0, s,
-                     g_h, x, g_perm, k, 1, g_tiles, g_ntiles, *ex, d, inter, limit);
-            LAUNCH_CHECK();
-            launch_k(moe_mma_kernel<false>, dim3(ceil_div(d, 16), ty), 32 * MOE_MMA_KW, 0, s, g_y,
-                     g_h, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d, limit);
-        }
-        LAUNCH_CHECK();
+        moe_mma(vec, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);
+        moe_mma(vec, dim3(ceil_div(d, 16), ty), s, g_y, g_h, 0, k, ex, inter, d, limit);
     } else {
         moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, tm, g_h, x, 1, k, ex, d, inter, limit);
         moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, tm, g_y, g_h, 0, k, ex, inter, d, limit);
