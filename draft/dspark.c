@@ -36,12 +36,12 @@ struct draft_dspark {
     float *z;                  /* host [vocab] */
     float *conf_w;             /* host [dim + rank] */
     float *conf_w_dev;         /* [dim + rank] in backend memory */
-    /* greedy rounds draft on the backend (kernels/markov.h): mk = anchor | k | bad | n_drafts
-     * [max_seqs each] | tok | conf [max_seqs * block each], best [max_seqs] scratch; mk_host
-     * its host mirror */
+    /* greedy rounds draft on the backend (kernels/markov.h): mk = anchor | k | n_drafts
+     * [max_seqs each] | tok | conf [max_seqs * block each]; mk_host its host mirror; best and
+     * bad [max_seqs * block] the chain's scratch, zero */
     int32_t *mk, *mk_host;
     unsigned long long *best;
-    int32_t *done; /* [max_seqs] the chain's scratch, zero */
+    int32_t *bad;
     int32_t *zeros;           /* [max_rows] token ids of insertion rows (never read) */
     int32_t *blk_ids;         /* [max_seqs * block] */
     int32_t *ids_host;        /* [max_seqs] */
@@ -176,21 +176,21 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->live = malloc(S * sizeof(int));
     d->act = malloc(S * sizeof(int));
     d->seqs = calloc(S, sizeof *d->seqs);
-    if (!d->capture || !d->ctx || !d->y || !d->e || !d->bias ||
-        !d->ids_dev || !d->U || !d->y_host || !d->e_host || !d->bias_host || !d->z || !d->conf_w ||
-        !d->zeros || !d->blk_ids || !d->ids_host || !d->live || !d->act || !d->seqs) {
+    if (!d->capture || !d->ctx || !d->y || !d->e || !d->bias || !d->ids_dev || !d->U ||
+        !d->y_host || !d->e_host || !d->bias_host || !d->z || !d->conf_w || !d->zeros ||
+        !d->blk_ids || !d->ids_host || !d->live || !d->act || !d->seqs) {
         snprintf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
         goto fail;
     }
     for (int i = 0; i < d->dim + dc->rank; i++)
         d->conf_w[i] = td_tensor_getf(&d->host.dspark.confidence, i);
-    size_t mk_words = 4 * S + 2 * BR;
+    size_t mk_words = 3 * S + 2 * BR;
     d->conf_w_dev = b->alloc(((size_t)d->dim + dc->rank) * F);
     d->mk = b->alloc(mk_words * sizeof(int32_t));
     d->mk_host = malloc(mk_words * sizeof(int32_t));
-    d->best = b->alloc(S * sizeof *d->best);
-    d->done = b->alloc(S * sizeof *d->done);
-    if (!d->conf_w_dev || !d->mk || !d->mk_host || !d->best || !d->done) {
+    d->best = b->alloc(BR * sizeof *d->best);
+    d->bad = b->alloc(BR * sizeof *d->bad);
+    if (!d->conf_w_dev || !d->mk || !d->mk_host || !d->best || !d->bad) {
         snprintf(err, errlen, "dspark: out of memory for the Markov chain's buffers");
         goto fail;
     }
@@ -213,8 +213,8 @@ fail:
 
 void draft_dspark_free(struct draft_dspark *d) {
     if (!d) return;
-    void *bufs[] = {d->capture, d->ctx, d->y,    d->e,    d->bias,
-                    d->ids_dev, d->conf_w_dev, d->mk, d->best, d->done};
+    void *bufs[] = {d->capture, d->ctx,        d->y,  d->e,    d->bias,
+                    d->ids_dev, d->conf_w_dev, d->mk, d->best, d->bad};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) d->b->release(bufs[i]);
     free(d->U);
@@ -321,11 +321,10 @@ static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb,
         const struct dspark_seq *q = &seqs[d->live[i]];
         h[i] = q->anchor;
         h[S + i] = q->k;
-        h[2 * S + i] = 0; // bad
-        h[3 * S + i] = 0; // n_drafts
+        h[2 * S + i] = 0; // n_drafts
     }
-    b->to_device(d->mk, h, 4 * S * sizeof(int32_t));
-    int32_t *nd = d->mk + 3 * S, *tok = nd + S;
+    b->to_device(d->mk, h, 3 * S * sizeof(int32_t));
+    int32_t *nd = d->mk + 2 * S, *tok = nd + S;
     struct markov_args a = {.U = td_forward_logits(&d->st),
                             .y = d->y,
                             .w1 = m->dspark.markov_w1.data,
@@ -345,10 +344,8 @@ static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb,
                             .conf = (float *)(tok + S * g),
                             .n_drafts = nd,
                             .best = d->best,
-                            .bad = d->mk + 2 * S,
-                            .done = d->done};
-    for (int j = 0; j < g; j++)
-        b->ops.markov_greedy(&a, j);
+                            .bad = d->bad};
+    b->ops.markov_greedy(&a);
     if (b->mark) b->mark("markov");
     if (!d->defer) return chain_results(d, seqs, nb, err, errlen);
     for (int i = 0; i < nb; i++) { // the drafts stay where the next verify step reads them
@@ -377,10 +374,10 @@ static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb
     const struct td_backend *b = d->b;
     size_t S = (size_t)d->max_seqs;
     int g = d->cfg.block;
-    int32_t *h = d->mk_host, *nd = d->mk + 3 * S;
-    b->to_host(h + 3 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
+    int32_t *h = d->mk_host, *nd = d->mk + 2 * S;
+    b->to_host(h + 2 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
     if (b->finish(err, errlen)) return -1;
-    const int32_t *h_nd = h + 3 * S, *h_tok = h_nd + S;
+    const int32_t *h_nd = h + 2 * S, *h_tok = h_nd + S;
     const float *h_conf = (const float *)(h_tok + S * g);
     for (int i = 0; i < nb; i++) {
         struct dspark_seq *q = &seqs[d->live[i]];

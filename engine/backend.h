@@ -22,6 +22,7 @@
 #include "kernels/indexer.h"
 #include "kernels/markov.h"
 #include "kernels/moe.h"
+#include "kernels/norm_rope.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,7 +53,7 @@ struct td_ops {
                    const struct hc_weights *w, int n, int nc, int d, int iters, float hc_eps,
                    float rms_eps);
     void (*hc_post)(float *x, const float *a, const float *post, const float *comb, int n, int nc,
-                    int d);
+                    int d, float *mean, int mean_stride);
     void (*hc_head)(float *y, const float *x, const void *fn, enum td_dtype fn_t, const void *base,
                     enum td_dtype base_t, const void *scale, enum td_dtype scale_t, int n, int nc,
                     int d, float hc_eps, float rms_eps);
@@ -75,12 +76,12 @@ struct td_ops {
     void (*swiglu_act)(float *g, const float *u, size_t n, float limit);
     void (*add_bcast)(float *X, const float *e, int n, int nc, int d);
     void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory, queued */
-    void (*mean_streams)(float *y, const float *X, int n, int nc, int d, int y_stride);
     void (*fill_uniform)(void *dst, enum td_dtype t, int64_t n, uint64_t seed, float lo, float hi);
-    void (*markov_greedy)(const struct markov_args *a, int j);
+    void (*markov_greedy)(const struct markov_args *a);
     void (*greedy_slot)(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n,
                         int V, int g, int j);
     void (*argmax_rows)(int32_t *ids, const float *x, int n, int V);
+    void (*norm_rope)(const struct norm_rope_args *a);
 };
 
 struct td_backend {

@@ -100,7 +100,7 @@ static void cu_to_host(void *dst, const void *src, size_t bytes) {
 
 /* the timeline (TD_TIMELINE=1): events recorded at named points, read back at each finish */
 #define TL_EVENTS 256
-#define TL_NAMES 16
+#define TL_NAMES  16
 static int tl_on = -1, tl_n, tl_names;
 static cudaEvent_t tl_ev[TL_EVENTS];
 static int tl_at[TL_EVENTS];
@@ -148,7 +148,8 @@ static void cu_mark(const char *name) {
         cap != cudaStreamCaptureStatusNone)
         return;
     int a = 0;
-    while (a < tl_names && strcmp(tl_name[a], name)) a++;
+    while (a < tl_names && strcmp(tl_name[a], name))
+        a++;
     if (a == TL_NAMES) return;
     if (a == tl_names) tl_name[tl_names++] = name;
     if (tl_n == TL_EVENTS) { // more points than events between two finishes: read them now
@@ -254,8 +255,8 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
         add_pos_bias_cuda,   compress_emit_cuda,  ring_store_cuda,     indexer_topk_cuda,
         attention_rows_cuda, moe_route_rows_cuda, moe_experts_cuda,    add_cuda,
         scale_cuda,          swiglu_act_cuda,     add_bcast_cuda,      cu_copy,
-        mean_streams_cuda,   fill_uniform_cuda,   markov_greedy_cuda,  greedy_slot_cuda,
-        argmax_rows_cuda};
+        fill_uniform_cuda,   markov_greedy_cuda,  greedy_slot_cuda,    argmax_rows_cuda,
+        norm_rope_cuda};
     cuda_backend.name = "cuda";
     cuda_backend.on_device = 1;
     cuda_backend.ops = ops;

@@ -117,14 +117,28 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
     f->op->compress_emit(io);
 }
 
-/* f->kv = rope(kv_norm(wkv x)) at the rows' positions: the layer's shared K = V rows */
-static void layer_keys(struct fwd *f, const struct td_layer *l, const float *x, const float *inv,
-                       float af) {
+/* f->kv = rope(kv_norm(wkv x)) at the rows' positions: the layer's shared K = V rows, and,
+ * when ring is not NULL, their store in that sliding-window ring (rows with swa_write >= 0) */
+static void layer_keys(struct fwd *f, const struct td_layer *l, float *ring, const float *x,
+                       const float *inv, float af) {
     const struct td_config *c = f->c;
     int n = f->n, hd = c->head_dim;
     f->op->matmul(f->kv, x, W(l->wkv), n, c->dim, hd, NULL, 0);
-    f->op->rmsnorm(f->kv, f->kv, W(l->kv_norm), n, hd, c->rms_eps);
-    f->op->rope_rows(f->kv, n, 1, hd, c->rope_dim, f->rows.positions, inv, af, 0);
+    struct norm_rope_args a = {f->kv,
+                               n,
+                               1,
+                               hd,
+                               W(l->kv_norm),
+                               c->rms_eps,
+                               c->rope_dim,
+                               f->rows.positions,
+                               inv,
+                               af,
+                               ring,
+                               f->rows.swa_write,
+                               f->rows,
+                               f->st->swa_ring};
+    f->op->norm_rope(&a);
 }
 
 static void attention_block(struct fwd *f, int li) {
@@ -154,9 +168,16 @@ static void attention_block(struct fwd *f, int li) {
     op->matmul(f->qr, f->xn, W(l->wq_a), n, D, rq, NULL, 0);
     op->rmsnorm(f->qr, f->qr, W(l->q_norm), n, rq, c->rms_eps);
     op->matmul(f->q, f->qr, W(l->wq_b), n, rq, H * hd, NULL, 0);
-    op->rmsnorm(f->q, f->q, NULL, 0, n * H, hd, c->rms_eps);
-    op->rope_rows(f->q, n, H, hd, c->rope_dim, rows.positions, inv, af, 0);
-    layer_keys(f, l, f->xn, inv, af); // the shared K = V vector
+    struct norm_rope_args qa = {
+        f->q,           n,   H,  hd,   NULL, TD_DTYPE_F32, c->rms_eps, c->rope_dim,
+        rows.positions, inv, af, NULL, NULL, rows,         0};
+    op->norm_rope(&qa);
+    // the shared K = V vector. It goes into the ring at once when the step has at most
+    // swa_ring - sliding_window rows (every decode, verify and graph step): then a row of this
+    // step lands on a position older than any query of the step can see. A longer chunk would
+    // overwrite window keys its own first rows still read, so it stores after the attention.
+    int early = n <= f->st->swa_ring - c->sliding_window;
+    layer_keys(f, l, early ? ls->swa : NULL, f->xn, inv, af);
 
     struct compress_args main_io, idx_io;
     if (comp)
@@ -200,7 +221,7 @@ static void attention_block(struct fwd *f, int li) {
     op->matmul(f->a, f->og, W(l->wo_b), n, g * ro, D, NULL, 0);
 
     // the rings learn this step's rows only now, after every read of older positions
-    op->ring_store(ls->swa, f->kv, rows.swa_write, &rows, f->st->swa_ring, hd);
+    if (!early) op->ring_store(ls->swa, f->kv, rows.swa_write, &rows, f->st->swa_ring, hd);
     if (comp) {
         op->ring_store(ls->raw_kv, f->raw, rows.write, &rows, ls->ring, main_io.width);
         op->ring_store(ls->raw_gate, f->gate, rows.write, &rows, ls->ring, main_io.width);
@@ -431,15 +452,15 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
                       c->rms_eps);
         f->op->rmsnorm(f->xn, f->x, W(l->attn_norm), n, D, c->rms_eps);
         attention_block(f, li);
-        f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D);
+        f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D, NULL, 0);
         f->op->hc_pre(f->x, f->post, f->comb, f->X, &hf, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
                       c->rms_eps);
         f->op->rmsnorm(f->xn, f->x, W(l->ffn_norm), n, D, c->rms_eps);
         moe_block(f, li);
-        f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D);
-        for (int k = 0; k < f->n_capture; k++) // DSpark's context: this layer's mean stream
-            if (f->capture_layers[k] == li)
-                f->op->mean_streams(f->capture + (size_t)k * D, f->X, n, nc, D, f->n_capture * D);
+        float *mean = NULL; // DSpark's context: this layer's mean stream, made by hc_post
+        for (int k = 0; k < f->n_capture && !mean; k++)
+            if (f->capture_layers[k] == li) mean = f->capture + (size_t)k * D;
+        f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D, mean, f->n_capture * D);
         if (topk_trace && c->attn[li] == TD_ATTN_CSA) // the indexer's picks of this layer
             f->b->to_host(topk_trace + (size_t)li * n * c->index_topk, f->rows.topk,
                           (size_t)n * c->index_topk * sizeof(int32_t));
@@ -469,11 +490,9 @@ static void run_store(struct fwd *f) {
         f->op->rmsnorm(f->x, f->x, W(m->dspark.main_norm), f->n, c->dim, c->rms_eps);
         x = f->x;
     }
-    for (int li = 0; li < c->n_layers; li++) {
-        layer_keys(f, &m->layers[li], x, f->inv_main, (float)c->rope_main.attention_factor);
-        f->op->ring_store(f->st->layers[li].swa, f->kv, f->rows.swa_write, &f->rows,
-                          f->st->swa_ring, c->head_dim);
-    }
+    for (int li = 0; li < c->n_layers; li++)
+        layer_keys(f, &m->layers[li], f->st->layers[li].swa, x, f->inv_main,
+                   (float)c->rope_main.attention_factor);
 }
 
 static void run_pass(struct fwd *f, int32_t *topk_trace) {

@@ -3,7 +3,8 @@
 #include "compress.h"
 #include "cuda_common.cuh"
 
-#define MAX_SLOTS 512
+#define MAX_SLOTS  512
+#define EMIT_BATCH 8
 
 __global__ void add_pos_bias_kernel(float *x, const void *bias, int dt, const int32_t *positions,
                                     int rate, int n, int width) {
@@ -38,16 +39,40 @@ __global__ void compress_emit_kernel(struct compress_args a) {
     }
     if (threadIdx.x == 0) n_slots = ns;
     __syncthreads();
-    // softmax over the slots per channel: the max, then one exp per slot for both sums
+    // softmax over the slots per channel: the max, then one exp per slot for both sums. The
+    // loads of EMIT_BATCH slots are made before any is used, so they are in flight together: a
+    // loop that loaded and used one slot at a time waited out a memory round trip per slot
+    // (7 us per emitting call on tandem-tiny's CSA layers, against 2 for a call that emits none)
     for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
         float mx = -INFINITY;
-        for (int s = 0; s < n_slots; s++)
-            mx = fmaxf(mx, (from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c]);
+        for (int s0 = 0; s0 < n_slots; s0 += EMIT_BATCH) {
+            float g[EMIT_BATCH];
+#pragma unroll
+            for (int u = 0; u < EMIT_BATCH; u++) {
+                int s = s0 + u;
+                g[u] =
+                    s < n_slots ? (from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] : -INFINITY;
+            }
+#pragma unroll
+            for (int u = 0; u < EMIT_BATCH; u++)
+                mx = fmaxf(mx, g[u]);
+        }
         float den = 0.0f, num = 0.0f;
-        for (int s = 0; s < n_slots; s++) {
-            float p = expf((from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] - mx);
-            den += p;
-            num += p * (from_ring[s] ? a.ring_kv : a.raw)[off_kv[s] + c];
+        for (int s0 = 0; s0 < n_slots; s0 += EMIT_BATCH) {
+            float g[EMIT_BATCH], k[EMIT_BATCH];
+#pragma unroll
+            for (int u = 0; u < EMIT_BATCH; u++) {
+                int s = s0 + u;
+                g[u] = s < n_slots ? (from_ring[s] ? a.ring_gate : a.gate)[off_kv[s] + c] : 0.0f;
+                k[u] = s < n_slots ? (from_ring[s] ? a.ring_kv : a.raw)[off_kv[s] + c] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < EMIT_BATCH; u++)
+                if (s0 + u < n_slots) {
+                    float p = expf(g[u] - mx);
+                    den += p;
+                    num += p * k[u];
+                }
         }
         e[c] = num / den;
     }

@@ -45,24 +45,6 @@ extern "C" void add_bcast_cuda(float *X, const float *e, int n, int nc, int d) {
     LAUNCH_CHECK();
 }
 
-__global__ void mean_streams_kernel(float *y, const float *X, int n, int nc, int d, int ys) {
-    PDL_START();
-    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i >= (long long)n * d) return;
-    int t = (int)(i / d), c = (int)(i % d);
-    float s = 0.0f;
-    for (int k = 0; k < nc; k++)
-        s += X[((size_t)t * nc + k) * d + c];
-    y[(size_t)t * ys + c] = s / (float)nc;
-}
-
-extern "C" void mean_streams_cuda(float *y, const float *X, int n, int nc, int d, int y_stride) {
-    if (!n) return;
-    launch_k(mean_streams_kernel, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(), y, X,
-             n, nc, d, y_stride);
-    LAUNCH_CHECK();
-}
-
 extern "C" void embed_cuda(float *X, const int32_t *ids, const void *emb, enum td_dtype t, int n,
                            int nc, int d) {
     long long total = (long long)n * nc * d;

@@ -38,7 +38,6 @@ void add_cuda(float *y, const float *x, size_t n);
 void scale_cuda(float *x, float s, size_t n);
 void swiglu_act_cuda(float *g, const float *u, size_t n, float limit);
 void add_bcast_cuda(float *X, const float *e, int n, int nc, int d);
-void mean_streams_cuda(float *y, const float *X, int n, int nc, int d, int y_stride);
 
 #ifdef __cplusplus
 }

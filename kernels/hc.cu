@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(HC_THREADS)
 }
 
 __global__ void hc_post_kernel(float *x, const float *a, const float *post, const float *comb,
-                               int n, int nc, int d) {
+                               int n, int nc, int d, float *mean, int mean_stride) {
     PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * d) return;
@@ -233,14 +233,17 @@ __global__ void hc_post_kernel(float *x, const float *a, const float *post, cons
 #pragma unroll
     for (int k = 0; k < 16; k++)
         if (k < nc) old[k] = xt[(size_t)k * d + c];
-    float at = a[(size_t)t * d + c];
+    float at = a[(size_t)t * d + c], sum = 0.0f;
     for (int j = 0; j < nc; j++) {
         float acc = 0.0f;
 #pragma unroll
         for (int k = 0; k < 16; k++)
             if (k < nc) acc += ct[k * nc + j] * old[k];
-        xt[(size_t)j * d + c] = pt[j] * at + acc;
+        float v = pt[j] * at + acc;
+        xt[(size_t)j * d + c] = v;
+        sum += v; // the new streams in order, as mean_streams_ref sums them
     }
+    if (mean) mean[(size_t)t * mean_stride + c] = sum / (float)nc;
 }
 
 __global__ void __launch_bounds__(HC_THREADS)
@@ -291,10 +294,10 @@ extern "C" void hc_pre_cuda(float *collapsed, float *post, float *comb, const fl
 }
 
 extern "C" void hc_post_cuda(float *x, const float *a, const float *post, const float *comb, int n,
-                             int nc, int d) {
+                             int nc, int d, float *mean, int mean_stride) {
     if (!n) return;
     launch_k(hc_post_kernel, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(), x, a, post,
-             comb, n, nc, d);
+             comb, n, nc, d, mean, mean_stride);
     LAUNCH_CHECK();
 }
 

@@ -23,9 +23,11 @@ void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
                 const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters, float hc_eps,
                 float rms_eps);
 
-/* x[n, nc, d] <- post_j * a + sum_i comb[i][j] * x_i  (in place), a[n, d] the block output. */
+/* x[n, nc, d] <- post_j * a + sum_i comb[i][j] * x_i  (in place), a[n, d] the block output;
+ * then, when mean is not NULL, mean[t * mean_stride + c] = the mean of the nc new streams at c
+ * (DSpark's capture of a target layer; mean_streams_ref's sums). */
 void hc_post_ref(float *x, const float *a, const float *post, const float *comb, int n, int nc,
-                 int d);
+                 int d, float *mean, int mean_stride);
 
 /* y[n, d] = sum_i (sigmoid(mix_i * scale + base_i) + eps) x_i, mix = fn . rms(x) (hc_head). */
 void hc_head_ref(float *y, const float *x, const void *fn, enum td_dtype fn_dtype, const void *base,
@@ -53,7 +55,7 @@ void hc_pre_cuda(float *collapsed, float *post, float *comb, const float *x,
                  const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters, float hc_eps,
                  float rms_eps);
 void hc_post_cuda(float *x, const float *a, const float *post, const float *comb, int n, int nc,
-                  int d);
+                  int d, float *mean, int mean_stride);
 void hc_head_cuda(float *y, const float *x, const void *fn, enum td_dtype fn_dtype,
                   const void *base, enum td_dtype base_dtype, const void *scale,
                   enum td_dtype scale_dtype, int n, int nc, int d, float hc_eps, float rms_eps);

@@ -1,6 +1,8 @@
 /* hc_ref.c: mHC reference (pre with Sinkhorn, post, head). */
 #include "hc.h"
 
+#include "elementwise.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -85,7 +87,7 @@ void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
 }
 
 void hc_post_ref(float *x, const float *a, const float *post, const float *comb, int n, int nc,
-                 int d) {
+                 int d, float *mean, int mean_stride) {
     float *old = malloc((size_t)nc * d * sizeof(float));
     for (int t = 0; t < n; t++) {
         float *xt = x + (size_t)t * nc * d;
@@ -103,6 +105,7 @@ void hc_post_ref(float *x, const float *a, const float *post, const float *comb,
         }
     }
     free(old);
+    if (mean) mean_streams_ref(mean, x, n, nc, d, mean_stride);
 }
 
 void hc_head_ref(float *y, const float *x, const void *fn, enum td_dtype fn_dtype, const void *base,

@@ -1,5 +1,6 @@
-/* markov.h: one slot of DSpark's greedy Markov chain for a batch of drafting sequences
- * (drafters.md 2; the caller is draft/dspark.c), so that a greedy round drafts without the host.
+/* markov.h: DSpark's greedy Markov chain for a batch of drafting sequences (drafters.md 2; the
+ * caller is draft/dspark.c), so that a greedy round drafts without the host: slots j = 0 .. g-1
+ * in order, in one call.
  *
  * Sequence i drafts slot j when n_drafts[i] == j and j < k[i]. Then, with prev = anchor[i] at
  * j = 0 and tok[i * g + j - 1] after, and row = i * g + j:
@@ -8,8 +9,8 @@
  *   z[v]   = U[row, v] + W2[v] . e                     (v over the vocabulary)
  *   the slot is cut (nothing drafted) when threshold > 0 and conf < threshold, or when z has
  *   a non-finite entry; otherwise tok[row] = argmax z (ties to the lower id), n_drafts[i] = j + 1.
- * A sequence that did not draft slot j drafts no later slot. best, bad and done are scratch
- * [n], zero before the first call and left zero by every call. */
+ * A sequence that did not draft slot j drafts no later slot. best and bad are scratch [n * g],
+ * zero before the call and left zero by it. */
 #ifndef TD_KERNELS_MARKOV_H
 #define TD_KERNELS_MARKOV_H
 
@@ -34,16 +35,15 @@ struct markov_args {
     const int32_t *k;         /* [n] slots allowed */
     int32_t *tok;             /* [n * g] drafts */
     float *conf;              /* [n * g] */
-    int32_t *n_drafts;        /* [n] */
-    unsigned long long *best; /* [n] scratch */
-    int32_t *bad;             /* [n] scratch */
-    int32_t *done;            /* [n] scratch: blocks of the slot finished (CUDA) */
+    int32_t *n_drafts;        /* [n], zero before the call */
+    unsigned long long *best; /* [n * g] scratch (CUDA) */
+    int32_t *bad;             /* [n * g] scratch (CUDA) */
 };
 
-void markov_greedy_ref(const struct markov_args *a, int j);
+void markov_greedy_ref(const struct markov_args *a);
 
 /* CUDA launcher (kernels/markov.cu), queued on the backend's stream; builds with nvcc only. */
-void markov_greedy_cuda(const struct markov_args *a, int j);
+void markov_greedy_cuda(const struct markov_args *a);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,11 @@
-/* markov_ref.c: one slot of DSpark's greedy Markov chain on the host (see markov.h). The sums
+/* markov_ref.c: DSpark's greedy Markov chain on the host (see markov.h), slot by slot. The sums
  * are those of matmul_ref (double accumulation), so the drafts equal the per-slot host loop's. */
 #include "markov.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-void markov_greedy_ref(const struct markov_args *a, int j) {
+static void slot(const struct markov_args *a, int j) {
     float *e = malloc((size_t)a->r * sizeof(float)), *w = malloc((size_t)a->r * sizeof(float));
     for (int i = 0; i < a->n; i++) {
         if (a->n_drafts[i] != j || j >= a->k[i]) continue;
@@ -39,4 +39,9 @@ void markov_greedy_ref(const struct markov_args *a, int j) {
     }
     free(e);
     free(w);
+}
+
+void markov_greedy_ref(const struct markov_args *a) {
+    for (int j = 0; j < a->g; j++)
+        slot(a, j);
 }

@@ -35,6 +35,7 @@
 #include "kernels/fill.h"
 #include "kernels/greedy.h"
 #include "kernels/markov.h"
+#include "kernels/norm_rope.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -101,9 +102,8 @@ static uint16_t bf16(float f) {
 
 static void test_matmul(void) {
     // skinny rows (aligned; in % 8 != 0; several weight loads per lane), then cuBLASLt rows
-    int shapes[][3] = {{1, 64, 111},  {7, 128, 300}, {3, 100, 50},  {5, 264, 36},
-                       {8, 4096, 40}, {8, 520, 111}, {2, 256, 33},  {33, 96, 64},
-                       {129, 256, 111}};
+    int shapes[][3] = {{1, 64, 111},  {7, 128, 300}, {3, 100, 50}, {5, 264, 36},   {8, 4096, 40},
+                       {8, 520, 111}, {2, 256, 33},  {33, 96, 64}, {129, 256, 111}};
     for (int s = 0; s < 9; s++) {
         int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
         char name[64];
@@ -199,21 +199,30 @@ static void test_hc(int n, int nc, int d) {
                   max_rel(gm, comb, (size_t)n * nc * nc) < 1e-4,
               "hc_pre: %.3g %.3g %.3g", max_rel(gc, col, (size_t)n * d),
               max_rel(gp, post, (size_t)n * nc), max_rel(gm, comb, (size_t)n * nc * nc));
-        // post: x' = post_j a + sum_i comb[i][j] x_i, on the reference's own post/comb
-        float *a = malloc((size_t)n * d * 4);
+        // post: x' = post_j a + sum_i comb[i][j] x_i, on the reference's own post/comb, with
+        // the streams' mean into the middle slab of a [n, 3, d] capture
+        float *a = malloc((size_t)n * d * 4), *mean = malloc((size_t)n * 3 * d * 4);
         for (int i = 0; i < n * d; i++)
             a[i] = frand();
+        for (int i = 0; i < n * 3 * d; i++)
+            mean[i] = -1.0f;
+        float *dmean = dev_out((size_t)n * 3 * d);
+        gpu->to_device(dmean, mean, (size_t)n * 3 * d * 4);
         memcpy(ref, x, (size_t)n * nc * d * 4);
-        hc_post_ref(ref, a, post, comb, n, nc, d);
+        hc_post_ref(ref, a, post, comb, n, nc, d, mean + d, 3 * d);
         float *dX = dev_out((size_t)n * nc * d);
         gpu->to_device(dX, x, (size_t)n * nc * d * 4);
         float *da = dev_copy(a, (size_t)n * d * 4);
         gpu->to_device(dpost, post, (size_t)n * nc * 4);
         gpu->to_device(dcomb, comb, (size_t)n * nc * nc * 4);
-        hc_post_cuda(dX, da, dpost, dcomb, n, nc, d);
+        hc_post_cuda(dX, da, dpost, dcomb, n, nc, d, dmean + d, 3 * d);
         float *gX = fetch(dX, (size_t)n * nc * d, "hc_post");
+        float *gmean = fetch(dmean, (size_t)n * 3 * d, "hc_post mean");
         CHECK(max_rel(gX, ref, (size_t)n * nc * d) < 1e-5, "hc_post %.3g",
               max_rel(gX, ref, (size_t)n * nc * d));
+        CHECK(max_rel(gmean, mean, (size_t)n * 3 * d) < 1e-5, "hc_post mean %.3g",
+              max_rel(gmean, mean, (size_t)n * 3 * d));
+        free(mean), free(gmean);
         // head
         float *hfn = malloc((size_t)nc * nc * d * 4), hbase[16], hs = 1.1f;
         for (int i = 0; i < nc * nc * d; i++)
@@ -238,6 +247,72 @@ static void test_hc(int n, int nc, int d) {
     snprintf(name, sizeof name, "op/hc_pre_post_head/n%d_nc%d_d%d", n, nc, d);
     case_end(name, "");
     free(x), free(ref);
+}
+
+/* norm_rope (kernels/norm_rope.h) against its reference: n rows of n_vec vectors of width d,
+ * rot_dim rotary dims, bf16 norm weight or none, and with a ring store (3 sequences, rows of
+ * sequence s = t % 3 at ring row t / 3, every fifth row not stored) or without */
+static void test_norm_rope(int n, int n_vec, int d, int rot, int weighted, int store) {
+    case_begin();
+    size_t X = (size_t)n * n_vec * d, RR = (size_t)3 * (n / 3 + 1) * n_vec * d;
+    float *x = malloc(X * 4), *ring = malloc(RR * 4), inv[256];
+    uint16_t *w = malloc((size_t)d * 2);
+    int32_t *pos = malloc((size_t)n * 4), *seq = malloc((size_t)n * 4), *wr = malloc((size_t)n * 4);
+    int32_t slot[3] = {2, 0, 1};
+    for (size_t i = 0; i < X; i++)
+        x[i] = frand() * 3;
+    for (size_t i = 0; i < RR; i++)
+        ring[i] = -7.0f;
+    for (int i = 0; i < d; i++)
+        w[i] = bf16(1 + 0.2f * frand());
+    for (int t = 0; t < n; t++)
+        pos[t] = 11 * t + 3, seq[t] = t % 3, wr[t] = t % 5 == 4 ? -1 : t / 3;
+    struct rope_params rp = {10000, rot, 0, 1, 0, 0, 0, 0, 1.0f};
+    rope_inv_freq_ref(inv, &rp);
+    struct rows_view rh = {0};
+    rh.n_tok = n, rh.row_seq = seq, rh.slot = slot;
+    struct norm_rope_args a = {x,
+                               n,
+                               n_vec,
+                               d,
+                               weighted ? w : NULL,
+                               TD_DTYPE_BF16,
+                               1e-6f,
+                               rot,
+                               pos,
+                               inv,
+                               0.9f,
+                               store ? ring : NULL,
+                               wr,
+                               rh,
+                               n / 3 + 1};
+    float *dx = dev_out(X), *dring = dev_out(RR);
+    gpu->to_device(dx, x, X * 4);
+    gpu->to_device(dring, ring, RR * 4);
+    struct norm_rope_args b = a;
+    b.x = dx;
+    b.w = weighted ? dev_copy(w, (size_t)d * 2) : NULL;
+    b.positions = dev_copy(pos, (size_t)n * 4);
+    b.inv_freq = dev_copy(inv, sizeof inv);
+    b.ring = store ? dring : NULL;
+    b.write = dev_copy(wr, (size_t)n * 4);
+    b.rows.row_seq = dev_copy(seq, (size_t)n * 4);
+    b.rows.slot = dev_copy(slot, sizeof slot);
+    norm_rope_ref(&a);
+    norm_rope_cuda(&b);
+    float *gx = fetch(dx, X, "norm_rope"), *gr = fetch(dring, RR, "norm_rope ring");
+    CHECK(max_rel(gx, x, X) < 1e-5, "norm_rope %.3g", max_rel(gx, x, X));
+    CHECK(max_rel(gr, ring, RR) < 1e-5, "norm_rope ring %.3g", max_rel(gr, ring, RR));
+    void *bufs[] = {(void *)b.w,     (void *)b.positions,    (void *)b.inv_freq,
+                    (void *)b.write, (void *)b.rows.row_seq, (void *)b.rows.slot};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) gpu->release(bufs[i]);
+    release_out(dx), release_out(dring);
+    free(x), free(ring), free(w), free(pos), free(seq), free(wr), free(gx), free(gr);
+    char name[96];
+    snprintf(name, sizeof name, "op/norm_rope/n%d_vec%d_d%d_rot%d%s%s", n, n_vec, d, rot,
+             weighted ? "_weighted" : "", store ? "_stored" : "");
+    case_end(name, "");
 }
 
 static void test_pointwise(void) {
@@ -283,6 +358,11 @@ static void test_pointwise(void) {
     }
     case_end("op/rope_rows", "");
 
+    test_norm_rope(37, 8, 64, 32, 0, 0); // tandem-tiny's queries: per-head, unweighted
+    test_norm_rope(37, 1, 64, 32, 1, 1); // its K = V rows, stored
+    test_norm_rope(5, 1, 512, 64, 1, 1); // the Flash slice's K = V rows
+    test_norm_rope(3, 19, 96, 16, 0, 0); // more heads than a block's warps, a last group of 3
+
     test_hc(n, 4, d);    // the Sinkhorn in registers, the mixes in one block
     test_hc(3, 4, 1536); // width 6144: the mixes split over column chunks (HC_SPLIT_MIN)
     test_hc(5, 6, 40);   // nc > 4: the Sinkhorn in shared memory
@@ -314,22 +394,6 @@ static void test_pointwise(void) {
     }
     case_end("op/embed_swiglu", "");
 
-    case_begin();
-    {
-        float *y = malloc((size_t)n * 3 * d * 4);
-        for (int i = 0; i < n * 3 * d; i++)
-            y[i] = -1.0f;
-        mean_streams_ref(y + d, x, n, nc, d, 3 * d); // the middle slab of a [n, 3, d] capture
-        float *dy = dev_out((size_t)n * 3 * d);
-        gpu->to_device(dy, y, (size_t)n * 3 * d * 4);
-        for (int t = 0; t < n; t++) // fresh values in the slab the op writes
-            gpu->to_device(dy + (size_t)t * 3 * d + d, ref, (size_t)d * 4);
-        mean_streams_cuda(dy + d, dx, n, nc, d, 3 * d);
-        float *g = fetch(dy, (size_t)n * 3 * d, "mean_streams");
-        CHECK(max_rel(g, y, (size_t)n * 3 * d) < 1e-6, "mean_streams");
-        free(g), free(y);
-    }
-    case_end("op/mean_streams_strided", "");
     free(x), free(ref);
 
     // dummy weights: the GPU makes the host's bits (F32, and BF16 two to a float slot; an odd
@@ -393,8 +457,8 @@ static void test_greedy_slot(void) {
         CHECK(!gpu->finish(e, sizeof e), "%s", e);
         for (int i = 0; i < N; i++)
             CHECK(ids[1][i] == ids[0][i] && ids[0][i] == (next[0][j][i] ? next[0][j][i] : -1),
-                  "slot %d row %d: argmax %d, reference %d, chain's %d", j, i, ids[1][i],
-                  ids[0][i], next[0][j][i]);
+                  "slot %d row %d: argmax %d, reference %d, chain's %d", j, i, ids[1][i], ids[0][i],
+                  next[0][j][i]);
     }
     gpu->to_host(tok[1], dtok, sizeof tok[1]);
     gpu->to_host(nd[1], dnd, sizeof nd[1]);
@@ -444,7 +508,7 @@ static void test_greedy_slot(void) {
     case_end("op/greedy_slot_and_argmax_rows_match_ref", "");
 }
 
-/* DSpark's greedy Markov slot (kernels/markov.h) against its reference over a whole chain:
+/* DSpark's greedy Markov chain (kernels/markov.h) against its reference:
  * 5 sequences, 4 slots, a vocabulary of 3001 (three whole 1024-entry chunks and a partial one),
  * bf16 W1 and f32 W2. Sequence 1 may draft 2 slots; sequence 2's slot-1 row has a NaN (cut);
  * sequence 3's slot-0 row ties ids 7 and 2900 at the top (the lower id wins); then the same with
@@ -468,18 +532,17 @@ static void test_markov(void) {
         memcpy(w2 + (size_t)2900 * R, w2 + (size_t)7 * R, R * 4); // same bias for 7 and 2900
         U[(size_t)3 * G * V + 7] = U[(size_t)3 * G * V + 2900] = 50.0f;
         int32_t anchor[N] = {3, 17, 2999, 0, 1234}, k[N] = {4, 2, 4, 4, 4};
-        int32_t tok[2][N * G], nd[2][N], bad[N] = {0}, done[N] = {0};
+        int32_t tok[2][N * G], nd[2][N], bad[N * G] = {0};
         float conf[2][N * G];
-        unsigned long long best[N] = {0};
+        unsigned long long best[N * G] = {0};
         memset(tok, 0, sizeof tok);
         memset(conf, 0, sizeof conf);
         memset(nd, 0, sizeof nd);
         struct markov_args a = {
             U, y, w1,     w2, TD_DTYPE_BF16, TD_DTYPE_F32, cw,    0.0f, N,  G, V,
-            D, R, anchor, k,  tok[0],        conf[0],      nd[0], best, bad, done};
+            D, R, anchor, k,  tok[0],        conf[0],      nd[0], best, bad};
         a.threshold = pass ? 0.5f : 0.0f;
-        for (int j = 0; j < G; j++)
-            markov_greedy_ref(&a, j);
+        markov_greedy_ref(&a);
         struct markov_args b = a;
         b.U = dev_copy(U, (size_t)N * G * V * 4);
         b.y = dev_copy(y, (size_t)N * G * D * 4);
@@ -493,10 +556,8 @@ static void test_markov(void) {
         b.n_drafts = dev_copy(nd[1], sizeof nd[1]);
         b.best = dev_copy(best, sizeof best);
         b.bad = dev_copy(bad, sizeof bad);
-        b.done = dev_copy(done, sizeof done);
-        for (int j = 0; j < G; j++)
-            gpu->ops.markov_greedy(&b, j);
-        gpu->to_host(done, b.done, sizeof done);
+        gpu->ops.markov_greedy(&b);
+        gpu->to_host(bad, b.bad, sizeof bad);
         gpu->to_host(tok[1], b.tok, sizeof tok[1]);
         gpu->to_host(conf[1], b.conf, sizeof conf[1]);
         gpu->to_host(nd[1], b.n_drafts, sizeof nd[1]);
@@ -507,7 +568,9 @@ static void test_markov(void) {
         for (int i = 0; i < N; i++) {
             CHECK(nd[1][i] == nd[0][i], "sequence %d drafted %d, reference %d", i, nd[1][i],
                   nd[0][i]);
-            CHECK(best[i] == 0 && done[i] == 0, "scratch best[%d] or done[%d] left non-zero", i, i);
+            for (int j = 0; j < G; j++)
+                CHECK(best[i * G + j] == 0 && bad[i * G + j] == 0,
+                      "scratch best or bad [%d, %d] left non-zero", i, j);
             cut += nd[0][i] < k[i];
             for (int j = 0; j < nd[0][i]; j++)
                 CHECK(tok[1][i * G + j] == tok[0][i * G + j],
@@ -524,8 +587,7 @@ static void test_markov(void) {
         CHECK(!pass || cut > 1, "the threshold cut nothing");
         void *bufs[] = {(void *)b.U,      (void *)b.y,      (void *)b.w1, (void *)b.w2,
                         (void *)b.conf_w, (void *)b.anchor, (void *)b.k,  b.tok,
-                        b.conf,           b.n_drafts,       b.best,       b.bad,
-                        b.done};
+                        b.conf,           b.n_drafts,       b.best,       b.bad};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             gpu->release(bufs[i]);
         free(U), free(y), free(w1), free(w2);
@@ -747,8 +809,8 @@ static void test_plan_ops(void) {
                   det ? "fp32" : "tensor-core", max_rel(yg, yh, (size_t)n * D));
             for (int r = 0; r < n; r++) { // a row's bits alone are its bits in the step
                 float *d1 = dev_out((size_t)D);
-                moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * k, dwt + r * k, &ed, 1, D, I,
-                                 k, E, 0.5f);
+                moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * k, dwt + r * k, &ed, 1, D, I, k,
+                                 E, 0.5f);
                 float *g1 = fetch(d1, (size_t)D, "moe_experts row");
                 CHECK(!memcmp(g1, yg + (size_t)r * D, (size_t)D * 4),
                       "experts (%s tiles): row %d differs from the row alone",

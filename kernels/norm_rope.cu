@@ -1,0 +1,70 @@
+/* norm_rope.cu: RMSNorm, RoPE and the optional ring store of norm_rope.h on the GPU. Grid
+ * (rows, vector groups of NR_WARPS): the block's cos/sin per frequency first (a double sincos
+ * each, rounded, as rope.cu and the reference), then one warp per vector, each lane holding its
+ * channel pairs in registers from the load to the store. */
+#include "cuda_common.cuh"
+#include "norm_rope.h"
+
+#define NR_WARPS 8
+#define NR_PAIRS 8 /* channel pairs per lane: vectors of up to 512 */
+
+__global__ void norm_rope_kernel(struct norm_rope_args a) {
+    PDL_START();
+    __shared__ float cs[256], sn[256];
+    int t = blockIdx.x, half = a.rot_dim / 2, lane = threadIdx.x & 31;
+    int v = blockIdx.y * NR_WARPS + (threadIdx.x >> 5);
+    float pos = (float)a.positions[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double sd, cd;
+        sincos((double)(pos * a.inv_freq[i]), &sd, &cd);
+        cs[i] = (float)cd * a.attn_factor;
+        sn[i] = (float)sd * a.attn_factor;
+    }
+    __syncthreads();
+    if (v >= a.n_vec) return;
+    float2 *xv = (float2 *)(a.x + ((size_t)t * a.n_vec + v) * a.d);
+    int np = a.d / 2, p0 = (a.d - a.rot_dim) / 2;
+    float2 p[NR_PAIRS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NR_PAIRS; k++) {
+        int j = lane + 32 * k;
+        p[k] = j < np ? xv[j] : make_float2(0.0f, 0.0f);
+        ss += p[k].x * p[k].x + p[k].y * p[k].y;
+    }
+    ss = warp_sum(ss);
+    float r = rsqrtf(ss / a.d + a.eps);
+    float *dst = NULL;
+    if (a.ring && a.write[t] >= 0)
+        dst = a.ring +
+              ((size_t)a.rows.slot[a.rows.row_seq[t]] * a.ring_rows + a.write[t]) * a.n_vec * a.d +
+              (size_t)v * a.d;
+#pragma unroll
+    for (int k = 0; k < NR_PAIRS; k++) {
+        int j = lane + 32 * k;
+        if (j >= np) break;
+        float x0 = p[k].x * r, x1 = p[k].y * r;
+        if (a.w) x0 *= ld_f32(a.w, a.w_dtype, 2 * j), x1 *= ld_f32(a.w, a.w_dtype, 2 * j + 1);
+        if (j >= p0) {
+            float c = cs[j - p0], s = sn[j - p0];
+            float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
+            x0 = y0, x1 = y1;
+        }
+        xv[j] = make_float2(x0, x1);
+        if (dst) ((float2 *)dst)[j] = make_float2(x0, x1);
+    }
+}
+
+extern "C" void norm_rope_cuda(const struct norm_rope_args *a) {
+    if (!a->n || !a->n_vec) return;
+    if (a->d % 2 || a->d > 64 * NR_PAIRS || a->rot_dim > a->d || a->rot_dim > 512 ||
+        a->rot_dim % 2) {
+        fprintf(stderr, "norm_rope_cuda: vectors of %d with %d rotary dims, at most %d and 512\n",
+                a->d, a->rot_dim, 64 * NR_PAIRS);
+        abort();
+    }
+    int warps = a->n_vec < NR_WARPS ? a->n_vec : NR_WARPS;
+    launch_k(norm_rope_kernel, dim3(a->n, ceil_div(a->n_vec, NR_WARPS)), 32 * warps, 0,
+             td_cuda_stream(), *a);
+    LAUNCH_CHECK();
+}
