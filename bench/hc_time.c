@@ -23,7 +23,7 @@ static void hc_call(void *ctx) {
                           w->scale_dtype, q->n, q->nc, q->d, 1e-6f, 1e-6f);
     else
         q->b->ops.hc_pre(q->col, q->post, q->comb, q->x, w, q->n, q->nc, q->d, q->iters, 1e-6f,
-                         1e-6f);
+                         1e-6f, NULL, TD_DTYPE_F32);
 }
 
 int main(void) {

@@ -25,8 +25,10 @@ struct draft_dspark {
     struct td_plan plan;
     int max_rows, max_seqs, vocab, dim;
     float threshold;
-    float *capture;            /* [max_rows, n_capture * dim] the target's captured rows */
-    float *ctx;                /* [max_tok, n_capture * dim] the rows being inserted */
+    /* [max(max_rows, max_tok), n_capture * dim]: the target step's captured rows, which the
+     * insertion reads in place, each sequence's committed rows moved down to follow the last's
+     * (nothing moves for a single sequence) */
+    float *capture;
     float *y;                  /* [max_tok, dim] hc_head of the stages' output streams */
     float *e, *bias;           /* [max_seqs, rank], [max_seqs, vocab] Markov step */
     int32_t *ids_dev;          /* [max_seqs] */
@@ -155,9 +157,8 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     if (meta_plan_init(&d->plan, &pd, err, errlen)) goto fail;
     size_t F = sizeof(float), R = (size_t)max_rows, CW = (size_t)dc->n_capture * d->dim;
     size_t BR = (size_t)blk_rows, S = (size_t)max_seqs, V = (size_t)d->vocab;
-    d->capture = b->alloc(R * CW * F);
-    // the insertion's graph reads every row of its bucket, so ctx has the plan's widest
-    d->ctx = b->alloc((size_t)pd.max_tok * CW * F);
+    // the insertion's graph reads every row of its bucket, so capture has the plan's widest too
+    d->capture = b->alloc((R > (size_t)pd.max_tok ? R : (size_t)pd.max_tok) * CW * F);
     // the block forward writes hc_head's rows for every row of its padded bucket (a graph of
     // n_tok_pad rows), so they are sized by the plan's widest bucket, not the live rows
     d->y = b->alloc((size_t)pd.max_tok * d->dim * F);
@@ -176,9 +177,9 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->live = malloc(S * sizeof(int));
     d->act = malloc(S * sizeof(int));
     d->seqs = calloc(S, sizeof *d->seqs);
-    if (!d->capture || !d->ctx || !d->y || !d->e || !d->bias || !d->ids_dev || !d->U ||
-        !d->y_host || !d->e_host || !d->bias_host || !d->z || !d->conf_w || !d->zeros ||
-        !d->blk_ids || !d->ids_host || !d->live || !d->act || !d->seqs) {
+    if (!d->capture || !d->y || !d->e || !d->bias || !d->ids_dev || !d->U || !d->y_host ||
+        !d->e_host || !d->bias_host || !d->z || !d->conf_w || !d->zeros || !d->blk_ids ||
+        !d->ids_host || !d->live || !d->act || !d->seqs) {
         snprintf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
         goto fail;
     }
@@ -199,7 +200,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     b->to_device(d->mk, d->mk_host, mk_words * sizeof(int32_t));
     // the graphs, made now: the insertion's of 1 to max_rows rows, the block forward's of a
     // block of g rows per drafting sequence
-    struct td_forward_io ins = {.x_in = d->ctx, .keys_only = 1};
+    struct td_forward_io ins = {.x_in = d->capture, .keys_only = 1};
     struct td_forward_io io = {.hc_out = d->y};
     if (td_forward_prepare(d->run, &d->st, &pd, &ins, 1, max_rows, err, errlen) ||
         td_forward_prepare(d->run, &d->st, &pd, &io, dc->block, blk_rows, err, errlen))
@@ -213,8 +214,8 @@ fail:
 
 void draft_dspark_free(struct draft_dspark *d) {
     if (!d) return;
-    void *bufs[] = {d->capture, d->ctx,        d->y,  d->e,    d->bias,
-                    d->ids_dev, d->conf_w_dev, d->mk, d->best, d->bad};
+    void *bufs[] = {d->capture,    d->y,  d->e,    d->bias, d->ids_dev,
+                    d->conf_w_dev, d->mk, d->best, d->bad};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) d->b->release(bufs[i]);
     free(d->U);
@@ -291,13 +292,25 @@ static int insert(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, ch
                      d->max_rows);
             return -1;
         }
-        b->ops.copy(d->ctx + rows * CW, d->capture + (size_t)q->capture_row * CW,
-                    (size_t)q->n * CW * sizeof(float));
+        if (q->capture_row < rows) {
+            snprintf(err, errlen, "dspark: sequence %d's rows start at capture row %d, before %d",
+                     s, q->capture_row, rows);
+            return -1;
+        }
+        // down to row `rows`, in ascending order: one copy when the ranges are apart, else
+        // row by row (each row's source lies past every row written before it)
+        float *dst = d->capture + (size_t)rows * CW,
+              *src = d->capture + (size_t)q->capture_row * CW;
+        if (q->capture_row >= rows + q->n)
+            b->ops.copy(dst, src, (size_t)q->n * CW * sizeof(float));
+        else if (q->capture_row > rows)
+            for (int i = 0; i < q->n; i++)
+                b->ops.copy(dst + i * CW, src + i * CW, CW * sizeof(float));
         d->seqs[s] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->zeros, q->n, 0};
         rows += q->n;
     }
     if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen)) return -1;
-    return td_forward_store_kv(m, &d->st, &d->plan, d->ctx, err, errlen);
+    return td_forward_store_kv(m, &d->st, &d->plan, d->capture, err, errlen);
 }
 
 static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,

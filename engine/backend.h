@@ -51,7 +51,7 @@ struct td_ops {
                       const float *inv_freq, float attention_factor, int inverse);
     void (*hc_pre)(float *collapsed, float *post, float *comb, const float *x,
                    const struct hc_weights *w, int n, int nc, int d, int iters, float hc_eps,
-                   float rms_eps);
+                   float rms_eps, const void *norm, enum td_dtype norm_dtype);
     void (*hc_post)(float *x, const float *a, const float *post, const float *comb, int n, int nc,
                     int d, float *mean, int mean_stride);
     void (*hc_head)(float *y, const float *x, const void *fn, enum td_dtype fn_t, const void *base,

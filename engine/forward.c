@@ -448,14 +448,12 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
                                 l->hc_attn.fn.dtype, l->hc_attn.base.dtype, l->hc_attn.scale.dtype};
         struct hc_weights hf = {l->hc_ffn.fn.data,  l->hc_ffn.base.data,  l->hc_ffn.scale.data,
                                 l->hc_ffn.fn.dtype, l->hc_ffn.base.dtype, l->hc_ffn.scale.dtype};
-        f->op->hc_pre(f->x, f->post, f->comb, f->X, &ha, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
-                      c->rms_eps);
-        f->op->rmsnorm(f->xn, f->x, W(l->attn_norm), n, D, c->rms_eps);
+        f->op->hc_pre(f->xn, f->post, f->comb, f->X, &ha, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
+                      c->rms_eps, W(l->attn_norm));
         attention_block(f, li);
         f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D, NULL, 0);
-        f->op->hc_pre(f->x, f->post, f->comb, f->X, &hf, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
-                      c->rms_eps);
-        f->op->rmsnorm(f->xn, f->x, W(l->ffn_norm), n, D, c->rms_eps);
+        f->op->hc_pre(f->xn, f->post, f->comb, f->X, &hf, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
+                      c->rms_eps, W(l->ffn_norm));
         moe_block(f, li);
         float *mean = NULL; // DSpark's context: this layer's mean stream, made by hc_post
         for (int k = 0; k < f->n_capture && !mean; k++)

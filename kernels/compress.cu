@@ -3,8 +3,10 @@
 #include "compress.h"
 #include "cuda_common.cuh"
 
-#define MAX_SLOTS  512
-#define EMIT_BATCH 8
+#define MAX_SLOTS    512
+#define EMIT_BATCH   8
+#define EMIT_THREADS 128
+#define EMIT_PAIRS   4 /* channel pairs per thread: entries of up to 1024 channels */
 
 __global__ void add_pos_bias_kernel(float *x, const void *bias, int dt, const int32_t *positions,
                                     int rate, int n, int width) {
@@ -23,7 +25,24 @@ __global__ void compress_emit_kernel(struct compress_args a) {
     __shared__ long long off_kv[MAX_SLOTS];
     __shared__ unsigned char from_ring[MAX_SLOTS];
     __shared__ int n_slots;
+    __shared__ float cs[256], sn[256];
     extern __shared__ float e[]; // [d]
+    // the entry's rope at position w * rate first: it needs nothing of the window, so its
+    // double sincos is off the chain of loads below
+    int half = a.rot_dim / 2;
+    float pos = (float)((long long)w * a.rate);
+    for (int i = blockDim.x - 1 - threadIdx.x; i < half; i += blockDim.x) { // the last warps
+        double sd, cd;
+        sincos((double)(pos * a.inv_freq[i]), &sd, &cd);
+        cs[i] = (float)cd * a.attn_factor, sn[i] = (float)sd * a.attn_factor;
+    }
+    float wn[2 * EMIT_PAIRS]; // this thread's channel pairs' norm weights, loaded early too
+#pragma unroll
+    for (int k = 0; k < EMIT_PAIRS; k++) {
+        int p = threadIdx.x + k * blockDim.x;
+        wn[2 * k] = p < a.d / 2 ? ld_f32(a.norm, a.norm_dtype, 2 * p) : 0.0f;
+        wn[2 * k + 1] = p < a.d / 2 ? ld_f32(a.norm, a.norm_dtype, 2 * p + 1) : 0.0f;
+    }
     int sq = r->row_seq[t], slot = r->slot[sq], len = r->len_before[sq], row0 = r->qo_indptr[sq];
     // the window's slots, one thread each: CSA takes the previous window's Ca half (absent for
     // w = 0), then the own Cb half; slot q is this step's row or the ring's
@@ -82,24 +101,21 @@ __global__ void compress_emit_kernel(struct compress_args a) {
         ss += e[c] * e[c];
     ss = block_sum(ss);
     float rr = rsqrtf(ss / a.d + a.eps);
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x)
-        e[c] = e[c] * rr * ld_f32(a.norm, a.norm_dtype, c);
-    __syncthreads();
-    int half = a.rot_dim / 2;
-    float pos = (float)((long long)w * a.rate);
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        double sd, cd;
-        sincos((double)(pos * a.inv_freq[i]), &sd, &cd);
-        float cs = (float)cd * a.attn_factor, sn = (float)sd * a.attn_factor;
-        float *p = e + (a.d - a.rot_dim);
-        float x0 = p[2 * i], x1 = p[2 * i + 1];
-        p[2 * i] = x0 * cs - x1 * sn;
-        p[2 * i + 1] = x1 * cs + x0 * sn;
-    }
-    __syncthreads();
+    // norm, rope and store, a channel pair per thread: the pair is in no other thread's way
     float *dst = a.entries + ((size_t)slot * a.n_entries + w) * a.d;
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x)
-        dst[c] = e[c];
+    int p0 = (a.d - a.rot_dim) / 2;
+#pragma unroll
+    for (int k = 0; k < EMIT_PAIRS; k++) {
+        int p = threadIdx.x + k * blockDim.x;
+        if (p >= a.d / 2) break;
+        float x0 = e[2 * p] * rr * wn[2 * k], x1 = e[2 * p + 1] * rr * wn[2 * k + 1];
+        if (p >= p0) {
+            float c = cs[p - p0], sv = sn[p - p0];
+            float y0 = x0 * c - x1 * sv, y1 = x1 * c + x0 * sv;
+            x0 = y0, x1 = y1;
+        }
+        dst[2 * p] = x0, dst[2 * p + 1] = x1;
+    }
 }
 
 __global__ void ring_store_kernel(float *ring, const float *rows, const int32_t *write,
@@ -123,12 +139,15 @@ extern "C" void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias
 
 extern "C" void compress_emit_cuda(const struct compress_args *a) {
     if (!a->rows.n_tok) return;
-    if ((1 + a->overlap) * a->rate > MAX_SLOTS) {
-        fprintf(stderr, "compress_emit_cuda: %d slots, at most %d\n", (1 + a->overlap) * a->rate,
-                MAX_SLOTS);
+    if ((1 + a->overlap) * a->rate > MAX_SLOTS || a->rot_dim > 512 || a->d % 2 || a->rot_dim % 2 ||
+        a->rot_dim > a->d || a->d > 2 * EMIT_PAIRS * EMIT_THREADS) {
+        fprintf(stderr,
+                "compress_emit_cuda: %d slots, %d channels, %d rotary: at most %d slots, "
+                "an even width of at most 1024 and at most 512 rotary\n",
+                (1 + a->overlap) * a->rate, a->d, a->rot_dim, MAX_SLOTS);
         abort();
     }
-    launch_k(compress_emit_kernel, a->rows.n_tok, 128, (size_t)a->d * sizeof(float),
+    launch_k(compress_emit_kernel, a->rows.n_tok, EMIT_THREADS, (size_t)a->d * sizeof(float),
              td_cuda_stream(), *a);
     LAUNCH_CHECK();
 }

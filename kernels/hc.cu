@@ -195,7 +195,7 @@ __device__ void sinkhorn_shared(float *out, float *cs, const float *mix, const s
 __global__ void __launch_bounds__(HC_THREADS)
     hc_pre_kernel(float *collapsed, float *post, float *comb, const float *x, const float *part,
                   int splits, struct hc_weights w, int nc, int d, int iters, float hc_eps,
-                  float rms_eps) {
+                  float rms_eps, const void *norm, int norm_dt) {
     PDL_START();
     __shared__ float mix[HC_MAX_MIX + 1];
     __shared__ float pre[16];
@@ -214,12 +214,19 @@ __global__ void __launch_bounds__(HC_THREADS)
     __syncthreads();
     if (nc <= 4 && e < 32)
         sinkhorn_warp(comb + (size_t)t * nc * nc, mix, w, s_comb, nc, iters, hc_eps);
+    float ss = 0.0f, *ct = collapsed + (size_t)t * d;
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float acc = 0.0f;
         for (int i = 0; i < nc; i++)
             acc += pre[i] * xt[(size_t)i * d + c];
-        collapsed[(size_t)t * d + c] = acc;
+        ct[c] = acc;
+        ss += acc * acc;
     }
+    if (!norm) return; // uniform over the block
+    // the layer's norm on the collapsed row (each thread rescales the entries it wrote)
+    float r = rsqrtf(block_sum(ss) / d + rms_eps);
+    for (int c = threadIdx.x; c < d; c += blockDim.x)
+        ct[c] = ct[c] * r * ld_f32(norm, norm_dt, c);
 }
 
 __global__ void hc_post_kernel(float *x, const float *a, const float *post, const float *comb,
@@ -285,11 +292,12 @@ static int mix_parts(const float *x, const void *fn, int fn_dt, int n, int m, in
 
 extern "C" void hc_pre_cuda(float *collapsed, float *post, float *comb, const float *x,
                             const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters,
-                            float hc_eps, float rms_eps) {
+                            float hc_eps, float rms_eps, const void *norm,
+                            enum td_dtype norm_dtype) {
     if (!n) return;
     int splits = mix_parts(x, w->fn, w->fn_dtype, n, (2 + nc) * nc, nc * d);
     launch_k(hc_pre_kernel, n, hc_threads(nc * d), 0, td_cuda_stream(), collapsed, post, comb, x,
-             parts, splits, *w, nc, d, sinkhorn_iters, hc_eps, rms_eps);
+             parts, splits, *w, nc, d, sinkhorn_iters, hc_eps, rms_eps, norm, norm_dtype);
     LAUNCH_CHECK();
 }
 

@@ -18,10 +18,12 @@ struct hc_weights {
 };
 
 /* For n tokens with streams x[n, nc, d]: collapsed[n, d] = sum_i pre_i x_i, post[n, nc],
- * comb[n, nc, nc] (Sinkhorn-normalised; new stream j uses column j). */
+ * comb[n, nc, nc] (Sinkhorn-normalised; new stream j uses column j). With norm not NULL the
+ * collapsed rows are then RMS-normalised and weighted by norm [d] (rms_eps): the layer's
+ * attn_norm / ffn_norm, exactly rmsnorm_ref after the collapse. */
 void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
                 const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters, float hc_eps,
-                float rms_eps);
+                float rms_eps, const void *norm, enum td_dtype norm_dtype);
 
 /* x[n, nc, d] <- post_j * a + sum_i comb[i][j] * x_i  (in place), a[n, d] the block output;
  * then, when mean is not NULL, mean[t * mean_stride + c] = the mean of the nc new streams at c
@@ -53,7 +55,7 @@ static inline size_t hc_mix_parts(int n, int nc, int d) {
  * backend's stream. Defined only in builds with nvcc. */
 void hc_pre_cuda(float *collapsed, float *post, float *comb, const float *x,
                  const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters, float hc_eps,
-                 float rms_eps);
+                 float rms_eps, const void *norm, enum td_dtype norm_dtype);
 void hc_post_cuda(float *x, const float *a, const float *post, const float *comb, int n, int nc,
                   int d, float *mean, int mean_stride);
 void hc_head_cuda(float *y, const float *x, const void *fn, enum td_dtype fn_dtype,

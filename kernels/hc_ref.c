@@ -2,6 +2,7 @@
 #include "hc.h"
 
 #include "elementwise.h"
+#include "rmsnorm.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -27,7 +28,7 @@ static void hc_mix(float *mix, const float *x, const void *fn, enum td_dtype fn_
 
 void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
                 const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters, float hc_eps,
-                float rms_eps) {
+                float rms_eps, const void *norm, enum td_dtype norm_dtype) {
     int m = (2 + nc) * nc, width = nc * d;
     float *mix = malloc((size_t)m * sizeof(float));
     float s_pre = td_load_f32(w->scale, w->scale_dtype, 0);
@@ -84,6 +85,7 @@ void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
         }
     }
     free(mix);
+    if (norm) rmsnorm_ref(collapsed, collapsed, norm, norm_dtype, n, d, rms_eps);
 }
 
 void hc_post_ref(float *x, const float *a, const float *post, const float *comb, int n, int nc,

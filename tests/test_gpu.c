@@ -182,7 +182,7 @@ static void test_hc(int n, int nc, int d) {
         struct hc_weights hw = {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32};
         float *col = malloc((size_t)n * d * 4), *post = malloc((size_t)n * nc * 4);
         float *comb = malloc((size_t)n * nc * nc * 4);
-        hc_pre_ref(col, post, comb, x, &hw, n, nc, d, 20, 1e-6f, 1e-6f);
+        hc_pre_ref(col, post, comb, x, &hw, n, nc, d, 20, 1e-6f, 1e-6f, NULL, TD_DTYPE_F32);
         struct hc_weights dhw = {dev_copy(fn, (size_t)m * nc * d * 4),
                                  dev_copy(base, (size_t)m * 4),
                                  dev_copy(scale, sizeof scale),
@@ -191,7 +191,7 @@ static void test_hc(int n, int nc, int d) {
                                  TD_DTYPE_F32};
         float *dcol = dev_out((size_t)n * d), *dpost = dev_out((size_t)n * nc);
         float *dcomb = dev_out((size_t)n * nc * nc);
-        hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f);
+        hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f, NULL, TD_DTYPE_F32);
         float *gc = fetch(dcol, (size_t)n * d, "hc_pre collapsed");
         float *gp = fetch(dpost, (size_t)n * nc, "hc_pre post");
         float *gm = fetch(dcomb, (size_t)n * nc * nc, "hc_pre comb");
@@ -199,6 +199,18 @@ static void test_hc(int n, int nc, int d) {
                   max_rel(gm, comb, (size_t)n * nc * nc) < 1e-4,
               "hc_pre: %.3g %.3g %.3g", max_rel(gc, col, (size_t)n * d),
               max_rel(gp, post, (size_t)n * nc), max_rel(gm, comb, (size_t)n * nc * nc));
+        // with the layer's norm (bf16 weight) on the collapsed rows
+        uint16_t *nw = malloc((size_t)d * 2);
+        for (int i = 0; i < d; i++)
+            nw[i] = bf16(1 + 0.3f * frand());
+        hc_pre_ref(col, post, comb, x, &hw, n, nc, d, 20, 1e-6f, 1e-6f, nw, TD_DTYPE_BF16);
+        void *dnw = dev_copy(nw, (size_t)d * 2);
+        hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f, dnw, TD_DTYPE_BF16);
+        float *gn = fetch(dcol, (size_t)n * d, "hc_pre normed");
+        CHECK(max_rel(gn, col, (size_t)n * d) < 1e-4, "hc_pre normed %.3g",
+              max_rel(gn, col, (size_t)n * d));
+        free(nw), free(gn);
+        gpu->release(dnw);
         // post: x' = post_j a + sum_i comb[i][j] x_i, on the reference's own post/comb, with
         // the streams' mean into the middle slab of a [n, 3, d] capture
         float *a = malloc((size_t)n * d * 4), *mean = malloc((size_t)n * 3 * d * 4);
