@@ -11,13 +11,14 @@
 #   measured batch-1 rate, and the device-to-device copy bandwidth measured by torch (4 GiB
 #   copied 10 times, bytes read + written), both in the same run
 #   sh bench/flash_slice.sh [N]
-# (MODEL=DIR BACKEND=cpu CTXS="256 512" PREFILL=256 run the same on another config: a smoke test)
+# (MODEL=DIR BACKEND=cpu CTXS="256 512" PREFILL=256 run the same on another config: a smoke test;
+# TANDEM=path runs another build's binary)
 set -e
 M=${MODEL:-bench/flash_slice}
 N=${1:-64}
 S=32
 V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' $M/config.json)
-T="./bin/tandem generate --dummy-weights --model $M --backend ${BACKEND:-cuda} --ignore-eos --print-ids --stats"
+T="${TANDEM:-./bin/tandem} generate --dummy-weights --model $M --backend ${BACKEND:-cuda} --ignore-eos --print-ids --stats"
 ids() { awk -v n="$1" -v s="$2" -v v="$V" 'BEGIN { srand(s); for (i = 0; i < n; i++) printf "%d ", 2 + int(rand() * (v - 2)); print "" }'; }
 secs() { sed -n 's/.* in \([0-9.]*\) s = .*/\1/p' | head -1; }
 tps() { sed -n 's/.*= \([0-9.]*\) tokens\/s.*/\1/p' | head -1; }

@@ -188,7 +188,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     size_t mk_words = 3 * S + 2 * BR;
     d->conf_w_dev = b->alloc(((size_t)d->dim + dc->rank) * F);
     d->mk = b->alloc(mk_words * sizeof(int32_t));
-    d->mk_host = malloc(mk_words * sizeof(int32_t));
+    d->mk_host = b->alloc_host(mk_words * sizeof(int32_t)); // queued copies land here
     d->best = b->alloc(BR * sizeof *d->best);
     d->bad = b->alloc(BR * sizeof *d->bad);
     if (!d->conf_w_dev || !d->mk || !d->mk_host || !d->best || !d->bad) {
@@ -224,7 +224,7 @@ void draft_dspark_free(struct draft_dspark *d) {
     free(d->bias_host);
     free(d->z);
     free(d->conf_w);
-    free(d->mk_host);
+    if (d->mk_host) d->b->release_host(d->mk_host);
     free(d->zeros);
     free(d->blk_ids);
     free(d->ids_host);
@@ -313,8 +313,8 @@ static int insert(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, ch
     return td_forward_store_kv(m, &d->st, &d->plan, d->capture, err, errlen);
 }
 
-static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
-                         size_t errlen);
+static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, int landed,
+                         char *err, size_t errlen);
 
 static float sigmoid(double z) {
     return (float)(1.0 / (1.0 + exp(-z)));
@@ -360,12 +360,15 @@ static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb,
                             .bad = d->bad};
     b->ops.markov_greedy(&a);
     if (b->mark) b->mark("markov");
-    if (!d->defer) return chain_results(d, seqs, nb, err, errlen);
+    if (!d->defer) return chain_results(d, seqs, nb, 0, err, errlen);
     for (int i = 0; i < nb; i++) { // the drafts stay where the next verify step reads them
         struct dspark_seq *q = &seqs[d->live[i]];
         q->dev_drafts = tok + (size_t)i * g;
         q->n_drafts = q->k;
     }
+    // and come to the host behind the chain, so that collecting them after the verify step
+    // (which drains the queue) waits for nothing more
+    b->to_host_queued(h + 2 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
     d->pending = 1;
     return 0;
 }
@@ -374,22 +377,26 @@ int draft_dspark_collect(struct draft_dspark *d, struct dspark_seq *seqs, char *
                          size_t errlen) {
     if (!d->pending) return 0;
     d->pending = 0;
-    return chain_results(d, seqs, d->n_round, err, errlen);
+    if (d->b->finish(err, errlen)) return -1; // the queued copy has landed (at once after a step)
+    return chain_results(d, seqs, d->n_round, 1, err, errlen);
 }
 
 void draft_dspark_defer(struct draft_dspark *d, int on) {
     d->defer = on;
 }
 
-/* a greedy round's drafts, counts and confidences to the host (waits for the round) */
-static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
-                         size_t errlen) {
+/* a greedy round's drafts, counts and confidences to the host (waits for the round), or, with
+ * landed set, read where a queued copy put them */
+static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, int landed,
+                         char *err, size_t errlen) {
     const struct td_backend *b = d->b;
     size_t S = (size_t)d->max_seqs;
     int g = d->cfg.block;
     int32_t *h = d->mk_host, *nd = d->mk + 2 * S;
-    b->to_host(h + 2 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
-    if (b->finish(err, errlen)) return -1;
+    if (!landed) {
+        b->to_host(h + 2 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
+        if (b->finish(err, errlen)) return -1;
+    }
     const int32_t *h_nd = h + 2 * S, *h_tok = h_nd + S;
     const float *h_conf = (const float *)(h_tok + S * g);
     for (int i = 0; i < nb; i++) {

@@ -67,7 +67,7 @@ struct td_ops {
     void (*moe_route_rows)(int32_t *picks, float *weights, const float *logits, const int32_t *ids,
                            enum moe_score fn, const void *bias, enum td_dtype bias_t,
                            const void *tid2eid, enum td_dtype tid_t, int n, int k, int n_experts,
-                           float scaling);
+                           float scaling, int shared);
     void (*moe_experts)(float *out, const float *x, const int32_t *picks, const float *weights,
                         const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                         float limit);
@@ -110,6 +110,13 @@ struct td_backend {
      * exit: the spans of a step's phases and the idle gaps between them, which kernel
      * profilers do not show. A point inside a graph capture is ignored. */
     void (*mark)(const char *name);
+    /* host buffers a queued copy may land in (pinned on a device), and that copy: it joins the
+     * queue and returns at once; the bytes are there after the next finish or to_host. A
+     * device's to_host waits for the queue to drain: a result the host wants only after a later
+     * step (a deferred round's drafts) comes this way instead, without its own wait. */
+    void *(*alloc_host)(size_t bytes); /* zeroed, NULL on failure */
+    void (*release_host)(void *p);
+    void (*to_host_queued)(void *dst, const void *src, size_t bytes);
 };
 
 const struct td_backend *td_backend_cpu(void);

@@ -51,6 +51,9 @@ static const struct td_backend cpu = {
     NULL,
     NULL,
     NULL,
+    cpu_alloc,
+    cpu_release,
+    cpu_copy,
 };
 
 const struct td_backend *td_backend_cpu(void) {

@@ -240,14 +240,18 @@ static void moe_block(struct fwd *f, int li) {
     const struct td_layer *l = &f->m->layers[li];
     const struct td_ops *op = f->op;
     int n = f->n, D = c->dim, E = c->n_experts, k = c->n_experts_tok, I = c->moe_inter;
-    int hash = c->mlp[li] == TD_MLP_HASH;
+    int hash = c->mlp[li] == TD_MLP_HASH, sh = l->ex_shared;
     op->matmul(f->router, f->xn, W(l->gate), n, D, E, NULL, 0);
     op->moe_route_rows(f->picks, f->weights, f->router, f->rows.input_ids,
                        (enum moe_score)c->score_fn, hash ? NULL : l->gate_bias.data,
                        l->gate_bias.dtype, hash ? l->tid2eid.data : NULL, l->tid2eid.dtype, n, k, E,
-                       c->routed_scaling);
+                       c->routed_scaling, sh);
     struct expert_set ex = {l->ex_w1, l->ex_w3, l->ex_w2, l->ex_dtype};
-    op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k, E, c->swiglu_limit);
+    op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k + sh, E + sh,
+                    c->swiglu_limit);
+    // the shared expert ran there as one more pick of weight 1, added last (expert E), as the
+    // add below would add it; it has its own GEMMs only with biases or another dtype
+    if (sh) return;
     // the shared expert: down(silu(clamp(gate x)) * clamp(up x)), same clamps
     op->matmul(f->g, f->xn, W(l->sh_w1), n, D, I, l->sh_b1.data, l->sh_b1.dtype);
     op->matmul(f->u, f->xn, W(l->sh_w3), n, D, I, l->sh_b3.data, l->sh_b3.dtype);
@@ -374,8 +378,8 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         {(void **)&f->g, N * c->moe_inter * F},
         {(void **)&f->u, N * c->moe_inter * F},
         {(void **)&f->router, N * c->n_experts * F},
-        {(void **)&f->picks, N * c->n_experts_tok * sizeof(int32_t)},
-        {(void **)&f->weights, N * c->n_experts_tok * F},
+        {(void **)&f->picks, N * (c->n_experts_tok + 1) * sizeof(int32_t)}, // + the shared
+        {(void **)&f->weights, N * (c->n_experts_tok + 1) * F},
         {(void **)&f->logits, N * c->vocab * F},
         {(void **)&f->inv_main, (size_t)(half + 1) * F},
         {(void **)&f->inv_comp, (size_t)(half + 1) * F},
@@ -409,8 +413,8 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
                                 N * (size_t)(ent + 1),
                                 attention_smem(hd, keys),
                                 hc_mix_parts((int)N, c->hc_mult, D),
-                                (int)N * c->n_experts_tok,
-                                c->n_experts,
+                                (int)N * (c->n_experts_tok + 1),
+                                c->n_experts + 1,
                                 c->moe_inter,
                                 D};
         b->reserve(&rs);

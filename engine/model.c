@@ -417,6 +417,14 @@ static int check_tid2eid(struct loader *ld, int i) {
     return 0;
 }
 
+/* whether the layer's shared expert can run as routed expert n_experts (the pointer arrays'
+ * last entry): present, without biases, in the routed experts' dtype */
+static int shares_expert(const struct td_layer *l) {
+    enum td_dtype t = l->ex_dtype;
+    return l->sh_w1.data && l->sh_w3.data && l->sh_w2.data && !l->sh_b1.data && !l->sh_b3.data &&
+           !l->sh_b2.data && l->sh_w1.dtype == t && l->sh_w3.dtype == t && l->sh_w2.dtype == t;
+}
+
 /* layer i's tensors (names after the prefixes hf / up) and its routed experts; m->layers,
  * m->expert_views and m->expert_ptrs hold room for it */
 static int bind_layer(struct loader *ld, int i, const char *hf, const char *up) {
@@ -432,19 +440,25 @@ static int bind_layer(struct loader *ld, int i, const char *hf, const char *up) 
     l->w3 = l->w1 + c->n_experts;
     l->w2 = l->w3 + c->n_experts;
     if (load_experts(ld, i, hf, up)) return -1;
-    const void **xp = m->expert_ptrs + (size_t)i * 3 * c->n_experts;
+    int E1 = c->n_experts + 1;
+    const void **xp = m->expert_ptrs + (size_t)i * 3 * E1;
     for (int e = 0; e < c->n_experts; e++) {
         xp[e] = l->w1[e].data;
-        xp[c->n_experts + e] = l->w3[e].data;
-        xp[2 * c->n_experts + e] = l->w2[e].data;
+        xp[E1 + e] = l->w3[e].data;
+        xp[2 * E1 + e] = l->w2[e].data;
         if (l->w1[e].dtype != l->w1[0].dtype || l->w3[e].dtype != l->w1[0].dtype ||
             l->w2[e].dtype != l->w1[0].dtype)
             return fail(ld, "layer %d: routed experts mix dtypes (expert %d)", i, e);
     }
     l->ex_w1 = xp;
-    l->ex_w3 = xp + c->n_experts;
-    l->ex_w2 = xp + 2 * c->n_experts;
+    l->ex_w3 = xp + E1;
+    l->ex_w2 = xp + 2 * E1;
     l->ex_dtype = l->w1[0].dtype;
+    if ((l->ex_shared = shares_expert(l))) {
+        xp[c->n_experts] = l->sh_w1.data;
+        xp[E1 + c->n_experts] = l->sh_w3.data;
+        xp[2 * E1 + c->n_experts] = l->sh_w2.data;
+    }
     return 0;
 }
 
@@ -453,7 +467,7 @@ static int alloc_layers(struct loader *ld) {
     const struct td_config *c = &m->cfg;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     m->expert_views = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof *m->expert_views);
-    m->expert_ptrs = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof *m->expert_ptrs);
+    m->expert_ptrs = calloc((size_t)c->n_layers * (c->n_experts + 1) * 3, sizeof *m->expert_ptrs);
     return m->layers && m->expert_views && m->expert_ptrs ? 0 : fail(ld, "out of memory");
 }
 
@@ -755,7 +769,8 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
         l->w1 = dev->expert_views + (size_t)i * 3 * E;
         l->w3 = l->w1 + E;
         l->w2 = l->w3 + E;
-        const void **ptrs = malloc(3 * E * sizeof *ptrs);
+        size_t E1 = E + 1;
+        const void **ptrs = calloc(3 * E1, sizeof *ptrs);
         if (!ptrs) goto oom;
         for (size_t e = 0; e < E; e++) {
             l->w1[e] = host->layers[i].w1[e];
@@ -768,20 +783,25 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
                 goto fail;
             }
             ptrs[e] = l->w1[e].data;
-            ptrs[E + e] = l->w3[e].data;
-            ptrs[2 * E + e] = l->w2[e].data;
+            ptrs[E1 + e] = l->w3[e].data;
+            ptrs[2 * E1 + e] = l->w2[e].data;
         }
-        const void **dp = dev_alloc(&u, 3 * E * sizeof *dp);
+        l->ex_dtype = TD_DTYPE_BF16;
+        if ((l->ex_shared = shares_expert(l))) { // the shared expert's uploaded copy
+            ptrs[E] = l->sh_w1.data;
+            ptrs[E1 + E] = l->sh_w3.data;
+            ptrs[2 * E1 + E] = l->sh_w2.data;
+        }
+        const void **dp = dev_alloc(&u, 3 * E1 * sizeof *dp);
         if (!dp) {
             free(ptrs);
             goto oom;
         }
-        b->to_device(dp, ptrs, 3 * E * sizeof *dp);
+        b->to_device(dp, ptrs, 3 * E1 * sizeof *dp);
         free(ptrs);
         l->ex_w1 = dp;
-        l->ex_w3 = dp + E;
-        l->ex_w2 = dp + 2 * E;
-        l->ex_dtype = TD_DTYPE_BF16;
+        l->ex_w3 = dp + E1;
+        l->ex_w2 = dp + 2 * E1;
     }
     return 0;
 oom:

@@ -56,10 +56,12 @@ struct td_layer {
     struct td_tensor gate_bias;           /* moe layers: [n_experts] */
     struct td_tensor tid2eid;             /* hash layers: [vocab, n_experts_tok] int */
     struct td_tensor *w1, *w3, *w2;       /* [n_experts] views: [inter, dim] x2, [dim, inter] */
-    const void *const *ex_w1;             /* [n_experts] w1 data pointers, where the */
+    const void *const *ex_w1;             /* [n_experts + 1] w1 data pointers, where the */
     const void *const *ex_w3;             /*   weights live (host, or device for a */
     const void *const *ex_w2;             /*   model uploaded to a device backend) */
     enum td_dtype ex_dtype;               /* one dtype for all routed experts */
+    int ex_shared; /* ex_w* hold the shared expert too, at index n_experts (same dtype, no
+                      biases): it runs in the routed experts' kernels as one more pick */
     struct td_tensor sh_w1, sh_w3, sh_w2; /* shared expert */
     struct td_tensor sh_b1, sh_b3, sh_b2; /* shared expert biases (mlp_bias), else absent */
 };

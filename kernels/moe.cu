@@ -14,7 +14,8 @@ __device__ __forceinline__ float score_of(float z, int fn) {
 
 __global__ void route_kernel(int32_t *picks, float *weights, const float *logits,
                              const int32_t *ids, int fn, const void *bias, int bias_dt,
-                             const void *tid2eid, int tid_dt, int k, int E, float scaling) {
+                             const void *tid2eid, int tid_dt, int k, int E, float scaling,
+                             int shared) {
     PDL_START();
     extern __shared__ float sc[]; // [E] scores, then [E] selection values
     float *sel = sc + E;
@@ -59,21 +60,23 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
     float sum = 0.0f;
     for (int j = 0; j < k; j++)
         sum += sc[p[j]];
+    int kk = k + shared;
     for (int j = 0; j < k; j++) {
-        picks[(size_t)t * k + j] = p[j];
-        weights[(size_t)t * k + j] = sc[p[j]] / (sum + 1e-20f) * scaling;
+        picks[(size_t)t * kk + j] = p[j];
+        weights[(size_t)t * kk + j] = sc[p[j]] / (sum + 1e-20f) * scaling;
     }
+    if (shared) picks[(size_t)t * kk + k] = E, weights[(size_t)t * kk + k] = 1.0f;
 }
 
 extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float *logits,
                                     const int32_t *ids, enum moe_score score_fn, const void *bias,
                                     enum td_dtype bias_dtype, const void *tid2eid,
                                     enum td_dtype tid_dtype, int n, int k, int n_experts,
-                                    float scaling) {
+                                    float scaling, int shared) {
     if (!n) return;
     launch_k(route_kernel, n, 128, 2 * (size_t)n_experts * sizeof(float), td_cuda_stream(), picks,
              weights, logits, ids, score_fn, bias, bias_dtype, tid2eid, tid_dtype, k, n_experts,
-             scaling);
+             scaling, shared);
     LAUNCH_CHECK();
 }
 

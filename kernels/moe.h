@@ -28,13 +28,15 @@ void swiglu_ref(float *y, const float *x, const struct swiglu_weights *w, int n,
                 float limit);
 
 /* Route n rows: hash rows (tid2eid != NULL) take tid2eid[ids[t]] ([vocab, k], I32 or I64);
- * learned rows take the top-k of scores + bias. picks/weights [n, k]. */
+ * learned rows take the top-k of scores + bias. picks/weights [n, k + shared]: with shared = 1
+ * each row's k picks are followed by expert n_experts (the shared expert) with weight 1. */
 void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, const int32_t *ids,
                         enum moe_score score_fn, const void *bias, enum td_dtype bias_dtype,
                         const void *tid2eid, enum td_dtype tid_dtype, int n, int k, int n_experts,
-                        float scaling);
+                        float scaling, int shared);
 
-/* the routed experts: arrays of n_experts weight pointers, one dtype for all */
+/* the routed experts: arrays of n_experts weight pointers, one dtype for all (the shared
+ * expert may be one more, picked by moe_route_rows' shared) */
 struct expert_set {
     const void *const *w1; /* [n_experts] -> [inter, d] gate */
     const void *const *w3; /* [n_experts] -> [inter, d] up */
@@ -53,7 +55,7 @@ void moe_experts_ref(float *out, const float *x, const int32_t *picks, const flo
 void moe_route_rows_cuda(int32_t *picks, float *weights, const float *logits, const int32_t *ids,
                          enum moe_score score_fn, const void *bias, enum td_dtype bias_dtype,
                          const void *tid2eid, enum td_dtype tid_dtype, int n, int k, int n_experts,
-                         float scaling);
+                         float scaling, int shared);
 void moe_experts_cuda(float *out, const float *x, const int32_t *picks, const float *weights,
                       const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                       float limit);

@@ -70,7 +70,8 @@ void swiglu_ref(float *y, const float *x, const struct swiglu_weights *w, int n,
 void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, const int32_t *ids,
                         enum moe_score score_fn, const void *bias, enum td_dtype bias_dtype,
                         const void *tid2eid, enum td_dtype tid_dtype, int n, int k, int n_experts,
-                        float scaling) {
+                        float scaling, int shared) {
+    int kk = k + shared;
     int64_t row[64];
     int p[64];
     for (int t = 0; t < n; t++) {
@@ -85,11 +86,12 @@ void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, con
                     row[j] = v;
                 }
             }
-        moe_route_ref(p, weights + (size_t)t * k, logits + (size_t)t * n_experts, score_fn,
+        moe_route_ref(p, weights + (size_t)t * kk, logits + (size_t)t * n_experts, score_fn,
                       tid2eid ? NULL : bias, bias_dtype, tid2eid ? row : NULL, k, n_experts,
                       scaling);
         for (int j = 0; j < k; j++)
-            picks[(size_t)t * k + j] = p[j];
+            picks[(size_t)t * kk + j] = p[j];
+        if (shared) picks[(size_t)t * kk + k] = n_experts, weights[(size_t)t * kk + k] = 1.0f;
     }
 }
 

@@ -766,40 +766,47 @@ static void test_plan_ops(void) {
     }
     case_end("op/compress_emit", "");
 
-    // router (every score function, hash) and the routed experts on bf16 weights
-    case_begin();
-    {
-        int E = 6, k = 2, D = 48, I = 40;
+    // router (every score function, hash) and the routed experts on bf16 weights; then again
+    // with the shared expert as one more pick (expert E, weight 1)
+    for (int sh = 0; sh < 2; sh++) {
+        case_begin();
+        int E = 6, k = 2, D = 48, I = 40, kk = k + sh;
         float *lg = malloc((size_t)n * E * 4), bias[6];
         fill(lg, (size_t)n * E, 3);
         fill(bias, 6, 0.3f);
         int64_t tid[50 * 2];
         for (int i = 0; i < 100; i++)
             tid[i] = (i * 7 + i / 2) % E;
-        int32_t ph[16 * 2], pg[16 * 2];
-        float wh[16 * 2], wg[16 * 2];
+        int32_t ph[16 * 3], pg[16 * 3];
+        float wh[16 * 3], wg[16 * 3];
         int32_t *dpk = gpu->alloc(sizeof pg);
         float *dwt = gpu->alloc(sizeof wg), *dlg = dev_copy(lg, (size_t)n * E * 4);
         for (int fn = 0; fn < 4; fn++) {
             int hash = fn == 3;
             enum moe_score sf = (enum moe_score)(hash ? 0 : fn);
             moe_route_rows_ref(ph, wh, lg, p.input_ids, sf, hash ? NULL : bias, TD_DTYPE_F32,
-                               hash ? tid : NULL, TD_DTYPE_I64, n, k, E, 1.5f);
-            moe_route_rows_cuda(
-                dpk, dwt, dlg, rd.input_ids, sf, hash ? NULL : dev_copy(bias, sizeof bias),
-                TD_DTYPE_F32, hash ? dev_copy(tid, sizeof tid) : NULL, TD_DTYPE_I64, n, k, E, 1.5f);
-            gpu->to_host(pg, dpk, (size_t)n * k * 4);
-            gpu->to_host(wg, dwt, (size_t)n * k * 4);
-            CHECK(!memcmp(pg, ph, (size_t)n * k * 4), "route %d: picks differ", fn);
-            CHECK(max_rel(wg, wh, (size_t)n * k) < 1e-5, "route %d: weights differ", fn);
+                               hash ? tid : NULL, TD_DTYPE_I64, n, k, E, 1.5f, sh);
+            moe_route_rows_cuda(dpk, dwt, dlg, rd.input_ids, sf,
+                                hash ? NULL : dev_copy(bias, sizeof bias), TD_DTYPE_F32,
+                                hash ? dev_copy(tid, sizeof tid) : NULL, TD_DTYPE_I64, n, k, E,
+                                1.5f, sh);
+            gpu->to_host(pg, dpk, (size_t)n * kk * 4);
+            gpu->to_host(wg, dwt, (size_t)n * kk * 4);
+            CHECK(!memcmp(pg, ph, (size_t)n * kk * 4), "route %d: picks differ", fn);
+            CHECK(max_rel(wg, wh, (size_t)n * kk) < 1e-5, "route %d: weights differ", fn);
+            for (int t = 0; sh && t < n; t++)
+                CHECK(ph[t * kk + k] == E && wh[t * kk + k] == 1.0f,
+                      "route %d: row %d's shared pick is %d (weight %g)", fn, t, ph[t * kk + k],
+                      wh[t * kk + k]);
         }
-        uint16_t *w1 = malloc((size_t)E * I * D * 2), *w3 = malloc((size_t)E * I * D * 2);
-        uint16_t *w2 = malloc((size_t)E * D * I * 2);
-        for (int i = 0; i < E * I * D; i++)
+        int NE = E + sh; // the shared expert is expert E
+        uint16_t *w1 = malloc((size_t)NE * I * D * 2), *w3 = malloc((size_t)NE * I * D * 2);
+        uint16_t *w2 = malloc((size_t)NE * D * I * 2);
+        for (int i = 0; i < NE * I * D; i++)
             w1[i] = bf16(frand() * 0.2f), w3[i] = bf16(frand() * 0.2f),
             w2[i] = bf16(frand() * 0.2f);
-        const void *p1[6], *p3[6], *p2[6], *q1[6], *q3[6], *q2[6];
-        for (int e = 0; e < E; e++) {
+        const void *p1[7], *p3[7], *p2[7], *q1[7], *q3[7], *q2[7];
+        for (int e = 0; e < NE; e++) {
             p1[e] = w1 + (size_t)e * I * D, p3[e] = w3 + (size_t)e * I * D,
             p2[e] = w2 + (size_t)e * D * I;
             q1[e] = dev_copy(p1[e], (size_t)I * D * 2), q3[e] = dev_copy(p3[e], (size_t)I * D * 2);
@@ -808,21 +815,21 @@ static void test_plan_ops(void) {
         float *x = malloc((size_t)n * D * 4), *yh = malloc((size_t)n * D * 4);
         fill(x, (size_t)n * D, 2);
         struct expert_set eh = {p1, p3, p2, TD_DTYPE_BF16};
-        moe_experts_ref(yh, x, ph, wh, &eh, n, D, I, k, E, 0.5f);
+        moe_experts_ref(yh, x, ph, wh, &eh, n, D, I, kk, NE, 0.5f);
         struct expert_set ed = {dev_copy(q1, sizeof q1), dev_copy(q3, sizeof q3),
                                 dev_copy(q2, sizeof q2), TD_DTYPE_BF16};
         float *dy = dev_out((size_t)n * D), *dx = dev_copy(x, (size_t)n * D * 4);
         // the small-step tiles (tensor cores), then batch-invariant mode's fp32 tiles
         for (int det = 0; det < 2; det++) {
             moe_cuda_set_deterministic(det);
-            moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, 0.5f);
+            moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, kk, NE, 0.5f);
             float *yg = fetch(dy, (size_t)n * D, "moe_experts");
             CHECK(max_rel(yg, yh, (size_t)n * D) < 1e-4, "experts (%s tiles) rel err %.3g",
                   det ? "fp32" : "tensor-core", max_rel(yg, yh, (size_t)n * D));
             for (int r = 0; r < n; r++) { // a row's bits alone are its bits in the step
                 float *d1 = dev_out((size_t)D);
-                moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * k, dwt + r * k, &ed, 1, D, I, k,
-                                 E, 0.5f);
+                moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * kk, dwt + r * kk, &ed, 1, D, I,
+                                 kk, NE, 0.5f);
                 float *g1 = fetch(d1, (size_t)D, "moe_experts row");
                 CHECK(!memcmp(g1, yg + (size_t)r * D, (size_t)D * 4),
                       "experts (%s tiles): row %d differs from the row alone",
@@ -834,8 +841,8 @@ static void test_plan_ops(void) {
         }
         moe_cuda_set_deterministic(0);
         free(lg), free(w1), free(w3), free(w2), free(x), free(yh);
+        case_end(sh ? "op/moe_route_experts_shared" : "op/moe_route_experts", "");
     }
-    case_end("op/moe_route_experts", "");
 #undef DEV
     free(iq), free(iw), free(ik), free(q), free(kv), free(swa), free(ent), free(out);
     meta_plan_free(&p);
