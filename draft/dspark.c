@@ -323,12 +323,11 @@ static float sigmoid(double z) {
 /* the Markov chain of a greedy round on the backend (kernels/markov.h), over the block
  * forward's logits and hc_head rows still there: q is one-hot at each draft and not written,
  * and the host waits once, for the drafts */
-static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
-                        size_t errlen) {
-    const struct td_backend *b = d->b;
-    const struct td_model *m = d->run;
+/* the chain's inputs (anchor, k, n_drafts = 0 per drafting sequence), queued at the start of
+ * the round: the copy lands while the host still builds the insertion, not between the block
+ * forward and the chain */
+static void chain_inputs(struct draft_dspark *d, const struct dspark_seq *seqs, int nb) {
     size_t S = (size_t)d->max_seqs;
-    int g = d->cfg.block;
     int32_t *h = d->mk_host;
     for (int i = 0; i < nb; i++) {
         const struct dspark_seq *q = &seqs[d->live[i]];
@@ -336,7 +335,16 @@ static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb,
         h[S + i] = q->k;
         h[2 * S + i] = 0; // n_drafts
     }
-    b->to_device(d->mk, h, 3 * S * sizeof(int32_t));
+    d->b->to_device(d->mk, h, 3 * S * sizeof(int32_t));
+}
+
+static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
+                        size_t errlen) {
+    const struct td_backend *b = d->b;
+    const struct td_model *m = d->run;
+    size_t S = (size_t)d->max_seqs;
+    int g = d->cfg.block;
+    int32_t *h = d->mk_host;
     int32_t *nd = d->mk + 2 * S, *tok = nd + S;
     struct markov_args a = {.U = td_forward_logits(&d->st),
                             .y = d->y,
@@ -421,26 +429,29 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
     }
     for (int s = 0; s < n_seq; s++)
         seqs[s].n_drafts = 0, seqs[s].dev_drafts = NULL;
+    // the sequences that draft, and whether the round is greedy (drafted on the backend;
+    // sampled rounds draft on the host)
+    int nb = 0;
+    for (int s = 0; s < n_seq; s++)
+        if (seqs[s].k >= 1) d->live[nb++] = s;
+    d->n_round = nb;
+    int greedy = nb && !d->chain;
+    for (int i = 0; i < nb && greedy; i++)
+        greedy = seqs[d->live[i]].sampling->temperature <= 0.0f;
     if (b->mark) b->mark("draft");
+    if (greedy) chain_inputs(d, seqs, nb);
     if (insert(d, seqs, n_seq, err, errlen)) return -1;
     if (b->mark) b->mark("insert");
+    if (!nb) return 0;
     // the block forward of every sequence that drafts: [anchor, noise...] after its context
-    int nb = 0;
-    for (int s = 0; s < n_seq; s++) {
-        struct dspark_seq *q = &seqs[s];
-        if (q->k < 1) continue;
-        int32_t *ids = d->blk_ids + (size_t)nb * g;
+    for (int i = 0; i < nb; i++) {
+        const struct dspark_seq *q = &seqs[d->live[i]];
+        int32_t *ids = d->blk_ids + (size_t)i * g;
         ids[0] = q->anchor;
         for (int j = 1; j < g; j++)
             ids[j] = d->cfg.noise;
-        d->seqs[nb] = (struct td_plan_seq){q->slot, q->pos0 + q->n, g, ids, 0, 1};
-        d->live[nb++] = s;
+        d->seqs[i] = (struct td_plan_seq){q->slot, q->pos0 + q->n, g, ids, 0, 1};
     }
-    d->n_round = nb;
-    if (!nb) return 0;
-    int greedy = !d->chain; // greedy rounds draft on the backend, sampled ones on the host
-    for (int i = 0; i < nb && greedy; i++)
-        greedy = seqs[d->live[i]].sampling->temperature <= 0.0f;
     struct td_forward_io io = {.hc_out = d->y}; // the Markov and confidence heads' rows
     if (meta_plan_build(&d->plan, d->seqs, nb, err, errlen) ||
         td_forward_ex(m, &d->st, &d->plan, &io, greedy ? NULL : d->U, NULL, err, errlen))

@@ -14,51 +14,53 @@
 
 namespace cg = cooperative_groups;
 
-#define MK_VPW     8 /* vocabulary entries per warp: 64 per block */
 #define MK_MAX_R   256
 #define MK_THREADS 256
-#define MK_CHUNK   (MK_VPW * MK_THREADS / 32)
-#define MK_MAX_G   32 /* slots */
+#define MK_CHUNK   MK_THREADS /* vocabulary entries per block */
+#define MK_MAX_G   32         /* slots */
 
-/* the argmax key of chunk c of z = U[row] + W2 . e (e in shared memory; u: the chunk's 64
- * entries of U[row]) over the block, and whether an entry is not finite; valid in thread 0 */
-template <typename T2>
+/* e . W2[v] for one vocabulary entry, over the rank in order: eight bf16 at a time from one
+ * 16-byte load when the rows allow (VEC), else one element at a time (all loads independent) */
+template <typename T2, bool VEC>
+__device__ __forceinline__ float row_dot(const T2 *w, const float *e, int r) {
+    float acc = 0.0f;
+    if constexpr (VEC) {
+        for (int t0 = 0; t0 < r; t0 += 8) {
+            uint4 q = *(const uint4 *)(w + t0);
+            const __nv_bfloat162 *h = (const __nv_bfloat162 *)&q;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                float2 f = __bfloat1622float2(h[u]);
+                acc += e[t0 + 2 * u] * f.x;
+                acc += e[t0 + 2 * u + 1] * f.y;
+            }
+        }
+    } else {
+        for (int t = 0; t < r; t++)
+            acc += e[t] * as_f32(w[t]);
+    }
+    return acc;
+}
+
+/* the argmax key of chunk c of z = U[row] + W2 . e (e in shared memory; u: the chunk's
+ * MK_CHUNK entries of U[row]) over the block, and whether an entry is not finite; valid in
+ * thread 0. A thread per entry: its dot needs no shuffles (a warp per 8 entries, lanes over the
+ * rank, took 1.4 us a chunk in butterflies) */
+template <typename T2, bool VEC>
 __device__ unsigned long long chunk_best(const struct markov_args &a, const float *e,
                                          const float *u, int c, int *bad_out) {
     __shared__ unsigned long long wbest[MK_THREADS / 32];
     __shared__ int wbad[MK_THREADS / 32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // each warp scores MK_VPW entries: lanes stride W2's rows (coalesced), and the loads of all
-    // MK_VPW rows are made before the first sum (from the second slot on, from L1)
-    int v0 = c * MK_CHUNK + warp * MK_VPW;
-    float acc[MK_VPW];
-#pragma unroll
-    for (int q = 0; q < MK_VPW; q++)
-        acc[q] = 0.0f;
-    for (int t0 = 0; t0 < a.r; t0 += 32) {
-        int t = t0 + lane;
-        float w[MK_VPW];
-#pragma unroll
-        for (int q = 0; q < MK_VPW; q++)
-            w[q] = t < a.r && v0 + q < a.V ? as_f32(((const T2 *)a.w2)[(size_t)(v0 + q) * a.r + t])
-                                           : 0.0f;
-        float et = t < a.r ? e[t] : 0.0f;
-#pragma unroll
-        for (int q = 0; q < MK_VPW; q++)
-            acc[q] += et * w[q];
-    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, v = c * MK_CHUNK + threadIdx.x;
     unsigned long long best = 0;
     int bad = 0;
-#pragma unroll
-    for (int q = 0; q < MK_VPW; q++) {
-        float dot = warp_sum(acc[q]);
-        if (v0 + q < a.V) {
-            float z = u[warp * MK_VPW + q] + dot;
-            bad |= !isfinite(z);
-            unsigned long long key = argmax_key(z, v0 + q);
-            best = key > best ? key : best;
-        }
+    if (v < a.V) {
+        float z = u[threadIdx.x] + row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v * a.r, e, a.r);
+        bad = !isfinite(z);
+        best = argmax_key(z, v);
     }
+    best = warp_max_key(best);
+    bad = __any_sync(0xffffffffu, bad);
     __syncthreads(); // wbest / wbad of the previous chunk are read
     if (!lane) wbest[warp] = best, wbad[warp] = bad;
     __syncthreads();
@@ -71,7 +73,8 @@ __device__ unsigned long long chunk_best(const struct markov_args &a, const floa
     return best;
 }
 
-template <typename T1, typename T2> __global__ void markov_chain_kernel(struct markov_args a) {
+template <typename T1, typename T2, bool VEC>
+__global__ void markov_chain_kernel(struct markov_args a) {
     PDL_START();
     cg::grid_group grid = cg::this_grid();
     __shared__ float e[MK_MAX_R], ydot[MK_MAX_G], us[MK_MAX_G * MK_CHUNK];
@@ -106,7 +109,7 @@ template <typename T1, typename T2> __global__ void markov_chain_kernel(struct m
                 int b;
                 const float *u =
                     own ? us + j * MK_CHUNK : a.U + (size_t)row * a.V + (size_t)c * MK_CHUNK;
-                unsigned long long k = chunk_best<T2>(a, e, u, c, &b);
+                unsigned long long k = chunk_best<T2, VEC>(a, e, u, c, &b);
                 best = k > best ? k : best;
                 bad |= b;
             }
@@ -146,17 +149,17 @@ template <typename T1, typename T2> __global__ void markov_chain_kernel(struct m
 }
 
 /* the blocks of the chunk-group dimension: every chunk its own block when the whole grid fits
- * on the GPU at once (a cooperative launch must), else as many as fit per sequence. Fewer,
- * fuller blocks are slower: at batch 1 on tandem-tiny, 128 blocks of one chunk 38 us per
- * chain, 32 blocks of four 60 us, 8 of sixteen 149 us (TD_TIMELINE). */
-template <typename T1, typename T2> static void launch(const struct markov_args *a) {
+ * on the GPU at once (a cooperative launch must), else as many as fit per sequence. (With 64
+ * entries a chunk and a warp per 8 entries, fewer, fuller blocks were slower: at batch 1 on
+ * tandem-tiny, 128 blocks of one chunk 38 us per chain, 32 of four 60 us, 8 of sixteen 149 us.) */
+template <typename T1, typename T2, bool VEC> static void launch_vec(const struct markov_args *a) {
     static int resident;
     if (!resident) {
         int dev, sms, per_sm;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, markov_chain_kernel<T1, T2>, MK_THREADS, 0));
+            &per_sm, markov_chain_kernel<T1, T2, VEC>, MK_THREADS, 0));
         resident = sms * per_sm;
     }
     int groups = ceil_div(a->V, MK_CHUNK), fit = resident / a->n;
@@ -179,24 +182,26 @@ template <typename T1, typename T2> static void launch(const struct markov_args 
     cfg.stream = td_cuda_stream();
     cfg.attrs = at;
     cfg.numAttrs = pdl_refused ? 1 : 2;
-    cudaError_t rc = cudaLaunchKernelEx(&cfg, markov_chain_kernel<T1, T2>, *a);
+    cudaError_t rc = cudaLaunchKernelEx(&cfg, markov_chain_kernel<T1, T2, VEC>, *a);
     if (rc != cudaSuccess && cfg.numAttrs == 2) {
         (void)cudaGetLastError();
         pdl_refused = 1;
         cfg.numAttrs = 1;
-        rc = cudaLaunchKernelEx(&cfg, markov_chain_kernel<T1, T2>, *a);
+        rc = cudaLaunchKernelEx(&cfg, markov_chain_kernel<T1, T2, VEC>, *a);
     }
     CUDA_CHECK(rc);
     LAUNCH_CHECK();
 }
 
 template <typename T1> static void launch_w2(const struct markov_args *a) {
-    if (a->w2_dtype == TD_DTYPE_BF16)
-        launch<T1, __nv_bfloat16>(a);
+    if (a->w2_dtype == TD_DTYPE_BF16 && a->r % 8 == 0 && (uintptr_t)a->w2 % 16 == 0)
+        launch_vec<T1, __nv_bfloat16, true>(a);
+    else if (a->w2_dtype == TD_DTYPE_BF16)
+        launch_vec<T1, __nv_bfloat16, false>(a);
     else if (a->w2_dtype == TD_DTYPE_F16)
-        launch<T1, __half>(a);
+        launch_vec<T1, __half, false>(a);
     else
-        launch<T1, float>(a);
+        launch_vec<T1, float, false>(a);
 }
 
 extern "C" void markov_greedy_cuda(const struct markov_args *a) {
