@@ -54,6 +54,7 @@ static const struct td_backend cpu = {
     cpu_alloc,
     cpu_release,
     cpu_copy,
+    NULL,
 };
 
 const struct td_backend *td_backend_cpu(void) {

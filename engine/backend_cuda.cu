@@ -308,5 +308,6 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
     cuda_backend.alloc_host = cu_alloc_host;
     cuda_backend.release_host = cu_release_host;
     cuda_backend.to_host_queued = cu_to_host_queued;
+    cuda_backend.moe_fold_shared = moe_cuda_fold_shared;
     return &cuda_backend;
 }

@@ -240,7 +240,8 @@ static void moe_block(struct fwd *f, int li) {
     const struct td_layer *l = &f->m->layers[li];
     const struct td_ops *op = f->op;
     int n = f->n, D = c->dim, E = c->n_experts, k = c->n_experts_tok, I = c->moe_inter;
-    int hash = c->mlp[li] == TD_MLP_HASH, sh = l->ex_shared;
+    int hash = c->mlp[li] == TD_MLP_HASH;
+    int sh = l->ex_shared && (!f->b->moe_fold_shared || f->b->moe_fold_shared(n * (k + 1)));
     op->matmul(f->router, f->xn, W(l->gate), n, D, E, NULL, 0);
     op->moe_route_rows(f->picks, f->weights, f->router, f->rows.input_ids,
                        (enum moe_score)c->score_fn, hash ? NULL : l->gate_bias.data,
@@ -250,7 +251,9 @@ static void moe_block(struct fwd *f, int li) {
     op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k + sh, E + sh,
                     c->swiglu_limit);
     // the shared expert ran there as one more pick of weight 1, added last (expert E), as the
-    // add below would add it; it has its own GEMMs only with biases or another dtype
+    // add below would add it; it has its own GEMMs with biases, another dtype, or in steps the
+    // backend runs faster so (moe_fold_shared: a tandem-tiny verify step of 16 sequences took
+    // the routed experts' fp32 tiles for it, and DSpark at batch 16 went from 1.16x to 0.99x)
     if (sh) return;
     // the shared expert: down(silu(clamp(gate x)) * clamp(up x)), same clamps
     op->matmul(f->g, f->xn, W(l->sh_w1), n, D, I, l->sh_b1.data, l->sh_b1.dtype);

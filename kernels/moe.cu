@@ -340,6 +340,10 @@ extern "C" void moe_cuda_reserve(int entries, int experts, int inter, int dim) {
     ensure_grouped(entries, experts, inter, dim);
 }
 
+extern "C" int moe_cuda_fold_shared(int entries) {
+    return moe_deterministic || entries <= MOE_SMALL_ENTRIES;
+}
+
 extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *picks,
                                  const float *weights, const struct expert_set *ex, int n, int d,
                                  int inter, int k, int n_experts, float limit) {

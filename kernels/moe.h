@@ -62,6 +62,11 @@ void moe_experts_cuda(float *out, const float *x, const int32_t *picks, const fl
 /* batch-invariant mode: every step's experts take the one fp32 tile form (a row's result
  * never depends on the step's size); otherwise small steps run on tensor cores */
 void moe_cuda_set_deterministic(int on);
+/* whether a step of `entries` (row, pick) entries, the shared expert's included, had better
+ * run the shared expert among the routed ones: when they take the tensor-core tiles (a larger
+ * step's shared expert is a dense GEMM), and always in batch-invariant mode (one form for every
+ * step size) */
+int moe_cuda_fold_shared(int entries);
 
 #ifdef __cplusplus
 }
