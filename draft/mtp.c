@@ -86,7 +86,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     d->ord = malloc((size_t)max_seqs * sizeof(int));
     size_t chain_words = (size_t)max_seqs * (2 + (max_k > 0 ? max_k : 1));
     d->chain = b->alloc(chain_words * sizeof(int32_t));
-    d->chain_host = calloc(chain_words, sizeof(int32_t));
+    d->chain_host = b->alloc_host(chain_words * sizeof(int32_t)); // queued copies land here
     if (!d->chain || !d->chain_host) {
         snprintf(err, errlen, "mtp: out of memory for the chain's buffers");
         goto fail;
@@ -111,7 +111,7 @@ void draft_mtp_free(struct draft_mtp *d) {
     void *bufs[] = {d->hidden, d->h_in, d->h_out, d->x, d->tmp, d->e, d->ids_dev, d->chain};
     for (int i = 0; i < 8; i++)
         if (bufs[i]) b->release(bufs[i]);
-    free(d->chain_host);
+    if (d->chain_host) b->release_host(d->chain_host);
     free(d->logits);
     free(d->p);
     free(d->ids);
@@ -216,6 +216,9 @@ static int device_chain(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, i
         seqs[d->ord[i]].n_drafts = k;
     }
     d->n_round = n_seq;
+    // the drafts come to the host behind the chain, so that collecting them after the verify
+    // step (which drains the queue) waits for nothing more
+    b->to_host_queued(d->chain_host, d->chain, (S + S * K) * sizeof(int32_t)); // n_drafts | tok
     d->pending = 1;
     return 0;
 }
@@ -223,11 +226,9 @@ static int device_chain(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, i
 int draft_mtp_collect(struct draft_mtp *d, struct mtp_rows *seqs, char *err, size_t errlen) {
     if (!d->pending) return 0;
     d->pending = 0;
-    const struct td_backend *b = d->b;
     size_t S = (size_t)d->max_seqs, K = (size_t)d->max_k;
-    b->to_host(d->chain_host, d->chain, (S + S * K) * sizeof(int32_t)); // n_drafts | tok
-    if (b->finish(err, errlen)) return -1;
-    for (int i = 0; i < d->n_round; i++) { // row i: sequence ord[i] (device_chain)
+    if (d->b->finish(err, errlen)) return -1; // the queued copy has landed (at once after a step)
+    for (int i = 0; i < d->n_round; i++) {    // row i: sequence ord[i] (device_chain)
         struct mtp_rows *q = &seqs[d->ord[i]];
         q->n_drafts = d->chain_host[i];
         memcpy(q->drafts, d->chain_host + S + (size_t)i * K, (size_t)q->n_drafts * sizeof(int32_t));
