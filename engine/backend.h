@@ -36,6 +36,7 @@ struct td_reserve {
     size_t hc_parts;  /* hc mix chunk parts (hc_mix_parts) */
     int moe_entries;  /* rows x experts per token */
     int moe_experts, moe_inter, moe_dim;
+    int rows; /* rows of a step (per-row scratch: argmax_rows) */
 };
 
 struct td_ops {

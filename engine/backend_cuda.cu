@@ -243,6 +243,7 @@ extern "C" void indexer_cuda_reserve(size_t score_elems);
 extern "C" void attention_cuda_reserve(size_t smem);
 extern "C" void moe_cuda_reserve(int entries, int experts, int inter, int dim);
 extern "C" void hc_cuda_reserve(size_t parts);
+extern "C" void argmax_rows_cuda_reserve(int rows);
 
 static void cu_reserve(const struct td_reserve *r) {
     matmul_cuda_reserve(r->gemm_x);
@@ -250,6 +251,7 @@ static void cu_reserve(const struct td_reserve *r) {
     attention_cuda_reserve(r->attn_smem);
     moe_cuda_reserve(r->moe_entries, r->moe_experts, r->moe_inter, r->moe_dim);
     hc_cuda_reserve(r->hc_parts);
+    argmax_rows_cuda_reserve(r->rows);
 }
 
 static void cu_set_deterministic(int on) {

@@ -419,7 +419,8 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
                                 (int)N * (c->n_experts_tok + 1),
                                 c->n_experts + 1,
                                 c->moe_inter,
-                                D};
+                                D,
+                                (int)N};
         b->reserve(&rs);
     }
     return 0;

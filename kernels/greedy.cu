@@ -45,17 +45,23 @@ __global__ void argmax_rows_kernel(int32_t *ids, const float *x, int V, unsigned
         ids[i] = bad ? -1 : argmax_key_index(best);
 }
 
+/* the per-row scratch (zeroed), grown only: sized at start-up by the backend's reserve for the
+ * widest step, so a step never allocates; a direct caller past it grows it here (never inside
+ * a capture: steps call the op eagerly) */
+extern "C" void argmax_rows_cuda_reserve(int rows) {
+    if (rows <= ar_rows) return;
+    ar_rows = rows > 2 * ar_rows ? rows : 2 * ar_rows;
+    CUDA_CHECK(cudaMalloc(&ar_key, (size_t)ar_rows * sizeof *ar_key));
+    CUDA_CHECK(cudaMalloc(&ar_bad, (size_t)ar_rows * sizeof *ar_bad));
+    CUDA_CHECK(cudaMalloc(&ar_done, (size_t)ar_rows * sizeof *ar_done));
+    CUDA_CHECK(cudaMemset(ar_key, 0, (size_t)ar_rows * sizeof *ar_key));
+    CUDA_CHECK(cudaMemset(ar_bad, 0, (size_t)ar_rows * sizeof *ar_bad));
+    CUDA_CHECK(cudaMemset(ar_done, 0, (size_t)ar_rows * sizeof *ar_done));
+}
+
 extern "C" void argmax_rows_cuda(int32_t *ids, const float *x, int n, int V) {
     if (!n) return;
-    if (n > ar_rows) { // grow only (zeroed scratch), never inside a capture: steps call it eagerly
-        ar_rows = n > 2 * ar_rows ? n : 2 * ar_rows;
-        CUDA_CHECK(cudaMalloc(&ar_key, (size_t)ar_rows * sizeof *ar_key));
-        CUDA_CHECK(cudaMalloc(&ar_bad, (size_t)ar_rows * sizeof *ar_bad));
-        CUDA_CHECK(cudaMalloc(&ar_done, (size_t)ar_rows * sizeof *ar_done));
-        CUDA_CHECK(cudaMemset(ar_key, 0, (size_t)ar_rows * sizeof *ar_key));
-        CUDA_CHECK(cudaMemset(ar_bad, 0, (size_t)ar_rows * sizeof *ar_bad));
-        CUDA_CHECK(cudaMemset(ar_done, 0, (size_t)ar_rows * sizeof *ar_done));
-    }
+    argmax_rows_cuda_reserve(n);
     launch_k(argmax_rows_kernel, dim3(ceil_div(V, AR_SPAN), n), 256, 0, td_cuda_stream(), ids, x, V,
              ar_key, ar_bad, ar_done);
     LAUNCH_CHECK();
