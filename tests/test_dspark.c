@@ -13,7 +13,8 @@
  *   greedy drafts                      the same tokens; confidences within 1e-4
  *   a sampled chain (T = 1, forced)    q = softmax(Z_ref) within 1e-5 per entry; confidences
  * Also: a round stores nothing (the committed length stays), rows inserted in pieces give the
- * same round as all at once, and a confidence threshold cuts before the first slot under it.
+ * same round as all at once, a confidence threshold cuts before the first slot under it, and a
+ * sequence drafted in a batch, its rows moved down over rejected ones, drafts as it does alone.
  */
 #include <jansson.h>
 #include <math.h>
@@ -66,6 +67,62 @@ static int argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[a]) a = i;
     return a;
+}
+
+/* two sequences drafted in one call, the second one's committed rows lying in the capture
+ * buffer after two rejected rows (so the insertion moves them down over their own range, row by
+ * row), give the second the same greedy drafts and confidences, bit for bit, as drafting it
+ * alone (the CPU ops are batch-invariant) */
+static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *ids, int n) {
+    char err[512], name[160];
+    case_begin();
+    const struct td_model *m = &f->m;
+    int V = m->cfg.vocab, nA = n / 2, nB = n, cB = nA + 2;
+    struct draft_dspark *d2 = NULL, *d1 = NULL;
+    CHECK(!draft_dspark_init(&d2, ddir, m, m, td_backend_cpu(), 2, 512, 512, 0.0f, 0,
+                             (size_t)1 << 30, err, sizeof err) &&
+              !draft_dspark_init(&d1, ddir, m, m, td_backend_cpu(), 1, 512, 512, 0.0f, 0,
+                                 (size_t)1 << 30, err, sizeof err),
+          "%s", err);
+    if (d1 && d2) {
+        const struct dspark_config *dc = draft_dspark_config(d2);
+        int g = dc->block;
+        size_t CW = (size_t)dc->n_capture * m->cfg.dim, row = CW * sizeof(float);
+        float *last = malloc((size_t)V * sizeof(float));
+        float *rows = malloc((size_t)(cB + nB) * row);
+        // A's captured rows at 0, two rejected rows of noise, then B's
+        CHECK(!target_pass(m, d2, ids, nA, last, err, sizeof err), "%s", err);
+        memcpy(rows, draft_dspark_capture(d2), (size_t)nA * row);
+        int aA = argmax(last, V);
+        for (size_t i = 0; i < 2 * CW; i++)
+            rows[(size_t)nA * CW + i] = (float)(i % 7) - 3.0f;
+        CHECK(!target_pass(m, d2, ids, nB, last, err, sizeof err), "%s", err);
+        memcpy(rows + (size_t)cB * CW, draft_dspark_capture(d2), (size_t)nB * row);
+        int aB = argmax(last, V);
+        memcpy(draft_dspark_capture(d2), rows, (size_t)(cB + nB) * row);
+        memcpy(draft_dspark_capture(d1), rows + (size_t)cB * CW, (size_t)nB * row);
+        struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+        int32_t dA[DSPARK_MAX_BLOCK], dB[DSPARK_MAX_BLOCK], d1B[DSPARK_MAX_BLOCK];
+        float cA[DSPARK_MAX_BLOCK], cBf[DSPARK_MAX_BLOCK], c1B[DSPARK_MAX_BLOCK];
+        float *q = malloc((size_t)g * V * sizeof(float));
+        struct dspark_seq two[2] = {{0, 0, nA, 0, aA, g, &greedy, dA, q, cA, 0, NULL},
+                                    {1, 0, nB, cB, aB, g, &greedy, dB, q, cBf, 0, NULL}};
+        struct dspark_seq one = {0, 0, nB, 0, aB, g, &greedy, d1B, q, c1B, 0, NULL};
+        CHECK(!check_case_failed && !draft_dspark_run(d2, two, 2, err, sizeof err), "%s", err);
+        CHECK(!check_case_failed && !draft_dspark_run(d1, &one, 1, err, sizeof err), "%s", err);
+        CHECK(two[1].n_drafts == one.n_drafts, "%d drafts in the batch, %d alone", two[1].n_drafts,
+              one.n_drafts);
+        for (int j = 0; j < one.n_drafts && !check_case_failed; j++)
+            CHECK(dB[j] == d1B[j] && cBf[j] == c1B[j],
+                  "slot %d: draft %d (confidence %.7f) in the batch, %d (%.7f) alone", j, dB[j],
+                  cBf[j], d1B[j], c1B[j]);
+        free(last), free(rows), free(q);
+    }
+    draft_dspark_free(d1);
+    draft_dspark_free(d2);
+    snprintf(name, sizeof name, "dspark/%s/batch_with_moved_rows_equals_alone",
+             f->dir + strlen("tests/fixtures/"));
+    case_end(name, "");
 }
 
 static void run_fixture(const char *dir) {
@@ -215,6 +272,7 @@ static void run_fixture(const char *dir) {
         snprintf(name, sizeof name, "dspark/%s/%s_threshold_cuts_before_first_low_slot",
                  dir + strlen("tests/fixtures/"), cname);
         case_end(name, "");
+        if (!strcmp(cname, "long")) batch_equals_alone(&f, ddir ? ddir : dpath, ids, n);
     }
     free(last);
     free(q);
