@@ -313,8 +313,8 @@ static int insert(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, ch
     return td_forward_store_kv(m, &d->st, &d->plan, d->capture, err, errlen);
 }
 
-static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, int landed,
-                         char *err, size_t errlen);
+static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
+                         size_t errlen);
 
 static float sigmoid(double z) {
     return (float)(1.0 / (1.0 + exp(-z)));
@@ -368,15 +368,15 @@ static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb,
                             .bad = d->bad};
     b->ops.markov_greedy(&a);
     if (b->mark) b->mark("markov");
-    if (!d->defer) return chain_results(d, seqs, nb, 0, err, errlen);
+    // the results come to the host behind the chain: deferred, collecting them after the
+    // verify step (which drains the queue) waits for nothing more
+    b->to_host_queued(h + 2 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
+    if (!d->defer) return chain_results(d, seqs, nb, err, errlen);
     for (int i = 0; i < nb; i++) { // the drafts stay where the next verify step reads them
         struct dspark_seq *q = &seqs[d->live[i]];
         q->dev_drafts = tok + (size_t)i * g;
         q->n_drafts = q->k;
     }
-    // and come to the host behind the chain, so that collecting them after the verify step
-    // (which drains the queue) waits for nothing more
-    b->to_host_queued(h + 2 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
     d->pending = 1;
     return 0;
 }
@@ -385,26 +385,21 @@ int draft_dspark_collect(struct draft_dspark *d, struct dspark_seq *seqs, char *
                          size_t errlen) {
     if (!d->pending) return 0;
     d->pending = 0;
-    if (d->b->finish(err, errlen)) return -1; // the queued copy has landed (at once after a step)
-    return chain_results(d, seqs, d->n_round, 1, err, errlen);
+    return chain_results(d, seqs, d->n_round, err, errlen);
 }
 
 void draft_dspark_defer(struct draft_dspark *d, int on) {
     d->defer = on;
 }
 
-/* a greedy round's drafts, counts and confidences to the host (waits for the round), or, with
- * landed set, read where a queued copy put them */
-static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, int landed,
-                         char *err, size_t errlen) {
-    const struct td_backend *b = d->b;
+/* a greedy round's drafts, counts and confidences, once the queued copy has landed (waits for
+ * the round; at once after a step) */
+static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
+                         size_t errlen) {
     size_t S = (size_t)d->max_seqs;
     int g = d->cfg.block;
-    int32_t *h = d->mk_host, *nd = d->mk + 2 * S;
-    if (!landed) {
-        b->to_host(h + 2 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
-        if (b->finish(err, errlen)) return -1;
-    }
+    int32_t *h = d->mk_host;
+    if (d->b->finish(err, errlen)) return -1;
     const int32_t *h_nd = h + 2 * S, *h_tok = h_nd + S;
     const float *h_conf = (const float *)(h_tok + S * g);
     for (int i = 0; i < nb; i++) {

@@ -417,12 +417,18 @@ static int check_tid2eid(struct loader *ld, int i) {
     return 0;
 }
 
-/* whether the layer's shared expert can run as routed expert n_experts (the pointer arrays'
- * last entry): present, without biases, in the routed experts' dtype */
-static int shares_expert(const struct td_layer *l) {
+/* the layer's shared expert as routed expert E, the last entry of the expert pointer arrays
+ * ptrs = w1 [E + 1] | w3 [E + 1] | w2 [E + 1], when it can run so (ex_shared): present, without
+ * biases, in the routed experts' dtype (l->ex_dtype set) */
+static void share_expert(struct td_layer *l, const void **ptrs, size_t E) {
     enum td_dtype t = l->ex_dtype;
-    return l->sh_w1.data && l->sh_w3.data && l->sh_w2.data && !l->sh_b1.data && !l->sh_b3.data &&
-           !l->sh_b2.data && l->sh_w1.dtype == t && l->sh_w3.dtype == t && l->sh_w2.dtype == t;
+    l->ex_shared = l->sh_w1.data && l->sh_w3.data && l->sh_w2.data && !l->sh_b1.data &&
+                   !l->sh_b3.data && !l->sh_b2.data && l->sh_w1.dtype == t && l->sh_w3.dtype == t &&
+                   l->sh_w2.dtype == t;
+    if (!l->ex_shared) return;
+    ptrs[E] = l->sh_w1.data;
+    ptrs[2 * E + 1] = l->sh_w3.data;
+    ptrs[3 * E + 2] = l->sh_w2.data;
 }
 
 /* layer i's tensors (names after the prefixes hf / up) and its routed experts; m->layers,
@@ -454,11 +460,7 @@ static int bind_layer(struct loader *ld, int i, const char *hf, const char *up) 
     l->ex_w3 = xp + E1;
     l->ex_w2 = xp + 2 * E1;
     l->ex_dtype = l->w1[0].dtype;
-    if ((l->ex_shared = shares_expert(l))) {
-        xp[c->n_experts] = l->sh_w1.data;
-        xp[E1 + c->n_experts] = l->sh_w3.data;
-        xp[2 * E1 + c->n_experts] = l->sh_w2.data;
-    }
+    share_expert(l, xp, (size_t)c->n_experts);
     return 0;
 }
 
@@ -787,11 +789,7 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
             ptrs[2 * E1 + e] = l->w2[e].data;
         }
         l->ex_dtype = TD_DTYPE_BF16;
-        if ((l->ex_shared = shares_expert(l))) { // the shared expert's uploaded copy
-            ptrs[E] = l->sh_w1.data;
-            ptrs[E1 + E] = l->sh_w3.data;
-            ptrs[2 * E1 + E] = l->sh_w2.data;
-        }
+        share_expert(l, ptrs, E); // its uploaded copy
         const void **dp = dev_alloc(&u, 3 * E1 * sizeof *dp);
         if (!dp) {
             free(ptrs);

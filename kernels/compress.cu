@@ -31,11 +31,8 @@ __global__ void compress_emit_kernel(struct compress_args a) {
     // double sincos is off the chain of loads below
     int half = a.rot_dim / 2;
     float pos = (float)((long long)w * a.rate);
-    for (int i = blockDim.x - 1 - threadIdx.x; i < half; i += blockDim.x) { // the last warps
-        double sd, cd;
-        sincos((double)(pos * a.inv_freq[i]), &sd, &cd);
-        cs[i] = (float)cd * a.attn_factor, sn[i] = (float)sd * a.attn_factor;
-    }
+    for (int i = blockDim.x - 1 - threadIdx.x; i < half; i += blockDim.x) // the last warps
+        rope_cos_sin(pos, a.inv_freq, i, a.attn_factor, &cs[i], &sn[i]);
     float wn[2 * EMIT_PAIRS]; // this thread's channel pairs' norm weights, loaded early too
 #pragma unroll
     for (int k = 0; k < EMIT_PAIRS; k++) {
@@ -109,12 +106,8 @@ __global__ void compress_emit_kernel(struct compress_args a) {
         int p = threadIdx.x + k * blockDim.x;
         if (p >= a.d / 2) break;
         float x0 = e[2 * p] * rr * wn[2 * k], x1 = e[2 * p + 1] * rr * wn[2 * k + 1];
-        if (p >= p0) {
-            float c = cs[p - p0], sv = sn[p - p0];
-            float y0 = x0 * c - x1 * sv, y1 = x1 * c + x0 * sv;
-            x0 = y0, x1 = y1;
-        }
-        dst[2 * p] = x0, dst[2 * p + 1] = x1;
+        float2 y = p >= p0 ? rope_pair(x0, x1, cs[p - p0], sn[p - p0]) : make_float2(x0, x1);
+        dst[2 * p] = y.x, dst[2 * p + 1] = y.y;
     }
 }
 

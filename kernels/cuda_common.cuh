@@ -178,6 +178,21 @@ __device__ __forceinline__ void block_softmax(float *out, const float *in, int n
         out[j] = expf(in[j] - mx) / den;
 }
 
+/* RoPE at one position, frequency i: cos and sin of the fp32 angle pos * inv_freq[i], taken in
+ * double and rounded, times the attention factor (as the CPU reference makes them) */
+__device__ __forceinline__ void rope_cos_sin(float pos, const float *inv_freq, int i, float af,
+                                             float *c, float *s) {
+    double sd, cd;
+    sincos((double)(pos * inv_freq[i]), &sd, &cd);
+    *c = (float)cd * af;
+    *s = (float)sd * af;
+}
+
+/* the interleaved pair (x0, x1) rotated by (c, s) */
+__device__ __forceinline__ float2 rope_pair(float x0, float x1, float c, float s) {
+    return make_float2(x0 * c - x1 * s, x1 * c + x0 * s);
+}
+
 /* the clamped SwiGLU of one gate / up pair: silu(min(g, limit)) * clamp(u, -limit, limit) */
 __device__ __forceinline__ float swiglu_clamped(float g, float u, float limit) {
     g = fminf(g, limit), u = fminf(fmaxf(u, -limit), limit);

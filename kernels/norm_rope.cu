@@ -14,12 +14,8 @@ __global__ void norm_rope_kernel(struct norm_rope_args a) {
     int t = blockIdx.x, half = a.rot_dim / 2, lane = threadIdx.x & 31;
     int v = blockIdx.y * NR_WARPS + (threadIdx.x >> 5);
     float pos = (float)a.positions[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        double sd, cd;
-        sincos((double)(pos * a.inv_freq[i]), &sd, &cd);
-        cs[i] = (float)cd * a.attn_factor;
-        sn[i] = (float)sd * a.attn_factor;
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_cos_sin(pos, a.inv_freq, i, a.attn_factor, &cs[i], &sn[i]);
     __syncthreads();
     if (v >= a.n_vec) return;
     float2 *xv = (float2 *)(a.x + ((size_t)t * a.n_vec + v) * a.d);
@@ -45,13 +41,9 @@ __global__ void norm_rope_kernel(struct norm_rope_args a) {
         if (j >= np) break;
         float x0 = p[k].x * r, x1 = p[k].y * r;
         if (a.w) x0 *= ld_f32(a.w, a.w_dtype, 2 * j), x1 *= ld_f32(a.w, a.w_dtype, 2 * j + 1);
-        if (j >= p0) {
-            float c = cs[j - p0], s = sn[j - p0];
-            float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
-            x0 = y0, x1 = y1;
-        }
-        xv[j] = make_float2(x0, x1);
-        if (dst) ((float2 *)dst)[j] = make_float2(x0, x1);
+        float2 y = j >= p0 ? rope_pair(x0, x1, cs[j - p0], sn[j - p0]) : make_float2(x0, x1);
+        xv[j] = y;
+        if (dst) ((float2 *)dst)[j] = y;
     }
 }
 

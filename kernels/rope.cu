@@ -16,11 +16,8 @@ __global__ void rope_rows_kernel(float *x, int n_vec, int d, int rot, const int3
     int t = blockIdx.x, half = rot / 2;
     float pos = (float)positions[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float ang = pos * inv_freq[i];
-        double sd, cd;
-        sincos((double)ang, &sd, &cd);
-        float s = (float)sd * af;
-        cs[i] = (float)cd * af;
+        float s;
+        rope_cos_sin(pos, inv_freq, i, af, &cs[i], &s);
         sn[i] = inverse ? -s : s;
     }
     __syncthreads();
@@ -29,9 +26,9 @@ __global__ void rope_rows_kernel(float *x, int n_vec, int d, int rot, const int3
         int v = k / half, i = k % half;
         float c = cs[i], s = sn[i];
         float *r = x + ((size_t)t * n_vec + v) * d + (d - rot);
-        float a = r[2 * i], b = r[2 * i + 1];
-        r[2 * i] = a * c - b * s;
-        r[2 * i + 1] = b * c + a * s;
+        float2 y = rope_pair(r[2 * i], r[2 * i + 1], c, s);
+        r[2 * i] = y.x;
+        r[2 * i + 1] = y.y;
     }
 }
 
