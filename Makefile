@@ -41,7 +41,7 @@ ifneq ($(CUDA_LINKS),yes)
 $(info ✗ nvcc found but libcudart/libcublasLt do not link (nvcc's dirs: $(or $(CUDA_LIBDIRS),none)), building CPU-only)
 else
 CU_SRC := $(wildcard kernels/*.cu engine/*.cu)
-NVFLAGS := -std=c++17 -O3 -g -lineinfo -gencode=arch=compute_$(subst sm_,,$(CUARCH)),code=$(CUARCH) -I. $(DEPS_INC)
+NVFLAGS := -std=c++17 -O3 -g -lineinfo -MMD -MP -gencode=arch=compute_$(subst sm_,,$(CUARCH)),code=$(CUARCH) -I. $(DEPS_INC)
 ifneq ($(CU_SRC),)
 LDLIBS  += $(CUDA_LDLIBS)
 CFLAGS  += -DTD_HAVE_CUDA=1

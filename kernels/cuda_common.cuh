@@ -43,20 +43,32 @@ extern "C" int td_cuda_pdl(void);
         asm volatile("griddepcontrol.launch_dependents;");                                         \
     } while (0)
 
+/* cluster > 1: blocks x .. x + cluster - 1 of the grid form a thread-block cluster (Hopper),
+ * whose blocks can read each other's shared memory */
 template <typename... P, typename... A>
-static inline void launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                            cudaStream_t stream, A &&...args) {
-    cudaLaunchAttribute at[1];
+static inline void launch_kc(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                             int cluster, cudaStream_t stream, A &&...args) {
+    cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = td_cuda_pdl();
+    at[1].id = cudaLaunchAttributeClusterDimension;
+    at[1].val.clusterDim.x = cluster;
+    at[1].val.clusterDim.y = 1;
+    at[1].val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = cluster > 1 ? 2 : 1;
     cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
+
+template <typename... P, typename... A>
+static inline void launch_k(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                            cudaStream_t stream, A &&...args) {
+    launch_kc(kernel, grid, block, smem, 1, stream, static_cast<A &&>(args)...);
 }
 
 /* one element as fp32 when its type is known at compile time (loads the compiler can batch) */

@@ -4,11 +4,14 @@
  * wider steps go through cuBLASLt (x rounded to bf16, fp32 accumulation and output). Other
  * weight dtypes take a plain fp32 kernel (only small tensors stay fp32 on the device; see
  * td_model_upload). */
+#include <cooperative_groups.h>
 #include <cublasLt.h>
 
 #include "cuda_common.cuh"
 #include "matmul.h"
 #include "mma_tile.cuh"
+
+namespace cg = cooperative_groups;
 
 #define CUBLAS_CHECK(x)                                                                            \
     do {                                                                                           \
@@ -83,20 +86,44 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
  * here 261 to 276 us at 1 to 8 rows (bench/gemm_time). */
 #define SKINNY_ROWS MATMUL_SKINNY_ROWS
 
-template <bool VEC, int KW, int ACC>
+/* Few tiles of features (the step's small projections: 4096 x 256 has 16) would leave most
+ * multiprocessors idle, so KS blocks of a cluster can share each tile's k: chunk c of 32 goes
+ * to warp c % KW of block (c / KW) % KS, and block 0 adds the other blocks' tiles, in block
+ * order, through distributed shared memory. The first weights are requested before the wait
+ * for the grid before (mma_rows, early). */
+template <bool VEC, int KW, int ACC, int KS>
 __global__ void __launch_bounds__(32 * KW)
     skinny_mma_kernel(float *y, const float *x, const __nv_bfloat16 *w, int n, int in, int out,
                       int x_stride, int y_stride, const void *bias, int bias_dt) {
-    PDL_START();
     __shared__ float part[KW > 1 ? KW - 1 : 1][32][4];
-    int g = (threadIdx.x & 31) >> 2;
-    int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8, grp = blockIdx.z;
+    __shared__ float tile[KS > 1 ? 32 : 1][4]; // this block's sums, which block 0 adds
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    int rank = blockIdx.x % KS, o0 = blockIdx.x / KS * 16, t0 = blockIdx.y * 8, grp = blockIdx.z;
     int rows = min(8, n - t0);
     float c[1][4];
     const __nv_bfloat16 *wg = w + (size_t)grp * out * in;
-    mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg, o0,
-                           out, in);
-    if (!kw_sum<KW>(c[0], part)) return;
+    mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg,
+                           o0, out, in, rank * KW + warp, KS * KW, true);
+    PDL_START(); // (every warp has waited before it writes)
+    bool w0 = kw_sum<KW>(c[0], part);
+    if (KS > 1) {
+        cg::cluster_group cl = cg::this_cluster();
+        if (w0)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                tile[lane][j] = c[0][j];
+        cl.sync();
+        if (w0 && rank == 0)
+            for (int q = 1; q < KS; q++) {
+                const float *r = cl.map_shared_rank(&tile[0][0], q);
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    c[0][j] += r[lane * 4 + j];
+            }
+        cl.sync(); // the other blocks' tiles stay until block 0 has read them
+        if (rank) return;
+    }
+    if (!w0) return;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int o = o0 + mma_feature(j), r = mma_row(j);
@@ -106,13 +133,43 @@ __global__ void __launch_bounds__(32 * KW)
     }
 }
 
-template <bool VEC, int KW, int ACC>
-static void skinny_mma_kw(float *y, const float *x, const void *w, int n, int groups, int in,
+template <bool VEC, int KW, int ACC, int KS>
+static void skinny_launch(float *y, const float *x, const void *w, int n, int groups, int in,
                           int out, const void *bias, enum td_dtype bias_dtype) {
-    dim3 grid(ceil_div(out, 16), ceil_div(n, 8), groups);
-    launch_k(skinny_mma_kernel<VEC, KW, ACC>, grid, 32 * KW, 0, td_cuda_stream(), y, x,
-             (const __nv_bfloat16 *)w, n, in, out, groups * in, groups * out, bias, bias_dtype);
+    dim3 grid(ceil_div(out, 16) * KS, ceil_div(n, 8), groups);
+    launch_kc(skinny_mma_kernel<VEC, KW, ACC, KS>, grid, 32 * KW, 0, KS, td_cuda_stream(), y, x,
+              (const __nv_bfloat16 *)w, n, in, out, groups * in, groups * out, bias, bias_dtype);
     LAUNCH_CHECK();
+}
+
+template <bool VEC, int KW, int ACC>
+static void skinny_ks(float *y, const float *x, const void *w, int n, int groups, int in, int out,
+                      const void *bias, enum td_dtype bias_dtype, int ks) {
+    if (ks == 8)
+        skinny_launch<VEC, KW, ACC, 8>(y, x, w, n, groups, in, out, bias, bias_dtype);
+    else if (ks == 4)
+        skinny_launch<VEC, KW, ACC, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
+    else if (ks == 2)
+        skinny_launch<VEC, KW, ACC, 2>(y, x, w, n, groups, in, out, bias, bias_dtype);
+    else
+        skinny_launch<VEC, KW, ACC, 1>(y, x, w, n, groups, in, out, bias, bias_dtype);
+}
+
+template <bool VEC>
+static void skinny_kw(float *y, const float *x, const void *w, int n, int groups, int in, int out,
+                      const void *bias, enum td_dtype bias_dtype, int kw, bool acc1, int ks) {
+    if (kw == 16 && acc1)
+        skinny_ks<VEC, 16, 1>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+    else if (kw == 16)
+        skinny_ks<VEC, 16, 4>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+    else if (kw == 8 && acc1)
+        skinny_ks<VEC, 8, 1>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+    else if (kw == 8)
+        skinny_ks<VEC, 8, 4>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+    else if (acc1)
+        skinny_ks<VEC, 4, 1>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+    else
+        skinny_ks<VEC, 4, 4>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
 }
 
 /* The form follows the shape alone (so does the order of the sums). Warps splitting k: 4, or
@@ -120,35 +177,25 @@ static void skinny_mma_kw(float *y, const float *x, const void *w, int n, int gr
  * multiprocessors and k is long enough to share (Nsight Compute, Flash slice at batch 1: the
  * 8192 x 4096 output projection's 256 tiles read 2.0 TB/s with 4 warps each). One
  * accumulator for matrices of 16 MB and more (bound by the weight reads: the head ran at
- * 261 us with one, 280 with four), else four. */
-template <bool VEC, int KW>
-static void skinny_mma_acc(float *y, const float *x, const void *w, int n, int groups, int in,
-                           int out, const void *bias, enum td_dtype bias_dtype) {
-    if ((long long)groups * out * in * 2 >= (16ll << 20))
-        skinny_mma_kw<VEC, KW, 1>(y, x, w, n, groups, in, out, bias, bias_dtype);
-    else
-        skinny_mma_kw<VEC, KW, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
-}
-
-template <bool VEC>
-static void skinny_mma_v(float *y, const float *x, const void *w, int n, int groups, int in,
-                         int out, const void *bias, enum td_dtype bias_dtype) {
-    long long tiles = (long long)ceil_div(out, 16) * groups;
-    if (tiles * 8 < 4096 && in >= 2048)
-        skinny_mma_acc<VEC, 16>(y, x, w, n, groups, in, out, bias, bias_dtype);
-    else if (tiles * 4 < 4096 && in >= 1024)
-        skinny_mma_acc<VEC, 8>(y, x, w, n, groups, in, out, bias, bias_dtype);
-    else
-        skinny_mma_acc<VEC, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
-}
-
+ * 261 us with one, 280 with four), else four. Blocks of a cluster sharing a tile's k: the
+ * most, up to 8, that keep every warp at least two chunks and the blocks to one wave: at most
+ * 132 in clusters of 2, 66 in larger ones, whose blocks must all find room in one GPC at once
+ * (build/bench/gemm_time, warm weights cycled out of L2, Flash slice at 1 row, before -> after
+ * the split and the early weights: 4096 x 64 5.42 -> 2.55 us, 4096 x 256 5.75 -> 3.03, 4096 x
+ * 1024 6.32 -> 4.88; 4096 x 512 split by 4 blocks took 5.90 against 4.97 by none). */
 static void skinny_mma(float *y, const float *x, const void *w, int n, int groups, int in, int out,
                        const void *bias, enum td_dtype bias_dtype) {
+    long long tiles = (long long)ceil_div(out, 16) * groups;
+    int kw = tiles * 8 < 4096 && in >= 2048 ? 16 : tiles * 4 < 4096 && in >= 1024 ? 8 : 4;
+    bool acc1 = (long long)groups * out * in * 2 >= (16ll << 20);
+    int chunks = (in + 31) / 32, ks = 1;
+    while (ks < 8 && tiles * ks * 2 <= (ks >= 2 ? 66 : 132) && chunks >= 2 * kw * ks * 2)
+        ks *= 2;
     int xs = groups * in;
     if (in % 8 == 0 && xs % 4 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0)
-        skinny_mma_v<true>(y, x, w, n, groups, in, out, bias, bias_dtype);
+        skinny_kw<true>(y, x, w, n, groups, in, out, bias, bias_dtype, kw, acc1, ks);
     else
-        skinny_mma_v<false>(y, x, w, n, groups, in, out, bias, bias_dtype);
+        skinny_kw<false>(y, x, w, n, groups, in, out, bias, bias_dtype, kw, acc1, ks);
 }
 
 __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out) {

@@ -68,33 +68,44 @@ __device__ __forceinline__ int mma_row(int j) {
 
 /* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in]
  * (the same rows: an expert's gate and up projections) times x rows (this lane's: xr, read
- * when live), over chunks warp, warp + KW, ... of k, into cout[m]. The loads of MT_U chunks of
- * every matrix are made before the first mma. ACC = 4: one accumulator per (first / second mma,
- * hi / lo term), four short chains of dependent mma summed in a fixed order at the end, for
- * short k; ACC = 1 keeps the registers (and more loads in flight) for the weight-bound shapes. */
+ * when live), over chunks first, first + stride, ... of k (stride: the warps sharing the tile,
+ * KW or more), into cout[m]. The loads of MT_U chunks of every matrix are made before the
+ * first mma. ACC = 4: one accumulator per (first / second mma, hi / lo term), four short
+ * chains of dependent mma summed in a fixed order at the end, for short k; ACC = 1 keeps the
+ * registers (and more loads in flight) for the weight-bound shapes.
+ * early: the caller has not waited for the grid before (PDL_START); the first weights are
+ * requested before that wait, the x rows after it. Weights are written only when a model is
+ * placed, never by a step's kernels, so they may be read before the wait; the caller calls
+ * PDL_START again before it writes (a warp with no chunk never waited here). */
 template <bool VEC, int KW, int ACC, int NW = 1>
 __device__ __forceinline__ void mma_rows(float (*cout)[4], const float *xr, bool live,
-                                         const __nv_bfloat16 *const *w, int o0, int out, int in) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+                                         const __nv_bfloat16 *const *w, int o0, int out, int in,
+                                         int first, int stride, bool early) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float c[NW][ACC][4] = {};
     int chunks = (in + 31) / 32;
-    for (int c0 = warp; c0 < chunks; c0 += KW * MT_U) {
+    for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
         uint4 wa[NW][MT_U], wb[NW][MT_U];
         float xv[MT_U][8];
 #pragma unroll
         for (int u = 0; u < MT_U; u++) {
-            int k = (c0 + u * KW) * 32 + 8 * t;
-            bool in_k = c0 + u * KW < chunks;
+            int k = (c0 + u * stride) * 32 + 8 * t;
+            bool in_k = c0 + u * stride < chunks;
 #pragma unroll
             for (int m = 0; m < NW; m++) {
                 wa[m][u] = in_k ? sk_w8<VEC>(w[m], o0 + g, out, in, k) : make_uint4(0, 0, 0, 0);
                 wb[m][u] = in_k ? sk_w8<VEC>(w[m], o0 + g + 8, out, in, k) : make_uint4(0, 0, 0, 0);
             }
-            sk_x8<VEC>(xv[u], xr, live && in_k, in, k);
+        }
+        if (early && c0 == first) PDL_START(); // the first weights are on their way
+#pragma unroll
+        for (int u = 0; u < MT_U; u++) {
+            int k = (c0 + u * stride) * 32 + 8 * t;
+            sk_x8<VEC>(xv[u], xr, live && c0 + u * stride < chunks, in, k);
         }
 #pragma unroll
         for (int u = 0; u < MT_U; u++) {
-            if (c0 + u * KW >= chunks) break;
+            if (c0 + u * stride >= chunks) break;
             unsigned hi[4], lo[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) {

@@ -272,9 +272,11 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         const __nv_bfloat16 *w[2] = {(const __nv_bfloat16 *)(swiglu ? ex.w1[e] : ex.w2[e]),
                                      (const __nv_bfloat16 *)ex.w3[e]};
         if (swiglu) // the gate and up rows together: their loads in flight at once
-            mma_rows<VEC, MOE_MMA_KW, 1, 2>(c, xr, live, w, o0, N, K);
+            mma_rows<VEC, MOE_MMA_KW, 1, 2>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
+                                             MOE_MMA_KW, false);
         else
-            mma_rows<VEC, MOE_MMA_KW, 1, 1>(c, xr, live, w, o0, N, K);
+            mma_rows<VEC, MOE_MMA_KW, 1, 1>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
+                                             MOE_MMA_KW, false);
         bool w0 = kw_sum<MOE_MMA_KW>(c[0], part);
         if (swiglu) kw_sum<MOE_MMA_KW>(c[1], part);
         if (!w0) continue;

@@ -101,10 +101,12 @@ static uint16_t bf16(float f) {
 }
 
 static void test_matmul(void) {
-    // skinny rows (aligned; in % 8 != 0; several weight loads per lane), then cuBLASLt rows
-    int shapes[][3] = {{1, 64, 111},  {7, 128, 300}, {3, 100, 50}, {5, 264, 36},   {8, 4096, 40},
-                       {8, 520, 111}, {2, 256, 33},  {33, 96, 64}, {129, 256, 111}};
-    for (int s = 0; s < 9; s++) {
+    // skinny rows (aligned; in % 8 != 0; several weight loads per lane; few tiles of long k,
+    // whose k is shared by a cluster of 2, 4 or 8 blocks), then cuBLASLt rows
+    int shapes[][3] = {{1, 64, 111},  {7, 128, 300},  {3, 100, 50},  {5, 264, 36},
+                       {8, 4096, 40}, {1, 2048, 200}, {3, 8192, 24}, {8, 520, 111},
+                       {2, 256, 33},  {33, 96, 64},   {129, 256, 111}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof *shapes); s++) {
         int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
         char name[64];
         case_begin();
