@@ -117,10 +117,15 @@ __device__ __forceinline__ float warp_max(float v) {
 /* A (value, index) pair as one 64-bit key whose unsigned order is the order of a first strict
  * maximum: the larger value, then the lower index (the value's bits made order-preserving
  * above the complemented index). Keys from blocks that run in any order fold with atomicMax. */
+/* v's bits made order-preserving as an unsigned: a > b exactly when key(a) > key(b), and -0
+ * gets +0's key, as a > comparison ties them (NaN: above +inf) */
+__device__ __forceinline__ unsigned ordered_key(float v) {
+    unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
-    unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v); // -0 ties +0, as a > comparison has it
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)u << 32) | (unsigned)(~i);
+    return ((unsigned long long)ordered_key(v) << 32) | (unsigned)(~i);
 }
 
 __device__ __forceinline__ int argmax_key_index(unsigned long long k) {

@@ -1,29 +1,32 @@
-/* indexer.cu: Lightning Indexer scores and top-k on the GPU, one block per row (see indexer.h).
- * Selection is repeated block-wide argmax with ties to the lower entry, then an ascending sort,
- * so the picks are exactly the reference's whatever the launch shape; a row that sees no more
- * entries than top-k picks them all without scoring. (The k rounds of block argmax are slow for
- * long contexts: a block-wide sort is the next step.) */
+/* indexer.cu: Lightning Indexer scores and top-k on the GPU (see indexer.h): the scores of a
+ * row's visible entries over many blocks, then one block per row selects the top-k (radix
+ * selection, ties to the lower entry) and writes the picks ascending, exactly the reference's
+ * whatever the launch shape; a row that sees no more entries than top-k picks them all without
+ * scoring. */
 #include "cuda_common.cuh"
 #include "indexer.h"
 
 static float *scratch;
 static size_t scratch_cap;
 
-__global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
+/* grid (rows, entry blocks): the scores of IDX_ENTRIES entries of a row, a warp per entry and
+ * head in a fixed order (lanes over d, then a butterfly), so an entry's score does not depend on
+ * the grid. A row that sees no more entries than top-k needs no scores. */
+#define IDX_ENTRIES 32
+
+__global__ void indexer_score_kernel(struct indexer_args a, float *scores) {
     PDL_START();
     const struct rows_view *r = &a.rows;
-    if (r->row_seq[blockIdx.x] < 0) return; // a pad row: its picks stay -1
-    int t = blockIdx.x, n_vis = r->vis[t], slot = r->slot[r->row_seq[t]];
-    if (n_vis <= a.topk) { // every visible entry is picked, already ascending: no scores needed
-        for (int j = threadIdx.x; j < a.topk; j += blockDim.x)
-            r->topk[(size_t)t * r->topk_stride + j] = j < n_vis ? j : -1;
-        return;
-    }
+    int t = blockIdx.x, w0 = blockIdx.y * IDX_ENTRIES;
+    if (r->row_seq[t] < 0) return; // a pad row
+    int n_vis = r->vis[t], slot = r->slot[r->row_seq[t]];
+    if (n_vis <= a.topk || w0 >= n_vis) return;
+    int w1 = min(w0 + IDX_ENTRIES, n_vis);
     float *sc = scores + (size_t)t * a.n_entries;
     const float *q = a.q + (size_t)t * a.n_heads * a.d, *wt = a.w + (size_t)t * a.n_heads;
     const float *keys = a.keys + (size_t)slot * a.n_entries * a.d;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int w = warp; w < n_vis; w += nw) {
+    for (int w = w0 + warp; w < w1; w += nw) {
         const float *k = keys + (size_t)w * a.d;
         float s = 0.0f;
         for (int h = 0; h < a.n_heads; h++) {
@@ -35,46 +38,109 @@ __global__ void indexer_topk_kernel(struct indexer_args a, float *scores) {
         }
         if (lane == 0) sc[w] = s;
     }
+}
+
+/* a score's selection key: ordered_key, NaN below every number */
+__device__ __forceinline__ unsigned score_key(float v) {
+    return v != v ? 0u : ordered_key(v);
+}
+
+/* the block's exclusive prefix sum of v (thread order) and, in *total, its sum; every thread
+ * calls it */
+__device__ __forceinline__ int block_excl_scan(int v, int *total) {
+    __shared__ int wsum[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int x = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads(); // an earlier call's reads of wsum are done
+    if (lane == 31) wsum[warp] = x;
     __syncthreads();
-    __shared__ int picks[1024];
-    __shared__ float bv[32];
-    __shared__ int bi[32];
-    int k = n_vis < a.topk ? n_vis : a.topk;
-    for (int j = 0; j < k; j++) {
-        float best = -INFINITY;
-        int idx = 0x7fffffff;
+    int before = 0, all = 0;
+    for (int i = 0; i < nw; i++) {
+        before += i < warp ? wsum[i] : 0;
+        all += wsum[i];
+    }
+    *total = all;
+    return before + x - v;
+}
+
+/* One block per row: the top-k of the row's scores by radix selection, then the picks in entry
+ * order. Four passes over 8-bit digits of the score keys, from the top, find the k-th largest
+ * key T and how many entries of key T the picks take (need: the lowest-indexed ones, as ties go
+ * to the lower entry). One pass in entry order then keeps every entry above T and the first
+ * `need` equal to it, each at its prefix count: ascending, with no sort. It replaced k rounds of
+ * a block-wide argmax, whose barriers cost a 4k-context batch-1 step of the Flash slice
+ * milliseconds. */
+#define IDX_SELECT_THREADS 1024
+
+__global__ void __launch_bounds__(IDX_SELECT_THREADS)
+    indexer_select_kernel(struct indexer_args a, const float *scores) {
+    PDL_START();
+    const struct rows_view *r = &a.rows;
+    int t = blockIdx.x;
+    if (r->row_seq[t] < 0) return; // a pad row: its picks stay -1
+    int n_vis = r->vis[t];
+    int32_t *out = r->topk + (size_t)t * r->topk_stride;
+    if (n_vis <= a.topk) { // every visible entry is picked, already ascending
+        for (int j = threadIdx.x; j < a.topk; j += blockDim.x)
+            out[j] = j < n_vis ? j : -1;
+        return;
+    }
+    const float *sc = scores + (size_t)t * a.n_entries;
+    __shared__ int hist[256];
+    __shared__ unsigned s_prefix;
+    __shared__ int s_need;
+    unsigned prefix = 0, mask = 0;
+    int need = a.topk, lane = threadIdx.x & 31;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x)
+            hist[i] = 0;
+        __syncthreads();
         for (int w = threadIdx.x; w < n_vis; w += blockDim.x) {
-            float v = sc[w];
-            if (v > best || (v == best && w < idx)) best = v, idx = w;
-        }
-        for (int o = 16; o > 0; o >>= 1) { // (value desc, index asc)
-            float ov = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-            if (ov > best || (ov == best && oi < idx)) best = ov, idx = oi;
-        }
-        if (lane == 0) bv[warp] = best, bi[warp] = idx;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float b = bv[0];
-            int i = bi[0];
-            for (int u = 1; u < nw; u++)
-                if (bv[u] > b || (bv[u] == b && bi[u] < i)) b = bv[u], i = bi[u];
-            picks[j] = i;
-            sc[i] = -INFINITY; // taken
+            unsigned u = score_key(sc[w]);
+            if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255], 1);
         }
         __syncthreads();
-    }
-    if (threadIdx.x == 0) { // ascending
-        for (int i = 1; i < k; i++) {
-            int v = picks[i], j = i - 1;
-            while (j >= 0 && picks[j] > v)
-                picks[j + 1] = picks[j], j--;
-            picks[j + 1] = v;
+        if (threadIdx.x < 32) { // lane l holds digits 8l .. 8l + 7; the digit where need falls
+            int own = 0;
+            for (int i = 0; i < 8; i++)
+                own += hist[8 * lane + i];
+            int above = own; // then: the count of the digits above lane's
+            for (int o = 1; o < 32; o <<= 1) {
+                int y = __shfl_down_sync(0xffffffffu, above, o);
+                if (lane + o < 32) above += y;
+            }
+            above -= own;
+            if (above < need && need <= above + own) {
+                int d = 8 * lane + 7;
+                for (; d > 8 * lane && above + hist[d] < need; d--)
+                    above += hist[d];
+                s_prefix = prefix | ((unsigned)d << shift);
+                s_need = need - above;
+            }
         }
+        __syncthreads();
+        prefix = s_prefix;
+        need = s_need;
+        mask |= 255u << shift;
     }
-    __syncthreads();
-    for (int j = threadIdx.x; j < a.topk; j += blockDim.x)
-        r->topk[(size_t)t * r->topk_stride + j] = j < k ? picks[j] : -1;
+    int base = 0, eq_base = 0; // picks so far, entries of key T so far
+    for (int w0 = 0; w0 < n_vis; w0 += blockDim.x) {
+        int w = w0 + threadIdx.x, tot;
+        unsigned u = w < n_vis ? score_key(sc[w]) : 0;
+        int gt = w < n_vis && u > prefix, eq = w < n_vis && u == prefix;
+        int eq_rank = eq_base + block_excl_scan(eq, &tot);
+        eq_base += tot;
+        int pick = gt || (eq && eq_rank < need);
+        int pos = base + block_excl_scan(pick, &tot);
+        base += tot;
+        if (pick) out[pos] = w;
+    }
+    for (int j = base + threadIdx.x; j < a.topk; j += blockDim.x)
+        out[j] = -1; // (base is top-k here)
 }
 
 extern "C" void indexer_cuda_reserve(size_t score_elems) {
@@ -83,11 +149,13 @@ extern "C" void indexer_cuda_reserve(size_t score_elems) {
 
 extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
     if (!a->rows.n_tok) return;
-    if (a->topk > 1024) {
-        fprintf(stderr, "indexer_topk_cuda: index_topk %d, at most 1024\n", a->topk);
-        abort();
-    }
     grow_scratch(&scratch, &scratch_cap, (size_t)a->rows.n_tok * (a->n_entries + 1));
-    launch_k(indexer_topk_kernel, a->rows.n_tok, 256, 0, td_cuda_stream(), *a, scratch);
+    dim3 grid(a->rows.n_tok, ceil_div(a->n_entries, IDX_ENTRIES));
+    if (a->n_entries > a->topk) { // else no row has scores to make
+        launch_k(indexer_score_kernel, grid, 256, 0, td_cuda_stream(), *a, scratch);
+        LAUNCH_CHECK();
+    }
+    launch_k(indexer_select_kernel, a->rows.n_tok, IDX_SELECT_THREADS, 0, td_cuda_stream(), *a,
+             (const float *)scratch);
     LAUNCH_CHECK();
 }

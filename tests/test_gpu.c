@@ -439,6 +439,69 @@ static void test_pointwise(void) {
  * of 1000 logits (not a multiple of the block); row 1 ties ids 5 and 900 at the top (the lower
  * wins), row 2 ties -0 and +0 at the top (the lower id), row 3 has a NaN at slot 1 (its chain
  * stops there, next = 0), row 4 an infinity at slot 0. Drafts, counts and next ids exact. */
+/* the indexer's top-k over long rows of scores full of ties (few distinct values; negative
+ * weights make some rows' scores negative), rows seeing more, exactly as many and fewer entries
+ * than top-k, none, and a pad row: the picks must be the reference's exactly (ties to the lower
+ * entry, ascending) */
+static void test_indexer_select(void) {
+    enum { N = 7, NE = 5000, TOPK = 512 };
+    static const int vis[N] = {5000, 513, 512, 100, 3000, 0, 0};
+    static const float vals[6] = {-1.0f, 0.0f, 0.5f, 1.0f, 2.0f, 3.0f};
+    case_begin();
+    int32_t row_seq[N], slot[N], topk[N * TOPK];
+    float *keys = malloc((size_t)N * NE * 4), q[N], w[N];
+    for (int t = 0; t < N; t++) {
+        row_seq[t] = t < N - 1 ? t : -1;
+        slot[t] = t;
+        q[t] = 1.0f;
+        w[t] = t % 2 ? -1.0f : 1.0f;
+        for (int e = 0; e < NE; e++)
+            keys[(size_t)t * NE + e] = vals[xorshift64(&rs) % 6] * (t == 4 ? 0.25f : 1.0f);
+    }
+    for (int i = 0; i < N * TOPK; i++)
+        topk[i] = -7;
+    struct rows_view rh = {.n_tok = N, .row_seq = row_seq, .slot = slot, .vis = vis,
+                           .topk = topk, .topk_stride = TOPK};
+    struct rows_view rd = rh;
+    rd.row_seq = dev_copy(row_seq, sizeof row_seq);
+    rd.slot = dev_copy(slot, sizeof slot);
+    rd.vis = dev_copy(vis, sizeof vis);
+    rd.topk = dev_copy(topk, sizeof topk);
+    struct indexer_args ia = {rh, q, w, keys, NE, 1, 1, TOPK, 1.0f};
+    for (int t = 0; t < N - 1; t++) { // the reference, row by row (its pad row keeps -7)
+        struct indexer_args one = ia;
+        one.rows.n_tok = 1;
+        one.rows.vis = vis + t;
+        one.rows.topk = topk + (size_t)t * TOPK;
+        one.q = q + t, one.w = w + t;
+        int32_t rs0 = 0; // its sequence 0, slot 0: the row's own keys
+
+        one.rows.row_seq = &rs0;
+        one.keys = keys + (size_t)t * NE;
+        indexer_topk_ref(&one);
+    }
+    struct indexer_args da = {rd,
+                              dev_copy(q, sizeof q),
+                              dev_copy(w, sizeof w),
+                              dev_copy(keys, (size_t)N * NE * 4),
+                              NE,
+                              1,
+                              1,
+                              TOPK,
+                              1.0f};
+    indexer_topk_cuda(&da);
+    int32_t *got = malloc(sizeof topk);
+    gpu->to_host(got, rd.topk, sizeof topk);
+    for (int t = 0; t < N; t++)
+        CHECK(!memcmp(got + (size_t)t * TOPK, topk + (size_t)t * TOPK, TOPK * 4),
+              "row %d (%d visible): the picks differ from the reference", t, vis[t]);
+    case_end("op/indexer_select", "");
+    gpu->release((void *)rd.row_seq), gpu->release((void *)rd.slot), gpu->release((void *)rd.vis);
+    gpu->release(rd.topk), gpu->release((void *)da.q), gpu->release((void *)da.w);
+    gpu->release((void *)da.keys);
+    free(keys), free(got);
+}
+
 static void test_greedy_slot(void) {
     enum { N = 6, V = 1000, G = 3 };
     case_begin();
@@ -1239,6 +1302,7 @@ int main(void) {
     test_pointwise();
     test_markov();
     test_greedy_slot();
+    test_indexer_select();
     test_plan_ops();
     const char *fxs[3] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
     for (int i = 0; i < 3; i++)
