@@ -57,8 +57,7 @@ int main(void) {
         for (int c = 0; c < q.copies; c++) {
             q.w[c] = b->alloc(wbytes);
             if (!q.w[c]) return 1;
-            b->ops.fill_uniform(q.w[c], TD_DTYPE_BF16, (int64_t)(wbytes / 2), 1 + c, -0.05f,
-                                0.05f);
+            b->ops.fill_uniform(q.w[c], TD_DTYPE_BF16, (int64_t)(wbytes / 2), 1 + c, -0.05f, 0.05f);
         }
         if (!q.y || !q.x) return 1;
         b->ops.fill_uniform(q.x, TD_DTYPE_F32, (int64_t)8 * in, 2, -1.0f, 1.0f);

@@ -46,8 +46,8 @@ extern "C" int td_cuda_pdl(void);
 /* cluster > 1: blocks x .. x + cluster - 1 of the grid form a thread-block cluster (Hopper),
  * whose blocks can read each other's shared memory */
 template <typename... P, typename... A>
-static inline void launch_kc(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                             int cluster, cudaStream_t stream, A &&...args) {
+static inline void launch_kc(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, int cluster,
+                             cudaStream_t stream, A &&...args) {
     cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = td_cuda_pdl();

@@ -102,8 +102,8 @@ __global__ void __launch_bounds__(32 * KW)
     int rows = min(8, n - t0);
     float c[1][4];
     const __nv_bfloat16 *wg = w + (size_t)grp * out * in;
-    mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg,
-                           o0, out, in, rank * KW + warp, KS * KW, true);
+    mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg, o0,
+                           out, in, rank * KW + warp, KS * KW, true);
     PDL_START(); // (every warp has waited before it writes)
     bool w0 = kw_sum<KW>(c[0], part);
     if (KS > 1) {

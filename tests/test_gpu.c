@@ -103,8 +103,8 @@ static uint16_t bf16(float f) {
 static void test_matmul(void) {
     // skinny rows (aligned; in % 8 != 0; several weight loads per lane; few tiles of long k,
     // whose k is shared by a cluster of 2, 4 or 8 blocks), then cuBLASLt rows
-    int shapes[][3] = {{1, 64, 111},  {7, 128, 300},  {3, 100, 50},  {5, 264, 36},
-                       {8, 4096, 40}, {1, 2048, 200}, {3, 8192, 24}, {8, 520, 111},
+    int shapes[][3] = {{1, 64, 111},  {7, 128, 300},  {3, 100, 50},   {5, 264, 36},
+                       {8, 4096, 40}, {1, 2048, 200}, {3, 8192, 24},  {8, 520, 111},
                        {2, 256, 33},  {33, 96, 64},   {129, 256, 111}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof *shapes); s++) {
         int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
@@ -460,8 +460,12 @@ static void test_indexer_select(void) {
     }
     for (int i = 0; i < N * TOPK; i++)
         topk[i] = -7;
-    struct rows_view rh = {.n_tok = N, .row_seq = row_seq, .slot = slot, .vis = vis,
-                           .topk = topk, .topk_stride = TOPK};
+    struct rows_view rh = {.n_tok = N,
+                           .row_seq = row_seq,
+                           .slot = slot,
+                           .vis = vis,
+                           .topk = topk,
+                           .topk_stride = TOPK};
     struct rows_view rd = rh;
     rd.row_seq = dev_copy(row_seq, sizeof row_seq);
     rd.slot = dev_copy(slot, sizeof slot);
@@ -832,10 +836,11 @@ static void test_plan_ops(void) {
     case_end("op/compress_emit", "");
 
     // router (every score function, hash) and the routed experts on bf16 weights; then again
-    // with the shared expert as one more pick (expert E, weight 1)
+    // with the shared expert as one more pick (expert E, weight 1) and a width of 64, whose
+    // down projection takes two tiles of features a block
     for (int sh = 0; sh < 2; sh++) {
         case_begin();
-        int E = 6, k = 2, D = 48, I = 40, kk = k + sh;
+        int E = 6, k = 2, D = sh ? 64 : 48, I = 40, kk = k + sh;
         float *lg = malloc((size_t)n * E * 4), bias[6];
         fill(lg, (size_t)n * E, 3);
         fill(bias, 6, 0.3f);
