@@ -414,7 +414,7 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         int keys = st->swa_ring + (ent > c->index_topk ? ent : c->index_topk);
         struct td_reserve rs = {N * in_max,
                                 N * (size_t)(ent + 1),
-                                attention_smem(hd, keys),
+                                attention_smem(hd, keys, c->n_heads),
                                 hc_mix_parts((int)N, c->hc_mult, D),
                                 (int)N * (c->n_experts_tok + 1),
                                 c->n_experts + 1,

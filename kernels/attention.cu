@@ -1,8 +1,12 @@
-/* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block per (row, head); each
- * row's keys come from the step metadata exactly as in attention_rows_ref (see attention.h).
- * Two-pass fp32 softmax over the row's keys held in shared memory. */
+/* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block (or a cluster) per
+ * (row, head); each row's keys come from the step metadata exactly as in attention_rows_ref
+ * (see attention.h). fp32 softmax over slices of the row's keys held in shared memory. */
+#include <cooperative_groups.h>
+
 #include "attention.h"
 #include "cuda_common.cuh"
+
+namespace cg = cooperative_groups;
 
 __device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t, int j, int n_swa,
                                                 int slot, int len, int row0) {
@@ -26,15 +30,21 @@ __device__ __forceinline__ void load_keys(float *kv, const float *const *kp, int
         kv[u] = j0 + u < nk ? kp[j0 + u][c] : 0.0f;
 }
 
-/* one block per (row, head): the heads of a row run side by side (a batch-1 decode step still
- * fills n_heads blocks). Each block resolves its row's key addresses once into shared memory;
- * every sum runs in the same order as with any other grid, so results do not depend on it. */
-__global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
+/* A cluster of ks blocks per (row, head) (attention_splits): the heads of a row run side by
+ * side, and block r of the cluster takes the r-th contiguous slice of the row's keys. Each
+ * block resolves its keys' addresses once into shared memory, scores them, and keeps its max
+ * m_r, its sum l_r of exp(s_j - m_r) and its output part o_r = sum_j exp(s_j - m_r) k_j (keys
+ * in order). Block 0 then reads the others' (through distributed shared memory when ks > 1)
+ * and writes, in block order,
+ *   out = sum_r exp(m_r - M) o_r / (sum_r exp(m_r - M) l_r + exp(sink - M)),  M = max(m_r, sink).
+ * The slices follow the row's key count and ks the configuration, so a row's result never
+ * depends on the rows beside it. */
+__global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) {
     PDL_START();
-    extern __shared__ float sm[]; // key pointers[max_keys], q[d], s[max_keys]
+    extern __shared__ float sm[]; // key pointers[slice], s[slice], q[d], o[d], m, l
     const struct rows_view &r = a.rows;
-    int t = blockIdx.x, h = blockIdx.y;
-    if (r.row_seq[t] < 0) return; // a pad row: inert
+    int t = blockIdx.x / ks, rank = blockIdx.x % ks, h = blockIdx.y;
+    if (r.row_seq[t] < 0) return; // a pad row: inert (the whole cluster returns)
     int sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
     int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
     if (a.entries) {
@@ -46,11 +56,14 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
             n_ent = r.vis[t];
         }
     }
-    int nk = n_swa + n_ent, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int nk = n_swa + n_ent, per = (nk + ks - 1) / ks;
+    int j0 = min(nk, rank * per), nj = min(nk, j0 + per) - j0;
+    int slice = (max_keys + ks - 1) / ks;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const float **kp = (const float **)sm;
-    float *qs = (float *)(kp + max_keys), *s = qs + a.d;
-    for (int j = threadIdx.x; j < nk; j += blockDim.x)
-        kp[j] = key_ptr(a, t, j, n_swa, slot, len, row0);
+    float *s = (float *)(kp + slice), *qs = s + slice, *o = qs + a.d, *ml = o + a.d;
+    for (int j = threadIdx.x; j < nj; j += blockDim.x)
+        kp[j] = key_ptr(a, t, j0 + j, n_swa, slot, len, row0);
     const float *qh = a.q + ((size_t)t * a.n_heads + h) * a.d;
     for (int c = threadIdx.x; c < a.d; c += blockDim.x)
         qs[c] = qh[c];
@@ -58,7 +71,7 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
     // ATT_KEYS keys per warp at a time, their loads in flight together: a warp that finished
     // one key before loading the next waited out a memory latency per key (a batch-1 step of
     // the Flash slice spent 50 us per layer here). Each key's sum runs in the same order.
-    for (int j0 = warp * ATT_KEYS; j0 < nk; j0 += nw * ATT_KEYS) {
+    for (int q0 = warp * ATT_KEYS; q0 < nj; q0 += nw * ATT_KEYS) {
         float dot[ATT_KEYS];
 #pragma unroll
         for (int u = 0; u < ATT_KEYS; u++)
@@ -66,7 +79,7 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
 #pragma unroll 4
         for (int c = lane; c < a.d; c += 32) {
             float kv[ATT_KEYS];
-            load_keys(kv, kp, j0, nk, c);
+            load_keys(kv, kp, q0, nj, c);
 #pragma unroll
             for (int u = 0; u < ATT_KEYS; u++)
                 dot[u] += qs[c] * kv[u];
@@ -74,25 +87,64 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys) {
 #pragma unroll
         for (int u = 0; u < ATT_KEYS; u++) {
             float v = warp_sum(dot[u]);
-            if (lane == 0 && j0 + u < nk) s[j0 + u] = v * a.scale;
+            if (lane == 0 && q0 + u < nj) s[q0 + u] = v * a.scale;
         }
     }
     __syncthreads();
-    block_softmax(s, s, nk, a.sinks[h]);
-    __syncthreads();
-    float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < nj; j += blockDim.x)
+        mx = fmaxf(mx, s[j]);
+    mx = block_max(mx);
+    float den = 0.0f;
+    for (int j = threadIdx.x; j < nj; j += blockDim.x) {
+        float p = expf(s[j] - mx);
+        s[j] = p;
+        den += p;
+    }
+    den = block_sum(den);                                 // (its barriers also publish s)
     for (int c = threadIdx.x; c < a.d; c += blockDim.x) { // in key order, ATT_KEYS loads at once
         float acc = 0.0f;
 #pragma unroll 2
-        for (int j0 = 0; j0 < nk; j0 += ATT_KEYS) {
+        for (int q0 = 0; q0 < nj; q0 += ATT_KEYS) {
             float kv[ATT_KEYS];
-            load_keys(kv, kp, j0, nk, c);
+            load_keys(kv, kp, q0, nj, c);
 #pragma unroll
             for (int u = 0; u < ATT_KEYS; u++)
-                if (j0 + u < nk) acc += s[j0 + u] * kv[u];
+                if (q0 + u < nj) acc += s[q0 + u] * kv[u];
         }
-        oh[c] = acc;
+        o[c] = acc;
     }
+    if (threadIdx.x == 0) ml[0] = mx, ml[1] = den;
+    float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d, sink = a.sinks[h];
+    if (ks == 1) {
+        __syncthreads();
+        float M = fmaxf(mx, sink), e = nj ? expf(mx - M) : 0.0f;
+        float tot = den * e + expf(sink - M);
+        for (int c = threadIdx.x; c < a.d; c += blockDim.x)
+            oh[c] = M == -INFINITY ? 0.0f : o[c] * e / tot;
+        return;
+    }
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    if (rank == 0) {
+        float M = sink, tot = 0.0f;
+        for (int q = 0; q < ks; q++)
+            M = fmaxf(M, cl.map_shared_rank(ml, q)[0]);
+        for (int q = 0; q < ks; q++) {
+            const float *mq = cl.map_shared_rank(ml, q);
+            tot += mq[0] == -INFINITY ? 0.0f : mq[1] * expf(mq[0] - M);
+        }
+        tot += expf(sink - M);
+        for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
+            float acc = 0.0f;
+            for (int q = 0; q < ks; q++) {
+                const float *mq = cl.map_shared_rank(ml, q);
+                if (mq[0] != -INFINITY) acc += cl.map_shared_rank(o, q)[c] * expf(mq[0] - M);
+            }
+            oh[c] = M == -INFINITY ? 0.0f : acc / tot;
+        }
+    }
+    cl.sync(); // the other blocks' parts stay until block 0 has read them
 }
 
 static size_t smem_set;
@@ -113,7 +165,7 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
     // capacity: the window plus every compressed entry a row may see (top-k or all visible)
     int max_keys =
         a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
-    size_t smem = attention_smem(a->d, max_keys);
+    size_t smem = attention_smem(a->d, max_keys, a->n_heads);
     ensure_smem(smem);
     // a thread per output column up to 512 (a 128-thread block walked the 512 columns of a
     // Flash-slice head in four passes of dependent key loads: 49 us per layer at batch 1,
@@ -121,7 +173,8 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
     // with 512 threads against 327, 309 / 666, 587 with 128). The thread count depends on d
     // alone: the softmax's block sums run in an order it fixes.
     int threads = a->d > 256 ? 512 : a->d > 128 ? 256 : 128;
-    dim3 grid(a->rows.n_tok, a->n_heads);
-    launch_k(attention_rows_kernel, grid, threads, smem, td_cuda_stream(), *a, max_keys);
+    int ks = attention_splits(a->n_heads, max_keys);
+    dim3 grid(a->rows.n_tok * ks, a->n_heads);
+    launch_kc(attention_rows_kernel, grid, threads, smem, ks, td_cuda_stream(), *a, max_keys, ks);
     LAUNCH_CHECK();
 }

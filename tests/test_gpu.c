@@ -761,18 +761,25 @@ static void test_plan_ops(void) {
     float *dswa = dev_copy(swa, (size_t)S * ring * d * 4),
           *dent = dev_copy(ent, (size_t)S * ne * d * 4);
     float *dsink = dev_copy(sinks, sizeof sinks), *out = malloc((size_t)n * H * d * 4);
-    const char *kinds[3] = {"sliding", "csa", "hca"};
-    for (int k = 0; k < 3; k++) {
+    // hca_split: room for 128 entries a sequence, so the widest row has 152 keys and the
+    // kernel splits each row's keys over a cluster of blocks (attention_splits: 4 heads), some
+    // of whose slices are empty
+    const char *kinds[4] = {"sliding", "csa", "hca", "hca_split"};
+    int ne4 = 128;
+    float *ent4 = malloc((size_t)S * ne4 * d * 4);
+    fill(ent4, (size_t)S * ne4 * d, 1);
+    float *dent4 = dev_copy(ent4, (size_t)S * ne4 * d * 4);
+    for (int k = 0; k < 4; k++) {
         case_begin();
         struct rows_view rh2 = rh, rd2 = rd;
-        if (k == 2) rh2.vis = p.vis_hca, rd2.vis = DEV(p.vis_hca);
+        if (k >= 2) rh2.vis = p.vis_hca, rd2.vis = DEV(p.vis_hca);
         memset(out, 0, (size_t)n * H * d * 4);
-        struct attn_args ah = {rh2, out,    q,     kv, swa, ring, k ? ent : NULL,
-                               ne,  k == 1, sinks, H,  d,   0.18f};
+        const float *eh = k == 3 ? ent4 : k ? ent : NULL, *ed = k == 3 ? dent4 : k ? dent : NULL;
+        int nek = k == 3 ? ne4 : ne;
+        struct attn_args ah = {rh2, out, q, kv, swa, ring, eh, nek, k == 1, sinks, H, d, 0.18f};
         attention_rows_ref(&ah);
         float *dout = dev_out((size_t)n * H * d);
-        struct attn_args ad = {rd2, dout,   dq,    dkv, dswa, ring, k ? dent : NULL,
-                               ne,  k == 1, dsink, H,   d,    0.18f};
+        struct attn_args ad = {rd2, dout, dq, dkv, dswa, ring, ed, nek, k == 1, dsink, H, d, 0.18f};
         attention_rows_cuda(&ad);
         float *g = fetch(dout, (size_t)n * H * d, "attention");
         // the pad row (7) is inert: compare the real rows only
@@ -784,6 +791,8 @@ static void test_plan_ops(void) {
         free(g);
         release_out(dout);
     }
+    free(ent4);
+    gpu->release(dent4);
 
     // compressor emission (CSA overlap) into the entries of the emitting rows' sequences
     case_begin();
