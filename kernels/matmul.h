@@ -24,7 +24,9 @@ void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w
                         int groups, int in, int out);
 
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
- * backend's stream. Defined only in builds with nvcc. */
+ * backend's stream. Defined only in builds with nvcc. w (and bias) must be a model's weights,
+ * written before any step and never by a queued kernel: the skinny kernel starts reading w
+ * before the kernel queued before it has finished. */
 void matmul_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n, int in,
                  int out, const void *bias, enum td_dtype bias_dtype);
 void matmul_grouped_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
