@@ -48,10 +48,13 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) 
     int sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
     int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
     if (a.entries) {
-        if (a.use_topk) {
+        if (a.use_topk) { // the picks come first, then -1s: their count, the block counting
+            // together (a thread walking up to top-k picks alone made as many dependent loads)
             const int32_t *pk = r.topk + (size_t)t * r.topk_stride;
-            while (n_ent < r.topk_stride && pk[n_ent] >= 0)
-                n_ent++;
+            for (int j0 = 0; j0 < r.topk_stride; j0 += blockDim.x) {
+                int j = j0 + threadIdx.x;
+                n_ent += __syncthreads_count(j < r.topk_stride && pk[j] >= 0);
+            }
         } else {
             n_ent = r.vis[t];
         }
