@@ -1,5 +1,7 @@
-/* drafter.h: the interface every drafter implements (ngram and random now; MTP and DSpark
- * plug in the same way).
+/* drafter.h: the two interfaces drafters implement. A request drafter (ngram, random)
+ * proposes for one request at a time from its tokens; a model drafter (MTP, DSpark: a network
+ * fed by the target's own rows) runs once per target step over every live sequence
+ * (td_model_drafter, below).
  *
  *   struct td_drafter *d = draft_init("ngram", vocab, err, sizeof err);
  *   int n = d->propose(d, &req, k, drafts, q, &q_onehot);
@@ -39,6 +41,46 @@ struct td_drafter {
     /* the first n_accepted proposals were accepted (stateful drafters); may be NULL */
     void (*observe)(struct td_drafter *d, const struct td_draft_req *r, int n_accepted);
     void *impl;
+};
+
+/* A model drafter (MTP, DSpark) runs once per target step over every live sequence, on the
+ * rows that step committed. One sequence's part of a call: */
+struct td_draft_seq {
+    int slot;            /* the target's state slot; the drafter uses the same one */
+    int pos0;            /* position of the first committed row (0: a new sequence) */
+    int n;               /* committed rows (>= 1) */
+    int row;             /* the first of them in the target step's rows (where the target
+                            forward left what the drafter reads: td_model_drafter.target_io) */
+    const int32_t *next; /* [n] the token after each row: next[n - 1], the token at pos0 + n,
+                            is the round's anchor */
+    int k;               /* drafts wanted (0: catch up or insert only) */
+    const struct td_sampling *sampling;
+    int32_t *drafts; /* [k] out */
+    float *q;        /* [k, vocab] out: the distribution each draft came from (greedy rounds:
+                        one-hot at the draft, not written) */
+    float *conf;     /* [k] out, or NULL: DSpark's confidence of each slot */
+    int n_drafts;    /* out: drafts made (< k at a confidence cut or a non-finite row) */
+    const int32_t *dev_drafts; /* out: NULL, or (deferred greedy round) where the [k] drafts
+                                  are in backend memory; drafts and n_drafts (k until then)
+                                  are filled by collect */
+};
+
+struct td_forward_io;
+struct td_state;
+
+/* The engine's view of a model drafter: one table, whichever it is. */
+struct td_model_drafter {
+    void *impl;
+    /* what the target forward must leave for it (MTP: its final streams; DSpark: the mean
+     * streams of its capture layers) */
+    void (*target_io)(void *impl, struct td_forward_io *io);
+    /* catch up or insert every sequence's committed rows, then draft for those with k >= 1 */
+    int (*run)(void *impl, struct td_draft_seq *seqs, int n, char *err, size_t errlen);
+    /* a deferred round's drafts to the host (seqs as given to run; at once when none is due) */
+    int (*collect)(void *impl, struct td_draft_seq *seqs, char *err, size_t errlen);
+    /* its own caches (its graphs' counts live there) */
+    const struct td_state *(*state)(const void *impl);
+    void (*free)(void *impl);
 };
 
 /* "ngram" (prompt lookup) or "random" (uniform tokens, a test tool). NULL + message for any

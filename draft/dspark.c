@@ -269,15 +269,20 @@ void draft_dspark_force_chain(struct draft_dspark *d, const int32_t *chain) {
 // ---------------------------------------------------------------------------------------------
 // a call
 
+/* the round's first row: the token after the last committed row */
+static int32_t anchor_of(const struct td_draft_seq *q) {
+    return q->next[q->n - 1];
+}
+
 /* the committed rows of every sequence into the stages' rings */
-static int insert(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, char *err,
+static int insert(struct draft_dspark *d, struct td_draft_seq *seqs, int n_seq, char *err,
                   size_t errlen) {
     const struct td_backend *b = d->b;
     const struct td_model *m = d->run;
     size_t CW = (size_t)d->cfg.n_capture * d->dim;
     int rows = 0;
     for (int s = 0; s < n_seq; s++) {
-        struct dspark_seq *q = &seqs[s];
+        struct td_draft_seq *q = &seqs[s];
         if (q->pos0 == 0) { // a new sequence in this slot
             d->st.in_use[q->slot] = 1;
             d->st.len[q->slot] = d->st.hi[q->slot] = 0;
@@ -292,18 +297,17 @@ static int insert(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, ch
                      d->max_rows);
             return -1;
         }
-        if (q->capture_row < rows) {
+        if (q->row < rows) {
             snprintf(err, errlen, "dspark: sequence %d's rows start at capture row %d, before %d",
-                     s, q->capture_row, rows);
+                     s, q->row, rows);
             return -1;
         }
         // down to row `rows`, in ascending order: one copy when the ranges are apart, else
         // row by row (each row's source lies past every row written before it)
-        float *dst = d->capture + (size_t)rows * CW,
-              *src = d->capture + (size_t)q->capture_row * CW;
-        if (q->capture_row >= rows + q->n)
+        float *dst = d->capture + (size_t)rows * CW, *src = d->capture + (size_t)q->row * CW;
+        if (q->row >= rows + q->n)
             b->ops.copy(dst, src, (size_t)q->n * CW * sizeof(float));
-        else if (q->capture_row > rows)
+        else if (q->row > rows)
             for (int i = 0; i < q->n; i++)
                 b->ops.copy(dst + i * CW, src + i * CW, CW * sizeof(float));
         d->seqs[s] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->zeros, q->n, 0};
@@ -313,7 +317,7 @@ static int insert(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, ch
     return td_forward_store_kv(m, &d->st, &d->plan, d->capture, err, errlen);
 }
 
-static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
+static int chain_results(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
                          size_t errlen);
 
 static float sigmoid(double z) {
@@ -326,19 +330,19 @@ static float sigmoid(double z) {
 /* the chain's inputs (anchor, k, n_drafts = 0 per drafting sequence), queued at the start of
  * the round: the copy lands while the host still builds the insertion, not between the block
  * forward and the chain */
-static void chain_inputs(struct draft_dspark *d, const struct dspark_seq *seqs, int nb) {
+static void chain_inputs(struct draft_dspark *d, const struct td_draft_seq *seqs, int nb) {
     size_t S = (size_t)d->max_seqs;
     int32_t *h = d->mk_host;
     for (int i = 0; i < nb; i++) {
-        const struct dspark_seq *q = &seqs[d->live[i]];
-        h[i] = q->anchor;
+        const struct td_draft_seq *q = &seqs[d->live[i]];
+        h[i] = anchor_of(q);
         h[S + i] = q->k;
         h[2 * S + i] = 0; // n_drafts
     }
     d->b->to_device(d->mk, h, 3 * S * sizeof(int32_t));
 }
 
-static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
+static int greedy_chain(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
                         size_t errlen) {
     const struct td_backend *b = d->b;
     const struct td_model *m = d->run;
@@ -373,7 +377,7 @@ static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb,
     b->to_host_queued(h + 2 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
     if (!d->defer) return chain_results(d, seqs, nb, err, errlen);
     for (int i = 0; i < nb; i++) { // the drafts stay where the next verify step reads them
-        struct dspark_seq *q = &seqs[d->live[i]];
+        struct td_draft_seq *q = &seqs[d->live[i]];
         q->dev_drafts = tok + (size_t)i * g;
         q->n_drafts = q->k;
     }
@@ -381,7 +385,7 @@ static int greedy_chain(struct draft_dspark *d, struct dspark_seq *seqs, int nb,
     return 0;
 }
 
-int draft_dspark_collect(struct draft_dspark *d, struct dspark_seq *seqs, char *err,
+int draft_dspark_collect(struct draft_dspark *d, struct td_draft_seq *seqs, char *err,
                          size_t errlen) {
     if (!d->pending) return 0;
     d->pending = 0;
@@ -394,7 +398,7 @@ void draft_dspark_defer(struct draft_dspark *d, int on) {
 
 /* a greedy round's drafts, counts and confidences, once the queued copy has landed (waits for
  * the round; at once after a step) */
-static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb, char *err,
+static int chain_results(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
                          size_t errlen) {
     size_t S = (size_t)d->max_seqs;
     int g = d->cfg.block;
@@ -403,7 +407,7 @@ static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb
     const int32_t *h_nd = h + 2 * S, *h_tok = h_nd + S;
     const float *h_conf = (const float *)(h_tok + S * g);
     for (int i = 0; i < nb; i++) {
-        struct dspark_seq *q = &seqs[d->live[i]];
+        struct td_draft_seq *q = &seqs[d->live[i]];
         q->n_drafts = h_nd[i];
         memcpy(q->drafts, h_tok + (size_t)i * g, (size_t)h_nd[i] * sizeof(int32_t));
         for (int j = 0; q->conf && j <= h_nd[i] && j < q->k; j++) // every slot that was scored
@@ -412,7 +416,7 @@ static int chain_results(struct draft_dspark *d, struct dspark_seq *seqs, int nb
     return 0;
 }
 
-int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, char *err,
+int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_seq, char *err,
                      size_t errlen) {
     const struct td_backend *b = d->b;
     const struct td_model *m = d->run;
@@ -440,9 +444,9 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
     if (!nb) return 0;
     // the block forward of every sequence that drafts: [anchor, noise...] after its context
     for (int i = 0; i < nb; i++) {
-        const struct dspark_seq *q = &seqs[d->live[i]];
+        const struct td_draft_seq *q = &seqs[d->live[i]];
         int32_t *ids = d->blk_ids + (size_t)i * g;
-        ids[0] = q->anchor;
+        ids[0] = anchor_of(q);
         for (int j = 1; j < g; j++)
             ids[j] = d->cfg.noise;
         d->seqs[i] = (struct td_plan_seq){q->slot, q->pos0 + q->n, g, ids, 0, 1};
@@ -458,9 +462,9 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
     for (int j = 0; j < g; j++) {
         int na = 0;
         for (int i = 0; i < nb; i++) {
-            struct dspark_seq *q = &seqs[d->live[i]];
+            struct td_draft_seq *q = &seqs[d->live[i]];
             if (j >= q->k || q->n_drafts != j) continue; // done, cut, or a non-finite row
-            d->ids_host[na] = j ? q->drafts[j - 1] : q->anchor;
+            d->ids_host[na] = j ? q->drafts[j - 1] : anchor_of(q);
             d->act[na++] = i;
         }
         if (!na) break;
@@ -472,7 +476,7 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
         if (b->finish(err, errlen)) return -1;
         for (int a = 0; a < na; a++) {
             int i = d->act[a], row = i * g + j;
-            struct dspark_seq *q = &seqs[d->live[i]];
+            struct td_draft_seq *q = &seqs[d->live[i]];
             const float *y = d->y_host + (size_t)row * D, *e = d->e_host + (size_t)a * r;
             double dot = 0.0;
             for (int t = 0; t < D; t++)
@@ -498,4 +502,29 @@ int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq,
         }
     }
     return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the engine's table
+
+static void dspark_target_io(void *impl, struct td_forward_io *io) {
+    io->capture = draft_dspark_capture(impl);
+    io->capture_layers = draft_dspark_capture_layers(impl, &io->n_capture);
+}
+static int dspark_run(void *impl, struct td_draft_seq *seqs, int n, char *err, size_t errlen) {
+    return draft_dspark_run(impl, seqs, n, err, errlen);
+}
+static int dspark_collect(void *impl, struct td_draft_seq *seqs, char *err, size_t errlen) {
+    return draft_dspark_collect(impl, seqs, err, errlen);
+}
+static const struct td_state *dspark_state(const void *impl) {
+    return draft_dspark_state(impl);
+}
+static void dspark_free(void *impl) {
+    draft_dspark_free(impl);
+}
+
+struct td_model_drafter draft_dspark_model(struct draft_dspark *d) {
+    return (struct td_model_drafter){
+        d, dspark_target_io, dspark_run, dspark_collect, dspark_state, dspark_free};
 }

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "draft/drafter.h"
 #include "verify/sample.h"
 
 #ifdef __cplusplus
@@ -59,25 +60,6 @@ struct dspark_config {
 int dspark_config_load(struct dspark_config *c, const char *dir, const struct td_model *target,
                        char *err, size_t errlen);
 
-/* one sequence's part of a call: the rows the last target step committed, then a round */
-struct dspark_seq {
-    int slot;        /* the target's state slot; the drafter uses the same one */
-    int pos0;        /* position of the first committed row (0: a new sequence) */
-    int n;           /* committed rows (>= 1) */
-    int capture_row; /* the first of them in the target step's capture buffer */
-    int32_t anchor;  /* the token at pos0 + n: the next round's first row */
-    int k;           /* drafts wanted, 0 .. block (0: insert only) */
-    const struct td_sampling *sampling;
-    int32_t *drafts; /* [k] out */
-    float *q;        /* [k, vocab] out: the distribution each draft came from; at T = 0 not
-                        written (greedy: one-hot at the draft) */
-    float *conf;     /* [k] out (may be NULL): the confidence of each slot */
-    int n_drafts;    /* out: drafts made (< k at a confidence cut or a non-finite row) */
-    const int32_t *dev_drafts; /* out: NULL, or (deferred greedy round) where the [k] drafts
-                                  are in backend memory; drafts and n_drafts (k until then)
-                                  are filled by draft_dspark_collect */
-};
-
 /* dir: the drafter's directory; target_host: the loaded target (config); target_run: the same
  * model resident on backend b (its embedding and head are shared). Rings for max_seqs
  * sequences; insertion calls of up to max_rows rows. threshold: the confidence cut (0: off).
@@ -93,7 +75,8 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
  * draft_dspark_collect(d, seqs) then brings the drafts to the host (seqs as given to the run;
  * waits). Sampled rounds draft on the host as ever. */
 void draft_dspark_defer(struct draft_dspark *d, int on);
-int draft_dspark_collect(struct draft_dspark *d, struct dspark_seq *seqs, char *err, size_t errlen);
+int draft_dspark_collect(struct draft_dspark *d, struct td_draft_seq *seqs, char *err,
+                         size_t errlen);
 
 const struct dspark_config *draft_dspark_config(const struct draft_dspark *d);
 
@@ -107,7 +90,7 @@ const int *draft_dspark_capture_layers(const struct draft_dspark *d, int *n);
 
 /* Insert every sequence's committed rows, then run a round for those with k >= 1. A sequence
  * at pos0 == 0 starts afresh in its slot. 0, or -1 with a message (an engine error). */
-int draft_dspark_run(struct draft_dspark *d, struct dspark_seq *seqs, int n_seq, char *err,
+int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_seq, char *err,
                      size_t errlen);
 
 /* Tests and tools: the last round's base logits U [n_round * block, vocab] (host), and its
@@ -116,6 +99,9 @@ const float *draft_dspark_base_logits(struct draft_dspark *d);
 void draft_dspark_force_chain(struct draft_dspark *d, const int32_t *chain);
 
 void draft_dspark_free(struct draft_dspark *d);
+
+/* the engine's table of d (td_model_drafter; its free frees d) */
+struct td_model_drafter draft_dspark_model(struct draft_dspark *d);
 
 #ifdef __cplusplus
 }

@@ -185,7 +185,7 @@ void draft_mtp_defer(struct draft_mtp *d, int on) {
  * from logits that stay there, and each later step embeds the ids the last one left. Row i of
  * every step is sequence d->ord[i]; its drafts go to tok[i * max_k ..]. Nothing waits
  * (draft_mtp_collect). */
-static int device_chain(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, int k, char *err,
+static int device_chain(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, int k, char *err,
                         size_t errlen) {
     const struct td_backend *b = d->b;
     size_t S = (size_t)d->max_seqs, K = (size_t)d->max_k;
@@ -201,7 +201,7 @@ static int device_chain(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, i
                     d->h_out + (size_t)(r + seqs[d->ord[i]].n - 1) * row_floats, row_bytes);
     for (int j = 1; j < k; j++) {
         for (int i = 0; i < n_seq; i++) {
-            const struct mtp_rows *q = &seqs[d->ord[i]];
+            const struct td_draft_seq *q = &seqs[d->ord[i]];
             d->ids[i] = 0; // a placeholder: the plan's device copy takes next[i]
             d->seqs[i] = (struct td_plan_seq){q->slot, q->pos0 + q->n + j - 1, 1, d->ids + i, 0, 0};
         }
@@ -223,13 +223,13 @@ static int device_chain(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, i
     return 0;
 }
 
-int draft_mtp_collect(struct draft_mtp *d, struct mtp_rows *seqs, char *err, size_t errlen) {
+int draft_mtp_collect(struct draft_mtp *d, struct td_draft_seq *seqs, char *err, size_t errlen) {
     if (!d->pending) return 0;
     d->pending = 0;
     size_t S = (size_t)d->max_seqs, K = (size_t)d->max_k;
     if (d->b->finish(err, errlen)) return -1; // the queued copy has landed (at once after a step)
     for (int i = 0; i < d->n_round; i++) {    // row i: sequence ord[i] (device_chain)
-        struct mtp_rows *q = &seqs[d->ord[i]];
+        struct td_draft_seq *q = &seqs[d->ord[i]];
         q->n_drafts = d->chain_host[i];
         memcpy(q->drafts, d->chain_host + S + (size_t)i * K, (size_t)q->n_drafts * sizeof(int32_t));
     }
@@ -243,7 +243,8 @@ static int draw(struct draft_mtp *d, const float *lg, const struct td_sampling *
     return td_sample(q, d->vocab, td_rand_uniform(s->seed, (uint64_t)pos, TD_RAND_DRAFT));
 }
 
-int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err, size_t errlen) {
+int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, char *err,
+                  size_t errlen) {
     const struct td_backend *b = d->b;
     size_t row_bytes = (size_t)d->nc * d->dim * sizeof(float);
     int rows = 0, *zero = d->zero, n_zero = 0;
@@ -270,7 +271,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
     // catch up: every sequence's committed rows, in one call
     for (int i = 0; i < n_seq; i++) {
         int s = ord[i];
-        struct mtp_rows *q = &seqs[s];
+        struct td_draft_seq *q = &seqs[s];
         if (q->pos0 == 0) { // a new sequence in this slot
             d->st.in_use[q->slot] = 1;
             d->st.len[q->slot] = d->st.hi[q->slot] = 0;
@@ -281,7 +282,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
             return -1;
         }
         b->ops.copy(d->h_in + (size_t)rows * d->nc * d->dim,
-                    d->hidden + (size_t)q->hidden_row * d->nc * d->dim, (size_t)q->n * row_bytes);
+                    d->hidden + (size_t)q->row * d->nc * d->dim, (size_t)q->n * row_bytes);
         memcpy(d->ids + rows, q->next, (size_t)q->n * sizeof(int32_t));
         if (q->pos0 == 0) zero[n_zero++] = rows;
         // only the last row's logits draft; all rows' when a test asks for them
@@ -301,7 +302,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
     // the chain: draft 1 from each sequence's last row, then one recycled row per step
     int *live = d->live, n_live = 0, kmax = 0;
     for (int s = 0, r = 0; s < n_seq; r += seqs[s].n, s++) {
-        struct mtp_rows *q = &seqs[s];
+        struct td_draft_seq *q = &seqs[s];
         if (q->k < 1) continue;
         long pos = q->pos0 + q->n + 1; // the position of the token row pos0+n-1 predicts
         int last = d->all_logits ? r + q->n - 1 : s; // the row in the step's logits
@@ -318,7 +319,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
     for (int j = 1; j < kmax; j++) {
         int n = 0, *keep = d->keep;
         for (int i = 0; i < n_live; i++) {
-            struct mtp_rows *q = &seqs[live[i]];
+            struct td_draft_seq *q = &seqs[live[i]];
             if (q->k <= j || q->n_drafts < j) continue;
             if (n != i) // compact the recycled streams to rows 0..n
                 b->ops.copy(d->h_in + (size_t)n * d->nc * d->dim,
@@ -334,7 +335,7 @@ int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *e
             return -1;
         n_live = 0;
         for (int i = 0; i < n; i++) {
-            struct mtp_rows *q = &seqs[keep[i]];
+            struct td_draft_seq *q = &seqs[keep[i]];
             long pos = q->pos0 + q->n + j + 1;
             int t = draw(d, d->logits + (size_t)i * d->vocab, q->sampling, pos,
                          q->q + (size_t)j * d->vocab);
@@ -355,4 +356,27 @@ rollback: // the chain rows were speculative: the MTP's committed length is the 
             return -1;
     }
     return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the engine's table
+
+static void mtp_target_io(void *impl, struct td_forward_io *io) {
+    io->hidden_out = draft_mtp_hidden(impl);
+}
+static int mtp_run(void *impl, struct td_draft_seq *seqs, int n, char *err, size_t errlen) {
+    return draft_mtp_run(impl, seqs, n, err, errlen);
+}
+static int mtp_collect(void *impl, struct td_draft_seq *seqs, char *err, size_t errlen) {
+    return draft_mtp_collect(impl, seqs, err, errlen);
+}
+static const struct td_state *mtp_state(const void *impl) {
+    return draft_mtp_state(impl);
+}
+static void mtp_free(void *impl) {
+    draft_mtp_free(impl);
+}
+
+struct td_model_drafter draft_mtp_model(struct draft_mtp *d) {
+    return (struct td_model_drafter){d, mtp_target_io, mtp_run, mtp_collect, mtp_state, mtp_free};
 }

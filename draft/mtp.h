@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "draft/drafter.h"
 #include "verify/sample.h"
 
 #ifdef __cplusplus
@@ -31,23 +32,6 @@ extern "C" {
 struct td_model;
 struct td_backend;
 struct draft_mtp;
-
-/* one sequence's rows committed by the last target step */
-struct mtp_rows {
-    int slot;            /* the target's state slot; the MTP uses the same one */
-    int pos0;            /* position of the first committed row */
-    int n;               /* committed rows (>= 1) */
-    int hidden_row;      /* the first of them in the target step's hidden buffer */
-    const int32_t *next; /* [n] the token after each row (the last: the new anchor) */
-    int k;               /* drafts wanted, 0 .. max_k (0: catch up only) */
-    const struct td_sampling *sampling;
-    int32_t *drafts;           /* [k] out */
-    float *q;                  /* [k, vocab] out: the distribution each draft came from */
-    int n_drafts;              /* out: drafts made (< k when a draft row was not finite) */
-    const int32_t *dev_drafts; /* out: NULL, or (deferred greedy round) where the [k] drafts
-                                  are in backend memory; drafts and n_drafts (k until then)
-                                  are filled by draft_mtp_collect */
-};
 
 /* target_host: the loaded checkpoint (holds mtp.0.*); target_run: the same model resident on
  * backend b (== target_host on the CPU). Pools for max_seqs sequences of max_ctx tokens;
@@ -63,7 +47,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
  * dev_drafts says where each sequence's drafts are, for the next verify step (td_id_patch), and
  * draft_mtp_collect(d, seqs) brings them to the host (waits). Other rounds draft as ever. */
 void draft_mtp_defer(struct draft_mtp *d, int on);
-int draft_mtp_collect(struct draft_mtp *d, struct mtp_rows *seqs, char *err, size_t errlen);
+int draft_mtp_collect(struct draft_mtp *d, struct td_draft_seq *seqs, char *err, size_t errlen);
 
 /* [max_rows, hc_mult, dim] in backend memory: where the target forward leaves its streams */
 float *draft_mtp_hidden(struct draft_mtp *d);
@@ -73,7 +57,8 @@ const struct td_state *draft_mtp_state(const struct draft_mtp *d);
 
 /* Catch up every sequence's committed rows and draft. A sequence at pos0 == 0 starts afresh in
  * its slot. 0, or -1 with a message (an engine error). */
-int draft_mtp_run(struct draft_mtp *d, struct mtp_rows *seqs, int n_seq, char *err, size_t errlen);
+int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, char *err,
+                  size_t errlen);
 
 /* [rows, vocab] the logits of the last MTP call (host; tests and tools): one row per sequence
  * (its last), or every row after draft_mtp_set_all_logits(d, 1) */
@@ -81,6 +66,9 @@ const float *draft_mtp_logits(const struct draft_mtp *d);
 void draft_mtp_set_all_logits(struct draft_mtp *d, int on);
 
 void draft_mtp_free(struct draft_mtp *d);
+
+/* the engine's table of d (td_model_drafter; its free frees d) */
+struct td_model_drafter draft_mtp_model(struct draft_mtp *d);
 
 #ifdef __cplusplus
 }

@@ -61,11 +61,9 @@ struct td_engine {
     struct td_state state;
     struct td_plan plan;
     struct td_drafter *drafter;
-    struct draft_mtp *mtp;       /* the MTP drafter, when draft = "mtp" */
-    struct mtp_rows *mtp_rows;   /* [max_seqs] */
-    struct draft_dspark *dspark; /* the DSpark drafter, when draft = "dspark" */
-    struct dspark_seq *ds_seqs;  /* [max_seqs] */
-    int n_live;                  /* requests in the last drafter call (live, ds_seqs) */
+    struct td_model_drafter md;  /* MTP or DSpark (md.impl NULL: neither) */
+    struct td_draft_seq *dseqs;  /* [max_seqs] the sequences of its last call */
+    int n_live;                  /* requests in the last drafter call (live, dseqs) */
     struct td_id_patch *patches; /* [max_seqs] */
     struct request **live;       /* [max_seqs] the requests of a drafter call */
     struct request *reqs;        /* [n_reqs] */
@@ -144,11 +142,8 @@ static size_t cache_limit(size_t asked, const struct td_backend *b) {
 /* what the target's forward hands a model drafter: MTP reads its final streams, DSpark the
  * mean streams of its capture layers */
 static struct td_forward_io target_io(struct td_engine *e) {
-    struct td_forward_io io = {.hidden_out = e->mtp ? draft_mtp_hidden(e->mtp) : NULL};
-    if (e->dspark) {
-        io.capture = draft_dspark_capture(e->dspark);
-        io.capture_layers = draft_dspark_capture_layers(e->dspark, &io.n_capture);
-    }
+    struct td_forward_io io = {0};
+    if (e->md.impl) e->md.target_io(e->md.impl, &io);
     return io;
 }
 
@@ -206,21 +201,18 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             snprintf(dir, sizeof dir, "%s", p->dspark_dir);
         else
             snprintf(dir, sizeof dir, "%s/dspark", p->model_dir);
-        if (draft_dspark_init(&e->dspark, dir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
+        struct draft_dspark *ds;
+        if (draft_dspark_init(&ds, dir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
                               e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
                               cache_limit(p->max_cache_bytes, e->b), err, errlen))
             goto fail;
-        draft_dspark_defer(e->dspark, 1); // greedy drafts go from the drafter to the verify
-        int block = draft_dspark_config(e->dspark)->block;
+        e->md = draft_dspark_model(ds);
+        draft_dspark_defer(ds, 1); // greedy drafts go from the drafter to the verify
+        int block = draft_dspark_config(ds)->block;
         if (e->p.max_draft < 1 || e->p.max_draft > block) e->p.max_draft = block;
         if (e->p.max_batch_tokens < 1 + e->p.max_draft) {
             snprintf(err, errlen, "engine: a batch of %d rows cannot hold a DSpark round of %d",
                      e->p.max_batch_tokens, 1 + e->p.max_draft);
-            goto fail;
-        }
-        e->ds_seqs = calloc((size_t)e->p.max_seqs, sizeof *e->ds_seqs);
-        if (!e->ds_seqs) {
-            snprintf(err, errlen, "engine: out of memory");
             goto fail;
         }
     }
@@ -234,16 +226,17 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         goto fail;
     e->state.use_graphs = !p->no_graphs;
     if (use_mtp) {
-        if (draft_mtp_init(&e->mtp, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
+        struct draft_mtp *mtp;
+        if (draft_mtp_init(&mtp, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
                            e->p.max_batch_tokens, e->p.max_draft, !p->no_graphs,
                            cache_limit(p->max_cache_bytes, e->b), err, errlen))
             goto fail;
-        draft_mtp_defer(e->mtp, 1); // greedy drafts go from the drafter to the verify step
-        e->mtp_rows = calloc((size_t)e->p.max_seqs, sizeof *e->mtp_rows);
-        if (!e->mtp_rows) {
-            snprintf(err, errlen, "engine: out of memory");
-            goto fail;
-        }
+        e->md = draft_mtp_model(mtp);
+        draft_mtp_defer(mtp, 1); // greedy drafts go from the drafter to the verify step
+    }
+    if (e->md.impl && !(e->dseqs = calloc((size_t)e->p.max_seqs, sizeof *e->dseqs))) {
+        snprintf(err, errlen, "engine: out of memory");
+        goto fail;
     }
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
@@ -291,10 +284,8 @@ void td_engine_free(struct td_engine *e) {
     free(e->p_scratch);
     free(e->r_scratch);
     draft_free(e->drafter);
-    draft_mtp_free(e->mtp);
-    free(e->mtp_rows);
-    draft_dspark_free(e->dspark);
-    free(e->ds_seqs);
+    if (e->md.impl) e->md.free(e->md.impl);
+    free(e->dseqs);
     free(e->patches);
     meta_plan_free(&e->plan);
     td_state_free(&e->state);
@@ -316,9 +307,7 @@ int td_engine_vocab(const struct td_engine *e) {
 }
 
 const struct td_engine_stats *td_engine_stats(struct td_engine *e) {
-    const struct td_state *ds = e->mtp      ? draft_mtp_state(e->mtp)
-                                : e->dspark ? draft_dspark_state(e->dspark)
-                                            : NULL;
+    const struct td_state *ds = e->md.impl ? e->md.state(e->md.impl) : NULL;
     e->stats.graphs = e->state.n_captured + (ds ? ds->n_captured : 0);
     e->stats.t_capture = e->state.t_capture + (ds ? ds->t_capture : 0.0);
     return &e->stats;
@@ -489,7 +478,7 @@ static int schedule(struct td_engine *e) {
             struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
             g->n_drafts = e->drafter->propose(e->drafter, &dr, k, g->rows + 1, q_rows(e, r->slot),
                                               &g->q_onehot);
-        } else if (k > 0 && (e->mtp || e->dspark)) { // drafted at the end of the last step
+        } else if (k > 0 && e->md.impl) { // drafted at the end of the last step
             g->n_drafts = r->n_drafts < k ? r->n_drafts : k;
             if (r->drafts_dev) // still in backend memory: placeholders here (collect_drafts)
                 memset(g->rows + 1, 0, (size_t)g->n_drafts * sizeof(int32_t));
@@ -563,8 +552,8 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     if (ids)
         verify_greedy(&vr, ids, V, g->rows + 1, L, pos0);
     else
-        verify_chain(&vr, rows, V, g->rows + 1, g->q_onehot ? NULL : qrows, L, &r->sampling,
-                     pos0, e->p_scratch, e->r_scratch, 1.0);
+        verify_chain(&vr, rows, V, g->rows + 1, g->q_onehot ? NULL : qrows, L, &r->sampling, pos0,
+                     e->p_scratch, e->r_scratch, 1.0);
     e->stats.rounds++;
     e->stats.drafted += vr.n_drafts_used;
     for (int j = 0; j < vr.n_drafts_used; j++)
@@ -607,40 +596,27 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
         if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue; // finished
         int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot], row = e->plan.qo_indptr[i];
         int k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
-        if (e->mtp) // row q's token is the one after it: r->toks[p] is the token at position p
-            e->mtp_rows[n] = (struct mtp_rows){r->slot,
-                                               pos0,
-                                               fed - pos0,
-                                               row,
-                                               r->toks + pos0 + 1,
-                                               k,
-                                               &r->sampling,
-                                               r->drafts,
-                                               q_rows(e, r->slot),
-                                               0,
-                                               NULL};
-        else // the anchor: the token just sampled, at position fed
-            e->ds_seqs[n] = (struct dspark_seq){r->slot,
-                                                pos0,
-                                                fed - pos0,
-                                                row,
-                                                r->toks[r->n_toks - 1],
-                                                k,
-                                                &r->sampling,
-                                                r->drafts,
-                                                q_rows(e, r->slot),
-                                                NULL,
-                                                0,
-                                                NULL};
+        // row q's next token is r->toks[q + 1] (the token at position q + 1); the last row's
+        // is the anchor, the token just sampled (position fed)
+        e->dseqs[n] = (struct td_draft_seq){r->slot,
+                                            pos0,
+                                            fed - pos0,
+                                            row,
+                                            r->toks + pos0 + 1,
+                                            k,
+                                            &r->sampling,
+                                            r->drafts,
+                                            q_rows(e, r->slot),
+                                            NULL,
+                                            0,
+                                            NULL};
         e->live[n++] = r;
     }
     e->n_live = n;
-    if (e->mtp ? draft_mtp_run(e->mtp, e->mtp_rows, n, err, errlen)
-               : draft_dspark_run(e->dspark, e->ds_seqs, n, err, errlen))
-        return -1;
+    if (e->md.run(e->md.impl, e->dseqs, n, err, errlen)) return -1;
     for (int j = 0; j < n; j++) {
-        e->live[j]->n_drafts = e->mtp ? e->mtp_rows[j].n_drafts : e->ds_seqs[j].n_drafts;
-        e->live[j]->drafts_dev = e->mtp ? e->mtp_rows[j].dev_drafts : e->ds_seqs[j].dev_drafts;
+        e->live[j]->n_drafts = e->dseqs[j].n_drafts;
+        e->live[j]->drafts_dev = e->dseqs[j].dev_drafts;
     }
     return 0;
 }
@@ -650,12 +626,10 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
  * ones that were made (a round may stop short of its k: the rows past it are verified and
  * dropped). */
 static int collect_drafts(struct td_engine *e, int n_groups, char *err, size_t errlen) {
-    if (!e->mtp && !e->dspark) return 0;
-    if (e->mtp ? draft_mtp_collect(e->mtp, e->mtp_rows, err, errlen)
-               : draft_dspark_collect(e->dspark, e->ds_seqs, err, errlen))
-        return -1;
+    if (!e->md.impl) return 0;
+    if (e->md.collect(e->md.impl, e->dseqs, err, errlen)) return -1;
     for (int j = 0; j < e->n_live; j++)
-        e->live[j]->n_drafts = e->mtp ? e->mtp_rows[j].n_drafts : e->ds_seqs[j].n_drafts;
+        e->live[j]->n_drafts = e->dseqs[j].n_drafts;
     for (int i = 0; i < n_groups; i++) {
         struct group *g = &e->groups[i];
         struct request *r = g->r;
@@ -704,8 +678,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             if (b->finish(err, errlen)) return -1;
         }
         if (b->mark) b->mark("target");
-        if (collect_drafts(e, n, err, errlen))
-            return -1;
+        if (collect_drafts(e, n, err, errlen)) return -1;
         double t1 = now();
         e->stats.t_target += t1 - t0;
         e->stats.steps++;
@@ -725,7 +698,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         }
         double t2 = now();
         e->stats.t_verify += t2 - t1;
-        if ((e->mtp || e->dspark) && model_drafter_step(e, n, err, errlen)) return -1;
+        if (e->md.impl && model_drafter_step(e, n, err, errlen)) return -1;
         e->stats.t_draft += now() - t2;
     }
     // forget finished requests: each step scans only the live ones

@@ -69,6 +69,15 @@ static int argmax(const float *x, int n) {
     return a;
 }
 
+/* a sequence's next tokens for a call over rows pos0 .. pos0 + n - 1 of ids: the token after
+ * each row, the last one the round's anchor (into buf, [n]) */
+static const int32_t *next_of(int32_t *buf, const int32_t *ids, int pos0, int n, int32_t anchor) {
+    for (int i = 0; i + 1 < n; i++)
+        buf[i] = ids[pos0 + 1 + i];
+    buf[n - 1] = anchor;
+    return buf;
+}
+
 /* two sequences drafted in one call, the second one's committed rows lying in the capture
  * buffer after two rejected rows (so the insertion moves them down over their own range, row by
  * row), give the second the same greedy drafts and confidences, bit for bit, as drafting it
@@ -105,9 +114,11 @@ static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *id
         int32_t dA[DSPARK_MAX_BLOCK], dB[DSPARK_MAX_BLOCK], d1B[DSPARK_MAX_BLOCK];
         float cA[DSPARK_MAX_BLOCK], cBf[DSPARK_MAX_BLOCK], c1B[DSPARK_MAX_BLOCK];
         float *q = malloc((size_t)g * V * sizeof(float));
-        struct dspark_seq two[2] = {{0, 0, nA, 0, aA, g, &greedy, dA, q, cA, 0, NULL},
-                                    {1, 0, nB, cB, aB, g, &greedy, dB, q, cBf, 0, NULL}};
-        struct dspark_seq one = {0, 0, nB, 0, aB, g, &greedy, d1B, q, c1B, 0, NULL};
+        int32_t nxA[1024], nxB[1024];
+        struct td_draft_seq two[2] = {
+            {0, 0, nA, 0, next_of(nxA, ids, 0, nA, aA), g, &greedy, dA, q, cA, 0, NULL},
+            {1, 0, nB, cB, next_of(nxB, ids, 0, nB, aB), g, &greedy, dB, q, cBf, 0, NULL}};
+        struct td_draft_seq one = {0, 0, nB, 0, nxB, g, &greedy, d1B, q, c1B, 0, NULL};
         CHECK(!check_case_failed && !draft_dspark_run(d2, two, 2, err, sizeof err), "%s", err);
         CHECK(!check_case_failed && !draft_dspark_run(d1, &one, 1, err, sizeof err), "%s", err);
         CHECK(two[1].n_drafts == one.n_drafts, "%d drafts in the batch, %d alone", two[1].n_drafts,
@@ -174,7 +185,9 @@ static void run_fixture(const char *dir) {
         case_begin();
         CHECK(!target_pass(&f.m, d, ids, n, last, err, sizeof err), "%s", err);
         CHECK(argmax(last, V) == anchor, "target anchor %d, reference %d", argmax(last, V), anchor);
-        struct dspark_seq s = {0, 0, n, 0, anchor, g, &greedy, drafts, q, conf, 0, NULL};
+        int32_t nx[1024];
+        struct td_draft_seq s = {
+            0, 0, n, 0, next_of(nx, ids, 0, n, anchor), g, &greedy, drafts, q, conf, 0, NULL};
         CHECK(!check_case_failed && !draft_dspark_run(d, &s, 1, err, sizeof err), "%s", err);
         snprintf(path, sizeof path, "%s_U", cname);
         const struct st_entry *u = st_set_find(&f.ref, path);
@@ -196,7 +209,7 @@ static void run_fixture(const char *dir) {
                       cr);
             }
         }
-        struct dspark_seq again = {0, 1, n - 1, 1, anchor, g, &greedy, drafts, q, conf, 0, NULL};
+        struct td_draft_seq again = {0, 1, n - 1, 1, nx + 1, g, &greedy, drafts, q, conf, 0, NULL};
         CHECK(draft_dspark_run(d, &again, 1, err, sizeof err) && strstr(err, "holds"),
               "rows inserted again at position 1 passed (a round must store nothing, and the "
               "drafter's length is the target's)");
@@ -213,10 +226,10 @@ static void run_fixture(const char *dir) {
         for (int j = 0; j < g; j++)
             chain[j] = (int32_t)json_integer_value(json_array_get(chj, (size_t)j));
         int cut = n / 3 + 1;
-        struct dspark_seq s1 = {0, 0, cut, 0, ids[cut], 0, &t1, drafts, q, conf, 0, NULL};
+        struct td_draft_seq s1 = {0, 0, cut, 0, nx, 0, &t1, drafts, q, conf, 0, NULL};
         CHECK(!draft_dspark_run(d, &s1, 1, err, sizeof err), "%s", err);
         draft_dspark_force_chain(d, chain);
-        struct dspark_seq s2 = {0, cut, n - cut, cut, anchor, g, &t1, drafts, q, conf, 0, NULL};
+        struct td_draft_seq s2 = {0, cut, n - cut, cut, nx + cut, g, &t1, drafts, q, conf, 0, NULL};
         CHECK(!draft_dspark_run(d, &s2, 1, err, sizeof err), "%s", err);
         draft_dspark_force_chain(d, NULL);
         snprintf(path, sizeof path, "%s_Z", cname);
@@ -263,7 +276,7 @@ static void run_fixture(const char *dir) {
         if (dt) {
             CHECK(!target_pass(&f.m, dt, ids, n, last, err, sizeof err), "%s", err);
             draft_dspark_force_chain(dt, chain);
-            struct dspark_seq s3 = {0, 0, n, 0, anchor, g, &t1, drafts, q, conf, 0, NULL};
+            struct td_draft_seq s3 = {0, 0, n, 0, nx, g, &t1, drafts, q, conf, 0, NULL};
             CHECK(!draft_dspark_run(dt, &s3, 1, err, sizeof err), "%s", err);
             CHECK(s3.n_drafts == want_n, "threshold %.4f: %d drafts, expected %d", th, s3.n_drafts,
                   want_n);

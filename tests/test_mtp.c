@@ -184,7 +184,7 @@ static void run_fixture(const struct mtp_fixture *x) {
     CHECK(ready, "not run: the target pass or the MTP setup failed");
     if (!check_case_failed) {
         draft_mtp_set_all_logits(d, 1);
-        struct mtp_rows r = {slot, 0, n, 0, next, 0, &greedy, drafts, qd, 0, NULL};
+        struct td_draft_seq r = {slot, 0, n, 0, next, 0, &greedy, drafts, qd, NULL, 0, NULL};
         CHECK(!draft_mtp_run(d, &r, 1, err, sizeof err), "%s", err);
     }
     const struct st_entry *cl = st_set_find(&f.ref, "catchup_logits");
@@ -203,7 +203,7 @@ static void run_fixture(const struct mtp_fixture *x) {
     // last catch-up row meets the head)
     case_begin();
     worst = 0;
-    struct mtp_rows r = {slot, 0, n, 0, next, K, &greedy, drafts, qd, 0, NULL};
+    struct td_draft_seq r = {slot, 0, n, 0, next, K, &greedy, drafts, qd, NULL, 0, NULL};
     CHECK(ready, "not run: the target pass or the MTP setup failed");
     if (!check_case_failed) {
         draft_mtp_set_all_logits(d, 0);
