@@ -114,9 +114,6 @@ __device__ __forceinline__ float warp_max(float v) {
     return warp_reduce<max_op>(v);
 }
 
-/* A (value, index) pair as one 64-bit key whose unsigned order is the order of a first strict
- * maximum: the larger value, then the lower index (the value's bits made order-preserving
- * above the complemented index). Keys from blocks that run in any order fold with atomicMax. */
 /* v's bits made order-preserving as an unsigned: a > b exactly when key(a) > key(b), and -0
  * gets +0's key, as a > comparison ties them (NaN: above +inf) */
 __device__ __forceinline__ unsigned ordered_key(float v) {
@@ -124,6 +121,9 @@ __device__ __forceinline__ unsigned ordered_key(float v) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+/* A (value, index) pair as one 64-bit key whose unsigned order is the order of a first strict
+ * maximum: the larger value, then the lower index (the value's ordered_key above the
+ * complemented index). Keys from blocks that run in any order fold with atomicMax. */
 __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
     return ((unsigned long long)ordered_key(v) << 32) | (unsigned)(~i);
 }

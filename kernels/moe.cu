@@ -277,7 +277,8 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         const __nv_bfloat16 *w2 = (const __nv_bfloat16 *)ex.w2[e];
         const __nv_bfloat16 *w[2] = {swiglu ? (const __nv_bfloat16 *)ex.w1[e] : w2,
                                      swiglu ? (const __nv_bfloat16 *)ex.w3[e] : w2 + 16 * K};
-        if (swiglu || pair) // the gate and up rows together: their loads in flight at once
+        if (swiglu || pair) // two matrices' rows together (gate and up, or the pair's two
+                            // tiles): their loads in flight at once
             mma_rows<VEC, MOE_MMA_KW, 1, 2>(c, xr, live, w, o0, N, K, threadIdx.x >> 5, MOE_MMA_KW,
                                             false);
         else
