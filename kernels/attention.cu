@@ -20,7 +20,8 @@ __device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t
     return a.entries + ((size_t)slot * a.n_entries + w) * a.d;
 }
 
-#define ATT_KEYS 8
+#define ATT_KEYS       8
+#define ATT_MAX_SPLITS 4 /* the most attention_splits gives */
 
 /* column c of keys j0 .. j0 + ATT_KEYS - 1 (0 past nk), loaded before any is used */
 __device__ __forceinline__ void load_keys(float *kv, const float *const *kp, int j0, int nk,
@@ -118,36 +119,40 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) 
         o[c] = acc;
     }
     if (threadIdx.x == 0) ml[0] = mx, ml[1] = den;
-    float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d, sink = a.sinks[h];
-    if (ks == 1) {
-        __syncthreads();
-        float M = fmaxf(mx, sink), e = nj ? expf(mx - M) : 0.0f;
-        float tot = den * e + expf(sink - M);
-        for (int c = threadIdx.x; c < a.d; c += blockDim.x)
-            oh[c] = M == -INFINITY ? 0.0f : o[c] * e / tot;
-        return;
-    }
+    // block 0 joins the blocks' parts in block order (its own alone when ks == 1); each
+    // part's scale exp(m_r - M) is taken once, not per column
     cg::cluster_group cl = cg::this_cluster();
-    cl.sync();
+    if (ks > 1)
+        cl.sync();
+    else
+        __syncthreads();
     if (rank == 0) {
-        float M = sink, tot = 0.0f;
-        for (int q = 0; q < ks; q++)
-            M = fmaxf(M, cl.map_shared_rank(ml, q)[0]);
-        for (int q = 0; q < ks; q++) {
-            const float *mq = cl.map_shared_rank(ml, q);
-            tot += mq[0] == -INFINITY ? 0.0f : mq[1] * expf(mq[0] - M);
+        const float *mq[ATT_MAX_SPLITS], *oq[ATT_MAX_SPLITS];
+        float sc[ATT_MAX_SPLITS], sink = a.sinks[h], M = sink, tot = 0.0f;
+#pragma unroll
+        for (int q = 0; q < ATT_MAX_SPLITS; q++) { // unrolled: the parts stay in registers
+            if (q >= ks) break;
+            mq[q] = ks > 1 ? cl.map_shared_rank(ml, q) : ml;
+            oq[q] = ks > 1 ? cl.map_shared_rank(o, q) : o;
+            M = fmaxf(M, mq[q][0]);
+        }
+#pragma unroll
+        for (int q = 0; q < ATT_MAX_SPLITS; q++) { // an empty slice (m_r = -inf) adds nothing
+            if (q >= ks) break;
+            sc[q] = mq[q][0] == -INFINITY ? 0.0f : expf(mq[q][0] - M);
+            tot += mq[q][1] * sc[q];
         }
         tot += expf(sink - M);
+        float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
         for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
             float acc = 0.0f;
-            for (int q = 0; q < ks; q++) {
-                const float *mq = cl.map_shared_rank(ml, q);
-                if (mq[0] != -INFINITY) acc += cl.map_shared_rank(o, q)[c] * expf(mq[0] - M);
-            }
+#pragma unroll
+            for (int q = 0; q < ATT_MAX_SPLITS; q++)
+                if (q < ks) acc += oq[q][c] * sc[q];
             oh[c] = M == -INFINITY ? 0.0f : acc / tot;
         }
     }
-    cl.sync(); // the other blocks' parts stay until block 0 has read them
+    if (ks > 1) cl.sync(); // the other blocks' parts stay until block 0 has read them
 }
 
 static size_t smem_set;

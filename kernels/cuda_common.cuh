@@ -179,6 +179,28 @@ __device__ __forceinline__ float block_max(float v) {
     return block_reduce<max_op>(v, -INFINITY);
 }
 
+/* the block's exclusive prefix sum of v in thread order (blockDim.x a multiple of 32, <= 1024)
+ * and, in *total, its sum; every thread calls it */
+__device__ __forceinline__ int block_excl_scan(int v, int *total) {
+    __shared__ int wsum[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int x = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads(); // an earlier call's reads of wsum are done
+    if (lane == 31) wsum[warp] = x;
+    __syncthreads();
+    int before = 0, all = 0;
+    for (int i = 0; i < nw; i++) {
+        before += i < warp ? wsum[i] : 0;
+        all += wsum[i];
+    }
+    *total = all;
+    return before + x - v;
+}
+
 /* out[j] = exp(in[j] - mx) / (sum_j exp(in[j] - mx) + exp(sink - mx)) for j < n, mx the
  * largest of in[] and sink (an attention sink; -INFINITY: none), over the block; out may be
  * in. Each thread writes the entries it read. */

@@ -45,28 +45,6 @@ __device__ __forceinline__ unsigned score_key(float v) {
     return v != v ? 0u : ordered_key(v);
 }
 
-/* the block's exclusive prefix sum of v (thread order) and, in *total, its sum; every thread
- * calls it */
-__device__ __forceinline__ int block_excl_scan(int v, int *total) {
-    __shared__ int wsum[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int x = v;
-    for (int o = 1; o < 32; o <<= 1) {
-        int y = __shfl_up_sync(0xffffffffu, x, o);
-        if (lane >= o) x += y;
-    }
-    __syncthreads(); // an earlier call's reads of wsum are done
-    if (lane == 31) wsum[warp] = x;
-    __syncthreads();
-    int before = 0, all = 0;
-    for (int i = 0; i < nw; i++) {
-        before += i < warp ? wsum[i] : 0;
-        all += wsum[i];
-    }
-    *total = all;
-    return before + x - v;
-}
-
 /* One block per row: the top-k of the row's scores by radix selection, then the picks in entry
  * order. Four passes over 8-bit digits of the score keys, from the top, find the k-th largest
  * key T and how many entries of key T the picks take (need: the lowest-indexed ones, as ties go

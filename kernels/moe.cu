@@ -113,20 +113,11 @@ __global__ void moe_group_kernel(const int32_t *picks, int m, int E, int tm, int
     __syncthreads();
     // offsets and tiles in ascending expert order: each thread a run of experts, then a scan
     // of the runs (one thread walking all 256 experts of the Flash slice took 15 us a call)
-    __shared__ int run_c[MOE_GROUP_THREADS], run_t[MOE_GROUP_THREADS];
     int tid = threadIdx.x, per = (E + blockDim.x - 1) / blockDim.x;
     int e0 = tid * per < E ? tid * per : E, e1 = e0 + per < E ? e0 + per : E, c = 0, nt = 0;
     for (int e = e0; e < e1; e++)
         c += count[e], nt += (count[e] + tm - 1) / tm;
-    run_c[tid] = c, run_t[tid] = nt;
-    __syncthreads();
-    for (int o = 1; o < (int)blockDim.x; o <<= 1) { // inclusive scan
-        int vc = tid >= o ? run_c[tid - o] : 0, vt = tid >= o ? run_t[tid - o] : 0;
-        __syncthreads();
-        run_c[tid] += vc, run_t[tid] += vt;
-        __syncthreads();
-    }
-    int o = run_c[tid] - c, t = run_t[tid] - nt;
+    int total, o = block_excl_scan(c, &total), t = block_excl_scan(nt, &total);
     for (int e = e0; e < e1; e++) {
         off[e] = o;
         for (int r = 0; r < count[e]; r += tm, t++) { // tile: expert, first entry, rows
