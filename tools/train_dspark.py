@@ -329,7 +329,11 @@ def main():
                              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95))
     until = time.time() + a.train_seconds if a.train_seconds else None
-    budget = tt.StepBudget(a.steps, until, 0, 5)
+    # timed from step 5 to 25 after a device sync: the first steps (allocator, kernel choice)
+    # ran at twice the later rate, and a run of --train-seconds 270 timed from step 0 fixed
+    # 581 steps that took 146 s
+    budget = tt.StepBudget(a.steps, until, 5, 25,
+                           torch.cuda.synchronize if dev == "cuda" else None)
     total = budget.total
     gen = torch.Generator().manual_seed(a.seed)
     load = torch.zeros(len(ds.stages), ds.stages[0].ffn.E, device=dev)
