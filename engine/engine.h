@@ -98,9 +98,13 @@ struct td_engine_stats {
                                        verified a draft j: accepted_at / reached_at is the
                                        conditional acceptance P(j accepted | all before were) */
     long nan_rows;                  /* non-finite target rows met (each fails its request) */
-    double t_target;                /* seconds in plan building and the target's forward */
+    /* host wall time of a step's phases. On a device the model drafter's work is queued at
+     * the end of a step and runs before the next step's forward, so its device time counts in
+     * t_target and t_draft holds only its set-up and launches (TD_TIMELINE=1 splits device
+     * time); on the CPU each phase is computed where it is counted */
+    double t_target;                /* seconds in plan building, the forward and its wait */
     double t_verify;                /* seconds verifying and committing its rows (host) */
-    double t_draft;                 /* seconds in the model drafter's steps (MTP, DSpark) */
+    double t_draft;                 /* seconds in the model drafter's calls (MTP, DSpark) */
     int graphs;                     /* step graphs captured (target and drafter) */
     double t_capture;               /* seconds capturing them (at start-up; any made later
                                        count inside t_target or t_draft) */
