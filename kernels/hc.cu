@@ -134,14 +134,14 @@ __device__ void sinkhorn_warp(float *out, const float *mix, const struct hc_weig
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     v = own ? expf(v - mx) : 0.0f;
     float s0 = sum_bits(v, 1); // every lane shuffles: the sums are never inside a branch
-    v = own ? v / s0 + eps : 0.0f;
+    v = own ? __fdividef(v, s0) + eps : 0.0f;
     for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
         if (it > 0) {
             float s = sum_bits(v, 1);
-            v = own ? v / (s + eps) : 0.0f;
+            v = own ? __fdividef(v, s + eps) : 0.0f;
         }
         float s = sum_bits(v, 4);
-        v = own ? v / (s + eps) : 0.0f;
+        v = own ? __fdividef(v, s + eps) : 0.0f;
     }
     if (own) out[e] = v;
 }
