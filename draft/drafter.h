@@ -67,6 +67,7 @@ struct td_draft_seq {
 
 struct td_forward_io;
 struct td_state;
+struct td_plan;
 
 /* The engine's view of a model drafter: one table, whichever it is. */
 struct td_model_drafter {
@@ -74,6 +75,12 @@ struct td_model_drafter {
     /* what the target forward must leave for it (MTP: its final streams; DSpark: the mean
      * streams of its capture layers) */
     void (*target_io)(void *impl, struct td_forward_io *io);
+    /* every row of the target step just queued (plan p), before the verify decides which stay,
+     * or NULL. DSpark inserts them all here, by position, so its insertion runs on the device
+     * while the host verifies; run then moves its length back to the committed one (the
+     * rejected rows lie at or past it, where no block reads, until the next step overwrites
+     * them, as in the target's own rings). */
+    int (*insert_step)(void *impl, const struct td_plan *p, char *err, size_t errlen);
     /* catch up or insert every sequence's committed rows, then draft for those with k >= 1 */
     int (*run)(void *impl, struct td_draft_seq *seqs, int n, char *err, size_t errlen);
     /* a deferred round's drafts to the host (seqs as given to run; at once when none is due) */

@@ -39,16 +39,15 @@ struct draft_dspark {
     float *conf_w;             /* host [dim + rank] */
     float *conf_w_dev;         /* [dim + rank] in backend memory */
     /* greedy rounds draft on the backend (kernels/markov.h): mk = anchor | k | n_drafts
-     * [max_seqs each] | tok | conf [max_seqs * block each]; mk_host its host mirror; best and
-     * bad [max_seqs * block] the chain's scratch, zero */
+     * [max_seqs each] | tok | conf [max_seqs * block each]; mk_host its host mirror */
     int32_t *mk, *mk_host;
-    unsigned long long *best;
-    int32_t *bad;
     int32_t *zeros;           /* [max_rows] token ids of insertion rows (never read) */
     int32_t *blk_ids;         /* [max_seqs * block] */
     int32_t *ids_host;        /* [max_seqs] */
     int *live, *act;          /* [max_seqs] */
     struct td_plan_seq *seqs; /* [max_seqs] */
+    int *pre_end;             /* [max_seqs] per slot, the length draft_dspark_insert_step left
+                                 (0: none since the last run) */
     const int32_t *chain;     /* forced Markov chain (tests), or NULL */
     int n_round;              /* sequences in the last round's block forward */
     int defer;                /* greedy rounds leave their drafts in backend memory */
@@ -177,9 +176,10 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->live = malloc(S * sizeof(int));
     d->act = malloc(S * sizeof(int));
     d->seqs = calloc(S, sizeof *d->seqs);
+    d->pre_end = calloc(S, sizeof *d->pre_end);
     if (!d->capture || !d->y || !d->e || !d->bias || !d->ids_dev || !d->U || !d->y_host ||
         !d->e_host || !d->bias_host || !d->z || !d->conf_w || !d->zeros || !d->blk_ids ||
-        !d->ids_host || !d->live || !d->act || !d->seqs) {
+        !d->ids_host || !d->live || !d->act || !d->seqs || !d->pre_end) {
         snprintf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
         goto fail;
     }
@@ -189,9 +189,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->conf_w_dev = b->alloc(((size_t)d->dim + dc->rank) * F);
     d->mk = b->alloc(mk_words * sizeof(int32_t));
     d->mk_host = b->alloc_host(mk_words * sizeof(int32_t)); // queued copies land here
-    d->best = b->alloc(BR * sizeof *d->best);
-    d->bad = b->alloc(BR * sizeof *d->bad);
-    if (!d->conf_w_dev || !d->mk || !d->mk_host || !d->best || !d->bad) {
+    if (!d->conf_w_dev || !d->mk || !d->mk_host) {
         snprintf(err, errlen, "dspark: out of memory for the Markov chain's buffers");
         goto fail;
     }
@@ -214,8 +212,7 @@ fail:
 
 void draft_dspark_free(struct draft_dspark *d) {
     if (!d) return;
-    void *bufs[] = {d->capture,    d->y,  d->e,    d->bias, d->ids_dev,
-                    d->conf_w_dev, d->mk, d->best, d->bad};
+    void *bufs[] = {d->capture, d->y, d->e, d->bias, d->ids_dev, d->conf_w_dev, d->mk};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) d->b->release(bufs[i]);
     free(d->U);
@@ -231,6 +228,7 @@ void draft_dspark_free(struct draft_dspark *d) {
     free(d->live);
     free(d->act);
     free(d->seqs);
+    free(d->pre_end);
     meta_plan_free(&d->plan);
     td_state_free(&d->st);
     if (d->dev.backend) td_model_free(&d->dev);
@@ -274,24 +272,55 @@ static int32_t anchor_of(const struct td_draft_seq *q) {
     return q->next[q->n - 1];
 }
 
-/* the committed rows of every sequence into the stages' rings */
+/* a sequence's length before rows at pos0 go in: a new sequence (pos0 0) takes its slot */
+static int seq_at(struct draft_dspark *d, int slot, int pos0, char *err, size_t errlen) {
+    if (pos0 == 0) {
+        d->st.in_use[slot] = 1;
+        d->st.len[slot] = d->st.hi[slot] = 0;
+    }
+    if (d->st.len[slot] != pos0) {
+        snprintf(err, errlen, "dspark: slot %d holds %d rows, the target committed %d", slot,
+                 d->st.len[slot], pos0);
+        return -1;
+    }
+    return 0;
+}
+
+int draft_dspark_insert_step(struct draft_dspark *d, const struct td_plan *p, char *err,
+                             size_t errlen) {
+    memset(d->pre_end, 0, (size_t)d->max_seqs * sizeof *d->pre_end);
+    if (p->n_tok > d->max_rows) {
+        snprintf(err, errlen, "dspark: %d rows to insert, capacity %d", p->n_tok, d->max_rows);
+        return -1;
+    }
+    for (int s = 0; s < p->n_seq; s++) {
+        int slot = p->slot[s], pos0 = p->len_before[s], n = p->qo_indptr[s + 1] - p->qo_indptr[s];
+        if (seq_at(d, slot, pos0, err, errlen)) return -1;
+        d->seqs[s] = (struct td_plan_seq){slot, pos0, n, d->zeros, n, 0};
+        d->pre_end[slot] = pos0 + n;
+    }
+    if (meta_plan_build(&d->plan, d->seqs, p->n_seq, err, errlen)) return -1;
+    int rc = td_forward_store_kv(d->run, &d->st, &d->plan, d->capture, err, errlen);
+    if (d->b->mark) d->b->mark("insert");
+    return rc;
+}
+
+/* every sequence's committed rows in the stages' rings: those its step inserted already
+ * (draft_dspark_insert_step) by moving the length back to the committed one, the others now */
 static int insert(struct draft_dspark *d, struct td_draft_seq *seqs, int n_seq, char *err,
                   size_t errlen) {
     const struct td_backend *b = d->b;
     const struct td_model *m = d->run;
     size_t CW = (size_t)d->cfg.n_capture * d->dim;
-    int rows = 0;
+    int rows = 0, ns = 0;
     for (int s = 0; s < n_seq; s++) {
         struct td_draft_seq *q = &seqs[s];
-        if (q->pos0 == 0) { // a new sequence in this slot
-            d->st.in_use[q->slot] = 1;
-            d->st.len[q->slot] = d->st.hi[q->slot] = 0;
+        int end = q->pos0 + q->n;
+        if (d->pre_end[q->slot] >= end && d->st.len[q->slot] == d->pre_end[q->slot]) {
+            if (td_state_rollback(&d->st, q->slot, end, err, errlen)) return -1;
+            continue;
         }
-        if (d->st.len[q->slot] != q->pos0) {
-            snprintf(err, errlen, "dspark: slot %d holds %d rows, the target committed %d", q->slot,
-                     d->st.len[q->slot], q->pos0);
-            return -1;
-        }
+        if (seq_at(d, q->slot, q->pos0, err, errlen)) return -1;
         if (rows + q->n > d->max_rows) {
             snprintf(err, errlen, "dspark: %d rows to insert, capacity %d", rows + q->n,
                      d->max_rows);
@@ -310,10 +339,12 @@ static int insert(struct draft_dspark *d, struct td_draft_seq *seqs, int n_seq, 
         else if (q->row > rows)
             for (int i = 0; i < q->n; i++)
                 b->ops.copy(dst + i * CW, src + i * CW, CW * sizeof(float));
-        d->seqs[s] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->zeros, q->n, 0};
+        d->seqs[ns++] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->zeros, q->n, 0};
         rows += q->n;
     }
-    if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen)) return -1;
+    memset(d->pre_end, 0, (size_t)d->max_seqs * sizeof *d->pre_end);
+    if (!ns) return 0;
+    if (meta_plan_build(&d->plan, d->seqs, ns, err, errlen)) return -1;
     return td_forward_store_kv(m, &d->st, &d->plan, d->capture, err, errlen);
 }
 
@@ -367,9 +398,7 @@ static int greedy_chain(struct draft_dspark *d, struct td_draft_seq *seqs, int n
                             .k = d->mk + S,
                             .tok = tok,
                             .conf = (float *)(tok + S * g),
-                            .n_drafts = nd,
-                            .best = d->best,
-                            .bad = d->bad};
+                            .n_drafts = nd};
     b->ops.markov_greedy(&a);
     if (b->mark) b->mark("markov");
     // the results come to the host behind the chain: deferred, collecting them after the
@@ -403,7 +432,7 @@ static int chain_results(struct draft_dspark *d, struct td_draft_seq *seqs, int 
     size_t S = (size_t)d->max_seqs;
     int g = d->cfg.block;
     int32_t *h = d->mk_host;
-    if (d->b->finish(err, errlen)) return -1;
+    if (d->b->wait_queued(err, errlen)) return -1;
     const int32_t *h_nd = h + 2 * S, *h_tok = h_nd + S;
     const float *h_conf = (const float *)(h_tok + S * g);
     for (int i = 0; i < nb; i++) {
@@ -440,7 +469,6 @@ int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_se
     if (b->mark) b->mark("draft");
     if (greedy) chain_inputs(d, seqs, nb);
     if (insert(d, seqs, n_seq, err, errlen)) return -1;
-    if (b->mark) b->mark("insert");
     if (!nb) return 0;
     // the block forward of every sequence that drafts: [anchor, noise...] after its context
     for (int i = 0; i < nb; i++) {
@@ -511,6 +539,9 @@ static void dspark_target_io(void *impl, struct td_forward_io *io) {
     io->capture = draft_dspark_capture(impl);
     io->capture_layers = draft_dspark_capture_layers(impl, &io->n_capture);
 }
+static int dspark_insert_step(void *impl, const struct td_plan *p, char *err, size_t errlen) {
+    return draft_dspark_insert_step(impl, p, err, errlen);
+}
 static int dspark_run(void *impl, struct td_draft_seq *seqs, int n, char *err, size_t errlen) {
     return draft_dspark_run(impl, seqs, n, err, errlen);
 }
@@ -525,6 +556,7 @@ static void dspark_free(void *impl) {
 }
 
 struct td_model_drafter draft_dspark_model(struct draft_dspark *d) {
-    return (struct td_model_drafter){
-        d, dspark_target_io, dspark_run, dspark_collect, dspark_state, dspark_free};
+    return (struct td_model_drafter){d,          dspark_target_io, dspark_insert_step,
+                                     dspark_run, dspark_collect,   dspark_state,
+                                     dspark_free};
 }

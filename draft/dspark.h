@@ -4,14 +4,22 @@
  *   draft_dspark_init(&d, &host_model, &run_model, backend, "models/x/dspark", ...);
  *   every step:  io.capture = draft_dspark_capture(d); io.capture_layers = ...layers(d, &n);
  *                td_forward_ex(target, ..., &io, ...)   // the mean HC streams of those layers
+ *                draft_dspark_insert_step(d, &plan)     // every row of the step (optional)
  *                verify + commit
- *                draft_dspark_run(d, seqs, n, ...)      // insert the committed rows, draft
+ *                draft_dspark_run(d, seqs, n, ...)      // the committed rows, then draft
  *
- * Context: each committed target row p carries the mean of its HC streams after each capture
- * layer; main_x_p = main_norm(main_proj(those)) gives, in every stage, the key (= value)
+ * Context: each target row p carries the mean of its HC streams after each capture layer;
+ * main_x_p = main_norm(main_proj(those)) gives, in every stage, the key (= value)
  * rope(kv_norm(wkv main_x_p)) stored at position p of the stage's sliding-window ring (by
- * position, like the target's own rings). Only rows the target committed are inserted, so
- * a rejected draft never reaches a ring, and the drafter's length always equals the target's.
+ * position, like the target's own rings). draft_dspark_insert_step inserts every row of a
+ * step as soon as it is queued, before the verify, so the insertion runs on the device while
+ * the host verifies; draft_dspark_run then moves the drafter's length back to the committed
+ * one (or inserts the committed rows itself when they did not come that way). A rejected row
+ * lies at or past the committed length: no block reads there (a block sees only the window
+ * before its anchor), and the next step's rows overwrite it, as a rejected row's keys in the
+ * target's own rings are. The rings hold window + max(16, block) rows, so those positions
+ * never share a ring row with a position the window still reads. After each run the drafter's
+ * length equals the target's.
  *
  * Round: a non-causal block [anchor, noise x (gamma - 1)] at positions P .. P+gamma-1 (P = the
  * committed length, the anchor's position) runs through the stages (V4 blocks; every block
@@ -69,6 +77,14 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
                       float threshold, int use_graphs, size_t max_bytes, char *err, size_t errlen);
 
+/* Every row of the target step just queued (plan p: its sequences, positions and capture
+ * rows), inserted at its position before the verify decides which stay; the next
+ * draft_dspark_run keeps the committed ones by moving the length back. 0, or -1 with a
+ * message. */
+struct td_plan;
+int draft_dspark_insert_step(struct draft_dspark *d, const struct td_plan *p, char *err,
+                             size_t errlen);
+
 /* Deferred greedy rounds (device backends): draft_dspark_run queues the Markov chain and
  * returns without waiting; each drafting sequence's dev_drafts says where its drafts are, so
  * the next verify step can read them from there (td_id_patch) while the host builds its plan.
@@ -88,8 +104,10 @@ float *draft_dspark_capture(struct draft_dspark *d);
 const struct td_state *draft_dspark_state(const struct draft_dspark *d);
 const int *draft_dspark_capture_layers(const struct draft_dspark *d, int *n);
 
-/* Insert every sequence's committed rows, then run a round for those with k >= 1. A sequence
- * at pos0 == 0 starts afresh in its slot. 0, or -1 with a message (an engine error). */
+/* Every sequence's committed rows in the rings (moving the length back over the rows
+ * draft_dspark_insert_step put there past them, or inserting them now), then a round for those
+ * with k >= 1. A sequence at pos0 == 0 starts afresh in its slot. 0, or -1 with a message (an
+ * engine error). */
 int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_seq, char *err,
                      size_t errlen);
 

@@ -227,7 +227,7 @@ int draft_mtp_collect(struct draft_mtp *d, struct td_draft_seq *seqs, char *err,
     if (!d->pending) return 0;
     d->pending = 0;
     size_t S = (size_t)d->max_seqs, K = (size_t)d->max_k;
-    if (d->b->finish(err, errlen)) return -1; // the queued copy has landed (at once after a step)
+    if (d->b->wait_queued(err, errlen)) return -1; // the queued copy has landed
     for (int i = 0; i < d->n_round; i++) {    // row i: sequence ord[i] (device_chain)
         struct td_draft_seq *q = &seqs[d->ord[i]];
         q->n_drafts = d->chain_host[i];
@@ -378,5 +378,6 @@ static void mtp_free(void *impl) {
 }
 
 struct td_model_drafter draft_mtp_model(struct draft_mtp *d) {
-    return (struct td_model_drafter){d, mtp_target_io, mtp_run, mtp_collect, mtp_state, mtp_free};
+    return (struct td_model_drafter){d,         mtp_target_io, NULL,    mtp_run,
+                                     mtp_collect, mtp_state,     mtp_free};
 }

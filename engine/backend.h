@@ -118,6 +118,9 @@ struct td_backend {
     void *(*alloc_host)(size_t bytes); /* zeroed, NULL on failure */
     void (*release_host)(void *p);
     void (*to_host_queued)(void *dst, const void *src, size_t bytes);
+    /* wait until every queued copy made so far has landed, and not for the work queued after
+     * them (a step's results while the drafter's insertion still runs); reports faults */
+    int (*wait_queued)(char *err, size_t errlen);
     /* whether a step of `entries` expert entries runs a layer's shared expert as one more pick
      * of the routed experts (model.h ex_shared) rather than as its own GEMMs; NULL: always */
     int (*moe_fold_shared)(int entries);

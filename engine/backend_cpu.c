@@ -54,6 +54,7 @@ static const struct td_backend cpu = {
     cpu_alloc,
     cpu_release,
     cpu_copy,
+    cpu_finish,
     NULL,
 };
 

@@ -106,19 +106,31 @@ static void cu_release_host(void *p) {
 
 /* on a side stream that waits for the work queued so far: the copy's own latency (6 us per
  * DSpark round in the main stream, TD_TIMELINE) is off the path of the kernels queued next.
- * finish and to_host wait for it too. */
+ * finish and to_host wait for it too; wait_queued for it alone (side_done, after the last). */
 static cudaStream_t side;
-static cudaEvent_t side_ready;
+static cudaEvent_t side_ready, side_done;
 
 static void cu_to_host_queued(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     if (!side) {
         CUDA_CHECK(cudaStreamCreate(&side));
         CUDA_CHECK(cudaEventCreateWithFlags(&side_ready, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&side_done, cudaEventDisableTiming));
     }
     CUDA_CHECK(cudaEventRecord(side_ready, stream));
     CUDA_CHECK(cudaStreamWaitEvent(side, side_ready, 0));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, side));
+    CUDA_CHECK(cudaEventRecord(side_done, side));
+}
+
+static int cu_wait_queued(char *err, size_t errlen) {
+    cudaError_t e = side ? cudaEventSynchronize(side_done) : cudaSuccess;
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cuda: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
 }
 
 // cudaMemcpy on the legacy stream orders itself with our (blocking) stream and returns after
@@ -310,6 +322,7 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
     cuda_backend.alloc_host = cu_alloc_host;
     cuda_backend.release_host = cu_release_host;
     cuda_backend.to_host_queued = cu_to_host_queued;
+    cuda_backend.wait_queued = cu_wait_queued;
     cuda_backend.moe_fold_shared = moe_cuda_fold_shared;
     return &cuda_backend;
 }

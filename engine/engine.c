@@ -249,7 +249,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     e->seqs = calloc((size_t)e->p.max_seqs, sizeof *e->seqs);
     e->patches = calloc((size_t)e->p.max_seqs, sizeof *e->patches);
     e->logits = malloc((size_t)e->p.max_batch_tokens * V * sizeof(float));
-    e->ids = malloc((size_t)e->p.max_batch_tokens * sizeof(int32_t));
+    e->ids = e->b->alloc_host((size_t)e->p.max_batch_tokens * sizeof(int32_t)); // queued copies
     e->ids_dev = e->state.backend->alloc((size_t)e->p.max_batch_tokens * sizeof(int32_t));
     e->q = malloc(((size_t)e->p.max_seqs * (e->p.max_draft + 1)) * V * sizeof(float));
     e->p_scratch = malloc(V * sizeof(float));
@@ -278,7 +278,7 @@ void td_engine_free(struct td_engine *e) {
     free(e->live);
     free(e->seqs);
     free(e->logits);
-    free(e->ids);
+    if (e->ids) e->b->release_host(e->ids);
     if (e->ids_dev) e->state.backend->release(e->ids_dev);
     free(e->q);
     free(e->p_scratch);
@@ -674,10 +674,15 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             return -1;
         if (greedy) {
             b->ops.argmax_rows(e->ids_dev, td_forward_logits(&e->state), e->plan.n_logit, V);
-            b->to_host(e->ids, e->ids_dev, (size_t)e->plan.n_logit * sizeof(int32_t));
-            if (b->finish(err, errlen)) return -1;
+            b->to_host_queued(e->ids, e->ids_dev, (size_t)e->plan.n_logit * sizeof(int32_t));
         }
         if (b->mark) b->mark("target");
+        // what the drafter does before the verdict (DSpark's insertion) is queued behind the
+        // step and runs on the device while the host verifies; the host waits for the ids only
+        if (e->md.impl && e->md.insert_step &&
+            e->md.insert_step(e->md.impl, &e->plan, err, errlen))
+            return -1;
+        if (b->wait_queued(err, errlen)) return -1;
         if (collect_drafts(e, n, err, errlen)) return -1;
         double t1 = now();
         e->stats.t_target += t1 - t0;

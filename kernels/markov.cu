@@ -1,12 +1,13 @@
-/* markov.cu: DSpark's greedy Markov chain on the GPU (see markov.h), all g slots in one
- * cooperative kernel. Blocks (c, i) over (chunk group, sequence): for each slot, each live
- * sequence's blocks score their chunks of 64 vocabulary entries and fold each chunk's argmax
- * into best[i * g + j] with one 64-bit atomicMax of argmax_key (ties go to the lower id whatever
- * order the blocks run in); a grid-wide barrier; then every block of the sequence reads the
- * slot's fold and computes the confidence (the same sums in the same order, so the same bits in
- * every block) and so knows the draft, the cut and the next slot's previous token; block c = 0
- * writes them. One barrier per slot, one more before the scratch is zeroed: the 5 slots of a
- * round were 5 kernels of 7-9 us, each ending in a last-block pick. */
+/* markov.cu: DSpark's greedy Markov chain on the GPU (see markov.h), all g slots in one kernel.
+ * One thread-block cluster per sequence (up to 16 blocks of 512 threads, a thread per
+ * vocabulary entry at tandem-tiny's 8192): for each slot every block scores its entries and
+ * folds them to one argmax_key (ties go to the lower id, whatever the order); a cluster
+ * barrier; then every block reads the cluster's folds from the others' shared memory and
+ * computes the confidence (the same sums in the same order, so the same bits in every block),
+ * and so knows the draft, the cut and the next slot's previous token; block 0 writes them.
+ * Measured at batch 1 on tandem-tiny (Nsight Compute, 5 slots): 5 kernels of 7-9 us, each
+ * ending in a last-block pick; then one cooperative kernel of 32 blocks with a grid barrier
+ * and a global atomicMax per slot, 26.7 us (38 us between its neighbours in a round). */
 #include <cooperative_groups.h>
 
 #include "cuda_common.cuh"
@@ -15,9 +16,9 @@
 namespace cg = cooperative_groups;
 
 #define MK_MAX_R   256
-#define MK_THREADS 256
-#define MK_CHUNK   MK_THREADS /* vocabulary entries per block */
-#define MK_MAX_G   32         /* slots */
+#define MK_THREADS 512
+#define MK_MAX_CL  16 /* blocks of a cluster (Hopper's largest, a non-portable size) */
+#define MK_MAX_G   32 /* slots */
 
 /* e . W2[v] for one vocabulary entry, over the rank in order: eight bf16 at a time from one
  * 16-byte load when the rows allow (VEC), else one element at a time (all loads independent) */
@@ -42,47 +43,53 @@ __device__ __forceinline__ float row_dot(const T2 *w, const float *e, int r) {
     return acc;
 }
 
-/* the argmax key of chunk c of z = U[row] + W2 . e (e in shared memory; u: the chunk's
- * MK_CHUNK entries of U[row]) over the block, and whether an entry is not finite; valid in
- * thread 0. A thread per entry: its dot needs no shuffles (a warp per 8 entries, lanes over the
- * rank, took 1.4 us a chunk in butterflies) */
-template <typename T2, bool VEC>
-__device__ unsigned long long chunk_best(const struct markov_args &a, const float *e,
-                                         const float *u, int c, int *bad_out) {
-    __shared__ unsigned long long wbest[MK_THREADS / 32];
-    __shared__ int wbad[MK_THREADS / 32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, v = c * MK_CHUNK + threadIdx.x;
-    unsigned long long best = 0;
-    int bad = 0;
-    if (v < a.V) {
-        float z = u[threadIdx.x] + row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v * a.r, e, a.r);
-        bad = !isfinite(z);
-        best = argmax_key(z, v);
-    }
-    best = warp_max_key(best);
-    bad = __any_sync(0xffffffffu, bad);
-    __syncthreads(); // wbest / wbad of the previous chunk are read
-    if (!lane) wbest[warp] = best, wbad[warp] = bad;
-    __syncthreads();
-    if (threadIdx.x == 0)
-        for (int w = 1; w < MK_THREADS / 32; w++) {
-            best = wbest[w] > best ? wbest[w] : best;
-            bad |= wbad[w];
+/* W2[v] . e from the row held in registers (load_row), in row_dot's order: the same bits */
+#define MK_REG_R 64 /* ranks up to this keep a thread's W2 row in registers */
+__device__ __forceinline__ float reg_dot(const uint4 *wq, const float *e, int r) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int q = 0; q < MK_REG_R / 8; q++)
+        if (8 * q < r) {
+            const __nv_bfloat162 *h = (const __nv_bfloat162 *)&wq[q];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                float2 f = __bfloat1622float2(h[u]);
+                acc += e[8 * q + 2 * u] * f.x;
+                acc += e[8 * q + 2 * u + 1] * f.y;
+            }
         }
-    *bad_out = bad;
-    return best;
+    return acc;
 }
 
+/* blocks (b, i): block b of sequence i's cluster takes entries v = b * MK_THREADS + thread +
+ * m * (cluster * MK_THREADS). When that is one entry per thread (tandem-tiny) its U values
+ * are requested at each slot's start, beside the Markov embedding's row, and its W2 row (bf16,
+ * rank <= MK_REG_R) stays in registers for the whole chain: a slot then waits on one memory
+ * latency, not three. fold[j & 1] is the block's key and non-finite flag of slot j (two, so a
+ * block may write slot j + 1's while a slower one still reads slot j's); the folds over the
+ * block's warps and over the cluster's blocks are warp-wide (a thread reading the cluster's 16
+ * folds one after another waited 16 remote latencies a slot). */
 template <typename T1, typename T2, bool VEC>
-__global__ void markov_chain_kernel(struct markov_args a) {
+__global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_args a) {
     PDL_START();
-    cg::grid_group grid = cg::this_grid();
-    __shared__ float e[MK_MAX_R], ydot[MK_MAX_G], us[MK_MAX_G * MK_CHUNK];
-    __shared__ int s_tok, s_cut;
-    int i = blockIdx.y, chunks = (a.V + MK_CHUNK - 1) / MK_CHUNK, lane = threadIdx.x & 31;
-    int warp = threadIdx.x >> 5, live = a.k[i] > 0, prev = a.anchor[i];
-    int own = gridDim.x >= chunks; // one chunk per block: its U entries of every slot held here
-    // before the chain: conf_w[:D] . y of every slot (a warp each), and this block's U entries
+    cg::cluster_group cl = cg::this_cluster();
+    __shared__ float e[MK_MAX_R], ydot[MK_MAX_G];
+    __shared__ unsigned long long wbest[MK_THREADS / 32], fold[2];
+    __shared__ int wbad[MK_THREADS / 32], fold_bad[2], s_tok, s_cut;
+    __shared__ float s_conf;
+    int i = blockIdx.y, nb = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, live = a.k[i] > 0, prev = a.anchor[i];
+    int v0 = rank * MK_THREADS + threadIdx.x, stride = nb * MK_THREADS;
+    bool one = stride >= a.V, mine = v0 < a.V; // one: at most one entry per thread (uniform)
+    bool cached = VEC && one && mine && a.r <= MK_REG_R;
+    uint4 wq[MK_REG_R / 8];
+    if (cached) {
+        const uint4 *w = (const uint4 *)((const T2 *)a.w2 + (size_t)v0 * a.r);
+#pragma unroll
+        for (int q = 0; q < MK_REG_R / 8; q++)
+            if (8 * q < a.r) wq[q] = w[q];
+    }
+    // before the chain: conf_w[:D] . y of every slot (a warp each)
     for (int j = warp; j < a.g; j += MK_THREADS / 32) {
         const float *y = a.y + (size_t)(i * a.g + j) * a.D;
         float dot = 0.0f;
@@ -91,46 +98,64 @@ __global__ void markov_chain_kernel(struct markov_args a) {
         dot = warp_sum(dot);
         if (!lane) ydot[j] = dot;
     }
-    if (own)
-        for (int k = threadIdx.x; k < a.g * MK_CHUNK; k += blockDim.x) {
-            int j = k / MK_CHUNK, v = blockIdx.x * MK_CHUNK + k % MK_CHUNK;
-            us[k] = v < a.V ? a.U[(size_t)(i * a.g + j) * a.V + v] : 0.0f;
-        }
     for (int j = 0; j < a.g; j++) {
-        int row = i * a.g + j;
-        if (live) {
+        int row = i * a.g + j, par = j & 1;
+        if (live) { // uniform over the cluster
+            const float *u = a.U + (size_t)row * a.V;
+            float u0 = one && mine ? u[v0] : 0.0f; // requested beside e's row
             const T1 *w1 = (const T1 *)a.w1 + (size_t)prev * a.r;
             for (int t = threadIdx.x; t < a.r; t += blockDim.x)
                 e[t] = as_f32(w1[t]);
-            __syncthreads(); // e, and (slot 0) ydot and us, are made
+            __syncthreads(); // e, and (slot 0) ydot, are made
             unsigned long long best = 0;
             int bad = 0;
-            for (int c = blockIdx.x; c < chunks; c += gridDim.x) {
-                int b;
-                const float *u =
-                    own ? us + j * MK_CHUNK : a.U + (size_t)row * a.V + (size_t)c * MK_CHUNK;
-                unsigned long long k = chunk_best<T2, VEC>(a, e, u, c, &b);
-                best = k > best ? k : best;
-                bad |= b;
+            if (one) {
+                if (mine) {
+                    float z = u0 + (cached ? reg_dot(wq, e, a.r)
+                                           : row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v0 * a.r,
+                                                              e, a.r));
+                    bad = !isfinite(z);
+                    best = argmax_key(z, v0);
+                }
+            } else {
+                for (int v = v0; v < a.V; v += stride) {
+                    float z = u[v] + row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v * a.r, e, a.r);
+                    bad |= !isfinite(z);
+                    unsigned long long k = argmax_key(z, v);
+                    best = k > best ? k : best;
+                }
             }
-            if (threadIdx.x == 0) {
-                atomicMax(&a.best[row], best);
-                if (bad) atomicOr(&a.bad[row], 1);
+            best = warp_max_key(best);
+            bad = __any_sync(0xffffffffu, bad);
+            if (!lane) wbest[warp] = best, wbad[warp] = bad;
+            if (warp == 1) { // the confidence, beside the fold: the same bits in every block
+                float dot = 0.0f;
+                for (int t = lane; t < a.r; t += 32)
+                    dot += a.conf_w[a.D + t] * e[t];
+                dot = warp_sum(dot);
+                if (!lane) s_conf = 1.0f / (1.0f + expf(-(ydot[j] + dot)));
+            }
+            __syncthreads();
+            if (warp == 0) {
+                best = lane < MK_THREADS / 32 ? wbest[lane] : 0;
+                bad = lane < MK_THREADS / 32 ? wbad[lane] : 0;
+                best = warp_max_key(best);
+                bad = __any_sync(0xffffffffu, bad);
+                if (!lane) fold[par] = best, fold_bad[par] = bad;
             }
         }
-        grid.sync();
-        if (!live) continue; // uniform over the block
-        if (warp == 0) {     // the confidence, the cut and the draft: the same bits in every block
-            float dot = 0.0f;
-            for (int t = lane; t < a.r; t += 32)
-                dot += a.conf_w[a.D + t] * e[t];
-            dot = warp_sum(dot);
+        cl.sync(); // every block's fold of slot j is made
+        if (!live) continue;
+        if (warp == 0) { // lane b reads block b's fold
+            unsigned long long best = lane < nb ? *cl.map_shared_rank(&fold[par], lane) : 0;
+            int bad = lane < nb ? *cl.map_shared_rank(&fold_bad[par], lane) : 0;
+            best = warp_max_key(best);
+            bad = __any_sync(0xffffffffu, bad);
             if (!lane) {
-                float conf = 1.0f / (1.0f + expf(-(ydot[j] + dot)));
-                int cut =
-                    (a.threshold > 0.0f && conf < a.threshold) || *(volatile int32_t *)&a.bad[row];
-                int tok = argmax_key_index(*(volatile unsigned long long *)&a.best[row]);
-                if (blockIdx.x == 0) {
+                float conf = s_conf;
+                int cut = (a.threshold > 0.0f && conf < a.threshold) || bad;
+                int tok = argmax_key_index(best);
+                if (rank == 0) {
                     a.conf[row] = conf;
                     if (!cut) a.tok[row] = tok, a.n_drafts[i] = j + 1;
                 }
@@ -140,56 +165,37 @@ __global__ void markov_chain_kernel(struct markov_args a) {
         __syncthreads();
         live = !s_cut && j + 1 < a.k[i];
         prev = s_tok;
-        __syncthreads(); // s_tok, s_cut and e are read before the next slot writes them
     }
-    grid.sync(); // every block has read the folds: leave the scratch zero
-    if (blockIdx.x == 0)
-        for (int t = threadIdx.x; t < a.g; t += blockDim.x)
-            a.best[i * a.g + t] = 0, a.bad[i * a.g + t] = 0;
+    cl.sync(); // no block leaves while another may still read its folds
 }
 
-/* the blocks of the chunk-group dimension: every chunk its own block when the whole grid fits
- * on the GPU at once (a cooperative launch must), else as many as fit per sequence. (With 64
- * entries a chunk and a warp per 8 entries, fewer, fuller blocks were slower: at batch 1 on
- * tandem-tiny, 128 blocks of one chunk 38 us per chain, 32 of four 60 us, 8 of sixteen 149 us.) */
+/* one cluster per sequence, of as many blocks as the vocabulary fills (at most 16, or what the
+ * device allows), with programmatic dependent launch */
 template <typename T1, typename T2, bool VEC> static void launch_vec(const struct markov_args *a) {
-    static int resident;
-    if (!resident) {
-        int dev, sms, per_sm;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, markov_chain_kernel<T1, T2, VEC>, MK_THREADS, 0));
-        resident = sms * per_sm;
-    }
-    int groups = ceil_div(a->V, MK_CHUNK), fit = resident / a->n;
-    if (fit < 1) {
-        fprintf(stderr, "markov_greedy_cuda: %d sequences, at most %d at once\n", a->n, resident);
-        abort();
-    }
-    if (groups > fit) groups = fit;
-    // cooperative (the barrier needs every block resident), and with programmatic dependent
-    // launch where the runtime takes both
-    static int pdl_refused;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeCooperative;
-    at[0].val.cooperative = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = td_cuda_pdl();
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(groups, a->n);
-    cfg.blockDim = MK_THREADS;
-    cfg.stream = td_cuda_stream();
-    cfg.attrs = at;
-    cfg.numAttrs = pdl_refused ? 1 : 2;
-    cudaError_t rc = cudaLaunchKernelEx(&cfg, markov_chain_kernel<T1, T2, VEC>, *a);
-    if (rc != cudaSuccess && cfg.numAttrs == 2) {
-        (void)cudaGetLastError();
-        pdl_refused = 1;
+    static int max_cl;
+    auto kernel = markov_chain_kernel<T1, T2, VEC>;
+    if (!max_cl) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = MK_MAX_CL;
+        at.val.clusterDim.y = at.val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(MK_MAX_CL, 1);
+        cfg.blockDim = MK_THREADS;
+        cfg.attrs = &at;
         cfg.numAttrs = 1;
-        rc = cudaLaunchKernelEx(&cfg, markov_chain_kernel<T1, T2, VEC>, *a);
+        CUDA_CHECK(cudaOccupancyMaxPotentialClusterSize(&max_cl, kernel, &cfg));
+        if (max_cl > MK_MAX_CL) max_cl = MK_MAX_CL;
+        if (max_cl < 1) {
+            fprintf(stderr, "markov_greedy_cuda: no cluster of %d-thread blocks fits\n",
+                    MK_THREADS);
+            abort();
+        }
     }
-    CUDA_CHECK(rc);
+    int nb = ceil_div(a->V, MK_THREADS);
+    if (nb > max_cl) nb = max_cl;
+    launch_kc(kernel, dim3(nb, a->n), MK_THREADS, 0, nb, td_cuda_stream(), *a);
     LAUNCH_CHECK();
 }
 

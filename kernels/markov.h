@@ -9,8 +9,7 @@
  *   z[v]   = U[row, v] + W2[v] . e                     (v over the vocabulary)
  *   the slot is cut (nothing drafted) when threshold > 0 and conf < threshold, or when z has
  *   a non-finite entry; otherwise tok[row] = argmax z (ties to the lower id), n_drafts[i] = j + 1.
- * A sequence that did not draft slot j drafts no later slot. best and bad are scratch [n * g],
- * zero before the call and left zero by it. */
+ * A sequence that did not draft slot j drafts no later slot. */
 #ifndef TD_KERNELS_MARKOV_H
 #define TD_KERNELS_MARKOV_H
 
@@ -36,8 +35,6 @@ struct markov_args {
     int32_t *tok;             /* [n * g] drafts */
     float *conf;              /* [n * g] */
     int32_t *n_drafts;        /* [n], zero before the call */
-    unsigned long long *best; /* [n * g] scratch (CUDA) */
-    int32_t *bad;             /* [n * g] scratch (CUDA) */
 };
 
 void markov_greedy_ref(const struct markov_args *a);

@@ -13,8 +13,10 @@
  *   greedy drafts                      the same tokens; confidences within 1e-4
  *   a sampled chain (T = 1, forced)    q = softmax(Z_ref) within 1e-5 per entry; confidences
  * Also: a round stores nothing (the committed length stays), rows inserted in pieces give the
- * same round as all at once, a confidence threshold cuts before the first slot under it, and a
- * sequence drafted in a batch, its rows moved down over rejected ones, drafts as it does alone.
+ * same round as all at once, a confidence threshold cuts before the first slot under it, a
+ * sequence drafted in a batch, its rows moved down over rejected ones, drafts as it does alone,
+ * and a step inserted whole before its verify (draft_dspark_insert_step, rejected rows
+ * included) gives the same round as inserting the committed rows only.
  */
 #include <jansson.h>
 #include <math.h>
@@ -27,6 +29,7 @@
 #include "engine/model.h"
 #include "engine/safetensors.h"
 #include "engine/state.h"
+#include "metadata/plan.h"
 
 struct fx {
     const char *dir;
@@ -132,6 +135,85 @@ static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *id
     draft_dspark_free(d1);
     draft_dspark_free(d2);
     snprintf(name, sizeof name, "dspark/%s/batch_with_moved_rows_equals_alone",
+             f->dir + strlen("tests/fixtures/"));
+    case_end(name, "");
+}
+
+/* the engine's way: each step's rows go in at once (draft_dspark_insert_step), the verify's
+ * rejected ones with them, and the round's run moves the length back. A prefill of n - 3 rows,
+ * then a verify step of 6 rows whose first 3 are committed (the context's last rows) and whose
+ * last 3 are rejected (noise), against one drafter given the n committed rows alone: the same
+ * base logits, drafts and confidences, bit for bit (the rejected rows lie at positions the
+ * block never reads, ring rows apart from the window's) */
+static void step_insert_equals_committed(struct fx *f, const char *ddir, const int32_t *ids, int n,
+                                         int anchor) {
+    char err[512], name[160];
+    case_begin();
+    const struct td_model *m = &f->m;
+    int V = m->cfg.vocab, pre = n - 3;
+    struct draft_dspark *dA = NULL, *dB = NULL;
+    CHECK(!draft_dspark_init(&dA, ddir, m, m, td_backend_cpu(), 1, 512, 512, 0.0f, 0,
+                             (size_t)1 << 30, err, sizeof err) &&
+              !draft_dspark_init(&dB, ddir, m, m, td_backend_cpu(), 1, 512, 512, 0.0f, 0,
+                                 (size_t)1 << 30, err, sizeof err),
+          "%s", err);
+    struct td_plan p;
+    memset(&p, 0, sizeof p);
+    if (dA && dB) {
+        const struct dspark_config *dc = draft_dspark_config(dA);
+        int g = dc->block;
+        size_t CW = (size_t)dc->n_capture * m->cfg.dim;
+        float *last = malloc((size_t)V * sizeof(float)), *q = malloc((size_t)g * V * sizeof(float));
+        float *uB = malloc((size_t)g * V * sizeof(float));
+        struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+        int32_t nx[1024], dAd[DSPARK_MAX_BLOCK], dBd[DSPARK_MAX_BLOCK], zero[8] = {0};
+        float cA[DSPARK_MAX_BLOCK], cB[DSPARK_MAX_BLOCK];
+        next_of(nx, ids, 0, n, anchor);
+        CHECK(!target_pass(m, dB, ids, n, last, err, sizeof err), "%s", err);
+        struct td_draft_seq sB = {0, 0, n, 0, nx, g, &greedy, dBd, q, cB, 0, NULL};
+        CHECK(!check_case_failed && !draft_dspark_run(dB, &sB, 1, err, sizeof err), "%s", err);
+        if (!check_case_failed)
+            memcpy(uB, draft_dspark_base_logits(dB), (size_t)g * V * sizeof(float));
+        struct td_plan_dims pd = td_state_plan_dims(draft_dspark_state(dA), 512, 1);
+        CHECK(!meta_plan_init(&p, &pd, err, sizeof err), "%s", err);
+        CHECK(!check_case_failed && !target_pass(m, dA, ids, n, last, err, sizeof err), "%s", err);
+        // the prefill step: rows 0 .. pre - 1, all committed
+        struct td_plan_seq ps = {0, 0, pre, ids, 0, 0};
+        struct td_draft_seq s0 = {0, 0, pre, 0, nx, 0, &greedy, dAd, q, cA, 0, NULL};
+        CHECK(!check_case_failed && !meta_plan_build(&p, &ps, 1, err, sizeof err) &&
+                  !draft_dspark_insert_step(dA, &p, err, sizeof err) &&
+                  !draft_dspark_run(dA, &s0, 1, err, sizeof err),
+              "%s", err);
+        // the verify step: the context's last 3 rows, then 3 rejected rows of noise
+        float *cap = draft_dspark_capture(dA);
+        memmove(cap, cap + (size_t)pre * CW, 3 * CW * sizeof(float));
+        for (size_t i = 0; i < 3 * CW; i++)
+            cap[3 * CW + i] = (float)(i % 5) - 2.0f;
+        ps = (struct td_plan_seq){0, pre, 6, zero, 0, 0};
+        struct td_draft_seq s1 = {0, pre, 3, 0, nx + pre, g, &greedy, dAd, q, cA, 0, NULL};
+        CHECK(!check_case_failed && !meta_plan_build(&p, &ps, 1, err, sizeof err) &&
+                  !draft_dspark_insert_step(dA, &p, err, sizeof err),
+              "%s", err);
+        CHECK(!check_case_failed && draft_dspark_state(dA)->len[0] == n + 3,
+              "the step's insertion left length %d, not %d", draft_dspark_state(dA)->len[0], n + 3);
+        CHECK(!check_case_failed && !draft_dspark_run(dA, &s1, 1, err, sizeof err), "%s", err);
+        CHECK(!check_case_failed && draft_dspark_state(dA)->len[0] == n,
+              "the round left length %d, not the committed %d", draft_dspark_state(dA)->len[0], n);
+        CHECK(!check_case_failed && s1.n_drafts == sB.n_drafts, "%d drafts, committed rows only %d",
+              s1.n_drafts, sB.n_drafts);
+        for (int j = 0; j < s1.n_drafts && !check_case_failed; j++)
+            CHECK(dAd[j] == dBd[j] && cA[j] == cB[j],
+                  "slot %d: draft %d (confidence %.7f), committed rows only %d (%.7f)", j, dAd[j],
+                  cA[j], dBd[j], cB[j]);
+        if (!check_case_failed)
+            CHECK(!memcmp(draft_dspark_base_logits(dA), uB, (size_t)g * V * sizeof(float)),
+                  "the base logits differ");
+        free(last), free(q), free(uB);
+    }
+    meta_plan_free(&p);
+    draft_dspark_free(dA);
+    draft_dspark_free(dB);
+    snprintf(name, sizeof name, "dspark/%s/step_insertion_with_rejected_rows_equals_committed",
              f->dir + strlen("tests/fixtures/"));
     case_end(name, "");
 }
@@ -285,7 +367,10 @@ static void run_fixture(const char *dir) {
         snprintf(name, sizeof name, "dspark/%s/%s_threshold_cuts_before_first_low_slot",
                  dir + strlen("tests/fixtures/"), cname);
         case_end(name, "");
-        if (!strcmp(cname, "long")) batch_equals_alone(&f, ddir ? ddir : dpath, ids, n);
+        if (!strcmp(cname, "long")) {
+            batch_equals_alone(&f, ddir ? ddir : dpath, ids, n);
+            step_insert_equals_committed(&f, ddir ? ddir : dpath, ids, n, anchor);
+        }
     }
     free(last);
     free(q);
