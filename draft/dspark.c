@@ -38,9 +38,10 @@ struct draft_dspark {
     float *z;                  /* host [vocab] */
     float *conf_w;             /* host [dim + rank] */
     float *conf_w_dev;         /* [dim + rank] in backend memory */
-    /* greedy rounds draft on the backend (kernels/markov.h): mk = anchor | k | n_drafts
-     * [max_seqs each] | tok | conf [max_seqs * block each]; mk_host its host mirror */
-    int32_t *mk, *mk_host;
+    /* greedy rounds draft on the backend (kernels/markov.h): mk_in = anchor | k [max_seqs
+     * each] on the host, mk = n_drafts [max_seqs] | tok | conf [max_seqs * block each] and
+     * mk_host its host mirror */
+    int32_t *mk_in, *mk, *mk_host;
     int32_t *zeros;           /* [max_rows] token ids of insertion rows (never read) */
     int32_t *blk_ids;         /* [max_seqs * block] */
     int32_t *ids_host;        /* [max_seqs] */
@@ -185,11 +186,12 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     }
     for (int i = 0; i < d->dim + dc->rank; i++)
         d->conf_w[i] = td_tensor_getf(&d->host.dspark.confidence, i);
-    size_t mk_words = 3 * S + 2 * BR;
+    size_t mk_words = S + 2 * BR;
     d->conf_w_dev = b->alloc(((size_t)d->dim + dc->rank) * F);
+    d->mk_in = malloc(2 * S * sizeof(int32_t));
     d->mk = b->alloc(mk_words * sizeof(int32_t));
     d->mk_host = b->alloc_host(mk_words * sizeof(int32_t)); // queued copies land here
-    if (!d->conf_w_dev || !d->mk || !d->mk_host) {
+    if (!d->conf_w_dev || !d->mk_in || !d->mk || !d->mk_host) {
         snprintf(err, errlen, "dspark: out of memory for the Markov chain's buffers");
         goto fail;
     }
@@ -222,6 +224,7 @@ void draft_dspark_free(struct draft_dspark *d) {
     free(d->z);
     free(d->conf_w);
     if (d->mk_host) d->b->release_host(d->mk_host);
+    free(d->mk_in);
     free(d->zeros);
     free(d->blk_ids);
     free(d->ids_host);
@@ -356,31 +359,20 @@ static float sigmoid(double z) {
 }
 
 /* the Markov chain of a greedy round on the backend (kernels/markov.h), over the block
- * forward's logits and hc_head rows still there: q is one-hot at each draft and not written,
- * and the host waits once, for the drafts */
-/* the chain's inputs (anchor, k, n_drafts = 0 per drafting sequence), queued at the start of
- * the round: the copy lands while the host still builds the insertion, not between the block
- * forward and the chain */
-static void chain_inputs(struct draft_dspark *d, const struct td_draft_seq *seqs, int nb) {
-    size_t S = (size_t)d->max_seqs;
-    int32_t *h = d->mk_host;
-    for (int i = 0; i < nb; i++) {
-        const struct td_draft_seq *q = &seqs[d->live[i]];
-        h[i] = anchor_of(q);
-        h[S + i] = q->k;
-        h[2 * S + i] = 0; // n_drafts
-    }
-    d->b->to_device(d->mk, h, 3 * S * sizeof(int32_t));
-}
-
+ * forward's logits and hc_head rows still there: q is one-hot at each draft and not written.
+ * Its anchors and k go with the launch (a host array); the results come back queued */
 static int greedy_chain(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
                         size_t errlen) {
     const struct td_backend *b = d->b;
     const struct td_model *m = d->run;
     size_t S = (size_t)d->max_seqs;
     int g = d->cfg.block;
-    int32_t *h = d->mk_host;
-    int32_t *nd = d->mk + 2 * S, *tok = nd + S;
+    int32_t *nd = d->mk, *tok = nd + S;
+    for (int i = 0; i < nb; i++) {
+        const struct td_draft_seq *q = &seqs[d->live[i]];
+        d->mk_in[i] = anchor_of(q);
+        d->mk_in[S + i] = q->k;
+    }
     struct markov_args a = {.U = td_forward_logits(&d->st),
                             .y = d->y,
                             .w1 = m->dspark.markov_w1.data,
@@ -394,8 +386,8 @@ static int greedy_chain(struct draft_dspark *d, struct td_draft_seq *seqs, int n
                             .V = d->vocab,
                             .D = d->dim,
                             .r = d->cfg.rank,
-                            .anchor = d->mk,
-                            .k = d->mk + S,
+                            .anchor = d->mk_in,
+                            .k = d->mk_in + S,
                             .tok = tok,
                             .conf = (float *)(tok + S * g),
                             .n_drafts = nd};
@@ -403,7 +395,7 @@ static int greedy_chain(struct draft_dspark *d, struct td_draft_seq *seqs, int n
     if (b->mark) b->mark("markov");
     // the results come to the host behind the chain: deferred, collecting them after the
     // verify step (which drains the queue) waits for nothing more
-    b->to_host_queued(h + 2 * S, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts | tok | conf
+    b->to_host_queued(d->mk_host, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts|tok|conf
     if (!d->defer) return chain_results(d, seqs, nb, err, errlen);
     for (int i = 0; i < nb; i++) { // the drafts stay where the next verify step reads them
         struct td_draft_seq *q = &seqs[d->live[i]];
@@ -433,7 +425,7 @@ static int chain_results(struct draft_dspark *d, struct td_draft_seq *seqs, int 
     int g = d->cfg.block;
     int32_t *h = d->mk_host;
     if (d->b->wait_queued(err, errlen)) return -1;
-    const int32_t *h_nd = h + 2 * S, *h_tok = h_nd + S;
+    const int32_t *h_nd = h, *h_tok = h_nd + S;
     const float *h_conf = (const float *)(h_tok + S * g);
     for (int i = 0; i < nb; i++) {
         struct td_draft_seq *q = &seqs[d->live[i]];
@@ -467,7 +459,6 @@ int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_se
     for (int i = 0; i < nb && greedy; i++)
         greedy = seqs[d->live[i]].sampling->temperature <= 0.0f;
     if (b->mark) b->mark("draft");
-    if (greedy) chain_inputs(d, seqs, nb);
     if (insert(d, seqs, n_seq, err, errlen)) return -1;
     if (!nb) return 0;
     // the block forward of every sequence that drafts: [anchor, noise...] after its context

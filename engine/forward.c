@@ -619,11 +619,9 @@ static struct fwd *begin(const struct td_model *m, struct td_state *st, const st
         f->plan_base = f->plan_dev;
         f->rows = rows_of(p, f->plan_base);
     }
-    if (f->plan_base == f->plan_dev) { // the step's rows only (meta_plan_spans)
-        size_t off[2], len[2];
-        meta_plan_spans(p, off, len);
-        for (int i = 0; i < 2; i++)
-            f->b->to_device((char *)f->plan_dev + off[i], (const char *)p->mem + off[i], len[i]);
+    if (f->plan_base == f->plan_dev) { // the step's rows only, in one copy (meta_plan_span)
+        f->b->to_device(f->plan_dev, p->mem, meta_plan_span(p));
+        if (f->b->mark) f->b->mark("upload");
     }
     return f;
 }

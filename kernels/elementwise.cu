@@ -38,6 +38,28 @@ __global__ void add_bcast_kernel(float *X, const float *e, int n, int nc, int d)
     X[i] += e[(size_t)t * d + c];
 }
 
+/* 16 bytes a thread when both ends allow, else byte by byte */
+__global__ void copy_bytes_kernel(char *dst, const char *src, size_t bytes) {
+    PDL_START();
+    bool vec = !(((uintptr_t)dst | (uintptr_t)src) & 15);
+    size_t step = (size_t)gridDim.x * blockDim.x * 16;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 16; i < bytes; i += step) {
+        if (vec && i + 16 <= bytes)
+            *(uint4 *)(dst + i) = *(const uint4 *)(src + i);
+        else
+            for (size_t j = i; j < i + 16 && j < bytes; j++)
+                dst[j] = src[j];
+    }
+}
+
+extern "C" void copy_bytes_cuda(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    long long blocks = ceil_div((long long)((bytes + 15) / 16), 256);
+    launch_k(copy_bytes_kernel, (int)(blocks < 1024 ? blocks : 1024), 256, 0, td_cuda_stream(),
+             (char *)dst, (const char *)src, bytes);
+    LAUNCH_CHECK();
+}
+
 extern "C" void add_bcast_cuda(float *X, const float *e, int n, int nc, int d) {
     long long total = (long long)n * nc * d;
     if (!total) return;

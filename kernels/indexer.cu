@@ -59,9 +59,8 @@ __global__ void __launch_bounds__(IDX_SELECT_THREADS)
     PDL_START();
     const struct rows_view *r = &a.rows;
     int t = blockIdx.x;
-    if (r->row_seq[t] < 0) return; // a pad row: its picks stay -1
-    int n_vis = r->vis[t];
     int32_t *out = r->topk + (size_t)t * r->topk_stride;
+    int n_vis = r->row_seq[t] < 0 ? 0 : r->vis[t]; // a pad row picks nothing: -1s
     if (n_vis <= a.topk) { // every visible entry is picked, already ascending
         for (int j = threadIdx.x; j < a.topk; j += blockDim.x)
             out[j] = j < n_vis ? j : -1;

@@ -29,7 +29,9 @@ struct indexer_args {
     float scale; /* d^-1/2 */
 };
 
-/* rows.topk[t] <- the top-k of row t's scores over its visible entries (sorted, -1 padded). */
+/* rows.topk[t] <- the top-k of row t's scores over its visible entries (sorted, -1 padded),
+ * for every row t < rows.n_tok, a pad row all -1: the region is this op's output alone (a
+ * plan's device copy does not carry it, meta_plan_span). */
 void indexer_topk_ref(const struct indexer_args *a);
 
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the

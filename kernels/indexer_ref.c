@@ -48,7 +48,11 @@ void indexer_topk_ref(const struct indexer_args *a) {
     float *score = malloc(((size_t)a->n_entries + 1) * sizeof(float));
     int *picks = malloc(((size_t)a->topk + 1) * sizeof(int));
     for (int t = 0; t < r->n_tok; t++) {
-        if (r->row_seq[t] < 0) continue; // a pad row: its picks stay -1
+        if (r->row_seq[t] < 0) { // a pad row picks nothing
+            for (int j = 0; j < a->topk; j++)
+                r->topk[(size_t)t * r->topk_stride + j] = -1;
+            continue;
+        }
         int slot = r->slot[r->row_seq[t]], n_vis = r->vis[t];
         const float *keys = a->keys + (size_t)slot * a->n_entries * a->d;
         indexer_score_ref(score, a->q + (size_t)t * a->n_heads * a->d,

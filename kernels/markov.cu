@@ -2,12 +2,14 @@
  * One thread-block cluster per sequence (up to 16 blocks of 512 threads, a thread per
  * vocabulary entry at tandem-tiny's 8192): for each slot every block scores its entries and
  * folds them to one argmax_key (ties go to the lower id, whatever the order); a cluster
- * barrier; then every block reads the cluster's folds from the others' shared memory and
- * computes the confidence (the same sums in the same order, so the same bits in every block),
- * and so knows the draft, the cut and the next slot's previous token; block 0 writes them.
- * Measured at batch 1 on tandem-tiny (Nsight Compute, 5 slots): 5 kernels of 7-9 us, each
- * ending in a last-block pick; then one cooperative kernel of 32 blocks with a grid barrier
- * and a global atomicMax per slot, 26.7 us (38 us between its neighbours in a round). */
+ * barrier; then warp 0 of every block reads the cluster's folds from the others' shared memory
+ * (a lane each) and, with the confidence (the same sums in the same order, so the same bits in
+ * every block), knows the draft, the cut and the next slot's previous token; block 0 writes
+ * them. Measured at batch 1 on tandem-tiny (Nsight Compute, 5 slots): 5 kernels of 7-9 us,
+ * each ending in a last-block pick; one cooperative kernel of 32 blocks with a grid barrier
+ * and a global atomicMax per slot, 29 us; this, 21 us (19 with warm caches). Two forms with
+ * fewer barriers were slower, both by their cluster shared-memory reads: every warp reading
+ * all 256 warp keys of the cluster (30 us), every warp reading the 16 block folds (25 us). */
 #include <cooperative_groups.h>
 
 #include "cuda_common.cuh"
@@ -17,8 +19,16 @@ namespace cg = cooperative_groups;
 
 #define MK_MAX_R   256
 #define MK_THREADS 512
+#define MK_WARPS   (MK_THREADS / 32)
 #define MK_MAX_CL  16 /* blocks of a cluster (Hopper's largest, a non-portable size) */
 #define MK_MAX_G   32 /* slots */
+#define MK_SEQS    64 /* sequences per launch: their anchors and k travel in the parameters */
+#define MK_REG_R   64 /* ranks up to this keep a thread's W2 row in registers */
+
+struct mk_seqs {
+    int32_t anchor[MK_SEQS], k[MK_SEQS];
+    int i0; /* the first sequence of this launch */
+};
 
 /* e . W2[v] for one vocabulary entry, over the rank in order: eight bf16 at a time from one
  * 16-byte load when the rows allow (VEC), else one element at a time (all loads independent) */
@@ -43,8 +53,7 @@ __device__ __forceinline__ float row_dot(const T2 *w, const float *e, int r) {
     return acc;
 }
 
-/* W2[v] . e from the row held in registers (load_row), in row_dot's order: the same bits */
-#define MK_REG_R 64 /* ranks up to this keep a thread's W2 row in registers */
+/* the same from the row held in registers, in row_dot's order: the same bits */
 __device__ __forceinline__ float reg_dot(const uint4 *wq, const float *e, int r) {
     float acc = 0.0f;
 #pragma unroll
@@ -61,24 +70,25 @@ __device__ __forceinline__ float reg_dot(const uint4 *wq, const float *e, int r)
     return acc;
 }
 
-/* blocks (b, i): block b of sequence i's cluster takes entries v = b * MK_THREADS + thread +
- * m * (cluster * MK_THREADS). When that is one entry per thread (tandem-tiny) its U values
- * are requested at each slot's start, beside the Markov embedding's row, and its W2 row (bf16,
- * rank <= MK_REG_R) stays in registers for the whole chain: a slot then waits on one memory
- * latency, not three. fold[j & 1] is the block's key and non-finite flag of slot j (two, so a
- * block may write slot j + 1's while a slower one still reads slot j's); the folds over the
- * block's warps and over the cluster's blocks are warp-wide (a thread reading the cluster's 16
- * folds one after another waited 16 remote latencies a slot). */
+/* blocks (b, i): block b of sequence s.i0 + i's cluster takes entries v = b * MK_THREADS +
+ * thread + m * (cluster * MK_THREADS). When that is one entry per thread (tandem-tiny) its U
+ * value is requested at each slot's start, beside the embedding's row, and its W2 row (bf16,
+ * rank <= MK_REG_R) stays in registers for the whole chain: a slot waits on one memory
+ * latency. fold[j & 1] is the block's key and non-finite flag of slot j (two: a block may
+ * write slot j + 1's while a slower one still reads slot j's; it cannot get further ahead,
+ * past the next cluster barrier). */
 template <typename T1, typename T2, bool VEC>
-__global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_args a) {
+__global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_args a,
+                                                                  struct mk_seqs s) {
     PDL_START();
     cg::cluster_group cl = cg::this_cluster();
     __shared__ float e[MK_MAX_R], ydot[MK_MAX_G];
-    __shared__ unsigned long long wbest[MK_THREADS / 32], fold[2];
-    __shared__ int wbad[MK_THREADS / 32], fold_bad[2], s_tok, s_cut;
+    __shared__ unsigned long long wbest[MK_WARPS], fold[2];
+    __shared__ int wbad[MK_WARPS], fold_bad[2], s_tok, s_cut;
     __shared__ float s_conf;
-    int i = blockIdx.y, nb = (int)cl.num_blocks(), rank = (int)cl.block_rank();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, live = a.k[i] > 0, prev = a.anchor[i];
+    int i = s.i0 + blockIdx.y, nb = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kk = s.k[blockIdx.y];
+    int live = kk > 0, prev = s.anchor[blockIdx.y];
     int v0 = rank * MK_THREADS + threadIdx.x, stride = nb * MK_THREADS;
     bool one = stride >= a.V, mine = v0 < a.V; // one: at most one entry per thread (uniform)
     bool cached = VEC && one && mine && a.r <= MK_REG_R;
@@ -89,8 +99,9 @@ __global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_
         for (int q = 0; q < MK_REG_R / 8; q++)
             if (8 * q < a.r) wq[q] = w[q];
     }
+    if (rank == 0 && threadIdx.x == 0) a.n_drafts[i] = 0;
     // before the chain: conf_w[:D] . y of every slot (a warp each)
-    for (int j = warp; j < a.g; j += MK_THREADS / 32) {
+    for (int j = warp; j < a.g; j += MK_WARPS) {
         const float *y = a.y + (size_t)(i * a.g + j) * a.D;
         float dot = 0.0f;
         for (int t = lane; t < a.D; t += 32)
@@ -137,8 +148,8 @@ __global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_
             }
             __syncthreads();
             if (warp == 0) {
-                best = lane < MK_THREADS / 32 ? wbest[lane] : 0;
-                bad = lane < MK_THREADS / 32 ? wbad[lane] : 0;
+                best = lane < MK_WARPS ? wbest[lane] : 0;
+                bad = lane < MK_WARPS ? wbad[lane] : 0;
                 best = warp_max_key(best);
                 bad = __any_sync(0xffffffffu, bad);
                 if (!lane) fold[par] = best, fold_bad[par] = bad;
@@ -163,14 +174,14 @@ __global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_
             }
         }
         __syncthreads();
-        live = !s_cut && j + 1 < a.k[i];
+        live = !s_cut && j + 1 < kk;
         prev = s_tok;
     }
     cl.sync(); // no block leaves while another may still read its folds
 }
 
 /* one cluster per sequence, of as many blocks as the vocabulary fills (at most 16, or what the
- * device allows), with programmatic dependent launch */
+ * device allows), with programmatic dependent launch; MK_SEQS sequences a launch */
 template <typename T1, typename T2, bool VEC> static void launch_vec(const struct markov_args *a) {
     static int max_cl;
     auto kernel = markov_chain_kernel<T1, T2, VEC>;
@@ -195,8 +206,16 @@ template <typename T1, typename T2, bool VEC> static void launch_vec(const struc
     }
     int nb = ceil_div(a->V, MK_THREADS);
     if (nb > max_cl) nb = max_cl;
-    launch_kc(kernel, dim3(nb, a->n), MK_THREADS, 0, nb, td_cuda_stream(), *a);
-    LAUNCH_CHECK();
+    for (int i0 = 0; i0 < a->n; i0 += MK_SEQS) {
+        struct mk_seqs s;
+        int m = a->n - i0 < MK_SEQS ? a->n - i0 : MK_SEQS;
+        memset(&s, 0, sizeof s);
+        memcpy(s.anchor, a->anchor + i0, (size_t)m * sizeof(int32_t));
+        memcpy(s.k, a->k + i0, (size_t)m * sizeof(int32_t));
+        s.i0 = i0;
+        launch_kc(kernel, dim3(nb, m), MK_THREADS, 0, nb, td_cuda_stream(), *a, s);
+        LAUNCH_CHECK();
+    }
 }
 
 template <typename T1> static void launch_w2(const struct markov_args *a) {

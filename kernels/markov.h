@@ -9,7 +9,8 @@
  *   z[v]   = U[row, v] + W2[v] . e                     (v over the vocabulary)
  *   the slot is cut (nothing drafted) when threshold > 0 and conf < threshold, or when z has
  *   a non-finite entry; otherwise tok[row] = argmax z (ties to the lower id), n_drafts[i] = j + 1.
- * A sequence that did not draft slot j drafts no later slot. */
+ * A sequence that did not draft slot j drafts no later slot. anchor and k are host arrays (the
+ * CUDA launch carries them by value: no copy to queue); n_drafts is written for every sequence. */
 #ifndef TD_KERNELS_MARKOV_H
 #define TD_KERNELS_MARKOV_H
 
@@ -30,11 +31,11 @@ struct markov_args {
     const float *conf_w; /* [D + r] confidence head */
     float threshold;     /* 0: no cut */
     int n, g, V, D, r;
-    const int32_t *anchor;    /* [n] */
-    const int32_t *k;         /* [n] slots allowed */
+    const int32_t *anchor;    /* [n] host */
+    const int32_t *k;         /* [n] host: slots allowed */
     int32_t *tok;             /* [n * g] drafts */
     float *conf;              /* [n * g] */
-    int32_t *n_drafts;        /* [n], zero before the call */
+    int32_t *n_drafts;        /* [n] out */
 };
 
 void markov_greedy_ref(const struct markov_args *a);

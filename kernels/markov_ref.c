@@ -42,6 +42,8 @@ static void slot(const struct markov_args *a, int j) {
 }
 
 void markov_greedy_ref(const struct markov_args *a) {
+    for (int i = 0; i < a->n; i++)
+        a->n_drafts[i] = 0;
     for (int j = 0; j < a->g; j++)
         slot(a, j);
 }

@@ -43,7 +43,8 @@ static struct layout plan_layout(const struct td_plan_dims *d) {
     REGION(write_hca, T);
     REGION(logit_rows, T);
     REGION(logit_indptr, S + 1);
-    // the two row-strided regions last: a step's part of each is a prefix (meta_plan_spans)
+    // the two row-strided regions last: a step's part of swa_pos is a prefix, and what a
+    // device copy needs ends there (meta_plan_span); topk is the indexer's output
     REGION(swa_pos, T * (d->window + d->block));
     REGION(topk, T * d->topk);
 #undef REGION
@@ -55,14 +56,9 @@ size_t meta_plan_bytes(const struct td_plan_dims *d) {
     return plan_layout(d).words * 4;
 }
 
-void meta_plan_spans(const struct td_plan *p, size_t off[2], size_t len[2]) {
+size_t meta_plan_span(const struct td_plan *p) {
     const struct td_plan_dims *d = &p->dims;
-    struct layout l = plan_layout(d);
-    size_t n = (size_t)p->n_tok_pad;
-    off[0] = 0;
-    len[0] = (l.swa_pos + n * (d->window + d->block)) * 4;
-    off[1] = l.topk * 4;
-    len[1] = n * d->topk * 4;
+    return (plan_layout(d).swa_pos + (size_t)p->n_tok_pad * (d->window + d->block)) * 4;
 }
 
 static void bind_arrays(struct td_plan *p) {

@@ -99,11 +99,12 @@ int meta_bucket(int n, int cap);
 /* Bytes of the buffer for these dims (the same code as meta_plan_init's layout). */
 size_t meta_plan_bytes(const struct td_plan_dims *d);
 
-/* The step's part of the buffer as two byte spans (off, len): every sequence array and
- * row array, then the step's rows of the two row-strided regions (window keys, top-k). What
- * a device copy of the plan needs from the host: a 6-row verify step of tandem-tiny sends
- * 17 KB of its 209 KB buffer. */
-void meta_plan_spans(const struct td_plan *p, size_t off[2], size_t len[2]);
+/* The bytes of the buffer a copy of the plan in device memory needs from the host each step,
+ * from its start: every sequence array and row array, then the step's rows of the window keys.
+ * Not the top-k region: that is the indexer's output, and the indexer writes every row of the
+ * step's bucket there (pad rows -1) before anything reads it, on the device as on the host. One
+ * copy: a 6-row verify step of tandem-tiny sends 17 KB of its 209 KB buffer. */
+size_t meta_plan_span(const struct td_plan *p);
 
 /* Allocate the buffer and lay out the arrays. 0, or -1 with a message. */
 int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen);

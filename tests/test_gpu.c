@@ -329,6 +329,45 @@ static void test_norm_rope(int n, int n_vec, int d, int rot, int weighted, int s
     case_end(name, "");
 }
 
+/* the backend's device copy and its uploads (kernels/elementwise.h copy_bytes: a kernel, 16
+ * bytes a thread when both ends allow): device to device, and host (staged) to device into an
+ * idle queue (the copy engine) and behind a long fill (small ones by the kernel, reading the
+ * pinned arena), at aligned and odd offsets and lengths, 100000 bytes included (an upload that
+ * large always takes the copy engine); the bytes around each destination stay as they were */
+static void test_copy_bytes(void) {
+    enum { CAP = 150000, PAD = 64 };
+    static const size_t off_d[] = {0, 3, 16, 5}, off_s[] = {0, 5, 32, 0},
+                        len[] = {10240, 1001, 100000, 17};
+    case_begin();
+    unsigned char *h = malloc(CAP), *fill = malloc(CAP + PAD), *back = malloc(CAP + PAD);
+    for (int i = 0; i < CAP; i++)
+        h[i] = (unsigned char)(xorshift64(&rs) >> 7);
+    memset(fill, 0xA5, CAP + PAD);
+    unsigned char *src = gpu->alloc(CAP), *dst = gpu->alloc(CAP + PAD);
+    float *busy = gpu->alloc((size_t)4 << 24);
+    gpu->to_device(src, h, CAP);
+    for (int c = 0; c < 4; c++)
+        for (int from_host = 0; from_host < 3; from_host++) {
+            gpu->to_device(dst, fill, CAP + PAD);
+            if (from_host == 2) gpu->ops.fill_uniform(busy, TD_DTYPE_F32, 1 << 24, 7, 0.0f, 1.0f);
+            if (from_host)
+                gpu->to_device(dst + off_d[c], h + off_s[c], len[c]);
+            else
+                gpu->ops.copy(dst + off_d[c], src + off_s[c], len[c]);
+            gpu->to_host(back, dst, CAP + PAD);
+            int bad_in = memcmp(back + off_d[c], h + off_s[c], len[c]) != 0, bad_out = 0;
+            for (size_t i = 0; i < CAP + PAD; i++)
+                bad_out |= (i < off_d[c] || i >= off_d[c] + len[c]) && back[i] != 0xA5;
+            CHECK(!bad_in && !bad_out, "%s copy of %zu bytes at +%zu from +%zu: %s",
+                  from_host == 2 ? "queued host" : from_host ? "host" : "device", len[c], off_d[c],
+                  off_s[c],
+                  bad_in ? "the bytes differ" : "it wrote outside its range");
+        }
+    gpu->release(src), gpu->release(dst), gpu->release(busy);
+    free(h), free(fill), free(back);
+    case_end("op/copy_bytes", "");
+}
+
 static void test_pointwise(void) {
     int n = 37, d = 96, nc = 4, rot = 16, V = 111;
     float *x = malloc((size_t)n * nc * d * 4), *ref = malloc((size_t)n * nc * d * 4);
@@ -441,8 +480,9 @@ static void test_pointwise(void) {
  * stops there, next = 0), row 4 an infinity at slot 0. Drafts, counts and next ids exact. */
 /* the indexer's top-k over long rows of scores full of ties (few distinct values; negative
  * weights make some rows' scores negative), rows seeing more, exactly as many and fewer entries
- * than top-k, none, and a pad row: the picks must be the reference's exactly (ties to the lower
- * entry, ascending) */
+ * than top-k, none, and a pad row (written all -1 over a buffer of -7s: the region is the op's
+ * output alone): the picks must be the reference's exactly (ties to the lower entry,
+ * ascending) */
 static void test_indexer_select(void) {
     enum { N = 7, NE = 5000, TOPK = 512 };
     static const int vis[N] = {5000, 513, 512, 100, 3000, 0, 0};
@@ -472,13 +512,13 @@ static void test_indexer_select(void) {
     rd.vis = dev_copy(vis, sizeof vis);
     rd.topk = dev_copy(topk, sizeof topk);
     struct indexer_args ia = {rh, q, w, keys, NE, 1, 1, TOPK, 1.0f};
-    for (int t = 0; t < N - 1; t++) { // the reference, row by row (its pad row keeps -7)
+    for (int t = 0; t < N; t++) { // the reference, row by row (the pad row: -1s over the -7s)
         struct indexer_args one = ia;
         one.rows.n_tok = 1;
         one.rows.vis = vis + t;
         one.rows.topk = topk + (size_t)t * TOPK;
         one.q = q + t, one.w = w + t;
-        int32_t rs0 = 0; // its sequence 0, slot 0: the row's own keys
+        int32_t rs0 = row_seq[t] < 0 ? -1 : 0; // its sequence 0, slot 0: the row's own keys
 
         one.rows.row_seq = &rs0;
         one.keys = keys + (size_t)t * NE;
@@ -626,7 +666,7 @@ static void test_markov(void) {
         float conf[2][N * G];
         memset(tok, 0, sizeof tok);
         memset(conf, 0, sizeof conf);
-        memset(nd, 0, sizeof nd);
+        memset(nd, 0x55, sizeof nd); // n_drafts is written whatever it held
         struct markov_args a = {
             U, y, w1,     w2p, TD_DTYPE_BF16, w2t,   cw,    0.0f, N,  G, V,
             D, R, anchor, k,   tok[0],        conf[0], nd[0]};
@@ -638,8 +678,6 @@ static void test_markov(void) {
         b.w1 = dev_copy(w1, (size_t)V * R * 2);
         b.w2 = dev_copy(w2p, w2b);
         b.conf_w = dev_copy(cw, sizeof cw);
-        b.anchor = dev_copy(anchor, sizeof anchor);
-        b.k = dev_copy(k, sizeof k);
         b.tok = dev_copy(tok[1], sizeof tok[1]);
         b.conf = dev_copy(conf[1], sizeof conf[1]);
         b.n_drafts = dev_copy(nd[1], sizeof nd[1]);
@@ -668,8 +706,7 @@ static void test_markov(void) {
         CHECK(nd[0][3] == 0 || tok[0][3 * G] == 7, "the tie went to %d", tok[0][3 * G]);
         CHECK(pass != 1 || cut > 1, "the threshold cut nothing");
         void *bufs[] = {(void *)b.U,      (void *)b.y,      (void *)b.w1, (void *)b.w2,
-                        (void *)b.conf_w, (void *)b.anchor, (void *)b.k,  b.tok,
-                        b.conf,           b.n_drafts};
+                        (void *)b.conf_w, b.tok, b.conf, b.n_drafts};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             gpu->release(bufs[i]);
         free(U), free(y), free(w1), free(w2), free(w2h);
@@ -1319,6 +1356,7 @@ int main(void) {
     test_matmul();
     test_pointwise();
     test_markov();
+    test_copy_bytes();
     test_greedy_slot();
     test_indexer_select();
     test_plan_ops();
