@@ -38,10 +38,12 @@ struct draft_dspark {
     float *z;                  /* host [vocab] */
     float *conf_w;             /* host [dim + rank] */
     float *conf_w_dev;         /* [dim + rank] in backend memory */
-    /* greedy rounds draft on the backend (kernels/markov.h): mk_in = anchor | k [max_seqs
-     * each] on the host, mk = n_drafts [max_seqs] | tok | conf [max_seqs * block each] and
-     * mk_host its host mirror */
-    int32_t *mk_in, *mk, *mk_host;
+    /* greedy rounds draft on the backend (kernels/markov.h), the chain the block forward's
+     * tail: mk = n_drafts [mk_seqs] | tok | conf [mk_seqs * block each], mk_seqs the blocks
+     * of the widest bucket; mk_host its host mirror */
+    struct td_forward_tail tail;
+    int mk_seqs;
+    int32_t *mk, *mk_host;
     int32_t *zeros;           /* [max_rows] token ids of insertion rows (never read) */
     int32_t *blk_ids;         /* [max_seqs * block] */
     int32_t *ids_host;        /* [max_seqs] */
@@ -54,6 +56,8 @@ struct draft_dspark {
     int defer;                /* greedy rounds leave their drafts in backend memory */
     int pending;              /* the last round's drafts are still only there */
 };
+
+static void markov_tail(void *ctx, const struct rows_view *rows);
 
 // ---------------------------------------------------------------------------------------------
 // config
@@ -186,12 +190,12 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     }
     for (int i = 0; i < d->dim + dc->rank; i++)
         d->conf_w[i] = td_tensor_getf(&d->host.dspark.confidence, i);
-    size_t mk_words = S + 2 * BR;
+    d->mk_seqs = max_tok / dc->block + 1; // the blocks of the widest bucket, pads included
+    size_t mk_words = (size_t)d->mk_seqs * (1 + 2 * (size_t)dc->block);
     d->conf_w_dev = b->alloc(((size_t)d->dim + dc->rank) * F);
-    d->mk_in = malloc(2 * S * sizeof(int32_t));
     d->mk = b->alloc(mk_words * sizeof(int32_t));
     d->mk_host = b->alloc_host(mk_words * sizeof(int32_t)); // queued copies land here
-    if (!d->conf_w_dev || !d->mk_in || !d->mk || !d->mk_host) {
+    if (!d->conf_w_dev || !d->mk || !d->mk_host) {
         snprintf(err, errlen, "dspark: out of memory for the Markov chain's buffers");
         goto fail;
     }
@@ -200,9 +204,17 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     b->to_device(d->mk, d->mk_host, mk_words * sizeof(int32_t));
     // the graphs, made now: the insertion's of 1 to max_rows rows, the block forward's of a
     // block of g rows per drafting sequence
+    d->tail = (struct td_forward_tail){markov_tail, d};
+    struct markov_args setup = {.w1_dtype = d->run->dspark.markov_w1.dtype,
+                                .w2_dtype = d->run->dspark.markov_w2.dtype,
+                                .w2 = d->run->dspark.markov_w2.data,
+                                .g = dc->block,
+                                .r = dc->rank};
+    b->ops.markov_greedy(&setup); // n = 0: the launch settings, before any capture
     struct td_forward_io ins = {.x_in = d->capture, .keys_only = 1};
-    struct td_forward_io io = {.hc_out = d->y};
+    struct td_forward_io io = {.hc_out = d->y}, io_greedy = {.hc_out = d->y, .tail = &d->tail};
     if (td_forward_prepare(d->run, &d->st, &pd, &ins, 1, max_rows, err, errlen) ||
+        td_forward_prepare(d->run, &d->st, &pd, &io_greedy, dc->block, blk_rows, err, errlen) ||
         td_forward_prepare(d->run, &d->st, &pd, &io, dc->block, blk_rows, err, errlen))
         goto fail;
     *out = d;
@@ -224,7 +236,6 @@ void draft_dspark_free(struct draft_dspark *d) {
     free(d->z);
     free(d->conf_w);
     if (d->mk_host) d->b->release_host(d->mk_host);
-    free(d->mk_in);
     free(d->zeros);
     free(d->blk_ids);
     free(d->ids_host);
@@ -358,21 +369,16 @@ static float sigmoid(double z) {
     return (float)(1.0 / (1.0 + exp(-z)));
 }
 
-/* the Markov chain of a greedy round on the backend (kernels/markov.h), over the block
- * forward's logits and hc_head rows still there: q is one-hot at each draft and not written.
- * Its anchors and k go with the launch (a host array); the results come back queued */
-static int greedy_chain(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
-                        size_t errlen) {
-    const struct td_backend *b = d->b;
+/* the Markov chain of a greedy round on the backend (kernels/markov.h), queued as the block
+ * forward's tail (in its graph): over that pass's logits, hc_head rows and plan rows (the
+ * anchors are the blocks' first ids), every sequence of the bucket, pad blocks drafting
+ * nothing. q is one-hot at each draft and not written. */
+static void markov_tail(void *ctx, const struct rows_view *rows) {
+    struct draft_dspark *d = ctx;
     const struct td_model *m = d->run;
-    size_t S = (size_t)d->max_seqs;
+    size_t S = (size_t)d->mk_seqs;
     int g = d->cfg.block;
     int32_t *nd = d->mk, *tok = nd + S;
-    for (int i = 0; i < nb; i++) {
-        const struct td_draft_seq *q = &seqs[d->live[i]];
-        d->mk_in[i] = anchor_of(q);
-        d->mk_in[S + i] = q->k;
-    }
     struct markov_args a = {.U = td_forward_logits(&d->st),
                             .y = d->y,
                             .w1 = m->dspark.markov_w1.data,
@@ -381,20 +387,27 @@ static int greedy_chain(struct draft_dspark *d, struct td_draft_seq *seqs, int n
                             .w2_dtype = m->dspark.markov_w2.dtype,
                             .conf_w = d->conf_w_dev,
                             .threshold = d->threshold,
-                            .n = nb,
+                            .n = rows->n_tok / g,
                             .g = g,
                             .V = d->vocab,
                             .D = d->dim,
                             .r = d->cfg.rank,
-                            .anchor = d->mk_in,
-                            .k = d->mk_in + S,
+                            .ids = rows->input_ids,
+                            .row_seq = rows->row_seq,
                             .tok = tok,
                             .conf = (float *)(tok + S * g),
                             .n_drafts = nd};
-    b->ops.markov_greedy(&a);
-    if (b->mark) b->mark("markov");
-    // the results come to the host behind the chain: deferred, collecting them after the
-    // verify step (which drains the queue) waits for nothing more
+    d->b->ops.markov_greedy(&a);
+}
+
+/* after a greedy round's block forward (and chain): the results come to the host behind it.
+ * Deferred, collecting them after the verify step waits for nothing more */
+static int greedy_chain(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
+                        size_t errlen) {
+    const struct td_backend *b = d->b;
+    size_t S = (size_t)d->mk_seqs;
+    int g = d->cfg.block;
+    int32_t *nd = d->mk, *tok = nd + S;
     b->to_host_queued(d->mk_host, nd, (S + 2 * S * g) * sizeof(int32_t)); // n_drafts|tok|conf
     if (!d->defer) return chain_results(d, seqs, nb, err, errlen);
     for (int i = 0; i < nb; i++) { // the drafts stay where the next verify step reads them
@@ -421,17 +434,17 @@ void draft_dspark_defer(struct draft_dspark *d, int on) {
  * the round; at once after a step) */
 static int chain_results(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
                          size_t errlen) {
-    size_t S = (size_t)d->max_seqs;
+    size_t S = (size_t)d->mk_seqs;
     int g = d->cfg.block;
     int32_t *h = d->mk_host;
     if (d->b->wait_queued(err, errlen)) return -1;
     const int32_t *h_nd = h, *h_tok = h_nd + S;
     const float *h_conf = (const float *)(h_tok + S * g);
-    for (int i = 0; i < nb; i++) {
+    for (int i = 0; i < nb; i++) { // the chain drafts all g slots: the sequence keeps its k
         struct td_draft_seq *q = &seqs[d->live[i]];
-        q->n_drafts = h_nd[i];
-        memcpy(q->drafts, h_tok + (size_t)i * g, (size_t)h_nd[i] * sizeof(int32_t));
-        for (int j = 0; q->conf && j <= h_nd[i] && j < q->k; j++) // every slot that was scored
+        q->n_drafts = h_nd[i] < q->k ? h_nd[i] : q->k;
+        memcpy(q->drafts, h_tok + (size_t)i * g, (size_t)q->n_drafts * sizeof(int32_t));
+        for (int j = 0; q->conf && j <= q->n_drafts && j < q->k; j++) // every slot scored
             q->conf[j] = h_conf[(size_t)i * g + j];
     }
     return 0;
@@ -471,6 +484,7 @@ int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_se
         d->seqs[i] = (struct td_plan_seq){q->slot, q->pos0 + q->n, g, ids, 0, 1};
     }
     struct td_forward_io io = {.hc_out = d->y}; // the Markov and confidence heads' rows
+    if (greedy) io.tail = &d->tail;
     if (meta_plan_build(&d->plan, d->seqs, nb, err, errlen) ||
         td_forward_ex(m, &d->st, &d->plan, &io, greedy ? NULL : d->U, NULL, err, errlen))
         return -1;

@@ -60,6 +60,7 @@ struct fwd {
     float *hidden_out; /* [n, nc, dim] final streams out, or NULL */
     float *hc_out;     /* [n, dim] hc_head's rows out, or NULL (then in x) */
     int keys_only;     /* the pass stores context keys (td_forward_store_kv), nothing else */
+    const struct td_forward_tail *tail; /* queued after the head, or NULL */
 };
 
 static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
@@ -312,7 +313,7 @@ static int check_plan(const struct td_model *m, const struct td_state *st, const
  * with (zero-filled, compared whole) */
 struct graph_key {
     int n_pad, keys_only;
-    const void *x_in, *hidden_out, *hc_out, *capture;
+    const void *x_in, *hidden_out, *hc_out, *capture, *tail;
 };
 
 struct td_fwd_ws {
@@ -506,6 +507,7 @@ static void run_pass(struct fwd *f, int32_t *topk_trace) {
         run_store(f);
     else
         run_layers(f, topk_trace);
+    if (f->tail) f->tail->run(f->tail->ctx, &f->rows);
 }
 
 #define GRAPH_MAX_ROWS 128 /* steps of more rows (long prefill chunks) run eagerly */
@@ -523,6 +525,7 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
     key.hidden_out = f->hidden_out;
     key.hc_out = f->hc_out;
     key.capture = f->capture;
+    key.tail = f->tail;
     int g = 0;
     while (g < ws->n_graphs && memcmp(&ws->graphs[g].key, &key, sizeof key))
         g++;
@@ -601,6 +604,7 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     f->capture_layers = io->capture_layers;
     f->n_capture = io->capture ? io->n_capture : 0;
     f->keys_only = io->keys_only;
+    f->tail = io->tail;
     f->head_all_rows = 0;
     f->plan_base = b->on_device ? f->plan_dev : p->mem; // the CPU reads the plan itself
     f->rows = rows_of(p, f->plan_base);

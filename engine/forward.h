@@ -44,6 +44,16 @@ struct td_id_patch {
     const int32_t *src;
 };
 
+/* An op queued after the pass's head, in the step's graph when it has one, so that it starts
+ * as the head ends (DSpark's Markov chain): run(ctx, rows) with the pass's rows as the kernels
+ * read them (a graph's whole bucket, pad rows included; input_ids and row_seq in backend
+ * memory on a device). The same tail gives the same graph: ctx's buffers stay put. */
+struct rows_view;
+struct td_forward_tail {
+    void (*run)(void *ctx, const struct rows_view *rows);
+    void *ctx;
+};
+
 struct td_forward_io {
     const float *x_in;         /* [max_tok, hc_mult, dim] replaces the embedding as the input */
     float *hidden_out;         /* [max_tok, hc_mult, dim] the final streams, before hc_head (MTP);
@@ -58,6 +68,7 @@ struct td_forward_io {
                                              step runs (backends with a device plan only) */
     int n_id_patches;
     int keys_only; /* td_forward_store_kv's pass (x_in: its context rows); for prepare */
+    const struct td_forward_tail *tail; /* queued after the head, or NULL */
 };
 
 /* td_forward with a drafter's inputs and outputs (io may be NULL). logits NULL: the step's

@@ -22,13 +22,7 @@ namespace cg = cooperative_groups;
 #define MK_WARPS   (MK_THREADS / 32)
 #define MK_MAX_CL  16 /* blocks of a cluster (Hopper's largest, a non-portable size) */
 #define MK_MAX_G   32 /* slots */
-#define MK_SEQS    64 /* sequences per launch: their anchors and k travel in the parameters */
 #define MK_REG_R   64 /* ranks up to this keep a thread's W2 row in registers */
-
-struct mk_seqs {
-    int32_t anchor[MK_SEQS], k[MK_SEQS];
-    int i0; /* the first sequence of this launch */
-};
 
 /* e . W2[v] for one vocabulary entry, over the rank in order: eight bf16 at a time from one
  * 16-byte load when the rows allow (VEC), else one element at a time (all loads independent) */
@@ -70,7 +64,7 @@ __device__ __forceinline__ float reg_dot(const uint4 *wq, const float *e, int r)
     return acc;
 }
 
-/* blocks (b, i): block b of sequence s.i0 + i's cluster takes entries v = b * MK_THREADS +
+/* blocks (b, i): block b of sequence i's cluster takes entries v = b * MK_THREADS +
  * thread + m * (cluster * MK_THREADS). When that is one entry per thread (tandem-tiny) its U
  * value is requested at each slot's start, beside the embedding's row, and its W2 row (bf16,
  * rank <= MK_REG_R) stays in registers for the whole chain: a slot waits on one memory
@@ -78,17 +72,16 @@ __device__ __forceinline__ float reg_dot(const uint4 *wq, const float *e, int r)
  * write slot j + 1's while a slower one still reads slot j's; it cannot get further ahead,
  * past the next cluster barrier). */
 template <typename T1, typename T2, bool VEC>
-__global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_args a,
-                                                                  struct mk_seqs s) {
+__global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_args a) {
     PDL_START();
     cg::cluster_group cl = cg::this_cluster();
     __shared__ float e[MK_MAX_R], ydot[MK_MAX_G];
     __shared__ unsigned long long wbest[MK_WARPS], fold[2];
     __shared__ int wbad[MK_WARPS], fold_bad[2], s_tok, s_cut;
     __shared__ float s_conf;
-    int i = s.i0 + blockIdx.y, nb = (int)cl.num_blocks(), rank = (int)cl.block_rank();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kk = s.k[blockIdx.y];
-    int live = kk > 0, prev = s.anchor[blockIdx.y];
+    int i = blockIdx.y, nb = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kk = a.g;
+    int live = a.row_seq[i * a.g] >= 0, prev = a.ids[i * a.g];
     int v0 = rank * MK_THREADS + threadIdx.x, stride = nb * MK_THREADS;
     bool one = stride >= a.V, mine = v0 < a.V; // one: at most one entry per thread (uniform)
     bool cached = VEC && one && mine && a.r <= MK_REG_R;
@@ -181,7 +174,8 @@ __global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_
 }
 
 /* one cluster per sequence, of as many blocks as the vocabulary fills (at most 16, or what the
- * device allows), with programmatic dependent launch; MK_SEQS sequences a launch */
+ * device allows), with programmatic dependent launch. n = 0 launches nothing and makes the
+ * kernel's cluster settings, which a graph capture cannot (markov.h) */
 template <typename T1, typename T2, bool VEC> static void launch_vec(const struct markov_args *a) {
     static int max_cl;
     auto kernel = markov_chain_kernel<T1, T2, VEC>;
@@ -204,18 +198,11 @@ template <typename T1, typename T2, bool VEC> static void launch_vec(const struc
             abort();
         }
     }
+    if (!a->n) return; // the setup call
     int nb = ceil_div(a->V, MK_THREADS);
     if (nb > max_cl) nb = max_cl;
-    for (int i0 = 0; i0 < a->n; i0 += MK_SEQS) {
-        struct mk_seqs s;
-        int m = a->n - i0 < MK_SEQS ? a->n - i0 : MK_SEQS;
-        memset(&s, 0, sizeof s);
-        memcpy(s.anchor, a->anchor + i0, (size_t)m * sizeof(int32_t));
-        memcpy(s.k, a->k + i0, (size_t)m * sizeof(int32_t));
-        s.i0 = i0;
-        launch_kc(kernel, dim3(nb, m), MK_THREADS, 0, nb, td_cuda_stream(), *a, s);
-        LAUNCH_CHECK();
-    }
+    launch_kc(kernel, dim3(nb, a->n), MK_THREADS, 0, nb, td_cuda_stream(), *a);
+    LAUNCH_CHECK();
 }
 
 template <typename T1> static void launch_w2(const struct markov_args *a) {
@@ -230,7 +217,6 @@ template <typename T1> static void launch_w2(const struct markov_args *a) {
 }
 
 extern "C" void markov_greedy_cuda(const struct markov_args *a) {
-    if (!a->n) return;
     if (a->r > MK_MAX_R || a->g > MK_MAX_G) {
         fprintf(stderr, "markov_greedy_cuda: rank %d and %d slots, at most %d and %d\n", a->r, a->g,
                 MK_MAX_R, MK_MAX_G);

@@ -8,9 +8,9 @@
 static void slot(const struct markov_args *a, int j) {
     float *e = malloc((size_t)a->r * sizeof(float)), *w = malloc((size_t)a->r * sizeof(float));
     for (int i = 0; i < a->n; i++) {
-        if (a->n_drafts[i] != j || j >= a->k[i]) continue;
+        if (a->n_drafts[i] != j || a->row_seq[i * a->g] < 0) continue;
         int row = i * a->g + j;
-        int32_t prev = j ? a->tok[row - 1] : a->anchor[i];
+        int32_t prev = j ? a->tok[row - 1] : a->ids[i * a->g];
         td_load_row_f32(e, a->w1, a->w1_dtype, (int64_t)prev * a->r, a->r);
         const float *y = a->y + (size_t)row * a->D;
         double dot = 0.0;
