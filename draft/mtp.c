@@ -217,7 +217,7 @@ static int device_chain(struct draft_mtp *d, struct td_draft_seq *seqs, int n_se
     }
     d->n_round = n_seq;
     // the drafts come to the host behind the chain, so that collecting them after the verify
-    // step (which drains the queue) waits for nothing more
+    // step (which waits for its own queued results, behind these) waits for nothing more
     b->to_host_queued(d->chain_host, d->chain, (S + S * K) * sizeof(int32_t)); // n_drafts | tok
     d->pending = 1;
     return 0;

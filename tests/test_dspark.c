@@ -81,6 +81,17 @@ static const int32_t *next_of(int32_t *buf, const int32_t *ids, int pos0, int n,
     return buf;
 }
 
+/* a drafter on the CPU backend for up to max_seqs sequences (512 positions and rows, no graphs),
+ * or NULL with the message in err */
+static struct draft_dspark *cpu_drafter(const char *ddir, const struct td_model *m, int max_seqs,
+                                        float threshold, char *err, size_t errlen) {
+    struct draft_dspark *d = NULL;
+    if (draft_dspark_init(&d, ddir, m, m, td_backend_cpu(), max_seqs, 512, 512, threshold, 0,
+                          (size_t)1 << 30, err, errlen))
+        return NULL;
+    return d;
+}
+
 /* two sequences drafted in one call, the second one's committed rows lying in the capture
  * buffer after two rejected rows (so the insertion moves them down over their own range, row by
  * row), give the second the same greedy drafts and confidences, bit for bit, as drafting it
@@ -90,12 +101,9 @@ static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *id
     case_begin();
     const struct td_model *m = &f->m;
     int V = m->cfg.vocab, nA = n / 2, nB = n, cB = nA + 2;
-    struct draft_dspark *d2 = NULL, *d1 = NULL;
-    CHECK(!draft_dspark_init(&d2, ddir, m, m, td_backend_cpu(), 2, 512, 512, 0.0f, 0,
-                             (size_t)1 << 30, err, sizeof err) &&
-              !draft_dspark_init(&d1, ddir, m, m, td_backend_cpu(), 1, 512, 512, 0.0f, 0,
-                                 (size_t)1 << 30, err, sizeof err),
-          "%s", err);
+    struct draft_dspark *d2 = cpu_drafter(ddir, m, 2, 0.0f, err, sizeof err);
+    struct draft_dspark *d1 = d2 ? cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err) : NULL;
+    CHECK(d1 && d2, "%s", err);
     if (d1 && d2) {
         const struct dspark_config *dc = draft_dspark_config(d2);
         int g = dc->block;
@@ -151,12 +159,9 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
     case_begin();
     const struct td_model *m = &f->m;
     int V = m->cfg.vocab, pre = n - 3;
-    struct draft_dspark *dA = NULL, *dB = NULL;
-    CHECK(!draft_dspark_init(&dA, ddir, m, m, td_backend_cpu(), 1, 512, 512, 0.0f, 0,
-                             (size_t)1 << 30, err, sizeof err) &&
-              !draft_dspark_init(&dB, ddir, m, m, td_backend_cpu(), 1, 512, 512, 0.0f, 0,
-                                 (size_t)1 << 30, err, sizeof err),
-          "%s", err);
+    struct draft_dspark *dA = cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err);
+    struct draft_dspark *dB = dA ? cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err) : NULL;
+    CHECK(dA && dB, "%s", err);
     struct td_plan p;
     memset(&p, 0, sizeof p);
     if (dA && dB) {
@@ -239,10 +244,8 @@ static void run_fixture(const char *dir) {
     const char *ddir = strstr(dir, "dspark_tiny") ? "models/tandem-tiny/dspark" : NULL;
     char dpath[512];
     snprintf(dpath, sizeof dpath, "%s/dspark", dir);
-    struct draft_dspark *d = NULL;
-    CHECK(!draft_dspark_init(&d, ddir ? ddir : dpath, &f.m, &f.m, td_backend_cpu(), 2, 512, 512,
-                             0.0f, 0, (size_t)1 << 30, err, sizeof err),
-          "%s", err);
+    struct draft_dspark *d = cpu_drafter(ddir ? ddir : dpath, &f.m, 2, 0.0f, err, sizeof err);
+    CHECK(d, "%s", err);
     snprintf(name, sizeof name, "dspark/%s/init", dir + strlen("tests/fixtures/"));
     case_end(name, "");
     if (!d) {
@@ -351,10 +354,8 @@ static void run_fixture(const char *dir) {
         int want_n = 0; // the first slot under the threshold, from this chain's confidences
         while (want_n < g && c2[want_n] >= th)
             want_n++;
-        struct draft_dspark *dt = NULL;
-        CHECK(!draft_dspark_init(&dt, ddir ? ddir : dpath, &f.m, &f.m, td_backend_cpu(), 1, 512,
-                                 512, th, 0, (size_t)1 << 30, err, sizeof err),
-              "%s", err);
+        struct draft_dspark *dt = cpu_drafter(ddir ? ddir : dpath, &f.m, 1, th, err, sizeof err);
+        CHECK(dt, "%s", err);
         if (dt) {
             CHECK(!target_pass(&f.m, dt, ids, n, last, err, sizeof err), "%s", err);
             draft_dspark_force_chain(dt, chain);
