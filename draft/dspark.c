@@ -25,9 +25,8 @@ struct draft_dspark {
     struct td_plan plan;
     int max_rows, max_seqs, vocab, dim;
     float threshold;
-    /* [max(max_rows, max_tok), n_capture * dim]: the target step's captured rows, which the
-     * insertion reads in place, each sequence's committed rows moved down to follow the last's
-     * (nothing moves for a single sequence) */
+    /* [max(max_rows, max_tok), n_capture * dim]: the target step's captured rows, in the
+     * step's row order, which the insertion reads in place */
     float *capture;
     float *y;                  /* [max_tok, dim] hc_head of the stages' output streams */
     float *e, *bias;           /* [max_seqs, rank], [max_seqs, vocab] Markov step */
@@ -50,7 +49,7 @@ struct draft_dspark {
     int *live, *act;          /* [max_seqs] */
     struct td_plan_seq *seqs; /* [max_seqs] */
     int *pre_end;             /* [max_seqs] per slot, the length draft_dspark_insert_step left
-                                 (0: none since the last run) */
+                                 (0: none since the last run, which may commit only those) */
     const int32_t *chain;     /* forced Markov chain (tests), or NULL */
     int n_round;              /* sequences in the last round's block forward */
     int defer;                /* greedy rounds leave their drafts in backend memory */
@@ -319,47 +318,24 @@ int draft_dspark_insert_step(struct draft_dspark *d, const struct td_plan *p, ch
     return rc;
 }
 
-/* every sequence's committed rows in the stages' rings: those its step inserted already
- * (draft_dspark_insert_step) by moving the length back to the committed one, the others now */
-static int insert(struct draft_dspark *d, struct td_draft_seq *seqs, int n_seq, char *err,
+/* every sequence's committed rows, which its step inserted (draft_dspark_insert_step) with
+ * the rows its verify then rejected: the length moves back to the committed one */
+static int commit(struct draft_dspark *d, const struct td_draft_seq *seqs, int n_seq, char *err,
                   size_t errlen) {
-    const struct td_backend *b = d->b;
-    const struct td_model *m = d->run;
-    size_t CW = (size_t)d->cfg.n_capture * d->dim;
-    int rows = 0, ns = 0;
     for (int s = 0; s < n_seq; s++) {
-        struct td_draft_seq *q = &seqs[s];
+        const struct td_draft_seq *q = &seqs[s];
         int end = q->pos0 + q->n;
-        if (d->pre_end[q->slot] >= end && d->st.len[q->slot] == d->pre_end[q->slot]) {
-            if (td_state_rollback(&d->st, q->slot, end, err, errlen)) return -1;
-            continue;
-        }
-        if (seq_at(d, q->slot, q->pos0, err, errlen)) return -1;
-        if (rows + q->n > d->max_rows) {
-            snprintf(err, errlen, "dspark: %d rows to insert, capacity %d", rows + q->n,
-                     d->max_rows);
+        if (d->pre_end[q->slot] < end || d->st.len[q->slot] != d->pre_end[q->slot]) {
+            snprintf(err, errlen,
+                     "dspark: slot %d holds %d rows, %d from its step's insertion; the round "
+                     "commits %d",
+                     q->slot, d->st.len[q->slot], d->pre_end[q->slot], end);
             return -1;
         }
-        if (q->row < rows) {
-            snprintf(err, errlen, "dspark: sequence %d's rows start at capture row %d, before %d",
-                     s, q->row, rows);
-            return -1;
-        }
-        // down to row `rows`, in ascending order: one copy when the ranges are apart, else
-        // row by row (each row's source lies past every row written before it)
-        float *dst = d->capture + (size_t)rows * CW, *src = d->capture + (size_t)q->row * CW;
-        if (q->row >= rows + q->n)
-            b->ops.copy(dst, src, (size_t)q->n * CW * sizeof(float));
-        else if (q->row > rows)
-            for (int i = 0; i < q->n; i++)
-                b->ops.copy(dst + i * CW, src + i * CW, CW * sizeof(float));
-        d->seqs[ns++] = (struct td_plan_seq){q->slot, q->pos0, q->n, d->zeros, q->n, 0};
-        rows += q->n;
+        if (td_state_rollback(&d->st, q->slot, end, err, errlen)) return -1;
     }
     memset(d->pre_end, 0, (size_t)d->max_seqs * sizeof *d->pre_end);
-    if (!ns) return 0;
-    if (meta_plan_build(&d->plan, d->seqs, ns, err, errlen)) return -1;
-    return td_forward_store_kv(m, &d->st, &d->plan, d->capture, err, errlen);
+    return 0;
 }
 
 static int chain_results(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
@@ -472,7 +448,7 @@ int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_se
     for (int i = 0; i < nb && greedy; i++)
         greedy = seqs[d->live[i]].sampling->temperature <= 0.0f;
     if (b->mark) b->mark("draft");
-    if (insert(d, seqs, n_seq, err, errlen)) return -1;
+    if (commit(d, seqs, n_seq, err, errlen)) return -1;
     if (!nb) return 0;
     // the block forward of every sequence that drafts: [anchor, noise...] after its context
     for (int i = 0; i < nb; i++) {

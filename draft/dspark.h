@@ -4,9 +4,9 @@
  *   draft_dspark_init(&d, &host_model, &run_model, backend, "models/x/dspark", ...);
  *   every step:  io.capture = draft_dspark_capture(d); io.capture_layers = ...layers(d, &n);
  *                td_forward_ex(target, ..., &io, ...)   // the mean HC streams of those layers
- *                draft_dspark_insert_step(d, &plan)     // every row of the step (optional)
+ *                draft_dspark_insert_step(d, &plan)     // every row of the step
  *                verify + commit
- *                draft_dspark_run(d, seqs, n, ...)      // the committed rows, then draft
+ *                draft_dspark_run(d, seqs, n, ...)      // keep the committed rows, draft
  *
  * Context: each target row p carries the mean of its HC streams after each capture layer;
  * main_x_p = main_norm(main_proj(those)) gives, in every stage, the key (= value)
@@ -14,7 +14,7 @@
  * position, like the target's own rings). draft_dspark_insert_step inserts every row of a
  * step as soon as it is queued, before the verify, so the insertion runs on the device while
  * the host verifies; draft_dspark_run then moves the drafter's length back to the committed
- * one (or inserts the committed rows itself when they did not come that way). A rejected row
+ * one. A rejected row
  * lies at or past the committed length: no block reads there (a block sees only the window
  * before its anchor), and the next step's rows overwrite it, as a rejected row's keys in the
  * target's own rings are. The rings hold window + max(16, block) rows, so those positions
@@ -104,10 +104,10 @@ float *draft_dspark_capture(struct draft_dspark *d);
 const struct td_state *draft_dspark_state(const struct draft_dspark *d);
 const int *draft_dspark_capture_layers(const struct draft_dspark *d, int *n);
 
-/* Every sequence's committed rows in the rings (moving the length back over the rows
- * draft_dspark_insert_step put there past them, or inserting them now), then a round for those
- * with k >= 1. A sequence at pos0 == 0 starts afresh in its slot. 0, or -1 with a message (an
- * engine error). */
+/* Every sequence's committed rows, pos0 .. pos0 + n - 1, must have come with its step
+ * (draft_dspark_insert_step, the last call before this one): the drafter's length moves back
+ * to pos0 + n over the rows the verify rejected. Then a round for those with k >= 1 (the
+ * sequences' row fields are not read). 0, or -1 with a message (an engine error). */
 int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_seq, char *err,
                      size_t errlen);
 

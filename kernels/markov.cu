@@ -24,22 +24,26 @@ namespace cg = cooperative_groups;
 #define MK_MAX_G   32 /* slots */
 #define MK_REG_R   64 /* ranks up to this keep a thread's W2 row in registers */
 
+/* acc + e[0 .. 8) . the eight bf16 of q, in order */
+__device__ __forceinline__ float dot8(float acc, uint4 q, const float *e) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&q;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        float2 f = __bfloat1622float2(h[u]);
+        acc += e[2 * u] * f.x;
+        acc += e[2 * u + 1] * f.y;
+    }
+    return acc;
+}
+
 /* e . W2[v] for one vocabulary entry, over the rank in order: eight bf16 at a time from one
  * 16-byte load when the rows allow (VEC), else one element at a time (all loads independent) */
 template <typename T2, bool VEC>
 __device__ __forceinline__ float row_dot(const T2 *w, const float *e, int r) {
     float acc = 0.0f;
     if constexpr (VEC) {
-        for (int t0 = 0; t0 < r; t0 += 8) {
-            uint4 q = *(const uint4 *)(w + t0);
-            const __nv_bfloat162 *h = (const __nv_bfloat162 *)&q;
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                float2 f = __bfloat1622float2(h[u]);
-                acc += e[t0 + 2 * u] * f.x;
-                acc += e[t0 + 2 * u + 1] * f.y;
-            }
-        }
+        for (int t0 = 0; t0 < r; t0 += 8)
+            acc = dot8(acc, *(const uint4 *)(w + t0), e + t0);
     } else {
         for (int t = 0; t < r; t++)
             acc += e[t] * as_f32(w[t]);
@@ -52,15 +56,7 @@ __device__ __forceinline__ float reg_dot(const uint4 *wq, const float *e, int r)
     float acc = 0.0f;
 #pragma unroll
     for (int q = 0; q < MK_REG_R / 8; q++)
-        if (8 * q < r) {
-            const __nv_bfloat162 *h = (const __nv_bfloat162 *)&wq[q];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                float2 f = __bfloat1622float2(h[u]);
-                acc += e[8 * q + 2 * u] * f.x;
-                acc += e[8 * q + 2 * u + 1] * f.y;
-            }
-        }
+        if (8 * q < r) acc = dot8(acc, wq[q], e + 8 * q);
     return acc;
 }
 

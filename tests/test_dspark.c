@@ -8,15 +8,16 @@
  * upstream-layout target c_upstream_sharded: hc 3, capture layers 1-3, 3 stages, block 6, rank
  * 16) and tests/fixtures/dspark_tiny (tandem-tiny's trained drafter), each with a context shorter
  * than the window and one that wraps the rings. The C side runs the target over the case's ids on
- * the CPU (its captured rows feed the drafter, as in the engine), inserts them, and runs a round:
+ * the CPU (its captured rows feed the drafter, as in the engine), inserts them as a step
+ * (draft_dspark_insert_step), and runs a round:
  *   base logits U of the block        max|d| <= 1e-3 * max(1, max|ref row|) (fp32 vs fp32)
  *   greedy drafts                      the same tokens; confidences within 1e-4
  *   a sampled chain (T = 1, forced)    q = softmax(Z_ref) within 1e-5 per entry; confidences
  * Also: a round stores nothing (the committed length stays), rows inserted in pieces give the
  * same round as all at once, a confidence threshold cuts before the first slot under it, a
- * sequence drafted in a batch, its rows moved down over rejected ones, drafts as it does alone,
- * and a step inserted whole before its verify (draft_dspark_insert_step, rejected rows
- * included) gives the same round as inserting the committed rows only.
+ * sequence drafted in a batch, its step carrying rows its verify rejected, drafts as it does
+ * alone, and a prefill then a verify step with rejected rows give the same round as the
+ * committed rows alone.
  */
 #include <jansson.h>
 #include <math.h>
@@ -92,15 +93,29 @@ static struct draft_dspark *cpu_drafter(const char *ddir, const struct td_model 
     return d;
 }
 
-/* two sequences drafted in one call, the second one's committed rows lying in the capture
- * buffer after two rejected rows (so the insertion moves them down over their own range, row by
- * row), give the second the same greedy drafts and confidences, bit for bit, as drafting it
- * alone (the CPU ops are batch-invariant) */
+/* a target step's rows into the drafter as the engine puts them (draft_dspark_insert_step):
+ * seqs in the order of their rows in the capture buffer, from row 0 */
+static int step_insert(struct draft_dspark *d, const struct td_plan_seq *seqs, int n_seq,
+                       char *err, size_t errlen) {
+    struct td_plan p;
+    struct td_plan_dims pd = td_state_plan_dims(draft_dspark_state(d), 512, 2);
+    if (meta_plan_init(&p, &pd, err, errlen)) return -1;
+    int rc = meta_plan_build(&p, seqs, n_seq, err, errlen) ||
+             draft_dspark_insert_step(d, &p, err, errlen);
+    meta_plan_free(&p);
+    return rc ? -1 : 0;
+}
+
+static int32_t zeros[1100]; /* token ids of inserted rows (never read) */
+
+/* two sequences drafted in one call, the second one's step carrying two rows past its
+ * committed ones (rejected by its verify), give the second the same greedy drafts and
+ * confidences, bit for bit, as drafting it alone (the CPU ops are batch-invariant) */
 static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *ids, int n) {
     char err[512], name[160];
     case_begin();
     const struct td_model *m = &f->m;
-    int V = m->cfg.vocab, nA = n / 2, nB = n, cB = nA + 2;
+    int V = m->cfg.vocab, nA = n / 2, nB = n;
     struct draft_dspark *d2 = cpu_drafter(ddir, m, 2, 0.0f, err, sizeof err);
     struct draft_dspark *d1 = d2 ? cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err) : NULL;
     CHECK(d1 && d2, "%s", err);
@@ -109,18 +124,23 @@ static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *id
         int g = dc->block;
         size_t CW = (size_t)dc->n_capture * m->cfg.dim, row = CW * sizeof(float);
         float *last = malloc((size_t)V * sizeof(float));
-        float *rows = malloc((size_t)(cB + nB) * row);
-        // A's captured rows at 0, two rejected rows of noise, then B's
+        float *rows = malloc((size_t)(nA + nB + 2) * row);
+        // the step's captured rows: A's, then B's, then B's two rejected rows of noise
         CHECK(!target_pass(m, d2, ids, nA, last, err, sizeof err), "%s", err);
         memcpy(rows, draft_dspark_capture(d2), (size_t)nA * row);
         int aA = argmax(last, V);
-        for (size_t i = 0; i < 2 * CW; i++)
-            rows[(size_t)nA * CW + i] = (float)(i % 7) - 3.0f;
         CHECK(!target_pass(m, d2, ids, nB, last, err, sizeof err), "%s", err);
-        memcpy(rows + (size_t)cB * CW, draft_dspark_capture(d2), (size_t)nB * row);
+        memcpy(rows + (size_t)nA * CW, draft_dspark_capture(d2), (size_t)nB * row);
         int aB = argmax(last, V);
-        memcpy(draft_dspark_capture(d2), rows, (size_t)(cB + nB) * row);
-        memcpy(draft_dspark_capture(d1), rows + (size_t)cB * CW, (size_t)nB * row);
+        for (size_t i = 0; i < 2 * CW; i++)
+            rows[(size_t)(nA + nB) * CW + i] = (float)(i % 7) - 3.0f;
+        memcpy(draft_dspark_capture(d2), rows, (size_t)(nA + nB + 2) * row);
+        memcpy(draft_dspark_capture(d1), rows + (size_t)nA * CW, (size_t)nB * row);
+        struct td_plan_seq step2[2] = {{0, 0, nA, zeros, 0, 0}, {1, 0, nB + 2, zeros, 0, 0}};
+        struct td_plan_seq step1 = {0, 0, nB, zeros, 0, 0};
+        CHECK(!check_case_failed && !step_insert(d2, step2, 2, err, sizeof err) &&
+                  !step_insert(d1, &step1, 1, err, sizeof err),
+              "%s", err);
         struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
         int32_t dA[DSPARK_MAX_BLOCK], dB[DSPARK_MAX_BLOCK], d1B[DSPARK_MAX_BLOCK];
         float cA[DSPARK_MAX_BLOCK], cBf[DSPARK_MAX_BLOCK], c1B[DSPARK_MAX_BLOCK];
@@ -128,7 +148,7 @@ static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *id
         int32_t nxA[1024], nxB[1024];
         struct td_draft_seq two[2] = {
             {0, 0, nA, 0, next_of(nxA, ids, 0, nA, aA), g, &greedy, dA, q, cA, 0, NULL},
-            {1, 0, nB, cB, next_of(nxB, ids, 0, nB, aB), g, &greedy, dB, q, cBf, 0, NULL}};
+            {1, 0, nB, nA, next_of(nxB, ids, 0, nB, aB), g, &greedy, dB, q, cBf, 0, NULL}};
         struct td_draft_seq one = {0, 0, nB, 0, nxB, g, &greedy, d1B, q, c1B, 0, NULL};
         CHECK(!check_case_failed && !draft_dspark_run(d2, two, 2, err, sizeof err), "%s", err);
         CHECK(!check_case_failed && !draft_dspark_run(d1, &one, 1, err, sizeof err), "%s", err);
@@ -142,7 +162,7 @@ static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *id
     }
     draft_dspark_free(d1);
     draft_dspark_free(d2);
-    snprintf(name, sizeof name, "dspark/%s/batch_with_moved_rows_equals_alone",
+    snprintf(name, sizeof name, "dspark/%s/batch_with_rejected_rows_equals_alone",
              f->dir + strlen("tests/fixtures/"));
     case_end(name, "");
 }
@@ -162,8 +182,6 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
     struct draft_dspark *dA = cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err);
     struct draft_dspark *dB = dA ? cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err) : NULL;
     CHECK(dA && dB, "%s", err);
-    struct td_plan p;
-    memset(&p, 0, sizeof p);
     if (dA && dB) {
         const struct dspark_config *dc = draft_dspark_config(dA);
         int g = dc->block;
@@ -171,22 +189,21 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
         float *last = malloc((size_t)V * sizeof(float)), *q = malloc((size_t)g * V * sizeof(float));
         float *uB = malloc((size_t)g * V * sizeof(float));
         struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
-        int32_t nx[1024], dAd[DSPARK_MAX_BLOCK], dBd[DSPARK_MAX_BLOCK], zero[8] = {0};
+        int32_t nx[1024], dAd[DSPARK_MAX_BLOCK], dBd[DSPARK_MAX_BLOCK];
         float cA[DSPARK_MAX_BLOCK], cB[DSPARK_MAX_BLOCK];
         next_of(nx, ids, 0, n, anchor);
         CHECK(!target_pass(m, dB, ids, n, last, err, sizeof err), "%s", err);
+        struct td_plan_seq all = {0, 0, n, zeros, 0, 0};
+        CHECK(!check_case_failed && !step_insert(dB, &all, 1, err, sizeof err), "%s", err);
         struct td_draft_seq sB = {0, 0, n, 0, nx, g, &greedy, dBd, q, cB, 0, NULL};
         CHECK(!check_case_failed && !draft_dspark_run(dB, &sB, 1, err, sizeof err), "%s", err);
         if (!check_case_failed)
             memcpy(uB, draft_dspark_base_logits(dB), (size_t)g * V * sizeof(float));
-        struct td_plan_dims pd = td_state_plan_dims(draft_dspark_state(dA), 512, 1);
-        CHECK(!meta_plan_init(&p, &pd, err, sizeof err), "%s", err);
         CHECK(!check_case_failed && !target_pass(m, dA, ids, n, last, err, sizeof err), "%s", err);
         // the prefill step: rows 0 .. pre - 1, all committed
-        struct td_plan_seq ps = {0, 0, pre, ids, 0, 0};
+        struct td_plan_seq ps = {0, 0, pre, zeros, 0, 0};
         struct td_draft_seq s0 = {0, 0, pre, 0, nx, 0, &greedy, dAd, q, cA, 0, NULL};
-        CHECK(!check_case_failed && !meta_plan_build(&p, &ps, 1, err, sizeof err) &&
-                  !draft_dspark_insert_step(dA, &p, err, sizeof err) &&
+        CHECK(!check_case_failed && !step_insert(dA, &ps, 1, err, sizeof err) &&
                   !draft_dspark_run(dA, &s0, 1, err, sizeof err),
               "%s", err);
         // the verify step: the context's last 3 rows, then 3 rejected rows of noise
@@ -194,11 +211,9 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
         memmove(cap, cap + (size_t)pre * CW, 3 * CW * sizeof(float));
         for (size_t i = 0; i < 3 * CW; i++)
             cap[3 * CW + i] = (float)(i % 5) - 2.0f;
-        ps = (struct td_plan_seq){0, pre, 6, zero, 0, 0};
+        ps = (struct td_plan_seq){0, pre, 6, zeros, 0, 0};
         struct td_draft_seq s1 = {0, pre, 3, 0, nx + pre, g, &greedy, dAd, q, cA, 0, NULL};
-        CHECK(!check_case_failed && !meta_plan_build(&p, &ps, 1, err, sizeof err) &&
-                  !draft_dspark_insert_step(dA, &p, err, sizeof err),
-              "%s", err);
+        CHECK(!check_case_failed && !step_insert(dA, &ps, 1, err, sizeof err), "%s", err);
         CHECK(!check_case_failed && draft_dspark_state(dA)->len[0] == n + 3,
               "the step's insertion left length %d, not %d", draft_dspark_state(dA)->len[0], n + 3);
         CHECK(!check_case_failed && !draft_dspark_run(dA, &s1, 1, err, sizeof err), "%s", err);
@@ -215,7 +230,6 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
                   "the base logits differ");
         free(last), free(q), free(uB);
     }
-    meta_plan_free(&p);
     draft_dspark_free(dA);
     draft_dspark_free(dB);
     snprintf(name, sizeof name, "dspark/%s/step_insertion_with_rejected_rows_equals_committed",
@@ -273,7 +287,10 @@ static void run_fixture(const char *dir) {
         int32_t nx[1024];
         struct td_draft_seq s = {
             0, 0, n, 0, next_of(nx, ids, 0, n, anchor), g, &greedy, drafts, q, conf, 0, NULL};
-        CHECK(!check_case_failed && !draft_dspark_run(d, &s, 1, err, sizeof err), "%s", err);
+        struct td_plan_seq all = {0, 0, n, zeros, 0, 0};
+        CHECK(!check_case_failed && !step_insert(d, &all, 1, err, sizeof err) &&
+                  !draft_dspark_run(d, &s, 1, err, sizeof err),
+              "%s", err);
         snprintf(path, sizeof path, "%s_U", cname);
         const struct st_entry *u = st_set_find(&f.ref, path);
         CHECK(u && u->t.shape[0] == g && u->t.shape[1] == V, "%s missing", path);
@@ -294,8 +311,8 @@ static void run_fixture(const char *dir) {
                       cr);
             }
         }
-        struct td_draft_seq again = {0, 1, n - 1, 1, nx + 1, g, &greedy, drafts, q, conf, 0, NULL};
-        CHECK(draft_dspark_run(d, &again, 1, err, sizeof err) && strstr(err, "holds"),
+        struct td_plan_seq again = {0, 1, n - 1, zeros, 0, 0};
+        CHECK(step_insert(d, &again, 1, err, sizeof err) && strstr(err, "holds"),
               "rows inserted again at position 1 passed (a round must store nothing, and the "
               "drafter's length is the target's)");
         snprintf(name, sizeof name, "dspark/%s/%s_greedy_round_matches_reference",
@@ -304,7 +321,8 @@ static void run_fixture(const char *dir) {
         case_end(name, extra);
 
         // the sampled chain of the reference, forced: q and confidences; the context inserted
-        // in two pieces (the engine inserts a step's committed rows at a time)
+        // in two steps (the engine inserts a step's rows at a time), each step's rows from
+        // capture row 0
         case_begin();
         json_t *chj = json_object_get(c, "chain"), *cc = json_object_get(c, "chain_conf");
         int32_t chain[DSPARK_MAX_BLOCK];
@@ -312,10 +330,18 @@ static void run_fixture(const char *dir) {
             chain[j] = (int32_t)json_integer_value(json_array_get(chj, (size_t)j));
         int cut = n / 3 + 1;
         struct td_draft_seq s1 = {0, 0, cut, 0, nx, 0, &t1, drafts, q, conf, 0, NULL};
-        CHECK(!draft_dspark_run(d, &s1, 1, err, sizeof err), "%s", err);
+        struct td_plan_seq p1 = {0, 0, cut, zeros, 0, 0}, p2 = {0, cut, n - cut, zeros, 0, 0};
+        CHECK(!step_insert(d, &p1, 1, err, sizeof err) &&
+                  !draft_dspark_run(d, &s1, 1, err, sizeof err),
+              "%s", err);
+        size_t CW = (size_t)dc->n_capture * f.m.cfg.dim;
+        float *cap = draft_dspark_capture(d);
+        memmove(cap, cap + (size_t)cut * CW, (size_t)(n - cut) * CW * sizeof(float));
         draft_dspark_force_chain(d, chain);
-        struct td_draft_seq s2 = {0, cut, n - cut, cut, nx + cut, g, &t1, drafts, q, conf, 0, NULL};
-        CHECK(!draft_dspark_run(d, &s2, 1, err, sizeof err), "%s", err);
+        struct td_draft_seq s2 = {0, cut, n - cut, 0, nx + cut, g, &t1, drafts, q, conf, 0, NULL};
+        CHECK(!step_insert(d, &p2, 1, err, sizeof err) &&
+                  !draft_dspark_run(d, &s2, 1, err, sizeof err),
+              "%s", err);
         draft_dspark_force_chain(d, NULL);
         snprintf(path, sizeof path, "%s_Z", cname);
         const struct st_entry *z = st_set_find(&f.ref, path);
@@ -360,7 +386,10 @@ static void run_fixture(const char *dir) {
             CHECK(!target_pass(&f.m, dt, ids, n, last, err, sizeof err), "%s", err);
             draft_dspark_force_chain(dt, chain);
             struct td_draft_seq s3 = {0, 0, n, 0, nx, g, &t1, drafts, q, conf, 0, NULL};
-            CHECK(!draft_dspark_run(dt, &s3, 1, err, sizeof err), "%s", err);
+            struct td_plan_seq all = {0, 0, n, zeros, 0, 0};
+            CHECK(!step_insert(dt, &all, 1, err, sizeof err) &&
+                      !draft_dspark_run(dt, &s3, 1, err, sizeof err),
+                  "%s", err);
             CHECK(s3.n_drafts == want_n, "threshold %.4f: %d drafts, expected %d", th, s3.n_drafts,
                   want_n);
             draft_dspark_free(dt);
