@@ -21,6 +21,7 @@
 #include "kernels/hc.h"
 #include "kernels/indexer.h"
 #include "kernels/markov.h"
+#include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/norm_rope.h"
 
@@ -83,6 +84,7 @@ struct td_ops {
                         int V, int g, int j);
     void (*argmax_rows)(int32_t *ids, const float *x, int n, int V);
     void (*norm_rope)(const struct norm_rope_args *a);
+    void (*matmul_set)(const float *x, int n, int in, int m, const struct matmul_out *o);
 };
 
 struct td_backend {

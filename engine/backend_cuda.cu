@@ -313,7 +313,7 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
         attention_rows_cuda, moe_route_rows_cuda, moe_experts_cuda,    add_cuda,
         scale_cuda,          swiglu_act_cuda,     add_bcast_cuda,      cu_copy,
         fill_uniform_cuda,   markov_greedy_cuda,  greedy_slot_cuda,    argmax_rows_cuda,
-        norm_rope_cuda};
+        norm_rope_cuda,      matmul_set_cuda};
     cuda_backend.name = "cuda";
     cuda_backend.on_device = 1;
     cuda_backend.ops = ops;

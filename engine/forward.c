@@ -97,14 +97,14 @@ static struct rows_view rows_of(const struct td_plan *p, void *base) {
 // ---------------------------------------------------------------------------------------------
 // attention block
 
+/* the compressor's rows and gates are two outputs of the layer's set of xn projections
+ * (attention_block); then their position bias, and the entries the step completes */
 static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind, int d, float *raw,
                        float *gate, float *ring_kv, float *ring_gate, float *entries,
                        const struct td_layer_state *ls, struct compress_args *io) {
     const struct td_config *c = f->c;
     int csa = kind == TD_ATTN_CSA, rate = csa ? c->rate_csa : c->rate_hca;
     int width = (1 + csa) * d;
-    f->op->matmul(raw, f->xn, W(w->wkv), f->n, c->dim, width, NULL, 0);
-    f->op->matmul(gate, f->xn, W(w->wgate), f->n, c->dim, width, NULL, 0);
     f->op->add_pos_bias(gate, W(w->ape), f->rows.positions, rate, f->n, width);
     *io = (struct compress_args){f->rows,      raw,
                                  gate,         ring_kv,
@@ -118,17 +118,16 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
     f->op->compress_emit(io);
 }
 
-/* f->kv = rope(kv_norm(wkv x)) at the rows' positions: the layer's shared K = V rows, and,
- * when ring is not NULL, their store in that sliding-window ring (rows with swa_write >= 0) */
-static void layer_keys(struct fwd *f, const struct td_layer *l, float *ring, const float *x,
-                       const float *inv, float af) {
+/* f->kv (wkv x, made by the caller) = rope(kv_norm(f->kv)) at the rows' positions: the layer's
+ * shared K = V rows, and, when ring is not NULL, their store in that sliding-window ring (rows
+ * with swa_write >= 0) */
+static void keys_norm_rope(struct fwd *f, const struct td_layer *l, float *ring, const float *inv,
+                           float af) {
     const struct td_config *c = f->c;
-    int n = f->n, hd = c->head_dim;
-    f->op->matmul(f->kv, x, W(l->wkv), n, c->dim, hd, NULL, 0);
     struct norm_rope_args a = {f->kv,
-                               n,
+                               f->n,
                                1,
-                               hd,
+                               c->head_dim,
                                W(l->kv_norm),
                                c->rms_eps,
                                c->rope_dim,
@@ -165,10 +164,29 @@ static void attention_block(struct fwd *f, int li) {
 #undef AT
     f->rows = rows;
 
-    // q path: low-rank q, per-head unweighted norm, rope on the trailing dims
-    op->matmul(f->qr, f->xn, W(l->wq_a), n, D, rq, NULL, 0);
+    // every projection of the normed input is one set (one launch for a skinny step): q's low
+    // rank, the shared K = V row, the compressors' rows and gates, the indexer's head weights
+    int IH = c->index_n_heads, ihd = c->index_head_dim, cw = (1 + csa) * hd, iw = (1 + csa) * ihd;
+    struct matmul_out xo[MATMUL_SET_MAX], qo[2];
+    int m = 0;
+    xo[m++] = (struct matmul_out){f->qr, W(l->wq_a), rq, NULL, 0};
+    xo[m++] = (struct matmul_out){f->kv, W(l->wkv), hd, NULL, 0};
+    if (comp) {
+        xo[m++] = (struct matmul_out){f->raw, W(l->comp.wkv), cw, NULL, 0};
+        xo[m++] = (struct matmul_out){f->gate, W(l->comp.wgate), cw, NULL, 0};
+    }
+    if (csa) {
+        xo[m++] = (struct matmul_out){f->iraw, W(l->icomp.wkv), iw, NULL, 0};
+        xo[m++] = (struct matmul_out){f->igate, W(l->icomp.wgate), iw, NULL, 0};
+        xo[m++] = (struct matmul_out){f->wi, W(l->idx_weights), IH, NULL, 0};
+    }
+    op->matmul_set(f->xn, n, D, m, xo);
+    // q path: low-rank q, per-head unweighted norm, rope on the trailing dims; the indexer's
+    // queries read the same normed low rank (a second set)
     op->rmsnorm(f->qr, f->qr, W(l->q_norm), n, rq, c->rms_eps);
-    op->matmul(f->q, f->qr, W(l->wq_b), n, rq, H * hd, NULL, 0);
+    qo[0] = (struct matmul_out){f->q, W(l->wq_b), H * hd, NULL, 0};
+    qo[1] = (struct matmul_out){f->qi, W(l->idx_wq_b), IH * ihd, NULL, 0};
+    op->matmul_set(f->qr, n, rq, 1 + csa, qo);
     struct norm_rope_args qa = {
         f->q,           n,   H,  hd,   NULL, TD_DTYPE_F32, c->rms_eps, c->rope_dim,
         rows.positions, inv, af, NULL, NULL, rows,         0};
@@ -178,20 +196,17 @@ static void attention_block(struct fwd *f, int li) {
     // step lands on a position older than any query of the step can see. A longer chunk would
     // overwrite window keys its own first rows still read, so it stores after the attention.
     int early = n <= f->st->swa_ring - c->sliding_window;
-    layer_keys(f, l, early ? ls->swa : NULL, f->xn, inv, af);
+    keys_norm_rope(f, l, early ? ls->swa : NULL, inv, af);
 
     struct compress_args main_io, idx_io;
     if (comp)
         compressor(f, &l->comp, kind, hd, f->raw, f->gate, ls->raw_kv, ls->raw_gate, ls->entries,
                    ls, &main_io);
-    int IH = c->index_n_heads, ihd = c->index_head_dim;
     if (csa) {
         compressor(f, &l->icomp, kind, ihd, f->iraw, f->igate, ls->iraw_kv, ls->iraw_gate,
                    ls->ientries, ls, &idx_io);
-        op->matmul(f->qi, f->qr, W(l->idx_wq_b), n, rq, IH * ihd, NULL, 0);
         op->rope_rows(f->qi, n, IH, ihd, c->rope_dim, rows.positions, f->inv_comp,
                       (float)c->rope_compress.attention_factor, 0);
-        op->matmul(f->wi, f->xn, W(l->idx_weights), n, D, IH, NULL, 0);
         op->scale(f->wi, 1.0f / sqrtf((float)IH), (size_t)n * IH);
         struct indexer_args ia = {rows,         f->qi,         f->wi,
                                   ls->ientries, ls->n_entries, IH,
@@ -497,9 +512,12 @@ static void run_store(struct fwd *f) {
         f->op->rmsnorm(f->x, f->x, W(m->dspark.main_norm), f->n, c->dim, c->rms_eps);
         x = f->x;
     }
-    for (int li = 0; li < c->n_layers; li++)
-        layer_keys(f, &m->layers[li], f->st->layers[li].swa, x, f->inv_main,
-                   (float)c->rope_main.attention_factor);
+    for (int li = 0; li < c->n_layers; li++) {
+        const struct td_layer *l = &m->layers[li];
+        f->op->matmul(f->kv, x, W(l->wkv), f->n, c->dim, c->head_dim, NULL, 0);
+        keys_norm_rope(f, l, f->st->layers[li].swa, f->inv_main,
+                       (float)c->rope_main.attention_factor);
+    }
 }
 
 static void run_pass(struct fwd *f, int32_t *topk_trace) {

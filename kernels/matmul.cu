@@ -91,17 +91,32 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
  * to warp c % KW of block (c / KW) % KS, and block 0 adds the other blocks' tiles, in block
  * order, through distributed shared memory. The first weights are requested before the wait
  * for the grid before (mma_rows, early). */
+/* The matrices of one skinny launch: one matrix (groups of it along the grid's z), or several
+ * that read the same x rows (a set). Matrix i owns tiles tile0[i] .. tile0[i + 1] - 1 of 16
+ * features; its row t goes to y[i] + t * ys[i] (+ group * out[i]). */
+struct sk_set {
+    int m;
+    int tile0[MATMUL_SET_MAX + 1];
+    const __nv_bfloat16 *w[MATMUL_SET_MAX];
+    float *y[MATMUL_SET_MAX];
+    const void *bias[MATMUL_SET_MAX];
+    int bias_dt[MATMUL_SET_MAX], out[MATMUL_SET_MAX], ys[MATMUL_SET_MAX];
+};
+
 template <bool VEC, int KW, int ACC, int KS>
 __global__ void __launch_bounds__(32 * KW)
-    skinny_mma_kernel(float *y, const float *x, const __nv_bfloat16 *w, int n, int in, int out,
-                      int x_stride, int y_stride, const void *bias, int bias_dt) {
+    skinny_mma_kernel(const __grid_constant__ struct sk_set s, const float *x, int n, int in,
+                      int x_stride) {
     __shared__ float part[KW > 1 ? KW - 1 : 1][32][4];
     __shared__ float tile[KS > 1 ? 32 : 1][4]; // this block's sums, which block 0 adds
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-    int rank = blockIdx.x % KS, o0 = blockIdx.x / KS * 16, t0 = blockIdx.y * 8, grp = blockIdx.z;
+    int rank = blockIdx.x % KS, tl = blockIdx.x / KS, t0 = blockIdx.y * 8, grp = blockIdx.z, i = 0;
+    while (i + 1 < s.m && tl >= s.tile0[i + 1])
+        i++;
+    int out = s.out[i], o0 = (tl - s.tile0[i]) * 16;
     int rows = min(8, n - t0);
     float c[1][4];
-    const __nv_bfloat16 *wg = w + (size_t)grp * out * in;
+    const __nv_bfloat16 *wg = s.w[i] + (size_t)grp * out * in;
     mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg, o0,
                            out, in, rank * KW + warp, KS * KW, true);
     PDL_START(); // (every warp has waited before it writes)
@@ -124,52 +139,52 @@ __global__ void __launch_bounds__(32 * KW)
         if (rank) return;
     }
     if (!w0) return;
+    float *y = s.y[i];
+    const void *bias = s.bias[i];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int o = o0 + mma_feature(j), r = mma_row(j);
         if (o < out && r < rows)
-            y[(size_t)(t0 + r) * y_stride + (size_t)grp * out + o] =
-                c[0][j] + (bias ? ld_f32(bias, bias_dt, o) : 0.0f);
+            y[(size_t)(t0 + r) * s.ys[i] + (size_t)grp * out + o] =
+                c[0][j] + (bias ? ld_f32(bias, s.bias_dt[i], o) : 0.0f);
     }
 }
 
 template <bool VEC, int KW, int ACC, int KS>
-static void skinny_launch(float *y, const float *x, const void *w, int n, int groups, int in,
-                          int out, const void *bias, enum td_dtype bias_dtype) {
-    dim3 grid(ceil_div(out, 16) * KS, ceil_div(n, 8), groups);
-    launch_kc(skinny_mma_kernel<VEC, KW, ACC, KS>, grid, 32 * KW, 0, KS, td_cuda_stream(), y, x,
-              (const __nv_bfloat16 *)w, n, in, out, groups * in, groups * out, bias, bias_dtype);
+static void skinny_launch(const struct sk_set &s, const float *x, int n, int groups, int in) {
+    dim3 grid(s.tile0[s.m] * KS, ceil_div(n, 8), groups);
+    launch_kc(skinny_mma_kernel<VEC, KW, ACC, KS>, grid, 32 * KW, 0, KS, td_cuda_stream(), s, x, n,
+              in, groups * in);
     LAUNCH_CHECK();
 }
 
 template <bool VEC, int KW, int ACC>
-static void skinny_ks(float *y, const float *x, const void *w, int n, int groups, int in, int out,
-                      const void *bias, enum td_dtype bias_dtype, int ks) {
+static void skinny_ks(const struct sk_set &s, const float *x, int n, int groups, int in, int ks) {
     if (ks == 8)
-        skinny_launch<VEC, KW, ACC, 8>(y, x, w, n, groups, in, out, bias, bias_dtype);
+        skinny_launch<VEC, KW, ACC, 8>(s, x, n, groups, in);
     else if (ks == 4)
-        skinny_launch<VEC, KW, ACC, 4>(y, x, w, n, groups, in, out, bias, bias_dtype);
+        skinny_launch<VEC, KW, ACC, 4>(s, x, n, groups, in);
     else if (ks == 2)
-        skinny_launch<VEC, KW, ACC, 2>(y, x, w, n, groups, in, out, bias, bias_dtype);
+        skinny_launch<VEC, KW, ACC, 2>(s, x, n, groups, in);
     else
-        skinny_launch<VEC, KW, ACC, 1>(y, x, w, n, groups, in, out, bias, bias_dtype);
+        skinny_launch<VEC, KW, ACC, 1>(s, x, n, groups, in);
 }
 
 template <bool VEC>
-static void skinny_kw(float *y, const float *x, const void *w, int n, int groups, int in, int out,
-                      const void *bias, enum td_dtype bias_dtype, int kw, bool acc1, int ks) {
+static void skinny_kw(const struct sk_set &s, const float *x, int n, int groups, int in, int kw,
+                      bool acc1, int ks) {
     if (kw == 16 && acc1)
-        skinny_ks<VEC, 16, 1>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+        skinny_ks<VEC, 16, 1>(s, x, n, groups, in, ks);
     else if (kw == 16)
-        skinny_ks<VEC, 16, 4>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+        skinny_ks<VEC, 16, 4>(s, x, n, groups, in, ks);
     else if (kw == 8 && acc1)
-        skinny_ks<VEC, 8, 1>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+        skinny_ks<VEC, 8, 1>(s, x, n, groups, in, ks);
     else if (kw == 8)
-        skinny_ks<VEC, 8, 4>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+        skinny_ks<VEC, 8, 4>(s, x, n, groups, in, ks);
     else if (acc1)
-        skinny_ks<VEC, 4, 1>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+        skinny_ks<VEC, 4, 1>(s, x, n, groups, in, ks);
     else
-        skinny_ks<VEC, 4, 4>(y, x, w, n, groups, in, out, bias, bias_dtype, ks);
+        skinny_ks<VEC, 4, 4>(s, x, n, groups, in, ks);
 }
 
 /* The form follows the shape alone (so does the order of the sums). Warps splitting k: 4, or
@@ -183,19 +198,36 @@ static void skinny_kw(float *y, const float *x, const void *w, int n, int groups
  * (build/bench/gemm_time, warm weights cycled out of L2, Flash slice at 1 row, before -> after
  * the split and the early weights: 4096 x 64 5.42 -> 2.55 us, 4096 x 256 5.75 -> 3.03, 4096 x
  * 1024 6.32 -> 4.88; 4096 x 512 split by 4 blocks took 5.90 against 4.97 by none). */
-static void skinny_mma(float *y, const float *x, const void *w, int n, int groups, int in, int out,
-                       const void *bias, enum td_dtype bias_dtype) {
-    long long tiles = (long long)ceil_div(out, 16) * groups;
+static void skinny_mma(struct sk_set &s, const float *x, int n, int groups, int in) {
+    long long tiles = 0, bytes = 0;
+    bool vec = in % 8 == 0 && (groups * in) % 4 == 0 && (uintptr_t)x % 16 == 0;
+    for (int i = 0; i < s.m; i++) {
+        s.tile0[i] = (int)tiles;
+        tiles += ceil_div(s.out[i], 16);
+        bytes += (long long)groups * s.out[i] * in * 2;
+        vec = vec && (uintptr_t)s.w[i] % 16 == 0;
+    }
+    s.tile0[s.m] = (int)tiles;
+    tiles *= groups;
     int kw = tiles * 8 < 4096 && in >= 2048 ? 16 : tiles * 4 < 4096 && in >= 1024 ? 8 : 4;
-    bool acc1 = (long long)groups * out * in * 2 >= (16ll << 20);
+    bool acc1 = bytes >= (16ll << 20);
     int chunks = (in + 31) / 32, ks = 1;
     while (ks < 8 && tiles * ks * 2 <= (ks >= 2 ? 66 : 132) && chunks >= 2 * kw * ks * 2)
         ks *= 2;
-    int xs = groups * in;
-    if (in % 8 == 0 && xs % 4 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0)
-        skinny_kw<true>(y, x, w, n, groups, in, out, bias, bias_dtype, kw, acc1, ks);
+    if (vec)
+        skinny_kw<true>(s, x, n, groups, in, kw, acc1, ks);
     else
-        skinny_kw<false>(y, x, w, n, groups, in, out, bias, bias_dtype, kw, acc1, ks);
+        skinny_kw<false>(s, x, n, groups, in, kw, acc1, ks);
+}
+
+/* one matrix (of `groups` blocks along the diagonal) as a set of one */
+static void skinny_one(float *y, const float *x, const void *w, int n, int groups, int in,
+                       int out, const void *bias, enum td_dtype bias_dtype) {
+    struct sk_set s = {};
+    s.m = 1;
+    s.w[0] = (const __nv_bfloat16 *)w, s.y[0] = y, s.bias[0] = bias;
+    s.bias_dt[0] = bias_dtype, s.out[0] = out, s.ys[0] = groups * out;
+    skinny_mma(s, x, n, groups, in);
 }
 
 __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out) {
@@ -285,7 +317,7 @@ extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dty
                  td_cuda_stream(), y, x, w, w_dtype, n, in, out, in, out);
         LAUNCH_CHECK();
     } else if (w_dtype == TD_DTYPE_BF16 && n <= SKINNY_ROWS) {
-        skinny_mma(y, x, w, n, 1, in, out, bias, bias_dtype);
+        skinny_one(y, x, w, n, 1, in, out, bias, bias_dtype);
         return; // bias added
     } else if (w_dtype == TD_DTYPE_BF16) {
         const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * in);
@@ -317,7 +349,7 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
         return;
     }
     if (w_dtype == TD_DTYPE_BF16 && n <= SKINNY_ROWS) {
-        skinny_mma(y, x, w, n, groups, in, out, NULL, TD_DTYPE_F32);
+        skinny_one(y, x, w, n, groups, in, out, NULL, TD_DTYPE_F32);
         return;
     }
     if (w_dtype == TD_DTYPE_BF16) {
@@ -334,4 +366,27 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
                  groups * out);
         LAUNCH_CHECK();
     }
+}
+
+/* a set of matrices over the same x: one skinny launch when every matrix is bf16 and the step
+ * is skinny (the form, and so the order of every sum, follows the set's shapes alone), else one
+ * matmul_cuda each */
+extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const struct matmul_out *o) {
+    bool one = !deterministic && n <= SKINNY_ROWS && m <= MATMUL_SET_MAX;
+    for (int i = 0; i < m; i++)
+        one = one && o[i].dtype == TD_DTYPE_BF16;
+    if (!one) {
+        for (int i = 0; i < m; i++)
+            matmul_cuda(o[i].y, x, o[i].w, o[i].dtype, n, in, o[i].out, o[i].bias,
+                        o[i].bias_dtype);
+        return;
+    }
+    if (!n || !m) return;
+    struct sk_set s = {};
+    s.m = m;
+    for (int i = 0; i < m; i++) {
+        s.w[i] = (const __nv_bfloat16 *)o[i].w, s.y[i] = o[i].y, s.bias[i] = o[i].bias;
+        s.bias_dt[i] = o[i].bias_dtype, s.out[i] = o[i].out, s.ys[i] = o[i].out;
+    }
+    skinny_mma(s, x, n, 1, in);
 }

@@ -8,6 +8,18 @@
  * steps round x to bf16 for cuBLASLt. */
 #define MATMUL_SKINNY_ROWS 8
 
+/* One output of a set of GEMMs that read the same x rows (a layer's projections of its normed
+ * input): y[n, out] = x . w^T (+ bias). */
+#define MATMUL_SET_MAX 8
+struct matmul_out {
+    float *y;
+    const void *w;
+    enum td_dtype dtype;
+    int out;
+    const void *bias;
+    enum td_dtype bias_dtype;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -23,6 +35,10 @@ void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, 
 void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
                         int groups, int in, int out);
 
+/* every output of o[0 .. m) from x[n, in]: the same results as one matmul_ref each. No y may
+ * alias x. */
+void matmul_set_ref(const float *x, int n, int in, int m, const struct matmul_out *o);
+
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. w (and bias) must be a model's weights,
  * written before any step and never by a queued kernel: the skinny kernel starts reading w
@@ -31,6 +47,9 @@ void matmul_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype,
                  int out, const void *bias, enum td_dtype bias_dtype);
 void matmul_grouped_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
                          int groups, int in, int out);
+/* a skinny step of bf16 matrices (m <= MATMUL_SET_MAX) is one launch over all their tiles: the
+ * small projections of a layer fill the GPU together, where each alone left it idle */
+void matmul_set_cuda(const float *x, int n, int in, int m, const struct matmul_out *o);
 /* 1: batch-invariant GEMMs (a fixed reduction order per output, whatever n), slower */
 void matmul_cuda_set_deterministic(int on);
 

@@ -37,3 +37,8 @@ void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w
         }
     free(row);
 }
+
+void matmul_set_ref(const float *x, int n, int in, int m, const struct matmul_out *o) {
+    for (int i = 0; i < m; i++)
+        matmul_ref(o[i].y, x, o[i].w, o[i].dtype, n, in, o[i].out, o[i].bias, o[i].bias_dtype);
+}

@@ -165,6 +165,87 @@ static void test_matmul(void) {
     }
 }
 
+/* a set of GEMMs over the same x rows (one skinny launch) equals one matmul_ref each: outputs
+ * of odd widths, with and without bias, few tiles (a cluster shares k at in 4096) and many;
+ * each row's bits are the row's alone; a set with one fp32 matrix takes one call each */
+static void test_matmul_set(void) {
+    int outs[4] = {111, 16, 300, 40}, ins[3] = {264, 4096, 1024}, ns[3] = {1, 3, 8};
+    for (int ii = 0; ii < 3; ii++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int f32 = 0; f32 < 2; f32++) {
+                int in = ins[ii], n = ns[ni], m = 4;
+                case_begin();
+                float *x = malloc((size_t)n * in * 4), *dy[4], *bias = malloc(300 * 4);
+                void *dw[4], *db = NULL;
+                struct matmul_out o[4];
+                for (int i = 0; i < n * in; i++)
+                    x[i] = frand();
+                for (int i = 0; i < 300; i++)
+                    bias[i] = frand();
+                float *dx = dev_copy(x, (size_t)n * in * 4);
+                db = dev_copy(bias, 300 * 4);
+                uint16_t *w[4];
+                float *wf = NULL;
+                for (int j = 0; j < m; j++) {
+                    w[j] = malloc((size_t)outs[j] * in * 2);
+                    for (int i = 0; i < outs[j] * in; i++)
+                        w[j][i] = bf16(frand() * 0.1f);
+                    dw[j] = dev_copy(w[j], (size_t)outs[j] * in * 2);
+                    dy[j] = dev_out((size_t)n * outs[j]);
+                    o[j] = (struct matmul_out){dy[j], dw[j], TD_DTYPE_BF16, outs[j],
+                                               j % 2 ? db : NULL, TD_DTYPE_F32};
+                }
+                if (f32) { // matrix 3 as fp32: the set falls back to one call each
+                    wf = malloc((size_t)outs[3] * in * 4);
+                    for (int i = 0; i < outs[3] * in; i++)
+                        wf[i] = td_bf16_to_f32(w[3][i]);
+                    gpu->release(dw[3]);
+                    dw[3] = dev_copy(wf, (size_t)outs[3] * in * 4);
+                    o[3].w = dw[3], o[3].dtype = TD_DTYPE_F32;
+                }
+                matmul_set_cuda(dx, n, in, m, o);
+                for (int j = 0; j < m; j++) {
+                    float *y = malloc((size_t)n * outs[j] * 4);
+                    matmul_ref(y, x, w[j], TD_DTYPE_BF16, n, in, outs[j], j % 2 ? bias : NULL,
+                               TD_DTYPE_F32);
+                    float *g = fetch(dy[j], (size_t)n * outs[j], "matmul_set");
+                    double e = max_rel(g, y, (size_t)n * outs[j]);
+                    CHECK(e < 1e-4, "n %d in %d: output %d rel err %.3g", n, in, j, e);
+                    free(y);
+                    free(g);
+                }
+                // row r alone (a set of one row) has the bits it has in the step
+                for (int r = 0; n > 1 && r < n; r++) {
+                    struct matmul_out o1[4];
+                    float *d1[4];
+                    for (int j = 0; j < m; j++) {
+                        d1[j] = dev_out((size_t)outs[j]);
+                        o1[j] = o[j], o1[j].y = d1[j];
+                    }
+                    matmul_set_cuda(dx + (size_t)r * in, 1, in, m, o1);
+                    for (int j = 0; j < m; j++) {
+                        float *g1 = fetch(d1[j], (size_t)outs[j], "matmul_set row");
+                        float *g = fetch(dy[j], (size_t)n * outs[j], "matmul_set");
+                        CHECK(!memcmp(g1, g + (size_t)r * outs[j], (size_t)outs[j] * 4),
+                              "n %d in %d: output %d row %d differs from the row alone", n, in, j,
+                              r);
+                        free(g1), free(g);
+                        release_out(d1[j]);
+                    }
+                }
+                char name[64];
+                snprintf(name, sizeof name, "op/matmul_set/%dx%d%s", n, in, f32 ? "_f32" : "");
+                case_end(name, "");
+                for (int j = 0; j < m; j++) {
+                    free(w[j]);
+                    gpu->release(dw[j]);
+                    release_out(dy[j]);
+                }
+                free(x), free(bias), free(wf);
+                gpu->release(dx), gpu->release(db);
+            }
+}
+
 /* hc_pre, hc_post and hc_head on n tokens of nc streams of width d against the reference */
 static void test_hc(int n, int nc, int d) {
     int m = (2 + nc) * nc;
@@ -1359,6 +1440,7 @@ int main(void) {
         return 77;
     }
     test_matmul();
+    test_matmul_set();
     test_pointwise();
     test_markov();
     test_copy_bytes();
