@@ -7,7 +7,8 @@
  *
  * Shapes (in x out, bf16 weights): tandem-tiny's q_a, q_b, kv and head, and the Flash slice's
  * q_a, q_b, kv, the indexer's q and weights, the router, wo_b, the grouped wo_a (8 groups of
- * 4096 x 1024) and the head, at 1, 2 and 8 rows, with the bandwidth of the weight reads at 1. */
+ * 4096 x 1024), the head and a layer's sets of projections (matmul_set), at 1, 2 and 8 rows,
+ * with the bandwidth of the weight reads at 1. */
 #include <string.h>
 
 #include "bench/graph_time.h"
@@ -16,52 +17,78 @@
 
 struct gemm {
     const struct td_backend *b;
-    float *y, *x;
-    void *w[MAX_COPIES];
-    int copies, next, n, in, out, groups;
+    float *y[MATMUL_SET_MAX], *x;
+    void *w[MAX_COPIES][MATMUL_SET_MAX];
+    int copies, next, n, in, groups, m, out[MATMUL_SET_MAX];
 };
 
 static void gemm_call(void *ctx) {
     struct gemm *q = ctx;
-    void *w = q->w[q->next++ % q->copies];
-    if (q->groups > 1)
-        q->b->ops.matmul_grouped(q->y, q->x, w, TD_DTYPE_BF16, q->n, q->groups, q->in / q->groups,
-                                 q->out / q->groups);
-    else
-        q->b->ops.matmul(q->y, q->x, w, TD_DTYPE_BF16, q->n, q->in, q->out, NULL, TD_DTYPE_F32);
+    void **w = q->w[q->next++ % q->copies];
+    if (q->m > 1) {
+        struct matmul_out o[MATMUL_SET_MAX];
+        for (int i = 0; i < q->m; i++)
+            o[i] = (struct matmul_out){q->y[i], w[i], TD_DTYPE_BF16, q->out[i], NULL, TD_DTYPE_F32};
+        q->b->ops.matmul_set(q->x, q->n, q->in, q->m, o);
+    } else if (q->groups > 1) {
+        q->b->ops.matmul_grouped(q->y[0], q->x, w[0], TD_DTYPE_BF16, q->n, q->groups,
+                                 q->in / q->groups, q->out[0] / q->groups);
+    } else {
+        q->b->ops.matmul(q->y[0], q->x, w[0], TD_DTYPE_BF16, q->n, q->in, q->out[0], NULL,
+                         TD_DTYPE_F32);
+    }
 }
 
 int main(void) {
     const struct td_backend *b = bench_cuda("gemm_time");
     if (!b) return 77;
+    // a shape: in, groups, then the outputs of a set (one for a plain GEMM)
     static const struct {
         const char *name;
-        int in, out, groups;
-    } shapes[] = {{"tiny q_a", 256, 128, 1},      {"tiny q_b", 128, 512, 1},
-                  {"tiny kv", 256, 64, 1},        {"tiny head", 256, 8192, 1},
-                  {"flash q_a", 4096, 1024, 1},   {"flash q_b", 1024, 32768, 1},
-                  {"flash kv", 4096, 512, 1},     {"flash idx q", 1024, 8192, 1},
-                  {"flash idx w", 4096, 64, 1},   {"flash router", 4096, 256, 1},
-                  {"flash wo_a", 32768, 8192, 8}, {"flash wo_b", 8192, 4096, 1},
-                  {"flash head", 4096, 129280, 1}};
+        int in, groups, out[MATMUL_SET_MAX];
+    } shapes[] = {{"tiny q_a", 256, 1, {128}},
+                  {"tiny q_b", 128, 1, {512}},
+                  {"tiny kv", 256, 1, {64}},
+                  {"tiny head", 256, 1, {8192}},
+                  {"flash q_a", 4096, 1, {1024}},
+                  {"flash q_b", 1024, 1, {32768}},
+                  {"flash kv", 4096, 1, {512}},
+                  {"flash idx q", 1024, 1, {8192}},
+                  {"flash idx w", 4096, 1, {64}},
+                  {"flash router", 4096, 1, {256}},
+                  {"flash wo_a", 32768, 8, {8192}},
+                  {"flash wo_b", 8192, 1, {4096}},
+                  {"flash head", 4096, 1, {129280}},
+                  // the layer's sets (forward.c): the xn projections of an HCA and a CSA layer,
+                  // then q and the indexer's q from the normed low rank
+                  {"flash hca xn", 4096, 1, {1024, 512, 512, 512}},
+                  {"flash csa xn", 4096, 1, {1024, 512, 1024, 1024, 256, 256, 64}},
+                  {"flash csa qr", 1024, 1, {32768, 8192}}};
     static const int rows[] = {1, 2, 8};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
-        int in = shapes[s].in, out = shapes[s].out, groups = shapes[s].groups;
-        size_t wbytes = (size_t)in * out * 2 / groups;
+        int in = shapes[s].in, groups = shapes[s].groups, m = 0, outs = 0;
         struct gemm q;
         memset(&q, 0, sizeof q);
-        q.b = b, q.in = in, q.out = out, q.groups = groups;
-        q.y = b->alloc((size_t)8 * out * 4), q.x = b->alloc((size_t)8 * in * 4);
+        while (m < MATMUL_SET_MAX && shapes[s].out[m])
+            q.out[m] = shapes[s].out[m], outs += q.out[m++];
+        size_t wbytes = (size_t)in * outs * 2 / groups;
+        q.b = b, q.in = in, q.groups = groups, q.m = m;
+        q.x = b->alloc((size_t)8 * in * 4);
+        for (int i = 0; i < m; i++)
+            if (!(q.y[i] = b->alloc((size_t)8 * q.out[i] * 4))) return 1;
         q.copies = (int)((256u << 20) / wbytes) + 1;
         if (q.copies > MAX_COPIES) q.copies = MAX_COPIES;
-        for (int c = 0; c < q.copies; c++) {
-            q.w[c] = b->alloc(wbytes);
-            if (!q.w[c]) return 1;
-            b->ops.fill_uniform(q.w[c], TD_DTYPE_BF16, (int64_t)(wbytes / 2), 1 + c, -0.05f, 0.05f);
-        }
-        if (!q.y || !q.x) return 1;
+        for (int c = 0; c < q.copies; c++)
+            for (int i = 0; i < m; i++) {
+                size_t bytes = (size_t)in * q.out[i] * 2 / groups;
+                q.w[c][i] = b->alloc(bytes);
+                if (!q.w[c][i]) return 1;
+                b->ops.fill_uniform(q.w[c][i], TD_DTYPE_BF16, (int64_t)(bytes / 2), 1 + c, -0.05f,
+                                    0.05f);
+            }
+        if (!q.x) return 1;
         b->ops.fill_uniform(q.x, TD_DTYPE_F32, (int64_t)8 * in, 2, -1.0f, 1.0f);
-        printf("%-13s %5d x %6d:", shapes[s].name, in, out);
+        printf("%-13s %5d x %6d:", shapes[s].name, in, outs);
         double us1 = 0;
         for (int r = 0; r < 3; r++) {
             q.n = rows[r];
@@ -73,9 +100,11 @@ int main(void) {
         }
         printf("  (%.1f MB: %.2f TB/s at 1 row)\n", wbytes / 1e6, wbytes / us1 / 1e6);
         for (int c = 0; c < q.copies; c++)
-            b->release(q.w[c]);
+            for (int i = 0; i < m; i++)
+                b->release(q.w[c][i]);
         b->release(q.x);
-        b->release(q.y);
+        for (int i = 0; i < m; i++)
+            b->release(q.y[i]);
     }
     return 0;
 }

@@ -5,14 +5,27 @@
 
 // the argmax key of r[v0 .. v1) for every thread of the block, and whether an entry there is
 // not finite
+// (AM_BATCH loads in flight per thread before any is compared: one at a time, a span of 4096
+// entries waited out 16 latencies in a row)
+#define AM_BATCH 8
 __device__ unsigned long long span_argmax(const float *r, int v0, int v1, int *bad_out) {
     unsigned long long best = 0;
     int bad = 0;
-    for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-        float z = r[v];
-        if (!isfinite(z)) bad = 1;
-        unsigned long long k = argmax_key(z, v);
-        best = k > best ? k : best;
+    for (int b = v0 + threadIdx.x; b < v1; b += AM_BATCH * blockDim.x) {
+        float z[AM_BATCH];
+#pragma unroll
+        for (int u = 0; u < AM_BATCH; u++) {
+            int v = b + u * blockDim.x;
+            z[u] = v < v1 ? r[v] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < AM_BATCH; u++) {
+            int v = b + u * blockDim.x;
+            if (v >= v1) break;
+            if (!isfinite(z[u])) bad = 1;
+            unsigned long long k = argmax_key(z[u], v);
+            best = k > best ? k : best;
+        }
     }
     *bad_out = __syncthreads_or(bad);
     return block_max_key(best);

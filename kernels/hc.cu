@@ -1,6 +1,7 @@
 /* hc.cu: mHC pre (mixes, Sinkhorn, collapse), post (expand) and head on the GPU (see hc.h).
  * One block per token for pre/head, after one block per column chunk for the mixes of wide
- * tokens; the Sinkhorn in warp 0 (nc <= 4) or the block's shared memory, all fp32. */
+ * tokens; the Sinkhorn in warp 0's registers (nc <= 4) or the block's shared memory, all
+ * fp32. The weights are asked into L2 before each kernel waits for the one before it. */
 #include "cuda_common.cuh"
 #include "hc.h"
 
@@ -77,10 +78,11 @@ __device__ void mix_part(float *mix, const float *xt, const void *fn, int fn_dt,
 __global__ void __launch_bounds__(HC_THREADS)
     hc_mix_kernel(float *part, const float *x, const void *fn, int fn_dt, int m, int width,
                   int splits) {
-    PDL_START();
     __shared__ float mix[HC_MAX_MIX + 1];
     int b = blockIdx.x, t = blockIdx.y, c0 = b * HC_CHUNK;
     int c1 = c0 + HC_CHUNK < width ? c0 + HC_CHUNK : width;
+    prefetch_l2_cols(fn, dt_size(fn_dt), m, width, c0, c1);
+    PDL_START();
     mix_part(mix, x + (size_t)t * width, fn, fn_dt, m, width, c0, c1);
     float *p = part + ((size_t)t * splits + b) * (m + 1);
     for (int o = threadIdx.x; o <= m; o += blockDim.x)
@@ -96,9 +98,16 @@ __device__ void hc_mixes(float *mix, const float *part, int splits, const float 
     } else {
         const float *p = part + (size_t)blockIdx.x * splits * (m + 1);
         for (int o = threadIdx.x; o <= m; o += blockDim.x) {
-            float acc = 0.0f;
-            for (int b = 0; b < splits; b++)
-                acc += p[(size_t)b * (m + 1) + o];
+            float acc = 0.0f; // in chunk order; HC_BATCH loads in flight at a time
+            for (int b0 = 0; b0 < splits; b0 += HC_BATCH) {
+                float v[HC_BATCH];
+#pragma unroll
+                for (int u = 0; u < HC_BATCH; u++)
+                    v[u] = b0 + u < splits ? p[(size_t)(b0 + u) * (m + 1) + o] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < HC_BATCH; u++)
+                    if (b0 + u < splits) acc += v[u];
+            }
             mix[o] = acc;
         }
         __syncthreads();
@@ -114,36 +123,76 @@ __device__ __forceinline__ float sigm(float z) {
     return 1.0f / (1.0f + expf(-z));
 }
 
-/* The Sinkhorn of an nc x nc comb matrix, nc <= 4 (every real configuration), in warp 0: lane
- * 4 i + j holds entry (i, j), the other lanes zeros, so a row's sum is a butterfly over lane
- * bits 0-1 and a column's over bits 2-3, (e0 + e1) + (e2 + e3) in every lane alike. One thread
- * holding the whole matrix measured 35 us per call (its 640 divisions in a row); one lane per
- * entry with four shuffles per sum, 17 us with the mixes. */
-__device__ __forceinline__ float sum_bits(float v, int b0) {
-    v += __shfl_xor_sync(0xffffffffu, v, b0);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2 * b0);
+/* The Sinkhorn of an NC x NC comb matrix, NC <= 4 (every real configuration), in registers:
+ * every lane of warp 0 holds the whole matrix, a row's or a column's sum is (e0 + e1) + (e2 + e3)
+ * (the reference's pairs) of its own registers, and each pass takes one approximate reciprocal
+ * per row or column, which the row's entries multiply by: the bits of __fdividef(v, s), which
+ * is v * rcp(s). Lane 0 writes it. Measured per call on the Flash slice (hc_pre, Nsight
+ * Compute): one lane per entry with shuffled sums, 11 us; a division per entry in registers,
+ * 20 us (one warp issuing 16 divisions a pass). */
+__device__ __forceinline__ float rcp_approx(float s) {
+    return __fdividef(1.0f, s);
+}
+
+template <int NC>
+__device__ void sinkhorn_regs(float *out, const float *mix, const struct hc_weights &w,
+                              float s_comb, int iters, float eps) {
+    float v[4][4] = {};
+#pragma unroll
+    for (int i = 0; i < NC; i++)
+#pragma unroll
+        for (int j = 0; j < NC; j++)
+            v[i][j] = mix[2 * NC + i * NC + j] * s_comb +
+                      ld_f32(w.base, w.base_dtype, 2 * NC + i * NC + j);
+#pragma unroll
+    for (int i = 0; i < NC; i++) {
+        float mx = v[i][0];
+#pragma unroll
+        for (int j = 1; j < NC; j++)
+            mx = fmaxf(mx, v[i][j]);
+#pragma unroll
+        for (int j = 0; j < NC; j++)
+            v[i][j] = expf(v[i][j] - mx);
+        float r = rcp_approx((v[i][0] + v[i][1]) + (v[i][2] + v[i][3]));
+#pragma unroll
+        for (int j = 0; j < NC; j++)
+            v[i][j] = v[i][j] * r + eps;
+    }
+    for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
+        if (it > 0)
+#pragma unroll
+            for (int i = 0; i < NC; i++) {
+                float r = rcp_approx((v[i][0] + v[i][1]) + (v[i][2] + v[i][3]) + eps);
+#pragma unroll
+                for (int j = 0; j < NC; j++)
+                    v[i][j] *= r;
+            }
+#pragma unroll
+        for (int j = 0; j < NC; j++) {
+            float r = rcp_approx((v[0][j] + v[1][j]) + (v[2][j] + v[3][j]) + eps);
+#pragma unroll
+            for (int i = 0; i < NC; i++)
+                v[i][j] *= r;
+        }
+    }
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int i = 0; i < NC; i++)
+#pragma unroll
+            for (int j = 0; j < NC; j++)
+                out[i * NC + j] = v[i][j];
 }
 
 __device__ void sinkhorn_warp(float *out, const float *mix, const struct hc_weights &w,
                               float s_comb, int nc, int iters, float eps) {
-    int lane = threadIdx.x & 31, i = lane >> 2, j = lane & 3;
-    bool own = i < nc && j < nc;
-    int e = i * nc + j;
-    float v = own ? mix[2 * nc + e] * s_comb + ld_f32(w.base, w.base_dtype, 2 * nc + e) : -INFINITY;
-    float mx = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    v = own ? expf(v - mx) : 0.0f;
-    float s0 = sum_bits(v, 1); // every lane shuffles: the sums are never inside a branch
-    v = own ? __fdividef(v, s0) + eps : 0.0f;
-    for (int it = 0; it < iters; it++) { // column first, then (row, column) pairs
-        if (it > 0) {
-            float s = sum_bits(v, 1);
-            v = own ? __fdividef(v, s + eps) : 0.0f;
-        }
-        float s = sum_bits(v, 4);
-        v = own ? __fdividef(v, s + eps) : 0.0f;
-    }
-    if (own) out[e] = v;
+    if (nc == 4)
+        sinkhorn_regs<4>(out, mix, w, s_comb, iters, eps);
+    else if (nc == 3)
+        sinkhorn_regs<3>(out, mix, w, s_comb, iters, eps);
+    else if (nc == 2)
+        sinkhorn_regs<2>(out, mix, w, s_comb, iters, eps);
+    else
+        sinkhorn_regs<1>(out, mix, w, s_comb, iters, eps);
 }
 
 /* the same for larger nc: one thread per entry in shared memory cs, the block in step */
@@ -196,11 +245,15 @@ __global__ void __launch_bounds__(HC_THREADS)
     hc_pre_kernel(float *collapsed, float *post, float *comb, const float *x, const float *part,
                   int splits, struct hc_weights w, int nc, int d, int iters, float hc_eps,
                   float rms_eps, const void *norm, int norm_dt) {
-    PDL_START();
     __shared__ float mix[HC_MAX_MIX + 1];
     __shared__ float pre[16];
     __shared__ float cs[256];
     int t = blockIdx.x, m = (2 + nc) * nc, width = nc * d, e = threadIdx.x;
+    prefetch_l2(w.base, (size_t)m * dt_size(w.base_dtype));
+    prefetch_l2(w.scale, 3 * dt_size(w.scale_dtype));
+    prefetch_l2(norm, (size_t)d * dt_size(norm_dt));
+    if (splits == 1) prefetch_l2(w.fn, (size_t)m * width * dt_size(w.fn_dtype));
+    PDL_START();
     const float *xt = x + (size_t)t * width;
     hc_mixes(mix, part, splits, xt, w.fn, w.fn_dtype, m, width, rms_eps);
     if (e < nc) {
@@ -257,9 +310,12 @@ __global__ void __launch_bounds__(HC_THREADS)
     hc_head_kernel(float *y, const float *x, const float *part, int splits, const void *fn,
                    int fn_dt, const void *base, int base_dt, const void *scale, int scale_dt,
                    int nc, int d, float hc_eps, float rms_eps) {
-    PDL_START();
     __shared__ float mix[17];
     int t = blockIdx.x;
+    prefetch_l2(base, (size_t)nc * dt_size(base_dt));
+    prefetch_l2(scale, dt_size(scale_dt));
+    if (splits == 1) prefetch_l2(fn, (size_t)nc * nc * d * dt_size(fn_dt));
+    PDL_START();
     const float *xt = x + (size_t)t * nc * d;
     hc_mixes(mix, part, splits, xt, fn, fn_dt, nc, nc * d, rms_eps);
     float s = ld_f32(scale, scale_dt, 0);

@@ -5,6 +5,8 @@
  * weight dtypes take a plain fp32 kernel (only small tensors stay fp32 on the device; see
  * td_model_upload). */
 #include <cooperative_groups.h>
+#include <math.h>
+#include <type_traits>
 #include <cublasLt.h>
 
 #include "cuda_common.cuh"
@@ -150,54 +152,95 @@ __global__ void __launch_bounds__(32 * KW)
     }
 }
 
-template <bool VEC, int KW, int ACC, int KS>
-static void skinny_launch(const struct sk_set &s, const float *x, int n, int groups, int in) {
-    dim3 grid(s.tile0[s.m] * KS, ceil_div(n, 8), groups);
-    launch_kc(skinny_mma_kernel<VEC, KW, ACC, KS>, grid, 32 * KW, 0, KS, td_cuda_stream(), s, x, n,
-              in, groups * in);
-    LAUNCH_CHECK();
-}
-
-template <bool VEC, int KW, int ACC>
-static void skinny_ks(const struct sk_set &s, const float *x, int n, int groups, int in, int ks) {
-    if (ks == 8)
-        skinny_launch<VEC, KW, ACC, 8>(s, x, n, groups, in);
-    else if (ks == 4)
-        skinny_launch<VEC, KW, ACC, 4>(s, x, n, groups, in);
-    else if (ks == 2)
-        skinny_launch<VEC, KW, ACC, 2>(s, x, n, groups, in);
+/* f(vec, kw, acc, ks) with each as a compile-time constant (std::integral_constant): the
+ * forms the skinny kernel is built in */
+template <typename F> static void sk_form(bool vec, int kw, bool acc1, int ks, F &&f) {
+    auto by_ks = [&](auto v, auto w, auto a) {
+        if (ks == 8)
+            f(v, w, a, std::integral_constant<int, 8>{});
+        else if (ks == 4)
+            f(v, w, a, std::integral_constant<int, 4>{});
+        else if (ks == 2)
+            f(v, w, a, std::integral_constant<int, 2>{});
+        else
+            f(v, w, a, std::integral_constant<int, 1>{});
+    };
+    auto by_kw = [&](auto v) {
+        using one = std::integral_constant<int, 1>;
+        using four = std::integral_constant<int, 4>;
+        if (kw == 16)
+            acc1 ? by_ks(v, std::integral_constant<int, 16>{}, one{})
+                 : by_ks(v, std::integral_constant<int, 16>{}, four{});
+        else if (kw == 8)
+            acc1 ? by_ks(v, std::integral_constant<int, 8>{}, one{})
+                 : by_ks(v, std::integral_constant<int, 8>{}, four{});
+        else
+            acc1 ? by_ks(v, four{}, one{}) : by_ks(v, four{}, four{});
+    };
+    if (vec)
+        by_kw(std::true_type{});
     else
-        skinny_launch<VEC, KW, ACC, 1>(s, x, n, groups, in);
+        by_kw(std::false_type{});
 }
 
-template <bool VEC>
-static void skinny_kw(const struct sk_set &s, const float *x, int n, int groups, int in, int kw,
-                      bool acc1, int ks) {
-    if (kw == 16 && acc1)
-        skinny_ks<VEC, 16, 1>(s, x, n, groups, in, ks);
-    else if (kw == 16)
-        skinny_ks<VEC, 16, 4>(s, x, n, groups, in, ks);
-    else if (kw == 8 && acc1)
-        skinny_ks<VEC, 8, 1>(s, x, n, groups, in, ks);
-    else if (kw == 8)
-        skinny_ks<VEC, 8, 4>(s, x, n, groups, in, ks);
-    else if (acc1)
-        skinny_ks<VEC, 4, 1>(s, x, n, groups, in, ks);
-    else
-        skinny_ks<VEC, 4, 4>(s, x, n, groups, in, ks);
+static int n_sms;
+
+/* how many blocks of a form the GPU holds at once (whole clusters), asked once per form */
+static int sk_capacity(bool vec, int kw, bool acc1, int ks) {
+    static int cap[2][3][2][4];
+    int &c = cap[vec][kw == 4 ? 0 : kw == 8 ? 1 : 2][acc1][ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3];
+    if (c) return c;
+    if (!n_sms) CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
+    sk_form(vec, kw, acc1, ks, [&](auto v, auto w, auto a, auto k) {
+        auto kern = skinny_mma_kernel<decltype(v)::value, decltype(w)::value, decltype(a)::value,
+                                      decltype(k)::value>;
+        int got = 0;
+        if (k == 1) {
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, kern, 32 * kw, 0));
+            got *= n_sms;
+        } else {
+            cudaLaunchAttribute at;
+            at.id = cudaLaunchAttributeClusterDimension;
+            at.val.clusterDim.x = ks, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(ks * n_sms), cfg.blockDim = dim3(32 * kw);
+            cfg.attrs = &at, cfg.numAttrs = 1;
+            CUDA_CHECK(cudaOccupancyMaxActiveClusters(&got, kern, &cfg));
+            got *= ks;
+        }
+        c = got > 0 ? got : 1;
+    });
+    return c;
 }
 
-/* The form follows the shape alone (so does the order of the sums). Warps splitting k: 4, or
- * 8 or 16 when the tiles of features are too few to keep about 16 warps on each of the 132
- * multiprocessors and k is long enough to share (Nsight Compute, Flash slice at batch 1: the
- * 8192 x 4096 output projection's 256 tiles read 2.0 TB/s with 4 warps each). One
- * accumulator for matrices of 16 MB and more (bound by the weight reads: the head ran at
- * 261 us with one, 280 with four), else four. Blocks of a cluster sharing a tile's k: the
- * most, up to 8, that keep every warp at least two chunks and the blocks to one wave: at most
- * 132 in clusters of 2, 66 in larger ones, whose blocks must all find room in one GPC at once
- * (build/bench/gemm_time, warm weights cycled out of L2, Flash slice at 1 row, before -> after
- * the split and the early weights: 4096 x 64 5.42 -> 2.55 us, 4096 x 256 5.75 -> 3.03, 4096 x
- * 1024 6.32 -> 4.88; 4096 x 512 split by 4 blocks took 5.90 against 4.97 by none). */
+/* The form follows the shape alone (so does the order of the sums): kw warps of a block and ks
+ * blocks of a cluster share each tile's k (block 0 adds the other blocks' tiles, in block
+ * order, through distributed shared memory); one accumulator for matrices of 16 MB and more
+ * (bound by the weight reads: the head ran at 261 us with one, 280 with four), else four.
+ * A step's weights stream best when every block of the grid is resident at once (a second
+ * wave starts only as blocks of the first end, and the multiprocessor idles in between: the
+ * 8192 x 4096 output projection, 256 blocks of 16 warps, one a multiprocessor, read 2.86
+ * TB/s against the head's 4.03 with many small blocks) and the blocks spread evenly. So of the
+ * forms that fit in one wave (sk_capacity) and give every warp at least MT_U chunks, the one
+ * with the most resident warps (up to SK_WARPS a multiprocessor) times the balance (mean
+ * blocks per multiprocessor over the most), ties to fewer cluster blocks and then fewer warps;
+ * when none fits (thousands of tiles: the head), 4 warps a block, many waves. */
+#define SK_WARPS 16
+static void sk_choose(long long tiles, int in, bool vec, bool acc1, int *kw_out, int *ks_out) {
+    int chunks = (in + 31) / 32;
+    double best = 0.0;
+    *kw_out = 4, *ks_out = 1;
+    for (int ks = 1; ks <= 8; ks *= 2)
+        for (int kw = 4; kw <= 16; kw *= 2) {
+            if (chunks < kw * ks * MT_U) continue;
+            long long blocks = tiles * ks;
+            if (blocks > sk_capacity(vec, kw, acc1, ks)) continue;
+            double per = (double)blocks / n_sms, most = ceil(per);
+            double score = fmin(per * kw, (double)SK_WARPS) * (per / most);
+            if (score > best * (1.0 + 1e-9)) best = score, *kw_out = kw, *ks_out = ks;
+        }
+}
+
 static void skinny_mma(struct sk_set &s, const float *x, int n, int groups, int in) {
     long long tiles = 0, bytes = 0;
     bool vec = in % 8 == 0 && (groups * in) % 4 == 0 && (uintptr_t)x % 16 == 0;
@@ -209,15 +252,16 @@ static void skinny_mma(struct sk_set &s, const float *x, int n, int groups, int 
     }
     s.tile0[s.m] = (int)tiles;
     tiles *= groups;
-    int kw = tiles * 8 < 4096 && in >= 2048 ? 16 : tiles * 4 < 4096 && in >= 1024 ? 8 : 4;
     bool acc1 = bytes >= (16ll << 20);
-    int chunks = (in + 31) / 32, ks = 1;
-    while (ks < 8 && tiles * ks * 2 <= (ks >= 2 ? 66 : 132) && chunks >= 2 * kw * ks * 2)
-        ks *= 2;
-    if (vec)
-        skinny_kw<true>(s, x, n, groups, in, kw, acc1, ks);
-    else
-        skinny_kw<false>(s, x, n, groups, in, kw, acc1, ks);
+    int kw, ks;
+    sk_choose(tiles, in, vec, acc1, &kw, &ks);
+    sk_form(vec, kw, acc1, ks, [&](auto v, auto w, auto a, auto k) {
+        constexpr int KS = decltype(k)::value;
+        dim3 grid(s.tile0[s.m] * KS, ceil_div(n, 8), groups);
+        launch_kc(skinny_mma_kernel<decltype(v)::value, decltype(w)::value, decltype(a)::value, KS>,
+                  grid, 32 * kw, 0, KS, td_cuda_stream(), s, x, n, in, groups * in);
+        LAUNCH_CHECK();
+    });
 }
 
 /* one matrix (of `groups` blocks along the diagonal) as a set of one */

@@ -9,6 +9,7 @@
 #define NR_PAIRS 8 /* channel pairs per lane: vectors of up to 512 */
 
 __global__ void norm_rope_kernel(struct norm_rope_args a) {
+    prefetch_l2(a.w, (size_t)a.d * dt_size(a.w_dtype));
     PDL_START();
     __shared__ float cs[256], sn[256];
     int t = blockIdx.x, half = a.rot_dim / 2, lane = threadIdx.x & 31;
