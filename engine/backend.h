@@ -62,8 +62,8 @@ struct td_ops {
     void (*add_pos_bias)(float *x, const void *bias, enum td_dtype t, const int32_t *positions,
                          int rate, int n, int width);
     void (*compress_emit)(const struct compress_args *a);
-    void (*ring_store)(float *ring, const float *rows, const int32_t *write,
-                       const struct rows_view *r, int ring_rows, int width);
+    void (*ring_store)(const struct ring_parts *p, const int32_t *write, const struct rows_view *r,
+                       int ring_rows);
     void (*indexer_topk)(const struct indexer_args *a);
     void (*attention_rows)(const struct attn_args *a);
     void (*moe_route_rows)(int32_t *picks, float *weights, const float *logits, const int32_t *ids,

@@ -35,7 +35,7 @@ static const struct td_backend cpu = {
     0,
     {embed_ref,        matmul_ref,        matmul_grouped_ref, rmsnorm_ref,        rope_rows_ref,
      hc_pre_ref,       hc_post_ref,       hc_head_ref,        add_pos_bias_ref,   compress_emit_ref,
-     ring_store_ref,   indexer_topk_ref,  attention_rows_ref, moe_route_rows_ref, moe_experts_ref,
+     ring_store_parts_ref,   indexer_topk_ref,  attention_rows_ref, moe_route_rows_ref, moe_experts_ref,
      add_ref,          scale_ref,         swiglu_act_ref,     add_bcast_ref,      cpu_copy,
      fill_uniform_ref, markov_greedy_ref, greedy_slot_ref,    argmax_rows_ref,    norm_rope_ref,
      matmul_set_ref},

@@ -101,21 +101,21 @@ static struct rows_view rows_of(const struct td_plan *p, void *base) {
  * (attention_block); then their position bias, and the entries the step completes */
 static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind, int d, float *raw,
                        float *gate, float *ring_kv, float *ring_gate, float *entries,
-                       const struct td_layer_state *ls, struct compress_args *io) {
+                       const struct td_layer_state *ls) {
     const struct td_config *c = f->c;
     int csa = kind == TD_ATTN_CSA, rate = csa ? c->rate_csa : c->rate_hca;
     int width = (1 + csa) * d;
     f->op->add_pos_bias(gate, W(w->ape), f->rows.positions, rate, f->n, width);
-    *io = (struct compress_args){f->rows,      raw,
-                                 gate,         ring_kv,
-                                 ring_gate,    ls->ring,
-                                 width,        d,
-                                 rate,         csa,
-                                 entries,      ls->n_entries,
-                                 w->norm.data, w->norm.dtype,
-                                 c->rms_eps,   f->inv_comp,
-                                 c->rope_dim,  (float)c->rope_compress.attention_factor};
-    f->op->compress_emit(io);
+    struct compress_args io = {f->rows,      raw,
+                               gate,         ring_kv,
+                               ring_gate,    ls->ring,
+                               width,        d,
+                               rate,         csa,
+                               entries,      ls->n_entries,
+                               w->norm.data, w->norm.dtype,
+                               c->rms_eps,   f->inv_comp,
+                               c->rope_dim,  (float)c->rope_compress.attention_factor};
+    f->op->compress_emit(&io);
 }
 
 /* f->kv (wkv x, made by the caller) = rope(kv_norm(f->kv)) at the rows' positions: the layer's
@@ -198,13 +198,12 @@ static void attention_block(struct fwd *f, int li) {
     int early = n <= f->st->swa_ring - c->sliding_window;
     keys_norm_rope(f, l, early ? ls->swa : NULL, inv, af);
 
-    struct compress_args main_io, idx_io;
     if (comp)
         compressor(f, &l->comp, kind, hd, f->raw, f->gate, ls->raw_kv, ls->raw_gate, ls->entries,
-                   ls, &main_io);
+                   ls);
     if (csa) {
         compressor(f, &l->icomp, kind, ihd, f->iraw, f->igate, ls->iraw_kv, ls->iraw_gate,
-                   ls->ientries, ls, &idx_io);
+                   ls->ientries, ls);
         op->rope_rows(f->qi, n, IH, ihd, c->rope_dim, rows.positions, f->inv_comp,
                       (float)c->rope_compress.attention_factor, 0);
         op->scale(f->wi, 1.0f / sqrtf((float)IH), (size_t)n * IH);
@@ -237,14 +236,19 @@ static void attention_block(struct fwd *f, int li) {
     op->matmul(f->a, f->og, W(l->wo_b), n, g * ro, D, NULL, 0);
 
     // the rings learn this step's rows only now, after every read of older positions
-    if (!early) op->ring_store(ls->swa, f->kv, rows.swa_write, &rows, f->st->swa_ring, hd);
-    if (comp) {
-        op->ring_store(ls->raw_kv, f->raw, rows.write, &rows, ls->ring, main_io.width);
-        op->ring_store(ls->raw_gate, f->gate, rows.write, &rows, ls->ring, main_io.width);
+    if (!early) {
+        struct ring_parts sw = {1, {ls->swa}, {f->kv}, {hd}};
+        op->ring_store(&sw, rows.swa_write, &rows, f->st->swa_ring);
     }
-    if (csa) {
-        op->ring_store(ls->iraw_kv, f->iraw, rows.write, &rows, ls->ring, idx_io.width);
-        op->ring_store(ls->iraw_gate, f->igate, rows.write, &rows, ls->ring, idx_io.width);
+    if (comp) { // the compressors' rows and gates (and the indexer's): one store
+        struct ring_parts cp = {2, {ls->raw_kv, ls->raw_gate}, {f->raw, f->gate}, {cw, cw}};
+        if (csa) {
+            cp.ring[2] = ls->iraw_kv, cp.ring[3] = ls->iraw_gate;
+            cp.rows[2] = f->iraw, cp.rows[3] = f->igate;
+            cp.width[2] = cp.width[3] = iw;
+            cp.m = 4;
+        }
+        op->ring_store(&cp, rows.write, &rows, ls->ring);
     }
 }
 

@@ -111,15 +111,25 @@ __global__ void compress_emit_kernel(struct compress_args a) {
     }
 }
 
-__global__ void ring_store_kernel(float *ring, const float *rows, const int32_t *write,
-                                  struct rows_view r, int ring_rows, int width) {
+/* one thread per (row, column of all parts): part i owns columns off[i] .. off[i + 1] - 1 */
+struct ring_cols {
+    struct ring_parts p;
+    int off[RING_PARTS_MAX + 1];
+};
+
+__global__ void ring_store_kernel(const __grid_constant__ struct ring_cols c, const int32_t *write,
+                                  struct rows_view r, int ring_rows) {
     PDL_START();
+    int total = c.off[c.p.m];
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i >= (long long)r.n_tok * width) return;
-    int t = (int)(i / width), j = (int)(i % width);
+    if (i >= (long long)r.n_tok * total) return;
+    int t = (int)(i / total), j = (int)(i % total), k = 0;
     if (write[t] < 0) return;
+    while (k + 1 < c.p.m && j >= c.off[k + 1])
+        k++;
+    int w = c.p.width[k], col = j - c.off[k];
     int slot = r.slot[r.row_seq[t]];
-    ring[((size_t)slot * ring_rows + write[t]) * width + j] = rows[i];
+    c.p.ring[k][((size_t)slot * ring_rows + write[t]) * w + col] = c.p.rows[k][(size_t)t * w + col];
 }
 
 extern "C" void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
@@ -145,10 +155,14 @@ extern "C" void compress_emit_cuda(const struct compress_args *a) {
     LAUNCH_CHECK();
 }
 
-extern "C" void ring_store_cuda(float *ring, const float *rows, const int32_t *write,
-                                const struct rows_view *r, int ring_rows, int width) {
-    if (!r->n_tok) return;
-    launch_k(ring_store_kernel, ceil_div((long long)r->n_tok * width, 256), 256, 0,
-             td_cuda_stream(), ring, rows, write, *r, ring_rows, width);
+extern "C" void ring_store_parts_cuda(const struct ring_parts *p, const int32_t *write,
+                                      const struct rows_view *r, int ring_rows) {
+    struct ring_cols c = {};
+    c.p = *p;
+    for (int i = 0; i < p->m; i++)
+        c.off[i + 1] = c.off[i] + p->width[i];
+    if (!r->n_tok || !c.off[p->m]) return;
+    launch_k(ring_store_kernel, ceil_div((long long)r->n_tok * c.off[p->m], 256), 256, 0,
+             td_cuda_stream(), c, write, *r, ring_rows);
     LAUNCH_CHECK();
 }

@@ -48,13 +48,26 @@ void add_pos_bias_ref(float *x, const void *bias, enum td_dtype bias_dtype,
 void ring_store_ref(float *ring, const float *rows, const int32_t *write, const struct rows_view *r,
                     int ring_rows, int width);
 
+/* Several rings written at the same rows of a step (a layer's compressor rows and gates): part
+ * i stores rows[i] ([n_tok, width[i]]) into ring[i] ([slots, ring_rows, width[i]]), as
+ * ring_store_ref does for each; one launch on the GPU. */
+#define RING_PARTS_MAX 4
+struct ring_parts {
+    int m;
+    float *ring[RING_PARTS_MAX];
+    const float *rows[RING_PARTS_MAX];
+    int width[RING_PARTS_MAX];
+};
+void ring_store_parts_ref(const struct ring_parts *p, const int32_t *write,
+                          const struct rows_view *r, int ring_rows);
+
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */
 void compress_emit_cuda(const struct compress_args *a);
 void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
                        const int32_t *positions, int rate, int n, int width);
-void ring_store_cuda(float *ring, const float *rows, const int32_t *write,
-                     const struct rows_view *r, int ring_rows, int width);
+void ring_store_parts_cuda(const struct ring_parts *p, const int32_t *write,
+                           const struct rows_view *r, int ring_rows);
 
 #ifdef __cplusplus
 }

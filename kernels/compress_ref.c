@@ -70,3 +70,9 @@ void ring_store_ref(float *ring, const float *rows, const int32_t *write, const 
             dst[j] = rows[(size_t)t * width + j];
     }
 }
+
+void ring_store_parts_ref(const struct ring_parts *p, const int32_t *write,
+                          const struct rows_view *r, int ring_rows) {
+    for (int i = 0; i < p->m; i++)
+        ring_store_ref(p->ring[i], p->rows[i], write, r, ring_rows, p->width[i]);
+}

@@ -211,6 +211,20 @@ __device__ __forceinline__ float block_sum(float v) {
     return block_reduce<sum_op>(v, 0.0f);
 }
 
+/* the sum over warps w0 .. of the block (the others have left or are busy), in warp order;
+ * every calling thread gets it. Named barrier 1: at most one call per kernel. */
+__device__ __forceinline__ float block_sum_from(float v, int w0) {
+    __shared__ float part[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_reduce<sum_op>(v);
+    if (lane == 0) part[w] = v;
+    asm volatile("bar.sync 1, %0;" ::"r"((nw - w0) * 32) : "memory");
+    float r = 0.0f;
+    for (int i = w0; i < nw; i++)
+        r += part[i];
+    return r;
+}
+
 __device__ __forceinline__ float block_max(float v) {
     return block_reduce<max_op>(v, -INFINITY);
 }

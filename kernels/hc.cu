@@ -131,7 +131,9 @@ __device__ __forceinline__ float sigm(float z) {
  * Compute): one lane per entry with shuffled sums, 11 us; a division per entry in registers,
  * 20 us (one warp issuing 16 divisions a pass). */
 __device__ __forceinline__ float rcp_approx(float s) {
-    return __fdividef(1.0f, s);
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+    return r;
 }
 
 template <int NC>
@@ -265,10 +267,15 @@ __global__ void __launch_bounds__(HC_THREADS)
     float s_comb = ld_f32(w.scale, w.scale_dtype, 2);
     if (nc > 4) sinkhorn_shared(comb + (size_t)t * nc * nc, cs, mix, w, s_comb, nc, iters, hc_eps);
     __syncthreads();
-    if (nc <= 4 && e < 32)
+    // nc <= 4: warp 0 makes the Sinkhorn while the other warps collapse and normalise, so the
+    // kernel takes the longer of the two, not their sum
+    int first = nc <= 4 ? 32 : 0;
+    if (e < first) {
         sinkhorn_warp(comb + (size_t)t * nc * nc, mix, w, s_comb, nc, iters, hc_eps);
+        return;
+    }
     float ss = 0.0f, *ct = collapsed + (size_t)t * d;
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    for (int c = e - first; c < d; c += blockDim.x - first) {
         float acc = 0.0f;
         for (int i = 0; i < nc; i++)
             acc += pre[i] * xt[(size_t)i * d + c];
@@ -277,8 +284,8 @@ __global__ void __launch_bounds__(HC_THREADS)
     }
     if (!norm) return; // uniform over the block
     // the layer's norm on the collapsed row (each thread rescales the entries it wrote)
-    float r = rsqrtf(block_sum(ss) / d + rms_eps);
-    for (int c = threadIdx.x; c < d; c += blockDim.x)
+    float r = rsqrtf(block_sum_from(ss, first / 32) / d + rms_eps);
+    for (int c = e - first; c < d; c += blockDim.x - first)
         ct[c] = ct[c] * r * ld_f32(norm, norm_dt, c);
 }
 

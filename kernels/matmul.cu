@@ -188,7 +188,12 @@ static int n_sms;
 /* how many blocks of a form the GPU holds at once (whole clusters), asked once per form */
 static int sk_capacity(bool vec, int kw, bool acc1, int ks) {
     static int cap[2][3][2][4];
-    int &c = cap[vec][kw == 4 ? 0 : kw == 8 ? 1 : 2][acc1][ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3];
+    int &c = cap[vec][kw == 4   ? 0
+                      : kw == 8 ? 1
+                                : 2][acc1][ks == 1   ? 0
+                                           : ks == 2 ? 1
+                                           : ks == 4 ? 2
+                                                     : 3];
     if (c) return c;
     if (!n_sms) CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
     sk_form(vec, kw, acc1, ks, [&](auto v, auto w, auto a, auto k) {
@@ -265,8 +270,8 @@ static void skinny_mma(struct sk_set &s, const float *x, int n, int groups, int 
 }
 
 /* one matrix (of `groups` blocks along the diagonal) as a set of one */
-static void skinny_one(float *y, const float *x, const void *w, int n, int groups, int in,
-                       int out, const void *bias, enum td_dtype bias_dtype) {
+static void skinny_one(float *y, const float *x, const void *w, int n, int groups, int in, int out,
+                       const void *bias, enum td_dtype bias_dtype) {
     struct sk_set s = {};
     s.m = 1;
     s.w[0] = (const __nv_bfloat16 *)w, s.y[0] = y, s.bias[0] = bias;
@@ -421,8 +426,7 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
         one = one && o[i].dtype == TD_DTYPE_BF16;
     if (!one) {
         for (int i = 0; i < m; i++)
-            matmul_cuda(o[i].y, x, o[i].w, o[i].dtype, n, in, o[i].out, o[i].bias,
-                        o[i].bias_dtype);
+            matmul_cuda(o[i].y, x, o[i].w, o[i].dtype, n, in, o[i].out, o[i].bias, o[i].bias_dtype);
         return;
     }
     if (!n || !m) return;

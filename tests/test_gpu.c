@@ -192,8 +192,8 @@ static void test_matmul_set(void) {
                         w[j][i] = bf16(frand() * 0.1f);
                     dw[j] = dev_copy(w[j], (size_t)outs[j] * in * 2);
                     dy[j] = dev_out((size_t)n * outs[j]);
-                    o[j] = (struct matmul_out){dy[j], dw[j], TD_DTYPE_BF16, outs[j],
-                                               j % 2 ? db : NULL, TD_DTYPE_F32};
+                    o[j] = (struct matmul_out){
+                        dy[j], dw[j], TD_DTYPE_BF16, outs[j], j % 2 ? db : NULL, TD_DTYPE_F32};
                 }
                 if (f32) { // matrix 3 as fp32: the set falls back to one call each
                     wf = malloc((size_t)outs[3] * in * 4);
@@ -440,8 +440,10 @@ static void test_copy_bytes(void) {
             for (size_t i = 0; i < CAP + PAD; i++)
                 bad_out |= (i < off_d[c] || i >= off_d[c] + len[c]) && back[i] != 0xA5;
             CHECK(!bad_in && !bad_out, "%s copy of %zu bytes at +%zu from +%zu: %s",
-                  from_host == 2 ? "queued host" : from_host ? "host" : "device", len[c], off_d[c],
-                  off_s[c],
+                  from_host == 2 ? "queued host"
+                  : from_host    ? "host"
+                                 : "device",
+                  len[c], off_d[c], off_s[c],
                   bad_in ? "the bytes differ" : "it wrote outside its range");
         }
     gpu->release(src), gpu->release(dst), gpu->release(busy);
@@ -713,11 +715,12 @@ static void test_greedy_slot(void) {
 /* DSpark's greedy Markov chain (kernels/markov.h) against its reference:
  * 5 sequences, 4 slots, a vocabulary of 3001 (a cluster of six 512-entry blocks, the last one
  * partial), bf16 W1 and f32 W2, the anchors read from the blocks' ids. Sequence 1 is a pad
- * block (row_seq -1: drafts nothing); sequence 2's slot-1 row has a NaN (cut); sequence 3's slot-0 row ties ids 7 and 2900 at the top (the lower id wins); then the
- * same with a confidence threshold that cuts some slots; with a vocabulary of 20011 (more
- * entries than a 16-block cluster has threads: several per thread, the tie split between
- * blocks); and with a bf16 W2 of rank 64 (tandem-tiny's: 16-byte loads, each thread's row held
- * in registers). Drafts and counts exact, confidences 1e-5. */
+ * block (row_seq -1: drafts nothing); sequence 2's slot-1 row has a NaN (cut); sequence 3's slot-0
+ * row ties ids 7 and 2900 at the top (the lower id wins); then the same with a confidence threshold
+ * that cuts some slots; with a vocabulary of 20011 (more entries than a 16-block cluster has
+ * threads: several per thread, the tie split between blocks); and with a bf16 W2 of rank 64
+ * (tandem-tiny's: 16-byte loads, each thread's row held in registers). Drafts and counts exact,
+ * confidences 1e-5. */
 static void test_markov(void) {
     enum { N = 5, G = 4, D = 40, RMAX = 64 };
     for (int pass = 0; pass < 4; pass++) {
@@ -750,9 +753,8 @@ static void test_markov(void) {
         memset(tok, 0, sizeof tok);
         memset(conf, 0, sizeof conf);
         memset(nd, 0x55, sizeof nd); // n_drafts is written whatever it held
-        struct markov_args a = {
-            U, y, w1,     w2p, TD_DTYPE_BF16, w2t,   cw,    0.0f, N,  G, V,
-            D, R, ids, row_seq, tok[0],       conf[0], nd[0]};
+        struct markov_args a = {U, y, w1, w2p, TD_DTYPE_BF16, w2t,     cw,     0.0f,    N,
+                                G, V, D,  R,   ids,           row_seq, tok[0], conf[0], nd[0]};
         a.threshold = pass == 1 ? 0.5f : 0.0f;
         markov_greedy_ref(&a);
         struct markov_args b = a;
@@ -790,7 +792,7 @@ static void test_markov(void) {
         CHECK(nd[0][2] <= 1, "the NaN slot drafted");
         CHECK(nd[0][3] == 0 || tok[0][3 * G] == 7, "the tie went to %d", tok[0][3 * G]);
         CHECK(pass != 1 || cut > 1, "the threshold cut nothing");
-        void *bufs[] = {(void *)b.U,      (void *)b.y,      (void *)b.w1, (void *)b.w2,
+        void *bufs[] = {(void *)b.U,      (void *)b.y,   (void *)b.w1,      (void *)b.w2,
                         (void *)b.conf_w, (void *)b.ids, (void *)b.row_seq, b.tok,
                         b.conf,           b.n_drafts};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
@@ -798,8 +800,8 @@ static void test_markov(void) {
         free(U), free(y), free(w1), free(w2), free(w2h);
         case_end(pass == 3   ? "op/markov_greedy_bf16_rank64_matches_ref"
                  : pass == 2 ? "op/markov_greedy_wide_vocab_matches_ref"
-                 : pass ? "op/markov_greedy_threshold_matches_ref"
-                        : "op/markov_greedy_matches_ref",
+                 : pass      ? "op/markov_greedy_threshold_matches_ref"
+                             : "op/markov_greedy_matches_ref",
                  "");
     }
 }
