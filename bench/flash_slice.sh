@@ -3,7 +3,9 @@
 # 4096, 64 heads x 512, 256 experts top-6 x 2048 + shared, index 64 x 128 top-512, window 128,
 # vocab 129280, layers HCA CSA HCA CSA; 27.3 G parameters, 54.6 GB in bf16) with weights made on
 # the GPU (--dummy-weights). Prints, from one run each:
-#   decode tokens/s at batch 1, 8 and 64 (64-token prompts, N new tokens, greedy, --ignore-eos)
+#   decode tokens/s at batch 1, 8 and 64 (64-token prompts, N new tokens, greedy, --ignore-eos):
+#   the tokens after every completion's first over the time after it (the prefill step, which
+#   reads nearly every expert, is timed apart below); the rate with it in brackets
 #   prefill tokens/s (one 4096-token prompt, one new token)
 #   the batch-1 decode step at context 4k and 32k: (time for 1 + S tokens - time for 1) / S
 #   the bytes of weights a batch-1 decode step reads (every dense matrix, the 6 routed + 1 shared
@@ -25,8 +27,9 @@ tps() { sed -n 's/.*= \([0-9.]*\) tokens\/s.*/\1/p' | head -1; }
 [ "${BACKEND:-cuda}" = cuda ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 P=$(ids 64 1)
 for B in 1 8 64; do
-    r=$($T --prompt-ids "$P" --max-tokens "$N" --n $B --max-ctx 4096 2>&1 >/dev/null | tps)
-    echo "decode batch $B: $r tokens/s"
+    o=$($T --prompt-ids "$P" --max-tokens "$N" --n $B --max-ctx 4096 2>&1 >/dev/null)
+    r=$(echo "$o" | sed -n 's/^stats: decode .*= \([0-9.]*\) tokens\/s.*/\1/p')
+    echo "decode batch $B: $r tokens/s ($(echo "$o" | tps) with the prefill step)"
     [ $B = 1 ] && R1=$r
 done
 python3 - "$M/config.json" "$R1" "${BACKEND:-cuda}" <<'PY'

@@ -28,7 +28,8 @@ static void gemm_call(void *ctx) {
     if (q->m > 1) {
         struct matmul_out o[MATMUL_SET_MAX];
         for (int i = 0; i < q->m; i++)
-            o[i] = (struct matmul_out){q->y[i], w[i], TD_DTYPE_BF16, q->out[i], NULL, TD_DTYPE_F32};
+            o[i] = (struct matmul_out){
+                .y = q->y[i], .w = w[i], .dtype = TD_DTYPE_BF16, .out = q->out[i]};
         q->b->ops.matmul_set(q->x, q->n, q->in, q->m, o);
     } else if (q->groups > 1) {
         q->b->ops.matmul_grouped(q->y[0], q->x, w[0], TD_DTYPE_BF16, q->n, q->groups,

@@ -59,8 +59,6 @@ struct td_ops {
     void (*hc_head)(float *y, const float *x, const void *fn, enum td_dtype fn_t, const void *base,
                     enum td_dtype base_t, const void *scale, enum td_dtype scale_t, int n, int nc,
                     int d, float hc_eps, float rms_eps);
-    void (*add_pos_bias)(float *x, const void *bias, enum td_dtype t, const int32_t *positions,
-                         int rate, int n, int width);
     void (*compress_emit)(const struct compress_args *a);
     void (*ring_store)(const struct ring_parts *p, const int32_t *write, const struct rows_view *r,
                        int ring_rows);

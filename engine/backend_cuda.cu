@@ -306,14 +306,31 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
         snprintf(err, errlen, "backend cuda: cannot create a stream");
         return NULL;
     }
-    struct td_ops ops = {
-        embed_cuda,          matmul_cuda,         matmul_grouped_cuda, rmsnorm_cuda,
-        rope_rows_cuda,      hc_pre_cuda,         hc_post_cuda,        hc_head_cuda,
-        add_pos_bias_cuda,   compress_emit_cuda,  ring_store_parts_cuda,     indexer_topk_cuda,
-        attention_rows_cuda, moe_route_rows_cuda, moe_experts_cuda,    add_cuda,
-        scale_cuda,          swiglu_act_cuda,     add_bcast_cuda,      cu_copy,
-        fill_uniform_cuda,   markov_greedy_cuda,  greedy_slot_cuda,    argmax_rows_cuda,
-        norm_rope_cuda,      matmul_set_cuda};
+    struct td_ops ops = {embed_cuda,
+                         matmul_cuda,
+                         matmul_grouped_cuda,
+                         rmsnorm_cuda,
+                         rope_rows_cuda,
+                         hc_pre_cuda,
+                         hc_post_cuda,
+                         hc_head_cuda,
+                         compress_emit_cuda,
+                         ring_store_parts_cuda,
+                         indexer_topk_cuda,
+                         attention_rows_cuda,
+                         moe_route_rows_cuda,
+                         moe_experts_cuda,
+                         add_cuda,
+                         scale_cuda,
+                         swiglu_act_cuda,
+                         add_bcast_cuda,
+                         cu_copy,
+                         fill_uniform_cuda,
+                         markov_greedy_cuda,
+                         greedy_slot_cuda,
+                         argmax_rows_cuda,
+                         norm_rope_cuda,
+                         matmul_set_cuda};
     cuda_backend.name = "cuda";
     cuda_backend.on_device = 1;
     cuda_backend.ops = ops;

@@ -105,7 +105,6 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
     const struct td_config *c = f->c;
     int csa = kind == TD_ATTN_CSA, rate = csa ? c->rate_csa : c->rate_hca;
     int width = (1 + csa) * d;
-    f->op->add_pos_bias(gate, W(w->ape), f->rows.positions, rate, f->n, width);
     struct compress_args io = {f->rows,      raw,
                                gate,         ring_kv,
                                ring_gate,    ls->ring,
@@ -141,6 +140,19 @@ static void keys_norm_rope(struct fwd *f, const struct td_layer *l, float *ring,
     f->op->norm_rope(&a);
 }
 
+/* an output of a set of GEMMs over one x (matmul_set): y = x . w^T */
+static struct matmul_out set_out(float *y, const struct td_tensor *w, int out) {
+    return (struct matmul_out){.y = y, .w = w->data, .dtype = w->dtype, .out = out};
+}
+
+/* the same with the compressor's position bias (row positions[t] % rate of ape) */
+static struct matmul_out pos_biased(struct matmul_out o, const struct td_tensor *ape,
+                                    const struct rows_view *rows, int rate) {
+    o.pos_bias = ape->data, o.pos_bias_dtype = ape->dtype;
+    o.positions = rows->positions, o.rate = rate;
+    return o;
+}
+
 static void attention_block(struct fwd *f, int li) {
     const struct td_config *c = f->c;
     const struct td_layer *l = &f->m->layers[li];
@@ -165,27 +177,29 @@ static void attention_block(struct fwd *f, int li) {
     f->rows = rows;
 
     // every projection of the normed input is one set (one launch for a skinny step): q's low
-    // rank, the shared K = V row, the compressors' rows and gates, the indexer's head weights
+    // rank, the shared K = V row, the compressors' rows and gates (with their position bias),
+    // the indexer's head weights
     int IH = c->index_n_heads, ihd = c->index_head_dim, cw = (1 + csa) * hd, iw = (1 + csa) * ihd;
+    int rate = csa ? c->rate_csa : c->rate_hca;
     struct matmul_out xo[MATMUL_SET_MAX], qo[2];
     int m = 0;
-    xo[m++] = (struct matmul_out){f->qr, W(l->wq_a), rq, NULL, 0};
-    xo[m++] = (struct matmul_out){f->kv, W(l->wkv), hd, NULL, 0};
+    xo[m++] = set_out(f->qr, &l->wq_a, rq);
+    xo[m++] = set_out(f->kv, &l->wkv, hd);
     if (comp) {
-        xo[m++] = (struct matmul_out){f->raw, W(l->comp.wkv), cw, NULL, 0};
-        xo[m++] = (struct matmul_out){f->gate, W(l->comp.wgate), cw, NULL, 0};
+        xo[m++] = set_out(f->raw, &l->comp.wkv, cw);
+        xo[m++] = pos_biased(set_out(f->gate, &l->comp.wgate, cw), &l->comp.ape, &rows, rate);
     }
     if (csa) {
-        xo[m++] = (struct matmul_out){f->iraw, W(l->icomp.wkv), iw, NULL, 0};
-        xo[m++] = (struct matmul_out){f->igate, W(l->icomp.wgate), iw, NULL, 0};
-        xo[m++] = (struct matmul_out){f->wi, W(l->idx_weights), IH, NULL, 0};
+        xo[m++] = set_out(f->iraw, &l->icomp.wkv, iw);
+        xo[m++] = pos_biased(set_out(f->igate, &l->icomp.wgate, iw), &l->icomp.ape, &rows, rate);
+        xo[m++] = set_out(f->wi, &l->idx_weights, IH);
     }
     op->matmul_set(f->xn, n, D, m, xo);
     // q path: low-rank q, per-head unweighted norm, rope on the trailing dims; the indexer's
     // queries read the same normed low rank (a second set)
     op->rmsnorm(f->qr, f->qr, W(l->q_norm), n, rq, c->rms_eps);
-    qo[0] = (struct matmul_out){f->q, W(l->wq_b), H * hd, NULL, 0};
-    qo[1] = (struct matmul_out){f->qi, W(l->idx_wq_b), IH * ihd, NULL, 0};
+    qo[0] = set_out(f->q, &l->wq_b, H * hd);
+    qo[1] = set_out(f->qi, &l->idx_wq_b, IH * ihd);
     op->matmul_set(f->qr, n, rq, 1 + csa, qo);
     struct norm_rope_args qa = {
         f->q,           n,   H,  hd,   NULL, TD_DTYPE_F32, c->rms_eps, c->rope_dim,

@@ -512,6 +512,22 @@ static int draft_finish(const char *cmd, struct td_engine_params *ep, long draft
     return 0;
 }
 
+/* -1 while a completion has no token yet; then the tokens out so far, with the time in *at */
+static long all_started(struct td_engine *e, const int *ids, long n, struct timespec *at) {
+    long out = 0;
+    for (long i = 0; i < n; i++) {
+        const int32_t *toks;
+        int nt;
+        enum td_req_status st;
+        const char *msg;
+        td_engine_output(e, ids[i], &toks, &nt, &st, NULL, &msg);
+        if (nt < 1 && st != TD_REQ_FINISHED && st != TD_REQ_FAILED) return -1;
+        out += nt;
+    }
+    clock_gettime(CLOCK_MONOTONIC, at);
+    return out;
+}
+
 static int cmd_generate(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     ep.draft = "auto";
@@ -634,11 +650,14 @@ static int cmd_generate(int argc, char **argv) {
             goto done;
         }
     }
-    struct timespec t0, t1;
+    struct timespec t0, t1, tf = {0, 0};
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int live;
-    while ((live = td_engine_step(e, err, sizeof err)) > 0)
+    long first_out = -1; // tokens out when every completion had its first (the prefills' end)
+    while ((live = td_engine_step(e, err, sizeof err)) > 0) {
         if (stream) stream_text(e, ids[0], &ts, &shown);
+        if (first_out < 0) first_out = all_started(e, ids, n, &tf);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (stream) stream_finish(e, ids[0], &ts, &shown);
     if (live < 0) {
@@ -673,6 +692,14 @@ static int cmd_generate(int argc, char **argv) {
         double sec = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
         fprintf(stderr, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
                 s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
+        // decode alone: the tokens after every completion's first, over the time after it
+        double dsec = (t1.tv_sec - tf.tv_sec) + 1e-9 * (t1.tv_nsec - tf.tv_nsec);
+        if (first_out >= 0 && s->tokens_out > first_out && dsec > 0)
+            fprintf(stderr,
+                    "stats: decode %ld tokens in %.3f s = %.1f tokens/s (after the first token of "
+                    "every completion, %.3f s in)\n",
+                    s->tokens_out - first_out, dsec, (s->tokens_out - first_out) / dsec,
+                    sec - dsec);
         if (s->rounds) {
             fprintf(stderr,
                     "stats: mean accepted length %.3f (tokens per round incl. bonus), "

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <cublasLt.h>
 
+#include "compress.h"
 #include "cuda_common.cuh"
 #include "matmul.h"
 #include "mma_tile.cuh"
@@ -101,8 +102,10 @@ struct sk_set {
     int tile0[MATMUL_SET_MAX + 1];
     const __nv_bfloat16 *w[MATMUL_SET_MAX];
     float *y[MATMUL_SET_MAX];
-    const void *bias[MATMUL_SET_MAX];
-    int bias_dt[MATMUL_SET_MAX], out[MATMUL_SET_MAX], ys[MATMUL_SET_MAX];
+    const void *bias[MATMUL_SET_MAX], *pbias[MATMUL_SET_MAX];
+    const int32_t *pos[MATMUL_SET_MAX];
+    int bias_dt[MATMUL_SET_MAX], pbias_dt[MATMUL_SET_MAX], rate[MATMUL_SET_MAX];
+    int out[MATMUL_SET_MAX], ys[MATMUL_SET_MAX];
 };
 
 template <bool VEC, int KW, int ACC, int KS>
@@ -142,13 +145,16 @@ __global__ void __launch_bounds__(32 * KW)
     }
     if (!w0) return;
     float *y = s.y[i];
-    const void *bias = s.bias[i];
+    const void *bias = s.bias[i], *pb = s.pbias[i];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int o = o0 + mma_feature(j), r = mma_row(j);
-        if (o < out && r < rows)
-            y[(size_t)(t0 + r) * s.ys[i] + (size_t)grp * out + o] =
-                c[0][j] + (bias ? ld_f32(bias, s.bias_dt[i], o) : 0.0f);
+        if (o < out && r < rows) {
+            float v = c[0][j] + (bias ? ld_f32(bias, s.bias_dt[i], o) : 0.0f);
+            if (pb)
+                v += ld_f32(pb, s.pbias_dt[i], (long long)(s.pos[i][t0 + r] % s.rate[i]) * out + o);
+            y[(size_t)(t0 + r) * s.ys[i] + (size_t)grp * out + o] = v;
+        }
     }
 }
 
@@ -425,8 +431,12 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
     for (int i = 0; i < m; i++)
         one = one && o[i].dtype == TD_DTYPE_BF16;
     if (!one) {
-        for (int i = 0; i < m; i++)
+        for (int i = 0; i < m; i++) {
             matmul_cuda(o[i].y, x, o[i].w, o[i].dtype, n, in, o[i].out, o[i].bias, o[i].bias_dtype);
+            if (o[i].pos_bias)
+                add_pos_bias_cuda(o[i].y, o[i].pos_bias, o[i].pos_bias_dtype, o[i].positions,
+                                  o[i].rate, n, o[i].out);
+        }
         return;
     }
     if (!n || !m) return;
@@ -435,6 +445,8 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
     for (int i = 0; i < m; i++) {
         s.w[i] = (const __nv_bfloat16 *)o[i].w, s.y[i] = o[i].y, s.bias[i] = o[i].bias;
         s.bias_dt[i] = o[i].bias_dtype, s.out[i] = o[i].out, s.ys[i] = o[i].out;
+        s.pbias[i] = o[i].pos_bias, s.pbias_dt[i] = o[i].pos_bias_dtype;
+        s.pos[i] = o[i].positions, s.rate[i] = o[i].rate;
     }
     skinny_mma(s, x, n, 1, in);
 }

@@ -9,7 +9,8 @@
 #define MATMUL_SKINNY_ROWS 8
 
 /* One output of a set of GEMMs that read the same x rows (a layer's projections of its normed
- * input): y[n, out] = x . w^T (+ bias). */
+ * input): y[n, out] = x . w^T (+ bias) (+ pos_bias[positions[t] % rate] on row t: the
+ * compressor's position bias, added as add_pos_bias_ref adds it). */
 #define MATMUL_SET_MAX 8
 struct matmul_out {
     float *y;
@@ -18,6 +19,10 @@ struct matmul_out {
     int out;
     const void *bias;
     enum td_dtype bias_dtype;
+    const void *pos_bias; /* [rate, out] or NULL */
+    enum td_dtype pos_bias_dtype;
+    const int32_t *positions; /* [n] */
+    int rate;
 };
 
 #ifdef __cplusplus

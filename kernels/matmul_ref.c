@@ -39,6 +39,13 @@ void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w
 }
 
 void matmul_set_ref(const float *x, int n, int in, int m, const struct matmul_out *o) {
-    for (int i = 0; i < m; i++)
+    for (int i = 0; i < m; i++) {
         matmul_ref(o[i].y, x, o[i].w, o[i].dtype, n, in, o[i].out, o[i].bias, o[i].bias_dtype);
+        for (int t = 0; o[i].pos_bias && t < n; t++) {
+            int64_t r = (int64_t)(o[i].positions[t] % o[i].rate) * o[i].out;
+            for (int j = 0; j < o[i].out; j++)
+                o[i].y[(size_t)t * o[i].out + j] +=
+                    td_load_f32(o[i].pos_bias, o[i].pos_bias_dtype, r + j);
+        }
+    }
 }

@@ -167,7 +167,8 @@ static void test_matmul(void) {
 
 /* a set of GEMMs over the same x rows (one skinny launch) equals one matmul_ref each: outputs
  * of odd widths, with and without bias, few tiles (a cluster shares k at in 4096) and many;
- * each row's bits are the row's alone; a set with one fp32 matrix takes one call each */
+ * each row's bits are the row's alone; a set with one fp32 matrix takes one call each; one
+ * output adds a position bias */
 static void test_matmul_set(void) {
     int outs[4] = {111, 16, 300, 40}, ins[3] = {264, 4096, 1024}, ns[3] = {1, 3, 8};
     for (int ii = 0; ii < 3; ii++)
@@ -192,9 +193,25 @@ static void test_matmul_set(void) {
                         w[j][i] = bf16(frand() * 0.1f);
                     dw[j] = dev_copy(w[j], (size_t)outs[j] * in * 2);
                     dy[j] = dev_out((size_t)n * outs[j]);
-                    o[j] = (struct matmul_out){
-                        dy[j], dw[j], TD_DTYPE_BF16, outs[j], j % 2 ? db : NULL, TD_DTYPE_F32};
+                    o[j] = (struct matmul_out){.y = dy[j],
+                                               .w = dw[j],
+                                               .dtype = TD_DTYPE_BF16,
+                                               .out = outs[j],
+                                               .bias = j % 2 ? db : NULL,
+                                               .bias_dtype = TD_DTYPE_F32};
                 }
+                // output 2 takes a position bias of 5 rows (the compressor's gate), the rows at
+                // positions 7, 3, 12, ... (row p % 5)
+                int32_t pos[8];
+                for (int t = 0; t < 8; t++)
+                    pos[t] = (7 + 9 * t) % 17;
+                uint16_t *pb = malloc((size_t)5 * outs[2] * 2);
+                for (int i = 0; i < 5 * outs[2]; i++)
+                    pb[i] = bf16(frand());
+                void *dpb = dev_copy(pb, (size_t)5 * outs[2] * 2),
+                     *dpos = dev_copy(pos, sizeof pos);
+                o[2].pos_bias = dpb, o[2].pos_bias_dtype = TD_DTYPE_BF16;
+                o[2].positions = dpos, o[2].rate = 5;
                 if (f32) { // matrix 3 as fp32: the set falls back to one call each
                     wf = malloc((size_t)outs[3] * in * 4);
                     for (int i = 0; i < outs[3] * in; i++)
@@ -206,8 +223,16 @@ static void test_matmul_set(void) {
                 matmul_set_cuda(dx, n, in, m, o);
                 for (int j = 0; j < m; j++) {
                     float *y = malloc((size_t)n * outs[j] * 4);
-                    matmul_ref(y, x, w[j], TD_DTYPE_BF16, n, in, outs[j], j % 2 ? bias : NULL,
-                               TD_DTYPE_F32);
+                    struct matmul_out h = {.y = y,
+                                           .w = w[j],
+                                           .dtype = TD_DTYPE_BF16,
+                                           .out = outs[j],
+                                           .bias = j % 2 ? bias : NULL,
+                                           .bias_dtype = TD_DTYPE_F32};
+                    if (j == 2)
+                        h.pos_bias = pb, h.pos_bias_dtype = TD_DTYPE_BF16, h.positions = pos,
+                        h.rate = 5;
+                    matmul_set_ref(x, n, in, 1, &h);
                     float *g = fetch(dy[j], (size_t)n * outs[j], "matmul_set");
                     double e = max_rel(g, y, (size_t)n * outs[j]);
                     CHECK(e < 1e-4, "n %d in %d: output %d rel err %.3g", n, in, j, e);
@@ -222,6 +247,8 @@ static void test_matmul_set(void) {
                         d1[j] = dev_out((size_t)outs[j]);
                         o1[j] = o[j], o1[j].y = d1[j];
                     }
+                    for (int j = 0; j < m; j++) // row r's position
+                        if (o1[j].positions) o1[j].positions = (const int32_t *)dpos + r;
                     matmul_set_cuda(dx + (size_t)r * in, 1, in, m, o1);
                     for (int j = 0; j < m; j++) {
                         float *g1 = fetch(d1[j], (size_t)outs[j], "matmul_set row");
@@ -241,8 +268,8 @@ static void test_matmul_set(void) {
                     gpu->release(dw[j]);
                     release_out(dy[j]);
                 }
-                free(x), free(bias), free(wf);
-                gpu->release(dx), gpu->release(db);
+                free(x), free(bias), free(wf), free(pb);
+                gpu->release(dx), gpu->release(db), gpu->release(dpb), gpu->release(dpos);
             }
 }
 
