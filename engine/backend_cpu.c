@@ -56,7 +56,7 @@ static const struct td_backend cpu = {
      markov_greedy_ref,
      greedy_slot_ref,
      argmax_rows_ref,
-     norm_rope_ref,
+     norm_rope_parts_ref,
      matmul_set_ref},
     cpu_alloc,
     cpu_release,

@@ -119,25 +119,24 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
 
 /* f->kv (wkv x, made by the caller) = rope(kv_norm(f->kv)) at the rows' positions: the layer's
  * shared K = V rows, and, when ring is not NULL, their store in that sliding-window ring (rows
- * with swa_write >= 0) */
-static void keys_norm_rope(struct fwd *f, const struct td_layer *l, float *ring, const float *inv,
-                           float af) {
+ * with swa_write >= 0): a part of a norm_rope call */
+static struct norm_rope_args keys_norm_rope(struct fwd *f, const struct td_layer *l, float *ring,
+                                            const float *inv, float af) {
     const struct td_config *c = f->c;
-    struct norm_rope_args a = {f->kv,
-                               f->n,
-                               1,
-                               c->head_dim,
-                               W(l->kv_norm),
-                               c->rms_eps,
-                               c->rope_dim,
-                               f->rows.positions,
-                               inv,
-                               af,
-                               ring,
-                               f->rows.swa_write,
-                               f->rows,
-                               f->st->swa_ring};
-    f->op->norm_rope(&a);
+    return (struct norm_rope_args){f->kv,
+                                   f->n,
+                                   1,
+                                   c->head_dim,
+                                   W(l->kv_norm),
+                                   c->rms_eps,
+                                   c->rope_dim,
+                                   f->rows.positions,
+                                   inv,
+                                   af,
+                                   ring,
+                                   f->rows.swa_write,
+                                   f->rows,
+                                   f->st->swa_ring};
 }
 
 /* an output of a set of GEMMs over one x (matmul_set): y = x . w^T */
@@ -201,16 +200,16 @@ static void attention_block(struct fwd *f, int li) {
     qo[0] = set_out(f->q, &l->wq_b, H * hd);
     qo[1] = set_out(f->qi, &l->idx_wq_b, IH * ihd);
     op->matmul_set(f->qr, n, rq, 1 + csa, qo);
-    struct norm_rope_args qa = {
-        f->q,           n,   H,  hd,   NULL, TD_DTYPE_F32, c->rms_eps, c->rope_dim,
-        rows.positions, inv, af, NULL, NULL, rows,         0};
-    op->norm_rope(&qa);
-    // the shared K = V vector. It goes into the ring at once when the step has at most
-    // swa_ring - sliding_window rows (every decode, verify and graph step): then a row of this
-    // step lands on a position older than any query of the step can see. A longer chunk would
-    // overwrite window keys its own first rows still read, so it stores after the attention.
+    // the queries' per-head norm and rope, and the shared K = V vector's, in one call. K = V
+    // goes into the ring at once when the step has at most swa_ring - sliding_window rows
+    // (every decode, verify and graph step): then a row of this step lands on a position older
+    // than any query of the step can see. A longer chunk would overwrite window keys its own
+    // first rows still read, so it stores after the attention.
     int early = n <= f->st->swa_ring - c->sliding_window;
-    keys_norm_rope(f, l, early ? ls->swa : NULL, inv, af);
+    struct norm_rope_args nr[2] = {{f->q, n, H, hd, NULL, TD_DTYPE_F32, c->rms_eps, c->rope_dim,
+                                    rows.positions, inv, af, NULL, NULL, rows, 0},
+                                   keys_norm_rope(f, l, early ? ls->swa : NULL, inv, af)};
+    op->norm_rope(nr, 2);
 
     if (comp)
         compressor(f, &l->comp, kind, hd, f->raw, f->gate, ls->raw_kv, ls->raw_gate, ls->entries,
@@ -239,10 +238,11 @@ static void attention_block(struct fwd *f, int li) {
                            l->sinks.data,
                            H,
                            hd,
-                           1.0f / sqrtf((float)hd)};
-    op->attention_rows(&aa);
-    // V carried rope at the key position: undo it at the query position
-    op->rope_rows(f->o, n, H, hd, c->rope_dim, rows.positions, inv, af, 1);
+                           1.0f / sqrtf((float)hd),
+                           inv,
+                           c->rope_dim,
+                           af};
+    op->attention_rows(&aa); // (which rotates V's rope back at the query position)
 
     // grouped output projection, then wo_b
     int g = c->o_groups, ro = c->o_lora_rank;
@@ -533,8 +533,9 @@ static void run_store(struct fwd *f) {
     for (int li = 0; li < c->n_layers; li++) {
         const struct td_layer *l = &m->layers[li];
         f->op->matmul(f->kv, x, W(l->wkv), f->n, c->dim, c->head_dim, NULL, 0);
-        keys_norm_rope(f, l, f->st->layers[li].swa, f->inv_main,
-                       (float)c->rope_main.attention_factor);
+        struct norm_rope_args a = keys_norm_rope(f, l, f->st->layers[li].swa, f->inv_main,
+                                                 (float)c->rope_main.attention_factor);
+        f->op->norm_rope(&a, 1);
     }
 }
 

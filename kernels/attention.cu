@@ -144,12 +144,27 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) 
         }
         tot += expf(sink - M);
         float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
+        int p0 = a.inv_freq ? a.d - a.rot_dim : a.d; // the rotated dims start here
         for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
             float acc = 0.0f;
 #pragma unroll
             for (int q = 0; q < ATT_MAX_SPLITS; q++)
                 if (q < ks) acc += oq[q][c] * sc[q];
-            oh[c] = M == -INFINITY ? 0.0f : acc / tot;
+            float v = M == -INFINITY ? 0.0f : acc / tot;
+            if (c < p0)
+                oh[c] = v;
+            else
+                o[c] = v; // (column c of this block's part was read by this thread alone)
+        }
+        if (p0 < a.d) { // the trailing dims rotated back at the row's position, as rope_rows
+            __syncthreads();
+            for (int i = threadIdx.x; i < a.rot_dim / 2; i += blockDim.x) {
+                float cs, sn;
+                rope_cos_sin((float)r.positions[t], a.inv_freq, i, a.attn_factor, &cs, &sn);
+                float2 y = rope_pair(o[p0 + 2 * i], o[p0 + 2 * i + 1], cs, -sn);
+                oh[p0 + 2 * i] = y.x;
+                oh[p0 + 2 * i + 1] = y.y;
+            }
         }
     }
     if (ks > 1) cl.sync(); // the other blocks' parts stay until block 0 has read them

@@ -33,6 +33,11 @@ struct attn_args {
     const float *sinks; /* [n_heads] */
     int n_heads, d;
     float scale;
+    /* V carried rope at its key position: when inv_freq is not NULL, each output row's trailing
+     * rot_dim dims are rotated back at the query's position (rope_rows_ref, inverse) */
+    const float *inv_freq;
+    int rot_dim;
+    float attn_factor;
 };
 
 /* Keys of row t: window positions swa_pos[swa_indptr[t] .. swa_indptr[t + 1]) (this step's rows

@@ -1,5 +1,6 @@
 /* attention_ref.c: full-softmax reference of sparse MQA with sinks (fp32, double sums). */
 #include "attention.h"
+#include "rope.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -65,6 +66,9 @@ void attention_rows_ref(const struct attn_args *a) {
         attention_sink_ref(a->out + (size_t)t * a->n_heads * a->d,
                            a->q + (size_t)t * a->n_heads * a->d, keys, nk, a->sinks, a->n_heads,
                            a->d, a->scale);
+        if (a->inv_freq)
+            rope_rows_ref(a->out + (size_t)t * a->n_heads * a->d, 1, a->n_heads, a->d, a->rot_dim,
+                          r->positions + t, a->inv_freq, a->attn_factor, 1);
     }
     free(keys);
 }

@@ -8,12 +8,20 @@
 #define NR_WARPS 8
 #define NR_PAIRS 8 /* channel pairs per lane: vectors of up to 512 */
 
-__global__ void norm_rope_kernel(struct norm_rope_args a) {
+/* the parts of one launch: blocks y < groups0 of the grid take part 0, the others part 1 */
+struct nr_parts {
+    struct norm_rope_args a[NORM_ROPE_PARTS];
+    int groups0;
+};
+
+__global__ void norm_rope_kernel(const __grid_constant__ struct nr_parts pp) {
+    int part = blockIdx.y >= pp.groups0, group = blockIdx.y - (part ? pp.groups0 : 0);
+    const struct norm_rope_args &a = pp.a[part];
     prefetch_l2(a.w, (size_t)a.d * dt_size(a.w_dtype));
     PDL_START();
     __shared__ float cs[256], sn[256];
     int t = blockIdx.x, half = a.rot_dim / 2, lane = threadIdx.x & 31;
-    int v = blockIdx.y * NR_WARPS + (threadIdx.x >> 5);
+    int v = group * NR_WARPS + (threadIdx.x >> 5);
     float pos = (float)a.positions[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x)
         rope_cos_sin(pos, a.inv_freq, i, a.attn_factor, &cs[i], &sn[i]);
@@ -48,16 +56,30 @@ __global__ void norm_rope_kernel(struct norm_rope_args a) {
     }
 }
 
-extern "C" void norm_rope_cuda(const struct norm_rope_args *a) {
-    if (!a->n || !a->n_vec) return;
-    if (a->d % 2 || a->d > 64 * NR_PAIRS || a->rot_dim > a->d || a->rot_dim > 512 ||
-        a->rot_dim % 2) {
-        fprintf(stderr, "norm_rope_cuda: vectors of %d with %d rotary dims, at most %d and 512\n",
-                a->d, a->rot_dim, 64 * NR_PAIRS);
+extern "C" void norm_rope_cuda(const struct norm_rope_args *a, int m) {
+    struct nr_parts pp = {};
+    int groups = 0, warps = 1;
+    if (m > NORM_ROPE_PARTS) {
+        fprintf(stderr, "norm_rope_cuda: %d parts, at most %d\n", m, NORM_ROPE_PARTS);
         abort();
     }
-    int warps = a->n_vec < NR_WARPS ? a->n_vec : NR_WARPS;
-    launch_k(norm_rope_kernel, dim3(a->n, ceil_div(a->n_vec, NR_WARPS)), 32 * warps, 0,
-             td_cuda_stream(), *a);
+    for (int i = 0; i < m; i++) {
+        const struct norm_rope_args *p = &a[i];
+        if (p->d % 2 || p->d > 64 * NR_PAIRS || p->rot_dim > p->d || p->rot_dim > 512 ||
+            p->rot_dim % 2 || p->n != a[0].n) {
+            fprintf(stderr,
+                    "norm_rope_cuda: vectors of %d with %d rotary dims over %d rows, at most %d "
+                    "and 512, the rows of part 0\n",
+                    p->d, p->rot_dim, p->n, 64 * NR_PAIRS);
+            abort();
+        }
+        pp.a[i] = *p;
+        if (i == 0) pp.groups0 = ceil_div(p->n_vec, NR_WARPS);
+        groups += ceil_div(p->n_vec, NR_WARPS);
+        warps = max(warps, min(p->n_vec, NR_WARPS));
+    }
+    if (!m || !a[0].n || !groups) return;
+    if (m == 1) pp.groups0 = groups; // (every block part 0)
+    launch_k(norm_rope_kernel, dim3(a[0].n, groups), 32 * warps, 0, td_cuda_stream(), pp);
     LAUNCH_CHECK();
 }

@@ -32,8 +32,13 @@ struct norm_rope_args {
  * rmsnorm_ref over n * n_vec vectors, then rope_rows_ref, then ring_store_ref when ring is set */
 void norm_rope_ref(const struct norm_rope_args *a);
 
+/* parts a[0 .. m) (m <= NORM_ROPE_PARTS) over the same n rows, as norm_rope_ref each: an
+ * attention layer's queries and its K = V row, one launch on the GPU */
+#define NORM_ROPE_PARTS 2
+void norm_rope_parts_ref(const struct norm_rope_args *a, int m);
+
 /* CUDA launcher (kernels/norm_rope.cu), queued on the backend's stream; builds with nvcc only. */
-void norm_rope_cuda(const struct norm_rope_args *a);
+void norm_rope_cuda(const struct norm_rope_args *a, int m);
 
 #ifdef __cplusplus
 }

@@ -11,3 +11,8 @@ void norm_rope_ref(const struct norm_rope_args *a) {
                   0);
     if (a->ring) ring_store_ref(a->ring, a->x, a->write, &a->rows, a->ring_rows, a->n_vec * a->d);
 }
+
+void norm_rope_parts_ref(const struct norm_rope_args *a, int m) {
+    for (int i = 0; i < m; i++)
+        norm_rope_ref(&a[i]);
+}

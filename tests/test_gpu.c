@@ -420,10 +420,23 @@ static void test_norm_rope(int n, int n_vec, int d, int rot, int weighted, int s
     b.write = dev_copy(wr, (size_t)n * 4);
     b.rows.row_seq = dev_copy(seq, (size_t)n * 4);
     b.rows.slot = dev_copy(slot, sizeof slot);
-    norm_rope_ref(&a);
-    norm_rope_cuda(&b);
+    // a stored (K = V) part also goes with a queries' part of 5 vectors in one launch, as an
+    // attention layer calls it
+    size_t XQ = (size_t)n * 5 * d;
+    float *xq = malloc(XQ * 4), *dxq = dev_out(XQ);
+    for (size_t i = 0; i < XQ; i++)
+        xq[i] = frand() * 3;
+    gpu->to_device(dxq, xq, XQ * 4);
+    struct norm_rope_args ha[2] = {a, a}, da[2] = {b, b};
+    ha[0].x = xq, ha[0].n_vec = 5, ha[0].w = NULL, ha[0].ring = NULL;
+    da[0].x = dxq, da[0].n_vec = 5, da[0].w = NULL, da[0].ring = NULL;
+    norm_rope_parts_ref(store ? ha : &a, store ? 2 : 1);
+    norm_rope_cuda(store ? da : &b, store ? 2 : 1);
     float *gx = fetch(dx, X, "norm_rope"), *gr = fetch(dring, RR, "norm_rope ring");
+    float *gq = fetch(dxq, XQ, "norm_rope queries");
     CHECK(max_rel(gx, x, X) < 1e-5, "norm_rope %.3g", max_rel(gx, x, X));
+    CHECK(!store || max_rel(gq, xq, XQ) < 1e-5, "norm_rope queries part %.3g", max_rel(gq, xq, XQ));
+    free(xq), free(gq), release_out(dxq);
     CHECK(max_rel(gr, ring, RR) < 1e-5, "norm_rope ring %.3g", max_rel(gr, ring, RR));
     void *bufs[] = {(void *)b.w,     (void *)b.positions,    (void *)b.inv_freq,
                     (void *)b.write, (void *)b.rows.row_seq, (void *)b.rows.slot};
@@ -433,7 +446,7 @@ static void test_norm_rope(int n, int n_vec, int d, int rot, int weighted, int s
     free(x), free(ring), free(w), free(pos), free(seq), free(wr), free(gx), free(gr);
     char name[96];
     snprintf(name, sizeof name, "op/norm_rope/n%d_vec%d_d%d_rot%d%s%s", n, n_vec, d, rot,
-             weighted ? "_weighted" : "", store ? "_stored" : "");
+             weighted ? "_weighted" : "", store ? "_stored_with_queries" : "");
     case_end(name, "");
 }
 
@@ -932,11 +945,22 @@ static void test_plan_ops(void) {
         memset(out, 0, (size_t)n * H * d * 4);
         const float *eh = k == 3 ? ent4 : k ? ent : NULL, *ed = k == 3 ? dent4 : k ? dent : NULL;
         int nek = k == 3 ? ne4 : ne;
-        struct attn_args ah = {rh2, out, q, kv, swa, ring, eh, nek, k == 1, sinks, H, d, 0.18f};
+        // csa and hca_split also rotate the output's last 16 dims back (V's rope)
+        float ainv[8];
+        struct rope_params arp = {10000, 16, 0, 1, 1, 32, 1, 1, 1.0f};
+        rope_inv_freq_ref(ainv, &arp);
+        float *dainv = dev_copy(ainv, sizeof ainv);
+        int rot = k % 2 ? 16 : 0;
+        struct attn_args ah = {rh2, out,    q,     kv, swa, ring,  eh,
+                               nek, k == 1, sinks, H,  d,   0.18f, rot ? ainv : NULL,
+                               rot, 0.9f};
         attention_rows_ref(&ah);
         float *dout = dev_out((size_t)n * H * d);
-        struct attn_args ad = {rd2, dout, dq, dkv, dswa, ring, ed, nek, k == 1, dsink, H, d, 0.18f};
+        struct attn_args ad = {rd2, dout,   dq,    dkv, dswa, ring,  ed,
+                               nek, k == 1, dsink, H,   d,    0.18f, rot ? dainv : NULL,
+                               rot, 0.9f};
         attention_rows_cuda(&ad);
+        gpu->release(dainv);
         float *g = fetch(dout, (size_t)n * H * d, "attention");
         // the pad row (7) is inert: compare the real rows only
         CHECK(max_rel(g, out, (size_t)p.n_tok * H * d) < 1e-4, "%s: rel err %.3g", kinds[k],
