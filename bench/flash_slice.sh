@@ -7,7 +7,8 @@
 #   the tokens after every completion's first over the time after it (the prefill step, which
 #   reads nearly every expert, is timed apart below); the rate with it in brackets
 #   prefill tokens/s (one 4096-token prompt, one new token)
-#   the batch-1 decode step at context 4k and 32k: (time for 1 + S tokens - time for 1) / S
+#   the batch-1 decode step at context 4k and 32k: the S tokens after the first over their time
+#   (the difference of two runs, each with a 32k-token prefill of about 9 s, was mostly noise)
 #   the bytes of weights a batch-1 decode step reads (every dense matrix, the 6 routed + 1 shared
 #   experts of each layer, the head; bf16, HC mixing fp32), the bandwidth that implies at the
 #   measured batch-1 rate, and the device-to-device copy bandwidth measured by torch (4 GiB
@@ -18,7 +19,7 @@
 set -e
 M=${MODEL:-bench/flash_slice}
 N=${1:-64}
-S=32
+S=128
 V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' $M/config.json)
 T="${TANDEM:-./bin/tandem} generate --dummy-weights --model $M --backend ${BACKEND:-cuda} --ignore-eos --print-ids --stats"
 ids() { awk -v n="$1" -v s="$2" -v v="$V" 'BEGIN { srand(s); for (i = 0; i < n; i++) printf "%d ", 2 + int(rand() * (v - 2)); print "" }'; }
@@ -69,7 +70,6 @@ t=$($T --prompt-ids-file /tmp/flash_prefill.ids --max-tokens 1 --max-ctx $((PF +
 echo "prefill $PF tokens: $t s = $(awk "BEGIN{printf \"%.0f\", $PF / $t}") tokens/s"
 for C in ${CTXS:-4096 32768}; do
     ids $((C - S - 1)) 3 > /tmp/flash_ctx.ids
-    a=$($T --prompt-ids-file /tmp/flash_ctx.ids --max-tokens 1 --max-ctx $((C + 8)) 2>&1 >/dev/null | secs)
-    b=$($T --prompt-ids-file /tmp/flash_ctx.ids --max-tokens $((S + 1)) --max-ctx $((C + 8)) 2>&1 >/dev/null | secs)
-    echo "context $C: decode step $(awk "BEGIN{printf \"%.3f\", ($b - $a) * 1000 / $S}") ms (batch 1)"
+    d=$($T --prompt-ids-file /tmp/flash_ctx.ids --max-tokens $((S + 1)) --max-ctx $((C + 8)) 2>&1 >/dev/null | sed -n 's/^stats: decode [0-9]* tokens in \([0-9.]*\) s.*/\1/p')
+    echo "context $C: decode step $(awk "BEGIN{printf \"%.3f\", $d * 1000 / $S}") ms (batch 1)"
 done

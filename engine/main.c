@@ -696,7 +696,7 @@ static int cmd_generate(int argc, char **argv) {
         double dsec = (t1.tv_sec - tf.tv_sec) + 1e-9 * (t1.tv_nsec - tf.tv_nsec);
         if (first_out >= 0 && s->tokens_out > first_out && dsec > 0)
             fprintf(stderr,
-                    "stats: decode %ld tokens in %.3f s = %.1f tokens/s (after the first token of "
+                    "stats: decode %ld tokens in %.4f s = %.1f tokens/s (after the first token of "
                     "every completion, %.3f s in)\n",
                     s->tokens_out - first_out, dsec, (s->tokens_out - first_out) / dsec,
                     sec - dsec);
