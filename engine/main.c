@@ -516,11 +516,9 @@ static int draft_finish(const char *cmd, struct td_engine_params *ep, long draft
 static long all_started(struct td_engine *e, const int *ids, long n, struct timespec *at) {
     long out = 0;
     for (long i = 0; i < n; i++) {
-        const int32_t *toks;
         int nt;
         enum td_req_status st;
-        const char *msg;
-        td_engine_output(e, ids[i], &toks, &nt, &st, NULL, &msg);
+        td_engine_output(e, ids[i], NULL, &nt, &st, NULL, NULL);
         if (nt < 1 && st != TD_REQ_FINISHED && st != TD_REQ_FAILED) return -1;
         out += nt;
     }

@@ -198,6 +198,23 @@ int main(void) {
     CHECK(k2 > 0, "no output with --draft ngram");
     case_end("generate_print_ids", "");
 
+    // --stats: the decode rate counts the tokens after every completion's first (the three
+    // prompts prefill in one step: 3 x 12 - 3)
+    case_begin();
+    char smsg[4096];
+    snprintf(args, sizeof args,
+             "generate --model %s --prompt-ids \"5 6 7 5 6 7 5\" --max-tokens 12 --n 3 "
+             "--print-ids --ignore-eos --draft none --stats",
+             fx);
+    CHECK(tandem(args, smsg, sizeof smsg) == 0, "generate --stats failed: %s", smsg);
+    const char *dl = strstr(smsg, "stats: decode ");
+    long dn = -1;
+    double dt = -1, dr = -1;
+    CHECK(dl && sscanf(dl, "stats: decode %ld tokens in %lf s = %lf", &dn, &dt, &dr) == 3,
+          "no decode line in '%s'", smsg);
+    CHECK(dn == 33 && dt > 0 && dr > 0, "decode %ld tokens in %g s = %g tokens/s", dn, dt, dr);
+    case_end("generate_stats_decode_rate", "");
+
     // bench on the default model: a tiny prompt set, CSV out
     write_text("p.jsonl", "{\"turns\": [\"What is a cat?\"]}\n{\"text\": \"Once upon a time\"}\n");
     write_text("bad.jsonl", "{\"turns\": [\"ok\"]}\n[1, 2]\n");
