@@ -97,8 +97,9 @@ static struct rows_view rows_of(const struct td_plan *p, void *base) {
 // ---------------------------------------------------------------------------------------------
 // attention block
 
-/* the compressor's rows and gates are two outputs of the layer's set of xn projections
- * (attention_block); then their position bias, and the entries the step completes */
+/* the entries the step completes, from the compressor's rows and gates (raw, gate: two
+ * outputs of the layer's set of xn projections in attention_block, the gates with their
+ * position bias added there) */
 static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind, int d, float *raw,
                        float *gate, float *ring_kv, float *ring_gate, float *entries,
                        const struct td_layer_state *ls) {

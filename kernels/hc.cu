@@ -126,10 +126,11 @@ __device__ __forceinline__ float sigm(float z) {
 /* The Sinkhorn of an NC x NC comb matrix, NC <= 4 (every real configuration), in registers:
  * every lane of warp 0 holds the whole matrix, a row's or a column's sum is (e0 + e1) + (e2 + e3)
  * (the reference's pairs) of its own registers, and each pass takes one approximate reciprocal
- * per row or column, which the row's entries multiply by: the bits of __fdividef(v, s), which
- * is v * rcp(s). Lane 0 writes it. Measured per call on the Flash slice (hc_pre, Nsight
- * Compute): one lane per entry with shuffled sums, 11 us; a division per entry in registers,
- * 20 us (one warp issuing 16 divisions a pass). */
+ * per row or column, which the row's entries multiply by (as __fdividef(v, s) multiplies v by
+ * an approximate 1 / s). Lane 0 writes it. hc_pre per call on the Flash slice (Nsight Compute):
+ * one lane per entry with shuffled sums, 11 us; a division per entry in registers, 20 us (one
+ * warp issuing 16 divisions a pass); graph-replayed (bench/hc_time), the shuffled form 10.1 us
+ * and this one, beside the collapse, 8.35. */
 __device__ __forceinline__ float rcp_approx(float s) {
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));

@@ -194,12 +194,8 @@ static int n_sms;
 /* how many blocks of a form the GPU holds at once (whole clusters), asked once per form */
 static int sk_capacity(bool vec, int kw, bool acc1, int ks) {
     static int cap[2][3][2][4];
-    int &c = cap[vec][kw == 4   ? 0
-                      : kw == 8 ? 1
-                                : 2][acc1][ks == 1   ? 0
-                                           : ks == 2 ? 1
-                                           : ks == 4 ? 2
-                                                     : 3];
+    int kwi = kw == 4 ? 0 : kw == 8 ? 1 : 2, ksi = ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3;
+    int &c = cap[vec][kwi][acc1][ksi];
     if (c) return c;
     if (!n_sms) CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
     sk_form(vec, kw, acc1, ks, [&](auto v, auto w, auto a, auto k) {
