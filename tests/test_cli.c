@@ -215,6 +215,21 @@ int main(void) {
     CHECK(dn == 33 && dt > 0 && dr > 0, "decode %ld tokens in %g s = %g tokens/s", dn, dt, dr);
     case_end("generate_stats_decode_rate", "");
 
+    // --draft auto on the CPU backend decodes without a drafter (the default model ships
+    // DSpark, which is slower than none on the CPU); --draft dspark still speculates
+    case_begin();
+    snprintf(args, sizeof args,
+             "generate --model models/tandem-tiny --backend cpu --prompt-ids \"5 6 7\" "
+             "--max-tokens 8 --print-ids --ignore-eos --stats");
+    CHECK(tandem(args, smsg, sizeof smsg) == 0, "generate (auto) failed: %s", smsg);
+    CHECK(strstr(smsg, "(0 of 0 drafts)"), "auto drafted on the CPU: '%s'", smsg);
+    snprintf(args, sizeof args,
+             "generate --model models/tandem-tiny --backend cpu --prompt-ids \"5 6 7\" "
+             "--max-tokens 8 --print-ids --ignore-eos --stats --draft dspark");
+    CHECK(tandem(args, smsg, sizeof smsg) == 0, "generate --draft dspark failed: %s", smsg);
+    CHECK(!strstr(smsg, "(0 of 0 drafts)"), "--draft dspark did not draft: '%s'", smsg);
+    case_end("generate_auto_draft_on_cpu_is_none", "");
+
     // bench on the default model: a tiny prompt set, CSV out
     write_text("p.jsonl", "{\"turns\": [\"What is a cat?\"]}\n{\"text\": \"Once upon a time\"}\n");
     write_text("bad.jsonl", "{\"turns\": [\"ok\"]}\n[1, 2]\n");
