@@ -41,15 +41,7 @@ __device__ __forceinline__ void load_keys(float *kv, const float *const *kp, int
  * The slices follow the row's key count and ks the configuration, so a row's result never
  * depends on the rows beside it. */
 __global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) {
-    // the plan entries the key addresses hang on (written at the step's start, long evicted by
-    // the step's weights), asked into L2 before the wait
-    const struct rows_view &r0 = a.rows;
-    int t0 = blockIdx.x / ks;
-    if (threadIdx.x == 0) {
-        prefetch_l2_line(r0.row_seq + t0);
-        prefetch_l2_line(r0.swa_indptr + t0);
-        prefetch_l2_line(r0.positions + t0);
-    }
+    prefetch_row_plan(a.rows, blockIdx.x / ks); // (the plan entries the key addresses need)
     PDL_START();
     extern __shared__ float sm[]; // key pointers[slice], s[slice], q[d], o[d], m, l
     const struct rows_view &r = a.rows;
