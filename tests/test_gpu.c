@@ -1180,6 +1180,41 @@ static void test_model(const char *fx) {
     snprintf(name, sizeof name, "model/hf_logits/%s", fx);
     case_end(name, extra);
 
+    // the same request again, in the default mode, gives the same bits: one shot, and its last
+    // 16 positions decoded a row at a time twice (seeds/003: repeats that differed only past
+    // the context where the indexer's top-k starts to choose, index_topk x rate; every fixture
+    // here runs past it)
+    case_begin();
+    {
+        float *again = malloc((size_t)n * V * 4), *dec[2];
+        int s2 = td_state_seq_alloc(&st);
+        CHECK(!td_forward_seqs(&dev, &st, &(struct td_plan_seq){s2, 0, n, ids, 0, 0}, 1, again,
+                               NULL, err, sizeof err),
+              "%s", err);
+        CHECK(!memcmp(again, one, (size_t)n * V * 4), "a repeated one-shot run differs");
+        td_state_seq_release(&st, s2);
+        int tail = n > 16 ? 16 : n - 1;
+        for (int k = 0; k < 2; k++) {
+            dec[k] = malloc((size_t)tail * V * 4);
+            int sk = td_state_seq_alloc(&st);
+            CHECK(!td_forward_seqs(&dev, &st, &(struct td_plan_seq){sk, 0, n - tail, ids, 0, 0}, 1,
+                                   again, NULL, err, sizeof err),
+                  "%s", err);
+            for (int i = 0; i < tail; i++) {
+                int pos = n - tail + i;
+                CHECK(!td_forward_seqs(&dev, &st,
+                                       &(struct td_plan_seq){sk, pos, 1, ids + pos, 0, 0}, 1,
+                                       dec[k] + (size_t)i * V, NULL, err, sizeof err),
+                      "%s", err);
+            }
+            td_state_seq_release(&st, sk);
+        }
+        CHECK(!memcmp(dec[0], dec[1], (size_t)tail * V * 4), "repeated decode steps differ");
+        free(again), free(dec[0]), free(dec[1]);
+    }
+    snprintf(name, sizeof name, "model/repeat_bit_identical/%s", fx);
+    case_end(name, "");
+
     case_begin();
     td_state_seq_release(&st, slot);
     slot = td_state_seq_alloc(&st);
