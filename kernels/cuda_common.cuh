@@ -141,11 +141,6 @@ __device__ __forceinline__ float ld_f32(const void *p, int dtype, long long i) {
     }
 }
 
-/* bytes per element of a stored dtype (td_dtype_size, on the device) */
-__device__ __forceinline__ int dt_size(int dtype) {
-    return dtype == TD_DTYPE_I64 ? 8 : dtype == TD_DTYPE_F32 || dtype == TD_DTYPE_I32 ? 4 : 2;
-}
-
 struct sum_op {
     __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };

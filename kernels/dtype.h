@@ -21,8 +21,15 @@ enum td_dtype {
     TD_DTYPE_I64,
 };
 
+/* on the host and, in CUDA sources, on the device too */
+#ifdef __CUDACC__
+#define TD_HOST_DEVICE __host__ __device__
+#else
+#define TD_HOST_DEVICE
+#endif
+
 /* bytes per element, 0 for TD_DTYPE_NONE */
-static inline size_t td_dtype_size(enum td_dtype t) {
+static inline TD_HOST_DEVICE size_t td_dtype_size(enum td_dtype t) {
     switch (t) {
     case TD_DTYPE_F32:
     case TD_DTYPE_I32: return 4;

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(HC_THREADS)
     __shared__ float mix[HC_MAX_MIX + 1];
     int b = blockIdx.x, t = blockIdx.y, c0 = b * HC_CHUNK;
     int c1 = c0 + HC_CHUNK < width ? c0 + HC_CHUNK : width;
-    prefetch_l2_cols(fn, dt_size(fn_dt), m, width, c0, c1);
+    prefetch_l2_cols(fn, td_dtype_size((enum td_dtype)fn_dt), m, width, c0, c1);
     PDL_START();
     mix_part(mix, x + (size_t)t * width, fn, fn_dt, m, width, c0, c1);
     float *p = part + ((size_t)t * splits + b) * (m + 1);
@@ -252,10 +252,11 @@ __global__ void __launch_bounds__(HC_THREADS)
     __shared__ float pre[16];
     __shared__ float cs[256];
     int t = blockIdx.x, m = (2 + nc) * nc, width = nc * d, e = threadIdx.x;
-    prefetch_l2(w.base, (size_t)m * dt_size(w.base_dtype));
-    prefetch_l2(w.scale, 3 * dt_size(w.scale_dtype));
-    prefetch_l2(norm, (size_t)d * dt_size(norm_dt));
-    if (splits == 1) prefetch_l2(w.fn, (size_t)m * width * dt_size(w.fn_dtype));
+    prefetch_l2(w.base, (size_t)m * td_dtype_size((enum td_dtype)w.base_dtype));
+    prefetch_l2(w.scale, 3 * td_dtype_size((enum td_dtype)w.scale_dtype));
+    prefetch_l2(norm, (size_t)d * td_dtype_size((enum td_dtype)norm_dt));
+    if (splits == 1)
+        prefetch_l2(w.fn, (size_t)m * width * td_dtype_size((enum td_dtype)w.fn_dtype));
     PDL_START();
     const float *xt = x + (size_t)t * width;
     hc_mixes(mix, part, splits, xt, w.fn, w.fn_dtype, m, width, rms_eps);
@@ -329,9 +330,9 @@ __global__ void __launch_bounds__(HC_THREADS)
                    int nc, int d, float hc_eps, float rms_eps) {
     __shared__ float mix[17];
     int t = blockIdx.x;
-    prefetch_l2(base, (size_t)nc * dt_size(base_dt));
-    prefetch_l2(scale, dt_size(scale_dt));
-    if (splits == 1) prefetch_l2(fn, (size_t)nc * nc * d * dt_size(fn_dt));
+    prefetch_l2(base, (size_t)nc * td_dtype_size((enum td_dtype)base_dt));
+    prefetch_l2(scale, td_dtype_size((enum td_dtype)scale_dt));
+    if (splits == 1) prefetch_l2(fn, (size_t)nc * nc * d * td_dtype_size((enum td_dtype)fn_dt));
     PDL_START();
     const float *xt = x + (size_t)t * nc * d;
     hc_mixes(mix, part, splits, xt, fn, fn_dt, nc, nc * d, rms_eps);

@@ -16,7 +16,7 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
                              const int32_t *ids, int fn, const void *bias, int bias_dt,
                              const void *tid2eid, int tid_dt, int k, int E, float scaling,
                              int shared) {
-    prefetch_l2(bias, (size_t)E * dt_size(bias_dt));
+    prefetch_l2(bias, (size_t)E * td_dtype_size((enum td_dtype)bias_dt));
     PDL_START();
     extern __shared__ float sc[]; // [E] scores, then [E] selection values
     float *sel = sc + E;

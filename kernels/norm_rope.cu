@@ -17,7 +17,7 @@ struct nr_parts {
 __global__ void norm_rope_kernel(const __grid_constant__ struct nr_parts pp) {
     int part = blockIdx.y >= pp.groups0, group = blockIdx.y - (part ? pp.groups0 : 0);
     const struct norm_rope_args &a = pp.a[part];
-    prefetch_l2(a.w, (size_t)a.d * dt_size(a.w_dtype));
+    prefetch_l2(a.w, (size_t)a.d * td_dtype_size((enum td_dtype)a.w_dtype));
     prefetch_row_plan(a.rows, blockIdx.x);
     if (threadIdx.x == 0) {
         prefetch_l2_line(a.positions + blockIdx.x);

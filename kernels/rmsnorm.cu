@@ -3,7 +3,7 @@
 #include "rmsnorm.h"
 
 __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, int d, float eps) {
-    prefetch_l2(w, (size_t)d * dt_size(dt));
+    prefetch_l2(w, (size_t)d * td_dtype_size((enum td_dtype)dt));
     PDL_START();
     const float *xr = x + (size_t)blockIdx.x * d;
     float *yr = y + (size_t)blockIdx.x * d;
