@@ -41,6 +41,7 @@ __device__ __forceinline__ void load_keys(float *kv, const float *const *kp, int
  * The slices follow the row's key count and ks the configuration, so a row's result never
  * depends on the rows beside it. */
 __global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) {
+    prefetch_row_plan(a.rows, blockIdx.x / ks); // (the plan entries the key addresses need)
     PDL_START();
     extern __shared__ float sm[]; // key pointers[slice], s[slice], q[d], o[d], m, l
     const struct rows_view &r = a.rows;
@@ -72,6 +73,12 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) 
     for (int c = threadIdx.x; c < a.d; c += blockDim.x)
         qs[c] = qh[c];
     __syncthreads();
+    // every line of the slice's keys asked at once: the rings were written a step ago and the
+    // step's weights have pushed them out of L2, so the scoring loop's rounds of loads would
+    // each wait out a DRAM latency
+    int lines = (a.d * (int)sizeof(float) + 127) / 128;
+    for (int i = threadIdx.x; i < nj * lines; i += blockDim.x)
+        prefetch_l2_line(kp[i / lines] + (size_t)(i % lines) * (128 / sizeof(float)));
     // ATT_KEYS keys per warp at a time, their loads in flight together: a warp that finished
     // one key before loading the next waited out a memory latency per key (a batch-1 step of
     // the Flash slice spent 50 us per layer here). Each key's sum runs in the same order.

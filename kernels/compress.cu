@@ -18,6 +18,9 @@ __global__ void add_pos_bias_kernel(float *x, const void *bias, int dt, const in
 }
 
 __global__ void compress_emit_kernel(struct compress_args a) {
+    prefetch_row_plan(a.rows, blockIdx.x);
+    prefetch_l2(a.norm, (size_t)a.d * td_dtype_size((enum td_dtype)a.norm_dtype));
+    if (threadIdx.x == 0) prefetch_l2_line(a.inv_freq);
     PDL_START();
     const struct rows_view *r = &a.rows;
     int t = blockIdx.x, w = r->emit[t];

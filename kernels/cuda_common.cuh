@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "dtype.h"
+#include "rows.h"
 
 /* evaluates x once; on failure prints the statement, file:line and the error, then aborts */
 #define CUDA_CHECK(x)                                                                              \
@@ -72,6 +73,23 @@ __device__ __forceinline__ void prefetch_l2_cols(const void *p, int esz, int row
         const char *line = (const char *)((uintptr_t)a & ~(uintptr_t)127) + (size_t)(q % per) * 128;
         if (line < (const char *)p + ((size_t)r * width + c1) * esz) prefetch_l2_line(line);
     }
+}
+
+/* The plan entries of row t that a plan-driven kernel reads first (row t of every per-row
+ * array, the first line of the per-sequence ones), asked into L2 by thread 0 before the PDL
+ * wait: the plan is written at the step's start, and by a layer's kernels the step's weights
+ * have pushed it out of L2, so each link of a chain such as row_seq -> slot -> ring row would
+ * wait out a DRAM latency. (A prefetch is a hint: it returns nothing and cannot read stale
+ * data.) */
+__device__ __forceinline__ void prefetch_row_plan(const struct rows_view &r, int t) {
+    if (threadIdx.x) return;
+    const int32_t *row[] = {r.input_ids, r.positions, r.row_seq, r.swa_indptr,
+                            r.swa_write, r.vis,       r.emit,    r.write};
+    for (int i = 0; i < (int)(sizeof row / sizeof *row); i++)
+        if (row[i]) prefetch_l2_line(row[i] + t);
+    const int32_t *seq[] = {r.slot, r.len_before, r.qo_indptr};
+    for (int i = 0; i < (int)(sizeof seq / sizeof *seq); i++)
+        if (seq[i]) prefetch_l2_line(seq[i]);
 }
 
 /* cluster > 1: blocks x .. x + cluster - 1 of the grid form a thread-block cluster (Hopper),

@@ -293,10 +293,19 @@ __global__ void __launch_bounds__(HC_THREADS)
 
 __global__ void hc_post_kernel(float *x, const float *a, const float *post, const float *comb,
                                int n, int nc, int d, float *mean, int mean_stride) {
-    PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i >= (long long)n * d) return;
     int t = (int)(i / d), c = (int)(i % d);
+    // the streams this thread's column reads, and the token's post and comb: written by the
+    // previous hc_post and this layer's hc_pre, since pushed out of L2 by the block's weights
+    if (i < (long long)n * d) {
+        if (c % 32 == 0)
+            for (int k = 0; k < nc; k++)
+                prefetch_l2_line(x + ((size_t)t * nc + k) * d + c);
+        if (c == 0)
+            prefetch_l2_line(post + (size_t)t * nc), prefetch_l2_line(comb + (size_t)t * nc * nc);
+    }
+    PDL_START();
+    if (i >= (long long)n * d) return;
     float old[16], *xt = x + (size_t)t * nc * d; // unrolled to 16: old stays in registers
     const float *ct = comb + (size_t)t * nc * nc, *pt = post + (size_t)t * nc;
 #pragma unroll

@@ -15,6 +15,7 @@ static size_t scratch_cap;
 #define IDX_ENTRIES 32
 
 __global__ void indexer_score_kernel(struct indexer_args a, float *scores) {
+    prefetch_row_plan(a.rows, blockIdx.x);
     PDL_START();
     const struct rows_view *r = &a.rows;
     int t = blockIdx.x, w0 = blockIdx.y * IDX_ENTRIES;
@@ -56,6 +57,7 @@ __device__ __forceinline__ unsigned score_key(float v) {
 
 __global__ void __launch_bounds__(IDX_SELECT_THREADS)
     indexer_select_kernel(struct indexer_args a, const float *scores) {
+    prefetch_row_plan(a.rows, blockIdx.x);
     PDL_START();
     const struct rows_view *r = &a.rows;
     int t = blockIdx.x;

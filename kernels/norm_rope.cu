@@ -18,6 +18,12 @@ __global__ void norm_rope_kernel(const __grid_constant__ struct nr_parts pp) {
     int part = blockIdx.y >= pp.groups0, group = blockIdx.y - (part ? pp.groups0 : 0);
     const struct norm_rope_args &a = pp.a[part];
     prefetch_l2(a.w, (size_t)a.d * td_dtype_size((enum td_dtype)a.w_dtype));
+    prefetch_row_plan(a.rows, blockIdx.x);
+    if (threadIdx.x == 0) {
+        prefetch_l2_line(a.positions + blockIdx.x);
+        prefetch_l2_line(a.inv_freq);
+        if (a.write) prefetch_l2_line(a.write + blockIdx.x);
+    }
     PDL_START();
     __shared__ float cs[256], sn[256];
     int t = blockIdx.x, half = a.rot_dim / 2, lane = threadIdx.x & 31;

@@ -11,6 +11,7 @@
 #define ROPE_PAIRS 256
 __global__ void rope_rows_kernel(float *x, int n_vec, int d, int rot, const int32_t *positions,
                                  const float *inv_freq, float af, int inverse) {
+    if (threadIdx.x == 0) prefetch_l2_line(positions + blockIdx.x), prefetch_l2_line(inv_freq);
     PDL_START();
     __shared__ float cs[256], sn[256];
     int t = blockIdx.x, half = rot / 2;
