@@ -2,6 +2,7 @@
  * (row, head); each row's keys come from the step metadata exactly as in attention_rows_ref
  * (see attention.h). fp32 softmax over slices of the row's keys held in shared memory. */
 #include <cooperative_groups.h>
+#include <type_traits>
 
 #include "attention.h"
 #include "cuda_common.cuh"
@@ -20,30 +21,30 @@ __device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t
     return a.entries + ((size_t)slot * a.n_entries + w) * a.d;
 }
 
-#define ATT_KEYS       8
+#define ATT_KEYS       4
 #define ATT_MAX_SPLITS 4 /* the most attention_splits gives */
-
-/* column c of keys j0 .. j0 + ATT_KEYS - 1 (0 past nk), loaded before any is used */
-__device__ __forceinline__ void load_keys(float *kv, const float *const *kp, int j0, int nk,
-                                          int c) {
-#pragma unroll
-    for (int u = 0; u < ATT_KEYS; u++)
-        kv[u] = j0 + u < nk ? kp[j0 + u][c] : 0.0f;
-}
 
 /* A cluster of ks blocks per (row, head) (attention_splits): the heads of a row run side by
  * side, and block r of the cluster takes the r-th contiguous slice of the row's keys. Each
- * block resolves its keys' addresses once into shared memory, scores them, and keeps its max
- * m_r, its sum l_r of exp(s_j - m_r) and its output part o_r = sum_j exp(s_j - m_r) k_j (keys
- * in order). Block 0 then reads the others' (through distributed shared memory when ks > 1)
- * and writes, in block order,
+ * block resolves its keys' addresses once into shared memory; then each warp takes groups of
+ * ATT_KEYS keys (warp w: keys 4w .. 4w + 3, then 4 (w + nw) ..), all their loads in flight
+ * together, and reads each key once: lane l holds columns l, l + 32, .. (NC of them) of the
+ * query, of each key and of its output part, scores the keys (one warp sum each) and keeps the
+ * running max m_w, sum l_w of exp(s_j - m_w) and part o_w = sum_j exp(s_j - m_w) k_j, in key
+ * order. The block joins its warps' parts in warp order into its own m_r, l_r and o_r. Block 0
+ * then reads the others' (through distributed shared memory when ks > 1) and writes, in block
+ * order,
  *   out = sum_r exp(m_r - M) o_r / (sum_r exp(m_r - M) l_r + exp(sink - M)),  M = max(m_r, sink).
- * The slices follow the row's key count and ks the configuration, so a row's result never
- * depends on the rows beside it. */
-__global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) {
+ * The slices and the warps' keys follow the row's key count, ks the configuration, so a row's
+ * result never depends on the rows beside it. (A warp per key group that read each key twice,
+ * once to score and once, a thread per column walking every key, for the output, took 17 us a
+ * call on the Flash slice at batch 1: the walk was a chain of dependent L2 round trips.) */
+template <int NC>
+__global__ void __launch_bounds__(512)
+    attention_rows_kernel(struct attn_args a, int max_keys, int ks) {
     prefetch_row_plan(a.rows, blockIdx.x / ks); // (the plan entries the key addresses need)
     PDL_START();
-    extern __shared__ float sm[]; // key pointers[slice], s[slice], q[d], o[d], m, l
+    extern __shared__ float sm[]; // key pointers[slice], the warps' parts [nw][d], o[d], m, l
     const struct rows_view &r = a.rows;
     int t = blockIdx.x / ks, rank = blockIdx.x % ks, h = blockIdx.y;
     if (r.row_seq[t] < 0) return; // a pad row: inert (the whole cluster returns)
@@ -66,64 +67,85 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) 
     int slice = (max_keys + ks - 1) / ks;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const float **kp = (const float **)sm;
-    float *s = (float *)(kp + slice), *qs = s + slice, *o = qs + a.d, *ml = o + a.d;
+    float *ow = (float *)(kp + slice), *o = ow + (size_t)nw * a.d, *ml = o + a.d;
+    float *mw = ml + 2, *sw = mw + nw; // the warps' maxima, then their scales
     for (int j = threadIdx.x; j < nj; j += blockDim.x)
         kp[j] = key_ptr(a, t, j0 + j, n_swa, slot, len, row0);
     const float *qh = a.q + ((size_t)t * a.n_heads + h) * a.d;
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x)
-        qs[c] = qh[c];
+    float qv[NC], acc[NC];
+#pragma unroll
+    for (int i = 0; i < NC; i++) {
+        int c = lane + 32 * i;
+        qv[i] = c < a.d ? qh[c] : 0.0f;
+        acc[i] = 0.0f;
+    }
     __syncthreads();
     // every line of the slice's keys asked at once: the rings were written a step ago and the
-    // step's weights have pushed them out of L2, so the scoring loop's rounds of loads would
-    // each wait out a DRAM latency
+    // step's weights have pushed them out of L2
     int lines = (a.d * (int)sizeof(float) + 127) / 128;
     for (int i = threadIdx.x; i < nj * lines; i += blockDim.x)
         prefetch_l2_line(kp[i / lines] + (size_t)(i % lines) * (128 / sizeof(float)));
-    // ATT_KEYS keys per warp at a time, their loads in flight together: a warp that finished
-    // one key before loading the next waited out a memory latency per key (a batch-1 step of
-    // the Flash slice spent 50 us per layer here). Each key's sum runs in the same order.
+    float m = -INFINITY, sum = 0.0f;
     for (int q0 = warp * ATT_KEYS; q0 < nj; q0 += nw * ATT_KEYS) {
-        float dot[ATT_KEYS];
-#pragma unroll
-        for (int u = 0; u < ATT_KEYS; u++)
-            dot[u] = 0.0f;
-#pragma unroll 4
-        for (int c = lane; c < a.d; c += 32) {
-            float kv[ATT_KEYS];
-            load_keys(kv, kp, q0, nj, c);
-#pragma unroll
-            for (int u = 0; u < ATT_KEYS; u++)
-                dot[u] += qs[c] * kv[u];
-        }
+        float kv[ATT_KEYS][NC], sc[ATT_KEYS];
 #pragma unroll
         for (int u = 0; u < ATT_KEYS; u++) {
-            float v = warp_sum(dot[u]);
-            if (lane == 0 && q0 + u < nj) s[q0 + u] = v * a.scale;
+            const float *k = q0 + u < nj ? kp[q0 + u] : NULL;
+#pragma unroll
+            for (int i = 0; i < NC; i++) {
+                int c = lane + 32 * i;
+                kv[u][i] = k && c < a.d ? k[c] : 0.0f;
+            }
         }
+        float mn = m;
+#pragma unroll
+        for (int u = 0; u < ATT_KEYS; u++) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < NC; i++)
+                dot += qv[i] * kv[u][i];
+            dot = warp_sum(dot) * a.scale;
+            sc[u] = q0 + u < nj ? dot : -INFINITY;
+            mn = fmaxf(mn, sc[u]);
+        }
+        float cor = m == -INFINITY ? 0.0f : expf(m - mn); // (mn is finite: key q0 is real)
+        sum *= cor;
+#pragma unroll
+        for (int i = 0; i < NC; i++)
+            acc[i] *= cor;
+#pragma unroll
+        for (int u = 0; u < ATT_KEYS; u++) {
+            float p = q0 + u < nj ? expf(sc[u] - mn) : 0.0f;
+            sum += p;
+#pragma unroll
+            for (int i = 0; i < NC; i++)
+                acc[i] += p * kv[u][i];
+        }
+        m = mn;
     }
+    // the block's part: its warps' parts joined in warp order (a warp without keys adds 0)
+#pragma unroll
+    for (int i = 0; i < NC; i++) {
+        int c = lane + 32 * i;
+        if (c < a.d) ow[(size_t)warp * a.d + c] = acc[i];
+    }
+    if (lane == 0) mw[warp] = m, sw[warp] = sum;
     __syncthreads();
     float mx = -INFINITY;
-    for (int j = threadIdx.x; j < nj; j += blockDim.x)
-        mx = fmaxf(mx, s[j]);
-    mx = block_max(mx);
+    for (int w = 0; w < nw; w++)
+        mx = fmaxf(mx, mw[w]);
     float den = 0.0f;
-    for (int j = threadIdx.x; j < nj; j += blockDim.x) {
-        float p = expf(s[j] - mx);
-        s[j] = p;
-        den += p;
-    }
-    den = block_sum(den);                                 // (its barriers also publish s)
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x) { // in key order, ATT_KEYS loads at once
-        float acc = 0.0f;
-#pragma unroll 2
-        for (int q0 = 0; q0 < nj; q0 += ATT_KEYS) {
-            float kv[ATT_KEYS];
-            load_keys(kv, kp, q0, nj, c);
-#pragma unroll
-            for (int u = 0; u < ATT_KEYS; u++)
-                if (q0 + u < nj) acc += s[q0 + u] * kv[u];
-        }
-        o[c] = acc;
+    for (int w = 0; w < nw; w++)
+        den += mw[w] == -INFINITY ? 0.0f : expf(mw[w] - mx) * sw[w];
+    __syncthreads(); // every thread has read the sums before they become scales
+    if (threadIdx.x < nw)
+        sw[threadIdx.x] = mw[threadIdx.x] == -INFINITY ? 0.0f : expf(mw[threadIdx.x] - mx);
+    __syncthreads();
+    for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
+        float v = 0.0f;
+        for (int w = 0; w < nw; w++)
+            v += sw[w] * ow[(size_t)w * a.d + c];
+        o[c] = v;
     }
     if (threadIdx.x == 0) ml[0] = mx, ml[1] = den;
     // block 0 joins the blocks' parts in block order (its own alone when ks == 1); each
@@ -177,12 +199,30 @@ __global__ void attention_rows_kernel(struct attn_args a, int max_keys, int ks) 
     if (ks > 1) cl.sync(); // the other blocks' parts stay until block 0 has read them
 }
 
+/* f(NC) with NC, the columns a lane holds, a compile-time constant: d <= 32 NC */
+template <typename F> static void by_columns(int d, F &&f) {
+    if (d <= 32)
+        f(std::integral_constant<int, 1>{});
+    else if (d <= 64)
+        f(std::integral_constant<int, 2>{});
+    else if (d <= 128)
+        f(std::integral_constant<int, 4>{});
+    else if (d <= 256)
+        f(std::integral_constant<int, 8>{});
+    else
+        f(std::integral_constant<int, 16>{});
+}
+
 static size_t smem_set;
 
 static void ensure_smem(size_t smem) {
     if (smem <= 48 * 1024 || smem <= smem_set) return;
-    CUDA_CHECK(cudaFuncSetAttribute(attention_rows_kernel,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    for (int d = 32; d <= ATTENTION_MAX_D; d *= 2)
+        by_columns(d, [&](auto nc) {
+            CUDA_CHECK(cudaFuncSetAttribute(attention_rows_kernel<decltype(nc)::value>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
+        });
     smem_set = smem;
 }
 
@@ -192,19 +232,21 @@ extern "C" void attention_cuda_reserve(size_t smem) {
 
 extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (!a->rows.n_tok) return;
+    if (a->d > ATTENTION_MAX_D) {
+        fprintf(stderr, "attention: head_dim %d is more than the CUDA kernel's %d\n", a->d,
+                ATTENTION_MAX_D);
+        abort();
+    }
     // capacity: the window plus every compressed entry a row may see (top-k or all visible)
     int max_keys =
         a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
     size_t smem = attention_smem(a->d, max_keys, a->n_heads);
     ensure_smem(smem);
-    // a thread per output column up to 512 (a 128-thread block walked the 512 columns of a
-    // Flash-slice head in four passes of dependent key loads: 49 us per layer at batch 1,
-    // 24 with 512; whole batch-1 / batch-8 decode, two runs each: 332, 352 / 658, 672 tokens/s
-    // with 512 threads against 327, 309 / 666, 587 with 128). The thread count depends on d
-    // alone: the softmax's block sums run in an order it fixes.
-    int threads = a->d > 256 ? 512 : a->d > 128 ? 256 : 128;
     int ks = attention_splits(a->n_heads, max_keys);
     dim3 grid(a->rows.n_tok * ks, a->n_heads);
-    launch_kc(attention_rows_kernel, grid, threads, smem, ks, td_cuda_stream(), *a, max_keys, ks);
+    by_columns(a->d, [&](auto nc) {
+        launch_kc(attention_rows_kernel<decltype(nc)::value>, grid, attention_threads(a->d), smem,
+                  ks, td_cuda_stream(), *a, max_keys, ks);
+    });
     LAUNCH_CHECK();
 }

@@ -854,6 +854,70 @@ static void fill(float *x, size_t n, float s) {
         x[i] = frand() * s;
 }
 
+/* attention_rows against its reference over the plan of test_plan_ops: sliding only, CSA
+ * through the picks, HCA over all visible entries, and HCA with room for 128 entries */
+static void attention_cases(const struct td_plan *p, struct rows_view rh, struct rows_view rd,
+                            int32_t *vis_hca_dev, int H, int d) {
+    int n = p->n_tok_pad, S = 3, ring = 24, ne = 32;
+    float *q = malloc((size_t)n * H * d * 4), *kv = malloc((size_t)n * d * 4);
+    float *swa = malloc((size_t)S * ring * d * 4), *ent = malloc((size_t)S * ne * d * 4);
+    float *sinks = malloc((size_t)H * 4);
+    for (int h = 0; h < H; h++)
+        sinks[h] = h % 4 == 0 ? 0.5f : h % 4 == 1 ? -1.0f : h % 4 == 2 ? 2.0f : 0.0f;
+    fill(q, (size_t)n * H * d, 1), fill(kv, (size_t)n * d, 1), fill(swa, (size_t)S * ring * d, 1);
+    fill(ent, (size_t)S * ne * d, 1);
+    float *dq = dev_copy(q, (size_t)n * H * d * 4), *dkv = dev_copy(kv, (size_t)n * d * 4);
+    float *dswa = dev_copy(swa, (size_t)S * ring * d * 4),
+          *dent = dev_copy(ent, (size_t)S * ne * d * 4);
+    float *dsink = dev_copy(sinks, (size_t)H * 4), *out = malloc((size_t)n * H * d * 4);
+    // hca_split: room for 128 entries a sequence, so the widest row has 152 keys and the
+    // kernel splits each row's keys over a cluster of blocks (attention_splits: 4 heads), some
+    // of whose slices are empty
+    const char *kinds[4] = {"sliding", "csa", "hca", "hca_split"};
+    int ne4 = 128;
+    float *ent4 = malloc((size_t)S * ne4 * d * 4);
+    fill(ent4, (size_t)S * ne4 * d, 1);
+    float *dent4 = dev_copy(ent4, (size_t)S * ne4 * d * 4);
+    for (int k = 0; k < 4; k++) {
+        case_begin();
+        struct rows_view rh2 = rh, rd2 = rd;
+        if (k >= 2) rh2.vis = p->vis_hca, rd2.vis = vis_hca_dev;
+        memset(out, 0, (size_t)n * H * d * 4);
+        const float *eh = k == 3 ? ent4 : k ? ent : NULL, *ed = k == 3 ? dent4 : k ? dent : NULL;
+        int nek = k == 3 ? ne4 : ne;
+        // csa and hca_split also rotate the output's last 16 dims back (V's rope)
+        float ainv[8];
+        struct rope_params arp = {10000, 16, 0, 1, 1, 32, 1, 1, 1.0f};
+        rope_inv_freq_ref(ainv, &arp);
+        float *dainv = dev_copy(ainv, sizeof ainv);
+        int rot = k % 2 ? 16 : 0;
+        struct attn_args ah = {rh2, out,    q,     kv, swa, ring,  eh,
+                               nek, k == 1, sinks, H,  d,   0.18f, rot ? ainv : NULL,
+                               rot, 0.9f};
+        attention_rows_ref(&ah);
+        float *dout = dev_out((size_t)n * H * d);
+        struct attn_args ad = {rd2, dout,   dq,    dkv, dswa, ring,  ed,
+                               nek, k == 1, dsink, H,   d,    0.18f, rot ? dainv : NULL,
+                               rot, 0.9f};
+        attention_rows_cuda(&ad);
+        gpu->release(dainv);
+        float *g = fetch(dout, (size_t)n * H * d, "attention");
+        // the pad row (7) is inert: compare the real rows only
+        CHECK(max_rel(g, out, (size_t)p->n_tok * H * d) < 1e-4, "%s: rel err %.3g", kinds[k],
+              max_rel(g, out, (size_t)p->n_tok * H * d));
+        char name[64];
+        snprintf(name, sizeof name, "op/attention_rows/%s/h%dd%d", kinds[k], H, d);
+        case_end(name, "");
+        free(g);
+        release_out(dout);
+    }
+    free(ent4);
+    gpu->release(dent4);
+    free(q), free(kv), free(swa), free(ent), free(sinks), free(out);
+    gpu->release(dq), gpu->release(dkv), gpu->release(dswa), gpu->release(dent);
+    gpu->release(dsink);
+}
+
 static void test_plan_ops(void) {
     char err[256];
     struct td_plan_dims dm = {16, 4, 128, 8, 8, 4, 8, 24, 24, 24, 0};
@@ -868,7 +932,7 @@ static void test_plan_ops(void) {
               !meta_plan_build(&p, seqs, 3, err, sizeof err),
           "%s", err);
     CHECK(p.n_tok == 7 && p.n_tok_pad == 8, "rows %d pad %d", p.n_tok, p.n_tok_pad);
-    int n = p.n_tok_pad, S = 3, H = 4, d = 32, ring = 24, ne = 32, ihd = 16, IH = 8;
+    int n = p.n_tok_pad, S = 3, d = 32, ring = 24, ne = 32, ihd = 16, IH = 8;
     void *dplan = dev_copy(p.mem, p.bytes);
     const char *hb = p.mem;
     char *db = dplan;
@@ -920,59 +984,11 @@ static void test_plan_ops(void) {
           partial);
     case_end("op/indexer_topk", "");
 
-    // attention: sliding only, CSA through the picks, HCA over all visible entries
-    float *q = malloc((size_t)n * H * d * 4), *kv = malloc((size_t)n * d * 4);
-    float *swa = malloc((size_t)S * ring * d * 4), *ent = malloc((size_t)S * ne * d * 4);
-    float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
-    fill(q, (size_t)n * H * d, 1), fill(kv, (size_t)n * d, 1), fill(swa, (size_t)S * ring * d, 1);
-    fill(ent, (size_t)S * ne * d, 1);
-    float *dq = dev_copy(q, (size_t)n * H * d * 4), *dkv = dev_copy(kv, (size_t)n * d * 4);
-    float *dswa = dev_copy(swa, (size_t)S * ring * d * 4),
-          *dent = dev_copy(ent, (size_t)S * ne * d * 4);
-    float *dsink = dev_copy(sinks, sizeof sinks), *out = malloc((size_t)n * H * d * 4);
-    // hca_split: room for 128 entries a sequence, so the widest row has 152 keys and the
-    // kernel splits each row's keys over a cluster of blocks (attention_splits: 4 heads), some
-    // of whose slices are empty
-    const char *kinds[4] = {"sliding", "csa", "hca", "hca_split"};
-    int ne4 = 128;
-    float *ent4 = malloc((size_t)S * ne4 * d * 4);
-    fill(ent4, (size_t)S * ne4 * d, 1);
-    float *dent4 = dev_copy(ent4, (size_t)S * ne4 * d * 4);
-    for (int k = 0; k < 4; k++) {
-        case_begin();
-        struct rows_view rh2 = rh, rd2 = rd;
-        if (k >= 2) rh2.vis = p.vis_hca, rd2.vis = DEV(p.vis_hca);
-        memset(out, 0, (size_t)n * H * d * 4);
-        const float *eh = k == 3 ? ent4 : k ? ent : NULL, *ed = k == 3 ? dent4 : k ? dent : NULL;
-        int nek = k == 3 ? ne4 : ne;
-        // csa and hca_split also rotate the output's last 16 dims back (V's rope)
-        float ainv[8];
-        struct rope_params arp = {10000, 16, 0, 1, 1, 32, 1, 1, 1.0f};
-        rope_inv_freq_ref(ainv, &arp);
-        float *dainv = dev_copy(ainv, sizeof ainv);
-        int rot = k % 2 ? 16 : 0;
-        struct attn_args ah = {rh2, out,    q,     kv, swa, ring,  eh,
-                               nek, k == 1, sinks, H,  d,   0.18f, rot ? ainv : NULL,
-                               rot, 0.9f};
-        attention_rows_ref(&ah);
-        float *dout = dev_out((size_t)n * H * d);
-        struct attn_args ad = {rd2, dout,   dq,    dkv, dswa, ring,  ed,
-                               nek, k == 1, dsink, H,   d,    0.18f, rot ? dainv : NULL,
-                               rot, 0.9f};
-        attention_rows_cuda(&ad);
-        gpu->release(dainv);
-        float *g = fetch(dout, (size_t)n * H * d, "attention");
-        // the pad row (7) is inert: compare the real rows only
-        CHECK(max_rel(g, out, (size_t)p.n_tok * H * d) < 1e-4, "%s: rel err %.3g", kinds[k],
-              max_rel(g, out, (size_t)p.n_tok * H * d));
-        char name[64];
-        snprintf(name, sizeof name, "op/attention_rows/%s", kinds[k]);
-        case_end(name, "");
-        free(g);
-        release_out(dout);
-    }
-    free(ent4);
-    gpu->release(dent4);
+    // attention at the tiny fixtures' shape (a cluster of blocks for few heads), the Flash
+    // slice's (64 heads of 512: a warp per group of keys, 16 columns a lane) and an odd width
+    attention_cases(&p, rh, rd, DEV(p.vis_hca), 4, 32);
+    attention_cases(&p, rh, rd, DEV(p.vis_hca), 64, 512);
+    attention_cases(&p, rh, rd, DEV(p.vis_hca), 3, 80);
 
     // compressor emission (CSA overlap) into the entries of the emitting rows' sequences
     case_begin();
@@ -1103,7 +1119,7 @@ static void test_plan_ops(void) {
         case_end(sh ? "op/moe_route_experts_shared" : "op/moe_route_experts", "");
     }
 #undef DEV
-    free(iq), free(iw), free(ik), free(q), free(kv), free(swa), free(ent), free(out);
+    free(iq), free(iw), free(ik);
     meta_plan_free(&p);
 }
 
