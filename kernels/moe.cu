@@ -2,6 +2,8 @@
  * run in ascending expert order and add into an fp32 accumulator, so a row's result never
  * depends on the other rows (batch-invariant). A grouped-GEMM path for large batches is the
  * next step; this one is the correctness baseline. */
+#include <type_traits>
+
 #include "cuda_common.cuh"
 #include "mma_tile.cuh"
 #include "moe.h"
@@ -69,12 +71,97 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
     if (shared) picks[(size_t)t * kk + k] = E, weights[(size_t)t * kk + k] = 1.0f;
 }
 
+/* The same routing, a warp per row (ROUTE_ROWS rows a block) for up to 32 PER experts: lane l
+ * holds experts l, l + 32, .. in registers, every pick is one warp maximum of argmax_key (the
+ * block kernel's order: ties to the lower expert), a lane's taken experts a bit mask, and lane 0
+ * sums the picks' scores in pick order, as route_kernel's thread 0 does: the same bits. The
+ * block form waited at two barriers a pick (7.8 us a call on the Flash slice at batch 1). */
+#define ROUTE_ROWS 4
+
+template <int PER>
+__global__ void route_warp_kernel(int32_t *picks, float *weights, const float *logits,
+                                  const int32_t *ids, int fn, const void *bias, int bias_dt,
+                                  const void *tid2eid, int tid_dt, int k, int E, float scaling,
+                                  int shared, int n) {
+    prefetch_l2(bias, (size_t)E * td_dtype_size((enum td_dtype)bias_dt));
+    PDL_START();
+    int lane = threadIdx.x & 31, t = blockIdx.x * ROUTE_ROWS + (threadIdx.x >> 5);
+    if (t >= n) return;
+    const float *lg = logits + (size_t)t * E;
+    float sc[PER], sel[PER];
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int e = lane + 32 * i;
+        sc[i] = e < E ? lg[e] : -INFINITY;
+        sel[i] = e < E && bias ? ld_f32(bias, bias_dt, e) : 0.0f;
+    }
+    if (fn == MOE_SCORE_SOFTMAX) { // (block_softmax's terms; its sums' order differs)
+        float mx = -INFINITY, den = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PER; i++)
+            mx = fmaxf(mx, sc[i]);
+        mx = warp_max(mx);
+#pragma unroll
+        for (int i = 0; i < PER; i++)
+            den += lane + 32 * i < E ? expf(sc[i] - mx) : 0.0f;
+        den = warp_sum(den);
+#pragma unroll
+        for (int i = 0; i < PER; i++)
+            sc[i] = expf(sc[i] - mx) / den;
+    } else {
+#pragma unroll
+        for (int i = 0; i < PER; i++)
+            sc[i] = score_of(sc[i], fn);
+    }
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        sel[i] += sc[i];
+    unsigned taken = 0;
+    float sum = 0.0f, mine = 0.0f; // (lane j keeps pick j's score)
+    int kk = k + shared;
+    for (int j = 0; j < k; j++) {
+        int p;
+        if (tid2eid) {
+            long long i = (long long)ids[t] * k + j;
+            p = tid_dt == TD_DTYPE_I64 ? (int)((const long long *)tid2eid)[i]
+                                       : ((const int32_t *)tid2eid)[i];
+        } else {
+            unsigned long long best = 0;
+#pragma unroll
+            for (int i = 0; i < PER; i++) {
+                int e = lane + 32 * i;
+                unsigned long long key = argmax_key(sel[i], e);
+                if (e < E && !(taken >> i & 1u) && key > best) best = key;
+            }
+            p = argmax_key_index(warp_max_key(best));
+        }
+        float ps = 0.0f; // the pick's score, from the lane that holds it
+#pragma unroll
+        for (int i = 0; i < PER; i++)
+            if (p == lane + 32 * i) ps = sc[i], taken |= 1u << i;
+        ps = __shfl_sync(0xffffffffu, ps, p & 31);
+        sum += ps; // (every lane: the same sum in pick order)
+        if (lane == j) picks[(size_t)t * kk + j] = p, mine = ps;
+    }
+    if (lane < k) weights[(size_t)t * kk + lane] = mine / (sum + 1e-20f) * scaling;
+    if (shared && lane == 0) picks[(size_t)t * kk + k] = E, weights[(size_t)t * kk + k] = 1.0f;
+}
+
 extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float *logits,
                                     const int32_t *ids, enum moe_score score_fn, const void *bias,
                                     enum td_dtype bias_dtype, const void *tid2eid,
                                     enum td_dtype tid_dtype, int n, int k, int n_experts,
                                     float scaling, int shared) {
     if (!n) return;
+    auto warp = [&](auto per) {
+        launch_k(route_warp_kernel<decltype(per)::value>, ceil_div(n, ROUTE_ROWS), 32 * ROUTE_ROWS,
+                 0, td_cuda_stream(), picks, weights, logits, ids, (int)score_fn, bias,
+                 (int)bias_dtype, tid2eid, (int)tid_dtype, k, n_experts, scaling, shared, n);
+        LAUNCH_CHECK();
+    };
+    if (n_experts <= 64 && k <= 32) return warp(std::integral_constant<int, 2>{});
+    if (n_experts <= 256 && k <= 32) return warp(std::integral_constant<int, 8>{});
+    if (n_experts <= 512 && k <= 32) return warp(std::integral_constant<int, 16>{});
     launch_k(route_kernel, n, 128, 2 * (size_t)n_experts * sizeof(float), td_cuda_stream(), picks,
              weights, logits, ids, score_fn, bias, bias_dtype, tid2eid, tid_dtype, k, n_experts,
              scaling, shared);

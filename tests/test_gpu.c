@@ -854,6 +854,52 @@ static void fill(float *x, size_t n, float s) {
         x[i] = frand() * s;
 }
 
+/* the router at the Flash slice's width (256 experts, top 6: a warp per row), at 40 experts and
+ * at 600 (past the warp form: the block kernel), every score function and hash routing, with
+ * and without the shared pick, against the reference: the same picks, weights within 1e-5 */
+static void test_route_wide(void) {
+    enum { N = 5, K = 6, EMAX = 600 };
+    static const int widths[3] = {40, 256, 600};
+    int32_t ids[N] = {3, 17, 0, 49, 8};
+    int64_t *tid = malloc(sizeof(int64_t) * 50 * K);
+    float *lg = malloc(sizeof(float) * N * EMAX), *bias = malloc(sizeof(float) * EMAX);
+    int32_t ph[N * (K + 1)], pg[N * (K + 1)];
+    float wh[N * (K + 1)], wg[N * (K + 1)];
+    int32_t *dids = dev_copy(ids, sizeof ids), *dpk = gpu->alloc(sizeof pg);
+    float *dwt = gpu->alloc(sizeof wg);
+    for (int wi = 0; wi < 3; wi++) {
+        int E = widths[wi];
+        case_begin();
+        fill(lg, (size_t)N * E, 3);
+        fill(bias, (size_t)E, 0.3f);
+        for (int i = 0; i < 50 * K; i++)
+            tid[i] = (i * 37 + i / K) % E;
+        float *dlg = dev_copy(lg, sizeof(float) * N * E), *db = dev_copy(bias, sizeof(float) * E);
+        int64_t *dtid = dev_copy(tid, sizeof(int64_t) * 50 * K);
+        for (int sh = 0; sh < 2; sh++)
+            for (int fn = 0; fn < 4; fn++) {
+                int hash = fn == 3, kk = K + sh;
+                enum moe_score sf = (enum moe_score)(hash ? 0 : fn);
+                moe_route_rows_ref(ph, wh, lg, ids, sf, hash ? NULL : bias, TD_DTYPE_F32,
+                                   hash ? tid : NULL, TD_DTYPE_I64, N, K, E, 2.5f, sh);
+                moe_route_rows_cuda(dpk, dwt, dlg, dids, sf, hash ? NULL : db, TD_DTYPE_F32,
+                                    hash ? dtid : NULL, TD_DTYPE_I64, N, K, E, 2.5f, sh);
+                gpu->to_host(pg, dpk, sizeof(int32_t) * N * kk);
+                gpu->to_host(wg, dwt, sizeof(float) * N * kk);
+                CHECK(!memcmp(pg, ph, sizeof(int32_t) * N * kk),
+                      "E %d fn %d shared %d: picks differ", E, fn, sh);
+                CHECK(max_rel(wg, wh, (size_t)N * kk) < 1e-5, "E %d fn %d shared %d: weights %.3g",
+                      E, fn, sh, max_rel(wg, wh, (size_t)N * kk));
+            }
+        gpu->release(dlg), gpu->release(db), gpu->release(dtid);
+        char name[64];
+        snprintf(name, sizeof name, "op/moe_route/E%d_k%d", E, K);
+        case_end(name, "");
+    }
+    gpu->release(dids), gpu->release(dpk), gpu->release(dwt);
+    free(tid), free(lg), free(bias);
+}
+
 /* attention_rows against its reference over the plan of test_plan_ops: sliding only, CSA
  * through the picks, HCA over all visible entries, and HCA with room for 128 entries */
 static void attention_cases(const struct td_plan *p, struct rows_view rh, struct rows_view rd,
@@ -1550,6 +1596,7 @@ int main(void) {
     test_copy_bytes();
     test_greedy_slot();
     test_indexer_select();
+    test_route_wide();
     test_plan_ops();
     const char *fxs[3] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
     for (int i = 0; i < 3; i++)
