@@ -89,34 +89,29 @@ __global__ void __launch_bounds__(HC_THREADS)
         p[o] = mix[o];
 }
 
-/* this block's token's mixes, fn[o, :] . x / rms(x), into mix[0 .. m - 1]: summed from the
- * chunk parts in chunk order when the width is split, else made here over the whole width */
-__device__ void hc_mixes(float *mix, const float *part, int splits, const float *xt, const void *fn,
-                         int fn_dt, int m, int width, float rms_eps) {
+/* this block's token's mixes before the norm, fn[o, :] . x, into mix[0 .. m - 1], and x . x in
+ * mix[m]: summed from the chunk parts when the width is split (a warp per output, its lanes
+ * over the chunks, one fixed butterfly: one round of loads, where a thread per output walking
+ * the chunks in batches of HC_BATCH made two), else made here over the whole width. Returns
+ * 1 / rms(x), by which the callers scale each mix where they read it (mix * r, as the stored
+ * product was): two barriers fewer than scaling them here. */
+__device__ float hc_mixes(float *mix, const float *part, int splits, const float *xt,
+                          const void *fn, int fn_dt, int m, int width, float rms_eps) {
     if (splits == 1) {
         mix_part(mix, xt, fn, fn_dt, m, width, 0, width);
     } else {
         const float *p = part + (size_t)blockIdx.x * splits * (m + 1);
-        for (int o = threadIdx.x; o <= m; o += blockDim.x) {
-            float acc = 0.0f; // in chunk order; HC_BATCH loads in flight at a time
-            for (int b0 = 0; b0 < splits; b0 += HC_BATCH) {
-                float v[HC_BATCH];
-#pragma unroll
-                for (int u = 0; u < HC_BATCH; u++)
-                    v[u] = b0 + u < splits ? p[(size_t)(b0 + u) * (m + 1) + o] : 0.0f;
-#pragma unroll
-                for (int u = 0; u < HC_BATCH; u++)
-                    if (b0 + u < splits) acc += v[u];
-            }
-            mix[o] = acc;
+        int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+        for (int o = threadIdx.x >> 5; o <= m; o += nw) {
+            float acc = 0.0f;
+            for (int b = lane; b < splits; b += 32)
+                acc += p[(size_t)b * (m + 1) + o];
+            acc = warp_sum(acc);
+            if (lane == 0) mix[o] = acc;
         }
         __syncthreads();
     }
-    float r = rsqrtf(mix[m] / width + rms_eps);
-    __syncthreads();
-    for (int o = threadIdx.x; o < m; o += blockDim.x)
-        mix[o] *= r;
-    __syncthreads();
+    return rsqrtf(mix[m] / width + rms_eps);
 }
 
 __device__ __forceinline__ float sigm(float z) {
@@ -138,14 +133,14 @@ __device__ __forceinline__ float rcp_approx(float s) {
 }
 
 template <int NC>
-__device__ void sinkhorn_regs(float *out, const float *mix, const struct hc_weights &w,
+__device__ void sinkhorn_regs(float *out, const float *mix, float r, const struct hc_weights &w,
                               float s_comb, int iters, float eps) {
     float v[4][4] = {};
 #pragma unroll
     for (int i = 0; i < NC; i++)
 #pragma unroll
         for (int j = 0; j < NC; j++)
-            v[i][j] = mix[2 * NC + i * NC + j] * s_comb +
+            v[i][j] = mix[2 * NC + i * NC + j] * r * s_comb +
                       ld_f32(w.base, w.base_dtype, 2 * NC + i * NC + j);
 #pragma unroll
     for (int i = 0; i < NC; i++) {
@@ -186,25 +181,26 @@ __device__ void sinkhorn_regs(float *out, const float *mix, const struct hc_weig
                 out[i * NC + j] = v[i][j];
 }
 
-__device__ void sinkhorn_warp(float *out, const float *mix, const struct hc_weights &w,
+__device__ void sinkhorn_warp(float *out, const float *mix, float r, const struct hc_weights &w,
                               float s_comb, int nc, int iters, float eps) {
     if (nc == 4)
-        sinkhorn_regs<4>(out, mix, w, s_comb, iters, eps);
+        sinkhorn_regs<4>(out, mix, r, w, s_comb, iters, eps);
     else if (nc == 3)
-        sinkhorn_regs<3>(out, mix, w, s_comb, iters, eps);
+        sinkhorn_regs<3>(out, mix, r, w, s_comb, iters, eps);
     else if (nc == 2)
-        sinkhorn_regs<2>(out, mix, w, s_comb, iters, eps);
+        sinkhorn_regs<2>(out, mix, r, w, s_comb, iters, eps);
     else
-        sinkhorn_regs<1>(out, mix, w, s_comb, iters, eps);
+        sinkhorn_regs<1>(out, mix, r, w, s_comb, iters, eps);
 }
 
 /* the same for larger nc: one thread per entry in shared memory cs, the block in step */
-__device__ void sinkhorn_shared(float *out, float *cs, const float *mix, const struct hc_weights &w,
-                                float s_comb, int nc, int iters, float eps) {
+__device__ void sinkhorn_shared(float *out, float *cs, const float *mix, float r,
+                                const struct hc_weights &w, float s_comb, int nc, int iters,
+                                float eps) {
     int e = threadIdx.x, nn = nc * nc;
     bool own = e < nn;
     int i = own ? e / nc : 0, j = own ? e % nc : 0;
-    float v = own ? mix[2 * nc + e] * s_comb + ld_f32(w.base, w.base_dtype, 2 * nc + e) : 0.0f;
+    float v = own ? mix[2 * nc + e] * r * s_comb + ld_f32(w.base, w.base_dtype, 2 * nc + e) : 0.0f;
     float s;
 #define PUBLISH(val)                                                                               \
     do {                                                                                           \
@@ -259,21 +255,22 @@ __global__ void __launch_bounds__(HC_THREADS)
         prefetch_l2(w.fn, (size_t)m * width * td_dtype_size((enum td_dtype)w.fn_dtype));
     PDL_START();
     const float *xt = x + (size_t)t * width;
-    hc_mixes(mix, part, splits, xt, w.fn, w.fn_dtype, m, width, rms_eps);
+    float rx = hc_mixes(mix, part, splits, xt, w.fn, w.fn_dtype, m, width, rms_eps);
     if (e < nc) {
         float s_pre = ld_f32(w.scale, w.scale_dtype, 0), s_post = ld_f32(w.scale, w.scale_dtype, 1);
-        pre[e] = sigm(mix[e] * s_pre + ld_f32(w.base, w.base_dtype, e)) + hc_eps;
+        pre[e] = sigm(mix[e] * rx * s_pre + ld_f32(w.base, w.base_dtype, e)) + hc_eps;
         post[(size_t)t * nc + e] =
-            2.0f * sigm(mix[nc + e] * s_post + ld_f32(w.base, w.base_dtype, nc + e));
+            2.0f * sigm(mix[nc + e] * rx * s_post + ld_f32(w.base, w.base_dtype, nc + e));
     }
     float s_comb = ld_f32(w.scale, w.scale_dtype, 2);
-    if (nc > 4) sinkhorn_shared(comb + (size_t)t * nc * nc, cs, mix, w, s_comb, nc, iters, hc_eps);
+    if (nc > 4)
+        sinkhorn_shared(comb + (size_t)t * nc * nc, cs, mix, rx, w, s_comb, nc, iters, hc_eps);
     __syncthreads();
     // nc <= 4: warp 0 makes the Sinkhorn while the other warps collapse and normalise, so the
     // kernel takes the longer of the two, not their sum
     int first = nc <= 4 ? 32 : 0;
     if (e < first) {
-        sinkhorn_warp(comb + (size_t)t * nc * nc, mix, w, s_comb, nc, iters, hc_eps);
+        sinkhorn_warp(comb + (size_t)t * nc * nc, mix, rx, w, s_comb, nc, iters, hc_eps);
         return;
     }
     float ss = 0.0f, *ct = collapsed + (size_t)t * d;
@@ -335,12 +332,13 @@ __global__ void __launch_bounds__(HC_THREADS)
     if (splits == 1) prefetch_l2(fn, (size_t)nc * nc * d * td_dtype_size((enum td_dtype)fn_dt));
     PDL_START();
     const float *xt = x + (size_t)t * nc * d;
-    hc_mixes(mix, part, splits, xt, fn, fn_dt, nc, nc * d, rms_eps);
+    float r = hc_mixes(mix, part, splits, xt, fn, fn_dt, nc, nc * d, rms_eps);
     float s = ld_f32(scale, scale_dt, 0);
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float acc = 0.0f;
         for (int i = 0; i < nc; i++)
-            acc += (sigm(mix[i] * s + ld_f32(base, base_dt, i)) + hc_eps) * xt[(size_t)i * d + c];
+            acc +=
+                (sigm(mix[i] * r * s + ld_f32(base, base_dt, i)) + hc_eps) * xt[(size_t)i * d + c];
         y[(size_t)t * d + c] = acc;
     }
 }
