@@ -32,7 +32,11 @@ int main(void) {
     static const int shapes[][2] = {{1, 256}, {6, 256}, {1, 4096}, {8, 4096}}; // tokens, d
     const int nc = 4, m = (2 + nc) * nc;
     struct td_reserve rs = {.hc_parts = hc_mix_parts(8, nc, 4096)};
-    b->reserve(&rs);
+    char err[200];
+    if (b->reserve(&rs, err, sizeof err)) {
+        fprintf(stderr, "hc_time: %s\n", err);
+        return 1;
+    }
     for (int s = 0; s < 4; s++) {
         int n = shapes[s][0], d = shapes[s][1];
         float *fn = b->alloc((size_t)m * nc * d * 4), *base = b->alloc((size_t)m * 4);

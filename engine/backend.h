@@ -37,7 +37,8 @@ struct td_reserve {
     size_t hc_parts;  /* hc mix chunk parts (hc_mix_parts) */
     int moe_entries;  /* rows x experts per token */
     int moe_experts, moe_inter, moe_dim;
-    int rows; /* rows of a step (per-row scratch: argmax_rows) */
+    int rows;     /* rows of a step (per-row scratch: argmax_rows) */
+    int head_dim; /* the attention's d (a backend's kernels may hold at most so many) */
 };
 
 struct td_ops {
@@ -104,8 +105,9 @@ struct td_backend {
     void *(*graph_end)(void);
     void (*graph_launch)(void *g);
     void (*graph_free)(void *g);
-    /* size the ops' internal scratch once, outside any capture */
-    void (*reserve)(const struct td_reserve *r);
+    /* size the ops' internal scratch once, outside any capture; -1 + message when the work is
+     * more than the backend's kernels can take (checked before any step runs) */
+    int (*reserve)(const struct td_reserve *r, char *err, size_t errlen);
     /* a named point in the queue (NULL when the backend has none). With TD_TIMELINE=1 set,
      * the device time between consecutive points is summed per (from, to) pair and printed at
      * exit: the spans of a step's phases and the idle gaps between them, which kernel

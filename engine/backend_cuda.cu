@@ -263,18 +263,19 @@ static void cu_graph_free(void *g) {
 
 extern "C" void matmul_cuda_reserve(size_t x_elems);
 extern "C" void indexer_cuda_reserve(size_t score_elems);
-extern "C" void attention_cuda_reserve(size_t smem);
+extern "C" int attention_cuda_reserve(size_t smem, int d, char *err, size_t errlen);
 extern "C" void moe_cuda_reserve(int entries, int experts, int inter, int dim);
 extern "C" void hc_cuda_reserve(size_t parts);
 extern "C" void argmax_rows_cuda_reserve(int rows);
 
-static void cu_reserve(const struct td_reserve *r) {
+static int cu_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    if (attention_cuda_reserve(r->attn_smem, r->head_dim, err, errlen)) return -1;
     matmul_cuda_reserve(r->gemm_x);
     indexer_cuda_reserve(r->scores);
-    attention_cuda_reserve(r->attn_smem);
     moe_cuda_reserve(r->moe_entries, r->moe_experts, r->moe_inter, r->moe_dim);
     hc_cuda_reserve(r->hc_parts);
     argmax_rows_cuda_reserve(r->rows);
+    return 0;
 }
 
 static void cu_set_deterministic(int on) {

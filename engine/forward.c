@@ -455,8 +455,12 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
                                 c->n_experts + 1,
                                 c->moe_inter,
                                 D,
-                                (int)N};
-        b->reserve(&rs);
+                                (int)N,
+                                hd};
+        if (b->reserve(&rs, err, errlen)) {
+            ws_free(st);
+            return -1;
+        }
     }
     return 0;
 oom:

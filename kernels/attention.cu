@@ -1,6 +1,7 @@
 /* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block (or a cluster) per
  * (row, head); each row's keys come from the step metadata exactly as in attention_rows_ref
- * (see attention.h). fp32 softmax over slices of the row's keys held in shared memory. */
+ * (see attention.h). fp32 throughout: each warp an online softmax over its groups of the row's
+ * keys (their addresses resolved once into shared memory), the warps' parts joined in order. */
 #include <cooperative_groups.h>
 #include <type_traits>
 
@@ -226,13 +227,31 @@ static void ensure_smem(size_t smem) {
     smem_set = smem;
 }
 
-extern "C" void attention_cuda_reserve(size_t smem) {
+/* the widest rows a model gives the kernel, checked and allowed once before any step: a head
+ * wider than a block's lanes hold, or key addresses past a block's shared memory, is refused
+ * with the numbers (rather than failing at the first step) */
+extern "C" int attention_cuda_reserve(size_t smem, int d, char *err, size_t errlen) {
+    if (d > ATTENTION_MAX_D) {
+        snprintf(err, errlen, "backend cuda: head_dim %d is more than the attention kernel's %d", d,
+                 ATTENTION_MAX_D);
+        return -1;
+    }
+    int most = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    if (smem > (size_t)most) {
+        snprintf(err, errlen,
+                 "backend cuda: the attention needs %zu bytes of shared memory a block (the keys "
+                 "of the widest row), the GPU has %d",
+                 smem, most);
+        return -1;
+    }
     ensure_smem(smem);
+    return 0;
 }
 
 extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (!a->rows.n_tok) return;
-    if (a->d > ATTENTION_MAX_D) {
+    if (a->d > ATTENTION_MAX_D) { // (attention_cuda_reserve refuses such models first)
         fprintf(stderr, "attention: head_dim %d is more than the CUDA kernel's %d\n", a->d,
                 ATTENTION_MAX_D);
         abort();

@@ -25,6 +25,7 @@
 
 #include "check.h"
 #include "engine/backend.h"
+#include "kernels/attention.h"
 #include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/model.h"
@@ -489,6 +490,25 @@ static void test_copy_bytes(void) {
     gpu->release(src), gpu->release(dst), gpu->release(busy);
     free(h), free(fill), free(back);
     case_end("op/copy_bytes", "");
+}
+
+/* a model the kernels cannot take is refused when its step buffers are sized, with the numbers:
+ * a head wider than the attention's lanes hold, or a row's key addresses past a block's shared
+ * memory; a Flash-sized one is taken */
+static void test_reserve_limits(void) {
+    case_begin();
+    char err[200] = "";
+    struct td_reserve ok = {.attn_smem = attention_smem(512, 128 + 512, 64), .head_dim = 512};
+    CHECK(!gpu->reserve(&ok, err, sizeof err), "the Flash slice's shapes refused: %s", err);
+    struct td_reserve wide = {.attn_smem = 4096, .head_dim = 1024};
+    err[0] = 0;
+    CHECK(gpu->reserve(&wide, err, sizeof err) && strstr(err, "head_dim 1024"),
+          "head_dim 1024 taken (%s)", err);
+    struct td_reserve keys = {.attn_smem = (size_t)1 << 20, .head_dim = 128};
+    err[0] = 0;
+    CHECK(gpu->reserve(&keys, err, sizeof err) && strstr(err, "shared memory"),
+          "1 MB of attention shared memory taken (%s)", err);
+    case_end("backend/reserve_refuses_what_kernels_cannot_take", "");
 }
 
 static void test_pointwise(void) {
@@ -1594,6 +1614,7 @@ int main(void) {
     test_pointwise();
     test_markov();
     test_copy_bytes();
+    test_reserve_limits();
     test_greedy_slot();
     test_indexer_select();
     test_route_wide();
