@@ -26,7 +26,7 @@ echo "$DRAFTS" | tr ';' '\n' | while read -r d; do
             --ignore-eos --stats --print-ids --draft $d 2>&1 >/dev/null |
             sed -n 's/^stats: \([0-9]*\) tokens in \([0-9.]*\) s.*/\1 \2/p; s/^stats: mean accepted length \([0-9.]*\).*/L \1/p'
     done > /tmp/spec_set.$$
-    r=$(awk '$1 == "L" { l += $2; k++; next } { t += $1; s += $2 } END { printf "%.1f %.3f", t / s, l / k }' /tmp/spec_set.$$)
+    r=$(awk '$1 == "L" { l += $2; k++; next } { t += $1; s += $2 } END { printf "%.1f %.3f", t / s, k ? l / k : 1 }' /tmp/spec_set.$$)
     tps=${r% *}
     [ -z "$base" ] && base=$tps
     echo "  $d: $tps tok/s ($(awk "BEGIN{printf \"%.2f\", $tps/$base}")x none), mean accepted length ${r#* }"

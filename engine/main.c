@@ -691,7 +691,8 @@ static int cmd_generate(int argc, char **argv) {
     }
     if (stats) {
         const struct td_engine_stats *s = td_engine_stats(e);
-        fprintf(stderr, "stats: backend %s\n", td_engine_backend(e));
+        fprintf(stderr, "stats: backend %s, draft %s (up to %d tokens a round)\n",
+                td_engine_backend(e), ep.draft, td_engine_draft_tokens(e));
         double sec = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
         fprintf(stderr, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
                 s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
@@ -703,7 +704,7 @@ static int cmd_generate(int argc, char **argv) {
                     "every completion, %.3f s in)\n",
                     s->tokens_out - first_out, dsec, (s->tokens_out - first_out) / dsec,
                     sec - dsec);
-        if (s->rounds) {
+        if (s->rounds && td_engine_draft_tokens(e)) { // (speculation's numbers, with a drafter)
             fprintf(stderr,
                     "stats: mean accepted length %.3f (tokens per round incl. bonus), "
                     "acceptance %.3f (%ld of %ld drafts)\n",
