@@ -73,9 +73,10 @@ __global__ void route_kernel(int32_t *picks, float *weights, const float *logits
 
 /* The same routing, a warp per row (ROUTE_ROWS rows a block) for up to 32 PER experts: lane l
  * holds experts l, l + 32, .. in registers, every pick is one warp maximum of argmax_key (the
- * block kernel's order: ties to the lower expert), a lane's taken experts a bit mask, and lane 0
- * sums the picks' scores in pick order, as route_kernel's thread 0 does: the same bits. The
- * block form waited at two barriers a pick (7.8 us a call on the Flash slice at batch 1). */
+ * block kernel's order: ties to the lower expert), a lane's taken experts a bit mask, and every
+ * lane sums the picks' scores in pick order, as route_kernel's thread 0 does: the same bits (the
+ * softmax score's own sums run in another order). The block form waited at two barriers a pick
+ * (7.8 us a call on the Flash slice at batch 1). */
 #define ROUTE_ROWS 4
 
 template <int PER>
