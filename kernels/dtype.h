@@ -83,6 +83,16 @@ static inline void td_load_row_f32(float *dst, const void *p, enum td_dtype t, i
         memcpy(dst, (const float *)p + off, (size_t)n * 4);
         return;
     }
+    if (t == TD_DTYPE_BF16) { // the common case on the host, as a loop the compiler vectorizes
+        const char *b = (const char *)p + 2 * off;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            uint32_t u = (uint32_t)h << 16;
+            memcpy(dst + i, &u, 4);
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         dst[i] = td_load_f32(p, t, off + i);
 }

@@ -1,6 +1,8 @@
 /* markov_ref.c: DSpark's greedy Markov chain on the host (see markov.h), slot by slot. The sums
- * are those of matmul_ref (double accumulation), so the drafts equal the per-slot host loop's. */
+ * are those of matmul_ref (td_dot), so the drafts equal the per-slot host loop's. */
 #include "markov.h"
+
+#include "dot.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -26,10 +28,7 @@ static void slot(const struct markov_args *a, int j) {
         float bz = -INFINITY;
         for (int v = 0; v < a->V; v++) {
             td_load_row_f32(w, a->w2, a->w2_dtype, (int64_t)v * a->r, a->r);
-            double acc = 0.0;
-            for (int t = 0; t < a->r; t++)
-                acc += (double)e[t] * w[t];
-            float zv = u[v] + (float)acc;
+            float zv = u[v] + (float)td_dot(e, w, a->r);
             finite &= isfinite(zv) != 0;
             if (zv > bz || v == 0) bz = zv, best = v;
         }

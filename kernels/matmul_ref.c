@@ -1,5 +1,7 @@
-/* matmul_ref.c: plain-C reference GEMM over stored weights (fp32 math, double accumulation). */
+/* matmul_ref.c: plain-C reference GEMM over stored weights (fp32 math, double sums: dot.h). */
 #include "matmul.h"
+
+#include "dot.h"
 
 #include <stdlib.h>
 
@@ -11,11 +13,7 @@ void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, 
         td_load_row_f32(row, w, w_dtype, (int64_t)o * in, in);
         double b = bias ? td_load_f32(bias, bias_dtype, o) : 0.0;
         for (int t = 0; t < n; t++) {
-            const float *xt = x + (size_t)t * in;
-            double acc = 0.0;
-            for (int i = 0; i < in; i++)
-                acc += (double)xt[i] * row[i];
-            y[(size_t)t * out + o] = (float)(acc + b);
+            y[(size_t)t * out + o] = (float)(td_dot(x + (size_t)t * in, row, in) + b);
         }
     }
     free(row);
@@ -29,10 +27,7 @@ void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w
             td_load_row_f32(row, w, w_dtype, ((int64_t)j * out + o) * in, in);
             for (int t = 0; t < n; t++) {
                 const float *xt = x + (size_t)t * groups * in + (size_t)j * in;
-                double acc = 0.0;
-                for (int i = 0; i < in; i++)
-                    acc += (double)xt[i] * row[i];
-                y[(size_t)t * groups * out + (size_t)j * out + o] = (float)acc;
+                y[(size_t)t * groups * out + (size_t)j * out + o] = (float)td_dot(xt, row, in);
             }
         }
     free(row);
