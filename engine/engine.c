@@ -10,6 +10,7 @@
 #include "engine.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ struct request {
 struct group {
     struct request *r;
     int prefill; /* 1: prompt chunk, 0: verify group */
+    int want;     /* verify group: drafts it could take this step */
     int n_drafts;
     int q_onehot;
     int32_t rows[TD_MAX_DRAFT + 1];
@@ -66,7 +68,10 @@ struct td_engine {
     int n_live;                  /* requests in the last drafter call (live, dseqs) */
     struct td_id_patch *patches; /* [max_seqs] */
     struct request **live;       /* [max_seqs] the requests of a drafter call */
-    struct request *reqs;        /* [n_reqs] */
+    struct request **reqs;       /* [n_reqs] each its own allocation: a request's address (its
+                                    drafts, sampling and message, which the model drafter's
+                                    deferred round and td_engine_output's callers hold) never
+                                    moves while the engine lives, whatever is submitted later */
     int n_reqs, cap_reqs;
     int next_admit; /* requests before this index were admitted (FIFO) */
     int *active;    /* [n_active] ids of requests not yet finished, oldest first */
@@ -270,8 +275,10 @@ fail:
 
 void td_engine_free(struct td_engine *e) {
     if (!e) return;
-    for (int i = 0; i < e->n_reqs; i++)
-        free(e->reqs[i].toks);
+    for (int i = 0; i < e->n_reqs; i++) {
+        free(e->reqs[i]->toks);
+        free(e->reqs[i]);
+    }
     free(e->reqs);
     free(e->active);
     free(e->groups);
@@ -342,24 +349,33 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
                      rp->prompt[i], i + 1, e->model.cfg.vocab);
             return -1;
         }
-    if (e->n_reqs == e->cap_reqs) {
-        int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
-        struct request *nr = realloc(e->reqs, (size_t)cap * sizeof *nr);
-        if (!nr) {
+    if (e->n_reqs == INT_MAX) {
+        snprintf(err, errlen, "request: %d requests submitted, no ids left", INT_MAX);
+        return -1;
+    }
+    if (e->n_reqs == e->cap_reqs || e->n_active == e->cap_active) {
+        int cap = e->cap_reqs > INT_MAX / 2 ? INT_MAX : e->cap_reqs ? 2 * e->cap_reqs : 16;
+        struct request **nr = realloc(e->reqs, (size_t)cap * sizeof *nr);
+        if (nr) e->reqs = nr, e->cap_reqs = cap;
+        int *na = nr ? realloc(e->active, (size_t)cap * sizeof *na) : NULL;
+        if (na) e->active = na, e->cap_active = cap;
+        if (!nr || !na) {
             snprintf(err, errlen, "request: out of memory");
             return -1;
         }
-        e->reqs = nr;
-        e->cap_reqs = cap;
     }
-    struct request *r = &e->reqs[e->n_reqs];
-    memset(r, 0, sizeof *r);
-    r->cap = rp->n_prompt + rp->max_tokens + TD_MAX_DRAFT + 1;
-    r->toks = malloc((size_t)r->cap * sizeof(int32_t));
-    if (!r->toks) {
+    // tokens: the prompt, then at most what the context leaves (a sequence ends once max_ctx
+    // tokens are fed, the last one sampled beside them), however large max_tokens is
+    long room = (long)e->p.max_ctx + 1 - rp->n_prompt;
+    long gen = rp->max_tokens < room ? rp->max_tokens : room;
+    struct request *r = calloc(1, sizeof *r);
+    if (r) r->cap = (int)(rp->n_prompt + gen + TD_MAX_DRAFT + 1);
+    if (!r || !(r->toks = malloc((size_t)r->cap * sizeof(int32_t)))) {
+        free(r);
         snprintf(err, errlen, "request: out of memory");
         return -1;
     }
+    e->reqs[e->n_reqs] = r;
     memcpy(r->toks, rp->prompt, (size_t)rp->n_prompt * sizeof(int32_t));
     r->id = e->n_reqs;
     r->n_prompt = r->n_toks = rp->n_prompt;
@@ -368,17 +384,6 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
     r->ignore_eos = rp->ignore_eos;
     r->slot = -1;
     r->status = TD_REQ_QUEUED;
-    if (e->n_active == e->cap_active) {
-        int cap = e->cap_active ? 2 * e->cap_active : 16;
-        int *na = realloc(e->active, (size_t)cap * sizeof *na);
-        if (!na) {
-            free(r->toks);
-            snprintf(err, errlen, "request: out of memory");
-            return -1;
-        }
-        e->active = na;
-        e->cap_active = cap;
-    }
     e->active[e->n_active++] = e->n_reqs;
     return e->n_reqs++;
 }
@@ -393,7 +398,7 @@ static void finish(struct td_engine *e, struct request *r, enum td_req_status st
 
 void td_engine_cancel(struct td_engine *e, int id) {
     if (id < 0 || id >= e->n_reqs) return;
-    struct request *r = &e->reqs[id];
+    struct request *r = e->reqs[id];
     if (r->status == TD_REQ_FINISHED || r->status == TD_REQ_FAILED) return;
     snprintf(r->msg, sizeof r->msg, "cancelled");
     finish(e, r, TD_REQ_FINISHED, TD_FINISH_NONE);
@@ -402,7 +407,7 @@ void td_engine_cancel(struct td_engine *e, int id) {
 int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, int *n_tokens,
                      enum td_req_status *status, enum td_finish *why, const char **msg) {
     if (id < 0 || id >= e->n_reqs) return -1;
-    const struct request *r = &e->reqs[id];
+    const struct request *r = e->reqs[id];
     if (tokens) *tokens = r->toks + r->n_prompt;
     if (n_tokens) *n_tokens = r->n_toks - r->n_prompt;
     if (status) *status = r->status;
@@ -450,7 +455,7 @@ static int schedule(struct td_engine *e) {
     int budget = e->p.max_batch_tokens, n = 0;
     // admit in arrival order while slots are free
     while (e->next_admit < e->n_reqs) {
-        struct request *r = &e->reqs[e->next_admit];
+        struct request *r = e->reqs[e->next_admit];
         if (r->status != TD_REQ_QUEUED) {
             e->next_admit++;
             continue;
@@ -461,38 +466,61 @@ static int schedule(struct td_engine *e) {
         r->status = TD_REQ_PREFILL;
         e->next_admit++;
     }
-    // verify groups first: decoding requests are latency-bound
+    // 1. every decoding request's anchor row, oldest first: a request that decodes advances
+    //    every step, however many drafts the others would like
     for (int a = 0; a < e->n_active && n < e->p.max_seqs && budget > 0; a++) {
-        struct request *r = &e->reqs[e->active[a]];
+        struct request *r = e->reqs[e->active[a]];
         if (r->status != TD_REQ_DECODE) continue;
-        int fed = e->state.len[r->slot];
-        int k = draft_budget(e, r, fed);
-        if (k > budget - 1) k = budget - 1;
         struct group *g = &e->groups[n];
         g->r = r;
         g->prefill = 0;
         g->rows[0] = r->toks[r->n_toks - 1]; // the anchor: sampled, not yet fed
         g->n_drafts = 0;
         g->q_onehot = 1;
+        int k = e->drafter || e->md.impl ? draft_budget(e, r, e->state.len[r->slot]) : 0;
+        if (e->md.impl && r->n_drafts < k) k = r->n_drafts; // drafted at the end of the last step
+        g->want = k;
+        n++;
+        budget--;
+    }
+    int n_dec = n;
+    // 2. drafts share the rows the anchors leave, one draft position at a time (every request's
+    //    first draft before any request's second: earlier drafts are accepted more often);
+    //    while prompts wait, they keep up to half of those rows
+    long prompt_rows = 0;
+    for (int a = 0; a < e->n_active; a++) {
+        const struct request *r = e->reqs[e->active[a]];
+        if (r->status == TD_REQ_PREFILL) prompt_rows += r->n_prompt - e->state.len[r->slot];
+    }
+    int share = (budget + 1) / 2; // the prompts' half, rounded up: one row left goes to them
+    int draft_rows = budget - (int)(prompt_rows < share ? prompt_rows : share);
+    for (int j = 1, more = 1; more && draft_rows > 0; j++) {
+        more = 0;
+        for (int i = 0; i < n_dec && draft_rows > 0; i++)
+            if (e->groups[i].want >= j) e->groups[i].n_drafts++, draft_rows--, more = 1;
+    }
+    for (int i = 0; i < n_dec; i++) {
+        struct group *g = &e->groups[i];
+        struct request *r = g->r;
+        int k = g->n_drafts;
         if (k > 0 && e->drafter) {
             struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
             g->n_drafts = e->drafter->propose(e->drafter, &dr, k, g->rows + 1, q_rows(e, r->slot),
                                               &g->q_onehot);
-        } else if (k > 0 && e->md.impl) { // drafted at the end of the last step
-            g->n_drafts = r->n_drafts < k ? r->n_drafts : k;
+        } else if (k > 0) { // a model drafter's, made at the end of the last step
             if (r->drafts_dev) // still in backend memory: placeholders here (collect_drafts)
-                memset(g->rows + 1, 0, (size_t)g->n_drafts * sizeof(int32_t));
+                memset(g->rows + 1, 0, (size_t)k * sizeof(int32_t));
             else
-                memcpy(g->rows + 1, r->drafts, (size_t)g->n_drafts * sizeof(int32_t));
+                memcpy(g->rows + 1, r->drafts, (size_t)k * sizeof(int32_t));
             g->q_onehot = r->sampling.temperature <= 0.0f; // greedy drafts: one-hot q
         }
-        e->seqs[n] = (struct td_plan_seq){r->slot, fed, 1 + g->n_drafts, g->rows, 0, 0};
-        budget -= 1 + g->n_drafts;
-        n++;
+        e->seqs[i] = (struct td_plan_seq){r->slot, e->state.len[r->slot], 1 + g->n_drafts, g->rows,
+                                          0, 0};
+        budget -= g->n_drafts;
     }
-    // then prefill chunks, oldest first
+    // 3. prefill chunks in the rows left, oldest first
     for (int a = 0; a < e->n_active && n < e->p.max_seqs && budget > 0; a++) {
-        struct request *r = &e->reqs[e->active[a]];
+        struct request *r = e->reqs[e->active[a]];
         if (r->status != TD_REQ_PREFILL) continue;
         int fed = e->state.len[r->slot], chunk = r->n_prompt - fed;
         if (chunk > budget) chunk = budget;
@@ -558,10 +586,6 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     e->stats.drafted += vr.n_drafts_used;
     for (int j = 0; j < vr.n_drafts_used; j++)
         e->stats.proposed_at[j]++;
-    if (vr.status == VERIFY_NAN_TARGET) {
-        fail_nan(e, r, vr.nan_position);
-        return;
-    }
     e->stats.accepted += vr.n_accepted;
     for (int j = 0; j < vr.n_accepted; j++)
         e->stats.accepted_at[j]++;
@@ -581,6 +605,12 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     }
     for (int j = 0; j < vr.n_accepted; j++)
         if (emit(e, r, g->rows[1 + j])) return; // EOS or length inside the accepted prefix
+    // a non-finite row after the accepted drafts: they are kept, as plain decoding would have
+    // emitted them before meeting that row, and the request fails there
+    if (vr.status == VERIFY_NAN_TARGET) {
+        fail_nan(e, r, vr.nan_position);
+        return;
+    }
     if (emit(e, r, vr.token)) return;
     if (keep >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
 }
@@ -709,7 +739,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     // forget finished requests: each step scans only the live ones
     int live = 0;
     for (int a = 0; a < e->n_active; a++) {
-        enum td_req_status st = e->reqs[e->active[a]].status;
+        enum td_req_status st = e->reqs[e->active[a]]->status;
         if (st != TD_REQ_FINISHED && st != TD_REQ_FAILED) e->active[live++] = e->active[a];
     }
     e->n_active = live;

@@ -17,6 +17,9 @@
  * every group is verified (verify/accept.h), the accepted prefix plus one correction or bonus
  * token is committed, and each sequence's committed length moves back over what was rejected.
  * Requests wait for a free sequence slot; they never overcommit the pools sized at init.
+ * When the drafts wanted do not fit the row budget, every decoding request still gets its
+ * anchor row, prompts waiting to prefill keep up to half of the rows left, and the drafts share
+ * the rest a draft position at a time (every request's first draft before any one's second).
  *
  * Dimension names used throughout: n_tok rows in a step, n_seq sequences in a step, vocab,
  * k draft tokens, topk index_topk, window sliding_window, rate compress rate.
@@ -127,7 +130,11 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
  * message on an engine error (requests already finished keep their output). */
 int td_engine_step(struct td_engine *e, char *err, size_t errlen);
 
-/* A request's tokens so far and its status; msg (may be NULL) gets its error when failed. */
+/* A request's tokens so far and its status; msg (may be NULL) gets its error when failed
+ * ("cancelled" when cancelled, else ""). 0, or -1 for an unknown id. The tokens and the message
+ * stay where they are until td_engine_free, whatever is submitted, stepped or cancelled after:
+ * later steps only append to the tokens (n_tokens grows) and a message is written once, when
+ * the request ends. */
 int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, int *n_tokens,
                      enum td_req_status *status, enum td_finish *finish, const char **msg);
 

@@ -1,0 +1,321 @@
+/* test_lifecycle.c: the engine as an API user drives it: requests submitted and cancelled
+ * between steps, failures part-way through a round, extreme request values, tight row budgets.
+ *
+ *   make build/tests/test_lifecycle && build/tests/test_lifecycle
+ *
+ * submit_cancel_between_steps/<drafter>/<greedy|sampled>: on tandem-tiny, requests arrive and
+ *     are cancelled at random between steps (queued, prefilling and decoding; past the 16th
+ *     and 32nd submit), with every drafter. Each request that ran to its end gives the tokens
+ *     it gives when every request is submitted up front; a cancelled one a prefix of them. A
+ *     message pointer taken early stays readable (the sanitizer run checks every access).
+ * nan_after_accepted_drafts/<drafter>/<greedy|sampled>: a non-finite target row at position P
+ *     fails the request with exactly the tokens before P, whatever the drafter accepted before
+ *     the row in its round (greedy: the very tokens of plain decoding).
+ * max_tokens_int_max: max_tokens up to INT_MAX is accepted and ends at the context.
+ * every_decode_advances/<drafter>: with a row budget smaller than the drafts wanted, every
+ *     decoding request gets its anchor row every step (no head-of-line blocking), and prompts
+ *     that wait still get rows.
+ * TD_TEST_QUICK=1 (sanitizer run): fewer requests and drafters (ngram, mtp, dspark). An
+ * argument runs the cases whose names it begins.
+ */
+#include <limits.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "engine/engine.h"
+
+#define MODEL "models/tandem-tiny"
+#define N_REQ 40
+#define MAX_OUT 32
+
+static int32_t prompts[N_REQ][48];
+static int prompt_len[N_REQ], max_tok[N_REQ];
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint32_t rnd(uint32_t n) {
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+static void make_prompts(void) {
+    for (int r = 0; r < N_REQ; r++) {
+        prompt_len[r] = 2 + (r * 7) % 13;
+        max_tok[r] = 3 + (r * 5) % 9;
+        for (int i = 0; i < prompt_len[r]; i++) // repeating spans, so ngram finds matches
+            prompts[r][i] = (int32_t)(100 + ((i % (2 + r % 5)) * 37 + r * 13) % 4000);
+    }
+}
+
+static struct td_engine *open_engine(const char *draft, int k, int max_seqs, int budget,
+                                     struct td_engine_params *tune) {
+    char err[512];
+    struct td_engine_params ep = tune ? *tune : td_engine_defaults();
+    ep.model_dir = MODEL;
+    ep.backend = "cpu";
+    ep.draft = draft;
+    ep.max_draft = k;
+    ep.max_seqs = max_seqs;
+    ep.max_batch_tokens = budget;
+    ep.max_ctx = 128;
+    ep.max_cache_bytes = (size_t)1 << 30;
+    struct td_engine *e;
+    if (td_engine_init(&e, &ep, err, sizeof err)) {
+        case_fail("engine init: %s", err);
+        return NULL;
+    }
+    return e;
+}
+
+static int submit(struct td_engine *e, int r, const struct td_sampling *s) {
+    char err[256];
+    struct td_sampling si = *s;
+    si.seed = s->seed + (uint64_t)r;
+    struct td_request_params rp = {prompts[r], prompt_len[r], max_tok[r], si, 1};
+    int id = td_engine_submit(e, &rp, err, sizeof err);
+    if (id < 0) case_fail("submit %d: %s", r, err);
+    return id;
+}
+
+struct outs {
+    int32_t tok[N_REQ][MAX_OUT];
+    int n[N_REQ];
+    enum td_req_status st[N_REQ];
+};
+
+static void collect(struct td_engine *e, const int *ids, int n_req, struct outs *o) {
+    for (int r = 0; r < n_req; r++) {
+        const int32_t *t;
+        td_engine_output(e, ids[r], &t, &o->n[r], &o->st[r], NULL, NULL);
+        if (o->n[r] > MAX_OUT) o->n[r] = MAX_OUT;
+        memcpy(o->tok[r], t, (size_t)o->n[r] * sizeof(int32_t));
+    }
+}
+
+static void submit_cancel(const char *draft, int sampled) {
+    char name[96], err[512];
+    int n_req = quick_mode() ? 18 : N_REQ;
+    struct td_sampling s = sampled ? (struct td_sampling){0.9f, 40, 0.95f, 500}
+                                   : (struct td_sampling){0.0f, 0, 1.0f, 0};
+    int k = !strcmp(draft, "none") ? 0 : 2;
+    static struct outs ref, got;
+    int ids[N_REQ], cancelled[N_REQ] = {0}, n_sub = 0, n_cancel = 0, steps = 0, live = 1;
+    case_begin();
+    // every request up front
+    struct td_engine *e = open_engine(draft, k, 8, 256, NULL);
+    if (!e) goto done;
+    for (int r = 0; r < n_req; r++)
+        ids[r] = submit(e, r, &s);
+    while (td_engine_step(e, err, sizeof err) > 0) {
+    }
+    collect(e, ids, n_req, &ref);
+    td_engine_free(e);
+    // the same requests arriving between steps, some cancelled in whatever state they are in
+    if (!(e = open_engine(draft, k, 8, 256, NULL))) goto done;
+    rng_state = 88172645463325252ull + (uint64_t)sampled * 7 + strlen(draft);
+    const char *early_msg = NULL;
+    while ((live > 0 || n_sub < n_req) && steps++ < 20000) {
+        for (int j = rnd(4); j > 0 && n_sub < n_req; j--) {
+            ids[n_sub] = submit(e, n_sub, &s);
+            n_sub++;
+        }
+        if (n_sub > 0 && rnd(5) == 0) {
+            int r = (int)rnd((uint32_t)n_sub);
+            enum td_req_status st;
+            td_engine_output(e, ids[r], NULL, NULL, &st, NULL, NULL);
+            if (st != TD_REQ_FINISHED && st != TD_REQ_FAILED) {
+                td_engine_cancel(e, ids[r]);
+                cancelled[r] = 1, n_cancel++;
+                if (!early_msg) td_engine_output(e, ids[r], NULL, NULL, NULL, NULL, &early_msg);
+            }
+        }
+        if ((live = td_engine_step(e, err, sizeof err)) < 0) {
+            case_fail("step: %s", err);
+            break;
+        }
+    }
+    collect(e, ids, n_req, &got);
+    CHECK(!early_msg || !strcmp(early_msg, "cancelled"), "a cancelled request's message: '%s'",
+          early_msg);
+    td_engine_free(e);
+    for (int r = 0; r < n_req; r++) {
+        int prefix = cancelled[r] ? got.n[r] <= ref.n[r] : got.n[r] == ref.n[r];
+        CHECK(prefix && !memcmp(got.tok[r], ref.tok[r], (size_t)got.n[r] * sizeof(int32_t)),
+              "request %d%s: %d tokens against %d submitted up front", r,
+              cancelled[r] ? " (cancelled)" : "", got.n[r], ref.n[r]);
+        CHECK(cancelled[r] || got.st[r] == TD_REQ_FINISHED, "request %d status %d", r, got.st[r]);
+    }
+done:
+    snprintf(name, sizeof name, "submit_cancel_between_steps/%s/%s", draft,
+             sampled ? "sampled" : "greedy");
+    char extra[64];
+    snprintf(extra, sizeof extra, "(%d requests, %d cancelled, %d steps)", n_req, n_cancel, steps);
+    case_end(name, extra);
+}
+
+/* the logits hook: a NaN in request `request`'s row at position `position` */
+struct nan_at {
+    int request;
+    long position;
+};
+static void nan_hook(void *ctx, int request, long position, float *row, int vocab) {
+    const struct nan_at *h = ctx;
+    (void)vocab;
+    if (request == h->request && position == h->position) row[7] = NAN;
+}
+
+static void nan_after_drafts(const char *draft, int sampled) {
+    char name[96], err[512];
+    struct td_sampling s = sampled ? (struct td_sampling){0.9f, 40, 0.95f, 900}
+                                   : (struct td_sampling){0.0f, 0, 1.0f, 0};
+    int k = !strcmp(draft, "dspark") ? 0 : 3;
+    static struct outs ref, got;
+    int ids[2], r = 1, checked = 0;
+    case_begin();
+    max_tok[r] = 14;
+    struct td_engine *e = open_engine("none", 0, 2, 256, NULL);
+    if (!e) goto done;
+    for (int i = 0; i < 2; i++)
+        ids[i] = submit(e, i, &s);
+    while (td_engine_step(e, err, sizeof err) > 0) {
+    }
+    collect(e, ids, 2, &ref);
+    td_engine_free(e);
+    // the row at position P predicts the token at P + 1: the tokens at P and before stay
+    for (int off = 2; off < 12; off += quick_mode() ? 6 : 3) {
+        struct nan_at h = {ids[r], prompt_len[r] + off};
+        struct td_engine_params ep = td_engine_defaults();
+        ep.logits_hook = nan_hook;
+        ep.hook_ctx = &h;
+        if (!(e = open_engine(draft, k, 2, 256, &ep))) goto done;
+        for (int i = 0; i < 2; i++)
+            ids[i] = submit(e, i, &s);
+        while (td_engine_step(e, err, sizeof err) > 0) {
+        }
+        collect(e, ids, 2, &got);
+        const char *msg;
+        td_engine_output(e, ids[r], NULL, NULL, NULL, NULL, &msg);
+        long want = h.position - prompt_len[r] + 1;
+        char pos[48];
+        snprintf(pos, sizeof pos, "position %ld", h.position + 1);
+        CHECK(got.st[r] == TD_REQ_FAILED && strstr(msg, pos), "NaN at %ld: status %d, '%s'",
+              h.position, got.st[r], msg);
+        CHECK(got.n[r] == want, "NaN at %ld: %d tokens kept, plain decoding keeps %ld",
+              h.position, got.n[r], want);
+        if (!sampled)
+            CHECK(!memcmp(got.tok[r], ref.tok[r], (size_t)got.n[r] * sizeof(int32_t)),
+                  "NaN at %ld: the kept tokens are not plain decoding's", h.position);
+        CHECK(sampled || (got.n[0] == ref.n[0] && !memcmp(got.tok[0], ref.tok[0], 4 * ref.n[0])),
+              "the other request changed");
+        CHECK(td_engine_stats(e)->nan_rows == 1, "nan_rows %ld", td_engine_stats(e)->nan_rows);
+        td_engine_free(e);
+        checked++;
+    }
+done:
+    max_tok[r] = 3 + (r * 5) % 9;
+    snprintf(name, sizeof name, "nan_after_accepted_drafts/%s/%s", draft,
+             sampled ? "sampled" : "greedy");
+    char extra[48];
+    snprintf(extra, sizeof extra, "(%d positions)", checked);
+    case_end(name, extra);
+}
+
+static void max_tokens_int_max(void) {
+    char err[512];
+    case_begin();
+    struct td_engine *e = open_engine("ngram", 3, 2, 256, NULL);
+    if (e) {
+        struct td_sampling g = {0.0f, 0, 1.0f, 0};
+        int ids[2];
+        for (int i = 0; i < 2; i++) {
+            struct td_request_params rp = {prompts[i], prompt_len[i], INT_MAX - 3 * i, g, 1};
+            ids[i] = td_engine_submit(e, &rp, err, sizeof err);
+            CHECK(ids[i] >= 0, "max_tokens %d refused: %s", INT_MAX - 3 * i, err);
+        }
+        while (td_engine_step(e, err, sizeof err) > 0) {
+        }
+        for (int i = 0; i < 2; i++) {
+            int n;
+            enum td_finish why;
+            if (ids[i] < 0) continue;
+            td_engine_output(e, ids[i], NULL, &n, NULL, &why, NULL);
+            CHECK(why == TD_FINISH_CONTEXT && prompt_len[i] + n == 129,
+                  "request %d: finish %d after %d tokens (context 128)", i, why, n);
+        }
+        td_engine_free(e);
+    }
+    case_end("max_tokens_int_max", "");
+}
+
+/* a row budget of 4 for 4 sequences drafting 3 tokens each (random drafts: rarely accepted) */
+static void every_decode_advances(const char *draft, int k) {
+    char name[96], err[512];
+    case_begin();
+    int n_req = 6, ids[6], prev[6] = {0}, starved = 0, waited = 0, steps = 0;
+    struct td_engine *e = open_engine(draft, k, 4, 1 + k, NULL);
+    if (!e) goto done;
+    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    for (int r = 0; r < n_req; r++)
+        max_tok[r] = 16;
+    for (int r = 0; r < n_req; r++)
+        ids[r] = submit(e, r, &g);
+    for (int live = 1; live > 0 && steps < 5000; steps++) {
+        enum td_req_status before[6];
+        for (int r = 0; r < n_req; r++)
+            td_engine_output(e, ids[r], NULL, NULL, &before[r], NULL, NULL);
+        if ((live = td_engine_step(e, err, sizeof err)) < 0) {
+            case_fail("step: %s", err);
+            break;
+        }
+        for (int r = 0; r < n_req; r++) {
+            int n;
+            td_engine_output(e, ids[r], NULL, &n, NULL, NULL, NULL);
+            if (before[r] == TD_REQ_DECODE && n == prev[r]) starved++;
+            if (before[r] == TD_REQ_PREFILL) waited++;
+            prev[r] = n;
+        }
+    }
+    CHECK(starved == 0, "%d times a decoding request got no row in its step", starved);
+    td_engine_free(e);
+    // and the run takes about the steps of no drafter (prompts then get every row the anchors
+    // leave, with drafts competing at least half of them: before anchors came first, the
+    // youngest requests waited behind the oldest ones' drafts, 3.5x the steps)
+    if (!(e = open_engine("none", 0, 4, 1 + k, NULL))) goto done;
+    for (int r = 0; r < n_req; r++)
+        ids[r] = submit(e, r, &g);
+    int plain = 0;
+    while (td_engine_step(e, err, sizeof err) > 0)
+        plain++;
+    td_engine_free(e);
+    CHECK(2 * steps <= 3 * plain, "%d steps with %s drafts, %d without a drafter", steps, draft, plain);
+done:
+    for (int r = 0; r < n_req; r++)
+        max_tok[r] = 3 + (r * 5) % 9;
+    snprintf(name, sizeof name, "every_decode_advances/%s", draft);
+    char extra[80];
+    snprintf(extra, sizeof extra, "(%d steps, %d request-steps waiting to prefill)", steps, waited);
+    case_end(name, extra);
+}
+
+/* argv[1], when given: run only the cases whose name begins with it */
+static int wanted(int argc, char **argv, const char *name) {
+    return argc < 2 || !strncmp(name, argv[1], strlen(argv[1]));
+}
+
+int main(int argc, char **argv) {
+    make_prompts();
+    // the sanitizer run (quick) keeps the drafters whose rounds outlive a step, and ngram
+    const char *drafters[5] = {"none", "ngram", "random", "mtp", "dspark"};
+    int quick = quick_mode();
+    for (int d = quick; d < 5 && wanted(argc, argv, "submit_cancel"); d += quick && d == 1 ? 2 : 1)
+        for (int sampled = 0; sampled < 2; sampled++)
+            submit_cancel(drafters[d], sampled);
+    for (int d = quick ? 3 : 1; d < 5 && wanted(argc, argv, "nan_after"); d++)
+        for (int sampled = 0; sampled < 2 - quick; sampled++)
+            nan_after_drafts(drafters[d], sampled);
+    if (wanted(argc, argv, "max_tokens")) max_tokens_int_max();
+    if (wanted(argc, argv, "every_decode")) {
+        if (!quick) every_decode_advances("random", 3);
+        every_decode_advances("dspark", 5);
+    }
+    return check_failures ? 1 : 0;
+}
