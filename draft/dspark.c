@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/fileio.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/state.h"
@@ -75,8 +76,8 @@ static int get_int(json_t *root, const char *key, int lo, int hi, int *out, cons
 int dspark_config_load(struct dspark_config *c, const char *dir, const struct td_model *target,
                        char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    char path[TD_PATH_MAX];
+    if (td_path_join(path, sizeof path, dir, "config.json", err, errlen)) return -1;
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "err.h"
+#include "fileio.h"
 
 // ---------------------------------------------------------------------------------------------
 // symbolic dims
@@ -478,9 +479,10 @@ static int check_unused(struct loader *ld, const char *dir, const char *keep);
 static int load_all(struct loader *ld, const char *dir) {
     struct td_model *m = ld->m;
     const struct td_config *c = &m->cfg;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (td_config_load(&m->cfg, path, ld->err, ld->errlen)) return -1;
+    char path[TD_PATH_MAX];
+    if (td_path_join(path, sizeof path, dir, "config.json", ld->err, ld->errlen) ||
+        td_config_load(&m->cfg, path, ld->err, ld->errlen))
+        return -1;
     // limits of the reference kernels' fixed-size scratch
     if (c->hc_mult > 16 || c->n_experts > 1024 || c->n_experts_tok > 64 || c->n_heads > 1024 ||
         c->rope_dim > 512 || 2 * c->rate_csa > 512 || c->rate_hca > 512)

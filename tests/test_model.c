@@ -6,6 +6,8 @@
  * model.safetensors under a temporary directory, then expects td_model_load to succeed or to
  * fail with a message naming the tensor.
  */
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +16,7 @@
 
 #include "check.h"
 #include "engine/backend.h"
+#include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
 
@@ -234,6 +237,107 @@ static void test_flash_slice(void) {
     case_end("dummy_weights/flash_slice_config", extra);
 }
 
+/* a directory under root whose path is exactly len bytes long, made of components of at most
+ * 200 bytes; out holds it */
+static int deep_dir(char *out, size_t cap, size_t len) {
+    size_t n = (size_t)snprintf(out, cap, "%s/deep", root);
+    mkdir(out, 0700);
+    while (n < len && n + 2 < cap) {
+        size_t r = len - n - 1, k = r <= 200 ? r : r - 200 >= 2 ? 200 : 198; // "/" + k bytes
+        out[n++] = '/';
+        memset(out + n, 'd', k);
+        n += k;
+        out[n] = 0;
+        if (mkdir(out, 0700) && errno != EEXIST) return -1;
+    }
+    return n == len ? 0 : -1;
+}
+
+/* the end of a long message (they start with the long path) */
+static const char *tail(const char *s) {
+    size_t n = strlen(s);
+    return n > 160 ? s + n - 160 : s;
+}
+
+/* symlink `name` of the fixture dir `fx` into dir */
+static int link_fixture(const char *fx, const char *name, const char *dir) {
+    char from[PATH_MAX], rel[512], to[8192];
+    snprintf(rel, sizeof rel, "%s/%s", fx, name);
+    if (!realpath(rel, from)) return -1;
+    snprintf(to, sizeof to, "%s/%s", dir, name);
+    return symlink(from, to);
+}
+
+/* A model directory path past the old 1024-byte buffers loads (the path is joined whole), and
+ * one past the kernel's PATH_MAX is refused as too long; neither reads another file. The
+ * decoy is what a 1024-byte buffer made of DIR/config.json: DIR/config. */
+static void test_long_path(void) {
+    char dir[8192], path[8400], err[1024] = "";
+    struct td_model m = {0};
+    case_begin();
+    size_t len = 1015; // DIR/config.json is 1027 bytes: the old buffer kept 1023 of them
+    CHECK(!deep_dir(dir, sizeof dir, len), "cannot make a %zu-byte directory path", len);
+    CHECK(!link_fixture("tests/fixtures/b_plain_hc2", "config.json", dir) &&
+              !link_fixture("tests/fixtures/b_plain_hc2", "model.safetensors", dir),
+          "cannot link the fixture");
+    snprintf(path, sizeof path, "%s/config.", dir);
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        fputs("{\"model_type\": \"decoy\"}", fp);
+        fclose(fp);
+    }
+    if (!check_case_failed) {
+        int rc = td_model_load(&m, dir, err, sizeof err);
+        CHECK(rc == 0 || strstr(err, "too long"), "a %zu-byte model path: ...%s", len, tail(err));
+        CHECK(!strstr(err, "decoy"), "read the truncated name: ...%s", tail(err));
+        if (!rc) {
+            CHECK(m.cfg.vocab == 300 && m.cfg.n_layers == 3, "another config was read");
+            td_model_free(&m);
+        }
+    }
+    // the engine's joins too: DIR/dspark/config.json is 1024 bytes, which the old buffer cut
+    // to the decoy DIR/dspark/config.jso
+    len = 1005;
+    CHECK(!deep_dir(dir, sizeof dir, len), "cannot make a %zu-byte directory path", len);
+    char ds[8300];
+    snprintf(ds, sizeof ds, "%s/dspark", dir);
+    mkdir(ds, 0700);
+    CHECK(!link_fixture("tests/fixtures/b_plain_hc2", "config.json", dir) &&
+              !link_fixture("tests/fixtures/b_plain_hc2", "model.safetensors", dir) &&
+              !link_fixture("tests/fixtures/dspark_b/dspark", "config.json", ds) &&
+              !link_fixture("tests/fixtures/dspark_b/dspark", "model.safetensors", ds),
+          "cannot link the fixtures");
+    snprintf(path, sizeof path, "%s/config.jso", ds);
+    if ((fp = fopen(path, "w"))) {
+        fputs("{\"decoy\": 1}", fp);
+        fclose(fp);
+    }
+    if (!check_case_failed) {
+        struct td_engine_params ep = td_engine_defaults();
+        ep.model_dir = dir;
+        ep.backend = "cpu";
+        ep.draft = "dspark";
+        ep.max_seqs = 1;
+        ep.max_ctx = 64;
+        ep.max_batch_tokens = 16;
+        ep.max_cache_bytes = (size_t)1 << 28;
+        struct td_engine *e = NULL;
+        err[0] = 0;
+        int rc = td_engine_init(&e, &ep, err, sizeof err);
+        CHECK(rc == 0 || strstr(err, "too long"), "a %zu-byte model path: ...%s", len, tail(err));
+        if (!rc) td_engine_free(e);
+    }
+    // past PATH_MAX nothing can be opened: refused with the reason, not truncated
+    memset(dir, 'd', 5000);
+    memcpy(dir, "/tmp/", 5);
+    dir[5000] = 0;
+    err[0] = 0;
+    CHECK(td_model_load(&m, dir, err, sizeof err) == -1 && strstr(err, "too long") &&
+              !strchr(err, '\n'),
+          "a 5000-byte model path: '%s'", err);
+    case_end("long_model_path", "");
+}
+
 int main(void) {
     char err[1024];
     snprintf(root, sizeof root, "/tmp/td_model_XXXXXX");
@@ -327,6 +431,7 @@ int main(void) {
 
     test_dummy();
     test_flash_slice();
+    test_long_path();
 
     st_set_close(&hb);
     st_set_close(&cu);
