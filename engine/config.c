@@ -13,8 +13,10 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const char *td_attn_kind_name(enum td_attn_kind k) {
     switch (k) {
@@ -585,4 +587,55 @@ int td_config_load(struct td_config *cfg, const char *path, char *err, size_t er
         return td_errf(err, errlen, "%s: %s", path, msg);
     }
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// generation_config.json
+
+/* its EOS ids: a value beside an int's range is refused, never cut (2^32 + 290 is not 290) */
+static int generation_eos(const json_t *root, int vocab, int *ids, int *n, int cap, char *err,
+                          size_t errlen) {
+    if (!json_is_object(root)) return td_errf(err, errlen, "not a JSON object");
+    json_t *v = get(root, "eos_token_id");
+    if (v && !json_is_integer(v) && !json_is_array(v))
+        return td_errf(err, errlen,
+                       "key \"eos_token_id\" must be an integer, a list or null, got %s",
+                       type_name(v));
+    size_t k = !v ? 0 : json_is_array(v) ? json_array_size(v) : 1;
+    for (size_t i = 0; i < k; i++) {
+        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+        char what[48] = "eos_token_id";
+        if (json_is_array(v)) snprintf(what, sizeof what, "eos_token_id[%zu]", i);
+        if (!json_is_integer(x))
+            return td_errf(err, errlen, "key \"%s\" must be an integer, got %s", what,
+                           type_name(x));
+        json_int_t id = json_integer_value(x);
+        if (id < 0 || id >= vocab)
+            return td_errf(err, errlen,
+                           "key \"%s\" = %lld is not a token id (the vocabulary is [0, %d))", what,
+                           (long long)id, vocab);
+        int dup = 0;
+        for (int j = 0; j < *n; j++)
+            dup |= ids[j] == id;
+        if (dup) continue;
+        if (*n == cap)
+            return td_errf(err, errlen, "eos_token_id: more EOS ids than the %d kept", cap);
+        ids[(*n)++] = (int)id;
+    }
+    return 0;
+}
+
+int td_config_generation_eos(const char *path, int vocab, int *ids, int *n, int cap, char *err,
+                             size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return 0; // no file: nothing to add
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        return td_errf(err, errlen, "%s: malformed JSON: %s (line %d, column %d)", path, jerr.text,
+                       jerr.line, jerr.column);
+    char msg[256] = "";
+    int rc = generation_eos(root, vocab, ids, n, cap, msg, sizeof msg);
+    json_decref(root);
+    return rc ? td_errf(err, errlen, "%s: %s", path, msg) : 0;
 }

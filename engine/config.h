@@ -78,6 +78,13 @@ int td_config_load(struct td_config *cfg, const char *path, char *err, size_t er
 /* Same from a JSON string (tests). */
 int td_config_parse(struct td_config *cfg, const char *json, char *err, size_t errlen);
 
+/* generation_config.json's eos_token_id (an id, a list of ids, or null) appended to ids[*n]
+ * (room for cap; an id already there is skipped). Each must be a token id, in [0, vocab). A
+ * missing file adds nothing and is no error; a malformed one is. 0, or -1 with one line
+ * naming the file and the bad value. */
+int td_config_generation_eos(const char *path, int vocab, int *ids, int *n, int cap, char *err,
+                             size_t errlen);
+
 const char *td_attn_kind_name(enum td_attn_kind k);
 
 #ifdef __cplusplus

@@ -105,20 +105,8 @@ static int load_eos(struct td_engine *e, char *err, size_t errlen) {
     char path[TD_PATH_MAX];
     if (td_path_join(path, sizeof path, e->p.model_dir, "generation_config.json", err, errlen))
         return -1;
-    json_t *root = json_load_file(path, 0, NULL);
-    if (!root) return 0;
-    json_t *v = json_object_get(root, "eos_token_id");
-    size_t n = json_is_array(v) ? json_array_size(v) : json_is_integer(v) ? 1 : 0;
-    for (size_t i = 0; i < n && e->n_eos < (int)(sizeof e->eos / sizeof *e->eos); i++) {
-        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
-        if (!json_is_integer(x)) continue;
-        int id = (int)json_integer_value(x), dup = 0;
-        for (int j = 0; j < e->n_eos; j++)
-            dup |= e->eos[j] == id;
-        if (!dup) e->eos[e->n_eos++] = id;
-    }
-    json_decref(root);
-    return 0;
+    return td_config_generation_eos(path, c->vocab, e->eos, &e->n_eos,
+                                    (int)(sizeof e->eos / sizeof *e->eos), err, errlen);
 }
 
 static int is_eos(const struct td_engine *e, int32_t t) {

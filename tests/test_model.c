@@ -338,6 +338,92 @@ static void test_long_path(void) {
     case_end("long_model_path", "");
 }
 
+/* every logits row says token h->token */
+struct force {
+    int token;
+};
+static void force_token(void *ctx, int request, long position, float *row, int vocab) {
+    (void)request, (void)position;
+    for (int v = 0; v < vocab; v++)
+        row[v] = v == ((struct force *)ctx)->token ? 10.0f : -10.0f;
+}
+
+/* b_plain_hc2 (linked) with generation_config.json = text (NULL: none) through td_engine_init;
+ * with a forced first token, the request's finish and its generated count */
+static int engine_with_gen(const char *text, int token, enum td_finish *why, int *n_gen, char *err,
+                           size_t errlen) {
+    static int k;
+    char dir[128], path[256];
+    snprintf(dir, sizeof dir, "%s/gen%d", root, k++);
+    mkdir(dir, 0700);
+    if (link_fixture("tests/fixtures/b_plain_hc2", "config.json", dir) ||
+        link_fixture("tests/fixtures/b_plain_hc2", "model.safetensors", dir))
+        return snprintf(err, errlen, "cannot link the fixture"), -2;
+    if (text) {
+        snprintf(path, sizeof path, "%s/generation_config.json", dir);
+        FILE *fp = fopen(path, "w");
+        fputs(text, fp);
+        fclose(fp);
+    }
+    struct force f = {token};
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = dir;
+    ep.backend = "cpu";
+    ep.max_seqs = 1;
+    ep.max_ctx = 64;
+    ep.max_batch_tokens = 16;
+    ep.max_cache_bytes = (size_t)1 << 28;
+    ep.logits_hook = force_token;
+    ep.hook_ctx = &f;
+    struct td_engine *e;
+    if (td_engine_init(&e, &ep, err, errlen)) return -1;
+    int32_t prompt[3] = {5, 6, 7};
+    struct td_request_params rp = {prompt, 3, 4, {0.0f, 0, 1.0f, 1}, 0};
+    int id = td_engine_submit(e, &rp, err, errlen), rc = 0;
+    while (id >= 0 && (rc = td_engine_step(e, err, errlen)) > 0) {
+    }
+    const int32_t *toks;
+    int nt = 0;
+    enum td_req_status st;
+    if (id >= 0) td_engine_output(e, id, &toks, &nt, &st, why, NULL);
+    *n_gen = nt; // the generated tokens
+    td_engine_free(e);
+    return id < 0 || rc < 0 ? -2 : 0;
+}
+
+/* generation_config.json's EOS ids stop generation; ids outside the vocabulary and malformed
+ * files are refused in one line naming the file; a missing file is no error */
+static void test_generation_config(void) {
+    char err[512] = "";
+    enum td_finish why = TD_FINISH_NONE;
+    int n = 0;
+    case_begin();
+    CHECK(!engine_with_gen("{\"eos_token_id\": [1, 7]}", 7, &why, &n, err, sizeof err) &&
+              why == TD_FINISH_EOS && n == 1,
+          "EOS 7 from generation_config.json: rc/why %d, %d tokens (%s)", why, n, err);
+    CHECK(!engine_with_gen(NULL, 7, &why, &n, err, sizeof err) && why == TD_FINISH_LENGTH && n == 4,
+          "no generation_config.json: why %d, %d tokens (%s)", why, n, err);
+    const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"{\"eos_token_id\": 4294967586}", "4294967586"}, // 2^32 + 290 (was EOS 290)
+        {"{\"eos_token_id\": [1, 300]}", "300"},          // vocab 300
+        {"{\"eos_token_id\": -1}", "-1"},
+        {"{\"eos_token_id\": [1, \"2\"]}", "eos_token_id[1]"},
+        {"{\"eos_token_id\": 1.5}", "eos_token_id"},
+        {"{\"eos_token_id\": [1, 2", "malformed"},
+        {"[1, 2]", "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        int rc = engine_with_gen(bad[i].text, 7, &why, &n, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "generation_config.json") && strstr(err, bad[i].want) &&
+                  !strchr(err, '\n'),
+              "'%s': rc %d, message '%s' (want '%s')", bad[i].text, rc, err, bad[i].want);
+    }
+    case_end("generation_config_eos", "");
+}
+
 int main(void) {
     char err[1024];
     snprintf(root, sizeof root, "/tmp/td_model_XXXXXX");
@@ -432,6 +518,7 @@ int main(void) {
     test_dummy();
     test_flash_slice();
     test_long_path();
+    test_generation_config();
 
     st_set_close(&hb);
     st_set_close(&cu);
