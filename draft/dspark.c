@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/err.h"
 #include "engine/fileio.h"
 #include "engine/forward.h"
 #include "engine/model.h"
@@ -78,12 +79,9 @@ int dspark_config_load(struct dspark_config *c, const char *dir, const struct td
     memset(c, 0, sizeof *c);
     char path[TD_PATH_MAX];
     if (td_path_join(path, sizeof path, dir, "config.json", err, errlen)) return -1;
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root) {
-        snprintf(err, errlen, "dspark: cannot read %s: %s", path, je.text);
-        return -1;
-    }
+    char msg[512];
+    json_t *root = td_json_load(path, 0, msg, sizeof msg);
+    if (!root) return td_errf(err, errlen, "dspark: cannot read the drafter's config: %s", msg);
     const struct td_config *t = &target->cfg;
     int rc = -1, window = t->sliding_window;
     if (get_int(root, "dspark_block_size", 1, DSPARK_MAX_BLOCK, &c->block, path, err, errlen) ||

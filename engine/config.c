@@ -8,6 +8,7 @@
  */
 #include "config.h"
 #include "err.h"
+#include "fileio.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -574,11 +575,8 @@ int td_config_parse(struct td_config *cfg, const char *json, char *err, size_t e
 
 int td_config_load(struct td_config *cfg, const char *path, char *err, size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        return td_errf(err, errlen, "cannot read config %s: %s (line %d, column %d)", path,
-                       jerr.text, jerr.line, jerr.column);
+    json_t *root = td_json_load(path, 0, err, errlen); // its messages name the path
+    if (!root) return -1;
     char msg[512] = "";
     int rc = parse(cfg, root, msg, sizeof msg);
     json_decref(root);
@@ -629,11 +627,8 @@ int td_config_generation_eos(const char *path, int vocab, int *ids, int *n, int 
                              size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0 && errno == ENOENT) return 0; // no file: nothing to add
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        return td_errf(err, errlen, "%s: malformed JSON: %s (line %d, column %d)", path, jerr.text,
-                       jerr.line, jerr.column);
+    json_t *root = td_json_load(path, 0, err, errlen);
+    if (!root) return -1;
     char msg[256] = "";
     int rc = generation_eos(root, vocab, ids, n, cap, msg, sizeof msg);
     json_decref(root);

@@ -10,6 +10,7 @@
  */
 #include "safetensors.h"
 #include "err.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -253,33 +254,20 @@ static int add_shard(struct st_set *set, const char *path, char *err, size_t err
     if (!m->path) return td_errf(err, errlen, "out of memory opening %s", path);
     int shard = set->n_maps++;
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return td_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
+    size_t size = 0;
+    int fd = td_file_open(path, 0, &size, err, errlen); // a regular file, or refused at once
+    if (fd < 0) return -1;
+    if (size < 8) {
         close(fd);
-        return td_errf(err, errlen, "cannot stat %s: %s", path, strerror(e));
+        return td_errf(err, errlen, "%s is too short for safetensors (%zu bytes, need at least 8)",
+                       path, size);
     }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return td_errf(err, errlen, "%s is not a regular file", path);
-    }
-    if (st.st_size < 8) {
-        close(fd);
-        return td_errf(err, errlen, "%s is too short for safetensors (%lld bytes, need at least 8)",
-                       path, (long long)st.st_size);
-    }
-    if ((uint64_t)st.st_size > SIZE_MAX) {
-        close(fd);
-        return td_errf(err, errlen, "%s is too large to map", path);
-    }
-    void *base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
     if (base == MAP_FAILED) return td_errf(err, errlen, "cannot mmap %s: %s", path, strerror(e));
     m->base = base;
-    m->size = (size_t)st.st_size;
+    m->size = size;
     return parse_header(set, shard, err, errlen);
 }
 
@@ -320,11 +308,8 @@ static int shard_name_ok(const char *s) {
 /* Opens every shard the index names once, then checks index and shards agree. */
 static int open_index(struct st_set *set, const char *dir, const char *index, char *err,
                       size_t errlen) {
-    json_error_t jerr;
-    json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return td_errf(err, errlen, "malformed JSON in %s: %s (line %d, column %d)", index,
-                       jerr.text, jerr.line, jerr.column);
+    json_t *root = td_json_load(index, JSON_REJECT_DUPLICATES, err, errlen);
+    if (!root) return -1;
 
     const char **shards = NULL; /* [n_shards], strings owned by root */
     int n_shards = 0, rc = 0;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int near(double a, double b) {
@@ -538,6 +539,38 @@ done:
     report("load_file", why[0] ? why : NULL);
 }
 
+/* config.json that is a FIFO (an open for reading would wait for a writer forever) or a
+ * directory, or larger than any config: refused at once, naming the file */
+static void test_special_files(void) {
+    char why[600] = "", err[512] = "", dir[64] = "/tmp/td_test_cfg_XXXXXX", path[128];
+    struct td_config c;
+    REQUIRE(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    REQUIRE(mkfifo(path, 0600) == 0);
+    case_deadline("config_special_files", 10);
+    REQUIRE(td_config_load(&c, path, err, sizeof err) == -1);
+    REQUIRE(strstr(err, path) && strstr(err, "not a regular file") && !strchr(err, '\n'));
+    unlink(path);
+    REQUIRE(mkdir(path, 0700) == 0);
+    REQUIRE(td_config_load(&c, path, err, sizeof err) == -1 && strstr(err, "not a regular file"));
+    rmdir(path);
+    // 65 MiB (sparse): past the 64 MiB any JSON file may have, refused before it is read
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    int ok = ftruncate(fileno(f), (off_t)65 << 20) == 0;
+    fclose(f);
+    REQUIRE(ok);
+    REQUIRE(td_config_load(&c, path, err, sizeof err) == -1);
+    REQUIRE(strstr(err, path) && strstr(err, "64 MiB"));
+done:
+    case_deadline(NULL, 0);
+    if (getenv("TD_TEST_VERBOSE")) printf("  %s\n", err);
+    unlink(path);
+    rmdir(path);
+    rmdir(dir);
+    report("config_special_files", why[0] ? why : NULL);
+}
+
 static void test_kind_names(void) {
     char why[600] = "";
     REQUIRE(strcmp(td_attn_kind_name(TD_ATTN_SLIDING), "sliding") == 0);
@@ -565,6 +598,7 @@ int main(void) {
     test_rates();
     test_errors();
     test_load_file();
+    test_special_files();
     test_kind_names();
     return check_failures ? 1 : 0;
 }

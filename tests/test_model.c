@@ -424,6 +424,44 @@ static void test_generation_config(void) {
     case_end("generation_config_eos", "");
 }
 
+/* generation_config.json or dspark/config.json a FIFO (opening it for reading would wait for a
+ * writer forever): td_engine_init refuses at once, naming the file */
+static void test_fifo_configs(void) {
+    const char *names[] = {"generation_config.json", "dspark/config.json"};
+    for (int i = 0; i < 2; i++) {
+        char dir[128], path[256], err[512] = "", name[64];
+        snprintf(name, sizeof name, "fifo_%s", i ? "dspark_config" : "generation_config");
+        case_begin();
+        snprintf(dir, sizeof dir, "%s/fifo%d", root, i);
+        snprintf(path, sizeof path, "%s/dspark", dir);
+        CHECK(!mkdir(dir, 0700) && !mkdir(path, 0700), "mkdir");
+        CHECK(!link_fixture("tests/fixtures/b_plain_hc2", "config.json", dir) &&
+                  !link_fixture("tests/fixtures/b_plain_hc2", "model.safetensors", dir) &&
+                  !link_fixture("tests/fixtures/dspark_b/dspark", "model.safetensors", path),
+              "cannot link the fixtures");
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        CHECK(!mkfifo(path, 0600), "mkfifo %s", path);
+        if (!check_case_failed) {
+            struct td_engine_params ep = td_engine_defaults();
+            ep.model_dir = dir;
+            ep.backend = "cpu";
+            ep.draft = i ? "dspark" : "none";
+            ep.max_seqs = 1;
+            ep.max_ctx = 64;
+            ep.max_batch_tokens = 16;
+            ep.max_cache_bytes = (size_t)1 << 28;
+            struct td_engine *e = NULL;
+            case_deadline(name, 10);
+            int rc = td_engine_init(&e, &ep, err, sizeof err);
+            case_deadline(NULL, 0);
+            CHECK(rc == -1 && strstr(err, names[i]) && strstr(err, "not a regular file"),
+                  "rc %d: '%s'", rc, err);
+            if (!rc) td_engine_free(e);
+        }
+        case_end(name, "");
+    }
+}
+
 int main(void) {
     char err[1024];
     snprintf(root, sizeof root, "/tmp/td_model_XXXXXX");
@@ -519,6 +557,7 @@ int main(void) {
     test_flash_slice();
     test_long_path();
     test_generation_config();
+    test_fifo_configs();
 
     st_set_close(&hb);
     st_set_close(&cu);

@@ -423,6 +423,40 @@ static void test_bad_sharded(void) {
     expect_fail("missing_dir", at("does_not_exist"), 1, "no model.safetensors");
 }
 
+/* FIFOs where the loader expects files (an open for reading would wait for a writer forever),
+ * and an index past the JSON size limit: refused at once, naming the file */
+static void test_special_files(void) {
+    struct {
+        const char *name, *fifo; /* the case; the file made a FIFO (in a sharded dir) */
+    } fifos[] = {
+        {"fifo_model_safetensors", "model.safetensors"},
+        {"fifo_index_json", "model.safetensors.index.json"},
+        {"fifo_shard", SHARD2},
+    };
+    for (size_t i = 0; i < sizeof fifos / sizeof *fifos; i++) {
+        const char *dir = fifos[i].name;
+        if (make_sharded(dir, "", "", good_index) != 0) {
+            report(fifos[i].name, "cannot write test files");
+            continue;
+        }
+        if (i == 0) unlink(at("%s/model.safetensors.index.json", dir)); // the single-file layout
+        unlink(at("%s/%s", dir, fifos[i].fifo));
+        if (mkfifo(at("%s/%s", dir, fifos[i].fifo), 0600) != 0) {
+            report(fifos[i].name, "cannot mkfifo");
+            continue;
+        }
+        case_deadline(fifos[i].name, 10);
+        expect_fail(fifos[i].name, at("%s", dir), 1, "not a regular file");
+        case_deadline(NULL, 0);
+    }
+    // a 65 MiB index (sparse): past the 64 MiB any JSON file may have, refused unread
+    if (make_sharded("index_too_large", "", "", good_index) != 0 ||
+        truncate(at("index_too_large/model.safetensors.index.json"), (off_t)65 << 20) != 0)
+        report("index_too_large", "cannot write test files");
+    else
+        expect_fail("index_too_large", at("index_too_large"), 1, "64 MiB");
+}
+
 // ----------------------------------------------------------------------------
 // broken single files
 
@@ -524,6 +558,7 @@ int main(void) {
     test_dir_single();
     test_sharded();
     test_bad_sharded();
+    test_special_files();
     test_bad_files();
     rm_rf(root);
     return check_failures ? 1 : 0;
