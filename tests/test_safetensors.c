@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char root[64]; /* the mkdtemp directory */
@@ -457,6 +458,34 @@ static void test_special_files(void) {
         expect_fail("index_too_large", at("index_too_large"), 1, "64 MiB");
 }
 
+/* an index naming 100,000 distinct shards, none present: the missing-shard error comes at
+ * once (finding the distinct names was quadratic: 26-35 s before the first open) */
+static void test_many_shards(void) {
+    char why[600] = "", err[512] = "";
+    struct st_set set;
+    const int n = 100000;
+    size_t cap = (size_t)n * 48 + 64, len = 0;
+    char *text = malloc(cap);
+    REQUIRE(text && mkdir(at("many_shards"), 0700) == 0);
+    len += (size_t)snprintf(text + len, cap - len, "{\"weight_map\": {");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(text + len, cap - len, "%s\"t%d\": \"s%d.safetensors\"",
+                                i ? ", " : "", i, i);
+    len += (size_t)snprintf(text + len, cap - len, "}}");
+    REQUIRE(write_bytes(at("many_shards/model.safetensors.index.json"), text, len, NULL, 0) == 0);
+    case_deadline("index_100k_distinct_shards", 30);
+    clock_t t0 = clock();
+    int rc = st_set_open(&set, at("many_shards"), err, sizeof err);
+    double s = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    case_deadline(NULL, 0);
+    REQUIRE(rc == -1 && strstr(err, "cannot open") && strstr(err, "/s0.safetensors"));
+    if (s > 2.0) snprintf(why, sizeof why, "took %.1f s of CPU (limit 2)", s);
+done:
+    free(text);
+    if (getenv("TD_TEST_VERBOSE")) printf("  %s\n", err);
+    report("index_100k_distinct_shards", why[0] ? why : NULL);
+}
+
 // ----------------------------------------------------------------------------
 // broken single files
 
@@ -559,6 +588,7 @@ int main(void) {
     test_sharded();
     test_bad_sharded();
     test_special_files();
+    test_many_shards();
     test_bad_files();
     rm_rf(root);
     return check_failures ? 1 : 0;
