@@ -60,8 +60,8 @@ struct td_config {
     int rate_csa, rate_hca; /* compress_rates */
     int index_n_heads, index_head_dim, index_topk;
     int tie_word_embeddings;
-    long max_position_embeddings;
-    int n_mtp_layers; /* num_nextn_predict_layers */
+    long max_position_embeddings; /* in [1, INT_MAX]: positions are int */
+    int n_mtp_layers;             /* num_nextn_predict_layers */
     enum td_attn_kind
         mtp_attn[4]; /* attention kind of each MTP layer (from compress_ratios tail) */
     struct td_rope_cfg rope_main, rope_compress;

@@ -497,6 +497,43 @@ static void test_errors(void) {
     expect_fail("not_an_object", "[1, 2]", NULL, NULL, "not a JSON object");
 }
 
+/* JSON numbers are checked against each key's range before they are converted, and the
+ * message names the key, the value and the range */
+static void test_ranges(void) {
+    expect_fail("max_pos_2_63_minus_1", tiny, "{'max_position_embeddings': 9223372036854775807}",
+                NULL,
+                "\"max_position_embeddings\" = 9223372036854775807 is out of range [1, "
+                "2147483647]");
+    expect_fail("max_pos_2_32", tiny, "{'max_position_embeddings': 4294967296}", NULL,
+                "max_position_embeddings");
+    expect_fail("max_pos_float_2_63", tiny, "{'max_position_embeddings': 9.3e18}", NULL,
+                "max_position_embeddings");
+    expect_fail("max_pos_zero", tiny, "{'max_position_embeddings': 0}", NULL,
+                "is out of range [1, 2147483647]");
+    expect_fail("hidden_size_2_32", tiny, "{'hidden_size': 4294967296}", NULL,
+                "\"hidden_size\" = 4294967296 is out of range [1, 2147483647]");
+    expect_fail("vocab_size_zero", tiny, "{'vocab_size': 0}", NULL,
+                "\"vocab_size\" = 0 is out of range [1, 2147483647]");
+    expect_fail("num_nextn_negative", tiny, "{'num_nextn_predict_layers': -1}", NULL,
+                "\"num_nextn_predict_layers\" = -1 is out of range [0, 4]");
+    expect_fail("rate_in_dict_2_32", tiny,
+                "{'compress_rates': {'compressed_sparse_attention': 4294967300,"
+                " 'heavily_compressed_attention': 8}}",
+                NULL, "compress_rates.compressed_sparse_attention");
+    expect_fail("float_key_past_float", tiny, "{'routed_scaling_factor': 1e300}", NULL,
+                "routed_scaling_factor");
+    char why[600] = "";
+    struct td_config c;
+    if (expect_ok("max_pos_integral_float", &c, tiny, "{'max_position_embeddings': 2048.0}", NULL))
+        return;
+    REQUIRE(c.max_position_embeddings == 2048);
+    if (expect_ok("max_pos_int_max", &c, tiny, "{'max_position_embeddings': 2147483647}", NULL))
+        return;
+    REQUIRE(c.max_position_embeddings == 2147483647);
+done:
+    report("max_pos_in_range", why[0] ? why : NULL);
+}
+
 static void test_load_file(void) {
     char why[600] = "", err[512] = "", path[64] = "/tmp/td_test_cfg_XXXXXX";
     struct td_config c;
@@ -597,6 +634,7 @@ int main(void) {
     test_tokens_null();
     test_rates();
     test_errors();
+    test_ranges();
     test_load_file();
     test_special_files();
     test_kind_names();
