@@ -519,7 +519,8 @@ static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen)
         opt_float(o, "swiglu_limit", 10.0, &c->swiglu_limit, err, errlen) ||
         opt_bool(o, NULL, "mlp_bias", 0, &c->mlp_bias, err, errlen) ||
         opt_int(o, NULL, "hc_mult", 4, 1, TD_MAX_HC, &c->hc_mult, err, errlen) ||
-        opt_int(o, NULL, "hc_sinkhorn_iters", 20, 0, M, &c->hc_sinkhorn_iters, err, errlen) ||
+        opt_int(o, NULL, "hc_sinkhorn_iters", 20, 0, TD_MAX_SINKHORN_ITERS, &c->hc_sinkhorn_iters,
+                err, errlen) ||
         opt_float(o, "hc_eps", 1e-6, &c->hc_eps, err, errlen) ||
         opt_float(o, "rms_norm_eps", 1e-6, &c->rms_eps, err, errlen) ||
         opt_bool(o, NULL, "tie_word_embeddings", 0, &c->tie_word_embeddings, err, errlen) ||

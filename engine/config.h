@@ -22,6 +22,9 @@ extern "C" {
 #define TD_MAX_LAYERS 256
 #define TD_MAX_EOS    8
 #define TD_MAX_HC     16 /* hc_mult: the HC kernels hold nc x nc in fixed arrays */
+/* hc_sinkhorn_iters: the release uses 20; each is a pass over nc x nc per row, twice a layer,
+ * and 2^31 of them ran for hours with no word, so a bound far past any use */
+#define TD_MAX_SINKHORN_ITERS 1000
 
 enum td_attn_kind { TD_ATTN_SLIDING = 0, TD_ATTN_CSA, TD_ATTN_HCA };
 enum td_mlp_kind { TD_MLP_HASH = 0, TD_MLP_MOE };

@@ -522,8 +522,15 @@ static void test_ranges(void) {
                 NULL, "compress_rates.compressed_sparse_attention");
     expect_fail("float_key_past_float", tiny, "{'routed_scaling_factor': 1e300}", NULL,
                 "routed_scaling_factor");
+    // 2^31 Sinkhorn iterations ran the forward for hours without a word
+    expect_fail("sinkhorn_iters_int_max", tiny, "{'hc_sinkhorn_iters': 2147483647}", NULL,
+                "\"hc_sinkhorn_iters\" = 2147483647 is out of range [0, 1000]");
+    expect_fail("sinkhorn_iters_1001", tiny, "{'hc_sinkhorn_iters': 1001}", NULL,
+                "hc_sinkhorn_iters");
     char why[600] = "";
     struct td_config c;
+    if (expect_ok("sinkhorn_iters_1000", &c, tiny, "{'hc_sinkhorn_iters': 1000}", NULL)) return;
+    REQUIRE(c.hc_sinkhorn_iters == 1000);
     if (expect_ok("max_pos_integral_float", &c, tiny, "{'max_position_embeddings': 2048.0}", NULL))
         return;
     REQUIRE(c.max_position_embeddings == 2048);
