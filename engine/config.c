@@ -436,6 +436,11 @@ static int check_sizes(const struct td_config *c, char *err, size_t errlen) {
         return td_errf(err, errlen,
                        "o_groups %d must divide num_attention_heads %d (and heads x head_dim)",
                        c->o_groups, c->n_heads);
+    if (c->index_topk > c->max_position_embeddings) // the plan's dims clamp it further
+        return td_errf(err, errlen,
+                       "index_topk %d exceeds max_position_embeddings %ld: a row selects among "
+                       "fewer entries than that",
+                       c->index_topk, c->max_position_embeddings);
     if (c->n_experts_tok > c->n_experts)
         return td_errf(err, errlen, "num_experts_per_tok %d exceeds n_routed_experts %d",
                        c->n_experts_tok, c->n_experts);

@@ -153,6 +153,16 @@ int td_state_rollback(struct td_state *s, int slot, int new_len, char *err, size
     return 0;
 }
 
+/* A row selects among at most ceil(max_ctx / rate) compressed entries; a larger index_topk
+ * picks every one of them, as this does, so the plan's top-k rows are no wider (an index_topk
+ * of 10^7 had the plan reserve rows x 10^7 ids: 20 GB for 320 rows) */
+static int plan_topk(const struct td_config *c, int max_ctx) {
+    long long reach = max_ctx; // no CSA layer: the region is unused; keep it within the context
+    for (int i = 0; i < c->n_layers; i++)
+        if (c->attn[i] == TD_ATTN_CSA) reach = ((long long)max_ctx + c->rate_csa - 1) / c->rate_csa;
+    return c->index_topk < reach ? c->index_topk : (int)reach;
+}
+
 struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, int max_seq) {
     const struct td_config *c = s->cfg;
     struct td_plan_dims d;
@@ -161,7 +171,7 @@ struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, in
     d.max_seq = max_seq;
     d.max_ctx = s->max_ctx;
     d.window = c->sliding_window;
-    d.topk = c->index_topk;
+    d.topk = plan_topk(c, s->max_ctx);
     d.swa_ring = s->swa_ring;
     d.block = s->max_block;
     for (int i = 0; i < c->n_layers; i++) {

@@ -522,6 +522,10 @@ static void test_ranges(void) {
                 NULL, "compress_rates.compressed_sparse_attention");
     expect_fail("float_key_past_float", tiny, "{'routed_scaling_factor': 1e300}", NULL,
                 "routed_scaling_factor");
+    // a row can select no more entries than the context has positions (tiny: 512)
+    expect_fail("index_topk_past_max_pos", tiny, "{'index_topk': 10000000}", NULL,
+                "index_topk 10000000 exceeds max_position_embeddings 512");
+    expect_fail("index_topk_int_max", tiny, "{'index_topk': 2147483647}", NULL, "index_topk");
     // 2^31 Sinkhorn iterations ran the forward for hours without a word
     expect_fail("sinkhorn_iters_int_max", tiny, "{'hc_sinkhorn_iters': 2147483647}", NULL,
                 "\"hc_sinkhorn_iters\" = 2147483647 is out of range [0, 1000]");
@@ -531,6 +535,8 @@ static void test_ranges(void) {
     struct td_config c;
     if (expect_ok("sinkhorn_iters_1000", &c, tiny, "{'hc_sinkhorn_iters': 1000}", NULL)) return;
     REQUIRE(c.hc_sinkhorn_iters == 1000);
+    if (expect_ok("index_topk_max_pos", &c, tiny, "{'index_topk': 512}", NULL)) return;
+    REQUIRE(c.index_topk == 512);
     if (expect_ok("max_pos_integral_float", &c, tiny, "{'max_position_embeddings': 2048.0}", NULL))
         return;
     REQUIRE(c.max_position_embeddings == 2048);

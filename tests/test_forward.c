@@ -17,7 +17,11 @@
  *                 each bit-identical to running alone.
  * TD_TEST_QUICK=1 (the sanitizer run) uses fewer random schedules.
  */
+#include <jansson.h>
+#include <limits.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "engine/forward.h"
@@ -462,8 +466,131 @@ static void test_plan_errors(struct fx *f) {
     free(lg);
 }
 
+// ---------------------------------------------------------------------------------------------
+// variants: a fixture rewritten into a temporary directory (config keys patched, tensors stored
+// in another dtype or at another alignment) whose logits must be the fixture's, bit for bit
+
+static char vroot[64]; /* mkdtemp directory, removed at the end */
+
+/* a new directory vroot/<name> with the fixture's config.json, `patch` (a JSON object, may be
+ * NULL) merged in, and (when link) the fixture's model.safetensors linked; its path in dir */
+static int variant_dir(const char *fixture, const char *name, const char *patch, int link,
+                       char *dir, size_t cap) {
+    char from[300], to[400], abs[PATH_MAX];
+    snprintf(dir, cap, "%s/%s", vroot, name);
+    if (mkdir(dir, 0700)) return -1;
+    snprintf(from, sizeof from, "tests/fixtures/%s/config.json", fixture);
+    json_t *cfg = json_load_file(from, 0, NULL), *p = patch ? json_loads(patch, 0, NULL) : NULL;
+    if (!cfg || (patch && !p)) return -1;
+    if (p) json_object_update(cfg, p);
+    snprintf(to, sizeof to, "%s/config.json", dir);
+    int rc = json_dump_file(cfg, to, JSON_INDENT(1));
+    json_decref(cfg);
+    json_decref(p);
+    if (rc || !link) return rc;
+    snprintf(from, sizeof from, "tests/fixtures/%s/model.safetensors", fixture);
+    snprintf(to, sizeof to, "%s/model.safetensors", dir);
+    return realpath(from, abs) ? symlink(abs, to) : -1;
+}
+
+/* the model in dir, fed ids[n] in chunks (one slot, max_ctx n, max_chunk 16) on the CPU:
+ * logits [n, vocab] (malloc'd; NULL with err), and the plan dims of its state */
+static float *variant_logits(const char *dir, const int32_t *ids, int n, const int *chunks,
+                             int n_chunks, struct td_plan_dims *dims, char *err, size_t errlen) {
+    struct td_model m;
+    struct td_state st;
+    if (td_model_load(&m, dir, err, errlen)) return NULL;
+    float *out = malloc((size_t)n * m.cfg.vocab * sizeof(float));
+    if (td_state_init(&st, &m.cfg, 1, n, 16, (size_t)1 << 31, NULL, err, errlen)) {
+        td_model_free(&m);
+        free(out);
+        return NULL;
+    }
+    int slot = td_state_seq_alloc(&st), pos = 0;
+    for (int i = 0; out && i < n_chunks; i++) {
+        struct td_plan_seq q = {slot, pos, chunks[i], ids + pos, 0, 0};
+        if (td_forward_seqs(&m, &st, &q, 1, out + (size_t)pos * m.cfg.vocab, NULL, err, errlen))
+            free(out), out = NULL;
+        pos += chunks[i];
+    }
+    *dims = td_state_plan_dims(&st, 16, 1);
+    td_state_free(&st);
+    td_model_free(&m);
+    return out;
+}
+
+/* b_plain_hc2's ids as a 300-row prefill, a 4-row verify-sized chunk and 16 decode steps */
+static const int var_chunks[] = {300, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+#define VAR_N_CHUNKS (int)(sizeof var_chunks / sizeof *var_chunks)
+
+/* the same logits from variants `a` and `b` of b_plain_hc2 (made by the caller); dims of each */
+static void same_logits(const char *name, const char *a, const char *b, const struct fx *f,
+                        struct td_plan_dims *da, struct td_plan_dims *db) {
+    char err[512] = "";
+    float *la = variant_logits(a, f->ids, f->n, var_chunks, VAR_N_CHUNKS, da, err, sizeof err);
+    CHECK(la, "%s: %s", a, err);
+    float *lb =
+        la ? variant_logits(b, f->ids, f->n, var_chunks, VAR_N_CHUNKS, db, err, sizeof err) : NULL;
+    CHECK(!la || lb, "%s: %s", b, err);
+    if (la && lb)
+        CHECK(bits_equal(la, lb, (size_t)f->n * f->m.cfg.vocab), "%s: logits differ", name);
+    free(la);
+    free(lb);
+}
+
+/* index_topk past what a row can see (max_ctx / rate entries) picks every entry, as an
+ * index_topk of exactly that does; the plan reserves only that many per row (ceil(320 / 4)) */
+static void test_topk_past_context(const struct fx *f) {
+    char a[256], b[256];
+    struct td_plan_dims da, db;
+    case_begin();
+    CHECK(!variant_dir("b_plain_hc2", "topk_1024", "{\"index_topk\": 1024}", 1, a, sizeof a) &&
+              !variant_dir("b_plain_hc2", "topk_80", "{\"index_topk\": 80}", 1, b, sizeof b),
+          "cannot write the variants");
+    if (!check_case_failed) same_logits("topk", a, b, f, &da, &db);
+    if (!check_case_failed)
+        CHECK(da.topk == 80 && db.topk == 80, "plan top-k %d and %d, want 80 (ceil(320 / 4))",
+              da.topk, db.topk);
+    // the picks trace keeps its index_topk columns: the same picks, then -1
+    struct td_model m[2];
+    int32_t *tr[2] = {NULL, NULL};
+    int loaded[2] = {0, 0};
+    char err[512] = "";
+    for (int k = 0; k < 2 && !check_case_failed; k++) {
+        struct td_state st;
+        loaded[k] = !td_model_load(&m[k], k ? b : a, err, sizeof err);
+        CHECK(loaded[k] && !td_state_init(&st, &m[k].cfg, 1, f->n, 16, (size_t)1 << 31, NULL, err,
+                                          sizeof err),
+              "%s", err);
+        if (check_case_failed) break;
+        size_t w = (size_t)m[k].cfg.index_topk;
+        tr[k] = malloc((size_t)m[k].cfg.n_layers * f->n * w * sizeof(int32_t));
+        float *lg = malloc((size_t)f->n * m[k].cfg.vocab * sizeof(float));
+        struct td_plan_seq q = {td_state_seq_alloc(&st), 0, f->n, f->ids, 0, 0};
+        CHECK(!td_forward_seqs(&m[k], &st, &q, 1, lg, tr[k], err, sizeof err), "%s", err);
+        free(lg);
+        td_state_free(&st);
+    }
+    for (int li = 0; !check_case_failed && li < m[0].cfg.n_layers; li++) {
+        if (m[0].cfg.attn[li] != TD_ATTN_CSA) continue;
+        for (int t = 0; t < f->n; t++)
+            for (int j = 0; j < 1024; j++) {
+                int32_t x = tr[0][((size_t)li * f->n + t) * 1024 + j];
+                int32_t y = j < 80 ? tr[1][((size_t)li * f->n + t) * 80 + j] : -1;
+                CHECK(x == y, "layer %d row %d pick %d: %d, want %d", li, t, j, x, y);
+            }
+    }
+    for (int k = 0; k < 2; k++)
+        if (loaded[k]) td_model_free(&m[k]);
+    free(tr[0]);
+    free(tr[1]);
+    case_end("index_topk_past_context", "");
+}
+
 int main(void) {
     char err[512];
+    snprintf(vroot, sizeof vroot, "/tmp/td_forward_XXXXXX");
+    if (!mkdtemp(vroot)) return 1;
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
         struct fx f = {0};
         snprintf(f.dir, sizeof f.dir, "tests/fixtures/%s", fixtures[i]);
@@ -488,6 +615,7 @@ int main(void) {
         test_rollback(&f);
         test_batched(&f);
         if (i == 0) test_plan_errors(&f);
+        if (i == 1) test_topk_past_context(&f);
         test_skip_logits(&f);
         test_capture(&f);
         td_model_free(&f.m);
@@ -496,5 +624,8 @@ int main(void) {
         free(f.oneshot);
         free(f.picks);
     }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", vroot);
+    if (system(cmd)) return 1;
     return check_failures ? 1 : 0;
 }
