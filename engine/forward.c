@@ -202,11 +202,11 @@ static void attention_block(struct fwd *f, int li) {
     qo[1] = set_out(f->qi, &l->idx_wq_b, IH * ihd);
     op->matmul_set(f->qr, n, rq, 1 + csa, qo);
     // the queries' per-head norm and rope, and the shared K = V vector's, in one call. K = V
-    // goes into the ring at once when the step has at most swa_ring - sliding_window rows
+    // goes into the ring at once when the step has at most swa_ring - window rows
     // (every decode, verify and graph step): then a row of this step lands on a position older
     // than any query of the step can see. A longer chunk would overwrite window keys its own
     // first rows still read, so it stores after the attention.
-    int early = n <= f->st->swa_ring - c->sliding_window;
+    int early = n <= f->st->swa_ring - f->st->window;
     struct norm_rope_args nr[2] = {{f->q, n, H, hd, NULL, TD_DTYPE_F32, c->rms_eps, c->rope_dim,
                                     rows.positions, inv, af, NULL, NULL, rows, 0},
                                    keys_norm_rope(f, l, early ? ls->swa : NULL, inv, af)};

@@ -587,6 +587,43 @@ static void test_topk_past_context(const struct fx *f) {
     case_end("index_topk_past_context", "");
 }
 
+/* a sliding window past the context is the whole context: sliding_window 2^31 - 1 (which
+ * overflowed the rings' int sizes) and 1000 give the logits of a window of max_ctx = 320 */
+static void test_window_past_context(const struct fx *f) {
+    char a[256], b[256], c[256];
+    struct td_plan_dims da, db, dc;
+    case_begin();
+    CHECK(
+        !variant_dir("b_plain_hc2", "window_max", "{\"sliding_window\": 2147483647}", 1, a,
+                     sizeof a) &&
+            !variant_dir("b_plain_hc2", "window_1000", "{\"sliding_window\": 1000}", 1, b,
+                         sizeof b) &&
+            !variant_dir("b_plain_hc2", "window_320", "{\"sliding_window\": 320}", 1, c, sizeof c),
+        "cannot write the variants");
+    if (!check_case_failed) same_logits("window 2^31 - 1", a, c, f, &da, &dc);
+    if (!check_case_failed) same_logits("window 1000", b, c, f, &db, &dc);
+    if (!check_case_failed)
+        CHECK(da.window == 320 && db.window == 320 && da.swa_ring == 336,
+              "plan window %d / %d, ring %d, want 320 and 336", da.window, db.window, da.swa_ring);
+    // a context of 2^31 - 1 with that window: the ring's rows would pass INT_MAX, refused
+    struct td_model m;
+    struct td_state st;
+    char err[512] = "";
+    if (!check_case_failed && !td_model_load(&m, a, err, sizeof err)) {
+        CHECK(td_state_init(&st, &m.cfg, 1, INT_MAX, 16, SIZE_MAX, NULL, err, sizeof err) == -1 &&
+                  strstr(err, "int range"),
+              "max_ctx 2^31 - 1: '%s'", err);
+        td_model_free(&m);
+    }
+    // a plan whose window keys would pass int32 indices is refused before it allocates
+    struct td_plan p;
+    struct td_plan_dims big = da;
+    big.max_tok = 1 << 16, big.window = 1 << 16, big.max_ctx = 1 << 16;
+    CHECK(meta_plan_init(&p, &big, err, sizeof err) == -1 && strstr(err, "int32"),
+          "65536 rows x 65536 window keys: '%s'", err);
+    case_end("sliding_window_past_context", "");
+}
+
 int main(void) {
     char err[512];
     snprintf(vroot, sizeof vroot, "/tmp/td_forward_XXXXXX");
@@ -616,6 +653,7 @@ int main(void) {
         test_batched(&f);
         if (i == 0) test_plan_errors(&f);
         if (i == 1) test_topk_past_context(&f);
+        if (i == 1) test_window_past_context(&f);
         test_skip_logits(&f);
         test_capture(&f);
         td_model_free(&f.m);
