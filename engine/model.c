@@ -268,7 +268,12 @@ static int make_dummy(struct loader *ld, struct td_tensor *dst, const char *name
                       const int64_t *shape, int ndim) {
     struct td_tensor t = {NULL, TD_DTYPE_NONE, ndim, {0}};
     memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
-    int64_t n = td_tensor_numel(&t);
+    int64_t n = td_tensor_numel(&t); // the shape is config.json's dims: it can pass 64 bits
+    if (n > TD_MAX_NUMEL) {
+        char s[96];
+        shape_str(s, sizeof s, shape, ndim);
+        return fail(ld, "dummy weights: tensor %s %s is too large (over 2^60 elements)", name, s);
+    }
     if (kind == K_INT) { // tid2eid [vocab, k]: token v's j-th expert (v + j) mod E, all distinct
         int32_t *v = own(ld->m, (size_t)n * sizeof *v);
         if (!v) return fail(ld, "out of memory making %s", name);

@@ -7,6 +7,7 @@
  * fail with a message naming the tensor.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -206,6 +207,34 @@ static void test_dummy(void) {
         snprintf(name, sizeof name, "dummy_weights/%s", fx[f] + strlen("tests/fixtures/"));
         case_end(name, "");
     }
+}
+
+/* dims from config.json whose product passes 64 bits (wq_b: 1024 heads x 2^30 head_dim rows of
+ * 2^30 columns) are refused as too large, never wrapped into a small tensor */
+static void test_dummy_too_large(void) {
+    char dir[128], path[256], err[512] = "";
+    struct td_model m = {0};
+    case_begin();
+    snprintf(dir, sizeof dir, "%s/dummy_huge", root);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cfg = json_load_file("tests/fixtures/b_plain_hc2/config.json", 0, NULL);
+    json_t *p = json_loads("{\"num_attention_heads\": 1024, \"head_dim\": 1073741824,"
+                           " \"q_lora_rank\": 1073741824, \"partial_rotary_factor\": 0}",
+                           0, NULL);
+    CHECK(cfg && p && !mkdir(dir, 0700), "cannot write the config");
+    if (!check_case_failed) {
+        json_object_update(cfg, p);
+        CHECK(!json_dump_file(cfg, path, 0), "cannot write %s", path);
+    }
+    json_decref(cfg);
+    json_decref(p);
+    if (!check_case_failed) {
+        int rc = td_model_load_dummy(&m, dir, 3, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "too large") && strstr(err, "wq_b") && !strchr(err, '\n'),
+              "rc %d: '%s'", rc, err);
+        if (!rc) td_model_free(&m);
+    }
+    case_end("dummy_weights/too_large", "");
 }
 
 /* the Flash-shaped slice the GPU benchmark runs (bench/flash_slice): its config reads, its
@@ -555,6 +584,7 @@ int main(void) {
 
     test_dummy();
     test_flash_slice();
+    test_dummy_too_large();
     test_long_path();
     test_generation_config();
     test_fifo_configs();
