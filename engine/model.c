@@ -437,6 +437,23 @@ static void share_expert(struct td_layer *l, const void **ptrs, size_t E) {
     ptrs[3 * E + 2] = l->sh_w2.data;
 }
 
+/* A vector the CPU kernels read as raw fp32 (the attention's sinks, kernels/attention.h) as an
+ * aligned fp32 copy the model owns when it is stored otherwise: BF16 or F16 (an HF export in
+ * bf16 has BF16 sinks), or F32 at an address that is not 4-aligned (a header of odd length
+ * leaves every tensor there). An aligned F32 view stays a view; a dummy's generator is made
+ * as F32 where it is placed. */
+static int own_f32(struct loader *ld, struct td_tensor *t, const char *what, int layer) {
+    if (!t->data || t->dtype == TD_DTYPE_NONE) return 0;
+    if (t->dtype == TD_DTYPE_F32 && (uintptr_t)t->data % _Alignof(float) == 0) return 0;
+    int64_t n = td_tensor_numel(t);
+    float *v = own(ld->m, (size_t)n * sizeof *v);
+    if (!v) return fail(ld, "out of memory converting layer %d's %s to fp32", layer, what);
+    td_tensor_read_f32(t, 0, n, v);
+    t->data = v;
+    t->dtype = TD_DTYPE_F32;
+    return 0;
+}
+
 /* layer i's tensors (names after the prefixes hf / up) and its routed experts; m->layers,
  * m->expert_views and m->expert_ptrs hold room for it */
 static int bind_layer(struct loader *ld, int i, const char *hf, const char *up) {
@@ -448,6 +465,7 @@ static int bind_layer(struct loader *ld, int i, const char *hf, const char *up) 
         if (!layer_has(c, i, d->when)) continue;
         if (bind_desc(ld, l, d, hf, up, c->attn[i])) return -1;
     }
+    if (own_f32(ld, &l->sinks, "sinks", i)) return -1;
     l->w1 = m->expert_views + (size_t)i * c->n_experts * 3;
     l->w3 = l->w1 + c->n_experts;
     l->w2 = l->w3 + c->n_experts;
@@ -558,10 +576,7 @@ int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, s
         goto fail;
     return 0;
 fail:
-    free(m->layers);
-    free(m->expert_views);
-    free(m->expert_ptrs);
-    memset(m, 0, sizeof *m);
+    td_model_free(m); // its st is empty: the views are into target's mapping
     return -1;
 }
 

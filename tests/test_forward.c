@@ -472,6 +472,16 @@ static void test_plan_errors(struct fx *f) {
 
 static char vroot[64]; /* mkdtemp directory, removed at the end */
 
+/* one tensor of a variant's model.safetensors */
+struct vt {
+    char name[160];
+    enum td_dtype dtype;
+    int ndim;
+    int64_t shape[TD_MAX_DIMS];
+    const void *data;
+    size_t nbytes;
+};
+
 /* a new directory vroot/<name> with the fixture's config.json, `patch` (a JSON object, may be
  * NULL) merged in, and (when link) the fixture's model.safetensors linked; its path in dir */
 static int variant_dir(const char *fixture, const char *name, const char *patch, int link,
@@ -491,6 +501,50 @@ static int variant_dir(const char *fixture, const char *name, const char *patch,
     snprintf(from, sizeof from, "tests/fixtures/%s/model.safetensors", fixture);
     snprintf(to, sizeof to, "%s/model.safetensors", dir);
     return realpath(from, abs) ? symlink(abs, to) : -1;
+}
+
+/* path = t[n] as safetensors, the header padded with spaces to a multiple of 8 bytes, plus one
+ * when odd (any length is legal; an odd one leaves every tensor at an odd address) */
+static int write_tensors(const char *path, const struct vt *t, int n, int odd) {
+    size_t cap = 1 << 20, len = 0, off = 0;
+    char *h = malloc(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    for (int i = 0; i < n; i++) {
+        len += (size_t)snprintf(h + len, cap - len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[",
+                                i ? "," : "", t[i].name, td_dtype_name(t[i].dtype));
+        for (int d = 0; d < t[i].ndim; d++)
+            len += (size_t)snprintf(h + len, cap - len, "%s%lld", d ? "," : "",
+                                    (long long)t[i].shape[d]);
+        len += (size_t)snprintf(h + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", off,
+                                off + t[i].nbytes);
+        off += t[i].nbytes;
+    }
+    len += (size_t)snprintf(h + len, cap - len, "}");
+    size_t want = (len + 7) / 8 * 8 + (odd ? 1 : 0);
+    while (len < want && len < cap)
+        h[len++] = ' ';
+    FILE *fp = fopen(path, "wb");
+    uint64_t hl = len;
+    int ok = fp && fwrite(&hl, 8, 1, fp) == 1 && fwrite(h, 1, len, fp) == len;
+    for (int i = 0; ok && i < n; i++)
+        ok = fwrite(t[i].data, 1, t[i].nbytes, fp) == t[i].nbytes;
+    if (fp && fclose(fp)) ok = 0;
+    free(h);
+    return ok ? 0 : -1;
+}
+
+/* the tensors of a set as an editable list (views into it) */
+static int tensors_of(const struct st_set *set, struct vt *out) {
+    for (int i = 0; i < set->n_entries; i++) {
+        const struct st_entry *e = &set->entries[i];
+        snprintf(out[i].name, sizeof out[i].name, "%s", e->name);
+        out[i].dtype = e->t.dtype;
+        out[i].ndim = e->t.ndim;
+        memcpy(out[i].shape, e->t.shape, sizeof out[i].shape);
+        out[i].data = e->t.data;
+        out[i].nbytes = e->nbytes;
+    }
+    return set->n_entries;
 }
 
 /* the model in dir, fed ids[n] in chunks (one slot, max_ctx n, max_chunk 16) on the CPU:
@@ -624,6 +678,65 @@ static void test_window_past_context(const struct fx *f) {
     case_end("sliding_window_past_context", "");
 }
 
+static uint16_t to_bf16(float x) { // truncation: the values below are bf16 already
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* Attention sinks stored BF16 give the logits of the same values stored F32 (the CPU attention
+ * read them as raw fp32: 1.8 off, past the tensor's end), and a header of odd length (legal:
+ * it may be padded to anything), which leaves every tensor at an odd address, gives them too */
+static void test_sinks_dtype_and_alignment(const struct fx *f) {
+    char err[512] = "", a[256], b[256], c[256], path[300];
+    struct st_set set;
+    struct td_plan_dims da, db, dc;
+    case_begin();
+    CHECK(!st_set_open(&set, "tests/fixtures/b_plain_hc2", err, sizeof err), "%s", err);
+    if (check_case_failed) {
+        case_end("sinks_bf16_and_odd_header", "");
+        return;
+    }
+    struct vt *t = calloc((size_t)set.n_entries, sizeof *t);
+    int n = tensors_of(&set, t), n_sinks = 0;
+    float *f32[TD_MAX_LAYERS];
+    uint16_t *bf[TD_MAX_LAYERS];
+    int at[TD_MAX_LAYERS];
+    for (int i = 0; i < n; i++) {
+        if (!strstr(t[i].name, "sinks")) continue;
+        int64_t h = t[i].shape[0];
+        f32[n_sinks] = malloc((size_t)h * 4), bf[n_sinks] = malloc((size_t)h * 2);
+        for (int64_t j = 0; j < h; j++) { // the fixture's sinks cut to bf16 (exact in both)
+            bf[n_sinks][j] = to_bf16(td_load_f32(t[i].data, t[i].dtype, j));
+            f32[n_sinks][j] = td_bf16_to_f32(bf[n_sinks][j]);
+        }
+        at[n_sinks++] = i;
+    }
+    CHECK(n_sinks == f->m.cfg.n_layers, "%d sinks tensors in the fixture", n_sinks);
+    CHECK(!variant_dir("b_plain_hc2", "sinks_f32", NULL, 0, a, sizeof a) &&
+              !variant_dir("b_plain_hc2", "sinks_bf16", NULL, 0, b, sizeof b) &&
+              !variant_dir("b_plain_hc2", "odd_header", NULL, 0, c, sizeof c),
+          "cannot make the variant dirs");
+    for (int k = 0; k < 3 && !check_case_failed; k++) {
+        for (int s = 0; s < n_sinks; s++) {
+            struct vt *e = &t[at[s]];
+            e->dtype = k == 1 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
+            e->data = k == 1 ? (const void *)bf[s] : (const void *)f32[s];
+            e->nbytes = (size_t)e->shape[0] * (k == 1 ? 2 : 4);
+        }
+        snprintf(path, sizeof path, "%s/model.safetensors", k == 0 ? a : k == 1 ? b : c);
+        // aligned: the header padded to a multiple of 8; odd: to one byte past that
+        CHECK(!write_tensors(path, t, n, k == 2 ? 1 : 0), "cannot write %s", path);
+    }
+    if (!check_case_failed) same_logits("odd header", a, c, f, &da, &dc);
+    if (!check_case_failed) same_logits("sinks BF16", a, b, f, &da, &db);
+    for (int s = 0; s < n_sinks; s++)
+        free(f32[s]), free(bf[s]);
+    free(t);
+    st_set_close(&set);
+    case_end("sinks_bf16_and_odd_header", "");
+}
+
 int main(void) {
     char err[512];
     snprintf(vroot, sizeof vroot, "/tmp/td_forward_XXXXXX");
@@ -654,6 +767,7 @@ int main(void) {
         if (i == 0) test_plan_errors(&f);
         if (i == 1) test_topk_past_context(&f);
         if (i == 1) test_window_past_context(&f);
+        if (i == 1) test_sinks_dtype_and_alignment(&f);
         test_skip_logits(&f);
         test_capture(&f);
         td_model_free(&f.m);

@@ -491,6 +491,92 @@ static void test_fifo_configs(void) {
     }
 }
 
+/* every tensor of t[n] whose name holds "sink" restored as BF16 (its fp32 values cut to bf16),
+ * into bufs[] (freed by the caller); how many */
+static int sinks_to_bf16(struct wt *t, int n, uint16_t **bufs) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strstr(t[i].name, "sink")) continue;
+        int64_t h = t[i].shape[0];
+        uint16_t *b = bufs[k++] = malloc((size_t)h * 2);
+        for (int64_t j = 0; j < h; j++) {
+            float x = td_load_f32(t[i].data, t[i].dtype, j);
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            b[j] = (uint16_t)(u >> 16);
+        }
+        t[i].dtype = TD_DTYPE_BF16, t[i].data = b, t[i].nbytes = (size_t)h * 2;
+    }
+    return k;
+}
+
+/* l's sinks are aligned fp32 (what the CPU attention reads) equal to the stored bf16 values */
+static int sinks_ok(const struct td_layer *l, const struct td_tensor *stored) {
+    if (l->sinks.dtype != TD_DTYPE_F32 || (uintptr_t)l->sinks.data % 4) return 0;
+    for (int64_t j = 0; j < stored->shape[0]; j++)
+        if (((const float *)l->sinks.data)[j] != td_tensor_getf(stored, j)) return 0;
+    return 1;
+}
+
+/* sinks stored BF16 reach the CPU attention as fp32, in the target, its MTP layer and a DSpark
+ * drafter's stages (all bound by bind_layer) */
+static void test_sinks_bf16(const struct st_set *hb) {
+    char err[1024] = "", name[64], dir[128], path[256];
+    struct td_model m = {0}, mtp = {0}, ds = {0}, tgt = {0};
+    struct st_set ms, dsf;
+    uint16_t *bufs[16];
+    int nb = 0;
+    case_begin();
+    struct wt *t = calloc(512, sizeof *t);
+    int n = list_of(hb, t);
+    nb += sinks_to_bf16(t, n, bufs + nb);
+    int loaded = !load_case("b_plain_hc2", t, n, &m, err, sizeof err);
+    CHECK(loaded, "target: %s", err);
+    for (int i = 0; loaded && i < m.cfg.n_layers; i++) {
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.sinks", i);
+        CHECK(sinks_ok(&m.layers[i], td_model_tensor(&m, name)), "target layer %d", i);
+    }
+    if (loaded) td_model_free(&m);
+    // the MTP layer, from a copy of its fixture with mtp.0.attn.attn_sink in BF16
+    CHECK(!st_set_open(&ms, "tests/fixtures/mtp_b_plain_hc2", err, sizeof err), "%s", err);
+    if (!check_case_failed) {
+        n = list_of(&ms, t);
+        nb += sinks_to_bf16(t, n, bufs + nb);
+        loaded = !load_case("mtp_b_plain_hc2", t, n, &m, err, sizeof err);
+        int has_mtp = loaded && !td_model_load_mtp(&m, &mtp, err, sizeof err);
+        CHECK(has_mtp, "mtp: %s", err);
+        if (has_mtp)
+            CHECK(sinks_ok(&mtp.layers[0], td_model_tensor(&m, "mtp.0.attn.attn_sink")),
+                  "the MTP layer's sinks");
+        if (has_mtp) td_model_free(&mtp);
+        if (loaded) td_model_free(&m);
+        st_set_close(&ms);
+    }
+    // a DSpark drafter's two stages
+    CHECK(!td_model_load(&tgt, "tests/fixtures/b_plain_hc2", err, sizeof err) &&
+              !st_set_open(&dsf, "tests/fixtures/dspark_b/dspark", err, sizeof err),
+          "%s", err);
+    if (!check_case_failed) {
+        n = list_of(&dsf, t);
+        nb += sinks_to_bf16(t, n, bufs + nb);
+        snprintf(dir, sizeof dir, "%s/dspark_bf16_sinks", root);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        CHECK(!mkdir(dir, 0700) && !write_st(path, t, n), "cannot write %s", path);
+        CHECK(!td_model_load_dspark(&tgt, dir, 2, 2, 8, &ds, err, sizeof err), "dspark: %s", err);
+        for (int i = 0; !check_case_failed && i < 2; i++) {
+            snprintf(name, sizeof name, "mtp.%d.attn.attn_sink", i);
+            CHECK(sinks_ok(&ds.layers[i], td_model_tensor(&ds, name)), "DSpark stage %d", i);
+        }
+        if (ds.layers) td_model_free(&ds);
+        st_set_close(&dsf);
+    }
+    td_model_free(&tgt);
+    for (int i = 0; i < nb; i++)
+        free(bufs[i]);
+    free(t);
+    case_end("sinks_bf16_bound_as_fp32", "");
+}
+
 int main(void) {
     char err[1024];
     snprintf(root, sizeof root, "/tmp/td_model_XXXXXX");
@@ -588,6 +674,7 @@ int main(void) {
     test_long_path();
     test_generation_config();
     test_fifo_configs();
+    test_sinks_bf16(&hb);
 
     st_set_close(&hb);
     st_set_close(&cu);
