@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/err.h"
+#include "engine/fileio.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/state.h"
@@ -75,14 +77,11 @@ static int get_int(json_t *root, const char *key, int lo, int hi, int *out, cons
 int dspark_config_load(struct dspark_config *c, const char *dir, const struct td_model *target,
                        char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root) {
-        snprintf(err, errlen, "dspark: cannot read %s: %s", path, je.text);
-        return -1;
-    }
+    char path[TD_PATH_MAX];
+    if (td_path_join(path, sizeof path, dir, "config.json", err, errlen)) return -1;
+    char msg[512];
+    json_t *root = td_json_load(path, 0, msg, sizeof msg);
+    if (!root) return td_errf(err, errlen, "dspark: cannot read the drafter's config: %s", msg);
     const struct td_config *t = &target->cfg;
     int rc = -1, window = t->sliding_window;
     if (get_int(root, "dspark_block_size", 1, DSPARK_MAX_BLOCK, &c->block, path, err, errlen) ||

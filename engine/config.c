@@ -8,13 +8,17 @@
  */
 #include "config.h"
 #include "err.h"
+#include "fileio.h"
 
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <errno.h>
+#include <float.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const char *td_attn_kind_name(enum td_attn_kind k) {
     switch (k) {
@@ -53,12 +57,16 @@ static json_t *get(const json_t *o, const char *key) {
     return json_is_null(v) ? NULL : v;
 }
 
-static int to_int(const json_t *v, const char *what, int *out, char *err, size_t errlen) {
+/* Every integer key is read here: a JSON integer in [lo, hi], compared as the 64-bit value
+ * jansson holds before it is narrowed, so nothing out of range is ever converted. */
+static int to_int(const json_t *v, const char *what, int lo, int hi, int *out, char *err,
+                  size_t errlen) {
     if (!json_is_integer(v))
         return td_errf(err, errlen, "key \"%s\" must be an integer, got %s", what, type_name(v));
     json_int_t x = json_integer_value(v);
-    if (x < INT_MIN || x > INT_MAX)
-        return td_errf(err, errlen, "key \"%s\" = %lld is out of range", what, (long long)x);
+    if (x < lo || x > hi)
+        return td_errf(err, errlen, "key \"%s\" = %lld is out of range [%d, %d]", what,
+                       (long long)x, lo, hi);
     *out = (int)x;
     return 0;
 }
@@ -70,23 +78,24 @@ static int to_num(const json_t *v, const char *what, double *out, char *err, siz
     return 0;
 }
 
-/* required integer key (or its alias) */
-static int req_int(const json_t *o, const char *key, const char *alias, int *out, char *err,
-                   size_t errlen) {
+/* required integer key (or its alias), in [lo, hi] */
+static int req_int(const json_t *o, const char *key, const char *alias, int lo, int hi, int *out,
+                   char *err, size_t errlen) {
     json_t *v = json_object_get(o, key);
     if (!v && alias && (v = json_object_get(o, alias))) key = alias;
     if (!v && alias)
         return td_errf(err, errlen, "missing required key \"%s\" (or \"%s\")", key, alias);
     if (!v) return td_errf(err, errlen, "missing required key \"%s\"", key);
-    return to_int(v, key, out, err, errlen);
+    return to_int(v, key, lo, hi, out, err, errlen);
 }
 
-static int opt_int(const json_t *o, const char *ctx, const char *key, int def, int *out, char *err,
-                   size_t errlen) {
+/* optional integer key in [lo, hi], def when absent or null */
+static int opt_int(const json_t *o, const char *ctx, const char *key, int def, int lo, int hi,
+                   int *out, char *err, size_t errlen) {
     char buf[128];
     json_t *v = get(o, key);
     *out = def;
-    return v ? to_int(v, label(buf, sizeof buf, ctx, key), out, err, errlen) : 0;
+    return v ? to_int(v, label(buf, sizeof buf, ctx, key), lo, hi, out, err, errlen) : 0;
 }
 
 static int opt_num(const json_t *o, const char *ctx, const char *key, double def, double *out,
@@ -101,6 +110,8 @@ static int opt_float(const json_t *o, const char *key, double def, float *out, c
                      size_t errlen) {
     double d;
     if (opt_num(o, NULL, key, def, &d, err, errlen)) return -1;
+    if (!(fabs(d) <= FLT_MAX)) // a double past float's range has no float value
+        return td_errf(err, errlen, "key \"%s\" = %g is out of a float's range", key, d);
     *out = (float)d;
     return 0;
 }
@@ -342,8 +353,7 @@ static int parse_mlp(struct td_config *c, const json_t *o, char *err, size_t err
         return 0;
     }
     int n_hash;
-    if (opt_int(o, NULL, "num_hash_layers", 3, &n_hash, err, errlen)) return -1;
-    if (n_hash < 0) return td_errf(err, errlen, "key \"num_hash_layers\" must be >= 0");
+    if (opt_int(o, NULL, "num_hash_layers", 3, 0, INT_MAX, &n_hash, err, errlen)) return -1;
     for (int i = 0; i < n; i++)
         c->mlp[i] = i < n_hash ? TD_MLP_HASH : TD_MLP_MOE;
     return 0;
@@ -359,14 +369,14 @@ static int parse_rates(struct td_config *c, const json_t *o, char *err, size_t e
         if (!json_is_object(cr))
             return td_errf(err, errlen, "key \"compress_rates\" must be an object, got %s",
                            type_name(cr));
-        if (opt_int(cr, "compress_rates", "compressed_sparse_attention", 0, &c->rate_csa, err,
-                    errlen) ||
-            opt_int(cr, "compress_rates", "heavily_compressed_attention", 0, &c->rate_hca, err,
-                    errlen))
+        if (opt_int(cr, "compress_rates", "compressed_sparse_attention", 0, 0, INT_MAX,
+                    &c->rate_csa, err, errlen) ||
+            opt_int(cr, "compress_rates", "heavily_compressed_attention", 0, 0, INT_MAX,
+                    &c->rate_hca, err, errlen))
             return -1;
     }
-    if (opt_int(o, NULL, "compress_rate_csa", c->rate_csa, &c->rate_csa, err, errlen) ||
-        opt_int(o, NULL, "compress_rate_hca", c->rate_hca, &c->rate_hca, err, errlen))
+    if (opt_int(o, NULL, "compress_rate_csa", c->rate_csa, 0, INT_MAX, &c->rate_csa, err, errlen) ||
+        opt_int(o, NULL, "compress_rate_hca", c->rate_hca, 0, INT_MAX, &c->rate_hca, err, errlen))
         return -1;
     return 0;
 }
@@ -395,13 +405,13 @@ static int check_rates(const struct td_config *c, char *err, size_t errlen) {
 static int parse_tokens(struct td_config *c, const json_t *o, char *err, size_t errlen) {
     json_t *bos = get(o, "bos_token_id"), *eos = get(o, "eos_token_id");
     c->bos_id = -1;
-    if (bos && to_int(bos, "bos_token_id", &c->bos_id, err, errlen)) return -1;
+    if (bos && to_int(bos, "bos_token_id", INT_MIN, INT_MAX, &c->bos_id, err, errlen)) return -1;
 
     c->n_eos = 0;
     if (!eos) return 0;
     if (json_is_integer(eos)) {
         c->n_eos = 1;
-        return to_int(eos, "eos_token_id", &c->eos_ids[0], err, errlen);
+        return to_int(eos, "eos_token_id", INT_MIN, INT_MAX, &c->eos_ids[0], err, errlen);
     }
     if (!json_is_array(eos))
         return td_errf(err, errlen,
@@ -413,58 +423,46 @@ static int parse_tokens(struct td_config *c, const json_t *o, char *err, size_t 
     for (size_t i = 0; i < json_array_size(eos); i++) {
         char what[48];
         snprintf(what, sizeof what, "eos_token_id[%zu]", i);
-        if (to_int(json_array_get(eos, i), what, &c->eos_ids[i], err, errlen)) return -1;
+        if (to_int(json_array_get(eos, i), what, INT_MIN, INT_MAX, &c->eos_ids[i], err, errlen))
+            return -1;
         c->n_eos++;
     }
     return 0;
 }
 
+/* what one key's range cannot say (each key's own range is checked where it is read) */
 static int check_sizes(const struct td_config *c, char *err, size_t errlen) {
-    const struct {
-        const char *key;
-        int v;
-    } pos[] = {
-        {"vocab_size", c->vocab},
-        {"hidden_size", c->dim},
-        {"num_hidden_layers", c->n_layers},
-        {"num_attention_heads", c->n_heads},
-        {"head_dim", c->head_dim},
-        {"q_lora_rank", c->q_lora_rank},
-        {"o_groups", c->o_groups},
-        {"o_lora_rank", c->o_lora_rank},
-        {"n_routed_experts", c->n_experts},
-        {"num_experts_per_tok", c->n_experts_tok},
-        {"moe_intermediate_size", c->moe_inter},
-        {"index_n_heads", c->index_n_heads},
-        {"index_head_dim", c->index_head_dim},
-        {"index_topk", c->index_topk},
-    };
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v < 1)
-            return td_errf(err, errlen, "key \"%s\" must be positive, got %d", pos[i].key,
-                           pos[i].v);
-    if (c->n_layers > TD_MAX_LAYERS)
-        return td_errf(err, errlen, "num_hidden_layers %d exceeds the engine limit %d", c->n_layers,
-                       TD_MAX_LAYERS);
     if (((long long)c->n_heads * c->head_dim) % c->o_groups != 0 || c->n_heads % c->o_groups != 0)
         return td_errf(err, errlen,
                        "o_groups %d must divide num_attention_heads %d (and heads x head_dim)",
                        c->o_groups, c->n_heads);
+    if (c->index_topk > c->max_position_embeddings) // the plan's dims clamp it further
+        return td_errf(err, errlen,
+                       "index_topk %d exceeds max_position_embeddings %ld: a row selects among "
+                       "fewer entries than that",
+                       c->index_topk, c->max_position_embeddings);
     if (c->n_experts_tok > c->n_experts)
         return td_errf(err, errlen, "num_experts_per_tok %d exceeds n_routed_experts %d",
                        c->n_experts_tok, c->n_experts);
-    if (c->sliding_window < 2)
-        return td_errf(err, errlen, "sliding_window must be >= 2, got %d", c->sliding_window);
-    if (c->hc_mult < 1 || c->hc_mult > TD_MAX_HC)
-        return td_errf(err, errlen, "hc_mult must be in [1, %d], got %d", TD_MAX_HC, c->hc_mult);
-    if (c->hc_sinkhorn_iters < 0)
-        return td_errf(err, errlen, "hc_sinkhorn_iters must be >= 0, got %d", c->hc_sinkhorn_iters);
-    if (c->max_position_embeddings < 1)
-        return td_errf(err, errlen, "max_position_embeddings must be positive, got %ld",
-                       c->max_position_embeddings);
-    if (c->n_mtp_layers < 0 || c->n_mtp_layers > 4)
-        return td_errf(err, errlen, "num_nextn_predict_layers must be in [0, 4], got %d",
-                       c->n_mtp_layers);
+    return 0;
+}
+
+/* max_position_embeddings: a positive int (contexts are int positions); an integral float is
+ * taken too, as before. Compared as a double before the cast, which is undefined past INT_MAX */
+static int parse_max_pos(struct td_config *c, const json_t *o, char *err, size_t errlen) {
+    json_t *v = get(o, "max_position_embeddings");
+    int n = 1048576;
+    if (v && json_is_real(v)) {
+        double x = json_real_value(v);
+        if (!(x >= 1 && x <= INT_MAX) || x != floor(x))
+            return td_errf(err, errlen,
+                           "key \"max_position_embeddings\" = %g is not an integer in [1, %d]", x,
+                           INT_MAX);
+        n = (int)x;
+    } else if (v && to_int(v, "max_position_embeddings", 1, INT_MAX, &n, err, errlen)) {
+        return -1;
+    }
+    c->max_position_embeddings = n;
     return 0;
 }
 
@@ -480,7 +478,7 @@ static int parse_rope_dim(struct td_config *c, const json_t *o, char *err, size_
             return td_errf(err, errlen, "partial_rotary_factor %g is out of range", f);
         c->rope_dim = (int)d;
     } else if (qk) {
-        if (to_int(qk, "qk_rope_head_dim", &c->rope_dim, err, errlen)) return -1;
+        if (to_int(qk, "qk_rope_head_dim", INT_MIN, INT_MAX, &c->rope_dim, err, errlen)) return -1;
     } else {
         c->rope_dim = (int)(c->head_dim * (64.0 / 512.0));
     }
@@ -501,35 +499,38 @@ static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen)
     if (strcmp(model_type, "deepseek_v4") != 0)
         return td_errf(err, errlen, "model_type is \"%s\", want \"deepseek_v4\"", model_type);
 
-    if (req_int(o, "vocab_size", NULL, &c->vocab, err, errlen) ||
-        req_int(o, "hidden_size", NULL, &c->dim, err, errlen) ||
-        req_int(o, "num_hidden_layers", NULL, &c->n_layers, err, errlen) ||
-        req_int(o, "num_attention_heads", NULL, &c->n_heads, err, errlen) ||
-        req_int(o, "head_dim", NULL, &c->head_dim, err, errlen) ||
-        req_int(o, "q_lora_rank", NULL, &c->q_lora_rank, err, errlen) ||
-        req_int(o, "o_groups", NULL, &c->o_groups, err, errlen) ||
-        req_int(o, "o_lora_rank", NULL, &c->o_lora_rank, err, errlen) ||
-        req_int(o, "n_routed_experts", "num_local_experts", &c->n_experts, err, errlen) ||
-        req_int(o, "num_experts_per_tok", NULL, &c->n_experts_tok, err, errlen) ||
-        req_int(o, "moe_intermediate_size", "intermediate_size", &c->moe_inter, err, errlen) ||
-        req_int(o, "index_n_heads", NULL, &c->index_n_heads, err, errlen) ||
-        req_int(o, "index_head_dim", NULL, &c->index_head_dim, err, errlen) ||
-        req_int(o, "index_topk", NULL, &c->index_topk, err, errlen) ||
-        req_int(o, "sliding_window", NULL, &c->sliding_window, err, errlen))
+    const int M = INT_MAX;
+    if (req_int(o, "vocab_size", NULL, 1, M, &c->vocab, err, errlen) ||
+        req_int(o, "hidden_size", NULL, 1, M, &c->dim, err, errlen) ||
+        req_int(o, "num_hidden_layers", NULL, 1, TD_MAX_LAYERS, &c->n_layers, err, errlen) ||
+        req_int(o, "num_attention_heads", NULL, 1, M, &c->n_heads, err, errlen) ||
+        req_int(o, "head_dim", NULL, 1, M, &c->head_dim, err, errlen) ||
+        req_int(o, "q_lora_rank", NULL, 1, M, &c->q_lora_rank, err, errlen) ||
+        req_int(o, "o_groups", NULL, 1, M, &c->o_groups, err, errlen) ||
+        req_int(o, "o_lora_rank", NULL, 1, M, &c->o_lora_rank, err, errlen) ||
+        req_int(o, "n_routed_experts", "num_local_experts", 1, M, &c->n_experts, err, errlen) ||
+        req_int(o, "num_experts_per_tok", NULL, 1, M, &c->n_experts_tok, err, errlen) ||
+        req_int(o, "moe_intermediate_size", "intermediate_size", 1, M, &c->moe_inter, err,
+                errlen) ||
+        req_int(o, "index_n_heads", NULL, 1, M, &c->index_n_heads, err, errlen) ||
+        req_int(o, "index_head_dim", NULL, 1, M, &c->index_head_dim, err, errlen) ||
+        req_int(o, "index_topk", NULL, 1, M, &c->index_topk, err, errlen) ||
+        req_int(o, "sliding_window", NULL, 2, M, &c->sliding_window, err, errlen))
         return -1;
 
-    double rope_theta, compress_theta, max_pos;
+    double rope_theta, compress_theta;
     if (opt_str(o, "scoring_func", "sqrtsoftplus", &score, err, errlen) ||
         opt_float(o, "routed_scaling_factor", 1.5, &c->routed_scaling, err, errlen) ||
         opt_float(o, "swiglu_limit", 10.0, &c->swiglu_limit, err, errlen) ||
         opt_bool(o, NULL, "mlp_bias", 0, &c->mlp_bias, err, errlen) ||
-        opt_int(o, NULL, "hc_mult", 4, &c->hc_mult, err, errlen) ||
-        opt_int(o, NULL, "hc_sinkhorn_iters", 20, &c->hc_sinkhorn_iters, err, errlen) ||
+        opt_int(o, NULL, "hc_mult", 4, 1, TD_MAX_HC, &c->hc_mult, err, errlen) ||
+        opt_int(o, NULL, "hc_sinkhorn_iters", 20, 0, TD_MAX_SINKHORN_ITERS, &c->hc_sinkhorn_iters,
+                err, errlen) ||
         opt_float(o, "hc_eps", 1e-6, &c->hc_eps, err, errlen) ||
         opt_float(o, "rms_norm_eps", 1e-6, &c->rms_eps, err, errlen) ||
         opt_bool(o, NULL, "tie_word_embeddings", 0, &c->tie_word_embeddings, err, errlen) ||
-        opt_num(o, NULL, "max_position_embeddings", 1048576, &max_pos, err, errlen) ||
-        opt_int(o, NULL, "num_nextn_predict_layers", 1, &c->n_mtp_layers, err, errlen) ||
+        parse_max_pos(c, o, err, errlen) ||
+        opt_int(o, NULL, "num_nextn_predict_layers", 1, 0, 4, &c->n_mtp_layers, err, errlen) ||
         opt_num(o, NULL, "rope_theta", 10000.0, &rope_theta, err, errlen) ||
         opt_num(o, NULL, "compress_rope_theta", 160000.0, &compress_theta, err, errlen))
         return -1;
@@ -544,9 +545,6 @@ static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen)
         return td_errf(
             err, errlen,
             "scoring_func \"%s\" is not supported (want sqrtsoftplus, sigmoid or softmax)", score);
-    if (!(max_pos >= 1 && max_pos <= (double)LONG_MAX) || max_pos != floor(max_pos))
-        return td_errf(err, errlen, "max_position_embeddings must be a positive integer");
-    c->max_position_embeddings = (long)max_pos;
 
     if (check_sizes(c, err, errlen) || parse_tokens(c, o, err, errlen) ||
         parse_rates(c, o, err, errlen) || parse_attn(c, o, err, errlen) ||
@@ -572,11 +570,8 @@ int td_config_parse(struct td_config *cfg, const char *json, char *err, size_t e
 
 int td_config_load(struct td_config *cfg, const char *path, char *err, size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        return td_errf(err, errlen, "cannot read config %s: %s (line %d, column %d)", path,
-                       jerr.text, jerr.line, jerr.column);
+    json_t *root = td_json_load(path, 0, err, errlen); // its messages name the path
+    if (!root) return -1;
     char msg[512] = "";
     int rc = parse(cfg, root, msg, sizeof msg);
     json_decref(root);
@@ -585,4 +580,52 @@ int td_config_load(struct td_config *cfg, const char *path, char *err, size_t er
         return td_errf(err, errlen, "%s: %s", path, msg);
     }
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// generation_config.json
+
+/* its EOS ids: a value beside an int's range is refused, never cut (2^32 + 290 is not 290) */
+static int generation_eos(const json_t *root, int vocab, int *ids, int *n, int cap, char *err,
+                          size_t errlen) {
+    if (!json_is_object(root)) return td_errf(err, errlen, "not a JSON object");
+    json_t *v = get(root, "eos_token_id");
+    if (v && !json_is_integer(v) && !json_is_array(v))
+        return td_errf(err, errlen,
+                       "key \"eos_token_id\" must be an integer, a list or null, got %s",
+                       type_name(v));
+    size_t k = !v ? 0 : json_is_array(v) ? json_array_size(v) : 1;
+    for (size_t i = 0; i < k; i++) {
+        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+        char what[48] = "eos_token_id";
+        if (json_is_array(v)) snprintf(what, sizeof what, "eos_token_id[%zu]", i);
+        if (!json_is_integer(x))
+            return td_errf(err, errlen, "key \"%s\" must be an integer, got %s", what,
+                           type_name(x));
+        json_int_t id = json_integer_value(x);
+        if (id < 0 || id >= vocab)
+            return td_errf(err, errlen,
+                           "key \"%s\" = %lld is not a token id (the vocabulary is [0, %d))", what,
+                           (long long)id, vocab);
+        int dup = 0;
+        for (int j = 0; j < *n; j++)
+            dup |= ids[j] == id;
+        if (dup) continue;
+        if (*n == cap)
+            return td_errf(err, errlen, "eos_token_id: more EOS ids than the %d kept", cap);
+        ids[(*n)++] = (int)id;
+    }
+    return 0;
+}
+
+int td_config_generation_eos(const char *path, int vocab, int *ids, int *n, int cap, char *err,
+                             size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return 0; // no file: nothing to add
+    json_t *root = td_json_load(path, 0, err, errlen);
+    if (!root) return -1;
+    char msg[256] = "";
+    int rc = generation_eos(root, vocab, ids, n, cap, msg, sizeof msg);
+    json_decref(root);
+    return rc ? td_errf(err, errlen, "%s: %s", path, msg) : 0;
 }

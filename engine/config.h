@@ -22,6 +22,9 @@ extern "C" {
 #define TD_MAX_LAYERS 256
 #define TD_MAX_EOS    8
 #define TD_MAX_HC     16 /* hc_mult: the HC kernels hold nc x nc in fixed arrays */
+/* hc_sinkhorn_iters: the release uses 20; each is a pass over nc x nc per row, twice a layer,
+ * and 2^31 of them ran for hours with no word, so a bound far past any use */
+#define TD_MAX_SINKHORN_ITERS 1000
 
 enum td_attn_kind { TD_ATTN_SLIDING = 0, TD_ATTN_CSA, TD_ATTN_HCA };
 enum td_mlp_kind { TD_MLP_HASH = 0, TD_MLP_MOE };
@@ -60,8 +63,8 @@ struct td_config {
     int rate_csa, rate_hca; /* compress_rates */
     int index_n_heads, index_head_dim, index_topk;
     int tie_word_embeddings;
-    long max_position_embeddings;
-    int n_mtp_layers; /* num_nextn_predict_layers */
+    long max_position_embeddings; /* in [1, INT_MAX]: positions are int */
+    int n_mtp_layers;             /* num_nextn_predict_layers */
     enum td_attn_kind
         mtp_attn[4]; /* attention kind of each MTP layer (from compress_ratios tail) */
     struct td_rope_cfg rope_main, rope_compress;
@@ -77,6 +80,13 @@ int td_config_load(struct td_config *cfg, const char *path, char *err, size_t er
 
 /* Same from a JSON string (tests). */
 int td_config_parse(struct td_config *cfg, const char *json, char *err, size_t errlen);
+
+/* generation_config.json's eos_token_id (an id, a list of ids, or null) appended to ids[*n]
+ * (room for cap; an id already there is skipped). Each must be a token id, in [0, vocab). A
+ * missing file adds nothing and is no error; a malformed one is. 0, or -1 with one line
+ * naming the file and the bad value. */
+int td_config_generation_eos(const char *path, int vocab, int *ids, int *n, int cap, char *err,
+                             size_t errlen);
 
 const char *td_attn_kind_name(enum td_attn_kind k);
 

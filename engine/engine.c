@@ -21,6 +21,7 @@
 #include "draft/dspark.h"
 #include "draft/mtp.h"
 #include "engine/backend.h"
+#include "engine/fileio.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/state.h"
@@ -102,25 +103,15 @@ struct td_engine_params td_engine_defaults(void) {
 }
 
 /* EOS ids: config.json's, plus generation_config.json's when the model directory has one */
-static void load_eos(struct td_engine *e) {
+static int load_eos(struct td_engine *e, char *err, size_t errlen) {
     const struct td_config *c = &e->model.cfg;
     for (int i = 0; i < c->n_eos; i++)
         e->eos[e->n_eos++] = c->eos_ids[i];
-    char path[1024];
-    snprintf(path, sizeof path, "%s/generation_config.json", e->p.model_dir);
-    json_t *root = json_load_file(path, 0, NULL);
-    if (!root) return;
-    json_t *v = json_object_get(root, "eos_token_id");
-    size_t n = json_is_array(v) ? json_array_size(v) : json_is_integer(v) ? 1 : 0;
-    for (size_t i = 0; i < n && e->n_eos < (int)(sizeof e->eos / sizeof *e->eos); i++) {
-        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
-        if (!json_is_integer(x)) continue;
-        int id = (int)json_integer_value(x), dup = 0;
-        for (int j = 0; j < e->n_eos; j++)
-            dup |= e->eos[j] == id;
-        if (!dup) e->eos[e->n_eos++] = id;
-    }
-    json_decref(root);
+    char path[TD_PATH_MAX];
+    if (td_path_join(path, sizeof path, e->p.model_dir, "generation_config.json", err, errlen))
+        return -1;
+    return td_config_generation_eos(path, c->vocab, e->eos, &e->n_eos,
+                                    (int)(sizeof e->eos / sizeof *e->eos), err, errlen);
 }
 
 static int is_eos(const struct td_engine *e, int32_t t) {
@@ -201,13 +192,12 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         goto fail;
     }
     if (use_dspark) { // made first: its block size bounds the drafts of a round
-        char dir[1024];
-        if (p->dspark_dir)
-            snprintf(dir, sizeof dir, "%s", p->dspark_dir);
-        else
-            snprintf(dir, sizeof dir, "%s/dspark", p->model_dir);
+        char dir[TD_PATH_MAX];
+        const char *ddir = p->dspark_dir ? p->dspark_dir : dir;
+        if (!p->dspark_dir && td_path_join(dir, sizeof dir, p->model_dir, "dspark", err, errlen))
+            goto fail;
         struct draft_dspark *ds;
-        if (draft_dspark_init(&ds, dir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
+        if (draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
                               e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
                               cache_limit(p->max_cache_bytes, e->b), err, errlen))
             goto fail;
@@ -265,7 +255,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
                  ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
         goto fail;
     }
-    load_eos(e);
+    if (load_eos(e, err, errlen)) goto fail;
     *out = e;
     return 0;
 fail:

@@ -202,11 +202,11 @@ static void attention_block(struct fwd *f, int li) {
     qo[1] = set_out(f->qi, &l->idx_wq_b, IH * ihd);
     op->matmul_set(f->qr, n, rq, 1 + csa, qo);
     // the queries' per-head norm and rope, and the shared K = V vector's, in one call. K = V
-    // goes into the ring at once when the step has at most swa_ring - sliding_window rows
+    // goes into the ring at once when the step has at most swa_ring - window rows
     // (every decode, verify and graph step): then a row of this step lands on a position older
     // than any query of the step can see. A longer chunk would overwrite window keys its own
     // first rows still read, so it stores after the attention.
-    int early = n <= f->st->swa_ring - c->sliding_window;
+    int early = n <= f->st->swa_ring - f->st->window;
     struct norm_rope_args nr[2] = {{f->q, n, H, hd, NULL, TD_DTYPE_F32, c->rms_eps, c->rope_dim,
                                     rows.positions, inv, af, NULL, NULL, rows, 0},
                                    keys_norm_rope(f, l, early ? ls->swa : NULL, inv, af)};
@@ -223,7 +223,7 @@ static void attention_block(struct fwd *f, int li) {
         op->scale(f->wi, 1.0f / sqrtf((float)IH), (size_t)n * IH);
         struct indexer_args ia = {rows,         f->qi,         f->wi,
                                   ls->ientries, ls->n_entries, IH,
-                                  ihd,          c->index_topk, 1.0f / sqrtf((float)ihd)};
+                                  ihd,          p->dims.topk,  1.0f / sqrtf((float)ihd)};
         op->indexer_topk(&ia);
     }
 
@@ -446,7 +446,7 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         int ent = 0;
         for (int i = 0; i < c->n_layers; i++)
             if (st->layers[i].n_entries > ent) ent = st->layers[i].n_entries;
-        int keys = st->swa_ring + (ent > c->index_topk ? ent : c->index_topk);
+        int keys = st->swa_ring + (ent > d->topk ? ent : d->topk);
         struct td_reserve rs = {N * in_max,
                                 N * (size_t)(ent + 1),
                                 attention_smem(hd, keys, c->n_heads),
@@ -480,6 +480,24 @@ static void compact_rows(struct fwd *f, float *x, int width) {
                         (size_t)width * sizeof(float));
 }
 
+/* layer li's indexer picks into the trace [n_layers, n, index_topk]: the plan's rows are
+ * dims.topk wide (index_topk, or fewer when no row can see that many entries: then the rest
+ * of each trace row is -1, the padding a wider selection would have had) */
+static void trace_picks(struct fwd *f, int32_t *trace, int li) {
+    int n = f->n, k = f->c->index_topk, w = f->p->dims.topk;
+    int32_t *dst = trace + (size_t)li * n * k;
+    if (w == k) {
+        f->b->to_host(dst, f->rows.topk, (size_t)n * k * sizeof(int32_t));
+        return;
+    }
+    for (int t = 0; t < n; t++) {
+        f->b->to_host(dst + (size_t)t * k, f->rows.topk + (size_t)t * w,
+                      (size_t)w * sizeof(int32_t));
+        for (int j = w; j < k; j++)
+            dst[(size_t)t * k + j] = -1;
+    }
+}
+
 /* the whole forward for n rows, queued on the backend (capturable: no allocation, no copy) */
 static void run_layers(struct fwd *f, int32_t *topk_trace) {
     const struct td_model *m = f->m;
@@ -506,9 +524,7 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
         for (int k = 0; k < f->n_capture && !mean; k++)
             if (f->capture_layers[k] == li) mean = f->capture + (size_t)k * D;
         f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D, mean, f->n_capture * D);
-        if (topk_trace && c->attn[li] == TD_ATTN_CSA) // the indexer's picks of this layer
-            f->b->to_host(topk_trace + (size_t)li * n * c->index_topk, f->rows.topk,
-                          (size_t)n * c->index_topk * sizeof(int32_t));
+        if (topk_trace && c->attn[li] == TD_ATTN_CSA) trace_picks(f, topk_trace, li);
     }
     if (f->hidden_out) // the final residual streams, before hc_head (what MTP reads)
         f->op->copy(f->hidden_out, f->X, (size_t)n * nc * D * sizeof(float));

@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/backend.h"
 #include "engine/cli.h"
+#include "engine/fileio.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/npy.h"
@@ -373,16 +374,17 @@ static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
 
 /* the default model: models/tandem-tiny under the working directory, else beside the binary */
 static const char *default_model(const char *argv0) {
-    static char path[1024];
+    static char path[TD_PATH_MAX];
     if (!access("models/tandem-tiny/config.json", R_OK)) return "models/tandem-tiny";
     const char *slash = strrchr(argv0, '/');
-    if (slash) {
-        snprintf(path, sizeof path, "%.*s/../models/tandem-tiny", (int)(slash - argv0), argv0);
-        char cfg[1100];
-        snprintf(cfg, sizeof cfg, "%s/config.json", path);
-        if (!access(cfg, R_OK)) return path;
-    }
-    return NULL;
+    char bin[TD_PATH_MAX], cfg[TD_PATH_MAX], e[256];
+    if (!slash || (size_t)(slash - argv0) >= sizeof bin) return NULL; // a cut path: none
+    memcpy(bin, argv0, (size_t)(slash - argv0));
+    bin[slash - argv0] = 0;
+    if (td_path_join(path, sizeof path, bin, "../models/tandem-tiny", e, sizeof e) ||
+        td_path_join(cfg, sizeof cfg, path, "config.json", e, sizeof e))
+        return NULL;
+    return access(cfg, R_OK) ? NULL : path;
 }
 
 static const char *argv0_g = "tandem";
@@ -484,12 +486,15 @@ static int draft_finish(const char *cmd, struct td_engine_params *ep, long draft
         // DSpark when the model ships one and the steps run on the GPU. On the CPU a drafter
         // costs more than it saves (tandem-tiny on 2 cores: DSpark 0.46-0.62x of none, MTP
         // 0.56-0.94x), so auto is none there. (A bad --backend is reported by the engine.)
-        char path[1100], e[256];
-        snprintf(path, sizeof path, "%s/config.json", ep->dspark_dir ? ep->dspark_dir : "");
-        if (!ep->dspark_dir) snprintf(path, sizeof path, "%s/dspark/config.json", ep->model_dir);
+        char path[TD_PATH_MAX], dir[TD_PATH_MAX], e[256];
+        const char *dd = ep->dspark_dir ? ep->dspark_dir : dir;
+        int found = (ep->dspark_dir ||
+                     !td_path_join(dir, sizeof dir, ep->model_dir, "dspark", e, sizeof e)) &&
+                    !td_path_join(path, sizeof path, dd, "config.json", e, sizeof e) &&
+                    access(path, R_OK) == 0; // a path too long to join names no drafter
         const struct td_backend *b =
             td_backend_get(ep->backend ? ep->backend : "auto", e, sizeof e);
-        ep->draft = b && b->on_device && access(path, R_OK) == 0 ? "dspark" : "none";
+        ep->draft = b && b->on_device && found ? "dspark" : "none";
     }
     const char *names[] = {"none", "ngram", "random", "mtp", "dspark"};
     int ok = 0;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "err.h"
+#include "fileio.h"
 
 // ---------------------------------------------------------------------------------------------
 // symbolic dims
@@ -267,7 +268,12 @@ static int make_dummy(struct loader *ld, struct td_tensor *dst, const char *name
                       const int64_t *shape, int ndim) {
     struct td_tensor t = {NULL, TD_DTYPE_NONE, ndim, {0}};
     memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
-    int64_t n = td_tensor_numel(&t);
+    int64_t n = td_tensor_numel(&t); // the shape is config.json's dims: it can pass 64 bits
+    if (n > TD_MAX_NUMEL) {
+        char s[96];
+        shape_str(s, sizeof s, shape, ndim);
+        return fail(ld, "dummy weights: tensor %s %s is too large (over 2^60 elements)", name, s);
+    }
     if (kind == K_INT) { // tid2eid [vocab, k]: token v's j-th expert (v + j) mod E, all distinct
         int32_t *v = own(ld->m, (size_t)n * sizeof *v);
         if (!v) return fail(ld, "out of memory making %s", name);
@@ -431,6 +437,23 @@ static void share_expert(struct td_layer *l, const void **ptrs, size_t E) {
     ptrs[3 * E + 2] = l->sh_w2.data;
 }
 
+/* A vector the CPU kernels read as raw fp32 (the attention's sinks, kernels/attention.h) as an
+ * aligned fp32 copy the model owns when it is stored otherwise: BF16 or F16 (an HF export in
+ * bf16 has BF16 sinks), or F32 at an address that is not 4-aligned (a header of odd length
+ * leaves every tensor there). An aligned F32 view stays a view; a dummy's generator is made
+ * as F32 where it is placed. */
+static int own_f32(struct loader *ld, struct td_tensor *t, const char *what, int layer) {
+    if (!t->data || t->dtype == TD_DTYPE_NONE) return 0;
+    if (t->dtype == TD_DTYPE_F32 && (uintptr_t)t->data % _Alignof(float) == 0) return 0;
+    int64_t n = td_tensor_numel(t);
+    float *v = own(ld->m, (size_t)n * sizeof *v);
+    if (!v) return fail(ld, "out of memory converting layer %d's %s to fp32", layer, what);
+    td_tensor_read_f32(t, 0, n, v);
+    t->data = v;
+    t->dtype = TD_DTYPE_F32;
+    return 0;
+}
+
 /* layer i's tensors (names after the prefixes hf / up) and its routed experts; m->layers,
  * m->expert_views and m->expert_ptrs hold room for it */
 static int bind_layer(struct loader *ld, int i, const char *hf, const char *up) {
@@ -442,6 +465,7 @@ static int bind_layer(struct loader *ld, int i, const char *hf, const char *up) 
         if (!layer_has(c, i, d->when)) continue;
         if (bind_desc(ld, l, d, hf, up, c->attn[i])) return -1;
     }
+    if (own_f32(ld, &l->sinks, "sinks", i)) return -1;
     l->w1 = m->expert_views + (size_t)i * c->n_experts * 3;
     l->w3 = l->w1 + c->n_experts;
     l->w2 = l->w3 + c->n_experts;
@@ -478,9 +502,10 @@ static int check_unused(struct loader *ld, const char *dir, const char *keep);
 static int load_all(struct loader *ld, const char *dir) {
     struct td_model *m = ld->m;
     const struct td_config *c = &m->cfg;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (td_config_load(&m->cfg, path, ld->err, ld->errlen)) return -1;
+    char path[TD_PATH_MAX];
+    if (td_path_join(path, sizeof path, dir, "config.json", ld->err, ld->errlen) ||
+        td_config_load(&m->cfg, path, ld->err, ld->errlen))
+        return -1;
     // limits of the reference kernels' fixed-size scratch
     if (c->hc_mult > 16 || c->n_experts > 1024 || c->n_experts_tok > 64 || c->n_heads > 1024 ||
         c->rope_dim > 512 || 2 * c->rate_csa > 512 || c->rate_hca > 512)
@@ -551,10 +576,7 @@ int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, s
         goto fail;
     return 0;
 fail:
-    free(m->layers);
-    free(m->expert_views);
-    free(m->expert_ptrs);
-    memset(m, 0, sizeof *m);
+    td_model_free(m); // its st is empty: the views are into target's mapping
     return -1;
 }
 

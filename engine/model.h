@@ -47,7 +47,8 @@ struct td_layer {
     struct td_tensor kv_norm;             /* [head_dim] */
     struct td_tensor wo_a;                /* [o_groups * o_lora_rank, n_heads*head_dim/g] */
     struct td_tensor wo_b;                /* [dim, o_groups * o_lora_rank] */
-    struct td_tensor sinks;               /* [n_heads] */
+    struct td_tensor sinks;               /* [n_heads] F32, aligned: the loaders copy sinks
+                                             stored otherwise (the CPU attention reads fp32) */
     struct td_compressor_w comp;          /* CSA and HCA layers, d = head_dim */
     struct td_compressor_w icomp;         /* CSA layers: indexer keys, d = index_head_dim */
     struct td_tensor idx_wq_b;            /* CSA: [index_n_heads * index_head_dim, q_lora] */

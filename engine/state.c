@@ -3,6 +3,8 @@
 
 #include "backend.h"
 
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,34 +13,51 @@ static int layer_rate(const struct td_config *c, int i) {
     return c->attn[i] == TD_ATTN_CSA ? c->rate_csa : c->attn[i] == TD_ATTN_HCA ? c->rate_hca : 0;
 }
 
-/* element counts of one layer's pools for one sequence */
-static void layer_shape(const struct td_config *c, int i, int max_ctx, int max_chunk,
-                        struct td_layer_state *ls) {
-    int rate = layer_rate(c, i);
-    memset(ls, 0, sizeof *ls);
-    if (!rate) return;
-    int csa = c->attn[i] == TD_ATTN_CSA;
-    ls->ring = (csa ? 2 * rate : rate) + max_chunk;
-    ls->width = (csa ? 2 : 1) * c->head_dim;
-    ls->n_entries = max_ctx / rate;
+/* the keys a row sees at most: a window past the context is the whole context (no row is at
+ * max_ctx or beyond), so rings and plans are sized by the smaller */
+static int window_of(const struct td_config *c, int max_ctx) {
+    return c->sliding_window < max_ctx ? c->sliding_window : max_ctx;
+}
+
+/* one layer's pool shape for one sequence, in 64 bits: ring rows, row width, entries */
+struct shape {
+    long long ring, width, n_entries;
+};
+
+static struct shape layer_shape(const struct td_config *c, int i, int max_ctx, int max_chunk) {
+    struct shape s = {0, 0, 0};
+    int rate = layer_rate(c, i), csa = c->attn[i] == TD_ATTN_CSA;
+    if (!rate) return s;
+    s.ring = (csa ? 2 : 1) * (long long)rate + max_chunk;
+    s.width = (csa ? 2 : 1) * (long long)c->head_dim;
+    s.n_entries = max_ctx / rate;
+    return s;
+}
+
+/* a * b + c, saturating at SIZE_MAX (a size that large is refused, never wrapped) */
+static size_t mad_sat(size_t a, size_t b, size_t c) {
+    if (b && a > (SIZE_MAX - c) / b) return SIZE_MAX;
+    return a * b + c;
 }
 
 static size_t per_seq_floats(const struct td_config *c, int max_ctx, int max_chunk) {
-    size_t n = 0;
+    size_t n = 0, swa = (size_t)window_of(c, max_ctx) + (size_t)max_chunk;
     for (int i = 0; i < c->n_layers; i++) {
-        struct td_layer_state ls;
-        layer_shape(c, i, max_ctx, max_chunk, &ls);
-        n += (size_t)(c->sliding_window + max_chunk) * c->head_dim;
-        n += 2 * (size_t)ls.ring * ls.width + (size_t)ls.n_entries * c->head_dim;
-        if (c->attn[i] == TD_ATTN_CSA)
-            n += 2 * (size_t)ls.ring * 2 * c->index_head_dim +
-                 (size_t)ls.n_entries * c->index_head_dim;
+        struct shape ls = layer_shape(c, i, max_ctx, max_chunk);
+        n = mad_sat(swa, (size_t)c->head_dim, n);
+        n = mad_sat(2 * (size_t)ls.ring, (size_t)ls.width, n);
+        n = mad_sat((size_t)ls.n_entries, (size_t)c->head_dim, n);
+        if (c->attn[i] == TD_ATTN_CSA) {
+            n = mad_sat(4 * (size_t)ls.ring, (size_t)c->index_head_dim, n);
+            n = mad_sat((size_t)ls.n_entries, (size_t)c->index_head_dim, n);
+        }
     }
     return n;
 }
 
 size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk) {
-    return per_seq_floats(cfg, max_ctx, max_chunk) * sizeof(float) * (size_t)max_seqs;
+    size_t n = per_seq_floats(cfg, max_ctx, max_chunk);
+    return mad_sat(mad_sat(n, sizeof(float), 0), (size_t)(max_seqs > 0 ? max_seqs : 0), 0);
 }
 
 static float *pool(const struct td_backend *b, size_t n, int *oom) {
@@ -58,6 +77,18 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
                  max_seqs, max_ctx, max_chunk);
         return -1;
     }
+    // ring rows are int positions: max_chunk past the window (or the compressor's span) fits
+    long long swa_ring = (long long)window_of(cfg, max_ctx) + max_chunk;
+    for (int i = 0; i < cfg->n_layers; i++) {
+        struct shape ls = layer_shape(cfg, i, max_ctx, max_chunk);
+        if (swa_ring > INT_MAX || ls.ring > INT_MAX || ls.width > INT_MAX) {
+            snprintf(err, errlen,
+                     "state: layer %d's rings (%lld and %lld rows of %lld floats) exceed the int "
+                     "range; lower max_ctx (%d) or max_chunk (%d)",
+                     i, swa_ring, ls.ring, ls.width, max_ctx, max_chunk);
+            return -1;
+        }
+    }
     size_t bytes = td_state_bytes(cfg, max_seqs, max_ctx, max_chunk);
     if (bytes > max_bytes) {
         snprintf(err, errlen,
@@ -71,7 +102,8 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
     s->max_seqs = max_seqs;
     s->max_ctx = max_ctx;
     s->max_chunk = max_chunk;
-    s->swa_ring = cfg->sliding_window + max_chunk;
+    s->window = window_of(cfg, max_ctx);
+    s->swa_ring = (int)swa_ring;
     s->bytes = bytes;
     int oom = 0;
     s->len = calloc((size_t)max_seqs, sizeof *s->len);
@@ -81,7 +113,10 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
     if (!s->len || !s->hi || !s->in_use || !s->layers) oom = 1;
     for (int i = 0; !oom && i < cfg->n_layers; i++) {
         struct td_layer_state *ls = &s->layers[i];
-        layer_shape(cfg, i, max_ctx, max_chunk, ls);
+        struct shape sh = layer_shape(cfg, i, max_ctx, max_chunk); // checked above
+        ls->ring = (int)sh.ring;
+        ls->width = (int)sh.width;
+        ls->n_entries = (int)sh.n_entries;
         size_t S = (size_t)max_seqs;
         ls->swa = pool(b, S * s->swa_ring * cfg->head_dim, &oom);
         ls->raw_kv = pool(b, S * ls->ring * ls->width, &oom);
@@ -153,6 +188,16 @@ int td_state_rollback(struct td_state *s, int slot, int new_len, char *err, size
     return 0;
 }
 
+/* A row selects among at most ceil(max_ctx / rate) compressed entries; a larger index_topk
+ * picks every one of them, as this does, so the plan's top-k rows are no wider (an index_topk
+ * of 10^7 had the plan reserve rows x 10^7 ids: 20 GB for 320 rows) */
+static int plan_topk(const struct td_config *c, int max_ctx) {
+    long long reach = max_ctx; // no CSA layer: the region is unused; keep it within the context
+    for (int i = 0; i < c->n_layers; i++)
+        if (c->attn[i] == TD_ATTN_CSA) reach = ((long long)max_ctx + c->rate_csa - 1) / c->rate_csa;
+    return c->index_topk < reach ? c->index_topk : (int)reach;
+}
+
 struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, int max_seq) {
     const struct td_config *c = s->cfg;
     struct td_plan_dims d;
@@ -160,8 +205,8 @@ struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, in
     d.max_tok = max_tok;
     d.max_seq = max_seq;
     d.max_ctx = s->max_ctx;
-    d.window = c->sliding_window;
-    d.topk = c->index_topk;
+    d.window = s->window;
+    d.topk = plan_topk(c, s->max_ctx);
     d.swa_ring = s->swa_ring;
     d.block = s->max_block;
     for (int i = 0; i < c->n_layers; i++) {

@@ -40,7 +40,8 @@ struct td_state {
     const struct td_config *cfg;
     const struct td_backend *backend; /* where the pools live */
     int max_seqs, max_ctx, max_chunk;
-    int swa_ring;                  /* sliding_window + max_chunk */
+    int window;                    /* keys a row sees at most: min(sliding_window, max_ctx) */
+    int swa_ring;                  /* window + max_chunk */
     int max_block;                 /* rows of a non-causal block a plan may hold (a DSpark
                                       drafter's; set after init, <= max_chunk), 0: none */
     int32_t *len;                  /* [max_seqs] committed length */
@@ -58,8 +59,10 @@ struct td_state {
 /* Bytes td_state_init would allocate for this shape. */
 size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk);
 
-/* Allocate every pool up front on backend b (NULL: the CPU). Refuses (returns -1, message with
- * the numbers) when the pools exceed max_bytes or max_chunk < 1; nothing is held then. */
+/* Allocate every pool up front on backend b (NULL: the CPU). A sliding window past max_ctx is
+ * sized as max_ctx (the same keys). Refuses (returns -1, message with the numbers) when the
+ * pools exceed max_bytes, a ring's rows would pass INT_MAX, or max_chunk < 1; nothing is held
+ * then. */
 int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
                   int max_chunk, size_t max_bytes, const struct td_backend *b, char *err,
                   size_t errlen);

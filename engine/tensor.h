@@ -25,10 +25,20 @@ struct td_tensor {
 
 const char *td_dtype_name(enum td_dtype t);
 
+/* a * b of non-negative sizes, saturating at INT64_MAX instead of overflowing (a caller that
+ * can meet such a size refuses it: see TD_MAX_NUMEL) */
+static inline int64_t td_mul_sat(int64_t a, int64_t b) {
+    return b && a > INT64_MAX / b ? INT64_MAX : a * b;
+}
+
+/* a tensor of more elements has bytes past 64 bits in some dtype: loaders refuse it */
+#define TD_MAX_NUMEL (INT64_MAX / 8)
+
+/* elements of t (shapes are non-negative), saturating at INT64_MAX */
 static inline int64_t td_tensor_numel(const struct td_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++)
-        n *= t->shape[i];
+        n = td_mul_sat(n, t->shape[i]);
     return n;
 }
 

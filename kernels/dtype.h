@@ -79,8 +79,8 @@ static inline float td_load_f32(const void *p, enum td_dtype t, int64_t i) {
 /* dst[0..n) = elements [off, off+n) of a float array of dtype t */
 static inline void td_load_row_f32(float *dst, const void *p, enum td_dtype t, int64_t off,
                                    int64_t n) {
-    if (t == TD_DTYPE_F32) {
-        memcpy(dst, (const float *)p + off, (size_t)n * 4);
+    if (t == TD_DTYPE_F32) { // byte offsets: p need not be float-aligned (see td_load_f32)
+        memcpy(dst, (const char *)p + 4 * off, (size_t)n * 4);
         return;
     }
     if (t == TD_DTYPE_BF16) { // the common case on the host, as a loop the compiler vectorizes

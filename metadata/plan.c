@@ -45,7 +45,7 @@ static struct layout plan_layout(const struct td_plan_dims *d) {
     REGION(logit_indptr, S + 1);
     // the two row-strided regions last: a step's part of swa_pos is a prefix, and what a
     // device copy needs ends there (meta_plan_span); topk is the indexer's output
-    REGION(swa_pos, T * (d->window + d->block));
+    REGION(swa_pos, T * ((size_t)d->window + (size_t)d->block));
     REGION(topk, T * d->topk);
 #undef REGION
     l.words = w;
@@ -58,7 +58,7 @@ size_t meta_plan_bytes(const struct td_plan_dims *d) {
 
 size_t meta_plan_span(const struct td_plan *p) {
     const struct td_plan_dims *d = &p->dims;
-    return (plan_layout(d).swa_pos + (size_t)p->n_tok_pad * (d->window + d->block)) * 4;
+    return (plan_layout(d).swa_pos + (size_t)p->n_tok_pad * ((size_t)d->window + d->block)) * 4;
 }
 
 static void bind_arrays(struct td_plan *p) {
@@ -92,6 +92,14 @@ int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, s
         d->max_ctx < 1 || d->block < 0 || (d->block && (d->rate_csa || d->rate_hca))) {
         snprintf(err, errlen, "plan: bad dims (max_tok %d, max_seq %d, window %d, topk %d)",
                  d->max_tok, d->max_seq, d->window, d->topk);
+        return -1;
+    }
+    // a step's window keys are indexed by int32 (swa_indptr): rows x (window + block) must fit
+    if ((size_t)d->max_tok * ((size_t)d->window + d->block) > INT32_MAX) {
+        snprintf(err, errlen,
+                 "plan: %d rows x (window %d + block %d) keys exceed the int32 range of the "
+                 "plan's indices; lower the rows per step or the context",
+                 d->max_tok, d->window, d->block);
         return -1;
     }
     p->dims = *d;
@@ -206,7 +214,7 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
         p->emit_csa[t] = p->emit_hca[t] = -1;
         p->write_csa[t] = p->write_hca[t] = -1;
     }
-    for (size_t k = (size_t)p->swa_indptr[np]; k < (size_t)np * (d->window + d->block); k++)
+    for (size_t k = (size_t)p->swa_indptr[np]; k < (size_t)np * ((size_t)d->window + d->block); k++)
         p->swa_pos[k] = -1;
     for (size_t k = 0; k < (size_t)np * d->topk; k++)
         p->topk[k] = -1;
@@ -314,7 +322,7 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
             return failf(err, errlen, "plan: row %d visible/emitted entries inconsistent", t);
     }
     for (size_t k = (size_t)p->swa_indptr[p->n_tok_pad];
-         k < (size_t)p->n_tok_pad * (d->window + d->block); k++)
+         k < (size_t)p->n_tok_pad * ((size_t)d->window + d->block); k++)
         if (p->swa_pos[k] != -1)
             return failf(err, errlen, "plan: window slot %zu past the last range is not -1", k);
     if (p->logit_indptr[0] != 0 || p->n_logit < 0 || p->n_logit > p->n_tok ||

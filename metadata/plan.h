@@ -36,7 +36,8 @@ struct td_plan_dims {
     int max_seq;  /* sequence capacity */
     int max_ctx;  /* longest context a sequence may reach */
     int window;   /* sliding_window: keys per row at most */
-    int topk;     /* index_topk: stride of a topk row */
+    int topk;     /* stride of a topk row: index_topk, or ceil(max_ctx / rate_csa) when that
+                     is less (a row never sees more entries; td_state_plan_dims) */
     int rate_csa; /* 0 when the model has no CSA layer */
     int rate_hca; /* 0 when the model has no HCA layer */
     int swa_ring; /* rows in a sequence's sliding-window ring */

@@ -7,11 +7,13 @@
 #define TD_TESTS_CHECK_H
 
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_failures;    /* cases failed so far */
 static int check_case_failed; /* the current case */
@@ -93,6 +95,24 @@ static inline uint64_t xorshift64(uint64_t *s) {
     *s ^= *s >> 7;
     *s ^= *s << 17;
     return *s;
+}
+
+/* A deadline for a case that could hang (a loader blocked opening a FIFO): past `seconds` the
+ * process prints "FAIL <name>: still running after the deadline" and exits 1. seconds 0 (or
+ * a later call) disarms it. */
+static const char *deadline_case;
+static inline void deadline_hit(int sig) {
+    (void)sig; // only async-signal-safe calls from here
+    static const char a[] = "FAIL ", b[] = ": still running after the deadline (hung?)\n";
+    if (write(1, a, sizeof a - 1) < 0 || write(1, deadline_case, strlen(deadline_case)) < 0 ||
+        write(1, b, sizeof b - 1) < 0)
+        _exit(1);
+    _exit(1);
+}
+static inline void case_deadline(const char *name, unsigned seconds) {
+    deadline_case = name;
+    signal(SIGALRM, deadline_hit);
+    alarm(seconds);
 }
 
 static inline int quick_mode(void) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int near(double a, double b) {
@@ -496,6 +497,56 @@ static void test_errors(void) {
     expect_fail("not_an_object", "[1, 2]", NULL, NULL, "not a JSON object");
 }
 
+/* JSON numbers are checked against each key's range before they are converted, and the
+ * message names the key, the value and the range */
+static void test_ranges(void) {
+    expect_fail("max_pos_2_63_minus_1", tiny, "{'max_position_embeddings': 9223372036854775807}",
+                NULL,
+                "\"max_position_embeddings\" = 9223372036854775807 is out of range [1, "
+                "2147483647]");
+    expect_fail("max_pos_2_32", tiny, "{'max_position_embeddings': 4294967296}", NULL,
+                "max_position_embeddings");
+    expect_fail("max_pos_float_2_63", tiny, "{'max_position_embeddings': 9.3e18}", NULL,
+                "max_position_embeddings");
+    expect_fail("max_pos_zero", tiny, "{'max_position_embeddings': 0}", NULL,
+                "is out of range [1, 2147483647]");
+    expect_fail("hidden_size_2_32", tiny, "{'hidden_size': 4294967296}", NULL,
+                "\"hidden_size\" = 4294967296 is out of range [1, 2147483647]");
+    expect_fail("vocab_size_zero", tiny, "{'vocab_size': 0}", NULL,
+                "\"vocab_size\" = 0 is out of range [1, 2147483647]");
+    expect_fail("num_nextn_negative", tiny, "{'num_nextn_predict_layers': -1}", NULL,
+                "\"num_nextn_predict_layers\" = -1 is out of range [0, 4]");
+    expect_fail("rate_in_dict_2_32", tiny,
+                "{'compress_rates': {'compressed_sparse_attention': 4294967300,"
+                " 'heavily_compressed_attention': 8}}",
+                NULL, "compress_rates.compressed_sparse_attention");
+    expect_fail("float_key_past_float", tiny, "{'routed_scaling_factor': 1e300}", NULL,
+                "routed_scaling_factor");
+    // a row can select no more entries than the context has positions (tiny: 512)
+    expect_fail("index_topk_past_max_pos", tiny, "{'index_topk': 10000000}", NULL,
+                "index_topk 10000000 exceeds max_position_embeddings 512");
+    expect_fail("index_topk_int_max", tiny, "{'index_topk': 2147483647}", NULL, "index_topk");
+    // 2^31 Sinkhorn iterations ran the forward for hours without a word
+    expect_fail("sinkhorn_iters_int_max", tiny, "{'hc_sinkhorn_iters': 2147483647}", NULL,
+                "\"hc_sinkhorn_iters\" = 2147483647 is out of range [0, 1000]");
+    expect_fail("sinkhorn_iters_1001", tiny, "{'hc_sinkhorn_iters': 1001}", NULL,
+                "hc_sinkhorn_iters");
+    char why[600] = "";
+    struct td_config c;
+    if (expect_ok("sinkhorn_iters_1000", &c, tiny, "{'hc_sinkhorn_iters': 1000}", NULL)) return;
+    REQUIRE(c.hc_sinkhorn_iters == 1000);
+    if (expect_ok("index_topk_max_pos", &c, tiny, "{'index_topk': 512}", NULL)) return;
+    REQUIRE(c.index_topk == 512);
+    if (expect_ok("max_pos_integral_float", &c, tiny, "{'max_position_embeddings': 2048.0}", NULL))
+        return;
+    REQUIRE(c.max_position_embeddings == 2048);
+    if (expect_ok("max_pos_int_max", &c, tiny, "{'max_position_embeddings': 2147483647}", NULL))
+        return;
+    REQUIRE(c.max_position_embeddings == 2147483647);
+done:
+    report("max_pos_in_range", why[0] ? why : NULL);
+}
+
 static void test_load_file(void) {
     char why[600] = "", err[512] = "", path[64] = "/tmp/td_test_cfg_XXXXXX";
     struct td_config c;
@@ -538,6 +589,38 @@ done:
     report("load_file", why[0] ? why : NULL);
 }
 
+/* config.json that is a FIFO (an open for reading would wait for a writer forever) or a
+ * directory, or larger than any config: refused at once, naming the file */
+static void test_special_files(void) {
+    char why[600] = "", err[512] = "", dir[64] = "/tmp/td_test_cfg_XXXXXX", path[128];
+    struct td_config c;
+    REQUIRE(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    REQUIRE(mkfifo(path, 0600) == 0);
+    case_deadline("config_special_files", 10);
+    REQUIRE(td_config_load(&c, path, err, sizeof err) == -1);
+    REQUIRE(strstr(err, path) && strstr(err, "not a regular file") && !strchr(err, '\n'));
+    unlink(path);
+    REQUIRE(mkdir(path, 0700) == 0);
+    REQUIRE(td_config_load(&c, path, err, sizeof err) == -1 && strstr(err, "not a regular file"));
+    rmdir(path);
+    // 65 MiB (sparse): past the 64 MiB any JSON file may have, refused before it is read
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    int ok = ftruncate(fileno(f), (off_t)65 << 20) == 0;
+    fclose(f);
+    REQUIRE(ok);
+    REQUIRE(td_config_load(&c, path, err, sizeof err) == -1);
+    REQUIRE(strstr(err, path) && strstr(err, "64 MiB"));
+done:
+    case_deadline(NULL, 0);
+    if (getenv("TD_TEST_VERBOSE")) printf("  %s\n", err);
+    unlink(path);
+    rmdir(path);
+    rmdir(dir);
+    report("config_special_files", why[0] ? why : NULL);
+}
+
 static void test_kind_names(void) {
     char why[600] = "";
     REQUIRE(strcmp(td_attn_kind_name(TD_ATTN_SLIDING), "sliding") == 0);
@@ -564,7 +647,9 @@ int main(void) {
     test_tokens_null();
     test_rates();
     test_errors();
+    test_ranges();
     test_load_file();
+    test_special_files();
     test_kind_names();
     return check_failures ? 1 : 0;
 }

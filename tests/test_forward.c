@@ -17,7 +17,11 @@
  *                 each bit-identical to running alone.
  * TD_TEST_QUICK=1 (the sanitizer run) uses fewer random schedules.
  */
+#include <jansson.h>
+#include <limits.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "engine/forward.h"
@@ -462,8 +466,281 @@ static void test_plan_errors(struct fx *f) {
     free(lg);
 }
 
+// ---------------------------------------------------------------------------------------------
+// variants: a fixture rewritten into a temporary directory (config keys patched, tensors stored
+// in another dtype or at another alignment) whose logits must be the fixture's, bit for bit
+
+static char vroot[64]; /* mkdtemp directory, removed at the end */
+
+/* one tensor of a variant's model.safetensors */
+struct vt {
+    char name[160];
+    enum td_dtype dtype;
+    int ndim;
+    int64_t shape[TD_MAX_DIMS];
+    const void *data;
+    size_t nbytes;
+};
+
+/* a new directory vroot/<name> with the fixture's config.json, `patch` (a JSON object, may be
+ * NULL) merged in, and (when link) the fixture's model.safetensors linked; its path in dir */
+static int variant_dir(const char *fixture, const char *name, const char *patch, int link,
+                       char *dir, size_t cap) {
+    char from[300], to[400], abs[PATH_MAX];
+    snprintf(dir, cap, "%s/%s", vroot, name);
+    if (mkdir(dir, 0700)) return -1;
+    snprintf(from, sizeof from, "tests/fixtures/%s/config.json", fixture);
+    json_t *cfg = json_load_file(from, 0, NULL), *p = patch ? json_loads(patch, 0, NULL) : NULL;
+    if (!cfg || (patch && !p)) return -1;
+    if (p) json_object_update(cfg, p);
+    snprintf(to, sizeof to, "%s/config.json", dir);
+    int rc = json_dump_file(cfg, to, JSON_INDENT(1));
+    json_decref(cfg);
+    json_decref(p);
+    if (rc || !link) return rc;
+    snprintf(from, sizeof from, "tests/fixtures/%s/model.safetensors", fixture);
+    snprintf(to, sizeof to, "%s/model.safetensors", dir);
+    return realpath(from, abs) ? symlink(abs, to) : -1;
+}
+
+/* path = t[n] as safetensors, the header padded with spaces to a multiple of 8 bytes, plus one
+ * when odd (any length is legal; an odd one leaves every tensor at an odd address) */
+static int write_tensors(const char *path, const struct vt *t, int n, int odd) {
+    size_t cap = 1 << 20, len = 0, off = 0;
+    char *h = malloc(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    for (int i = 0; i < n; i++) {
+        len += (size_t)snprintf(h + len, cap - len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[",
+                                i ? "," : "", t[i].name, td_dtype_name(t[i].dtype));
+        for (int d = 0; d < t[i].ndim; d++)
+            len += (size_t)snprintf(h + len, cap - len, "%s%lld", d ? "," : "",
+                                    (long long)t[i].shape[d]);
+        len += (size_t)snprintf(h + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", off,
+                                off + t[i].nbytes);
+        off += t[i].nbytes;
+    }
+    len += (size_t)snprintf(h + len, cap - len, "}");
+    size_t want = (len + 7) / 8 * 8 + (odd ? 1 : 0);
+    while (len < want && len < cap)
+        h[len++] = ' ';
+    FILE *fp = fopen(path, "wb");
+    uint64_t hl = len;
+    int ok = fp && fwrite(&hl, 8, 1, fp) == 1 && fwrite(h, 1, len, fp) == len;
+    for (int i = 0; ok && i < n; i++)
+        ok = fwrite(t[i].data, 1, t[i].nbytes, fp) == t[i].nbytes;
+    if (fp && fclose(fp)) ok = 0;
+    free(h);
+    return ok ? 0 : -1;
+}
+
+/* the tensors of a set as an editable list (views into it) */
+static int tensors_of(const struct st_set *set, struct vt *out) {
+    for (int i = 0; i < set->n_entries; i++) {
+        const struct st_entry *e = &set->entries[i];
+        snprintf(out[i].name, sizeof out[i].name, "%s", e->name);
+        out[i].dtype = e->t.dtype;
+        out[i].ndim = e->t.ndim;
+        memcpy(out[i].shape, e->t.shape, sizeof out[i].shape);
+        out[i].data = e->t.data;
+        out[i].nbytes = e->nbytes;
+    }
+    return set->n_entries;
+}
+
+/* the model in dir, fed ids[n] in chunks (one slot, max_ctx n, max_chunk 16) on the CPU:
+ * logits [n, vocab] (malloc'd; NULL with err), and the plan dims of its state */
+static float *variant_logits(const char *dir, const int32_t *ids, int n, const int *chunks,
+                             int n_chunks, struct td_plan_dims *dims, char *err, size_t errlen) {
+    struct td_model m;
+    struct td_state st;
+    if (td_model_load(&m, dir, err, errlen)) return NULL;
+    float *out = malloc((size_t)n * m.cfg.vocab * sizeof(float));
+    if (td_state_init(&st, &m.cfg, 1, n, 16, (size_t)1 << 31, NULL, err, errlen)) {
+        td_model_free(&m);
+        free(out);
+        return NULL;
+    }
+    int slot = td_state_seq_alloc(&st), pos = 0;
+    for (int i = 0; out && i < n_chunks; i++) {
+        struct td_plan_seq q = {slot, pos, chunks[i], ids + pos, 0, 0};
+        if (td_forward_seqs(&m, &st, &q, 1, out + (size_t)pos * m.cfg.vocab, NULL, err, errlen))
+            free(out), out = NULL;
+        pos += chunks[i];
+    }
+    *dims = td_state_plan_dims(&st, 16, 1);
+    td_state_free(&st);
+    td_model_free(&m);
+    return out;
+}
+
+/* b_plain_hc2's ids as a 300-row prefill, a 4-row verify-sized chunk and 16 decode steps */
+static const int var_chunks[] = {300, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+#define VAR_N_CHUNKS (int)(sizeof var_chunks / sizeof *var_chunks)
+
+/* the same logits from variants `a` and `b` of b_plain_hc2 (made by the caller); dims of each */
+static void same_logits(const char *name, const char *a, const char *b, const struct fx *f,
+                        struct td_plan_dims *da, struct td_plan_dims *db) {
+    char err[512] = "";
+    float *la = variant_logits(a, f->ids, f->n, var_chunks, VAR_N_CHUNKS, da, err, sizeof err);
+    CHECK(la, "%s: %s", a, err);
+    float *lb =
+        la ? variant_logits(b, f->ids, f->n, var_chunks, VAR_N_CHUNKS, db, err, sizeof err) : NULL;
+    CHECK(!la || lb, "%s: %s", b, err);
+    if (la && lb)
+        CHECK(bits_equal(la, lb, (size_t)f->n * f->m.cfg.vocab), "%s: logits differ", name);
+    free(la);
+    free(lb);
+}
+
+/* index_topk past what a row can see (max_ctx / rate entries) picks every entry, as an
+ * index_topk of exactly that does; the plan reserves only that many per row (ceil(320 / 4)) */
+static void test_topk_past_context(const struct fx *f) {
+    char a[256], b[256];
+    struct td_plan_dims da, db;
+    case_begin();
+    CHECK(!variant_dir("b_plain_hc2", "topk_1024", "{\"index_topk\": 1024}", 1, a, sizeof a) &&
+              !variant_dir("b_plain_hc2", "topk_80", "{\"index_topk\": 80}", 1, b, sizeof b),
+          "cannot write the variants");
+    if (!check_case_failed) same_logits("topk", a, b, f, &da, &db);
+    if (!check_case_failed)
+        CHECK(da.topk == 80 && db.topk == 80, "plan top-k %d and %d, want 80 (ceil(320 / 4))",
+              da.topk, db.topk);
+    // the picks trace keeps its index_topk columns: the same picks, then -1
+    struct td_model m[2];
+    int32_t *tr[2] = {NULL, NULL};
+    int loaded[2] = {0, 0};
+    char err[512] = "";
+    for (int k = 0; k < 2 && !check_case_failed; k++) {
+        struct td_state st;
+        loaded[k] = !td_model_load(&m[k], k ? b : a, err, sizeof err);
+        CHECK(loaded[k] && !td_state_init(&st, &m[k].cfg, 1, f->n, 16, (size_t)1 << 31, NULL, err,
+                                          sizeof err),
+              "%s", err);
+        if (check_case_failed) break;
+        size_t w = (size_t)m[k].cfg.index_topk;
+        tr[k] = malloc((size_t)m[k].cfg.n_layers * f->n * w * sizeof(int32_t));
+        float *lg = malloc((size_t)f->n * m[k].cfg.vocab * sizeof(float));
+        struct td_plan_seq q = {td_state_seq_alloc(&st), 0, f->n, f->ids, 0, 0};
+        CHECK(!td_forward_seqs(&m[k], &st, &q, 1, lg, tr[k], err, sizeof err), "%s", err);
+        free(lg);
+        td_state_free(&st);
+    }
+    for (int li = 0; !check_case_failed && li < m[0].cfg.n_layers; li++) {
+        if (m[0].cfg.attn[li] != TD_ATTN_CSA) continue;
+        for (int t = 0; t < f->n; t++)
+            for (int j = 0; j < 1024; j++) {
+                int32_t x = tr[0][((size_t)li * f->n + t) * 1024 + j];
+                int32_t y = j < 80 ? tr[1][((size_t)li * f->n + t) * 80 + j] : -1;
+                CHECK(x == y, "layer %d row %d pick %d: %d, want %d", li, t, j, x, y);
+            }
+    }
+    for (int k = 0; k < 2; k++)
+        if (loaded[k]) td_model_free(&m[k]);
+    free(tr[0]);
+    free(tr[1]);
+    case_end("index_topk_past_context", "");
+}
+
+/* a sliding window past the context is the whole context: sliding_window 2^31 - 1 (which
+ * overflowed the rings' int sizes) and 1000 give the logits of a window of max_ctx = 320 */
+static void test_window_past_context(const struct fx *f) {
+    char a[256], b[256], c[256];
+    struct td_plan_dims da, db, dc;
+    case_begin();
+    CHECK(
+        !variant_dir("b_plain_hc2", "window_max", "{\"sliding_window\": 2147483647}", 1, a,
+                     sizeof a) &&
+            !variant_dir("b_plain_hc2", "window_1000", "{\"sliding_window\": 1000}", 1, b,
+                         sizeof b) &&
+            !variant_dir("b_plain_hc2", "window_320", "{\"sliding_window\": 320}", 1, c, sizeof c),
+        "cannot write the variants");
+    if (!check_case_failed) same_logits("window 2^31 - 1", a, c, f, &da, &dc);
+    if (!check_case_failed) same_logits("window 1000", b, c, f, &db, &dc);
+    if (!check_case_failed)
+        CHECK(da.window == 320 && db.window == 320 && da.swa_ring == 336,
+              "plan window %d / %d, ring %d, want 320 and 336", da.window, db.window, da.swa_ring);
+    // a context of 2^31 - 1 with that window: the ring's rows would pass INT_MAX, refused
+    struct td_model m;
+    struct td_state st;
+    char err[512] = "";
+    if (!check_case_failed && !td_model_load(&m, a, err, sizeof err)) {
+        CHECK(td_state_init(&st, &m.cfg, 1, INT_MAX, 16, SIZE_MAX, NULL, err, sizeof err) == -1 &&
+                  strstr(err, "int range"),
+              "max_ctx 2^31 - 1: '%s'", err);
+        td_model_free(&m);
+    }
+    // a plan whose window keys would pass int32 indices is refused before it allocates
+    struct td_plan p;
+    struct td_plan_dims big = da;
+    big.max_tok = 1 << 16, big.window = 1 << 16, big.max_ctx = 1 << 16;
+    CHECK(meta_plan_init(&p, &big, err, sizeof err) == -1 && strstr(err, "int32"),
+          "65536 rows x 65536 window keys: '%s'", err);
+    case_end("sliding_window_past_context", "");
+}
+
+static uint16_t to_bf16(float x) { // truncation: the values below are bf16 already
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* Attention sinks stored BF16 give the logits of the same values stored F32 (the CPU attention
+ * read them as raw fp32: 1.8 off, past the tensor's end), and a header of odd length (legal:
+ * it may be padded to anything), which leaves every tensor at an odd address, gives them too */
+static void test_sinks_dtype_and_alignment(const struct fx *f) {
+    char err[512] = "", a[256], b[256], c[256], path[300];
+    struct st_set set;
+    struct td_plan_dims da, db, dc;
+    case_begin();
+    CHECK(!st_set_open(&set, "tests/fixtures/b_plain_hc2", err, sizeof err), "%s", err);
+    if (check_case_failed) {
+        case_end("sinks_bf16_and_odd_header", "");
+        return;
+    }
+    struct vt *t = calloc((size_t)set.n_entries, sizeof *t);
+    int n = tensors_of(&set, t), n_sinks = 0;
+    float *f32[TD_MAX_LAYERS];
+    uint16_t *bf[TD_MAX_LAYERS];
+    int at[TD_MAX_LAYERS];
+    for (int i = 0; i < n; i++) {
+        if (!strstr(t[i].name, "sinks")) continue;
+        int64_t h = t[i].shape[0];
+        f32[n_sinks] = malloc((size_t)h * 4), bf[n_sinks] = malloc((size_t)h * 2);
+        for (int64_t j = 0; j < h; j++) { // the fixture's sinks cut to bf16 (exact in both)
+            bf[n_sinks][j] = to_bf16(td_load_f32(t[i].data, t[i].dtype, j));
+            f32[n_sinks][j] = td_bf16_to_f32(bf[n_sinks][j]);
+        }
+        at[n_sinks++] = i;
+    }
+    CHECK(n_sinks == f->m.cfg.n_layers, "%d sinks tensors in the fixture", n_sinks);
+    CHECK(!variant_dir("b_plain_hc2", "sinks_f32", NULL, 0, a, sizeof a) &&
+              !variant_dir("b_plain_hc2", "sinks_bf16", NULL, 0, b, sizeof b) &&
+              !variant_dir("b_plain_hc2", "odd_header", NULL, 0, c, sizeof c),
+          "cannot make the variant dirs");
+    for (int k = 0; k < 3 && !check_case_failed; k++) {
+        for (int s = 0; s < n_sinks; s++) {
+            struct vt *e = &t[at[s]];
+            e->dtype = k == 1 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
+            e->data = k == 1 ? (const void *)bf[s] : (const void *)f32[s];
+            e->nbytes = (size_t)e->shape[0] * (k == 1 ? 2 : 4);
+        }
+        snprintf(path, sizeof path, "%s/model.safetensors", k == 0 ? a : k == 1 ? b : c);
+        // aligned: the header padded to a multiple of 8; odd: to one byte past that
+        CHECK(!write_tensors(path, t, n, k == 2 ? 1 : 0), "cannot write %s", path);
+    }
+    if (!check_case_failed) same_logits("odd header", a, c, f, &da, &dc);
+    if (!check_case_failed) same_logits("sinks BF16", a, b, f, &da, &db);
+    for (int s = 0; s < n_sinks; s++)
+        free(f32[s]), free(bf[s]);
+    free(t);
+    st_set_close(&set);
+    case_end("sinks_bf16_and_odd_header", "");
+}
+
 int main(void) {
     char err[512];
+    snprintf(vroot, sizeof vroot, "/tmp/td_forward_XXXXXX");
+    if (!mkdtemp(vroot)) return 1;
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
         struct fx f = {0};
         snprintf(f.dir, sizeof f.dir, "tests/fixtures/%s", fixtures[i]);
@@ -488,6 +765,9 @@ int main(void) {
         test_rollback(&f);
         test_batched(&f);
         if (i == 0) test_plan_errors(&f);
+        if (i == 1) test_topk_past_context(&f);
+        if (i == 1) test_window_past_context(&f);
+        if (i == 1) test_sinks_dtype_and_alignment(&f);
         test_skip_logits(&f);
         test_capture(&f);
         td_model_free(&f.m);
@@ -496,5 +776,8 @@ int main(void) {
         free(f.oneshot);
         free(f.picks);
     }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", vroot);
+    if (system(cmd)) return 1;
     return check_failures ? 1 : 0;
 }

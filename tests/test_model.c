@@ -6,6 +6,9 @@
  * model.safetensors under a temporary directory, then expects td_model_load to succeed or to
  * fail with a message naming the tensor.
  */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +17,7 @@
 
 #include "check.h"
 #include "engine/backend.h"
+#include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
 
@@ -205,6 +209,34 @@ static void test_dummy(void) {
     }
 }
 
+/* dims from config.json whose product passes 64 bits (wq_b: 1024 heads x 2^30 head_dim rows of
+ * 2^30 columns) are refused as too large, never wrapped into a small tensor */
+static void test_dummy_too_large(void) {
+    char dir[128], path[256], err[512] = "";
+    struct td_model m = {0};
+    case_begin();
+    snprintf(dir, sizeof dir, "%s/dummy_huge", root);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cfg = json_load_file("tests/fixtures/b_plain_hc2/config.json", 0, NULL);
+    json_t *p = json_loads("{\"num_attention_heads\": 1024, \"head_dim\": 1073741824,"
+                           " \"q_lora_rank\": 1073741824, \"partial_rotary_factor\": 0}",
+                           0, NULL);
+    CHECK(cfg && p && !mkdir(dir, 0700), "cannot write the config");
+    if (!check_case_failed) {
+        json_object_update(cfg, p);
+        CHECK(!json_dump_file(cfg, path, 0), "cannot write %s", path);
+    }
+    json_decref(cfg);
+    json_decref(p);
+    if (!check_case_failed) {
+        int rc = td_model_load_dummy(&m, dir, 3, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "too large") && strstr(err, "wq_b") && !strchr(err, '\n'),
+              "rc %d: '%s'", rc, err);
+        if (!rc) td_model_free(&m);
+    }
+    case_end("dummy_weights/too_large", "");
+}
+
 /* the Flash-shaped slice the GPU benchmark runs (bench/flash_slice): its config reads, its
  * layer kinds are HCA, CSA, HCA, CSA, and it has the parameters of V4-Flash's shapes */
 static void test_flash_slice(void) {
@@ -232,6 +264,317 @@ static void test_flash_slice(void) {
     }
     td_model_free(&m);
     case_end("dummy_weights/flash_slice_config", extra);
+}
+
+/* a directory under root whose path is exactly len bytes long, made of components of at most
+ * 200 bytes; out holds it */
+static int deep_dir(char *out, size_t cap, size_t len) {
+    size_t n = (size_t)snprintf(out, cap, "%s/deep", root);
+    mkdir(out, 0700);
+    while (n < len && n + 2 < cap) {
+        size_t r = len - n - 1, k = r <= 200 ? r : r - 200 >= 2 ? 200 : 198; // "/" + k bytes
+        out[n++] = '/';
+        memset(out + n, 'd', k);
+        n += k;
+        out[n] = 0;
+        if (mkdir(out, 0700) && errno != EEXIST) return -1;
+    }
+    return n == len ? 0 : -1;
+}
+
+/* the end of a long message (they start with the long path) */
+static const char *tail(const char *s) {
+    size_t n = strlen(s);
+    return n > 160 ? s + n - 160 : s;
+}
+
+/* symlink `name` of the fixture dir `fx` into dir */
+static int link_fixture(const char *fx, const char *name, const char *dir) {
+    char from[PATH_MAX], rel[512], to[8192];
+    snprintf(rel, sizeof rel, "%s/%s", fx, name);
+    if (!realpath(rel, from)) return -1;
+    snprintf(to, sizeof to, "%s/%s", dir, name);
+    return symlink(from, to);
+}
+
+/* A model directory path past the old 1024-byte buffers loads (the path is joined whole), and
+ * one past the kernel's PATH_MAX is refused as too long; neither reads another file. The
+ * decoy is what a 1024-byte buffer made of DIR/config.json: DIR/config. */
+static void test_long_path(void) {
+    char dir[8192], path[8400], err[1024] = "";
+    struct td_model m = {0};
+    case_begin();
+    size_t len = 1015; // DIR/config.json is 1027 bytes: the old buffer kept 1023 of them
+    CHECK(!deep_dir(dir, sizeof dir, len), "cannot make a %zu-byte directory path", len);
+    CHECK(!link_fixture("tests/fixtures/b_plain_hc2", "config.json", dir) &&
+              !link_fixture("tests/fixtures/b_plain_hc2", "model.safetensors", dir),
+          "cannot link the fixture");
+    snprintf(path, sizeof path, "%s/config.", dir);
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        fputs("{\"model_type\": \"decoy\"}", fp);
+        fclose(fp);
+    }
+    if (!check_case_failed) {
+        int rc = td_model_load(&m, dir, err, sizeof err);
+        CHECK(rc == 0 || strstr(err, "too long"), "a %zu-byte model path: ...%s", len, tail(err));
+        CHECK(!strstr(err, "decoy"), "read the truncated name: ...%s", tail(err));
+        if (!rc) {
+            CHECK(m.cfg.vocab == 300 && m.cfg.n_layers == 3, "another config was read");
+            td_model_free(&m);
+        }
+    }
+    // the engine's joins too: DIR/dspark/config.json is 1024 bytes, which the old buffer cut
+    // to the decoy DIR/dspark/config.jso
+    len = 1005;
+    CHECK(!deep_dir(dir, sizeof dir, len), "cannot make a %zu-byte directory path", len);
+    char ds[8300];
+    snprintf(ds, sizeof ds, "%s/dspark", dir);
+    mkdir(ds, 0700);
+    CHECK(!link_fixture("tests/fixtures/b_plain_hc2", "config.json", dir) &&
+              !link_fixture("tests/fixtures/b_plain_hc2", "model.safetensors", dir) &&
+              !link_fixture("tests/fixtures/dspark_b/dspark", "config.json", ds) &&
+              !link_fixture("tests/fixtures/dspark_b/dspark", "model.safetensors", ds),
+          "cannot link the fixtures");
+    snprintf(path, sizeof path, "%s/config.jso", ds);
+    if ((fp = fopen(path, "w"))) {
+        fputs("{\"decoy\": 1}", fp);
+        fclose(fp);
+    }
+    if (!check_case_failed) {
+        struct td_engine_params ep = td_engine_defaults();
+        ep.model_dir = dir;
+        ep.backend = "cpu";
+        ep.draft = "dspark";
+        ep.max_seqs = 1;
+        ep.max_ctx = 64;
+        ep.max_batch_tokens = 16;
+        ep.max_cache_bytes = (size_t)1 << 28;
+        struct td_engine *e = NULL;
+        err[0] = 0;
+        int rc = td_engine_init(&e, &ep, err, sizeof err);
+        CHECK(rc == 0 || strstr(err, "too long"), "a %zu-byte model path: ...%s", len, tail(err));
+        if (!rc) td_engine_free(e);
+    }
+    // past PATH_MAX nothing can be opened: refused with the reason, not truncated
+    memset(dir, 'd', 5000);
+    memcpy(dir, "/tmp/", 5);
+    dir[5000] = 0;
+    err[0] = 0;
+    CHECK(td_model_load(&m, dir, err, sizeof err) == -1 && strstr(err, "too long") &&
+              !strchr(err, '\n'),
+          "a 5000-byte model path: '%s'", err);
+    case_end("long_model_path", "");
+}
+
+/* every logits row says token h->token */
+struct force {
+    int token;
+};
+static void force_token(void *ctx, int request, long position, float *row, int vocab) {
+    (void)request, (void)position;
+    for (int v = 0; v < vocab; v++)
+        row[v] = v == ((struct force *)ctx)->token ? 10.0f : -10.0f;
+}
+
+/* b_plain_hc2 (linked) with generation_config.json = text (NULL: none) through td_engine_init;
+ * with a forced first token, the request's finish and its generated count */
+static int engine_with_gen(const char *text, int token, enum td_finish *why, int *n_gen, char *err,
+                           size_t errlen) {
+    static int k;
+    char dir[128], path[256];
+    snprintf(dir, sizeof dir, "%s/gen%d", root, k++);
+    mkdir(dir, 0700);
+    if (link_fixture("tests/fixtures/b_plain_hc2", "config.json", dir) ||
+        link_fixture("tests/fixtures/b_plain_hc2", "model.safetensors", dir))
+        return snprintf(err, errlen, "cannot link the fixture"), -2;
+    if (text) {
+        snprintf(path, sizeof path, "%s/generation_config.json", dir);
+        FILE *fp = fopen(path, "w");
+        fputs(text, fp);
+        fclose(fp);
+    }
+    struct force f = {token};
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = dir;
+    ep.backend = "cpu";
+    ep.max_seqs = 1;
+    ep.max_ctx = 64;
+    ep.max_batch_tokens = 16;
+    ep.max_cache_bytes = (size_t)1 << 28;
+    ep.logits_hook = force_token;
+    ep.hook_ctx = &f;
+    struct td_engine *e;
+    if (td_engine_init(&e, &ep, err, errlen)) return -1;
+    int32_t prompt[3] = {5, 6, 7};
+    struct td_request_params rp = {prompt, 3, 4, {0.0f, 0, 1.0f, 1}, 0};
+    int id = td_engine_submit(e, &rp, err, errlen), rc = 0;
+    while (id >= 0 && (rc = td_engine_step(e, err, errlen)) > 0) {
+    }
+    const int32_t *toks;
+    int nt = 0;
+    enum td_req_status st;
+    if (id >= 0) td_engine_output(e, id, &toks, &nt, &st, why, NULL);
+    *n_gen = nt; // the generated tokens
+    td_engine_free(e);
+    return id < 0 || rc < 0 ? -2 : 0;
+}
+
+/* generation_config.json's EOS ids stop generation; ids outside the vocabulary and malformed
+ * files are refused in one line naming the file; a missing file is no error */
+static void test_generation_config(void) {
+    char err[512] = "";
+    enum td_finish why = TD_FINISH_NONE;
+    int n = 0;
+    case_begin();
+    CHECK(!engine_with_gen("{\"eos_token_id\": [1, 7]}", 7, &why, &n, err, sizeof err) &&
+              why == TD_FINISH_EOS && n == 1,
+          "EOS 7 from generation_config.json: rc/why %d, %d tokens (%s)", why, n, err);
+    CHECK(!engine_with_gen(NULL, 7, &why, &n, err, sizeof err) && why == TD_FINISH_LENGTH && n == 4,
+          "no generation_config.json: why %d, %d tokens (%s)", why, n, err);
+    const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"{\"eos_token_id\": 4294967586}", "4294967586"}, // 2^32 + 290 (was EOS 290)
+        {"{\"eos_token_id\": [1, 300]}", "300"},          // vocab 300
+        {"{\"eos_token_id\": -1}", "-1"},
+        {"{\"eos_token_id\": [1, \"2\"]}", "eos_token_id[1]"},
+        {"{\"eos_token_id\": 1.5}", "eos_token_id"},
+        {"{\"eos_token_id\": [1, 2", "malformed"},
+        {"[1, 2]", "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        int rc = engine_with_gen(bad[i].text, 7, &why, &n, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "generation_config.json") && strstr(err, bad[i].want) &&
+                  !strchr(err, '\n'),
+              "'%s': rc %d, message '%s' (want '%s')", bad[i].text, rc, err, bad[i].want);
+    }
+    case_end("generation_config_eos", "");
+}
+
+/* generation_config.json or dspark/config.json a FIFO (opening it for reading would wait for a
+ * writer forever): td_engine_init refuses at once, naming the file */
+static void test_fifo_configs(void) {
+    const char *names[] = {"generation_config.json", "dspark/config.json"};
+    for (int i = 0; i < 2; i++) {
+        char dir[128], path[256], err[512] = "", name[64];
+        snprintf(name, sizeof name, "fifo_%s", i ? "dspark_config" : "generation_config");
+        case_begin();
+        snprintf(dir, sizeof dir, "%s/fifo%d", root, i);
+        snprintf(path, sizeof path, "%s/dspark", dir);
+        CHECK(!mkdir(dir, 0700) && !mkdir(path, 0700), "mkdir");
+        CHECK(!link_fixture("tests/fixtures/b_plain_hc2", "config.json", dir) &&
+                  !link_fixture("tests/fixtures/b_plain_hc2", "model.safetensors", dir) &&
+                  !link_fixture("tests/fixtures/dspark_b/dspark", "model.safetensors", path),
+              "cannot link the fixtures");
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        CHECK(!mkfifo(path, 0600), "mkfifo %s", path);
+        if (!check_case_failed) {
+            struct td_engine_params ep = td_engine_defaults();
+            ep.model_dir = dir;
+            ep.backend = "cpu";
+            ep.draft = i ? "dspark" : "none";
+            ep.max_seqs = 1;
+            ep.max_ctx = 64;
+            ep.max_batch_tokens = 16;
+            ep.max_cache_bytes = (size_t)1 << 28;
+            struct td_engine *e = NULL;
+            case_deadline(name, 10);
+            int rc = td_engine_init(&e, &ep, err, sizeof err);
+            case_deadline(NULL, 0);
+            CHECK(rc == -1 && strstr(err, names[i]) && strstr(err, "not a regular file"),
+                  "rc %d: '%s'", rc, err);
+            if (!rc) td_engine_free(e);
+        }
+        case_end(name, "");
+    }
+}
+
+/* every tensor of t[n] whose name holds "sink" restored as BF16 (its fp32 values cut to bf16),
+ * into bufs[] (freed by the caller); how many */
+static int sinks_to_bf16(struct wt *t, int n, uint16_t **bufs) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strstr(t[i].name, "sink")) continue;
+        int64_t h = t[i].shape[0];
+        uint16_t *b = bufs[k++] = malloc((size_t)h * 2);
+        for (int64_t j = 0; j < h; j++) {
+            float x = td_load_f32(t[i].data, t[i].dtype, j);
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            b[j] = (uint16_t)(u >> 16);
+        }
+        t[i].dtype = TD_DTYPE_BF16, t[i].data = b, t[i].nbytes = (size_t)h * 2;
+    }
+    return k;
+}
+
+/* l's sinks are aligned fp32 (what the CPU attention reads) equal to the stored bf16 values */
+static int sinks_ok(const struct td_layer *l, const struct td_tensor *stored) {
+    if (l->sinks.dtype != TD_DTYPE_F32 || (uintptr_t)l->sinks.data % 4) return 0;
+    for (int64_t j = 0; j < stored->shape[0]; j++)
+        if (((const float *)l->sinks.data)[j] != td_tensor_getf(stored, j)) return 0;
+    return 1;
+}
+
+/* sinks stored BF16 reach the CPU attention as fp32, in the target, its MTP layer and a DSpark
+ * drafter's stages (all bound by bind_layer) */
+static void test_sinks_bf16(const struct st_set *hb) {
+    char err[1024] = "", name[64], dir[128], path[256];
+    struct td_model m = {0}, mtp = {0}, ds = {0}, tgt = {0};
+    struct st_set ms, dsf;
+    uint16_t *bufs[16];
+    int nb = 0;
+    case_begin();
+    struct wt *t = calloc(512, sizeof *t);
+    int n = list_of(hb, t);
+    nb += sinks_to_bf16(t, n, bufs + nb);
+    int loaded = !load_case("b_plain_hc2", t, n, &m, err, sizeof err);
+    CHECK(loaded, "target: %s", err);
+    for (int i = 0; loaded && i < m.cfg.n_layers; i++) {
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.sinks", i);
+        CHECK(sinks_ok(&m.layers[i], td_model_tensor(&m, name)), "target layer %d", i);
+    }
+    if (loaded) td_model_free(&m);
+    // the MTP layer, from a copy of its fixture with mtp.0.attn.attn_sink in BF16
+    CHECK(!st_set_open(&ms, "tests/fixtures/mtp_b_plain_hc2", err, sizeof err), "%s", err);
+    if (!check_case_failed) {
+        n = list_of(&ms, t);
+        nb += sinks_to_bf16(t, n, bufs + nb);
+        loaded = !load_case("mtp_b_plain_hc2", t, n, &m, err, sizeof err);
+        int has_mtp = loaded && !td_model_load_mtp(&m, &mtp, err, sizeof err);
+        CHECK(has_mtp, "mtp: %s", err);
+        if (has_mtp)
+            CHECK(sinks_ok(&mtp.layers[0], td_model_tensor(&m, "mtp.0.attn.attn_sink")),
+                  "the MTP layer's sinks");
+        if (has_mtp) td_model_free(&mtp);
+        if (loaded) td_model_free(&m);
+        st_set_close(&ms);
+    }
+    // a DSpark drafter's two stages
+    CHECK(!td_model_load(&tgt, "tests/fixtures/b_plain_hc2", err, sizeof err) &&
+              !st_set_open(&dsf, "tests/fixtures/dspark_b/dspark", err, sizeof err),
+          "%s", err);
+    if (!check_case_failed) {
+        n = list_of(&dsf, t);
+        nb += sinks_to_bf16(t, n, bufs + nb);
+        snprintf(dir, sizeof dir, "%s/dspark_bf16_sinks", root);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        CHECK(!mkdir(dir, 0700) && !write_st(path, t, n), "cannot write %s", path);
+        CHECK(!td_model_load_dspark(&tgt, dir, 2, 2, 8, &ds, err, sizeof err), "dspark: %s", err);
+        for (int i = 0; !check_case_failed && i < 2; i++) {
+            snprintf(name, sizeof name, "mtp.%d.attn.attn_sink", i);
+            CHECK(sinks_ok(&ds.layers[i], td_model_tensor(&ds, name)), "DSpark stage %d", i);
+        }
+        if (ds.layers) td_model_free(&ds);
+        st_set_close(&dsf);
+    }
+    td_model_free(&tgt);
+    for (int i = 0; i < nb; i++)
+        free(bufs[i]);
+    free(t);
+    case_end("sinks_bf16_bound_as_fp32", "");
 }
 
 int main(void) {
@@ -327,6 +670,11 @@ int main(void) {
 
     test_dummy();
     test_flash_slice();
+    test_dummy_too_large();
+    test_long_path();
+    test_generation_config();
+    test_fifo_configs();
+    test_sinks_bf16(&hb);
 
     st_set_close(&hb);
     st_set_close(&cu);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char root[64]; /* the mkdtemp directory */
@@ -423,6 +424,68 @@ static void test_bad_sharded(void) {
     expect_fail("missing_dir", at("does_not_exist"), 1, "no model.safetensors");
 }
 
+/* FIFOs where the loader expects files (an open for reading would wait for a writer forever),
+ * and an index past the JSON size limit: refused at once, naming the file */
+static void test_special_files(void) {
+    struct {
+        const char *name, *fifo; /* the case; the file made a FIFO (in a sharded dir) */
+    } fifos[] = {
+        {"fifo_model_safetensors", "model.safetensors"},
+        {"fifo_index_json", "model.safetensors.index.json"},
+        {"fifo_shard", SHARD2},
+    };
+    for (size_t i = 0; i < sizeof fifos / sizeof *fifos; i++) {
+        const char *dir = fifos[i].name;
+        if (make_sharded(dir, "", "", good_index) != 0) {
+            report(fifos[i].name, "cannot write test files");
+            continue;
+        }
+        if (i == 0) unlink(at("%s/model.safetensors.index.json", dir)); // the single-file layout
+        unlink(at("%s/%s", dir, fifos[i].fifo));
+        if (mkfifo(at("%s/%s", dir, fifos[i].fifo), 0600) != 0) {
+            report(fifos[i].name, "cannot mkfifo");
+            continue;
+        }
+        case_deadline(fifos[i].name, 10);
+        expect_fail(fifos[i].name, at("%s", dir), 1, "not a regular file");
+        case_deadline(NULL, 0);
+    }
+    // a 65 MiB index (sparse): past the 64 MiB any JSON file may have, refused unread
+    if (make_sharded("index_too_large", "", "", good_index) != 0 ||
+        truncate(at("index_too_large/model.safetensors.index.json"), (off_t)65 << 20) != 0)
+        report("index_too_large", "cannot write test files");
+    else
+        expect_fail("index_too_large", at("index_too_large"), 1, "64 MiB");
+}
+
+/* an index naming 100,000 distinct shards, none present: the missing-shard error comes at
+ * once (finding the distinct names was quadratic: 26-35 s before the first open) */
+static void test_many_shards(void) {
+    char why[600] = "", err[512] = "";
+    struct st_set set;
+    const int n = 100000;
+    size_t cap = (size_t)n * 48 + 64, len = 0;
+    char *text = malloc(cap);
+    REQUIRE(text && mkdir(at("many_shards"), 0700) == 0);
+    len += (size_t)snprintf(text + len, cap - len, "{\"weight_map\": {");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(text + len, cap - len, "%s\"t%d\": \"s%d.safetensors\"",
+                                i ? ", " : "", i, i);
+    len += (size_t)snprintf(text + len, cap - len, "}}");
+    REQUIRE(write_bytes(at("many_shards/model.safetensors.index.json"), text, len, NULL, 0) == 0);
+    case_deadline("index_100k_distinct_shards", 30);
+    clock_t t0 = clock();
+    int rc = st_set_open(&set, at("many_shards"), err, sizeof err);
+    double s = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    case_deadline(NULL, 0);
+    REQUIRE(rc == -1 && strstr(err, "cannot open") && strstr(err, "/s0.safetensors"));
+    if (s > 2.0) snprintf(why, sizeof why, "took %.1f s of CPU (limit 2)", s);
+done:
+    free(text);
+    if (getenv("TD_TEST_VERBOSE")) printf("  %s\n", err);
+    report("index_100k_distinct_shards", why[0] ? why : NULL);
+}
+
 // ----------------------------------------------------------------------------
 // broken single files
 
@@ -524,6 +587,8 @@ int main(void) {
     test_dir_single();
     test_sharded();
     test_bad_sharded();
+    test_special_files();
+    test_many_shards();
     test_bad_files();
     rm_rf(root);
     return check_failures ? 1 : 0;
