@@ -2,6 +2,7 @@
 #include "dspark.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +150,11 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     // rings of window + max(16, block) rows; the block's positions run past the committed
     // length, so the state allows max_ctx + block
     int chunk = dc->block > 16 ? dc->block : 16;
+    if (max_ctx > INT_MAX - dc->block) {
+        snprintf(err, errlen, "dspark: a context of %d tokens plus a block of %d passes %d",
+                 max_ctx, dc->block, INT_MAX);
+        goto fail;
+    }
     if (td_state_init(&d->st, c, max_seqs, max_ctx + dc->block, chunk, max_bytes, b, err, errlen))
         goto fail;
     d->st.use_graphs = use_graphs;

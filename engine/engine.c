@@ -9,7 +9,6 @@
  */
 #include "engine.h"
 
-#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
