@@ -15,8 +15,9 @@
  * every_decode_advances/<drafter>: with a row budget smaller than the drafts wanted, every
  *     decoding request gets its anchor row every step (no head-of-line blocking), and prompts
  *     that wait still get rows.
- * TD_TEST_QUICK=1 (sanitizer run): fewer requests and drafters (ngram, mtp, dspark). An
- * argument runs the cases whose names it begins.
+ * TD_TEST_BACKEND=cuda runs them on the GPU (deterministic mode). TD_TEST_QUICK=1 (sanitizer
+ * run): fewer requests and drafters (ngram, mtp, dspark). An argument runs the cases whose names
+ * it begins.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -51,7 +52,11 @@ static struct td_engine *open_engine(const char *draft, int k, int max_seqs, int
     char err[512];
     struct td_engine_params ep = tune ? *tune : td_engine_defaults();
     ep.model_dir = MODEL;
-    ep.backend = "cpu";
+    // TD_TEST_BACKEND=cuda: the same cases on the GPU, batch-invariant (a request's tokens must
+    // not depend on what runs beside it, which only deterministic mode promises there)
+    const char *bk = getenv("TD_TEST_BACKEND");
+    ep.backend = bk ? bk : "cpu";
+    ep.deterministic = bk && strcmp(bk, "cpu") != 0;
     ep.draft = draft;
     ep.max_draft = k;
     ep.max_seqs = max_seqs;
