@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "st_write.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/npy.h"
@@ -472,16 +473,6 @@ static void test_plan_errors(struct fx *f) {
 
 static char vroot[64]; /* mkdtemp directory, removed at the end */
 
-/* one tensor of a variant's model.safetensors */
-struct vt {
-    char name[160];
-    enum td_dtype dtype;
-    int ndim;
-    int64_t shape[TD_MAX_DIMS];
-    const void *data;
-    size_t nbytes;
-};
-
 /* a new directory vroot/<name> with the fixture's config.json, `patch` (a JSON object, may be
  * NULL) merged in, and (when link) the fixture's model.safetensors linked; its path in dir */
 static int variant_dir(const char *fixture, const char *name, const char *patch, int link,
@@ -501,50 +492,6 @@ static int variant_dir(const char *fixture, const char *name, const char *patch,
     snprintf(from, sizeof from, "tests/fixtures/%s/model.safetensors", fixture);
     snprintf(to, sizeof to, "%s/model.safetensors", dir);
     return realpath(from, abs) ? symlink(abs, to) : -1;
-}
-
-/* path = t[n] as safetensors, the header padded with spaces to a multiple of 8 bytes, plus one
- * when odd (any length is legal; an odd one leaves every tensor at an odd address) */
-static int write_tensors(const char *path, const struct vt *t, int n, int odd) {
-    size_t cap = 1 << 20, len = 0, off = 0;
-    char *h = malloc(cap);
-    len += (size_t)snprintf(h + len, cap - len, "{");
-    for (int i = 0; i < n; i++) {
-        len += (size_t)snprintf(h + len, cap - len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[",
-                                i ? "," : "", t[i].name, td_dtype_name(t[i].dtype));
-        for (int d = 0; d < t[i].ndim; d++)
-            len += (size_t)snprintf(h + len, cap - len, "%s%lld", d ? "," : "",
-                                    (long long)t[i].shape[d]);
-        len += (size_t)snprintf(h + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", off,
-                                off + t[i].nbytes);
-        off += t[i].nbytes;
-    }
-    len += (size_t)snprintf(h + len, cap - len, "}");
-    size_t want = (len + 7) / 8 * 8 + (odd ? 1 : 0);
-    while (len < want && len < cap)
-        h[len++] = ' ';
-    FILE *fp = fopen(path, "wb");
-    uint64_t hl = len;
-    int ok = fp && fwrite(&hl, 8, 1, fp) == 1 && fwrite(h, 1, len, fp) == len;
-    for (int i = 0; ok && i < n; i++)
-        ok = fwrite(t[i].data, 1, t[i].nbytes, fp) == t[i].nbytes;
-    if (fp && fclose(fp)) ok = 0;
-    free(h);
-    return ok ? 0 : -1;
-}
-
-/* the tensors of a set as an editable list (views into it) */
-static int tensors_of(const struct st_set *set, struct vt *out) {
-    for (int i = 0; i < set->n_entries; i++) {
-        const struct st_entry *e = &set->entries[i];
-        snprintf(out[i].name, sizeof out[i].name, "%s", e->name);
-        out[i].dtype = e->t.dtype;
-        out[i].ndim = e->t.ndim;
-        memcpy(out[i].shape, e->t.shape, sizeof out[i].shape);
-        out[i].data = e->t.data;
-        out[i].nbytes = e->nbytes;
-    }
-    return set->n_entries;
 }
 
 /* the model in dir, fed ids[n] in chunks (one slot, max_ctx n, max_chunk 16) on the CPU:
@@ -697,8 +644,8 @@ static void test_sinks_dtype_and_alignment(const struct fx *f) {
         case_end("sinks_bf16_and_odd_header", "");
         return;
     }
-    struct vt *t = calloc((size_t)set.n_entries, sizeof *t);
-    int n = tensors_of(&set, t), n_sinks = 0;
+    struct st_tensor *t = calloc((size_t)set.n_entries, sizeof *t);
+    int n = st_list(&set, t), n_sinks = 0;
     float *f32[TD_MAX_LAYERS];
     uint16_t *bf[TD_MAX_LAYERS];
     int at[TD_MAX_LAYERS];
@@ -719,14 +666,14 @@ static void test_sinks_dtype_and_alignment(const struct fx *f) {
           "cannot make the variant dirs");
     for (int k = 0; k < 3 && !check_case_failed; k++) {
         for (int s = 0; s < n_sinks; s++) {
-            struct vt *e = &t[at[s]];
+            struct st_tensor *e = &t[at[s]];
             e->dtype = k == 1 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
             e->data = k == 1 ? (const void *)bf[s] : (const void *)f32[s];
             e->nbytes = (size_t)e->shape[0] * (k == 1 ? 2 : 4);
         }
         snprintf(path, sizeof path, "%s/model.safetensors", k == 0 ? a : k == 1 ? b : c);
         // aligned: the header padded to a multiple of 8; odd: to one byte past that
-        CHECK(!write_tensors(path, t, n, k == 2 ? 1 : 0), "cannot write %s", path);
+        CHECK(!st_write(path, t, n, k == 2 ? 1 : 0), "cannot write %s", path);
     }
     if (!check_case_failed) same_logits("odd header", a, c, f, &da, &dc);
     if (!check_case_failed) same_logits("sinks BF16", a, b, f, &da, &db);

@@ -20,42 +20,9 @@
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
-
-struct wt {
-    char name[160];
-    enum td_dtype dtype;
-    int ndim;
-    int64_t shape[4];
-    const void *data;
-    size_t nbytes;
-};
+#include "st_write.h"
 
 static char root[64];
-
-static int write_st(const char *path, const struct wt *t, int n) {
-    size_t cap = 1 << 20, len = 0, off = 0;
-    char *h = malloc(cap);
-    len += snprintf(h + len, cap - len, "{");
-    for (int i = 0; i < n; i++) {
-        len += snprintf(h + len, cap - len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "",
-                        t[i].name, td_dtype_name(t[i].dtype));
-        for (int d = 0; d < t[i].ndim; d++)
-            len += snprintf(h + len, cap - len, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
-        len +=
-            snprintf(h + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", off, off + t[i].nbytes);
-        off += t[i].nbytes;
-    }
-    len += snprintf(h + len, cap - len, "}");
-    FILE *fp = fopen(path, "wb");
-    uint64_t hl = len;
-    fwrite(&hl, 8, 1, fp);
-    fwrite(h, 1, len, fp);
-    for (int i = 0; i < n; i++)
-        fwrite(t[i].data, 1, t[i].nbytes, fp);
-    fclose(fp);
-    free(h);
-    return 0;
-}
 
 static int copy_file(const char *from, const char *to) {
     FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
@@ -69,28 +36,14 @@ static int copy_file(const char *from, const char *to) {
     return 0;
 }
 
-/* the fixture's tensors as an editable list (views into `set`) */
-static int list_of(const struct st_set *set, struct wt *out) {
-    for (int i = 0; i < set->n_entries; i++) {
-        const struct st_entry *e = &set->entries[i];
-        snprintf(out[i].name, sizeof out[i].name, "%s", e->name);
-        out[i].dtype = e->t.dtype;
-        out[i].ndim = e->t.ndim;
-        memcpy(out[i].shape, e->t.shape, sizeof out[i].shape);
-        out[i].data = e->t.data;
-        out[i].nbytes = e->nbytes;
-    }
-    return set->n_entries;
-}
-
-static int find(struct wt *t, int n, const char *name) {
+static int find(struct st_tensor *t, int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (!strcmp(t[i].name, name)) return i;
     return -1;
 }
 
 /* write the case directory (fixture config + tensors) and try to load it */
-static int load_case(const char *fixture, const struct wt *t, int n, struct td_model *m, char *err,
+static int load_case(const char *fixture, const struct st_tensor *t, int n, struct td_model *m, char *err,
                      size_t errlen) {
     char dir[128], from[256], path[256];
     static int k;
@@ -100,11 +53,11 @@ static int load_case(const char *fixture, const struct wt *t, int n, struct td_m
     snprintf(path, sizeof path, "%s/config.json", dir);
     copy_file(from, path);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    write_st(path, t, n);
+    st_write(path, t, n, 0);
     return td_model_load(m, dir, err, errlen);
 }
 
-static void expect_error(const char *name, const char *fixture, const struct wt *t, int n,
+static void expect_error(const char *name, const char *fixture, const struct st_tensor *t, int n,
                          const char *w1, const char *w2) {
     char err[1024] = "";
     struct td_model m;
@@ -493,7 +446,7 @@ static void test_fifo_configs(void) {
 
 /* every tensor of t[n] whose name holds "sink" restored as BF16 (its fp32 values cut to bf16),
  * into bufs[] (freed by the caller); how many */
-static int sinks_to_bf16(struct wt *t, int n, uint16_t **bufs) {
+static int sinks_to_bf16(struct st_tensor *t, int n, uint16_t **bufs) {
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (!strstr(t[i].name, "sink")) continue;
@@ -527,8 +480,8 @@ static void test_sinks_bf16(const struct st_set *hb) {
     uint16_t *bufs[16];
     int nb = 0;
     case_begin();
-    struct wt *t = calloc(512, sizeof *t);
-    int n = list_of(hb, t);
+    struct st_tensor *t = calloc(512, sizeof *t);
+    int n = st_list(hb, t);
     nb += sinks_to_bf16(t, n, bufs + nb);
     int loaded = !load_case("b_plain_hc2", t, n, &m, err, sizeof err);
     CHECK(loaded, "target: %s", err);
@@ -540,7 +493,7 @@ static void test_sinks_bf16(const struct st_set *hb) {
     // the MTP layer, from a copy of its fixture with mtp.0.attn.attn_sink in BF16
     CHECK(!st_set_open(&ms, "tests/fixtures/mtp_b_plain_hc2", err, sizeof err), "%s", err);
     if (!check_case_failed) {
-        n = list_of(&ms, t);
+        n = st_list(&ms, t);
         nb += sinks_to_bf16(t, n, bufs + nb);
         loaded = !load_case("mtp_b_plain_hc2", t, n, &m, err, sizeof err);
         int has_mtp = loaded && !td_model_load_mtp(&m, &mtp, err, sizeof err);
@@ -557,11 +510,11 @@ static void test_sinks_bf16(const struct st_set *hb) {
               !st_set_open(&dsf, "tests/fixtures/dspark_b/dspark", err, sizeof err),
           "%s", err);
     if (!check_case_failed) {
-        n = list_of(&dsf, t);
+        n = st_list(&dsf, t);
         nb += sinks_to_bf16(t, n, bufs + nb);
         snprintf(dir, sizeof dir, "%s/dspark_bf16_sinks", root);
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        CHECK(!mkdir(dir, 0700) && !write_st(path, t, n), "cannot write %s", path);
+        CHECK(!mkdir(dir, 0700) && !st_write(path, t, n, 0), "cannot write %s", path, 0);
         CHECK(!td_model_load_dspark(&tgt, dir, 2, 2, 8, &ds, err, sizeof err), "dspark: %s", err);
         for (int i = 0; !check_case_failed && i < 2; i++) {
             snprintf(name, sizeof name, "mtp.%d.attn.attn_sink", i);
@@ -587,16 +540,16 @@ int main(void) {
         printf("FAIL open fixtures: %s\n", err);
         return 1;
     }
-    struct wt *t = calloc((size_t)cu.n_entries + hb.n_entries + 4, sizeof *t);
+    struct st_tensor *t = calloc((size_t)cu.n_entries + hb.n_entries + 4, sizeof *t);
     int n;
 
     // the unchanged rewrite loads, and a stored mtp.* tensor is kept for the drafters
     struct td_model m;
     case_begin();
-    n = list_of(&hb, t);
+    n = st_list(&hb, t);
     float mtp[64 * 64];
     memset(mtp, 0, sizeof mtp);
-    t[n++] = (struct wt){"mtp.0.e_proj.weight", TD_DTYPE_F32, 2, {64, 64}, mtp, sizeof mtp};
+    t[n++] = (struct st_tensor){"mtp.0.e_proj.weight", TD_DTYPE_F32, 2, {64, 64}, mtp, sizeof mtp};
     CHECK(!load_case("b_plain_hc2", t, n, &m, err, sizeof err), "%s", err);
     if (!check_case_failed) {
         CHECK(td_model_tensor(&m, "mtp.0.e_proj.weight") != NULL, "mtp tensor not kept");
@@ -618,31 +571,31 @@ int main(void) {
     }
     case_end("load_upstream_sharded", "");
 
-    n = list_of(&hb, t);
+    n = st_list(&hb, t);
     int i = find(t, n, "model.layers.1.self_attn.kv_norm.weight");
     t[i] = t[--n];
     expect_error("missing_tensor", "b_plain_hc2", t, n, "missing tensor",
                  "model.layers.1.self_attn.kv_norm.weight");
 
-    n = list_of(&hb, t);
+    n = st_list(&hb, t);
     i = find(t, n, "model.layers.0.self_attn.q_a_proj.weight");
     t[i].shape[1] = 63;
     t[i].nbytes = 32 * 63 * 2;
     expect_error("misshaped_tensor", "b_plain_hc2", t, n, "expected F32/BF16/F16 [32, 64]",
                  "got BF16 [32, 63]");
 
-    n = list_of(&hb, t);
+    n = st_list(&hb, t);
     i = find(t, n, "model.layers.0.mlp.gate.tid2eid");
     t[i].dtype = TD_DTYPE_F32; // same bytes as the I64 table: [300, 6] F32
     t[i].shape[1] *= 2;
     expect_error("wrong_dtype", "b_plain_hc2", t, n, "tid2eid", "expected I32/I64");
 
-    n = list_of(&hb, t);
-    t[n++] = (struct wt){"model.layers.7.mlp.gate.weight", TD_DTYPE_F32, 2, {8, 8}, mtp, 256};
+    n = st_list(&hb, t);
+    t[n++] = (struct st_tensor){"model.layers.7.mlp.gate.weight", TD_DTYPE_F32, 2, {8, 8}, mtp, 256};
     expect_error("unexpected_tensor", "b_plain_hc2", t, n, "unexpected tensor",
                  "model.layers.7.mlp.gate.weight");
 
-    n = list_of(&hb, t);
+    n = st_list(&hb, t);
     i = find(t, n, "model.layers.0.mlp.gate.tid2eid");
     int64_t *bad = malloc(t[i].nbytes);
     memcpy(bad, t[i].data, t[i].nbytes);
@@ -651,13 +604,13 @@ int main(void) {
     expect_error("tid2eid_out_of_range", "b_plain_hc2", t, n, "tid2eid", "not an expert id");
     free(bad);
 
-    n = list_of(&cu, t);
+    n = st_list(&cu, t);
     i = find(t, n, "layers.2.ffn.experts.3.w2.weight");
     t[i] = t[--n];
     expect_error("upstream_missing_expert", "c_upstream_sharded", t, n, "missing tensor",
                  "layers.2.ffn.experts.3.w2.weight");
 
-    n = list_of(&cu, t);
+    n = st_list(&cu, t);
     i = find(t, n, "layers.1.attn.indexer.compressor.ape");
     t[i] = t[--n];
     expect_error("upstream_missing_indexer_ape", "c_upstream_sharded", t, n, "missing tensor",
