@@ -39,6 +39,23 @@ static char *xstrndup(const char *s, size_t n) {
 
 // ---------------------------------------------------------------- the id table
 
+/* Ids must lie below 2 * (vocab entries + added tokens) + 1024. The id tables are as long as
+ * the largest id, so one id of 2^30 in a tiny file would reserve gigabytes; real tokenizers
+ * number their tokens densely (added tokens continue the vocab), and the slack keeps files with
+ * holes in their ids loading. */
+static size_t id_bound(json_t *root) {
+    size_t n = json_object_size(json_object_get(json_object_get(root, "model"), "vocab")) +
+               json_array_size(json_object_get(root, "added_tokens"));
+    return 2 * n + 1024;
+}
+
+static int id_too_big(json_int_t id, size_t bound, const char *where, char *err, size_t errlen) {
+    if ((uint64_t)id < bound) return 0;
+    return td_errf(err, errlen,
+                   "%s: id %lld is past the tokens the file holds (ids must be below %zu)", where,
+                   (long long)id, bound);
+}
+
 static int set_str(struct tok *t, int32_t id, const char *s, size_t n) {
     if (id < 0) return -1;
     if ((size_t)id >= t->id_cap) {
@@ -66,7 +83,7 @@ static int set_str(struct tok *t, int32_t id, const char *s, size_t n) {
 
 // ---------------------------------------------------------------- model
 
-static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
+static int load_model(struct tok *t, json_t *m, size_t bound, char *err, size_t errlen) {
     if (!json_is_object(m))
         return td_errf(err, errlen, "tokenizer.json has no \"model\"%s%s", "", "");
     const char *type = jstr(m, "type");
@@ -91,6 +108,9 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
         json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
         if (id < 0 || id > INT32_MAX / 2)
             return td_errf(err, errlen, "model.vocab[\"%s\"] is not a token id%s", key, "");
+        char where[96];
+        snprintf(where, sizeof where, "model.vocab[\"%.64s\"]", key);
+        if (id_too_big(id, bound, where, err, errlen)) return -1;
         size_t n = strlen(key);
         if (tok_map_set(&t->vocab, key, n, (int32_t)id, 0) || set_str(t, (int32_t)id, key, n))
             return td_errf(err, errlen, "out of memory loading the vocab%s%s", "", "");
@@ -429,7 +449,7 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
 
 // ---------------------------------------------------------------- added tokens
 
-static int load_added(struct tok *t, json_t *list, char *err, size_t errlen) {
+static int load_added(struct tok *t, json_t *list, size_t bound, char *err, size_t errlen) {
     if (json_is_null(list) || !list) return 0;
     if (!json_is_array(list))
         return td_errf(err, errlen, "added_tokens is not an array%s%s", "", "");
@@ -445,6 +465,12 @@ static int load_added(struct tok *t, json_t *list, char *err, size_t errlen) {
             json_integer_value(idv) > INT32_MAX / 2) {
             tok_buf_free(&nb);
             snprintf(err, errlen, "added_tokens[%zu] needs content and a non-negative id", i);
+            return -1;
+        }
+        char where[48];
+        snprintf(where, sizeof where, "added_tokens[%zu]", i);
+        if (id_too_big(json_integer_value(idv), bound, where, err, errlen)) {
+            tok_buf_free(&nb);
             return -1;
         }
         size_t n = strlen(content);
@@ -570,12 +596,13 @@ int tok_load_mem(struct tok **out, const char *json, size_t len, const char *con
         td_errf(err, errlen, "padding is not supported (set it to null)%s%s", "", "");
         goto done;
     }
-    if (load_model(t, json_object_get(root, "model"), err, errlen) ||
+    size_t bound = id_bound(root);
+    if (load_model(t, json_object_get(root, "model"), bound, err, errlen) ||
         add_norm(t, json_object_get(root, "normalizer"), "normalizer", err, errlen) ||
         add_pre(t, json_object_get(root, "pre_tokenizer"), "pre_tokenizer", err, errlen) ||
         add_post(t, json_object_get(root, "post_processor"), "post_processor", err, errlen) ||
         add_dec(t, json_object_get(root, "decoder"), "decoder", err, errlen) ||
-        load_added(t, json_object_get(root, "added_tokens"), err, errlen) ||
+        load_added(t, json_object_get(root, "added_tokens"), bound, err, errlen) ||
         load_config(t, config_json, err, errlen))
         goto done;
     init_byte_ids(t);

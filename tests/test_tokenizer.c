@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -563,6 +564,58 @@ static void test_refusals(void) {
     case_end("tok_refuses_missing_dir", "");
 }
 
+/* the peak resident set of this process so far, in MiB */
+static long peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024;
+}
+
+/* issue 9: the id tables were sized by the largest id, so one id of 2^30 - 1 in a 68-byte file
+ * reserved 13 GB (5.4 GB resident) and loaded */
+static void test_huge_ids(void) {
+    static const struct {
+        const char *name, *json, *want;
+    } c[] = {
+        {"tok_refuses_huge_vocab_id",
+         "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1073741823}, \"merges\": []}}",
+         "model.vocab[\"a\"]: id 1073741823 is past the tokens the file holds (ids must be "
+         "below 1026)"},
+        {"tok_refuses_huge_added_id",
+         "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+         "\"added_tokens\":[{\"id\":1073741823,\"content\":\"<x>\"}]}",
+         "added_tokens[0]: id 1073741823 is past the tokens the file holds (ids must be below "
+         "1028)"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        case_begin();
+        long before = peak_rss_mib();
+        struct tok *t = NULL;
+        char err[512] = "";
+        int rc = tok_load_mem(&t, c[i].json, strlen(c[i].json), NULL, err, sizeof err);
+        long grew = peak_rss_mib() - before;
+        CHECK(rc == -1 && !t, "accepted (the peak resident set grew %ld MiB)", grew);
+        CHECK(strstr(err, c[i].want), "message '%s' lacks '%s'", err, c[i].want);
+        CHECK(grew < 256, "the peak resident set grew %ld MiB", grew);
+        tok_free(t);
+        case_end(c[i].name, "");
+    }
+    // holes in the id space stay allowed up to the bound (2 * 3 entries + 1024)
+    case_begin();
+    const char *holes = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":7},\"merges\":[]},"
+                        "\"added_tokens\":[{\"id\":1029,\"content\":\"<x>\"}]}";
+    struct tok *t = NULL;
+    char err[512] = "";
+    CHECK(!tok_load_mem(&t, holes, strlen(holes), NULL, err, sizeof err), "refused: %s", err);
+    if (t) {
+        CHECK(tok_n_vocab(t) == 1030 && tok_id(t, "<x>", 3) == 1029 && tok_id(t, "b", 1) == 7 &&
+                  !tok_str(t, 3, NULL),
+              "n_vocab %d, <x> %d", tok_n_vocab(t), tok_id(t, "<x>", 3));
+        tok_free(t);
+    }
+    case_end("tok_id_holes_below_the_bound", "");
+}
+
 static void test_chat_layouts(void) {
     // generic fallbacks, checked against the documented layouts (HF has no fixture for them)
     case_begin();
@@ -839,6 +892,7 @@ int main(void) {
     test_stream_split_chars();
     test_random_round_trip();
     test_refusals();
+    test_huge_ids();
     test_chat_layouts();
     test_cli();
     test_speed();
