@@ -12,9 +12,11 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -616,6 +618,82 @@ static void test_huge_ids(void) {
     case_end("tok_id_holes_below_the_bound", "");
 }
 
+/* tok_load(dir) must fail within 10 s with a message holding want. It runs in a child whose
+ * alarm ends it, so a load that blocks fails its case instead of the whole run. */
+static void load_refused(const char *name, const char *dir, const char *want) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        case_begin();
+        struct tok *t = NULL;
+        char err[1024] = "";
+        int rc = tok_load(&t, dir, err, sizeof err);
+        CHECK(rc == -1 && !t, "loaded");
+        CHECK(strstr(err, want), "message '%s' lacks '%s'", err, want);
+        tok_free(t);
+        case_end(name, "");
+        _exit(check_case_failed); // no exit handlers: the parent's state is not the child's
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || WIFSIGNALED(st)) {
+        case_begin();
+        case_fail("%s", pid < 0                                      ? "fork failed"
+                        : WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? "hung (no answer after 10 s)"
+                                                                     : "the load crashed");
+        case_end(name, "");
+    } else if (WEXITSTATUS(st)) {
+        check_failures++;
+    }
+}
+
+/* issue 12: a FIFO named tokenizer.json blocked the load forever, and tokenizer_config.json
+ * linked to /dev/zero was read until memory ran out; the files had no size limit */
+static void test_special_files(void) {
+    char dir[] = "/tmp/td_tok_specialXXXXXX", path[512], good[512], msg[1024];
+    if (!mkdtemp(dir) || !realpath(FIXDIR "/charbpe/tokenizer.json", good)) {
+        case_begin();
+        case_fail("setup");
+        case_end("tok_refuses_fifo_tokenizer_json", "");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    mkfifo(path, 0600);
+    snprintf(msg, sizeof msg, "%s is not a regular file", path);
+    load_refused("tok_refuses_fifo_tokenizer_json", dir, msg);
+    unlink(path);
+    // a tokenizer.json past 256 MiB (sparse: nothing is written)
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        if (ftruncate(fd, (off_t)(256u << 20) + 1)) perror("ftruncate");
+        close(fd);
+    }
+    snprintf(msg, sizeof msg, "%s is 268435457 bytes, over the 256 MiB limit", path);
+    load_refused("tok_refuses_huge_tokenizer_json", dir, msg);
+    unlink(path);
+    // a good tokenizer.json beside a bad tokenizer_config.json
+    if (symlink(good, path)) perror("symlink");
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (symlink("/dev/zero", path)) perror("symlink");
+    snprintf(msg, sizeof msg, "%s is not a regular file", path);
+    load_refused("tok_refuses_dev_zero_tokenizer_config", dir, msg);
+    unlink(path);
+    mkfifo(path, 0600);
+    load_refused("tok_refuses_fifo_tokenizer_config", dir, msg);
+    unlink(path);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        if (ftruncate(fd, (off_t)(16u << 20) + 1)) perror("ftruncate");
+        close(fd);
+    }
+    snprintf(msg, sizeof msg, "%s is 16777217 bytes, over the 16 MiB limit", path);
+    load_refused("tok_refuses_huge_tokenizer_config", dir, msg);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_chat_layouts(void) {
     // generic fallbacks, checked against the documented layouts (HF has no fixture for them)
     case_begin();
@@ -893,6 +971,7 @@ int main(void) {
     test_random_round_trip();
     test_refusals();
     test_huge_ids();
+    test_special_files();
     test_chat_layouts();
     test_cli();
     test_speed();
