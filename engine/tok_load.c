@@ -430,9 +430,17 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
         if (!c || !*c)
             return td_errf(err, errlen, "%s: Strip needs a content character%s", where, "");
         tok_utf8_next((const unsigned char *)c, strlen(c), &x.cp);
-        json_t *a = json_object_get(d, "start"), *b = json_object_get(d, "stop");
-        x.a = json_is_integer(a) ? (int)json_integer_value(a) : 0;
-        x.b = json_is_integer(b) ? (int)json_integer_value(b) : 0;
+        // HF's are usize; bounded here so that the int counts and their sums cannot overflow
+        static const char *keys[2] = {"start", "stop"};
+        int *dst[2] = {&x.a, &x.b};
+        for (int k = 0; k < 2; k++) {
+            json_t *v = json_object_get(d, keys[k]);
+            json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+            if (n < 0 || n > TOK_STRIP_MAX)
+                return td_errf(err, errlen, "%s: Strip %s %lld is out of range (0..%d)", where,
+                               keys[k], (long long)n, TOK_STRIP_MAX);
+            *dst[k] = (int)n;
+        }
     } else if (!strcmp(type, "Replace")) {
         x.kind = TOK_DEC_REPLACE;
         if (parse_replace(d, where, &x.re, &x.str, &x.str_len, err, errlen)) return -1;

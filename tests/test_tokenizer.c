@@ -618,6 +618,69 @@ static void test_huge_ids(void) {
     case_end("tok_id_holes_below_the_bound", "");
 }
 
+/* issue 17: a word that encodes to nothing (no vocab entry, no unk) into an empty id list formed
+ * NULL + 0 when it was cached; Strip's start and stop were cast to int unchecked, and the
+ * starts of Strip decoders after Fuse were summed in an int that overflowed */
+static void test_strip_and_empty_words(void) {
+    case_begin();
+    const char *json = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}";
+    struct tok *t = NULL;
+    char err[512] = "";
+    CHECK(!tok_load_mem(&t, json, strlen(json), NULL, err, sizeof err), "load: %s", err);
+    for (int rep = 0; t && rep < 2; rep++) { // the second time from the word cache
+        struct tok_ids ids = {0};
+        CHECK(!tok_encode(t, "b", 1, 0, &ids, err, sizeof err) && ids.n == 0, "'b': %zu ids",
+              ids.n);
+        CHECK(!tok_encode(t, "ba", 2, 0, &ids, err, sizeof err) && ids.n == 1 && ids.ids[0] == 0,
+              "'ba': %zu ids", ids.n);
+        tok_ids_free(&ids);
+    }
+    tok_free(t);
+    case_end("tok_encode_word_to_nothing", "");
+
+#define STRIP_TOK(start, stop)                                                                     \
+    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"_\":0},\"merges\":[]},\"decoder\":{\"type\":"       \
+    "\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\"_\","        \
+    "\"start\":" start ",\"stop\":" stop                                                           \
+    "},{\"type\":\"Strip\",\"content\":\"_\",\"start\":" start ",\"stop\":" stop "}]}}"
+    refuse("tok_refuses_strip_negative_start", STRIP_TOK("-1", "0"),
+           "decoder.decoders[1]: Strip start -1 is out of range (0..1048576)");
+    refuse("tok_refuses_strip_huge_start", STRIP_TOK("2147483647", "0"),
+           "decoder.decoders[1]: Strip start 2147483647 is out of range (0..1048576)");
+    refuse("tok_refuses_strip_huge_stop", STRIP_TOK("1", "1099511627776"),
+           "decoder.decoders[1]: Strip stop 1099511627776 is out of range (0..1048576)");
+#undef STRIP_TOK
+
+    // 2100 Strip decoders of the largest start: their sum is past INT_MAX
+    case_begin();
+    struct tok_buf j = {0};
+    const char *head = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"_\":0,\"a\":1},\"merges\":[]},"
+                       "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"}";
+    const char *strip = ",{\"type\":\"Strip\",\"content\":\"_\",\"start\":1048576,\"stop\":0}";
+    tok_buf_put(&j, head, strlen(head));
+    for (int i = 0; i < 2100; i++)
+        tok_buf_put(&j, strip, strlen(strip));
+    tok_buf_put(&j, "]}}", 3);
+    t = NULL;
+    CHECK(!tok_load_mem(&t, j.p, j.n, NULL, err, sizeof err), "load: %s", err);
+    if (t) {
+        int32_t v[] = {0, 0, 1, 0};
+        struct tok_ids ids = {v, 4, 4};
+        char *text = NULL;
+        size_t n = 0;
+        CHECK(!tok_decode(t, v, 4, 0, &text, &n, err, sizeof err) && text && !strcmp(text, "a_"),
+              "decode '%s'", text ? text : err);
+        int bad = 0;
+        char *st = stream_decode(t, &ids, 0, &n, &bad);
+        CHECK(!bad && st && !strcmp(st, "a_"), "stream '%s'", st ? st : "");
+        free(text);
+        free(st);
+        tok_free(t);
+    }
+    tok_buf_free(&j);
+    case_end("tok_stream_strip_starts_summed", "(2100 Strip decoders after Fuse)");
+}
+
 /* tok_load(dir) must fail within 10 s with a message holding want. It runs in a child whose
  * alarm ends it, so a load that blocks fails its case instead of the whole run. */
 static void load_refused(const char *name, const char *dir, const char *want) {
@@ -972,6 +1035,7 @@ int main(void) {
     test_refusals();
     test_huge_ids();
     test_special_files();
+    test_strip_and_empty_words();
     test_chat_layouts();
     test_cli();
     test_speed();
