@@ -549,6 +549,23 @@ static void init_byte_ids(struct tok *t) {
     }
 }
 
+/* why a file's text is not a JSON object: jansson's reason with its line, or the JSON type of a
+ * top level that parsed (jansson's error is empty then, "line -1: ") */
+static int not_object(const char *file, json_t *v, const json_error_t *je, char *err,
+                      size_t errlen) {
+    if (!v) return td_errf(err, errlen, "%s: line %d: %s", file, je->line, je->text);
+    const char *type = "a number";
+    switch (json_typeof(v)) {
+    case JSON_ARRAY: type = "an array"; break;
+    case JSON_STRING: type = "a string"; break;
+    case JSON_TRUE: type = "true"; break;
+    case JSON_FALSE: type = "false"; break;
+    case JSON_NULL: type = "null"; break;
+    default: break;
+    }
+    return td_errf(err, errlen, "%s: the top level is %s, not an object", file, type);
+}
+
 // ---------------------------------------------------------------- tokenizer_config.json
 
 static int32_t config_token(struct tok *t, json_t *cfg, const char *key) {
@@ -561,10 +578,10 @@ static int load_config(struct tok *t, const char *config_json, char *err, size_t
     t->bos_id = t->eos_id = t->pad_id = -1;
     if (!config_json) return 0;
     json_error_t je;
-    json_t *cfg = json_loads(config_json, 0, &je);
+    json_t *cfg = json_loads(config_json, JSON_DECODE_ANY, &je);
     if (!json_is_object(cfg)) {
+        not_object("tokenizer_config.json", cfg, &je, err, errlen);
         json_decref(cfg);
-        snprintf(err, errlen, "tokenizer_config.json: line %d: %s", je.line, je.text);
         return -1;
     }
     t->bos_id = config_token(t, cfg, "bos_token");
@@ -585,10 +602,10 @@ int tok_load_mem(struct tok **out, const char *json, size_t len, const char *con
                  size_t errlen) {
     *out = NULL;
     json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, &je);
+    json_t *root = json_loadb(json, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
     if (!json_is_object(root)) {
+        not_object("tokenizer.json", root, &je, err, errlen);
         json_decref(root);
-        snprintf(err, errlen, "tokenizer.json: line %d: %s", je.line, je.text);
         return -1;
     }
     struct tok *t = calloc(1, sizeof *t);
@@ -726,7 +743,11 @@ int tok_load(struct tok **out, const char *dir, char *err, size_t errlen) {
         return -1;
     }
     int rc = tok_load_mem(out, json, n, cfg, msg, sizeof msg);
-    if (rc) snprintf(err, errlen, "%s/tokenizer.json: %s", dir, msg);
+    if (rc &&
+        (!strncmp(msg, "tokenizer.json: ", 16) || !strncmp(msg, "tokenizer_config.json: ", 23)))
+        snprintf(err, errlen, "%s/%s", dir, msg); // the message names its file: add the directory
+    else if (rc)
+        snprintf(err, errlen, "%s/tokenizer.json: %s", dir, msg);
     free(json);
     free(cfg);
     return rc;

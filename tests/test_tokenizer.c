@@ -558,6 +558,19 @@ static void test_refusals(void) {
     refuse("tok_refuses_dropout",
            "{\"model\":{\"type\":\"BPE\",\"dropout\":0.1,\"vocab\":{},\"merges\":[]}}", "dropout");
     refuse("tok_refuses_bad_json", "{\"model\": [", "tokenizer.json: line 1");
+    // issue 20: valid JSON that is not an object said "line -1: " and no reason
+    refuse("tok_refuses_array_tokenizer_json", "[1, 2]",
+           "tokenizer.json: the top level is an array, not an object");
+    case_begin();
+    const char *model = "{" MODEL "}";
+    struct tok *tc = NULL;
+    char cerr[512] = "";
+    CHECK(tok_load_mem(&tc, model, strlen(model), "[]", cerr, sizeof cerr) == -1 && !tc,
+          "accepted");
+    CHECK(!strcmp(cerr, "tokenizer_config.json: the top level is an array, not an object"),
+          "message '%s'", cerr);
+    tok_free(tc);
+    case_end("tok_refuses_array_tokenizer_config", "");
     case_begin();
     struct tok *t;
     char err[512];
@@ -751,6 +764,15 @@ static void test_special_files(void) {
     }
     snprintf(msg, sizeof msg, "%s is 16777217 bytes, over the 16 MiB limit", path);
     load_refused("tok_refuses_huge_tokenizer_config", dir, msg);
+    unlink(path);
+    // issue 20: the message names the file it is about, tokenizer_config.json, and why
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        fputs("\"x\"\n", fp);
+        fclose(fp);
+    }
+    snprintf(msg, sizeof msg, "%s: the top level is a string, not an object", path);
+    load_refused("tok_refuses_string_tokenizer_config", dir, msg);
     unlink(path);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     unlink(path);
