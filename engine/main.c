@@ -95,6 +95,9 @@ static int die(const char *fmt, const char *a) {
     return 2;
 }
 
+/* more token ids than any context holds: a list this long is a mistake, refused as it is read */
+#define MAX_IDS (1 << 24)
+
 /* whitespace-separated non-negative integers; -1 with message on anything else */
 static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size_t errlen) {
     FILE *fp = fopen(path, "r");
@@ -102,20 +105,38 @@ static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size
         snprintf(err, errlen, "cannot open ids file %s: %s", path, strerror(errno));
         return -1;
     }
-    int cap = 1024, n = 0;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    size_t cap = 1024, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
     char tok[64];
     int rc = 0;
+    if (!ids) {
+        fclose(fp);
+        snprintf(err, errlen, "out of memory reading %s", path);
+        return -1;
+    }
     while (fscanf(fp, "%63s", tok) == 1) {
         char *end;
         errno = 0;
         long v = strtol(tok, &end, 10);
         if (*end || errno || v < 0 || v > INT32_MAX) {
-            snprintf(err, errlen, "%s: '%s' (item %d) is not a token id", path, tok, n + 1);
+            snprintf(err, errlen, "%s: '%s' (item %zu) is not a token id", path, tok, n + 1);
             rc = -1;
             break;
         }
-        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+        if (n == MAX_IDS) {
+            snprintf(err, errlen, "%s holds more than %d token ids", path, MAX_IDS);
+            rc = -1;
+            break;
+        }
+        if (n == cap) {
+            int32_t *p = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!p) {
+                snprintf(err, errlen, "out of memory reading %s after %zu ids", path, n);
+                rc = -1;
+                break;
+            }
+            ids = p;
+        }
         ids[n++] = (int32_t)v;
     }
     fclose(fp);
@@ -128,7 +149,7 @@ static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size
         return -1;
     }
     *out = ids;
-    *n_out = n;
+    *n_out = (int)n;
     return 0;
 }
 
@@ -342,9 +363,13 @@ static int parse_float(const char *flag, const char *v, double lo, double hi, do
 
 /* "1 2 3" -> ids (whitespace separated) */
 static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
-    int cap = 64, n = 0;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    size_t cap = 64, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
     const char *p = text;
+    if (!ids) {
+        fprintf(stderr, "tandem: --prompt-ids: out of memory\n");
+        return -1;
+    }
     for (;;) {
         while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
             p++;
@@ -354,11 +379,24 @@ static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
         long v = strtol(p, &end, 10);
         if (end == p || errno || v < 0 || v > INT32_MAX ||
             (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
-            fprintf(stderr, "tandem: --prompt-ids: item %d is not a token id\n", n + 1);
+            fprintf(stderr, "tandem: --prompt-ids: item %zu is not a token id\n", n + 1);
             free(ids);
             return -1;
         }
-        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+        if (n == MAX_IDS) { // (a command line cannot hold this many; the same bound as a file)
+            fprintf(stderr, "tandem: --prompt-ids holds more than %d token ids\n", MAX_IDS);
+            free(ids);
+            return -1;
+        }
+        if (n == cap) {
+            int32_t *q = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!q) {
+                fprintf(stderr, "tandem: --prompt-ids: out of memory after %zu ids\n", n);
+                free(ids);
+                return -1;
+            }
+            ids = q;
+        }
         ids[n++] = (int32_t)v;
         p = end;
     }
@@ -368,7 +406,7 @@ static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
         return -1;
     }
     *out = ids;
-    *n_out = n;
+    *n_out = (int)n;
     return 0;
 }
 

@@ -11,6 +11,7 @@
  * whole decode. (Strip after Fuse strips the start of the stream; its stop count, which would
  * need the end, is not applied while streaming.)
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,7 +245,11 @@ void tok_stream_init(struct tok_stream *s, const struct tok *t, unsigned flags) 
     int fused = 0;
     for (size_t k = 0; k < t->n_dec; k++) {
         if (t->dec[k].kind == TOK_DEC_FUSE) fused = 1;
-        if (t->dec[k].kind == TOK_DEC_STRIP && fused) s->strip_left += t->dec[k].a;
+        // saturating: starts are at most TOK_STRIP_MAX each, but a file may hold many Strips,
+        // and no stream starts with INT_MAX copies of one character
+        if (t->dec[k].kind == TOK_DEC_STRIP && fused)
+            s->strip_left =
+                s->strip_left > INT_MAX - t->dec[k].a ? INT_MAX : s->strip_left + t->dec[k].a;
     }
 }
 

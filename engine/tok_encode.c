@@ -478,9 +478,10 @@ static int bpe_piece(void *ctx, const char *s, size_t n) {
     if (cacheable) {
         const struct tok_map_slot *hit = tok_map_get(&t->cache, s, n);
         if (hit) {
-            const int32_t *ids = (const int32_t *)(void *)t->cache_ids.p + hit->val;
+            // indexed only when the word has ids: an empty one may leave cache_ids.p NULL
+            const int32_t *ids = (const int32_t *)(void *)t->cache_ids.p;
             for (int32_t i = 0; i < hit->val2; i++)
-                if (tok_ids_push(e->out, ids[i])) return -1;
+                if (tok_ids_push(e->out, ids[hit->val + i])) return -1;
             return 0;
         }
     }
@@ -525,7 +526,9 @@ static int bpe_piece(void *ctx, const char *s, size_t n) {
             t->cache_ids.n = 0;
         }
         size_t off = t->cache_ids.n / sizeof(int32_t);
-        if (tok_buf_put(&t->cache_ids, e->out->ids + first, k * sizeof(int32_t)) ||
+        // a word that encodes to nothing copies nothing: out->ids may be NULL, and NULL + 0 is
+        // undefined
+        if ((k && tok_buf_put(&t->cache_ids, e->out->ids + first, k * sizeof(int32_t))) ||
             tok_map_set(&t->cache, s, n, (int32_t)off, (int32_t)k))
             return -1;
         // keep the id area 4-byte aligned: tok_buf_put NUL-terminates past n, never moves n

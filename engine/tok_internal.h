@@ -219,6 +219,7 @@ struct tok_trie {
 #define TOK_MAX_PRE           16 /* pre-tokenizer steps after flattening Sequences */
 #define TOK_CACHE_MAX_WORD    256
 #define TOK_CACHE_MAX_ENTRIES (1u << 17)
+#define TOK_STRIP_MAX         (1 << 20) /* a Strip decoder's start and stop (real files: 0, 1) */
 
 struct tok {
     /* id -> text used for decoding (added tokens: content or normalized form) */

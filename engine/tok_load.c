@@ -6,9 +6,12 @@
  * content is in the model vocab takes that id, otherwise the id written in the file.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -39,6 +42,23 @@ static char *xstrndup(const char *s, size_t n) {
 
 // ---------------------------------------------------------------- the id table
 
+/* Ids must lie below 2 * (vocab entries + added tokens) + 1024. The id tables are as long as
+ * the largest id, so one id of 2^30 in a tiny file would reserve gigabytes; real tokenizers
+ * number their tokens densely (added tokens continue the vocab), and the slack keeps files with
+ * holes in their ids loading. */
+static size_t id_bound(json_t *root) {
+    size_t n = json_object_size(json_object_get(json_object_get(root, "model"), "vocab")) +
+               json_array_size(json_object_get(root, "added_tokens"));
+    return 2 * n + 1024;
+}
+
+static int id_too_big(json_int_t id, size_t bound, const char *where, char *err, size_t errlen) {
+    if ((uint64_t)id < bound) return 0;
+    return td_errf(err, errlen,
+                   "%s: id %lld is past the tokens the file holds (ids must be below %zu)", where,
+                   (long long)id, bound);
+}
+
 static int set_str(struct tok *t, int32_t id, const char *s, size_t n) {
     if (id < 0) return -1;
     if ((size_t)id >= t->id_cap) {
@@ -66,7 +86,7 @@ static int set_str(struct tok *t, int32_t id, const char *s, size_t n) {
 
 // ---------------------------------------------------------------- model
 
-static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
+static int load_model(struct tok *t, json_t *m, size_t bound, char *err, size_t errlen) {
     if (!json_is_object(m))
         return td_errf(err, errlen, "tokenizer.json has no \"model\"%s%s", "", "");
     const char *type = jstr(m, "type");
@@ -91,6 +111,9 @@ static int load_model(struct tok *t, json_t *m, char *err, size_t errlen) {
         json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
         if (id < 0 || id > INT32_MAX / 2)
             return td_errf(err, errlen, "model.vocab[\"%s\"] is not a token id%s", key, "");
+        char where[96];
+        snprintf(where, sizeof where, "model.vocab[\"%.64s\"]", key);
+        if (id_too_big(id, bound, where, err, errlen)) return -1;
         size_t n = strlen(key);
         if (tok_map_set(&t->vocab, key, n, (int32_t)id, 0) || set_str(t, (int32_t)id, key, n))
             return td_errf(err, errlen, "out of memory loading the vocab%s%s", "", "");
@@ -407,9 +430,17 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
         if (!c || !*c)
             return td_errf(err, errlen, "%s: Strip needs a content character%s", where, "");
         tok_utf8_next((const unsigned char *)c, strlen(c), &x.cp);
-        json_t *a = json_object_get(d, "start"), *b = json_object_get(d, "stop");
-        x.a = json_is_integer(a) ? (int)json_integer_value(a) : 0;
-        x.b = json_is_integer(b) ? (int)json_integer_value(b) : 0;
+        // HF's are usize; bounded here so that the int counts and their sums cannot overflow
+        static const char *keys[2] = {"start", "stop"};
+        int *dst[2] = {&x.a, &x.b};
+        for (int k = 0; k < 2; k++) {
+            json_t *v = json_object_get(d, keys[k]);
+            json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+            if (n < 0 || n > TOK_STRIP_MAX)
+                return td_errf(err, errlen, "%s: Strip %s %lld is out of range (0..%d)", where,
+                               keys[k], (long long)n, TOK_STRIP_MAX);
+            *dst[k] = (int)n;
+        }
     } else if (!strcmp(type, "Replace")) {
         x.kind = TOK_DEC_REPLACE;
         if (parse_replace(d, where, &x.re, &x.str, &x.str_len, err, errlen)) return -1;
@@ -429,7 +460,7 @@ static int add_dec(struct tok *t, json_t *d, const char *where, char *err, size_
 
 // ---------------------------------------------------------------- added tokens
 
-static int load_added(struct tok *t, json_t *list, char *err, size_t errlen) {
+static int load_added(struct tok *t, json_t *list, size_t bound, char *err, size_t errlen) {
     if (json_is_null(list) || !list) return 0;
     if (!json_is_array(list))
         return td_errf(err, errlen, "added_tokens is not an array%s%s", "", "");
@@ -445,6 +476,12 @@ static int load_added(struct tok *t, json_t *list, char *err, size_t errlen) {
             json_integer_value(idv) > INT32_MAX / 2) {
             tok_buf_free(&nb);
             snprintf(err, errlen, "added_tokens[%zu] needs content and a non-negative id", i);
+            return -1;
+        }
+        char where[48];
+        snprintf(where, sizeof where, "added_tokens[%zu]", i);
+        if (id_too_big(json_integer_value(idv), bound, where, err, errlen)) {
+            tok_buf_free(&nb);
             return -1;
         }
         size_t n = strlen(content);
@@ -512,6 +549,23 @@ static void init_byte_ids(struct tok *t) {
     }
 }
 
+/* why a file's text is not a JSON object: jansson's reason with its line, or the JSON type of a
+ * top level that parsed (jansson's error is empty then, "line -1: ") */
+static int not_object(const char *file, json_t *v, const json_error_t *je, char *err,
+                      size_t errlen) {
+    if (!v) return td_errf(err, errlen, "%s: line %d: %s", file, je->line, je->text);
+    const char *type = "a number";
+    switch (json_typeof(v)) {
+    case JSON_ARRAY: type = "an array"; break;
+    case JSON_STRING: type = "a string"; break;
+    case JSON_TRUE: type = "true"; break;
+    case JSON_FALSE: type = "false"; break;
+    case JSON_NULL: type = "null"; break;
+    default: break;
+    }
+    return td_errf(err, errlen, "%s: the top level is %s, not an object", file, type);
+}
+
 // ---------------------------------------------------------------- tokenizer_config.json
 
 static int32_t config_token(struct tok *t, json_t *cfg, const char *key) {
@@ -524,10 +578,10 @@ static int load_config(struct tok *t, const char *config_json, char *err, size_t
     t->bos_id = t->eos_id = t->pad_id = -1;
     if (!config_json) return 0;
     json_error_t je;
-    json_t *cfg = json_loads(config_json, 0, &je);
+    json_t *cfg = json_loads(config_json, JSON_DECODE_ANY, &je);
     if (!json_is_object(cfg)) {
+        not_object("tokenizer_config.json", cfg, &je, err, errlen);
         json_decref(cfg);
-        snprintf(err, errlen, "tokenizer_config.json: line %d: %s", je.line, je.text);
         return -1;
     }
     t->bos_id = config_token(t, cfg, "bos_token");
@@ -548,10 +602,10 @@ int tok_load_mem(struct tok **out, const char *json, size_t len, const char *con
                  size_t errlen) {
     *out = NULL;
     json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, &je);
+    json_t *root = json_loadb(json, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
     if (!json_is_object(root)) {
+        not_object("tokenizer.json", root, &je, err, errlen);
         json_decref(root);
-        snprintf(err, errlen, "tokenizer.json: line %d: %s", je.line, je.text);
         return -1;
     }
     struct tok *t = calloc(1, sizeof *t);
@@ -570,12 +624,13 @@ int tok_load_mem(struct tok **out, const char *json, size_t len, const char *con
         td_errf(err, errlen, "padding is not supported (set it to null)%s%s", "", "");
         goto done;
     }
-    if (load_model(t, json_object_get(root, "model"), err, errlen) ||
+    size_t bound = id_bound(root);
+    if (load_model(t, json_object_get(root, "model"), bound, err, errlen) ||
         add_norm(t, json_object_get(root, "normalizer"), "normalizer", err, errlen) ||
         add_pre(t, json_object_get(root, "pre_tokenizer"), "pre_tokenizer", err, errlen) ||
         add_post(t, json_object_get(root, "post_processor"), "post_processor", err, errlen) ||
         add_dec(t, json_object_get(root, "decoder"), "decoder", err, errlen) ||
-        load_added(t, json_object_get(root, "added_tokens"), err, errlen) ||
+        load_added(t, json_object_get(root, "added_tokens"), bound, err, errlen) ||
         load_config(t, config_json, err, errlen))
         goto done;
     init_byte_ids(t);
@@ -600,52 +655,99 @@ done:
     return rc;
 }
 
-static char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
+#define TOK_JSON_MAX   (256u << 20) /* tokenizer.json; the largest real ones are tens of MB */
+#define TOK_CONFIG_MAX (16u << 20)  /* tokenizer_config.json (a chat template or two) */
+
+/* The bytes of path, NUL-terminated (*len without the NUL), malloc'd; NULL with a message.
+ * Only a regular file of at most cap bytes is read: a FIFO would block the open and a device
+ * (/dev/zero) would never end, so the file is opened non-blocking, fstat'd, and only then read.
+ * *missing (may be NULL) is set when the file does not exist. */
+static char *read_regular_file(const char *path, size_t cap, size_t *len, int *missing, char *err,
+                               size_t errlen) {
+    if (missing) *missing = 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (missing) *missing = errno == ENOENT;
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    struct tok_buf b = {0};
-    char chunk[65536];
-    size_t k;
-    while ((k = fread(chunk, 1, sizeof chunk, fp)) > 0)
-        if (tok_buf_put(&b, chunk, k)) {
-            fclose(fp);
-            tok_buf_free(&b);
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "%s is not a regular file", path);
+        return NULL;
+    }
+    if ((uint64_t)st.st_size > cap) {
+        close(fd);
+        snprintf(err, errlen, "%s is %lld bytes, over the %zu MiB limit", path,
+                 (long long)st.st_size, cap >> 20);
+        return NULL;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)) {
+        close(fd);
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    // read to the end, not st_size bytes: the file may change under us, but never past cap
+    size_t n = 0, size = (size_t)st.st_size + 1;
+    char *p = malloc(size);
+    for (;;) {
+        if (!p) {
+            close(fd);
             snprintf(err, errlen, "out of memory reading %s", path);
             return NULL;
         }
-    int bad = ferror(fp);
-    fclose(fp);
-    if (bad || tok_buf_put(&b, "", 0)) {
-        tok_buf_free(&b);
-        snprintf(err, errlen, "cannot read %s", path);
-        return NULL;
+        if (n == size) {
+            if (size > cap) {
+                close(fd);
+                free(p);
+                snprintf(err, errlen, "%s grew past the %zu MiB limit while read", path, cap >> 20);
+                return NULL;
+            }
+            size = size * 2 < cap + 1 ? size * 2 : cap + 1;
+            char *q = realloc(p, size);
+            if (!q) free(p);
+            p = q;
+            continue;
+        }
+        ssize_t k = read(fd, p + n, size - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+            close(fd);
+            free(p);
+            return NULL;
+        }
+        if (k == 0) break;
+        n += (size_t)k;
     }
-    *len = b.n;
-    return b.p;
+    close(fd);
+    p[n] = 0; // n < size: the loop grows the buffer before it is full
+    *len = n;
+    return p;
 }
 
 int tok_load(struct tok **out, const char *dir, char *err, size_t errlen) {
     *out = NULL;
     char path[4096], msg[512];
     size_t n, cn;
+    int missing;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    char *json = read_file(path, &n, err, errlen);
+    char *json = read_regular_file(path, TOK_JSON_MAX, &n, NULL, err, errlen);
     if (!json) return -1;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    FILE *probe = fopen(path, "rb");
-    char *cfg = NULL;
-    if (probe) {
-        fclose(probe);
-        if (!(cfg = read_file(path, &cn, err, errlen))) {
-            free(json);
-            return -1;
-        }
+    char *cfg = read_regular_file(path, TOK_CONFIG_MAX, &cn, &missing, err, errlen);
+    if (!cfg && !missing) { // an absent tokenizer_config.json is fine, a bad one is not
+        free(json);
+        return -1;
     }
     int rc = tok_load_mem(out, json, n, cfg, msg, sizeof msg);
-    if (rc) snprintf(err, errlen, "%s/tokenizer.json: %s", dir, msg);
+    if (rc &&
+        (!strncmp(msg, "tokenizer.json: ", 16) || !strncmp(msg, "tokenizer_config.json: ", 23)))
+        snprintf(err, errlen, "%s/%s", dir, msg); // the message names its file: add the directory
+    else if (rc)
+        snprintf(err, errlen, "%s/tokenizer.json: %s", dir, msg);
     free(json);
     free(cfg);
     return rc;

@@ -1,8 +1,10 @@
-/* fuzz_config.c: libFuzzer target for config.json parsing (td_config_parse). `make fuzz`. */
+/* fuzz_config.c: libFuzzer target for config.json parsing (td_config_parse), `make fuzz`;
+ * JSON-aware mutations (fuzz_json.h) beside the byte ones. Seeds: tests/fuzz/fuzz_config/. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/config.h"
+#include "fuzz_json.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {
     char *s = malloc(n + 1), err[256];

@@ -166,6 +166,22 @@ int main(void) {
     bad("missing_value", "logits --model", "needs a value");
     bad("unknown_option", "logits --bogus 1", "unknown option");
     bad("unknown_command", "frobnicate", "unknown command");
+    // issue 20: an ids file of more ids than any context (2^24) is refused as it is read (the
+    // count was an int doubled past 2^30, the reallocs unchecked); the 'x' after them is
+    // reached only without the limit
+    snprintf(a, sizeof a, "%s/ids_many", root);
+    FILE *many = fopen(a, "w");
+    if (many) {
+        static char zeros[1 << 16];
+        for (size_t i = 0; i < sizeof zeros; i += 2)
+            memcpy(zeros + i, "0\n", 2);
+        for (int i = 0; i < (1 << 24) / (int)(sizeof zeros / 2); i++)
+            fwrite(zeros, 1, sizeof zeros, many);
+        fputs("0 x\n", many);
+        fclose(many);
+    }
+    snprintf(a, sizeof a, "logits --model %s --ids %%s/ids_many --out %%s/o.npy", fx);
+    bad("ids_too_many", a, "holds more than 16777216 token ids");
 
     // generate: --n completions, one line each with --print-ids; speculation changes nothing
     case_begin();

@@ -12,8 +12,11 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -555,12 +558,225 @@ static void test_refusals(void) {
     refuse("tok_refuses_dropout",
            "{\"model\":{\"type\":\"BPE\",\"dropout\":0.1,\"vocab\":{},\"merges\":[]}}", "dropout");
     refuse("tok_refuses_bad_json", "{\"model\": [", "tokenizer.json: line 1");
+    // issue 20: valid JSON that is not an object said "line -1: " and no reason
+    refuse("tok_refuses_array_tokenizer_json", "[1, 2]",
+           "tokenizer.json: the top level is an array, not an object");
+    case_begin();
+    const char *model = "{" MODEL "}";
+    struct tok *tc = NULL;
+    char cerr[512] = "";
+    CHECK(tok_load_mem(&tc, model, strlen(model), "[]", cerr, sizeof cerr) == -1 && !tc,
+          "accepted");
+    CHECK(!strcmp(cerr, "tokenizer_config.json: the top level is an array, not an object"),
+          "message '%s'", cerr);
+    tok_free(tc);
+    case_end("tok_refuses_array_tokenizer_config", "");
     case_begin();
     struct tok *t;
     char err[512];
     CHECK(tok_load(&t, "/nonexistent/dir", err, sizeof err) == -1 && strstr(err, "cannot open"),
           "missing dir: '%s'", err);
     case_end("tok_refuses_missing_dir", "");
+}
+
+/* the peak resident set of this process so far, in MiB */
+static long peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024;
+}
+
+/* issue 9: the id tables were sized by the largest id, so one id of 2^30 - 1 in a 68-byte file
+ * reserved 13 GB (5.4 GB resident) and loaded */
+static void test_huge_ids(void) {
+    static const struct {
+        const char *name, *json, *want;
+    } c[] = {
+        {"tok_refuses_huge_vocab_id",
+         "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1073741823}, \"merges\": []}}",
+         "model.vocab[\"a\"]: id 1073741823 is past the tokens the file holds (ids must be "
+         "below 1026)"},
+        {"tok_refuses_huge_added_id",
+         "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+         "\"added_tokens\":[{\"id\":1073741823,\"content\":\"<x>\"}]}",
+         "added_tokens[0]: id 1073741823 is past the tokens the file holds (ids must be below "
+         "1028)"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        case_begin();
+        long before = peak_rss_mib();
+        struct tok *t = NULL;
+        char err[512] = "";
+        int rc = tok_load_mem(&t, c[i].json, strlen(c[i].json), NULL, err, sizeof err);
+        long grew = peak_rss_mib() - before;
+        CHECK(rc == -1 && !t, "accepted (the peak resident set grew %ld MiB)", grew);
+        CHECK(strstr(err, c[i].want), "message '%s' lacks '%s'", err, c[i].want);
+        CHECK(grew < 256, "the peak resident set grew %ld MiB", grew);
+        tok_free(t);
+        case_end(c[i].name, "");
+    }
+    // holes in the id space stay allowed up to the bound (2 * 3 entries + 1024)
+    case_begin();
+    const char *holes = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":7},\"merges\":[]},"
+                        "\"added_tokens\":[{\"id\":1029,\"content\":\"<x>\"}]}";
+    struct tok *t = NULL;
+    char err[512] = "";
+    CHECK(!tok_load_mem(&t, holes, strlen(holes), NULL, err, sizeof err), "refused: %s", err);
+    if (t) {
+        CHECK(tok_n_vocab(t) == 1030 && tok_id(t, "<x>", 3) == 1029 && tok_id(t, "b", 1) == 7 &&
+                  !tok_str(t, 3, NULL),
+              "n_vocab %d, <x> %d", tok_n_vocab(t), tok_id(t, "<x>", 3));
+        tok_free(t);
+    }
+    case_end("tok_id_holes_below_the_bound", "");
+}
+
+/* issue 17: a word that encodes to nothing (no vocab entry, no unk) into an empty id list formed
+ * NULL + 0 when it was cached; Strip's start and stop were cast to int unchecked, and the
+ * starts of Strip decoders after Fuse were summed in an int that overflowed */
+static void test_strip_and_empty_words(void) {
+    case_begin();
+    const char *json = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}";
+    struct tok *t = NULL;
+    char err[512] = "";
+    CHECK(!tok_load_mem(&t, json, strlen(json), NULL, err, sizeof err), "load: %s", err);
+    for (int rep = 0; t && rep < 2; rep++) { // the second time from the word cache
+        struct tok_ids ids = {0};
+        CHECK(!tok_encode(t, "b", 1, 0, &ids, err, sizeof err) && ids.n == 0, "'b': %zu ids",
+              ids.n);
+        CHECK(!tok_encode(t, "ba", 2, 0, &ids, err, sizeof err) && ids.n == 1 && ids.ids[0] == 0,
+              "'ba': %zu ids", ids.n);
+        tok_ids_free(&ids);
+    }
+    tok_free(t);
+    case_end("tok_encode_word_to_nothing", "");
+
+#define STRIP_TOK(start, stop)                                                                     \
+    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"_\":0},\"merges\":[]},\"decoder\":{\"type\":"       \
+    "\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\"_\","        \
+    "\"start\":" start ",\"stop\":" stop                                                           \
+    "},{\"type\":\"Strip\",\"content\":\"_\",\"start\":" start ",\"stop\":" stop "}]}}"
+    refuse("tok_refuses_strip_negative_start", STRIP_TOK("-1", "0"),
+           "decoder.decoders[1]: Strip start -1 is out of range (0..1048576)");
+    refuse("tok_refuses_strip_huge_start", STRIP_TOK("2147483647", "0"),
+           "decoder.decoders[1]: Strip start 2147483647 is out of range (0..1048576)");
+    refuse("tok_refuses_strip_huge_stop", STRIP_TOK("1", "1099511627776"),
+           "decoder.decoders[1]: Strip stop 1099511627776 is out of range (0..1048576)");
+#undef STRIP_TOK
+
+    // 2100 Strip decoders of the largest start: their sum is past INT_MAX
+    case_begin();
+    struct tok_buf j = {0};
+    const char *head = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"_\":0,\"a\":1},\"merges\":[]},"
+                       "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"}";
+    const char *strip = ",{\"type\":\"Strip\",\"content\":\"_\",\"start\":1048576,\"stop\":0}";
+    tok_buf_put(&j, head, strlen(head));
+    for (int i = 0; i < 2100; i++)
+        tok_buf_put(&j, strip, strlen(strip));
+    tok_buf_put(&j, "]}}", 3);
+    t = NULL;
+    CHECK(!tok_load_mem(&t, j.p, j.n, NULL, err, sizeof err), "load: %s", err);
+    if (t) {
+        int32_t v[] = {0, 0, 1, 0};
+        struct tok_ids ids = {v, 4, 4};
+        char *text = NULL;
+        size_t n = 0;
+        CHECK(!tok_decode(t, v, 4, 0, &text, &n, err, sizeof err) && text && !strcmp(text, "a_"),
+              "decode '%s'", text ? text : err);
+        int bad = 0;
+        char *st = stream_decode(t, &ids, 0, &n, &bad);
+        CHECK(!bad && st && !strcmp(st, "a_"), "stream '%s'", st ? st : "");
+        free(text);
+        free(st);
+        tok_free(t);
+    }
+    tok_buf_free(&j);
+    case_end("tok_stream_strip_starts_summed", "(2100 Strip decoders after Fuse)");
+}
+
+/* tok_load(dir) must fail within 10 s with a message holding want. It runs in a child whose
+ * alarm ends it, so a load that blocks fails its case instead of the whole run. */
+static void load_refused(const char *name, const char *dir, const char *want) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        case_begin();
+        struct tok *t = NULL;
+        char err[1024] = "";
+        int rc = tok_load(&t, dir, err, sizeof err);
+        CHECK(rc == -1 && !t, "loaded");
+        CHECK(strstr(err, want), "message '%s' lacks '%s'", err, want);
+        tok_free(t);
+        case_end(name, "");
+        _exit(check_case_failed); // no exit handlers: the parent's state is not the child's
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || WIFSIGNALED(st)) {
+        case_begin();
+        case_fail("%s", pid < 0                                      ? "fork failed"
+                        : WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? "hung (no answer after 10 s)"
+                                                                     : "the load crashed");
+        case_end(name, "");
+    } else if (WEXITSTATUS(st)) {
+        check_failures++;
+    }
+}
+
+/* issue 12: a FIFO named tokenizer.json blocked the load forever, and tokenizer_config.json
+ * linked to /dev/zero was read until memory ran out; the files had no size limit */
+static void test_special_files(void) {
+    char dir[] = "/tmp/td_tok_specialXXXXXX", path[512], good[512], msg[1024];
+    if (!mkdtemp(dir) || !realpath(FIXDIR "/charbpe/tokenizer.json", good)) {
+        case_begin();
+        case_fail("setup");
+        case_end("tok_refuses_fifo_tokenizer_json", "");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    mkfifo(path, 0600);
+    snprintf(msg, sizeof msg, "%s is not a regular file", path);
+    load_refused("tok_refuses_fifo_tokenizer_json", dir, msg);
+    unlink(path);
+    // a tokenizer.json past 256 MiB (sparse: nothing is written)
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        if (ftruncate(fd, (off_t)(256u << 20) + 1)) perror("ftruncate");
+        close(fd);
+    }
+    snprintf(msg, sizeof msg, "%s is 268435457 bytes, over the 256 MiB limit", path);
+    load_refused("tok_refuses_huge_tokenizer_json", dir, msg);
+    unlink(path);
+    // a good tokenizer.json beside a bad tokenizer_config.json
+    if (symlink(good, path)) perror("symlink");
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (symlink("/dev/zero", path)) perror("symlink");
+    snprintf(msg, sizeof msg, "%s is not a regular file", path);
+    load_refused("tok_refuses_dev_zero_tokenizer_config", dir, msg);
+    unlink(path);
+    mkfifo(path, 0600);
+    load_refused("tok_refuses_fifo_tokenizer_config", dir, msg);
+    unlink(path);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        if (ftruncate(fd, (off_t)(16u << 20) + 1)) perror("ftruncate");
+        close(fd);
+    }
+    snprintf(msg, sizeof msg, "%s is 16777217 bytes, over the 16 MiB limit", path);
+    load_refused("tok_refuses_huge_tokenizer_config", dir, msg);
+    unlink(path);
+    // issue 20: the message names the file it is about, tokenizer_config.json, and why
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        fputs("\"x\"\n", fp);
+        fclose(fp);
+    }
+    snprintf(msg, sizeof msg, "%s: the top level is a string, not an object", path);
+    load_refused("tok_refuses_string_tokenizer_config", dir, msg);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_chat_layouts(void) {
@@ -839,6 +1055,9 @@ int main(void) {
     test_stream_split_chars();
     test_random_round_trip();
     test_refusals();
+    test_huge_ids();
+    test_special_files();
+    test_strip_and_empty_words();
     test_chat_layouts();
     test_cli();
     test_speed();
