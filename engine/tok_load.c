@@ -6,16 +6,15 @@
  * content is in the model vocab takes that id, otherwise the id written in the file.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
 #include "engine/err.h"
+#include "engine/fileio.h"
 #include "engine/tok_internal.h"
 
 #define GPT2_PATTERN                                                                               \
@@ -658,87 +657,18 @@ done:
 #define TOK_JSON_MAX   (256u << 20) /* tokenizer.json; the largest real ones are tens of MB */
 #define TOK_CONFIG_MAX (16u << 20)  /* tokenizer_config.json (a chat template or two) */
 
-/* The bytes of path, NUL-terminated (*len without the NUL), malloc'd; NULL with a message.
- * Only a regular file of at most cap bytes is read: a FIFO would block the open and a device
- * (/dev/zero) would never end, so the file is opened non-blocking, fstat'd, and only then read.
- * *missing (may be NULL) is set when the file does not exist. */
-static char *read_regular_file(const char *path, size_t cap, size_t *len, int *missing, char *err,
-                               size_t errlen) {
-    if (missing) *missing = 0;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        if (missing) *missing = errno == ENOENT;
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        snprintf(err, errlen, "%s is not a regular file", path);
-        return NULL;
-    }
-    if ((uint64_t)st.st_size > cap) {
-        close(fd);
-        snprintf(err, errlen, "%s is %lld bytes, over the %zu MiB limit", path,
-                 (long long)st.st_size, cap >> 20);
-        return NULL;
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)) {
-        close(fd);
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    // read to the end, not st_size bytes: the file may change under us, but never past cap
-    size_t n = 0, size = (size_t)st.st_size + 1;
-    char *p = malloc(size);
-    for (;;) {
-        if (!p) {
-            close(fd);
-            snprintf(err, errlen, "out of memory reading %s", path);
-            return NULL;
-        }
-        if (n == size) {
-            if (size > cap) {
-                close(fd);
-                free(p);
-                snprintf(err, errlen, "%s grew past the %zu MiB limit while read", path, cap >> 20);
-                return NULL;
-            }
-            size = size * 2 < cap + 1 ? size * 2 : cap + 1;
-            char *q = realloc(p, size);
-            if (!q) free(p);
-            p = q;
-            continue;
-        }
-        ssize_t k = read(fd, p + n, size - n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) {
-            snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-            close(fd);
-            free(p);
-            return NULL;
-        }
-        if (k == 0) break;
-        n += (size_t)k;
-    }
-    close(fd);
-    p[n] = 0; // n < size: the loop grows the buffer before it is full
-    *len = n;
-    return p;
-}
-
 int tok_load(struct tok **out, const char *dir, char *err, size_t errlen) {
     *out = NULL;
-    char path[4096], msg[512];
-    size_t n, cn;
-    int missing;
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    char *json = read_regular_file(path, TOK_JSON_MAX, &n, NULL, err, errlen);
+    char path[TD_PATH_MAX], msg[512];
+    size_t n = 0, cn = 0;
+    struct stat st;
+    if (td_path_join(path, sizeof path, dir, "tokenizer.json", err, errlen)) return -1;
+    char *json = td_file_read(path, TOK_JSON_MAX, &n, err, errlen), *cfg = NULL;
     if (!json) return -1;
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    char *cfg = read_regular_file(path, TOK_CONFIG_MAX, &cn, &missing, err, errlen);
-    if (!cfg && !missing) { // an absent tokenizer_config.json is fine, a bad one is not
+    // an absent tokenizer_config.json is fine, one that is there and cannot be read is not
+    if (td_path_join(path, sizeof path, dir, "tokenizer_config.json", err, errlen) ||
+        ((lstat(path, &st) == 0 || errno != ENOENT) &&
+         !(cfg = td_file_read(path, TOK_CONFIG_MAX, &cn, err, errlen)))) {
         free(json);
         return -1;
     }

@@ -744,7 +744,7 @@ static void test_special_files(void) {
         if (ftruncate(fd, (off_t)(256u << 20) + 1)) perror("ftruncate");
         close(fd);
     }
-    snprintf(msg, sizeof msg, "%s is 268435457 bytes, over the 256 MiB limit", path);
+    snprintf(msg, sizeof msg, "%s is 268435457 bytes, over the limit of 256 MiB", path);
     load_refused("tok_refuses_huge_tokenizer_json", dir, msg);
     unlink(path);
     // a good tokenizer.json beside a bad tokenizer_config.json
@@ -762,7 +762,7 @@ static void test_special_files(void) {
         if (ftruncate(fd, (off_t)(16u << 20) + 1)) perror("ftruncate");
         close(fd);
     }
-    snprintf(msg, sizeof msg, "%s is 16777217 bytes, over the 16 MiB limit", path);
+    snprintf(msg, sizeof msg, "%s is 16777217 bytes, over the limit of 16 MiB", path);
     load_refused("tok_refuses_huge_tokenizer_config", dir, msg);
     unlink(path);
     // issue 20: the message names the file it is about, tokenizer_config.json, and why
