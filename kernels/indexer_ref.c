@@ -54,7 +54,8 @@ void indexer_topk_ref(const struct indexer_args *a) {
             continue;
         }
         int slot = r->slot[r->row_seq[t]], n_vis = r->vis[t];
-        const float *keys = a->keys + (size_t)slot * a->n_entries * a->d;
+        // a context shorter than one compressed entry has no keys at all (keys may be NULL)
+        const float *keys = n_vis > 0 ? a->keys + (size_t)slot * a->n_entries * a->d : NULL;
         indexer_score_ref(score, a->q + (size_t)t * a->n_heads * a->d,
                           a->w + (size_t)t * a->n_heads, keys, n_vis, a->n_heads, a->d, a->scale);
         topk_select_ref(picks, score, n_vis, a->topk);
