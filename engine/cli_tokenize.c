@@ -77,16 +77,26 @@ static int parse(const char *cmd, int argc, char **argv, const char *flag, const
     return 0;
 }
 
+#define READ_MAX (256 << 20) /* bytes of text --file takes (tokenizing them: about 10 s) */
+
 static char *read_all(const char *path, size_t *n, char *err, size_t errlen) {
     FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!fp) {
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
+    // a pipe or FIFO is fine (process substitution), endless input is not: /dev/zero is refused
+    // at READ_MAX instead of reading until memory runs out
     size_t cap = 1 << 16, len = 0, k;
     char *buf = malloc(cap);
     while (buf && (k = fread(buf + len, 1, cap - len, fp)) > 0) {
         len += k;
+        if (len >= READ_MAX) {
+            free(buf);
+            if (fp != stdin) fclose(fp);
+            snprintf(err, errlen, "%s: more than %d MiB of text", path, READ_MAX >> 20);
+            return NULL;
+        }
         if (len == cap) {
             char *p = realloc(buf, cap *= 2);
             if (!p) free(buf);

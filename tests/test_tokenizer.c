@@ -920,6 +920,7 @@ static void test_cli(void) {
         {0, {"--model", FIXDIR "/gpt2", "--text", "x", "--file", "y", NULL}, 2, "exactly one"},
         {0, {"--model", "/nonexistent", "--text", "x", NULL}, 1, "cannot open"},
         {0, {"--model", FIXDIR "/gpt2", "--file", "/nonexistent", NULL}, 1, "cannot open"},
+        {0, {"--model", FIXDIR "/gpt2", "--file", "/dev/zero", NULL}, 1, "more than 256 MiB of text"},
         {0, {"--model", FIXDIR "/gpt2", "--bogus", NULL}, 2, "unknown option"},
         {0, {"--model", FIXDIR "/gpt2", "--text", "\xc3(", NULL}, 1, "not valid UTF-8"},
         {1, {"--model", FIXDIR "/gpt2", "--ids", "1 x", NULL}, 2, "not a list of token ids"},
