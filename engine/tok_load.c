@@ -6,6 +6,7 @@
  * content is in the model vocab takes that id, otherwise the id written in the file.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,17 @@ static int id_too_big(json_int_t id, size_t bound, const char *where, char *err,
     return td_errf(err, errlen,
                    "%s: id %lld is past the tokens the file holds (ids must be below %zu)", where,
                    (long long)id, bound);
+}
+
+/* a post-processor's token id: an integer in [0, INT32_MAX] (a wider one would wrap to another
+ * token when narrowed); 0 with *out, or -1 with the message */
+static int post_id(json_t *v, const char *where, int32_t *out, char *err, size_t errlen) {
+    json_int_t id = json_integer_value(v);
+    if (!json_is_integer(v) || id < 0 || id > INT32_MAX)
+        return td_errf(err, errlen, "%s: post-processor id %lld is not a token id", where,
+                       (long long)id);
+    *out = (int32_t)id;
+    return 0;
 }
 
 static int set_str(struct tok *t, int32_t id, const char *s, size_t n) {
@@ -365,8 +377,10 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
         json_t *ci = json_array_get(cls, 1), *si = json_array_get(sep, 1);
         if (!json_is_integer(ci) || !json_is_integer(si))
             return td_errf(err, errlen, "%s: %s needs cls and sep as [token, id]", where, type);
-        if (push_ids(&t->post_prefix, &t->n_post_prefix, (int32_t)json_integer_value(ci)) ||
-            push_ids(&t->post_suffix, &t->n_post_suffix, (int32_t)json_integer_value(si)))
+        int32_t c = 0, e = 0;
+        if (post_id(ci, where, &c, err, errlen) || post_id(si, where, &e, err, errlen)) return -1;
+        if (push_ids(&t->post_prefix, &t->n_post_prefix, c) ||
+            push_ids(&t->post_suffix, &t->n_post_suffix, e))
             return td_errf(err, errlen, "out of memory%s%s", "", "");
         return 0;
     }
@@ -395,10 +409,10 @@ static int add_post(struct tok *t, json_t *p, const char *where, char *err, size
         size_t k;
         json_t *idv;
         json_array_foreach(ids, k, idv) {
-            int r = seen_a ? push_ids(&t->post_suffix, &t->n_post_suffix,
-                                      (int32_t)json_integer_value(idv))
-                           : push_ids(&t->post_prefix, &t->n_post_prefix,
-                                      (int32_t)json_integer_value(idv));
+            int32_t id = 0;
+            if (post_id(idv, where, &id, err, errlen)) return -1;
+            int r = seen_a ? push_ids(&t->post_suffix, &t->n_post_suffix, id)
+                           : push_ids(&t->post_prefix, &t->n_post_prefix, id);
             if (r) return td_errf(err, errlen, "out of memory%s%s", "", "");
         }
     }

@@ -547,6 +547,11 @@ static void test_refusals(void) {
            "decoder WordPiece");
     refuse("tok_refuses_unknown_post", "{" MODEL ",\"post_processor\":{\"type\":\"Foo\"}}",
            "post-processor Foo");
+    // 2^32 + 5 narrowed to int32 was id 5, a real token
+    refuse("tok_refuses_post_id_past_int32",
+           "{" MODEL ",\"post_processor\":{\"type\":\"RobertaProcessing\","
+           "\"cls\":[\"a\",0],\"sep\":[\"a\",4294967301]}}",
+           "post-processor id 4294967301 is not a token id");
     refuse("tok_refuses_truncation", "{" MODEL ",\"truncation\":{\"max_length\":8}}", "truncation");
     refuse("tok_refuses_bad_regex",
            "{" MODEL ",\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},"
