@@ -509,7 +509,10 @@ static int load_added(struct tok *t, json_t *list, size_t bound, char *err, size
         x->rstrip = jbool(a, "rstrip", 0);
         x->single_word = jbool(a, "single_word", 0);
         x->normalized = jbool(a, "normalized", !x->special);
-        if (!x->content) return td_errf(err, errlen, "out of memory%s%s", "", "");
+        if (!x->content) {
+            tok_buf_free(&nb);
+            return td_errf(err, errlen, "out of memory%s%s", "", "");
+        }
         t->n_added++;
         // the pattern: normalized tokens match their normalized form, which is also what
         // decoding gives back (HF's normalized_cache)
