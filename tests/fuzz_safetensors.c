@@ -1,12 +1,21 @@
 /* fuzz_safetensors.c: libFuzzer target for safetensors headers (st_set_open_file). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "engine/safetensors.h"
 
+static char path[64]; /* the input as a file, one per process, removed at exit */
+
+static void remove_file(void) {
+    unlink(path);
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {
-    static char path[64];
-    if (!path[0]) snprintf(path, sizeof path, "/tmp/td_fuzz_st_%d", (int)getpid());
+    if (!path[0]) {
+        snprintf(path, sizeof path, "/tmp/td_fuzz_st_%d", (int)getpid());
+        atexit(remove_file);
+    }
     FILE *fp = fopen(path, "wb");
     if (!fp) return 0;
     fwrite(data, 1, n, fp);
