@@ -359,6 +359,10 @@ static int parse_mlp(struct td_config *c, const json_t *o, char *err, size_t err
     return 0;
 }
 
+/* compress rates up to this (the release uses 4 and 128; a CSA ring holds 2 x rate rows, and
+ * rates feed products of int sizes) */
+#define TD_MAX_RATE 65536
+
 /* compress_rates dict (replaces {4, 128} when given; 0 marks a missing key), then the legacy
  * compress_rate_csa / compress_rate_hca overrides */
 static int parse_rates(struct td_config *c, const json_t *o, char *err, size_t errlen) {
@@ -369,14 +373,16 @@ static int parse_rates(struct td_config *c, const json_t *o, char *err, size_t e
         if (!json_is_object(cr))
             return td_errf(err, errlen, "key \"compress_rates\" must be an object, got %s",
                            type_name(cr));
-        if (opt_int(cr, "compress_rates", "compressed_sparse_attention", 0, 0, INT_MAX,
+        if (opt_int(cr, "compress_rates", "compressed_sparse_attention", 0, 0, TD_MAX_RATE,
                     &c->rate_csa, err, errlen) ||
-            opt_int(cr, "compress_rates", "heavily_compressed_attention", 0, 0, INT_MAX,
+            opt_int(cr, "compress_rates", "heavily_compressed_attention", 0, 0, TD_MAX_RATE,
                     &c->rate_hca, err, errlen))
             return -1;
     }
-    if (opt_int(o, NULL, "compress_rate_csa", c->rate_csa, 0, INT_MAX, &c->rate_csa, err, errlen) ||
-        opt_int(o, NULL, "compress_rate_hca", c->rate_hca, 0, INT_MAX, &c->rate_hca, err, errlen))
+    if (opt_int(o, NULL, "compress_rate_csa", c->rate_csa, 0, TD_MAX_RATE, &c->rate_csa, err,
+                errlen) ||
+        opt_int(o, NULL, "compress_rate_hca", c->rate_hca, 0, TD_MAX_RATE, &c->rate_hca, err,
+                errlen))
         return -1;
     return 0;
 }

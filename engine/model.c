@@ -508,7 +508,7 @@ static int load_all(struct loader *ld, const char *dir) {
         return -1;
     // limits of the reference kernels' fixed-size scratch
     if (c->hc_mult > 16 || c->n_experts > 1024 || c->n_experts_tok > 64 || c->n_heads > 1024 ||
-        c->rope_dim > 512 || 2 * c->rate_csa > 512 || c->rate_hca > 512)
+        c->rope_dim > 512 || c->rate_csa > 256 || c->rate_hca > 512)
         return fail(ld,
                     "%s: unsupported size (limits: hc_mult 16, n_routed_experts 1024, "
                     "num_experts_per_tok 64, heads 1024, rope dims 512, csa rate 256, hca "

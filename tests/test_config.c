@@ -520,6 +520,9 @@ static void test_ranges(void) {
                 "{'compress_rates': {'compressed_sparse_attention': 4294967300,"
                 " 'heavily_compressed_attention': 8}}",
                 NULL, "compress_rates.compressed_sparse_attention");
+    // fuzz_engine: 2 * 2147483647 overflowed in the model's size check
+    expect_fail("rate_csa_int_max", tiny, "{'compress_rate_csa': 2147483647}", NULL,
+                "\"compress_rate_csa\" = 2147483647 is out of range [0, 65536]");
     expect_fail("float_key_past_float", tiny, "{'routed_scaling_factor': 1e300}", NULL,
                 "routed_scaling_factor");
     // a row can select no more entries than the context has positions (tiny: 512)
