@@ -359,6 +359,9 @@ static int parse_mlp(struct td_config *c, const json_t *o, char *err, size_t err
     return 0;
 }
 
+/* widths (hidden_size, head_dim, the low ranks, moe_intermediate_size, index_head_dim) up to this */
+#define TD_MAX_WIDTH 65536
+
 /* compress rates up to this (the release uses 4 and 128; a CSA ring holds 2 x rate rows, and
  * rates feed products of int sizes) */
 #define TD_MAX_RATE 65536
@@ -505,21 +508,23 @@ static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen)
     if (strcmp(model_type, "deepseek_v4") != 0)
         return td_errf(err, errlen, "model_type is \"%s\", want \"deepseek_v4\"", model_type);
 
-    const int M = INT_MAX;
+    // M: counts a size_t holds; W: widths, whose products with a step's rows and with each
+    // other are int sizes downstream (the release's widest is 7168)
+    const int M = INT_MAX, W = TD_MAX_WIDTH;
     if (req_int(o, "vocab_size", NULL, 1, M, &c->vocab, err, errlen) ||
-        req_int(o, "hidden_size", NULL, 1, M, &c->dim, err, errlen) ||
+        req_int(o, "hidden_size", NULL, 1, W, &c->dim, err, errlen) ||
         req_int(o, "num_hidden_layers", NULL, 1, TD_MAX_LAYERS, &c->n_layers, err, errlen) ||
         req_int(o, "num_attention_heads", NULL, 1, M, &c->n_heads, err, errlen) ||
-        req_int(o, "head_dim", NULL, 1, M, &c->head_dim, err, errlen) ||
-        req_int(o, "q_lora_rank", NULL, 1, M, &c->q_lora_rank, err, errlen) ||
+        req_int(o, "head_dim", NULL, 1, W, &c->head_dim, err, errlen) ||
+        req_int(o, "q_lora_rank", NULL, 1, W, &c->q_lora_rank, err, errlen) ||
         req_int(o, "o_groups", NULL, 1, M, &c->o_groups, err, errlen) ||
-        req_int(o, "o_lora_rank", NULL, 1, M, &c->o_lora_rank, err, errlen) ||
+        req_int(o, "o_lora_rank", NULL, 1, W, &c->o_lora_rank, err, errlen) ||
         req_int(o, "n_routed_experts", "num_local_experts", 1, M, &c->n_experts, err, errlen) ||
         req_int(o, "num_experts_per_tok", NULL, 1, M, &c->n_experts_tok, err, errlen) ||
-        req_int(o, "moe_intermediate_size", "intermediate_size", 1, M, &c->moe_inter, err,
+        req_int(o, "moe_intermediate_size", "intermediate_size", 1, W, &c->moe_inter, err,
                 errlen) ||
         req_int(o, "index_n_heads", NULL, 1, M, &c->index_n_heads, err, errlen) ||
-        req_int(o, "index_head_dim", NULL, 1, M, &c->index_head_dim, err, errlen) ||
+        req_int(o, "index_head_dim", NULL, 1, W, &c->index_head_dim, err, errlen) ||
         req_int(o, "index_topk", NULL, 1, M, &c->index_topk, err, errlen) ||
         req_int(o, "sliding_window", NULL, 2, M, &c->sliding_window, err, errlen))
         return -1;

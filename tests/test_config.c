@@ -511,7 +511,9 @@ static void test_ranges(void) {
     expect_fail("max_pos_zero", tiny, "{'max_position_embeddings': 0}", NULL,
                 "is out of range [1, 2147483647]");
     expect_fail("hidden_size_2_32", tiny, "{'hidden_size': 4294967296}", NULL,
-                "\"hidden_size\" = 4294967296 is out of range [1, 2147483647]");
+                "\"hidden_size\" = 4294967296 is out of range [1, 65536]");
+    expect_fail("head_dim_past_width", tiny, "{'head_dim': 65537}", NULL,
+                "\"head_dim\" = 65537 is out of range [1, 65536]");
     expect_fail("vocab_size_zero", tiny, "{'vocab_size': 0}", NULL,
                 "\"vocab_size\" = 0 is out of range [1, 2147483647]");
     expect_fail("num_nextn_negative", tiny, "{'num_nextn_predict_layers': -1}", NULL,
