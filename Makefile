@@ -40,7 +40,7 @@ CUDA_LINKS   := $(shell printf 'int main(void){return 0;}' | $(CC) -x c - -o /de
 ifneq ($(CUDA_LINKS),yes)
 $(info ✗ nvcc found but libcudart/libcublasLt do not link (nvcc's dirs: $(or $(CUDA_LIBDIRS),none)), building CPU-only)
 else
-CU_SRC := $(wildcard kernels/*.cu engine/*.cu)
+CU_SRC := $(wildcard kernels/*.cu model/*.cu)
 NVFLAGS := -std=c++17 -O3 -g -lineinfo -MMD -MP -gencode=arch=compute_$(subst sm_,,$(CUARCH)),code=$(CUARCH) -I. $(DEPS_INC)
 ifneq ($(CU_SRC),)
 LDLIBS  += $(CUDA_LDLIBS)
@@ -49,15 +49,15 @@ endif
 endif
 endif
 
-LIB_SRC  := $(wildcard engine/*.c kernels/*.c metadata/*.c draft/*.c verify/*.c)
-LIB_SRC  := $(filter-out engine/main.c,$(LIB_SRC))
+LIB_SRC  := $(wildcard model/*.c kernels/*.c metadata/*.c draft/*.c verify/*.c engine/*.c tokenizer/*.c app/*.c)
+LIB_SRC  := $(filter-out app/main.c,$(LIB_SRC))
 LIB_OBJ  := $(LIB_SRC:%=$(BUILD)/%.o) $(CU_SRC:%=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 all: bin/tandem
 
-bin/tandem: $(BUILD)/engine/main.c.o $(BUILD)/libtandem.a
+bin/tandem: $(BUILD)/app/main.c.o $(BUILD)/libtandem.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -96,7 +96,7 @@ test: test-cpu
 test-san: $(TEST_BIN) $(BUILD)/tandem
 	@ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 TD_TEST_QUICK=1 TD_TANDEM=$(BUILD)/tandem sh tests/run.sh $(BUILD) $(TEST_BIN)
 
-$(BUILD)/tandem: $(BUILD)/engine/main.c.o $(BUILD)/libtandem.a
+$(BUILD)/tandem: $(BUILD)/app/main.c.o $(BUILD)/libtandem.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # GPU tests (an sm_90 device): every CUDA op against its reference, whole models against HF

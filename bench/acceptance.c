@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 int main(int argc, char **argv) {
     int n_prompts = 8, n_new = 128, k = 3, plen = 128;

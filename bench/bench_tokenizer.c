@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static double now(void) {
     struct timespec ts;

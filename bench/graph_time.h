@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "engine/backend.h"
+#include "model/backend.h"
 
 /* the CUDA backend, or NULL after the SKIP line (the program then exits 77) */
 static const struct td_backend *bench_cuda(const char *prog) {

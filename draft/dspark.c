@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
-#include "engine/err.h"
-#include "engine/fileio.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/state.h"
+#include "model/backend.h"
+#include "model/err.h"
+#include "model/fileio.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/state.h"
 #include "metadata/plan.h"
 
 #define W(t) (t).data, (t).dtype

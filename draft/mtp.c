@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/state.h"
+#include "model/backend.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/state.h"
 #include "metadata/plan.h"
 
 #define W(t) (t).data, (t).dtype

@@ -1,5 +1,5 @@
 /* dtype.h: storage dtypes the kernels read, and scalar conversions to fp32.
- * Kernels depend on nothing else in the project; engine/tensor.h builds on this.
+ * Kernels depend on nothing else in the project; model/tensor.h builds on this.
  */
 #ifndef TD_DTYPE_H
 #define TD_DTYPE_H

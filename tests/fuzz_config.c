@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config.h"
+#include "model/config.h"
 #include "fuzz_json.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {

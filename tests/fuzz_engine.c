@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/config.h"
+#include "model/config.h"
 #include "engine/engine.h"
 #include "fuzz_json.h"
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 static char path[64]; /* the input as a file, one per process, removed at exit */
 

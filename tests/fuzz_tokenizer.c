@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {
     static struct tok *t;

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/chat.h"
-#include "engine/tokenizer.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
 #include "fuzz_json.h"
 
 static const char *texts[] = {

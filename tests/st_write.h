@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 
 /* one tensor of a file to write */
 struct st_tensor {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/npy.h"
+#include "app/npy.h"
 
 static char root[64];
 

@@ -7,7 +7,7 @@
  * "OK <case>" or "FAIL <case>: <why>" per case; exits 0 iff all pass. TD_TEST_VERBOSE=1 also
  * prints each expected error message.
  */
-#include "engine/config.h"
+#include "model/config.h"
 #include "check.h"
 
 #include <jansson.h>

@@ -25,11 +25,11 @@
 
 #include "check.h"
 #include "draft/dspark.h"
-#include "engine/backend.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
-#include "engine/state.h"
+#include "model/backend.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/state.h"
 #include "metadata/plan.h"
 
 struct fx {

@@ -19,7 +19,7 @@
 
 #include "check.h"
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define MAX_REQ 16
 /* tandem-tiny's DSpark drafter is accepted at least this often at T = 0 (measured: see

@@ -25,11 +25,11 @@
 
 #include "check.h"
 #include "st_write.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/npy.h"
-#include "engine/safetensors.h"
-#include "engine/state.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "app/npy.h"
+#include "model/safetensors.h"
+#include "model/state.h"
 #include "kernels/rope.h"
 #include "metadata/plan.h"
 

@@ -16,10 +16,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/backend.h"
+#include "model/backend.h"
 #include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
+#include "model/model.h"
+#include "model/safetensors.h"
 #include "st_write.h"
 
 static char root[64];

@@ -27,11 +27,11 @@
 
 #include "check.h"
 #include "draft/mtp.h"
-#include "engine/backend.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
-#include "engine/state.h"
+#include "model/backend.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/state.h"
 
 #define MAX_IDS   64 /* prompt rows: one plan step and one MTP catch-up call */
 #define LAST_ROWS 8

@@ -26,9 +26,9 @@
 #include <stdint.h>
 
 #include "check.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/state.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/state.h"
 #include "metadata/plan.h"
 
 static uint64_t rs = 88172645463325252ull;

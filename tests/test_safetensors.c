@@ -8,7 +8,7 @@
  * "FAIL <case>: <why>" per case; exits 0 iff all pass. TD_TEST_VERBOSE=1 also prints each
  * expected error message.
  */
-#include "engine/safetensors.h"
+#include "model/safetensors.h"
 #include "check.h"
 
 #include <dirent.h>

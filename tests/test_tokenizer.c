@@ -23,10 +23,10 @@
 #include <jansson.h>
 
 #include "check.h"
-#include "engine/chat.h"
-#include "engine/cli.h"
-#include "engine/tok_internal.h"
-#include "engine/tokenizer.h"
+#include "tokenizer/chat.h"
+#include "app/cli.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/tokenizer.h"
 
 #define FIXDIR "tests/fixtures/tokenizers"
 

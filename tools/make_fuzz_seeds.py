@@ -57,7 +57,7 @@ def write_dict(target, words):
 # ---------------------------------------------------------------- config.json
 
 def configs():
-    keys = {s for s in source_strings("engine/config.c") if re.fullmatch(r"[a-z_0-9]+", s)}
+    keys = {s for s in source_strings("model/config.c") if re.fullmatch(r"[a-z_0-9]+", s)}
     out = {}
     for name, path in [("a_tiny_yarn", "tests/fixtures/a_tiny_yarn/config.json"),
                        ("b_plain_hc2", "tests/fixtures/b_plain_hc2/config.json"),
@@ -263,7 +263,7 @@ def main():
         write("fuzz_config", name + ".json", compact(cfg))
         if name != "tandem_tiny":  # 11.6 M parameters: over fuzz_engine's budget
             write("fuzz_engine", name + ".json", compact(cfg))
-    cfg_words = [s for s in source_strings("engine/config.c") if re.fullmatch(r"[a-z_0-9]+", s)]
+    cfg_words = [s for s in source_strings("model/config.c") if re.fullmatch(r"[a-z_0-9]+", s)]
     write_dict("fuzz_config", ['"%s"' % w for w in cfg_words] + cfg_words + NUMBERS)
     write_dict("fuzz_engine", ['"%s"' % w for w in cfg_words] + cfg_words + NUMBERS)
 
@@ -293,8 +293,8 @@ def main():
 
     for name, data in tokenizers().items():
         write("fuzz_tokjson", name + ".json", data)
-    tok_words = [s for s in source_strings("engine/tok_load.c") if re.fullmatch(r"[A-Za-z_]+", s)]
-    chat_words = [s for s in source_strings("engine/chat.c") if s.startswith("<")]
+    tok_words = [s for s in source_strings("tokenizer/tok_load.c") if re.fullmatch(r"[A-Za-z_]+", s)]
+    chat_words = [s for s in source_strings("tokenizer/chat.c") if s.startswith("<")]
     write_dict("fuzz_tokjson", ['"%s"' % w for w in tok_words] + tok_words + chat_words +
                ["\\p{L}", "\\p{N}", "\\s+", "(?!\\S)", "\u2581", "<0x41>", "##", "</w>"] + NUMBERS)
 

@@ -14,9 +14,9 @@
 
 #include <jansson.h>
 
-#include "engine/err.h"
-#include "engine/fileio.h"
-#include "engine/tok_internal.h"
+#include "model/err.h"
+#include "model/fileio.h"
+#include "tokenizer/tok_internal.h"
 
 #define GPT2_PATTERN                                                                               \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"

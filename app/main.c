@@ -15,15 +15,15 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "engine/backend.h"
-#include "engine/cli.h"
-#include "engine/fileio.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/npy.h"
-#include "engine/state.h"
-#include "engine/tokenizer.h"
-#include "engine/chat.h"
+#include "model/backend.h"
+#include "app/cli.h"
+#include "model/fileio.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "app/npy.h"
+#include "model/state.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/chat.h"
 #include "metadata/plan.h"
 
 #define DRAFT_USAGE                                                                                \

@@ -1,5 +1,5 @@
 /* forward.c: the DeepSeek-V4 layer loop over a step plan, written once against the backend's
- * op table (engine/backend.h): the CPU backend runs kernels/<op>_ref.c, the CUDA backend the
+ * op table (model/backend.h): the CPU backend runs kernels/<op>_ref.c, the CUDA backend the
  * kernels/<op>.cu launchers, over the same arguments.
  *
  * Follows ../shared/design/dsv4.md section 3 op by op. Activations are token-major [n_tok, ...]
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/backend.h"
+#include "model/backend.h"
 #include "kernels/rope.h"
 
 #define W(t) (t).data, (t).dtype

@@ -28,7 +28,7 @@
 
 #include <stddef.h>
 
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/chat.h"
+#include "tokenizer/chat.h"
 
 static int32_t find(struct tok *t, const char *s) {
     return tok_id(t, s, strlen(s));

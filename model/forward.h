@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model.h"
-#include "engine/state.h"
+#include "model/model.h"
+#include "model/state.h"
 #include "metadata/plan.h"
 
 #ifdef __cplusplus

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
+#include "model/backend.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tok_internal.h"
+#include "tokenizer/tok_internal.h"
 
 static const char REPL[] = "\xEF\xBF\xBD"; /* U+FFFD */
 

@@ -14,7 +14,7 @@
 
 #include <utf8proc.h>
 
-#include "engine/tok_internal.h"
+#include "tokenizer/tok_internal.h"
 
 // ---------------------------------------------------------------- normalizers
 

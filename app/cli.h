@@ -1,4 +1,4 @@
-/* cli.h: tandem subcommands that live in the library (engine/main.c dispatches to them).
+/* cli.h: tandem subcommands that live in the library (app/main.c dispatches to them).
  *
  * Each takes the arguments after its name (argv[0] is the first option), writes its result to
  * stdout and returns the process exit status: 0 on success, 2 for bad arguments, 1 when the

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli.h"
-#include "engine/tokenizer.h"
+#include "app/cli.h"
+#include "tokenizer/tokenizer.h"
 
 static int usage_tokenize(FILE *fp) {
     fprintf(fp, "usage: tandem tokenize --model DIR (--text T | --file F) [--no-special]\n"

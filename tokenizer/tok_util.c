@@ -13,7 +13,7 @@
 
 #include <utf8proc.h>
 
-#include "engine/tok_internal.h"
+#include "tokenizer/tok_internal.h"
 
 // ---------------------------------------------------------------- buffers
 

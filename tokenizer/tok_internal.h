@@ -1,4 +1,4 @@
-/* tok_internal.h: the tokenizer's private types, shared by engine/tok_*.c only.
+/* tok_internal.h: the tokenizer's private types, shared by tokenizer/tok_*.c only.
  *
  * tok_load.c builds a struct tok from tokenizer.json; tok_encode.c runs the encode pipeline
  * (added tokens, normalizer, pre-tokenizer, BPE, post-processor); tok_decode.c turns ids back
@@ -14,7 +14,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 // ---------------------------------------------------------------- growable buffers and maps
 
