@@ -98,20 +98,16 @@ static int die(const char *fmt, const char *a) {
 /* more token ids than any context holds: a list this long is a mistake, refused as it is read */
 #define MAX_IDS (1 << 24)
 
-/* whitespace-separated non-negative integers; -1 with message on anything else */
-static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size_t errlen) {
-    FILE *fp = fopen(path, "r");
-    if (!fp) {
-        snprintf(err, errlen, "cannot open ids file %s: %s", path, strerror(errno));
-        return -1;
-    }
+/* whitespace-separated non-negative integers from fp, named `what` in messages; -1 with message
+ * on anything else */
+static int scan_ids(FILE *fp, const char *what, int32_t **out, int *n_out, char *err,
+                    size_t errlen) {
     size_t cap = 1024, n = 0;
     int32_t *ids = malloc(cap * sizeof *ids);
     char tok[64];
     int rc = 0;
     if (!ids) {
-        fclose(fp);
-        snprintf(err, errlen, "out of memory reading %s", path);
+        snprintf(err, errlen, "out of memory reading %s", what);
         return -1;
     }
     while (fscanf(fp, "%63s", tok) == 1) {
@@ -119,19 +115,19 @@ static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size
         errno = 0;
         long v = strtol(tok, &end, 10);
         if (*end || errno || v < 0 || v > INT32_MAX) {
-            snprintf(err, errlen, "%s: '%s' (item %zu) is not a token id", path, tok, n + 1);
+            snprintf(err, errlen, "%s: '%s' (item %zu) is not a token id", what, tok, n + 1);
             rc = -1;
             break;
         }
         if (n == MAX_IDS) {
-            snprintf(err, errlen, "%s holds more than %d token ids", path, MAX_IDS);
+            snprintf(err, errlen, "%s holds more than %d token ids", what, MAX_IDS);
             rc = -1;
             break;
         }
         if (n == cap) {
             int32_t *p = realloc(ids, (cap *= 2) * sizeof *ids);
             if (!p) {
-                snprintf(err, errlen, "out of memory reading %s after %zu ids", path, n);
+                snprintf(err, errlen, "out of memory reading %s after %zu ids", what, n);
                 rc = -1;
                 break;
             }
@@ -139,9 +135,8 @@ static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size
         }
         ids[n++] = (int32_t)v;
     }
-    fclose(fp);
     if (!rc && n == 0) {
-        snprintf(err, errlen, "%s holds no token ids", path);
+        snprintf(err, errlen, "%s holds no token ids", what);
         rc = -1;
     }
     if (rc) {
@@ -151,6 +146,17 @@ static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size
     *out = ids;
     *n_out = (int)n;
     return 0;
+}
+
+static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size_t errlen) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        snprintf(err, errlen, "cannot open ids file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = scan_ids(fp, path, out, n_out, err, errlen);
+    fclose(fp);
+    return rc;
 }
 
 /* "37,1,1,64" -> sizes; each > 0, sum == n_ids */
@@ -363,51 +369,12 @@ static int parse_float(const char *flag, const char *v, double lo, double hi, do
 
 /* "1 2 3" -> ids (whitespace separated) */
 static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
-    size_t cap = 64, n = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    const char *p = text;
-    if (!ids) {
-        fprintf(stderr, "tandem: --prompt-ids: out of memory\n");
-        return -1;
-    }
-    for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-            p++;
-        if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX ||
-            (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
-            fprintf(stderr, "tandem: --prompt-ids: item %zu is not a token id\n", n + 1);
-            free(ids);
-            return -1;
-        }
-        if (n == MAX_IDS) { // (a command line cannot hold this many; the same bound as a file)
-            fprintf(stderr, "tandem: --prompt-ids holds more than %d token ids\n", MAX_IDS);
-            free(ids);
-            return -1;
-        }
-        if (n == cap) {
-            int32_t *q = realloc(ids, (cap *= 2) * sizeof *ids);
-            if (!q) {
-                fprintf(stderr, "tandem: --prompt-ids: out of memory after %zu ids\n", n);
-                free(ids);
-                return -1;
-            }
-            ids = q;
-        }
-        ids[n++] = (int32_t)v;
-        p = end;
-    }
-    if (!n) {
-        fprintf(stderr, "tandem: the prompt holds no token ids\n");
-        free(ids);
-        return -1;
-    }
-    *out = ids;
-    *n_out = (int)n;
-    return 0;
+    char err[256];
+    FILE *fp = fmemopen((void *)text, strlen(text), "r");
+    int rc = fp ? scan_ids(fp, "--prompt-ids", out, n_out, err, sizeof err) : -1;
+    if (fp) fclose(fp);
+    if (rc) fprintf(stderr, "tandem: %s\n", fp ? err : "--prompt-ids: out of memory");
+    return rc;
 }
 
 /* the default model: models/tandem-tiny under the working directory, else beside the binary */
