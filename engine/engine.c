@@ -72,10 +72,10 @@ struct td_engine {
                                     drafts, sampling and message, which the model drafter's
                                     deferred round and td_engine_output's callers hold) never
                                     moves while the engine lives, whatever is submitted later */
-    int n_reqs, cap_reqs;
+    int n_reqs, cap; /* cap: the length of reqs and of active */
     int next_admit; /* requests before this index were admitted (FIFO) */
     int *active;    /* [n_active] ids of requests not yet finished, oldest first */
-    int n_active, cap_active;
+    int n_active;
     struct group *groups;         /* [max_seqs] */
     struct td_plan_seq *seqs;     /* [max_seqs] */
     float *logits;                /* [max_batch_tokens, vocab] */
@@ -342,16 +342,17 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
         snprintf(err, errlen, "request: %d requests submitted, no ids left", INT_MAX);
         return -1;
     }
-    if (e->n_reqs == e->cap_reqs || e->n_active == e->cap_active) {
-        int cap = e->cap_reqs > INT_MAX / 2 ? INT_MAX : e->cap_reqs ? 2 * e->cap_reqs : 16;
+    if (e->n_reqs == e->cap) { // both arrays hold cap (active is never longer than reqs)
+        int cap = e->cap > INT_MAX / 2 ? INT_MAX : e->cap ? 2 * e->cap : 16;
         struct request **nr = realloc(e->reqs, (size_t)cap * sizeof *nr);
-        if (nr) e->reqs = nr, e->cap_reqs = cap;
+        if (nr) e->reqs = nr; // a larger block, used once both have grown
         int *na = nr ? realloc(e->active, (size_t)cap * sizeof *na) : NULL;
-        if (na) e->active = na, e->cap_active = cap;
+        if (na) e->active = na;
         if (!nr || !na) {
             snprintf(err, errlen, "request: out of memory");
             return -1;
         }
+        e->cap = cap;
     }
     // tokens: the prompt, then at most what the context leaves (a sequence ends once max_ctx
     // tokens are fed, the last one sampled beside them), however large max_tokens is
