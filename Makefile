@@ -16,7 +16,7 @@ endif
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_DEFAULT_SOURCE -I. -MMD -MP $(DEPS_INC)
-LDLIBS  += -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
+LDLIBS  += -lmicrohttpd -linih -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
 LDFLAGS += $(DEPS_LIB)
 
 ifneq ($(SANITIZER),)
@@ -49,7 +49,7 @@ endif
 endif
 endif
 
-LIB_SRC  := $(wildcard model/*.c kernels/*.c metadata/*.c draft/*.c verify/*.c engine/*.c tokenizer/*.c app/*.c)
+LIB_SRC  := $(wildcard model/*.c kernels/*.c metadata/*.c draft/*.c verify/*.c engine/*.c tokenizer/*.c serve/*.c app/*.c)
 LIB_SRC  := $(filter-out app/main.c,$(LIB_SRC))
 LIB_OBJ  := $(LIB_SRC:%=$(BUILD)/%.o) $(CU_SRC:%=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
