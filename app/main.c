@@ -653,11 +653,11 @@ static int cmd_generate(int argc, char **argv) {
     if (stream) tok_stream_init(&ts, tk, 0);
     for (long i = 0; i < n; i++) {
         struct td_request_params rp = {
-            prompt,
-            n_prompt,
-            (int)ro.max_tokens,
-            {(float)ro.temperature, (int)top_k, (float)top_p, (uint64_t)(ro.seed + i)},
-            ignore_eos};
+            .prompt = prompt,
+            .n_prompt = n_prompt,
+            .max_tokens = (int)ro.max_tokens,
+            .sampling = {(float)ro.temperature, (int)top_k, (float)top_p, (uint64_t)(ro.seed + i)},
+            .ignore_eos = ignore_eos};
         if ((ids[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
             rc = die("%s", err);
             goto done;
@@ -821,11 +821,11 @@ static int cmd_chat(int argc, char **argv) {
             continue;
         }
         struct td_request_params rp = {
-            ti.ids,
-            (int)ti.n,
-            (int)ro.max_tokens,
-            {(float)ro.temperature, 0, 1.0f, (uint64_t)(ro.seed + turn++)},
-            0};
+            .prompt = ti.ids,
+            .n_prompt = (int)ti.n,
+            .max_tokens = (int)ro.max_tokens,
+            .sampling = {(float)ro.temperature, 0, 1.0f, (uint64_t)(ro.seed + turn++)},
+            .ignore_eos = 0};
         int id = td_engine_submit(e, &rp, err, sizeof err);
         tok_ids_free(&ti);
         if (id < 0) {
@@ -1011,11 +1011,12 @@ static int cmd_bench(int argc, char **argv) {
     long prompt_tokens = 0;
     double t0 = now_s();
     for (int i = 0; i < np; i++) {
-        struct td_request_params rp = {ids[i].ids,
-                                       (int)ids[i].n,
-                                       (int)ro.max_tokens,
-                                       {(float)ro.temperature, 0, 1.0f, (uint64_t)(ro.seed + i)},
-                                       1};
+        struct td_request_params rp = {
+            .prompt = ids[i].ids,
+            .n_prompt = (int)ids[i].n,
+            .max_tokens = (int)ro.max_tokens,
+            .sampling = {(float)ro.temperature, 0, 1.0f, (uint64_t)(ro.seed + i)},
+            .ignore_eos = 1};
         prompt_tokens += (long)ids[i].n;
         ttft[i] = done_t[i] = -1;
         if ((rid[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {

@@ -124,7 +124,11 @@ int main(int argc, char **argv) {
             if (!p && !ti)
                 printf("model %s, backend %s, %d prompts x %d tokens, %s k = %d\n", model, backend,
                        np, plen, draft, k);
-            struct td_request_params rp = {prompts[p], plen, n_new, {T, 0, 1.0f, (uint64_t)p}, 0};
+            struct td_request_params rp = {.prompt = prompts[p],
+                                           .n_prompt = plen,
+                                           .max_tokens = n_new,
+                                           .sampling = {T, 0, 1.0f, (uint64_t)p},
+                                           .ignore_eos = 0};
             td_engine_submit(e, &rp, err, sizeof err);
             while (td_engine_step(e, err, sizeof err) > 0) {
             }

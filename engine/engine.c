@@ -36,19 +36,23 @@ struct request {
     int max_tokens;
     struct td_sampling sampling;
     int ignore_eos;
-    int slot;                     /* state slot while running, else -1 */
+    int32_t stop_ids[TD_MAX_STOP_IDS]; /* tokens that end it beside EOS */
+    int n_stop_ids;
+    int released; /* td_engine_release was called while a drafter call still held it */
+    int slot;     /* state slot while running, else -1 */
     int32_t drafts[TD_MAX_DRAFT]; /* MTP, DSpark: drafts made after the last step, for the next */
     int n_drafts;
     const int32_t
         *drafts_dev; /* a deferred MTP or DSpark round: the drafts are there, in backend memory */
     char msg[256];
+    struct td_request_stats st;
 };
 
 /* one sequence of the current step */
 struct group {
     struct request *r;
     int prefill; /* 1: prompt chunk, 0: verify group */
-    int want;     /* verify group: drafts it could take this step */
+    int want;    /* verify group: drafts it could take this step */
     int n_drafts;
     int q_onehot;
     int32_t rows[TD_MAX_DRAFT + 1];
@@ -68,14 +72,18 @@ struct td_engine {
     int n_live;                  /* requests in the last drafter call (live, dseqs) */
     struct td_id_patch *patches; /* [max_seqs] */
     struct request **live;       /* [max_seqs] the requests of a drafter call */
-    struct request **reqs;       /* [n_reqs] each its own allocation: a request's address (its
-                                    drafts, sampling and message, which the model drafter's
-                                    deferred round and td_engine_output's callers hold) never
-                                    moves while the engine lives, whatever is submitted later */
-    int n_reqs, cap; /* cap: the length of reqs and of active */
-    int next_admit; /* requests before this index were admitted (FIFO) */
-    int *active;    /* [n_active] ids of requests not yet finished, oldest first */
+    struct request **reqs;   /* [n_reqs] the requests not yet released, by id (ascending: ids are
+                                given in submission order). Each is its own allocation: a
+                                request's address (its drafts, sampling and message, which the
+                                model drafter's deferred round and td_engine_output's callers
+                                hold) never moves until it is released */
+    int n_reqs, cap;         /* cap: the length of reqs and of active */
+    int next_id;             /* the id the next submission gets */
+    struct request **active; /* [n_active] requests not yet finished, oldest first */
     int n_active;
+    struct request **doomed; /* [n_doomed] released while the last drafter call held them:
+                                freed once the next step has collected that call */
+    int n_doomed, cap_doomed;
     struct group *groups;         /* [max_seqs] */
     struct td_plan_seq *seqs;     /* [max_seqs] */
     float *logits;                /* [max_batch_tokens, vocab] */
@@ -87,6 +95,16 @@ struct td_engine {
     int n_eos;
     struct td_engine_stats stats;
 };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+double td_engine_clock(void) {
+    return now();
+}
 
 struct td_engine_params td_engine_defaults(void) {
     struct td_engine_params p;
@@ -262,13 +280,19 @@ fail:
     return -1;
 }
 
+static void request_free(struct request *r) {
+    free(r->toks);
+    free(r);
+}
+
 void td_engine_free(struct td_engine *e) {
     if (!e) return;
-    for (int i = 0; i < e->n_reqs; i++) {
-        free(e->reqs[i]->toks);
-        free(e->reqs[i]);
-    }
+    for (int i = 0; i < e->n_reqs; i++)
+        request_free(e->reqs[i]);
+    for (int i = 0; i < e->n_doomed; i++)
+        request_free(e->doomed[i]);
     free(e->reqs);
+    free(e->doomed);
     free(e->active);
     free(e->groups);
     free(e->live);
@@ -338,7 +362,19 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
                      rp->prompt[i], i + 1, e->model.cfg.vocab);
             return -1;
         }
-    if (e->n_reqs == INT_MAX) {
+    if (rp->n_stop_ids < 0 || rp->n_stop_ids > TD_MAX_STOP_IDS ||
+        (rp->n_stop_ids && !rp->stop_ids)) {
+        snprintf(err, errlen, "request: %d stop token ids, at most %d", rp->n_stop_ids,
+                 TD_MAX_STOP_IDS);
+        return -1;
+    }
+    for (int i = 0; i < rp->n_stop_ids; i++)
+        if (rp->stop_ids[i] < 0 || rp->stop_ids[i] >= e->model.cfg.vocab) {
+            snprintf(err, errlen, "request: stop token id %d is outside [0, %d)", rp->stop_ids[i],
+                     e->model.cfg.vocab);
+            return -1;
+        }
+    if (e->next_id == INT_MAX) {
         snprintf(err, errlen, "request: %d requests submitted, no ids left", INT_MAX);
         return -1;
     }
@@ -346,7 +382,7 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
         int cap = e->cap > INT_MAX / 2 ? INT_MAX : e->cap ? 2 * e->cap : 16;
         struct request **nr = realloc(e->reqs, (size_t)cap * sizeof *nr);
         if (nr) e->reqs = nr; // a larger block, used once both have grown
-        int *na = nr ? realloc(e->active, (size_t)cap * sizeof *na) : NULL;
+        struct request **na = nr ? realloc(e->active, (size_t)cap * sizeof *na) : NULL;
         if (na) e->active = na;
         if (!nr || !na) {
             snprintf(err, errlen, "request: out of memory");
@@ -365,39 +401,131 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
         snprintf(err, errlen, "request: out of memory");
         return -1;
     }
-    e->reqs[e->n_reqs] = r;
+    e->reqs[e->n_reqs++] = r;
     memcpy(r->toks, rp->prompt, (size_t)rp->n_prompt * sizeof(int32_t));
-    r->id = e->n_reqs;
+    if (rp->n_stop_ids) memcpy(r->stop_ids, rp->stop_ids, (size_t)rp->n_stop_ids * sizeof(int32_t));
+    r->n_stop_ids = rp->n_stop_ids;
+    r->id = e->next_id++;
+    r->st.t_submit = now();
+    r->st.t_admit = r->st.t_first = r->st.t_end = -1.0;
     r->n_prompt = r->n_toks = rp->n_prompt;
     r->max_tokens = rp->max_tokens;
     r->sampling = *s;
     r->ignore_eos = rp->ignore_eos;
     r->slot = -1;
     r->status = TD_REQ_QUEUED;
-    e->active[e->n_active++] = e->n_reqs;
-    return e->n_reqs++;
+    e->active[e->n_active++] = r;
+    return r->id;
+}
+
+/* the request with this id, or NULL (never submitted, or released) */
+static struct request *find(const struct td_engine *e, int id) {
+    int lo = 0, hi = e->n_reqs; // reqs ascend by id
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (e->reqs[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < e->n_reqs && e->reqs[lo]->id == id ? e->reqs[lo] : NULL;
 }
 
 static void finish(struct td_engine *e, struct request *r, enum td_req_status st,
                    enum td_finish why) {
     r->status = st;
     r->finish = why;
+    r->st.t_end = now();
     if (r->slot >= 0) td_state_seq_release(&e->state, r->slot);
     r->slot = -1;
 }
 
+static int is_done(const struct request *r) {
+    return r->status == TD_REQ_FINISHED || r->status == TD_REQ_FAILED;
+}
+
 void td_engine_cancel(struct td_engine *e, int id) {
-    if (id < 0 || id >= e->n_reqs) return;
-    struct request *r = e->reqs[id];
-    if (r->status == TD_REQ_FINISHED || r->status == TD_REQ_FAILED) return;
+    struct request *r = find(e, id);
+    if (!r || is_done(r)) return;
     snprintf(r->msg, sizeof r->msg, "cancelled");
     finish(e, r, TD_REQ_FINISHED, TD_FINISH_NONE);
 }
 
+int td_engine_stop_at(struct td_engine *e, int id, int n_keep) {
+    struct request *r = find(e, id);
+    if (!r || n_keep < 0 || n_keep > r->n_toks - r->n_prompt) return -1;
+    // the committed length moves back to the cut (state by position: the rest is forgotten)
+    // and the request ends there, stopped; what it emitted after the cut is dropped
+    r->n_toks = r->n_prompt + n_keep;
+    r->msg[0] = 0;
+    if (r->status == TD_REQ_FAILED) r->status = TD_REQ_FINISHED; // a failure after the stop
+    if (is_done(r))
+        r->finish = TD_FINISH_STOP;
+    else
+        finish(e, r, TD_REQ_FINISHED, TD_FINISH_STOP);
+    return 0;
+}
+
+void td_engine_release(struct td_engine *e, int id) {
+    struct request *r = find(e, id);
+    if (!r) return;
+    td_engine_cancel(e, id);
+    int i = 0;
+    while (e->reqs[i] != r)
+        i++;
+    memmove(e->reqs + i, e->reqs + i + 1, (size_t)(e->n_reqs - i - 1) * sizeof *e->reqs);
+    e->n_reqs--;
+    for (int a = 0; a < e->n_active; a++) // cancelled: gone from active at the step's end, or now
+        if (e->active[a] == r) {
+            memmove(e->active + a, e->active + a + 1,
+                    (size_t)(e->n_active - a - 1) * sizeof *e->active);
+            e->n_active--;
+            break;
+        }
+    int held = 0; // the last model drafter call's sequences: collected by the next step
+    for (int j = 0; j < e->n_live; j++)
+        held |= e->live[j] == r;
+    if (!held) {
+        request_free(r);
+        return;
+    }
+    if (e->n_doomed == e->cap_doomed) {
+        int cap = e->cap_doomed ? 2 * e->cap_doomed : 16;
+        struct request **nd = realloc(e->doomed, (size_t)cap * sizeof *nd);
+        if (!nd) { // kept (a request's bytes) rather than freed under the drafter
+            r->released = 1;
+            return;
+        }
+        e->doomed = nd;
+        e->cap_doomed = cap;
+    }
+    e->doomed[e->n_doomed++] = r;
+}
+
+int td_engine_request_stats(const struct td_engine *e, int id, struct td_request_stats *out) {
+    const struct request *r = find(e, id);
+    if (!r) return -1;
+    *out = r->st;
+    return 0;
+}
+
+void td_engine_load(const struct td_engine *e, struct td_engine_load *out) {
+    memset(out, 0, sizeof *out);
+    for (int a = 0; a < e->n_active; a++) {
+        const struct request *r = e->active[a];
+        if (r->status == TD_REQ_QUEUED) out->queued++;
+        if (r->status == TD_REQ_PREFILL) out->prefill++;
+        if (r->status == TD_REQ_DECODE) out->decode++;
+    }
+    out->slots_total = e->p.max_seqs;
+    out->slots_busy = out->prefill + out->decode;
+    out->requests_held = e->n_reqs + e->n_doomed;
+}
+
 int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, int *n_tokens,
                      enum td_req_status *status, enum td_finish *why, const char **msg) {
-    if (id < 0 || id >= e->n_reqs) return -1;
-    const struct request *r = e->reqs[id];
+    const struct request *r = find(e, id);
+    if (!r) return -1;
     if (tokens) *tokens = r->toks + r->n_prompt;
     if (n_tokens) *n_tokens = r->n_toks - r->n_prompt;
     if (status) *status = r->status;
@@ -408,12 +536,18 @@ int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, 
 
 /* append one generated token; returns 1 when the request is done */
 static int emit(struct td_engine *e, struct request *r, int32_t tok) {
+    if (r->n_toks == r->n_prompt) r->st.t_first = now();
     r->toks[r->n_toks++] = tok;
     e->stats.tokens_out++;
     if (!r->ignore_eos && is_eos(e, tok)) {
         finish(e, r, TD_REQ_FINISHED, TD_FINISH_EOS);
         return 1;
     }
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == tok) {
+            finish(e, r, TD_REQ_FINISHED, TD_FINISH_STOP);
+            return 1;
+        }
     if (r->n_toks - r->n_prompt >= r->max_tokens) {
         finish(e, r, TD_REQ_FINISHED, TD_FINISH_LENGTH);
         return 1;
@@ -443,23 +577,20 @@ static float *q_rows(const struct td_engine *e, int slot) {
 /* pack this step's groups; returns how many */
 static int schedule(struct td_engine *e) {
     int budget = e->p.max_batch_tokens, n = 0;
-    // admit in arrival order while slots are free
-    while (e->next_admit < e->n_reqs) {
-        struct request *r = e->reqs[e->next_admit];
-        if (r->status != TD_REQ_QUEUED) {
-            e->next_admit++;
-            continue;
-        }
+    // admit in arrival order while slots are free (active is in arrival order)
+    for (int a = 0; a < e->n_active; a++) {
+        struct request *r = e->active[a];
+        if (r->status != TD_REQ_QUEUED) continue;
         int slot = td_state_seq_alloc(&e->state);
         if (slot < 0) break;
         r->slot = slot;
         r->status = TD_REQ_PREFILL;
-        e->next_admit++;
+        r->st.t_admit = now();
     }
     // 1. every decoding request's anchor row, oldest first: a request that decodes advances
     //    every step, however many drafts the others would like
     for (int a = 0; a < e->n_active && n < e->p.max_seqs && budget > 0; a++) {
-        struct request *r = e->reqs[e->active[a]];
+        struct request *r = e->active[a];
         if (r->status != TD_REQ_DECODE) continue;
         struct group *g = &e->groups[n];
         g->r = r;
@@ -479,7 +610,7 @@ static int schedule(struct td_engine *e) {
     //    while prompts wait, they keep up to half of those rows
     long prompt_rows = 0;
     for (int a = 0; a < e->n_active; a++) {
-        const struct request *r = e->reqs[e->active[a]];
+        const struct request *r = e->active[a];
         if (r->status == TD_REQ_PREFILL) prompt_rows += r->n_prompt - e->state.len[r->slot];
     }
     int share = (budget + 1) / 2; // the prompts' half, rounded up: one row left goes to them
@@ -497,20 +628,20 @@ static int schedule(struct td_engine *e) {
             struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
             g->n_drafts = e->drafter->propose(e->drafter, &dr, k, g->rows + 1, q_rows(e, r->slot),
                                               &g->q_onehot);
-        } else if (k > 0) { // a model drafter's, made at the end of the last step
+        } else if (k > 0) {    // a model drafter's, made at the end of the last step
             if (r->drafts_dev) // still in backend memory: placeholders here (collect_drafts)
                 memset(g->rows + 1, 0, (size_t)k * sizeof(int32_t));
             else
                 memcpy(g->rows + 1, r->drafts, (size_t)k * sizeof(int32_t));
             g->q_onehot = r->sampling.temperature <= 0.0f; // greedy drafts: one-hot q
         }
-        e->seqs[i] = (struct td_plan_seq){r->slot, e->state.len[r->slot], 1 + g->n_drafts, g->rows,
-                                          0, 0};
+        e->seqs[i] =
+            (struct td_plan_seq){r->slot, e->state.len[r->slot], 1 + g->n_drafts, g->rows, 0, 0};
         budget -= g->n_drafts;
     }
     // 3. prefill chunks in the rows left, oldest first
     for (int a = 0; a < e->n_active && n < e->p.max_seqs && budget > 0; a++) {
-        struct request *r = e->reqs[e->active[a]];
+        struct request *r = e->active[a];
         if (r->status != TD_REQ_PREFILL) continue;
         int fed = e->state.len[r->slot], chunk = r->n_prompt - fed;
         if (chunk > budget) chunk = budget;
@@ -579,6 +710,16 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     e->stats.accepted += vr.n_accepted;
     for (int j = 0; j < vr.n_accepted; j++)
         e->stats.accepted_at[j]++;
+    struct td_request_stats *rs = &r->st;
+    rs->rounds++;
+    rs->drafted += vr.n_drafts_used;
+    rs->accepted += vr.n_accepted;
+    if (vr.n_drafts_used) rs->spec_rounds++;
+    for (int j = 0; j < vr.n_drafts_used; j++)
+        rs->proposed_at[j]++;
+    for (int j = 0; j < vr.n_accepted; j++)
+        rs->accepted_at[j]++;
+    if (vr.n_drafts_used) e->stats.accepted_hist[vr.n_accepted]++;
     for (int j = 0; j <= vr.n_accepted && j < vr.n_drafts_used; j++)
         e->stats.reached_at[j]++;
     if (e->drafter && e->drafter->observe) {
@@ -662,12 +803,6 @@ static int collect_drafts(struct td_engine *e, int n_groups, char *err, size_t e
     return 0;
 }
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     int n = schedule(e), V = e->model.cfg.vocab;
     if (n > 0) {
@@ -699,8 +834,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         if (b->mark) b->mark("target");
         // what the drafter does before the verdict (DSpark's insertion) is queued behind the
         // step and runs on the device while the host verifies; the host waits for the ids only
-        if (e->md.impl && e->md.insert_step &&
-            e->md.insert_step(e->md.impl, &e->plan, err, errlen))
+        if (e->md.impl && e->md.insert_step && e->md.insert_step(e->md.impl, &e->plan, err, errlen))
             return -1;
         if (b->wait_queued(err, errlen)) return -1;
         if (collect_drafts(e, n, err, errlen)) return -1;
@@ -728,10 +862,15 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     }
     // forget finished requests: each step scans only the live ones
     int live = 0;
-    for (int a = 0; a < e->n_active; a++) {
-        enum td_req_status st = e->reqs[e->active[a]]->status;
-        if (st != TD_REQ_FINISHED && st != TD_REQ_FAILED) e->active[live++] = e->active[a];
-    }
+    for (int a = 0; a < e->n_active; a++)
+        if (!is_done(e->active[a])) e->active[live++] = e->active[a];
     e->n_active = live;
+    // released requests the last model drafter call held, once that call was collected (a
+    // step with no groups collects nothing: its live list still names them)
+    if (n > 0 || !e->n_live) {
+        for (int i = 0; i < e->n_doomed; i++)
+            request_free(e->doomed[i]);
+        e->n_doomed = 0;
+    }
     return live;
 }

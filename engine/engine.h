@@ -36,7 +36,8 @@
 extern "C" {
 #endif
 
-#define TD_MAX_DRAFT 16
+#define TD_MAX_DRAFT    16
+#define TD_MAX_STOP_IDS 16
 
 struct td_engine_params {
     const char *model_dir;
@@ -69,7 +70,9 @@ struct td_request_params {
     int n_prompt;
     int max_tokens; /* tokens to generate at most, >= 1 */
     struct td_sampling sampling;
-    int ignore_eos; /* keep going past EOS tokens (benchmarks) */
+    int ignore_eos;          /* keep going past EOS tokens (benchmarks) */
+    const int32_t *stop_ids; /* [n_stop_ids] tokens that also end it (emitted, as EOS is) */
+    int n_stop_ids;          /* 0 .. TD_MAX_STOP_IDS */
 };
 
 enum td_req_status {
@@ -86,31 +89,50 @@ enum td_finish {
     TD_FINISH_LENGTH,
     TD_FINISH_CONTEXT,
     TD_FINISH_ERROR,
+    TD_FINISH_STOP, /* one of its stop_ids, or td_engine_stop_at */
 };
 
 struct td_engine_stats {
-    long steps;                     /* forward calls */
-    long rows;                      /* rows fed */
-    long tokens_out;                /* tokens emitted */
-    long rounds;                    /* verify rounds (decode groups) */
-    long drafted;                   /* drafts verified */
-    long accepted;                  /* drafts accepted */
-    long proposed_at[TD_MAX_DRAFT]; /* drafts verified at draft position j */
-    long accepted_at[TD_MAX_DRAFT]; /* drafts accepted at draft position j */
-    long reached_at[TD_MAX_DRAFT];  /* rounds whose drafts before j were all accepted and that
-                                       verified a draft j: accepted_at / reached_at is the
-                                       conditional acceptance P(j accepted | all before were) */
-    long nan_rows;                  /* non-finite target rows met (each fails its request) */
+    long steps;                           /* forward calls */
+    long rows;                            /* rows fed */
+    long tokens_out;                      /* tokens emitted */
+    long rounds;                          /* verify rounds (decode groups) */
+    long drafted;                         /* drafts verified */
+    long accepted;                        /* drafts accepted */
+    long proposed_at[TD_MAX_DRAFT];       /* drafts verified at draft position j */
+    long accepted_at[TD_MAX_DRAFT];       /* drafts accepted at draft position j */
+    long reached_at[TD_MAX_DRAFT];        /* rounds whose drafts before j were all accepted and that
+                                             verified a draft j: accepted_at / reached_at is the
+                                             conditional acceptance P(j accepted | all before were) */
+    long accepted_hist[TD_MAX_DRAFT + 1]; /* rounds that verified a draft, by drafts accepted */
+    long nan_rows;                        /* non-finite target rows met (each fails its request) */
     /* host wall time of a step's phases. On a device the model drafter's work is queued at
      * the end of a step and runs before the next step's forward, so its device time counts in
      * t_target and t_draft holds only its set-up and launches (TD_TIMELINE=1 splits device
      * time); on the CPU each phase is computed where it is counted */
-    double t_target;                /* seconds in plan building, the forward and its wait */
-    double t_verify;                /* seconds verifying and committing its rows (host) */
-    double t_draft;                 /* seconds in the model drafter's calls (MTP, DSpark) */
-    int graphs;                     /* step graphs captured (target and drafter) */
-    double t_capture;               /* seconds capturing them (at start-up; any made later
-                                       count inside t_target or t_draft) */
+    double t_target;  /* seconds in plan building, the forward and its wait */
+    double t_verify;  /* seconds verifying and committing its rows (host) */
+    double t_draft;   /* seconds in the model drafter's calls (MTP, DSpark) */
+    int graphs;       /* step graphs captured (target and drafter) */
+    double t_capture; /* seconds capturing them (at start-up; any made later
+                         count inside t_target or t_draft) */
+};
+
+/* one request's own numbers; times are td_engine_clock() seconds, -1 until they happen */
+struct td_request_stats {
+    long rounds;                    /* verify rounds (steps in which it decoded) */
+    long spec_rounds;               /* of those, rounds that verified at least one draft */
+    long drafted, accepted;         /* drafts verified, accepted */
+    long proposed_at[TD_MAX_DRAFT]; /* drafts verified at draft position j */
+    long accepted_at[TD_MAX_DRAFT]; /* drafts accepted at draft position j */
+    double t_submit, t_admit, t_first, t_end; /* submitted, given a slot, first token, ended */
+};
+
+/* what the engine holds now */
+struct td_engine_load {
+    int queued, prefill, decode; /* requests waiting for a slot, prefilling, decoding */
+    int slots_total, slots_busy;
+    int requests_held; /* submitted and not yet released (td_engine_release) */
 };
 
 struct td_engine;
@@ -132,14 +154,34 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen);
 
 /* A request's tokens so far and its status; msg (may be NULL) gets its error when failed
  * ("cancelled" when cancelled, else ""). 0, or -1 for an unknown id. The tokens and the message
- * stay where they are until td_engine_free, whatever is submitted, stepped or cancelled after:
- * later steps only append to the tokens (n_tokens grows) and a message is written once, when
- * the request ends. */
+ * stay where they are until the request is released (or td_engine_free), whatever is submitted,
+ * stepped or cancelled after: later steps only append to the tokens (n_tokens grows; only
+ * td_engine_stop_at shortens them) and a message is written once, when the request ends. */
 int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, int *n_tokens,
                      enum td_req_status *status, enum td_finish *finish, const char **msg);
 
-/* Stop a request now; its slot is freed, its output kept. */
+/* Stop a request now (queued, prefilling or decoding); its slot is freed, its output kept. */
 void td_engine_cancel(struct td_engine *e, int id);
+
+/* End a request at n_keep generated tokens (a stop string found in its text): the tokens after
+ * are dropped, the sequence's committed length moves back to the cut and its slot is freed;
+ * finish becomes TD_FINISH_STOP (also for a request that had ended, or failed, after the cut).
+ * 0, or -1 for an unknown id or n_keep outside [0, tokens generated]. */
+int td_engine_stop_at(struct td_engine *e, int id, int n_keep);
+
+/* Forget a request (cancelled first if it is running): its id becomes unknown and its memory is
+ * returned, so a long-running process holds only the requests it has not released. Pointers
+ * from td_engine_output stay valid until then. */
+void td_engine_release(struct td_engine *e, int id);
+
+/* A request's own statistics; 0, or -1 for an unknown id. */
+int td_engine_request_stats(const struct td_engine *e, int id, struct td_request_stats *out);
+
+/* Requests queued, prefilling and decoding, and the slots. */
+void td_engine_load(const struct td_engine *e, struct td_engine_load *out);
+
+/* The engine's clock (CLOCK_MONOTONIC seconds), the one td_request_stats uses. */
+double td_engine_clock(void);
 
 const struct td_engine_stats *td_engine_stats(struct td_engine *e);
 

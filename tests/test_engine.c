@@ -94,7 +94,11 @@ static int run(const char *model, const char *draft, int k, int n_req, int budge
         int r = first_req + i;
         struct td_sampling si = *s;
         si.seed = s->seed + (uint64_t)r;
-        struct td_request_params rp = {prompts[r], prompt_len[r], max_tokens, si, h ? 0 : 1};
+        struct td_request_params rp = {.prompt = prompts[r],
+                                       .n_prompt = prompt_len[r],
+                                       .max_tokens = max_tokens,
+                                       .sampling = si,
+                                       .ignore_eos = h ? 0 : 1};
         ids[i] = td_engine_submit(e, &rp, err, sizeof err);
         if (ids[i] < 0) {
             case_fail("submit: %s", err);
@@ -294,7 +298,11 @@ static void drafter_distribution(const char *draft) {
         for (int i = 0; i < N; i++) {
             // seeds differ between the passes: two independent samples of one distribution
             struct td_request_params rp = {
-                prompt, 3, 3, {1.0f, 0, 1.0f, (uint64_t)(pass * 100000 + i)}, 1};
+                .prompt = prompt,
+                .n_prompt = 3,
+                .max_tokens = 3,
+                .sampling = {1.0f, 0, 1.0f, (uint64_t)(pass * 100000 + i)},
+                .ignore_eos = 1};
             ids[i] = td_engine_submit(e, &rp, err, sizeof err);
         }
         while (td_engine_step(e, err, sizeof err) > 0) {
@@ -482,13 +490,23 @@ int main(void) {
     struct td_engine *e;
     CHECK(!td_engine_init(&e, &ep, err, sizeof err), "%s", err);
     int32_t long_prompt[40] = {0}, bad_tok[2] = {1, 300};
-    struct td_request_params rp = {long_prompt, 40, 5, greedy, 0};
+    struct td_request_params rp = {.prompt = long_prompt,
+                                   .n_prompt = 40,
+                                   .max_tokens = 5,
+                                   .sampling = greedy,
+                                   .ignore_eos = 0};
     CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1 && strstr(err, "context"), "long prompt");
-    rp = (struct td_request_params){bad_tok, 2, 5, greedy, 0};
+    rp = (struct td_request_params){
+        .prompt = bad_tok, .n_prompt = 2, .max_tokens = 5, .sampling = greedy, .ignore_eos = 0};
     CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1 && strstr(err, "outside"), "bad id");
-    rp = (struct td_request_params){bad_tok, 0, 5, greedy, 0};
+    rp = (struct td_request_params){
+        .prompt = bad_tok, .n_prompt = 0, .max_tokens = 5, .sampling = greedy, .ignore_eos = 0};
     CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1, "empty prompt accepted");
-    rp = (struct td_request_params){bad_tok, 1, 5, {-1.0f, 0, 1.0f, 0}, 0};
+    rp = (struct td_request_params){.prompt = bad_tok,
+                                    .n_prompt = 1,
+                                    .max_tokens = 5,
+                                    .sampling = {-1.0f, 0, 1.0f, 0},
+                                    .ignore_eos = 0};
     CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1, "negative temperature accepted");
     td_engine_free(e);
     ep.max_cache_bytes = 1000;

@@ -1518,7 +1518,11 @@ static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[6
     for (int r = 0; r < n_req; r++) {
         for (int i = 0; i < 40; i++)
             prompt[r][i] = (int32_t)((r * 29 + (i % (4 + r % 5)) * 11) % engine_vocab);
-        struct td_request_params rp = {prompt[r], 40, 48, {0.0f, 0, 1.0f, 0}, 1};
+        struct td_request_params rp = {.prompt = prompt[r],
+                                       .n_prompt = 40,
+                                       .max_tokens = 48,
+                                       .sampling = {0.0f, 0, 1.0f, 0},
+                                       .ignore_eos = 1};
         ids[r] = td_engine_submit(e, &rp, err, sizeof err);
     }
     struct timespec t0, t1;

@@ -15,6 +15,11 @@
  * every_decode_advances/<drafter>: with a row budget smaller than the drafts wanted, every
  *     decoding request gets its anchor row every step (no head-of-line blocking), and prompts
  *     that wait still get rows.
+ * release_many/<drafter>: requests released as they end or while they run; memory held is
+ *     only the unreleased ones (a long-running server's).
+ * stop_at/<drafter>: a stop found in committed text cuts the request back, frees its slot; the
+ *     others are unchanged; stop token ids end a request at the token.
+ * request_stats/<drafter>: per-request counters sum to the engine's; times in order.
  * TD_TEST_BACKEND=cuda runs them on the GPU (deterministic mode). TD_TEST_QUICK=1 (sanitizer
  * run): fewer requests, and the drafters whose rounds outlive a step (mtp, dspark). An argument
  * runs the cases whose names it begins.
@@ -25,8 +30,8 @@
 #include "check.h"
 #include "engine/engine.h"
 
-#define MODEL "models/tandem-tiny"
-#define N_REQ 40
+#define MODEL   "models/tandem-tiny"
+#define N_REQ   40
 #define MAX_OUT 32
 
 static int32_t prompts[N_REQ][48];
@@ -75,7 +80,11 @@ static int submit(struct td_engine *e, int r, const struct td_sampling *s) {
     char err[256];
     struct td_sampling si = *s;
     si.seed = s->seed + (uint64_t)r;
-    struct td_request_params rp = {prompts[r], prompt_len[r], max_tok[r], si, 1};
+    struct td_request_params rp = {.prompt = prompts[r],
+                                   .n_prompt = prompt_len[r],
+                                   .max_tokens = max_tok[r],
+                                   .sampling = si,
+                                   .ignore_eos = 1};
     int id = td_engine_submit(e, &rp, err, sizeof err);
     if (id < 0) case_fail("submit %d: %s", r, err);
     return id;
@@ -204,8 +213,8 @@ static void nan_after_drafts(const char *draft, int sampled) {
         snprintf(pos, sizeof pos, "position %ld", h.position + 1);
         CHECK(got.st[r] == TD_REQ_FAILED && strstr(msg, pos), "NaN at %ld: status %d, '%s'",
               h.position, got.st[r], msg);
-        CHECK(got.n[r] == want, "NaN at %ld: %d tokens kept, plain decoding keeps %ld",
-              h.position, got.n[r], want);
+        CHECK(got.n[r] == want, "NaN at %ld: %d tokens kept, plain decoding keeps %ld", h.position,
+              got.n[r], want);
         if (!sampled)
             CHECK(!memcmp(got.tok[r], ref.tok[r], (size_t)got.n[r] * sizeof(int32_t)),
                   "NaN at %ld: the kept tokens are not plain decoding's", h.position);
@@ -232,7 +241,11 @@ static void max_tokens_int_max(void) {
         struct td_sampling g = {0.0f, 0, 1.0f, 0};
         int ids[2];
         for (int i = 0; i < 2; i++) {
-            struct td_request_params rp = {prompts[i], prompt_len[i], INT_MAX - 3 * i, g, 1};
+            struct td_request_params rp = {.prompt = prompts[i],
+                                           .n_prompt = prompt_len[i],
+                                           .max_tokens = INT_MAX - 3 * i,
+                                           .sampling = g,
+                                           .ignore_eos = 1};
             ids[i] = td_engine_submit(e, &rp, err, sizeof err);
             CHECK(ids[i] >= 0, "max_tokens %d refused: %s", INT_MAX - 3 * i, err);
         }
@@ -300,7 +313,8 @@ static void every_decode_advances(const char *draft, int k) {
         CHECK(spec.n[r] == plain_out.n[r] &&
                   !memcmp(spec.tok[r], plain_out.tok[r], (size_t)spec.n[r] * sizeof(int32_t)),
               "request %d differs from plain decoding", r);
-    CHECK(2 * steps <= 3 * plain, "%d steps with %s drafts, %d without a drafter", steps, draft, plain);
+    CHECK(2 * steps <= 3 * plain, "%d steps with %s drafts, %d without a drafter", steps, draft,
+          plain);
 done:
     for (int r = 0; r < n_req; r++)
         max_tok[r] = 3 + (r * 5) % 9;
@@ -308,6 +322,215 @@ done:
     char extra[80];
     snprintf(extra, sizeof extra, "(%d steps, %d request-steps waiting to prefill)", steps, waited);
     case_end(name, extra);
+}
+
+/* release_many/<drafter>: requests keep arriving; each is released as soon as it ends, and some
+ * while they still run (queued, prefilling, decoding: with MTP and DSpark a released request may
+ * still be held by the drafter's deferred round). Every finished one gives its up-front output,
+ * a released id is unknown, and the engine holds only the requests not yet released. */
+static void release_many(const char *draft) {
+    char name[96], err[512];
+    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    int k = !strcmp(draft, "none") ? 0 : 2, total = quick_mode() ? 80 : 200;
+    static struct outs ref;
+    int ids[N_REQ], held_max = 0, released_running = 0, checked = 0, done_n = 0;
+    case_begin();
+    struct td_engine *e = open_engine(draft, k, 8, 256, NULL);
+    if (!e) goto done;
+    for (int r = 0; r < N_REQ; r++)
+        ids[r] = submit(e, r, &g);
+    while (td_engine_step(e, err, sizeof err) > 0) {
+    }
+    collect(e, ids, N_REQ, &ref);
+    td_engine_free(e);
+    if (!(e = open_engine(draft, k, 8, 256, NULL))) goto done;
+    rng_state = 1234567 + strlen(draft);
+    int live_ids[64], live_r[64], n_live = 0, n_sub = 0;
+    for (int steps = 0; (n_sub < total || n_live) && steps < 100000; steps++) {
+        while (n_sub < total && n_live < 24 && rnd(3)) {
+            int r = n_sub % N_REQ;
+            live_r[n_live] = r;
+            live_ids[n_live++] = submit(e, r, &g);
+            n_sub++;
+        }
+        if (td_engine_step(e, err, sizeof err) < 0) {
+            case_fail("step: %s", err);
+            break;
+        }
+        for (int i = 0; i < n_live; i++) {
+            const int32_t *t;
+            int n;
+            enum td_req_status st;
+            td_engine_output(e, live_ids[i], &t, &n, &st, NULL, NULL);
+            int ended = st == TD_REQ_FINISHED || st == TD_REQ_FAILED;
+            if (!ended && rnd(40)) continue;
+            if (ended) {
+                int r = live_r[i];
+                CHECK(n == ref.n[r] && !memcmp(t, ref.tok[r], (size_t)n * sizeof(int32_t)),
+                      "request %d (prompt %d) differs from its up-front output", live_ids[i], r);
+                checked++;
+            } else {
+                released_running++;
+            }
+            td_engine_release(e, live_ids[i]);
+            CHECK(td_engine_output(e, live_ids[i], NULL, NULL, NULL, NULL, NULL) == -1,
+                  "released id %d still known", live_ids[i]);
+            done_n++;
+            live_ids[i] = live_ids[n_live - 1], live_r[i] = live_r[n_live - 1];
+            n_live--, i--;
+        }
+        struct td_engine_load ld;
+        td_engine_load(e, &ld);
+        if (ld.requests_held > held_max) held_max = ld.requests_held;
+        CHECK(ld.requests_held <= n_live + 64, "%d requests held, %d not released",
+              ld.requests_held, n_live);
+    }
+    struct td_engine_load ld;
+    td_engine_load(e, &ld);
+    CHECK(ld.requests_held == 0 && ld.slots_busy == 0 && ld.queued == 0,
+          "at the end %d requests held, %d slots busy, %d queued", ld.requests_held, ld.slots_busy,
+          ld.queued);
+    CHECK(done_n == total, "%d of %d requests released", done_n, total);
+    td_engine_free(e);
+done:
+    snprintf(name, sizeof name, "release_many/%s", draft);
+    char extra[96];
+    snprintf(extra, sizeof extra, "(%d requests, %d released while running, at most %d held)",
+             total, released_running, held_max);
+    case_end(name, extra);
+}
+
+/* stop_at/<drafter>: a stop string found after a step that committed several tokens ends the
+ * request at the cut (its tokens are the first n_keep of its full output), frees its slot at
+ * once, and the requests beside it and after it give their own outputs */
+static void stop_at(const char *draft) {
+    char name[96], err[512];
+    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    int k = !strcmp(draft, "none") ? 0 : 3;
+    static struct outs ref, got;
+    int ids[4], cut_seen = 0, stopped = 0;
+    case_begin();
+    for (int r = 0; r < 4; r++)
+        max_tok[r] = 20;
+    struct td_engine *e = open_engine(draft, k, 4, 256, NULL);
+    if (!e) goto done;
+    for (int r = 0; r < 4; r++)
+        ids[r] = submit(e, r, &g);
+    while (td_engine_step(e, err, sizeof err) > 0) {
+    }
+    collect(e, ids, 4, &ref);
+    td_engine_free(e);
+    if (!(e = open_engine(draft, k, 4, 256, NULL))) goto done;
+    for (int r = 0; r < 3; r++)
+        ids[r] = submit(e, r, &g);
+    int after = -1;
+    for (int steps = 0; steps < 1000; steps++) {
+        int live = td_engine_step(e, err, sizeof err);
+        int n;
+        enum td_req_status st;
+        td_engine_output(e, ids[1], NULL, &n, &st, NULL, NULL);
+        if (!stopped && n >= 6) { // cut back into what the last step committed
+            int keep = n - 2;
+            struct td_engine_load before, now_l;
+            td_engine_load(e, &before);
+            CHECK(td_engine_stop_at(e, ids[1], keep) == 0, "stop_at refused");
+            CHECK(td_engine_stop_at(e, ids[1], keep + 1) == -1, "stop_at past the tokens taken");
+            td_engine_load(e, &now_l);
+            CHECK(now_l.slots_busy == before.slots_busy - (st == TD_REQ_DECODE),
+                  "slots busy %d -> %d", before.slots_busy, now_l.slots_busy);
+            stopped = keep;
+            cut_seen = n;
+            ids[3] = submit(e, 3, &g); // a request after the cut reuses the slot
+            after = 3;
+        }
+        if (live <= 0 && stopped) break;
+    }
+    while (td_engine_step(e, err, sizeof err) > 0) {
+    }
+    collect(e, ids, 4, &got);
+    enum td_finish why;
+    td_engine_output(e, ids[1], NULL, NULL, NULL, &why, NULL);
+    CHECK(stopped && got.n[1] == stopped && why == TD_FINISH_STOP,
+          "stopped request: %d tokens (cut at %d), finish %d", got.n[1], stopped, why);
+    CHECK(!memcmp(got.tok[1], ref.tok[1], (size_t)got.n[1] * sizeof(int32_t)),
+          "the kept tokens are not its output's first");
+    for (int r = 0; r < 4; r++)
+        if (r != 1)
+            CHECK(got.n[r] == ref.n[r] &&
+                      !memcmp(got.tok[r], ref.tok[r], (size_t)got.n[r] * sizeof(int32_t)),
+                  "request %d changed", r);
+    CHECK(after == 3, "no request after the cut");
+    // stop ids: a token of request 0's output ends it there, the token kept (as EOS is)
+    int32_t stop_tok = ref.tok[0][4];
+    int first = 0;
+    while (ref.tok[0][first] != stop_tok)
+        first++;
+    struct td_request_params rp = {.prompt = prompts[0],
+                                   .n_prompt = prompt_len[0],
+                                   .max_tokens = max_tok[0],
+                                   .sampling = g,
+                                   .ignore_eos = 1,
+                                   .stop_ids = &stop_tok,
+                                   .n_stop_ids = 1};
+    int id = td_engine_submit(e, &rp, err, sizeof err);
+    while (td_engine_step(e, err, sizeof err) > 0) {
+    }
+    const int32_t *t;
+    int n;
+    td_engine_output(e, id, &t, &n, NULL, &why, NULL);
+    CHECK(n == first + 1 && why == TD_FINISH_STOP && !memcmp(t, ref.tok[0], 4 * (size_t)n),
+          "stop id %d: %d tokens (want %d), finish %d", stop_tok, n, first + 1, why);
+    td_engine_free(e);
+done:
+    for (int r = 0; r < 4; r++)
+        max_tok[r] = 3 + (r * 5) % 9;
+    snprintf(name, sizeof name, "stop_at/%s", draft);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(cut %d tokens to %d)", cut_seen, stopped);
+    case_end(name, extra);
+}
+
+/* request_stats/<drafter>: each request's own counters add up to the engine's, and its times
+ * are in order */
+static void request_stats(const char *draft) {
+    char name[96], err[512];
+    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    int ids[12];
+    case_begin();
+    struct td_engine *e = open_engine(draft, !strcmp(draft, "none") ? 0 : 3, 4, 256, NULL);
+    if (!e) goto done;
+    for (int r = 0; r < 12; r++)
+        ids[r] = submit(e, r, &g);
+    while (td_engine_step(e, err, sizeof err) > 0) {
+    }
+    long drafted = 0, accepted = 0, rounds = 0, at[TD_MAX_DRAFT] = {0};
+    for (int r = 0; r < 12; r++) {
+        struct td_request_stats rs;
+        CHECK(td_engine_request_stats(e, ids[r], &rs) == 0, "no stats");
+        drafted += rs.drafted, accepted += rs.accepted, rounds += rs.rounds;
+        for (int j = 0; j < TD_MAX_DRAFT; j++)
+            at[j] += rs.accepted_at[j];
+        CHECK(rs.t_submit > 0 && rs.t_submit <= rs.t_admit && rs.t_admit <= rs.t_first &&
+                  rs.t_first <= rs.t_end,
+              "request %d: times %.6f %.6f %.6f %.6f out of order", r, rs.t_submit, rs.t_admit,
+              rs.t_first, rs.t_end);
+    }
+    const struct td_engine_stats *s = td_engine_stats(e);
+    CHECK(drafted == s->drafted && accepted == s->accepted && rounds == s->rounds,
+          "requests' sums %ld/%ld/%ld, engine %ld/%ld/%ld", drafted, accepted, rounds, s->drafted,
+          s->accepted, s->rounds);
+    for (int j = 0; j < TD_MAX_DRAFT; j++)
+        CHECK(at[j] == s->accepted_at[j], "position %d: %ld vs %ld", j, at[j], s->accepted_at[j]);
+    long hist = 0, hist_acc = 0;
+    for (int j = 0; j <= TD_MAX_DRAFT; j++)
+        hist += s->accepted_hist[j], hist_acc += j * s->accepted_hist[j];
+    CHECK(hist_acc == s->accepted && hist <= s->rounds, "accepted histogram %ld/%ld", hist_acc,
+          hist);
+    CHECK(td_engine_request_stats(e, 999, &(struct td_request_stats){0}) == -1, "unknown id");
+    td_engine_free(e);
+done:
+    snprintf(name, sizeof name, "request_stats/%s", draft);
+    case_end(name, "");
 }
 
 /* argv[1], when given: run only the cases whose name begins with it */
@@ -331,5 +554,11 @@ int main(int argc, char **argv) {
         if (!quick) every_decode_advances("random", 3);
         every_decode_advances("dspark", 5);
     }
+    for (int d = quick ? 3 : 0; d < 5 && wanted(argc, argv, "release_many"); d += quick ? 1 : 4)
+        release_many(drafters[d]);
+    for (int d = quick ? 3 : 0; d < 5 && wanted(argc, argv, "stop_at"); d++)
+        stop_at(drafters[d]);
+    for (int d = 0; d < 5 && wanted(argc, argv, "request_stats"); d += 2)
+        request_stats(drafters[d]);
     return check_failures ? 1 : 0;
 }

@@ -43,8 +43,8 @@ static int find(struct st_tensor *t, int n, const char *name) {
 }
 
 /* write the case directory (fixture config + tensors) and try to load it */
-static int load_case(const char *fixture, const struct st_tensor *t, int n, struct td_model *m, char *err,
-                     size_t errlen) {
+static int load_case(const char *fixture, const struct st_tensor *t, int n, struct td_model *m,
+                     char *err, size_t errlen) {
     char dir[128], from[256], path[256];
     static int k;
     snprintf(dir, sizeof dir, "%s/case%d", root, k++);
@@ -365,7 +365,11 @@ static int engine_with_gen(const char *text, int token, enum td_finish *why, int
     struct td_engine *e;
     if (td_engine_init(&e, &ep, err, errlen)) return -1;
     int32_t prompt[3] = {5, 6, 7};
-    struct td_request_params rp = {prompt, 3, 4, {0.0f, 0, 1.0f, 1}, 0};
+    struct td_request_params rp = {.prompt = prompt,
+                                   .n_prompt = 3,
+                                   .max_tokens = 4,
+                                   .sampling = {0.0f, 0, 1.0f, 1},
+                                   .ignore_eos = 0};
     int id = td_engine_submit(e, &rp, err, errlen), rc = 0;
     while (id >= 0 && (rc = td_engine_step(e, err, errlen)) > 0) {
     }
@@ -596,7 +600,8 @@ int main(void) {
     expect_error("wrong_dtype", "b_plain_hc2", t, n, "tid2eid", "expected I32/I64");
 
     n = st_list(&hb, t);
-    t[n++] = (struct st_tensor){"model.layers.7.mlp.gate.weight", TD_DTYPE_F32, 2, {8, 8}, mtp, 256};
+    t[n++] =
+        (struct st_tensor){"model.layers.7.mlp.gate.weight", TD_DTYPE_F32, 2, {8, 8}, mtp, 256};
     expect_error("unexpected_tensor", "b_plain_hc2", t, n, "unexpected tensor",
                  "model.layers.7.mlp.gate.weight");
 
