@@ -25,6 +25,8 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/chat.h"
 #include "metadata/plan.h"
+#include "serve/config.h"
+#include "serve/server.h"
 
 #define DRAFT_USAGE                                                                                \
     "  --draft NAME           auto | none | ngram | random | mtp | dspark (auto: dspark when\n"    \
@@ -45,6 +47,7 @@ static void usage(FILE *fp) {
         "  generate   generate tokens from a prompt, with or without speculation\n"
         "  chat       an interactive session in the model's chat format\n"
         "  bench      batch throughput over a prompt set (tandem bench --help)\n"
+        "  serve      an OpenAI-compatible HTTP server (tandem serve --help)\n"
         "  logits     run the reference forward and write every position's logits\n"
         "  tokenize   text -> token ids (tandem tokenize --help)\n"
         "  detokenize token ids -> text (tandem detokenize --help)\n"
@@ -1080,6 +1083,112 @@ out:
     return rc;
 }
 
+// ---------------------------------------------------------------------------------------------
+// serve: the OpenAI-compatible HTTP server (serve/server.h), configured by an INI file
+
+static void serve_usage(FILE *fp) {
+    fprintf(fp,
+            "usage: tandem serve [-c FILE] [--set SECTION.KEY=VALUE]... [options]\n"
+            "  -c, --config FILE      INI configuration (etc/tandem.ini shows every key)\n"
+            "  --set SEC.KEY=VALUE    override one key (repeatable; beats TANDEM_SEC_KEY in the\n"
+            "                         environment, which beats the file)\n"
+            "  --print-config         print the effective configuration and exit\n"
+            "  --help-config          every key with its type, range and default\n"
+            "  generate's options that make sense for a server map to keys and count as --set:\n"
+            "  --model/-m DIR, --host H, --port N, --backend B, --draft D, --draft-tokens K,\n"
+            "  --dspark-dir DIR, --dspark-threshold C, --max-batch-tokens N, --max-ctx N,\n"
+            "  --max-seqs N, --temperature T, --top-k K, --top-p P, --max-tokens N,\n"
+            "  --api-key-file F, --deterministic, --no-graphs, --dummy-weights, --ignore-eos\n"
+            "With no file it serves models/tandem-tiny on 127.0.0.1:8080.\n");
+}
+
+static int cmd_serve(int argc, char **argv) {
+    struct srv_config c;
+    srv_config_defaults(&c);
+    const char *file = NULL;
+    int print = 0;
+    char err[8192];
+    // the file first (wherever -c stands), then the environment, then the command line in order
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            serve_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--help-config")) {
+            srv_config_help(stdout);
+            return 0;
+        }
+        if ((!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) && i + 1 < argc)
+            file = argv[++i];
+    }
+    if (file && srv_config_load(&c, file, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    if (srv_config_env(&c, NULL, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL, *key, *asg;
+        char buf[SRV_STR + 128];
+        if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
+            if (!v) return die("serve: %s needs a file", a);
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--print-config")) {
+            print = 1;
+            continue;
+        }
+        if ((asg = srv_config_flag_bool(a))) {
+            if (srv_config_set(&c, asg, a, err, sizeof err)) return die("%s", err);
+            continue;
+        }
+        if (!strcmp(a, "--set")) {
+            if (!v) return die("serve: --set needs SECTION.KEY=VALUE%s", "");
+            if (srv_config_set(&c, v, "--set", err, sizeof err)) return die("%s", err);
+            i++;
+            continue;
+        }
+        if (!(key = srv_config_flag_key(a)))
+            return die("serve: unknown option '%s' (see tandem serve --help)", a);
+        if (!v) return die("serve: %s needs a value", a);
+        snprintf(buf, sizeof buf, "%s=%s", key, v);
+        if (srv_config_set(&c, buf, a, err, sizeof err)) return die("%s", err);
+        i++;
+    }
+    if (srv_config_check(&c, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    if (!c.path[0]) {
+        const char *d = default_model(argv0_g);
+        if (!d)
+            return die("serve: no model: set model.path (models/tandem-tiny was not found)%s", "");
+        snprintf(c.path, sizeof c.path, "%s", d);
+    }
+    // the drafter as generate resolves it (auto: DSpark on a GPU when the model has one)
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = c.path;
+    ep.backend = c.backend;
+    ep.draft = c.method;
+    ep.dspark_dir = c.dspark_dir[0] ? c.dspark_dir : NULL;
+    ep.dspark_threshold = (float)c.confidence_min;
+    ep.max_batch_tokens = c.max_batch_tokens;
+    if (draft_finish("serve", &ep, c.k)) return 2;
+    snprintf(c.method, sizeof c.method, "%s", ep.draft);
+    c.k = ep.max_draft;
+    c.max_batch_tokens = ep.max_batch_tokens;
+    if (print) {
+        char *ini = srv_config_ini(&c);
+        fputs(ini ? ini : "", stdout);
+        free(ini);
+        return 0;
+    }
+    return srv_run(&c);
+}
+
 int main(int argc, char **argv) {
     argv0_g = argv[0];
     if (argc < 2) {
@@ -1094,6 +1203,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
     fprintf(stderr, "tandem: unknown command '%s' (see tandem --help)\n", argv[1]);

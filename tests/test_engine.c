@@ -455,9 +455,18 @@ int main(void) {
         int32_t full[40];
         for (int i = 0; i < 40; i++)
             full[i] = (i * 7) % 300;
-        struct td_request_params a1 = {prompts[0], prompt_len[0], 20, greedy, 1};
-        struct td_request_params a2 = {prompts[1], prompt_len[1], 1, greedy, 1};
-        struct td_request_params a3 = {full, 40, 10, greedy, 1};
+        struct td_request_params a1 = {.prompt = prompts[0],
+                                       .n_prompt = prompt_len[0],
+                                       .max_tokens = 20,
+                                       .sampling = greedy,
+                                       .ignore_eos = 1};
+        struct td_request_params a2 = {.prompt = prompts[1],
+                                       .n_prompt = prompt_len[1],
+                                       .max_tokens = 1,
+                                       .sampling = greedy,
+                                       .ignore_eos = 1};
+        struct td_request_params a3 = {
+            .prompt = full, .n_prompt = 40, .max_tokens = 10, .sampling = greedy, .ignore_eos = 1};
         int i1 = td_engine_submit(en, &a1, e2, sizeof e2),
             i2 = td_engine_submit(en, &a2, e2, sizeof e2);
         int i3 = td_engine_submit(en, &a3, e2, sizeof e2);
