@@ -1177,7 +1177,7 @@ static int cmd_serve(int argc, char **argv) {
     ep.dspark_threshold = (float)c.confidence_min;
     ep.max_batch_tokens = c.max_batch_tokens;
     if (draft_finish("serve", &ep, c.k)) return 2;
-    snprintf(c.method, sizeof c.method, "%s", ep.draft);
+    if (ep.draft != c.method) snprintf(c.method, sizeof c.method, "%s", ep.draft); // auto's pick
     c.k = ep.max_draft;
     c.max_batch_tokens = ep.max_batch_tokens;
     if (print) {

@@ -215,7 +215,8 @@ static char *content_text(const json_t *c) {
     return out;
 }
 
-static int parse_messages(struct srv *s, struct job *j, const json_t *b, json_t **err) {
+static int parse_messages(struct srv *s, const struct chat *chat, struct job *j, const json_t *b,
+                          json_t **err) {
     const json_t *ms = json_object_get(b, "messages");
     if (!json_is_array(ms) || !json_array_size(ms))
         BAD("messages", "'messages' must be a non-empty array");
@@ -257,11 +258,11 @@ static int parse_messages(struct srv *s, struct job *j, const json_t *b, json_t 
         cm[i].content = texts[i];
     }
     struct tok_ids ids = {0};
-    if (!rc && chat_encode(&s->chat, cm, n, 1, &ids, e, sizeof e)) {
+    if (!rc && chat_encode(chat, cm, n, 1, &ids, e, sizeof e)) {
         *err = api_error("invalid_request_error", NULL, "messages", "%s", e);
         rc = 400;
     }
-    if (!rc && s->cfg.log_requests) j->log_prompt = chat_render(&s->chat, cm, n, 1, NULL);
+    if (!rc && s->cfg.log_requests) j->log_prompt = chat_render(chat, cm, n, 1, NULL);
     for (size_t i = 0; i < n; i++)
         free(texts[i]);
     free(texts);
@@ -449,11 +450,7 @@ int job_parse(struct srv *s, struct job *j, const char *body, size_t len, int *i
         struct chat c = s->chat;
         if (j->think && c.think_open >= 0) c.think = CHAT_THINK_ON;
         j->think = c.think == CHAT_THINK_ON;
-        struct chat keep = s->chat;
-        s->chat = c;
-        rc = parse_messages(s, j, b, err);
-        s->chat = keep;
-        if (rc) goto out;
+        TRY(parse_messages(s, &c, j, b, err));
     } else {
         j->think = 0;
         TRY(parse_prompt(s, j, b, err));

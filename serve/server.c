@@ -286,7 +286,9 @@ static enum met_finish met_reason(const struct choice *c) {
                                                                        : MET_FINISH_STOP;
 }
 
-static void count_finished(struct srv *s, const struct job *j, enum met_finish why) {
+static void count_finished(struct srv *s, struct job *j, enum met_finish why) {
+    for (int i = 0; i < j->n_ch; i++) // the engine's numbers, before the requests are released
+        if (j->ch[i].eid >= 0) td_engine_request_stats(s->e, j->ch[i].eid, &j->ch[i].st);
     for (int i = 0; i < j->n_ch; i++) {
         const struct choice *c = &j->ch[i];
         struct met_request r = {
@@ -313,6 +315,14 @@ static void job_retire(struct srv *s, struct job *j) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     j->finished = 1;
+    // a connection still parked waiting for bytes is woken: MHD sees the end (or the error
+    // of a gone client: suspended connections are not polled, so only this closes them)
+    pthread_mutex_lock(&j->mu);
+    if (j->suspended && j->conn) {
+        j->suspended = 0;
+        MHD_resume_connection(j->conn);
+    }
+    pthread_mutex_unlock(&j->mu);
     job_unref(j);
 }
 
@@ -778,7 +788,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     pthread_mutex_lock(&j->mu);
     ssize_t rc;
-    if (j->off_out < j->n_out) {
+    if (j->closed) {
+        rc = MHD_CONTENT_READER_END_WITH_ERROR;
+    } else if (j->off_out < j->n_out) {
         size_t k = j->n_out - j->off_out;
         if (k > max) k = max;
         memcpy(buf, j->out + j->off_out, k);
@@ -1048,9 +1060,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (cs->job) { // a non-streamed generation, resumed: its body is ready
         struct job *j = cs->job;
         pthread_mutex_lock(&j->mu);
-        int done = j->out_done, st = j->http_status ? j->http_status : 200;
+        int done = j->out_done, st = j->http_status ? j->http_status : 200, closed = j->closed;
         pthread_mutex_unlock(&j->mu);
-        if (!done) { // resumed early (shutdown): wait again
+        if (closed && !done) return MHD_NO; // the client is gone: close the connection
+        if (!done) {                        // resumed early: wait again
             pthread_mutex_lock(&j->mu);
             j->suspended = 1;
             MHD_suspend_connection(c);
