@@ -109,7 +109,7 @@ struct srv {
     pthread_cond_t cv;
     struct job *q_head, *q_tail;
     long outstanding;                 /* choices accepted and not yet finished */
-    int running, waiting, slots_busy; /* as the worker last saw them */
+    int running, waiting, slots_busy, held; /* as the worker last saw them */
     int draining, dead, cancel_all, stop_worker;
     int connections, streams;
     pthread_t worker;

@@ -686,6 +686,7 @@ static void *worker_main(void *arg) {
         for (struct job *w = s->q_head; w; w = w->next)
             s->waiting += w->n_ch;
         s->slots_busy = ld.slots_busy;
+        s->held = ld.requests_held;
         int conns = s->connections, streams = s->streams;
         pthread_mutex_unlock(&s->mu);
         met_gauges(s->m, s->running, s->waiting, ld.slots_busy, streams, conns);
@@ -974,7 +975,8 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, struc
                                   const char *url) {
     pthread_mutex_lock(&s->mu);
     int ready = !s->draining && !s->dead;
-    int running = s->running, waiting = s->waiting, busy = s->slots_busy;
+    int running = s->running, waiting = s->waiting, busy = s->slots_busy, held = s->held;
+    long outstanding = s->outstanding;
     pthread_mutex_unlock(&s->mu);
     if (!strcmp(url, "/health") || !strcmp(url, "/v1/health") || !strcmp(url, "/readyz")) {
         if (!ready)
@@ -1005,8 +1007,10 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, struc
         if (f && !strcmp(f, "1") && busy >= s->cfg.max_running)
             return reply_error(s, c, cs, 503, "unavailable_error", NULL, "no free slot");
         return reply_json(s, c, cs, 200,
-                          json_pack("{s:i,s:i,s:i,s:i}", "total_slots", s->cfg.max_running,
-                                    "busy_slots", busy, "running", running, "waiting", waiting));
+                          json_pack("{s:i,s:i,s:i,s:i,s:i,s:I}", "total_slots", s->cfg.max_running,
+                                    "busy_slots", busy, "running", running, "waiting", waiting,
+                                    "engine_requests_held", held, "outstanding",
+                                    (json_int_t)outstanding));
     }
     if (!strcmp(url, "/props")) {
         json_t *o =
