@@ -454,6 +454,17 @@ static int engine_option(const char *a, const char *v, struct td_engine_params *
         ep->dspark_threshold = (float)t;
         return 1;
     }
+    long lv;
+    if (!strcmp(a, "--max-batch-tokens")) {
+        if (parse_int(a, v, 1, 1 << 20, &lv)) return -1;
+        ep->max_batch_tokens = (int)lv;
+        return 1;
+    }
+    if (!strcmp(a, "--max-ctx")) {
+        if (parse_int(a, v, 2, 1 << 24, &lv)) return -1;
+        ep->max_ctx = (int)lv;
+        return 1;
+    }
     return 0;
 }
 
@@ -462,6 +473,8 @@ static int engine_option(const char *a, const char *v, struct td_engine_params *
 struct req_opts {
     long max_tokens, seed;
     double temperature;
+    long top_k;
+    double top_p;
 };
 
 static int request_option(const char *a, const char *v, struct req_opts *r) {
@@ -472,6 +485,10 @@ static int request_option(const char *a, const char *v, struct req_opts *r) {
         rc = parse_float(a, v, 0, 1e6, &r->temperature);
     else if (!strcmp(a, "--seed"))
         rc = parse_int(a, v, 0, LONG_MAX, &r->seed);
+    else if (!strcmp(a, "--top-k"))
+        rc = parse_int(a, v, 0, INT32_MAX, &r->top_k);
+    else if (!strcmp(a, "--top-p"))
+        rc = parse_float(a, v, 1e-9, 1, &r->top_p);
     else
         return 0;
     return rc ? -1 : 1;
@@ -483,6 +500,8 @@ static int engine_flag(const char *a, struct td_engine_params *ep) {
         ep->deterministic = 1;
     else if (!strcmp(a, "--no-graphs"))
         ep->no_graphs = 1;
+    else if (!strcmp(a, "--dummy-weights"))
+        ep->dummy_weights = 1;
     else
         return 0;
     return 1;
@@ -548,11 +567,9 @@ static int cmd_generate(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     ep.draft = "auto";
     const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
-    struct req_opts ro = {64, 0, 0.0};
-    long top_k = 0, n = 1, draft_tokens = -1;
-    double top_p = 1.0;
+    struct req_opts ro = {64, 0, 0.0, 0, 1.0};
+    long n = 1, draft_tokens = -1;
     int print_ids = 0, stats = 0, ignore_eos = 0;
-    long lv;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -572,10 +589,6 @@ static int cmd_generate(int argc, char **argv) {
             continue;
         }
         if (engine_flag(a, &ep)) continue;
-        if (!strcmp(a, "--dummy-weights")) {
-            ep.dummy_weights = 1;
-            continue;
-        }
         if (a[0] != '-' || !a[1]) { // the text prompt
             if (text) return die("generate: more than one text prompt ('%s')", a);
             text = a;
@@ -593,19 +606,9 @@ static int cmd_generate(int argc, char **argv) {
             prompt_text = v;
         else if (!strcmp(a, "--prompt-ids-file"))
             prompt_file = v;
-        else if (!strcmp(a, "--top-k"))
-            rc = parse_int(a, v, 0, INT32_MAX, &top_k);
-        else if (!strcmp(a, "--top-p"))
-            rc = parse_float(a, v, 1e-9, 1, &top_p);
         else if (!strcmp(a, "--n"))
             rc = parse_int(a, v, 1, 4096, &n);
-        else if (!strcmp(a, "--max-batch-tokens")) {
-            rc = parse_int(a, v, 1, 1 << 20, &lv);
-            ep.max_batch_tokens = (int)lv;
-        } else if (!strcmp(a, "--max-ctx")) {
-            rc = parse_int(a, v, 2, 1 << 24, &lv);
-            ep.max_ctx = (int)lv;
-        } else
+        else
             return die("generate: unknown option '%s' (see tandem generate --help)", a);
         if (rc) return 2;
     }
@@ -655,12 +658,12 @@ static int cmd_generate(int argc, char **argv) {
     struct tok_stream ts;
     if (stream) tok_stream_init(&ts, tk, 0);
     for (long i = 0; i < n; i++) {
-        struct td_request_params rp = {
-            .prompt = prompt,
-            .n_prompt = n_prompt,
-            .max_tokens = (int)ro.max_tokens,
-            .sampling = {(float)ro.temperature, (int)top_k, (float)top_p, (uint64_t)(ro.seed + i)},
-            .ignore_eos = ignore_eos};
+        struct td_request_params rp = {.prompt = prompt,
+                                       .n_prompt = n_prompt,
+                                       .max_tokens = (int)ro.max_tokens,
+                                       .sampling = {(float)ro.temperature, (int)ro.top_k,
+                                                    (float)ro.top_p, (uint64_t)(ro.seed + i)},
+                                       .ignore_eos = ignore_eos};
         if ((ids[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
             rc = die("%s", err);
             goto done;
@@ -758,7 +761,7 @@ static int cmd_chat(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     ep.draft = "auto";
     const char *system = NULL;
-    struct req_opts ro = {256, 0, 0.0};
+    struct req_opts ro = {256, 0, 0.0, 0, 1.0};
     long draft_tokens = -1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -823,12 +826,12 @@ static int cmd_chat(int argc, char **argv) {
             free(owned[n_msgs]);
             continue;
         }
-        struct td_request_params rp = {
-            .prompt = ti.ids,
-            .n_prompt = (int)ti.n,
-            .max_tokens = (int)ro.max_tokens,
-            .sampling = {(float)ro.temperature, 0, 1.0f, (uint64_t)(ro.seed + turn++)},
-            .ignore_eos = 0};
+        struct td_request_params rp = {.prompt = ti.ids,
+                                       .n_prompt = (int)ti.n,
+                                       .max_tokens = (int)ro.max_tokens,
+                                       .sampling = {(float)ro.temperature, (int)ro.top_k,
+                                                    (float)ro.top_p, (uint64_t)(ro.seed + turn++)},
+                                       .ignore_eos = 0};
         int id = td_engine_submit(e, &rp, err, sizeof err);
         tok_ids_free(&ti);
         if (id < 0) {
@@ -885,8 +888,8 @@ static int cmp_double(const void *a, const void *b) {
 static int cmd_bench(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     const char *prompts_path = NULL;
-    struct req_opts ro = {128, 0, 0.0};
-    long n_prompts = 64, batch = 16, draft_tokens = -1, lv;
+    struct req_opts ro = {128, 0, 0.0, 0, 1.0};
+    long n_prompts = 64, batch = 16, draft_tokens = -1;
     int raw = 0, csv = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -899,11 +902,12 @@ static int cmd_bench(int argc, char **argv) {
                 "  --max-tokens N       tokens per request (default 128)\n"
                 "  --batch B            requests decoding at once (default 16)\n"
                 "  drafter options (default --draft none):\n" DRAFT_USAGE
-                "  --temperature T      default 0 (greedy)\n"
+                "  --temperature T      default 0 (greedy);  --top-k K;  --top-p P\n"
                 "  --seed S             request i uses S + i\n"
                 "  --raw                prompts as plain text (default: the chat format)\n"
                 "  --backend B          auto | cpu | cuda;  --deterministic;  --no-graphs\n"
-                "  --max-batch-tokens N rows per step (default 256)\n"
+                "  --max-batch-tokens N rows per step (default 256);  --max-ctx N\n"
+                "  --dummy-weights      generated weights of DIR/config.json's shapes\n"
                 "  --csv                one CSV header line and one result line\n"
                 "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
                 "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
@@ -933,10 +937,7 @@ static int cmd_bench(int argc, char **argv) {
             rc = parse_int(a, v, 1, 1 << 20, &n_prompts);
         else if (!strcmp(a, "--batch"))
             rc = parse_int(a, v, 1, 4096, &batch);
-        else if (!strcmp(a, "--max-batch-tokens")) {
-            rc = parse_int(a, v, 1, 1 << 20, &lv);
-            ep.max_batch_tokens = (int)lv;
-        } else
+        else
             return die("bench: unknown option '%s' (see tandem bench --help)", a);
         if (rc) return 2;
     }
@@ -1014,12 +1015,12 @@ static int cmd_bench(int argc, char **argv) {
     long prompt_tokens = 0;
     double t0 = now_s();
     for (int i = 0; i < np; i++) {
-        struct td_request_params rp = {
-            .prompt = ids[i].ids,
-            .n_prompt = (int)ids[i].n,
-            .max_tokens = (int)ro.max_tokens,
-            .sampling = {(float)ro.temperature, 0, 1.0f, (uint64_t)(ro.seed + i)},
-            .ignore_eos = 1};
+        struct td_request_params rp = {.prompt = ids[i].ids,
+                                       .n_prompt = (int)ids[i].n,
+                                       .max_tokens = (int)ro.max_tokens,
+                                       .sampling = {(float)ro.temperature, (int)ro.top_k,
+                                                    (float)ro.top_p, (uint64_t)(ro.seed + i)},
+                                       .ignore_eos = 1};
         prompt_tokens += (long)ids[i].n;
         ttft[i] = done_t[i] = -1;
         if ((rid[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
