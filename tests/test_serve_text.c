@@ -1,0 +1,55 @@
+/* test_serve_text.c: the stop-string rules of serve/text.c (server.md section 1.9).
+ *
+ *   make build/tests/test_serve_text && build/tests/test_serve_text
+ */
+#include "check.h"
+#include "serve/text.h"
+
+static void find_cases(void) {
+    case_begin();
+    char *stops[] = {"cd", "bcx", "zz"};
+    size_t at = 99;
+    CHECK(stop_find("abcdef", 6, 0, stops, 3, &at) == 0 && at == 2, "cd at %zu", at);
+    CHECK(stop_find("abcdef", 6, 3, stops, 3, &at) == -1, "found before from");
+    char *two[] = {"de", "cd"}; // the earliest start wins, not the first in the list
+    CHECK(stop_find("abcdef", 6, 0, two, 2, &at) == 1 && at == 2, "earliest: %zu", at);
+    char *same[] = {"cde", "cd"}; // equal starts: the first listed
+    CHECK(stop_find("abcdef", 6, 0, same, 2, &at) == 0 && at == 2, "equal starts");
+    CHECK(stop_find("ab", 2, 0, stops, 3, &at) == -1, "no match in a short text");
+    char *empty[] = {""};
+    CHECK(stop_find("ab", 2, 0, empty, 1, &at) == -1, "an empty stop matched");
+    case_end("stop_find", "");
+}
+
+static void holdback_cases(void) {
+    case_begin();
+    char *stops[] = {"END", "xy"};
+    CHECK(stop_holdback("abcE", 4, stops, 2) == 3, "E held: %zu",
+          stop_holdback("abcE", 4, stops, 2));
+    CHECK(stop_holdback("abcEN", 5, stops, 2) == 3, "EN held");
+    CHECK(stop_holdback("abcx", 4, stops, 2) == 3, "x held");
+    CHECK(stop_holdback("abc", 3, stops, 2) == 3, "nothing to hold");
+    CHECK(stop_holdback("abEND", 5, stops, 2) == 5, "a whole stop is not a proper prefix");
+    CHECK(stop_holdback("EN", 2, stops, 2) == 0, "all of a short text held");
+    CHECK(stop_holdback("abc", 3, NULL, 0) == 3, "no stops");
+    char *u[] = {"\xc3\xa9t\xc3\xa9"}; // "été": its prefix bytes, a split character included
+    CHECK(stop_holdback("a\xc3", 2, u, 1) == 1, "a partial UTF-8 prefix of a stop held");
+    case_end("stop_holdback", "");
+}
+
+static void kept_cases(void) {
+    case_begin();
+    size_t ends[] = {2, 5, 5, 9}; // tokens "ab", "cde", "" (a skipped special), "fghi"
+    CHECK(stop_tokens_kept(ends, 4, 5) == 2, "cut at a boundary: %d", stop_tokens_kept(ends, 4, 5));
+    CHECK(stop_tokens_kept(ends, 4, 6) == 4, "a straddling token is kept");
+    CHECK(stop_tokens_kept(ends, 4, 3) == 2, "cut inside token 2");
+    CHECK(stop_tokens_kept(ends, 4, 0) == 0, "cut at the start");
+    case_end("stop_tokens_kept", "");
+}
+
+int main(void) {
+    find_cases();
+    holdback_cases();
+    kept_cases();
+    return check_failures ? 1 : 0;
+}
