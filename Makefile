@@ -87,14 +87,15 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.c.o $(BUILD)/libtandem.a
 bench-bins: $(BENCH_BIN)
 
 # every test binary prints OK/FAIL lines; tests/run.sh sums them into "N passed, N failed"
+# tests/serve/run.sh: the server driven by real clients (Node's test runner, the openai package)
 test-cpu: bin/tandem $(TEST_BIN)
-	@sh tests/run.sh $(BUILD) $(TEST_BIN)
+	@TD_TANDEM=bin/tandem sh tests/run.sh $(BUILD) $(TEST_BIN) tests/serve/run.sh
 
 test: test-cpu
 	@$(MAKE) --no-print-directory SANITIZER=address,undefined test-san
 
 test-san: $(TEST_BIN) $(BUILD)/tandem
-	@ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 TD_TEST_QUICK=1 TD_TANDEM=$(BUILD)/tandem sh tests/run.sh $(BUILD) $(TEST_BIN)
+	@ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 TD_TEST_QUICK=1 TD_TANDEM=$(BUILD)/tandem sh tests/run.sh $(BUILD) $(TEST_BIN) tests/serve/run.sh
 
 $(BUILD)/tandem: $(BUILD)/app/main.c.o $(BUILD)/libtandem.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -392,8 +392,7 @@ static int pump_choice(struct srv *s, struct job *j, struct choice *c, json_t *c
             from <= c->n_text ? stop_find(c->text, c->n_text, from, j->stops, j->n_stops, &at) : -1;
         if (k >= 0) {
             size_t cut = at + (j->include_stop ? strlen(j->stops[k]) : 0);
-            int keep = stop_tokens_kept(c->ends, n, j->include_stop ? cut : at);
-            if (keep < 1 && n > 0 && at > 0) keep = 1;
+            int keep = stop_tokens_kept(c->ends, n, at + strlen(j->stops[k]));
             td_engine_stop_at(s->e, c->eid, keep);
             c->n_text = cut;
             c->n_seen = keep;
@@ -977,7 +976,10 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, struc
     int ready = !s->draining && !s->dead;
     int running = s->running, waiting = s->waiting, busy = s->slots_busy, held = s->held;
     long outstanding = s->outstanding;
+    int full = outstanding >= (long)s->cfg.max_running + s->cfg.max_waiting;
     pthread_mutex_unlock(&s->mu);
+    if (!strcmp(url, "/readyz") && ready && full)
+        return reply_json(s, c, cs, 503, json_pack("{s:s}", "status", "busy")); // admits nothing
     if (!strcmp(url, "/health") || !strcmp(url, "/v1/health") || !strcmp(url, "/readyz")) {
         if (!ready)
             return reply_json(s, c, cs, 503,

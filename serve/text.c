@@ -34,10 +34,7 @@ size_t stop_holdback(const char *text, size_t n, char *const *stops, int n_stops
 }
 
 int stop_tokens_kept(const size_t *ends, int n_tokens, size_t m) {
-    int keep = 0;
-    for (int i = 0; i < n_tokens; i++) {
-        size_t start = i ? ends[i - 1] : 0;
-        if (start < m) keep = i + 1;
-    }
-    return keep;
+    for (int i = 0; i < n_tokens; i++)
+        if (ends[i] >= m) return i + 1;
+    return n_tokens;
 }

@@ -24,9 +24,10 @@ int stop_find(const char *text, size_t n, size_t from, char *const *stops, int n
  * prefix of a stop string */
 size_t stop_holdback(const char *text, size_t n, char *const *stops, int n_stops);
 
-/* given ends[i] = the text length after generated token i (non-decreasing), the tokens to keep
- * when the text is cut at byte m: those whose text starts before m (a token that straddles the
- * cut is kept: part of it is in the text) */
+/* given ends[i] = the text length after generated token i (non-decreasing), the tokens plain
+ * decoding would have generated when the stop ends at byte m: up to the first token whose text
+ * reaches m (the one that completed the stop); later ones, committed by the same verify step,
+ * are dropped */
 int stop_tokens_kept(const size_t *ends, int n_tokens, size_t m);
 
 #endif

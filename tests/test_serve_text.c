@@ -40,10 +40,11 @@ static void holdback_cases(void) {
 static void kept_cases(void) {
     case_begin();
     size_t ends[] = {2, 5, 5, 9}; // tokens "ab", "cde", "" (a skipped special), "fghi"
-    CHECK(stop_tokens_kept(ends, 4, 5) == 2, "cut at a boundary: %d", stop_tokens_kept(ends, 4, 5));
-    CHECK(stop_tokens_kept(ends, 4, 6) == 4, "a straddling token is kept");
-    CHECK(stop_tokens_kept(ends, 4, 3) == 2, "cut inside token 2");
-    CHECK(stop_tokens_kept(ends, 4, 0) == 0, "cut at the start");
+    CHECK(stop_tokens_kept(ends, 4, 5) == 2, "a stop ending at a boundary: %d",
+          stop_tokens_kept(ends, 4, 5));
+    CHECK(stop_tokens_kept(ends, 4, 6) == 4, "the token that completes the stop is kept");
+    CHECK(stop_tokens_kept(ends, 4, 3) == 2, "a stop ending inside token 2");
+    CHECK(stop_tokens_kept(ends, 4, 1) == 1, "a stop ending inside token 1");
     case_end("stop_tokens_kept", "");
 }
 

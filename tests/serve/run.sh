@@ -15,6 +15,10 @@ fi
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     npm ci --no-audit --no-fund >&2 || { echo "FAIL serve: npm ci failed"; exit 1; }
 fi
+if [ $# -eq 0 ] && [ -n "$TD_TEST_QUICK" ]; then # the sanitizer run: the server's hard paths
+    set -- tests/serve/wire.test.mjs tests/serve/disconnect.test.mjs \
+        tests/serve/concurrency.test.mjs tests/serve/errors.test.mjs tests/serve/overload.test.mjs
+fi
 if [ $# -eq 0 ]; then set -- tests/serve/*.test.mjs; fi
 limit=${TD_SERVE_TIMEOUT:-600}   # the whole run, seconds (each wait inside is bounded too)
 out=$(mktemp) || exit 1
