@@ -17,7 +17,7 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
 fi
 if [ $# -eq 0 ] && [ -n "$TD_TEST_QUICK" ]; then # the sanitizer run: the server's hard paths
     set -- tests/serve/wire.test.mjs tests/serve/disconnect.test.mjs \
-        tests/serve/concurrency.test.mjs tests/serve/errors.test.mjs tests/serve/overload.test.mjs
+        tests/serve/concurrency.test.mjs tests/serve/errors.test.mjs
 fi
 if [ $# -eq 0 ]; then set -- tests/serve/*.test.mjs; fi
 limit=${TD_SERVE_TIMEOUT:-600}   # the whole run, seconds (each wait inside is bounded too)
