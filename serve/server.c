@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -1304,9 +1305,16 @@ int srv_run(const struct srv_config *cfg) {
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)cfg->port);
-    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
-        fprintf(stderr, "tandem: serve: server.host '%s' is not an IPv4 address\n", cfg->host);
-        goto out;
+    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) { // a name: its first IPv4 address
+        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+        int g = getaddrinfo(cfg->host, NULL, &hints, &ai);
+        if (g || !ai) {
+            fprintf(stderr, "tandem: serve: server.host '%s': %s\n", cfg->host,
+                    g ? gai_strerror(g) : "no IPv4 address");
+            goto out;
+        }
+        addr.sin_addr = ((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+        freeaddrinfo(ai);
     }
     if (pthread_create(&s->worker, NULL, worker_main, s)) {
         fprintf(stderr, "tandem: serve: cannot start the worker thread\n");
