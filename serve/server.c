@@ -844,8 +844,10 @@ static enum MHD_Result handle_generate(struct srv *s, struct MHD_Connection *c, 
     int st = job_parse(s, j, cs->body ? cs->body : "", cs->n_body, &ignored, &err);
     if (ignored) met_ignored_fields(s->m, ignored);
     if (st) {
-        const char *code =
-            json_string_value(json_object_get(json_object_get(err, "error"), "code"));
+        const json_t *eo = json_object_get(err, "error");
+        const char *code = json_string_value(json_object_get(eo, "code"));
+        log_line(s, SRV_LOG_INFO, "request %s rejected %d: %s", j->rid, st,
+                 json_string_value(json_object_get(eo, "message")));
         met_rejected(s->m, code && !strcmp(code, "context_length_exceeded")
                                ? MET_REJECT_CONTEXT
                                : MET_REJECT_BAD_REQUEST);
@@ -874,6 +876,7 @@ static enum MHD_Result handle_generate(struct srv *s, struct MHD_Connection *c, 
     pthread_mutex_unlock(&s->mu);
     if (full) {
         met_rejected(s->m, MET_REJECT_QUEUE_FULL);
+        log_line(s, SRV_LOG_INFO, "request %s rejected 429: the admission queue is full", j->rid);
         job_unref(j);
         return reply_error(s, c, cs, 429, "rate_limit_error", "queue_full",
                            "the server is busy: %d requests running and %d waiting; retry later",
