@@ -1,0 +1,191 @@
+#!/bin/sh
+# bench/serve.sh: the serving benchmark on the GPU. Builds nothing: it runs the bin/tandem that is
+# there. For each drafter (none, dspark, auto) it starts `tandem serve --backend cuda`, drives it
+# with bench/serve_load.mjs at three Poisson rates and at a fixed concurrency, prints one markdown
+# table (a row per drafter x load) and leaves every run's JSON, the server logs and the table in
+# OUTDIR.
+#
+#   sh bench/serve.sh [OUTDIR]                 # the sweep (default OUTDIR .out/serve-<date>)
+#   sh bench/serve.sh compare [OUTDIR]         # one client: tokens/s through the server at
+#                                              # concurrency 1 vs tandem generate, same prompt
+#                                              # and drafter, and their ratio
+#
+# Environment (defaults in brackets):
+#   TANDEM [bin/tandem]  MODEL [models/tandem-tiny]  BACKEND [cuda]
+#   DATASET [shared/data/prompts/mt-bench.jsonl, else /work/shared/data/prompts/mt-bench.jsonl]
+#   DRAFTERS ["none dspark auto"]  RATES ["8 32 128"]  CONC [64]  NUM_REQUESTS [256]
+#   MAX_TOKENS [128]  ENDPOINT [chat]  TEMPERATURE [0]  IGNORE_EOS [1]  WARMUP [4]
+#   GOODPUT [ttft:500,tpot:50]  SERVE_ARGS ["--max-seqs 64"]  READY_S [300]
+#   compare: PROMPT [a fixed English sentence]  CMP_TOKENS [256]  CMP_RUNS [3]
+set -u
+cd "$(dirname "$0")/.." || exit 1
+
+TANDEM=${TANDEM:-bin/tandem}
+MODEL=${MODEL:-models/tandem-tiny}
+BACKEND=${BACKEND:-cuda}
+DRAFTERS=${DRAFTERS:-none dspark auto}
+RATES=${RATES:-8 32 128}
+CONC=${CONC:-64}
+NUM_REQUESTS=${NUM_REQUESTS:-256}
+MAX_TOKENS=${MAX_TOKENS:-128}
+ENDPOINT=${ENDPOINT:-chat}
+TEMPERATURE=${TEMPERATURE:-0}
+IGNORE_EOS=${IGNORE_EOS:-1}
+WARMUP=${WARMUP:-4}
+GOODPUT=${GOODPUT:-ttft:500,tpot:50}
+SERVE_ARGS=${SERVE_ARGS:---max-seqs 64}
+READY_S=${READY_S:-300}
+PROMPT=${PROMPT:-In the beginning God created the heaven and the earth. And the earth was without form, and void}
+CMP_TOKENS=${CMP_TOKENS:-256}
+CMP_RUNS=${CMP_RUNS:-3}
+
+mode=sweep
+if [ "${1:-}" = compare ]; then mode=compare; shift; fi
+OUT=${1:-.out/serve-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT" || exit 1
+
+if [ -z "${DATASET:-}" ]; then
+    for d in shared/data/prompts/mt-bench.jsonl /work/shared/data/prompts/mt-bench.jsonl; do
+        if [ -f "$d" ]; then DATASET=$d; break; fi
+    done
+fi
+[ -x "$TANDEM" ] || { echo "serve.sh: no $TANDEM (build it first)" >&2; exit 1; }
+command -v node >/dev/null 2>&1 || { echo "serve.sh: no node" >&2; exit 1; }
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    npm ci --no-audit --no-fund >&2 || exit 1
+fi
+
+SERVER_PID=
+URL=
+cleanup() { if [ -n "$SERVER_PID" ]; then kill -TERM "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; fi; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_server DRAFTER: starts tandem serve, sets SERVER_PID and URL (returns 1 on failure)
+start_server() {
+    d=$1
+    err="$OUT/serve_$d.stderr"
+    # shellcheck disable=SC2086
+    "$TANDEM" serve --port 0 --backend "$BACKEND" --model "$MODEL" --draft "$d" $SERVE_ARGS \
+        --set "log.file=$OUT/serve_$d.log" 2>"$err" &
+    SERVER_PID=$!
+    i=0
+    while [ $i -lt $((READY_S * 5)) ]; do
+        URL=$(sed -n 's#^tandem: serving [^ ]* on \(http://[^ ]*\) .*#\1#p' "$err" | head -1)
+        [ -n "$URL" ] && return 0
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            echo "serve.sh: tandem serve --draft $d exited before it was ready:" >&2
+            cat "$err" >&2
+            SERVER_PID=
+            return 1
+        fi
+        sleep 0.2
+        i=$((i + 1))
+    done
+    echo "serve.sh: tandem serve --draft $d not ready within $READY_S s" >&2
+    cat "$err" >&2
+    return 1
+}
+
+stop_server() {
+    [ -n "$SERVER_PID" ] || return 0
+    kill -TERM "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID"
+    rc=$?
+    [ $rc -eq 0 ] || echo "serve.sh: tandem serve exited with $rc after SIGTERM" >&2
+    SERVER_PID=
+}
+
+load() { # load JSON LABEL ARGS...: one serve_load run
+    json=$1; label=$2; shift 2
+    eos=; [ "$IGNORE_EOS" = 1 ] && eos=--ignore-eos
+    # shellcheck disable=SC2086
+    node bench/serve_load.mjs --url "$URL" --dataset "$DATASET" --endpoint "$ENDPOINT" \
+        --num-requests "$NUM_REQUESTS" --max-tokens "$MAX_TOKENS" --temperature "$TEMPERATURE" $eos \
+        --goodput "$GOODPUT" --seed 0 --warmup "$WARMUP" --label "$label" --quiet --json "$json" "$@" \
+        >"${json%.json}.txt" 2>&1 || echo "serve.sh: serve_load failed for $label (see ${json%.json}.txt)" >&2
+}
+
+sweep() {
+    [ -n "${DATASET:-}" ] && [ -f "$DATASET" ] || { echo "serve.sh: no dataset (set DATASET)" >&2; exit 1; }
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+    for d in $DRAFTERS; do
+        start_server "$d" || continue
+        echo "serve.sh: --draft $d at $URL" >&2
+        for r in $RATES; do
+            load "$OUT/${d}_rate$r.json" "$d" --rate "$r"
+        done
+        load "$OUT/${d}_conc$CONC.json" "$d" --concurrency "$CONC"
+        curl -s "$URL/metrics" >"$OUT/serve_$d.metrics" 2>/dev/null
+        stop_server
+    done
+    node --input-type=module - "$OUT" >"$OUT/table.md" <<'EOF'
+import fs from 'node:fs';
+import path from 'node:path';
+const dir = process.argv[2];
+const rows = fs.readdirSync(dir).filter((f) => /_(rate|conc)[0-9.]+\.json$/.test(f)).map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')));
+const key = (r) => [r.label, r.config.concurrency ? 1e9 + r.config.concurrency : Number(r.config.rate)];
+const order = ['none', 'dspark', 'auto'];
+rows.sort((a, b) => {
+    const [la, xa] = key(a), [lb, xb] = key(b);
+    const oa = order.indexOf(la), ob = order.indexOf(lb);
+    return oa !== ob ? (oa < 0 ? 99 : oa) - (ob < 0 ? 99 : ob) || la.localeCompare(lb) : xa - xb;
+});
+const f = (x, d = 1) => (x === null || x === undefined ? 'n/a' : Number(x).toFixed(d));
+console.log('| drafter | load | ok/failed | req/s | out tok/s | TTFT mean / p99 ms | TPOT mean / p99 ms | ITL p50 / p99 ms | E2E p50 / p99 ms | goodput req/s | acceptance | mean acc. len |');
+console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
+for (const r of rows) {
+    const load = r.config.concurrency ? `conc ${r.config.concurrency}` : `${r.config.rate} req/s`;
+    const s = r.speculation;
+    console.log(`| ${r.label} | ${load} | ${r.completed}/${r.failed} | ${f(r.request_throughput, 2)} | ${f(r.output_throughput, 0)} | ${f(r.ttft_ms.mean)} / ${f(r.ttft_ms.p99)} | ${f(r.tpot_ms.mean, 2)} / ${f(r.tpot_ms.p99, 2)} | ${f(r.itl_ms.p50, 2)} / ${f(r.itl_ms.p99, 2)} | ${f(r.e2el_ms.p50, 0)} / ${f(r.e2el_ms.p99, 0)} | ${f(r.goodput, 2)} | ${s && s.acceptance_rate !== null ? f(s.acceptance_rate, 3) : '-'} | ${s && s.mean_acceptance_length !== null ? f(s.mean_acceptance_length, 2) : '-'} |`);
+}
+const any = rows[0];
+if (any) console.log(`\n${rows.length} runs; ${any.config.num_requests} requests each, ${any.config.endpoint}, max_tokens ${any.config.max_tokens}, temperature ${any.config.temperature}${any.config.ignore_eos ? ', ignore_eos' : ''}, dataset ${path.basename(any.config.dataset)}, goodput SLO ${JSON.stringify(any.config.goodput_slo_ms)} ms, seed ${any.config.seed}; TPOT = (E2E - TTFT) / (tokens - 1); acceptance = accepted / draft tokens, mean acc. len = 1 + accepted / drafts (from /metrics deltas).`);
+EOF
+    cat "$OUT/table.md"
+    echo "serve.sh: JSON, logs and table.md in $OUT" >&2
+}
+
+compare() {
+    ds="$OUT/compare_prompt.jsonl"
+    node -e 'console.log(JSON.stringify({ turns: [process.argv[1]] }))' "$PROMPT" >"$ds"
+    echo "| drafter | server tok/s | generate tok/s | ratio | server decode tok/s | generate decode tok/s | ratio |"
+    echo "|---|---|---|---|---|---|---|"
+    for d in $DRAFTERS; do
+        # tandem generate, CMP_RUNS times: the mean of its own tokens/s lines
+        g_all=0; g_dec=0; n=0
+        while [ $n -lt "$CMP_RUNS" ]; do
+            s=$("$TANDEM" generate --backend "$BACKEND" --model "$MODEL" --draft "$d" "$PROMPT" \
+                --max-tokens "$CMP_TOKENS" --ignore-eos --temperature 0 --stats --print-ids 2>&1 >/dev/null)
+            a=$(printf '%s\n' "$s" | sed -n 's/^stats: [0-9]* tokens in .* = \([0-9.]*\) tokens\/s.*/\1/p' | head -1)
+            b=$(printf '%s\n' "$s" | sed -n 's/^stats: decode .* = \([0-9.]*\) tokens\/s.*/\1/p' | head -1)
+            [ -n "$a" ] || { echo "serve.sh: generate --draft $d gave no stats:" >&2; printf '%s\n' "$s" >&2; break; }
+            g_all=$(awk "BEGIN{print $g_all + $a}"); g_dec=$(awk "BEGIN{print $g_dec + ${b:-0}}")
+            n=$((n + 1))
+        done
+        [ $n -gt 0 ] || continue
+        g_all=$(awk "BEGIN{printf \"%.1f\", $g_all / $n}"); g_dec=$(awk "BEGIN{printf \"%.1f\", $g_dec / $n}")
+        # the same prompt through the server, one client, completions (the raw text, as generate
+        # encodes it), CMP_RUNS requests after one warm-up
+        start_server "$d" || continue
+        json="$OUT/compare_$d.json"
+        node bench/serve_load.mjs --url "$URL" --dataset "$ds" --endpoint completions --concurrency 1 \
+            --num-requests "$CMP_RUNS" --max-tokens "$CMP_TOKENS" --temperature 0 --ignore-eos --warmup 1 \
+            --label "$d" --quiet --save-requests --json "$json" >"$OUT/compare_$d.txt" 2>&1
+        stop_server
+        node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+const ok = r.requests.filter((q) => q.ok);
+const tok = ok.reduce((s, q) => s + q.output_tokens, 0), e2e = ok.reduce((s, q) => s + q.e2el_ms, 0) / 1000;
+const dtok = ok.reduce((s, q) => s + q.output_tokens - 1, 0), dt = ok.reduce((s, q) => s + q.e2el_ms - q.ttft_ms, 0) / 1000;
+const [ga, gd] = [Number(process.argv[3]), Number(process.argv[4])];
+const sa = tok / e2e, sd = dtok / dt;
+console.log(`| ${process.argv[2]} | ${sa.toFixed(1)} | ${ga.toFixed(1)} | ${(sa / ga).toFixed(3)} | ${sd.toFixed(1)} | ${gd.toFixed(1)} | ${gd > 0 ? (sd / gd).toFixed(3) : "n/a"} |`);
+' "$json" "$d" "$g_all" "$g_dec" || echo "serve.sh: no server numbers for $d (see $OUT/compare_$d.txt)" >&2
+    done
+    echo
+    echo "one client, $CMP_TOKENS tokens (ignore_eos, greedy), the mean of $CMP_RUNS runs each; server tok/s = tokens / E2E of each request,"
+    echo "decode = (tokens - 1) / (E2E - TTFT); generate's are its --stats lines (the engine loop, no model load)."
+}
+
+if [ $mode = compare ]; then compare; else sweep; fi
