@@ -16,6 +16,13 @@ json_t *api_error(const char *type, const char *code, const char *param, const c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    // the message may quote the request (jansson's parse errors do): bytes that are not UTF-8
+    // become '?', so the error object always exists
+    for (size_t i = 0, n = strlen(msg); i < n;) {
+        size_t k = tok_utf8_valid_prefix(msg + i, n - i);
+        i += k;
+        if (i < n) msg[i++] = '?';
+    }
     return json_pack("{s:{s:s,s:s,s:s?,s:s?}}", "error", "message", msg, "type", type, "param",
                      param, "code", code);
 }
