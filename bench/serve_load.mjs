@@ -247,7 +247,8 @@ async function specSnapshot(root, apiKey) {
     const sum = (name) => samples.filter((s) => s.name === name).reduce((a, s) => a + s.value, 0);
     const present = (name) => samples.some((s) => s.name === name);
     const flavour = present(SPEC_NAMES.tandem.drafts) ? 'tandem' : present(SPEC_NAMES.vllm.drafts) ? 'vllm' : null;
-    const snap = { flavour, generation: present('tandem_generation_tokens_total') ? sum('tandem_generation_tokens_total') : null };
+    const running = present('tandem_requests_running') ? sum('tandem_requests_running') : present('vllm:num_requests_running') ? sum('vllm:num_requests_running') : null;
+    const snap = { flavour, running, generation: present('tandem_generation_tokens_total') ? sum('tandem_generation_tokens_total') : null };
     if (!flavour) return snap;
     const n = SPEC_NAMES[flavour];
     snap.drafts = sum(n.drafts);
@@ -387,7 +388,15 @@ export async function run(o) {
         clearInterval(progress);
         process.stderr.write('\r' + ' '.repeat(60) + '\r');
     }
-    const after = await specSnapshot(root, o.apiKey);
+    // the server may count a request a moment after its last bytes went out: wait (up to 2 s)
+    // until nothing runs, then take the closing snapshot
+    let after = await specSnapshot(root, o.apiKey);
+    for (let t = 0; after && after.running && t < 40; t++) {
+        await new Promise((r) => setTimeout(r, 50));
+        after = await specSnapshot(root, o.apiKey);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    after = (await specSnapshot(root, o.apiKey)) ?? after;
     return report(o, { model, duration, records, peak, before, after, t0, datasetPrompts: data.total });
 }
 

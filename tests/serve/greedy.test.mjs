@@ -7,7 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-    startServer, client, solo, soloText, detokenize, tokenize, chatIds, collect, stripEos, scrape, mval,
+    startServer, client, solo, soloText, detokenize, tokenize, chatIds, collect, stripEos, settled, mval,
 } from './harness.mjs';
 
 const DRAFTERS = ['none', 'mtp', 'dspark', 'ngram'];
@@ -112,10 +112,10 @@ test('[draft none] text prompt == `tandem generate "TEXT"` text output', T, asyn
 
 test('the model drafters ran: speculation counters moved', T, async () => {
     for (const d of ['mtp', 'dspark']) {
-        const m = await scrape(server(d));
+        const m = await settled(server(d));
         assert.ok(mval(m, 'tandem_spec_drafts_total') > 0, `${d}: tandem_spec_drafts_total > 0 after the requests`);
         assert.ok(mval(m, 'tandem_spec_draft_tokens_total') > 0, `${d}: draft tokens`);
     }
-    const none = await scrape(server('none'));
+    const none = await settled(server('none'));
     assert.equal(mval(none, 'tandem_spec_drafts_total'), 0, 'no drafts without a drafter');
 });

@@ -495,6 +495,27 @@ function seriesKey(name, labels) {
     return ks.length ? `${name}{${ks.map((k) => `${k}="${labels[k]}"`).join(',')}}` : name;
 }
 
+/* A scrape once the server is at rest: nothing running or waiting, and the counters (series
+ * ending in _total or _count) the same in two scrapes 50 ms apart. A response can reach its
+ * client a moment before the server has counted it, so tests that reconcile counters with
+ * responses read them through this (bounded by timeoutMs; the last scrape after that).
+ * The HTTP request counters are left out of the comparison: every scrape moves them. */
+export async function settled(srv, { timeoutMs = 3000 } = {}) {
+    const t0 = Date.now();
+    // (tandem_http_* count the scrapes themselves)
+    const counters = (m) =>
+        [...m].filter(([k]) => /_(total|count)(\{|$)/.test(k) && !k.startsWith('tandem_http_')).map(([k, v]) => `${k}=${v}`).join('\n');
+    let prev = await scrape(srv);
+    for (;;) {
+        await sleep(50);
+        const m = await scrape(srv);
+        const idle = mval(m, 'tandem_requests_running') === 0 && mval(m, 'tandem_requests_waiting') === 0;
+        if (idle && counters(m) === counters(prev)) return m;
+        if (Date.now() - t0 > timeoutMs) return m;
+        prev = m;
+    }
+}
+
 /* Sum of the series of family `name` whose labels include `labels` (0 when none). */
 export function mval(m, name, labels = {}) {
     let sum = 0;

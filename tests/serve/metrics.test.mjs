@@ -9,7 +9,7 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, client, raw, scrape, parseProm, mval, has, tokenize, collect, solo, detokenize } from './harness.mjs';
+import { startServer, client, raw, scrape, settled, parseProm, mval, has, tokenize, collect, solo, detokenize } from './harness.mjs';
 
 const K = 3;
 let srv, prompt;
@@ -84,7 +84,7 @@ test('the families are present with their types; the text format is well formed'
 
 test('usage reconciles with the counters (n = 1: tokens, prompt tokens, finish reasons, TTFT count)', T, async () => {
     const sdk = client(srv);
-    const m0 = await scrape(srv);
+    const m0 = await settled(srv);
     const usages = [];
     const finishes = [];
     const p2 = [...prompt, 500];
@@ -115,7 +115,7 @@ test('usage reconciles with the counters (n = 1: tokens, prompt tokens, finish r
         usages.push(c.usage);
         finishes.push(c.finish[0]);
     }
-    const m1 = await scrape(srv);
+    const m1 = await settled(srv);
     const d = (name, labels) => mval(m1, name, labels) - mval(m0, name, labels);
     const gen = usages.reduce((s, u) => s + u.completion_tokens, 0);
     const pro = usages.reduce((s, u) => s + u.prompt_tokens, 0);
@@ -138,13 +138,13 @@ test('usage reconciles with the counters (n = 1: tokens, prompt tokens, finish r
 
 test('n > 1: generation tokens == the sum over choices', T, async () => {
     const sdk = client(srv);
-    const m0 = await scrape(srv);
+    const m0 = await settled(srv);
     const a = await sdk.completions.create({ model: srv.model, prompt, max_tokens: 11, temperature: 1, seed: 5, n: 3 });
     const st = await sdk.completions.create({ model: srv.model, prompt, max_tokens: 7, temperature: 1, seed: 9, n: 2, stream: true, stream_options: { include_usage: true } });
     const chunks = [];
     for await (const c of st) chunks.push(c);
     const b = collect(chunks).usage;
-    const m1 = await scrape(srv);
+    const m1 = await settled(srv);
     assert.equal(
         mval(m1, 'tandem_generation_tokens_total') - mval(m0, 'tandem_generation_tokens_total'),
         a.usage.completion_tokens + b.completion_tokens
@@ -153,9 +153,9 @@ test('n > 1: generation tokens == the sum over choices', T, async () => {
 
 test('speculation counters are consistent (mtp, k = 3)', T, async () => {
     const sdk = client(srv);
-    const m0 = await scrape(srv);
+    const m0 = await settled(srv);
     await sdk.completions.create({ model: srv.model, prompt, max_tokens: 64, temperature: 0, ignore_eos: true });
-    const m1 = await scrape(srv);
+    const m1 = await settled(srv);
     const d = (name, labels) => mval(m1, name, labels) - mval(m0, name, labels);
     const drafts = d('tandem_spec_drafts_total');
     const dtoks = d('tandem_spec_draft_tokens_total');
@@ -176,7 +176,7 @@ test('[metrics] vllm_compat = on adds vllm:spec_decode_*_total equal to ours', {
     const s = await startServer(['--draft', 'mtp', '--draft-tokens', String(K), '--set', 'metrics.vllm_compat=on']);
     try {
         await client(s).completions.create({ model: s.model, prompt, max_tokens: 32, temperature: 0, ignore_eos: true });
-        const m = await scrape(s);
+        const m = await settled(s);
         const lines = m.text.split('\n').filter((l) => l.startsWith('vllm:spec_decode') && /_total(\{|\s)/.test(l));
         assert.ok(lines.length >= 4, `vllm:spec_decode_*_total lines: ${lines.join(' | ')}`);
         assert.equal(mval(m, 'vllm:spec_decode_num_drafts_total'), mval(m, 'tandem_spec_drafts_total'));

@@ -10,7 +10,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { APIError, InternalServerError } from 'openai';
 import {
-    startServer, client, solo, detokenize, tokenize, collect, scrape, mval, raw, parseSSE,
+    startServer, client, solo, detokenize, tokenize, collect, settled, mval, raw, parseSSE,
 } from './harness.mjs';
 
 const NAN_SEED = 4242;
@@ -27,7 +27,7 @@ after(async () => {
 
 const T = { timeout: 30000 };
 const body = (extra = {}) => ({ model: srv.model, prompt, max_tokens: 24, temperature: 0, ...extra });
-const nanRows = async () => mval(await scrape(srv), 'tandem_nonfinite_rows_total');
+const nanRows = async () => mval(await settled(srv), 'tandem_nonfinite_rows_total');
 
 test('streamed: an error event after the first tokens, no finish_reason (raw SSE)', T, async () => {
     const n0 = await nanRows();
@@ -107,7 +107,7 @@ test('requests beside the failing one are unaffected', T, async () => {
         assert.equal(results[ri].status, 'fulfilled', `stream ${i}: ${results[ri].reason}`);
         assert.equal(results[ri].value.text[0], refs[i], `stream ${i} exact`);
     }
-    const m = await scrape(srv);
+    const m = await settled(srv);
     assert.equal(mval(m, 'tandem_requests_running'), 0);
     assert.equal((await raw(srv.url, { path: '/readyz' })).status, 200, 'still ready: a NaN row is not fatal');
 });
