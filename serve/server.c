@@ -333,11 +333,11 @@ static void job_fail(struct srv *s, struct job *j, int status, const char *type,
     for (int i = 0; i < j->n_ch; i++)
         if (j->ch[i].eid >= 0) td_engine_cancel(s->e, j->ch[i].eid);
     json_t *e = api_error(type, code, NULL, "%s", msg);
+    count_finished(s, j, why); // counted before the client can read the end
     if (j->stream)
         send_json_line(j, e, 1);
     else
         send_body(j, status, e);
-    count_finished(s, j, why);
     log_request(s, j, code ? code : type);
     job_retire(s, j);
 }
@@ -464,6 +464,7 @@ static int pump(struct srv *s, struct job *j) {
         json_decref(chs);
     }
     if (!all_done) return 0;
+    count_finished(s, j, MET_FINISH_STOP); // counted before the client can read the end
     if (j->stream) {
         if (j->include_usage) {
             json_t *o =
@@ -508,7 +509,6 @@ static int pump(struct srv *s, struct job *j) {
         json_object_set_new(o, "usage", usage_json(s, j));
         send_body(j, 200, o);
     }
-    count_finished(s, j, MET_FINISH_STOP);
     log_request(s, j, "ok");
     job_retire(s, j);
     return 1;
