@@ -11,7 +11,8 @@
 #                                              # and drafter, and their ratio
 #
 # Environment (defaults in brackets):
-#   TANDEM [bin/tandem]  MODEL [models/tandem-tiny]  BACKEND [cuda]
+#   TANDEM [bin/tandem]  MODEL [models/tandem-tiny]  BACKEND [cuda]  NODE [node: Node >= 20, with
+#   node_modules from `npm ci` here; the GPU host has neither node nor a registry, so both travel]
 #   DATASET [shared/data/prompts/mt-bench.jsonl, else /work/shared/data/prompts/mt-bench.jsonl]
 #   DRAFTERS ["none dspark auto"]  RATES ["8 32 128"]  CONC [64]  NUM_REQUESTS [256]
 #   MAX_TOKENS [128]  ENDPOINT [chat]  TEMPERATURE [0]  IGNORE_EOS [1]  WARMUP [4]
@@ -21,6 +22,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 
 TANDEM=${TANDEM:-bin/tandem}
+NODE=${NODE:-node}
 MODEL=${MODEL:-models/tandem-tiny}
 BACKEND=${BACKEND:-cuda}
 DRAFTERS=${DRAFTERS:-none dspark auto}
@@ -50,9 +52,10 @@ if [ -z "${DATASET:-}" ]; then
     done
 fi
 [ -x "$TANDEM" ] || { echo "serve.sh: no $TANDEM (build it first)" >&2; exit 1; }
-command -v node >/dev/null 2>&1 || { echo "serve.sh: no node" >&2; exit 1; }
-if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    npm ci --no-audit --no-fund >&2 || exit 1
+command -v "$NODE" >/dev/null 2>&1 || { echo "serve.sh: no node ($NODE): Node >= 20 runs the load generator (NODE=/path/to/node)" >&2; exit 1; }
+# an offline machine (the GPU host reaches no registry) takes node_modules as carried from here
+if [ ! -d node_modules/openai ]; then
+    npm ci --no-audit --no-fund >&2 || { echo "serve.sh: npm ci failed: run it where the registry is reachable and bring node_modules" >&2; exit 1; }
 fi
 
 SERVER_PID=
@@ -100,7 +103,7 @@ load() { # load JSON LABEL ARGS...: one serve_load run
     json=$1; label=$2; shift 2
     eos=; [ "$IGNORE_EOS" = 1 ] && eos=--ignore-eos
     # shellcheck disable=SC2086
-    node bench/serve_load.mjs --url "$URL" --dataset "$DATASET" --endpoint "$ENDPOINT" \
+    "$NODE" bench/serve_load.mjs --url "$URL" --dataset "$DATASET" --endpoint "$ENDPOINT" \
         --num-requests "$NUM_REQUESTS" --max-tokens "$MAX_TOKENS" --temperature "$TEMPERATURE" $eos \
         --goodput "$GOODPUT" --seed 0 --warmup "$WARMUP" --label "$label" --quiet --json "$json" "$@" \
         >"${json%.json}.txt" 2>&1 || echo "serve.sh: serve_load failed for $label (see ${json%.json}.txt)" >&2
@@ -119,7 +122,7 @@ sweep() {
         curl -s "$URL/metrics" >"$OUT/serve_$d.metrics" 2>/dev/null
         stop_server
     done
-    node --input-type=module - "$OUT" >"$OUT/table.md" <<'EOF'
+    "$NODE" --input-type=module - "$OUT" >"$OUT/table.md" <<'EOF'
 import fs from 'node:fs';
 import path from 'node:path';
 const dir = process.argv[2];
@@ -148,7 +151,7 @@ EOF
 
 compare() {
     ds="$OUT/compare_prompt.jsonl"
-    node -e 'console.log(JSON.stringify({ turns: [process.argv[1]] }))' "$PROMPT" >"$ds"
+    "$NODE" -e 'console.log(JSON.stringify({ turns: [process.argv[1]] }))' "$PROMPT" >"$ds"
     echo "| drafter | server tok/s | generate tok/s | ratio | server decode tok/s | generate decode tok/s | ratio |"
     echo "|---|---|---|---|---|---|---|"
     for d in $DRAFTERS; do
@@ -169,11 +172,11 @@ compare() {
         # encodes it), CMP_RUNS requests after one warm-up
         start_server "$d" || continue
         json="$OUT/compare_$d.json"
-        node bench/serve_load.mjs --url "$URL" --dataset "$ds" --endpoint completions --concurrency 1 \
+        "$NODE" bench/serve_load.mjs --url "$URL" --dataset "$ds" --endpoint completions --concurrency 1 \
             --num-requests "$CMP_RUNS" --max-tokens "$CMP_TOKENS" --temperature 0 --ignore-eos --warmup 1 \
             --label "$d" --quiet --save-requests --json "$json" >"$OUT/compare_$d.txt" 2>&1
         stop_server
-        node -e '
+        "$NODE" -e '
 const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
 const ok = r.requests.filter((q) => q.ok);
 const tok = ok.reduce((s, q) => s + q.output_tokens, 0), e2e = ok.reduce((s, q) => s + q.e2el_ms, 0) / 1000;
