@@ -1,9 +1,10 @@
 #!/bin/sh
-# bench/serve.sh: the serving benchmark on the GPU. Builds nothing: it runs the bin/tandem that is
-# there. For each drafter (none, dspark, auto) it starts `tandem serve --backend cuda`, drives it
-# with bench/serve_load.mjs at three Poisson rates and at a fixed concurrency, prints one markdown
-# table (a row per drafter x load) and leaves every run's JSON, the server logs and the table in
-# OUTDIR.
+# bench/serve.sh: the serving benchmark on the GPU. Builds nothing: it runs the bin/tandem and
+# build/bench/serve_load that are there (make bin/tandem build/bench/serve_load). For each drafter
+# (none, dspark, auto) it starts `tandem serve --backend cuda`, drives it with serve_load at three
+# Poisson rates and at a fixed concurrency, prints one markdown table (a row per drafter x load)
+# and leaves every run's JSON, the server logs and the table in OUTDIR. Needs sh, sed, awk and
+# python3 (the table, the compare arithmetic, the /metrics dump), no Node.
 #
 #   sh bench/serve.sh [OUTDIR]                 # the sweep (default OUTDIR .out/serve-<date>)
 #   sh bench/serve.sh compare [OUTDIR]         # one client: tokens/s through the server at
@@ -11,8 +12,8 @@
 #                                              # and drafter, and their ratio
 #
 # Environment (defaults in brackets):
-#   TANDEM [bin/tandem]  MODEL [models/tandem-tiny]  BACKEND [cuda]  NODE [node: Node >= 20, with
-#   node_modules from `npm ci` here; the GPU host has neither node nor a registry, so both travel]
+#   TANDEM [bin/tandem]  SERVE_LOAD [build/bench/serve_load]  MODEL [models/tandem-tiny]
+#   BACKEND [cuda]
 #   DATASET [shared/data/prompts/mt-bench.jsonl, else /work/shared/data/prompts/mt-bench.jsonl]
 #   DRAFTERS ["none dspark auto"]  RATES ["8 32 128"]  CONC [64]  NUM_REQUESTS [256]
 #   MAX_TOKENS [128]  ENDPOINT [chat]  TEMPERATURE [0]  IGNORE_EOS [1]  WARMUP [4]
@@ -22,7 +23,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 
 TANDEM=${TANDEM:-bin/tandem}
-NODE=${NODE:-node}
+SERVE_LOAD=${SERVE_LOAD:-build/bench/serve_load}
 MODEL=${MODEL:-models/tandem-tiny}
 BACKEND=${BACKEND:-cuda}
 DRAFTERS=${DRAFTERS:-none dspark auto}
@@ -52,11 +53,8 @@ if [ -z "${DATASET:-}" ]; then
     done
 fi
 [ -x "$TANDEM" ] || { echo "serve.sh: no $TANDEM (build it first)" >&2; exit 1; }
-command -v "$NODE" >/dev/null 2>&1 || { echo "serve.sh: no node ($NODE): Node >= 20 runs the load generator (NODE=/path/to/node)" >&2; exit 1; }
-# an offline machine (the GPU host reaches no registry) takes node_modules as carried from here
-if [ ! -d node_modules/openai ]; then
-    npm ci --no-audit --no-fund >&2 || { echo "serve.sh: npm ci failed: run it where the registry is reachable and bring node_modules" >&2; exit 1; }
-fi
+[ -x "$SERVE_LOAD" ] || { echo "serve.sh: no $SERVE_LOAD (make build/bench/serve_load first)" >&2; exit 1; }
+command -v python3 >/dev/null 2>&1 || { echo "serve.sh: no python3" >&2; exit 1; }
 
 SERVER_PID=
 URL=
@@ -103,7 +101,7 @@ load() { # load JSON LABEL ARGS...: one serve_load run
     json=$1; label=$2; shift 2
     eos=; [ "$IGNORE_EOS" = 1 ] && eos=--ignore-eos
     # shellcheck disable=SC2086
-    "$NODE" bench/serve_load.mjs --url "$URL" --dataset "$DATASET" --endpoint "$ENDPOINT" \
+    "$SERVE_LOAD" --url "$URL" --dataset "$DATASET" --endpoint "$ENDPOINT" \
         --num-requests "$NUM_REQUESTS" --max-tokens "$MAX_TOKENS" --temperature "$TEMPERATURE" $eos \
         --goodput "$GOODPUT" --seed 0 --warmup "$WARMUP" --label "$label" --quiet --json "$json" "$@" \
         >"${json%.json}.txt" 2>&1 || echo "serve.sh: serve_load failed for $label (see ${json%.json}.txt)" >&2
@@ -119,31 +117,45 @@ sweep() {
             load "$OUT/${d}_rate$r.json" "$d" --rate "$r"
         done
         load "$OUT/${d}_conc$CONC.json" "$d" --concurrency "$CONC"
-        curl -s "$URL/metrics" >"$OUT/serve_$d.metrics" 2>/dev/null
+        python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=10).read())' \
+            "$URL/metrics" >"$OUT/serve_$d.metrics" 2>/dev/null
         stop_server
     done
-    "$NODE" --input-type=module - "$OUT" >"$OUT/table.md" <<'EOF'
-import fs from 'node:fs';
-import path from 'node:path';
-const dir = process.argv[2];
-const rows = fs.readdirSync(dir).filter((f) => /_(rate|conc)[0-9.]+\.json$/.test(f)).map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')));
-const key = (r) => [r.label, r.config.concurrency ? 1e9 + r.config.concurrency : Number(r.config.rate)];
-const order = ['none', 'dspark', 'auto'];
-rows.sort((a, b) => {
-    const [la, xa] = key(a), [lb, xb] = key(b);
-    const oa = order.indexOf(la), ob = order.indexOf(lb);
-    return oa !== ob ? (oa < 0 ? 99 : oa) - (ob < 0 ? 99 : ob) || la.localeCompare(lb) : xa - xb;
-});
-const f = (x, d = 1) => (x === null || x === undefined ? 'n/a' : Number(x).toFixed(d));
-console.log('| drafter | load | ok/failed | req/s | out tok/s | TTFT mean / p99 ms | TPOT mean / p99 ms | ITL p50 / p99 ms | E2E p50 / p99 ms | goodput req/s | acceptance | mean acc. len |');
-console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
-for (const r of rows) {
-    const load = r.config.concurrency ? `conc ${r.config.concurrency}` : `${r.config.rate} req/s`;
-    const s = r.speculation;
-    console.log(`| ${r.label} | ${load} | ${r.completed}/${r.failed} | ${f(r.request_throughput, 2)} | ${f(r.output_throughput, 0)} | ${f(r.ttft_ms.mean)} / ${f(r.ttft_ms.p99)} | ${f(r.tpot_ms.mean, 2)} / ${f(r.tpot_ms.p99, 2)} | ${f(r.itl_ms.p50, 2)} / ${f(r.itl_ms.p99, 2)} | ${f(r.e2el_ms.p50, 0)} / ${f(r.e2el_ms.p99, 0)} | ${f(r.goodput, 2)} | ${s && s.acceptance_rate !== null ? f(s.acceptance_rate, 3) : '-'} | ${s && s.mean_acceptance_length !== null ? f(s.mean_acceptance_length, 2) : '-'} |`);
-}
-const any = rows[0];
-if (any) console.log(`\n${rows.length} runs; ${any.config.num_requests} requests each, ${any.config.endpoint}, max_tokens ${any.config.max_tokens}, temperature ${any.config.temperature}${any.config.ignore_eos ? ', ignore_eos' : ''}, dataset ${path.basename(any.config.dataset)}, goodput SLO ${JSON.stringify(any.config.goodput_slo_ms)} ms, seed ${any.config.seed}; TPOT = (E2E - TTFT) / (tokens - 1); acceptance = accepted / draft tokens, mean acc. len = 1 + accepted / drafts (from /metrics deltas).`);
+    python3 - "$OUT" >"$OUT/table.md" <<'EOF'
+import json, os, re, sys
+d = sys.argv[1]
+rows = [json.load(open(os.path.join(d, f))) for f in sorted(os.listdir(d))
+        if re.search(r'_(rate|conc)[0-9.]+\.json$', f)]
+order = ['none', 'dspark', 'auto']
+def key(r):
+    c = r['config']
+    x = 1e9 + c['concurrency'] if c['concurrency'] else float(c['rate'])
+    return (order.index(r['label']) if r['label'] in order else 99, r['label'] or '', x)
+rows.sort(key=key)
+def f(x, d=1):
+    return 'n/a' if x is None else '%.*f' % (d, x)
+print('| drafter | load | ok/failed | req/s | out tok/s | TTFT mean / p99 ms | TPOT mean / p99 ms '
+      '| ITL p50 / p99 ms | E2E p50 / p99 ms | goodput req/s | acceptance | mean acc. len |')
+print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+for r in rows:
+    c, s = r['config'], r['speculation']
+    load = 'conc %s' % c['concurrency'] if c['concurrency'] else '%s req/s' % c['rate']
+    acc = f(s['acceptance_rate'], 3) if s and s['acceptance_rate'] is not None else '-'
+    mal = f(s['mean_acceptance_length'], 2) if s and s['mean_acceptance_length'] is not None else '-'
+    print('| %s | %s | %d/%d | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s | %s | %s | %s |' % (
+        r['label'], load, r['completed'], r['failed'], f(r['request_throughput'], 2),
+        f(r['output_throughput'], 0), f(r['ttft_ms']['mean']), f(r['ttft_ms']['p99']),
+        f(r['tpot_ms']['mean'], 2), f(r['tpot_ms']['p99'], 2), f(r['itl_ms']['p50'], 2),
+        f(r['itl_ms']['p99'], 2), f(r['e2el_ms']['p50'], 0), f(r['e2el_ms']['p99'], 0),
+        f(r['goodput'], 2), acc, mal))
+if rows:
+    c = rows[0]['config']
+    print('\n%d runs; %s requests each, %s, max_tokens %s, temperature %s%s, dataset %s, goodput SLO %s ms, '
+          'seed %s; TPOT = (E2E - TTFT) / (tokens - 1); acceptance = accepted / draft tokens, mean acc. '
+          'len = 1 + accepted / drafts (from /metrics deltas).' % (
+              len(rows), c['num_requests'], c['endpoint'], c['max_tokens'], c['temperature'],
+              ', ignore_eos' if c['ignore_eos'] else '', os.path.basename(c['dataset']),
+              json.dumps(c['goodput_slo_ms'], separators=(',', ':')), c['seed']))
 EOF
     cat "$OUT/table.md"
     echo "serve.sh: JSON, logs and table.md in $OUT" >&2
@@ -151,7 +163,7 @@ EOF
 
 compare() {
     ds="$OUT/compare_prompt.jsonl"
-    "$NODE" -e 'console.log(JSON.stringify({ turns: [process.argv[1]] }))' "$PROMPT" >"$ds"
+    python3 -c 'import json, sys; print(json.dumps({"turns": [sys.argv[1]]}))' "$PROMPT" >"$ds"
     echo "| drafter | server tok/s | generate tok/s | ratio | server decode tok/s | generate decode tok/s | ratio |"
     echo "|---|---|---|---|---|---|---|"
     for d in $DRAFTERS; do
@@ -172,19 +184,21 @@ compare() {
         # encodes it), CMP_RUNS requests after one warm-up
         start_server "$d" || continue
         json="$OUT/compare_$d.json"
-        "$NODE" bench/serve_load.mjs --url "$URL" --dataset "$ds" --endpoint completions --concurrency 1 \
+        "$SERVE_LOAD" --url "$URL" --dataset "$ds" --endpoint completions --concurrency 1 \
             --num-requests "$CMP_RUNS" --max-tokens "$CMP_TOKENS" --temperature 0 --ignore-eos --warmup 1 \
             --label "$d" --quiet --save-requests --json "$json" >"$OUT/compare_$d.txt" 2>&1
         stop_server
-        "$NODE" -e '
-const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-const ok = r.requests.filter((q) => q.ok);
-const tok = ok.reduce((s, q) => s + q.output_tokens, 0), e2e = ok.reduce((s, q) => s + q.e2el_ms, 0) / 1000;
-const dtok = ok.reduce((s, q) => s + q.output_tokens - 1, 0), dt = ok.reduce((s, q) => s + q.e2el_ms - q.ttft_ms, 0) / 1000;
-const [ga, gd] = [Number(process.argv[3]), Number(process.argv[4])];
-const sa = tok / e2e, sd = dtok / dt;
-console.log(`| ${process.argv[2]} | ${sa.toFixed(1)} | ${ga.toFixed(1)} | ${(sa / ga).toFixed(3)} | ${sd.toFixed(1)} | ${gd.toFixed(1)} | ${gd > 0 ? (sd / gd).toFixed(3) : "n/a"} |`);
-' "$json" "$d" "$g_all" "$g_dec" || echo "serve.sh: no server numbers for $d (see $OUT/compare_$d.txt)" >&2
+        python3 - "$json" "$d" "$g_all" "$g_dec" <<'EOF' || echo "serve.sh: no server numbers for $d (see $OUT/compare_$d.txt)" >&2
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = [q for q in r['requests'] if q['ok']]
+tok, e2e = sum(q['output_tokens'] for q in ok), sum(q['e2el_ms'] for q in ok) / 1000
+dtok, dt = sum(q['output_tokens'] - 1 for q in ok), sum(q['e2el_ms'] - q['ttft_ms'] for q in ok) / 1000
+ga, gd = float(sys.argv[3]), float(sys.argv[4])
+sa, sd = tok / e2e, dtok / dt
+ratio = lambda a, b: '%.3f' % (a / b) if b > 0 else 'n/a'
+print('| %s | %.1f | %.1f | %s | %.1f | %.1f | %s |' % (sys.argv[2], sa, ga, ratio(sa, ga), sd, gd, ratio(sd, gd)))
+EOF
     done
     echo
     echo "one client, $CMP_TOKENS tokens (ignore_eos, greedy), the mean of $CMP_RUNS runs each; server tok/s = tokens / E2E of each request,"
