@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "serve/config.h"
 #include "serve/metrics.h"
+#include "serve/text.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -76,6 +77,8 @@ struct job {
     time_t created;
     int prompt_tokens;
     char *log_prompt; /* the prompt text, when log.log_requests */
+    char *head;       /* a stream chunk's opening, up to "choices":[ (worker) */
+    size_t n_head;
     /* worker only */
     int submitted, finished;
     struct job *next;
@@ -108,7 +111,7 @@ struct srv {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct job *q_head, *q_tail;
-    long outstanding;                 /* choices accepted and not yet finished */
+    long outstanding;                       /* choices accepted and not yet finished */
     int running, waiting, slots_busy, held; /* as the worker last saw them */
     int draining, dead, cancel_all, stop_worker;
     int connections, streams;
@@ -121,6 +124,7 @@ struct srv {
     struct job **jobs;
     int n_jobs, cap_jobs;
     long last_hist[TD_MAX_DRAFT + 1];
+    struct sbuf chunk; /* the chunk being written (reused) */
 };
 
 /* request.c: a generation request's JSON body into j (its prompts tokenized, every field

@@ -66,6 +66,7 @@ static void job_unref(struct job *j) {
     free(j->ch);
     job_free_request(j);
     free(j->out);
+    free(j->head);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -245,41 +246,81 @@ static json_t *text_json(const char *p, size_t k) {
 }
 
 /* the new text of a choice as a chunk's choice object, or NULL when there is nothing to say */
-static json_t *choice_delta(const struct job *j, struct choice *c, size_t upto, int finishing,
-                            int n_tok0) {
+/* a chunk being written: the stream's hot path (one chunk per job per step) formats its JSON
+ * directly; jansson builds only the once-per-request objects (bodies, usage, errors) */
+/* the new text of a choice as one element of a chunk's "choices" (a comma first when it is not
+ * the first); 0 when there is nothing to say */
+static int choice_delta(const struct job *j, struct choice *c, size_t upto, int finishing,
+                        int n_tok0, struct sbuf *b, int first) {
     if (upto < c->sent) upto = c->sent;
     int has_text = upto > c->sent, role = j->kind == JOB_CHAT && !c->role_sent;
-    if (!has_text && !finishing && !(role && c->n_seen > 0)) return NULL;
-    json_t *ch = json_pack("{s:i,s:n,s:n}", "index", c->index, "logprobs", "finish_reason");
+    if (!has_text && !finishing && !(role && c->n_seen > 0)) return 0;
+    sbuf_puts(b, first ? "{\"index\":" : ",{\"index\":");
+    sbuf_int(b, c->index);
     if (j->kind == JOB_CHAT) {
-        json_t *d = json_object();
-        if (role) json_object_set_new(d, "role", json_string("assistant"));
+        sbuf_puts(b, ",\"delta\":{");
+        int any = 0;
+        if (role) sbuf_puts(b, "\"role\":\"assistant\""), any = 1;
         size_t r0, r1, t0, t1;
         split_think(j, c, c->sent, upto, &r0, &r1, &t0, &t1);
-        if (r1 > r0) json_object_set_new(d, "reasoning_content", text_json(c->text + r0, r1 - r0));
-        if (t1 > t0 || role) json_object_set_new(d, "content", text_json(c->text + t0, t1 - t0));
-        json_object_set_new(ch, "delta", d);
+        if (r1 > r0) {
+            sbuf_puts(b, any ? ",\"reasoning_content\":" : "\"reasoning_content\":");
+            sbuf_json_str(b, c->text + r0, r1 - r0);
+            any = 1;
+        }
+        if (t1 > t0 || role) {
+            sbuf_puts(b, any ? ",\"content\":" : "\"content\":");
+            sbuf_json_str(b, c->text + t0, t1 - t0);
+        }
+        sbuf_puts(b, "}");
         c->role_sent = 1;
     } else {
-        json_object_set_new(ch, "text", text_json(c->text + c->sent, upto - c->sent));
+        sbuf_puts(b, ",\"text\":");
+        sbuf_json_str(b, c->text + c->sent, upto - c->sent);
     }
     if (j->return_token_ids) {
-        json_t *ids = json_array();
         const int32_t *t;
         int n;
         td_engine_output(j->s->e, c->eid, &t, &n, NULL, NULL, NULL);
         int hi = c->done ? c->completion_tokens : c->n_seen;
-        for (int i = n_tok0; i < hi && i < n; i++)
-            json_array_append_new(ids, json_integer(t[i]));
-        json_object_set_new(ch, "token_ids", ids);
+        sbuf_puts(b, ",\"token_ids\":[");
+        for (int i = n_tok0; i < hi && i < n; i++) {
+            if (i > n_tok0) sbuf_put(b, ",", 1);
+            sbuf_int(b, t[i]);
+        }
+        sbuf_puts(b, "]");
     }
+    sbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
     if (finishing) {
-        json_object_set_new(ch, "finish_reason", json_string(c->finish_reason));
-        json_object_set_new(ch, "stop_reason",
-                            c->stop_reason[0] ? json_string(c->stop_reason) : json_null());
+        sbuf_json_str(b, c->finish_reason, strlen(c->finish_reason));
+        sbuf_puts(b, ",\"stop_reason\":");
+        if (c->stop_reason[0])
+            sbuf_json_str(b, c->stop_reason, strlen(c->stop_reason));
+        else
+            sbuf_puts(b, "null");
+    } else {
+        sbuf_puts(b, "null");
     }
+    sbuf_puts(b, "}");
     c->sent = upto;
-    return ch;
+    return 1;
+}
+
+/* a chunk's opening, up to its choices, written once per job */
+static void chunk_head(const struct srv *s, struct job *j) {
+    struct sbuf b = {0};
+    sbuf_puts(&b, "data: {\"id\":");
+    sbuf_json_str(&b, j->id, strlen(j->id));
+    sbuf_puts(&b, j->kind == JOB_CHAT ? ",\"object\":\"chat.completion.chunk\",\"created\":"
+                                      : ",\"object\":\"text_completion\",\"created\":");
+    sbuf_int(&b, (long)j->created);
+    sbuf_puts(&b, ",\"model\":");
+    sbuf_json_str(&b, s->model_name, strlen(s->model_name));
+    sbuf_puts(&b, ",\"system_fingerprint\":");
+    sbuf_json_str(&b, s->fingerprint, strlen(s->fingerprint));
+    sbuf_puts(&b, ",\"choices\":[");
+    j->head = b.p;
+    j->n_head = b.n;
 }
 
 static enum met_finish met_reason(const struct choice *c) {
@@ -343,7 +384,8 @@ static void job_fail(struct srv *s, struct job *j, int status, const char *type,
 }
 
 /* read what the engine committed for choice c since the last step: text, stops, its end */
-static int pump_choice(struct srv *s, struct job *j, struct choice *c, json_t *chunk_choices) {
+static int pump_choice(struct srv *s, struct job *j, struct choice *c, struct sbuf *chunk,
+                       int *n_in_chunk) {
     const int32_t *t;
     int n;
     enum td_req_status st;
@@ -424,8 +466,7 @@ static int pump_choice(struct srv *s, struct job *j, struct choice *c, json_t *c
         if (h < upto) upto = h;
     }
     if (j->stream) {
-        json_t *ch = choice_delta(j, c, upto, c->done, n_tok0);
-        if (ch) json_array_append_new(chunk_choices, ch);
+        if (choice_delta(j, c, upto, c->done, n_tok0, chunk, !*n_in_chunk)) (*n_in_chunk)++;
     }
     return 0;
 }
@@ -434,16 +475,20 @@ static const char *phase_name[] = {"queued", "prefill", "decode"};
 
 /* the job's progress after a step; 1 when it left the worker */
 static int pump(struct srv *s, struct job *j) {
-    json_t *chs = json_array();
-    int all_done = 1, bad = 0;
+    struct sbuf *chunk = &s->chunk;
+    chunk->n = 0;
+    if (j->stream) {
+        if (!j->head) chunk_head(s, j);
+        sbuf_put(chunk, j->head, j->n_head);
+    }
+    int all_done = 1, bad = 0, n_in = 0;
     for (int i = 0; i < j->n_ch && !bad; i++) {
         struct choice *c = &j->ch[i];
         if (c->done) continue;
-        bad = pump_choice(s, j, c, chs);
+        bad = pump_choice(s, j, c, chunk, &n_in);
         all_done &= c->done;
     }
     if (bad) {
-        json_decref(chs);
         if (bad == 2)
             job_fail(s, j, 500, "server_error", "nonfinite_logits",
                      "the model produced non-finite logits for this request; no token was "
@@ -454,14 +499,9 @@ static int pump(struct srv *s, struct job *j) {
                      MET_FINISH_ERROR);
         return 1;
     }
-    if (j->stream && json_array_size(chs)) {
-        json_t *o =
-            envelope(s, j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
-        json_object_set_new(o, "choices", chs);
-        if (j->include_usage) json_object_set_new(o, "usage", json_null());
-        send_json_line(j, o, 0);
-    } else {
-        json_decref(chs);
+    if (j->stream && n_in) {
+        sbuf_puts(chunk, j->include_usage ? "],\"usage\":null}\n\n" : "]}\n\n");
+        job_send(j, chunk->p, chunk->n, 0);
     }
     if (!all_done) return 0;
     count_finished(s, j, MET_FINISH_STOP); // counted before the client can read the end
@@ -1400,6 +1440,7 @@ out:
         free(s->keys[i]);
     free(s->keys);
     free(s->jobs);
+    free(s->chunk.p);
     if (s->log && s->log != stderr) fclose(s->log);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);

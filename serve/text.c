@@ -1,7 +1,11 @@
 /* text.c: stop strings and hold-back over generated text (text.h). */
 #include "serve/text.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "tokenizer/tokenizer.h"
 
 int stop_find(const char *text, size_t n, size_t from, char *const *stops, int n_stops,
               size_t *at) {
@@ -37,4 +41,70 @@ int stop_tokens_kept(const size_t *ends, int n_tokens, size_t m) {
     for (int i = 0; i < n_tokens; i++)
         if (ends[i] >= m) return i + 1;
     return n_tokens;
+}
+
+void sbuf_put(struct sbuf *b, const char *s, size_t k) {
+    if (b->n + k + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->n + k + 1)
+            c *= 2;
+        char *np = realloc(b->p, c);
+        if (!np) return; // out of memory: the text is cut (the caller's buffer stays valid)
+        b->p = np, b->cap = c;
+    }
+    memcpy(b->p + b->n, s, k);
+    b->n += k;
+    b->p[b->n] = 0;
+}
+
+void sbuf_puts(struct sbuf *b, const char *s) {
+    sbuf_put(b, s, strlen(s));
+}
+
+/* a JSON string: escaped, bytes that are not UTF-8 as U+FFFD */
+void sbuf_json_str(struct sbuf *b, const char *s, size_t k) {
+    sbuf_put(b, "\"", 1);
+    size_t i = 0;
+    while (i < k) {
+        size_t run = i;
+        while (run < k && (unsigned char)s[run] >= 0x20 && s[run] != '"' && s[run] != '\\' &&
+               (unsigned char)s[run] < 0x80)
+            run++;
+        sbuf_put(b, s + i, run - i);
+        i = run;
+        if (i >= k) break;
+        unsigned char ch = (unsigned char)s[i];
+        char esc[8];
+        if (ch >= 0x80) { // a whole valid character, or U+FFFD for one bad byte
+            size_t v = tok_utf8_valid_prefix(s + i, k - i);
+            size_t len = ch >= 0xf0 ? 4 : ch >= 0xe0 ? 3 : 2;
+            if (v >= len && (ch & 0xc0) == 0xc0) {
+                sbuf_put(b, s + i, len);
+                i += len;
+            } else {
+                sbuf_put(b, "\xef\xbf\xbd", 3);
+                i++;
+            }
+        } else if (ch == '"' || ch == '\\') {
+            esc[0] = '\\', esc[1] = (char)ch;
+            sbuf_put(b, esc, 2);
+            i++;
+        } else {
+            const char *named = ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : NULL;
+            if (named)
+                sbuf_put(b, named, 2);
+            else {
+                snprintf(esc, sizeof esc, "\\u%04x", ch);
+                sbuf_put(b, esc, 6);
+            }
+            i++;
+        }
+    }
+    sbuf_put(b, "\"", 1);
+}
+
+void sbuf_int(struct sbuf *b, long v) {
+    char t[24];
+    int k = snprintf(t, sizeof t, "%ld", v);
+    sbuf_put(b, t, (size_t)k);
 }

@@ -2,6 +2,9 @@
  *
  *   make build/tests/test_serve_text && build/tests/test_serve_text
  */
+#include <jansson.h>
+#include <stdlib.h>
+
 #include "check.h"
 #include "serve/text.h"
 
@@ -48,7 +51,54 @@ static void kept_cases(void) {
     case_end("stop_tokens_kept", "");
 }
 
+/* the JSON string writer: jansson reads back what was meant */
+static void json_str_cases(void) {
+    case_begin();
+    struct {
+        const char *in;
+        size_t n;
+        const char *want;
+    } t[] = {
+        {"plain", 5, "plain"},
+        {"q\"b\\s\n\r\t\x01\x1f/", 11, "q\"b\\s\n\r\t\x01\x1f/"},
+        {"caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82", 14,
+         "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82"},
+        {"a\xff"
+         "b\x80"
+         "c",
+         5,
+         "a\xef\xbf\xbd"
+         "b\xef\xbf\xbd"
+         "c"},
+        {"cut\xe6\x97", 5, "cut\xef\xbf\xbd\xef\xbf\xbd"},
+        {"nul\0x", 5, NULL}, // NUL: jansson refuses \u0000 by default; checked by hand below
+    };
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        struct sbuf b = {0};
+        sbuf_json_str(&b, t[i].in, t[i].n);
+        if (!t[i].want) {
+            CHECK(b.p && !strcmp(b.p, "\"nul\\u0000x\""), "NUL written as %s", b.p);
+            free(b.p);
+            continue;
+        }
+        json_error_t je;
+        json_t *v = json_loadb(b.p, b.n, JSON_DECODE_ANY, &je);
+        CHECK(v && json_is_string(v) && !strcmp(json_string_value(v), t[i].want),
+              "case %zu: wrote %s, read %s", i, b.p, v ? json_string_value(v) : je.text);
+        json_decref(v);
+        free(b.p);
+    }
+    struct sbuf b = {0};
+    sbuf_int(&b, -42);
+    sbuf_puts(&b, ",");
+    sbuf_int(&b, 2147483647);
+    CHECK(!strcmp(b.p, "-42,2147483647"), "ints: %s", b.p);
+    free(b.p);
+    case_end("sbuf_json_str", "");
+}
+
 int main(void) {
+    json_str_cases();
     find_cases();
     holdback_cases();
     kept_cases();
