@@ -124,7 +124,9 @@ struct srv {
     struct job **jobs;
     int n_jobs, cap_jobs;
     long last_hist[TD_MAX_DRAFT + 1];
-    struct sbuf chunk; /* the chunk being written (reused) */
+    struct sbuf chunk;             /* the chunk being written (reused) */
+    double t_step, t_emit, t_busy; /* worker seconds: in td_engine_step, turning tokens into
+                                      bytes, and in loops that had work (read racily: a gauge) */
 };
 
 /* request.c: a generation request's JSON body into j (its prompts tokenized, every field

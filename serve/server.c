@@ -642,6 +642,7 @@ static void *worker_main(void *arg) {
             if (submit_job(s, q) == 0) s->jobs[s->n_jobs++] = q;
         }
         if (stop && !s->n_jobs) break;
+        double t_loop = now();
         // gone clients, timeouts, shutdown
         double t = now();
         int probe = t - last_probe > 0.1;
@@ -688,6 +689,7 @@ static void *worker_main(void *arg) {
             long rows0 = td_engine_stats(s->e)->rows;
             double t0 = now();
             int live = td_engine_step(s->e, err, sizeof err);
+            s->t_step += now() - t0;
             const struct td_engine_stats *es = td_engine_stats(s->e);
             met_step(s->m,
                      ld.prefill && ld.decode ? MET_STEP_MIXED
@@ -711,8 +713,10 @@ static void *worker_main(void *arg) {
                 }
             }
         }
+        double t_pump = now();
         for (int i = 0; i < s->n_jobs; i++)
             if (pump(s, s->jobs[i])) s->jobs[i--] = s->jobs[--s->n_jobs];
+        s->t_emit += now() - t_pump;
         // pings: streams silent for sse_ping_s get a comment (and a write that finds a gone peer)
         if (now() - last_ping > s->cfg.sse_ping_s) {
             last_ping = now();
@@ -730,6 +734,7 @@ static void *worker_main(void *arg) {
         int conns = s->connections, streams = s->streams;
         pthread_mutex_unlock(&s->mu);
         met_gauges(s->m, s->running, s->waiting, ld.slots_busy, streams, conns);
+        if (s->n_jobs || ld.queued + ld.prefill + ld.decode) s->t_busy += now() - t_loop;
     }
     return NULL;
 }
@@ -1052,11 +1057,13 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, struc
         const char *f = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot");
         if (f && !strcmp(f, "1") && busy >= s->cfg.max_running)
             return reply_error(s, c, cs, 503, "unavailable_error", NULL, "no free slot");
-        return reply_json(s, c, cs, 200,
-                          json_pack("{s:i,s:i,s:i,s:i,s:i,s:I}", "total_slots", s->cfg.max_running,
-                                    "busy_slots", busy, "running", running, "waiting", waiting,
-                                    "engine_requests_held", held, "outstanding",
-                                    (json_int_t)outstanding));
+        json_t *o = json_pack("{s:i,s:i,s:i,s:i,s:i,s:I}", "total_slots", s->cfg.max_running,
+                              "busy_slots", busy, "running", running, "waiting", waiting,
+                              "engine_requests_held", held, "outstanding", (json_int_t)outstanding);
+        json_object_set_new(
+            o, "worker_seconds",
+            json_pack("{s:f,s:f,s:f}", "step", s->t_step, "emit", s->t_emit, "busy", s->t_busy));
+        return reply_json(s, c, cs, 200, o);
     }
     if (!strcmp(url, "/props")) {
         json_t *o =
