@@ -37,9 +37,8 @@ struct choice {
     struct td_sampling sampling;
     int n_seen;           /* tokens read from the engine */
     struct tok_stream ts; /* their text, piece by piece */
-    char *text;           /* [n_text] decoded so far (cut at a stop) */
-    size_t n_text, cap_text;
-    size_t *ends; /* [n_seen] text length after each token */
+    struct sbuf text;     /* decoded so far (cut at a stop) */
+    size_t *ends;         /* [n_seen] text length after each token */
     int cap_ends;
     size_t sent;     /* bytes of text already in the stream */
     size_t searched; /* a stop match can no longer start before this */
@@ -85,8 +84,8 @@ struct job {
     /* shared (mu) */
     struct MHD_Connection *conn; /* NULL once the connection is gone */
     int fd;
-    char *out; /* bytes for the client: the stream's, or the whole body */
-    size_t n_out, off_out, cap_out;
+    struct sbuf out; /* bytes for the client: the stream's, or the whole body */
+    size_t off_out;  /* of which sent */
     int out_done;    /* out holds everything that will ever be sent */
     int http_status; /* non-streamed: the body's status */
     int suspended, closed;

@@ -7,6 +7,7 @@
  * formats the copy. The only per-family knowledge is in met_new's table.
  */
 #include "serve/metrics.h"
+#include "serve/text.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -134,73 +135,18 @@ struct srv_metrics {
 };
 
 // ---------------------------------------------------------------------------------------------
-// a growing string (met_new's labels, met_render's output)
+// a growing string (met_new's labels, met_render's output): serve/text.h's sbuf
 
-struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-};
-
-static void sb_grow(struct sbuf *b, size_t more) {
-    if (b->oom || b->n + more + 1 <= b->cap) return;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + more + 1)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-        b->oom = 1;
-        return;
-    }
-    b->p = p;
-    b->cap = cap;
-}
-
-static void sb_put(struct sbuf *b, const char *s, size_t n) {
-    sb_grow(b, n);
-    if (b->oom) return;
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_str(struct sbuf *b, const char *s) {
-    sb_put(b, s, strlen(s));
-}
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(struct sbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->oom = 1;
-        return;
-    }
-    if ((size_t)n < sizeof tmp) {
-        sb_put(b, tmp, (size_t)n);
-        return;
-    }
-    sb_grow(b, (size_t)n);
-    if (b->oom) return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)n;
-}
-
-/* a label value, escaped as the text format asks: \ -> \\, " -> \", newline -> \n */
 static void sb_escaped(struct sbuf *b, const char *s) {
     for (; *s; s++) {
         if (*s == '\\')
-            sb_put(b, "\\\\", 2);
+            sbuf_put(b, "\\\\", 2);
         else if (*s == '"')
-            sb_put(b, "\\\"", 2);
+            sbuf_put(b, "\\\"", 2);
         else if (*s == '\n')
-            sb_put(b, "\\n", 2);
+            sbuf_put(b, "\\n", 2);
         else
-            sb_put(b, s, 1);
+            sbuf_put(b, s, 1);
     }
 }
 
@@ -208,14 +154,14 @@ static void sb_escaped(struct sbuf *b, const char *s) {
 static void sb_double(struct sbuf *b, double x) {
     char tmp[40];
     if (isnan(x) || isinf(x)) {
-        sb_str(b, isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf");
+        sbuf_puts(b, isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf");
         return;
     }
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, x);
         if (strtod(tmp, NULL) == x) break;
     }
-    sb_str(b, tmp);
+    sbuf_puts(b, tmp);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -252,16 +198,16 @@ static void ser_add(struct srv_metrics *m, enum val_kind kind, const void *val, 
         m->cap_ser = cap;
     }
     struct sbuf b = {0};
-    sb_put(&b, "", 0);
+    sbuf_put(&b, "", 0);
     va_list ap;
     va_start(ap, flags);
     for (const char *k; (k = va_arg(ap, const char *));) {
         const char *v = va_arg(ap, const char *);
-        if (b.n) sb_put(&b, ",", 1);
-        sb_str(&b, k);
-        sb_put(&b, "=\"", 2);
+        if (b.n) sbuf_put(&b, ",", 1);
+        sbuf_puts(&b, k);
+        sbuf_put(&b, "=\"", 2);
         sb_escaped(&b, v);
-        sb_put(&b, "\"", 1);
+        sbuf_put(&b, "\"", 1);
     }
     va_end(ap);
     if (b.oom) {
@@ -560,16 +506,16 @@ void met_ignored_fields(struct srv_metrics *m, int n) {
 /* name{labels[,extra]} for a sample; extra may be NULL */
 static void sb_sample_name(struct sbuf *b, const char *name, const char *suffix, const char *labels,
                            const char *extra) {
-    sb_str(b, name);
-    sb_str(b, suffix);
+    sbuf_puts(b, name);
+    sbuf_puts(b, suffix);
     if (!*labels && !extra) return;
-    sb_put(b, "{", 1);
-    sb_str(b, labels);
+    sbuf_put(b, "{", 1);
+    sbuf_puts(b, labels);
     if (extra) {
-        if (*labels) sb_put(b, ",", 1);
-        sb_str(b, extra);
+        if (*labels) sbuf_put(b, ",", 1);
+        sbuf_puts(b, extra);
     }
-    sb_put(b, "}", 1);
+    sbuf_put(b, "}", 1);
 }
 
 static unsigned long long scalar(const struct met_vals *v, const struct met_series *s) {
@@ -598,11 +544,11 @@ static void render_series(struct sbuf *b, const struct met_family *f, const stru
     if (s->kind != VAL_HIST) {
         sb_sample_name(b, f->name, "", s->labels, ex);
         if (s->kind == VAL_INT)
-            sb_printf(b, " %d\n", *(const int *)p);
+            sbuf_printf(b, " %d\n", *(const int *)p);
         else if (s->kind == VAL_LONG)
-            sb_printf(b, " %ld\n", *(const long *)p);
+            sbuf_printf(b, " %ld\n", *(const long *)p);
         else
-            sb_printf(b, " %llu\n", *(const unsigned long long *)p);
+            sbuf_printf(b, " %llu\n", *(const unsigned long long *)p);
         return;
     }
     const struct met_hist *h = (const struct met_hist *)p;
@@ -615,14 +561,14 @@ static void render_series(struct sbuf *b, const struct met_family *f, const stru
             snprintf(le, sizeof le, "le=\"+Inf\"");
         cum += h->at[i];
         sb_sample_name(b, f->name, "_bucket", s->labels, le);
-        sb_printf(b, " %llu\n", cum);
+        sbuf_printf(b, " %llu\n", cum);
     }
     sb_sample_name(b, f->name, "_sum", s->labels, NULL);
-    sb_put(b, " ", 1);
+    sbuf_put(b, " ", 1);
     sb_double(b, h->sum);
-    sb_put(b, "\n", 1);
+    sbuf_put(b, "\n", 1);
     sb_sample_name(b, f->name, "_count", s->labels, NULL);
-    sb_printf(b, " %llu\n", h->count);
+    sbuf_printf(b, " %llu\n", h->count);
 }
 
 static int shown(const struct met_series *s, const struct met_vals *v) {
@@ -639,7 +585,6 @@ int met_render(struct srv_metrics *m, char **out, size_t *len) {
     pthread_mutex_unlock(&m->mu);
 
     struct sbuf b = {0};
-    sb_grow(&b, 16384);
     for (int i = 0; i < m->n_fam; i++) {
         const struct met_family *f = &m->fam[i];
         const struct met_series *s = m->ser + f->first;
@@ -647,8 +592,8 @@ int met_render(struct srv_metrics *m, char **out, size_t *len) {
         for (int j = 0; j < f->n && !any; j++)
             any = shown(&s[j], v);
         if (!any && (f->flags & FAM_OMIT_EMPTY)) continue;
-        sb_printf(&b, "# HELP %s %s\n", f->name, f->help);
-        sb_printf(&b, "# TYPE %s %s\n", f->name, FAM_TYPE_NAME[f->type]);
+        sbuf_printf(&b, "# HELP %s %s\n", f->name, f->help);
+        sbuf_printf(&b, "# TYPE %s %s\n", f->name, FAM_TYPE_NAME[f->type]);
         for (int j = 0; j < f->n; j++)
             if (shown(&s[j], v)) render_series(&b, f, &s[j], v);
     }

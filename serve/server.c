@@ -38,21 +38,6 @@ static double now(void) {
 // ---------------------------------------------------------------------------------------------
 // jobs and their output
 
-static int buf_add(char **b, size_t *n, size_t *cap, const char *s, size_t k) {
-    if (*n + k + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *n + k + 1)
-            c *= 2;
-        char *nb = realloc(*b, c);
-        if (!nb) return -1;
-        *b = nb, *cap = c;
-    }
-    memcpy(*b + *n, s, k);
-    *n += k;
-    (*b)[*n] = 0;
-    return 0;
-}
-
 static void job_unref(struct job *j) {
     pthread_mutex_lock(&j->mu);
     int left = --j->refs;
@@ -60,12 +45,12 @@ static void job_unref(struct job *j) {
     if (left) return;
     for (int i = 0; i < j->n_ch; i++) {
         tok_stream_free(&j->ch[i].ts);
-        free(j->ch[i].text);
+        free(j->ch[i].text.p);
         free(j->ch[i].ends);
     }
     free(j->ch);
     job_free_request(j);
-    free(j->out);
+    free(j->out.p);
     free(j->head);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -75,9 +60,10 @@ static void job_unref(struct job *j) {
 static void job_send(struct job *j, const char *s, size_t k, int last) {
     pthread_mutex_lock(&j->mu);
     if (!j->closed) {
-        if (j->off_out == j->n_out) j->off_out = j->n_out = 0;
-        if (buf_add(&j->out, &j->n_out, &j->cap_out, s, k)) j->closed = 1; // out of memory
-        if ((long)(j->n_out - j->off_out) > j->s->cfg.max_stream_buffer_bytes)
+        if (j->off_out == j->out.n) j->off_out = j->out.n = 0;
+        sbuf_put(&j->out, s, k);
+        if (j->out.oom) j->closed = 1; // out of memory: cancelled, as a gone client is
+        if ((long)(j->out.n - j->off_out) > j->s->cfg.max_stream_buffer_bytes)
             j->closed = 1; // a client that stopped reading is cancelled like a disconnect
     }
     if (last) j->out_done = 1;
@@ -223,7 +209,7 @@ static json_t *envelope(const struct srv *s, const struct job *j, const char *ob
 }
 
 static void add_text(struct choice *c, const char *p, size_t k) {
-    if (k) buf_add(&c->text, &c->n_text, &c->cap_text, p, k);
+    sbuf_put(&c->text, p, k);
 }
 
 /* split off reasoning: with thinking on, the text before "</think>" is reasoning_content */
@@ -265,18 +251,18 @@ static int choice_delta(const struct job *j, struct choice *c, size_t upto, int 
         split_think(j, c, c->sent, upto, &r0, &r1, &t0, &t1);
         if (r1 > r0) {
             sbuf_puts(b, any ? ",\"reasoning_content\":" : "\"reasoning_content\":");
-            sbuf_json_str(b, c->text + r0, r1 - r0);
+            sbuf_json_str(b, c->text.p + r0, r1 - r0);
             any = 1;
         }
         if (t1 > t0 || role) {
             sbuf_puts(b, any ? ",\"content\":" : "\"content\":");
-            sbuf_json_str(b, c->text + t0, t1 - t0);
+            sbuf_json_str(b, c->text.p + t0, t1 - t0);
         }
         sbuf_puts(b, "}");
         c->role_sent = 1;
     } else {
         sbuf_puts(b, ",\"text\":");
-        sbuf_json_str(b, c->text + c->sent, upto - c->sent);
+        sbuf_json_str(b, c->text.p + c->sent, upto - c->sent);
     }
     if (j->return_token_ids) {
         const int32_t *t;
@@ -406,15 +392,16 @@ static int pump_choice(struct srv *s, struct job *j, struct choice *c, struct sb
         const char *p;
         size_t k;
         if (tok_stream_push(&c->ts, t[i], &p, &k, e, sizeof e) == 0) add_text(c, p, k);
-        c->ends[i] = c->n_text;
+        c->ends[i] = c->text.n;
     }
     c->n_seen = n;
+    if (c->text.oom) return 3; // out of memory for its text: it fails rather than lose text
     if (ended && st == TD_REQ_FINISHED && n > 0) { // what the decoder still holds
         const char *p;
         size_t k;
         tok_stream_flush(&c->ts, &p, &k);
         add_text(c, p, k);
-        c->ends[n - 1] = c->n_text;
+        c->ends[n - 1] = c->text.n;
     }
     if (n > n_tok0 && c->t_prev > 0) met_itl(s->m, now() - c->t_prev, n - n_tok0);
     if (n > n_tok0) c->t_prev = now();
@@ -423,28 +410,28 @@ static int pump_choice(struct srv *s, struct job *j, struct choice *c, struct sb
         const char *close = "</think>";
         char *stops1[1] = {(char *)close};
         size_t at;
-        if (stop_find(c->text, c->n_text, 0, stops1, 1, &at) >= 0)
+        if (stop_find(c->text.p, c->text.n, 0, stops1, 1, &at) >= 0)
             c->think_open = 0, c->think_end = at;
     }
     // stop strings: the first match in the text after the reasoning
     if (j->n_stops && (n > n_tok0 || ended)) {
         size_t from = c->searched, at;
-        size_t base = j->think ? (c->think_open ? c->n_text : c->think_end + 8) : 0;
+        size_t base = j->think ? (c->think_open ? c->text.n : c->think_end + 8) : 0;
         if (from < base) from = base;
-        int k =
-            from <= c->n_text ? stop_find(c->text, c->n_text, from, j->stops, j->n_stops, &at) : -1;
+        int k = from <= c->text.n ? stop_find(c->text.p, c->text.n, from, j->stops, j->n_stops, &at)
+                                  : -1;
         if (k >= 0) {
             size_t cut = at + (j->include_stop ? strlen(j->stops[k]) : 0);
             int keep = stop_tokens_kept(c->ends, n, at + strlen(j->stops[k]));
             td_engine_stop_at(s->e, c->eid, keep);
-            c->n_text = cut;
+            c->text.n = cut;
             c->n_seen = keep;
             c->completion_tokens = keep;
             c->done = 1;
             c->finish_reason = "stop";
             snprintf(c->stop_reason, sizeof c->stop_reason, "%s", j->stops[k]);
         } else {
-            c->searched = c->n_text >= j->max_stop ? c->n_text - j->max_stop + 1 : 0;
+            c->searched = c->text.n >= j->max_stop ? c->text.n - j->max_stop + 1 : 0;
         }
     }
     if (!c->done && ended) {
@@ -459,10 +446,10 @@ static int pump_choice(struct srv *s, struct job *j, struct choice *c, struct sb
     }
     if (!c->done) c->completion_tokens = n;
     if (c->done) td_engine_request_stats(s->e, c->eid, &c->st);
-    size_t upto = c->done ? c->n_text : stop_holdback(c->text, c->n_text, j->stops, j->n_stops);
+    size_t upto = c->done ? c->text.n : stop_holdback(c->text.p, c->text.n, j->stops, j->n_stops);
     if (j->think && c->think_open && !c->done) { // hold a partial "</think>" back too
         char *close[1] = {"</think>"};
-        size_t h = stop_holdback(c->text, c->n_text, close, 1);
+        size_t h = stop_holdback(c->text.p, c->text.n, close, 1);
         if (h < upto) upto = h;
     }
     if (j->stream) {
@@ -524,15 +511,15 @@ static int pump(struct srv *s, struct job *j) {
             json_object_set_new(ch, "stop_reason",
                                 c->stop_reason[0] ? json_string(c->stop_reason) : json_null());
             size_t r0, r1, t0, t1;
-            split_think(j, c, 0, c->n_text, &r0, &r1, &t0, &t1);
+            split_think(j, c, 0, c->text.n, &r0, &r1, &t0, &t1);
             if (j->kind == JOB_CHAT) {
                 json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content",
-                                      text_json(c->text + t0, t1 - t0));
+                                      text_json(c->text.p + t0, t1 - t0));
                 if (j->think)
-                    json_object_set_new(m, "reasoning_content", text_json(c->text + r0, r1 - r0));
+                    json_object_set_new(m, "reasoning_content", text_json(c->text.p + r0, r1 - r0));
                 json_object_set_new(ch, "message", m);
             } else {
-                json_object_set_new(ch, "text", text_json(c->text, c->n_text));
+                json_object_set_new(ch, "text", text_json(c->text.p, c->text.n));
             }
             if (j->return_token_ids) {
                 const int32_t *t;
@@ -743,8 +730,7 @@ static void *worker_main(void *arg) {
 // HTTP
 
 struct conn {
-    char *body;
-    size_t n_body, cap_body;
+    struct sbuf body;
     int too_large;
     struct job *job; /* a non-streamed generation waiting for its body */
     char rid[48];
@@ -836,10 +822,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     ssize_t rc;
     if (j->closed) {
         rc = MHD_CONTENT_READER_END_WITH_ERROR;
-    } else if (j->off_out < j->n_out) {
-        size_t k = j->n_out - j->off_out;
+    } else if (j->off_out < j->out.n) {
+        size_t k = j->out.n - j->off_out;
         if (k > max) k = max;
-        memcpy(buf, j->out + j->off_out, k);
+        memcpy(buf, j->out.p + j->off_out, k);
         j->off_out += k;
         rc = (ssize_t)k;
     } else if (j->out_done) {
@@ -886,7 +872,7 @@ static enum MHD_Result handle_generate(struct srv *s, struct MHD_Connection *c, 
     json_t *err = NULL;
     int ignored = 0;
     met_received(s->m);
-    int st = job_parse(s, j, cs->body ? cs->body : "", cs->n_body, &ignored, &err);
+    int st = job_parse(s, j, cs->body.p ? cs->body.p : "", cs->body.n, &ignored, &err);
     if (ignored) met_ignored_fields(s->m, ignored);
     if (st) {
         const json_t *eo = json_object_get(err, "error");
@@ -951,7 +937,7 @@ static enum MHD_Result handle_generate(struct srv *s, struct MHD_Connection *c, 
 /* POST /tokenize: llama.cpp's {content, add_special} or vLLM's {prompt, add_special_tokens} */
 static enum MHD_Result handle_tokenize(struct srv *s, struct MHD_Connection *c, struct conn *cs) {
     json_error_t je;
-    json_t *b = json_loadb(cs->body ? cs->body : "", cs->n_body, 0, &je);
+    json_t *b = json_loadb(cs->body.p ? cs->body.p : "", cs->body.n, 0, &je);
     const json_t *t = json_object_get(b, "content");
     int vllm = !t;
     if (!t) t = json_object_get(b, "prompt");
@@ -981,7 +967,7 @@ static enum MHD_Result handle_tokenize(struct srv *s, struct MHD_Connection *c, 
 
 static enum MHD_Result handle_detokenize(struct srv *s, struct MHD_Connection *c, struct conn *cs) {
     json_error_t je;
-    json_t *b = json_loadb(cs->body ? cs->body : "", cs->n_body, 0, &je);
+    json_t *b = json_loadb(cs->body.p ? cs->body.p : "", cs->body.n, 0, &je);
     const json_t *t = json_object_get(b, "tokens");
     if (!json_is_array(t)) {
         json_decref(b);
@@ -1107,9 +1093,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (*upload_size) { // the body, piece by piece, up to the limit
         if (!cs->too_large) {
-            if ((long)(cs->n_body + *upload_size) > s->cfg.max_body_bytes ||
-                buf_add(&cs->body, &cs->n_body, &cs->cap_body, upload, *upload_size))
+            if ((long)(cs->body.n + *upload_size) > s->cfg.max_body_bytes)
                 cs->too_large = 1;
+            else
+                sbuf_put(&cs->body, upload, *upload_size);
         }
         *upload_size = 0;
         return MHD_YES;
@@ -1127,8 +1114,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             pthread_mutex_unlock(&j->mu);
             return MHD_YES;
         }
-        return reply(s, c, cs, st, "application/json", j->out + j->off_out, j->n_out - j->off_out);
+        return reply(s, c, cs, st, "application/json", j->out.p + j->off_out,
+                     j->out.n - j->off_out);
     }
+    if (cs->body.oom) return reply_error(s, c, cs, 500, "server_error", NULL, "out of memory");
     if (cs->too_large) {
         met_rejected(s->m, MET_REJECT_TOO_LARGE);
         return reply_error(s, c, cs, 413, "invalid_request_error", "body_too_large",
@@ -1179,14 +1168,14 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
         pthread_mutex_lock(&j->mu);
         j->conn = NULL;
         j->fd = -1;
-        if (!j->out_done || j->off_out < j->n_out) j->closed = 1; // gone before the end
+        if (!j->out_done || j->off_out < j->out.n) j->closed = 1; // gone before the end
         pthread_mutex_unlock(&j->mu);
         pthread_mutex_lock(&s->mu);
         pthread_cond_signal(&s->cv);
         pthread_mutex_unlock(&s->mu);
         job_unref(j);
     }
-    free(cs->body);
+    free(cs->body.p);
     free(cs);
     *con_cls = NULL;
 }

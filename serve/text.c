@@ -1,6 +1,7 @@
 /* text.c: stop strings and hold-back over generated text (text.h). */
 #include "serve/text.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,18 +44,48 @@ int stop_tokens_kept(const size_t *ends, int n_tokens, size_t m) {
     return n_tokens;
 }
 
-void sbuf_put(struct sbuf *b, const char *s, size_t k) {
-    if (b->n + k + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + k + 1)
-            c *= 2;
-        char *np = realloc(b->p, c);
-        if (!np) return; // out of memory: the text is cut (the caller's buffer stays valid)
-        b->p = np, b->cap = c;
+static void sbuf_grow(struct sbuf *b, size_t more) {
+    if (b->oom || b->n + more + 1 <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + more + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->oom = 1;
+        return;
     }
-    memcpy(b->p + b->n, s, k);
+    b->p = p;
+    b->cap = cap;
+}
+
+void sbuf_put(struct sbuf *b, const char *s, size_t k) {
+    sbuf_grow(b, k);
+    if (b->oom) return;
+    if (k) memcpy(b->p + b->n, s, k);
     b->n += k;
     b->p[b->n] = 0;
+}
+
+void sbuf_printf(struct sbuf *b, const char *fmt, ...) {
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = 1;
+        return;
+    }
+    if ((size_t)n < sizeof tmp) {
+        sbuf_put(b, tmp, (size_t)n);
+        return;
+    }
+    sbuf_grow(b, (size_t)n);
+    if (b->oom) return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
 }
 
 void sbuf_puts(struct sbuf *b, const char *s) {

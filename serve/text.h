@@ -30,13 +30,17 @@ size_t stop_holdback(const char *text, size_t n, char *const *stops, int n_stops
  * are dropped */
 int stop_tokens_kept(const size_t *ends, int n_tokens, size_t m);
 
-/* a growing byte buffer (zero-initialise; free p) and the JSON the stream's chunks are written
- * with: a string escaped (bytes that are not UTF-8 become U+FFFD), an integer */
+/* a growing byte buffer, NUL-terminated (zero-initialise; free p). A failed allocation sets oom
+ * and every later write is dropped, so a writer checks once, at the end. The JSON the stream's
+ * chunks are written with: a string escaped (bytes that are not UTF-8 become U+FFFD), an
+ * integer. */
 struct sbuf {
     char *p;
     size_t n, cap;
+    int oom;
 };
 void sbuf_put(struct sbuf *b, const char *s, size_t k);
+void sbuf_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sbuf_puts(struct sbuf *b, const char *s);
 void sbuf_json_str(struct sbuf *b, const char *s, size_t k);
 void sbuf_int(struct sbuf *b, long v);
