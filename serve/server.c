@@ -1341,26 +1341,31 @@ int srv_run(const struct srv_config *cfg) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    struct sockaddr_in addr = {0};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)cfg->port);
-    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) { // a name: its first IPv4 address
-        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-        int g = getaddrinfo(cfg->host, NULL, &hints, &ai);
-        if (g || !ai) {
-            fprintf(stderr, "tandem: serve: server.host '%s': %s\n", cfg->host,
-                    g ? gai_strerror(g) : "no IPv4 address");
-            goto out;
-        }
-        addr.sin_addr = ((struct sockaddr_in *)ai->ai_addr)->sin_addr;
-        freeaddrinfo(ai);
+    // the address: an IPv4 or IPv6 literal, or a name (its first address)
+    struct sockaddr_storage addr;
+    memset(&addr, 0, sizeof addr);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                    *ai = NULL;
+    char port_s[16];
+    snprintf(port_s, sizeof port_s, "%d", cfg->port);
+    int g = getaddrinfo(cfg->host, port_s, &hints, &ai);
+    if (g || !ai || ai->ai_addrlen > sizeof addr) {
+        fprintf(stderr, "tandem: serve: server.host '%s': %s\n", cfg->host,
+                g ? gai_strerror(g) : "no address");
+        if (ai) freeaddrinfo(ai);
+        goto out;
     }
+    memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+    int v6 = addr.ss_family == AF_INET6;
     if (pthread_create(&s->worker, NULL, worker_main, s)) {
         fprintf(stderr, "tandem: serve: cannot start the worker thread\n");
         goto out;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, connection_note, s,
@@ -1380,8 +1385,10 @@ int srv_run(const struct srv_config *cfg) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     int port = di ? di->port : cfg->port;
-    fprintf(stderr, "tandem: serving %s on http://%s:%d (backend %s, drafter %s, %d slots)\n",
-            s->model_name, cfg->host, port, td_engine_backend(s->e), s->drafter, cfg->max_running);
+    const char *lb = v6 && strchr(cfg->host, ':') ? "[" : "", *rb = *lb ? "]" : "";
+    fprintf(stderr, "tandem: serving %s on http://%s%s%s:%d (backend %s, drafter %s, %d slots)\n",
+            s->model_name, lb, cfg->host, rb, port, td_engine_backend(s->e), s->drafter,
+            cfg->max_running);
     log_line(s, SRV_LOG_INFO, "serving %s on http://%s:%d, backend %s, drafter %s (k %d)",
              s->model_name, cfg->host, port, td_engine_backend(s->e), s->drafter, s->draft_k);
     int sig = 0;
