@@ -112,7 +112,7 @@ struct srv {
     struct job *q_head, *q_tail;
     long outstanding;                       /* choices accepted and not yet finished */
     int running, waiting, slots_busy, held; /* as the worker last saw them */
-    int draining, dead, cancel_all, stop_worker;
+    int loading, draining, dead, cancel_all, stop_worker, have_worker;
     int connections, streams;
     pthread_t worker;
     /* test seam: requests with this seed get a non-finite row after 3 tokens */

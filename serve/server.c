@@ -773,7 +773,7 @@ static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, struct con
     }
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
-    met_http(s->m, cs->endpoint, status);
+    if (s->m) met_http(s->m, cs->endpoint, status); // (none while loading)
     return rc;
 }
 
@@ -1124,6 +1124,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                            "the request body is larger than %ld bytes (limits.max_body_bytes)",
                            s->cfg.max_body_bytes);
     }
+    pthread_mutex_lock(&s->mu);
+    int loading = s->loading;
+    pthread_mutex_unlock(&s->mu);
+    if (loading) { // nothing but liveness until the model is there
+        if (!strcmp(url, "/livez"))
+            return reply(s, c, cs, 200, "application/json", "{\"status\":\"ok\"}", 15);
+        if (!strcmp(url, "/health") || !strcmp(url, "/v1/health") || !strcmp(url, "/readyz"))
+            return reply(s, c, cs, 503, "application/json", "{\"status\":\"loading\"}", 20);
+        return reply_error(s, c, cs, 503, "unavailable_error", "loading",
+                           "the model is loading; retry later");
+    }
     int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (!strcmp(method, "OPTIONS") && s->cfg.cors_origins[0])
         return reply(s, c, cs, 204, "text/plain", "", 0);
@@ -1313,27 +1324,6 @@ int srv_run(const struct srv_config *cfg) {
         snprintf(s->model_name, sizeof s->model_name, "%s", b ? b + 1 : tmp);
     }
     if (cfg->api_key_file[0] && load_keys(s, cfg->api_key_file)) goto out;
-    char err[1024];
-    if (tok_load(&s->tok, s->model_dir, err, sizeof err)) {
-        fprintf(stderr, "tandem: serve: %s\n", err);
-        goto out;
-    }
-    s->have_chat = chat_init(&s->chat, s->tok, err, sizeof err) == 0;
-    if (open_engine(s)) goto out;
-    snprintf(s->fingerprint, sizeof s->fingerprint, "fp_tandem_%s_%016llx", TD_VERSION,
-             srv_config_hash(&s->cfg));
-    struct met_info mi = {.model = s->model_name,
-                          .drafter = s->drafter,
-                          .k = s->draft_k,
-                          .version = TD_VERSION,
-                          .backend = td_engine_backend(s->e),
-                          .config_hash = srv_config_hash(&s->cfg),
-                          .slots_total = cfg->max_running,
-                          .vllm_compat = cfg->vllm_compat};
-    if (!(s->m = met_new(&mi))) {
-        fprintf(stderr, "tandem: serve: out of memory\n");
-        goto out;
-    }
     // signals go to this thread alone (sigwait below); every thread made after inherits the mask
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -1360,10 +1350,9 @@ int srv_run(const struct srv_config *cfg) {
     memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
     freeaddrinfo(ai);
     int v6 = addr.ss_family == AF_INET6;
-    if (pthread_create(&s->worker, NULL, worker_main, s)) {
-        fprintf(stderr, "tandem: serve: cannot start the worker thread\n");
-        goto out;
-    }
+    // HTTP first: while the model loads, /livez is 200 and everything else 503 (a checkpoint of
+    // 150 GB takes minutes; a supervisor sees a live process that is not ready yet)
+    s->loading = 1;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR,
@@ -1376,16 +1365,48 @@ int srv_run(const struct srv_config *cfg) {
     if (!s->d) {
         fprintf(stderr, "tandem: serve: cannot listen on %s:%d: %s\n", cfg->host, cfg->port,
                 strerror(errno));
-        pthread_mutex_lock(&s->mu);
-        s->stop_worker = 1;
-        pthread_cond_signal(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->worker, NULL);
         goto out;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     int port = di ? di->port : cfg->port;
     const char *lb = v6 && strchr(cfg->host, ':') ? "[" : "", *rb = *lb ? "]" : "";
+    fprintf(stderr, "tandem: loading %s, listening on http://%s%s%s:%d (503 until it is ready)\n",
+            s->model_dir, lb, cfg->host, rb, port);
+    const char *delay = getenv("TANDEM_TEST_LOAD_DELAY_MS"); // test seam: a slow load
+    if (delay && *delay) {
+        long ms = strtol(delay, NULL, 10);
+        struct timespec d = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
+    char err[1024];
+    if (tok_load(&s->tok, s->model_dir, err, sizeof err)) {
+        fprintf(stderr, "tandem: serve: %s\n", err);
+        goto out;
+    }
+    s->have_chat = chat_init(&s->chat, s->tok, err, sizeof err) == 0;
+    if (open_engine(s)) goto out;
+    snprintf(s->fingerprint, sizeof s->fingerprint, "fp_tandem_%s_%016llx", TD_VERSION,
+             srv_config_hash(&s->cfg));
+    struct met_info mi = {.model = s->model_name,
+                          .drafter = s->drafter,
+                          .k = s->draft_k,
+                          .version = TD_VERSION,
+                          .backend = td_engine_backend(s->e),
+                          .config_hash = srv_config_hash(&s->cfg),
+                          .slots_total = cfg->max_running,
+                          .vllm_compat = cfg->vllm_compat};
+    if (!(s->m = met_new(&mi))) {
+        fprintf(stderr, "tandem: serve: out of memory\n");
+        goto out;
+    }
+    if (pthread_create(&s->worker, NULL, worker_main, s)) {
+        fprintf(stderr, "tandem: serve: cannot start the worker thread\n");
+        goto out;
+    }
+    s->have_worker = 1;
+    pthread_mutex_lock(&s->mu);
+    s->loading = 0; // what the handlers read under s->mu: the model, the tokenizer, the metrics
+    pthread_mutex_unlock(&s->mu);
     fprintf(stderr, "tandem: serving %s on http://%s%s%s:%d (backend %s, drafter %s, %d slots)\n",
             s->model_name, lb, cfg->host, rb, port, td_engine_backend(s->e), s->drafter,
             cfg->max_running);
@@ -1436,6 +1457,14 @@ int srv_run(const struct srv_config *cfg) {
     log_line(s, SRV_LOG_INFO, "stopped");
     rc = 0;
 out:
+    if (rc && s->d) MHD_stop_daemon(s->d); // a failed load: only 503s were answered
+    if (rc && s->have_worker) {
+        pthread_mutex_lock(&s->mu);
+        s->stop_worker = 1;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->worker, NULL);
+    }
     if (s->e) td_engine_free(s->e);
     tok_free(s->tok);
     met_free(s->m);
