@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve/text.h"
+
 static const char USAGE[] =
     "usage: serve_load --url URL --dataset FILE.jsonl [options]\n"
     "  --url URL          server root (http://host:port) or its /v1\n"
@@ -68,11 +70,6 @@ static const char USAGE[] =
 
 /* ---- small things */
 
-struct buf {
-    char *p;
-    size_t n, cap;
-};
-
 static void oom(void) {
     fputs("serve_load: out of memory\n", stderr);
     exit(1);
@@ -90,68 +87,48 @@ static char *xstrdup(const char *s) {
     return d;
 }
 
-static void buf_add(struct buf *b, const void *p, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n + 1)
-            c *= 2;
-        b->p = xrealloc(b->p, c);
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-    b->p[b->n] = 0;
+/* serve/text.h's growing buffer; this program stops on out of memory rather than drop bytes */
+static void buf_add(struct sbuf *b, const void *p, size_t n) {
+    sbuf_put(b, p, n);
+    if (b->oom) oom();
 }
 
-static void buf_str(struct buf *b, const char *s) {
+static void buf_str(struct sbuf *b, const char *s) {
     buf_add(b, s, strlen(s));
 }
-static void buf_ch(struct buf *b, char c) {
+static void buf_ch(struct sbuf *b, char c) {
     buf_add(b, &c, 1);
 }
 
-static void buf_printf(struct buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        buf_add(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = xrealloc(NULL, (size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    buf_add(b, big, (size_t)n);
-    free(big);
-}
+#define buf_printf(b, ...)                                                                         \
+    do {                                                                                           \
+        sbuf_printf((b), __VA_ARGS__);                                                             \
+        if ((b)->oom) oom();                                                                       \
+    } while (0)
 
-static void buf_free(struct buf *b) {
+static void buf_free(struct sbuf *b) {
     free(b->p);
     memset(b, 0, sizeof *b);
 }
 
+/* the message, then exit: die (2) for bad usage or data, fail (1) when the server fails */
+static void vquit(int code, const char *fmt, va_list ap) {
+    fputs("serve_load: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    exit(code);
+}
+
 static void die(const char *fmt, ...) {
     va_list ap;
-    fputs("serve_load: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(2);
+    vquit(2, fmt, ap);
 }
 
 static void fail(const char *fmt, ...) {
     va_list ap;
-    fputs("serve_load: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(1);
+    vquit(1, fmt, ap);
 }
 
 /* milliseconds since the program started, CLOCK_MONOTONIC */
@@ -268,7 +245,7 @@ static void js_num(double x, char *out, size_t cap) {
     while (k > 1 && dg[k - 1] == '0')
         k--;
     int n = atoi(s + 1) + 1; /* the decimal point sits after n digits */
-    struct buf b = {0};
+    struct sbuf b = {0};
     if (neg) buf_ch(&b, '-');
     if (k <= n && n <= 21) {
         buf_add(&b, dg, (size_t)k);
@@ -331,7 +308,7 @@ static void js_fixed(double x, int d, char *out, size_t cap) {
 
 /* ---- JSON out, as JSON.stringify writes it (compact, or indented by 2) */
 
-static void json_quote(struct buf *b, const char *s, size_t n) {
+static void json_quote(struct sbuf *b, const char *s, size_t n) {
     buf_ch(b, '"');
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -353,14 +330,14 @@ static void json_quote(struct buf *b, const char *s, size_t n) {
     buf_ch(b, '"');
 }
 
-static void json_nl(struct buf *b, int indent, int depth) {
+static void json_nl(struct sbuf *b, int indent, int depth) {
     if (!indent) return;
     buf_ch(b, '\n');
     for (int i = 0; i < indent * depth; i++)
         buf_ch(b, ' ');
 }
 
-static void json_out(struct buf *b, json_t *v, int indent, int depth) {
+static void json_out(struct sbuf *b, json_t *v, int indent, int depth) {
     char num[40];
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
@@ -460,7 +437,7 @@ static double opt_num(const char *k, const char *v, double min) {
     double x = v && !strcmp(v, "inf") ? INFINITY : js_number(v);
     if (!v || isnan(x) || x < min) {
         if (!v) die("%s: bad value undefined", k);
-        struct buf q = {0};
+        struct sbuf q = {0};
         json_quote(&q, v, strlen(v));
         die("%s: bad value %s", k, q.p);
     }
@@ -475,7 +452,7 @@ static json_t *parse_slos(const char *s) {
         if (next) *next++ = 0;
         if (!*part) continue;
         /* "k:v[:...]": what follows a second ':' is ignored, as split(':') destructuring does */
-        struct buf q = {0};
+        struct sbuf q = {0};
         json_quote(&q, part, strlen(part));
         char *v = strchr(part, ':');
         if (v) {
@@ -646,7 +623,7 @@ struct prompts {
 static void load_prompts(const char *file, long n, double seed, struct prompts *P) {
     FILE *f = fopen(file, "rb");
     if (!f) die("%s: %s", file, strerror(errno));
-    struct buf text = {0};
+    struct sbuf text = {0};
     char chunk[65536];
     size_t got;
     while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
@@ -810,14 +787,14 @@ typedef int (*sink_fn)(void *ctx, const char *p, size_t n);
 
 struct resp {
     int status;
-    struct buf body; /* the body when there is no sink or the status is not 2xx */
+    struct sbuf body; /* the body when there is no sink or the status is not 2xx */
     /* parsing */
     int phase; /* 0 headers, 1 body, 2 done */
-    struct buf hdr;
+    struct sbuf hdr;
     int chunked, to_sink;
     long long left; /* content-length left, -1 to the close */
     int cphase;     /* chunked: 0 size line, 1 data, 2 CRLF after data, 3 trailers */
-    struct buf line;
+    struct sbuf line;
     sink_fn sink;
     void *ctx;
     double t_end; /* when the response was complete (ms) */
@@ -1021,7 +998,7 @@ static int http_do(const char *method, const char *path, const char *body, size_
     int fd = -1;
     int rc = http_connect(deadline, err, errn, &fd);
     if (rc) return rc;
-    struct buf req = {0};
+    struct sbuf req = {0};
     buf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, path, g_url.hostport);
     buf_printf(&req, "Authorization: Bearer %s\r\n", g_auth);
     buf_str(&req, "Accept: application/json\r\nUser-Agent: tandem-serve_load\r\n");
@@ -1096,8 +1073,8 @@ static const char *status_class(int status) {
 
 /* the openai client's error message: "STATUS error.message" (or the error as JSON, or the raw
  * body, or "STATUS status code (no body)") */
-static void api_message(struct buf *b, int status, json_t *error, const char *message) {
-    struct buf msg = {0};
+static void api_message(struct sbuf *b, int status, json_t *error, const char *message) {
+    struct sbuf msg = {0};
     json_t *m = json_is_object(error) ? json_object_get(error, "message") : NULL;
     if (js_truthy(m)) {
         if (json_is_string(m))
@@ -1120,7 +1097,7 @@ static void api_message(struct buf *b, int status, json_t *error, const char *me
 }
 
 /* "ClassName: message" for a response that is not 2xx */
-static void status_error(struct buf *b, struct resp *r) {
+static void status_error(struct sbuf *b, struct resp *r) {
     json_t *j = r->body.n ? json_loadb(r->body.p, r->body.n, JSON_DECODE_ANY, NULL) : NULL;
     json_t *error = json_is_object(j) ? json_object_get(j, "error") : NULL;
     buf_printf(b, "%s: ", status_class(r->status));
@@ -1128,7 +1105,7 @@ static void status_error(struct buf *b, struct resp *r) {
     json_decref(j);
 }
 
-static void transport_error(struct buf *b, int rc, const char *err) {
+static void transport_error(struct sbuf *b, int rc, const char *err) {
     if (rc == H_TIMEOUT)
         buf_printf(b, "APIConnectionTimeoutError: Request timed out.%s%s%s", *err ? " (" : "", err,
                    *err ? ")" : "");
@@ -1364,11 +1341,11 @@ struct rec {
  * comments skipped, nothing after `data: [DONE]`, an {"error": ...} event fails the request */
 struct sse {
     struct rec *r;
-    struct buf line, data;
+    struct sbuf line, data;
     int has_data, done;
     double t0, last;
     long text_chunks;
-    struct buf error;
+    struct sbuf error;
 };
 
 static int sse_event(struct sse *s) {
@@ -1489,7 +1466,7 @@ static void one_request(const struct opts *o, const char *model, json_t *prompt,
         json_object_set_new(b, "prompt", json_incref(prompt));
         json_object_set_new(b, "max_tokens", jnum(o->max_tokens));
     }
-    struct buf body = {0};
+    struct sbuf body = {0};
     json_out(&body, b, 0, 0);
     json_decref(b);
     char path[2048], err[256] = "";
@@ -1503,7 +1480,7 @@ static void one_request(const struct opts *o, const char *model, json_t *prompt,
     int rc = http_do("POST", path, body.p, body.n, t0 + o->timeout_s * 1000, sse_feed, &s, &resp,
                      err, sizeof err);
     r->e2e = (rc == H_OK ? resp.t_end : now_ms()) - t0;
-    struct buf msg = {0};
+    struct sbuf msg = {0};
     if (rc == H_OK && resp.status >= 200 && resp.status < 300) {
         if (!r->usage_seen) r->output_tokens = (double)s.text_chunks; /* chunks, not tokens */
         r->ok = !isnan(r->ttft);
@@ -1542,7 +1519,7 @@ static char *server_model(const struct opts *o, const char *url) {
     struct resp r;
     int rc = http_do("GET", path, NULL, 0, now_ms() + o->timeout_s * 1000, NULL, NULL, &r, err,
                      sizeof err);
-    struct buf msg = {0};
+    struct sbuf msg = {0};
     if (rc)
         buf_str(&msg, err);
     else if (r.status < 200 || r.status > 299)
@@ -1895,7 +1872,7 @@ static void print_result(json_t *r) {
     L("Failed requests", vstr(jget(r, "failed", NULL), a, sizeof a));
     L("Benchmark duration (s)", fx(jget(r, "duration_s", NULL), 2, a, sizeof a));
     L("Total input tokens", vstr(jget(r, "total_input_tokens", NULL), a, sizeof a));
-    struct buf t = {0};
+    struct sbuf t = {0};
     buf_str(&t, vstr(jget(r, "total_output_tokens", NULL), a, sizeof a));
     if (!json_is_true(jget(r, "usage_reported", NULL)))
         buf_str(&t, " (estimated from chunks: no usage)");
@@ -2002,7 +1979,7 @@ int main(int argc, char **argv) {
     json_t *r = report(&o, model, recs, n, &res, before, after, P.total);
     print_result(r);
     if (o.json) {
-        struct buf js = {0};
+        struct sbuf js = {0};
         json_out(&js, r, 2, 0);
         buf_ch(&js, '\n');
         FILE *f = fopen(o.json, "wb");
