@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "model/backend.h"
-#include "model/err.h"
+#include "kernels/err.h"
 #include "model/fileio.h"
 #include "model/forward.h"
 #include "model/model.h"

@@ -10,18 +10,20 @@
 #include <stdlib.h>
 
 #include "dtype.h"
+#include "err.h"
 #include "rows.h"
 
-/* evaluates x once; on failure prints the statement, file:line and the error, then aborts */
-#define CUDA_CHECK(x)                                                                              \
+/* one check for every library status: evaluates x once; anything but ok aborts (err.h's
+ * TD_ABORT) with the status's name, its text and the statement. CUDA_CHECK and CUBLAS_CHECK
+ * (matmul.cu) are its instances. */
+#define TD_STATUS_CHECK(x, type, ok, name_of, text_of)                                             \
     do {                                                                                           \
-        cudaError_t err_ = (x);                                                                    \
-        if (err_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "CUDA error %s (%s) at %s:%d: %s\n", cudaGetErrorName(err_),           \
-                    cudaGetErrorString(err_), __FILE__, __LINE__, #x);                             \
-            abort();                                                                               \
-        }                                                                                          \
+        type st_ = (x);                                                                            \
+        if (st_ != (ok))                                                                           \
+            td_abort(__FILE__, __LINE__, "%s (%s): %s", name_of(st_), text_of(st_), #x);           \
     } while (0)
+#define CUDA_CHECK(x)                                                                              \
+    TD_STATUS_CHECK(x, cudaError_t, cudaSuccess, cudaGetErrorName, cudaGetErrorString)
 
 /* after every launch; TD_SYNC=1 in the environment also synchronises, so an asynchronous fault
  * is reported at the kernel that caused it */

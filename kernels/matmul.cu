@@ -17,13 +17,8 @@
 namespace cg = cooperative_groups;
 
 #define CUBLAS_CHECK(x)                                                                            \
-    do {                                                                                           \
-        cublasStatus_t st_ = (x);                                                                  \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-            fprintf(stderr, "cuBLAS error %d at %s:%d: %s\n", (int)st_, __FILE__, __LINE__, #x);   \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+    TD_STATUS_CHECK(x, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusName,               \
+                    cublasLtGetStatusString)
 
 static cublasLtHandle_t lt;
 static int deterministic; /* batch-invariant mode: no cuBLASLt, fixed-order dots */
@@ -331,10 +326,7 @@ static const struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ld
     CUBLAS_CHECK(
         cublasLtMatmulAlgoGetHeuristic(lt, q->op, q->la, q->lb, q->lc, q->lc, pref, 1, &h, &found));
     cublasLtMatmulPreferenceDestroy(pref);
-    if (!found) {
-        fprintf(stderr, "cuBLASLt: no algorithm for %d x %d x %d\n", out, n, in);
-        abort();
-    }
+    if (!found) TD_ABORT("cuBLASLt has no algorithm for %d x %d x %d", out, n, in);
     q->algo = h.algo;
     if (q != &spare) n_lt_plans++;
     return q;

@@ -32,11 +32,9 @@ extern "C" void td_cuda_after_launch(const char *file, int line) {
     cudaStreamIsCapturing(stream, &cap);
     if (e == cudaSuccess && sync_each && cap == cudaStreamCaptureStatusNone)
         e = cudaStreamSynchronize(stream);
-    if (e != cudaSuccess) {
-        fprintf(stderr, "CUDA error %s (%s) after the launch at %s:%d\n", cudaGetErrorName(e),
-                cudaGetErrorString(e), file, line);
-        abort();
-    }
+    if (e != cudaSuccess)
+        td_abort(file, line, "%s (%s) after this launch", cudaGetErrorName(e),
+                 cudaGetErrorString(e));
 }
 
 static void cu_copy(void *dst, const void *src, size_t bytes) {
@@ -79,10 +77,8 @@ static void cu_to_device(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(stream, &cap);
-    if (cap != cudaStreamCaptureStatusNone) { // a graph would replay the arena's later bytes
-        fprintf(stderr, "cuda: a host-to-device copy inside a graph capture\n");
-        abort();
-    }
+    // a graph would replay the arena's later bytes
+    if (cap != cudaStreamCaptureStatusNone) TD_ABORT("a host-to-device copy inside a graph capture");
     if (stage_used + bytes > stage_cap) {
         CUDA_CHECK(cudaStreamSynchronize(stream)); // the staged copies have landed
         stage_used = 0;

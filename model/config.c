@@ -7,7 +7,7 @@
  * Every failure is one line naming the key.
  */
 #include "config.h"
-#include "err.h"
+#include "kernels/err.h"
 #include "fileio.h"
 
 #include <jansson.h>

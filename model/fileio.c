@@ -1,6 +1,6 @@
 /* fileio.c: checked path joins and regular-file reads for the loaders (fileio.h). */
 #include "fileio.h"
-#include "err.h"
+#include "kernels/err.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "err.h"
+#include "kernels/err.h"
 #include "fileio.h"
 
 // ---------------------------------------------------------------------------------------------

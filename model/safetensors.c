@@ -9,7 +9,7 @@
  * failure the set is closed, so callers only ever see a complete set or a zeroed one.
  */
 #include "safetensors.h"
-#include "err.h"
+#include "kernels/err.h"
 #include "fileio.h"
 
 #include <errno.h>

@@ -16,7 +16,7 @@ TARGETS=${*:-$(ls tests/fuzz_*.c | sed 's|tests/||; s|\.c$||')}
 OUTDIR=build-fuzz
 CFLAGS="-std=c11 -g -O1 -D_DEFAULT_SOURCE -I. -fsanitize=address,undefined -fno-sanitize-recover=all"
 LIBS="-lmicrohttpd -linih -ljansson -lpcre2-8 -lutf8proc -lm -lpthread"
-SRC=$(ls model/*.c kernels/*_ref.c metadata/*.c draft/*.c verify/*.c engine/*.c tokenizer/*.c serve/*.c app/*.c | grep -v app/main.c | sort -u)
+SRC=$(ls model/*.c kernels/*.c metadata/*.c draft/*.c verify/*.c engine/*.c tokenizer/*.c serve/*.c app/*.c | grep -v app/main.c | sort -u)
 mkdir -p $OUTDIR/obj
 
 # the library once, instrumented for coverage, shared by every target's link

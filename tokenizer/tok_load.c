@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "model/err.h"
+#include "kernels/err.h"
 #include "model/fileio.h"
 #include "tokenizer/tok_internal.h"
 
