@@ -15,38 +15,19 @@ int meta_bucket(int n, int cap) {
 
 /* offsets (in int32 words) of every array; depends on the dims alone */
 struct layout {
-    size_t input_ids, positions, row_seq, qo_indptr, slot, len_before, kv_indptr, swa_indptr, block,
-        swa_pos, swa_write, vis_csa, vis_hca, emit_csa, emit_hca, write_csa, write_hca, topk,
-        logit_rows, logit_indptr, words;
+#define LAYOUT_FIELD(name, words) size_t name;
+    TD_PLAN_REGIONS(LAYOUT_FIELD)
+#undef LAYOUT_FIELD
+    size_t words;
 };
 
 static struct layout plan_layout(const struct td_plan_dims *d) {
     struct layout l;
     size_t T = (size_t)d->max_tok, S = (size_t)d->max_seq, w = 0;
+    size_t W = (size_t)d->window + (size_t)d->block, K = (size_t)d->topk;
     // each region starts on a 16-word (64-byte) boundary
-#define REGION(name, n) (l.name = w, w += ((size_t)(n) + 15) / 16 * 16)
-    REGION(input_ids, T);
-    REGION(positions, T);
-    REGION(row_seq, T);
-    REGION(qo_indptr, S + 1);
-    REGION(slot, S);
-    REGION(len_before, S);
-    REGION(kv_indptr, S + 1);
-    REGION(block, S);
-    REGION(swa_indptr, T + 1);
-    REGION(swa_write, T);
-    REGION(vis_csa, T);
-    REGION(vis_hca, T);
-    REGION(emit_csa, T);
-    REGION(emit_hca, T);
-    REGION(write_csa, T);
-    REGION(write_hca, T);
-    REGION(logit_rows, T);
-    REGION(logit_indptr, S + 1);
-    // the two row-strided regions last: a step's part of swa_pos is a prefix, and what a
-    // device copy needs ends there (meta_plan_span); topk is the indexer's output
-    REGION(swa_pos, T * ((size_t)d->window + (size_t)d->block));
-    REGION(topk, T * d->topk);
+#define REGION(name, n) l.name = w, w += ((size_t)(n) + 15) / 16 * 16;
+    TD_PLAN_REGIONS(REGION)
 #undef REGION
     l.words = w;
     return l;
@@ -64,26 +45,32 @@ size_t meta_plan_span(const struct td_plan *p) {
 static void bind_arrays(struct td_plan *p) {
     struct layout l = plan_layout(&p->dims);
     int32_t *m = p->mem;
-    p->input_ids = m + l.input_ids;
-    p->positions = m + l.positions;
-    p->row_seq = m + l.row_seq;
-    p->qo_indptr = m + l.qo_indptr;
-    p->slot = m + l.slot;
-    p->len_before = m + l.len_before;
-    p->kv_indptr = m + l.kv_indptr;
-    p->block = m + l.block;
-    p->swa_indptr = m + l.swa_indptr;
-    p->swa_pos = m + l.swa_pos;
-    p->swa_write = m + l.swa_write;
-    p->vis_csa = m + l.vis_csa;
-    p->vis_hca = m + l.vis_hca;
-    p->emit_csa = m + l.emit_csa;
-    p->emit_hca = m + l.emit_hca;
-    p->write_csa = m + l.write_csa;
-    p->write_hca = m + l.write_hca;
-    p->topk = m + l.topk;
-    p->logit_rows = m + l.logit_rows;
-    p->logit_indptr = m + l.logit_indptr;
+#define BIND(name, words) p->name = m + l.name;
+    TD_PLAN_REGIONS(BIND)
+#undef BIND
+}
+
+struct rows_view meta_plan_rows(const struct td_plan *p, void *base, enum meta_rate rate) {
+    struct layout l = plan_layout(&p->dims);
+    int32_t *b = base;
+    int csa = rate == META_RATE_CSA, none = rate == META_RATE_NONE;
+    return (struct rows_view){
+        .n_tok = p->n_tok,
+        .input_ids = b + l.input_ids,
+        .positions = b + l.positions,
+        .row_seq = b + l.row_seq,
+        .qo_indptr = b + l.qo_indptr,
+        .slot = b + l.slot,
+        .len_before = b + l.len_before,
+        .swa_indptr = b + l.swa_indptr,
+        .swa_pos = b + l.swa_pos,
+        .swa_write = b + l.swa_write,
+        .vis = none ? NULL : b + (csa ? l.vis_csa : l.vis_hca),
+        .emit = none ? NULL : b + (csa ? l.emit_csa : l.emit_hca),
+        .write = none ? NULL : b + (csa ? l.write_csa : l.write_hca),
+        .topk = b + l.topk,
+        .topk_stride = p->dims.topk,
+    };
 }
 
 int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen) {
@@ -240,9 +227,11 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
     const struct td_plan_dims *d = &p->dims;
     struct layout l = plan_layout(d);
     const int32_t *m = p->mem;
-    if (p->qo_indptr != m + l.qo_indptr || p->topk != m + l.topk || p->swa_pos != m + l.swa_pos ||
-        p->row_seq != m + l.row_seq || p->kv_indptr != m + l.kv_indptr)
-        return failf(err, errlen, "plan: arrays are not at the offsets the dims fix");
+#define AT_OFFSET(name, words)                                                                     \
+    if (p->name != m + l.name)                                                                     \
+        return failf(err, errlen, "plan: array %s is not at the offset the dims fix", #name);
+    TD_PLAN_REGIONS(AT_OFFSET)
+#undef AT_OFFSET
     if (p->n_seq < 1 || p->n_seq > p->n_seq_pad || p->n_seq_pad > d->max_seq ||
         p->n_tok < p->n_seq || p->n_tok > p->n_tok_pad || p->n_tok_pad > d->max_tok ||
         p->n_tok_pad != meta_bucket(p->n_tok, d->max_tok) ||

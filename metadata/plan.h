@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/rows.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -61,38 +63,50 @@ struct td_plan_seq {
                             models without compressed layers (a DSpark drafter's stages) */
 };
 
+/* Every array of the plan's one buffer, in buffer order, written once: X(name, words), where
+ * words is the region's capacity in int32 words from T = max_tok, S = max_seq, W = window +
+ * block (the keys a row sees at most) and K = topk. It generates td_plan's fields, the layout
+ * (plan.c), the bindings and the checks of meta_plan_validate; meta_plan_rows resolves the row
+ * arrays against either base. Each region starts on a 64-byte boundary. The two row-strided regions
+ * come last: a step's part of swa_pos is a prefix, and what a device copy needs ends there
+ * (meta_plan_span); topk is the indexer's output. */
+#define TD_PLAN_REGIONS(X)                                                                         \
+    X(input_ids, T)      /* [max_tok], pad 0 */                                                    \
+    X(positions, T)      /* [max_tok], pad 0 */                                                    \
+    X(row_seq, T)        /* [max_tok] sequence of each row, pad -1 */                              \
+    X(qo_indptr, S + 1)  /* [max_seq + 1], pad = n_tok */                                          \
+    X(slot, S)           /* [max_seq] state slot, pad -1 */                                        \
+    X(len_before, S)     /* [max_seq] committed length before the step, pad 0 */                   \
+    X(kv_indptr, S + 1)  /* [max_seq + 1] CSR of context length after the step, pad = last end */  \
+    X(block, S)          /* [max_seq] 1: the sequence's rows are a non-causal block, pad 0 */      \
+    X(swa_indptr, T + 1) /* [max_tok + 1] CSR of each row's window keys, pad = last real end */    \
+    X(swa_write, T)      /* [max_tok] ring row the row's key is stored at, -1: not stored */       \
+    X(vis_csa, T)        /* [max_tok] visible CSA entries floor((pos+1)/m), pad 0 */               \
+    X(vis_hca, T)        /* [max_tok] visible HCA entries floor((pos+1)/M), pad 0 */               \
+    X(emit_csa, T)       /* [max_tok] CSA entry whose window the row closes, else -1 */            \
+    X(emit_hca, T)       /* [max_tok] HCA entry whose window the row closes, else -1 */            \
+    X(write_csa, T)      /* [max_tok] CSA compressor ring row, -1: not stored */                   \
+    X(write_hca, T)      /* [max_tok] HCA compressor ring row, -1: not stored */                   \
+    X(logit_rows, T)     /* [max_tok] rows whose logits the step returns, ascending; -1 pad */     \
+    X(logit_indptr, S + 1) /* [max_seq + 1] sequence s's logits are rows [logit_indptr[s],         \
+                              logit_indptr[s + 1]) of the step's logits; pad = last real end */    \
+    X(swa_pos, T *W) /* [max_tok * (window + block)] key positions, ascending; -1 past end */      \
+    X(topk, T *K)    /* [max_tok * topk] indexer output, row stride dims.topk, -1 pad */
+
 struct td_plan {
     struct td_plan_dims dims;
     int n_tok, n_seq;         /* real rows and sequences */
     int n_tok_pad, n_seq_pad; /* the bucket the batch is padded to */
-    int32_t *input_ids;       /* [max_tok], pad 0 */
-    int32_t *positions;       /* [max_tok], pad 0 */
-    int32_t *row_seq;         /* [max_tok] sequence of each row, pad -1 */
-    int32_t *qo_indptr;       /* [max_seq + 1], pad = n_tok */
-    int32_t *slot;            /* [max_seq] state slot, pad -1 */
-    int32_t *len_before;      /* [max_seq] committed length before the step, pad 0 */
-    int32_t *kv_indptr;       /* [max_seq + 1] CSR of context length after the step, pad = last
-                                 real end */
-    int32_t *block;           /* [max_seq] 1: the sequence's rows are a non-causal block, pad 0 */
-    int32_t *swa_indptr;      /* [max_tok + 1] CSR of each row's sliding-window keys, pad = last
-                                 real end */
-    int32_t *swa_pos;         /* [max_tok * (window + block)] key positions, ascending; -1 past
-                                 the end */
-    int32_t *swa_write;       /* [max_tok] ring row the row's key is stored at, -1: not stored */
-    int32_t *vis_csa;         /* [max_tok] visible CSA entries floor((pos+1)/m), pad 0 */
-    int32_t *vis_hca;         /* [max_tok] visible HCA entries floor((pos+1)/M), pad 0 */
-    int32_t *emit_csa;        /* [max_tok] CSA entry whose window the row closes, else -1 */
-    int32_t *emit_hca;        /* [max_tok] HCA entry whose window the row closes, else -1 */
-    int32_t *write_csa;       /* [max_tok] CSA compressor ring row, -1: not stored */
-    int32_t *write_hca;       /* [max_tok] HCA compressor ring row, -1: not stored */
-    int32_t *topk;            /* [max_tok * topk] indexer output, row stride dims.topk, -1 pad */
-    int32_t *logit_rows;      /* [max_tok] rows whose logits the step returns, ascending; -1 pad */
-    int32_t *logit_indptr;    /* [max_seq + 1] sequence s's logits are rows [logit_indptr[s],
-                                 logit_indptr[s + 1]) of the step's logits; pad = last real end */
-    int n_logit;              /* logits rows this step (== n_tok when no row is skipped) */
-    void *mem;                /* the one buffer behind every array */
+#define TD_PLAN_FIELD(name, words) int32_t *name;
+    TD_PLAN_REGIONS(TD_PLAN_FIELD)
+#undef TD_PLAN_FIELD
+    int n_logit; /* logits rows this step (== n_tok when no row is skipped) */
+    void *mem;   /* the one buffer behind every array */
     size_t bytes;
 };
+
+/* which compressed layer's visible / emit / ring-write rows a rows_view carries */
+enum meta_rate { META_RATE_NONE, META_RATE_CSA, META_RATE_HCA };
 
 /* Round n up to the next bucket (1, 2, 4, ... powers of two), capped at cap. */
 int meta_bucket(int n, int cap);
@@ -116,6 +130,12 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
                     size_t errlen);
 
 void meta_plan_free(struct td_plan *p);
+
+/* The plan's row arrays as the kernels read them, at the plan's offsets inside `base`: the
+ * plan's own buffer (p->mem) or a copy of it (device memory), so one layout serves both. n_tok
+ * is the step's real rows; rate picks the compressed layer's vis / emit / write arrays (NONE:
+ * NULL). */
+struct rows_view meta_plan_rows(const struct td_plan *p, void *base, enum meta_rate rate);
 
 /* Check every invariant: monotone indptrs with no negative length; pad rows and sequences
  * inert (zero length at the last real end, slot -1, write slots -1); row_seq and positions

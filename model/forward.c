@@ -70,30 +70,6 @@ static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
     return p;
 }
 
-/* the plan's row arrays at the same offsets inside `base` (the host plan or its device copy) */
-static struct rows_view rows_of(const struct td_plan *p, void *base) {
-    const char *h = p->mem;
-    char *d = base;
-#define AT(arr) ((int32_t *)(d + ((const char *)(arr)-h)))
-    struct rows_view r = {p->n_tok,
-                          AT(p->input_ids),
-                          AT(p->positions),
-                          AT(p->row_seq),
-                          AT(p->qo_indptr),
-                          AT(p->slot),
-                          AT(p->len_before),
-                          AT(p->swa_indptr),
-                          AT(p->swa_pos),
-                          AT(p->swa_write),
-                          NULL,
-                          NULL,
-                          NULL,
-                          AT(p->topk),
-                          p->dims.topk};
-#undef AT
-    return r;
-}
-
 // ---------------------------------------------------------------------------------------------
 // attention block
 
@@ -165,15 +141,8 @@ static void attention_block(struct fwd *f, int li) {
     const struct td_plan *p = f->p;
 
     // this layer's rate decides which visible / emit / ring-write rows apply
-    struct rows_view rows = rows_of(p, f->plan_base);
+    struct rows_view rows = meta_plan_rows(p, f->plan_base, csa ? META_RATE_CSA : META_RATE_HCA);
     rows.n_tok = f->n;
-    const char *h = p->mem;
-    char *base = f->plan_base;
-#define AT(arr) ((int32_t *)(base + ((const char *)(arr)-h)))
-    rows.vis = csa ? AT(p->vis_csa) : AT(p->vis_hca);
-    rows.emit = csa ? AT(p->emit_csa) : AT(p->emit_hca);
-    rows.write = csa ? AT(p->write_csa) : AT(p->write_hca);
-#undef AT
     f->rows = rows;
 
     // every projection of the normed input is one set (one launch for a skinny step): q's low
@@ -665,7 +634,7 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     f->tail = io->tail;
     f->head_all_rows = 0;
     f->plan_base = b->on_device ? f->plan_dev : p->mem; // the CPU reads the plan itself
-    f->rows = rows_of(p, f->plan_base);
+    f->rows = meta_plan_rows(p, f->plan_base, META_RATE_NONE);
     return f;
 }
 
@@ -679,7 +648,7 @@ static struct fwd *begin(const struct td_model *m, struct td_state *st, const st
     if (!f) return NULL;
     if (io && io->n_id_patches && f->plan_base == p->mem) {
         f->plan_base = f->plan_dev;
-        f->rows = rows_of(p, f->plan_base);
+        f->rows = meta_plan_rows(p, f->plan_base, META_RATE_NONE);
     }
     if (f->plan_base == f->plan_dev) { // the step's rows only, in one copy (meta_plan_span)
         f->b->to_device(f->plan_dev, p->mem, meta_plan_span(p));

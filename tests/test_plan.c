@@ -18,6 +18,8 @@
  *        one-request-at-a-time runs.
  * random_block_plans_validate         thousands of random mixes of blocks and causal rows
  *        validate; a block row that would store its key or misses a key is caught.
+ * rows_at_either_base                 the row arrays at the plan's offsets against its buffer and
+ *        a copy of it, each rate's arrays; an array off the layout is named by the validator.
  * block_rows                          a DSpark block (non-causal, nothing stored) beside causal
  *        rows: every block row sees the window before the block and the whole block, writes
  *        nothing, pads stay inert; a block over capacity or in a model with compressed layers
@@ -438,6 +440,62 @@ static void span_fresh(void) {
     case_end("span_is_the_step_alone", extra);
 }
 
+/* meta_plan_rows resolves every row array at the plan's own offsets against either base (the
+ * plan's buffer or a copy of it, as the device's is), with the rate's arrays; the validator
+ * names an array that is not where the layout puts it */
+static void rows_at_either_base(void) {
+    char err[256];
+    case_begin();
+    struct td_plan_dims d = dims_v4(32, 4, 4096);
+    struct td_plan p;
+    CHECK(!meta_plan_init(&p, &d, err, sizeof err), "init: %s", err);
+    int32_t ids[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+    struct td_plan_seq seqs[2] = {
+        {.slot = 1, .len_before = 700, .n_new = 5, .ids = ids},
+        {.slot = 3, .len_before = 64, .n_new = 1, .ids = ids},
+    };
+    CHECK(!meta_plan_build(&p, seqs, 2, err, sizeof err), "build: %s", err);
+    struct rows_view own = meta_plan_rows(&p, p.mem, META_RATE_CSA);
+    struct rows_view hca = meta_plan_rows(&p, p.mem, META_RATE_HCA);
+    struct rows_view none = meta_plan_rows(&p, p.mem, META_RATE_NONE);
+    CHECK(own.n_tok == 6 && own.topk_stride == d.topk, "n_tok %d, stride %d", own.n_tok,
+          own.topk_stride);
+    CHECK(own.input_ids == p.input_ids && own.positions == p.positions &&
+              own.row_seq == p.row_seq && own.qo_indptr == p.qo_indptr && own.slot == p.slot &&
+              own.len_before == p.len_before && own.swa_indptr == p.swa_indptr &&
+              own.swa_pos == p.swa_pos && own.swa_write == p.swa_write && own.topk == p.topk,
+          "a row array is not the plan's own");
+    CHECK(own.vis == p.vis_csa && own.emit == p.emit_csa && own.write == p.write_csa,
+          "CSA rows are not the CSA arrays");
+    CHECK(hca.vis == p.vis_hca && hca.emit == p.emit_hca && hca.write == p.write_hca,
+          "HCA rows are not the HCA arrays");
+    CHECK(!none.vis && !none.emit && !none.write, "NONE carries compressed rows");
+    // a copy of the buffer (as the device's): the same offsets, so the same values
+    char *copy = malloc(p.bytes);
+    memcpy(copy, p.mem, p.bytes);
+    struct rows_view dev = meta_plan_rows(&p, copy, META_RATE_CSA);
+    const char *h = p.mem;
+    CHECK((const char *)dev.swa_pos - copy == (const char *)p.swa_pos - h &&
+              (const char *)dev.write - copy == (const char *)p.write_csa - h &&
+              (const char *)dev.topk - copy == (const char *)p.topk - h,
+          "the copy's arrays are at other offsets");
+    int same = 1;
+    for (int t = 0; t < 6; t++)
+        same &= dev.positions[t] == p.positions[t] && dev.emit[t] == p.emit_csa[t] &&
+                dev.swa_write[t] == p.swa_write[t];
+    CHECK(same, "the copy's rows read other values");
+    free(copy);
+    // an array moved off the layout is named
+    CHECK(!meta_plan_validate(&p, err, sizeof err), "validate: %s", err);
+    int32_t *keep = p.emit_hca;
+    p.emit_hca += 16;
+    CHECK(meta_plan_validate(&p, err, sizeof err) && strstr(err, "emit_hca"),
+          "a moved emit_hca is not named: %s", err);
+    p.emit_hca = keep;
+    meta_plan_free(&p);
+    case_end("rows_at_either_base", NULL);
+}
+
 int main(void) {
     seed000();
     seed001();
@@ -447,5 +505,6 @@ int main(void) {
     random_block_plans();
     with_model();
     span_fresh();
+    rows_at_either_base();
     return check_failures ? 1 : 0;
 }
