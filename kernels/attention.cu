@@ -1,6 +1,6 @@
 /* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block (or a cluster) per
- * (row, head); each row's keys come from the step metadata exactly as in attention_rows_ref
- * (see attention.h). fp32 throughout: each warp an online softmax over its groups of the row's
+ * (row, head); each row's keys come from the step metadata through rows.h's rows_key_row, as in
+ * attention_rows_ref (see attention.h). fp32 throughout: each warp an online softmax over its groups of the row's
  * keys (their addresses resolved once into shared memory), the warps' parts joined in order. */
 #include <cooperative_groups.h>
 #include <type_traits>
@@ -15,8 +15,7 @@ __device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t
     const struct rows_view &r = a.rows;
     if (j < n_swa) {
         int q = r.swa_pos[r.swa_indptr[t] + j];
-        return q >= len ? a.kv + (size_t)(row0 + q - len) * a.d
-                        : a.swa_ring + ((size_t)slot * a.swa_rows + q % a.swa_rows) * a.d;
+        return rows_key_row(a.kv, a.swa_ring, q, len, row0, slot, a.swa_rows, a.d);
     }
     int w = a.use_topk ? r.topk[(size_t)t * r.topk_stride + (j - n_swa)] : j - n_swa;
     return a.entries + ((size_t)slot * a.n_entries + w) * a.d;

@@ -47,10 +47,7 @@ void attention_rows_ref(const struct attn_args *a) {
         int row0 = r->qo_indptr[sq], nk = 0;
         for (int k = r->swa_indptr[t]; k < r->swa_indptr[t + 1]; k++) {
             int q = r->swa_pos[k];
-            keys[nk++] =
-                q >= len
-                    ? a->kv + (size_t)(row0 + q - len) * a->d
-                    : a->swa_ring + ((size_t)slot * a->swa_rows + (size_t)(q % a->swa_rows)) * a->d;
+            keys[nk++] = rows_key_row(a->kv, a->swa_ring, q, len, row0, slot, a->swa_rows, a->d);
         }
         if (a->entries) {
             const float *ent = a->entries + (size_t)slot * a->n_entries * a->d;

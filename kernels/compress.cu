@@ -51,10 +51,9 @@ __global__ void compress_emit_kernel(struct compress_args a) {
     for (int i = threadIdx.x; i < ns; i += blockDim.x) {
         int j = i + skip, half = first_half + j / a.rate, s = j % a.rate;
         int q = (w - (half == 0)) * a.rate + s, off = (a.overlap && half) ? a.d : 0;
-        from_ring[i] = q < len;
-        off_kv[i] = (q >= len ? (long long)(row0 + q - len) * a.width
-                              : ((long long)slot * a.ring + q % a.ring) * a.width) +
-                    off;
+        int in_ring;
+        off_kv[i] = rows_where(q, len, row0, slot, a.ring, &in_ring) * a.width + off;
+        from_ring[i] = in_ring;
     }
     if (threadIdx.x == 0) n_slots = ns;
     __syncthreads();

@@ -36,11 +36,12 @@ void compress_emit_ref(const struct compress_args *a) {
             int first = (w - (half == 0)) * a->rate, off = (a->overlap && half) ? a->d : 0;
             if (first < 0) continue;
             for (int s = 0; s < a->rate; s++) {
-                int q = first + s;
-                size_t o = q >= len ? (size_t)(row0 + q - len) * a->width
-                                    : ((size_t)slot * a->ring + (size_t)(q % a->ring)) * a->width;
-                kv_rows[n_slots] = (q >= len ? a->raw : a->ring_kv) + o + off;
-                gate_rows[n_slots++] = (q >= len ? a->gate : a->ring_gate) + o + off;
+                int in_ring;
+                size_t o =
+                    (size_t)rows_where(first + s, len, row0, slot, a->ring, &in_ring) * a->width +
+                    off;
+                kv_rows[n_slots] = (in_ring ? a->ring_kv : a->raw) + o;
+                gate_rows[n_slots++] = (in_ring ? a->ring_gate : a->gate) + o;
             }
         }
         float *e = a->entries + ((size_t)slot * a->n_entries + w) * a->d;

@@ -8,6 +8,13 @@
 
 #include <stdint.h>
 
+/* a function both the CPU references and the CUDA kernels call */
+#ifdef __CUDACC__
+#define TD_HD __host__ __device__
+#else
+#define TD_HD
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,6 +36,27 @@ struct rows_view {
     int32_t *topk;             /* [n_tok, topk_stride] indexer picks, ascending, -1 padded */
     int topk_stride;
 };
+
+/* Where the row of position q lives, for a sequence whose committed length is len, whose
+ * step rows start at row0 of the step's buffers and whose state slot is slot: a position the
+ * step brings (q >= len) is the step's row row0 + q - len; a committed one is row
+ * slot * ring_rows + q % ring_rows of the sequence's ring (the cache is stored by position,
+ * so rejecting drafts is only moving len back). The one rule every reader of a window or a
+ * compressor ring follows, on the host and the device alike; *in_ring says which buffer. */
+TD_HD static inline long long rows_where(int q, int len, int row0, int slot, int ring_rows,
+                                         int *in_ring) {
+    *in_ring = q < len;
+    return q >= len ? (long long)row0 + (q - len) : (long long)slot * ring_rows + q % ring_rows;
+}
+
+/* the same as a pointer to the row's first element, rows of `width` elements */
+TD_HD static inline const float *rows_key_row(const float *step_rows, const float *ring, int q,
+                                              int len, int row0, int slot, int ring_rows,
+                                              int width) {
+    int in_ring;
+    long long row = rows_where(q, len, row0, slot, ring_rows, &in_ring);
+    return (in_ring ? ring : step_rows) + row * width;
+}
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,8 @@
  *        validate; a block row that would store its key or misses a key is caught.
  * rows_at_either_base                 the row arrays at the plan's offsets against its buffer and
  *        a copy of it, each rate's arrays; an array off the layout is named by the validator.
+ * key_row_rule                        rows.h's rule for where a position's key row lives (the
+ *        step's rows or the ring), which the attention and the compressors share.
  * block_rows                          a DSpark block (non-causal, nothing stored) beside causal
  *        rows: every block row sees the window before the block and the whole block, writes
  *        nothing, pads stay inert; a block over capacity or in a model with compressed layers
@@ -496,6 +498,23 @@ static void rows_at_either_base(void) {
     case_end("rows_at_either_base", NULL);
 }
 
+/* rows.h's one rule for where position q's row lives (the attention's window keys and the
+ * compressors' rows, host and device): the step's row when the step brings q, else the ring
+ * row of q in the sequence's slot */
+static void key_row_rule(void) {
+    case_begin();
+    int in_ring = -1;
+    // slot 2, rings of 8 rows, 10 committed, the step's rows start at row 3 of its buffers
+    CHECK(rows_where(12, 10, 3, 2, 8, &in_ring) == 5 && !in_ring, "q 12: the step's row 5");
+    CHECK(rows_where(10, 10, 3, 2, 8, &in_ring) == 3 && !in_ring, "q 10: the step's row 3");
+    CHECK(rows_where(9, 10, 3, 2, 8, &in_ring) == 17 && in_ring, "q 9: ring row 2 * 8 + 1");
+    CHECK(rows_where(0, 10, 3, 2, 8, &in_ring) == 16 && in_ring, "q 0: ring row 16");
+    float step[4 * 3], ring[3 * 8 * 3];
+    CHECK(rows_key_row(step, ring, 11, 10, 2, 1, 8, 3) == step + 3 * 3, "the step's row 3");
+    CHECK(rows_key_row(step, ring, 7, 10, 2, 1, 8, 3) == ring + (8 + 7) * 3, "ring row 15");
+    case_end("key_row_rule", NULL);
+}
+
 int main(void) {
     seed000();
     seed001();
@@ -506,5 +525,6 @@ int main(void) {
     with_model();
     span_fresh();
     rows_at_either_base();
+    key_row_rule();
     return check_failures ? 1 : 0;
 }
