@@ -4,7 +4,9 @@
 #   make test-cpu   CPU tests only (no sanitizers)
 #   make format     clang-format every C/CUDA source
 #   make SANITIZER=address,undefined ...   sanitized build in build-san/
-MAKEFLAGS += -r
+#   make DEBUG=1 ...  debug build in build-debug/: -O0 -g, nvcc -G, device assertions
+#                     (TD_DEV_ASSERT), synchronous launches (TD_SYNC=1 unless set otherwise)
+MAKEFLAGS += -r -j$(shell nproc)
 CC      ?= cc
 NVCC    ?= nvcc
 CUARCH  ?= sm_90a
@@ -18,6 +20,11 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_DEFAULT_SOURCE -I. -MMD -MP $(DEPS_INC)
 LDLIBS  += -lmicrohttpd -linih -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
 LDFLAGS += $(DEPS_LIB)
+
+ifneq ($(DEBUG),)
+BUILD   := build-debug
+CFLAGS  := -O0 -g $(filter-out -O%,$(CFLAGS)) -DTD_DEBUG
+endif
 
 ifneq ($(SANITIZER),)
 BUILD   := build-san
@@ -41,7 +48,13 @@ ifneq ($(CUDA_LINKS),yes)
 $(info ✗ nvcc found but libcudart/libcublasLt do not link (nvcc's dirs: $(or $(CUDA_LIBDIRS),none)), building CPU-only)
 else
 CU_SRC := $(wildcard kernels/*.cu model/*.cu)
-NVFLAGS := -std=c++17 -O3 -g -lineinfo -MMD -MP -gencode=arch=compute_$(subst sm_,,$(CUARCH)),code=$(CUARCH) -I. $(DEPS_INC)
+NVFLAGS := -std=c++17 -g -MMD -MP -gencode=arch=compute_$(subst sm_,,$(CUARCH)),code=$(CUARCH) -I. $(DEPS_INC)
+NVFLAGS += -Xcompiler -Wall,-Wextra,-Werror
+ifneq ($(DEBUG),)
+NVFLAGS += -O0 -G -DTD_DEBUG
+else
+NVFLAGS += -O3 -lineinfo
+endif
 ifneq ($(CU_SRC),)
 LDLIBS  += $(CUDA_LDLIBS)
 CFLAGS  += -DTD_HAVE_CUDA=1
@@ -57,7 +70,8 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 all: bin/tandem
 
-bin/tandem: $(BUILD)/app/main.c.o $(BUILD)/libtandem.a
+# the program: bin/tandem, and beside each build's objects (build-san/tandem for test-san)
+bin/tandem $(BUILD)/tandem: $(BUILD)/app/main.c.o $(BUILD)/libtandem.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -97,9 +111,6 @@ test: test-cpu
 test-san: $(TEST_BIN) $(BUILD)/tandem
 	@ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 TD_TEST_QUICK=1 TD_TANDEM=$(BUILD)/tandem sh tests/run.sh $(BUILD) $(TEST_BIN) tests/serve/run.sh
 
-$(BUILD)/tandem: $(BUILD)/app/main.c.o $(BUILD)/libtandem.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
 # GPU tests (an sm_90 device): every CUDA op against its reference, whole models against HF
 test-gpu: bin/tandem $(BUILD)/tests/test_gpu
 	@sh tests/run.sh $(BUILD) $(BUILD)/tests/test_gpu
@@ -113,10 +124,10 @@ fuzz:
 	sh tests/fuzz.sh $(FUZZ_SECONDS)
 
 format:
-	clang-format -i $(wildcard */*.c */*.h */*.cu)
+	clang-format -i $(wildcard */*.c */*.h */*.cu */*.cuh)
 
 clean:
-	rm -rf build build-san build-fuzz bin
+	rm -rf build build-san build-debug build-fuzz bin
 
 .PHONY: all tests bench-bins fuzz test test-cpu test-san test-gpu sanitize-gpu format clean
 .SECONDARY:

@@ -31,7 +31,7 @@ int main(void) {
     if (!b) return 77;
     static const int shapes[][2] = {{1, 256}, {6, 256}, {1, 4096}, {8, 4096}}; // tokens, d
     const int nc = 4, m = (2 + nc) * nc;
-    struct td_reserve rs = {.hc_parts = hc_mix_parts(8, nc, 4096)};
+    struct td_reserve rs = {.rows = 8, .hc_mult = nc, .dim = 4096}; // the widest shape below
     char err[200];
     if (b->reserve(&rs, err, sizeof err)) {
         fprintf(stderr, "hc_time: %s\n", err);

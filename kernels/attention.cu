@@ -1,7 +1,8 @@
 /* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block (or a cluster) per
  * (row, head); each row's keys come from the step metadata through rows.h's rows_key_row, as in
- * attention_rows_ref (see attention.h). fp32 throughout: each warp an online softmax over its groups of the row's
- * keys (their addresses resolved once into shared memory), the warps' parts joined in order. */
+ * attention_rows_ref (see attention.h). fp32 throughout: each warp an online softmax over its
+ * groups of the row's keys (their addresses resolved once into shared memory), the warps' parts
+ * joined in order. */
 #include <cooperative_groups.h>
 #include <type_traits>
 
@@ -19,6 +20,33 @@ __device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t
     }
     int w = a.use_topk ? r.topk[(size_t)t * r.topk_stride + (j - n_swa)] : j - n_swa;
     return a.entries + ((size_t)slot * a.n_entries + w) * a.d;
+}
+
+/* The CUDA kernel splits each row's keys into this many contiguous slices, one block of a
+ * cluster each, for models of few heads (tandem-tiny's 8: a batch-1 step would fill 8 blocks)
+ * and rows of up to max_keys >= 128 keys. It follows the configuration, never the batch.
+ * (With the Flash slice's 64 heads a split of 4 left batch 1 unchanged and cost batch 8 7%.) */
+static int attention_splits(int n_heads, int max_keys) {
+    return n_heads <= 16 && max_keys >= 128 ? 4 : 1;
+}
+
+/* The CUDA kernel's threads a block: a warp per group of keys, 16 of them for the Flash
+ * slice's head_dim 512 (a 128-thread block that walked the 512 columns in four passes of
+ * dependent key loads took 49 us per layer at batch 1, 24 with 512). It follows d alone, and
+ * so does the order in which the block joins its warps' parts. A lane holds d / 32 columns,
+ * at most ATTENTION_MAX_D / 32. */
+#define ATTENTION_MAX_D 512
+static int attention_threads(int d) {
+    return d > 256 ? 512 : d > 128 ? 256 : 128;
+}
+
+/* Shared memory of the CUDA kernel's block for rows of up to max_keys keys of d floats: its
+ * slice's key addresses, its warps' output parts, maxima and sums, its own part, max and sum. */
+static size_t attention_smem(int d, int max_keys, int n_heads) {
+    int s = attention_splits(n_heads, max_keys), slice = (max_keys + s - 1) / s;
+    int nw = attention_threads(d) / 32;
+    return (size_t)slice * sizeof(float *) +
+           ((size_t)(nw + 1) * d + 2 + 2 * (size_t)nw) * sizeof(float);
 }
 
 #define ATT_KEYS       4
@@ -65,6 +93,7 @@ __global__ void __launch_bounds__(512)
     int nk = n_swa + n_ent, per = (nk + ks - 1) / ks;
     int j0 = min(nk, rank * per), nj = min(nk, j0 + per) - j0;
     int slice = (max_keys + ks - 1) / ks;
+    TD_DEV_ASSERT(nj <= slice); // kp[] holds a slice: the plan's and the rings' sizes promise it
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const float **kp = (const float **)sm;
     float *ow = (float *)(kp + slice), *o = ow + (size_t)nw * a.d, *ml = o + a.d;
@@ -229,32 +258,26 @@ static void ensure_smem(size_t smem) {
 /* the widest rows a model gives the kernel, checked and allowed once before any step: a head
  * wider than a block's lanes hold, or key addresses past a block's shared memory, is refused
  * with the numbers (rather than failing at the first step) */
-extern "C" int attention_cuda_reserve(size_t smem, int d, char *err, size_t errlen) {
-    if (d > ATTENTION_MAX_D) {
-        snprintf(err, errlen, "backend cuda: head_dim %d is more than the attention kernel's %d", d,
-                 ATTENTION_MAX_D);
-        return -1;
-    }
+extern "C" int attention_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    if (r->head_dim > ATTENTION_MAX_D)
+        return td_errf(err, errlen,
+                       "backend cuda: head_dim %d is more than the attention kernel's %d",
+                       r->head_dim, ATTENTION_MAX_D);
+    size_t smem = attention_smem(r->head_dim, r->max_keys, r->n_heads);
     int most = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    if (smem > (size_t)most) {
-        snprintf(err, errlen,
-                 "backend cuda: the attention needs %zu bytes of shared memory a block (the keys "
-                 "of the widest row), the GPU has %d",
-                 smem, most);
-        return -1;
-    }
+    if (smem > (size_t)most)
+        return td_errf(err, errlen,
+                       "backend cuda: the attention needs %zu bytes of shared memory a block (the "
+                       "keys of the widest row: %d), the GPU has %d",
+                       smem, r->max_keys, most);
     ensure_smem(smem);
     return 0;
 }
 
 extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (!a->rows.n_tok) return;
-    if (a->d > ATTENTION_MAX_D) { // (attention_cuda_reserve refuses such models first)
-        fprintf(stderr, "attention: head_dim %d is more than the CUDA kernel's %d\n", a->d,
-                ATTENTION_MAX_D);
-        abort();
-    }
+    TD_ASSERT(a->d <= ATTENTION_MAX_D); // attention_cuda_reserve refuses such models first
     // capacity: the window plus every compressed entry a row may see (top-k or all visible)
     int max_keys =
         a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);

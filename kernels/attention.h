@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "rows.h"
+#include "reserve.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,36 +45,15 @@ struct attn_args {
  * from kv, older ones from the ring), then the compressed entries. */
 void attention_rows_ref(const struct attn_args *a);
 
-/* The CUDA kernel splits each row's keys into this many contiguous slices, one block of a
- * cluster each, for models of few heads (tandem-tiny's 8: a batch-1 step would fill 8 blocks)
- * and rows of up to max_keys >= 128 keys. It follows the configuration, never the batch.
- * (With the Flash slice's 64 heads a split of 4 left batch 1 unchanged and cost batch 8 7%.) */
-static inline int attention_splits(int n_heads, int max_keys) {
-    return n_heads <= 16 && max_keys >= 128 ? 4 : 1;
-}
-
-/* The CUDA kernel's threads a block: a warp per group of keys, 16 of them for the Flash
- * slice's head_dim 512 (a 128-thread block that walked the 512 columns in four passes of
- * dependent key loads took 49 us per layer at batch 1, 24 with 512). It follows d alone, and
- * so does the order in which the block joins its warps' parts. A lane holds d / 32 columns,
- * at most ATTENTION_MAX_D / 32. */
-#define ATTENTION_MAX_D 512
-static inline int attention_threads(int d) {
-    return d > 256 ? 512 : d > 128 ? 256 : 128;
-}
-
-/* Shared memory of the CUDA kernel's block for rows of up to max_keys keys of d floats: its
- * slice's key addresses, its warps' output parts, maxima and sums, its own part, max and sum. */
-static inline size_t attention_smem(int d, int max_keys, int n_heads) {
-    int s = attention_splits(n_heads, max_keys), slice = (max_keys + s - 1) / s;
-    int nw = attention_threads(d) / 32;
-    return (size_t)slice * sizeof(float *) +
-           ((size_t)(nw + 1) * d + 2 + 2 * (size_t)nw) * sizeof(float);
-}
-
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */
 void attention_rows_cuda(const struct attn_args *a);
+
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: head_dim at most 512 (a
+ * lane holds head_dim / 32 columns); the block's shared memory for max_keys key addresses, at most
+ * what the GPU gives a block. */
+int attention_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

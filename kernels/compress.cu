@@ -142,16 +142,33 @@ extern "C" void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias
     LAUNCH_CHECK();
 }
 
+/* an entry width and rotary dims the emit kernel takes: even, a thread's pairs hold it */
+static bool emit_width_ok(int d, int rot_dim) {
+    return d % 2 == 0 && rot_dim % 2 == 0 && rot_dim <= d && rot_dim <= 512 &&
+           d <= 2 * EMIT_PAIRS * EMIT_THREADS;
+}
+
+extern "C" int compress_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    if (!r->comp_slots) return 0; // no compressed layer
+    if (r->comp_slots > MAX_SLOTS)
+        return td_errf(err, errlen,
+                       "backend cuda: a compressor window pools %d rows, the kernel at most %d",
+                       r->comp_slots, MAX_SLOTS);
+    int widths[2] = {r->head_dim, r->index_head_dim};
+    for (int i = 0; i < 2; i++)
+        if (widths[i] && !emit_width_ok(widths[i], r->rot_dim))
+            return td_errf(err, errlen,
+                           "backend cuda: compressed entries of %d channels with %d rotary dims; "
+                           "the kernel takes even widths of at most %d with even rotary dims of "
+                           "at most 512 and the width",
+                           widths[i], r->rot_dim, 2 * EMIT_PAIRS * EMIT_THREADS);
+    return 0;
+}
+
 extern "C" void compress_emit_cuda(const struct compress_args *a) {
     if (!a->rows.n_tok) return;
-    if ((1 + a->overlap) * a->rate > MAX_SLOTS || a->rot_dim > 512 || a->d % 2 || a->rot_dim % 2 ||
-        a->rot_dim > a->d || a->d > 2 * EMIT_PAIRS * EMIT_THREADS) {
-        fprintf(stderr,
-                "compress_emit_cuda: %d slots, %d channels, %d rotary: at most %d slots, "
-                "an even width of at most 1024 and at most 512 rotary\n",
-                (1 + a->overlap) * a->rate, a->d, a->rot_dim, MAX_SLOTS);
-        abort();
-    }
+    // compress_cuda_reserve refuses such models first
+    TD_ASSERT((1 + a->overlap) * a->rate <= MAX_SLOTS && emit_width_ok(a->d, a->rot_dim));
     launch_k(compress_emit_kernel, a->rows.n_tok, EMIT_THREADS, (size_t)a->d * sizeof(float),
              td_cuda_stream(), *a);
     LAUNCH_CHECK();

@@ -5,8 +5,10 @@
 #ifndef TD_KERNELS_COMPRESS_H
 #define TD_KERNELS_COMPRESS_H
 
+#include <stddef.h>
 #include "dtype.h"
 #include "rows.h"
+#include "reserve.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +70,12 @@ void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
                        const int32_t *positions, int rate, int n, int width);
 void ring_store_parts_cuda(const struct ring_parts *p, const int32_t *write,
                            const struct rows_view *r, int ring_rows);
+
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: at most 512 slots a
+ * window (comp_slots); even widths (head_dim, index_head_dim) of at most 1024 with an even rot_dim
+ * of at most 512 and at most the width. */
+int compress_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -37,9 +37,9 @@ void *td_xcalloc_at(size_t n, size_t size, const char *file, int line);
 }
 #endif
 
-#define TD_ABORT(...) td_abort(__FILE__, __LINE__, __VA_ARGS__)
-#define TD_ASSERT(x) ((x) ? (void)0 : td_abort(__FILE__, __LINE__, "assertion %s failed", #x))
-#define td_xmalloc(bytes) td_xmalloc_at((bytes), __FILE__, __LINE__)
+#define TD_ABORT(...)       td_abort(__FILE__, __LINE__, __VA_ARGS__)
+#define TD_ASSERT(x)        ((x) ? (void)0 : td_abort(__FILE__, __LINE__, "assertion %s failed", #x))
+#define td_xmalloc(bytes)   td_xmalloc_at((bytes), __FILE__, __LINE__)
 #define td_xcalloc(n, size) td_xcalloc_at((n), (size), __FILE__, __LINE__)
 
 /* device code: with TD_DEBUG, a failed x prints file:line and the expression from the thread
@@ -49,7 +49,7 @@ void *td_xcalloc_at(size_t n, size_t size, const char *file, int line);
 #define TD_DEV_ASSERT(x)                                                                           \
     do {                                                                                           \
         if (!(x)) {                                                                                \
-            printf("tandem: device assertion %s failed at %s:%d (block %d, thread %d)\n", #x,     \
+            printf("tandem: device assertion %s failed at %s:%d (block %d, thread %d)\n", #x,      \
                    __FILE__, __LINE__, (int)blockIdx.x, (int)threadIdx.x);                         \
             __trap();                                                                              \
         }                                                                                          \

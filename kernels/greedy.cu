@@ -61,7 +61,7 @@ __global__ void argmax_rows_kernel(int32_t *ids, const float *x, int V, unsigned
 /* the per-row scratch (zeroed), grown only: sized at start-up by the backend's reserve for the
  * widest step, so a step never allocates; a direct caller past it grows it here (never inside
  * a capture: steps call the op eagerly) */
-extern "C" void argmax_rows_cuda_reserve(int rows) {
+static void ensure_rows(int rows) {
     if (rows <= ar_rows) return;
     ar_rows = rows > 2 * ar_rows ? rows : 2 * ar_rows;
     CUDA_CHECK(cudaMalloc(&ar_key, (size_t)ar_rows * sizeof *ar_key));
@@ -72,9 +72,15 @@ extern "C" void argmax_rows_cuda_reserve(int rows) {
     CUDA_CHECK(cudaMemset(ar_done, 0, (size_t)ar_rows * sizeof *ar_done));
 }
 
+extern "C" int argmax_rows_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    ensure_rows(r->rows);
+    return 0;
+}
+
 extern "C" void argmax_rows_cuda(int32_t *ids, const float *x, int n, int V) {
     if (!n) return;
-    argmax_rows_cuda_reserve(n);
+    ensure_rows(n);
     launch_k(argmax_rows_kernel, dim3(ceil_div(V, AR_SPAN), n), 256, 0, td_cuda_stream(), ids, x, V,
              ar_key, ar_bad, ar_done);
     LAUNCH_CHECK();

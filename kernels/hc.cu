@@ -5,6 +5,21 @@
 #include "cuda_common.cuh"
 #include "hc.h"
 
+/* The GPU forms the mixes of a wide token (nc * d > HC_SPLIT_MIN) in column chunks of
+ * HC_CHUNK, one block each, and sums the chunks' parts in chunk order: a batch-1 step of the
+ * Flash slice (width 16384) read 1.5 MB of fn through one block per token (73 us per call).
+ * The split depends on the width alone, so a token's mixes do not depend on its batch. */
+#define HC_CHUNK     512
+#define HC_SPLIT_MIN 4096
+static int hc_mix_splits(int width) {
+    return width > HC_SPLIT_MIN ? (width + HC_CHUNK - 1) / HC_CHUNK : 1;
+}
+/* floats of scratch the parts of n tokens need (0 when the width is not split) */
+static size_t hc_mix_parts(int n, int nc, int d) {
+    int s = hc_mix_splits(nc * d);
+    return s > 1 ? (size_t)n * s * ((2 + nc) * nc + 1) : 0;
+}
+
 #define HC_MAX_MIX 288 /* (2 + 16) * 16 */
 
 #define HC_BATCH 16
@@ -346,8 +361,10 @@ __global__ void __launch_bounds__(HC_THREADS)
 static float *parts;
 static size_t parts_cap;
 
-extern "C" void hc_cuda_reserve(size_t n) {
-    grow_scratch(&parts, &parts_cap, n);
+extern "C" int hc_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    grow_scratch(&parts, &parts_cap, hc_mix_parts(r->rows, r->hc_mult, r->dim));
+    return 0;
 }
 
 /* the chunk parts of n tokens' m mixes when the width is split (returns the split count) */

@@ -4,7 +4,9 @@
 #ifndef TD_KERNELS_HC_H
 #define TD_KERNELS_HC_H
 
+#include <stddef.h>
 #include "dtype.h"
+#include "reserve.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,21 +38,6 @@ void hc_head_ref(float *y, const float *x, const void *fn, enum td_dtype fn_dtyp
                  enum td_dtype base_dtype, const void *scale, enum td_dtype scale_dtype, int n,
                  int nc, int d, float hc_eps, float rms_eps);
 
-/* The GPU forms the mixes of a wide token (nc * d > HC_SPLIT_MIN) in column chunks of
- * HC_CHUNK, one block each, and sums the chunks' parts in chunk order: a batch-1 step of the
- * Flash slice (width 16384) read 1.5 MB of fn through one block per token (73 us per call).
- * The split depends on the width alone, so a token's mixes do not depend on its batch. */
-#define HC_CHUNK     512
-#define HC_SPLIT_MIN 4096
-static inline int hc_mix_splits(int width) {
-    return width > HC_SPLIT_MIN ? (width + HC_CHUNK - 1) / HC_CHUNK : 1;
-}
-/* floats of scratch the parts of n tokens need (0 when the width is not split) */
-static inline size_t hc_mix_parts(int n, int nc, int d) {
-    int s = hc_mix_splits(nc * d);
-    return s > 1 ? (size_t)n * s * ((2 + nc) * nc + 1) : 0;
-}
-
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */
 void hc_pre_cuda(float *collapsed, float *post, float *comb, const float *x,
@@ -61,7 +48,11 @@ void hc_post_cuda(float *x, const float *a, const float *post, const float *comb
 void hc_head_cuda(float *y, const float *x, const void *fn, enum td_dtype fn_dtype,
                   const void *base, enum td_dtype base_dtype, const void *scale,
                   enum td_dtype scale_dtype, int n, int nc, int d, float hc_eps, float rms_eps);
-void hc_cuda_reserve(size_t parts);
+
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
+ * mixes' chunk parts when the width (hc_mult x dim) is split. */
+int hc_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

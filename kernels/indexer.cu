@@ -120,10 +120,20 @@ __global__ void __launch_bounds__(IDX_SELECT_THREADS)
     }
     for (int j = base + threadIdx.x; j < a.topk; j += blockDim.x)
         out[j] = -1; // (base is top-k here)
+#ifdef TD_DEBUG
+    // postconditions: exactly top-k picks, each a visible entry, strictly ascending (the order
+    // the attention reads them in, and what makes a row's result independent of its batch)
+    TD_DEV_ASSERT(base == a.topk);
+    __syncthreads();
+    for (int j = threadIdx.x; j < a.topk; j += blockDim.x)
+        TD_DEV_ASSERT(out[j] >= 0 && out[j] < n_vis && (j == 0 || out[j - 1] < out[j]));
+#endif
 }
 
-extern "C" void indexer_cuda_reserve(size_t score_elems) {
-    grow_scratch(&scratch, &scratch_cap, score_elems);
+extern "C" int indexer_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    grow_scratch(&scratch, &scratch_cap, (size_t)r->rows * (r->entries + 1));
+    return 0;
 }
 
 extern "C" void indexer_topk_cuda(const struct indexer_args *a) {

@@ -7,7 +7,9 @@
 #ifndef TD_KERNELS_INDEXER_H
 #define TD_KERNELS_INDEXER_H
 
+#include <stddef.h>
 #include "rows.h"
+#include "reserve.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +39,11 @@ void indexer_topk_ref(const struct indexer_args *a);
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */
 void indexer_topk_cuda(const struct indexer_args *a);
+
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
+ * scores (rows x (entries + 1)). */
+int indexer_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

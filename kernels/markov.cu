@@ -189,9 +189,7 @@ template <typename T1, typename T2, bool VEC> static void launch_vec(const struc
         CUDA_CHECK(cudaOccupancyMaxPotentialClusterSize(&max_cl, kernel, &cfg));
         if (max_cl > MK_MAX_CL) max_cl = MK_MAX_CL;
         if (max_cl < 1) {
-            fprintf(stderr, "markov_greedy_cuda: no cluster of %d-thread blocks fits\n",
-                    MK_THREADS);
-            abort();
+            TD_ABORT("markov_greedy_cuda: no cluster of %d-thread blocks fits", MK_THREADS);
         }
     }
     if (!a->n) return; // the setup call
@@ -212,12 +210,17 @@ template <typename T1> static void launch_w2(const struct markov_args *a) {
         launch_vec<T1, float, false>(a);
 }
 
+extern "C" int markov_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    if (r->markov_rank > MK_MAX_R || r->markov_slots > MK_MAX_G)
+        return td_errf(err, errlen,
+                       "backend cuda: a Markov head of rank %d over %d slots, the kernel takes at "
+                       "most rank %d and %d slots",
+                       r->markov_rank, r->markov_slots, MK_MAX_R, MK_MAX_G);
+    return 0;
+}
+
 extern "C" void markov_greedy_cuda(const struct markov_args *a) {
-    if (a->r > MK_MAX_R || a->g > MK_MAX_G) {
-        fprintf(stderr, "markov_greedy_cuda: rank %d and %d slots, at most %d and %d\n", a->r, a->g,
-                MK_MAX_R, MK_MAX_G);
-        abort();
-    }
+    TD_ASSERT(a->r <= MK_MAX_R && a->g <= MK_MAX_G); // markov_cuda_reserve refuses first
     if (a->w1_dtype == TD_DTYPE_BF16)
         launch_w2<__nv_bfloat16>(a);
     else if (a->w1_dtype == TD_DTYPE_F16)

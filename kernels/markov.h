@@ -17,9 +17,11 @@
 #ifndef TD_KERNELS_MARKOV_H
 #define TD_KERNELS_MARKOV_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dtype.h"
+#include "reserve.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,11 +36,11 @@ struct markov_args {
     const float *conf_w; /* [D + r] confidence head */
     float threshold;     /* 0: no cut */
     int n, g, V, D, r;
-    const int32_t *ids;       /* [n * g] the block rows' ids: the anchors at i * g */
-    const int32_t *row_seq;   /* [n * g] the block rows' sequences: < 0 at a pad block */
-    int32_t *tok;             /* [n * g] drafts */
-    float *conf;              /* [n * g] */
-    int32_t *n_drafts;        /* [n] out */
+    const int32_t *ids;     /* [n * g] the block rows' ids: the anchors at i * g */
+    const int32_t *row_seq; /* [n * g] the block rows' sequences: < 0 at a pad block */
+    int32_t *tok;           /* [n * g] drafts */
+    float *conf;            /* [n * g] */
+    int32_t *n_drafts;      /* [n] out */
 };
 
 void markov_greedy_ref(const struct markov_args *a);
@@ -47,6 +49,11 @@ void markov_greedy_ref(const struct markov_args *a);
  * With n = 0 nothing runs and it makes its launch settings for these dtypes, as it must once
  * before the chain is captured in a graph. */
 void markov_greedy_cuda(const struct markov_args *a);
+
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: a Markov rank of at most
+ * 256 and at most 32 slots. */
+int markov_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

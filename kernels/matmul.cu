@@ -307,7 +307,8 @@ static const struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ld
         cublasLtMatrixLayoutDestroy(spare.lc);
         cublasLtMatmulDescDestroy(spare.op);
     }
-    *q = (struct lt_plan){n, in, out, ldb, ldc};
+    *q = lt_plan(); // every member zero (C++ warns about a partial designated list)
+    q->n = n, q->in = in, q->out = out, q->ldb = ldb, q->ldc = ldc;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&q->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(
@@ -341,8 +342,10 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
                                 &q->algo, lt_ws, lt_ws_bytes, td_cuda_stream()));
 }
 
-extern "C" void matmul_cuda_reserve(size_t x_elems) {
-    ensure_lt(x_elems);
+extern "C" int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    ensure_lt((size_t)r->rows * r->gemm_in);
+    return 0;
 }
 
 static const __nv_bfloat16 *x_as_bf16(const float *x, size_t elems) {

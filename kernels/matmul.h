@@ -2,7 +2,9 @@
 #ifndef TD_KERNELS_MATMUL_H
 #define TD_KERNELS_MATMUL_H
 
+#include <stddef.h>
 #include "dtype.h"
+#include "reserve.h"
 
 /* The CUDA launchers read steps of up to this many rows as fp32 (the skinny kernel); wider
  * steps round x to bf16 for cuBLASLt. */
@@ -57,6 +59,11 @@ void matmul_grouped_cuda(float *y, const float *x, const void *w, enum td_dtype 
 void matmul_set_cuda(const float *x, int n, int in, int m, const struct matmul_out *o);
 /* 1: batch-invariant GEMMs (a fixed reduction order per output, whatever n), slower */
 void matmul_cuda_set_deterministic(int on);
+
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the bf16
+ * copy of x (rows x gemm_in). */
+int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -177,6 +177,7 @@ extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float 
  * ascending expert order. Every output's dot product runs over k in a fixed order inside its
  * tile, so a row's result does not depend on which rows share its tile or its batch. */
 
+#define MOE_MAX_K         31 /* expert picks a row (the limit the launcher has always checked) */
 #define TM                16
 #define MOE_GROUP_THREADS 256
 
@@ -447,8 +448,14 @@ static void ensure_grouped(int entries, int experts, int inter, int dim) {
     CUDA_CHECK(cudaMalloc(&g_y, (size_t)g_entries * g_dim * sizeof(float)));
 }
 
-extern "C" void moe_cuda_reserve(int entries, int experts, int inter, int dim) {
-    ensure_grouped(entries, experts, inter, dim);
+extern "C" int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    if (r->moe_k > MOE_MAX_K)
+        return td_errf(err, errlen,
+                       "backend cuda: %d expert picks a row (with a folded shared expert), the "
+                       "grouped expert kernels take at most %d",
+                       r->moe_k, MOE_MAX_K);
+    ensure_grouped(r->rows * r->moe_k, r->moe_experts, r->moe_inter, r->dim);
+    return 0;
 }
 
 extern "C" int moe_cuda_fold_shared(int entries) {
@@ -459,10 +466,7 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
                                  const float *weights, const struct expert_set *ex, int n, int d,
                                  int inter, int k, int n_experts, float limit) {
     if (!n) return;
-    if (k > 31) {
-        fprintf(stderr, "moe_experts_cuda: %d experts per token, at most 31\n", k);
-        abort();
-    }
+    TD_ASSERT(k <= MOE_MAX_K); // moe_cuda_reserve refuses such models first
     int m = n * k, small = m <= MOE_SMALL_ENTRIES;
     int mma = small && !moe_deterministic && ex->dtype == TD_DTYPE_BF16;
     int tm = mma ? 8 : small ? TM_SMALL : TM;

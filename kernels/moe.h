@@ -2,7 +2,9 @@
 #ifndef TD_KERNELS_MOE_H
 #define TD_KERNELS_MOE_H
 
+#include <stddef.h>
 #include "dtype.h"
+#include "reserve.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +69,11 @@ void moe_cuda_set_deterministic(int on);
  * step's shared expert is a dense GEMM), and always in batch-invariant mode (one form for every
  * step size) */
 int moe_cuda_fold_shared(int entries);
+
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: at most 31 expert picks a
+ * row (moe_k); sizes the grouped scratch for rows x moe_k entries over moe_experts experts. */
+int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -62,23 +62,31 @@ __global__ void norm_rope_kernel(const __grid_constant__ struct nr_parts pp) {
     }
 }
 
+/* a vector width and rotary dims the kernel takes: even, a warp's lanes hold it */
+static bool nr_width_ok(int d, int rot_dim) {
+    return d % 2 == 0 && d <= 64 * NR_PAIRS && rot_dim <= d && rot_dim <= 512 && rot_dim % 2 == 0;
+}
+
+extern "C" int norm_rope_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    int widths[2] = {r->head_dim, r->index_head_dim};
+    for (int i = 0; i < 2; i++)
+        if (widths[i] && !nr_width_ok(widths[i], r->rot_dim))
+            return td_errf(err, errlen,
+                           "backend cuda: vectors of %d with %d rotary dims to norm and rope; the "
+                           "kernel takes even widths of at most %d with even rotary dims of at "
+                           "most 512 and the width",
+                           widths[i], r->rot_dim, 64 * NR_PAIRS);
+    return 0;
+}
+
 extern "C" void norm_rope_cuda(const struct norm_rope_args *a, int m) {
     struct nr_parts pp = {};
     int groups = 0, warps = 1;
-    if (m > NORM_ROPE_PARTS) {
-        fprintf(stderr, "norm_rope_cuda: %d parts, at most %d\n", m, NORM_ROPE_PARTS);
-        abort();
-    }
+    TD_ASSERT(m <= NORM_ROPE_PARTS);
     for (int i = 0; i < m; i++) {
         const struct norm_rope_args *p = &a[i];
-        if (p->d % 2 || p->d > 64 * NR_PAIRS || p->rot_dim > p->d || p->rot_dim > 512 ||
-            p->rot_dim % 2 || p->n != a[0].n) {
-            fprintf(stderr,
-                    "norm_rope_cuda: vectors of %d with %d rotary dims over %d rows, at most %d "
-                    "and 512, the rows of part 0\n",
-                    p->d, p->rot_dim, p->n, 64 * NR_PAIRS);
-            abort();
-        }
+        // norm_rope_cuda_reserve refuses such widths first; the rows are the call's contract
+        TD_ASSERT(nr_width_ok(p->d, p->rot_dim) && p->n == a[0].n);
         pp.a[i] = *p;
         if (i == 0) pp.groups0 = ceil_div(p->n_vec, NR_WARPS);
         groups += ceil_div(p->n_vec, NR_WARPS);

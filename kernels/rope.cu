@@ -8,12 +8,13 @@
  * per frequency, not per vector: 64 heads of the Flash slice made each 64 times, 10 us a
  * call), then one pair per thread. A single block per row walked the Flash slice's 2048 query
  * pairs 16 at a time: 8 us a call, one memory round trip after another. */
-#define ROPE_PAIRS 256
+#define ROPE_PAIRS   256
+#define ROPE_MAX_ROT 512 /* a block's cos/sin tables hold 256 frequencies */
 __global__ void rope_rows_kernel(float *x, int n_vec, int d, int rot, const int32_t *positions,
                                  const float *inv_freq, float af, int inverse) {
     if (threadIdx.x == 0) prefetch_l2_line(positions + blockIdx.x), prefetch_l2_line(inv_freq);
     PDL_START();
-    __shared__ float cs[256], sn[256];
+    __shared__ float cs[ROPE_MAX_ROT / 2], sn[ROPE_MAX_ROT / 2];
     int t = blockIdx.x, half = rot / 2;
     float pos = (float)positions[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -33,14 +34,19 @@ __global__ void rope_rows_kernel(float *x, int n_vec, int d, int rot, const int3
     }
 }
 
+extern "C" int rope_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+    if (r->rot_dim > ROPE_MAX_ROT)
+        return td_errf(err, errlen,
+                       "backend cuda: %d rotary dims, the rope kernel takes at most %d", r->rot_dim,
+                       ROPE_MAX_ROT);
+    return 0;
+}
+
 extern "C" void rope_rows_cuda(float *x, int n, int n_vec, int d, int rot_dim,
                                const int32_t *positions, const float *inv_freq,
                                float attention_factor, int inverse) {
     if (!n || !rot_dim) return;
-    if (rot_dim > 512) {
-        fprintf(stderr, "rope_rows_cuda: rotary dims %d, at most 512\n", rot_dim);
-        abort();
-    }
+    TD_ASSERT(rot_dim <= ROPE_MAX_ROT); // rope_cuda_reserve refuses such models first
     int spans = ceil_div(n_vec * (rot_dim / 2), ROPE_PAIRS);
     launch_k(rope_rows_kernel, dim3(n, spans), ROPE_PAIRS, 0, td_cuda_stream(), x, n_vec, d,
              rot_dim, positions, inv_freq, attention_factor, inverse);

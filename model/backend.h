@@ -24,22 +24,11 @@
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/norm_rope.h"
+#include "kernels/reserve.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* the largest work a step can give the ops, for scratch sized once (graphs cannot allocate) */
-struct td_reserve {
-    size_t gemm_x;    /* elements of a GEMM input */
-    size_t scores;    /* indexer scores: rows x (entries + 1) */
-    size_t attn_smem; /* attention shared memory, bytes */
-    size_t hc_parts;  /* hc mix chunk parts (hc_mix_parts) */
-    int moe_entries;  /* rows x experts per token */
-    int moe_experts, moe_inter, moe_dim;
-    int rows;     /* rows of a step (per-row scratch: argmax_rows) */
-    int head_dim; /* the attention's d (a backend's kernels may hold at most so many) */
-};
 
 struct td_ops {
     void (*embed)(float *X, const int32_t *ids, const void *emb, enum td_dtype t, int n, int nc,
@@ -105,8 +94,9 @@ struct td_backend {
     void *(*graph_end)(void);
     void (*graph_launch)(void *g);
     void (*graph_free)(void *g);
-    /* size the ops' internal scratch once, outside any capture; -1 + message when the work is
-     * more than the backend's kernels can take (checked before any step runs) */
+    /* size the ops' internal scratch once for the largest step's shapes (kernels/reserve.h),
+     * outside any capture; -1 + message when a shape is more than the backend's kernels take
+     * (checked before any step runs). NULL: the backend takes any shape (the CPU's) */
     int (*reserve)(const struct td_reserve *r, char *err, size_t errlen);
     /* a named point in the queue (NULL when the backend has none). With TD_TIMELINE=1 set,
      * the device time between consecutive points is summed per (from, to) pair and printed at

@@ -27,7 +27,12 @@ extern "C" int td_cuda_pdl(void) {
 
 extern "C" void td_cuda_after_launch(const char *file, int line) {
     cudaError_t e = cudaGetLastError();
-    if (sync_each < 0) sync_each = getenv("TD_SYNC") && atoi(getenv("TD_SYNC"));
+#ifdef TD_DEBUG
+    const int sync_default = 1; // a debug build reports a fault at the launch that made it
+#else
+    const int sync_default = 0;
+#endif
+    if (sync_each < 0) sync_each = getenv("TD_SYNC") ? atoi(getenv("TD_SYNC")) != 0 : sync_default;
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(stream, &cap);
     if (e == cudaSuccess && sync_each && cap == cudaStreamCaptureStatusNone)
@@ -78,7 +83,8 @@ static void cu_to_device(void *dst, const void *src, size_t bytes) {
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(stream, &cap);
     // a graph would replay the arena's later bytes
-    if (cap != cudaStreamCaptureStatusNone) TD_ABORT("a host-to-device copy inside a graph capture");
+    if (cap != cudaStreamCaptureStatusNone)
+        TD_ABORT("a host-to-device copy inside a graph capture");
     if (stage_used + bytes > stage_cap) {
         CUDA_CHECK(cudaStreamSynchronize(stream)); // the staged copies have landed
         stage_used = 0;
@@ -257,20 +263,16 @@ static void cu_graph_free(void *g) {
     if (g) cudaGraphExecDestroy((cudaGraphExec_t)g);
 }
 
-extern "C" void matmul_cuda_reserve(size_t x_elems);
-extern "C" void indexer_cuda_reserve(size_t score_elems);
-extern "C" int attention_cuda_reserve(size_t smem, int d, char *err, size_t errlen);
-extern "C" void moe_cuda_reserve(int entries, int experts, int inter, int dim);
-extern "C" void hc_cuda_reserve(size_t parts);
-extern "C" void argmax_rows_cuda_reserve(int rows);
-
+/* every op's start-up reserve (kernels/<op>.h), in turn: the first refusal is the answer */
 static int cu_reserve(const struct td_reserve *r, char *err, size_t errlen) {
-    if (attention_cuda_reserve(r->attn_smem, r->head_dim, err, errlen)) return -1;
-    matmul_cuda_reserve(r->gemm_x);
-    indexer_cuda_reserve(r->scores);
-    moe_cuda_reserve(r->moe_entries, r->moe_experts, r->moe_inter, r->moe_dim);
-    hc_cuda_reserve(r->hc_parts);
-    argmax_rows_cuda_reserve(r->rows);
+    int (*const reserve[])(const struct td_reserve *, char *, size_t) = {
+        attention_cuda_reserve,   rope_cuda_reserve,    norm_rope_cuda_reserve,
+        compress_cuda_reserve,    moe_cuda_reserve,     markov_cuda_reserve,
+        matmul_cuda_reserve,      indexer_cuda_reserve, hc_cuda_reserve,
+        argmax_rows_cuda_reserve,
+    };
+    for (size_t i = 0; i < sizeof reserve / sizeof *reserve; i++)
+        if (reserve[i](r, err, errlen)) return -1;
     return 0;
 }
 

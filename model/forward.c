@@ -415,17 +415,25 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         int ent = 0;
         for (int i = 0; i < c->n_layers; i++)
             if (st->layers[i].n_entries > ent) ent = st->layers[i].n_entries;
-        int keys = st->swa_ring + (ent > d->topk ? ent : d->topk);
-        struct td_reserve rs = {N * in_max,
-                                N * (size_t)(ent + 1),
-                                attention_smem(hd, keys, c->n_heads),
-                                hc_mix_parts((int)N, c->hc_mult, D),
-                                (int)N * (c->n_experts_tok + 1),
-                                c->n_experts + 1,
-                                c->moe_inter,
-                                D,
-                                (int)N,
-                                hd};
+        int csa_slots = c->rate_csa ? 2 * c->rate_csa : 0; // CSA windows overlap
+        struct td_reserve rs = {
+            .rows = (int)N,
+            .gemm_in = (int)in_max,
+            .dim = D,
+            .hc_mult = c->hc_mult,
+            .n_heads = c->n_heads,
+            .head_dim = hd,
+            .index_head_dim = c->rate_csa ? c->index_head_dim : 0,
+            .rot_dim = c->rope_dim,
+            .max_keys = st->swa_ring + (ent > d->topk ? ent : d->topk),
+            .entries = ent,
+            .comp_slots = csa_slots > c->rate_hca ? csa_slots : c->rate_hca,
+            .moe_k = c->n_experts_tok + 1, // + the shared expert, when folded in
+            .moe_experts = c->n_experts + 1,
+            .moe_inter = c->moe_inter,
+            .markov_rank = m->dspark.markov_w1.data ? (int)m->dspark.markov_w1.shape[1] : 0,
+            .markov_slots = m->dspark.markov_w1.data ? d->block : 0,
+        };
         if (b->reserve(&rs, err, errlen)) {
             ws_free(st);
             return -1;

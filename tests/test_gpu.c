@@ -492,23 +492,56 @@ static void test_copy_bytes(void) {
     case_end("op/copy_bytes", "");
 }
 
-/* a model the kernels cannot take is refused when its step buffers are sized, with the numbers:
- * a head wider than the attention's lanes hold, or a row's key addresses past a block's shared
- * memory; a Flash-sized one is taken */
+/* a model the kernels cannot take is refused when its step buffers are sized, by the op whose
+ * kernel it is, with the numbers (kernels/<op>.h says what each accepts); the Flash slice's
+ * shapes are taken */
+static struct td_reserve flash_shapes(void) {
+    return (struct td_reserve){.rows = 64,
+                               .gemm_in = 4096,
+                               .dim = 4096,
+                               .hc_mult = 4,
+                               .n_heads = 64,
+                               .head_dim = 512,
+                               .index_head_dim = 128,
+                               .rot_dim = 64,
+                               .max_keys = 128 + 512,
+                               .entries = 1024,
+                               .comp_slots = 128,
+                               .moe_k = 7,
+                               .moe_experts = 257,
+                               .moe_inter = 2048,
+                               .markov_rank = 64,
+                               .markov_slots = 16};
+}
+
 static void test_reserve_limits(void) {
     case_begin();
-    char err[200] = "";
-    struct td_reserve ok = {.attn_smem = attention_smem(512, 128 + 512, 64), .head_dim = 512};
+    char err[240] = "";
+    struct td_reserve ok = flash_shapes();
     CHECK(!gpu->reserve(&ok, err, sizeof err), "the Flash slice's shapes refused: %s", err);
-    struct td_reserve wide = {.attn_smem = 4096, .head_dim = 1024};
+    struct {
+        const char *what, *says;
+        struct td_reserve r;
+    } bad[7];
+    for (int i = 0; i < 7; i++)
+        bad[i].r = flash_shapes();
+    bad[0].what = "head_dim 1024", bad[0].says = "head_dim 1024", bad[0].r.head_dim = 1024;
+    bad[1].what = "2^17 keys a row", bad[1].says = "shared memory", bad[1].r.max_keys = 1 << 17;
+    bad[2].what = "1024 rotary dims", bad[2].says = "1024 rotary dims", bad[2].r.rot_dim = 1024;
+    bad[3].what = "an odd indexer width", bad[3].says = "vectors of 127";
+    bad[3].r.index_head_dim = 127;
+    bad[4].what = "a 1024-row compressor window", bad[4].says = "pools 1024 rows";
+    bad[4].r.comp_slots = 1024;
+    bad[5].what = "40 expert picks", bad[5].says = "40 expert picks", bad[5].r.moe_k = 40;
+    bad[6].what = "a rank-512 Markov head", bad[6].says = "rank 512", bad[6].r.markov_rank = 512;
+    for (int i = 0; i < 7; i++) {
+        err[0] = 0;
+        CHECK(gpu->reserve(&bad[i].r, err, sizeof err) && strstr(err, bad[i].says),
+              "%s taken, or refused without saying \"%s\" (%s)", bad[i].what, bad[i].says, err);
+    }
     err[0] = 0;
-    CHECK(gpu->reserve(&wide, err, sizeof err) && strstr(err, "head_dim 1024"),
-          "head_dim 1024 taken (%s)", err);
-    struct td_reserve keys = {.attn_smem = (size_t)1 << 20, .head_dim = 128};
-    err[0] = 0;
-    CHECK(gpu->reserve(&keys, err, sizeof err) && strstr(err, "shared memory"),
-          "1 MB of attention shared memory taken (%s)", err);
-    case_end("backend/reserve_refuses_what_kernels_cannot_take", "");
+    CHECK(!gpu->reserve(&ok, err, sizeof err), "the Flash slice's shapes refused after: %s", err);
+    case_end("backend/reserve_refuses_what_kernels_cannot_take", "7 refusals, each by its op");
 }
 
 static void test_pointwise(void) {
