@@ -3,9 +3,13 @@
  * fed by the target's own rows) runs once per target step over every live sequence
  * (td_model_drafter, below).
  *
- *   struct td_drafter *d = draft_init("ngram", vocab, err, sizeof err);
- *   int n = d->propose(d, &req, k, drafts, q, &q_onehot);
- *   ... verify ..., then d->observe(d, &req, n_accepted) when the drafter keeps state
+ *   struct td_drafter *d = draft_init("ngram", vocab, err, sizeof err);   // NULL: err says why
+ *   if (!d) return -1;
+ *   struct td_draft_req req = {.id = id, .tokens = tokens, .n_tokens = n, .sampling = &s};
+ *   int32_t drafts[4];
+ *   int q_onehot, k = d->propose(d, &req, 4, drafts, q, &q_onehot);   // q [4, vocab], or one-hot
+ *   // verify drafts[0 .. k): n_accepted of them are accepted
+ *   if (d->observe) d->observe(d, &req, n_accepted);                   // stateful drafters
  *   draft_free(d);
  *
  * A drafter proposes up to k tokens to follow a request's committed tokens and says which

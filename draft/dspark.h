@@ -1,12 +1,20 @@
 /* dspark.h: the DeepSeek-V4 DSpark drafter (mtp.{0..S-1}.* in <model>/dspark/), drafters.md
  * sections 1.5, 1.6, 2 and 3, in the engine.
  *
- *   draft_dspark_init(&d, &host_model, &run_model, backend, "models/x/dspark", ...);
- *   every step:  io.capture = draft_dspark_capture(d); io.capture_layers = ...layers(d, &n);
- *                td_forward_ex(target, ..., &io, ...)   // the mean HC streams of those layers
- *                draft_dspark_insert_step(d, &plan)     // every row of the step
- *                verify + commit
- *                draft_dspark_run(d, seqs, n, ...)      // keep the committed rows, draft
+ *   struct draft_dspark *d;   // target: the loaded model; run: the one on backend b (CPU: target)
+ *   if (draft_dspark_init(&d, "models/tandem-tiny/dspark", &target, run, b, 4, 512, 64, 0.0f, 0,
+ *                         (size_t)1 << 30, err, sizeof err))
+ *       return -1;
+ *   struct td_forward_io io = {.capture = draft_dspark_capture(d)};     // every step:
+ *   io.capture_layers = draft_dspark_capture_layers(d, &io.n_capture);
+ *   if (td_forward_ex(run, &st, &plan, &io, logits, NULL, err, sizeof err) ||   // + captured rows
+ *       draft_dspark_insert_step(d, &plan, err, sizeof err))                    // every row of it
+ *       return -1;
+ *   // verify and commit; then per sequence its committed rows and the token after each row
+ *   struct td_draft_seq s = {.slot = slot, .pos0 = pos0, .n = n, .next = next, .k = 5,
+ *                            .sampling = &sampling, .drafts = drafts, .q = q};
+ *   if (draft_dspark_run(d, &s, 1, err, sizeof err)) return -1;   // keep those rows, draft
+ *   draft_dspark_free(d);
  *
  * Context: each target row p carries the mean of its HC streams after each capture layer;
  * main_x_p = main_norm(main_proj(those)) gives, in every stage, the key (= value)

@@ -1,9 +1,16 @@
 /* mtp.h: the DeepSeek-V4 MTP drafter (mtp.0.*), drafters.md 4.2-4.3, in the engine.
  *
- *   draft_mtp_init(&d, &host_model, &run_model, backend, ...);
- *   every step:  td_forward_ex(..., draft_mtp_hidden(d), ...)   // the target's final streams
- *                verify + commit
- *                draft_mtp_run(d, rows, n, ...)                  // catch up, then draft k
+ *   struct draft_mtp *d;   // target: the loaded model (mtp.0.* in its files); run: it on backend b
+ *   if (draft_mtp_init(&d, &target, run, b, 4, 512, 64, 3, 0, (size_t)1 << 30, err, sizeof err))
+ *       return -1;
+ *   struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d)};             // every step:
+ *   if (td_forward_ex(run, &st, &plan, &io, logits, NULL, err, sizeof err)) return -1;
+ *   // verify and commit; then per sequence its committed rows (from plan row `row`), the
+ *   // token after each
+ *   struct td_draft_seq s = {.slot = slot, .pos0 = pos0, .n = n, .row = row, .next = next, .k = 3,
+ *                            .sampling = &sampling, .drafts = drafts, .q = q};
+ *   if (draft_mtp_run(d, &s, 1, err, sizeof err)) return -1;   // catch up, then draft
+ *   draft_mtp_free(d);
  *
  * One MTP row at position q reads the target's final residual streams H_q and the token after
  * q: X = h_proj(hnorm(H_q)) + e_proj(enorm(embed(t_{q+1}))) (the token term is zero at q = 0),

@@ -2,12 +2,15 @@
  * prefill and lossless speculative decoding.
  *
  *   struct td_engine_params ep = td_engine_defaults();
- *   ep.model_dir = "models/x"; ep.draft = "ngram"; ep.max_draft = 3;
+ *   ep.model_dir = "models/tandem-tiny"; ep.draft = "ngram"; ep.max_draft = 3;
  *   struct td_engine *e;
- *   if (td_engine_init(&e, &ep, err, sizeof err)) { puts(err); ... }
- *   struct td_request_params rp = {prompt, n_prompt, 64, {0.0f, 0, 1.0f, 42}, 0};
- *   int id = td_engine_submit(e, &rp, err, sizeof err);
- *   while (td_engine_step(e, err, sizeof err) > 0) { ... td_engine_output(e, id, ...) ... }
+ *   if (td_engine_init(&e, &ep, err, sizeof err)) { puts(err); return -1; }
+ *   struct td_request_params rp = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = 64,
+ *                                  .sampling = {.temperature = 0.0f, .top_p = 1.0f}};
+ *   int id = td_engine_submit(e, &rp, err, sizeof err);      // -1: err says why
+ *   while (td_engine_step(e, err, sizeof err) > 0) {}        // every step appends tokens
+ *   const int32_t *out; int n; enum td_req_status status; enum td_finish why;
+ *   td_engine_output(e, id, &out, &n, &status, &why, NULL);  // the tokens so far, how it ended
  *   td_engine_free(e);
  *
  * Every step the scheduler packs, within max_batch_tokens rows and max_seqs sequences: first

@@ -1,12 +1,12 @@
 /* plan.h: the per-step plan, rebuilt out of place for every forward call and draft sub-step.
  *
- *   struct td_plan_dims d = meta_plan_dims(&cfg, state.swa_ring, ring_csa, ring_hca, max_ctx,
- *                                          max_tok, max_seq);
+ *   struct td_plan_dims d = td_state_plan_dims(&st, 64, 4);   // the state's rings, 64 rows, 4 seqs
  *   struct td_plan p;
- *   meta_plan_init(&p, &d);                       // one buffer, fixed capacity and layout
- *   struct td_plan_seq seqs[2] = {{slot0, 37, 1, ids0}, {slot3, 5, 4, ids3}};
- *   meta_plan_build(&p, seqs, 2, err, sizeof err); // every array rewritten from these alone
- *   td_forward(&model, &state, &p, logits, err, sizeof err);
+ *   if (meta_plan_init(&p, &d, err, sizeof err)) return -1;   // one buffer, fixed layout
+ *   struct td_plan_seq seqs[2] = {{.slot = slot0, .len_before = 37, .n_new = 1, .ids = ids0},
+ *                                 {.slot = slot3, .len_before = 5, .n_new = 4, .ids = ids3}};
+ *   int rc = meta_plan_build(&p, seqs, 2, err, sizeof err) ||   // every array, from seqs alone
+ *            td_forward(&model, &st, &p, logits, NULL, err, sizeof err);
  *   meta_plan_free(&p);
  *
  * Capture-stable: every array's capacity and offset in the buffer, and every row stride,

@@ -2,10 +2,15 @@
  * signatures), plus memory. The CPU backend calls kernels/<op>_ref.c; the CUDA backend launches
  * kernels/<op>.cu on one stream. The layer loop (forward.c) is written once against this table.
  *
- *   const struct td_backend *b = td_backend_get("cuda", err, sizeof err); // or "cpu"
- *   td_state_init(&st, &cfg, ..., b, err, sizeof err);   // pools live on b
- *   td_model_to_backend(&host_model, b, &run_model, ...); // weights resident on b
- *   td_forward(&run_model, &st, &plan, logits, NULL, err, sizeof err);
+ *   const struct td_backend *b = td_backend_get("cpu", err, sizeof err);   // or "cuda", "auto"
+ *   if (!b) return -1;
+ *   const struct td_model *run = &model;   // the CPU runs the loaded weights where they are
+ *   if (b->on_device && td_model_upload(&model, b, &dev, err, sizeof err)) return -1;
+ *   if (b->on_device) run = &dev;          // weights resident on b
+ *   if (td_state_init(&st, &model.cfg, 4, 256, 16, (size_t)1 << 30, b, err, sizeof err))
+ *       return -1;                         // pools live on b
+ *   struct td_plan_seq seq = {.slot = td_state_seq_alloc(&st), .n_new = n, .ids = ids};
+ *   if (td_forward_seqs(run, &st, &seq, 1, logits, NULL, err, sizeof err)) return -1;
  */
 #ifndef TD_BACKEND_H
 #define TD_BACKEND_H

@@ -2,7 +2,7 @@
  *
  *   struct td_config cfg;
  *   char err[512];
- *   if (td_config_load(&cfg, "models/x/config.json", err, sizeof err)) { puts(err); ... }
+ *   if (td_config_load(&cfg, "models/tandem-tiny/config.json", err, sizeof err)) return -1;
  *
  * Both the HF transformers layout (layer_types, mlp_layer_types, compress_rates,
  * rope_parameters nested {main, compress} or flat) and the legacy keys released

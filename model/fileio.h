@@ -1,8 +1,11 @@
 /* fileio.h: how the loaders name and open the files of a model directory.
  *
  *   char path[TD_PATH_MAX], err[512];
- *   if (td_path_join(path, sizeof path, dir, "config.json", err, sizeof err)) { puts(err); ... }
+ *   if (td_path_join(path, sizeof path, dir, "config.json", err, sizeof err)) return -1;
  *   json_t *root = td_json_load(path, 0, err, sizeof err);   // NULL: err says why
+ *   if (!root) return -1;
+ *   json_int_t vocab = json_integer_value(json_object_get(root, "vocab_size"));
+ *   json_decref(root);
  *
  * A joined path is never truncated (a cut name can be another file): a join that does not fit
  * is refused as too long. TD_PATH_MAX is the kernel's limit, so every path it can open fits.

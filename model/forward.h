@@ -1,9 +1,12 @@
 /* forward.h: the DeepSeek-V4 target forward over one step plan (CPU reference backend).
  *
+ *   struct td_plan_dims dims = td_state_plan_dims(&st, 64, 4);   // <= 64 rows, 4 sequences
  *   struct td_plan p;
- *   meta_plan_init(&p, &dims, ...);           // dims = td_state_plan_dims(&state, ...)
- *   meta_plan_build(&p, seqs, n_seq, ...);    // every step
- *   if (td_forward(&model, &state, &p, logits, NULL, err, sizeof err)) ...
+ *   if (meta_plan_init(&p, &dims, err, sizeof err)) return -1;
+ *   struct td_plan_seq seq = {.slot = slot, .len_before = st.len[slot], .n_new = n, .ids = ids};
+ *   int rc = meta_plan_build(&p, &seq, 1, err, sizeof err) ||         // every step
+ *            td_forward(&model, &st, &p, logits, NULL, err, sizeof err); // logits [n, vocab]
+ *   meta_plan_free(&p);                                                  // st.len[slot] += n
  *
  * Reads each sequence's caches at positions < len_before, appends the plan's rows, and
  * commits them: state->len[slot] = len_before + rows. Rows of different sequences never

@@ -2,8 +2,8 @@
  *
  *   struct td_model m;
  *   char err[512];
- *   if (td_model_load(&m, "tests/fixtures/a_tiny_yarn", err, sizeof err)) { puts(err); ... }
- *   ... m.layers[3].wq_a ...
+ *   if (td_model_load(&m, "tests/fixtures/a_tiny_yarn", err, sizeof err)) { puts(err); return -1; }
+ *   int64_t q_lora = m.layers[3].wq_a.shape[0];   // [q_lora_rank, dim], in the mapped file
  *   td_model_free(&m);
  *
  * Both weight layouts go through one mapping table (model.c): the HF transformers layout

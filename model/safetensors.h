@@ -2,9 +2,9 @@
  *
  *   struct st_set set;
  *   char err[512];
- *   if (st_set_open(&set, "models/x", err, sizeof err) != 0) { puts(err); ... }
- *   const struct st_entry *e = st_set_find(&set, "model.norm.weight");
- *   ...
+ *   if (st_set_open(&set, "models/tandem-tiny", err, sizeof err) != 0) { puts(err); return -1; }
+ *   const struct st_entry *e = st_set_find(&set, "norm.weight");   // NULL: no such tensor
+ *   int64_t dim = e ? e->t.shape[0] : -1;                          // e->t: a view into the mapping
  *   st_set_close(&set);
  *
  * A model directory holds either model.safetensors.index.json (whose

@@ -5,8 +5,10 @@
  *   if (srv_config_load(&c, "etc/tandem.ini", err, sizeof err) ||   // defaults, then the file
  *       srv_config_env(&c, NULL, err, sizeof err) ||                // TANDEM_SECTION_KEY
  *       srv_config_set(&c, "server.port=9000", "--set", err, sizeof err) ||
- *       srv_config_check(&c, err, sizeof err))                      // cross-key rules, once more
+ *       srv_config_check(&c, err, sizeof err)) {                    // cross-key rules, once more
  *       fprintf(stderr, "%s\n", err);
+ *       return 2;
+ *   }
  *
  * Precedence: --set > environment > file > built-in default. One table of keys in config.c drives
  * parsing, validation, --set, the environment, printing, JSON and --help-config; the file is

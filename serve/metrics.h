@@ -1,13 +1,13 @@
 /* metrics.h: the counters, gauges and histograms of `tandem serve`, rendered for GET /metrics
  * in the Prometheus text format, version 0.0.4 (design/server.md §2).
  *
- *   struct met_info mi = {"tiny", "mtp", 3, "0.4", "cpu", hash, 16, 1};
+ *   struct met_info mi = {.model = "tiny", .drafter = "mtp", .k = 3, .slots_total = 16};
  *   struct srv_metrics *m = met_new(&mi);                 // NULL: out of memory
  *   met_received(m);                                      // HTTP thread: a request parsed
  *   met_step(m, MET_STEP_DECODE, 0.004, 12);              // engine thread: one step
  *   met_engine(m, td_engine_stats(e));                    // engine thread: cumulative counters
  *   char *text; size_t len;
- *   if (met_render(m, &text, &len) == 0) { ...serve text...; free(text); }
+ *   if (met_render(m, &text, &len) == 0) { fwrite(text, 1, len, out); free(text); }
  *   met_free(m);
  *
  * Threads: every function may be called from any thread; one mutex inside guards the values.

@@ -1,7 +1,7 @@
 /* text.h: the text side of a generated stream: where a stop string cuts it, and how much of it
  * may be sent while more tokens are to come (server.md section 1.9).
  *
- *   size_t at, len;
+ *   size_t at;
  *   int s = stop_find(text, n, from, stops, n_stops, &at);  // first match starting >= from
  *   size_t safe = stop_holdback(text, n, stops, n_stops);    // bytes sendable now
  *

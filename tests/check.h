@@ -69,6 +69,67 @@ static inline double rel_row_err(const float *out, const float *ref, long rows, 
     return worst;
 }
 
+/* Element by element, got against ref, both [rows, cols] row-major: a NaN in one must be a NaN
+ * in the other, an infinity must be the same infinity in both, and every other element must
+ * satisfy |got - ref| <= atol + rtol * |ref| (in double). Returns how many elements fail (0:
+ * close); then why[cap] (may be NULL) says where, e.g.
+ *   "<name>: 2 of 12 elements over tolerance (atol 0.001, rtol 0); worst [2, 3]: got 1.5,
+ *    ref 1.25 (|d| 0.25 > 0.001); first NaN/inf mismatch [0, 1]: got nan, ref 0.5"
+ * the worst being the finite element furthest over its own tolerance (|d| / tolerance; a zero
+ * tolerance counts as infinitely far), the NaN/inf part only when there is one. */
+static inline long close_compare(char *why, size_t cap, const char *name, const float *got,
+                                 const float *ref, long rows, long cols, double atol, double rtol) {
+    long n = rows * cols, over = 0, worst = -1, special = -1;
+    double worst_key = 0, worst_d = 0, worst_tol = 0;
+    for (long i = 0; i < n; i++) {
+        double g = got[i], r = ref[i];
+        if (!isfinite(g) || !isfinite(r)) {
+            if ((isnan(g) && isnan(r)) || g == r) continue; // both NaN, or the same infinity
+            over++;
+            if (special < 0) special = i;
+            continue;
+        }
+        double d = fabs(g - r), tol = atol + rtol * fabs(r);
+        if (d <= tol) continue;
+        over++;
+        double key = tol > 0 ? d / tol : INFINITY;
+        if (worst < 0 || key > worst_key || (key == worst_key && d > worst_d))
+            worst = i, worst_key = key, worst_d = d, worst_tol = tol;
+    }
+    if (!over || !why || !cap) return over;
+    int k = snprintf(why, cap, "%s: %ld of %ld elements over tolerance (atol %.3g, rtol %.3g)",
+                     name, over, n, atol, rtol);
+    if (worst >= 0 && k >= 0 && (size_t)k < cap)
+        k += snprintf(why + k, cap - (size_t)k,
+                      "; worst [%ld, %ld]: got %.9g, ref %.9g (|d| %.3g > %.3g)", worst / cols,
+                      worst % cols, got[worst], ref[worst], worst_d, worst_tol);
+    if (special >= 0 && k >= 0 && (size_t)k < cap)
+        snprintf(why + k, cap - (size_t)k,
+                 "; first NaN/inf mismatch [%ld, %ld]: got %.9g, ref %.9g", special / cols,
+                 special % cols, got[special], ref[special]);
+    return over;
+}
+
+/* close_compare inside a case_begin/case_end case: 1 when close, else 0 and the case fails
+ * with close_compare's message (the first failure of a case is the one reported) */
+static inline int check_close(const char *name, const float *got, const float *ref, long rows,
+                              long cols, double atol, double rtol) {
+    char why[sizeof check_why];
+    if (!close_compare(why, sizeof why, name, got, ref, rows, cols, atol, rtol)) return 1;
+    case_fail("%s", why);
+    return 0;
+}
+
+/* max(1e-6, max |ref|) over n elements (NaN skipped, an infinity makes it infinite): the scale
+ * of a whole-output relative bound, max |got - ref| < b * scale, which check_close enforces as
+ * atol = b * scale, rtol = 0 (test_gpu.c's op cases) */
+static inline double ref_scale(const float *ref, long n) {
+    double m = 1e-6;
+    for (long i = 0; i < n; i++)
+        m = fmax(m, fabs(ref[i]));
+    return m;
+}
+
 /* One-shot style, for cases that stop at their first failure: the case keeps a local
  * `char why[...]` (empty = pass) and a `done:` label; REQUIRE fills why and jumps there, and
  * report() prints the case's line. */

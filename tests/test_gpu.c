@@ -84,14 +84,17 @@ static void release_out(float *d) {
     gpu->release(d - GUARD);
 }
 
-static double max_rel(const float *a, const float *ref, size_t n) {
-    double m = 1e-30, d = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(a[i]) != isnan(ref[i])) return INFINITY;
-        m = fmax(m, fabs(ref[i]));
-        d = fmax(d, fabs(a[i] - ref[i]));
-    }
-    return d / fmax(m, 1e-6);
+/* An op case's bound: max |got - ref| < rel * max(1e-6, max |ref|) over the whole output, one
+ * scale for every element (what `max_rel(got, ref) < rel` checked before check_close). As a
+ * per-element tolerance that is atol = rel * ref_scale(ref), rtol = 0: the same elements pass
+ * and fail (an element exactly at the bound, which `<` failed, now passes `<=`), a NaN must face
+ * a NaN and an infinity the same infinity as before (an infinite ref makes every finite pair
+ * pass, as its infinite scale did), and a failure names the worst [row, col] with both values
+ * (tests/test_check.c close/ref_scale_keeps_max_rel runs the old and the new side by side).
+ * rows x cols is the output's shape: its leading dims flattened, the last dim as columns. */
+static int close_rel(const char *what, const float *got, const float *ref, long rows, long cols,
+                     double rel) {
+    return check_close(what, got, ref, rows, cols, rel * ref_scale(ref, rows * cols), 0);
 }
 
 static uint16_t bf16(float f) {
@@ -130,8 +133,9 @@ static void test_matmul(void) {
         void *dw = dev_copy(w, (size_t)out * in * 2), *db = dev_copy(bias, sizeof bias);
         matmul_cuda(dy, dx, dw, TD_DTYPE_BF16, n, in, out, db, TD_DTYPE_F32);
         float *g = fetch(dy, (size_t)n * out, "matmul");
-        double e = max_rel(g, y, (size_t)n * out);
-        CHECK(e < 1e-4, "n %d in %d out %d: rel err %.3g (same bf16 inputs)", n, in, out, e);
+        char what[96];
+        snprintf(what, sizeof what, "n %d in %d out %d (same bf16 inputs)", n, in, out);
+        close_rel(what, g, y, n, out, 1e-4);
         // a skinny step's rows are the bits of each row alone (the one-row kernel): the same
         // order of sums whatever rows share the step
         for (int r = 0; n > 1 && n <= MATMUL_SKINNY_ROWS && r < n; r++) {
@@ -153,8 +157,7 @@ static void test_matmul(void) {
             float *dg = dev_out((size_t)n * out);
             matmul_grouped_cuda(dg, dx, dw, TD_DTYPE_BF16, n, 2, in / 2, out / 2);
             float *gg = fetch(dg, (size_t)n * out, "matmul_grouped");
-            e = max_rel(gg, yg, (size_t)n * out);
-            CHECK(e < 1e-4, "grouped rel err %.3g", e);
+            close_rel("grouped", gg, yg, n, out, 1e-4);
             snprintf(name, sizeof name, "op/matmul_grouped/%dx%dx%d", n, in, out);
             case_end(name, "");
             free(yg);
@@ -235,8 +238,9 @@ static void test_matmul_set(void) {
                         h.rate = 5;
                     matmul_set_ref(x, n, in, 1, &h);
                     float *g = fetch(dy[j], (size_t)n * outs[j], "matmul_set");
-                    double e = max_rel(g, y, (size_t)n * outs[j]);
-                    CHECK(e < 1e-4, "n %d in %d: output %d rel err %.3g", n, in, j, e);
+                    char what[64];
+                    snprintf(what, sizeof what, "n %d in %d: output %d", n, in, j);
+                    close_rel(what, g, y, n, outs[j], 1e-4);
                     free(y);
                     free(g);
                 }
@@ -306,10 +310,9 @@ static void test_hc(int n, int nc, int d) {
         float *gc = fetch(dcol, (size_t)n * d, "hc_pre collapsed");
         float *gp = fetch(dpost, (size_t)n * nc, "hc_pre post");
         float *gm = fetch(dcomb, (size_t)n * nc * nc, "hc_pre comb");
-        CHECK(max_rel(gc, col, (size_t)n * d) < 1e-4 && max_rel(gp, post, (size_t)n * nc) < 1e-4 &&
-                  max_rel(gm, comb, (size_t)n * nc * nc) < 1e-4,
-              "hc_pre: %.3g %.3g %.3g", max_rel(gc, col, (size_t)n * d),
-              max_rel(gp, post, (size_t)n * nc), max_rel(gm, comb, (size_t)n * nc * nc));
+        close_rel("hc_pre collapsed", gc, col, n, d, 1e-4);
+        close_rel("hc_pre post", gp, post, n, nc, 1e-4);
+        close_rel("hc_pre comb", gm, comb, (long)n * nc, nc, 1e-4);
         // with the layer's norm (bf16 weight) on the collapsed rows
         uint16_t *nw = malloc((size_t)d * 2);
         for (int i = 0; i < d; i++)
@@ -318,8 +321,7 @@ static void test_hc(int n, int nc, int d) {
         void *dnw = dev_copy(nw, (size_t)d * 2);
         hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f, dnw, TD_DTYPE_BF16);
         float *gn = fetch(dcol, (size_t)n * d, "hc_pre normed");
-        CHECK(max_rel(gn, col, (size_t)n * d) < 1e-4, "hc_pre normed %.3g",
-              max_rel(gn, col, (size_t)n * d));
+        close_rel("hc_pre normed", gn, col, n, d, 1e-4);
         free(nw), free(gn);
         gpu->release(dnw);
         // post: x' = post_j a + sum_i comb[i][j] x_i, on the reference's own post/comb, with
@@ -341,10 +343,8 @@ static void test_hc(int n, int nc, int d) {
         hc_post_cuda(dX, da, dpost, dcomb, n, nc, d, dmean + d, 3 * d);
         float *gX = fetch(dX, (size_t)n * nc * d, "hc_post");
         float *gmean = fetch(dmean, (size_t)n * 3 * d, "hc_post mean");
-        CHECK(max_rel(gX, ref, (size_t)n * nc * d) < 1e-5, "hc_post %.3g",
-              max_rel(gX, ref, (size_t)n * nc * d));
-        CHECK(max_rel(gmean, mean, (size_t)n * 3 * d) < 1e-5, "hc_post mean %.3g",
-              max_rel(gmean, mean, (size_t)n * 3 * d));
+        close_rel("hc_post", gX, ref, (long)n * nc, d, 1e-5);
+        close_rel("hc_post mean", gmean, mean, (long)n * 3, d, 1e-5);
         free(mean), free(gmean);
         // head
         float *hfn = malloc((size_t)nc * nc * d * 4), hbase[16], hs = 1.1f;
@@ -360,8 +360,7 @@ static void test_hc(int n, int nc, int d) {
                      dev_copy(hbase, (size_t)nc * 4), TD_DTYPE_F32, dev_copy(&hs, 4), TD_DTYPE_F32,
                      n, nc, d, 1e-6f, 1e-6f);
         float *ghy = fetch(dhy, (size_t)n * d, "hc_head");
-        CHECK(max_rel(ghy, hy, (size_t)n * d) < 1e-4, "hc_head %.3g",
-              max_rel(ghy, hy, (size_t)n * d));
+        close_rel("hc_head", ghy, hy, n, d, 1e-4);
         free(fn), free(base), free(hfn), free(col), free(post), free(comb), free(gc), free(gp),
             free(gm), free(a);
         free(gX), free(hy), free(ghy);
@@ -435,10 +434,10 @@ static void test_norm_rope(int n, int n_vec, int d, int rot, int weighted, int s
     norm_rope_cuda(store ? da : &b, store ? 2 : 1);
     float *gx = fetch(dx, X, "norm_rope"), *gr = fetch(dring, RR, "norm_rope ring");
     float *gq = fetch(dxq, XQ, "norm_rope queries");
-    CHECK(max_rel(gx, x, X) < 1e-5, "norm_rope %.3g", max_rel(gx, x, X));
-    CHECK(!store || max_rel(gq, xq, XQ) < 1e-5, "norm_rope queries part %.3g", max_rel(gq, xq, XQ));
+    close_rel("norm_rope", gx, x, (long)n * n_vec, d, 1e-5);
+    if (store) close_rel("norm_rope queries part", gq, xq, (long)n * 5, d, 1e-5);
     free(xq), free(gq), release_out(dxq);
-    CHECK(max_rel(gr, ring, RR) < 1e-5, "norm_rope ring %.3g", max_rel(gr, ring, RR));
+    close_rel("norm_rope ring", gr, ring, (long)(RR / d), d, 1e-5);
     void *bufs[] = {(void *)b.w,     (void *)b.positions,    (void *)b.inv_freq,
                     (void *)b.write, (void *)b.rows.row_seq, (void *)b.rows.slot};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
@@ -567,7 +566,7 @@ static void test_pointwise(void) {
         rmsnorm_ref(ref, x, weighted ? w : NULL, TD_DTYPE_F32, n, d, 1e-6f);
         rmsnorm_cuda(dy, dx, weighted ? dw : NULL, TD_DTYPE_F32, n, d, 1e-6f);
         float *g = fetch(dy, (size_t)n * d, "rmsnorm");
-        CHECK(max_rel(g, ref, (size_t)n * d) < 1e-5, "rmsnorm (weighted %d)", weighted);
+        close_rel(weighted ? "rmsnorm (weighted 1)" : "rmsnorm (weighted 0)", g, ref, n, d, 1e-5);
         free(g);
         release_out(dy);
     }
@@ -581,7 +580,7 @@ static void test_pointwise(void) {
         gpu->to_device(dy, x, (size_t)n * nc * d * 4);
         rope_rows_cuda(dy, n, nc, d, rot, dpos, dinv, 1.0f, inverse);
         float *g = fetch(dy, (size_t)n * nc * d, "rope");
-        CHECK(max_rel(g, ref, (size_t)n * nc * d) < 1e-5, "rope (inverse %d)", inverse);
+        close_rel(inverse ? "rope (inverse 1)" : "rope (inverse 0)", g, ref, (long)n * nc, d, 1e-5);
         free(g);
         release_out(dy);
     }
@@ -618,7 +617,7 @@ static void test_pointwise(void) {
         gpu->to_device(dg, x, (size_t)n * d * 4);
         swiglu_act_cuda(dg, dev_copy(u, (size_t)n * d * 4), (size_t)n * d, 0.3f);
         g = fetch(dg, (size_t)n * d, "swiglu_act");
-        CHECK(max_rel(g, ref, (size_t)n * d) < 1e-6, "swiglu_act");
+        close_rel("swiglu_act", g, ref, n, d, 1e-6);
         free(g), free(u);
     }
     case_end("op/embed_swiglu", "");
@@ -941,8 +940,9 @@ static void test_route_wide(void) {
                 gpu->to_host(wg, dwt, sizeof(float) * N * kk);
                 CHECK(!memcmp(pg, ph, sizeof(int32_t) * N * kk),
                       "E %d fn %d shared %d: picks differ", E, fn, sh);
-                CHECK(max_rel(wg, wh, (size_t)N * kk) < 1e-5, "E %d fn %d shared %d: weights %.3g",
-                      E, fn, sh, max_rel(wg, wh, (size_t)N * kk));
+                char what[64];
+                snprintf(what, sizeof what, "E %d fn %d shared %d: weights", E, fn, sh);
+                close_rel(what, wg, wh, N, kk, 1e-5);
             }
         gpu->release(dlg), gpu->release(db), gpu->release(dtid);
         char name[64];
@@ -1002,8 +1002,7 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
         gpu->release(dainv);
         float *g = fetch(dout, (size_t)n * H * d, "attention");
         // the pad row (7) is inert: compare the real rows only
-        CHECK(max_rel(g, out, (size_t)p->n_tok * H * d) < 1e-4, "%s: rel err %.3g", kinds[k],
-              max_rel(g, out, (size_t)p->n_tok * H * d));
+        close_rel(kinds[k], g, out, (long)p->n_tok * H, d, 1e-4);
         char name[64];
         snprintf(name, sizeof name, "op/attention_rows/%s/h%dd%d", kinds[k], H, d);
         case_end(name, "");
@@ -1133,8 +1132,7 @@ static void test_plan_ops(void) {
         for (int t = 0; t < p.n_tok; t++)
             emitted += p.emit_csa[t] >= 0;
         CHECK(emitted >= 1, "no row emits an entry");
-        CHECK(max_rel(eg, eh, (size_t)S * ne * d) < 1e-4, "entries rel err %.3g",
-              max_rel(eg, eh, (size_t)S * ne * d));
+        close_rel("entries", eg, eh, (long)S * ne, d, 1e-4);
         free(raw), free(gate), free(rk), free(rg), free(eh), free(eg);
     }
     case_end("op/compress_emit", "");
@@ -1167,7 +1165,9 @@ static void test_plan_ops(void) {
             gpu->to_host(pg, dpk, (size_t)n * kk * 4);
             gpu->to_host(wg, dwt, (size_t)n * kk * 4);
             CHECK(!memcmp(pg, ph, (size_t)n * kk * 4), "route %d: picks differ", fn);
-            CHECK(max_rel(wg, wh, (size_t)n * kk) < 1e-5, "route %d: weights differ", fn);
+            char what[32];
+            snprintf(what, sizeof what, "route %d: weights", fn);
+            close_rel(what, wg, wh, n, kk, 1e-5);
             for (int t = 0; sh && t < n; t++)
                 CHECK(ph[t * kk + k] == E && wh[t * kk + k] == 1.0f,
                       "route %d: row %d's shared pick is %d (weight %g)", fn, t, ph[t * kk + k],
@@ -1198,8 +1198,8 @@ static void test_plan_ops(void) {
             moe_cuda_set_deterministic(det);
             moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, kk, NE, 0.5f);
             float *yg = fetch(dy, (size_t)n * D, "moe_experts");
-            CHECK(max_rel(yg, yh, (size_t)n * D) < 1e-4, "experts (%s tiles) rel err %.3g",
-                  det ? "fp32" : "tensor-core", max_rel(yg, yh, (size_t)n * D));
+            close_rel(det ? "experts (fp32 tiles)" : "experts (tensor-core tiles)", yg, yh, n, D,
+                      1e-4);
             for (int r = 0; r < n; r++) { // a row's bits alone are its bits in the step
                 float *d1 = dev_out((size_t)D);
                 moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * kk, dwt + r * kk, &ed, 1, D, I,

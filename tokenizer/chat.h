@@ -1,7 +1,7 @@
 /* chat.h: chat turns -> token ids, built natively from the tokenizer's special tokens.
  *
  *   struct chat c;
- *   if (chat_init(&c, tok, err, sizeof err)) ...            // picks the format from the vocab
+ *   if (chat_init(&c, tok, err, sizeof err)) return -1;     // picks the format from the vocab
  *   struct chat_msg m[] = {{CHAT_ROLE_SYSTEM, "Be brief."}, {CHAT_ROLE_USER, "Hi"}};
  *   struct tok_ids ids = {0};
  *   chat_encode(&c, m, 2, 1, &ids, err, sizeof err);        // 1: open the assistant's turn

@@ -2,14 +2,19 @@
  *
  *   struct tok *t;
  *   char err[512];
- *   if (tok_load(&t, "models/x", err, sizeof err)) { puts(err); ... }   // tokenizer.json (+config)
+ *   if (tok_load(&t, "models/tandem-tiny", err, sizeof err)) return -1; // tokenizer.json (+config)
  *   struct tok_ids ids = {0};
- *   if (tok_encode(t, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ids, err, sizeof err)) ...
+ *   if (tok_encode(t, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ids, err, sizeof err))
+ *       return -1;
  *   char *s; size_t n;
  *   tok_decode(t, ids.ids, ids.n, 0, &s, &n, err, sizeof err);           // s malloc'd
  *   struct tok_stream st;                                                // token by token:
  *   tok_stream_init(&st, t, 0);
- *   for (...) { tok_stream_push(&st, id, &piece, &k, err, sizeof err); fwrite(piece, 1, k, out); }
+ *   const char *piece; size_t k;
+ *   for (size_t i = 0; i < ids.n; i++) {
+ *       if (tok_stream_push(&st, ids.ids[i], &piece, &k, err, sizeof err)) break; // a bad id
+ *       fwrite(piece, 1, k, out);
+ *   }
  *   tok_stream_flush(&st, &piece, &k);  fwrite(piece, 1, k, out);
  *   tok_stream_free(&st); tok_ids_free(&ids); free(s); tok_free(t);
  *
