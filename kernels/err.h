@@ -37,25 +37,26 @@ void *td_xcalloc_at(size_t n, size_t size, const char *file, int line);
 }
 #endif
 
-#define TD_ABORT(...)       td_abort(__FILE__, __LINE__, __VA_ARGS__)
-#define TD_ASSERT(x)        ((x) ? (void)0 : td_abort(__FILE__, __LINE__, "assertion %s failed", #x))
+#define TD_ABORT(...) td_abort(__FILE__, __LINE__, __VA_ARGS__)
+#define TD_ASSERT(cond)                                                                            \
+    ((cond) ? (void)0 : td_abort(__FILE__, __LINE__, "assertion %s failed", #cond))
 #define td_xmalloc(bytes)   td_xmalloc_at((bytes), __FILE__, __LINE__)
 #define td_xcalloc(n, size) td_xcalloc_at((n), (size), __FILE__, __LINE__)
 
-/* device code: with TD_DEBUG, a failed x prints file:line and the expression from the thread
+/* device code: with TD_DEBUG, a failed cond prints file:line and the expression from the thread
  * that saw it, then traps (the launch fails with cudaErrorLaunchFailure / an illegal
  * instruction, which the next CUDA_CHECK or finish reports); without it, nothing */
 #if defined(__CUDA_ARCH__) && defined(TD_DEBUG)
-#define TD_DEV_ASSERT(x)                                                                           \
+#define TD_DEV_ASSERT(cond)                                                                        \
     do {                                                                                           \
-        if (!(x)) {                                                                                \
-            printf("tandem: device assertion %s failed at %s:%d (block %d, thread %d)\n", #x,      \
+        if (!(cond)) {                                                                             \
+            printf("tandem: device assertion %s failed at %s:%d (block %d, thread %d)\n", #cond,   \
                    __FILE__, __LINE__, (int)blockIdx.x, (int)threadIdx.x);                         \
             __trap();                                                                              \
         }                                                                                          \
     } while (0)
 #else
-#define TD_DEV_ASSERT(x) ((void)0)
+#define TD_DEV_ASSERT(cond) ((void)0)
 #endif
 
 #endif

@@ -1634,11 +1634,66 @@ static void test_greedy_spec_gpu(void) {
 
 #endif
 
-int main(void) {
+/* Debug builds (make DEBUG=1) compile the kernels' device assertions. The probe, run in a child
+ * process because a trap ends its CUDA context, gives the attention a row of 4 window keys while
+ * saying its ring holds 1 row, so the row's keys are more than the block's slice of key
+ * addresses: the kernel's TD_DEV_ASSERT(nj <= slice) must stop it, where a release build would
+ * write past the slice. */
+static int dev_assert_probe(void) {
+    int32_t zero[1] = {0}, two[2] = {0, 1}, ind[2] = {0, 4}, pos[4] = {0, 1, 2, 3}, wr[1] = {-1};
+    int32_t p3[1] = {3};
+    struct rows_view r = {.n_tok = 1,
+                          .input_ids = dev_copy(zero, 4),
+                          .positions = dev_copy(p3, 4),
+                          .row_seq = dev_copy(zero, 4),
+                          .qo_indptr = dev_copy(two, 8),
+                          .slot = dev_copy(zero, 4),
+                          .len_before = dev_copy(zero, 4),
+                          .swa_indptr = dev_copy(ind, 8),
+                          .swa_pos = dev_copy(pos, 16),
+                          .swa_write = dev_copy(wr, 4)};
+    int d = 32;
+    float h[4 * 32];
+    for (int i = 0; i < 4 * d; i++)
+        h[i] = frand();
+    struct attn_args a = {.rows = r,
+                          .out = gpu->alloc((size_t)d * 4),
+                          .q = dev_copy(h, (size_t)d * 4),
+                          .kv = dev_copy(h, sizeof h),
+                          .swa_ring = dev_copy(h, (size_t)d * 4),
+                          .swa_rows = 1,
+                          .sinks = dev_copy(h, 4),
+                          .n_heads = 1,
+                          .d = d,
+                          .scale = 0.1f};
+    attention_rows_cuda(&a);
+    char err[256] = "";
+    if (gpu->finish(err, sizeof err)) printf("probe: %s\n", err);
+    return 3; // reached only when the kernel was not stopped (err says what the launch saw)
+}
+
+static void test_dev_assert(const char *self) {
+#ifdef TD_DEBUG
+    case_begin();
+    char cmd[512], out[4096] = "";
+    snprintf(cmd, sizeof cmd, "%s --dev-assert-probe 2>&1", self);
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = 0;
+    int st = f ? pclose(f) : -1;
+    CHECK(st != 0 && !strstr(out, "probe: ") && strstr(out, "nj <= slice"),
+          "the attention's key-slice assertion did not stop the kernel (exit %d): %s", st, out);
+    case_end("debug/device_assert_stops_a_kernel", "");
+#else
+    (void)self;
+#endif
+}
+
+int main(int argc, char **argv) {
     char err[256];
 #ifndef TD_HAVE_CUDA
     printf("SKIP gpu: this build has no CUDA (nvcc was not found)\n");
-    (void)err;
+    (void)err, (void)argc, (void)argv;
     return 77;
 #else
     gpu = td_backend_get("cuda", err, sizeof err);
@@ -1646,6 +1701,8 @@ int main(void) {
         printf("SKIP gpu: %s\n", err);
         return 77;
     }
+    if (argc > 1 && !strcmp(argv[1], "--dev-assert-probe")) return dev_assert_probe();
+    test_dev_assert(argv[0]);
     test_matmul();
     test_matmul_set();
     test_pointwise();
