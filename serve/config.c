@@ -23,6 +23,7 @@
  * the handler once any error is recorded (verified with Debian's build).
  */
 #include "serve/config.h"
+#include "kernels/err.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -491,9 +492,7 @@ void srv_config_defaults(struct srv_config *c) {
         char why[256] = "the field's size does not match the key's type";
         if (k->size != type_size(k->type) || parse_value(k, k->def, c, why, sizeof why)) {
             // the table itself is wrong: a programmer error
-            fprintf(stderr, "serve/config.c: key %s.%s: default '%s': %s\n", k->section, k->name,
-                    k->def, why);
-            abort();
+            TD_ABORT("key %s.%s: default '%s': %s", k->section, k->name, k->def, why);
         }
     }
 }
