@@ -307,7 +307,17 @@ static const struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ld
         cublasLtMatrixLayoutDestroy(spare.lc);
         cublasLtMatmulDescDestroy(spare.op);
     }
-    *q = (struct lt_plan){n, in, out, ldb, ldc};
+    // every field named: g++ warns (-Wmissing-field-initializers) on any left to the zero-fill
+    *q = (struct lt_plan){.n = n,
+                          .in = in,
+                          .out = out,
+                          .ldb = ldb,
+                          .ldc = ldc,
+                          .op = NULL,
+                          .la = NULL,
+                          .lb = NULL,
+                          .lc = NULL,
+                          .algo = {}};
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&q->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(
