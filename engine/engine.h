@@ -5,7 +5,8 @@
  *   ep.model_dir = "models/x"; ep.draft = "ngram"; ep.max_draft = 3;
  *   struct td_engine *e;
  *   if (td_engine_init(&e, &ep, err, sizeof err)) { puts(err); ... }
- *   struct td_request_params rp = {prompt, n_prompt, 64, {0.0f, 0, 1.0f, 42}, 0};
+ *   struct td_request_params rp = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = 64,
+ *                                  .sampling = {.temperature = 0.0f, .top_p = 1.0f, .seed = 42}};
  *   int id = td_engine_submit(e, &rp, err, sizeof err);
  *   while (td_engine_step(e, err, sizeof err) > 0) { ... td_engine_output(e, id, ...) ... }
  *   td_engine_free(e);

@@ -4,7 +4,8 @@
  *                                          max_tok, max_seq);
  *   struct td_plan p;
  *   meta_plan_init(&p, &d);                       // one buffer, fixed capacity and layout
- *   struct td_plan_seq seqs[2] = {{slot0, 37, 1, ids0}, {slot3, 5, 4, ids3}};
+ *   struct td_plan_seq seqs[2] = {{.slot = slot0, .len_before = 37, .n_new = 1, .ids = ids0},
+ *                                 {.slot = slot3, .len_before = 5, .n_new = 4, .ids = ids3}};
  *   meta_plan_build(&p, seqs, 2, err, sizeof err); // every array rewritten from these alone
  *   td_forward(&model, &state, &p, logits, err, sizeof err);
  *   meta_plan_free(&p);
