@@ -2,7 +2,8 @@
  *
  *   struct chat c;
  *   if (chat_init(&c, tok, err, sizeof err)) ...            // picks the format from the vocab
- *   struct chat_msg m[] = {{CHAT_ROLE_SYSTEM, "Be brief."}, {CHAT_ROLE_USER, "Hi"}};
+ *   struct chat_msg m[] = {{.role = CHAT_ROLE_SYSTEM, .content = "Be brief."},
+ *                          {.role = CHAT_ROLE_USER, .content = "Hi"}};
  *   struct tok_ids ids = {0};
  *   chat_encode(&c, m, 2, 1, &ids, err, sizeof err);        // 1: open the assistant's turn
  *
