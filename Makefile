@@ -102,8 +102,9 @@ bench-bins: $(BENCH_BIN)
 
 # every test binary prints OK/FAIL lines; tests/run.sh sums them into "N passed, N failed"
 # tests/serve/run.sh: the server driven by real clients (Node's test runner, the openai package)
+# tests/test_literals.sh: every (struct x){...} names its fields
 test-cpu: bin/tandem $(TEST_BIN)
-	@TD_TANDEM=bin/tandem sh tests/run.sh $(BUILD) $(TEST_BIN) tests/serve/run.sh
+	@TD_TANDEM=bin/tandem sh tests/run.sh $(BUILD) $(TEST_BIN) tests/serve/run.sh tests/test_literals.sh
 
 test: test-cpu
 	@$(MAKE) --no-print-directory SANITIZER=address,undefined test-san

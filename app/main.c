@@ -312,7 +312,8 @@ static int cmd_logits(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n_chunks; i++) {
-        struct td_plan_seq q = {slot, pos, chunks[i], ids + pos, 0, 0};
+        struct td_plan_seq q = {
+            .slot = slot, .len_before = pos, .n_new = chunks[i], .ids = ids + pos};
         struct td_forward_io io = {
             .capture = cap_dev, .capture_layers = cap_layers, .n_capture = n_cap};
         if (td_forward_seqs_io(run, &st, &q, 1, n_cap ? &io : NULL,
@@ -567,7 +568,8 @@ static int cmd_generate(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     ep.draft = "auto";
     const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
-    struct req_opts ro = {64, 0, 0.0, 0, 1.0};
+    struct req_opts ro = {
+        .max_tokens = 64, .seed = 0, .temperature = 0.0, .top_k = 0, .top_p = 1.0};
     long n = 1, draft_tokens = -1;
     int print_ids = 0, stats = 0, ignore_eos = 0;
     for (int i = 0; i < argc; i++) {
@@ -661,15 +663,17 @@ static int cmd_generate(int argc, char **argv) {
         struct td_request_params rp = {.prompt = prompt,
                                        .n_prompt = n_prompt,
                                        .max_tokens = (int)ro.max_tokens,
-                                       .sampling = {(float)ro.temperature, (int)ro.top_k,
-                                                    (float)ro.top_p, (uint64_t)(ro.seed + i)},
+                                       .sampling = {.temperature = (float)ro.temperature,
+                                                    .top_k = (int)ro.top_k,
+                                                    .top_p = (float)ro.top_p,
+                                                    .seed = (uint64_t)(ro.seed + i)},
                                        .ignore_eos = ignore_eos};
         if ((ids[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
             rc = die("%s", err);
             goto done;
         }
     }
-    struct timespec t0, t1, tf = {0, 0};
+    struct timespec t0, t1, tf = {.tv_sec = 0, .tv_nsec = 0};
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int live;
     long first_out = -1; // tokens out when every completion had its first (the prefills' end)
@@ -761,7 +765,8 @@ static int cmd_chat(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     ep.draft = "auto";
     const char *system = NULL;
-    struct req_opts ro = {256, 0, 0.0, 0, 1.0};
+    struct req_opts ro = {
+        .max_tokens = 256, .seed = 0, .temperature = 0.0, .top_k = 0, .top_p = 1.0};
     long draft_tokens = -1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -804,7 +809,7 @@ static int cmd_chat(int argc, char **argv) {
     int interactive = isatty(0);
     if (system) {
         msgs = realloc(msgs, sizeof *msgs * (n_msgs + 1));
-        msgs[n_msgs++] = (struct chat_msg){CHAT_ROLE_SYSTEM, system};
+        msgs[n_msgs++] = (struct chat_msg){.role = CHAT_ROLE_SYSTEM, .content = system};
     }
     for (;;) {
         if (interactive) {
@@ -817,7 +822,7 @@ static int cmd_chat(int argc, char **argv) {
         owned = realloc(owned, sizeof *owned * (n_msgs + 2));
         msgs = realloc(msgs, sizeof *msgs * (n_msgs + 2));
         owned[n_msgs] = strdup(line);
-        msgs[n_msgs] = (struct chat_msg){CHAT_ROLE_USER, owned[n_msgs]};
+        msgs[n_msgs] = (struct chat_msg){.role = CHAT_ROLE_USER, .content = owned[n_msgs]};
         n_msgs++;
         struct tok_ids ti = {0};
         if (chat_encode(&ch, msgs, (size_t)n_msgs, 1, &ti, err, sizeof err)) {
@@ -829,8 +834,10 @@ static int cmd_chat(int argc, char **argv) {
         struct td_request_params rp = {.prompt = ti.ids,
                                        .n_prompt = (int)ti.n,
                                        .max_tokens = (int)ro.max_tokens,
-                                       .sampling = {(float)ro.temperature, (int)ro.top_k,
-                                                    (float)ro.top_p, (uint64_t)(ro.seed + turn++)},
+                                       .sampling = {.temperature = (float)ro.temperature,
+                                                    .top_k = (int)ro.top_k,
+                                                    .top_p = (float)ro.top_p,
+                                                    .seed = (uint64_t)(ro.seed + turn++)},
                                        .ignore_eos = 0};
         int id = td_engine_submit(e, &rp, err, sizeof err);
         tok_ids_free(&ti);
@@ -859,7 +866,7 @@ static int cmd_chat(int argc, char **argv) {
         if (tok_decode(tk, toks, (size_t)nt, TOK_DECODE_SKIP_SPECIAL, &reply, &rl, err, sizeof err))
             reply = strdup("");
         owned[n_msgs] = reply;
-        msgs[n_msgs] = (struct chat_msg){CHAT_ROLE_ASSISTANT, reply};
+        msgs[n_msgs] = (struct chat_msg){.role = CHAT_ROLE_ASSISTANT, .content = reply};
         n_msgs++;
     }
     for (int i = 0; i < n_msgs; i++)
@@ -888,7 +895,8 @@ static int cmp_double(const void *a, const void *b) {
 static int cmd_bench(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     const char *prompts_path = NULL;
-    struct req_opts ro = {128, 0, 0.0, 0, 1.0};
+    struct req_opts ro = {
+        .max_tokens = 128, .seed = 0, .temperature = 0.0, .top_k = 0, .top_p = 1.0};
     long n_prompts = 64, batch = 16, draft_tokens = -1;
     int raw = 0, csv = 0;
     for (int i = 0; i < argc; i++) {
@@ -980,7 +988,7 @@ static int cmd_bench(int argc, char **argv) {
             rc = tok_encode(tk, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ids[np], err,
                             sizeof err);
         } else {
-            struct chat_msg msg = {CHAT_ROLE_USER, text};
+            struct chat_msg msg = {.role = CHAT_ROLE_USER, .content = text};
             rc = chat_encode(&ch, &msg, 1, 1, &ids[np], err, sizeof err);
         }
         json_decref(doc);
@@ -1018,8 +1026,10 @@ static int cmd_bench(int argc, char **argv) {
         struct td_request_params rp = {.prompt = ids[i].ids,
                                        .n_prompt = (int)ids[i].n,
                                        .max_tokens = (int)ro.max_tokens,
-                                       .sampling = {(float)ro.temperature, (int)ro.top_k,
-                                                    (float)ro.top_p, (uint64_t)(ro.seed + i)},
+                                       .sampling = {.temperature = (float)ro.temperature,
+                                                    .top_k = (int)ro.top_k,
+                                                    .top_p = (float)ro.top_p,
+                                                    .seed = (uint64_t)(ro.seed + i)},
                                        .ignore_eos = 1};
         prompt_tokens += (long)ids[i].n;
         ttft[i] = done_t[i] = -1;

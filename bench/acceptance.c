@@ -124,11 +124,12 @@ int main(int argc, char **argv) {
             if (!p && !ti)
                 printf("model %s, backend %s, %d prompts x %d tokens, %s k = %d\n", model, backend,
                        np, plen, draft, k);
-            struct td_request_params rp = {.prompt = prompts[p],
-                                           .n_prompt = plen,
-                                           .max_tokens = n_new,
-                                           .sampling = {T, 0, 1.0f, (uint64_t)p},
-                                           .ignore_eos = 0};
+            struct td_request_params rp = {
+                .prompt = prompts[p],
+                .n_prompt = plen,
+                .max_tokens = n_new,
+                .sampling = {.temperature = T, .top_k = 0, .top_p = 1.0f, .seed = (uint64_t)p},
+                .ignore_eos = 0};
             td_engine_submit(e, &rp, err, sizeof err);
             while (td_engine_step(e, err, sizeof err) > 0) {
             }

@@ -47,24 +47,27 @@ int main(void) {
     static const struct {
         const char *name;
         int in, groups, out[MATMUL_SET_MAX];
-    } shapes[] = {{"tiny q_a", 256, 1, {128}},
-                  {"tiny q_b", 128, 1, {512}},
-                  {"tiny kv", 256, 1, {64}},
-                  {"tiny head", 256, 1, {8192}},
-                  {"flash q_a", 4096, 1, {1024}},
-                  {"flash q_b", 1024, 1, {32768}},
-                  {"flash kv", 4096, 1, {512}},
-                  {"flash idx q", 1024, 1, {8192}},
-                  {"flash idx w", 4096, 1, {64}},
-                  {"flash router", 4096, 1, {256}},
-                  {"flash wo_a", 32768, 8, {8192}},
-                  {"flash wo_b", 8192, 1, {4096}},
-                  {"flash head", 4096, 1, {129280}},
+    } shapes[] = {{.name = "tiny q_a", .in = 256, .groups = 1, .out = {128}},
+                  {.name = "tiny q_b", .in = 128, .groups = 1, .out = {512}},
+                  {.name = "tiny kv", .in = 256, .groups = 1, .out = {64}},
+                  {.name = "tiny head", .in = 256, .groups = 1, .out = {8192}},
+                  {.name = "flash q_a", .in = 4096, .groups = 1, .out = {1024}},
+                  {.name = "flash q_b", .in = 1024, .groups = 1, .out = {32768}},
+                  {.name = "flash kv", .in = 4096, .groups = 1, .out = {512}},
+                  {.name = "flash idx q", .in = 1024, .groups = 1, .out = {8192}},
+                  {.name = "flash idx w", .in = 4096, .groups = 1, .out = {64}},
+                  {.name = "flash router", .in = 4096, .groups = 1, .out = {256}},
+                  {.name = "flash wo_a", .in = 32768, .groups = 8, .out = {8192}},
+                  {.name = "flash wo_b", .in = 8192, .groups = 1, .out = {4096}},
+                  {.name = "flash head", .in = 4096, .groups = 1, .out = {129280}},
                   // the layer's sets (forward.c): the xn projections of an HCA and a CSA layer,
                   // then q and the indexer's q from the normed low rank
-                  {"flash hca xn", 4096, 1, {1024, 512, 512, 512}},
-                  {"flash csa xn", 4096, 1, {1024, 512, 1024, 1024, 256, 256, 64}},
-                  {"flash csa qr", 1024, 1, {32768, 8192}}};
+                  {.name = "flash hca xn", .in = 4096, .groups = 1, .out = {1024, 512, 512, 512}},
+                  {.name = "flash csa xn",
+                   .in = 4096,
+                   .groups = 1,
+                   .out = {1024, 512, 1024, 1024, 256, 256, 64}},
+                  {.name = "flash csa qr", .in = 1024, .groups = 1, .out = {32768, 8192}}};
     static const int rows[] = {1, 2, 8};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int in = shapes[s].in, groups = shapes[s].groups, m = 0, outs = 0;

@@ -41,17 +41,22 @@ int main(void) {
         int n = shapes[s][0], d = shapes[s][1];
         float *fn = b->alloc((size_t)m * nc * d * 4), *base = b->alloc((size_t)m * 4);
         float *scale = b->alloc(12);
-        struct hc q = {b,
-                       b->alloc((size_t)n * nc * d * 4),
-                       b->alloc((size_t)n * d * 4),
-                       b->alloc((size_t)n * nc * 4),
-                       b->alloc((size_t)n * nc * nc * 4),
-                       {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32},
-                       n,
-                       nc,
-                       d,
-                       0,
-                       0};
+        struct hc q = {.b = b,
+                       .x = b->alloc((size_t)n * nc * d * 4),
+                       .col = b->alloc((size_t)n * d * 4),
+                       .post = b->alloc((size_t)n * nc * 4),
+                       .comb = b->alloc((size_t)n * nc * nc * 4),
+                       .w = {.fn = fn,
+                             .base = base,
+                             .scale = scale,
+                             .fn_dtype = TD_DTYPE_F32,
+                             .base_dtype = TD_DTYPE_F32,
+                             .scale_dtype = TD_DTYPE_F32},
+                       .n = n,
+                       .nc = nc,
+                       .d = d,
+                       .iters = 0,
+                       .head = 0};
         for (int v = 0; v < 3; v++) { // hc_pre 0 iterations, hc_pre 20, hc_head
             q.iters = 20 * (v == 1);
             q.head = v == 2;

@@ -560,7 +560,7 @@ static uint32_t to_uint32(double x) { /* ECMAScript ToUint32 (x >>> 0) */
 }
 
 static struct rng rng_new(double seed) {
-    return (struct rng){to_uint32(seed) ^ 0x9e3779b9u};
+    return (struct rng){.a = to_uint32(seed) ^ 0x9e3779b9u};
 }
 
 static double rng_next(struct rng *r) {
@@ -1178,7 +1178,7 @@ static size_t parse_prom(const char *text, size_t len, struct sample **out) {
         size_t vl = i - vs < sizeof vbuf - 1 ? i - vs : sizeof vbuf - 1;
         memcpy(vbuf, l + vs, vl);
         vbuf[vl] = 0;
-        struct sample s = {l, name_end, NULL, js_number(vbuf)};
+        struct sample s = {.name = l, .nlen = name_end, .position = NULL, .value = js_number(vbuf)};
         /* labels: name="value" pairs (escapes kept raw); only "position" is wanted */
         for (size_t j = lb; j < le;) {
             if (!name_char((unsigned char)l[j], 1) || l[j] == ':') {
@@ -1580,7 +1580,7 @@ static void *dispatcher(void *arg) {
         R->in_flight++;
         if (R->in_flight > R->peak) R->peak = R->in_flight;
         pthread_mutex_unlock(&R->mu);
-        jobs[i] = (struct job){R, i};
+        jobs[i] = (struct job){.R = R, .i = i};
         int rc = pthread_create(&R->tids[i], &R->attr, request_thread, &jobs[i]);
         if (rc) {
             struct rec *r = &R->recs[i];

@@ -208,7 +208,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     b->to_device(d->mk, d->mk_host, mk_words * sizeof(int32_t));
     // the graphs, made now: the insertion's of 1 to max_rows rows, the block forward's of a
     // block of g rows per drafting sequence
-    d->tail = (struct td_forward_tail){markov_tail, d};
+    d->tail = (struct td_forward_tail){.run = markov_tail, .ctx = d};
     struct markov_args setup = {.w1_dtype = d->run->dspark.markov_w1.dtype,
                                 .w2_dtype = d->run->dspark.markov_w2.dtype,
                                 .w2 = d->run->dspark.markov_w2.data,
@@ -314,7 +314,8 @@ int draft_dspark_insert_step(struct draft_dspark *d, const struct td_plan *p, ch
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s], pos0 = p->len_before[s], n = p->qo_indptr[s + 1] - p->qo_indptr[s];
         if (seq_at(d, slot, pos0, err, errlen)) return -1;
-        d->seqs[s] = (struct td_plan_seq){slot, pos0, n, d->zeros, n, 0};
+        d->seqs[s] = (struct td_plan_seq){
+            .slot = slot, .len_before = pos0, .n_new = n, .ids = d->zeros, .skip_logits = n};
         d->pre_end[slot] = pos0 + n;
     }
     if (meta_plan_build(&d->plan, d->seqs, p->n_seq, err, errlen)) return -1;
@@ -462,7 +463,12 @@ int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_se
         ids[0] = anchor_of(q);
         for (int j = 1; j < g; j++)
             ids[j] = d->cfg.noise;
-        d->seqs[i] = (struct td_plan_seq){q->slot, q->pos0 + q->n, g, ids, 0, 1};
+        d->seqs[i] = (struct td_plan_seq){.slot = q->slot,
+                                          .len_before = q->pos0 + q->n,
+                                          .n_new = g,
+                                          .ids = ids,
+                                          .skip_logits = 0,
+                                          .block = 1};
     }
     struct td_forward_io io = {.hc_out = d->y}; // the Markov and confidence heads' rows
     if (greedy) io.tail = &d->tail;
@@ -542,7 +548,11 @@ static void dspark_free(void *impl) {
 }
 
 struct td_model_drafter draft_dspark_model(struct draft_dspark *d) {
-    return (struct td_model_drafter){d,          dspark_target_io, dspark_insert_step,
-                                     dspark_run, dspark_collect,   dspark_state,
-                                     dspark_free};
+    return (struct td_model_drafter){.impl = d,
+                                     .target_io = dspark_target_io,
+                                     .insert_step = dspark_insert_step,
+                                     .run = dspark_run,
+                                     .collect = dspark_collect,
+                                     .state = dspark_state,
+                                     .free = dspark_free};
 }

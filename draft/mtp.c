@@ -154,7 +154,7 @@ static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_z
     const struct td_model *m = d->run;
     int D = d->dim, nc = d->nc;
     float eps = m->cfg.rms_eps;
-    struct td_id_patch patch = {0, n, ids_dev};
+    struct td_id_patch patch = {.row = 0, .n = n, .src = ids_dev};
     if (!ids_dev) {
         b->to_device(d->ids_dev, d->ids, (size_t)n * sizeof(int32_t));
         ids_dev = d->ids_dev;
@@ -203,7 +203,10 @@ static int device_chain(struct draft_mtp *d, struct td_draft_seq *seqs, int n_se
         for (int i = 0; i < n_seq; i++) {
             const struct td_draft_seq *q = &seqs[d->ord[i]];
             d->ids[i] = 0; // a placeholder: the plan's device copy takes next[i]
-            d->seqs[i] = (struct td_plan_seq){q->slot, q->pos0 + q->n + j - 1, 1, d->ids + i, 0, 0};
+            d->seqs[i] = (struct td_plan_seq){.slot = q->slot,
+                                              .len_before = q->pos0 + q->n + j - 1,
+                                              .n_new = 1,
+                                              .ids = d->ids + i};
         }
         if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
             mtp_forward(d, n_seq, NULL, 0, next, NULL, err, errlen))
@@ -286,8 +289,11 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
         memcpy(d->ids + rows, q->next, (size_t)q->n * sizeof(int32_t));
         if (q->pos0 == 0) zero[n_zero++] = rows;
         // only the last row's logits draft; all rows' when a test asks for them
-        d->seqs[i] = (struct td_plan_seq){
-            q->slot, q->pos0, q->n, d->ids + rows, d->all_logits ? 0 : q->n - 1, 0};
+        d->seqs[i] = (struct td_plan_seq){.slot = q->slot,
+                                          .len_before = q->pos0,
+                                          .n_new = q->n,
+                                          .ids = d->ids + rows,
+                                          .skip_logits = d->all_logits ? 0 : q->n - 1};
         rows += q->n;
         q->n_drafts = 0;
         q->dev_drafts = NULL;
@@ -326,7 +332,8 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
                             d->h_in + (size_t)i * d->nc * d->dim, row_bytes);
             d->ids[n] = q->drafts[j - 1];
             int pos = q->pos0 + q->n + j - 1;
-            d->seqs[n] = (struct td_plan_seq){q->slot, pos, 1, d->ids + n, 0, 0};
+            d->seqs[n] = (struct td_plan_seq){
+                .slot = q->slot, .len_before = pos, .n_new = 1, .ids = d->ids + n};
             keep[n++] = live[i];
         }
         if (!n) break;
@@ -378,6 +385,11 @@ static void mtp_free(void *impl) {
 }
 
 struct td_model_drafter draft_mtp_model(struct draft_mtp *d) {
-    return (struct td_model_drafter){d,         mtp_target_io, NULL,    mtp_run,
-                                     mtp_collect, mtp_state,     mtp_free};
+    return (struct td_model_drafter){.impl = d,
+                                     .target_io = mtp_target_io,
+                                     .insert_step = NULL,
+                                     .run = mtp_run,
+                                     .collect = mtp_collect,
+                                     .state = mtp_state,
+                                     .free = mtp_free};
 }

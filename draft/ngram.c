@@ -40,7 +40,8 @@ static int ngram_propose(struct td_drafter *d, const struct td_draft_req *r, int
 
 struct td_drafter *draft_ngram_init(int vocab);
 struct td_drafter *draft_ngram_init(int vocab) {
-    static const struct td_drafter proto = {"ngram", 0, ngram_propose, NULL, NULL};
+    static const struct td_drafter proto = {
+        .name = "ngram", .vocab = 0, .propose = ngram_propose, .observe = NULL, .impl = NULL};
     struct td_drafter *d = malloc(sizeof *d);
     if (d) {
         *d = proto;

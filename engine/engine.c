@@ -625,7 +625,8 @@ static int schedule(struct td_engine *e) {
         struct request *r = g->r;
         int k = g->n_drafts;
         if (k > 0 && e->drafter) {
-            struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
+            struct td_draft_req dr = {
+                .id = r->id, .tokens = r->toks, .n_tokens = r->n_toks, .sampling = &r->sampling};
             g->n_drafts = e->drafter->propose(e->drafter, &dr, k, g->rows + 1, q_rows(e, r->slot),
                                               &g->q_onehot);
         } else if (k > 0) {    // a model drafter's, made at the end of the last step
@@ -635,8 +636,10 @@ static int schedule(struct td_engine *e) {
                 memcpy(g->rows + 1, r->drafts, (size_t)k * sizeof(int32_t));
             g->q_onehot = r->sampling.temperature <= 0.0f; // greedy drafts: one-hot q
         }
-        e->seqs[i] =
-            (struct td_plan_seq){r->slot, e->state.len[r->slot], 1 + g->n_drafts, g->rows, 0, 0};
+        e->seqs[i] = (struct td_plan_seq){.slot = r->slot,
+                                          .len_before = e->state.len[r->slot],
+                                          .n_new = 1 + g->n_drafts,
+                                          .ids = g->rows};
         budget -= g->n_drafts;
     }
     // 3. prefill chunks in the rows left, oldest first
@@ -651,7 +654,11 @@ static int schedule(struct td_engine *e) {
         g->n_drafts = 0;
         // a prompt chunk needs no logits, except the last row of the chunk that ends the prompt
         int skip = fed + chunk < r->n_prompt ? chunk : chunk - 1;
-        e->seqs[n] = (struct td_plan_seq){r->slot, fed, chunk, r->toks + fed, skip, 0};
+        e->seqs[n] = (struct td_plan_seq){.slot = r->slot,
+                                          .len_before = fed,
+                                          .n_new = chunk,
+                                          .ids = r->toks + fed,
+                                          .skip_logits = skip};
         budget -= chunk;
         n++;
     }
@@ -723,7 +730,8 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     for (int j = 0; j <= vr.n_accepted && j < vr.n_drafts_used; j++)
         e->stats.reached_at[j]++;
     if (e->drafter && e->drafter->observe) {
-        struct td_draft_req dr = {r->id, r->toks, r->n_toks, &r->sampling};
+        struct td_draft_req dr = {
+            .id = r->id, .tokens = r->toks, .n_tokens = r->n_toks, .sampling = &r->sampling};
         e->drafter->observe(e->drafter, &dr, vr.n_accepted);
     }
     // commit: the anchor and the accepted drafts stay fed; the rejected rows are forgotten
@@ -759,18 +767,16 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
         int k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
         // row q's next token is r->toks[q + 1] (the token at position q + 1); the last row's
         // is the anchor, the token just sampled (position fed)
-        e->dseqs[n] = (struct td_draft_seq){r->slot,
-                                            pos0,
-                                            fed - pos0,
-                                            row,
-                                            r->toks + pos0 + 1,
-                                            k,
-                                            &r->sampling,
-                                            r->drafts,
-                                            q_rows(e, r->slot),
-                                            NULL,
-                                            0,
-                                            NULL};
+        e->dseqs[n] = (struct td_draft_seq){.slot = r->slot,
+                                            .pos0 = pos0,
+                                            .n = fed - pos0,
+                                            .row = row,
+                                            .next = r->toks + pos0 + 1,
+                                            .k = k,
+                                            .sampling = &r->sampling,
+                                            .drafts = r->drafts,
+                                            .q = q_rows(e, r->slot),
+                                            .conf = NULL};
         e->live[n++] = r;
     }
     e->n_live = n;
@@ -814,8 +820,8 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         for (int i = 0; i < n; i++) { // drafts the last MTP or DSpark round left on the device
             struct group *g = &e->groups[i];
             if (!g->prefill && g->r->drafts_dev && g->n_drafts)
-                e->patches[io.n_id_patches++] =
-                    (struct td_id_patch){e->plan.qo_indptr[i] + 1, g->n_drafts, g->r->drafts_dev};
+                e->patches[io.n_id_patches++] = (struct td_id_patch){
+                    .row = e->plan.qo_indptr[i] + 1, .n = g->n_drafts, .src = g->r->drafts_dev};
         }
         const struct td_backend *b = e->state.backend;
         // a step whose every sequence is greedy (and no hook reads logits) brings the rows'

@@ -114,8 +114,18 @@ void moe_experts_ref(float *out, const float *x, const int32_t *picks, const flo
                     m++;
                 }
         if (!m) continue;
-        struct swiglu_weights sw = {ex->w1[e], ex->w3[e], ex->w2[e], NULL, NULL, NULL,
-                                    ex->dtype, ex->dtype, ex->dtype, 0,    0,    0};
+        struct swiglu_weights sw = {.w1 = ex->w1[e],
+                                    .w3 = ex->w3[e],
+                                    .w2 = ex->w2[e],
+                                    .b1 = NULL,
+                                    .b3 = NULL,
+                                    .b2 = NULL,
+                                    .w1_dtype = ex->dtype,
+                                    .w3_dtype = ex->dtype,
+                                    .w2_dtype = ex->dtype,
+                                    .b1_dtype = 0,
+                                    .b3_dtype = 0,
+                                    .b2_dtype = 0};
         swiglu_ref(ye, xe, &sw, m, d, inter, limit);
         for (int r = 0; r < m; r++) {
             int t = rows[r] / k;

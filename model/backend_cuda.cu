@@ -281,7 +281,53 @@ static void cu_set_deterministic(int on) {
     moe_cuda_set_deterministic(on);
 }
 
-static struct td_backend cuda_backend;
+static const struct td_backend cuda_backend = {
+    .name = "cuda",
+    .on_device = 1,
+    .ops = {.embed = embed_cuda,
+            .matmul = matmul_cuda,
+            .matmul_grouped = matmul_grouped_cuda,
+            .rmsnorm = rmsnorm_cuda,
+            .rope_rows = rope_rows_cuda,
+            .hc_pre = hc_pre_cuda,
+            .hc_post = hc_post_cuda,
+            .hc_head = hc_head_cuda,
+            .compress_emit = compress_emit_cuda,
+            .ring_store = ring_store_parts_cuda,
+            .indexer_topk = indexer_topk_cuda,
+            .attention_rows = attention_rows_cuda,
+            .moe_route_rows = moe_route_rows_cuda,
+            .moe_experts = moe_experts_cuda,
+            .add = add_cuda,
+            .scale = scale_cuda,
+            .swiglu_act = swiglu_act_cuda,
+            .add_bcast = add_bcast_cuda,
+            .copy = cu_copy,
+            .fill_uniform = fill_uniform_cuda,
+            .markov_greedy = markov_greedy_cuda,
+            .greedy_slot = greedy_slot_cuda,
+            .argmax_rows = argmax_rows_cuda,
+            .norm_rope = norm_rope_cuda,
+            .matmul_set = matmul_set_cuda},
+    .alloc = cu_alloc,
+    .release = cu_release,
+    .to_device = cu_to_device,
+    .to_host = cu_to_host,
+    .finish = cu_finish,
+    .free_bytes = cu_free_bytes,
+    .set_deterministic = cu_set_deterministic,
+    .graph_begin = cu_graph_begin,
+    .graph_end = cu_graph_end,
+    .graph_launch = cu_graph_launch,
+    .graph_free = cu_graph_free,
+    .reserve = cu_reserve,
+    .mark = cu_mark,
+    .alloc_host = cu_alloc_host,
+    .release_host = cu_release_host,
+    .to_host_queued = cu_to_host_queued,
+    .wait_queued = cu_wait_queued,
+    .moe_fold_shared = moe_cuda_fold_shared,
+};
 
 extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
     if (stream) return &cuda_backend;
@@ -305,51 +351,5 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
         snprintf(err, errlen, "backend cuda: cannot create a stream");
         return NULL;
     }
-    struct td_ops ops = {embed_cuda,
-                         matmul_cuda,
-                         matmul_grouped_cuda,
-                         rmsnorm_cuda,
-                         rope_rows_cuda,
-                         hc_pre_cuda,
-                         hc_post_cuda,
-                         hc_head_cuda,
-                         compress_emit_cuda,
-                         ring_store_parts_cuda,
-                         indexer_topk_cuda,
-                         attention_rows_cuda,
-                         moe_route_rows_cuda,
-                         moe_experts_cuda,
-                         add_cuda,
-                         scale_cuda,
-                         swiglu_act_cuda,
-                         add_bcast_cuda,
-                         cu_copy,
-                         fill_uniform_cuda,
-                         markov_greedy_cuda,
-                         greedy_slot_cuda,
-                         argmax_rows_cuda,
-                         norm_rope_cuda,
-                         matmul_set_cuda};
-    cuda_backend.name = "cuda";
-    cuda_backend.on_device = 1;
-    cuda_backend.ops = ops;
-    cuda_backend.alloc = cu_alloc;
-    cuda_backend.release = cu_release;
-    cuda_backend.to_device = cu_to_device;
-    cuda_backend.to_host = cu_to_host;
-    cuda_backend.finish = cu_finish;
-    cuda_backend.free_bytes = cu_free_bytes;
-    cuda_backend.set_deterministic = cu_set_deterministic;
-    cuda_backend.graph_begin = cu_graph_begin;
-    cuda_backend.graph_end = cu_graph_end;
-    cuda_backend.graph_launch = cu_graph_launch;
-    cuda_backend.graph_free = cu_graph_free;
-    cuda_backend.reserve = cu_reserve;
-    cuda_backend.mark = cu_mark;
-    cuda_backend.alloc_host = cu_alloc_host;
-    cuda_backend.release_host = cu_release_host;
-    cuda_backend.to_host_queued = cu_to_host_queued;
-    cuda_backend.wait_queued = cu_wait_queued;
-    cuda_backend.moe_fold_shared = moe_cuda_fold_shared;
     return &cuda_backend;
 }

@@ -64,9 +64,15 @@ struct fwd {
 };
 
 static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
-    struct rope_params p = {r->theta,     rot_dim,         r->yarn,
-                            r->factor,    r->orig_max_pos, r->beta_fast,
-                            r->beta_slow, r->truncate,     (float)r->attention_factor};
+    struct rope_params p = {.theta = r->theta,
+                            .rot_dim = rot_dim,
+                            .yarn = r->yarn,
+                            .factor = r->factor,
+                            .orig_max_pos = r->orig_max_pos,
+                            .beta_fast = r->beta_fast,
+                            .beta_slow = r->beta_slow,
+                            .truncate = r->truncate,
+                            .attention_factor = (float)r->attention_factor};
     return p;
 }
 
@@ -82,15 +88,24 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
     const struct td_config *c = f->c;
     int csa = kind == TD_ATTN_CSA, rate = csa ? c->rate_csa : c->rate_hca;
     int width = (1 + csa) * d;
-    struct compress_args io = {f->rows,      raw,
-                               gate,         ring_kv,
-                               ring_gate,    ls->ring,
-                               width,        d,
-                               rate,         csa,
-                               entries,      ls->n_entries,
-                               w->norm.data, w->norm.dtype,
-                               c->rms_eps,   f->inv_comp,
-                               c->rope_dim,  (float)c->rope_compress.attention_factor};
+    struct compress_args io = {.rows = f->rows,
+                               .raw = raw,
+                               .gate = gate,
+                               .ring_kv = ring_kv,
+                               .ring_gate = ring_gate,
+                               .ring = ls->ring,
+                               .width = width,
+                               .d = d,
+                               .rate = rate,
+                               .overlap = csa,
+                               .entries = entries,
+                               .n_entries = ls->n_entries,
+                               .norm = w->norm.data,
+                               .norm_dtype = w->norm.dtype,
+                               .eps = c->rms_eps,
+                               .inv_freq = f->inv_comp,
+                               .rot_dim = c->rope_dim,
+                               .attn_factor = (float)c->rope_compress.attention_factor};
     f->op->compress_emit(&io);
 }
 
@@ -100,20 +115,21 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
 static struct norm_rope_args keys_norm_rope(struct fwd *f, const struct td_layer *l, float *ring,
                                             const float *inv, float af) {
     const struct td_config *c = f->c;
-    return (struct norm_rope_args){f->kv,
-                                   f->n,
-                                   1,
-                                   c->head_dim,
-                                   W(l->kv_norm),
-                                   c->rms_eps,
-                                   c->rope_dim,
-                                   f->rows.positions,
-                                   inv,
-                                   af,
-                                   ring,
-                                   f->rows.swa_write,
-                                   f->rows,
-                                   f->st->swa_ring};
+    return (struct norm_rope_args){.x = f->kv,
+                                   .n = f->n,
+                                   .n_vec = 1,
+                                   .d = c->head_dim,
+                                   .w = l->kv_norm.data,
+                                   .w_dtype = l->kv_norm.dtype,
+                                   .eps = c->rms_eps,
+                                   .rot_dim = c->rope_dim,
+                                   .positions = f->rows.positions,
+                                   .inv_freq = inv,
+                                   .attn_factor = af,
+                                   .ring = ring,
+                                   .write = f->rows.swa_write,
+                                   .rows = f->rows,
+                                   .ring_rows = f->st->swa_ring};
 }
 
 /* an output of a set of GEMMs over one x (matmul_set): y = x . w^T */
@@ -176,8 +192,21 @@ static void attention_block(struct fwd *f, int li) {
     // than any query of the step can see. A longer chunk would overwrite window keys its own
     // first rows still read, so it stores after the attention.
     int early = n <= f->st->swa_ring - f->st->window;
-    struct norm_rope_args nr[2] = {{f->q, n, H, hd, NULL, TD_DTYPE_F32, c->rms_eps, c->rope_dim,
-                                    rows.positions, inv, af, NULL, NULL, rows, 0},
+    struct norm_rope_args nr[2] = {{.x = f->q,
+                                    .n = n,
+                                    .n_vec = H,
+                                    .d = hd,
+                                    .w = NULL,
+                                    .w_dtype = TD_DTYPE_F32,
+                                    .eps = c->rms_eps,
+                                    .rot_dim = c->rope_dim,
+                                    .positions = rows.positions,
+                                    .inv_freq = inv,
+                                    .attn_factor = af,
+                                    .ring = NULL,
+                                    .write = NULL,
+                                    .rows = rows,
+                                    .ring_rows = 0},
                                    keys_norm_rope(f, l, early ? ls->swa : NULL, inv, af)};
     op->norm_rope(nr, 2);
 
@@ -190,28 +219,34 @@ static void attention_block(struct fwd *f, int li) {
         op->rope_rows(f->qi, n, IH, ihd, c->rope_dim, rows.positions, f->inv_comp,
                       (float)c->rope_compress.attention_factor, 0);
         op->scale(f->wi, 1.0f / sqrtf((float)IH), (size_t)n * IH);
-        struct indexer_args ia = {rows,         f->qi,         f->wi,
-                                  ls->ientries, ls->n_entries, IH,
-                                  ihd,          p->dims.topk,  1.0f / sqrtf((float)ihd)};
+        struct indexer_args ia = {.rows = rows,
+                                  .q = f->qi,
+                                  .w = f->wi,
+                                  .keys = ls->ientries,
+                                  .n_entries = ls->n_entries,
+                                  .n_heads = IH,
+                                  .d = ihd,
+                                  .topk = p->dims.topk,
+                                  .scale = 1.0f / sqrtf((float)ihd)};
         op->indexer_topk(&ia);
     }
 
-    struct attn_args aa = {rows,
-                           f->o,
-                           f->q,
-                           f->kv,
-                           ls->swa,
-                           f->st->swa_ring,
-                           comp ? ls->entries : NULL,
-                           ls->n_entries,
-                           csa,
-                           l->sinks.data,
-                           H,
-                           hd,
-                           1.0f / sqrtf((float)hd),
-                           inv,
-                           c->rope_dim,
-                           af};
+    struct attn_args aa = {.rows = rows,
+                           .out = f->o,
+                           .q = f->q,
+                           .kv = f->kv,
+                           .swa_ring = ls->swa,
+                           .swa_rows = f->st->swa_ring,
+                           .entries = comp ? ls->entries : NULL,
+                           .n_entries = ls->n_entries,
+                           .use_topk = csa,
+                           .sinks = l->sinks.data,
+                           .n_heads = H,
+                           .d = hd,
+                           .scale = 1.0f / sqrtf((float)hd),
+                           .inv_freq = inv,
+                           .rot_dim = c->rope_dim,
+                           .attn_factor = af};
     op->attention_rows(&aa); // (which rotates V's rope back at the query position)
 
     // grouped output projection, then wo_b
@@ -221,11 +256,14 @@ static void attention_block(struct fwd *f, int li) {
 
     // the rings learn this step's rows only now, after every read of older positions
     if (!early) {
-        struct ring_parts sw = {1, {ls->swa}, {f->kv}, {hd}};
+        struct ring_parts sw = {.m = 1, .ring = {ls->swa}, .rows = {f->kv}, .width = {hd}};
         op->ring_store(&sw, rows.swa_write, &rows, f->st->swa_ring);
     }
     if (comp) { // the compressors' rows and gates (and the indexer's): one store
-        struct ring_parts cp = {2, {ls->raw_kv, ls->raw_gate}, {f->raw, f->gate}, {cw, cw}};
+        struct ring_parts cp = {.m = 2,
+                                .ring = {ls->raw_kv, ls->raw_gate},
+                                .rows = {f->raw, f->gate},
+                                .width = {cw, cw}};
         if (csa) {
             cp.ring[2] = ls->iraw_kv, cp.ring[3] = ls->iraw_gate;
             cp.rows[2] = f->iraw, cp.rows[3] = f->igate;
@@ -251,7 +289,7 @@ static void moe_block(struct fwd *f, int li) {
                        (enum moe_score)c->score_fn, hash ? NULL : l->gate_bias.data,
                        l->gate_bias.dtype, hash ? l->tid2eid.data : NULL, l->tid2eid.dtype, n, k, E,
                        c->routed_scaling, sh);
-    struct expert_set ex = {l->ex_w1, l->ex_w3, l->ex_w2, l->ex_dtype};
+    struct expert_set ex = {.w1 = l->ex_w1, .w3 = l->ex_w3, .w2 = l->ex_w2, .dtype = l->ex_dtype};
     op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k + sh, E + sh,
                     c->swiglu_limit);
     // the shared expert ran there as one more pick of weight 1, added last (expert E), as the
@@ -364,33 +402,34 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         void **dst;
         size_t bytes;
     } want[] = {
-        {(void **)&f->X, N * nc * D * F},
-        {(void **)&f->x, N * D * F},
-        {(void **)&f->xn, N * D * F},
-        {(void **)&f->a, N * D * F},
-        {(void **)&f->a2, N * D * F},
-        {(void **)&f->post, N * nc * F},
-        {(void **)&f->comb, N * nc * nc * F},
-        {(void **)&f->qr, N * c->q_lora_rank * F},
-        {(void **)&f->q, N * H * hd * F},
-        {(void **)&f->o, N * H * hd * F},
-        {(void **)&f->kv, N * hd * F},
-        {(void **)&f->og, N * c->o_groups * c->o_lora_rank * F},
-        {(void **)&f->raw, N * wmax * F},
-        {(void **)&f->gate, N * wmax * F},
-        {(void **)&f->iraw, N * wmax * F},
-        {(void **)&f->igate, N * wmax * F},
-        {(void **)&f->qi, N * c->index_n_heads * c->index_head_dim * F},
-        {(void **)&f->wi, N * c->index_n_heads * F},
-        {(void **)&f->g, N * c->moe_inter * F},
-        {(void **)&f->u, N * c->moe_inter * F},
-        {(void **)&f->router, N * c->n_experts * F},
-        {(void **)&f->picks, N * (c->n_experts_tok + 1) * sizeof(int32_t)}, // + the shared
-        {(void **)&f->weights, N * (c->n_experts_tok + 1) * F},
-        {(void **)&f->logits, N * c->vocab * F},
-        {(void **)&f->inv_main, (size_t)(half + 1) * F},
-        {(void **)&f->inv_comp, (size_t)(half + 1) * F},
-        {(void **)&f->plan_dev, meta_plan_bytes(d)},
+        {.dst = (void **)&f->X, .bytes = N * nc * D * F},
+        {.dst = (void **)&f->x, .bytes = N * D * F},
+        {.dst = (void **)&f->xn, .bytes = N * D * F},
+        {.dst = (void **)&f->a, .bytes = N * D * F},
+        {.dst = (void **)&f->a2, .bytes = N * D * F},
+        {.dst = (void **)&f->post, .bytes = N * nc * F},
+        {.dst = (void **)&f->comb, .bytes = N * nc * nc * F},
+        {.dst = (void **)&f->qr, .bytes = N * c->q_lora_rank * F},
+        {.dst = (void **)&f->q, .bytes = N * H * hd * F},
+        {.dst = (void **)&f->o, .bytes = N * H * hd * F},
+        {.dst = (void **)&f->kv, .bytes = N * hd * F},
+        {.dst = (void **)&f->og, .bytes = N * c->o_groups * c->o_lora_rank * F},
+        {.dst = (void **)&f->raw, .bytes = N * wmax * F},
+        {.dst = (void **)&f->gate, .bytes = N * wmax * F},
+        {.dst = (void **)&f->iraw, .bytes = N * wmax * F},
+        {.dst = (void **)&f->igate, .bytes = N * wmax * F},
+        {.dst = (void **)&f->qi, .bytes = N * c->index_n_heads * c->index_head_dim * F},
+        {.dst = (void **)&f->wi, .bytes = N * c->index_n_heads * F},
+        {.dst = (void **)&f->g, .bytes = N * c->moe_inter * F},
+        {.dst = (void **)&f->u, .bytes = N * c->moe_inter * F},
+        {.dst = (void **)&f->router, .bytes = N * c->n_experts * F},
+        {.dst = (void **)&f->picks,
+         .bytes = N * (c->n_experts_tok + 1) * sizeof(int32_t)}, // + the shared
+        {.dst = (void **)&f->weights, .bytes = N * (c->n_experts_tok + 1) * F},
+        {.dst = (void **)&f->logits, .bytes = N * c->vocab * F},
+        {.dst = (void **)&f->inv_main, .bytes = (size_t)(half + 1) * F},
+        {.dst = (void **)&f->inv_comp, .bytes = (size_t)(half + 1) * F},
+        {.dst = (void **)&f->plan_dev, .bytes = meta_plan_bytes(d)},
     };
     int n = (int)(sizeof want / sizeof *want);
     if (!(ws->bufs = calloc((size_t)n, sizeof *ws->bufs))) goto oom;
@@ -486,10 +525,18 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
         f->op->embed(f->X, f->rows.input_ids, W(m->embed), n, nc, D);
     for (int li = 0; li < c->n_layers; li++) {
         const struct td_layer *l = &m->layers[li];
-        struct hc_weights ha = {l->hc_attn.fn.data,  l->hc_attn.base.data,  l->hc_attn.scale.data,
-                                l->hc_attn.fn.dtype, l->hc_attn.base.dtype, l->hc_attn.scale.dtype};
-        struct hc_weights hf = {l->hc_ffn.fn.data,  l->hc_ffn.base.data,  l->hc_ffn.scale.data,
-                                l->hc_ffn.fn.dtype, l->hc_ffn.base.dtype, l->hc_ffn.scale.dtype};
+        struct hc_weights ha = {.fn = l->hc_attn.fn.data,
+                                .base = l->hc_attn.base.data,
+                                .scale = l->hc_attn.scale.data,
+                                .fn_dtype = l->hc_attn.fn.dtype,
+                                .base_dtype = l->hc_attn.base.dtype,
+                                .scale_dtype = l->hc_attn.scale.dtype};
+        struct hc_weights hf = {.fn = l->hc_ffn.fn.data,
+                                .base = l->hc_ffn.base.data,
+                                .scale = l->hc_ffn.scale.data,
+                                .fn_dtype = l->hc_ffn.fn.dtype,
+                                .base_dtype = l->hc_ffn.base.dtype,
+                                .scale_dtype = l->hc_ffn.scale.dtype};
         f->op->hc_pre(f->xn, f->post, f->comb, f->X, &ha, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
                       c->rms_eps, W(l->attn_norm));
         attention_block(f, li);

@@ -25,7 +25,7 @@ struct shape {
 };
 
 static struct shape layer_shape(const struct td_config *c, int i, int max_ctx, int max_chunk) {
-    struct shape s = {0, 0, 0};
+    struct shape s = {.ring = 0, .width = 0, .n_entries = 0};
     int rate = layer_rate(c, i), csa = c->attn[i] == TD_ATTN_CSA;
     if (!rate) return s;
     s.ring = (csa ? 2 : 1) * (long long)rate + max_chunk;

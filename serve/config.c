@@ -249,7 +249,7 @@ struct errs {
 };
 
 static struct errs errs_init(char *err, size_t errlen) {
-    struct errs e = {err, err ? errlen : 0, 0, 0, 0};
+    struct errs e = {.buf = err, .cap = err ? errlen : 0, .len = 0, .n = 0, .full = 0};
     if (e.cap) e.buf[0] = 0;
     return e;
 }
@@ -723,15 +723,15 @@ struct inih_options {
 };
 
 static struct inih_options inih_options_set(void) {
-    struct inih_options old = {ini_use_stack,
-                               ini_allow_multiline,
-                               ini_allow_no_value,
-                               ini_stop_on_first_error,
-                               ini_allow_inline_comments,
-                               ini_allow_bom,
-                               ini_max_line,
-                               ini_start_comment_prefixes,
-                               ini_inline_comment_prefixes};
+    struct inih_options old = {.use_stack = ini_use_stack,
+                               .multiline = ini_allow_multiline,
+                               .no_value = ini_allow_no_value,
+                               .stop_first = ini_stop_on_first_error,
+                               .inline_comments = ini_allow_inline_comments,
+                               .bom = ini_allow_bom,
+                               .max_line = ini_max_line,
+                               .start_prefixes = ini_start_comment_prefixes,
+                               .inline_prefixes = ini_inline_comment_prefixes};
     // the line buffer lives on the stack, ini_max_line bytes (a VLA in Debian's ini_parse_stream);
     // room for SRV_LINE_MAX bytes, "\n" and NUL, so the reader's limit is ours
     ini_use_stack = true;

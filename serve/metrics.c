@@ -180,7 +180,8 @@ static void fam_add(struct srv_metrics *m, const char *name, enum fam_type type,
         m->fam = f;
         m->cap_fam = cap;
     }
-    m->fam[m->n_fam++] = (struct met_family){name, help, type, flags, m->n_ser, 0};
+    m->fam[m->n_fam++] = (struct met_family){
+        .name = name, .help = help, .type = type, .flags = flags, .first = m->n_ser, .n = 0};
 }
 
 /* a series of the family added last; labels: (name, value) pairs ending in NULL, escaped here */
@@ -216,7 +217,8 @@ static void ser_add(struct srv_metrics *m, enum val_kind kind, const void *val, 
         return;
     }
     size_t off = (size_t)((const char *)val - (const char *)&m->v);
-    m->ser[m->n_ser++] = (struct met_series){b.p, kind, off, code_col, flags};
+    m->ser[m->n_ser++] = (struct met_series){
+        .labels = b.p, .kind = kind, .off = off, .code_col = code_col, .flags = flags};
     m->fam[m->n_fam - 1].n++;
 }
 

@@ -494,8 +494,10 @@ int job_parse(struct srv *s, struct job *j, const char *body, size_t len, int *i
             c->eid = -1;
             c->index = p * j->n + i;
             c->prompt = p;
-            c->sampling =
-                (struct td_sampling){(float)temp, (int)top_k, (float)top_p, base + (uint64_t)i};
+            c->sampling = (struct td_sampling){.temperature = (float)temp,
+                                               .top_k = (int)top_k,
+                                               .top_p = (float)top_p,
+                                               .seed = base + (uint64_t)i};
             j->prompt_tokens += j->prompt_lens[p];
         }
 out:

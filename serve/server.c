@@ -1375,7 +1375,7 @@ int srv_run(const struct srv_config *cfg) {
     const char *delay = getenv("TANDEM_TEST_LOAD_DELAY_MS"); // test seam: a slow load
     if (delay && *delay) {
         long ms = strtol(delay, NULL, 10);
-        struct timespec d = {ms / 1000, (ms % 1000) * 1000000L};
+        struct timespec d = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
         nanosleep(&d, NULL);
     }
     char err[1024];
@@ -1423,7 +1423,7 @@ int srv_run(const struct srv_config *cfg) {
     MHD_socket ls = MHD_quiesce_daemon(s->d);
     if (ls != MHD_INVALID_SOCKET) close(ls);
     double t_end = now() + cfg->drain_s;
-    struct timespec pause = {0, 20 * 1000000L};
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 20 * 1000000L};
     for (;;) {
         pthread_mutex_lock(&s->mu);
         long left = s->outstanding;

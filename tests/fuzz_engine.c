@@ -74,11 +74,12 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {
     if (td_engine_init(&e, &ep, err, sizeof err)) return 0;
     int v = td_engine_vocab(e);
     int32_t prompt[3] = {1 % v, 2 % v, 3 % v};
-    struct td_request_params rp = {.prompt = prompt,
-                                   .n_prompt = 3,
-                                   .max_tokens = 3,
-                                   .sampling = {0.0f, 0, 1.0f, 42},
-                                   .ignore_eos = 1};
+    struct td_request_params rp = {
+        .prompt = prompt,
+        .n_prompt = 3,
+        .max_tokens = 3,
+        .sampling = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 42},
+        .ignore_eos = 1};
     if (td_engine_submit(e, &rp, err, sizeof err) >= 0)
         for (int step = 0; step < 8 && td_engine_step(e, err, sizeof err) > 0; step++)
             ;

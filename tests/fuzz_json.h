@@ -38,12 +38,13 @@ static size_t fj_collect(json_t *v, struct fj_slot *s, size_t n) {
         json_t *x;
         json_object_foreach(v, k, x) {
             if (n == FJ_MAX_NODES) break;
-            s[n++] = (struct fj_slot){v, k, 0, x};
+            s[n++] = (struct fj_slot){.parent = v, .key = k, .index = 0, .value = x};
             n = fj_collect(x, s, n);
         }
     } else if (json_is_array(v)) {
         for (size_t i = 0; i < json_array_size(v) && n < FJ_MAX_NODES; i++) {
-            s[n++] = (struct fj_slot){v, NULL, i, json_array_get(v, i)};
+            s[n++] = (struct fj_slot){
+                .parent = v, .key = NULL, .index = i, .value = json_array_get(v, i)};
             n = fj_collect(json_array_get(v, i), s, n);
         }
     }

@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {
             tok_ids_push(&ids, id);
         decode_all(t, &ids);
         for (size_t i = 0; i < ids.n && i < 64; i++) {
-            struct tok_ids one = {ids.ids + i, 1, 1};
+            struct tok_ids one = {.ids = ids.ids + i, .n = 1, .cap = 1};
             decode_all(t, &one);
             tok_is_special(t, ids.ids[i]);
             size_t len;
@@ -74,8 +74,9 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {
         tok_ids_free(&ids);
         struct chat c;
         if (!chat_init(&c, t, err, sizeof err)) {
-            struct chat_msg m[] = {
-                {CHAT_ROLE_SYSTEM, "S"}, {CHAT_ROLE_USER, "Hi 12"}, {CHAT_ROLE_ASSISTANT, "Yes."}};
+            struct chat_msg m[] = {{.role = CHAT_ROLE_SYSTEM, .content = "S"},
+                                   {.role = CHAT_ROLE_USER, .content = "Hi 12"},
+                                   {.role = CHAT_ROLE_ASSISTANT, .content = "Yes."}};
             struct tok_ids cids = {0};
             chat_encode(&c, m, 3, 1, &cids, err, sizeof err);
             tok_ids_free(&cids);

@@ -58,7 +58,8 @@ static int target_pass(const struct td_model *m, struct draft_dspark *d, const i
     float *lg = malloc((size_t)n * m->cfg.vocab * sizeof(float));
     struct td_forward_io io = {.capture = draft_dspark_capture(d)};
     io.capture_layers = draft_dspark_capture_layers(d, &io.n_capture);
-    struct td_plan_seq q = {td_state_seq_alloc(&st), 0, n, ids, 0, 0};
+    struct td_plan_seq q = {
+        .slot = td_state_seq_alloc(&st), .len_before = 0, .n_new = n, .ids = ids};
     int rc = td_forward_seqs_io(m, &st, &q, 1, &io, lg, err, errlen);
     if (!rc) memcpy(last, lg + (size_t)(n - 1) * m->cfg.vocab, m->cfg.vocab * sizeof(float));
     free(lg);
@@ -136,20 +137,47 @@ static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *id
             rows[(size_t)(nA + nB) * CW + i] = (float)(i % 7) - 3.0f;
         memcpy(draft_dspark_capture(d2), rows, (size_t)(nA + nB + 2) * row);
         memcpy(draft_dspark_capture(d1), rows + (size_t)nA * CW, (size_t)nB * row);
-        struct td_plan_seq step2[2] = {{0, 0, nA, zeros, 0, 0}, {1, 0, nB + 2, zeros, 0, 0}};
-        struct td_plan_seq step1 = {0, 0, nB, zeros, 0, 0};
+        struct td_plan_seq step2[2] = {{.slot = 0, .len_before = 0, .n_new = nA, .ids = zeros},
+                                       {.slot = 1, .len_before = 0, .n_new = nB + 2, .ids = zeros}};
+        struct td_plan_seq step1 = {.slot = 0, .len_before = 0, .n_new = nB, .ids = zeros};
         CHECK(!check_case_failed && !step_insert(d2, step2, 2, err, sizeof err) &&
                   !step_insert(d1, &step1, 1, err, sizeof err),
               "%s", err);
-        struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+        struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
         int32_t dA[DSPARK_MAX_BLOCK], dB[DSPARK_MAX_BLOCK], d1B[DSPARK_MAX_BLOCK];
         float cA[DSPARK_MAX_BLOCK], cBf[DSPARK_MAX_BLOCK], c1B[DSPARK_MAX_BLOCK];
         float *q = malloc((size_t)g * V * sizeof(float));
         int32_t nxA[1024], nxB[1024];
-        struct td_draft_seq two[2] = {
-            {0, 0, nA, 0, next_of(nxA, ids, 0, nA, aA), g, &greedy, dA, q, cA, 0, NULL},
-            {1, 0, nB, nA, next_of(nxB, ids, 0, nB, aB), g, &greedy, dB, q, cBf, 0, NULL}};
-        struct td_draft_seq one = {0, 0, nB, 0, nxB, g, &greedy, d1B, q, c1B, 0, NULL};
+        struct td_draft_seq two[2] = {{.slot = 0,
+                                       .pos0 = 0,
+                                       .n = nA,
+                                       .row = 0,
+                                       .next = next_of(nxA, ids, 0, nA, aA),
+                                       .k = g,
+                                       .sampling = &greedy,
+                                       .drafts = dA,
+                                       .q = q,
+                                       .conf = cA},
+                                      {.slot = 1,
+                                       .pos0 = 0,
+                                       .n = nB,
+                                       .row = nA,
+                                       .next = next_of(nxB, ids, 0, nB, aB),
+                                       .k = g,
+                                       .sampling = &greedy,
+                                       .drafts = dB,
+                                       .q = q,
+                                       .conf = cBf}};
+        struct td_draft_seq one = {.slot = 0,
+                                   .pos0 = 0,
+                                   .n = nB,
+                                   .row = 0,
+                                   .next = nxB,
+                                   .k = g,
+                                   .sampling = &greedy,
+                                   .drafts = d1B,
+                                   .q = q,
+                                   .conf = c1B};
         CHECK(!check_case_failed && !draft_dspark_run(d2, two, 2, err, sizeof err), "%s", err);
         CHECK(!check_case_failed && !draft_dspark_run(d1, &one, 1, err, sizeof err), "%s", err);
         CHECK(two[1].n_drafts == one.n_drafts, "%d drafts in the batch, %d alone", two[1].n_drafts,
@@ -188,21 +216,39 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
         size_t CW = (size_t)dc->n_capture * m->cfg.dim;
         float *last = malloc((size_t)V * sizeof(float)), *q = malloc((size_t)g * V * sizeof(float));
         float *uB = malloc((size_t)g * V * sizeof(float));
-        struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+        struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
         int32_t nx[1024], dAd[DSPARK_MAX_BLOCK], dBd[DSPARK_MAX_BLOCK];
         float cA[DSPARK_MAX_BLOCK], cB[DSPARK_MAX_BLOCK];
         next_of(nx, ids, 0, n, anchor);
         CHECK(!target_pass(m, dB, ids, n, last, err, sizeof err), "%s", err);
-        struct td_plan_seq all = {0, 0, n, zeros, 0, 0};
+        struct td_plan_seq all = {.slot = 0, .len_before = 0, .n_new = n, .ids = zeros};
         CHECK(!check_case_failed && !step_insert(dB, &all, 1, err, sizeof err), "%s", err);
-        struct td_draft_seq sB = {0, 0, n, 0, nx, g, &greedy, dBd, q, cB, 0, NULL};
+        struct td_draft_seq sB = {.slot = 0,
+                                  .pos0 = 0,
+                                  .n = n,
+                                  .row = 0,
+                                  .next = nx,
+                                  .k = g,
+                                  .sampling = &greedy,
+                                  .drafts = dBd,
+                                  .q = q,
+                                  .conf = cB};
         CHECK(!check_case_failed && !draft_dspark_run(dB, &sB, 1, err, sizeof err), "%s", err);
         if (!check_case_failed)
             memcpy(uB, draft_dspark_base_logits(dB), (size_t)g * V * sizeof(float));
         CHECK(!check_case_failed && !target_pass(m, dA, ids, n, last, err, sizeof err), "%s", err);
         // the prefill step: rows 0 .. pre - 1, all committed
-        struct td_plan_seq ps = {0, 0, pre, zeros, 0, 0};
-        struct td_draft_seq s0 = {0, 0, pre, 0, nx, 0, &greedy, dAd, q, cA, 0, NULL};
+        struct td_plan_seq ps = {.slot = 0, .len_before = 0, .n_new = pre, .ids = zeros};
+        struct td_draft_seq s0 = {.slot = 0,
+                                  .pos0 = 0,
+                                  .n = pre,
+                                  .row = 0,
+                                  .next = nx,
+                                  .k = 0,
+                                  .sampling = &greedy,
+                                  .drafts = dAd,
+                                  .q = q,
+                                  .conf = cA};
         CHECK(!check_case_failed && !step_insert(dA, &ps, 1, err, sizeof err) &&
                   !draft_dspark_run(dA, &s0, 1, err, sizeof err),
               "%s", err);
@@ -211,8 +257,17 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
         memmove(cap, cap + (size_t)pre * CW, 3 * CW * sizeof(float));
         for (size_t i = 0; i < 3 * CW; i++)
             cap[3 * CW + i] = (float)(i % 5) - 2.0f;
-        ps = (struct td_plan_seq){0, pre, 6, zeros, 0, 0};
-        struct td_draft_seq s1 = {0, pre, 3, 0, nx + pre, g, &greedy, dAd, q, cA, 0, NULL};
+        ps = (struct td_plan_seq){.slot = 0, .len_before = pre, .n_new = 6, .ids = zeros};
+        struct td_draft_seq s1 = {.slot = 0,
+                                  .pos0 = pre,
+                                  .n = 3,
+                                  .row = 0,
+                                  .next = nx + pre,
+                                  .k = g,
+                                  .sampling = &greedy,
+                                  .drafts = dAd,
+                                  .q = q,
+                                  .conf = cA};
         CHECK(!check_case_failed && !step_insert(dA, &ps, 1, err, sizeof err), "%s", err);
         CHECK(!check_case_failed && draft_dspark_state(dA)->len[0] == n + 3,
               "the step's insertion left length %d, not %d", draft_dspark_state(dA)->len[0], n + 3);
@@ -273,7 +328,8 @@ static void run_fixture(const char *dir) {
     float *last = malloc((size_t)V * sizeof(float)), *q = malloc((size_t)g * V * sizeof(float));
     float *want = malloc((size_t)g * V * sizeof(float)), conf[DSPARK_MAX_BLOCK];
     int32_t ids[1024], drafts[DSPARK_MAX_BLOCK];
-    struct td_sampling greedy = {0.0f, 0, 1.0f, 0}, t1 = {1.0f, 0, 1.0f, 3};
+    struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0},
+                       t1 = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 3};
     json_t *cases = json_object_get(f.js, "cases");
     const char *cname;
     json_t *c;
@@ -285,9 +341,17 @@ static void run_fixture(const char *dir) {
         CHECK(!target_pass(&f.m, d, ids, n, last, err, sizeof err), "%s", err);
         CHECK(argmax(last, V) == anchor, "target anchor %d, reference %d", argmax(last, V), anchor);
         int32_t nx[1024];
-        struct td_draft_seq s = {
-            0, 0, n, 0, next_of(nx, ids, 0, n, anchor), g, &greedy, drafts, q, conf, 0, NULL};
-        struct td_plan_seq all = {0, 0, n, zeros, 0, 0};
+        struct td_draft_seq s = {.slot = 0,
+                                 .pos0 = 0,
+                                 .n = n,
+                                 .row = 0,
+                                 .next = next_of(nx, ids, 0, n, anchor),
+                                 .k = g,
+                                 .sampling = &greedy,
+                                 .drafts = drafts,
+                                 .q = q,
+                                 .conf = conf};
+        struct td_plan_seq all = {.slot = 0, .len_before = 0, .n_new = n, .ids = zeros};
         CHECK(!check_case_failed && !step_insert(d, &all, 1, err, sizeof err) &&
                   !draft_dspark_run(d, &s, 1, err, sizeof err),
               "%s", err);
@@ -311,7 +375,7 @@ static void run_fixture(const char *dir) {
                       cr);
             }
         }
-        struct td_plan_seq again = {0, 1, n - 1, zeros, 0, 0};
+        struct td_plan_seq again = {.slot = 0, .len_before = 1, .n_new = n - 1, .ids = zeros};
         CHECK(step_insert(d, &again, 1, err, sizeof err) && strstr(err, "holds"),
               "rows inserted again at position 1 passed (a round must store nothing, and the "
               "drafter's length is the target's)");
@@ -329,8 +393,18 @@ static void run_fixture(const char *dir) {
         for (int j = 0; j < g; j++)
             chain[j] = (int32_t)json_integer_value(json_array_get(chj, (size_t)j));
         int cut = n / 3 + 1;
-        struct td_draft_seq s1 = {0, 0, cut, 0, nx, 0, &t1, drafts, q, conf, 0, NULL};
-        struct td_plan_seq p1 = {0, 0, cut, zeros, 0, 0}, p2 = {0, cut, n - cut, zeros, 0, 0};
+        struct td_draft_seq s1 = {.slot = 0,
+                                  .pos0 = 0,
+                                  .n = cut,
+                                  .row = 0,
+                                  .next = nx,
+                                  .k = 0,
+                                  .sampling = &t1,
+                                  .drafts = drafts,
+                                  .q = q,
+                                  .conf = conf};
+        struct td_plan_seq p1 = {.slot = 0, .len_before = 0, .n_new = cut, .ids = zeros},
+                           p2 = {.slot = 0, .len_before = cut, .n_new = n - cut, .ids = zeros};
         CHECK(!step_insert(d, &p1, 1, err, sizeof err) &&
                   !draft_dspark_run(d, &s1, 1, err, sizeof err),
               "%s", err);
@@ -338,7 +412,16 @@ static void run_fixture(const char *dir) {
         float *cap = draft_dspark_capture(d);
         memmove(cap, cap + (size_t)cut * CW, (size_t)(n - cut) * CW * sizeof(float));
         draft_dspark_force_chain(d, chain);
-        struct td_draft_seq s2 = {0, cut, n - cut, 0, nx + cut, g, &t1, drafts, q, conf, 0, NULL};
+        struct td_draft_seq s2 = {.slot = 0,
+                                  .pos0 = cut,
+                                  .n = n - cut,
+                                  .row = 0,
+                                  .next = nx + cut,
+                                  .k = g,
+                                  .sampling = &t1,
+                                  .drafts = drafts,
+                                  .q = q,
+                                  .conf = conf};
         CHECK(!step_insert(d, &p2, 1, err, sizeof err) &&
                   !draft_dspark_run(d, &s2, 1, err, sizeof err),
               "%s", err);
@@ -385,8 +468,17 @@ static void run_fixture(const char *dir) {
         if (dt) {
             CHECK(!target_pass(&f.m, dt, ids, n, last, err, sizeof err), "%s", err);
             draft_dspark_force_chain(dt, chain);
-            struct td_draft_seq s3 = {0, 0, n, 0, nx, g, &t1, drafts, q, conf, 0, NULL};
-            struct td_plan_seq all = {0, 0, n, zeros, 0, 0};
+            struct td_draft_seq s3 = {.slot = 0,
+                                      .pos0 = 0,
+                                      .n = n,
+                                      .row = 0,
+                                      .next = nx,
+                                      .k = g,
+                                      .sampling = &t1,
+                                      .drafts = drafts,
+                                      .q = q,
+                                      .conf = conf};
+            struct td_plan_seq all = {.slot = 0, .len_before = 0, .n_new = n, .ids = zeros};
             CHECK(!step_insert(dt, &all, 1, err, sizeof err) &&
                       !draft_dspark_run(dt, &s3, 1, err, sizeof err),
                   "%s", err);

@@ -136,7 +136,7 @@ static int same_tokens(const struct run *a, const struct run *b, int *which) {
 static void greedy_lossless(const char *fx) {
     char model[128], name[160], extra[128];
     snprintf(model, sizeof model, "tests/fixtures/%s", fx);
-    struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+    struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     static struct run base1, base13, spec;
     case_begin();
     run(model, "none", 0, 1, 256, 1, &greedy, 3, NULL, 24, 512, &base1);
@@ -195,7 +195,7 @@ static void model_drafter_tests(const char *draft, double min_accept) {
         tok_ids_free(&ti);
     }
     tok_free(tk);
-    struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+    struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     static struct run base, spec;
     int ks[2] = {1, 3}, dspark = !strcmp(draft, "dspark");
     dspark_dir_g = NULL;
@@ -256,7 +256,7 @@ static void model_drafter_tests(const char *draft, double min_accept) {
     // sampled: the same seed gives the same tokens alone and in a batch (draws are keyed by
     // request seed and position too)
     case_begin();
-    struct td_sampling samp = {0.9f, 40, 0.95f, 77};
+    struct td_sampling samp = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 77};
     static struct run a, bb;
     run(model, draft, 3, 1, 64, 1, &samp, 1, NULL, max_tokens, 512, &a);
     run(model, draft, 3, n_req, 64, n_req, &samp, 0, NULL, max_tokens, 512, &bb);
@@ -297,12 +297,14 @@ static void drafter_distribution(const char *draft) {
         int *ids = malloc((size_t)N * sizeof *ids);
         for (int i = 0; i < N; i++) {
             // seeds differ between the passes: two independent samples of one distribution
-            struct td_request_params rp = {
-                .prompt = prompt,
-                .n_prompt = 3,
-                .max_tokens = 3,
-                .sampling = {1.0f, 0, 1.0f, (uint64_t)(pass * 100000 + i)},
-                .ignore_eos = 1};
+            struct td_request_params rp = {.prompt = prompt,
+                                           .n_prompt = 3,
+                                           .max_tokens = 3,
+                                           .sampling = {.temperature = 1.0f,
+                                                        .top_k = 0,
+                                                        .top_p = 1.0f,
+                                                        .seed = (uint64_t)(pass * 100000 + i)},
+                                           .ignore_eos = 1};
             ids[i] = td_engine_submit(e, &rp, err, sizeof err);
         }
         while (td_engine_step(e, err, sizeof err) > 0) {
@@ -363,7 +365,7 @@ int main(void) {
 
     const char *model = "tests/fixtures/b_plain_hc2";
     static struct run a, b, c;
-    struct td_sampling samp = {0.8f, 50, 0.9f, 1000};
+    struct td_sampling samp = {.temperature = 0.8f, .top_k = 50, .top_p = 0.9f, .seed = 1000};
 
     // on tandem-tiny, whose sampled tokens depend on their context (b_plain_hc2 samples its
     // prompt's last token again and again, which no batch could change)
@@ -393,7 +395,7 @@ int main(void) {
     case_end("sampled_batch_invariant", "");
 
     case_begin();
-    struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+    struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     run(model, "ngram", 3, 13, 64, 13, &greedy, 0, NULL, 20, 512, &a);
     run(model, "ngram", 3, 13, 64, 3, &greedy, 0, NULL, 20, 512, &b);
     int which = -1;
@@ -405,7 +407,7 @@ int main(void) {
     // EOS (id 1 in the fixture config) forced at a position: the request ends right there
     case_begin();
     for (int dr = 0; dr < 2; dr++) {
-        struct hook h = {2, prompt_len[2] + 5, 1, 1};
+        struct hook h = {.request = 2, .position = prompt_len[2] + 5, .mode = 1, .token = 1};
         run(model, dr ? "ngram" : "none", 3, 4, 256, 4, &greedy, 0, &h, 30, 512, &a);
         CHECK(a.why[2] == TD_FINISH_EOS && a.n_out[2] == 7 && a.out[2][6] == 1,
               "EOS at position %ld: finish %d after %d tokens", h.position, a.why[2], a.n_out[2]);
@@ -424,7 +426,7 @@ int main(void) {
     // a NaN target row fails only its request, names the position, emits no token for it
     case_begin();
     for (int dr = 0; dr < 2; dr++) {
-        struct hook h = {1, prompt_len[1] + 4, 0, 0};
+        struct hook h = {.request = 1, .position = prompt_len[1] + 4, .mode = 0, .token = 0};
         run(model, "none", 0, 3, 256, 3, &greedy, 0, NULL, 12, 512, &b);
         run(model, dr ? "random" : "none", 3, 3, 256, 3, &greedy, 0, &h, 12, 512, &a);
         char want[64];
@@ -511,11 +513,12 @@ int main(void) {
     rp = (struct td_request_params){
         .prompt = bad_tok, .n_prompt = 0, .max_tokens = 5, .sampling = greedy, .ignore_eos = 0};
     CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1, "empty prompt accepted");
-    rp = (struct td_request_params){.prompt = bad_tok,
-                                    .n_prompt = 1,
-                                    .max_tokens = 5,
-                                    .sampling = {-1.0f, 0, 1.0f, 0},
-                                    .ignore_eos = 0};
+    rp = (struct td_request_params){
+        .prompt = bad_tok,
+        .n_prompt = 1,
+        .max_tokens = 5,
+        .sampling = {.temperature = -1.0f, .top_k = 0, .top_p = 1.0f, .seed = 0},
+        .ignore_eos = 0};
     CHECK(td_engine_submit(e, &rp, err, sizeof err) == -1, "negative temperature accepted");
     td_engine_free(e);
     ep.max_cache_bytes = 1000;

@@ -68,7 +68,8 @@ static int run_chunks(struct fx *f, struct td_state *st, const int32_t *seq, con
     char err[512];
     int slot = td_state_seq_alloc(st), pos = 0;
     for (int i = 0; i < n_chunks; i++) {
-        struct td_plan_seq q = {slot, pos, chunks[i], seq + pos, 0, 0};
+        struct td_plan_seq q = {
+            .slot = slot, .len_before = pos, .n_new = chunks[i], .ids = seq + pos};
         if (td_forward_seqs(&f->m, st, &q, 1, logits + (size_t)pos * f->m.cfg.vocab, NULL, err,
                             sizeof err)) {
             fprintf(stderr, "run_chunks: %s\n", err);
@@ -95,7 +96,7 @@ static void test_hf(struct fx *f) {
     f->picks = malloc((size_t)c->n_layers * f->n * (c->index_topk + 1) * sizeof(int32_t));
     CHECK(!td_state_init(&st, c, 1, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, f->n, f->ids, 0, 0};
+    struct td_plan_seq q = {.slot = slot, .len_before = 0, .n_new = f->n, .ids = f->ids};
     int rc = td_forward_seqs(&f->m, &st, &q, 1, f->oneshot, f->picks, err, sizeof err);
     CHECK(rc == 0, "forward: %s", err);
     long row = -1;
@@ -122,10 +123,15 @@ static void test_rope_and_picks(struct fx *f) {
         const struct st_entry *e = st_set_find(&ex, tn[k]);
         CHECK(e && e->t.shape[0] == c->rope_dim / 2, "%s missing or mis-shaped", tn[k]);
         if (!e) break;
-        struct rope_params rp = {
-            rc[k]->theta,     c->rope_dim,         rc[k]->yarn,
-            rc[k]->factor,    rc[k]->orig_max_pos, rc[k]->beta_fast,
-            rc[k]->beta_slow, rc[k]->truncate,     (float)rc[k]->attention_factor};
+        struct rope_params rp = {.theta = rc[k]->theta,
+                                 .rot_dim = c->rope_dim,
+                                 .yarn = rc[k]->yarn,
+                                 .factor = rc[k]->factor,
+                                 .orig_max_pos = rc[k]->orig_max_pos,
+                                 .beta_fast = rc[k]->beta_fast,
+                                 .beta_slow = rc[k]->beta_slow,
+                                 .truncate = rc[k]->truncate,
+                                 .attention_factor = (float)rc[k]->attention_factor};
         float inv[256];
         rope_inv_freq_ref(inv, &rp);
         for (int i = 0; i < c->rope_dim / 2; i++) {
@@ -239,7 +245,7 @@ static void test_rollback(struct fx *f) {
         // commit a real chunk
         int k = 1 + (int)rnd(pos < 40 ? 37 : 6);
         if (k > f->n - pos) k = f->n - pos;
-        struct td_plan_seq q = {slot, pos, k, f->ids + pos, 0, 0};
+        struct td_plan_seq q = {.slot = slot, .len_before = pos, .n_new = k, .ids = f->ids + pos};
         CHECK(!td_forward_seqs(&f->m, &st, &q, 1, out + (size_t)pos * V, NULL, err, sizeof err),
               "%s", err);
         pos += k;
@@ -249,7 +255,7 @@ static void test_rollback(struct fx *f) {
         if (pos + nj > f->n) nj = f->n - pos, keep = keep < nj ? keep : 0;
         for (int j = 0; j < nj; j++)
             junk[j] = j < keep ? f->ids[pos + j] : (f->ids[pos + j] + 1 + (int)rnd(V - 1)) % V;
-        struct td_plan_seq qj = {slot, pos, nj, junk, 0, 0};
+        struct td_plan_seq qj = {.slot = slot, .len_before = pos, .n_new = nj, .ids = junk};
         CHECK(!td_forward_seqs(&f->m, &st, &qj, 1, junk_logits, NULL, err, sizeof err), "%s", err);
         // accepted prefix: the kept real tokens are committed as they are
         CHECK(!td_state_rollback(&st, slot, pos + keep, err, sizeof err), "%s", err);
@@ -306,7 +312,8 @@ static void test_batched(struct fx *f) {
             if (k > len_of[s] - pos[s]) k = len_of[s] - pos[s];
             ps[np] = slot[s];
             pn[np] = k;
-            qs[np] = (struct td_plan_seq){slot[s], pos[s], k, seqs[s] + pos[s], 0, 0};
+            qs[np] = (struct td_plan_seq){
+                .slot = slot[s], .len_before = pos[s], .n_new = k, .ids = seqs[s] + pos[s]};
             nt += k;
             np++;
         }
@@ -359,7 +366,8 @@ static void test_capture(struct fx *f) {
     float *got = malloc((size_t)n * D * 4);
     struct td_state st;
     CHECK(!td_state_init(&st, c, 1, n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
-    struct td_plan_seq q = {td_state_seq_alloc(&st), 0, n, f->ids, 0, 0};
+    struct td_plan_seq q = {
+        .slot = td_state_seq_alloc(&st), .len_before = 0, .n_new = n, .ids = f->ids};
     struct td_plan_dims d = td_state_plan_dims(&st, meta_bucket(n, 1 << 20), 1);
     struct td_plan p;
     CHECK(!meta_plan_init(&p, &d, err, sizeof err) && !meta_plan_build(&p, &q, 1, err, sizeof err),
@@ -403,11 +411,14 @@ static void test_skip_logits(struct fx *f) {
     int sa = td_state_seq_alloc(&st), sb = td_state_seq_alloc(&st);
     // sequence a: a prompt chunk that skips every row, then one that keeps its last row;
     // sequence b alongside: keeps its last 3 rows
-    struct td_plan_seq q1[2] = {{sa, 0, 60, f->ids, 60, 0}, {sb, 0, 50, f->ids + 7, 47, 0}};
+    struct td_plan_seq q1[2] = {
+        {.slot = sa, .len_before = 0, .n_new = 60, .ids = f->ids, .skip_logits = 60},
+        {.slot = sb, .len_before = 0, .n_new = 50, .ids = f->ids + 7, .skip_logits = 47}};
     CHECK(!td_forward_seqs(&f->m, &st, q1, 2, out, NULL, err, sizeof err), "%s", err);
     float *b_rows = malloc((size_t)3 * V * sizeof(float));
     memcpy(b_rows, out, (size_t)3 * V * sizeof(float));
-    struct td_plan_seq q2 = {sa, 60, n - 60, f->ids + 60, n - 61, 0};
+    struct td_plan_seq q2 = {
+        .slot = sa, .len_before = 60, .n_new = n - 60, .ids = f->ids + 60, .skip_logits = n - 61};
     CHECK(!td_forward_seqs(&f->m, &st, &q2, 1, out, NULL, err, sizeof err), "%s", err);
     CHECK(!memcmp(out, f->oneshot + (size_t)(n - 1) * V, (size_t)V * sizeof(float)),
           "the kept last row differs from the one-shot run");
@@ -416,7 +427,8 @@ static void test_skip_logits(struct fx *f) {
     struct td_state st2;
     CHECK(!td_state_init(&st2, c, 1, f->n, 16, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     float *full = malloc((size_t)50 * V * sizeof(float));
-    struct td_plan_seq qb = {td_state_seq_alloc(&st2), 0, 50, f->ids + 7, 0, 0};
+    struct td_plan_seq qb = {
+        .slot = td_state_seq_alloc(&st2), .len_before = 0, .n_new = 50, .ids = f->ids + 7};
     CHECK(!td_forward_seqs(&f->m, &st2, &qb, 1, full, NULL, err, sizeof err), "%s", err);
     CHECK(!memcmp(b_rows, full + (size_t)47 * V, (size_t)3 * V * sizeof(float)),
           "kept rows of a batched sequence differ");
@@ -437,22 +449,22 @@ static void test_plan_errors(struct fx *f) {
     CHECK(!td_state_init(&st, c, 2, 8, 4, (size_t)1 << 31, NULL, err, sizeof err), "%s", err);
     int slot = td_state_seq_alloc(&st);
     int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    struct td_plan_seq q = {slot, 0, 4, ids, 0, 0};
+    struct td_plan_seq q = {.slot = slot, .len_before = 0, .n_new = 4, .ids = ids};
     CHECK(!td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err), "%s", err);
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "length"),
           "stale len_before accepted");
-    q = (struct td_plan_seq){slot, 4, 5, ids, 0, 0};
+    q = (struct td_plan_seq){.slot = slot, .len_before = 4, .n_new = 5, .ids = ids};
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "context"),
           "context overflow accepted");
     ids[0] = c->vocab;
-    q = (struct td_plan_seq){slot, 4, 1, ids, 0, 0};
+    q = (struct td_plan_seq){.slot = slot, .len_before = 4, .n_new = 1, .ids = ids};
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "token id"),
           "out-of-range id accepted");
     ids[0] = 1;
-    q = (struct td_plan_seq){1, 4, 1, ids, 0, 0};
+    q = (struct td_plan_seq){.slot = 1, .len_before = 4, .n_new = 1, .ids = ids};
     CHECK(td_forward_seqs(&f->m, &st, &q, 1, lg, NULL, err, sizeof err) == -1 &&
               strstr(err, "slot"),
           "dead slot accepted");
@@ -509,7 +521,8 @@ static float *variant_logits(const char *dir, const int32_t *ids, int n, const i
     }
     int slot = td_state_seq_alloc(&st), pos = 0;
     for (int i = 0; out && i < n_chunks; i++) {
-        struct td_plan_seq q = {slot, pos, chunks[i], ids + pos, 0, 0};
+        struct td_plan_seq q = {
+            .slot = slot, .len_before = pos, .n_new = chunks[i], .ids = ids + pos};
         if (td_forward_seqs(&m, &st, &q, 1, out + (size_t)pos * m.cfg.vocab, NULL, err, errlen))
             free(out), out = NULL;
         pos += chunks[i];
@@ -567,7 +580,8 @@ static void test_topk_past_context(const struct fx *f) {
         size_t w = (size_t)m[k].cfg.index_topk;
         tr[k] = malloc((size_t)m[k].cfg.n_layers * f->n * w * sizeof(int32_t));
         float *lg = malloc((size_t)f->n * m[k].cfg.vocab * sizeof(float));
-        struct td_plan_seq q = {td_state_seq_alloc(&st), 0, f->n, f->ids, 0, 0};
+        struct td_plan_seq q = {
+            .slot = td_state_seq_alloc(&st), .len_before = 0, .n_new = f->n, .ids = f->ids};
         CHECK(!td_forward_seqs(&m[k], &st, &q, 1, lg, tr[k], err, sizeof err), "%s", err);
         free(lg);
         td_state_free(&st);

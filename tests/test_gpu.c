@@ -294,16 +294,21 @@ static void test_hc(int n, int nc, int d) {
             fn[i] = frand() * 0.05f;
         for (int i = 0; i < m; i++)
             base[i] = frand() * 0.5f;
-        struct hc_weights hw = {fn, base, scale, TD_DTYPE_F32, TD_DTYPE_F32, TD_DTYPE_F32};
+        struct hc_weights hw = {.fn = fn,
+                                .base = base,
+                                .scale = scale,
+                                .fn_dtype = TD_DTYPE_F32,
+                                .base_dtype = TD_DTYPE_F32,
+                                .scale_dtype = TD_DTYPE_F32};
         float *col = malloc((size_t)n * d * 4), *post = malloc((size_t)n * nc * 4);
         float *comb = malloc((size_t)n * nc * nc * 4);
         hc_pre_ref(col, post, comb, x, &hw, n, nc, d, 20, 1e-6f, 1e-6f, NULL, TD_DTYPE_F32);
-        struct hc_weights dhw = {dev_copy(fn, (size_t)m * nc * d * 4),
-                                 dev_copy(base, (size_t)m * 4),
-                                 dev_copy(scale, sizeof scale),
-                                 TD_DTYPE_F32,
-                                 TD_DTYPE_F32,
-                                 TD_DTYPE_F32};
+        struct hc_weights dhw = {.fn = dev_copy(fn, (size_t)m * nc * d * 4),
+                                 .base = dev_copy(base, (size_t)m * 4),
+                                 .scale = dev_copy(scale, sizeof scale),
+                                 .fn_dtype = TD_DTYPE_F32,
+                                 .base_dtype = TD_DTYPE_F32,
+                                 .scale_dtype = TD_DTYPE_F32};
         float *dcol = dev_out((size_t)n * d), *dpost = dev_out((size_t)n * nc);
         float *dcomb = dev_out((size_t)n * nc * nc);
         hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f, NULL, TD_DTYPE_F32);
@@ -389,25 +394,33 @@ static void test_norm_rope(int n, int n_vec, int d, int rot, int weighted, int s
         w[i] = bf16(1 + 0.2f * frand());
     for (int t = 0; t < n; t++)
         pos[t] = 11 * t + 3, seq[t] = t % 3, wr[t] = t % 5 == 4 ? -1 : t / 3;
-    struct rope_params rp = {10000, rot, 0, 1, 0, 0, 0, 0, 1.0f};
+    struct rope_params rp = {.theta = 10000,
+                             .rot_dim = rot,
+                             .yarn = 0,
+                             .factor = 1,
+                             .orig_max_pos = 0,
+                             .beta_fast = 0,
+                             .beta_slow = 0,
+                             .truncate = 0,
+                             .attention_factor = 1.0f};
     rope_inv_freq_ref(inv, &rp);
     struct rows_view rh = {0};
     rh.n_tok = n, rh.row_seq = seq, rh.slot = slot;
-    struct norm_rope_args a = {x,
-                               n,
-                               n_vec,
-                               d,
-                               weighted ? w : NULL,
-                               TD_DTYPE_BF16,
-                               1e-6f,
-                               rot,
-                               pos,
-                               inv,
-                               0.9f,
-                               store ? ring : NULL,
-                               wr,
-                               rh,
-                               n / 3 + 1};
+    struct norm_rope_args a = {.x = x,
+                               .n = n,
+                               .n_vec = n_vec,
+                               .d = d,
+                               .w = weighted ? w : NULL,
+                               .w_dtype = TD_DTYPE_BF16,
+                               .eps = 1e-6f,
+                               .rot_dim = rot,
+                               .positions = pos,
+                               .inv_freq = inv,
+                               .attn_factor = 0.9f,
+                               .ring = store ? ring : NULL,
+                               .write = wr,
+                               .rows = rh,
+                               .ring_rows = n / 3 + 1};
     float *dx = dev_out(X), *dring = dev_out(RR);
     gpu->to_device(dx, x, X * 4);
     gpu->to_device(dring, ring, RR * 4);
@@ -554,7 +567,15 @@ static void test_pointwise(void) {
         w[i] = 1 + 0.1f * frand();
     for (int t = 0; t < n; t++)
         pos[t] = t * 37 + 5, ids[t] = (t * 7) % V;
-    struct rope_params rp = {160000, rot, 1, 16, 32, 32, 1, 1, 1.0f};
+    struct rope_params rp = {.theta = 160000,
+                             .rot_dim = rot,
+                             .yarn = 1,
+                             .factor = 16,
+                             .orig_max_pos = 32,
+                             .beta_fast = 32,
+                             .beta_slow = 1,
+                             .truncate = 1,
+                             .attention_factor = 1.0f};
     rope_inv_freq_ref(inv, &rp);
     float *dx = dev_copy(x, (size_t)n * nc * d * 4), *dw = dev_copy(w, sizeof w);
     int32_t *dpos = dev_copy(pos, sizeof pos), *dids = dev_copy(ids, sizeof ids);
@@ -686,7 +707,15 @@ static void test_indexer_select(void) {
     rd.slot = dev_copy(slot, sizeof slot);
     rd.vis = dev_copy(vis, sizeof vis);
     rd.topk = dev_copy(topk, sizeof topk);
-    struct indexer_args ia = {rh, q, w, keys, NE, 1, 1, TOPK, 1.0f};
+    struct indexer_args ia = {.rows = rh,
+                              .q = q,
+                              .w = w,
+                              .keys = keys,
+                              .n_entries = NE,
+                              .n_heads = 1,
+                              .d = 1,
+                              .topk = TOPK,
+                              .scale = 1.0f};
     for (int t = 0; t < N; t++) { // the reference, row by row (the pad row: -1s over the -7s)
         struct indexer_args one = ia;
         one.rows.n_tok = 1;
@@ -699,15 +728,15 @@ static void test_indexer_select(void) {
         one.keys = keys + (size_t)t * NE;
         indexer_topk_ref(&one);
     }
-    struct indexer_args da = {rd,
-                              dev_copy(q, sizeof q),
-                              dev_copy(w, sizeof w),
-                              dev_copy(keys, (size_t)N * NE * 4),
-                              NE,
-                              1,
-                              1,
-                              TOPK,
-                              1.0f};
+    struct indexer_args da = {.rows = rd,
+                              .q = dev_copy(q, sizeof q),
+                              .w = dev_copy(w, sizeof w),
+                              .keys = dev_copy(keys, (size_t)N * NE * 4),
+                              .n_entries = NE,
+                              .n_heads = 1,
+                              .d = 1,
+                              .topk = TOPK,
+                              .scale = 1.0f};
     indexer_topk_cuda(&da);
     int32_t *got = malloc(sizeof topk);
     gpu->to_host(got, rd.topk, sizeof topk);
@@ -845,8 +874,24 @@ static void test_markov(void) {
         memset(tok, 0, sizeof tok);
         memset(conf, 0, sizeof conf);
         memset(nd, 0x55, sizeof nd); // n_drafts is written whatever it held
-        struct markov_args a = {U, y, w1, w2p, TD_DTYPE_BF16, w2t,     cw,     0.0f,    N,
-                                G, V, D,  R,   ids,           row_seq, tok[0], conf[0], nd[0]};
+        struct markov_args a = {.U = U,
+                                .y = y,
+                                .w1 = w1,
+                                .w2 = w2p,
+                                .w1_dtype = TD_DTYPE_BF16,
+                                .w2_dtype = w2t,
+                                .conf_w = cw,
+                                .threshold = 0.0f,
+                                .n = N,
+                                .g = G,
+                                .V = V,
+                                .D = D,
+                                .r = R,
+                                .ids = ids,
+                                .row_seq = row_seq,
+                                .tok = tok[0],
+                                .conf = conf[0],
+                                .n_drafts = nd[0]};
         a.threshold = pass == 1 ? 0.5f : 0.0f;
         markov_greedy_ref(&a);
         struct markov_args b = a;
@@ -986,18 +1031,52 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
         int nek = k == 3 ? ne4 : ne;
         // csa and hca_split also rotate the output's last 16 dims back (V's rope)
         float ainv[8];
-        struct rope_params arp = {10000, 16, 0, 1, 1, 32, 1, 1, 1.0f};
+        struct rope_params arp = {.theta = 10000,
+                                  .rot_dim = 16,
+                                  .yarn = 0,
+                                  .factor = 1,
+                                  .orig_max_pos = 1,
+                                  .beta_fast = 32,
+                                  .beta_slow = 1,
+                                  .truncate = 1,
+                                  .attention_factor = 1.0f};
         rope_inv_freq_ref(ainv, &arp);
         float *dainv = dev_copy(ainv, sizeof ainv);
         int rot = k % 2 ? 16 : 0;
-        struct attn_args ah = {rh2, out,    q,     kv, swa, ring,  eh,
-                               nek, k == 1, sinks, H,  d,   0.18f, rot ? ainv : NULL,
-                               rot, 0.9f};
+        struct attn_args ah = {.rows = rh2,
+                               .out = out,
+                               .q = q,
+                               .kv = kv,
+                               .swa_ring = swa,
+                               .swa_rows = ring,
+                               .entries = eh,
+                               .n_entries = nek,
+                               .use_topk = k == 1,
+                               .sinks = sinks,
+                               .n_heads = H,
+                               .d = d,
+                               .scale = 0.18f,
+                               .inv_freq = rot ? ainv : NULL,
+                               .rot_dim = rot,
+                               .attn_factor = 0.9f};
         attention_rows_ref(&ah);
         float *dout = dev_out((size_t)n * H * d);
-        struct attn_args ad = {rd2, dout,   dq,    dkv, dswa, ring,  ed,
-                               nek, k == 1, dsink, H,   d,    0.18f, rot ? dainv : NULL,
-                               rot, 0.9f};
+        struct attn_args ad = {.rows = rd2,
+                               .out = dout,
+                               .q = dq,
+                               .kv = dkv,
+                               .swa_ring = dswa,
+                               .swa_rows = ring,
+                               .entries = ed,
+                               .n_entries = nek,
+                               .use_topk = k == 1,
+                               .sinks = dsink,
+                               .n_heads = H,
+                               .d = d,
+                               .scale = 0.18f,
+                               .inv_freq = rot ? dainv : NULL,
+                               .rot_dim = rot,
+                               .attn_factor = 0.9f};
         attention_rows_cuda(&ad);
         gpu->release(dainv);
         float *g = fetch(dout, (size_t)n * H * d, "attention");
@@ -1018,13 +1097,24 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
 
 static void test_plan_ops(void) {
     char err[256];
-    struct td_plan_dims dm = {16, 4, 128, 8, 8, 4, 8, 24, 24, 24, 0};
+    struct td_plan_dims dm = {.max_tok = 16,
+                              .max_seq = 4,
+                              .max_ctx = 128,
+                              .window = 8,
+                              .topk = 8,
+                              .rate_csa = 4,
+                              .rate_hca = 8,
+                              .swa_ring = 24,
+                              .ring_csa = 24,
+                              .ring_hca = 24,
+                              .block = 0};
     struct td_plan p;
     int32_t ids[16];
     for (int i = 0; i < 16; i++)
         ids[i] = i * 3 % 50;
-    struct td_plan_seq seqs[3] = {
-        {2, 40, 5, ids, 0, 0}, {0, 3, 1, ids + 5, 0, 0}, {1, 0, 1, ids + 6, 0, 0}};
+    struct td_plan_seq seqs[3] = {{.slot = 2, .len_before = 40, .n_new = 5, .ids = ids},
+                                  {.slot = 0, .len_before = 3, .n_new = 1, .ids = ids + 5},
+                                  {.slot = 1, .len_before = 0, .n_new = 1, .ids = ids + 6}};
     case_begin();
     CHECK(!meta_plan_init(&p, &dm, err, sizeof err) &&
               !meta_plan_build(&p, seqs, 3, err, sizeof err),
@@ -1035,40 +1125,60 @@ static void test_plan_ops(void) {
     const char *hb = p.mem;
     char *db = dplan;
 #define DEV(arr) ((int32_t *)(db + ((const char *)(arr)-hb)))
-    struct rows_view rh = {n,         p.input_ids,  p.positions,  p.row_seq, p.qo_indptr,
-                           p.slot,    p.len_before, p.swa_indptr, p.swa_pos, p.swa_write,
-                           p.vis_csa, p.emit_csa,   p.write_csa,  p.topk,    dm.topk};
-    struct rows_view rd = {n,
-                           DEV(p.input_ids),
-                           DEV(p.positions),
-                           DEV(p.row_seq),
-                           DEV(p.qo_indptr),
-                           DEV(p.slot),
-                           DEV(p.len_before),
-                           DEV(p.swa_indptr),
-                           DEV(p.swa_pos),
-                           DEV(p.swa_write),
-                           DEV(p.vis_csa),
-                           DEV(p.emit_csa),
-                           DEV(p.write_csa),
-                           DEV(p.topk),
-                           dm.topk};
+    struct rows_view rh = {.n_tok = n,
+                           .input_ids = p.input_ids,
+                           .positions = p.positions,
+                           .row_seq = p.row_seq,
+                           .qo_indptr = p.qo_indptr,
+                           .slot = p.slot,
+                           .len_before = p.len_before,
+                           .swa_indptr = p.swa_indptr,
+                           .swa_pos = p.swa_pos,
+                           .swa_write = p.swa_write,
+                           .vis = p.vis_csa,
+                           .emit = p.emit_csa,
+                           .write = p.write_csa,
+                           .topk = p.topk,
+                           .topk_stride = dm.topk};
+    struct rows_view rd = {.n_tok = n,
+                           .input_ids = DEV(p.input_ids),
+                           .positions = DEV(p.positions),
+                           .row_seq = DEV(p.row_seq),
+                           .qo_indptr = DEV(p.qo_indptr),
+                           .slot = DEV(p.slot),
+                           .len_before = DEV(p.len_before),
+                           .swa_indptr = DEV(p.swa_indptr),
+                           .swa_pos = DEV(p.swa_pos),
+                           .swa_write = DEV(p.swa_write),
+                           .vis = DEV(p.vis_csa),
+                           .emit = DEV(p.emit_csa),
+                           .write = DEV(p.write_csa),
+                           .topk = DEV(p.topk),
+                           .topk_stride = dm.topk};
     // indexer: picks must match exactly (well-separated random scores)
     float *iq = malloc((size_t)n * IH * ihd * 4), *iw = malloc((size_t)n * IH * 4);
     float *ik = malloc((size_t)S * ne * ihd * 4);
     fill(iq, (size_t)n * IH * ihd, 1), fill(iw, (size_t)n * IH, 1),
         fill(ik, (size_t)S * ne * ihd, 1);
-    struct indexer_args ia = {rh, iq, iw, ik, ne, IH, ihd, dm.topk, 0.25f};
+    struct indexer_args ia = {.rows = rh,
+                              .q = iq,
+                              .w = iw,
+                              .keys = ik,
+                              .n_entries = ne,
+                              .n_heads = IH,
+                              .d = ihd,
+                              .topk = dm.topk,
+                              .scale = 0.25f};
     indexer_topk_ref(&ia);
-    struct indexer_args ida = {rd,
-                               dev_copy(iq, (size_t)n * IH * ihd * 4),
-                               dev_copy(iw, (size_t)n * IH * 4),
-                               dev_copy(ik, (size_t)S * ne * ihd * 4),
-                               ne,
-                               IH,
-                               ihd,
-                               dm.topk,
-                               0.25f};
+    struct indexer_args ida = {.rows = rd,
+                               .q = dev_copy(iq, (size_t)n * IH * ihd * 4),
+                               .w = dev_copy(iw, (size_t)n * IH * 4),
+                               .keys = dev_copy(ik, (size_t)S * ne * ihd * 4),
+                               .n_entries = ne,
+                               .n_heads = IH,
+                               .d = ihd,
+                               .topk = dm.topk,
+                               .scale = 0.25f};
     indexer_topk_cuda(&ida);
     int32_t gpicks[16 * 8];
     gpu->to_host(gpicks, rd.topk, (size_t)n * dm.topk * 4);
@@ -1100,31 +1210,55 @@ static void test_plan_ops(void) {
         fill(rk, (size_t)S * ring * width, 1), fill(rg, (size_t)S * ring * width, 2);
         for (int i = 0; i < d; i++)
             nw[i] = 1 + 0.1f * frand();
-        struct rope_params rp = {160000, 16, 0, 1, 1, 32, 1, 1, 1.0f};
+        struct rope_params rp = {.theta = 160000,
+                                 .rot_dim = 16,
+                                 .yarn = 0,
+                                 .factor = 1,
+                                 .orig_max_pos = 1,
+                                 .beta_fast = 32,
+                                 .beta_slow = 1,
+                                 .truncate = 1,
+                                 .attention_factor = 1.0f};
         rope_inv_freq_ref(inv, &rp);
         float *eh = calloc((size_t)S * ne * d, 4);
-        struct compress_args ch = {rh, raw, gate, rk, rg,           ring,  width, d,  4,
-                                   1,  eh,  ne,   nw, TD_DTYPE_F32, 1e-6f, inv,   16, 1.0f};
+        struct compress_args ch = {.rows = rh,
+                                   .raw = raw,
+                                   .gate = gate,
+                                   .ring_kv = rk,
+                                   .ring_gate = rg,
+                                   .ring = ring,
+                                   .width = width,
+                                   .d = d,
+                                   .rate = 4,
+                                   .overlap = 1,
+                                   .entries = eh,
+                                   .n_entries = ne,
+                                   .norm = nw,
+                                   .norm_dtype = TD_DTYPE_F32,
+                                   .eps = 1e-6f,
+                                   .inv_freq = inv,
+                                   .rot_dim = 16,
+                                   .attn_factor = 1.0f};
         compress_emit_ref(&ch);
         float *ed = gpu->alloc((size_t)S * ne * d * 4);
-        struct compress_args cd = {rd,
-                                   dev_copy(raw, (size_t)n * width * 4),
-                                   dev_copy(gate, (size_t)n * width * 4),
-                                   dev_copy(rk, (size_t)S * ring * width * 4),
-                                   dev_copy(rg, (size_t)S * ring * width * 4),
-                                   ring,
-                                   width,
-                                   d,
-                                   4,
-                                   1,
-                                   ed,
-                                   ne,
-                                   dev_copy(nw, sizeof nw),
-                                   TD_DTYPE_F32,
-                                   1e-6f,
-                                   dev_copy(inv, sizeof inv),
-                                   16,
-                                   1.0f};
+        struct compress_args cd = {.rows = rd,
+                                   .raw = dev_copy(raw, (size_t)n * width * 4),
+                                   .gate = dev_copy(gate, (size_t)n * width * 4),
+                                   .ring_kv = dev_copy(rk, (size_t)S * ring * width * 4),
+                                   .ring_gate = dev_copy(rg, (size_t)S * ring * width * 4),
+                                   .ring = ring,
+                                   .width = width,
+                                   .d = d,
+                                   .rate = 4,
+                                   .overlap = 1,
+                                   .entries = ed,
+                                   .n_entries = ne,
+                                   .norm = dev_copy(nw, sizeof nw),
+                                   .norm_dtype = TD_DTYPE_F32,
+                                   .eps = 1e-6f,
+                                   .inv_freq = dev_copy(inv, sizeof inv),
+                                   .rot_dim = 16,
+                                   .attn_factor = 1.0f};
         compress_emit_cuda(&cd);
         float *eg = malloc((size_t)S * ne * d * 4);
         gpu->to_host(eg, ed, (size_t)S * ne * d * 4);
@@ -1188,10 +1322,12 @@ static void test_plan_ops(void) {
         }
         float *x = malloc((size_t)n * D * 4), *yh = malloc((size_t)n * D * 4);
         fill(x, (size_t)n * D, 2);
-        struct expert_set eh = {p1, p3, p2, TD_DTYPE_BF16};
+        struct expert_set eh = {.w1 = p1, .w3 = p3, .w2 = p2, .dtype = TD_DTYPE_BF16};
         moe_experts_ref(yh, x, ph, wh, &eh, n, D, I, kk, NE, 0.5f);
-        struct expert_set ed = {dev_copy(q1, sizeof q1), dev_copy(q3, sizeof q3),
-                                dev_copy(q2, sizeof q2), TD_DTYPE_BF16};
+        struct expert_set ed = {.w1 = dev_copy(q1, sizeof q1),
+                                .w3 = dev_copy(q3, sizeof q3),
+                                .w2 = dev_copy(q2, sizeof q2),
+                                .dtype = TD_DTYPE_BF16};
         float *dy = dev_out((size_t)n * D), *dx = dev_copy(x, (size_t)n * D * 4);
         // the small-step tiles (tensor cores), then batch-invariant mode's fp32 tiles
         for (int det = 0; det < 2; det++) {
@@ -1232,7 +1368,7 @@ struct vs_hf {
 };
 
 static struct vs_hf compare_hf(const float *got, const float *ref, int n, int V) {
-    struct vs_hf h = {0, 0, -1, 0};
+    struct vs_hf h = {.p99 = 0, .worst = 0, .worst_row = -1, .top1 = 0};
     h.worst = rel_row_err(got, ref, n, V, &h.worst_row);
     double *re = calloc((size_t)n + 1, sizeof(double));
     for (int t = 0; t < n; t++)
@@ -1284,7 +1420,7 @@ static void test_model(const char *fx) {
     CHECK(!td_state_init(&st, &host.cfg, 4, n, 16, (size_t)1 << 32, gpu, err, sizeof err), "%s",
           err);
     int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, n, ids, 0, 0};
+    struct td_plan_seq q = {.slot = slot, .len_before = 0, .n_new = n, .ids = ids};
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, one, NULL, err, sizeof err), "%s", err);
     struct vs_hf h = compare_hf(one, ref, n, V);
     CHECK(h.p99 <= 6e-2 && h.worst <= 1.5e-1,
@@ -1303,8 +1439,10 @@ static void test_model(const char *fx) {
     {
         float *again = malloc((size_t)n * V * 4), *dec[2];
         int s2 = td_state_seq_alloc(&st);
-        CHECK(!td_forward_seqs(&dev, &st, &(struct td_plan_seq){s2, 0, n, ids, 0, 0}, 1, again,
-                               NULL, err, sizeof err),
+        CHECK(!td_forward_seqs(
+                  &dev, &st,
+                  &(struct td_plan_seq){.slot = s2, .len_before = 0, .n_new = n, .ids = ids}, 1,
+                  again, NULL, err, sizeof err),
               "%s", err);
         CHECK(!memcmp(again, one, (size_t)n * V * 4), "a repeated one-shot run differs");
         td_state_seq_release(&st, s2);
@@ -1312,14 +1450,18 @@ static void test_model(const char *fx) {
         for (int k = 0; k < 2; k++) {
             dec[k] = malloc((size_t)tail * V * 4);
             int sk = td_state_seq_alloc(&st);
-            CHECK(!td_forward_seqs(&dev, &st, &(struct td_plan_seq){sk, 0, n - tail, ids, 0, 0}, 1,
-                                   again, NULL, err, sizeof err),
+            CHECK(!td_forward_seqs(&dev, &st,
+                                   &(struct td_plan_seq){
+                                       .slot = sk, .len_before = 0, .n_new = n - tail, .ids = ids},
+                                   1, again, NULL, err, sizeof err),
                   "%s", err);
             for (int i = 0; i < tail; i++) {
                 int pos = n - tail + i;
-                CHECK(!td_forward_seqs(&dev, &st,
-                                       &(struct td_plan_seq){sk, pos, 1, ids + pos, 0, 0}, 1,
-                                       dec[k] + (size_t)i * V, NULL, err, sizeof err),
+                CHECK(!td_forward_seqs(
+                          &dev, &st,
+                          &(struct td_plan_seq){
+                              .slot = sk, .len_before = pos, .n_new = 1, .ids = ids + pos},
+                          1, dec[k] + (size_t)i * V, NULL, err, sizeof err),
                       "%s", err);
             }
             td_state_seq_release(&st, sk);
@@ -1346,11 +1488,14 @@ static void test_model(const char *fx) {
     gpu->set_deterministic(1);
     float *one_d = malloc((size_t)n * V * 4);
     int slot2 = td_state_seq_alloc(&st);
-    CHECK(!td_forward_seqs(&dev, &st, &(struct td_plan_seq){slot2, 0, n, ids, 0, 0}, 1, one_d, NULL,
-                           err, sizeof err),
+    CHECK(!td_forward_seqs(
+              &dev, &st,
+              &(struct td_plan_seq){.slot = slot2, .len_before = 0, .n_new = n, .ids = ids}, 1,
+              one_d, NULL, err, sizeof err),
           "%s", err);
     for (int i = 0, pos = 0; i < nc; pos += chunks[i++]) {
-        struct td_plan_seq qc = {slot, pos, chunks[i], ids + pos, 0, 0};
+        struct td_plan_seq qc = {
+            .slot = slot, .len_before = pos, .n_new = chunks[i], .ids = ids + pos};
         CHECK(!td_forward_seqs(&dev, &st, &qc, 1, out + (size_t)pos * V, NULL, err, sizeof err),
               "%s", err);
     }
@@ -1391,12 +1536,13 @@ static void test_deterministic(void) {
     float *alone = malloc((size_t)L * V * 4), *batch = malloc((size_t)64 * L * V * 4);
     float *chunk = malloc((size_t)L * V * 4);
     int slot = td_state_seq_alloc(&st);
-    struct td_plan_seq q = {slot, 0, L, ids[5], 0, 0};
+    struct td_plan_seq q = {.slot = slot, .len_before = 0, .n_new = L, .ids = ids[5]};
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, alone, NULL, err, sizeof err), "%s", err);
     td_state_seq_release(&st, slot);
     struct td_plan_seq qs[64];
     for (int s = 0; s < 64; s++)
-        qs[s] = (struct td_plan_seq){td_state_seq_alloc(&st), 0, L, ids[s], 0, 0};
+        qs[s] = (struct td_plan_seq){
+            .slot = td_state_seq_alloc(&st), .len_before = 0, .n_new = L, .ids = ids[s]};
     CHECK(!td_forward_seqs(&dev, &st, qs, 64, batch, NULL, err, sizeof err), "%s", err);
     CHECK(!memcmp(alone, batch + (size_t)5 * L * V, (size_t)L * V * 4),
           "a request's logits differ alone and in a batch of 64");
@@ -1404,9 +1550,9 @@ static void test_deterministic(void) {
         td_state_seq_release(&st, qs[s].slot);
     // as verify chunks: 35 rows, then 5 rows at once
     slot = td_state_seq_alloc(&st);
-    q = (struct td_plan_seq){slot, 0, 35, ids[5], 0, 0};
+    q = (struct td_plan_seq){.slot = slot, .len_before = 0, .n_new = 35, .ids = ids[5]};
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, chunk, NULL, err, sizeof err), "%s", err);
-    q = (struct td_plan_seq){slot, 35, 5, ids[5] + 35, 0, 0};
+    q = (struct td_plan_seq){.slot = slot, .len_before = 35, .n_new = 5, .ids = ids[5] + 35};
     CHECK(!td_forward_seqs(&dev, &st, &q, 1, chunk + (size_t)35 * V, NULL, err, sizeof err), "%s",
           err);
     CHECK(!memcmp(alone, chunk, (size_t)L * V * 4), "a verify chunk's rows differ from one pass");
@@ -1457,7 +1603,11 @@ static void test_graphs(void) {
         int n = q < 4 ? 480 : 20 + 3 * q;
         for (int pos = 0; pos < n; pos += 64) {
             int k = n - pos < 64 ? n - pos : 64;
-            struct td_plan_seq a = {slot_g[q], pos, k, ids[q] + pos, 0, 0}, b = a;
+            struct td_plan_seq a = {.slot = slot_g[q],
+                                    .len_before = pos,
+                                    .n_new = k,
+                                    .ids = ids[q] + pos},
+                               b = a;
             b.slot = slot_e[q];
             CHECK(!meta_plan_build(&pg, &a, 1, err, sizeof err) &&
                       !meta_plan_build(&pe, &b, 1, err, sizeof err) &&
@@ -1474,7 +1624,8 @@ static void test_graphs(void) {
         for (int q = it < 4 ? 0 : 4; q < S && n < (it < 4 ? 4 : 1 + it % 4); q++) {
             int k = (it + q) % 3 == 0 ? 5 : 1; // verify groups and decode rows
             if (len[q] + k > max_ctx) continue;
-            a[n] = (struct td_plan_seq){slot_g[q], len[q], k, ids[q] + len[q], 0, 0};
+            a[n] = (struct td_plan_seq){
+                .slot = slot_g[q], .len_before = len[q], .n_new = k, .ids = ids[q] + len[q]};
             b[n] = a[n];
             b[n].slot = slot_e[q];
             rows += k;
@@ -1551,11 +1702,12 @@ static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[6
     for (int r = 0; r < n_req; r++) {
         for (int i = 0; i < 40; i++)
             prompt[r][i] = (int32_t)((r * 29 + (i % (4 + r % 5)) * 11) % engine_vocab);
-        struct td_request_params rp = {.prompt = prompt[r],
-                                       .n_prompt = 40,
-                                       .max_tokens = 48,
-                                       .sampling = {0.0f, 0, 1.0f, 0},
-                                       .ignore_eos = 1};
+        struct td_request_params rp = {
+            .prompt = prompt[r],
+            .n_prompt = 40,
+            .max_tokens = 48,
+            .sampling = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0},
+            .ignore_eos = 1};
         ids[r] = td_engine_submit(e, &rp, err, sizeof err);
     }
     struct timespec t0, t1;

@@ -108,8 +108,10 @@ static void collect(struct td_engine *e, const int *ids, int n_req, struct outs 
 static void submit_cancel(const char *draft, int sampled) {
     char name[96], err[512];
     int n_req = quick_mode() ? 18 : N_REQ;
-    struct td_sampling s = sampled ? (struct td_sampling){0.9f, 40, 0.95f, 500}
-                                   : (struct td_sampling){0.0f, 0, 1.0f, 0};
+    struct td_sampling s =
+        sampled
+            ? (struct td_sampling){.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 500}
+            : (struct td_sampling){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     int k = !strcmp(draft, "none") ? 0 : 2;
     static struct outs ref, got;
     int ids[N_REQ], cancelled[N_REQ] = {0}, n_sub = 0, n_cancel = 0, steps = 0, live = 1;
@@ -179,8 +181,10 @@ static void nan_hook(void *ctx, int request, long position, float *row, int voca
 
 static void nan_after_drafts(const char *draft, int sampled) {
     char name[96], err[512];
-    struct td_sampling s = sampled ? (struct td_sampling){0.9f, 40, 0.95f, 900}
-                                   : (struct td_sampling){0.0f, 0, 1.0f, 0};
+    struct td_sampling s =
+        sampled
+            ? (struct td_sampling){.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 900}
+            : (struct td_sampling){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     int k = !strcmp(draft, "dspark") ? 0 : 3;
     static struct outs ref, got;
     int ids[2], r = 1, checked = 0;
@@ -196,7 +200,7 @@ static void nan_after_drafts(const char *draft, int sampled) {
     td_engine_free(e);
     // the row at position P predicts the token at P + 1: the tokens at P and before stay
     for (int off = 2; off < 12; off += quick_mode() ? 6 : 3) {
-        struct nan_at h = {ids[r], prompt_len[r] + off};
+        struct nan_at h = {.request = ids[r], .position = prompt_len[r] + off};
         struct td_engine_params ep = td_engine_defaults();
         ep.logits_hook = nan_hook;
         ep.hook_ctx = &h;
@@ -238,7 +242,7 @@ static void max_tokens_int_max(void) {
     case_begin();
     struct td_engine *e = open_engine("ngram", 3, 2, 256, NULL);
     if (e) {
-        struct td_sampling g = {0.0f, 0, 1.0f, 0};
+        struct td_sampling g = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
         int ids[2];
         for (int i = 0; i < 2; i++) {
             struct td_request_params rp = {.prompt = prompts[i],
@@ -272,7 +276,7 @@ static void every_decode_advances(const char *draft, int k) {
     int n_req = 6, ids[6], prev[6] = {0}, starved = 0, waited = 0, steps = 0;
     struct td_engine *e = open_engine(draft, k, 4, 1 + k, NULL);
     if (!e) goto done;
-    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    struct td_sampling g = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     for (int r = 0; r < n_req; r++)
         max_tok[r] = 16;
     for (int r = 0; r < n_req; r++)
@@ -330,7 +334,7 @@ done:
  * a released id is unknown, and the engine holds only the requests not yet released. */
 static void release_many(const char *draft) {
     char name[96], err[512];
-    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    struct td_sampling g = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     int k = !strcmp(draft, "none") ? 0 : 2, total = quick_mode() ? 80 : 200;
     static struct outs ref;
     int ids[N_REQ], held_max = 0, released_running = 0, checked = 0, done_n = 0;
@@ -405,7 +409,7 @@ done:
  * once, and the requests beside it and after it give their own outputs */
 static void stop_at(const char *draft) {
     char name[96], err[512];
-    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    struct td_sampling g = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     int k = !strcmp(draft, "none") ? 0 : 3;
     static struct outs ref, got;
     int ids[4], cut_seen = 0, stopped = 0;
@@ -494,7 +498,7 @@ done:
  * are in order */
 static void request_stats(const char *draft) {
     char name[96], err[512];
-    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    struct td_sampling g = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     int ids[12];
     case_begin();
     struct td_engine *e = open_engine(draft, !strcmp(draft, "none") ? 0 : 3, 4, 256, NULL);

@@ -352,7 +352,7 @@ static int engine_with_gen(const char *text, int token, enum td_finish *why, int
         fputs(text, fp);
         fclose(fp);
     }
-    struct force f = {token};
+    struct force f = {.token = token};
     struct td_engine_params ep = td_engine_defaults();
     ep.model_dir = dir;
     ep.backend = "cpu";
@@ -365,11 +365,12 @@ static int engine_with_gen(const char *text, int token, enum td_finish *why, int
     struct td_engine *e;
     if (td_engine_init(&e, &ep, err, errlen)) return -1;
     int32_t prompt[3] = {5, 6, 7};
-    struct td_request_params rp = {.prompt = prompt,
-                                   .n_prompt = 3,
-                                   .max_tokens = 4,
-                                   .sampling = {0.0f, 0, 1.0f, 1},
-                                   .ignore_eos = 0};
+    struct td_request_params rp = {
+        .prompt = prompt,
+        .n_prompt = 3,
+        .max_tokens = 4,
+        .sampling = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1},
+        .ignore_eos = 0};
     int id = td_engine_submit(e, &rp, err, errlen), rc = 0;
     while (id >= 0 && (rc = td_engine_step(e, err, errlen)) > 0) {
     }
@@ -397,13 +398,14 @@ static void test_generation_config(void) {
     const struct {
         const char *text, *want;
     } bad[] = {
-        {"{\"eos_token_id\": 4294967586}", "4294967586"}, // 2^32 + 290 (was EOS 290)
-        {"{\"eos_token_id\": [1, 300]}", "300"},          // vocab 300
-        {"{\"eos_token_id\": -1}", "-1"},
-        {"{\"eos_token_id\": [1, \"2\"]}", "eos_token_id[1]"},
-        {"{\"eos_token_id\": 1.5}", "eos_token_id"},
-        {"{\"eos_token_id\": [1, 2", "malformed"},
-        {"[1, 2]", "not a JSON object"},
+        {.text = "{\"eos_token_id\": 4294967586}",
+         .want = "4294967586"},                                  // 2^32 + 290 (was EOS 290)
+        {.text = "{\"eos_token_id\": [1, 300]}", .want = "300"}, // vocab 300
+        {.text = "{\"eos_token_id\": -1}", .want = "-1"},
+        {.text = "{\"eos_token_id\": [1, \"2\"]}", .want = "eos_token_id[1]"},
+        {.text = "{\"eos_token_id\": 1.5}", .want = "eos_token_id"},
+        {.text = "{\"eos_token_id\": [1, 2", .want = "malformed"},
+        {.text = "[1, 2]", .want = "not a JSON object"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         err[0] = 0;
@@ -558,7 +560,12 @@ int main(void) {
     n = st_list(&hb, t);
     float mtp[64 * 64];
     memset(mtp, 0, sizeof mtp);
-    t[n++] = (struct st_tensor){"mtp.0.e_proj.weight", TD_DTYPE_F32, 2, {64, 64}, mtp, sizeof mtp};
+    t[n++] = (struct st_tensor){.name = "mtp.0.e_proj.weight",
+                                .dtype = TD_DTYPE_F32,
+                                .ndim = 2,
+                                .shape = {64, 64},
+                                .data = mtp,
+                                .nbytes = sizeof mtp};
     CHECK(!load_case("b_plain_hc2", t, n, &m, err, sizeof err), "%s", err);
     if (!check_case_failed) {
         CHECK(td_model_tensor(&m, "mtp.0.e_proj.weight") != NULL, "mtp tensor not kept");
@@ -600,8 +607,12 @@ int main(void) {
     expect_error("wrong_dtype", "b_plain_hc2", t, n, "tid2eid", "expected I32/I64");
 
     n = st_list(&hb, t);
-    t[n++] =
-        (struct st_tensor){"model.layers.7.mlp.gate.weight", TD_DTYPE_F32, 2, {8, 8}, mtp, 256};
+    t[n++] = (struct st_tensor){.name = "model.layers.7.mlp.gate.weight",
+                                .dtype = TD_DTYPE_F32,
+                                .ndim = 2,
+                                .shape = {8, 8},
+                                .data = mtp,
+                                .nbytes = 256};
     expect_error("unexpected_tensor", "b_plain_hc2", t, n, "unexpected tensor",
                  "model.layers.7.mlp.gate.weight");
 

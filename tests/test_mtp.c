@@ -45,13 +45,18 @@ struct mtp_fixture {
 };
 
 static const struct mtp_fixture fixtures[] = {
-    {"tiny", "models/tandem-tiny", "tests/fixtures/mtp_tiny",
-     "python3 tools/make_drafter_fixtures.py --out tests/fixtures/mtp_tiny"},
-    {"b_plain_hc2", "tests/fixtures/mtp_b_plain_hc2", "tests/fixtures/mtp_b_plain_hc2",
-     "python3 tools/make_drafter_fixtures.py --random b_plain_hc2"},
-    {"c_upstream_sharded", "tests/fixtures/mtp_c_upstream_sharded",
-     "tests/fixtures/mtp_c_upstream_sharded",
-     "python3 tools/make_drafter_fixtures.py --random c_upstream_sharded"},
+    {.name = "tiny",
+     .model = "models/tandem-tiny",
+     .dir = "tests/fixtures/mtp_tiny",
+     .make = "python3 tools/make_drafter_fixtures.py --out tests/fixtures/mtp_tiny"},
+    {.name = "b_plain_hc2",
+     .model = "tests/fixtures/mtp_b_plain_hc2",
+     .dir = "tests/fixtures/mtp_b_plain_hc2",
+     .make = "python3 tools/make_drafter_fixtures.py --random b_plain_hc2"},
+    {.name = "c_upstream_sharded",
+     .model = "tests/fixtures/mtp_c_upstream_sharded",
+     .dir = "tests/fixtures/mtp_c_upstream_sharded",
+     .make = "python3 tools/make_drafter_fixtures.py --random c_upstream_sharded"},
 };
 
 static const char *const case_names[3] = {"mtp/target_bonus", "mtp/catchup_logits_match_reference",
@@ -154,7 +159,7 @@ static void run_fixture(const struct mtp_fixture *x) {
     // the target over the prompt: its bonus token, and its final streams for the MTP
     if (!check_case_failed) {
         slot = td_state_seq_alloc(&st);
-        struct td_plan_seq q = {slot, 0, n, f.ids, 0, 0};
+        struct td_plan_seq q = {.slot = slot, .len_before = 0, .n_new = n, .ids = f.ids};
         struct td_plan_dims dims = td_state_plan_dims(&st, MAX_IDS, 2);
         plan_ok = !meta_plan_init(&p, &dims, err, sizeof err);
         CHECK(plan_ok && !meta_plan_build(&p, &q, 1, err, sizeof err), "%s", err);
@@ -177,14 +182,23 @@ static void run_fixture(const struct mtp_fixture *x) {
         memcpy(next, f.ids + 1, (size_t)(n - 1) * sizeof(int32_t));
         next[n - 1] = bonus;
     }
-    struct td_sampling greedy = {0.0f, 0, 1.0f, 0};
+    struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     // catch-up only: the logits of every prompt row
     case_begin();
     double worst = 0;
     CHECK(ready, "not run: the target pass or the MTP setup failed");
     if (!check_case_failed) {
         draft_mtp_set_all_logits(d, 1);
-        struct td_draft_seq r = {slot, 0, n, 0, next, 0, &greedy, drafts, qd, NULL, 0, NULL};
+        struct td_draft_seq r = {.slot = slot,
+                                 .pos0 = 0,
+                                 .n = n,
+                                 .row = 0,
+                                 .next = next,
+                                 .k = 0,
+                                 .sampling = &greedy,
+                                 .drafts = drafts,
+                                 .q = qd,
+                                 .conf = NULL};
         CHECK(!draft_mtp_run(d, &r, 1, err, sizeof err), "%s", err);
     }
     const struct st_entry *cl = st_set_find(&f.ref, "catchup_logits");
@@ -203,7 +217,16 @@ static void run_fixture(const struct mtp_fixture *x) {
     // last catch-up row meets the head)
     case_begin();
     worst = 0;
-    struct td_draft_seq r = {slot, 0, n, 0, next, K, &greedy, drafts, qd, NULL, 0, NULL};
+    struct td_draft_seq r = {.slot = slot,
+                             .pos0 = 0,
+                             .n = n,
+                             .row = 0,
+                             .next = next,
+                             .k = K,
+                             .sampling = &greedy,
+                             .drafts = drafts,
+                             .q = qd,
+                             .conf = NULL};
     CHECK(ready, "not run: the target pass or the MTP setup failed");
     if (!check_case_failed) {
         draft_mtp_set_all_logits(d, 0);

@@ -42,7 +42,17 @@ static uint32_t rnd(uint32_t n) {
 
 static struct td_plan_dims dims_v4(int max_tok, int max_seq, int max_ctx) {
     // V4-Flash-like: window 128, top-k 512, rates 4 and 128, rings with max_chunk 16
-    struct td_plan_dims d = {max_tok, max_seq, max_ctx, 128, 512, 4, 128, 144, 24, 144, 0};
+    struct td_plan_dims d = {.max_tok = max_tok,
+                             .max_seq = max_seq,
+                             .max_ctx = max_ctx,
+                             .window = 128,
+                             .topk = 512,
+                             .rate_csa = 4,
+                             .rate_hca = 128,
+                             .swa_ring = 144,
+                             .ring_csa = 24,
+                             .ring_hca = 144,
+                             .block = 0};
     return d;
 }
 
@@ -55,9 +65,11 @@ static void seed000(void) {
           "%s", err);
     int32_t ids[4] = {5, 6, 7, 8};
     // capture: two decode rows, one at max_model_len - 1
-    struct td_plan_seq c2[2] = {{0, (1 << 20) - 1, 1, ids, 0, 0}, {1, (1 << 20) - 1, 1, ids, 0, 0}};
+    struct td_plan_seq c2[2] = {{.slot = 0, .len_before = (1 << 20) - 1, .n_new = 1, .ids = ids},
+                                {.slot = 1, .len_before = (1 << 20) - 1, .n_new = 1, .ids = ids}};
     // live: two short decode rows
-    struct td_plan_seq l2[2] = {{0, 300, 1, ids, 0, 0}, {1, 77, 1, ids, 0, 0}};
+    struct td_plan_seq l2[2] = {{.slot = 0, .len_before = 300, .n_new = 1, .ids = ids},
+                                {.slot = 1, .len_before = 77, .n_new = 1, .ids = ids}};
     CHECK(!meta_plan_build(&cap, c2, 2, err, sizeof err), "%s", err);
     CHECK(!meta_plan_build(&live, l2, 2, err, sizeof err), "%s", err);
     ptrdiff_t off_cap = (char *)(cap.topk + 1 * cap.dims.topk) - (char *)cap.mem;
@@ -90,7 +102,7 @@ static void seed001(void) {
     struct td_plan_seq big[8];
     int big_len[8] = {9000, 8000, 7000, 6000, 5000, 17486, 6338, 7317};
     for (int s = 0; s < 8; s++)
-        big[s] = (struct td_plan_seq){s, big_len[s], 1, ids, 0, 0};
+        big[s] = (struct td_plan_seq){.slot = s, .len_before = big_len[s], .n_new = 1, .ids = ids};
     CHECK(!meta_plan_build(&p, big, 8, err, sizeof err), "%s", err);
     int stale_tail[3] = {p.kv_indptr[6] - p.kv_indptr[5], p.kv_indptr[7] - p.kv_indptr[6],
                          p.kv_indptr[8] - p.kv_indptr[7]};
@@ -99,7 +111,8 @@ static void seed001(void) {
     int want[5] = {3476, 3492, 3595, 3724, 3200};
     struct td_plan_seq five[5];
     for (int s = 0; s < 5; s++)
-        five[s] = (struct td_plan_seq){s, want[s] - 1, 1, ids, 0, 0};
+        five[s] =
+            (struct td_plan_seq){.slot = s, .len_before = want[s] - 1, .n_new = 1, .ids = ids};
     CHECK(!meta_plan_build(&p, five, 5, err, sizeof err), "%s", err);
     CHECK(p.n_seq_pad == 8 && p.n_tok_pad == 8, "not padded to 8 (%d/%d)", p.n_seq_pad,
           p.n_tok_pad);
@@ -134,10 +147,12 @@ static void draft_substeps(void) {
           "%s", err);
     int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     // sub-step 1: request 0 verifies 4 rows, request 1 prefills 3, request 2 decodes 1
-    struct td_plan_seq s1[3] = {
-        {0, 100, 4, ids, 0, 0}, {1, 20, 3, ids, 0, 0}, {2, 50, 1, ids, 0, 0}};
+    struct td_plan_seq s1[3] = {{.slot = 0, .len_before = 100, .n_new = 4, .ids = ids},
+                                {.slot = 1, .len_before = 20, .n_new = 3, .ids = ids},
+                                {.slot = 2, .len_before = 50, .n_new = 1, .ids = ids}};
     // sub-step 2: request 1 is done drafting; request 2 drafts 2, request 0 drafts 1
-    struct td_plan_seq s2[2] = {{2, 51, 2, ids, 0, 0}, {0, 104, 1, ids, 0, 0}};
+    struct td_plan_seq s2[2] = {{.slot = 2, .len_before = 51, .n_new = 2, .ids = ids},
+                                {.slot = 0, .len_before = 104, .n_new = 1, .ids = ids}};
     CHECK(!meta_plan_build(&a, s1, 3, err, sizeof err), "%s", err);
     CHECK(!meta_plan_build(&b, s2, 2, err, sizeof err), "%s", err);
     CHECK(!meta_plan_validate(&b, err, sizeof err), "fresh map rejected: %s", err);
@@ -160,7 +175,8 @@ static int random_batch(struct td_plan_seq *q, int32_t *ids, int max_seq, int ma
         int n = kind == 0 ? 1 + (int)rnd(40) : kind == 1 ? 1 + (int)rnd(8) : 1;
         if (n > left) n = left;
         int len = (int)rnd((uint32_t)(max_ctx - n));
-        q[s] = (struct td_plan_seq){s * 3 + 1, len, n, ids + used, 0, 0};
+        q[s] = (struct td_plan_seq){
+            .slot = s * 3 + 1, .len_before = len, .n_new = n, .ids = ids + used};
         for (int j = 0; j < n; j++)
             ids[used + j] = (int)rnd(1000);
         used += n;
@@ -218,13 +234,25 @@ static void block_rows(void) {
     char err[256];
     case_begin();
     // a DSpark stage model: sliding only, window 8, blocks of up to 5 rows
-    struct td_plan_dims d = {32, 4, 1000, 8, 0, 0, 0, 24, 0, 0, 5};
+    struct td_plan_dims d = {.max_tok = 32,
+                             .max_seq = 4,
+                             .max_ctx = 1000,
+                             .window = 8,
+                             .topk = 0,
+                             .rate_csa = 0,
+                             .rate_hca = 0,
+                             .swa_ring = 24,
+                             .ring_csa = 0,
+                             .ring_hca = 0,
+                             .block = 5};
     struct td_plan p;
     CHECK(!meta_plan_init(&p, &d, err, sizeof err), "%s", err);
     int32_t ids[16] = {9, 5, 5, 5, 5, 7, 5, 5, 5, 5, 1, 2, 3};
     // a block after 20 context rows, a block at the very start, and 3 causal context rows
     struct td_plan_seq q[3] = {
-        {2, 20, 5, ids, 0, 1}, {0, 0, 5, ids + 5, 0, 1}, {1, 11, 3, ids + 10, 0, 0}};
+        {.slot = 2, .len_before = 20, .n_new = 5, .ids = ids, .skip_logits = 0, .block = 1},
+        {.slot = 0, .len_before = 0, .n_new = 5, .ids = ids + 5, .skip_logits = 0, .block = 1},
+        {.slot = 1, .len_before = 11, .n_new = 3, .ids = ids + 10}};
     CHECK(!meta_plan_build(&p, q, 3, err, sizeof err), "%s", err);
     CHECK(!meta_plan_validate(&p, err, sizeof err), "%s", err);
     for (int t = 0; t < 5; t++) { // seq 0: keys 12..19 (window before) and 20..24 (the block)
@@ -246,7 +274,8 @@ static void block_rows(void) {
     CHECK(meta_plan_validate(&p, err, sizeof err), "a block row writing its ring passed");
     p.swa_write[2] = -1;
     // over capacity, and in a model with compressed layers
-    struct td_plan_seq big = {0, 4, 6, ids, 0, 1};
+    struct td_plan_seq big = {
+        .slot = 0, .len_before = 4, .n_new = 6, .ids = ids, .skip_logits = 0, .block = 1};
     CHECK(meta_plan_build(&p, &big, 1, err, sizeof err) && strstr(err, "capacity"),
           "a 6-row block passed a 5-row capacity");
     meta_plan_free(&p);
@@ -260,7 +289,17 @@ static void block_rows(void) {
 static void random_block_plans(void) {
     char err[256];
     case_begin();
-    struct td_plan_dims d = {128, 16, 5000, 16, 0, 0, 0, 32, 0, 0, 5};
+    struct td_plan_dims d = {.max_tok = 128,
+                             .max_seq = 16,
+                             .max_ctx = 5000,
+                             .window = 16,
+                             .topk = 0,
+                             .rate_csa = 0,
+                             .rate_hca = 0,
+                             .swa_ring = 32,
+                             .ring_csa = 0,
+                             .ring_hca = 0,
+                             .block = 5};
     struct td_plan p;
     CHECK(!meta_plan_init(&p, &d, err, sizeof err), "%s", err);
     struct td_plan_seq q[16];
@@ -310,7 +349,8 @@ static void with_model(void) {
     for (int i = 0; i < 300; i++)
         ids[i] = (i * 37 + 11) % V;
     int sa = td_state_seq_alloc(&st), sb = td_state_seq_alloc(&st);
-    struct td_plan_seq two[2] = {{sa, 0, 300, ids, 0, 0}, {sb, 0, 300, ids, 0, 0}};
+    struct td_plan_seq two[2] = {{.slot = sa, .len_before = 0, .n_new = 300, .ids = ids},
+                                 {.slot = sb, .len_before = 0, .n_new = 300, .ids = ids}};
     float *lg = malloc((size_t)600 * V * sizeof(float));
     int32_t *trace = malloc((size_t)c->n_layers * 600 * c->index_topk * sizeof(int32_t));
     CHECK(!td_forward_seqs(&m, &st, two, 2, lg, trace, err, sizeof err), "%s", err);
@@ -370,7 +410,8 @@ static void with_model(void) {
             if (rnd(3) == 0) continue;
             int kind = (int)rnd(3), nn = kind == 0 ? 1 + (int)rnd(19) : kind == 1 ? 4 : 1;
             if (len[s] + nn > 380) nn = 380 - len[s];
-            q[n++] = (struct td_plan_seq){slot_b[s], len[s], nn, seq_ids[s] + len[s], 0, 0};
+            q[n++] = (struct td_plan_seq){
+                .slot = slot_b[s], .len_before = len[s], .n_new = nn, .ids = seq_ids[s] + len[s]};
             rows += nn;
         }
         if (!n) continue;
@@ -379,7 +420,8 @@ static void with_model(void) {
             int s = 0;
             while (slot_b[s] != q[k].slot)
                 s++;
-            struct td_plan_seq q1 = {slot_1[s], len[s], q[k].n_new, q[k].ids, 0, 0};
+            struct td_plan_seq q1 = {
+                .slot = slot_1[s], .len_before = len[s], .n_new = q[k].n_new, .ids = q[k].ids};
             CHECK(!td_forward_seqs(&m, &one, &q1, 1, l1, NULL, err, sizeof err), "%s", err);
             CHECK(!memcmp(l1, lb + (size_t)row * V, (size_t)q[k].n_new * V * 4),
                   "iteration %d: sequence %d differs batched vs alone", it, s);
@@ -422,9 +464,10 @@ static void span_fresh(void) {
     int32_t ids[128];
     for (int i = 0; i < 128; i++)
         ids[i] = i * 7 + 1;
-    struct td_plan_seq big[3] = {
-        {0, 300, 60, ids, 0, 0}, {2, 4000 - 40, 30, ids, 0, 0}, {5, 0, 10, ids, 0, 0}};
-    struct td_plan_seq small[1] = {{2, 517, 6, ids, 0, 0}};
+    struct td_plan_seq big[3] = {{.slot = 0, .len_before = 300, .n_new = 60, .ids = ids},
+                                 {.slot = 2, .len_before = 4000 - 40, .n_new = 30, .ids = ids},
+                                 {.slot = 5, .len_before = 0, .n_new = 10, .ids = ids}};
+    struct td_plan_seq small[1] = {{.slot = 2, .len_before = 517, .n_new = 6, .ids = ids}};
     CHECK(!meta_plan_build(&a, big, 3, err, sizeof err), "big: %s", err);
     CHECK(!meta_plan_build(&a, small, 1, err, sizeof err) &&
               !meta_plan_build(&b, small, 1, err, sizeof err),

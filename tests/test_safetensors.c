@@ -430,9 +430,9 @@ static void test_special_files(void) {
     struct {
         const char *name, *fifo; /* the case; the file made a FIFO (in a sharded dir) */
     } fifos[] = {
-        {"fifo_model_safetensors", "model.safetensors"},
-        {"fifo_index_json", "model.safetensors.index.json"},
-        {"fifo_shard", SHARD2},
+        {.name = "fifo_model_safetensors", .fifo = "model.safetensors"},
+        {.name = "fifo_index_json", .fifo = "model.safetensors.index.json"},
+        {.name = "fifo_shard", .fifo = SHARD2},
     };
     for (size_t i = 0; i < sizeof fifos / sizeof *fifos; i++) {
         const char *dir = fifos[i].name;

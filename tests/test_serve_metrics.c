@@ -298,8 +298,14 @@ static int render_ok(struct srv_metrics *m, char **text, char *why, size_t wn) {
     return check_text(*text, why, wn);
 }
 
-static const struct met_info INFO = {"tiny", "mtp", 3, "1.2.3", "cpu", 0xabcdef0123456789ull,
-                                     16,     0};
+static const struct met_info INFO = {.model = "tiny",
+                                     .drafter = "mtp",
+                                     .k = 3,
+                                     .version = "1.2.3",
+                                     .backend = "cpu",
+                                     .config_hash = 0xabcdef0123456789ull,
+                                     .slots_total = 16,
+                                     .vllm_compat = 0};
 
 static struct met_info info_with(int vllm, const char *drafter, int k) {
     struct met_info in = INFO;
@@ -314,7 +320,12 @@ static void observe_some(struct srv_metrics *m) {
     met_received(m);
     met_received(m);
     met_rejected(m, MET_REJECT_QUEUE_FULL);
-    struct met_request r = {MET_FINISH_STOP, 10, 20, 0.003, 0.02, 0.5};
+    struct met_request r = {.finish = MET_FINISH_STOP,
+                            .prompt_tokens = 10,
+                            .generation_tokens = 20,
+                            .queue_s = 0.003,
+                            .ttft_s = 0.02,
+                            .e2e_s = 0.5};
     met_finished(m, &r);
     met_disconnect(m, MET_PHASE_DECODE);
     met_itl(m, 0.01, 2);
@@ -342,23 +353,28 @@ static void checker_rejects_bad_text(void) {
     static const struct {
         const char *what, *text;
     } bad[] = {
-        {"no TYPE", "# HELP a_total x\na_total 1\n"},
-        {"TYPE before HELP", "# TYPE a_total counter\n# HELP a_total x\na_total 1\n"},
-        {"twice", "# HELP a x\n# TYPE a gauge\na 1\n# HELP a x\n# TYPE a gauge\n"},
-        {"counter name", "# HELP a x\n# TYPE a counter\na 1\n"},
-        {"outside", "# HELP a x\n# TYPE a gauge\nb 1\n"},
-        {"bad escape", "# HELP a x\n# TYPE a gauge\na{l=\"\\q\"} 1\n"},
-        {"raw quote", "# HELP a x\n# TYPE a gauge\na{l=\"x\"y\"} 1\n"},
-        {"bad value", "# HELP a x\n# TYPE a gauge\na 1x\n"},
-        {"no newline", "# HELP a x\n# TYPE a gauge\na 1"},
-        {"not cumulative", "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\n"
-                           "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n"},
-        {"no +Inf", "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n"},
-        {"count != +Inf", "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\n"
-                          "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 2\n"},
-        {"le order", "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"2\"} 1\nh_bucket{le=\"1\"} 1\n"
-                     "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n"},
-        {"duplicate", "# HELP a x\n# TYPE a gauge\na{l=\"1\"} 1\na{l=\"1\"} 2\n"},
+        {.what = "no TYPE", .text = "# HELP a_total x\na_total 1\n"},
+        {.what = "TYPE before HELP",
+         .text = "# TYPE a_total counter\n# HELP a_total x\na_total 1\n"},
+        {.what = "twice", .text = "# HELP a x\n# TYPE a gauge\na 1\n# HELP a x\n# TYPE a gauge\n"},
+        {.what = "counter name", .text = "# HELP a x\n# TYPE a counter\na 1\n"},
+        {.what = "outside", .text = "# HELP a x\n# TYPE a gauge\nb 1\n"},
+        {.what = "bad escape", .text = "# HELP a x\n# TYPE a gauge\na{l=\"\\q\"} 1\n"},
+        {.what = "raw quote", .text = "# HELP a x\n# TYPE a gauge\na{l=\"x\"y\"} 1\n"},
+        {.what = "bad value", .text = "# HELP a x\n# TYPE a gauge\na 1x\n"},
+        {.what = "no newline", .text = "# HELP a x\n# TYPE a gauge\na 1"},
+        {.what = "not cumulative",
+         .text = "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\n"
+                 "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n"},
+        {.what = "no +Inf",
+         .text = "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n"},
+        {.what = "count != +Inf",
+         .text = "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\n"
+                 "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 2\n"},
+        {.what = "le order",
+         .text = "# HELP h x\n# TYPE h histogram\nh_bucket{le=\"2\"} 1\nh_bucket{le=\"1\"} 1\n"
+                 "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n"},
+        {.what = "duplicate", .text = "# HELP a x\n# TYPE a gauge\na{l=\"1\"} 1\na{l=\"1\"} 2\n"},
     };
     char why[256];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -467,7 +483,12 @@ static void buckets_inclusive(void) {
         // ttft bounds .005 .01 ... 30 60; queue ttft_s < 0 and NaN are not observed
         double t[] = {0.005, 0.0050001, 0.01, 60, 60.5, -1, NAN};
         for (int i = 0; i < 7; i++) {
-            struct met_request r = {MET_FINISH_STOP, 1, 1, -1, t[i], -1};
+            struct met_request r = {.finish = MET_FINISH_STOP,
+                                    .prompt_tokens = 1,
+                                    .generation_tokens = 1,
+                                    .queue_s = -1,
+                                    .ttft_s = t[i],
+                                    .e2e_s = -1};
             met_finished(m, &r);
         }
         CHECK(bucket(m, "tandem_ttft_seconds", "", "0.005") == 1, "le=0.005 holds 0.005: %g",
@@ -508,7 +529,12 @@ static void buckets_inclusive(void) {
         CHECK(bucket(m, "tandem_spec_accepted_per_step", dl, "+Inf") == 5, "accepted +Inf");
         CHECK(met_value(m, "tandem_spec_accepted_per_step_sum", dl) == 34, "accepted sum");
         // e2e and queue share the .01 ... 600 bounds
-        struct met_request r = {MET_FINISH_LENGTH, 1, 1, 600, -1, 600.0001};
+        struct met_request r = {.finish = MET_FINISH_LENGTH,
+                                .prompt_tokens = 1,
+                                .generation_tokens = 1,
+                                .queue_s = 600,
+                                .ttft_s = -1,
+                                .e2e_s = 600.0001};
         met_finished(m, &r);
         CHECK(bucket(m, "tandem_queue_seconds", "", "600") == 1, "queue le=600 holds 600");
         CHECK(bucket(m, "tandem_e2e_seconds", "", "600") == 0, "e2e 600.0001 in le=600");
@@ -561,7 +587,12 @@ static void request_counters(void) {
         static const char *ph[] = {"queued", "prefill", "decode"};
         for (int i = 0; i < MET_FINISH_N; i++)
             for (int j = 0; j <= i; j++) {
-                struct met_request r = {(enum met_finish)i, 5, i, 0.1, 0.2, 0.3};
+                struct met_request r = {.finish = (enum met_finish)i,
+                                        .prompt_tokens = 5,
+                                        .generation_tokens = i,
+                                        .queue_s = 0.1,
+                                        .ttft_s = 0.2,
+                                        .e2e_s = 0.3};
                 met_finished(m, &r);
             }
         for (int i = 0; i < MET_REJECT_N; i++)
@@ -856,7 +887,12 @@ static void *observer(void *arg) {
     struct td_engine_stats s = {0};
     for (int i = 0; i < N_OBS; i++) {
         met_received(c->m);
-        struct met_request r = {(enum met_finish)(i % MET_FINISH_N), 2, 3, 0.001, 0.002, 0.004};
+        struct met_request r = {.finish = (enum met_finish)(i % MET_FINISH_N),
+                                .prompt_tokens = 2,
+                                .generation_tokens = 3,
+                                .queue_s = 0.001,
+                                .ttft_s = 0.002,
+                                .e2e_s = 0.004};
         met_finished(c->m, &r);
         met_itl(c->m, 0.003, 3);
         met_step(c->m, (enum met_step)(i % MET_STEP_N), 0.001, i % 300);

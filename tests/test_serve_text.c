@@ -59,19 +59,22 @@ static void json_str_cases(void) {
         size_t n;
         const char *want;
     } t[] = {
-        {"plain", 5, "plain"},
-        {"q\"b\\s\n\r\t\x01\x1f/", 11, "q\"b\\s\n\r\t\x01\x1f/"},
-        {"caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82", 14,
-         "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82"},
-        {"a\xff"
-         "b\x80"
-         "c",
-         5,
-         "a\xef\xbf\xbd"
-         "b\xef\xbf\xbd"
-         "c"},
-        {"cut\xe6\x97", 5, "cut\xef\xbf\xbd\xef\xbf\xbd"},
-        {"nul\0x", 5, NULL}, // NUL: jansson refuses \u0000 by default; checked by hand below
+        {.in = "plain", .n = 5, .want = "plain"},
+        {.in = "q\"b\\s\n\r\t\x01\x1f/", .n = 11, .want = "q\"b\\s\n\r\t\x01\x1f/"},
+        {.in = "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82",
+         .n = 14,
+         .want = "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82"},
+        {.in = "a\xff"
+               "b\x80"
+               "c",
+         .n = 5,
+         .want = "a\xef\xbf\xbd"
+                 "b\xef\xbf\xbd"
+                 "c"},
+        {.in = "cut\xe6\x97", .n = 5, .want = "cut\xef\xbf\xbd\xef\xbf\xbd"},
+        {.in = "nul\0x",
+         .n = 5,
+         .want = NULL}, // NUL: jansson refuses \u0000 by default; checked by hand below
     };
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
         struct sbuf b = {0};

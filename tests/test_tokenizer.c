@@ -316,7 +316,7 @@ static void test_components(void) {
         }
         json_array_foreach(json_object_get(r, "cases"), k, c) {
             json_t *text = json_object_get(c, "text");
-            struct pieces p = {t, {0}};
+            struct pieces p = {.t = t, .all = {0}};
             tok_pretokenize(t, json_string_value(text), json_string_length(text), collect, &p);
             struct tok_buf want = {0};
             size_t j;
@@ -383,9 +383,10 @@ static void test_invalid_utf8(void) {
     static const struct {
         const char *s;
         size_t n, at;
-    } bad[] = {{"abc\xff", 4, 3},         {"\xc0\xaf", 2, 0},         {"x\xed\xa0\x80", 4, 1},
-               {"ok \xe2\x82", 5, 3},     {"\xf4\x90\x80\x80", 4, 0}, {"\x80", 1, 0},
-               {"caf\xc3\xa9 \xc3", 7, 6}};
+    } bad[] = {{.s = "abc\xff", .n = 4, .at = 3},          {.s = "\xc0\xaf", .n = 2, .at = 0},
+               {.s = "x\xed\xa0\x80", .n = 4, .at = 1},    {.s = "ok \xe2\x82", .n = 5, .at = 3},
+               {.s = "\xf4\x90\x80\x80", .n = 4, .at = 0}, {.s = "\x80", .n = 1, .at = 0},
+               {.s = "caf\xc3\xa9 \xc3", .n = 7, .at = 6}};
     struct tok_ids ids = {0};
     char err[256], want[64];
     for (size_t i = 0; t && i < sizeof bad / sizeof bad[0]; i++) {
@@ -597,15 +598,16 @@ static void test_huge_ids(void) {
     static const struct {
         const char *name, *json, *want;
     } c[] = {
-        {"tok_refuses_huge_vocab_id",
-         "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1073741823}, \"merges\": []}}",
-         "model.vocab[\"a\"]: id 1073741823 is past the tokens the file holds (ids must be "
-         "below 1026)"},
-        {"tok_refuses_huge_added_id",
-         "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
-         "\"added_tokens\":[{\"id\":1073741823,\"content\":\"<x>\"}]}",
-         "added_tokens[0]: id 1073741823 is past the tokens the file holds (ids must be below "
-         "1028)"},
+        {.name = "tok_refuses_huge_vocab_id",
+         .json = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1073741823}, \"merges\": []}}",
+         .want = "model.vocab[\"a\"]: id 1073741823 is past the tokens the file holds (ids must be "
+                 "below 1026)"},
+        {.name = "tok_refuses_huge_added_id",
+         .json = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+                 "\"added_tokens\":[{\"id\":1073741823,\"content\":\"<x>\"}]}",
+         .want =
+             "added_tokens[0]: id 1073741823 is past the tokens the file holds (ids must be below "
+             "1028)"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         case_begin();
@@ -683,7 +685,7 @@ static void test_strip_and_empty_words(void) {
     CHECK(!tok_load_mem(&t, j.p, j.n, NULL, err, sizeof err), "load: %s", err);
     if (t) {
         int32_t v[] = {0, 0, 1, 0};
-        struct tok_ids ids = {v, 4, 4};
+        struct tok_ids ids = {.ids = v, .n = 4, .cap = 4};
         char *text = NULL;
         size_t n = 0;
         CHECK(!tok_decode(t, v, 4, 0, &text, &n, err, sizeof err) && text && !strcmp(text, "a_"),
@@ -795,8 +797,9 @@ static void test_chat_layouts(void) {
     struct tok *t = NULL;
     char err[512];
     struct chat c;
-    struct chat_msg m[] = {
-        {CHAT_ROLE_SYSTEM, "S"}, {CHAT_ROLE_USER, "U"}, {CHAT_ROLE_ASSISTANT, "A"}};
+    struct chat_msg m[] = {{.role = CHAT_ROLE_SYSTEM, .content = "S"},
+                           {.role = CHAT_ROLE_USER, .content = "U"},
+                           {.role = CHAT_ROLE_ASSISTANT, .content = "A"}};
     if (tok_load_mem(&t, chatml, strlen(chatml), NULL, err, sizeof err)) case_fail("%s", err);
     if (t) {
         chat_init(&c, t, err, sizeof err);
@@ -920,19 +923,52 @@ static void test_cli(void) {
         int rc;
         const char *want;
     } bad[] = {
-        {0, {"--text", "x", NULL}, 2, "--model DIR is required"},
-        {0, {"--model", FIXDIR "/gpt2", NULL}, 2, "exactly one of"},
-        {0, {"--model", FIXDIR "/gpt2", "--text", "x", "--file", "y", NULL}, 2, "exactly one"},
-        {0, {"--model", "/nonexistent", "--text", "x", NULL}, 1, "cannot open"},
-        {0, {"--model", FIXDIR "/gpt2", "--file", "/nonexistent", NULL}, 1, "cannot open"},
-        {0, {"--model", FIXDIR "/gpt2", "--file", "/dev/zero", NULL}, 1, "more than 256 MiB of text"},
-        {0, {"--model", FIXDIR "/gpt2", "--bogus", NULL}, 2, "unknown option"},
-        {0, {"--model", FIXDIR "/gpt2", "--text", "\xc3(", NULL}, 1, "not valid UTF-8"},
-        {1, {"--model", FIXDIR "/gpt2", "--ids", "1 x", NULL}, 2, "not a list of token ids"},
-        {1, {"--model", FIXDIR "/gpt2", "--ids", "-3", NULL}, 2, "not a list"},
-        {1, {"--model", FIXDIR "/gpt2", "--ids", "99999999", NULL}, 1, "names no token"},
-        {1, {"--model", FIXDIR "/gpt2", NULL}, 2, "--ids LIST is required"},
-        {1, {"--model", FIXDIR "/gpt2", "--ids", NULL}, 2, "needs a value"},
+        {.det = 0, .args = {"--text", "x", NULL}, .rc = 2, .want = "--model DIR is required"},
+        {.det = 0, .args = {"--model", FIXDIR "/gpt2", NULL}, .rc = 2, .want = "exactly one of"},
+        {.det = 0,
+         .args = {"--model", FIXDIR "/gpt2", "--text", "x", "--file", "y", NULL},
+         .rc = 2,
+         .want = "exactly one"},
+        {.det = 0,
+         .args = {"--model", "/nonexistent", "--text", "x", NULL},
+         .rc = 1,
+         .want = "cannot open"},
+        {.det = 0,
+         .args = {"--model", FIXDIR "/gpt2", "--file", "/nonexistent", NULL},
+         .rc = 1,
+         .want = "cannot open"},
+        {.det = 0,
+         .args = {"--model", FIXDIR "/gpt2", "--file", "/dev/zero", NULL},
+         .rc = 1,
+         .want = "more than 256 MiB of text"},
+        {.det = 0,
+         .args = {"--model", FIXDIR "/gpt2", "--bogus", NULL},
+         .rc = 2,
+         .want = "unknown option"},
+        {.det = 0,
+         .args = {"--model", FIXDIR "/gpt2", "--text", "\xc3(", NULL},
+         .rc = 1,
+         .want = "not valid UTF-8"},
+        {.det = 1,
+         .args = {"--model", FIXDIR "/gpt2", "--ids", "1 x", NULL},
+         .rc = 2,
+         .want = "not a list of token ids"},
+        {.det = 1,
+         .args = {"--model", FIXDIR "/gpt2", "--ids", "-3", NULL},
+         .rc = 2,
+         .want = "not a list"},
+        {.det = 1,
+         .args = {"--model", FIXDIR "/gpt2", "--ids", "99999999", NULL},
+         .rc = 1,
+         .want = "names no token"},
+        {.det = 1,
+         .args = {"--model", FIXDIR "/gpt2", NULL},
+         .rc = 2,
+         .want = "--ids LIST is required"},
+        {.det = 1,
+         .args = {"--model", FIXDIR "/gpt2", "--ids", NULL},
+         .rc = 2,
+         .want = "needs a value"},
     };
     case_begin();
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

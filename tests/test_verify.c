@@ -69,7 +69,7 @@ static double run_chain(int kind, int L, double bias, long *n_accepted) {
     float logits[(8 + 1) * V], qrow[8][V], p[V], r[V];
     const float *qp[8];
     int32_t drafts[8];
-    struct td_sampling s = {1.0f, 0, 1.0f, 0};
+    struct td_sampling s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     for (long t = 0; t < TRIALS; t++) {
         s.seed = (uint64_t)t;
         int prev = 0;
@@ -157,8 +157,10 @@ static void test_one_hot(void) {
         for (int v = 0; v < V; v++)
             logits[j * V + v] = v == want[j] ? 0.0f : -1e30f;
     for (int trial = 0; trial < 200; trial++) {
-        struct td_sampling s = {0.7f + trial % 3, trial % 4, trial % 2 ? 0.9f : 1.0f,
-                                (uint64_t)trial};
+        struct td_sampling s = {.temperature = 0.7f + trial % 3,
+                                .top_k = trial % 4,
+                                .top_p = trial % 2 ? 0.9f : 1.0f,
+                                .seed = (uint64_t)trial};
         for (int j = 0; j < 4; j++)
             drafts[j] = trial % 5 == 0 ? want[j] : (int32_t)(td_rand_uniform(trial, j, 9) * V);
         float q[4][V];
@@ -184,7 +186,7 @@ static void test_one_hot(void) {
 static void test_greedy_prefix(void) {
     case_begin();
     float logits[8 * V], p[V], r[V];
-    struct td_sampling s = {0.0f, 0, 1.0f, 3};
+    struct td_sampling s = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 3};
     for (int trial = 0; trial < 500; trial++) {
         for (int k = 0; k < 8 * V; k++)
             logits[k] = (float)td_rand_uniform(trial, k, 4);
@@ -207,7 +209,7 @@ static void test_nan(void) {
     float logits[4 * V], p[V], r[V], q[3][V];
     const float *qp[3] = {q[0], q[1], q[2]};
     int32_t drafts[3] = {1, 2, 3};
-    struct td_sampling s = {1.0f, 0, 1.0f, 1};
+    struct td_sampling s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 1};
     case_begin();
     for (int k = 0; k < 4 * V; k++)
         logits[k] = k % V == (k / V + 1) ? 5.0f : 0.0f;
@@ -247,14 +249,14 @@ static void test_nan(void) {
 static void test_probs(void) {
     case_begin();
     float lg[V] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f}, p[V];
-    struct td_sampling g = {0.0f, 0, 1.0f, 0};
+    struct td_sampling g = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     td_probs(p, lg, V, &g);
     CHECK(p[1] == 1.0f && p[3] == 0.0f, "greedy tie must pick the lowest id");
-    struct td_sampling k2 = {1.0f, 2, 1.0f, 0};
+    struct td_sampling k2 = {.temperature = 1.0f, .top_k = 2, .top_p = 1.0f, .seed = 0};
     td_probs(p, lg, V, &k2);
     CHECK(p[0] == 0 && p[2] == 0 && fabsf(p[1] - 0.5f) < 1e-6f && fabsf(p[3] - 0.5f) < 1e-6f,
           "top-k 2: %g %g %g %g", p[0], p[1], p[2], p[3]);
-    struct td_sampling tp = {1.0f, 0, 0.5f, 0};
+    struct td_sampling tp = {.temperature = 1.0f, .top_k = 0, .top_p = 0.5f, .seed = 0};
     td_probs(p, lg, V, &tp);
     int nz = 0;
     for (int i = 0; i < V; i++)
@@ -323,7 +325,8 @@ static void test_greedy_fast_path(void) {
             st = st * 6364136223846793005ull + 1442695040888963407ull;
             d[j] = (st >> 40) % 3 ? td_argmax(lg + (size_t)j * nv, nv) : (int)((st >> 20) % nv);
         }
-        struct td_sampling s = {0.0f, 0, 1.0f, (uint64_t)it};
+        struct td_sampling s = {
+            .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = (uint64_t)it};
         struct verify_result a, b;
         for (int j = 0; j <= nl; j++) { // the one-pass argmax itself against td_argmax
             const float *row = lg + (size_t)j * nv;

@@ -37,7 +37,7 @@ static int sl_push(struct slist *l, const char *s, size_t n) {
     }
     size_t off = l->buf.n;
     if (tok_buf_put(&l->buf, s, n)) return -1;
-    l->v[l->n++] = (struct tok_span){off, n, 0};
+    l->v[l->n++] = (struct tok_span){.off = off, .len = n, .is_match = 0};
     return 0;
 }
 

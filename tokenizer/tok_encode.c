@@ -243,7 +243,7 @@ static int apply_behavior(struct tok_spans *sp, enum tok_split_behavior b, struc
             if (merge && w > 0) {
                 sp->v[w - 1].len = c.off + c.len - sp->v[w - 1].off;
             } else {
-                sp->v[w++] = (struct tok_span){c.off, c.len, 0};
+                sp->v[w++] = (struct tok_span){.off = c.off, .len = c.len, .is_match = 0};
             }
         }
         sp->n = w;
@@ -381,7 +381,7 @@ static int add_sym(struct enc *e, int32_t id) {
     if (reserve(&t->sym, &t->sym_cap, e->n_sym + 1, sizeof(struct sym))) return -1;
     struct sym *v = t->sym;
     int32_t i = (int32_t)e->n_sym++;
-    v[i] = (struct sym){id, i - 1, -1, 1};
+    v[i] = (struct sym){.id = id, .prev = i - 1, .next = -1, .alive = 1};
     if (i > 0) v[i - 1].next = i;
     return 0;
 }
@@ -445,7 +445,7 @@ static int merge_all(struct enc *e) {
     struct merge *h = t->heap;
     for (size_t i = 0; i + 1 < n; i++) {
         const struct tok_merge_slot *m = tok_merges_get(&t->merges, v[i].id, v[i + 1].id);
-        if (m) heap_push(h, &hn, (struct merge){m->rank, (int32_t)i, m->id});
+        if (m) heap_push(h, &hn, (struct merge){.rank = m->rank, .pos = (int32_t)i, .id = m->id});
     }
     while (hn) {
         struct merge top = heap_pop(h, &hn);
@@ -461,11 +461,11 @@ static int merge_all(struct enc *e) {
         // at most two new pairs per merge, and n - 1 merges: the heap never exceeds 2n
         if (a->prev >= 0) {
             m = tok_merges_get(&t->merges, v[a->prev].id, a->id);
-            if (m) heap_push(h, &hn, (struct merge){m->rank, a->prev, m->id});
+            if (m) heap_push(h, &hn, (struct merge){.rank = m->rank, .pos = a->prev, .id = m->id});
         }
         if (a->next >= 0) {
             m = tok_merges_get(&t->merges, a->id, v[a->next].id);
-            if (m) heap_push(h, &hn, (struct merge){m->rank, top.pos, m->id});
+            if (m) heap_push(h, &hn, (struct merge){.rank = m->rank, .pos = top.pos, .id = m->id});
         }
     }
     return 0;
@@ -592,7 +592,7 @@ int tok_encode(struct tok *t, const char *text, size_t len, unsigned flags, stru
         return -1;
     }
     size_t n0 = out->n;
-    struct enc e = {t, out, 0};
+    struct enc e = {.t = t, .out = out, .n_sym = 0};
     int sat = (flags & TOK_ENCODE_SPECIAL_AS_TEXT) != 0, rc = 0;
     if (flags & TOK_ENCODE_ADD_SPECIAL)
         for (size_t i = 0; i < t->n_post_prefix && !rc; i++)

@@ -46,7 +46,7 @@ int tok_spans_push(struct tok_spans *s, size_t off, size_t len, int is_match) {
         s->v = v;
         s->cap = cap;
     }
-    s->v[s->n++] = (struct tok_span){off, len, is_match};
+    s->v[s->n++] = (struct tok_span){.off = off, .len = len, .is_match = is_match};
     return 0;
 }
 
@@ -113,7 +113,8 @@ int tok_map_set(struct tok_map *m, const char *s, size_t n, int32_t val, int32_t
     }
     uint64_t off = m->keys.n;
     if (tok_buf_put(&m->keys, s, n)) return -1;
-    m->slots[i] = (struct tok_map_slot){off, h, (uint32_t)n, val, val2};
+    m->slots[i] =
+        (struct tok_map_slot){.off = off, .hash = h, .len = (uint32_t)n, .val = val, .val2 = val2};
     m->count++;
     return 0;
 }
@@ -172,7 +173,8 @@ int tok_merges_set(struct tok_merges *m, int32_t a, int32_t b, int32_t rank, int
     while (m->slots[i].key != UINT64_MAX && m->slots[i].key != key)
         i = (i + 1) & (m->cap - 1);
     if (m->slots[i].key == UINT64_MAX) m->count++;
-    m->slots[i] = (struct tok_merge_slot){key, rank, id}; // a repeated pair: the later rank wins
+    // a repeated pair: the later rank wins
+    m->slots[i] = (struct tok_merge_slot){.key = key, .rank = rank, .id = id};
     return 0;
 }
 
@@ -444,7 +446,7 @@ int tok_trie_add(struct tok_trie *tr, const char *s, size_t n, int32_t added) {
         tr->cap = 64;
         tr->nodes = malloc(tr->cap * sizeof *tr->nodes);
         if (!tr->nodes) return -1;
-        tr->nodes[0] = (struct tok_trie_node){-1, -1, -1, 0};
+        tr->nodes[0] = (struct tok_trie_node){.child = -1, .sibling = -1, .added = -1, .byte = 0};
         tr->n = 1;
     }
     if (n == 0) return 0; // HF ignores empty added tokens
@@ -463,7 +465,8 @@ int tok_trie_add(struct tok_trie *tr, const char *s, size_t n, int32_t added) {
                 tr->cap *= 2;
             }
             k = (int32_t)tr->n++;
-            tr->nodes[k] = (struct tok_trie_node){-1, tr->nodes[cur].child, -1, c};
+            tr->nodes[k] = (struct tok_trie_node){
+                .child = -1, .sibling = tr->nodes[cur].child, .added = -1, .byte = c};
             tr->nodes[cur].child = k;
         }
         cur = k;

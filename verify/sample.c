@@ -85,7 +85,7 @@ int td_probs(float *p, const float *logits, int vocab, const struct td_sampling 
     struct ranked *r = malloc((size_t)vocab * sizeof *r);
     int *idx = malloc((size_t)vocab * sizeof(int));
     for (int i = 0; i < vocab; i++)
-        r[i] = (struct ranked){p[i], i};
+        r[i] = (struct ranked){.p = p[i], .id = i};
     qsort(r, (size_t)vocab, sizeof *r, by_prob_desc);
     for (int i = 0; i < vocab; i++)
         idx[i] = r[i].id;
