@@ -5,25 +5,18 @@
 //
 //   node --test tests/serve/disconnect.test.mjs
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import {
-    startServer, client, solo, detokenize, tokenize, collect, scrape, mval, waitFor, sleep,
+    serverForFile, client, solo, detokenize, tokenize, collect, scrape, mval, waitFor, sleep,
 } from './harness.mjs';
 
 let srv, prompt;
 const PING_S = 1;
 
-before(async () => {
-    // two running slots so that a third request queues; pings every second
-    srv = await startServer(['--draft', 'none', '--set', 'scheduler.max_running=2', '--set', `server.sse_ping_s=${PING_S}`]);
-    prompt = await tokenize('The ship sailed out of the harbour and');
-}, { timeout: 90000 });
-
-after(async () => {
-    if (srv) assert.equal(await srv.stop(), 0);
-}, { timeout: 40000 });
+// two running slots so that a third request queues; pings every second
+serverForFile(['--draft', 'none', '--set', 'scheduler.max_running=2', '--set', `server.sse_ping_s=${PING_S}`], 'The ship sailed out of the harbour and', (s, p) => ([srv, prompt] = [s, p]));
 
 const T = { timeout: 30000 };
 const long = () => ({ model: srv.model, prompt, max_tokens: 900, temperature: 0, ignore_eos: true });

@@ -18,6 +18,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import assert from 'node:assert/strict';
+import { before, after } from 'node:test';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const TANDEM = process.env.TD_TANDEM || path.join(ROOT, 'bin/tandem');
@@ -165,6 +167,20 @@ export function startServer(args = [], { env = {}, timeoutMs = 60000 } = {}) {
 /* Run `tandem serve ARGS` expecting it to exit without serving (bad configuration).
  * Resolves with { code, signal, stderr, ready } (ready: whether a ready line appeared, in
  * which case the server is killed). */
+/* One server for a whole test file: started before its first test with `args`, the prompt
+ * `text` tokenized, both handed to `set(srv, promptIds)`; stopped after its last test, which
+ * asserts a clean exit (0). */
+export function serverForFile(args, text, set, opts = {}) {
+    let srv;
+    before(async () => {
+        srv = await startServer(args, opts);
+        set(srv, await tokenize(text));
+    }, { timeout: 90000 });
+    after(async () => {
+        if (srv) assert.equal(await srv.stop(), 0);
+    }, { timeout: 40000 });
+}
+
 export function serveExpectExit(args, { env = {}, timeoutMs = 20000, raw = false } = {}) {
     const dir = tmpdir('serve-fail');
     const argv = raw ? args : serveArgs(args, dir);

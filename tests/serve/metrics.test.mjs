@@ -7,21 +7,14 @@
 //
 //   node --test tests/serve/metrics.test.mjs
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, client, raw, scrape, settled, parseProm, mval, has, tokenize, collect, solo, detokenize } from './harness.mjs';
+import { serverForFile, startServer, client, raw, scrape, settled, parseProm, mval, has, tokenize, collect, solo, detokenize } from './harness.mjs';
 
 const K = 3;
 let srv, prompt;
 
-before(async () => {
-    srv = await startServer(['--draft', 'mtp', '--draft-tokens', String(K)]);
-    prompt = await tokenize('The farmer went to the market with');
-}, { timeout: 90000 });
-
-after(async () => {
-    if (srv) assert.equal(await srv.stop(), 0);
-}, { timeout: 40000 });
+serverForFile(['--draft', 'mtp', '--draft-tokens', String(K)], 'The farmer went to the market with', (s, p) => ([srv, prompt] = [s, p]));
 
 const T = { timeout: 60000 };
 

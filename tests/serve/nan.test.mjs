@@ -6,24 +6,17 @@
 //
 //   node --test tests/serve/nan.test.mjs
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { APIError, InternalServerError } from 'openai';
 import {
-    startServer, client, solo, detokenize, tokenize, collect, settled, mval, raw, parseSSE,
+    serverForFile, client, solo, detokenize, tokenize, collect, settled, mval, raw, parseSSE,
 } from './harness.mjs';
 
 const NAN_SEED = 4242;
 let srv, prompt;
 
-before(async () => {
-    srv = await startServer(['--draft', 'none'], { env: { TANDEM_TEST_NAN: String(NAN_SEED) } });
-    prompt = await tokenize('The bells rang out over the town');
-}, { timeout: 90000 });
-
-after(async () => {
-    if (srv) assert.equal(await srv.stop(), 0);
-}, { timeout: 40000 });
+serverForFile(['--draft', 'none'], 'The bells rang out over the town', (s, p) => ([srv, prompt] = [s, p]), { env: { TANDEM_TEST_NAN: String(NAN_SEED) } });
 
 const T = { timeout: 30000 };
 const body = (extra = {}) => ({ model: srv.model, prompt, max_tokens: 24, temperature: 0, ...extra });

@@ -5,23 +5,16 @@
 //
 //   node --test tests/serve/overload.test.mjs
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { RateLimitError } from 'openai';
 import {
-    startServer, client, solo, detokenize, tokenize, collect, scrape, mval, waitFor, sleep, raw, rawStream, sseChunks,
+    serverForFile, startServer, client, solo, detokenize, tokenize, collect, scrape, mval, waitFor, sleep, raw, rawStream, sseChunks,
 } from './harness.mjs';
 
 let srv, prompt;
 
-before(async () => {
-    srv = await startServer(['--draft', 'none', '--set', 'limits.max_waiting=1', '--set', 'scheduler.max_running=1']);
-    prompt = await tokenize('The wind blew over the hills and');
-}, { timeout: 90000 });
-
-after(async () => {
-    if (srv) assert.equal(await srv.stop(), 0);
-}, { timeout: 40000 });
+serverForFile(['--draft', 'none', '--set', 'limits.max_waiting=1', '--set', 'scheduler.max_running=1'], 'The wind blew over the hills and', (s, p) => ([srv, prompt] = [s, p]));
 
 const T = { timeout: 60000 };
 const body = (max_tokens, extra = {}) => ({ model: srv.model, prompt, max_tokens, temperature: 0, ignore_eos: true, ...extra });
