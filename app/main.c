@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "kernels/err.h"
 #include "model/backend.h"
 #include "app/cli.h"
 #include "model/fileio.h"
@@ -164,7 +165,7 @@ static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size
 
 /* "37,1,1,64" -> sizes; each > 0, sum == n_ids */
 static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *err, size_t errlen) {
-    int *c = malloc((strlen(s) / 2 + 2) * sizeof *c), n = 0;
+    int *c = td_xmalloc((strlen(s) / 2 + 2) * sizeof *c), n = 0;
     long sum = 0;
     const char *p = s;
     while (*p) {
@@ -269,7 +270,7 @@ static int cmd_logits(int argc, char **argv) {
         return die("%s", err);
     }
     if (!chunks) {
-        chunks = malloc(sizeof *chunks);
+        chunks = td_xmalloc(sizeof *chunks);
         chunks[0] = n_ids;
         n_chunks = 1;
     }
@@ -653,7 +654,7 @@ static int cmd_generate(int argc, char **argv) {
         tok_free(tk);
         return die("%s", err);
     }
-    int *ids = malloc((size_t)n * sizeof *ids), rc = 0;
+    int *ids = td_xmalloc((size_t)n * sizeof *ids), rc = 0;
     int stream = tk && !print_ids && n == 1, shown = 0;
     struct tok_stream ts;
     if (stream) tok_stream_init(&ts, tk, 0);
@@ -960,7 +961,7 @@ static int cmd_bench(int argc, char **argv) {
         tok_free(tk);
         return die("bench: cannot open %s", prompts_path);
     }
-    struct tok_ids *ids = calloc((size_t)n_prompts, sizeof *ids);
+    struct tok_ids *ids = td_xcalloc((size_t)n_prompts, sizeof *ids);
     int np = 0, lineno = 0;
     char *line = NULL;
     size_t cap = 0;
@@ -1010,8 +1011,9 @@ static int cmd_bench(int argc, char **argv) {
         tok_free(tk);
         return die("%s", err);
     }
-    int *rid = malloc((size_t)np * sizeof *rid), rc = 0;
-    double *ttft = malloc((size_t)np * sizeof *ttft), *done_t = malloc((size_t)np * sizeof *done_t);
+    int *rid = td_xmalloc((size_t)np * sizeof *rid), rc = 0;
+    double *ttft = td_xmalloc((size_t)np * sizeof *ttft);
+    double *done_t = td_xmalloc((size_t)np * sizeof *done_t);
     long prompt_tokens = 0;
     double t0 = now_s();
     for (int i = 0; i < np; i++) {
