@@ -110,39 +110,30 @@ static int scan_ids(FILE *fp, const char *what, int32_t **out, int *n_out, char 
     int32_t *ids = malloc(cap * sizeof *ids);
     char tok[64];
     int rc = 0;
-    if (!ids) {
-        snprintf(err, errlen, "out of memory reading %s", what);
-        return -1;
-    }
+    if (!ids) return td_errf(err, errlen, "out of memory reading %s", what);
     while (fscanf(fp, "%63s", tok) == 1) {
         char *end;
         errno = 0;
         long v = strtol(tok, &end, 10);
         if (*end || errno || v < 0 || v > INT32_MAX) {
-            snprintf(err, errlen, "%s: '%s' (item %zu) is not a token id", what, tok, n + 1);
-            rc = -1;
+            rc = td_errf(err, errlen, "%s: '%s' (item %zu) is not a token id", what, tok, n + 1);
             break;
         }
         if (n == MAX_IDS) {
-            snprintf(err, errlen, "%s holds more than %d token ids", what, MAX_IDS);
-            rc = -1;
+            rc = td_errf(err, errlen, "%s holds more than %d token ids", what, MAX_IDS);
             break;
         }
         if (n == cap) {
             int32_t *p = realloc(ids, (cap *= 2) * sizeof *ids);
             if (!p) {
-                snprintf(err, errlen, "out of memory reading %s after %zu ids", what, n);
-                rc = -1;
+                rc = td_errf(err, errlen, "out of memory reading %s after %zu ids", what, n);
                 break;
             }
             ids = p;
         }
         ids[n++] = (int32_t)v;
     }
-    if (!rc && n == 0) {
-        snprintf(err, errlen, "%s holds no token ids", what);
-        rc = -1;
-    }
+    if (!rc && n == 0) rc = td_errf(err, errlen, "%s holds no token ids", what);
     if (rc) {
         free(ids);
         return -1;
@@ -154,10 +145,7 @@ static int scan_ids(FILE *fp, const char *what, int32_t **out, int *n_out, char 
 
 static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size_t errlen) {
     FILE *fp = fopen(path, "r");
-    if (!fp) {
-        snprintf(err, errlen, "cannot open ids file %s: %s", path, strerror(errno));
-        return -1;
-    }
+    if (!fp) return td_errf(err, errlen, "cannot open ids file %s: %s", path, strerror(errno));
     int rc = scan_ids(fp, path, out, n_out, err, errlen);
     fclose(fp);
     return rc;
@@ -173,27 +161,22 @@ static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *e
         errno = 0;
         long v = strtol(p, &end, 10);
         if (end == p || errno || v <= 0 || v > INT32_MAX || (*end && *end != ',')) {
-            snprintf(err, errlen,
-                     "--chunks '%s': sizes must be positive integers separated by "
-                     "commas",
-                     s);
             free(c);
-            return -1;
+            return td_errf(err, errlen,
+                           "--chunks '%s': sizes must be positive integers separated by commas", s);
         }
         c[n++] = (int)v;
         sum += v;
         p = *end ? end + 1 : end;
         if (*end == ',' && !*p) {
-            snprintf(err, errlen, "--chunks '%s': trailing comma", s);
             free(c);
-            return -1;
+            return td_errf(err, errlen, "--chunks '%s': trailing comma", s);
         }
     }
     if (n == 0 || sum != n_ids) {
-        snprintf(err, errlen, "--chunks '%s' sums to %ld, but the ids file holds %d ids", s, sum,
-                 n_ids);
         free(c);
-        return -1;
+        return td_errf(err, errlen, "--chunks '%s' sums to %ld, but the ids file holds %d ids", s,
+                       sum, n_ids);
     }
     *out = c;
     *n_out = n;
@@ -210,20 +193,16 @@ static int parse_layers(const char *s, int n_layers, int *out, int *n_out, char 
         errno = 0;
         long v = strtol(p, &end, 10);
         if (end == p || errno || v < 0 || v >= n_layers || (n && v <= out[n - 1]) ||
-            (*end && *end != ',') || n == TD_MAX_LAYERS) {
-            snprintf(err, errlen,
-                     "--capture '%s': expected ascending layer indices in [0, %d), separated by "
-                     "commas",
-                     s, n_layers);
-            return -1;
-        }
+            (*end && *end != ',') || n == TD_MAX_LAYERS)
+            return td_errf(
+                err, errlen,
+                "--capture '%s': expected ascending layer indices in [0, %d), separated by "
+                "commas",
+                s, n_layers);
         out[n++] = (int)v;
         p = *end ? end + 1 : end;
     }
-    if (!n) {
-        snprintf(err, errlen, "--capture '%s': no layer given", s);
-        return -1;
-    }
+    if (!n) return td_errf(err, errlen, "--capture '%s': no layer given", s);
     *n_out = n;
     return 0;
 }
