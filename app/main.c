@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "draft/drafter.h"
 #include "engine/engine.h"
 #include "kernels/err.h"
 #include "model/backend.h"
@@ -29,8 +30,9 @@
 #include "serve/config.h"
 #include "serve/server.h"
 
+/* the drafter options' help; its %s is draft_usage_names() */
 #define DRAFT_USAGE                                                                                \
-    "  --draft NAME           auto | none | ngram | random | mtp | dspark (auto: dspark when\n"    \
+    "  --draft NAME           %s (auto: dspark when\n"                                             \
     "                         the model ships DIR/dspark/ and the backend is the GPU, else\n"      \
     "                         none; mtp reads the checkpoint's mtp.0.* layer)\n"                   \
     "  --draft-tokens K       draft tokens per round, 1..16 (default 3; dspark: its block\n"       \
@@ -38,6 +40,13 @@
     "  --dspark-dir DIR       the DSpark drafter (default: the model's dspark/)\n"                 \
     "  --dspark-threshold C   verify only the drafts before the first slot whose confidence is\n"  \
     "                         below C, in [0, 1) (default 0: all; lossless either way)\n"
+
+/* the drafter names as DRAFT_USAGE lists them: "auto | none | ngram | ..." (draft/drafter.c) */
+static const char *draft_usage_names(void) {
+    static char names[128];
+    draft_names_join(names, sizeof names, " | ", " | ");
+    return names;
+}
 
 static void usage(FILE *fp) {
     fprintf(
@@ -89,7 +98,8 @@ static void usage(FILE *fp) {
         "  --backend B     cpu (default: the fp32 reference), cuda or auto\n"
         "  --capture LIST  target layers (ascending, 0-based) whose mean HC stream is written,\n"
         "                  per position, to --capture-out as float32 [n_ids, layers * hidden]\n"
-        "                  (the context a DSpark drafter reads)\n");
+        "                  (the context a DSpark drafter reads)\n",
+        draft_usage_names());
 }
 
 static int die(const char *fmt, const char *a) {
@@ -487,44 +497,39 @@ static int engine_flag(const char *a, struct td_engine_params *ep) {
     return 1;
 }
 
-/* check the drafter name, resolve auto, and set max_draft; 0, or 2 after printing an error */
-static int draft_finish(const char *cmd, struct td_engine_params *ep, long draft_tokens) {
-    if (!strcmp(ep->draft, "auto")) {
-        // DSpark when the model ships one and the steps run on the GPU. On the CPU a drafter
-        // costs more than it saves (tandem-tiny on 2 cores: DSpark 0.46-0.62x of none, MTP
-        // 0.56-0.94x), so auto is none there. (A bad --backend is reported by the engine.)
-        char path[TD_PATH_MAX], dir[TD_PATH_MAX], e[256];
-        const char *dd = ep->dspark_dir ? ep->dspark_dir : dir;
-        int found = (ep->dspark_dir ||
-                     !td_path_join(dir, sizeof dir, ep->model_dir, "dspark", e, sizeof e)) &&
-                    !td_path_join(path, sizeof path, dd, "config.json", e, sizeof e) &&
-                    access(path, R_OK) == 0; // a path too long to join names no drafter
-        const struct td_backend *b =
-            td_backend_get(ep->backend ? ep->backend : "auto", e, sizeof e);
-        ep->draft = b && b->on_device && found ? "dspark" : "none";
-    }
-    const char *names[] = {"none", "ngram", "random", "mtp", "dspark"};
-    int ok = 0;
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        ok |= !strcmp(ep->draft, names[i]);
-    if (!ok) {
-        fprintf(stderr,
-                "tandem: %s: --draft '%s': expected auto, none, ngram, random, mtp or "
-                "dspark\n",
-                cmd, ep->draft);
+/* the drafter options against drafter `name`: 0, or 2 after printing why not. Before the engine
+ * exists name is --draft as given, and for auto the checks that need its pick wait; after, it is
+ * the drafter the engine runs (td_engine_draft), auto's pick included */
+static int draft_options_ok(const char *cmd, const char *name, const struct td_engine_params *ep,
+                            long draft_tokens) {
+    const struct draft_info *di = draft_lookup(name, NULL, 0);
+    if (!di) {
+        char names[128];
+        draft_names_join(names, sizeof names, ", ", " or ");
+        fprintf(stderr, "tandem: %s: --draft '%s': expected %s\n", cmd, name, names);
         return 2;
     }
-    int none = !strcmp(ep->draft, "none"), dspark = !strcmp(ep->draft, "dspark");
-    if (none && draft_tokens > 0) {
+    if (di->kind == DRAFT_KIND_AUTO) return 0;
+    if (di->kind == DRAFT_KIND_NONE && draft_tokens > 0) {
         fprintf(stderr, "tandem: %s: --draft-tokens needs a drafter (--draft ...)\n", cmd);
         return 2;
     }
-    if (!dspark && (ep->dspark_threshold > 0.0f || ep->dspark_dir)) {
+    if (di->kind != DRAFT_KIND_DSPARK && (ep->dspark_threshold > 0.0f || ep->dspark_dir)) {
         fprintf(stderr, "tandem: %s: --dspark-threshold and --dspark-dir need --draft dspark\n",
                 cmd);
         return 2;
     }
-    ep->max_draft = none ? 0 : draft_tokens > 0 ? (int)draft_tokens : dspark ? 0 : 3;
+    return 0;
+}
+
+/* check the drafter options and set max_draft (auto goes to the engine as it is: the engine
+ * picks, and the caller checks the options again against its pick); 0, or 2 after an error */
+static int draft_finish(const char *cmd, struct td_engine_params *ep, long draft_tokens) {
+    if (draft_options_ok(cmd, ep->draft, ep, draft_tokens)) return 2;
+    const struct draft_info *di = draft_lookup(ep->draft, NULL, 0);
+    ep->max_draft = di->kind == DRAFT_KIND_NONE ? 0
+                    : draft_tokens > 0          ? (int)draft_tokens
+                                                : di->default_tokens;
     if (ep->max_batch_tokens < 1 + ep->max_draft) ep->max_batch_tokens = 1 + ep->max_draft;
     return 0;
 }
@@ -628,10 +633,13 @@ static int cmd_generate(int argc, char **argv) {
         return 2;
     }
     struct td_engine *e;
-    if (td_engine_init(&e, &ep, err, sizeof err)) {
+    int bad = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
+    if (!bad) bad = draft_options_ok("generate", td_engine_draft(e), &ep, draft_tokens); // auto's
+    if (bad) {
+        td_engine_free(e);
         free(prompt);
         tok_free(tk);
-        return die("%s", err);
+        return bad;
     }
     int *ids = td_xmalloc((size_t)n * sizeof *ids), rc = 0;
     int stream = tk && !print_ids && n == 1, shown = 0;
@@ -688,7 +696,7 @@ static int cmd_generate(int argc, char **argv) {
     if (stats) {
         const struct td_engine_stats *s = td_engine_stats(e);
         fprintf(stderr, "stats: backend %s, draft %s (up to %d tokens a round)\n",
-                td_engine_backend(e), ep.draft, td_engine_draft_tokens(e));
+                td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e));
         double sec = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
         fprintf(stderr, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
                 s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
@@ -748,7 +756,8 @@ static int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: tandem chat [--model DIR] [--system TEXT] [--max-tokens N] "
                    "[--temperature T] [--seed S] [--backend B] [drafter options]\n" DRAFT_USAGE
-                   "Type a message and Enter; an empty line or end of input ends the session.\n");
+                   "Type a message and Enter; an empty line or end of input ends the session.\n",
+                   draft_usage_names());
             return 0;
         }
         if (!v) return die("chat: %s needs a value (see tandem chat --help)", a);
@@ -776,6 +785,11 @@ static int cmd_chat(int argc, char **argv) {
     if (chat_init(&ch, tk, err, sizeof err) || td_engine_init(&e, &ep, err, sizeof err)) {
         tok_free(tk);
         return die("%s", err);
+    }
+    if (draft_options_ok("chat", td_engine_draft(e), &ep, draft_tokens)) { // auto's pick
+        td_engine_free(e);
+        tok_free(tk);
+        return 2;
     }
     struct chat_msg *msgs = NULL;
     char **owned = NULL;
@@ -891,7 +905,8 @@ static int cmd_bench(int argc, char **argv) {
                 "  --csv                one CSV header line and one result line\n"
                 "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
                 "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
-                "the mean accepted length and acceptance by draft position.\n");
+                "the mean accepted length and acceptance by draft position.\n",
+                draft_usage_names());
             return 0;
         }
         if (!strcmp(a, "--raw")) {
@@ -983,12 +998,15 @@ static int cmd_bench(int argc, char **argv) {
         return die("bench: %s holds no prompts", prompts_path);
     }
     struct td_engine *e;
-    if (td_engine_init(&e, &ep, err, sizeof err)) {
+    int bad = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
+    if (!bad) bad = draft_options_ok("bench", td_engine_draft(e), &ep, draft_tokens); // auto's pick
+    if (bad) {
         for (int i = 0; i < np; i++)
             tok_ids_free(&ids[i]);
         free(ids);
         tok_free(tk);
-        return die("%s", err);
+        td_engine_free(e);
+        return bad;
     }
     int *rid = td_xmalloc((size_t)np * sizeof *rid), rc = 0;
     double *ttft = td_xmalloc((size_t)np * sizeof *ttft);
@@ -1035,12 +1053,13 @@ static int cmd_bench(int argc, char **argv) {
             "model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
             "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length\n");
         printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f\n", ep.model_dir,
-               td_engine_backend(e), ep.draft, td_engine_draft_tokens(e), np, batch, prompt_tokens,
-               s->tokens_out, wall, s->tokens_out / wall, np / wall, ttft[np / 2],
+               td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e), np, batch,
+               prompt_tokens, s->tokens_out, wall, s->tokens_out / wall, np / wall, ttft[np / 2],
                ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10], mal);
     } else {
         printf("bench: %s on %s, draft %s k=%d, %d prompts (%ld tokens), batch %ld\n", ep.model_dir,
-               td_engine_backend(e), ep.draft, td_engine_draft_tokens(e), np, prompt_tokens, batch);
+               td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e), np,
+               prompt_tokens, batch);
         printf("bench: %ld output tokens in %.3f s = %.1f tokens/s, %.2f requests/s, %ld steps\n",
                s->tokens_out, wall, s->tokens_out / wall, np / wall, s->steps);
         printf(
@@ -1150,7 +1169,7 @@ static int cmd_serve(int argc, char **argv) {
             return die("serve: no model: set model.path (models/tandem-tiny was not found)%s", "");
         snprintf(c.path, sizeof c.path, "%s", d);
     }
-    // the drafter as generate resolves it (auto: DSpark on a GPU when the model has one)
+    // the drafter options as generate checks them (auto stays auto: the engine picks when it loads)
     struct td_engine_params ep = td_engine_defaults();
     ep.model_dir = c.path;
     ep.backend = c.backend;
@@ -1159,7 +1178,6 @@ static int cmd_serve(int argc, char **argv) {
     ep.dspark_threshold = (float)c.confidence_min;
     ep.max_batch_tokens = c.max_batch_tokens;
     if (draft_finish("serve", &ep, c.k)) return 2;
-    if (ep.draft != c.method) snprintf(c.method, sizeof c.method, "%s", ep.draft); // auto's pick
     c.k = ep.max_draft;
     c.max_batch_tokens = ep.max_batch_tokens;
     if (print) {

@@ -179,10 +179,15 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
                        "batch of at least 1 + draft tokens rows (got %d, %d, %d, %d)",
                        TD_MAX_DRAFT, p->max_seqs, p->max_ctx, p->max_draft, p->max_batch_tokens);
     }
-    if (!(e->b = td_backend_get(p->backend ? p->backend : "auto", err, errlen))) {
+    const struct draft_info *di = draft_lookup(p->draft ? p->draft : "none", err, errlen);
+    if (!di || !(e->b = td_backend_get(p->backend ? p->backend : "auto", err, errlen))) {
         free(e);
         return -1;
     }
+    // auto: its pick from the backend and the model's files, before anything is loaded
+    if (di->kind == DRAFT_KIND_AUTO)
+        di = draft_pick_auto(e->b->on_device, p->model_dir, p->dspark_dir);
+    e->p.draft = di->name; // (td_engine_draft)
     if (p->dummy_weights ? td_model_load_dummy(&e->model, p->model_dir, 1, err, errlen)
                          : td_model_load(&e->model, p->model_dir, err, errlen)) {
         free(e);
@@ -196,10 +201,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     }
     const struct td_config *c = &e->model.cfg;
     if (p->max_ctx > c->max_position_embeddings) e->p.max_ctx = (int)c->max_position_embeddings;
-    int use_drafter = p->draft && strcmp(p->draft, "none") != 0;
-    if (!use_drafter) e->p.max_draft = 0;
-    int use_mtp = use_drafter && !strcmp(p->draft, "mtp");
-    int use_dspark = use_drafter && !strcmp(p->draft, "dspark");
+    if (di->kind == DRAFT_KIND_NONE) e->p.max_draft = 0;
+    int use_mtp = di->kind == DRAFT_KIND_MTP, use_dspark = di->kind == DRAFT_KIND_DSPARK;
     if (!(p->dspark_threshold >= 0.0f && p->dspark_threshold < 1.0f)) {
         td_errf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)", p->dspark_threshold);
         goto fail;
@@ -224,8 +227,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             goto fail;
         }
     }
-    if (use_drafter && !use_mtp && !use_dspark &&
-        !(e->drafter = draft_init(p->draft, c->vocab, err, errlen)))
+    if (di->kind == DRAFT_KIND_REQUEST &&
+        !(e->drafter = draft_init(di->name, c->vocab, err, errlen)))
         goto fail;
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
@@ -312,6 +315,10 @@ void td_engine_free(struct td_engine *e) {
 
 const char *td_engine_backend(const struct td_engine *e) {
     return e->b->name;
+}
+
+const char *td_engine_draft(const struct td_engine *e) {
+    return e->p.draft;
 }
 
 int td_engine_draft_tokens(const struct td_engine *e) {

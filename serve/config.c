@@ -36,6 +36,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "draft/drafter.h"
 #include "kernels/err.h"
 
 /* enum fields are read and written as int */
@@ -67,8 +68,6 @@ struct key {
 };
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
-static const char *const method_names[] = {"auto", "none",   "ngram", "random",
-                                           "mtp",  "dspark", NULL};
 static const char *const per_request_names[] = {"none", "summary", "detailed", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const format_names[] = {"text", "jsonl", NULL};
@@ -118,7 +117,7 @@ static const struct key keys[] = {
     {K("model", "graphs", KEY_BOOL, graphs), .def = "on",
      .doc = "off = run every GPU step eagerly (no CUDA graph replay)"},
     // [speculation]
-    {K("speculation", "method", KEY_STRING, method), .names = method_names, .def = "auto",
+    {K("speculation", "method", KEY_STRING, method), .names = draft_names, .def = "auto",
      .doc = "the drafter; auto = dspark when the model ships dspark/ and the GPU runs, else none"},
     {K("speculation", "k", KEY_INT, k), RANGE(0, 16), .def = "0",
      .doc = "draft tokens per round; 0 = the drafter's default"},
@@ -516,8 +515,9 @@ __attribute__((format(printf, 6, 7))) static void cross_err(struct errs *e, cons
 /* the rules the table cannot say; the engine checks the rest (the model's own limits) */
 static void cross_check(const struct srv_config *c, const char *name, const int *seen,
                         struct errs *e) {
-    int none = !strcmp(c->method, "none");
-    int dspark_ok = !strcmp(c->method, "dspark") || !strcmp(c->method, "auto");
+    const struct draft_info *di = draft_lookup(c->method, NULL, 0); // (a name of draft_names)
+    int none = di && di->kind == DRAFT_KIND_NONE;
+    int dspark_ok = di && (di->kind == DRAFT_KIND_DSPARK || di->kind == DRAFT_KIND_AUTO);
     if (none && c->k > 0)
         cross_err(e, name, seen, "speculation.k", "speculation.method",
                   "speculation.k = %d needs a drafter, but speculation.method = none", c->k);
