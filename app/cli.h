@@ -1,15 +1,35 @@
-/* cli.h: tandem subcommands that live in the library (app/main.c dispatches to them).
+/* cli.h: the tandem subcommands that live in the library (app/main.c dispatches to them), and
+ * what they share (cli.c).
  *
- * Each takes the arguments after its name (argv[0] is the first option), writes its result to
- * stdout and returns the process exit status: 0 on success, 2 for bad arguments, 1 when the
- * work itself fails (model files, input text). Errors are one line on stderr.
+ * Each command takes the arguments after its name (argv[0] is the first option), writes its
+ * result to stdout and returns the process exit status: 0 on success, 2 for bad arguments, 1
+ * when the work itself fails (model files, input text). Errors are one line on stderr.
  */
 #ifndef TD_CLI_H
 #define TD_CLI_H
 
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+struct td_engine_params;
+
+/* tandem generate [--model DIR] ("TEXT" | --prompt-ids "1 2 3" | --prompt-ids-file F) [options]
+ * (cli_generate.c): completions of one prompt, as text (streamed for one) or ids; --stats */
+int cmd_generate(int argc, char **argv);
+
+/* tandem chat [--model DIR] [--system TEXT] [options] (cli_generate.c): a session in the
+ * model's chat format, one line of input a turn */
+int cmd_chat(int argc, char **argv);
+
+/* tandem bench [--model DIR] --prompts FILE.jsonl [options] (cli_bench.c): batch throughput,
+ * latency and acceptance over a prompt set */
+int cmd_bench(int argc, char **argv);
 
 /* tandem tokenize --model DIR (--text T | --file F) [--no-special]
  * prints the ids HF Tokenizer.encode(text).ids gives, space-separated, on one line */
@@ -18,6 +38,88 @@ int cmd_tokenize(int argc, char **argv);
 /* tandem detokenize --model DIR --ids "1 2 3" [--skip-special]
  * writes the decoded text to stdout with nothing added */
 int cmd_detokenize(int argc, char **argv);
+
+// ---------------------------------------------------------------------------------------------
+// shared by the commands (cli.c)
+
+/* "tandem: <fmt ...>" and a newline on stderr; returns 2 (bad arguments): `return die(...)` */
+__attribute__((format(printf, 1, 2))) static inline int die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tandem: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return 2;
+}
+
+/* tandem --help (and generate --help): the commands, then generate's and logits' options */
+void cli_usage(FILE *fp);
+
+/* the drafter options' help, for generate, chat and bench; its %s is cli_draft_usage_names() */
+#define CLI_DRAFT_USAGE                                                                            \
+    "  --draft NAME           %s (auto: dspark when\n"                                             \
+    "                         the model ships DIR/dspark/ and the backend is the GPU, else\n"      \
+    "                         none; mtp reads the checkpoint's mtp.0.* layer)\n"                   \
+    "  --draft-tokens K       draft tokens per round, 1..16 (default 3; dspark: its block\n"       \
+    "                         size, and at most that)\n"                                           \
+    "  --dspark-dir DIR       the DSpark drafter (default: the model's dspark/)\n"                 \
+    "  --dspark-threshold C   verify only the drafts before the first slot whose confidence is\n"  \
+    "                         below C, in [0, 1) (default 0: all; lossless either way)\n"
+
+/* the drafter names as CLI_DRAFT_USAGE lists them: "auto | none | ngram | ..." (draft/drafter.c) */
+const char *cli_draft_usage_names(void);
+
+/* argv[0] of the process (main sets it), where cli_default_model looks beside the binary */
+extern const char *cli_argv0;
+
+/* the default model: models/tandem-tiny under the working directory, else beside the binary
+ * argv0; NULL when neither has one */
+const char *cli_default_model(const char *argv0);
+
+/* whitespace-separated token ids (non-negative integers, at most 1 << 24) from fp, or from the
+ * file at path, named `what` (the path) in messages: 0 and *out (malloc'd, *n_out >= 1), or -1
+ * with a message */
+int cli_scan_ids(FILE *fp, const char *what, int32_t **out, int *n_out, char *err, size_t errlen);
+int cli_read_ids(const char *path, int32_t **out, int *n_out, char *err, size_t errlen);
+
+/* flag's value v as an integer in [lo, hi] / a number in [lo, hi]: 0, or -1 after printing
+ * "tandem: FLAG 'V': expected ..." */
+int cli_parse_int(const char *flag, const char *v, long lo, long hi, long *out);
+int cli_parse_float(const char *flag, const char *v, double lo, double hi, double *out);
+
+/* the options generate, chat and bench share (--model, --backend, --max-batch-tokens, --max-ctx
+ * and the drafter's), flag a with value v: 1: taken; 0: not one; -1: a bad value (printed).
+ * --draft-tokens goes to *draft_tokens (cli_draft_finish turns it into max_draft). */
+int cli_engine_option(const char *a, const char *v, struct td_engine_params *ep,
+                      long *draft_tokens);
+
+/* the value-less engine flags generate and bench share (--deterministic, --no-graphs,
+ * --dummy-weights): 1 when a was one */
+int cli_engine_flag(const char *a, struct td_engine_params *ep);
+
+/* the request options generate, chat and bench share */
+struct cli_req_opts {
+    long max_tokens, seed;
+    double temperature;
+    long top_k;
+    double top_p;
+};
+
+/* 1 when a was a request option (its value v parsed into r), -1 after printing a bad value's
+ * error, 0 when a is another option */
+int cli_request_option(const char *a, const char *v, struct cli_req_opts *r);
+
+/* the drafter options against drafter `name` (--draft-tokens, --dspark-threshold, --dspark-dir
+ * need a drafter, or dspark): 0, or 2 after printing why not, as "tandem: CMD: ...". Before the
+ * engine exists name is --draft as given (for auto the checks that need its pick wait); after,
+ * the drafter the engine runs (td_engine_draft), auto's pick included */
+int cli_draft_options_ok(const char *cmd, const char *name, const struct td_engine_params *ep,
+                         long draft_tokens);
+
+/* check the drafter options (cli_draft_options_ok on --draft as given) and set max_draft and at
+ * least 1 + max_draft max_batch_tokens; auto goes to the engine as it is. 0, or 2 after an error */
+int cli_draft_finish(const char *cmd, struct td_engine_params *ep, long draft_tokens);
 
 #ifdef __cplusplus
 }

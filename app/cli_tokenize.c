@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "app/cli.h"
+#include "kernels/err.h"
 #include "tokenizer/tokenizer.h"
 
 static int usage_tokenize(FILE *fp) {
@@ -82,7 +83,7 @@ static int parse(const char *cmd, int argc, char **argv, const char *flag, const
 static char *read_all(const char *path, size_t *n, char *err, size_t errlen) {
     FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!fp) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        td_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
     // a pipe or FIFO is fine (process substitution), endless input is not: /dev/zero is refused
@@ -94,7 +95,7 @@ static char *read_all(const char *path, size_t *n, char *err, size_t errlen) {
         if (len >= READ_MAX) {
             free(buf);
             if (fp != stdin) fclose(fp);
-            snprintf(err, errlen, "%s: more than %d MiB of text", path, READ_MAX >> 20);
+            td_errf(err, errlen, "%s: more than %d MiB of text", path, READ_MAX >> 20);
             return NULL;
         }
         if (len == cap) {
@@ -107,7 +108,7 @@ static char *read_all(const char *path, size_t *n, char *err, size_t errlen) {
     if (fp != stdin) fclose(fp);
     if (!buf || bad_read) {
         free(buf);
-        snprintf(err, errlen, "cannot read %s", path);
+        td_errf(err, errlen, "cannot read %s", path);
         return NULL;
     }
     *n = len;

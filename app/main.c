@@ -1,170 +1,42 @@
-/* main.c: the tandem command line.
+/* main.c: the tandem command line: one command a call, dispatched by name.
  *
+ *   tandem generate [--model DIR] ("TEXT" | --prompt-ids "1 2 3" | --prompt-ids-file F) [options]
+ *   tandem chat [--model DIR] [--system TEXT] [options]
+ *   tandem bench [--model DIR] --prompts FILE.jsonl [options]
+ *   tandem serve [-c FILE] [--set SECTION.KEY=VALUE]... [options]
  *   tandem logits --model DIR --ids FILE --out OUT.npy [--chunks 37,1,1,64,...]
+ *   tandem tokenize --model DIR (--text T | --file F) [--no-special]
+ *   tandem detokenize --model DIR --ids "1 2 3" [--skip-special]
+ *
+ * logits and serve are here; generate and chat are in cli_generate.c, bench in cli_bench.c,
+ * tokenize and detokenize in cli_tokenize.c, what they share in cli.c (app/cli.h). tandem --help
+ * and tandem <command> --help list the options.
  *
  * Build: make. Every subcommand validates its arguments first and exits non-zero with a
  * one-line message on bad input.
  */
 #include <errno.h>
-#include <jansson.h>
-#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "engine/engine.h"
-#include "model/backend.h"
 #include "app/cli.h"
-#include "model/fileio.h"
+#include "app/npy.h"
+#include "engine/engine.h"
+#include "kernels/err.h"
+#include "metadata/plan.h"
+#include "model/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "app/npy.h"
 #include "model/state.h"
-#include "tokenizer/tokenizer.h"
-#include "tokenizer/chat.h"
-#include "metadata/plan.h"
 #include "serve/config.h"
 #include "serve/server.h"
 
-#define DRAFT_USAGE                                                                                \
-    "  --draft NAME           auto | none | ngram | random | mtp | dspark (auto: dspark when\n"    \
-    "                         the model ships DIR/dspark/ and the backend is the GPU, else\n"      \
-    "                         none; mtp reads the checkpoint's mtp.0.* layer)\n"                   \
-    "  --draft-tokens K       draft tokens per round, 1..16 (default 3; dspark: its block\n"       \
-    "                         size, and at most that)\n"                                           \
-    "  --dspark-dir DIR       the DSpark drafter (default: the model's dspark/)\n"                 \
-    "  --dspark-threshold C   verify only the drafts before the first slot whose confidence is\n"  \
-    "                         below C, in [0, 1) (default 0: all; lossless either way)\n"
-
-static void usage(FILE *fp) {
-    fprintf(
-        fp,
-        "usage: tandem <command> [options]\n"
-        "\n"
-        "commands:\n"
-        "  generate   generate tokens from a prompt, with or without speculation\n"
-        "  chat       an interactive session in the model's chat format\n"
-        "  bench      batch throughput over a prompt set (tandem bench --help)\n"
-        "  serve      an OpenAI-compatible HTTP server (tandem serve --help)\n"
-        "  logits     run the reference forward and write every position's logits\n"
-        "  tokenize   text -> token ids (tandem tokenize --help)\n"
-        "  detokenize token ids -> text (tandem detokenize --help)\n"
-        "\n"
-        "tandem generate [--model DIR] (\"TEXT\" | --prompt-ids \"1 2 3\" | --prompt-ids-file F)\n"
-        "                [options]\n"
-        "  --model DIR            default: models/tandem-tiny (here, or beside the binary)\n"
-        "  TEXT                   a text prompt, encoded with DIR/tokenizer.json; the output is\n"
-        "                         text (streamed for one completion) unless --print-ids\n"
-        "  --max-tokens N         tokens to generate per completion (default 64, >= 1)\n"
-        "  --temperature T        0 = greedy (default 0), else sampled; >= 0\n"
-        "  --top-k K              keep the K most likely tokens (default 0 = off)\n"
-        "  --top-p P              nucleus mass in (0, 1] (default 1 = off)\n"
-        "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
-        "  --n N                  independent completions decoded together (default "
-        "1)\n" DRAFT_USAGE
-        "  --print-ids            one line of generated ids per completion, nothing else\n"
-        "  --stats                tokens/s, steps, mean accepted length, per-position\n"
-        "                         acceptance and time per step (target, verify, drafter)\n"
-        "                         to stderr\n"
-        "  --ignore-eos           do not stop at EOS tokens\n"
-        "  --max-batch-tokens N   rows per forward step (default 256)\n"
-        "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
-        "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
-        "  --deterministic        batch-invariant kernels (GPU; the CPU always is)\n"
-        "  --no-graphs            run every GPU step eagerly (no CUDA graph replay)\n"
-        "  --dummy-weights        generated weights of DIR/config.json's shapes, made on the\n"
-        "                         backend (benchmarks; no safetensors are read)\n"
-        "\n"
-        "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...] [--backend B]\n"
-        "              [--capture L,L,... --capture-out CAP.npy]\n"
-        "  --model DIR     model directory: config.json + model.safetensors (or shards with\n"
-        "                  model.safetensors.index.json), HF or upstream DeepSeek layout\n"
-        "  --ids FILE      whitespace-separated token ids, each in [0, vocab_size)\n"
-        "  --out OUT.npy   float32 little-endian C-order array [n_ids, vocab_size]\n"
-        "  --chunks LIST   feed the ids as successive forward calls of these sizes\n"
-        "                  (positive, summing to n_ids; default: one call)\n"
-        "  --backend B     cpu (default: the fp32 reference), cuda or auto\n"
-        "  --capture LIST  target layers (ascending, 0-based) whose mean HC stream is written,\n"
-        "                  per position, to --capture-out as float32 [n_ids, layers * hidden]\n"
-        "                  (the context a DSpark drafter reads)\n");
-}
-
-static int die(const char *fmt, const char *a) {
-    fprintf(stderr, "tandem: ");
-    fprintf(stderr, fmt, a);
-    fprintf(stderr, "\n");
-    return 2;
-}
-
-/* more token ids than any context holds: a list this long is a mistake, refused as it is read */
-#define MAX_IDS (1 << 24)
-
-/* whitespace-separated non-negative integers from fp, named `what` in messages; -1 with message
- * on anything else */
-static int scan_ids(FILE *fp, const char *what, int32_t **out, int *n_out, char *err,
-                    size_t errlen) {
-    size_t cap = 1024, n = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    char tok[64];
-    int rc = 0;
-    if (!ids) {
-        snprintf(err, errlen, "out of memory reading %s", what);
-        return -1;
-    }
-    while (fscanf(fp, "%63s", tok) == 1) {
-        char *end;
-        errno = 0;
-        long v = strtol(tok, &end, 10);
-        if (*end || errno || v < 0 || v > INT32_MAX) {
-            snprintf(err, errlen, "%s: '%s' (item %zu) is not a token id", what, tok, n + 1);
-            rc = -1;
-            break;
-        }
-        if (n == MAX_IDS) {
-            snprintf(err, errlen, "%s holds more than %d token ids", what, MAX_IDS);
-            rc = -1;
-            break;
-        }
-        if (n == cap) {
-            int32_t *p = realloc(ids, (cap *= 2) * sizeof *ids);
-            if (!p) {
-                snprintf(err, errlen, "out of memory reading %s after %zu ids", what, n);
-                rc = -1;
-                break;
-            }
-            ids = p;
-        }
-        ids[n++] = (int32_t)v;
-    }
-    if (!rc && n == 0) {
-        snprintf(err, errlen, "%s holds no token ids", what);
-        rc = -1;
-    }
-    if (rc) {
-        free(ids);
-        return -1;
-    }
-    *out = ids;
-    *n_out = (int)n;
-    return 0;
-}
-
-static int read_ids(const char *path, int32_t **out, int *n_out, char *err, size_t errlen) {
-    FILE *fp = fopen(path, "r");
-    if (!fp) {
-        snprintf(err, errlen, "cannot open ids file %s: %s", path, strerror(errno));
-        return -1;
-    }
-    int rc = scan_ids(fp, path, out, n_out, err, errlen);
-    fclose(fp);
-    return rc;
-}
-
 /* "37,1,1,64" -> sizes; each > 0, sum == n_ids */
 static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *err, size_t errlen) {
-    int *c = malloc((strlen(s) / 2 + 2) * sizeof *c), n = 0;
+    int *c = td_xmalloc((strlen(s) / 2 + 2) * sizeof *c), n = 0;
     long sum = 0;
     const char *p = s;
     while (*p) {
@@ -172,27 +44,22 @@ static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *e
         errno = 0;
         long v = strtol(p, &end, 10);
         if (end == p || errno || v <= 0 || v > INT32_MAX || (*end && *end != ',')) {
-            snprintf(err, errlen,
-                     "--chunks '%s': sizes must be positive integers separated by "
-                     "commas",
-                     s);
             free(c);
-            return -1;
+            return td_errf(err, errlen,
+                           "--chunks '%s': sizes must be positive integers separated by commas", s);
         }
         c[n++] = (int)v;
         sum += v;
         p = *end ? end + 1 : end;
         if (*end == ',' && !*p) {
-            snprintf(err, errlen, "--chunks '%s': trailing comma", s);
             free(c);
-            return -1;
+            return td_errf(err, errlen, "--chunks '%s': trailing comma", s);
         }
     }
     if (n == 0 || sum != n_ids) {
-        snprintf(err, errlen, "--chunks '%s' sums to %ld, but the ids file holds %d ids", s, sum,
-                 n_ids);
         free(c);
-        return -1;
+        return td_errf(err, errlen, "--chunks '%s' sums to %ld, but the ids file holds %d ids", s,
+                       sum, n_ids);
     }
     *out = c;
     *n_out = n;
@@ -209,20 +76,16 @@ static int parse_layers(const char *s, int n_layers, int *out, int *n_out, char 
         errno = 0;
         long v = strtol(p, &end, 10);
         if (end == p || errno || v < 0 || v >= n_layers || (n && v <= out[n - 1]) ||
-            (*end && *end != ',') || n == TD_MAX_LAYERS) {
-            snprintf(err, errlen,
-                     "--capture '%s': expected ascending layer indices in [0, %d), separated by "
-                     "commas",
-                     s, n_layers);
-            return -1;
-        }
+            (*end && *end != ',') || n == TD_MAX_LAYERS)
+            return td_errf(
+                err, errlen,
+                "--capture '%s': expected ascending layer indices in [0, %d), separated by "
+                "commas",
+                s, n_layers);
         out[n++] = (int)v;
         p = *end ? end + 1 : end;
     }
-    if (!n) {
-        snprintf(err, errlen, "--capture '%s': no layer given", s);
-        return -1;
-    }
+    if (!n) return td_errf(err, errlen, "--capture '%s': no layer given", s);
     *n_out = n;
     return 0;
 }
@@ -233,7 +96,7 @@ static int cmd_logits(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+            cli_usage(stdout);
             return 0;
         }
         const char **dst = !strcmp(a, "--model")         ? &model_dir
@@ -248,11 +111,10 @@ static int cmd_logits(int argc, char **argv) {
         if (i + 1 >= argc) return die("logits: %s needs a value", a);
         *dst = argv[++i];
     }
-    if (!model_dir) return die("logits: --model DIR is required%s", "");
-    if (!ids_path) return die("logits: --ids FILE is required%s", "");
-    if (!out_path) return die("logits: --out OUT.npy is required%s", "");
-    if (!capture_arg != !capture_out)
-        return die("logits: --capture and --capture-out go together%s", "");
+    if (!model_dir) return die("logits: --model DIR is required");
+    if (!ids_path) return die("logits: --ids FILE is required");
+    if (!out_path) return die("logits: --out OUT.npy is required");
+    if (!capture_arg != !capture_out) return die("logits: --capture and --capture-out go together");
 
     char err[1024];
     int32_t *ids = NULL;
@@ -263,13 +125,13 @@ static int cmd_logits(int argc, char **argv) {
     if (!b) return die("%s", err);
     float *logits = NULL, *cap = NULL, *cap_dev = NULL;
     int cap_layers[TD_MAX_LAYERS], n_cap = 0;
-    if (read_ids(ids_path, &ids, &n_ids, err, sizeof err)) return die("%s", err);
+    if (cli_read_ids(ids_path, &ids, &n_ids, err, sizeof err)) return die("%s", err);
     if (chunks_arg && parse_chunks(chunks_arg, n_ids, &chunks, &n_chunks, err, sizeof err)) {
         free(ids);
         return die("%s", err);
     }
     if (!chunks) {
-        chunks = malloc(sizeof *chunks);
+        chunks = td_xmalloc(sizeof *chunks);
         chunks[0] = n_ids;
         n_chunks = 1;
     }
@@ -345,756 +207,6 @@ done:
 }
 
 // ---------------------------------------------------------------------------------------------
-// generate
-
-static int parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "tandem: %s '%s': expected an integer in [%ld, %ld]\n", flag, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_float(const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "tandem: %s '%s': expected a number in [%g, %g]\n", flag, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-/* "1 2 3" -> ids (whitespace separated) */
-static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
-    char err[256];
-    FILE *fp = fmemopen((void *)text, strlen(text), "r");
-    int rc = fp ? scan_ids(fp, "--prompt-ids", out, n_out, err, sizeof err) : -1;
-    if (fp) fclose(fp);
-    if (rc) fprintf(stderr, "tandem: %s\n", fp ? err : "--prompt-ids: out of memory");
-    return rc;
-}
-
-/* the default model: models/tandem-tiny under the working directory, else beside the binary */
-static const char *default_model(const char *argv0) {
-    static char path[TD_PATH_MAX];
-    if (!access("models/tandem-tiny/config.json", R_OK)) return "models/tandem-tiny";
-    const char *slash = strrchr(argv0, '/');
-    char bin[TD_PATH_MAX], cfg[TD_PATH_MAX], e[256];
-    if (!slash || (size_t)(slash - argv0) >= sizeof bin) return NULL; // a cut path: none
-    memcpy(bin, argv0, (size_t)(slash - argv0));
-    bin[slash - argv0] = 0;
-    if (td_path_join(path, sizeof path, bin, "../models/tandem-tiny", e, sizeof e) ||
-        td_path_join(cfg, sizeof cfg, path, "config.json", e, sizeof e))
-        return NULL;
-    return access(cfg, R_OK) ? NULL : path;
-}
-
-static const char *argv0_g = "tandem";
-
-/* stream request id's new tokens as text */
-static void stream_text(struct td_engine *e, int id, struct tok_stream *ts, int *shown) {
-    const int32_t *toks;
-    int nt;
-    td_engine_output(e, id, &toks, &nt, NULL, NULL, NULL);
-    for (; *shown < nt; (*shown)++) {
-        const char *txt;
-        size_t len;
-        char err[256];
-        if (tok_stream_push(ts, toks[*shown], &txt, &len, err, sizeof err) == 0 && len)
-            fwrite(txt, 1, len, stdout);
-    }
-    fflush(stdout);
-}
-
-/* the rest of request id's text, then a newline; ends the stream */
-static void stream_finish(struct td_engine *e, int id, struct tok_stream *ts, int *shown) {
-    stream_text(e, id, ts, shown);
-    const char *txt;
-    size_t len;
-    tok_stream_flush(ts, &txt, &len);
-    if (len) fwrite(txt, 1, len, stdout);
-    printf("\n");
-    tok_stream_free(ts);
-}
-
-// ---------------------------------------------------------------------------------------------
-// drafter options, shared by generate, chat and bench
-
-/* the options generate, chat and bench share (--model, --backend, the drafter's): 1: (a, v) was
- * one and is taken; 0: not one; -1: a bad value (message printed) */
-static int engine_option(const char *a, const char *v, struct td_engine_params *ep,
-                         long *draft_tokens) {
-    if (!strcmp(a, "--model")) {
-        ep->model_dir = v;
-        return 1;
-    }
-    if (!strcmp(a, "--backend")) {
-        ep->backend = v;
-        return 1;
-    }
-    if (!strcmp(a, "--draft")) {
-        ep->draft = v;
-        return 1;
-    }
-    if (!strcmp(a, "--dspark-dir")) {
-        ep->dspark_dir = v;
-        return 1;
-    }
-    if (!strcmp(a, "--draft-tokens"))
-        return parse_int(a, v, 1, TD_MAX_DRAFT, draft_tokens) ? -1 : 1;
-    if (!strcmp(a, "--dspark-threshold")) {
-        double t;
-        if (parse_float(a, v, 0, 0.999999, &t)) return -1;
-        ep->dspark_threshold = (float)t;
-        return 1;
-    }
-    long lv;
-    if (!strcmp(a, "--max-batch-tokens")) {
-        if (parse_int(a, v, 1, 1 << 20, &lv)) return -1;
-        ep->max_batch_tokens = (int)lv;
-        return 1;
-    }
-    if (!strcmp(a, "--max-ctx")) {
-        if (parse_int(a, v, 2, 1 << 24, &lv)) return -1;
-        ep->max_ctx = (int)lv;
-        return 1;
-    }
-    return 0;
-}
-
-/* the request options generate, chat and bench share: 1 when a was one (its value parsed into
- * r), -1 after printing a bad value's error, 0 when a is another option */
-struct req_opts {
-    long max_tokens, seed;
-    double temperature;
-    long top_k;
-    double top_p;
-};
-
-static int request_option(const char *a, const char *v, struct req_opts *r) {
-    int rc;
-    if (!strcmp(a, "--max-tokens"))
-        rc = parse_int(a, v, 1, 1 << 24, &r->max_tokens);
-    else if (!strcmp(a, "--temperature"))
-        rc = parse_float(a, v, 0, 1e6, &r->temperature);
-    else if (!strcmp(a, "--seed"))
-        rc = parse_int(a, v, 0, LONG_MAX, &r->seed);
-    else if (!strcmp(a, "--top-k"))
-        rc = parse_int(a, v, 0, INT32_MAX, &r->top_k);
-    else if (!strcmp(a, "--top-p"))
-        rc = parse_float(a, v, 1e-9, 1, &r->top_p);
-    else
-        return 0;
-    return rc ? -1 : 1;
-}
-
-/* the value-less engine flags generate and bench share: 1 when a was one */
-static int engine_flag(const char *a, struct td_engine_params *ep) {
-    if (!strcmp(a, "--deterministic"))
-        ep->deterministic = 1;
-    else if (!strcmp(a, "--no-graphs"))
-        ep->no_graphs = 1;
-    else if (!strcmp(a, "--dummy-weights"))
-        ep->dummy_weights = 1;
-    else
-        return 0;
-    return 1;
-}
-
-/* check the drafter name, resolve auto, and set max_draft; 0, or 2 after printing an error */
-static int draft_finish(const char *cmd, struct td_engine_params *ep, long draft_tokens) {
-    if (!strcmp(ep->draft, "auto")) {
-        // DSpark when the model ships one and the steps run on the GPU. On the CPU a drafter
-        // costs more than it saves (tandem-tiny on 2 cores: DSpark 0.46-0.62x of none, MTP
-        // 0.56-0.94x), so auto is none there. (A bad --backend is reported by the engine.)
-        char path[TD_PATH_MAX], dir[TD_PATH_MAX], e[256];
-        const char *dd = ep->dspark_dir ? ep->dspark_dir : dir;
-        int found = (ep->dspark_dir ||
-                     !td_path_join(dir, sizeof dir, ep->model_dir, "dspark", e, sizeof e)) &&
-                    !td_path_join(path, sizeof path, dd, "config.json", e, sizeof e) &&
-                    access(path, R_OK) == 0; // a path too long to join names no drafter
-        const struct td_backend *b =
-            td_backend_get(ep->backend ? ep->backend : "auto", e, sizeof e);
-        ep->draft = b && b->on_device && found ? "dspark" : "none";
-    }
-    const char *names[] = {"none", "ngram", "random", "mtp", "dspark"};
-    int ok = 0;
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        ok |= !strcmp(ep->draft, names[i]);
-    if (!ok) {
-        fprintf(stderr,
-                "tandem: %s: --draft '%s': expected auto, none, ngram, random, mtp or "
-                "dspark\n",
-                cmd, ep->draft);
-        return 2;
-    }
-    int none = !strcmp(ep->draft, "none"), dspark = !strcmp(ep->draft, "dspark");
-    if (none && draft_tokens > 0) {
-        fprintf(stderr, "tandem: %s: --draft-tokens needs a drafter (--draft ...)\n", cmd);
-        return 2;
-    }
-    if (!dspark && (ep->dspark_threshold > 0.0f || ep->dspark_dir)) {
-        fprintf(stderr, "tandem: %s: --dspark-threshold and --dspark-dir need --draft dspark\n",
-                cmd);
-        return 2;
-    }
-    ep->max_draft = none ? 0 : draft_tokens > 0 ? (int)draft_tokens : dspark ? 0 : 3;
-    if (ep->max_batch_tokens < 1 + ep->max_draft) ep->max_batch_tokens = 1 + ep->max_draft;
-    return 0;
-}
-
-/* -1 while a completion has no token yet; then the tokens out so far, with the time in *at */
-static long all_started(struct td_engine *e, const int *ids, long n, struct timespec *at) {
-    long out = 0;
-    for (long i = 0; i < n; i++) {
-        int nt;
-        enum td_req_status st;
-        td_engine_output(e, ids[i], NULL, &nt, &st, NULL, NULL);
-        if (nt < 1 && st != TD_REQ_FINISHED && st != TD_REQ_FAILED) return -1;
-        out += nt;
-    }
-    clock_gettime(CLOCK_MONOTONIC, at);
-    return out;
-}
-
-static int cmd_generate(int argc, char **argv) {
-    struct td_engine_params ep = td_engine_defaults();
-    ep.draft = "auto";
-    const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
-    struct req_opts ro = {
-        .max_tokens = 64, .seed = 0, .temperature = 0.0, .top_k = 0, .top_p = 1.0};
-    long n = 1, draft_tokens = -1;
-    int print_ids = 0, stats = 0, ignore_eos = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--print-ids")) {
-            print_ids = 1;
-            continue;
-        }
-        if (!strcmp(a, "--stats")) {
-            stats = 1;
-            continue;
-        }
-        if (!strcmp(a, "--ignore-eos")) {
-            ignore_eos = 1;
-            continue;
-        }
-        if (engine_flag(a, &ep)) continue;
-        if (a[0] != '-' || !a[1]) { // the text prompt
-            if (text) return die("generate: more than one text prompt ('%s')", a);
-            text = a;
-            continue;
-        }
-        if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
-        i++;
-        int rc = engine_option(a, v, &ep, &draft_tokens);
-        if (!rc) rc = request_option(a, v, &ro);
-        if (rc) {
-            if (rc < 0) return 2;
-            continue;
-        }
-        if (!strcmp(a, "--prompt-ids"))
-            prompt_text = v;
-        else if (!strcmp(a, "--prompt-ids-file"))
-            prompt_file = v;
-        else if (!strcmp(a, "--n"))
-            rc = parse_int(a, v, 1, 4096, &n);
-        else
-            return die("generate: unknown option '%s' (see tandem generate --help)", a);
-        if (rc) return 2;
-    }
-    if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
-        return die("generate: no model: give --model DIR (models/tandem-tiny was not found)%s", "");
-    if ((text != NULL) + (prompt_text != NULL) + (prompt_file != NULL) != 1)
-        return die("generate: give exactly one of a text prompt, --prompt-ids and "
-                   "--prompt-ids-file%s",
-                   "");
-    if (draft_finish("generate", &ep, draft_tokens)) return 2;
-    ep.max_seqs = (int)(n < 256 ? n : 256);
-
-    char err[1024];
-    int32_t *prompt = NULL;
-    int n_prompt = 0;
-    struct tok *tk = NULL;
-    // text in (and out, unless --print-ids) needs the model's tokenizer
-    if ((text || !print_ids) && tok_load(&tk, ep.model_dir, err, sizeof err) != 0) {
-        if (text) return die("%s", err);
-        tk = NULL; // ids in, ids out
-    }
-    if (text) {
-        struct tok_ids ti = {0};
-        if (tok_encode(tk, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ti, err, sizeof err)) {
-            tok_free(tk);
-            return die("%s", err);
-        }
-        prompt = ti.ids;
-        n_prompt = (int)ti.n;
-    } else if (prompt_file) {
-        if (read_ids(prompt_file, &prompt, &n_prompt, err, sizeof err)) {
-            tok_free(tk);
-            return die("%s", err);
-        }
-    } else if (parse_ids_text(prompt_text, &prompt, &n_prompt)) {
-        tok_free(tk);
-        return 2;
-    }
-    struct td_engine *e;
-    if (td_engine_init(&e, &ep, err, sizeof err)) {
-        free(prompt);
-        tok_free(tk);
-        return die("%s", err);
-    }
-    int *ids = malloc((size_t)n * sizeof *ids), rc = 0;
-    int stream = tk && !print_ids && n == 1, shown = 0;
-    struct tok_stream ts;
-    if (stream) tok_stream_init(&ts, tk, 0);
-    for (long i = 0; i < n; i++) {
-        struct td_request_params rp = {.prompt = prompt,
-                                       .n_prompt = n_prompt,
-                                       .max_tokens = (int)ro.max_tokens,
-                                       .sampling = {.temperature = (float)ro.temperature,
-                                                    .top_k = (int)ro.top_k,
-                                                    .top_p = (float)ro.top_p,
-                                                    .seed = (uint64_t)(ro.seed + i)},
-                                       .ignore_eos = ignore_eos};
-        if ((ids[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
-            rc = die("%s", err);
-            goto done;
-        }
-    }
-    struct timespec t0, t1, tf = {.tv_sec = 0, .tv_nsec = 0};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int live;
-    long first_out = -1; // tokens out when every completion had its first (the prefills' end)
-    while ((live = td_engine_step(e, err, sizeof err)) > 0) {
-        if (stream) stream_text(e, ids[0], &ts, &shown);
-        if (first_out < 0) first_out = all_started(e, ids, n, &tf);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (stream) stream_finish(e, ids[0], &ts, &shown);
-    if (live < 0) {
-        rc = die("%s", err);
-        goto done;
-    }
-    for (long i = 0; i < n; i++) {
-        const int32_t *toks;
-        int nt;
-        enum td_req_status st;
-        const char *msg;
-        td_engine_output(e, ids[i], &toks, &nt, &st, NULL, &msg);
-        if (tk && !print_ids && !stream) { // text, one completion after another
-            char *out = NULL;
-            size_t len = 0;
-            if (!tok_decode(tk, toks, (size_t)nt, 0, &out, &len, err, sizeof err))
-                printf("%s%.*s\n", i ? "\n" : "", (int)len, out);
-            free(out);
-        } else if (!stream) {
-            for (int j = 0; j < nt; j++)
-                printf(j ? " %d" : "%d", toks[j]);
-            printf("\n");
-        }
-        if (st == TD_REQ_FAILED) {
-            fprintf(stderr, "tandem: completion %ld failed: %s\n", i, msg);
-            rc = 1;
-        }
-    }
-    if (stats) {
-        const struct td_engine_stats *s = td_engine_stats(e);
-        fprintf(stderr, "stats: backend %s, draft %s (up to %d tokens a round)\n",
-                td_engine_backend(e), ep.draft, td_engine_draft_tokens(e));
-        double sec = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
-        fprintf(stderr, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
-                s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
-        // decode alone: the tokens after every completion's first, over the time after it
-        double dsec = (t1.tv_sec - tf.tv_sec) + 1e-9 * (t1.tv_nsec - tf.tv_nsec);
-        if (first_out >= 0 && s->tokens_out > first_out && dsec > 0)
-            fprintf(stderr,
-                    "stats: decode %ld tokens in %.4f s = %.1f tokens/s (after the first token of "
-                    "every completion, %.3f s in)\n",
-                    s->tokens_out - first_out, dsec, (s->tokens_out - first_out) / dsec,
-                    sec - dsec);
-        if (s->rounds && td_engine_draft_tokens(e)) { // (speculation's numbers, with a drafter)
-            fprintf(stderr,
-                    "stats: mean accepted length %.3f (tokens per round incl. bonus), "
-                    "acceptance %.3f (%ld of %ld drafts)\n",
-                    (double)(s->accepted + s->rounds) / s->rounds,
-                    s->drafted ? (double)s->accepted / s->drafted : 0.0, s->accepted, s->drafted);
-            fprintf(stderr, "stats: acceptance by draft position:");
-            for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
-                fprintf(stderr, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
-            fprintf(stderr, "\nstats: conditional acceptance (drafts before all accepted):");
-            for (int j = 0; j < TD_MAX_DRAFT && s->reached_at[j]; j++)
-                fprintf(stderr, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->reached_at[j]);
-            fprintf(stderr, "\n");
-        }
-        if (s->steps)
-            fprintf(stderr,
-                    "stats: per step (host wall time; on a GPU the drafter's device work runs "
-                    "before the next step and counts in target): target %.3f ms, verify %.3f "
-                    "ms, drafter %.3f ms\n",
-                    1e3 * s->t_target / s->steps, 1e3 * s->t_verify / s->steps,
-                    1e3 * s->t_draft / s->steps);
-        if (s->graphs)
-            fprintf(stderr, "stats: %d step graphs captured in %.1f ms\n", s->graphs,
-                    1e3 * s->t_capture);
-        if (s->nan_rows) fprintf(stderr, "stats: %ld non-finite logits rows\n", s->nan_rows);
-    }
-done:
-    free(ids);
-    free(prompt);
-    tok_free(tk);
-    td_engine_free(e);
-    return rc;
-}
-
-// ---------------------------------------------------------------------------------------------
-// chat: an interactive session in the model's chat format
-
-static int cmd_chat(int argc, char **argv) {
-    struct td_engine_params ep = td_engine_defaults();
-    ep.draft = "auto";
-    const char *system = NULL;
-    struct req_opts ro = {
-        .max_tokens = 256, .seed = 0, .temperature = 0.0, .top_k = 0, .top_p = 1.0};
-    long draft_tokens = -1;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: tandem chat [--model DIR] [--system TEXT] [--max-tokens N] "
-                   "[--temperature T] [--seed S] [--backend B] [drafter options]\n" DRAFT_USAGE
-                   "Type a message and Enter; an empty line or end of input ends the session.\n");
-            return 0;
-        }
-        if (!v) return die("chat: %s needs a value (see tandem chat --help)", a);
-        i++;
-        int rc = engine_option(a, v, &ep, &draft_tokens);
-        if (!rc) rc = request_option(a, v, &ro);
-        if (rc) {
-            if (rc < 0) return 2;
-            continue;
-        }
-        if (!strcmp(a, "--system"))
-            system = v;
-        else
-            return die("chat: unknown option '%s' (see tandem chat --help)", a);
-    }
-    if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
-        return die("chat: no model: give --model DIR (models/tandem-tiny was not found)%s", "");
-    if (draft_finish("chat", &ep, draft_tokens)) return 2;
-    ep.max_seqs = 1;
-    char err[1024];
-    struct tok *tk;
-    struct chat ch;
-    struct td_engine *e;
-    if (tok_load(&tk, ep.model_dir, err, sizeof err)) return die("%s", err);
-    if (chat_init(&ch, tk, err, sizeof err) || td_engine_init(&e, &ep, err, sizeof err)) {
-        tok_free(tk);
-        return die("%s", err);
-    }
-    struct chat_msg *msgs = NULL;
-    char **owned = NULL;
-    int n_msgs = 0, rc = 0, turn = 0;
-    char line[8192];
-    int interactive = isatty(0);
-    if (system) {
-        msgs = realloc(msgs, sizeof *msgs * (n_msgs + 1));
-        msgs[n_msgs++] = (struct chat_msg){.role = CHAT_ROLE_SYSTEM, .content = system};
-    }
-    for (;;) {
-        if (interactive) {
-            printf("> ");
-            fflush(stdout);
-        }
-        if (!fgets(line, sizeof line, stdin)) break;
-        line[strcspn(line, "\r\n")] = 0;
-        if (!line[0]) break;
-        owned = realloc(owned, sizeof *owned * (n_msgs + 2));
-        msgs = realloc(msgs, sizeof *msgs * (n_msgs + 2));
-        owned[n_msgs] = strdup(line);
-        msgs[n_msgs] = (struct chat_msg){.role = CHAT_ROLE_USER, .content = owned[n_msgs]};
-        n_msgs++;
-        struct tok_ids ti = {0};
-        if (chat_encode(&ch, msgs, (size_t)n_msgs, 1, &ti, err, sizeof err)) {
-            fprintf(stderr, "tandem: %s\n", err);
-            n_msgs--;
-            free(owned[n_msgs]);
-            continue;
-        }
-        struct td_request_params rp = {.prompt = ti.ids,
-                                       .n_prompt = (int)ti.n,
-                                       .max_tokens = (int)ro.max_tokens,
-                                       .sampling = {.temperature = (float)ro.temperature,
-                                                    .top_k = (int)ro.top_k,
-                                                    .top_p = (float)ro.top_p,
-                                                    .seed = (uint64_t)(ro.seed + turn++)},
-                                       .ignore_eos = 0};
-        int id = td_engine_submit(e, &rp, err, sizeof err);
-        tok_ids_free(&ti);
-        if (id < 0) {
-            fprintf(stderr, "tandem: %s\n", err);
-            rc = 1;
-            break;
-        }
-        struct tok_stream ts;
-        tok_stream_init(&ts, tk, TOK_DECODE_SKIP_SPECIAL);
-        int shown = 0, live;
-        while ((live = td_engine_step(e, err, sizeof err)) > 0)
-            stream_text(e, id, &ts, &shown);
-        stream_finish(e, id, &ts, &shown);
-        if (live < 0) {
-            fprintf(stderr, "tandem: %s\n", err);
-            rc = 1;
-            break;
-        }
-        // the reply joins the conversation
-        const int32_t *toks;
-        int nt;
-        td_engine_output(e, id, &toks, &nt, NULL, NULL, NULL);
-        char *reply = NULL;
-        size_t rl = 0;
-        if (tok_decode(tk, toks, (size_t)nt, TOK_DECODE_SKIP_SPECIAL, &reply, &rl, err, sizeof err))
-            reply = strdup("");
-        owned[n_msgs] = reply;
-        msgs[n_msgs] = (struct chat_msg){.role = CHAT_ROLE_ASSISTANT, .content = reply};
-        n_msgs++;
-    }
-    for (int i = 0; i < n_msgs; i++)
-        if (msgs[i].role != CHAT_ROLE_SYSTEM) free(owned[i]);
-    free(owned);
-    free(msgs);
-    td_engine_free(e);
-    tok_free(tk);
-    return rc;
-}
-
-// ---------------------------------------------------------------------------------------------
-// bench: batch throughput over a prompt set
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int cmd_bench(int argc, char **argv) {
-    struct td_engine_params ep = td_engine_defaults();
-    const char *prompts_path = NULL;
-    struct req_opts ro = {
-        .max_tokens = 128, .seed = 0, .temperature = 0.0, .top_k = 0, .top_p = 1.0};
-    long n_prompts = 64, batch = 16, draft_tokens = -1;
-    int raw = 0, csv = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf(
-                "usage: tandem bench [--model DIR] --prompts FILE.jsonl [options]\n"
-                "  --prompts FILE       JSON lines with \"turns\": [text, ...] (the first turn is\n"
-                "                       the prompt) or \"text\": text\n"
-                "  --n-prompts N        prompts to run (default 64; fewer if the file has fewer)\n"
-                "  --max-tokens N       tokens per request (default 128)\n"
-                "  --batch B            requests decoding at once (default 16)\n"
-                "  drafter options (default --draft none):\n" DRAFT_USAGE
-                "  --temperature T      default 0 (greedy);  --top-k K;  --top-p P\n"
-                "  --seed S             request i uses S + i\n"
-                "  --raw                prompts as plain text (default: the chat format)\n"
-                "  --backend B          auto | cpu | cuda;  --deterministic;  --no-graphs\n"
-                "  --max-batch-tokens N rows per step (default 256);  --max-ctx N\n"
-                "  --dummy-weights      generated weights of DIR/config.json's shapes\n"
-                "  --csv                one CSV header line and one result line\n"
-                "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
-                "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
-                "the mean accepted length and acceptance by draft position.\n");
-            return 0;
-        }
-        if (!strcmp(a, "--raw")) {
-            raw = 1;
-            continue;
-        }
-        if (!strcmp(a, "--csv")) {
-            csv = 1;
-            continue;
-        }
-        if (engine_flag(a, &ep)) continue;
-        if (!v) return die("bench: %s needs a value (see tandem bench --help)", a);
-        i++;
-        int rc = engine_option(a, v, &ep, &draft_tokens);
-        if (!rc) rc = request_option(a, v, &ro);
-        if (rc) {
-            if (rc < 0) return 2;
-            continue;
-        }
-        if (!strcmp(a, "--prompts"))
-            prompts_path = v;
-        else if (!strcmp(a, "--n-prompts"))
-            rc = parse_int(a, v, 1, 1 << 20, &n_prompts);
-        else if (!strcmp(a, "--batch"))
-            rc = parse_int(a, v, 1, 4096, &batch);
-        else
-            return die("bench: unknown option '%s' (see tandem bench --help)", a);
-        if (rc) return 2;
-    }
-    if (!prompts_path) return die("bench: --prompts FILE.jsonl is required%s", "");
-    if (!ep.model_dir && !(ep.model_dir = default_model(argv0_g)))
-        return die("bench: no model: give --model DIR (models/tandem-tiny was not found)%s", "");
-    if (draft_finish("bench", &ep, draft_tokens)) return 2;
-    ep.max_seqs = (int)batch;
-
-    char err[1024];
-    struct tok *tk;
-    struct chat ch;
-    if (tok_load(&tk, ep.model_dir, err, sizeof err)) return die("%s", err);
-    if (!raw && chat_init(&ch, tk, err, sizeof err)) {
-        tok_free(tk);
-        return die("%s", err);
-    }
-    FILE *fp = fopen(prompts_path, "r");
-    if (!fp) {
-        tok_free(tk);
-        return die("bench: cannot open %s", prompts_path);
-    }
-    struct tok_ids *ids = calloc((size_t)n_prompts, sizeof *ids);
-    int np = 0, lineno = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    while (np < n_prompts && getline(&line, &cap, fp) > 0) {
-        lineno++;
-        json_error_t je;
-        json_t *doc = json_loads(line, 0, &je);
-        json_t *turns = doc ? json_object_get(doc, "turns") : NULL;
-        const char *text = json_is_array(turns) ? json_string_value(json_array_get(turns, 0))
-                           : doc                ? json_string_value(json_object_get(doc, "text"))
-                                                : NULL;
-        int rc = -1;
-        if (!text) {
-            snprintf(err, sizeof err, "%s:%d: not a JSON object with \"turns\" or \"text\"",
-                     prompts_path, lineno);
-        } else if (raw) {
-            rc = tok_encode(tk, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ids[np], err,
-                            sizeof err);
-        } else {
-            struct chat_msg msg = {.role = CHAT_ROLE_USER, .content = text};
-            rc = chat_encode(&ch, &msg, 1, 1, &ids[np], err, sizeof err);
-        }
-        json_decref(doc);
-        if (rc) {
-            fclose(fp);
-            free(line);
-            for (int i = 0; i <= np; i++)
-                tok_ids_free(&ids[i]);
-            free(ids);
-            tok_free(tk);
-            return die("%s", err);
-        }
-        np++;
-    }
-    free(line);
-    fclose(fp);
-    if (!np) {
-        free(ids);
-        tok_free(tk);
-        return die("bench: %s holds no prompts", prompts_path);
-    }
-    struct td_engine *e;
-    if (td_engine_init(&e, &ep, err, sizeof err)) {
-        for (int i = 0; i < np; i++)
-            tok_ids_free(&ids[i]);
-        free(ids);
-        tok_free(tk);
-        return die("%s", err);
-    }
-    int *rid = malloc((size_t)np * sizeof *rid), rc = 0;
-    double *ttft = malloc((size_t)np * sizeof *ttft), *done_t = malloc((size_t)np * sizeof *done_t);
-    long prompt_tokens = 0;
-    double t0 = now_s();
-    for (int i = 0; i < np; i++) {
-        struct td_request_params rp = {.prompt = ids[i].ids,
-                                       .n_prompt = (int)ids[i].n,
-                                       .max_tokens = (int)ro.max_tokens,
-                                       .sampling = {.temperature = (float)ro.temperature,
-                                                    .top_k = (int)ro.top_k,
-                                                    .top_p = (float)ro.top_p,
-                                                    .seed = (uint64_t)(ro.seed + i)},
-                                       .ignore_eos = 1};
-        prompt_tokens += (long)ids[i].n;
-        ttft[i] = done_t[i] = -1;
-        if ((rid[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
-            rc = die("%s", err);
-            goto out;
-        }
-    }
-    int live;
-    do {
-        live = td_engine_step(e, err, sizeof err);
-        double t = now_s() - t0;
-        for (int i = 0; i < np; i++) {
-            int nt;
-            enum td_req_status st;
-            td_engine_output(e, rid[i], NULL, &nt, &st, NULL, NULL);
-            if (nt > 0 && ttft[i] < 0) ttft[i] = t;
-            if ((st == TD_REQ_FINISHED || st == TD_REQ_FAILED) && done_t[i] < 0) done_t[i] = t;
-        }
-    } while (live > 0);
-    if (live < 0) {
-        rc = die("%s", err);
-        goto out;
-    }
-    double wall = now_s() - t0;
-    const struct td_engine_stats *s = td_engine_stats(e);
-    qsort(ttft, (size_t)np, sizeof *ttft, cmp_double);
-    qsort(done_t, (size_t)np, sizeof *done_t, cmp_double);
-    double mal = s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 1.0;
-    if (csv) {
-        printf(
-            "model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
-            "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length\n");
-        printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f\n", ep.model_dir,
-               td_engine_backend(e), ep.draft, td_engine_draft_tokens(e), np, batch, prompt_tokens,
-               s->tokens_out, wall, s->tokens_out / wall, np / wall, ttft[np / 2],
-               ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10], mal);
-    } else {
-        printf("bench: %s on %s, draft %s k=%d, %d prompts (%ld tokens), batch %ld\n", ep.model_dir,
-               td_engine_backend(e), ep.draft, td_engine_draft_tokens(e), np, prompt_tokens, batch);
-        printf("bench: %ld output tokens in %.3f s = %.1f tokens/s, %.2f requests/s, %ld steps\n",
-               s->tokens_out, wall, s->tokens_out / wall, np / wall, s->steps);
-        printf(
-            "bench: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
-            ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
-        if (s->rounds && td_engine_draft_tokens(e)) {
-            printf("bench: mean accepted length %.3f, acceptance by draft position:", mal);
-            for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
-                printf(" %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
-            printf("\n");
-        }
-    }
-out:
-    free(rid);
-    free(ttft);
-    free(done_t);
-    for (int i = 0; i < np; i++)
-        tok_ids_free(&ids[i]);
-    free(ids);
-    td_engine_free(e);
-    tok_free(tk);
-    return rc;
-}
-
-// ---------------------------------------------------------------------------------------------
 // serve: the OpenAI-compatible HTTP server (serve/server.h), configured by an INI file
 
 static void serve_usage(FILE *fp) {
@@ -1157,7 +269,7 @@ static int cmd_serve(int argc, char **argv) {
             continue;
         }
         if (!strcmp(a, "--set")) {
-            if (!v) return die("serve: --set needs SECTION.KEY=VALUE%s", "");
+            if (!v) return die("serve: --set needs SECTION.KEY=VALUE");
             if (srv_config_set(&c, v, "--set", err, sizeof err)) return die("%s", err);
             i++;
             continue;
@@ -1174,12 +286,11 @@ static int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (!c.path[0]) {
-        const char *d = default_model(argv0_g);
-        if (!d)
-            return die("serve: no model: set model.path (models/tandem-tiny was not found)%s", "");
+        const char *d = cli_default_model(cli_argv0);
+        if (!d) return die("serve: no model: set model.path (models/tandem-tiny was not found)");
         snprintf(c.path, sizeof c.path, "%s", d);
     }
-    // the drafter as generate resolves it (auto: DSpark on a GPU when the model has one)
+    // the drafter options as generate checks them (auto stays auto: the engine picks when it loads)
     struct td_engine_params ep = td_engine_defaults();
     ep.model_dir = c.path;
     ep.backend = c.backend;
@@ -1187,8 +298,7 @@ static int cmd_serve(int argc, char **argv) {
     ep.dspark_dir = c.dspark_dir[0] ? c.dspark_dir : NULL;
     ep.dspark_threshold = (float)c.confidence_min;
     ep.max_batch_tokens = c.max_batch_tokens;
-    if (draft_finish("serve", &ep, c.k)) return 2;
-    if (ep.draft != c.method) snprintf(c.method, sizeof c.method, "%s", ep.draft); // auto's pick
+    if (cli_draft_finish("serve", &ep, c.k)) return 2;
     c.k = ep.max_draft;
     c.max_batch_tokens = ep.max_batch_tokens;
     if (print) {
@@ -1201,13 +311,13 @@ static int cmd_serve(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    argv0_g = argv[0];
+    cli_argv0 = argv[0];
     if (argc < 2) {
-        usage(stderr);
+        cli_usage(stderr);
         return 2;
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        usage(stdout);
+        cli_usage(stdout);
         return 0;
     }
     if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 2, argv + 2);

@@ -94,8 +94,45 @@ struct td_model_drafter {
     void (*free)(void *impl);
 };
 
-/* "ngram" (prompt lookup) or "random" (uniform tokens, a test tool). NULL + message for any
- * other name. "none" is not a drafter: the engine runs without one. */
+/* ---- the registry: every name td_engine_params.draft, --draft and speculation.method take,
+ * listed once (drafter.c). Front ends check a name with draft_lookup and list the names with
+ * draft_names / draft_names_join; td_engine_init turns "auto" into a drafter (draft_pick_auto)
+ * and td_engine_draft says which. */
+
+enum draft_kind {
+    DRAFT_KIND_AUTO,    /* not a drafter: the engine picks one (draft_pick_auto) */
+    DRAFT_KIND_NONE,    /* no drafter: the target decodes alone */
+    DRAFT_KIND_REQUEST, /* proposes per request from its tokens (td_drafter, draft_init) */
+    DRAFT_KIND_MTP,     /* the checkpoint's MTP layer (mtp.h), a model drafter */
+    DRAFT_KIND_DSPARK,  /* a DSpark network (dspark.h), a model drafter */
+};
+
+struct draft_info {
+    const char *name;
+    enum draft_kind kind;
+    int default_tokens; /* draft tokens a round when none are asked for (0: none, or for dspark
+                           its block size; auto: the pick's) */
+    struct td_drafter *(*init)(int vocab); /* DRAFT_KIND_REQUEST: makes one; else NULL */
+};
+
+/* every name in the registry's order, "auto" first, then NULL */
+extern const char *const draft_names[];
+
+/* the entry called exactly name, or NULL + "unknown drafter 'x' (known: auto, none, ...)" */
+const struct draft_info *draft_lookup(const char *name, char *err, size_t errlen);
+
+/* every name into out[n], sep between two and last before the final one:
+ * (", ", " or ") gives "auto, none, ngram, random, mtp or dspark" */
+void draft_names_join(char *out, size_t n, const char *sep, const char *last);
+
+/* what "auto" stands for: dspark when the steps run on a device (on_device) and the model ships
+ * a DSpark drafter (a readable config.json in dspark_dir, or in model_dir/dspark/ when
+ * dspark_dir is NULL), else none. Never NULL. */
+const struct draft_info *draft_pick_auto(int on_device, const char *model_dir,
+                                         const char *dspark_dir);
+
+/* A request drafter ("ngram": prompt lookup; "random": uniform tokens, a test tool). NULL +
+ * message for any other name ("none", "mtp", "dspark" and "auto" are the engine's business). */
 struct td_drafter *draft_init(const char *name, int vocab, char *err, size_t errlen);
 
 void draft_free(struct td_drafter *d);

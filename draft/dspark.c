@@ -67,10 +67,8 @@ static void markov_tail(void *ctx, const struct rows_view *rows);
 static int get_int(json_t *root, const char *key, int lo, int hi, int *out, const char *path,
                    char *err, size_t errlen) {
     json_t *v = json_object_get(root, key);
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        snprintf(err, errlen, "%s: \"%s\" must be an integer in [%d, %d]", path, key, lo, hi);
-        return -1;
-    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return td_errf(err, errlen, "%s: \"%s\" must be an integer in [%d, %d]", path, key, lo, hi);
     *out = (int)json_integer_value(v);
     return 0;
 }
@@ -96,18 +94,18 @@ int dspark_config_load(struct dspark_config *c, const char *dir, const struct td
     json_t *ids = json_object_get(root, "dspark_target_layer_ids");
     size_t n = json_is_array(ids) ? json_array_size(ids) : 0;
     if (n < 1 || n > DSPARK_MAX_CAPTURE) {
-        snprintf(err, errlen, "%s: \"dspark_target_layer_ids\" must list 1 to %d layers", path,
-                 DSPARK_MAX_CAPTURE);
+        td_errf(err, errlen, "%s: \"dspark_target_layer_ids\" must list 1 to %d layers", path,
+                DSPARK_MAX_CAPTURE);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(ids, i);
         long x = json_is_integer(v) ? (long)json_integer_value(v) : -1;
         if (x < 0 || x >= t->n_layers || (i && x <= c->capture[i - 1])) {
-            snprintf(err, errlen,
-                     "%s: \"dspark_target_layer_ids\" must be ascending layer indices of the "
-                     "target, in [0, %d)",
-                     path, t->n_layers);
+            td_errf(err, errlen,
+                    "%s: \"dspark_target_layer_ids\" must be ascending layer indices of the "
+                    "target, in [0, %d)",
+                    path, t->n_layers);
             goto out;
         }
         c->capture[i] = (int)x;
@@ -128,10 +126,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       float threshold, int use_graphs, size_t max_bytes, char *err, size_t errlen) {
     *out = NULL;
     struct draft_dspark *d = calloc(1, sizeof *d);
-    if (!d) {
-        snprintf(err, errlen, "dspark: out of memory");
-        return -1;
-    }
+    if (!d) return td_errf(err, errlen, "dspark: out of memory");
     d->b = b;
     if (dspark_config_load(&d->cfg, dir, target_host, err, errlen) ||
         td_model_load_dspark(target_host, dir, d->cfg.n_stages, d->cfg.n_capture, d->cfg.rank,
@@ -151,8 +146,8 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     // length, so the state allows max_ctx + block
     int chunk = dc->block > 16 ? dc->block : 16;
     if (max_ctx > INT_MAX - dc->block) {
-        snprintf(err, errlen, "dspark: a context of %d tokens plus a block of %d passes %d",
-                 max_ctx, dc->block, INT_MAX);
+        td_errf(err, errlen, "dspark: a context of %d tokens plus a block of %d passes %d", max_ctx,
+                dc->block, INT_MAX);
         goto fail;
     }
     if (td_state_init(&d->st, c, max_seqs, max_ctx + dc->block, chunk, max_bytes, b, err, errlen))
@@ -189,7 +184,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     if (!d->capture || !d->y || !d->e || !d->bias || !d->ids_dev || !d->U || !d->y_host ||
         !d->e_host || !d->bias_host || !d->z || !d->conf_w || !d->zeros || !d->blk_ids ||
         !d->ids_host || !d->live || !d->act || !d->seqs || !d->pre_end) {
-        snprintf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
+        td_errf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
         goto fail;
     }
     for (int i = 0; i < d->dim + dc->rank; i++)
@@ -200,7 +195,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->mk = b->alloc(mk_words * sizeof(int32_t));
     d->mk_host = b->alloc_host(mk_words * sizeof(int32_t)); // queued copies land here
     if (!d->conf_w_dev || !d->mk || !d->mk_host) {
-        snprintf(err, errlen, "dspark: out of memory for the Markov chain's buffers");
+        td_errf(err, errlen, "dspark: out of memory for the Markov chain's buffers");
         goto fail;
     }
     b->to_device(d->conf_w_dev, d->conf_w, ((size_t)d->dim + dc->rank) * F);
@@ -296,21 +291,18 @@ static int seq_at(struct draft_dspark *d, int slot, int pos0, char *err, size_t 
         d->st.in_use[slot] = 1;
         d->st.len[slot] = d->st.hi[slot] = 0;
     }
-    if (d->st.len[slot] != pos0) {
-        snprintf(err, errlen, "dspark: slot %d holds %d rows, the target committed %d", slot,
-                 d->st.len[slot], pos0);
-        return -1;
-    }
+    if (d->st.len[slot] != pos0)
+        return td_errf(err, errlen, "dspark: slot %d holds %d rows, the target committed %d", slot,
+                       d->st.len[slot], pos0);
     return 0;
 }
 
 int draft_dspark_insert_step(struct draft_dspark *d, const struct td_plan *p, char *err,
                              size_t errlen) {
     memset(d->pre_end, 0, (size_t)d->max_seqs * sizeof *d->pre_end);
-    if (p->n_tok > d->max_rows) {
-        snprintf(err, errlen, "dspark: %d rows to insert, capacity %d", p->n_tok, d->max_rows);
-        return -1;
-    }
+    if (p->n_tok > d->max_rows)
+        return td_errf(err, errlen, "dspark: %d rows to insert, capacity %d", p->n_tok,
+                       d->max_rows);
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s], pos0 = p->len_before[s], n = p->qo_indptr[s + 1] - p->qo_indptr[s];
         if (seq_at(d, slot, pos0, err, errlen)) return -1;
@@ -331,13 +323,11 @@ static int commit(struct draft_dspark *d, const struct td_draft_seq *seqs, int n
     for (int s = 0; s < n_seq; s++) {
         const struct td_draft_seq *q = &seqs[s];
         int end = q->pos0 + q->n;
-        if (d->pre_end[q->slot] < end || d->st.len[q->slot] != d->pre_end[q->slot]) {
-            snprintf(err, errlen,
-                     "dspark: slot %d holds %d rows, %d from its step's insertion; the round "
-                     "commits %d",
-                     q->slot, d->st.len[q->slot], d->pre_end[q->slot], end);
-            return -1;
-        }
+        if (d->pre_end[q->slot] < end || d->st.len[q->slot] != d->pre_end[q->slot])
+            return td_errf(err, errlen,
+                           "dspark: slot %d holds %d rows, %d from its step's insertion; the round "
+                           "commits %d",
+                           q->slot, d->st.len[q->slot], d->pre_end[q->slot], end);
         if (td_state_rollback(&d->st, q->slot, end, err, errlen)) return -1;
     }
     memset(d->pre_end, 0, (size_t)d->max_seqs * sizeof *d->pre_end);
@@ -438,10 +428,9 @@ int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_se
     const struct td_model *m = d->run;
     int g = d->cfg.block, r = d->cfg.rank, V = d->vocab, D = d->dim;
     if (!n_seq) return 0;
-    if (d->pending) {
-        snprintf(err, errlen, "dspark: a round before the last round's drafts were collected");
-        return -1;
-    }
+    if (d->pending)
+        return td_errf(err, errlen,
+                       "dspark: a round before the last round's drafts were collected");
     for (int s = 0; s < n_seq; s++)
         seqs[s].n_drafts = 0, seqs[s].dev_drafts = NULL;
     // the sequences that draft, and whether the round is greedy (drafted on the backend;

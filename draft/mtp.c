@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/err.h"
 #include "model/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -46,10 +47,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
                    char *err, size_t errlen) {
     *out = NULL;
     struct draft_mtp *d = calloc(1, sizeof *d);
-    if (!d) {
-        snprintf(err, errlen, "mtp: out of memory");
-        return -1;
-    }
+    if (!d) return td_errf(err, errlen, "mtp: out of memory");
     d->b = b;
     if (td_model_load_mtp(target_host, &d->host, err, errlen)) {
         free(d);
@@ -88,12 +86,12 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     d->chain = b->alloc(chain_words * sizeof(int32_t));
     d->chain_host = b->alloc_host(chain_words * sizeof(int32_t)); // queued copies land here
     if (!d->chain || !d->chain_host) {
-        snprintf(err, errlen, "mtp: out of memory for the chain's buffers");
+        td_errf(err, errlen, "mtp: out of memory for the chain's buffers");
         goto fail;
     }
     if (!d->hidden || !d->h_in || !d->h_out || !d->x || !d->tmp || !d->e || !d->ids_dev ||
         !d->logits || !d->p || !d->ids || !d->seqs || !d->zero || !d->live || !d->keep || !d->ord) {
-        snprintf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
+        td_errf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
         goto fail;
     }
     struct td_forward_io io = {.x_in = d->x, .hidden_out = d->h_out};
@@ -231,7 +229,7 @@ int draft_mtp_collect(struct draft_mtp *d, struct td_draft_seq *seqs, char *err,
     d->pending = 0;
     size_t S = (size_t)d->max_seqs, K = (size_t)d->max_k;
     if (d->b->wait_queued(err, errlen)) return -1; // the queued copy has landed
-    for (int i = 0; i < d->n_round; i++) {    // row i: sequence ord[i] (device_chain)
+    for (int i = 0; i < d->n_round; i++) {         // row i: sequence ord[i] (device_chain)
         struct td_draft_seq *q = &seqs[d->ord[i]];
         q->n_drafts = d->chain_host[i];
         memcpy(q->drafts, d->chain_host + S + (size_t)i * K, (size_t)q->n_drafts * sizeof(int32_t));
@@ -251,10 +249,8 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
     const struct td_backend *b = d->b;
     size_t row_bytes = (size_t)d->nc * d->dim * sizeof(float);
     int rows = 0, *zero = d->zero, n_zero = 0;
-    if (d->pending) {
-        snprintf(err, errlen, "mtp: a round before the last round's drafts were collected");
-        return -1;
-    }
+    if (d->pending)
+        return td_errf(err, errlen, "mtp: a round before the last round's drafts were collected");
     // a deferred round: the backend's own chain, when every drafting sequence is greedy and
     // wants the same k (the others only catch up). Its plan puts the drafting sequences first,
     // so that their catch-up logits and every later step's rows are rows 0 .. n_draft - 1
@@ -279,11 +275,9 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
             d->st.in_use[q->slot] = 1;
             d->st.len[q->slot] = d->st.hi[q->slot] = 0;
         }
-        if (d->st.len[q->slot] != q->pos0) {
-            snprintf(err, errlen, "mtp: slot %d holds %d rows, the target committed %d", q->slot,
-                     d->st.len[q->slot], q->pos0);
-            return -1;
-        }
+        if (d->st.len[q->slot] != q->pos0)
+            return td_errf(err, errlen, "mtp: slot %d holds %d rows, the target committed %d",
+                           q->slot, d->st.len[q->slot], q->pos0);
         b->ops.copy(d->h_in + (size_t)rows * d->nc * d->dim,
                     d->hidden + (size_t)q->row * d->nc * d->dim, (size_t)q->n * row_bytes);
         memcpy(d->ids + rows, q->next, (size_t)q->n * sizeof(int32_t));

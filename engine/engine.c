@@ -19,6 +19,7 @@
 #include "draft/drafter.h"
 #include "draft/dspark.h"
 #include "draft/mtp.h"
+#include "kernels/err.h"
 #include "model/backend.h"
 #include "model/fileio.h"
 #include "model/forward.h"
@@ -164,29 +165,29 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
                    size_t errlen) {
     *out = NULL;
     struct td_engine *e = calloc(1, sizeof *e);
-    if (!e) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!e) return td_errf(err, errlen, "out of memory");
     e->p = *p;
     if (!p->model_dir) {
-        snprintf(err, errlen, "engine: no model directory");
         free(e);
-        return -1;
+        return td_errf(err, errlen, "engine: no model directory");
     }
     if (p->max_seqs < 1 || p->max_ctx < 2 || p->max_draft < 0 || p->max_draft > TD_MAX_DRAFT ||
         p->max_batch_tokens < 1 + p->max_draft) {
-        snprintf(err, errlen,
-                 "engine: need max_seqs >= 1, max_ctx >= 2, draft tokens in [0, %d] and a batch "
-                 "of at least 1 + draft tokens rows (got %d, %d, %d, %d)",
-                 TD_MAX_DRAFT, p->max_seqs, p->max_ctx, p->max_draft, p->max_batch_tokens);
+        free(e);
+        return td_errf(err, errlen,
+                       "engine: need max_seqs >= 1, max_ctx >= 2, draft tokens in [0, %d] and a "
+                       "batch of at least 1 + draft tokens rows (got %d, %d, %d, %d)",
+                       TD_MAX_DRAFT, p->max_seqs, p->max_ctx, p->max_draft, p->max_batch_tokens);
+    }
+    const struct draft_info *di = draft_lookup(p->draft ? p->draft : "none", err, errlen);
+    if (!di || !(e->b = td_backend_get(p->backend ? p->backend : "auto", err, errlen))) {
         free(e);
         return -1;
     }
-    if (!(e->b = td_backend_get(p->backend ? p->backend : "auto", err, errlen))) {
-        free(e);
-        return -1;
-    }
+    // auto: its pick from the backend and the model's files, before anything is loaded
+    if (di->kind == DRAFT_KIND_AUTO)
+        di = draft_pick_auto(e->b->on_device, p->model_dir, p->dspark_dir);
+    e->p.draft = di->name; // (td_engine_draft)
     if (p->dummy_weights ? td_model_load_dummy(&e->model, p->model_dir, 1, err, errlen)
                          : td_model_load(&e->model, p->model_dir, err, errlen)) {
         free(e);
@@ -200,12 +201,10 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     }
     const struct td_config *c = &e->model.cfg;
     if (p->max_ctx > c->max_position_embeddings) e->p.max_ctx = (int)c->max_position_embeddings;
-    int use_drafter = p->draft && strcmp(p->draft, "none") != 0;
-    if (!use_drafter) e->p.max_draft = 0;
-    int use_mtp = use_drafter && !strcmp(p->draft, "mtp");
-    int use_dspark = use_drafter && !strcmp(p->draft, "dspark");
+    if (di->kind == DRAFT_KIND_NONE) e->p.max_draft = 0;
+    int use_mtp = di->kind == DRAFT_KIND_MTP, use_dspark = di->kind == DRAFT_KIND_DSPARK;
     if (!(p->dspark_threshold >= 0.0f && p->dspark_threshold < 1.0f)) {
-        snprintf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)", p->dspark_threshold);
+        td_errf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)", p->dspark_threshold);
         goto fail;
     }
     if (use_dspark) { // made first: its block size bounds the drafts of a round
@@ -223,13 +222,13 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         int block = draft_dspark_config(ds)->block;
         if (e->p.max_draft < 1 || e->p.max_draft > block) e->p.max_draft = block;
         if (e->p.max_batch_tokens < 1 + e->p.max_draft) {
-            snprintf(err, errlen, "engine: a batch of %d rows cannot hold a DSpark round of %d",
-                     e->p.max_batch_tokens, 1 + e->p.max_draft);
+            td_errf(err, errlen, "engine: a batch of %d rows cannot hold a DSpark round of %d",
+                    e->p.max_batch_tokens, 1 + e->p.max_draft);
             goto fail;
         }
     }
-    if (use_drafter && !use_mtp && !use_dspark &&
-        !(e->drafter = draft_init(p->draft, c->vocab, err, errlen)))
+    if (di->kind == DRAFT_KIND_REQUEST &&
+        !(e->drafter = draft_init(di->name, c->vocab, err, errlen)))
         goto fail;
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
@@ -247,7 +246,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         draft_mtp_defer(mtp, 1); // greedy drafts go from the drafter to the verify step
     }
     if (e->md.impl && !(e->dseqs = calloc((size_t)e->p.max_seqs, sizeof *e->dseqs))) {
-        snprintf(err, errlen, "engine: out of memory");
+        td_errf(err, errlen, "engine: out of memory");
         goto fail;
     }
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
@@ -268,8 +267,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     e->r_scratch = malloc(V * sizeof(float));
     if (!e->groups || !e->live || !e->seqs || !e->patches || !e->logits || !e->q || !e->p_scratch ||
         !e->r_scratch || !e->ids || !e->ids_dev) {
-        snprintf(err, errlen, "engine: out of memory for step buffers (%zu MiB of logits)",
-                 ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
+        td_errf(err, errlen, "engine: out of memory for step buffers (%zu MiB of logits)",
+                ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
         goto fail;
     }
     if (load_eos(e, err, errlen)) goto fail;
@@ -318,6 +317,10 @@ const char *td_engine_backend(const struct td_engine *e) {
     return e->b->name;
 }
 
+const char *td_engine_draft(const struct td_engine *e) {
+    return e->p.draft;
+}
+
 int td_engine_draft_tokens(const struct td_engine *e) {
     return e->p.max_draft;
 }
@@ -336,58 +339,37 @@ const struct td_engine_stats *td_engine_stats(struct td_engine *e) {
 int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, char *err,
                      size_t errlen) {
     const struct td_sampling *s = &rp->sampling;
-    if (rp->n_prompt < 1 || !rp->prompt) {
-        snprintf(err, errlen, "request: empty prompt");
-        return -1;
-    }
-    if (rp->n_prompt > e->p.max_ctx) {
-        snprintf(err, errlen, "request: prompt of %d tokens exceeds the context of %d",
-                 rp->n_prompt, e->p.max_ctx);
-        return -1;
-    }
-    if (rp->max_tokens < 1) {
-        snprintf(err, errlen, "request: max_tokens %d, must be >= 1", rp->max_tokens);
-        return -1;
-    }
-    if (!(s->temperature >= 0.0f) || s->top_k < 0 || !(s->top_p > 0.0f && s->top_p <= 1.0f)) {
-        snprintf(err, errlen,
-                 "request: temperature %g (>= 0), top_k %d (>= 0), top_p %g (in "
-                 "(0, 1]) out of range",
-                 s->temperature, s->top_k, s->top_p);
-        return -1;
-    }
+    if (rp->n_prompt < 1 || !rp->prompt) return td_errf(err, errlen, "request: empty prompt");
+    if (rp->n_prompt > e->p.max_ctx)
+        return td_errf(err, errlen, "request: prompt of %d tokens exceeds the context of %d",
+                       rp->n_prompt, e->p.max_ctx);
+    if (rp->max_tokens < 1)
+        return td_errf(err, errlen, "request: max_tokens %d, must be >= 1", rp->max_tokens);
+    if (!(s->temperature >= 0.0f) || s->top_k < 0 || !(s->top_p > 0.0f && s->top_p <= 1.0f))
+        return td_errf(err, errlen,
+                       "request: temperature %g (>= 0), top_k %d (>= 0), top_p %g (in "
+                       "(0, 1]) out of range",
+                       s->temperature, s->top_k, s->top_p);
     for (int i = 0; i < rp->n_prompt; i++)
-        if (rp->prompt[i] < 0 || rp->prompt[i] >= e->model.cfg.vocab) {
-            snprintf(err, errlen, "request: prompt token %d (item %d) is outside [0, %d)",
-                     rp->prompt[i], i + 1, e->model.cfg.vocab);
-            return -1;
-        }
-    if (rp->n_stop_ids < 0 || rp->n_stop_ids > TD_MAX_STOP_IDS ||
-        (rp->n_stop_ids && !rp->stop_ids)) {
-        snprintf(err, errlen, "request: %d stop token ids, at most %d", rp->n_stop_ids,
-                 TD_MAX_STOP_IDS);
-        return -1;
-    }
+        if (rp->prompt[i] < 0 || rp->prompt[i] >= e->model.cfg.vocab)
+            return td_errf(err, errlen, "request: prompt token %d (item %d) is outside [0, %d)",
+                           rp->prompt[i], i + 1, e->model.cfg.vocab);
+    if (rp->n_stop_ids < 0 || rp->n_stop_ids > TD_MAX_STOP_IDS || (rp->n_stop_ids && !rp->stop_ids))
+        return td_errf(err, errlen, "request: %d stop token ids, at most %d", rp->n_stop_ids,
+                       TD_MAX_STOP_IDS);
     for (int i = 0; i < rp->n_stop_ids; i++)
-        if (rp->stop_ids[i] < 0 || rp->stop_ids[i] >= e->model.cfg.vocab) {
-            snprintf(err, errlen, "request: stop token id %d is outside [0, %d)", rp->stop_ids[i],
-                     e->model.cfg.vocab);
-            return -1;
-        }
-    if (e->next_id == INT_MAX) {
-        snprintf(err, errlen, "request: %d requests submitted, no ids left", INT_MAX);
-        return -1;
-    }
+        if (rp->stop_ids[i] < 0 || rp->stop_ids[i] >= e->model.cfg.vocab)
+            return td_errf(err, errlen, "request: stop token id %d is outside [0, %d)",
+                           rp->stop_ids[i], e->model.cfg.vocab);
+    if (e->next_id == INT_MAX)
+        return td_errf(err, errlen, "request: %d requests submitted, no ids left", INT_MAX);
     if (e->n_reqs == e->cap) { // both arrays hold cap (active is never longer than reqs)
         int cap = e->cap > INT_MAX / 2 ? INT_MAX : e->cap ? 2 * e->cap : 16;
         struct request **nr = realloc(e->reqs, (size_t)cap * sizeof *nr);
         if (nr) e->reqs = nr; // a larger block, used once both have grown
         struct request **na = nr ? realloc(e->active, (size_t)cap * sizeof *na) : NULL;
         if (na) e->active = na;
-        if (!nr || !na) {
-            snprintf(err, errlen, "request: out of memory");
-            return -1;
-        }
+        if (!nr || !na) return td_errf(err, errlen, "request: out of memory");
         e->cap = cap;
     }
     // tokens: the prompt, then at most what the context leaves (a sequence ends once max_ctx
@@ -398,8 +380,7 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
     if (r) r->cap = (int)(rp->n_prompt + gen + TD_MAX_DRAFT + 1);
     if (!r || !(r->toks = malloc((size_t)r->cap * sizeof(int32_t)))) {
         free(r);
-        snprintf(err, errlen, "request: out of memory");
-        return -1;
+        return td_errf(err, errlen, "request: out of memory");
     }
     e->reqs[e->n_reqs++] = r;
     memcpy(r->toks, rp->prompt, (size_t)rp->n_prompt * sizeof(int32_t));

@@ -48,7 +48,10 @@ struct td_engine_params {
     int max_seqs;           /* sequences decoding at once (state slots), default 16 */
     int max_ctx;            /* tokens per sequence, default 4096 (capped by the model) */
     int max_batch_tokens;   /* rows per step, default 256; >= 1 + max_draft */
-    const char *draft;      /* "none" (default), "ngram", "random", "mtp" or "dspark" */
+    const char *draft;      /* "none" (default), "ngram", "random", "mtp", "dspark" or "auto"
+                               (draft/drafter.h's registry): auto is dspark when the backend is
+                               a device and the model ships a DSpark drafter (dspark_dir, else
+                               model_dir/dspark/), else none; td_engine_draft says which */
     int max_draft;          /* draft tokens per round, 0 .. TD_MAX_DRAFT (dspark: 0 or more
                                than its block size means the block size) */
     const char *dspark_dir; /* the DSpark drafter's directory (default: model_dir/dspark) */
@@ -190,6 +193,10 @@ const struct td_engine_stats *td_engine_stats(struct td_engine *e);
 
 /* The model's vocabulary size. */
 int td_engine_vocab(const struct td_engine *e);
+
+/* The drafter the engine runs: "none", "ngram", "random", "mtp" or "dspark" (what "auto"
+ * picked, when it was given). */
+const char *td_engine_draft(const struct td_engine *e);
 
 /* Draft tokens per round at most (the drafter's block size for DSpark; 0 without a drafter). */
 int td_engine_draft_tokens(const struct td_engine *e);

@@ -1,13 +1,14 @@
 /* attention_ref.c: full-softmax reference of sparse MQA with sinks (fp32, double sums). */
 #include "attention.h"
 #include "rope.h"
+#include "err.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 void attention_sink_ref(float *out, const float *q, const float *const *keys, int n_keys,
                         const float *sinks, int n_heads, int d, float scale) {
-    float *s = malloc(((size_t)n_keys + 1) * sizeof(float));
+    float *s = td_xmalloc(((size_t)n_keys + 1) * sizeof(float));
     for (int h = 0; h < n_heads; h++) {
         const float *qh = q + (size_t)h * d;
         float *oh = out + (size_t)h * d;
@@ -40,7 +41,7 @@ void attention_rows_ref(const struct attn_args *a) {
         int n = r->swa_indptr[t + 1] - r->swa_indptr[t] + (a->entries ? r->vis[t] : 0);
         if (n > max_keys) max_keys = n;
     }
-    const float **keys = malloc(((size_t)max_keys + 1) * sizeof *keys);
+    const float **keys = td_xmalloc(((size_t)max_keys + 1) * sizeof *keys);
     for (int t = 0; t < r->n_tok; t++) {
         if (r->row_seq[t] < 0) continue; // a pad row: inert
         int sq = r->row_seq[t], slot = r->slot[sq], len = r->len_before[sq];

@@ -2,6 +2,7 @@
 #include "hc.h"
 
 #include "elementwise.h"
+#include "err.h"
 #include "rmsnorm.h"
 
 #include <math.h>
@@ -30,7 +31,7 @@ void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
                 const struct hc_weights *w, int n, int nc, int d, int sinkhorn_iters, float hc_eps,
                 float rms_eps, const void *norm, enum td_dtype norm_dtype) {
     int m = (2 + nc) * nc, width = nc * d;
-    float *mix = malloc((size_t)m * sizeof(float));
+    float *mix = td_xmalloc((size_t)m * sizeof(float));
     float s_pre = td_load_f32(w->scale, w->scale_dtype, 0);
     float s_post = td_load_f32(w->scale, w->scale_dtype, 1);
     float s_comb = td_load_f32(w->scale, w->scale_dtype, 2);
@@ -90,7 +91,7 @@ void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
 
 void hc_post_ref(float *x, const float *a, const float *post, const float *comb, int n, int nc,
                  int d, float *mean, int mean_stride) {
-    float *old = malloc((size_t)nc * d * sizeof(float));
+    float *old = td_xmalloc((size_t)nc * d * sizeof(float));
     for (int t = 0; t < n; t++) {
         float *xt = x + (size_t)t * nc * d;
         const float *at = a + (size_t)t * d, *pt = post + (size_t)t * nc;

@@ -1,6 +1,8 @@
 /* indexer_ref.c: Lightning Indexer scores (fp32 products, double head sum) and top-k. */
 #include "indexer.h"
 
+#include "err.h"
+
 #include <stdlib.h>
 
 void indexer_score_ref(float *score, const float *q, const float *weight, const float *keys,
@@ -28,7 +30,7 @@ static int cmp_int(const void *a, const void *b) {
 int topk_select_ref(int *idx, const float *score, int n_keys, int topk) {
     int k = n_keys < topk ? n_keys : topk;
     // selection by repeated max: strictly greater wins, so equal scores keep the lower index
-    char *taken = calloc((size_t)n_keys + 1, 1);
+    char *taken = td_xcalloc((size_t)n_keys + 1, 1);
     for (int j = 0; j < k; j++) {
         int best = -1;
         for (int w = 0; w < n_keys; w++)
@@ -45,8 +47,8 @@ int topk_select_ref(int *idx, const float *score, int n_keys, int topk) {
 
 void indexer_topk_ref(const struct indexer_args *a) {
     const struct rows_view *r = &a->rows;
-    float *score = malloc(((size_t)a->n_entries + 1) * sizeof(float));
-    int *picks = malloc(((size_t)a->topk + 1) * sizeof(int));
+    float *score = td_xmalloc(((size_t)a->n_entries + 1) * sizeof(float));
+    int *picks = td_xmalloc(((size_t)a->topk + 1) * sizeof(int));
     for (int t = 0; t < r->n_tok; t++) {
         if (r->row_seq[t] < 0) { // a pad row picks nothing
             for (int j = 0; j < a->topk; j++)

@@ -3,12 +3,14 @@
 #include "markov.h"
 
 #include "dot.h"
+#include "err.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 static void slot(const struct markov_args *a, int j) {
-    float *e = malloc((size_t)a->r * sizeof(float)), *w = malloc((size_t)a->r * sizeof(float));
+    float *e = td_xmalloc((size_t)a->r * sizeof(float)),
+          *w = td_xmalloc((size_t)a->r * sizeof(float));
     for (int i = 0; i < a->n; i++) {
         if (a->n_drafts[i] != j || a->row_seq[i * a->g] < 0) continue;
         int row = i * a->g + j;

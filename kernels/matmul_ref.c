@@ -2,12 +2,13 @@
 #include "matmul.h"
 
 #include "dot.h"
+#include "err.h"
 
 #include <stdlib.h>
 
 void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n, int in,
                 int out, const void *bias, enum td_dtype bias_dtype) {
-    float *row = malloc((size_t)in * sizeof(float));
+    float *row = td_xmalloc((size_t)in * sizeof(float));
     for (int o = 0; o < out; o++) {
         // convert one weight row once, then use it for every token
         td_load_row_f32(row, w, w_dtype, (int64_t)o * in, in);
@@ -21,7 +22,7 @@ void matmul_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, 
 
 void matmul_grouped_ref(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
                         int groups, int in, int out) {
-    float *row = malloc((size_t)in * sizeof(float));
+    float *row = td_xmalloc((size_t)in * sizeof(float));
     for (int j = 0; j < groups; j++)
         for (int o = 0; o < out; o++) {
             td_load_row_f32(row, w, w_dtype, ((int64_t)j * out + o) * in, in);

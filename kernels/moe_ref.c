@@ -2,6 +2,7 @@
 #include "moe.h"
 #include "elementwise.h"
 #include "matmul.h"
+#include "err.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -57,8 +58,8 @@ void moe_route_ref(int *picks, float *weights, const float *logits, enum moe_sco
 
 void swiglu_ref(float *y, const float *x, const struct swiglu_weights *w, int n, int d, int inter,
                 float limit) {
-    float *g = malloc((size_t)n * inter * sizeof(float));
-    float *u = malloc((size_t)n * inter * sizeof(float));
+    float *g = td_xmalloc((size_t)n * inter * sizeof(float));
+    float *u = td_xmalloc((size_t)n * inter * sizeof(float));
     matmul_ref(g, x, w->w1, w->w1_dtype, n, d, inter, w->b1, w->b1_dtype);
     matmul_ref(u, x, w->w3, w->w3_dtype, n, d, inter, w->b3, w->b3_dtype);
     swiglu_act_ref(g, u, (size_t)n * inter, limit);
@@ -98,9 +99,9 @@ void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, con
 void moe_experts_ref(float *out, const float *x, const int32_t *picks, const float *weights,
                      const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                      float limit) {
-    int *rows = malloc((size_t)n * k * sizeof(int));
-    float *xe = malloc((size_t)n * k * d * sizeof(float));
-    float *ye = malloc((size_t)n * k * d * sizeof(float));
+    int *rows = td_xmalloc((size_t)n * k * sizeof(int));
+    float *xe = td_xmalloc((size_t)n * k * d * sizeof(float));
+    float *ye = td_xmalloc((size_t)n * k * d * sizeof(float));
     for (size_t i = 0; i < (size_t)n * d; i++)
         out[i] = 0.0f;
     // gather each expert's rows, run it once, add in ascending expert order

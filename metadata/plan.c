@@ -1,8 +1,8 @@
 /* plan.c: layout, build and validation of the per-step plan. */
 #include "plan.h"
 
-#include <stdarg.h>
-#include <stdio.h>
+#include "kernels/err.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,26 +76,20 @@ struct rows_view meta_plan_rows(const struct td_plan *p, void *base, enum meta_r
 int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     if (d->max_tok < 1 || d->max_seq < 1 || d->window < 1 || d->topk < 0 || d->swa_ring < 1 ||
-        d->max_ctx < 1 || d->block < 0 || (d->block && (d->rate_csa || d->rate_hca))) {
-        snprintf(err, errlen, "plan: bad dims (max_tok %d, max_seq %d, window %d, topk %d)",
-                 d->max_tok, d->max_seq, d->window, d->topk);
-        return -1;
-    }
+        d->max_ctx < 1 || d->block < 0 || (d->block && (d->rate_csa || d->rate_hca)))
+        return td_errf(err, errlen, "plan: bad dims (max_tok %d, max_seq %d, window %d, topk %d)",
+                       d->max_tok, d->max_seq, d->window, d->topk);
     // a step's window keys are indexed by int32 (swa_indptr): rows x (window + block) must fit
-    if ((size_t)d->max_tok * ((size_t)d->window + d->block) > INT32_MAX) {
-        snprintf(err, errlen,
-                 "plan: %d rows x (window %d + block %d) keys exceed the int32 range of the "
-                 "plan's indices; lower the rows per step or the context",
-                 d->max_tok, d->window, d->block);
-        return -1;
-    }
+    if ((size_t)d->max_tok * ((size_t)d->window + d->block) > INT32_MAX)
+        return td_errf(err, errlen,
+                       "plan: %d rows x (window %d + block %d) keys exceed the int32 range of the "
+                       "plan's indices; lower the rows per step or the context",
+                       d->max_tok, d->window, d->block);
     p->dims = *d;
     p->bytes = meta_plan_bytes(d);
     p->mem = calloc(1, p->bytes); // the gaps between regions too: a plan is the same bytes
-    if (!p->mem) {
-        snprintf(err, errlen, "plan: out of memory for a %zu-byte plan buffer", p->bytes);
-        return -1;
-    }
+    if (!p->mem)
+        return td_errf(err, errlen, "plan: out of memory for a %zu-byte plan buffer", p->bytes);
     bind_arrays(p);
     return 0;
 }
@@ -103,14 +97,6 @@ int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, s
 void meta_plan_free(struct td_plan *p) {
     free(p->mem);
     memset(p, 0, sizeof *p);
-}
-
-static int failf(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 /* ring row of position pos in a ring of `ring` rows, when the row is among the last `ring`
@@ -133,21 +119,21 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
     const struct td_plan_dims *d = &p->dims;
     long n_tok = 0;
     if (n_seq < 1 || n_seq > d->max_seq)
-        return failf(err, errlen, "plan: %d sequences, capacity %d", n_seq, d->max_seq);
+        return td_errf(err, errlen, "plan: %d sequences, capacity %d", n_seq, d->max_seq);
     for (int s = 0; s < n_seq; s++) {
         if (seqs[s].n_new < 1 || seqs[s].len_before < 0)
-            return failf(err, errlen, "plan: sequence %d has %d rows after length %d", s,
-                         seqs[s].n_new, seqs[s].len_before);
+            return td_errf(err, errlen, "plan: sequence %d has %d rows after length %d", s,
+                           seqs[s].n_new, seqs[s].len_before);
         if ((long)seqs[s].len_before + seqs[s].n_new > d->max_ctx)
-            return failf(err, errlen, "plan: sequence %d would reach %ld tokens, max context %d", s,
-                         (long)seqs[s].len_before + seqs[s].n_new, d->max_ctx);
+            return td_errf(err, errlen, "plan: sequence %d would reach %ld tokens, max context %d",
+                           s, (long)seqs[s].len_before + seqs[s].n_new, d->max_ctx);
         if (seqs[s].block && seqs[s].n_new > d->block)
-            return failf(err, errlen, "plan: sequence %d is a block of %d rows, capacity %d", s,
-                         seqs[s].n_new, d->block);
+            return td_errf(err, errlen, "plan: sequence %d is a block of %d rows, capacity %d", s,
+                           seqs[s].n_new, d->block);
         n_tok += seqs[s].n_new;
     }
     if (n_tok > d->max_tok)
-        return failf(err, errlen, "plan: %ld rows, capacity %d", n_tok, d->max_tok);
+        return td_errf(err, errlen, "plan: %ld rows, capacity %d", n_tok, d->max_tok);
     p->n_tok = (int)n_tok;
     p->n_seq = n_seq;
     p->n_tok_pad = meta_bucket(p->n_tok, d->max_tok);
@@ -229,106 +215,109 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
     const int32_t *m = p->mem;
 #define AT_OFFSET(name, words)                                                                     \
     if (p->name != m + l.name)                                                                     \
-        return failf(err, errlen, "plan: array %s is not at the offset the dims fix", #name);
+        return td_errf(err, errlen, "plan: array %s is not at the offset the dims fix", #name);
     TD_PLAN_REGIONS(AT_OFFSET)
 #undef AT_OFFSET
     if (p->n_seq < 1 || p->n_seq > p->n_seq_pad || p->n_seq_pad > d->max_seq ||
         p->n_tok < p->n_seq || p->n_tok > p->n_tok_pad || p->n_tok_pad > d->max_tok ||
         p->n_tok_pad != meta_bucket(p->n_tok, d->max_tok) ||
         p->n_seq_pad != meta_bucket(p->n_seq, d->max_seq))
-        return failf(err, errlen, "plan: counts %d/%d rows, %d/%d sequences, capacity %d/%d",
-                     p->n_tok, p->n_tok_pad, p->n_seq, p->n_seq_pad, d->max_tok, d->max_seq);
+        return td_errf(err, errlen, "plan: counts %d/%d rows, %d/%d sequences, capacity %d/%d",
+                       p->n_tok, p->n_tok_pad, p->n_seq, p->n_seq_pad, d->max_tok, d->max_seq);
     if (p->qo_indptr[0] != 0 || p->kv_indptr[0] != 0 || p->swa_indptr[0] != 0)
-        return failf(err, errlen, "plan: an indptr does not start at 0");
+        return td_errf(err, errlen, "plan: an indptr does not start at 0");
     for (int s = 0; s < d->max_seq; s++) {
         int q = p->qo_indptr[s + 1] - p->qo_indptr[s], kv = p->kv_indptr[s + 1] - p->kv_indptr[s];
         if (q < 0 || kv < 0)
-            return failf(err, errlen, "plan: sequence %d has negative length (rows %d, kv %d)", s,
-                         q, kv);
+            return td_errf(err, errlen, "plan: sequence %d has negative length (rows %d, kv %d)", s,
+                           q, kv);
         if (s < p->n_seq) {
-            if (q < 1) return failf(err, errlen, "plan: sequence %d has no rows", s);
+            if (q < 1) return td_errf(err, errlen, "plan: sequence %d has no rows", s);
             if (kv != p->len_before[s] + q || kv > d->max_ctx)
-                return failf(err, errlen, "plan: sequence %d kv length %d, expected %d (max %d)", s,
-                             kv, p->len_before[s] + q, d->max_ctx);
-            if (p->slot[s] < 0) return failf(err, errlen, "plan: sequence %d has no slot", s);
+                return td_errf(err, errlen, "plan: sequence %d kv length %d, expected %d (max %d)",
+                               s, kv, p->len_before[s] + q, d->max_ctx);
+            if (p->slot[s] < 0) return td_errf(err, errlen, "plan: sequence %d has no slot", s);
             for (int r = 0; r < s; r++)
                 if (p->slot[r] == p->slot[s])
-                    return failf(err, errlen, "plan: sequences %d and %d share slot %d", r, s,
-                                 p->slot[s]);
+                    return td_errf(err, errlen, "plan: sequences %d and %d share slot %d", r, s,
+                                   p->slot[s]);
             if (p->block[s] != 0 && p->block[s] != 1)
-                return failf(err, errlen, "plan: sequence %d block flag %d", s, p->block[s]);
+                return td_errf(err, errlen, "plan: sequence %d block flag %d", s, p->block[s]);
             if (p->block[s] && (q > d->block || d->rate_csa || d->rate_hca))
-                return failf(err, errlen, "plan: sequence %d block of %d rows, capacity %d", s, q,
-                             d->block);
+                return td_errf(err, errlen, "plan: sequence %d block of %d rows, capacity %d", s, q,
+                               d->block);
         } else if (q || kv || p->slot[s] != -1 || p->len_before[s] || p->block[s]) {
-            return failf(err, errlen,
-                         "plan: pad sequence %d is not inert (rows %d, kv %d, slot "
-                         "%d)",
-                         s, q, kv, p->slot[s]);
+            return td_errf(err, errlen,
+                           "plan: pad sequence %d is not inert (rows %d, kv %d, slot "
+                           "%d)",
+                           s, q, kv, p->slot[s]);
         }
     }
     if (p->qo_indptr[p->n_seq] != p->n_tok)
-        return failf(err, errlen, "plan: qo_indptr ends at %d, %d rows", p->qo_indptr[p->n_seq],
-                     p->n_tok);
+        return td_errf(err, errlen, "plan: qo_indptr ends at %d, %d rows", p->qo_indptr[p->n_seq],
+                       p->n_tok);
     for (int t = 0; t < d->max_tok; t++) {
         int n = p->swa_indptr[t + 1] - p->swa_indptr[t];
-        if (n < 0) return failf(err, errlen, "plan: row %d has negative window length %d", t, n);
+        if (n < 0) return td_errf(err, errlen, "plan: row %d has negative window length %d", t, n);
         if (t >= p->n_tok) {
             if (n || p->row_seq[t] != -1 || p->swa_write[t] != -1 || p->write_csa[t] != -1 ||
                 p->write_hca[t] != -1 || p->emit_csa[t] != -1 || p->emit_hca[t] != -1 ||
                 p->vis_csa[t] || p->vis_hca[t])
-                return failf(err, errlen, "plan: pad row %d is not inert", t);
+                return td_errf(err, errlen, "plan: pad row %d is not inert", t);
             continue;
         }
         int s = p->row_seq[t];
         if (s < 0 || s >= p->n_seq || t < p->qo_indptr[s] || t >= p->qo_indptr[s + 1])
-            return failf(err, errlen,
-                         "plan: row %d names sequence %d, but belongs to another "
-                         "(stale token->sequence map?)",
-                         t, s);
+            return td_errf(err, errlen,
+                           "plan: row %d names sequence %d, but belongs to another "
+                           "(stale token->sequence map?)",
+                           t, s);
         int pos = p->positions[t], end = p->len_before[s] + p->qo_indptr[s + 1] - p->qo_indptr[s];
         if (pos != p->len_before[s] + t - p->qo_indptr[s])
-            return failf(err, errlen, "plan: row %d position %d, expected %d", t, pos,
-                         p->len_before[s] + t - p->qo_indptr[s]);
+            return td_errf(err, errlen, "plan: row %d position %d, expected %d", t, pos,
+                           p->len_before[s] + t - p->qo_indptr[s]);
         int lo, hi, blk = p->block[s];
         row_keys(d, pos, p->len_before[s], end - p->len_before[s], blk, &lo, &hi);
         if (n != hi - lo)
-            return failf(err, errlen, "plan: row %d window length %d, expected %d", t, n, hi - lo);
+            return td_errf(err, errlen, "plan: row %d window length %d, expected %d", t, n,
+                           hi - lo);
         for (int k = 0; k < n; k++)
             if (p->swa_pos[p->swa_indptr[t] + k] != lo + k)
-                return failf(err, errlen, "plan: row %d window key %d is position %d, expected %d",
-                             t, k, p->swa_pos[p->swa_indptr[t] + k], lo + k);
+                return td_errf(err, errlen,
+                               "plan: row %d window key %d is position %d, expected %d", t, k,
+                               p->swa_pos[p->swa_indptr[t] + k], lo + k);
         if (p->swa_write[t] != (blk ? -1 : ring_write(pos, end, d->swa_ring)) ||
             p->write_csa[t] != (d->rate_csa ? ring_write(pos, end, d->ring_csa) : -1) ||
             p->write_hca[t] != (d->rate_hca ? ring_write(pos, end, d->ring_hca) : -1))
-            return failf(err, errlen, "plan: row %d ring write slots %d/%d/%d are wrong", t,
-                         p->swa_write[t], p->write_csa[t], p->write_hca[t]);
+            return td_errf(err, errlen, "plan: row %d ring write slots %d/%d/%d are wrong", t,
+                           p->swa_write[t], p->write_csa[t], p->write_hca[t]);
         if ((d->rate_csa &&
              (p->vis_csa[t] != (pos + 1) / d->rate_csa ||
               p->emit_csa[t] != ((pos + 1) % d->rate_csa ? -1 : p->vis_csa[t] - 1))) ||
             (d->rate_hca && (p->vis_hca[t] != (pos + 1) / d->rate_hca ||
                              p->emit_hca[t] != ((pos + 1) % d->rate_hca ? -1 : p->vis_hca[t] - 1))))
-            return failf(err, errlen, "plan: row %d visible/emitted entries inconsistent", t);
+            return td_errf(err, errlen, "plan: row %d visible/emitted entries inconsistent", t);
     }
     for (size_t k = (size_t)p->swa_indptr[p->n_tok_pad];
          k < (size_t)p->n_tok_pad * ((size_t)d->window + d->block); k++)
         if (p->swa_pos[k] != -1)
-            return failf(err, errlen, "plan: window slot %zu past the last range is not -1", k);
+            return td_errf(err, errlen, "plan: window slot %zu past the last range is not -1", k);
     if (p->logit_indptr[0] != 0 || p->n_logit < 0 || p->n_logit > p->n_tok ||
         p->logit_indptr[d->max_seq] != p->n_logit)
-        return failf(err, errlen, "plan: logit_indptr does not span [0, %d)", p->n_logit);
+        return td_errf(err, errlen, "plan: logit_indptr does not span [0, %d)", p->n_logit);
     for (int s = 0; s < d->max_seq; s++) {
         int a = p->logit_indptr[s], b = p->logit_indptr[s + 1];
-        if (b < a) return failf(err, errlen, "plan: sequence %d has a negative logits range", s);
+        if (b < a) return td_errf(err, errlen, "plan: sequence %d has a negative logits range", s);
         for (int i = a; i < b; i++) // a sequence's logits are a suffix of its own rows
             if (s >= p->n_seq || p->logit_rows[i] < p->qo_indptr[s] ||
                 p->logit_rows[i] >= p->qo_indptr[s + 1] ||
                 (i > a && p->logit_rows[i] != p->logit_rows[i - 1] + 1) ||
                 (i == b - 1 && p->logit_rows[i] != p->qo_indptr[s + 1] - 1))
-                return failf(err, errlen, "plan: logits row %d of sequence %d is %d", i, s,
-                             p->logit_rows[i]);
+                return td_errf(err, errlen, "plan: logits row %d of sequence %d is %d", i, s,
+                               p->logit_rows[i]);
     }
     for (int t = p->n_logit; t < d->max_tok; t++)
-        if (p->logit_rows[t] != -1) return failf(err, errlen, "plan: logit_rows pad %d not -1", t);
+        if (p->logit_rows[t] != -1)
+            return td_errf(err, errlen, "plan: logit_rows pad %d not -1", t);
     return 0;
 }

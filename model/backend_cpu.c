@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "kernels/elementwise.h"
+#include "kernels/err.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -89,12 +90,12 @@ const struct td_backend *td_backend_get(const char *name, char *err, size_t errl
         if (b || !strcmp(name, "cuda")) return b;
 #else
         if (!strcmp(name, "cuda")) {
-            snprintf(err, errlen, "backend cuda: this build has no CUDA (nvcc was not found)");
+            td_errf(err, errlen, "backend cuda: this build has no CUDA (nvcc was not found)");
             return NULL;
         }
 #endif
         return &cpu;
     }
-    snprintf(err, errlen, "unknown backend '%s' (cpu, cuda or auto)", name);
+    td_errf(err, errlen, "unknown backend '%s' (cpu, cuda or auto)", name);
     return NULL;
 }

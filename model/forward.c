@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "model/backend.h"
+#include "kernels/err.h"
 #include "kernels/rope.h"
 
 #define W(t) (t).data, (t).dtype
@@ -313,34 +314,25 @@ static int check_plan(const struct td_model *m, const struct td_state *st, const
     if (meta_plan_validate(p, err, errlen)) return -1; // every step, in debug builds and tests
 #endif
     struct td_plan_dims want = td_state_plan_dims(st, p->dims.max_tok, p->dims.max_seq);
-    if (memcmp(&want, &p->dims, sizeof want)) {
-        snprintf(err, errlen, "forward: the plan was laid out for other state dimensions");
-        return -1;
-    }
+    if (memcmp(&want, &p->dims, sizeof want))
+        return td_errf(err, errlen, "forward: the plan was laid out for other state dimensions");
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s], rows = p->qo_indptr[s + 1] - p->qo_indptr[s];
-        if (slot < 0 || slot >= st->max_seqs || !st->in_use[slot]) {
-            snprintf(err, errlen, "forward: sequence %d names slot %d, not a live sequence", s,
-                     slot);
-            return -1;
-        }
-        if (p->len_before[s] != st->len[slot]) {
-            snprintf(err, errlen, "forward: sequence %d says length %d, its state has %d", s,
-                     p->len_before[s], st->len[slot]);
-            return -1;
-        }
-        if ((long)p->len_before[s] + rows > st->max_ctx) {
-            snprintf(err, errlen, "forward: sequence %d would reach %ld tokens, max context %d", s,
-                     (long)p->len_before[s] + rows, st->max_ctx);
-            return -1;
-        }
+        if (slot < 0 || slot >= st->max_seqs || !st->in_use[slot])
+            return td_errf(err, errlen, "forward: sequence %d names slot %d, not a live sequence",
+                           s, slot);
+        if (p->len_before[s] != st->len[slot])
+            return td_errf(err, errlen, "forward: sequence %d says length %d, its state has %d", s,
+                           p->len_before[s], st->len[slot]);
+        if ((long)p->len_before[s] + rows > st->max_ctx)
+            return td_errf(err, errlen,
+                           "forward: sequence %d would reach %ld tokens, max context %d", s,
+                           (long)p->len_before[s] + rows, st->max_ctx);
     }
     for (int t = 0; t < p->n_tok; t++)
-        if (p->input_ids[t] < 0 || p->input_ids[t] >= m->cfg.vocab) {
-            snprintf(err, errlen, "forward: token id %d at row %d is outside [0, %d)",
-                     p->input_ids[t], t, m->cfg.vocab);
-            return -1;
-        }
+        if (p->input_ids[t] < 0 || p->input_ids[t] >= m->cfg.vocab)
+            return td_errf(err, errlen, "forward: token id %d at row %d is outside [0, %d)",
+                           p->input_ids[t], t, m->cfg.vocab);
     return 0;
 }
 
@@ -480,10 +472,9 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
     }
     return 0;
 oom:
-    snprintf(err, errlen, "forward: out of %s memory for step buffers of %d rows", b->name,
-             d->max_tok);
     ws_free(st);
-    return -1;
+    return td_errf(err, errlen, "forward: out of %s memory for step buffers of %d rows", b->name,
+                   d->max_tok);
 }
 
 /* rows logit_rows[i] -> i of x [rows, width], in place: ascending, and logit_rows[i] >= i, so a
@@ -717,10 +708,8 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
                        size_t errlen) {
     if (!st->use_graphs || !st->backend->graph_begin) return 0;
     struct td_plan_dims want = td_state_plan_dims(st, d->max_tok, d->max_seq);
-    if (memcmp(&want, d, sizeof want)) {
-        snprintf(err, errlen, "forward: prepare was given other state dimensions");
-        return -1;
-    }
+    if (memcmp(&want, d, sizeof want))
+        return td_errf(err, errlen, "forward: prepare was given other state dimensions");
     struct td_plan p; // its layout only: capture records the kernels, it runs none of them
     if (meta_plan_init(&p, d, err, errlen)) return -1;
     struct fwd *f = setup(m, st, &p, io, err, errlen);
@@ -747,11 +736,9 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
     if (!f) return -1;
     for (int i = 0; io && i < io->n_id_patches; i++) {
         const struct td_id_patch *q = &io->id_patches[i];
-        if (q->row < 0 || q->n < 0 || q->row + q->n > p->n_tok) {
-            snprintf(err, errlen, "forward: id patch of rows %d + %d, the plan has %d", q->row,
-                     q->n, p->n_tok);
-            return -1;
-        }
+        if (q->row < 0 || q->n < 0 || q->row + q->n > p->n_tok)
+            return td_errf(err, errlen, "forward: id patch of rows %d + %d, the plan has %d",
+                           q->row, q->n, p->n_tok);
         f->b->ops.copy((int32_t *)f->rows.input_ids + q->row, q->src,
                        (size_t)q->n * sizeof(int32_t));
     }
@@ -772,18 +759,16 @@ int td_forward_store_kv(const struct td_model *m, struct td_state *st, const str
                         const float *x, char *err, size_t errlen) {
     const struct td_config *c = &m->cfg;
     for (int li = 0; li < c->n_layers; li++)
-        if (c->attn[li] != TD_ATTN_SLIDING) {
-            snprintf(err, errlen,
-                     "store_kv: layer %d has %s attention; only sliding-window layers take keys "
-                     "from outside",
-                     li, td_attn_kind_name(c->attn[li]));
-            return -1;
-        }
+        if (c->attn[li] != TD_ATTN_SLIDING)
+            return td_errf(
+                err, errlen,
+                "store_kv: layer %d has %s attention; only sliding-window layers take keys "
+                "from outside",
+                li, td_attn_kind_name(c->attn[li]));
     for (int s = 0; s < p->n_seq; s++)
-        if (p->block[s]) {
-            snprintf(err, errlen, "store_kv: sequence %d is a block, and blocks store nothing", s);
-            return -1;
-        }
+        if (p->block[s])
+            return td_errf(err, errlen,
+                           "store_kv: sequence %d is a block, and blocks store nothing", s);
     struct td_forward_io io = {.x_in = x, .keys_only = 1};
     struct fwd *f = begin(m, st, p, &io, err, errlen);
     if (!f) return -1;

@@ -934,7 +934,7 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
     }
     return 0;
 oom:
-    snprintf(err, errlen, "upload: out of memory");
+    td_errf(err, errlen, "upload: out of memory");
 fail:
     td_model_free(dev);
     return -1;

@@ -2,6 +2,7 @@
 #include "state.h"
 
 #include "backend.h"
+#include "kernels/err.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -72,31 +73,26 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
                   size_t errlen) {
     memset(s, 0, sizeof *s);
     if (!b) b = td_backend_cpu();
-    if (max_seqs < 1 || max_ctx < 1 || max_chunk < 1) {
-        snprintf(err, errlen, "state: max_seqs %d, max_ctx %d, max_chunk %d must all be >= 1",
-                 max_seqs, max_ctx, max_chunk);
-        return -1;
-    }
+    if (max_seqs < 1 || max_ctx < 1 || max_chunk < 1)
+        return td_errf(err, errlen, "state: max_seqs %d, max_ctx %d, max_chunk %d must all be >= 1",
+                       max_seqs, max_ctx, max_chunk);
     // ring rows are int positions: max_chunk past the window (or the compressor's span) fits
     long long swa_ring = (long long)window_of(cfg, max_ctx) + max_chunk;
     for (int i = 0; i < cfg->n_layers; i++) {
         struct shape ls = layer_shape(cfg, i, max_ctx, max_chunk);
-        if (swa_ring > INT_MAX || ls.ring > INT_MAX || ls.width > INT_MAX) {
-            snprintf(err, errlen,
-                     "state: layer %d's rings (%lld and %lld rows of %lld floats) exceed the int "
-                     "range; lower max_ctx (%d) or max_chunk (%d)",
-                     i, swa_ring, ls.ring, ls.width, max_ctx, max_chunk);
-            return -1;
-        }
+        if (swa_ring > INT_MAX || ls.ring > INT_MAX || ls.width > INT_MAX)
+            return td_errf(
+                err, errlen,
+                "state: layer %d's rings (%lld and %lld rows of %lld floats) exceed the int "
+                "range; lower max_ctx (%d) or max_chunk (%d)",
+                i, swa_ring, ls.ring, ls.width, max_ctx, max_chunk);
     }
     size_t bytes = td_state_bytes(cfg, max_seqs, max_ctx, max_chunk);
-    if (bytes > max_bytes) {
-        snprintf(err, errlen,
-                 "state: caches for %d sequences x %d tokens need %zu MiB, over the %zu MiB "
-                 "allowed (lower max_seqs or max_ctx, or raise the memory limit)",
-                 max_seqs, max_ctx, bytes >> 20, max_bytes >> 20);
-        return -1;
-    }
+    if (bytes > max_bytes)
+        return td_errf(err, errlen,
+                       "state: caches for %d sequences x %d tokens need %zu MiB, over the %zu MiB "
+                       "allowed (lower max_seqs or max_ctx, or raise the memory limit)",
+                       max_seqs, max_ctx, bytes >> 20, max_bytes >> 20);
     s->cfg = cfg;
     s->backend = b;
     s->max_seqs = max_seqs;
@@ -130,8 +126,8 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
     }
     if (oom) {
         td_state_free(s);
-        snprintf(err, errlen, "state: out of memory allocating %zu MiB of caches", bytes >> 20);
-        return -1;
+        return td_errf(err, errlen, "state: out of memory allocating %zu MiB of caches",
+                       bytes >> 20);
     }
     return 0;
 }
@@ -169,21 +165,16 @@ void td_state_seq_release(struct td_state *s, int slot) {
 }
 
 int td_state_rollback(struct td_state *s, int slot, int new_len, char *err, size_t errlen) {
-    if (slot < 0 || slot >= s->max_seqs || !s->in_use[slot]) {
-        snprintf(err, errlen, "rollback: slot %d is not a live sequence", slot);
-        return -1;
-    }
-    if (new_len < 0 || new_len > s->len[slot]) {
-        snprintf(err, errlen, "rollback: length %d outside [0, %d]", new_len, s->len[slot]);
-        return -1;
-    }
-    if (s->hi[slot] - new_len > s->max_chunk) {
-        snprintf(err, errlen,
-                 "rollback: to %d is %d tokens behind the last written position %d; the caches "
-                 "keep max_chunk = %d",
-                 new_len, s->hi[slot] - new_len, s->hi[slot], s->max_chunk);
-        return -1;
-    }
+    if (slot < 0 || slot >= s->max_seqs || !s->in_use[slot])
+        return td_errf(err, errlen, "rollback: slot %d is not a live sequence", slot);
+    if (new_len < 0 || new_len > s->len[slot])
+        return td_errf(err, errlen, "rollback: length %d outside [0, %d]", new_len, s->len[slot]);
+    if (s->hi[slot] - new_len > s->max_chunk)
+        return td_errf(
+            err, errlen,
+            "rollback: to %d is %d tokens behind the last written position %d; the caches "
+            "keep max_chunk = %d",
+            new_len, s->hi[slot] - new_len, s->hi[slot], s->max_chunk);
     s->len[slot] = new_len;
     return 0;
 }

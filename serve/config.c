@@ -37,6 +37,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "draft/drafter.h"
+#include "kernels/err.h"
+
 /* enum fields are read and written as int */
 _Static_assert(sizeof(enum srv_per_request) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum srv_log_format) == sizeof(int), "enum size");
@@ -66,8 +69,6 @@ struct key {
 };
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
-static const char *const method_names[] = {"auto", "none",   "ngram", "random",
-                                           "mtp",  "dspark", NULL};
 static const char *const per_request_names[] = {"none", "summary", "detailed", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const format_names[] = {"text", "jsonl", NULL};
@@ -117,7 +118,7 @@ static const struct key keys[] = {
     {K("model", "graphs", KEY_BOOL, graphs), .def = "on",
      .doc = "off = run every GPU step eagerly (no CUDA graph replay)"},
     // [speculation]
-    {K("speculation", "method", KEY_STRING, method), .names = method_names, .def = "auto",
+    {K("speculation", "method", KEY_STRING, method), .names = draft_names, .def = "auto",
      .doc = "the drafter; auto = dspark when the model ships dspark/ and the GPU runs, else none"},
     {K("speculation", "k", KEY_INT, k), RANGE(0, 16), .def = "0",
      .doc = "draft tokens per round; 0 = the drafter's default"},
@@ -356,15 +357,10 @@ static int parse_value(const struct key *k, const char *v, struct srv_config *c,
         errno = 0;
         long long x = 0;
         if (isdigit((unsigned char)*p)) x = strtoll(v, &end, 10); // no blank for it to skip
-        if (!end || *end) {
-            snprintf(why, n, "'%s' is not an integer", clip(cut, v));
-            return -1;
-        }
+        if (!end || *end) return td_errf(why, n, "'%s' is not an integer", clip(cut, v));
         range_text(k, range, sizeof range);
-        if (errno == ERANGE || x < (long long)k->min || x > (long long)k->max) {
-            snprintf(why, n, "%s is out of range %s", clip(cut, v), range);
-            return -1;
-        }
+        if (errno == ERANGE || x < (long long)k->min || x > (long long)k->max)
+            return td_errf(why, n, "%s is out of range %s", clip(cut, v), range);
         if (k->type == KEY_INT)
             *(int *)field(c, k) = (int)x;
         else
@@ -381,27 +377,21 @@ static int parse_value(const struct key *k, const char *v, struct srv_config *c,
         char *end = NULL;
         double x = 0;
         if (digits && !other) x = strtod(v, &end);
-        if (!end || *end) {
-            snprintf(why, n, "'%s' is not a number", clip(cut, v));
-            return -1;
-        }
+        if (!end || *end) return td_errf(why, n, "'%s' is not a number", clip(cut, v));
         int lo_ok = k->flags & KEY_MIN_OPEN ? x > k->min : x >= k->min;
         int hi_ok = k->flags & KEY_MAX_OPEN ? x < k->max : x <= k->max;
         if (!isfinite(x) || !lo_ok || !hi_ok) {
             range_text(k, range, sizeof range);
-            snprintf(why, n, "%s is out of range %s", clip(cut, v), range);
-            return -1;
+            return td_errf(why, n, "%s is out of range %s", clip(cut, v), range);
         }
         *(double *)field(c, k) = x;
         return 0;
     }
     case KEY_BOOL: {
         int on = name_index(bool_true, v) >= 0, off = name_index(bool_false, v) >= 0;
-        if (!on && !off) {
-            snprintf(why, n, "'%s' is not a boolean (on, off, true, false, yes, no, 1, 0)",
-                     clip(cut, v));
-            return -1;
-        }
+        if (!on && !off)
+            return td_errf(why, n, "'%s' is not a boolean (on, off, true, false, yes, no, 1, 0)",
+                           clip(cut, v));
         *(int *)field(c, k) = on;
         return 0;
     }
@@ -409,8 +399,7 @@ static int parse_value(const struct key *k, const char *v, struct srv_config *c,
         int i = name_index(k->names, v);
         if (i < 0) {
             names_list(k->names, ", ", list, sizeof list);
-            snprintf(why, n, "'%s' is not one of %s", clip(cut, v), list);
-            return -1;
+            return td_errf(why, n, "'%s' is not one of %s", clip(cut, v), list);
         }
         *(int *)field(c, k) = i;
         return 0;
@@ -425,8 +414,7 @@ static int parse_value(const struct key *k, const char *v, struct srv_config *c,
             int i = name_index(k->names, v);
             if (i < 0) {
                 names_list(k->names, ", ", list, sizeof list);
-                snprintf(why, n, "'%s' is not one of %s", clip(cut, v), list);
-                return -1;
+                return td_errf(why, n, "'%s' is not one of %s", clip(cut, v), list);
             }
             v = k->names[i];
         }
@@ -437,8 +425,7 @@ static int parse_value(const struct key *k, const char *v, struct srv_config *c,
         return 0;
     }
     }
-    snprintf(why, n, "bad key type");
-    return -1;
+    return td_errf(why, n, "bad key type");
 }
 
 /* k's value in c as INI text (out has SRV_STR + 32 bytes at least) */
@@ -527,8 +514,9 @@ __attribute__((format(printf, 6, 7))) static void cross_err(struct errs *e, cons
 /* the rules the table cannot say; the engine checks the rest (the model's own limits) */
 static void cross_check(const struct srv_config *c, const char *name, const int *seen,
                         struct errs *e) {
-    int none = !strcmp(c->method, "none");
-    int dspark_ok = !strcmp(c->method, "dspark") || !strcmp(c->method, "auto");
+    const struct draft_info *di = draft_lookup(c->method, NULL, 0); // (a name of draft_names)
+    int none = di && di->kind == DRAFT_KIND_NONE;
+    int dspark_ok = di && (di->kind == DRAFT_KIND_DSPARK || di->kind == DRAFT_KIND_AUTO);
     if (none && c->k > 0)
         cross_err(e, name, seen, "speculation.k", "speculation.method",
                   "speculation.k = %d needs a drafter, but speculation.method = none", c->k);

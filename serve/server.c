@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include "draft/drafter.h"
 #include "model/fileio.h"
 #include "serve/internal.h"
 #include "serve/text.h"
@@ -1259,8 +1260,8 @@ static int open_engine(struct srv *s) {
     ep.deterministic = c->deterministic;
     ep.dummy_weights = c->dummy_weights;
     ep.max_cache_bytes = (size_t)c->max_cache_mib << 20;
-    if (strcmp(s->drafter, "none") && !ep.max_draft && strcmp(s->drafter, "dspark"))
-        ep.max_draft = 3; // generate's default
+    const struct draft_info *di = draft_lookup(c->method, NULL, 0); // (srv_config_check: known)
+    if (!ep.max_draft && di) ep.max_draft = di->default_tokens;     // as generate does
     if (ep.max_batch_tokens < 1 + ep.max_draft) ep.max_batch_tokens = 1 + ep.max_draft;
     const char *nan = getenv("TANDEM_TEST_NAN");
     if (nan && *nan) {
@@ -1274,6 +1275,21 @@ static int open_engine(struct srv *s) {
         fprintf(stderr, "tandem: serve: %s\n", err);
         return -1;
     }
+    // the drafter running, auto's pick included; the pick stands in the configuration as if it
+    // had been set (/props, the fingerprint). What generate refuses of auto's pick, serve does
+    const char *pick = td_engine_draft(s->e), *why = NULL;
+    const struct draft_info *ran = draft_lookup(pick, NULL, 0); // the registry's: never NULL
+    if (ran->kind == DRAFT_KIND_NONE && c->k > 0)
+        why = "speculation.k needs a drafter";
+    else if (ran->kind != DRAFT_KIND_DSPARK && (c->confidence_min > 0 || c->dspark_dir[0]))
+        why = "speculation.confidence_min and speculation.dspark_dir need the dspark drafter";
+    if (why) {
+        fprintf(stderr, "tandem: serve: %s, but speculation.method = %s runs %s\n", why, c->method,
+                pick);
+        return -1;
+    }
+    snprintf(s->drafter, sizeof s->drafter, "%s", pick);
+    snprintf(s->cfg.method, sizeof s->cfg.method, "%s", pick);
     s->draft_k = td_engine_draft_tokens(s->e);
     s->vocab = td_engine_vocab(s->e);
     s->max_ctx = c->max_context;

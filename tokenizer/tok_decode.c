@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/err.h"
 #include "tokenizer/tok_internal.h"
 
 static const char REPL[] = "\xEF\xBF\xBD"; /* U+FFFD */
@@ -126,11 +127,9 @@ static int is_byte_token(const char *s, size_t n, unsigned char *byte) {
 }
 
 static int check_id(const struct tok *t, int32_t id, char *err, size_t errlen) {
-    if (id < 0 || id >= t->n_vocab || t->str_len[id] == UINT32_MAX) {
-        snprintf(err, errlen, "token id %d names no token (vocab holds ids 0..%d)", id,
-                 t->n_vocab - 1);
-        return -1;
-    }
+    if (id < 0 || id >= t->n_vocab || t->str_len[id] == UINT32_MAX)
+        return td_errf(err, errlen, "token id %d names no token (vocab holds ids 0..%d)", id,
+                       t->n_vocab - 1);
     return 0;
 }
 
@@ -227,8 +226,7 @@ int tok_decode(const struct tok *t, const int32_t *ids, size_t n, unsigned flags
     sl_free(&b);
     if (rc) {
         tok_buf_free(&res);
-        snprintf(err, errlen, "out of memory decoding %zu ids", n);
-        return -1;
+        return td_errf(err, errlen, "out of memory decoding %zu ids", n);
     }
     *text = res.p;
     *len = res.n;
@@ -350,10 +348,7 @@ int tok_stream_push(struct tok_stream *s, int32_t id, const char **text, size_t 
     s->at_start = 0;
     tok_buf_free(&a);
     tok_buf_free(&b);
-    if (rc) {
-        snprintf(err, errlen, "out of memory streaming a token");
-        return -1;
-    }
+    if (rc) return td_errf(err, errlen, "out of memory streaming a token");
     *text = s->out ? s->out : "";
     *len = s->out_n;
     return 0;

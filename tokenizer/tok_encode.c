@@ -14,6 +14,7 @@
 
 #include <utf8proc.h>
 
+#include "kernels/err.h"
 #include "tokenizer/tok_internal.h"
 
 // ---------------------------------------------------------------- normalizers
@@ -106,10 +107,8 @@ int tok_normalize(struct tok *t, const char *s, size_t n, struct tok_buf *out, c
     size_t cn = n;
     for (size_t i = 0; i < t->n_norm; i++) {
         struct tok_buf *dst = i % 2 == 0 ? a : b;
-        if (norm_step(&t->norm[i], cur, cn, dst)) {
-            snprintf(err, errlen, "normalizer step %zu failed (out of memory)", i);
-            return -1;
-        }
+        if (norm_step(&t->norm[i], cur, cn, dst))
+            return td_errf(err, errlen, "normalizer step %zu failed (out of memory)", i);
         cur = dst->p;
         cn = dst->n;
     }
@@ -586,11 +585,9 @@ static int is_ascii(const char *s, size_t n) {
 int tok_encode(struct tok *t, const char *text, size_t len, unsigned flags, struct tok_ids *out,
                char *err, size_t errlen) {
     size_t ok = tok_utf8_valid_prefix(text, len);
-    if (ok != len) {
-        snprintf(err, errlen, "input is not valid UTF-8: byte 0x%02x at offset %zu",
-                 (unsigned char)text[ok], ok);
-        return -1;
-    }
+    if (ok != len)
+        return td_errf(err, errlen, "input is not valid UTF-8: byte 0x%02x at offset %zu",
+                       (unsigned char)text[ok], ok);
     size_t n0 = out->n;
     struct enc e = {.t = t, .out = out, .n_sym = 0};
     int sat = (flags & TOK_ENCODE_SPECIAL_AS_TEXT) != 0, rc = 0;
@@ -620,8 +617,7 @@ int tok_encode(struct tok *t, const char *text, size_t len, unsigned flags, stru
             rc = tok_ids_push(out, t->post_suffix[i]);
     if (rc) {
         out->n = n0;
-        snprintf(err, errlen, "encoding failed: out of memory or a regex match error");
-        return -1;
+        return td_errf(err, errlen, "encoding failed: out of memory or a regex match error");
     }
     return 0;
 }

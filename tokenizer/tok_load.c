@@ -164,11 +164,10 @@ static int load_model(struct tok *t, json_t *m, size_t bound, char *err, size_t 
             const char *sp = strchr(s, ' ');
             if (!sp || strchr(sp + 1, ' ')) {
                 tok_buf_free(&cat);
-                snprintf(err, errlen,
-                         "model.merges[%zu] '%s' is not two tokens separated by one "
-                         "space",
-                         i, s);
-                return -1;
+                return td_errf(err, errlen,
+                               "model.merges[%zu] '%s' is not two tokens separated by one "
+                               "space",
+                               i, s);
             }
             a = s;
             na = (size_t)(sp - s);
@@ -182,8 +181,8 @@ static int load_model(struct tok *t, json_t *m, size_t bound, char *err, size_t 
             nb = strlen(b);
         } else {
             tok_buf_free(&cat);
-            snprintf(err, errlen, "model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", i);
-            return -1;
+            return td_errf(err, errlen, "model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]",
+                           i);
         }
         const struct tok_map_slot *ea = tok_map_get(&t->vocab, a, na);
         const struct tok_map_slot *eb = tok_map_get(&t->vocab, b, nb);
@@ -192,13 +191,13 @@ static int load_model(struct tok *t, json_t *m, size_t bound, char *err, size_t 
         int oom = tok_buf_put(&cat, a, na) || tok_buf_put(&cat, b + skip, nb - skip);
         const struct tok_map_slot *ec = oom ? NULL : tok_map_get(&t->vocab, cat.p, cat.n);
         if (!ea || !eb || !ec) {
-            snprintf(err, errlen, "model.merges[%zu]: '%.*s' is not in the vocab", i,
-                     (int)(!ea   ? na
-                           : !eb ? nb
-                                 : cat.n),
-                     !ea   ? a
-                     : !eb ? b
-                           : cat.p);
+            td_errf(err, errlen, "model.merges[%zu]: '%.*s' is not in the vocab", i,
+                    (int)(!ea   ? na
+                          : !eb ? nb
+                                : cat.n),
+                    !ea   ? a
+                    : !eb ? b
+                          : cat.p);
             tok_buf_free(&cat);
             return -1;
         }
@@ -488,8 +487,7 @@ static int load_added(struct tok *t, json_t *list, size_t bound, char *err, size
         if (!content || !json_is_integer(idv) || json_integer_value(idv) < 0 ||
             json_integer_value(idv) > INT32_MAX / 2) {
             tok_buf_free(&nb);
-            snprintf(err, errlen, "added_tokens[%zu] needs content and a non-negative id", i);
-            return -1;
+            return td_errf(err, errlen, "added_tokens[%zu] needs content and a non-negative id", i);
         }
         char where[48];
         snprintf(where, sizeof where, "added_tokens[%zu]", i);
@@ -657,7 +655,7 @@ int tok_load_mem(struct tok **out, const char *json, size_t len, const char *con
         int32_t id =
             i < t->n_post_prefix ? t->post_prefix[i] : t->post_suffix[i - t->n_post_prefix];
         if (id < 0 || id >= t->n_vocab || t->str_len[id] == UINT32_MAX) {
-            snprintf(err, errlen, "post_processor adds id %d, which no token has", id);
+            td_errf(err, errlen, "post_processor adds id %d, which no token has", id);
             goto done;
         }
     }
@@ -692,9 +690,9 @@ int tok_load(struct tok **out, const char *dir, char *err, size_t errlen) {
     int rc = tok_load_mem(out, json, n, cfg, msg, sizeof msg);
     if (rc &&
         (!strncmp(msg, "tokenizer.json: ", 16) || !strncmp(msg, "tokenizer_config.json: ", 23)))
-        snprintf(err, errlen, "%s/%s", dir, msg); // the message names its file: add the directory
+        td_errf(err, errlen, "%s/%s", dir, msg); // the message names its file: add the directory
     else if (rc)
-        snprintf(err, errlen, "%s/tokenizer.json: %s", dir, msg);
+        td_errf(err, errlen, "%s/tokenizer.json: %s", dir, msg);
     free(json);
     free(cfg);
     return rc;

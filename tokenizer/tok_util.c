@@ -13,6 +13,7 @@
 
 #include <utf8proc.h>
 
+#include "kernels/err.h"
 #include "tokenizer/tok_internal.h"
 
 // ---------------------------------------------------------------- buffers
@@ -364,10 +365,7 @@ int tok_re_compile(struct tok_re *re, const char *pat, size_t n, int literal, ch
     memset(re, 0, sizeof *re);
     size_t tn = n;
     char *tp = literal ? NULL : re_translate(pat, n, &tn);
-    if (!literal && !tp) {
-        snprintf(err, errlen, "out of memory compiling a regex");
-        return -1;
-    }
+    if (!literal && !tp) return td_errf(err, errlen, "out of memory compiling a regex");
     int code;
     PCRE2_SIZE at;
     uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
@@ -376,17 +374,15 @@ int tok_re_compile(struct tok_re *re, const char *pat, size_t n, int literal, ch
     if (!re->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
-        snprintf(err, errlen, "regex /%.*s/ does not compile with PCRE2: %s (at offset %zu)",
-                 (int)(n > 200 ? 200 : n), pat, (const char *)msg, (size_t)at);
-        return -1;
+        return td_errf(err, errlen, "regex /%.*s/ does not compile with PCRE2: %s (at offset %zu)",
+                       (int)(n > 200 ? 200 : n), pat, (const char *)msg, (size_t)at);
     }
     pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE); // falls back to the interpreter on failure
     re->md = pcre2_match_data_create_from_pattern(re->code, NULL);
     if (!re->md) {
         pcre2_code_free(re->code);
         re->code = NULL;
-        snprintf(err, errlen, "out of memory compiling a regex");
-        return -1;
+        return td_errf(err, errlen, "out of memory compiling a regex");
     }
     return 0;
 }

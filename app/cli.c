@@ -1,0 +1,265 @@
+/* cli.c: what the subcommands share (cli.h): tandem's usage, token-id lists, number options,
+ * the default model, and the engine, request and drafter options of generate, chat, bench and
+ * serve. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "app/cli.h"
+#include "draft/drafter.h"
+#include "engine/engine.h"
+#include "kernels/err.h"
+#include "model/fileio.h"
+
+const char *cli_draft_usage_names(void) {
+    static char names[128];
+    draft_names_join(names, sizeof names, " | ", " | ");
+    return names;
+}
+
+void cli_usage(FILE *fp) {
+    fprintf(
+        fp,
+        "usage: tandem <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  generate   generate tokens from a prompt, with or without speculation\n"
+        "  chat       an interactive session in the model's chat format\n"
+        "  bench      batch throughput over a prompt set (tandem bench --help)\n"
+        "  serve      an OpenAI-compatible HTTP server (tandem serve --help)\n"
+        "  logits     run the reference forward and write every position's logits\n"
+        "  tokenize   text -> token ids (tandem tokenize --help)\n"
+        "  detokenize token ids -> text (tandem detokenize --help)\n"
+        "\n"
+        "tandem generate [--model DIR] (\"TEXT\" | --prompt-ids \"1 2 3\" | --prompt-ids-file F)\n"
+        "                [options]\n"
+        "  --model DIR            default: models/tandem-tiny (here, or beside the binary)\n"
+        "  TEXT                   a text prompt, encoded with DIR/tokenizer.json; the output is\n"
+        "                         text (streamed for one completion) unless --print-ids\n"
+        "  --max-tokens N         tokens to generate per completion (default 64, >= 1)\n"
+        "  --temperature T        0 = greedy (default 0), else sampled; >= 0\n"
+        "  --top-k K              keep the K most likely tokens (default 0 = off)\n"
+        "  --top-p P              nucleus mass in (0, 1] (default 1 = off)\n"
+        "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
+        "  --n N                  independent completions decoded together (default "
+        "1)\n" CLI_DRAFT_USAGE
+        "  --print-ids            one line of generated ids per completion, nothing else\n"
+        "  --stats                tokens/s, steps, mean accepted length, per-position\n"
+        "                         acceptance and time per step (target, verify, drafter)\n"
+        "                         to stderr\n"
+        "  --ignore-eos           do not stop at EOS tokens\n"
+        "  --max-batch-tokens N   rows per forward step (default 256)\n"
+        "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
+        "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
+        "  --deterministic        batch-invariant kernels (GPU; the CPU always is)\n"
+        "  --no-graphs            run every GPU step eagerly (no CUDA graph replay)\n"
+        "  --dummy-weights        generated weights of DIR/config.json's shapes, made on the\n"
+        "                         backend (benchmarks; no safetensors are read)\n"
+        "\n"
+        "tandem logits --model DIR --ids FILE --out OUT.npy [--chunks N,N,...] [--backend B]\n"
+        "              [--capture L,L,... --capture-out CAP.npy]\n"
+        "  --model DIR     model directory: config.json + model.safetensors (or shards with\n"
+        "                  model.safetensors.index.json), HF or upstream DeepSeek layout\n"
+        "  --ids FILE      whitespace-separated token ids, each in [0, vocab_size)\n"
+        "  --out OUT.npy   float32 little-endian C-order array [n_ids, vocab_size]\n"
+        "  --chunks LIST   feed the ids as successive forward calls of these sizes\n"
+        "                  (positive, summing to n_ids; default: one call)\n"
+        "  --backend B     cpu (default: the fp32 reference), cuda or auto\n"
+        "  --capture LIST  target layers (ascending, 0-based) whose mean HC stream is written,\n"
+        "                  per position, to --capture-out as float32 [n_ids, layers * hidden]\n"
+        "                  (the context a DSpark drafter reads)\n",
+        cli_draft_usage_names());
+}
+
+/* more token ids than any context holds: a list this long is a mistake, refused as it is read */
+#define MAX_IDS (1 << 24)
+
+int cli_scan_ids(FILE *fp, const char *what, int32_t **out, int *n_out, char *err, size_t errlen) {
+    size_t cap = 1024, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    char tok[64];
+    int rc = 0;
+    if (!ids) return td_errf(err, errlen, "out of memory reading %s", what);
+    while (fscanf(fp, "%63s", tok) == 1) {
+        char *end;
+        errno = 0;
+        long v = strtol(tok, &end, 10);
+        if (*end || errno || v < 0 || v > INT32_MAX) {
+            rc = td_errf(err, errlen, "%s: '%s' (item %zu) is not a token id", what, tok, n + 1);
+            break;
+        }
+        if (n == MAX_IDS) {
+            rc = td_errf(err, errlen, "%s holds more than %d token ids", what, MAX_IDS);
+            break;
+        }
+        if (n == cap) {
+            int32_t *p = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!p) {
+                rc = td_errf(err, errlen, "out of memory reading %s after %zu ids", what, n);
+                break;
+            }
+            ids = p;
+        }
+        ids[n++] = (int32_t)v;
+    }
+    if (!rc && n == 0) rc = td_errf(err, errlen, "%s holds no token ids", what);
+    if (rc) {
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    *n_out = (int)n;
+    return 0;
+}
+
+int cli_read_ids(const char *path, int32_t **out, int *n_out, char *err, size_t errlen) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) return td_errf(err, errlen, "cannot open ids file %s: %s", path, strerror(errno));
+    int rc = cli_scan_ids(fp, path, out, n_out, err, errlen);
+    fclose(fp);
+    return rc;
+}
+
+int cli_parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "tandem: %s '%s': expected an integer in [%ld, %ld]\n", flag, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int cli_parse_float(const char *flag, const char *v, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "tandem: %s '%s': expected a number in [%g, %g]\n", flag, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+const char *cli_default_model(const char *argv0) {
+    static char path[TD_PATH_MAX];
+    if (!access("models/tandem-tiny/config.json", R_OK)) return "models/tandem-tiny";
+    const char *slash = strrchr(argv0, '/');
+    char bin[TD_PATH_MAX], cfg[TD_PATH_MAX], e[256];
+    if (!slash || (size_t)(slash - argv0) >= sizeof bin) return NULL; // a cut path: none
+    memcpy(bin, argv0, (size_t)(slash - argv0));
+    bin[slash - argv0] = 0;
+    if (td_path_join(path, sizeof path, bin, "../models/tandem-tiny", e, sizeof e) ||
+        td_path_join(cfg, sizeof cfg, path, "config.json", e, sizeof e))
+        return NULL;
+    return access(cfg, R_OK) ? NULL : path;
+}
+
+const char *cli_argv0 = "tandem";
+
+int cli_engine_option(const char *a, const char *v, struct td_engine_params *ep,
+                      long *draft_tokens) {
+    if (!strcmp(a, "--model")) {
+        ep->model_dir = v;
+        return 1;
+    }
+    if (!strcmp(a, "--backend")) {
+        ep->backend = v;
+        return 1;
+    }
+    if (!strcmp(a, "--draft")) {
+        ep->draft = v;
+        return 1;
+    }
+    if (!strcmp(a, "--dspark-dir")) {
+        ep->dspark_dir = v;
+        return 1;
+    }
+    if (!strcmp(a, "--draft-tokens"))
+        return cli_parse_int(a, v, 1, TD_MAX_DRAFT, draft_tokens) ? -1 : 1;
+    if (!strcmp(a, "--dspark-threshold")) {
+        double t;
+        if (cli_parse_float(a, v, 0, 0.999999, &t)) return -1;
+        ep->dspark_threshold = (float)t;
+        return 1;
+    }
+    long lv;
+    if (!strcmp(a, "--max-batch-tokens")) {
+        if (cli_parse_int(a, v, 1, 1 << 20, &lv)) return -1;
+        ep->max_batch_tokens = (int)lv;
+        return 1;
+    }
+    if (!strcmp(a, "--max-ctx")) {
+        if (cli_parse_int(a, v, 2, 1 << 24, &lv)) return -1;
+        ep->max_ctx = (int)lv;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_request_option(const char *a, const char *v, struct cli_req_opts *r) {
+    int rc;
+    if (!strcmp(a, "--max-tokens"))
+        rc = cli_parse_int(a, v, 1, 1 << 24, &r->max_tokens);
+    else if (!strcmp(a, "--temperature"))
+        rc = cli_parse_float(a, v, 0, 1e6, &r->temperature);
+    else if (!strcmp(a, "--seed"))
+        rc = cli_parse_int(a, v, 0, LONG_MAX, &r->seed);
+    else if (!strcmp(a, "--top-k"))
+        rc = cli_parse_int(a, v, 0, INT32_MAX, &r->top_k);
+    else if (!strcmp(a, "--top-p"))
+        rc = cli_parse_float(a, v, 1e-9, 1, &r->top_p);
+    else
+        return 0;
+    return rc ? -1 : 1;
+}
+
+int cli_engine_flag(const char *a, struct td_engine_params *ep) {
+    if (!strcmp(a, "--deterministic"))
+        ep->deterministic = 1;
+    else if (!strcmp(a, "--no-graphs"))
+        ep->no_graphs = 1;
+    else if (!strcmp(a, "--dummy-weights"))
+        ep->dummy_weights = 1;
+    else
+        return 0;
+    return 1;
+}
+
+int cli_draft_options_ok(const char *cmd, const char *name, const struct td_engine_params *ep,
+                         long draft_tokens) {
+    const struct draft_info *di = draft_lookup(name, NULL, 0);
+    if (!di) {
+        char names[128];
+        draft_names_join(names, sizeof names, ", ", " or ");
+        fprintf(stderr, "tandem: %s: --draft '%s': expected %s\n", cmd, name, names);
+        return 2;
+    }
+    if (di->kind == DRAFT_KIND_AUTO) return 0;
+    if (di->kind == DRAFT_KIND_NONE && draft_tokens > 0) {
+        fprintf(stderr, "tandem: %s: --draft-tokens needs a drafter (--draft ...)\n", cmd);
+        return 2;
+    }
+    if (di->kind != DRAFT_KIND_DSPARK && (ep->dspark_threshold > 0.0f || ep->dspark_dir)) {
+        fprintf(stderr, "tandem: %s: --dspark-threshold and --dspark-dir need --draft dspark\n",
+                cmd);
+        return 2;
+    }
+    return 0;
+}
+
+int cli_draft_finish(const char *cmd, struct td_engine_params *ep, long draft_tokens) {
+    if (cli_draft_options_ok(cmd, ep->draft, ep, draft_tokens)) return 2;
+    const struct draft_info *di = draft_lookup(ep->draft, NULL, 0);
+    ep->max_draft = di->kind == DRAFT_KIND_NONE ? 0
+                    : draft_tokens > 0          ? (int)draft_tokens
+                                                : di->default_tokens;
+    if (ep->max_batch_tokens < 1 + ep->max_draft) ep->max_batch_tokens = 1 + ep->max_draft;
+    return 0;
+}

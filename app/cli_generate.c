@@ -1,0 +1,400 @@
+/* cli_generate.c: `tandem generate` and `tandem chat` (see cli.h; tandem --help, tandem chat
+ * --help list the options).
+ *
+ *   tandem generate "Once upon a time" --max-tokens 64            (text out, streamed)
+ *   tandem generate --prompt-ids "1 2 3" --n 4 --print-ids --stats --draft mtp
+ *   tandem chat --system "Be brief."                              (a line a turn)
+ *
+ * Both build an engine from the shared options (cli.c), submit, and step it until it is idle;
+ * generate decodes --n completions together, chat one reply a turn, its history re-encoded in
+ * the model's chat format each time.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app/cli.h"
+#include "engine/engine.h"
+#include "kernels/err.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+/* "1 2 3" -> ids (whitespace separated) */
+static int parse_ids_text(const char *text, int32_t **out, int *n_out) {
+    char err[256];
+    FILE *fp = fmemopen((void *)text, strlen(text), "r");
+    int rc = fp ? cli_scan_ids(fp, "--prompt-ids", out, n_out, err, sizeof err) : -1;
+    if (fp) fclose(fp);
+    if (rc) fprintf(stderr, "tandem: %s\n", fp ? err : "--prompt-ids: out of memory");
+    return rc;
+}
+
+/* stream request id's new tokens as text */
+static void stream_text(struct td_engine *e, int id, struct tok_stream *ts, int *shown) {
+    const int32_t *toks;
+    int nt;
+    td_engine_output(e, id, &toks, &nt, NULL, NULL, NULL);
+    for (; *shown < nt; (*shown)++) {
+        const char *txt;
+        size_t len;
+        char err[256];
+        if (tok_stream_push(ts, toks[*shown], &txt, &len, err, sizeof err) == 0 && len)
+            fwrite(txt, 1, len, stdout);
+    }
+    fflush(stdout);
+}
+
+/* the rest of request id's text, then a newline; ends the stream */
+static void stream_finish(struct td_engine *e, int id, struct tok_stream *ts, int *shown) {
+    stream_text(e, id, ts, shown);
+    const char *txt;
+    size_t len;
+    tok_stream_flush(ts, &txt, &len);
+    if (len) fwrite(txt, 1, len, stdout);
+    printf("\n");
+    tok_stream_free(ts);
+}
+
+/* -1 while a completion has no token yet; then the tokens out so far, with the time in *at */
+static long all_started(struct td_engine *e, const int *ids, long n, struct timespec *at) {
+    long out = 0;
+    for (long i = 0; i < n; i++) {
+        int nt;
+        enum td_req_status st;
+        td_engine_output(e, ids[i], NULL, &nt, &st, NULL, NULL);
+        if (nt < 1 && st != TD_REQ_FINISHED && st != TD_REQ_FAILED) return -1;
+        out += nt;
+    }
+    clock_gettime(CLOCK_MONOTONIC, at);
+    return out;
+}
+
+/* seconds from a to b */
+static double seconds_between(const struct timespec *a, const struct timespec *b) {
+    return (b->tv_sec - a->tv_sec) + 1e-9 * (b->tv_nsec - a->tv_nsec);
+}
+
+/* --stats: what the engine counted over sec seconds of steps, of which the last dsec came after
+ * every completion had its first token (first_out tokens out by then; -1: that never happened) */
+static void print_stats(FILE *fp, struct td_engine *e, double sec, double dsec, long first_out) {
+    const struct td_engine_stats *s = td_engine_stats(e);
+    fprintf(fp, "stats: backend %s, draft %s (up to %d tokens a round)\n", td_engine_backend(e),
+            td_engine_draft(e), td_engine_draft_tokens(e));
+    fprintf(fp, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
+            s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
+    // decode alone: the tokens after every completion's first, over the time after it
+    if (first_out >= 0 && s->tokens_out > first_out && dsec > 0)
+        fprintf(fp,
+                "stats: decode %ld tokens in %.4f s = %.1f tokens/s (after the first token of "
+                "every completion, %.3f s in)\n",
+                s->tokens_out - first_out, dsec, (s->tokens_out - first_out) / dsec, sec - dsec);
+    if (s->rounds && td_engine_draft_tokens(e)) { // (speculation's numbers, with a drafter)
+        fprintf(fp,
+                "stats: mean accepted length %.3f (tokens per round incl. bonus), "
+                "acceptance %.3f (%ld of %ld drafts)\n",
+                (double)(s->accepted + s->rounds) / s->rounds,
+                s->drafted ? (double)s->accepted / s->drafted : 0.0, s->accepted, s->drafted);
+        fprintf(fp, "stats: acceptance by draft position:");
+        for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
+            fprintf(fp, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
+        fprintf(fp, "\nstats: conditional acceptance (drafts before all accepted):");
+        for (int j = 0; j < TD_MAX_DRAFT && s->reached_at[j]; j++)
+            fprintf(fp, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->reached_at[j]);
+        fprintf(fp, "\n");
+    }
+    if (s->steps)
+        fprintf(fp,
+                "stats: per step (host wall time; on a GPU the drafter's device work runs "
+                "before the next step and counts in target): target %.3f ms, verify %.3f "
+                "ms, drafter %.3f ms\n",
+                1e3 * s->t_target / s->steps, 1e3 * s->t_verify / s->steps,
+                1e3 * s->t_draft / s->steps);
+    if (s->graphs)
+        fprintf(fp, "stats: %d step graphs captured in %.1f ms\n", s->graphs, 1e3 * s->t_capture);
+    if (s->nan_rows) fprintf(fp, "stats: %ld non-finite logits rows\n", s->nan_rows);
+}
+
+int cmd_generate(int argc, char **argv) {
+    struct td_engine_params ep = td_engine_defaults();
+    ep.draft = "auto";
+    const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
+    struct cli_req_opts ro = {64, 0, 0.0, 0, 1.0};
+    long n = 1, draft_tokens = -1;
+    int print_ids = 0, stats = 0, ignore_eos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            cli_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--print-ids")) {
+            print_ids = 1;
+            continue;
+        }
+        if (!strcmp(a, "--stats")) {
+            stats = 1;
+            continue;
+        }
+        if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = 1;
+            continue;
+        }
+        if (cli_engine_flag(a, &ep)) continue;
+        if (a[0] != '-' || !a[1]) { // the text prompt
+            if (text) return die("generate: more than one text prompt ('%s')", a);
+            text = a;
+            continue;
+        }
+        if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
+        i++;
+        int rc = cli_engine_option(a, v, &ep, &draft_tokens);
+        if (!rc) rc = cli_request_option(a, v, &ro);
+        if (rc) {
+            if (rc < 0) return 2;
+            continue;
+        }
+        if (!strcmp(a, "--prompt-ids"))
+            prompt_text = v;
+        else if (!strcmp(a, "--prompt-ids-file"))
+            prompt_file = v;
+        else if (!strcmp(a, "--n"))
+            rc = cli_parse_int(a, v, 1, 4096, &n);
+        else
+            return die("generate: unknown option '%s' (see tandem generate --help)", a);
+        if (rc) return 2;
+    }
+    if (!ep.model_dir && !(ep.model_dir = cli_default_model(cli_argv0)))
+        return die("generate: no model: give --model DIR (models/tandem-tiny was not found)");
+    if ((text != NULL) + (prompt_text != NULL) + (prompt_file != NULL) != 1)
+        return die("generate: give exactly one of a text prompt, --prompt-ids and "
+                   "--prompt-ids-file");
+    if (cli_draft_finish("generate", &ep, draft_tokens)) return 2;
+    ep.max_seqs = (int)(n < 256 ? n : 256);
+
+    char err[1024];
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    struct tok *tk = NULL;
+    // text in (and out, unless --print-ids) needs the model's tokenizer
+    if ((text || !print_ids) && tok_load(&tk, ep.model_dir, err, sizeof err) != 0) {
+        if (text) return die("%s", err);
+        tk = NULL; // ids in, ids out
+    }
+    if (text) {
+        struct tok_ids ti = {0};
+        if (tok_encode(tk, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ti, err, sizeof err)) {
+            tok_free(tk);
+            return die("%s", err);
+        }
+        prompt = ti.ids;
+        n_prompt = (int)ti.n;
+    } else if (prompt_file) {
+        if (cli_read_ids(prompt_file, &prompt, &n_prompt, err, sizeof err)) {
+            tok_free(tk);
+            return die("%s", err);
+        }
+    } else if (parse_ids_text(prompt_text, &prompt, &n_prompt)) {
+        tok_free(tk);
+        return 2;
+    }
+    struct td_engine *e;
+    int bad = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
+    if (!bad)
+        bad = cli_draft_options_ok("generate", td_engine_draft(e), &ep, draft_tokens); // auto's
+    if (bad) {
+        td_engine_free(e);
+        free(prompt);
+        tok_free(tk);
+        return bad;
+    }
+    int *ids = td_xmalloc((size_t)n * sizeof *ids), rc = 0;
+    int stream = tk && !print_ids && n == 1, shown = 0;
+    struct tok_stream ts;
+    if (stream) tok_stream_init(&ts, tk, 0);
+    for (long i = 0; i < n; i++) {
+        struct td_request_params rp = {.prompt = prompt,
+                                       .n_prompt = n_prompt,
+                                       .max_tokens = (int)ro.max_tokens,
+                                       .sampling = {.temperature = (float)ro.temperature,
+                                                    .top_k = (int)ro.top_k,
+                                                    .top_p = (float)ro.top_p,
+                                                    .seed = (uint64_t)(ro.seed + i)},
+                                       .ignore_eos = ignore_eos};
+        if ((ids[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
+            rc = die("%s", err);
+            goto done;
+        }
+    }
+    struct timespec t0, t1, tf = {.tv_sec = 0, .tv_nsec = 0};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int live;
+    long first_out = -1; // tokens out when every completion had its first (the prefills' end)
+    while ((live = td_engine_step(e, err, sizeof err)) > 0) {
+        if (stream) stream_text(e, ids[0], &ts, &shown);
+        if (first_out < 0) first_out = all_started(e, ids, n, &tf);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (stream) stream_finish(e, ids[0], &ts, &shown);
+    if (live < 0) {
+        rc = die("%s", err);
+        goto done;
+    }
+    for (long i = 0; i < n; i++) {
+        const int32_t *toks;
+        int nt;
+        enum td_req_status st;
+        const char *msg;
+        td_engine_output(e, ids[i], &toks, &nt, &st, NULL, &msg);
+        if (tk && !print_ids && !stream) { // text, one completion after another
+            char *out = NULL;
+            size_t len = 0;
+            if (!tok_decode(tk, toks, (size_t)nt, 0, &out, &len, err, sizeof err))
+                printf("%s%.*s\n", i ? "\n" : "", (int)len, out);
+            free(out);
+        } else if (!stream) {
+            for (int j = 0; j < nt; j++)
+                printf(j ? " %d" : "%d", toks[j]);
+            printf("\n");
+        }
+        if (st == TD_REQ_FAILED) {
+            fprintf(stderr, "tandem: completion %ld failed: %s\n", i, msg);
+            rc = 1;
+        }
+    }
+    if (stats)
+        print_stats(stderr, e, seconds_between(&t0, &t1), seconds_between(&tf, &t1), first_out);
+done:
+    free(ids);
+    free(prompt);
+    tok_free(tk);
+    td_engine_free(e);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// chat: an interactive session in the model's chat format
+
+int cmd_chat(int argc, char **argv) {
+    struct td_engine_params ep = td_engine_defaults();
+    ep.draft = "auto";
+    const char *system = NULL;
+    struct cli_req_opts ro = {256, 0, 0.0, 0, 1.0};
+    long draft_tokens = -1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: tandem chat [--model DIR] [--system TEXT] [--max-tokens N] "
+                   "[--temperature T] [--seed S] [--backend B] [drafter options]\n" CLI_DRAFT_USAGE
+                   "Type a message and Enter; an empty line or end of input ends the session.\n",
+                   cli_draft_usage_names());
+            return 0;
+        }
+        if (!v) return die("chat: %s needs a value (see tandem chat --help)", a);
+        i++;
+        int rc = cli_engine_option(a, v, &ep, &draft_tokens);
+        if (!rc) rc = cli_request_option(a, v, &ro);
+        if (rc) {
+            if (rc < 0) return 2;
+            continue;
+        }
+        if (!strcmp(a, "--system"))
+            system = v;
+        else
+            return die("chat: unknown option '%s' (see tandem chat --help)", a);
+    }
+    if (!ep.model_dir && !(ep.model_dir = cli_default_model(cli_argv0)))
+        return die("chat: no model: give --model DIR (models/tandem-tiny was not found)");
+    if (cli_draft_finish("chat", &ep, draft_tokens)) return 2;
+    ep.max_seqs = 1;
+    char err[1024];
+    struct tok *tk;
+    struct chat ch;
+    struct td_engine *e;
+    if (tok_load(&tk, ep.model_dir, err, sizeof err)) return die("%s", err);
+    if (chat_init(&ch, tk, err, sizeof err) || td_engine_init(&e, &ep, err, sizeof err)) {
+        tok_free(tk);
+        return die("%s", err);
+    }
+    if (cli_draft_options_ok("chat", td_engine_draft(e), &ep, draft_tokens)) { // auto's pick
+        td_engine_free(e);
+        tok_free(tk);
+        return 2;
+    }
+    struct chat_msg *msgs = NULL;
+    char **owned = NULL;
+    int n_msgs = 0, rc = 0, turn = 0;
+    char line[8192];
+    int interactive = isatty(0);
+    if (system) {
+        msgs = realloc(msgs, sizeof *msgs * (n_msgs + 1));
+        msgs[n_msgs++] = (struct chat_msg){.role = CHAT_ROLE_SYSTEM, .content = system};
+    }
+    for (;;) {
+        if (interactive) {
+            printf("> ");
+            fflush(stdout);
+        }
+        if (!fgets(line, sizeof line, stdin)) break;
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0]) break;
+        owned = realloc(owned, sizeof *owned * (n_msgs + 2));
+        msgs = realloc(msgs, sizeof *msgs * (n_msgs + 2));
+        owned[n_msgs] = strdup(line);
+        msgs[n_msgs] = (struct chat_msg){.role = CHAT_ROLE_USER, .content = owned[n_msgs]};
+        n_msgs++;
+        struct tok_ids ti = {0};
+        if (chat_encode(&ch, msgs, (size_t)n_msgs, 1, &ti, err, sizeof err)) {
+            fprintf(stderr, "tandem: %s\n", err);
+            n_msgs--;
+            free(owned[n_msgs]);
+            continue;
+        }
+        struct td_request_params rp = {.prompt = ti.ids,
+                                       .n_prompt = (int)ti.n,
+                                       .max_tokens = (int)ro.max_tokens,
+                                       .sampling = {.temperature = (float)ro.temperature,
+                                                    .top_k = (int)ro.top_k,
+                                                    .top_p = (float)ro.top_p,
+                                                    .seed = (uint64_t)(ro.seed + turn++)},
+                                       .ignore_eos = 0};
+        int id = td_engine_submit(e, &rp, err, sizeof err);
+        tok_ids_free(&ti);
+        if (id < 0) {
+            fprintf(stderr, "tandem: %s\n", err);
+            rc = 1;
+            break;
+        }
+        struct tok_stream ts;
+        tok_stream_init(&ts, tk, TOK_DECODE_SKIP_SPECIAL);
+        int shown = 0, live;
+        while ((live = td_engine_step(e, err, sizeof err)) > 0)
+            stream_text(e, id, &ts, &shown);
+        stream_finish(e, id, &ts, &shown);
+        if (live < 0) {
+            fprintf(stderr, "tandem: %s\n", err);
+            rc = 1;
+            break;
+        }
+        // the reply joins the conversation
+        const int32_t *toks;
+        int nt;
+        td_engine_output(e, id, &toks, &nt, NULL, NULL, NULL);
+        char *reply = NULL;
+        size_t rl = 0;
+        if (tok_decode(tk, toks, (size_t)nt, TOK_DECODE_SKIP_SPECIAL, &reply, &rl, err, sizeof err))
+            reply = strdup("");
+        owned[n_msgs] = reply;
+        msgs[n_msgs] = (struct chat_msg){.role = CHAT_ROLE_ASSISTANT, .content = reply};
+        n_msgs++;
+    }
+    for (int i = 0; i < n_msgs; i++)
+        if (msgs[i].role != CHAT_ROLE_SYSTEM) free(owned[i]);
+    free(owned);
+    free(msgs);
+    td_engine_free(e);
+    tok_free(tk);
+    return rc;
+}
