@@ -163,6 +163,17 @@ const char *cli_default_model(const char *argv0) {
 
 const char *cli_argv0 = "tandem";
 
+int cli_value_option(const char *cmd, const char *a, const char *v, struct td_engine_params *ep,
+                     long *draft_tokens, struct cli_req_opts *ro) {
+    if (!v) {
+        die("%s: %s needs a value (see tandem %s --help)", cmd, a, cmd);
+        return -1;
+    }
+    int rc = cli_engine_option(a, v, ep, draft_tokens);
+    if (!rc && ro) rc = cli_request_option(a, v, ro);
+    return rc;
+}
+
 int cli_engine_option(const char *a, const char *v, struct td_engine_params *ep,
                       long *draft_tokens) {
     if (!strcmp(a, "--model")) {

@@ -110,6 +110,13 @@ struct cli_req_opts {
  * error, 0 when a is another option */
 int cli_request_option(const char *a, const char *v, struct cli_req_opts *r);
 
+/* an option of command cmd with a value, flag a with value v (NULL: a was the last argument):
+ * 1: one of the shared engine or request options (ro NULL: engine options only), taken; 0:
+ * another option, with a value; -1: no value, or a bad one (printed; exit 2). The caller skips
+ * v unless -1. */
+int cli_value_option(const char *cmd, const char *a, const char *v, struct td_engine_params *ep,
+                     long *draft_tokens, struct cli_req_opts *ro);
+
 /* the drafter options against drafter `name` (--draft-tokens, --dspark-threshold, --dspark-dir
  * need a drafter, or dspark): 0, or 2 after printing why not, as "tandem: CMD: ...". Before the
  * engine exists name is --draft as given (for auto the checks that need its pick wait); after,

@@ -73,14 +73,10 @@ int cmd_bench(int argc, char **argv) {
             continue;
         }
         if (cli_engine_flag(a, &ep)) continue;
-        if (!v) return die("bench: %s needs a value (see tandem bench --help)", a);
+        int rc = cli_value_option("bench", a, v, &ep, &draft_tokens, &ro);
+        if (rc < 0) return 2;
         i++;
-        int rc = cli_engine_option(a, v, &ep, &draft_tokens);
-        if (!rc) rc = cli_request_option(a, v, &ro);
-        if (rc) {
-            if (rc < 0) return 2;
-            continue;
-        }
+        if (rc) continue;
         if (!strcmp(a, "--prompts"))
             prompts_path = v;
         else if (!strcmp(a, "--n-prompts"))

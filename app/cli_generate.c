@@ -148,14 +148,10 @@ int cmd_generate(int argc, char **argv) {
             text = a;
             continue;
         }
-        if (!v) return die("generate: %s needs a value (see tandem generate --help)", a);
+        int rc = cli_value_option("generate", a, v, &ep, &draft_tokens, &ro);
+        if (rc < 0) return 2;
         i++;
-        int rc = cli_engine_option(a, v, &ep, &draft_tokens);
-        if (!rc) rc = cli_request_option(a, v, &ro);
-        if (rc) {
-            if (rc < 0) return 2;
-            continue;
-        }
+        if (rc) continue;
         if (!strcmp(a, "--prompt-ids"))
             prompt_text = v;
         else if (!strcmp(a, "--prompt-ids-file"))
@@ -292,14 +288,10 @@ int cmd_chat(int argc, char **argv) {
                    cli_draft_usage_names());
             return 0;
         }
-        if (!v) return die("chat: %s needs a value (see tandem chat --help)", a);
+        int rc = cli_value_option("chat", a, v, &ep, &draft_tokens, &ro);
+        if (rc < 0) return 2;
         i++;
-        int rc = cli_engine_option(a, v, &ep, &draft_tokens);
-        if (!rc) rc = cli_request_option(a, v, &ro);
-        if (rc) {
-            if (rc < 0) return 2;
-            continue;
-        }
+        if (rc) continue;
         if (!strcmp(a, "--system"))
             system = v;
         else
