@@ -6,6 +6,7 @@
 #ifndef TD_TESTS_CHECK_H
 #define TD_TESTS_CHECK_H
 
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -178,6 +179,16 @@ static inline void case_deadline(const char *name, unsigned seconds) {
 
 static inline int quick_mode(void) {
     return getenv("TD_TEST_QUICK") != NULL;
+}
+
+/* symlink the file `name` of the folder `from_dir` (relative to the working directory) into dir,
+ * by its absolute path: a model folder made of fixtures; 0 or -1 */
+static inline int link_fixture(const char *from_dir, const char *name, const char *dir) {
+    char from[PATH_MAX], rel[PATH_MAX], to[PATH_MAX];
+    snprintf(rel, sizeof rel, "%s/%s", from_dir, name);
+    if (!realpath(rel, from)) return -1;
+    snprintf(to, sizeof to, "%s/%s", dir, name);
+    return symlink(from, to);
 }
 
 #endif

@@ -118,14 +118,6 @@ static void test_auto_policy(void) {
     case_end("auto_policy", "");
 }
 
-static int link_fixture(const char *from_dir, const char *name, const char *dir) {
-    char from[PATH_MAX], rel[512], to[512];
-    snprintf(rel, sizeof rel, "%s/%s", from_dir, name);
-    if (!realpath(rel, from)) return -1;
-    snprintf(to, sizeof to, "%s/%s", dir, name);
-    return symlink(from, to);
-}
-
 /* td_engine_init on the CPU with draft d (max_draft k): 0 and the drafter it runs in *ran and
  * its draft tokens in *k_out, or -1 with the message in err */
 static int engine_draft(const char *model, const char *d, int k, const char **ran, int *k_out,

@@ -165,14 +165,21 @@ static int ex_backend(void) {
     return rc;
 }
 
+/* a_tiny_yarn on the CPU with a state of 4 sequences of 64 rows; -1 with err set */
+static int load_yarn(struct td_model *model, struct td_state *st) {
+    if (td_model_load(model, YARN, err, sizeof err)) return -1;
+    if (!td_state_init(st, &model->cfg, 4, 64, 64, (size_t)1 << 30, td_backend_cpu(), err,
+                       sizeof err))
+        return 0;
+    td_model_free(model);
+    return -1;
+}
+
 /* a step over a sequence that holds 3 rows gives the bits a one-shot pass gives its rows 3..4 */
 static int ex_forward(void) {
     struct td_model model;
     struct td_state st;
-    if (td_model_load(&model, YARN, err, sizeof err) ||
-        td_state_init(&st, &model.cfg, 4, 64, 64, (size_t)1 << 30, td_backend_cpu(), err,
-                      sizeof err))
-        return fail("%s", err);
+    if (load_yarn(&model, &st)) return fail("%s", err);
     int V = model.cfg.vocab, n = 2;
     int32_t all[5], *ids = all + 3;
     ramp(all, 5, 7, V);
@@ -207,10 +214,7 @@ static int ex_forward(void) {
 static int ex_plan(void) {
     struct td_model model;
     struct td_state st;
-    if (td_model_load(&model, YARN, err, sizeof err) ||
-        td_state_init(&st, &model.cfg, 4, 64, 64, (size_t)1 << 30, td_backend_cpu(), err,
-                      sizeof err))
-        return fail("%s", err);
+    if (load_yarn(&model, &st)) return fail("%s", err);
     int V = model.cfg.vocab;
     int slot0 = td_state_seq_alloc(&st), slot1 = td_state_seq_alloc(&st);
     int slot2 = td_state_seq_alloc(&st), slot3 = td_state_seq_alloc(&st);

@@ -246,15 +246,6 @@ static const char *tail(const char *s) {
     return n > 160 ? s + n - 160 : s;
 }
 
-/* symlink `name` of the fixture dir `fx` into dir */
-static int link_fixture(const char *fx, const char *name, const char *dir) {
-    char from[PATH_MAX], rel[512], to[8192];
-    snprintf(rel, sizeof rel, "%s/%s", fx, name);
-    if (!realpath(rel, from)) return -1;
-    snprintf(to, sizeof to, "%s/%s", dir, name);
-    return symlink(from, to);
-}
-
 /* A model directory path past the old 1024-byte buffers loads (the path is joined whole), and
  * one past the kernel's PATH_MAX is refused as too long; neither reads another file. The
  * decoy is what a 1024-byte buffer made of DIR/config.json: DIR/config. */
