@@ -176,22 +176,14 @@ int cli_value_option(const char *cmd, const char *a, const char *v, struct td_en
 
 int cli_engine_option(const char *a, const char *v, struct td_engine_params *ep,
                       long *draft_tokens) {
-    if (!strcmp(a, "--model")) {
-        ep->model_dir = v;
-        return 1;
-    }
-    if (!strcmp(a, "--backend")) {
-        ep->backend = v;
-        return 1;
-    }
-    if (!strcmp(a, "--draft")) {
-        ep->draft = v;
-        return 1;
-    }
-    if (!strcmp(a, "--dspark-dir")) {
-        ep->dspark_dir = v;
-        return 1;
-    }
+    struct {
+        const char *flag, **dst;
+    } str[] = {{.flag = "--model", .dst = &ep->model_dir},
+               {.flag = "--backend", .dst = &ep->backend},
+               {.flag = "--draft", .dst = &ep->draft},
+               {.flag = "--dspark-dir", .dst = &ep->dspark_dir}};
+    for (size_t k = 0; k < sizeof str / sizeof *str; k++)
+        if (!strcmp(a, str[k].flag)) return *str[k].dst = v, 1;
     if (!strcmp(a, "--draft-tokens"))
         return cli_parse_int(a, v, 1, TD_MAX_DRAFT, draft_tokens) ? -1 : 1;
     if (!strcmp(a, "--dspark-threshold")) {

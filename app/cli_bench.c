@@ -149,20 +149,13 @@ int cmd_bench(int argc, char **argv) {
         return die("bench: %s holds no prompts", prompts_path);
     }
     struct td_engine *e;
-    int bad = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
-    if (!bad)
-        bad = cli_draft_options_ok("bench", td_engine_draft(e), &ep, draft_tokens); // auto's pick
-    if (bad) {
-        for (int i = 0; i < np; i++)
-            tok_ids_free(&ids[i]);
-        free(ids);
-        tok_free(tk);
-        td_engine_free(e);
-        return bad;
-    }
-    int *rid = td_xmalloc((size_t)np * sizeof *rid), rc = 0;
-    double *ttft = td_xmalloc((size_t)np * sizeof *ttft);
-    double *done_t = td_xmalloc((size_t)np * sizeof *done_t);
+    int *rid = NULL, rc = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
+    double *ttft = NULL, *done_t = NULL;
+    if (!rc) rc = cli_draft_options_ok("bench", td_engine_draft(e), &ep, draft_tokens); // auto's
+    if (rc) goto out;
+    rid = td_xmalloc((size_t)np * sizeof *rid);
+    ttft = td_xmalloc((size_t)np * sizeof *ttft);
+    done_t = td_xmalloc((size_t)np * sizeof *done_t);
     long prompt_tokens = 0;
     double t0 = now_s();
     for (int i = 0; i < np; i++) {

@@ -42,10 +42,6 @@ int main(void) {
         float *fn = b->alloc((size_t)m * nc * d * 4), *base = b->alloc((size_t)m * 4);
         float *scale = b->alloc(12);
         struct hc q = {.b = b,
-                       .x = b->alloc((size_t)n * nc * d * 4),
-                       .col = b->alloc((size_t)n * d * 4),
-                       .post = b->alloc((size_t)n * nc * 4),
-                       .comb = b->alloc((size_t)n * nc * nc * 4),
                        .w = {.fn = fn,
                              .base = base,
                              .scale = scale,
@@ -54,9 +50,9 @@ int main(void) {
                              .scale_dtype = TD_DTYPE_F32},
                        .n = n,
                        .nc = nc,
-                       .d = d,
-                       .iters = 0,
-                       .head = 0};
+                       .d = d};
+        q.x = b->alloc((size_t)n * nc * d * 4), q.col = b->alloc((size_t)n * d * 4);
+        q.post = b->alloc((size_t)n * nc * 4), q.comb = b->alloc((size_t)n * nc * nc * 4);
         for (int v = 0; v < 3; v++) { // hc_pre 0 iterations, hc_pre 20, hc_head
             q.iters = 20 * (v == 1);
             q.head = v == 2;

@@ -16,6 +16,12 @@
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: head_dim at most 512 (a
+ * lane holds head_dim / 32 columns); the block's shared memory for max_keys key addresses, at most
+ * what the GPU gives a block. */
+int attention_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 /* out[n_heads, d], q[n_heads, d]; keys[j] -> d floats; sinks[n_heads] fp32. */
 void attention_sink_ref(float *out, const float *q, const float *const *keys, int n_keys,
                         const float *sinks, int n_heads, int d, float scale);
@@ -48,12 +54,6 @@ void attention_rows_ref(const struct attn_args *a);
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */
 void attention_rows_cuda(const struct attn_args *a);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: head_dim at most 512 (a
- * lane holds head_dim / 32 columns); the block's shared memory for max_keys key addresses, at most
- * what the GPU gives a block. */
-int attention_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

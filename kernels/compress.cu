@@ -154,15 +154,8 @@ extern "C" int compress_cuda_reserve(const struct td_reserve *r, char *err, size
         return td_errf(err, errlen,
                        "backend cuda: a compressor window pools %d rows, the kernel at most %d",
                        r->comp_slots, MAX_SLOTS);
-    int widths[2] = {r->head_dim, r->index_head_dim};
-    for (int i = 0; i < 2; i++)
-        if (widths[i] && !emit_width_ok(widths[i], r->rot_dim))
-            return td_errf(err, errlen,
-                           "backend cuda: compressed entries of %d channels with %d rotary dims; "
-                           "the kernel takes even widths of at most %d with even rotary dims of "
-                           "at most 512 and the width",
-                           widths[i], r->rot_dim, 2 * EMIT_PAIRS * EMIT_THREADS);
-    return 0;
+    return reserve_widths(r, emit_width_ok, "compressed entries", 2 * EMIT_PAIRS * EMIT_THREADS,
+                          err, errlen);
 }
 
 extern "C" void compress_emit_cuda(const struct compress_args *a) {

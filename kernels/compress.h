@@ -14,6 +14,12 @@
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: at most 512 slots a
+ * window (comp_slots); even widths (head_dim, index_head_dim) of at most 1024 with an even rot_dim
+ * of at most 512 and at most the width. */
+int compress_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 /* out[d]; kv[s] and gate[s] point at d contiguous floats for each of the n_slots slots.
  * Slots that do not exist (CSA window 0's previous-window half) are simply not passed. */
 void compress_pool_ref(float *out, const float *const *kv, const float *const *gate, int n_slots,
@@ -70,12 +76,6 @@ void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
                        const int32_t *positions, int rate, int n, int width);
 void ring_store_parts_cuda(const struct ring_parts *p, const int32_t *write,
                            const struct rows_view *r, int ring_rows);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: at most 512 slots a
- * window (comp_slots); even widths (head_dim, index_head_dim) of at most 1024 with an even rot_dim
- * of at most 512 and at most the width. */
-int compress_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 
 #include "dtype.h"
 #include "err.h"
+#include "reserve.h"
 #include "rows.h"
 
 /* one check for every library status: evaluates x once; anything but ok aborts (err.h's
@@ -318,6 +319,22 @@ __device__ __forceinline__ bool fold_argmax_last(unsigned long long *key, int *b
     *bad = atomicExch(badf, 0);
     *done = 0;
     return true;
+}
+
+/* an op's start-up check of the model's vector widths (head_dim, and index_head_dim when it has
+ * an indexer) with its rotary dims, by the op's rule ok(width, rot_dim): 0, or -1 with the
+ * numbers ("backend cuda: <op>: W channels with R rotary dims; ...") */
+static inline int reserve_widths(const struct td_reserve *r, bool (*ok)(int, int), const char *op,
+                                 int max, char *err, size_t errlen) {
+    int widths[2] = {r->head_dim, r->index_head_dim};
+    for (int i = 0; i < 2; i++)
+        if (widths[i] && !ok(widths[i], r->rot_dim))
+            return td_errf(err, errlen,
+                           "backend cuda: %s: %d channels with %d rotary dims; the kernel takes "
+                           "even widths of at most %d with even rotary dims of at most 512 and "
+                           "the width",
+                           op, widths[i], r->rot_dim, max);
+    return 0;
 }
 
 static inline int ceil_div(long long a, int b) {

@@ -21,6 +21,11 @@
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
+ * per-row scratch of argmax_rows. */
+int argmax_rows_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 void argmax_rows_ref(int32_t *ids, const float *x, int n, int V);
 void greedy_slot_ref(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
                      int g, int j);
@@ -29,11 +34,6 @@ void greedy_slot_ref(int32_t *tok, int32_t *n_drafts, int32_t *next, const float
 void argmax_rows_cuda(int32_t *ids, const float *x, int n, int V);
 void greedy_slot_cuda(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
                       int g, int j);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
- * per-row scratch of argmax_rows. */
-int argmax_rows_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

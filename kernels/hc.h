@@ -12,6 +12,11 @@
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
+ * mixes' chunk parts when the width (hc_mult x dim) is split. */
+int hc_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 struct hc_weights {
     const void *fn;    /* [(2 + nc) * nc, nc * d] rows: pre | post | comb (row-major nc x nc) */
     const void *base;  /* [(2 + nc) * nc] */
@@ -48,11 +53,6 @@ void hc_post_cuda(float *x, const float *a, const float *post, const float *comb
 void hc_head_cuda(float *y, const float *x, const void *fn, enum td_dtype fn_dtype,
                   const void *base, enum td_dtype base_dtype, const void *scale,
                   enum td_dtype scale_dtype, int n, int nc, int d, float hc_eps, float rms_eps);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
- * mixes' chunk parts when the width (hc_mult x dim) is split. */
-int hc_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

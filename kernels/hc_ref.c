@@ -12,6 +12,19 @@ static float sigmoidf_(float z) {
     return 1.0f / (1.0f + expf(-z));
 }
 
+/* divide each of the nc lines of the nc x nc matrix m by its sum + eps: line a's elements are
+ * m[a * line + b * step], b = 0 .. nc-1 (rows: line nc, step 1; columns: line 1, step nc),
+ * summed in order */
+static void sinkhorn_normalise(float *m, int nc, int line, int step, float eps) {
+    for (int a = 0; a < nc; a++) {
+        float sum = 0.0f, *l = m + (size_t)a * line;
+        for (int b = 0; b < nc; b++)
+            sum += l[(size_t)b * step];
+        for (int b = 0; b < nc; b++)
+            l[(size_t)b * step] /= sum + eps;
+    }
+}
+
 /* mix[m] = fn[m, :] . (x / rms(x)) over the flattened nc * d streams of one token */
 static void hc_mix(float *mix, const float *x, const void *fn, enum td_dtype fn_dtype, int m,
                    int width, float rms_eps) {
@@ -60,22 +73,8 @@ void hc_pre_ref(float *collapsed, float *post, float *comb, const float *x,
                 row[j] = row[j] / sum + hc_eps;
         }
         for (int it = 0; it < sinkhorn_iters; it++) {
-            if (it > 0) {
-                for (int i = 0; i < nc; i++) {
-                    float sum = 0.0f;
-                    for (int j = 0; j < nc; j++)
-                        sum += ct[i * nc + j];
-                    for (int j = 0; j < nc; j++)
-                        ct[i * nc + j] /= sum + hc_eps;
-                }
-            }
-            for (int j = 0; j < nc; j++) {
-                float sum = 0.0f;
-                for (int i = 0; i < nc; i++)
-                    sum += ct[i * nc + j];
-                for (int i = 0; i < nc; i++)
-                    ct[i * nc + j] /= sum + hc_eps;
-            }
+            if (it > 0) sinkhorn_normalise(ct, nc, nc, 1, hc_eps); // rows
+            sinkhorn_normalise(ct, nc, 1, nc, hc_eps);             // columns
         }
         float *yt = collapsed + (size_t)t * d;
         for (int c = 0; c < d; c++) {

@@ -15,6 +15,11 @@
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
+ * scores (rows x (entries + 1)). */
+int indexer_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 /* score[n_keys]; q[n_heads, d], weight[n_heads], keys[n_keys, d] contiguous. */
 void indexer_score_ref(float *score, const float *q, const float *weight, const float *keys,
                        int n_keys, int n_heads, int d, float scale);
@@ -39,11 +44,6 @@ void indexer_topk_ref(const struct indexer_args *a);
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */
 void indexer_topk_cuda(const struct indexer_args *a);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
- * scores (rows x (entries + 1)). */
-int indexer_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,11 @@
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: a Markov rank of at most
+ * 256 and at most 32 slots. */
+int markov_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 struct markov_args {
     const float *U; /* [n * g, V] base logits */
     const float *y; /* [n * g, D] the stages' hc_head output */
@@ -49,11 +54,6 @@ void markov_greedy_ref(const struct markov_args *a);
  * With n = 0 nothing runs and it makes its launch settings for these dtypes, as it must once
  * before the chain is captured in a graph. */
 void markov_greedy_cuda(const struct markov_args *a);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: a Markov rank of at most
- * 256 and at most 32 slots. */
-int markov_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,11 @@ struct matmul_out {
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the bf16
+ * copy of x (rows x gemm_in). */
+int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 /* y[n, out] = x[n, in] . w[out, in]^T (+ bias[out] when bias != NULL).
  * Each output element is one dot product accumulated in double in index order,
  * so a row's result does not depend on n (batch invariance). y must not alias x. */
@@ -59,11 +64,6 @@ void matmul_grouped_cuda(float *y, const float *x, const void *w, enum td_dtype 
 void matmul_set_cuda(const float *x, int n, int in, int m, const struct matmul_out *o);
 /* 1: batch-invariant GEMMs (a fixed reduction order per output, whatever n), slower */
 void matmul_cuda_set_deterministic(int on);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the bf16
- * copy of x (rows x gemm_in). */
-int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

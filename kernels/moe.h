@@ -10,6 +10,11 @@
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: at most 31 expert picks a
+ * row (moe_k); sizes the grouped scratch for rows x moe_k entries over moe_experts experts. */
+int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 enum moe_score { MOE_SCORE_SQRTSOFTPLUS = 0, MOE_SCORE_SIGMOID, MOE_SCORE_SOFTMAX };
 
 /* One token. scores = score_fn(logits[n_experts]).
@@ -69,11 +74,6 @@ void moe_cuda_set_deterministic(int on);
  * step's shared expert is a dense GEMM), and always in batch-invariant mode (one form for every
  * step size) */
 int moe_cuda_fold_shared(int entries);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: at most 31 expert picks a
- * row (moe_k); sizes the grouped scratch for rows x moe_k entries over moe_experts experts. */
-int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -68,15 +68,7 @@ static bool nr_width_ok(int d, int rot_dim) {
 }
 
 extern "C" int norm_rope_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
-    int widths[2] = {r->head_dim, r->index_head_dim};
-    for (int i = 0; i < 2; i++)
-        if (widths[i] && !nr_width_ok(widths[i], r->rot_dim))
-            return td_errf(err, errlen,
-                           "backend cuda: vectors of %d with %d rotary dims to norm and rope; the "
-                           "kernel takes even widths of at most %d with even rotary dims of at "
-                           "most 512 and the width",
-                           widths[i], r->rot_dim, 64 * NR_PAIRS);
-    return 0;
+    return reserve_widths(r, nr_width_ok, "norm and rope", 64 * NR_PAIRS, err, errlen);
 }
 
 extern "C" void norm_rope_cuda(const struct norm_rope_args *a, int m) {

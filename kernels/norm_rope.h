@@ -14,6 +14,11 @@
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: even widths (head_dim,
+ * index_head_dim) of at most 512, an even rot_dim of at most 512 and at most the width. */
+int norm_rope_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 struct norm_rope_args {
     float *x;        /* [n, n_vec, d], in place */
     int n, n_vec, d; /* rows, vectors per row, vector width (even) */
@@ -41,11 +46,6 @@ void norm_rope_parts_ref(const struct norm_rope_args *a, int m);
 
 /* CUDA launcher (kernels/norm_rope.cu), queued on the backend's stream; builds with nvcc only. */
 void norm_rope_cuda(const struct norm_rope_args *a, int m);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: even widths (head_dim,
- * index_head_dim) of at most 512, an even rot_dim of at most 512 and at most the width. */
-int norm_rope_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,10 @@
 extern "C" {
 #endif
 
+/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: rot_dim at most 512. */
+int rope_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
 struct rope_params {
     double theta;           /* base */
     int rot_dim;            /* rotated channels (even) */
@@ -47,10 +51,6 @@ void rope_rows_ref(float *x, int n, int n_vec, int d, int rot_dim, const int32_t
  * backend's stream. Defined only in builds with nvcc. */
 void rope_rows_cuda(float *x, int n, int n_vec, int d, int rot_dim, const int32_t *positions,
                     const float *inv_freq, float attention_factor, int inverse);
-
-/* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: rot_dim at most 512. */
-int rope_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -143,12 +143,9 @@ static inline double ref_scale(const float *ref, long n) {
     } while (0)
 
 static inline void report(const char *name, const char *why) {
-    if (why) {
-        printf("FAIL %s: %s\n", name, why);
-        check_failures++;
-    } else {
-        printf("OK %s\n", name);
-    }
+    check_case_failed = why != NULL;
+    if (why) snprintf(check_why, sizeof check_why, "%.500s", why);
+    case_end(name, "");
 }
 
 /* xorshift64: advances *s and returns it; the tests' one source of reproducible noise */

@@ -540,7 +540,7 @@ static void test_reserve_limits(void) {
     bad[0].what = "head_dim 1024", bad[0].says = "head_dim 1024", bad[0].r.head_dim = 1024;
     bad[1].what = "2^17 keys a row", bad[1].says = "shared memory", bad[1].r.max_keys = 1 << 17;
     bad[2].what = "1024 rotary dims", bad[2].says = "1024 rotary dims", bad[2].r.rot_dim = 1024;
-    bad[3].what = "an odd indexer width", bad[3].says = "vectors of 127";
+    bad[3].what = "an odd indexer width", bad[3].says = "norm and rope: 127 channels";
     bad[3].r.index_head_dim = 127;
     bad[4].what = "a 1024-row compressor window", bad[4].says = "pools 1024 rows";
     bad[4].r.comp_slots = 1024;
