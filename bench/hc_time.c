@@ -41,16 +41,9 @@ int main(void) {
         int n = shapes[s][0], d = shapes[s][1];
         float *fn = b->alloc((size_t)m * nc * d * 4), *base = b->alloc((size_t)m * 4);
         float *scale = b->alloc(12);
-        struct hc q = {.b = b,
-                       .w = {.fn = fn,
-                             .base = base,
-                             .scale = scale,
-                             .fn_dtype = TD_DTYPE_F32,
-                             .base_dtype = TD_DTYPE_F32,
-                             .scale_dtype = TD_DTYPE_F32},
-                       .n = n,
-                       .nc = nc,
-                       .d = d};
+        struct hc q = {.b = b, .n = n, .nc = nc, .d = d};
+        q.w.fn = fn, q.w.base = base, q.w.scale = scale;
+        q.w.fn_dtype = q.w.base_dtype = q.w.scale_dtype = TD_DTYPE_F32;
         q.x = b->alloc((size_t)n * nc * d * 4), q.col = b->alloc((size_t)n * d * 4);
         q.post = b->alloc((size_t)n * nc * 4), q.comb = b->alloc((size_t)n * nc * nc * 4);
         for (int v = 0; v < 3; v++) { // hc_pre 0 iterations, hc_pre 20, hc_head

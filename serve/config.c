@@ -703,47 +703,40 @@ static int on_pair(void *user, const char *section, const char *name, const char
     return 1;
 }
 
-/* libinih's runtime options (Debian's build): set for our parse, then put back */
+/* libinih's runtime options (Debian's build), X(type, option, ours): set to ours for our parse,
+ * then put back. The line buffer lives on the stack, ini_max_line bytes (a VLA in Debian's
+ * ini_parse_stream): room for SRV_LINE_MAX bytes, "\n" and NUL, so the reader's limit is ours.
+ * Multi-line values off (the reader drops indented lines anyway); "port" alone reaches on_pair
+ * with value NULL; vet_line's comment test assumes the prefixes ";#". */
+#define INIH_OPTIONS(X)                                                                            \
+    X(bool, ini_use_stack, true)                                                                   \
+    X(int, ini_max_line, SRV_LINE_MAX + 8)                                                         \
+    X(bool, ini_allow_multiline, false)                                                            \
+    X(bool, ini_allow_no_value, true)                                                              \
+    X(bool, ini_stop_on_first_error, false)                                                        \
+    X(bool, ini_allow_inline_comments, true)                                                       \
+    X(bool, ini_allow_bom, true)                                                                   \
+    X(char *, ini_start_comment_prefixes, ";#")                                                    \
+    X(char *, ini_inline_comment_prefixes, ";")
+
 struct inih_options {
-    bool use_stack, multiline, no_value, stop_first, inline_comments, bom;
-    int max_line;
-    char *start_prefixes, *inline_prefixes;
+#define INIH_FIELD(type, option, ours) type option;
+    INIH_OPTIONS(INIH_FIELD)
+#undef INIH_FIELD
 };
 
 static struct inih_options inih_options_set(void) {
-    struct inih_options old = {.use_stack = ini_use_stack,
-                               .multiline = ini_allow_multiline,
-                               .no_value = ini_allow_no_value,
-                               .stop_first = ini_stop_on_first_error,
-                               .inline_comments = ini_allow_inline_comments,
-                               .bom = ini_allow_bom,
-                               .max_line = ini_max_line,
-                               .start_prefixes = ini_start_comment_prefixes,
-                               .inline_prefixes = ini_inline_comment_prefixes};
-    // the line buffer lives on the stack, ini_max_line bytes (a VLA in Debian's ini_parse_stream);
-    // room for SRV_LINE_MAX bytes, "\n" and NUL, so the reader's limit is ours
-    ini_use_stack = true;
-    ini_max_line = SRV_LINE_MAX + 8;
-    ini_allow_multiline = false; // the reader drops indented lines anyway
-    ini_allow_no_value = true;   // "port" alone reaches on_pair, with value NULL
-    ini_stop_on_first_error = false;
-    ini_allow_inline_comments = true;
-    ini_allow_bom = true;
-    ini_start_comment_prefixes = ";#"; // vet_line's comment test assumes these two
-    ini_inline_comment_prefixes = ";";
+    struct inih_options old;
+#define INIH_SET(type, option, ours) old.option = option, option = (ours);
+    INIH_OPTIONS(INIH_SET)
+#undef INIH_SET
     return old;
 }
 
 static void inih_options_restore(const struct inih_options *o) {
-    ini_use_stack = o->use_stack;
-    ini_allow_multiline = o->multiline;
-    ini_allow_no_value = o->no_value;
-    ini_stop_on_first_error = o->stop_first;
-    ini_allow_inline_comments = o->inline_comments;
-    ini_allow_bom = o->bom;
-    ini_max_line = o->max_line;
-    ini_start_comment_prefixes = o->start_prefixes;
-    ini_inline_comment_prefixes = o->inline_prefixes;
+#define INIH_PUT(type, option, ours) option = o->option;
+    INIH_OPTIONS(INIH_PUT)
+#undef INIH_PUT
 }
 
 static void parse_text(struct srv_config *c, const char *text, size_t len, const char *name,
