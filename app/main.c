@@ -34,24 +34,31 @@
 #include "serve/config.h"
 #include "serve/server.h"
 
+/* the integer at *p of a comma-separated list, *p moved past it and its comma: 0, or -1 when
+ * *p does not start with one that ends at a comma or the end */
+static int csv_int(const char **p, long *v) {
+    char *end;
+    errno = 0;
+    *v = strtol(*p, &end, 10);
+    if (end == *p || errno || (*end && *end != ',')) return -1;
+    *p = *end ? end + 1 : end;
+    return 0;
+}
+
 /* "37,1,1,64" -> sizes; each > 0, sum == n_ids */
 static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *err, size_t errlen) {
     int *c = td_xmalloc((strlen(s) / 2 + 2) * sizeof *c), n = 0;
-    long sum = 0;
+    long sum = 0, v;
     const char *p = s;
     while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v <= 0 || v > INT32_MAX || (*end && *end != ',')) {
+        if (csv_int(&p, &v) || v <= 0 || v > INT32_MAX) {
             free(c);
             return td_errf(err, errlen,
                            "--chunks '%s': sizes must be positive integers separated by commas", s);
         }
         c[n++] = (int)v;
         sum += v;
-        p = *end ? end + 1 : end;
-        if (*end == ',' && !*p) {
+        if (p[-1] == ',' && !*p) {
             free(c);
             return td_errf(err, errlen, "--chunks '%s': trailing comma", s);
         }
@@ -70,20 +77,17 @@ static int parse_chunks(const char *s, int n_ids, int **out, int *n_out, char *e
 static int parse_layers(const char *s, int n_layers, int *out, int *n_out, char *err,
                         size_t errlen) {
     int n = 0;
+    long v;
     const char *p = s;
     while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v >= n_layers || (n && v <= out[n - 1]) ||
-            (*end && *end != ',') || n == TD_MAX_LAYERS)
+        if (csv_int(&p, &v) || v < 0 || v >= n_layers || (n && v <= out[n - 1]) ||
+            n == TD_MAX_LAYERS)
             return td_errf(
                 err, errlen,
                 "--capture '%s': expected ascending layer indices in [0, %d), separated by "
                 "commas",
                 s, n_layers);
         out[n++] = (int)v;
-        p = *end ? end + 1 : end;
     }
     if (!n) return td_errf(err, errlen, "--capture '%s': no layer given", s);
     *n_out = n;

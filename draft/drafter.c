@@ -84,3 +84,12 @@ void draft_free(struct td_drafter *d) {
     free(d->impl);
     free(d);
 }
+
+struct td_drafter *draft_request_new(const struct td_drafter *proto, int vocab) {
+    struct td_drafter *d = malloc(sizeof *d);
+    if (d) {
+        *d = *proto;
+        d->vocab = vocab;
+    }
+    return d;
+}

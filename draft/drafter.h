@@ -47,6 +47,10 @@ struct td_drafter {
     void *impl;
 };
 
+/* a request drafter made from its table (proto) for a vocabulary: a malloc'd copy with vocab
+ * set, NULL when out of memory (ngram.c, random.c) */
+struct td_drafter *draft_request_new(const struct td_drafter *proto, int vocab);
+
 /* A model drafter (MTP, DSpark) runs once per target step over every live sequence, on the
  * rows that step committed. One sequence's part of a call: */
 struct td_draft_seq {

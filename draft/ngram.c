@@ -40,12 +40,6 @@ static int ngram_propose(struct td_drafter *d, const struct td_draft_req *r, int
 
 struct td_drafter *draft_ngram_init(int vocab);
 struct td_drafter *draft_ngram_init(int vocab) {
-    static const struct td_drafter proto = {
-        .name = "ngram", .vocab = 0, .propose = ngram_propose, .observe = NULL, .impl = NULL};
-    struct td_drafter *d = malloc(sizeof *d);
-    if (d) {
-        *d = proto;
-        d->vocab = vocab;
-    }
-    return d;
+    static const struct td_drafter proto = {.name = "ngram", .propose = ngram_propose};
+    return draft_request_new(&proto, vocab);
 }

@@ -20,12 +20,6 @@ static int random_propose(struct td_drafter *d, const struct td_draft_req *r, in
 
 struct td_drafter *draft_random_init(int vocab);
 struct td_drafter *draft_random_init(int vocab) {
-    static const struct td_drafter proto = {
-        .name = "random", .vocab = 0, .propose = random_propose, .observe = NULL, .impl = NULL};
-    struct td_drafter *d = malloc(sizeof *d);
-    if (d) {
-        *d = proto;
-        d->vocab = vocab;
-    }
-    return d;
+    static const struct td_drafter proto = {.name = "random", .propose = random_propose};
+    return draft_request_new(&proto, vocab);
 }
