@@ -1786,6 +1786,7 @@ static void test_greedy_spec_gpu(void) {
 
 #endif
 
+#ifdef TD_HAVE_CUDA
 /* Debug builds (make DEBUG=1) compile the kernels' device assertions. The probe, run in a child
  * process because a trap ends its CUDA context, gives the attention a row of 4 window keys while
  * saying its ring holds 1 row, so the row's keys are more than the block's slice of key
@@ -1840,6 +1841,7 @@ static void test_dev_assert(const char *self) {
     (void)self;
 #endif
 }
+#endif
 
 int main(int argc, char **argv) {
     char err[256];
