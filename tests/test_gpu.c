@@ -303,12 +303,9 @@ static void test_hc(int n, int nc, int d) {
         float *col = malloc((size_t)n * d * 4), *post = malloc((size_t)n * nc * 4);
         float *comb = malloc((size_t)n * nc * nc * 4);
         hc_pre_ref(col, post, comb, x, &hw, n, nc, d, 20, 1e-6f, 1e-6f, NULL, TD_DTYPE_F32);
-        struct hc_weights dhw = {.fn = dev_copy(fn, (size_t)m * nc * d * 4),
-                                 .base = dev_copy(base, (size_t)m * 4),
-                                 .scale = dev_copy(scale, sizeof scale),
-                                 .fn_dtype = TD_DTYPE_F32,
-                                 .base_dtype = TD_DTYPE_F32,
-                                 .scale_dtype = TD_DTYPE_F32};
+        struct hc_weights dhw = hw; // the same weights on the device
+        dhw.fn = dev_copy(fn, (size_t)m * nc * d * 4), dhw.base = dev_copy(base, (size_t)m * 4);
+        dhw.scale = dev_copy(scale, sizeof scale);
         float *dcol = dev_out((size_t)n * d), *dpost = dev_out((size_t)n * nc);
         float *dcomb = dev_out((size_t)n * nc * nc);
         hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f, NULL, TD_DTYPE_F32);
@@ -728,15 +725,9 @@ static void test_indexer_select(void) {
         one.keys = keys + (size_t)t * NE;
         indexer_topk_ref(&one);
     }
-    struct indexer_args da = {.rows = rd,
-                              .q = dev_copy(q, sizeof q),
-                              .w = dev_copy(w, sizeof w),
-                              .keys = dev_copy(keys, (size_t)N * NE * 4),
-                              .n_entries = NE,
-                              .n_heads = 1,
-                              .d = 1,
-                              .topk = TOPK,
-                              .scale = 1.0f};
+    struct indexer_args da = ia; // the same arguments on the device
+    da.rows = rd, da.q = dev_copy(q, sizeof q), da.w = dev_copy(w, sizeof w);
+    da.keys = dev_copy(keys, (size_t)N * NE * 4);
     indexer_topk_cuda(&da);
     int32_t *got = malloc(sizeof topk);
     gpu->to_host(got, rd.topk, sizeof topk);
@@ -1001,7 +992,7 @@ static void test_route_wide(void) {
 /* attention_rows against its reference over the plan of test_plan_ops: sliding only, CSA
  * through the picks, HCA over all visible entries, and HCA with room for 128 entries */
 static void attention_cases(const struct td_plan *p, struct rows_view rh, struct rows_view rd,
-                            int32_t *vis_hca_dev, int H, int d) {
+                            const int32_t *vis_hca_dev, int H, int d) {
     int n = p->n_tok_pad, S = 3, ring = 24, ne = 32;
     float *q = malloc((size_t)n * H * d * 4), *kv = malloc((size_t)n * d * 4);
     float *swa = malloc((size_t)S * ring * d * 4), *ent = malloc((size_t)S * ne * d * 4);
@@ -1061,22 +1052,9 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
                                .attn_factor = 0.9f};
         attention_rows_ref(&ah);
         float *dout = dev_out((size_t)n * H * d);
-        struct attn_args ad = {.rows = rd2,
-                               .out = dout,
-                               .q = dq,
-                               .kv = dkv,
-                               .swa_ring = dswa,
-                               .swa_rows = ring,
-                               .entries = ed,
-                               .n_entries = nek,
-                               .use_topk = k == 1,
-                               .sinks = dsink,
-                               .n_heads = H,
-                               .d = d,
-                               .scale = 0.18f,
-                               .inv_freq = rot ? dainv : NULL,
-                               .rot_dim = rot,
-                               .attn_factor = 0.9f};
+        struct attn_args ad = ah; // the same arguments on the device
+        ad.rows = rd2, ad.out = dout, ad.q = dq, ad.kv = dkv, ad.swa_ring = dswa, ad.entries = ed;
+        ad.sinks = dsink, ad.inv_freq = rot ? dainv : NULL;
         attention_rows_cuda(&ad);
         gpu->release(dainv);
         float *g = fetch(dout, (size_t)n * H * d, "attention");
@@ -1122,39 +1100,11 @@ static void test_plan_ops(void) {
     CHECK(p.n_tok == 7 && p.n_tok_pad == 8, "rows %d pad %d", p.n_tok, p.n_tok_pad);
     int n = p.n_tok_pad, S = 3, d = 32, ring = 24, ne = 32, ihd = 16, IH = 8;
     void *dplan = dev_copy(p.mem, p.bytes);
-    const char *hb = p.mem;
-    char *db = dplan;
-#define DEV(arr) ((int32_t *)(db + ((const char *)(arr)-hb)))
-    struct rows_view rh = {.n_tok = n,
-                           .input_ids = p.input_ids,
-                           .positions = p.positions,
-                           .row_seq = p.row_seq,
-                           .qo_indptr = p.qo_indptr,
-                           .slot = p.slot,
-                           .len_before = p.len_before,
-                           .swa_indptr = p.swa_indptr,
-                           .swa_pos = p.swa_pos,
-                           .swa_write = p.swa_write,
-                           .vis = p.vis_csa,
-                           .emit = p.emit_csa,
-                           .write = p.write_csa,
-                           .topk = p.topk,
-                           .topk_stride = dm.topk};
-    struct rows_view rd = {.n_tok = n,
-                           .input_ids = DEV(p.input_ids),
-                           .positions = DEV(p.positions),
-                           .row_seq = DEV(p.row_seq),
-                           .qo_indptr = DEV(p.qo_indptr),
-                           .slot = DEV(p.slot),
-                           .len_before = DEV(p.len_before),
-                           .swa_indptr = DEV(p.swa_indptr),
-                           .swa_pos = DEV(p.swa_pos),
-                           .swa_write = DEV(p.swa_write),
-                           .vis = DEV(p.vis_csa),
-                           .emit = DEV(p.emit_csa),
-                           .write = DEV(p.write_csa),
-                           .topk = DEV(p.topk),
-                           .topk_stride = dm.topk};
+    // the plan's rows on the host and in its device copy (the CSA layer's arrays)
+    struct rows_view rh = meta_plan_rows(&p, p.mem, META_RATE_CSA);
+    struct rows_view rd = meta_plan_rows(&p, dplan, META_RATE_CSA);
+    rh.n_tok = rd.n_tok = n;
+    const int32_t *vis_hca_dev = meta_plan_rows(&p, dplan, META_RATE_HCA).vis;
     // indexer: picks must match exactly (well-separated random scores)
     float *iq = malloc((size_t)n * IH * ihd * 4), *iw = malloc((size_t)n * IH * 4);
     float *ik = malloc((size_t)S * ne * ihd * 4);
@@ -1170,15 +1120,9 @@ static void test_plan_ops(void) {
                               .topk = dm.topk,
                               .scale = 0.25f};
     indexer_topk_ref(&ia);
-    struct indexer_args ida = {.rows = rd,
-                               .q = dev_copy(iq, (size_t)n * IH * ihd * 4),
-                               .w = dev_copy(iw, (size_t)n * IH * 4),
-                               .keys = dev_copy(ik, (size_t)S * ne * ihd * 4),
-                               .n_entries = ne,
-                               .n_heads = IH,
-                               .d = ihd,
-                               .topk = dm.topk,
-                               .scale = 0.25f};
+    struct indexer_args ida = ia; // the same arguments on the device
+    ida.rows = rd, ida.q = dev_copy(iq, (size_t)n * IH * ihd * 4);
+    ida.w = dev_copy(iw, (size_t)n * IH * 4), ida.keys = dev_copy(ik, (size_t)S * ne * ihd * 4);
     indexer_topk_cuda(&ida);
     int32_t gpicks[16 * 8];
     gpu->to_host(gpicks, rd.topk, (size_t)n * dm.topk * 4);
@@ -1194,9 +1138,9 @@ static void test_plan_ops(void) {
 
     // attention at the tiny fixtures' shape (a cluster of blocks for few heads), the Flash
     // slice's (64 heads of 512: a warp per group of keys, 16 columns a lane) and an odd width
-    attention_cases(&p, rh, rd, DEV(p.vis_hca), 4, 32);
-    attention_cases(&p, rh, rd, DEV(p.vis_hca), 64, 512);
-    attention_cases(&p, rh, rd, DEV(p.vis_hca), 3, 80);
+    attention_cases(&p, rh, rd, vis_hca_dev, 4, 32);
+    attention_cases(&p, rh, rd, vis_hca_dev, 64, 512);
+    attention_cases(&p, rh, rd, vis_hca_dev, 3, 80);
 
     // compressor emission (CSA overlap) into the entries of the emitting rows' sequences
     case_begin();
@@ -1241,24 +1185,12 @@ static void test_plan_ops(void) {
                                    .attn_factor = 1.0f};
         compress_emit_ref(&ch);
         float *ed = gpu->alloc((size_t)S * ne * d * 4);
-        struct compress_args cd = {.rows = rd,
-                                   .raw = dev_copy(raw, (size_t)n * width * 4),
-                                   .gate = dev_copy(gate, (size_t)n * width * 4),
-                                   .ring_kv = dev_copy(rk, (size_t)S * ring * width * 4),
-                                   .ring_gate = dev_copy(rg, (size_t)S * ring * width * 4),
-                                   .ring = ring,
-                                   .width = width,
-                                   .d = d,
-                                   .rate = 4,
-                                   .overlap = 1,
-                                   .entries = ed,
-                                   .n_entries = ne,
-                                   .norm = dev_copy(nw, sizeof nw),
-                                   .norm_dtype = TD_DTYPE_F32,
-                                   .eps = 1e-6f,
-                                   .inv_freq = dev_copy(inv, sizeof inv),
-                                   .rot_dim = 16,
-                                   .attn_factor = 1.0f};
+        struct compress_args cd = ch; // the same arguments on the device
+        cd.rows = rd, cd.raw = dev_copy(raw, (size_t)n * width * 4);
+        cd.gate = dev_copy(gate, (size_t)n * width * 4);
+        cd.ring_kv = dev_copy(rk, (size_t)S * ring * width * 4);
+        cd.ring_gate = dev_copy(rg, (size_t)S * ring * width * 4);
+        cd.entries = ed, cd.norm = dev_copy(nw, sizeof nw), cd.inv_freq = dev_copy(inv, sizeof inv);
         compress_emit_cuda(&cd);
         float *eg = malloc((size_t)S * ne * d * 4);
         gpu->to_host(eg, ed, (size_t)S * ne * d * 4);
@@ -1353,7 +1285,6 @@ static void test_plan_ops(void) {
         free(lg), free(w1), free(w3), free(w2), free(x), free(yh);
         case_end(sh ? "op/moe_route_experts_shared" : "op/moe_route_experts", "");
     }
-#undef DEV
     free(iq), free(iw), free(ik);
     meta_plan_free(&p);
 }
