@@ -28,14 +28,12 @@ void td_abort(const char *file, int line, const char *fmt, ...) {
 
 void *td_xmalloc_at(size_t bytes, const char *file, int line) {
     void *p = malloc(bytes ? bytes : 1);
-    if (!p)
-        td_abort(file, line, "out of memory for %zu bytes", bytes);
+    if (!p) td_abort(file, line, "out of memory for %zu bytes", bytes);
     return p;
 }
 
 void *td_xcalloc_at(size_t n, size_t size, const char *file, int line) {
     void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p)
-        td_abort(file, line, "out of memory for %zu x %zu bytes", n, size);
+    if (!p) td_abort(file, line, "out of memory for %zu x %zu bytes", n, size);
     return p;
 }

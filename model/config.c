@@ -359,7 +359,8 @@ static int parse_mlp(struct td_config *c, const json_t *o, char *err, size_t err
     return 0;
 }
 
-/* widths (hidden_size, head_dim, the low ranks, moe_intermediate_size, index_head_dim) up to this */
+/* widths (hidden_size, head_dim, the low ranks, moe_intermediate_size, index_head_dim) up to this
+ */
 #define TD_MAX_WIDTH 65536
 
 /* compress rates up to this (the release uses 4 and 128; a CSA ring holds 2 x rate rows, and

@@ -96,8 +96,8 @@ static struct draft_dspark *cpu_drafter(const char *ddir, const struct td_model 
 
 /* a target step's rows into the drafter as the engine puts them (draft_dspark_insert_step):
  * seqs in the order of their rows in the capture buffer, from row 0 */
-static int step_insert(struct draft_dspark *d, const struct td_plan_seq *seqs, int n_seq,
-                       char *err, size_t errlen) {
+static int step_insert(struct draft_dspark *d, const struct td_plan_seq *seqs, int n_seq, char *err,
+                       size_t errlen) {
     struct td_plan p;
     struct td_plan_dims pd = td_state_plan_dims(draft_dspark_state(d), 512, 2);
     if (meta_plan_init(&p, &pd, err, errlen)) return -1;

@@ -41,8 +41,8 @@ static void result_init(struct verify_result *res, int n) {
     res->n_accepted = 0;
 }
 
-void verify_greedy(struct verify_result *res, const int32_t *ids, int vocab,
-                   const int32_t *drafts, int L, long pos0) {
+void verify_greedy(struct verify_result *res, const int32_t *ids, int vocab, const int32_t *drafts,
+                   int L, long pos0) {
     int n = 0;
     while (n < L && drafts[n] >= 0 && drafts[n] < vocab)
         n++;

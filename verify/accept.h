@@ -38,8 +38,8 @@ void verify_chain(struct verify_result *res, const float *logits, int vocab, con
  * the argmax of row j, ties to the lower id, or -1 for a row with a non-finite entry (a device
  * computes them where the logits are: kernels/greedy.h argmax_rows). The same result as
  * verify_chain over those rows. */
-void verify_greedy(struct verify_result *res, const int32_t *ids, int vocab,
-                   const int32_t *drafts, int L, long pos0);
+void verify_greedy(struct verify_result *res, const int32_t *ids, int vocab, const int32_t *drafts,
+                   int L, long pos0);
 
 #ifdef __cplusplus
 }
