@@ -521,6 +521,63 @@ static void test_random_round_trip(void) {
     case_end("tok_random_round_trip", extra);
 }
 
+/* the spans of pattern pat over text as "s e m;" triples; -1 when pat does not compile */
+static int re_spans_text(const char *pat, const char *text, struct tok_buf *out, char *err,
+                         size_t errlen) {
+    struct tok_re re;
+    if (tok_re_compile(&re, pat, strlen(pat), 0, err, errlen)) return -1;
+    struct tok_spans sp = {0};
+    int rc = tok_re_spans(&re, text, strlen(text), &sp);
+    for (size_t i = 0; !rc && i < sp.n; i++) {
+        char one[64];
+        snprintf(one, sizeof one, "%zu %zu %d;", sp.v[i].off, sp.v[i].len, sp.v[i].is_match);
+        tok_buf_put(out, one, strlen(one));
+    }
+    free(sp.v);
+    tok_re_free(&re);
+    return rc;
+}
+
+/* Oniguruma's syntax as DeepSeek's tokenizer.json may spell it (released_formats.md 4.6): a
+ * \uHHHH escape is a code point (PCRE2 alone refuses it), inside a class and outside; \s is
+ * Oniguruma's White_Space, without U+180E */
+static void test_oniguruma_escapes(void) {
+    case_begin();
+    char err[512] = "";
+    const char *text = "漢字かなカナabc 123　龥ゟヿ\xe1\xa0\x8e x";
+    struct tok_buf lit = {0}, esc = {0};
+    int a = re_spans_text("[一-龥぀-ゟ゠-ヿ]+", text, &lit, err, sizeof err);
+    CHECK(!a, "the literal CJK class: %s", err);
+    int b = re_spans_text("[\\u4e00-\\u9fa5\\u3040-\\u309f\\u30a0-\\u30ff]+", text, &esc, err,
+                          sizeof err);
+    CHECK(!b, "the CJK class in \\u escapes does not compile: %s", err);
+    CHECK(!a && !b && lit.n == esc.n && !memcmp(lit.p, esc.p, lit.n),
+          "\\u escapes split '%s' as %.*s, the literal class as %.*s", text, (int)esc.n, esc.p,
+          (int)lit.n, lit.p);
+    tok_buf_free(&lit), tok_buf_free(&esc);
+    struct tok_buf one = {0};
+    CHECK(!re_spans_text("\\u0041+", "xAAy", &one, err, sizeof err) && one.n &&
+              !strcmp(one.p, "0 1 0;1 2 1;3 1 0;"),
+          "\\u0041+ over xAAy: %s %s", one.p ? one.p : "", err);
+    tok_buf_free(&one);
+    // \s: U+3000 is white space for both engines, U+180E only for PCRE2's own \s
+    struct tok_buf ws = {0};
+    CHECK(!re_spans_text("\\s",
+                         "a\xe3\x80\x80"
+                         "b\xe1\xa0\x8e"
+                         "c",
+                         &ws, err, sizeof err) &&
+              ws.n && !strcmp(ws.p, "0 1 0;1 3 1;4 5 0;"),
+          "\\s over a U+3000 b U+180E c: %s %s", ws.p ? ws.p : "", err);
+    tok_buf_free(&ws);
+    // an escape PCRE2 cannot take still fails with the pattern named
+    struct tok_buf bad = {0};
+    CHECK(re_spans_text("\\u12", "x", &bad, err, sizeof err) && strstr(err, "does not compile"),
+          "a short \\u escape: %s", err);
+    tok_buf_free(&bad);
+    case_end("tok_oniguruma_escapes", "(\\uHHHH in and out of classes, \\s without U+180E)");
+}
+
 static void refuse(const char *name, const char *json, const char *want) {
     case_begin();
     struct tok *t = NULL;
@@ -1093,6 +1150,7 @@ int main(void) {
         free(names[i]);
     }
     test_components();
+    test_oniguruma_escapes();
     test_invalid_utf8();
     test_stream_split_chars();
     test_random_round_trip();

@@ -5,6 +5,7 @@
  * tok_re_compile rewrites to Oniguruma's Unicode definitions before compiling:
  *   \s  White_Space (PCRE2 adds U+180E)        \w  L, M, Nd, Pc (PCRE2 10.42: L, N, _)
  *   \h  hex digit (PCRE2: horizontal space)
+ *   \uHHHH  a code point (PCRE2 refuses it: \x{HHHH})
  * ^ and $ are line anchors in Oniguruma's default syntax, hence PCRE2_MULTILINE.
  */
 #include <stdio.h>
@@ -311,12 +312,25 @@ int tok_is_word_char(uint32_t cp) {
 #define WORD_MEMBERS "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
 #define HEX_MEMBERS  "0-9a-fA-F"
 
-/* rewrite the shorthand classes; returns a malloc'd pattern or NULL */
+static int hex4(const char *p) {
+    for (int k = 0; k < 4; k++)
+        if (!p[k] || !strchr("0123456789abcdefABCDEF", p[k])) return 0;
+    return 1;
+}
+
+/* rewrite the shorthand classes and \uHHHH escapes; returns a malloc'd pattern or NULL */
 static char *re_translate(const char *pat, size_t n, size_t *out_n) {
     struct tok_buf b = {0};
     int in_class = 0, fail = 0;
     for (size_t i = 0; i < n && !fail; i++) {
         char c = pat[i];
+        if (c == '\\' && i + 5 < n && pat[i + 1] == 'u' && hex4(pat + i + 2)) {
+            // Oniguruma's \uHHHH (a code point) is PCRE2's \x{HHHH}
+            fail |= tok_buf_put(&b, "\\x{", 3) || tok_buf_put(&b, pat + i + 2, 4) ||
+                    tok_buf_put(&b, "}", 1);
+            i += 5;
+            continue;
+        }
         if (c == '\\' && i + 1 < n) {
             char e = pat[i + 1];
             const char *members = e == 's' || e == 'S'   ? WS_MEMBERS
