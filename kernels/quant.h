@@ -1,0 +1,41 @@
+/* quant.h: DeepSeek's released weight formats, decoded exactly to fp32
+ * (released_formats.md 1.5-1.7).
+ *
+ *   FP8 dense    F8_E4M3 weight [out, in], F8_E8M0 scale [ceil(out/128), ceil(in/128)]:
+ *                W[o][i] = e4m3(q[o][i]) * 2^(s[o/128][i/128] - 127)
+ *   FP4 experts  I8 weight [out, in/2], two e2m1 codes a byte (element 2j in the low nibble of
+ *                byte j, 2j+1 in the high one), F8_E8M0 scale [out, in/32]:
+ *                W[o][k] = e2m1(nibble(o, k)) * 2^(s[o][k/32] - 127)
+ * e4m3 is OCP e4m3fn: bias 7, no infinities, 0x7F/0xFF NaN, largest finite 448, subnormals to
+ * 2^-9. An e8m0 byte b is 2^(b - 127): byte 0 the fp32 denormal 2^-127, byte 255 NaN (a loader
+ * refuses a tensor that holds one: td_e8m0_find_nan). Every product is exact in fp32 (a code
+ * has at most 4 significant bits and the scale is a power of two), except that products below
+ * fp32's smallest denormal round as fp32 does.
+ */
+#ifndef TD_KERNELS_QUANT_H
+#define TD_KERNELS_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+float td_e8m0_to_f32(uint8_t b);
+float td_e4m3_to_f32(uint8_t q);
+float td_e2m1_to_f32(uint8_t code); /* the low 4 bits */
+
+/* the index of the first NaN scale byte (255) in s[0..n), or -1 */
+long td_e8m0_find_nan(const uint8_t *s, size_t n);
+
+/* w[out, in] from an FP8 weight q[out, in] and its scale [ceil(out/128), ceil(in/128)] */
+void dequant_fp8_ref(float *w, const uint8_t *q, const uint8_t *scale, int out, int in);
+
+/* w[out, in] from an FP4 weight packed [out, in/2] and its scale [out, in/32]; in % 32 == 0 */
+void dequant_fp4_ref(float *w, const uint8_t *packed, const uint8_t *scale, int out, int in);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

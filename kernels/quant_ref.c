@@ -1,0 +1,50 @@
+/* quant_ref.c: the released formats decoded to fp32 (quant.h). */
+#include "quant.h"
+
+#include <math.h>
+#include <string.h>
+
+float td_e8m0_to_f32(uint8_t b) {
+    if (b == 255) return NAN;
+    uint32_t bits = b ? (uint32_t)b << 23 : 0x00400000u; // byte 0: the denormal 2^-127
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+float td_e4m3_to_f32(uint8_t q) {
+    int sign = q >> 7, e = (q >> 3) & 15, m = q & 7;
+    if (e == 15 && m == 7) return NAN;                                      // 0x7F, 0xFF
+    float v = e ? ldexpf((float)(8 + m), e - 7 - 3) : ldexpf((float)m, -9); // normal, subnormal
+    return sign ? -v : v;
+}
+
+float td_e2m1_to_f32(uint8_t code) {
+    static const float lut[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float v = lut[code & 7];
+    return code & 8 ? -v : v;
+}
+
+long td_e8m0_find_nan(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == 255) return (long)i;
+    return -1;
+}
+
+void dequant_fp8_ref(float *w, const uint8_t *q, const uint8_t *scale, int out, int in) {
+    int sc = (in + 127) / 128; // scale columns
+    for (int o = 0; o < out; o++)
+        for (int i = 0; i < in; i++)
+            w[(size_t)o * in + i] = td_e4m3_to_f32(q[(size_t)o * in + i]) *
+                                    td_e8m0_to_f32(scale[(size_t)(o / 128) * sc + i / 128]);
+}
+
+void dequant_fp4_ref(float *w, const uint8_t *packed, const uint8_t *scale, int out, int in) {
+    for (int o = 0; o < out; o++)
+        for (int k = 0; k < in; k++) {
+            uint8_t byte = packed[(size_t)o * (in / 2) + k / 2];
+            uint8_t code = k % 2 ? byte >> 4 : byte & 15;
+            w[(size_t)o * in + k] =
+                td_e2m1_to_f32(code) * td_e8m0_to_f32(scale[(size_t)o * (in / 32) + k / 32]);
+        }
+}
