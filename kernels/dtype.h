@@ -19,6 +19,11 @@ enum td_dtype {
     TD_DTYPE_F16,
     TD_DTYPE_I32,
     TD_DTYPE_I64,
+    /* the released checkpoints' stored formats (kernels/quant.h); the loader decodes them, no
+     * op reads them as they are */
+    TD_DTYPE_F8_E4M3, /* FP8 weights */
+    TD_DTYPE_F8_E8M0, /* their power-of-two scales */
+    TD_DTYPE_I8,      /* FP4 weights, two e2m1 codes a byte */
 };
 
 /* on the host and, in CUDA sources, on the device too */
@@ -36,6 +41,9 @@ static inline TD_HOST_DEVICE size_t td_dtype_size(enum td_dtype t) {
     case TD_DTYPE_BF16:
     case TD_DTYPE_F16: return 2;
     case TD_DTYPE_I64: return 8;
+    case TD_DTYPE_F8_E4M3:
+    case TD_DTYPE_F8_E8M0:
+    case TD_DTYPE_I8: return 1;
     default: return 0;
     }
 }

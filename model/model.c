@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "kernels/err.h"
+#include "kernels/quant.h"
 #include "fileio.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -387,6 +388,64 @@ static int make_dummy(struct loader *ld, struct td_tensor *dst, const char *name
     return 0;
 }
 
+/* A released checkpoint's quantized weight (released_formats.md 1.5-1.7): FP8 (F8_E4M3 [out, in])
+ * or FP4 (I8 [out, in / 2], two e2m1 codes a byte) with its F8_E8M0 scale in the sibling
+ * `<module>.scale` (exactly that suffix: `hc_*_scale` are learned parameters). Both are checked
+ * by name, dtype and shape, a NaN scale byte is refused, and the weight is decoded exactly to
+ * fp32 into memory the model owns: the fp32 forward then runs unchanged. */
+static int bind_quantized(struct loader *ld, struct td_tensor *dst, const struct st_entry *e,
+                          const int64_t *shape, int ndim, const char *want) {
+    const struct td_tensor *t = &e->t;
+    int fp4 = t->dtype == TD_DTYPE_I8;
+    char got[96], sname[512];
+    shape_str(got, sizeof got, t->shape, t->ndim);
+    if (ndim != 2 || t->ndim != 2)
+        return fail(ld, "tensor %s: a quantized %s %s where a float %s is expected", e->name,
+                    td_dtype_name(t->dtype), got, want);
+    int64_t out = shape[0], in = shape[1];
+    if (fp4 && in % 32)
+        return fail(ld,
+                    "tensor %s: FP4 needs an input width that is a multiple of 32, the model "
+                    "has %lld",
+                    e->name, (long long)in);
+    if (t->shape[0] != out || t->shape[1] != (fp4 ? in / 2 : in))
+        return fail(ld, "tensor %s: expected %s [%lld, %lld] for a weight of %s, got %s", e->name,
+                    td_dtype_name(t->dtype), (long long)out, (long long)(fp4 ? in / 2 : in), want,
+                    got);
+    size_t n = strlen(e->name);
+    if (n < 7 || strcmp(e->name + n - 7, ".weight") || n >= sizeof sname)
+        return fail(ld, "tensor %s: a quantized weight must be named <module>.weight", e->name);
+    snprintf(sname, sizeof sname, "%.*s.scale", (int)(n - 7), e->name);
+    const struct st_entry *se = st_set_find(ld->st, sname);
+    if (!se)
+        return fail(ld, "tensor %s is %s but its scale %s is missing", e->name,
+                    td_dtype_name(t->dtype), sname);
+    int64_t s0 = fp4 ? out : (out + 127) / 128, s1 = fp4 ? in / 32 : (in + 127) / 128;
+    const struct td_tensor *st = &se->t;
+    if (st->dtype != TD_DTYPE_F8_E8M0 || st->ndim != 2 || st->shape[0] != s0 ||
+        st->shape[1] != s1) {
+        shape_str(got, sizeof got, st->shape, st->ndim);
+        return fail(ld, "tensor %s: expected F8_E8M0 [%lld, %lld] (the %s scale of %s), got %s %s",
+                    sname, (long long)s0, (long long)s1, fp4 ? "per-32" : "128x128", e->name,
+                    td_dtype_name(st->dtype), got);
+    }
+    long nan = td_e8m0_find_nan(st->data, (size_t)(s0 * s1));
+    if (nan >= 0)
+        return fail(ld, "tensor %s: scale byte %ld is 255 (NaN): the checkpoint is corrupt", sname,
+                    nan);
+    float *w = own(ld->m, (size_t)out * in * sizeof *w);
+    if (!w)
+        return fail(ld, "out of memory decoding %s (%lld x %lld)", e->name, (long long)out,
+                    (long long)in);
+    if (fp4)
+        dequant_fp4_ref(w, t->data, st->data, (int)out, (int)in);
+    else
+        dequant_fp8_ref(w, t->data, st->data, (int)out, (int)in);
+    if (ld->used) ld->used[e - ld->st->entries] = ld->used[se - ld->st->entries] = 1;
+    *dst = (struct td_tensor){.data = w, .dtype = TD_DTYPE_F32, .ndim = 2, .shape = {out, in}};
+    return 0;
+}
+
 /* find `name` (or `alt`), check kind and shape, store the view at dst; -1 with message */
 static int bind(struct loader *ld, struct td_tensor *dst, const char *name, const char *alt,
                 int kind, const int64_t *shape, int ndim) {
@@ -401,6 +460,8 @@ static int bind(struct loader *ld, struct td_tensor *dst, const char *name, cons
         return fail(ld, "missing tensor %s (upstream name %s): expected %s %s", name,
                     alt ? alt : "-", want_dtype, want);
     const struct td_tensor *t = &e->t;
+    if (kind == K_FLOAT && (t->dtype == TD_DTYPE_F8_E4M3 || t->dtype == TD_DTYPE_I8))
+        return bind_quantized(ld, dst, e, shape, ndim, want);
     int dtype_ok = kind == K_INT ? (t->dtype == TD_DTYPE_I32 || t->dtype == TD_DTYPE_I64)
                                  : (t->dtype == TD_DTYPE_F32 || t->dtype == TD_DTYPE_BF16 ||
                                     t->dtype == TD_DTYPE_F16);

@@ -44,8 +44,9 @@ static char *path_join(const char *dir, const char *name) {
 }
 
 static enum td_dtype dtype_from_name(const char *s) {
-    static const enum td_dtype all[] = {TD_DTYPE_F32, TD_DTYPE_BF16, TD_DTYPE_F16, TD_DTYPE_I32,
-                                        TD_DTYPE_I64};
+    static const enum td_dtype all[] = {TD_DTYPE_F32,     TD_DTYPE_BF16, TD_DTYPE_F16,
+                                        TD_DTYPE_I32,     TD_DTYPE_I64,  TD_DTYPE_F8_E4M3,
+                                        TD_DTYPE_F8_E8M0, TD_DTYPE_I8};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, td_dtype_name(all[i])) == 0) return all[i];
     return TD_DTYPE_NONE;

@@ -11,6 +11,9 @@ const char *td_dtype_name(enum td_dtype t) {
     case TD_DTYPE_F16: return "F16";
     case TD_DTYPE_I32: return "I32";
     case TD_DTYPE_I64: return "I64";
+    case TD_DTYPE_F8_E4M3: return "F8_E4M3";
+    case TD_DTYPE_F8_E8M0: return "F8_E8M0";
+    case TD_DTYPE_I8: return "I8";
     default: return "NONE";
     }
 }

@@ -18,8 +18,10 @@
 #include "check.h"
 #include "model/backend.h"
 #include "engine/engine.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "model/state.h"
 #include "st_write.h"
 
 static char root[64];
@@ -532,6 +534,78 @@ static void test_sinks_bf16(const struct st_set *hb) {
     case_end("sinks_bf16_bound_as_fp32", "");
 }
 
+/* the logits of ids[0..n) through model dir on the CPU, one call; 0 or -1 with err */
+static int logits_of(const char *dir, const int32_t *ids, int n, float *out, char *err,
+                     size_t errlen) {
+    struct td_model m;
+    struct td_state st;
+    if (td_model_load(&m, dir, err, errlen)) return -1;
+    int rc = td_state_init(&st, &m.cfg, 1, n, n, (size_t)1 << 30, td_backend_cpu(), err, errlen);
+    if (!rc) {
+        struct td_plan_seq q = {.slot = td_state_seq_alloc(&st), .n_new = n, .ids = ids};
+        rc = td_forward_seqs(&m, &st, &q, 1, out, NULL, err, errlen);
+        td_state_free(&st);
+    }
+    td_model_free(&m);
+    return rc;
+}
+
+/* A checkpoint in DeepSeek's released precision (tools/make_quant_fixtures.py --released: FP8
+ * dense linears with 128x128 e8m0 scales, FP4 routed experts with per-32 scales, the rest as
+ * released) gives the bits of the same model stored as the F32 decode of its weights; each way
+ * a quantized weight or its scale can be wrong is refused by name */
+static void test_released(void) {
+    const char *q = "tests/fixtures/c_released", *ref = "tests/fixtures/c_released/ref";
+    char err[1024] = "";
+    case_begin();
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++)
+        ids[i] = (i * 37 + 11) % 384;
+    float *a = malloc(64 * 384 * sizeof *a), *b = malloc(64 * 384 * sizeof *b);
+    CHECK(!logits_of(q, ids, 64, a, err, sizeof err), "the released checkpoint: %s", err);
+    CHECK(!logits_of(ref, ids, 64, b, err, sizeof err), "its F32 decode: %s", err);
+    CHECK(!check_case_failed && !memcmp(a, b, 64 * 384 * sizeof *a),
+          "the logits differ from the F32 decode's");
+    free(a), free(b);
+    case_end("released/fp8_fp4_equals_its_f32_decode", "(64 positions, bit for bit)");
+
+    struct st_set rs;
+    if (st_set_open(&rs, q, err, sizeof err)) {
+        report("released/open", err);
+        return;
+    }
+    struct st_tensor *t = calloc((size_t)rs.n_entries + 2, sizeof *t);
+    int n = st_list(&rs, t), i = find(t, n, "layers.0.attn.wq_b.scale");
+    uint8_t nan_scale[1] = {255};
+    t[i].data = nan_scale;
+    expect_error("released/nan_scale_byte", "c_released", t, n, "layers.0.attn.wq_b.scale",
+                 "255 (NaN)");
+    n = st_list(&rs, t), i = find(t, n, "layers.0.attn.wq_b.scale");
+    t[i] = t[--n];
+    expect_error("released/missing_scale", "c_released", t, n, "layers.0.attn.wq_b.weight",
+                 "its scale layers.0.attn.wq_b.scale is missing");
+    n = st_list(&rs, t), i = find(t, n, "layers.0.ffn.experts.0.w1.scale");
+    t[i].shape[1] = 1, t[i].nbytes /= 2;
+    expect_error("released/fp4_scale_shape", "c_released", t, n,
+                 "expected F8_E8M0 [32, 2] (the per-32 scale", "got F8_E8M0 [32, 1]");
+    n = st_list(&rs, t), i = find(t, n, "layers.0.attn.wq_b.weight");
+    t[i].shape[1] = 16, t[i].nbytes /= 2;
+    expect_error("released/fp8_weight_shape", "c_released", t, n, "layers.0.attn.wq_b.weight",
+                 "expected F8_E4M3 [128, 32]");
+    n = st_list(&rs, t), i = find(t, n, "layers.0.ffn.experts.0.w1.weight");
+    t[i].shape[1] = 64, t[i].nbytes *= 2;
+    expect_error("released/fp4_weight_unpacked", "c_released", t, n,
+                 "layers.0.ffn.experts.0.w1.weight", "expected I8 [32, 32]");
+    n = st_list(&rs, t);
+    t[n] = t[find(t, n, "layers.0.attn.wq_b.scale")];
+    snprintf(t[n].name, sizeof t[n].name, "layers.0.attn.wq_z.scale");
+    n++;
+    expect_error("released/scale_without_weight", "c_released", t, n, "unexpected tensor",
+                 "layers.0.attn.wq_z.scale");
+    free(t);
+    st_set_close(&rs);
+}
+
 int main(void) {
     char err[1024];
     snprintf(root, sizeof root, "/tmp/td_model_XXXXXX");
@@ -640,6 +714,7 @@ int main(void) {
     test_generation_config();
     test_fifo_configs();
     test_sinks_bf16(&hb);
+    test_released();
 
     st_set_close(&hb);
     st_set_close(&cu);

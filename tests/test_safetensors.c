@@ -414,7 +414,7 @@ static void test_bad_sharded(void) {
     bad_sharded("index_weight_map_not_strings", "", "", "{'weight_map': {'x': 1}}", "not a string");
     bad_sharded("index_malformed_json", "", "", "{'weight_map': ", "malformed JSON");
     bad_sharded("bad_header_in_shard", "",
-                ", 'q': {'dtype': 'F8_E4M3', 'shape': [8], 'data_offsets': [8, 16]}", good_index,
+                ", 'q': {'dtype': 'F8_E5M2', 'shape': [8], 'data_offsets': [8, 16]}", good_index,
                 SHARD2);
 
     if (mkdir(at("empty_dir"), 0700) != 0)
@@ -532,8 +532,8 @@ static void test_bad_files(void) {
     bad_file("dtype_not_string", "{'a': {'dtype': 5, 'shape': [2], 'data_offsets': [0, 8]}}", z, 32,
              "dtype");
     snprintf(hdr, sizeof hdr,
-             "{%s, 'x': {'dtype': 'F8_E4M3', 'shape': [8], 'data_offsets': [8, 16]}}", ok_entry);
-    bad_file("unsupported_dtype", hdr, z, 32, "unsupported dtype \"F8_E4M3\" for tensor \"x\"");
+             "{%s, 'x': {'dtype': 'F8_E5M2', 'shape': [8], 'data_offsets': [8, 16]}}", ok_entry);
+    bad_file("unsupported_dtype", hdr, z, 32, "unsupported dtype \"F8_E5M2\" for tensor \"x\"");
     bad_file("missing_shape", "{'a': {'dtype': 'F32', 'data_offsets': [0, 8]}}", z, 32,
              "\"shape\"");
     bad_file("shape_not_list", "{'a': {'dtype': 'F32', 'shape': 2, 'data_offsets': [0, 8]}}", z, 32,
