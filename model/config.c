@@ -501,6 +501,45 @@ static int parse_rope_dim(struct td_config *c, const json_t *o, char *err, size_
     return 0;
 }
 
+/* quantization_config and expert_dtype as DeepSeek releases them; any other scheme is refused
+ * with what it says, rather than loaded as something else */
+static int parse_quant(struct td_config *c, const json_t *o, char *err, size_t errlen) {
+    json_t *q = get(o, "quantization_config");
+    const char *experts;
+    if (opt_str(o, "expert_dtype", NULL, &experts, err, errlen)) return -1;
+    if (experts && strcmp(experts, "fp4") && strcmp(experts, "fp8") && strcmp(experts, "bf16"))
+        return td_errf(err, errlen, "expert_dtype \"%s\" is not supported (want fp4, fp8 or bf16)",
+                       experts);
+    if (!q) return 0;
+    if (!json_is_object(q))
+        return td_errf(err, errlen, "quantization_config must be an object, got %s", type_name(q));
+    const char *method, *fmt, *scale_fmt;
+    if (opt_str(q, "quant_method", "fp8", &method, err, errlen) ||
+        opt_str(q, "fmt", "e4m3", &fmt, err, errlen) ||
+        opt_str(q, "scale_fmt", "ue8m0", &scale_fmt, err, errlen))
+        return -1;
+    if (strcmp(method, "fp8") || strcmp(fmt, "e4m3") || strcmp(scale_fmt, "ue8m0"))
+        return td_errf(err, errlen,
+                       "quantization_config: quant_method \"%s\", fmt \"%s\", scale_fmt \"%s\" "
+                       "is not supported (the released format is fp8, e4m3, ue8m0)",
+                       method, fmt, scale_fmt);
+    json_t *bs = json_object_get(q, "weight_block_size");
+    if (bs && (!json_is_array(bs) || json_array_size(bs) != 2 ||
+               json_integer_value(json_array_get(bs, 0)) != 128 ||
+               json_integer_value(json_array_get(bs, 1)) != 128)) {
+        char *s = json_dumps(bs, JSON_COMPACT | JSON_ENCODE_ANY);
+        int rc = td_errf(err, errlen,
+                         "quantization_config: weight_block_size %s is not supported (the released "
+                         "format is [128, 128])",
+                         s ? s : "?");
+        free(s);
+        return rc;
+    }
+    c->quant_fp8 = 1;
+    c->expert_fp4 = !experts || !strcmp(experts, "fp4");
+    return 0;
+}
+
 static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen) {
     if (!json_is_object(o)) return td_errf(err, errlen, "config is not a JSON object");
 
@@ -562,7 +601,8 @@ static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen)
         parse_rates(c, o, err, errlen) || parse_attn(c, o, err, errlen) ||
         check_rates(c, err, errlen) || parse_mlp(c, o, err, errlen) ||
         parse_rope_dim(c, o, err, errlen) ||
-        parse_ropes(c, o, rope_theta, compress_theta, err, errlen))
+        parse_ropes(c, o, rope_theta, compress_theta, err, errlen) ||
+        parse_quant(c, o, err, errlen))
         return -1;
     return 0;
 }

@@ -63,6 +63,11 @@ struct td_config {
     int rate_csa, rate_hca; /* compress_rates */
     int index_n_heads, index_head_dim, index_topk;
     int tie_word_embeddings;
+    /* released precision (released_formats.md 1.9): quantization_config says FP8 weights in
+     * 128x128 blocks with ue8m0 scales; expert_dtype "fp4" (vLLM's default when a quantized
+     * config leaves it out) says the routed experts are FP4. The loader goes by each tensor's
+     * dtype; these say what the config announced. */
+    int quant_fp8, expert_fp4;
     long max_position_embeddings; /* in [1, INT_MAX]: positions are int */
     int n_mtp_layers;             /* num_nextn_predict_layers */
     enum td_attn_kind

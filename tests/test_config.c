@@ -396,6 +396,27 @@ done:
     report("scoring_softmax", why[0] ? why : NULL);
 }
 
+/* the release's quantization keys, verbatim (released_formats.md 1.9) */
+static void test_released_quant(void) {
+    char why[600] = "";
+    struct td_config c;
+    const char *rel = "{'quantization_config': {'activation_scheme': 'dynamic', 'fmt': 'e4m3',"
+                      " 'quant_method': 'fp8', 'scale_fmt': 'ue8m0', 'weight_block_size': [128,"
+                      " 128]}, 'expert_dtype': 'fp4'}";
+    if (expect_ok("released_quant_keys", &c, minimal, rel, NULL)) return;
+    REQUIRE(c.quant_fp8 == 1 && c.expert_fp4 == 1);
+    if (expect_ok("released_quant_keys", &c, minimal, "{'quantization_config': {}}", NULL)) return;
+    REQUIRE(c.quant_fp8 == 1 && c.expert_fp4 == 1); // vLLM's default: fp4 experts
+    if (expect_ok("released_quant_keys", &c, minimal,
+                  "{'quantization_config': {}, 'expert_dtype': 'bf16'}", NULL))
+        return;
+    REQUIRE(c.quant_fp8 == 1 && c.expert_fp4 == 0);
+    if (expect_ok("released_quant_keys", &c, minimal, NULL, NULL)) return;
+    REQUIRE(c.quant_fp8 == 0 && c.expert_fp4 == 0);
+done:
+    report("released_quant_keys", why[0] ? why : NULL);
+}
+
 static void test_tokens(void) {
     char why[600] = "";
     struct td_config c;
@@ -466,6 +487,18 @@ static void test_errors(void) {
     expect_fail("compress_ratios_too_short", tiny, "{'compress_ratios': [0, 4]}", "layer_types",
                 "compress_ratios");
     expect_fail("hc_mult_too_many", tiny, "{'hc_mult': 17}", NULL, "hc_mult");
+    expect_fail("quant_block_64", tiny,
+                "{'quantization_config': {'quant_method': 'fp8', 'fmt': 'e4m3', 'scale_fmt': "
+                "'ue8m0', 'weight_block_size': [64, 64]}}",
+                NULL, "weight_block_size [64,64] is not supported");
+    expect_fail("quant_fmt_e5m2", tiny, "{'quantization_config': {'fmt': 'e5m2'}}", NULL,
+                "fmt \"e5m2\"");
+    expect_fail("quant_method_awq", tiny, "{'quantization_config': {'quant_method': 'awq'}}", NULL,
+                "quant_method \"awq\"");
+    expect_fail("quant_not_object", tiny, "{'quantization_config': 'fp8'}", NULL,
+                "quantization_config must be an object");
+    expect_fail("expert_dtype_int4", tiny, "{'expert_dtype': 'int4'}", NULL,
+                "expert_dtype \"int4\"");
     expect_fail("bad_scoring_func", tiny, "{'scoring_func': 'relu'}", NULL,
                 "scoring_func \"relu\"");
     expect_fail("rope_dim_odd", tiny, "{'qk_rope_head_dim': 15}", "partial_rotary_factor",
@@ -648,6 +681,7 @@ int main(void) {
     test_default_mlp_two_layers();
     test_aliases_and_options();
     test_scoring_softmax();
+    test_released_quant();
     test_tokens();
     test_tokens_null();
     test_rates();
