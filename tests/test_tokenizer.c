@@ -843,6 +843,62 @@ static void test_special_files(void) {
     rmdir(dir);
 }
 
+/* The V4 chat format's rendered examples (released_formats.md 4.7, from the reference
+ * encoding_dsv4.py), without tools: chat mode closes the think block at the generation prompt,
+ * thinking mode opens it, and an earlier assistant turn keeps only its answer after </think> */
+static void test_chat_v4_examples(void) {
+    case_begin();
+    struct tok *t = load_fixture("tandem8k");
+    char err[512];
+    struct chat c;
+    CHECK(t && !chat_init(&c, t, err, sizeof err), "tandem8k: %s", t ? err : "missing");
+    if (!check_case_failed) {
+        const char *sys = "You are a helpful assistant.";
+        struct chat_msg one[] = {{.role = CHAT_ROLE_SYSTEM, .content = sys},
+                                 {.role = CHAT_ROLE_USER, .content = "What is 2+2?"}};
+        struct chat_msg two[] = {{.role = CHAT_ROLE_SYSTEM, .content = sys},
+                                 {.role = CHAT_ROLE_USER, .content = "hello"},
+                                 {.role = CHAT_ROLE_ASSISTANT, .content = "Hello! I am DeepSeek."},
+                                 {.role = CHAT_ROLE_USER, .content = "1+1=?"}};
+        struct {
+            const char *name;
+            enum chat_think think;
+            const struct chat_msg *m;
+            int n;
+            const char *want;
+        } ex[] = {
+            {.name = "chat, one turn",
+             .think = CHAT_THINK_OFF,
+             .m = one,
+             .n = 2,
+             .want = "<｜begin▁of▁sentence｜>You are a helpful assistant.<｜User｜>What is "
+                     "2+2?<｜Assistant｜></think>"},
+            {.name = "thinking, one turn",
+             .think = CHAT_THINK_ON,
+             .m = one,
+             .n = 2,
+             .want = "<｜begin▁of▁sentence｜>You are a helpful assistant.<｜User｜>What is "
+                     "2+2?<｜Assistant｜><think>"},
+            {.name = "thinking, second turn",
+             .think = CHAT_THINK_ON,
+             .m = two,
+             .n = 4,
+             .want = "<｜begin▁of▁sentence｜>You are a helpful "
+                     "assistant.<｜User｜>hello<｜Assistant｜></think>Hello! I am "
+                     "DeepSeek.<｜end▁of▁sentence｜><｜User｜>1+1=?<｜Assistant｜><think>"},
+        };
+        for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
+            c.think = ex[i].think;
+            size_t n;
+            char *got = chat_render(&c, ex[i].m, ex[i].n, 1, &n);
+            CHECK(got && !strcmp(got, ex[i].want), "%s: '%s'", ex[i].name, got ? show(got, n) : "");
+            free(got);
+        }
+    }
+    if (t) tok_free(t);
+    case_end("tok_chat_v4_examples", "(chat and thinking, one and two turns; no tools yet)");
+}
+
 static void test_chat_layouts(void) {
     // generic fallbacks, checked against the documented layouts (HF has no fixture for them)
     case_begin();
@@ -1159,6 +1215,7 @@ int main(void) {
     test_special_files();
     test_strip_and_empty_words();
     test_chat_layouts();
+    test_chat_v4_examples();
     test_cli();
     test_speed();
     return check_failures ? 1 : 0;
