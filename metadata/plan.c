@@ -51,26 +51,30 @@ static void bind_arrays(struct td_plan *p) {
 }
 
 struct rows_view meta_plan_rows(const struct td_plan *p, void *base, enum meta_rate rate) {
-    struct layout l = plan_layout(&p->dims);
+    // each array at its offset in the plan's own buffer, which bind_arrays laid out
+    const int32_t *m = p->mem;
     int32_t *b = base;
+#define AT(arr) (b + ((arr)-m))
     int csa = rate == META_RATE_CSA, none = rate == META_RATE_NONE;
-    return (struct rows_view){
+    struct rows_view r = {
         .n_tok = p->n_tok,
-        .input_ids = b + l.input_ids,
-        .positions = b + l.positions,
-        .row_seq = b + l.row_seq,
-        .qo_indptr = b + l.qo_indptr,
-        .slot = b + l.slot,
-        .len_before = b + l.len_before,
-        .swa_indptr = b + l.swa_indptr,
-        .swa_pos = b + l.swa_pos,
-        .swa_write = b + l.swa_write,
-        .vis = none ? NULL : b + (csa ? l.vis_csa : l.vis_hca),
-        .emit = none ? NULL : b + (csa ? l.emit_csa : l.emit_hca),
-        .write = none ? NULL : b + (csa ? l.write_csa : l.write_hca),
-        .topk = b + l.topk,
+        .input_ids = AT(p->input_ids),
+        .positions = AT(p->positions),
+        .row_seq = AT(p->row_seq),
+        .qo_indptr = AT(p->qo_indptr),
+        .slot = AT(p->slot),
+        .len_before = AT(p->len_before),
+        .swa_indptr = AT(p->swa_indptr),
+        .swa_pos = AT(p->swa_pos),
+        .swa_write = AT(p->swa_write),
+        .vis = none ? NULL : AT(csa ? p->vis_csa : p->vis_hca),
+        .emit = none ? NULL : AT(csa ? p->emit_csa : p->emit_hca),
+        .write = none ? NULL : AT(csa ? p->write_csa : p->write_hca),
+        .topk = AT(p->topk),
         .topk_stride = p->dims.topk,
     };
+#undef AT
+    return r;
 }
 
 int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen) {

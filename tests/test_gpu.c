@@ -53,6 +53,12 @@ static float frand(void) {
     return (float)((xorshift64(&rs) >> 11) * 0x1p-53) * 2.0f - 1.0f;
 }
 
+/* rotary parameters without yarn (its fields unused): base theta over rot channels */
+static struct rope_params plain_rope(double theta, int rot) {
+    return (struct rope_params){
+        .theta = theta, .rot_dim = rot, .factor = 1, .attention_factor = 1.0f};
+}
+
 /* device buffer of n floats with guard regions of CANARY on both sides */
 static float *dev_out(size_t n) {
     float *h = malloc((n + 2 * GUARD) * sizeof(float));
@@ -391,15 +397,7 @@ static void test_norm_rope(int n, int n_vec, int d, int rot, int weighted, int s
         w[i] = bf16(1 + 0.2f * frand());
     for (int t = 0; t < n; t++)
         pos[t] = 11 * t + 3, seq[t] = t % 3, wr[t] = t % 5 == 4 ? -1 : t / 3;
-    struct rope_params rp = {.theta = 10000,
-                             .rot_dim = rot,
-                             .yarn = 0,
-                             .factor = 1,
-                             .orig_max_pos = 0,
-                             .beta_fast = 0,
-                             .beta_slow = 0,
-                             .truncate = 0,
-                             .attention_factor = 1.0f};
+    struct rope_params rp = plain_rope(10000, rot);
     rope_inv_freq_ref(inv, &rp);
     struct rows_view rh = {0};
     rh.n_tok = n, rh.row_seq = seq, rh.slot = slot;
@@ -1022,15 +1020,7 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
         int nek = k == 3 ? ne4 : ne;
         // csa and hca_split also rotate the output's last 16 dims back (V's rope)
         float ainv[8];
-        struct rope_params arp = {.theta = 10000,
-                                  .rot_dim = 16,
-                                  .yarn = 0,
-                                  .factor = 1,
-                                  .orig_max_pos = 1,
-                                  .beta_fast = 32,
-                                  .beta_slow = 1,
-                                  .truncate = 1,
-                                  .attention_factor = 1.0f};
+        struct rope_params arp = plain_rope(10000, 16);
         rope_inv_freq_ref(ainv, &arp);
         float *dainv = dev_copy(ainv, sizeof ainv);
         int rot = k % 2 ? 16 : 0;
@@ -1154,15 +1144,7 @@ static void test_plan_ops(void) {
         fill(rk, (size_t)S * ring * width, 1), fill(rg, (size_t)S * ring * width, 2);
         for (int i = 0; i < d; i++)
             nw[i] = 1 + 0.1f * frand();
-        struct rope_params rp = {.theta = 160000,
-                                 .rot_dim = 16,
-                                 .yarn = 0,
-                                 .factor = 1,
-                                 .orig_max_pos = 1,
-                                 .beta_fast = 32,
-                                 .beta_slow = 1,
-                                 .truncate = 1,
-                                 .attention_factor = 1.0f};
+        struct rope_params rp = plain_rope(160000, 16);
         rope_inv_freq_ref(inv, &rp);
         float *eh = calloc((size_t)S * ne * d, 4);
         struct compress_args ch = {.rows = rh,
