@@ -157,7 +157,7 @@ static int cmd_logits(int argc, char **argv) {
     for (int i = 0; i < n_chunks; i++)
         max_chunk = chunks[i] > max_chunk ? chunks[i] : max_chunk;
     const struct td_model *run = &m;
-    if (b->on_device) {
+    if (td_model_needs_placing(&m, b)) {
         if (td_model_upload(&m, b, &dev, err, sizeof err)) goto done;
         run = &dev;
     }

@@ -195,7 +195,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     }
     if (e->b->set_deterministic) e->b->set_deterministic(p->deterministic);
     e->run = &e->model;
-    if (e->b->on_device || e->model.dummy_seed) { // a dummy model's values are made there
+    if (td_model_needs_placing(&e->model, e->b)) { // a device, a dummy's values, FP8 / FP4
         if (td_model_upload(&e->model, e->b, &e->dev, err, errlen)) goto fail;
         e->run = &e->dev;
     }

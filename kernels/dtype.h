@@ -19,11 +19,17 @@ enum td_dtype {
     TD_DTYPE_F16,
     TD_DTYPE_I32,
     TD_DTYPE_I64,
-    /* the released checkpoints' stored formats (kernels/quant.h); the loader decodes them, no
-     * op reads them as they are */
+    /* the released checkpoints' stored formats (kernels/quant.h). A loaded weight's view of
+     * F8_E4M3 or F4_E2M1 carries its scale (td_tensor.scale); placing the model decodes it (the
+     * CPU) or packs it into Q8/Q4 (a device). No op reads these as they are. */
     TD_DTYPE_F8_E4M3, /* FP8 weights */
     TD_DTYPE_F8_E8M0, /* their power-of-two scales */
-    TD_DTYPE_I8,      /* FP4 weights, two e2m1 codes a byte */
+    TD_DTYPE_I8,      /* FP4 weights as stored: two e2m1 codes a byte */
+    TD_DTYPE_F4_E2M1, /* a loaded FP4 weight: logical shape [out, in], bytes as I8 */
+    /* block-quantized weights as the GEMM ops read them (quant.h): one buffer, the codes, then
+     * the scales. td_dtype_size is 0 for these: td_quant_bytes gives a matrix's bytes. */
+    TD_DTYPE_Q8, /* e4m3 [rows, in], then e8m0 [ceil(rows / 128), ceil(in / 128)] */
+    TD_DTYPE_Q4, /* e2m1 pairs [rows, in / 2], then e8m0 [rows, in / 32] */
 };
 
 /* on the host and, in CUDA sources, on the device too */

@@ -48,22 +48,23 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *y, const float *x, size_t n) {
     if (i < n) y[i] = __float2bfloat16(x[i]);
 }
 
-__global__ void matmul_f32_kernel(float *y, const float *x, const void *w, int dt, int n, int in,
-                                  int out, int x_stride, int y_stride) {
+/* w: a tensor of `rows` rows, of which this matrix is rows row0 .. row0 + out - 1 */
+__global__ void matmul_f32_kernel(float *y, const float *x, const void *w, int dt, long long rows,
+                                  int row0, int n, int in, int out, int x_stride, int y_stride) {
     PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * out) return;
     int t = (int)(i / out), o = (int)(i % out);
     float acc = 0.0f;
     for (int k = 0; k < in; k++)
-        acc += x[(size_t)t * x_stride + k] * ld_f32(w, dt, (long long)o * in + k);
+        acc += x[(size_t)t * x_stride + k] * ldw_f32(w, dt, rows, in, row0 + o, k);
     y[(size_t)t * y_stride + o] = acc;
 }
 
 /* one warp per output element: lanes stride the reduction dim, then a fixed butterfly; the
  * order of every sum depends on `in` alone, never on n (batch-invariant mode) */
-__global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int dt, int n, int in,
-                                   int out, int x_stride, int y_stride) {
+__global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int dt, long long rows,
+                                   int row0, int n, int in, int out, int x_stride, int y_stride) {
     PDL_START();
     long long e = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
@@ -72,7 +73,7 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
     const float *xr = x + (size_t)t * x_stride;
     float acc = 0.0f;
     for (int k = lane; k < in; k += 32)
-        acc += __bfloat162float(__float2bfloat16(xr[k])) * ld_f32(w, dt, (long long)o * in + k);
+        acc += __bfloat162float(__float2bfloat16(xr[k])) * ldw_f32(w, dt, rows, in, row0 + o, k);
     acc = warp_sum(acc);
     if (lane == 0) y[(size_t)t * y_stride + o] = acc;
 }
@@ -94,8 +95,9 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
  * features; its row t goes to y[i] + t * ys[i] (+ group * out[i]). */
 struct sk_set {
     int m;
+    int rb; /* blocks of 8 rows: a step of more than 8 rows (quantized weights) */
     int tile0[MATMUL_SET_MAX + 1];
-    const __nv_bfloat16 *w[MATMUL_SET_MAX];
+    struct wmat w[MATMUL_SET_MAX]; /* one format (quant.cuh) for the set */
     float *y[MATMUL_SET_MAX];
     const void *bias[MATMUL_SET_MAX], *pbias[MATMUL_SET_MAX];
     const int32_t *pos[MATMUL_SET_MAX];
@@ -103,22 +105,26 @@ struct sk_set {
     int out[MATMUL_SET_MAX], ys[MATMUL_SET_MAX];
 };
 
-template <bool VEC, int KW, int ACC, int KS>
+/* block x: cluster rank fastest, then the block of 8 rows, then the tile (the row blocks of a
+ * tile run together and share its weights in L2) */
+template <int F, bool VEC, int KW, int ACC, int KS>
 __global__ void __launch_bounds__(32 * KW)
     skinny_mma_kernel(const __grid_constant__ struct sk_set s, const float *x, int n, int in,
                       int x_stride) {
     __shared__ float part[KW > 1 ? KW - 1 : 1][32][4];
     __shared__ float tile[KS > 1 ? 32 : 1][4]; // this block's sums, which block 0 adds
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-    int rank = blockIdx.x % KS, tl = blockIdx.x / KS, t0 = blockIdx.y * 8, grp = blockIdx.z, i = 0;
+    int rank = blockIdx.x % KS, q = blockIdx.x / KS, tl = q / s.rb, t0 = q % s.rb * 8;
+    int grp = blockIdx.z, i = 0;
     while (i + 1 < s.m && tl >= s.tile0[i + 1])
         i++;
     int out = s.out[i], o0 = (tl - s.tile0[i]) * 16;
     int rows = min(8, n - t0);
     float c[1][4];
-    const __nv_bfloat16 *wg = s.w[i] + (size_t)grp * out * in;
-    mma_rows<VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg, o0,
-                           out, in, rank * KW + warp, KS * KW, true);
+    struct wmat wg = s.w[i];
+    wg.row0 = grp * out;
+    mma_rows<F, VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg,
+                              o0, out, in, rank * KW + warp, KS * KW, true);
     PDL_START(); // (every warp has waited before it writes)
     bool w0 = kw_sum<KW>(c[0], part);
     if (KS > 1) {
@@ -155,16 +161,24 @@ __global__ void __launch_bounds__(32 * KW)
 
 /* f(vec, kw, acc, ks) with each as a compile-time constant (std::integral_constant): the
  * forms the skinny kernel is built in */
-template <typename F> static void sk_form(bool vec, int kw, bool acc1, int ks, F &&f) {
+template <typename Fn> static void sk_form(int fmt, bool vec, int kw, bool acc1, int ks, Fn &&f) {
     auto by_ks = [&](auto v, auto w, auto a) {
+        auto by_f = [&](auto k) {
+            if (fmt == WF_Q8)
+                f(std::integral_constant<int, WF_Q8>{}, v, w, a, k);
+            else if (fmt == WF_Q4)
+                f(std::integral_constant<int, WF_Q4>{}, v, w, a, k);
+            else
+                f(std::integral_constant<int, WF_BF16>{}, v, w, a, k);
+        };
         if (ks == 8)
-            f(v, w, a, std::integral_constant<int, 8>{});
+            by_f(std::integral_constant<int, 8>{});
         else if (ks == 4)
-            f(v, w, a, std::integral_constant<int, 4>{});
+            by_f(std::integral_constant<int, 4>{});
         else if (ks == 2)
-            f(v, w, a, std::integral_constant<int, 2>{});
+            by_f(std::integral_constant<int, 2>{});
         else
-            f(v, w, a, std::integral_constant<int, 1>{});
+            by_f(std::integral_constant<int, 1>{});
     };
     auto by_kw = [&](auto v) {
         using one = std::integral_constant<int, 1>;
@@ -187,15 +201,15 @@ template <typename F> static void sk_form(bool vec, int kw, bool acc1, int ks, F
 static int n_sms;
 
 /* how many blocks of a form the GPU holds at once (whole clusters), asked once per form */
-static int sk_capacity(bool vec, int kw, bool acc1, int ks) {
-    static int cap[2][3][2][4];
+static int sk_capacity(int fmt, bool vec, int kw, bool acc1, int ks) {
+    static int cap[3][2][3][2][4];
     int kwi = kw == 4 ? 0 : kw == 8 ? 1 : 2, ksi = ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3;
-    int &c = cap[vec][kwi][acc1][ksi];
+    int &c = cap[fmt][vec][kwi][acc1][ksi];
     if (c) return c;
     if (!n_sms) CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
-    sk_form(vec, kw, acc1, ks, [&](auto v, auto w, auto a, auto k) {
-        auto kern = skinny_mma_kernel<decltype(v)::value, decltype(w)::value, decltype(a)::value,
-                                      decltype(k)::value>;
+    sk_form(fmt, vec, kw, acc1, ks, [&](auto fm, auto v, auto w, auto a, auto k) {
+        auto kern = skinny_mma_kernel<decltype(fm)::value, decltype(v)::value, decltype(w)::value,
+                                      decltype(a)::value, decltype(k)::value>;
         int got = 0;
         if (k == 1) {
             CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, kern, 32 * kw, 0));
@@ -228,7 +242,8 @@ static int sk_capacity(bool vec, int kw, bool acc1, int ks) {
  * blocks per multiprocessor over the most), ties to fewer cluster blocks and then fewer warps;
  * when none fits (thousands of tiles: the head), 4 warps a block, many waves. */
 #define SK_WARPS 16
-static void sk_choose(long long tiles, int in, bool vec, bool acc1, int *kw_out, int *ks_out) {
+static void sk_choose(int fmt, long long tiles, int in, bool vec, bool acc1, int *kw_out,
+                      int *ks_out) {
     int chunks = (in + 31) / 32;
     double best = 0.0;
     *kw_out = 4, *ks_out = 1;
@@ -236,44 +251,50 @@ static void sk_choose(long long tiles, int in, bool vec, bool acc1, int *kw_out,
         for (int kw = 4; kw <= 16; kw *= 2) {
             if (chunks < kw * ks * MT_U) continue;
             long long blocks = tiles * ks;
-            if (blocks > sk_capacity(vec, kw, acc1, ks)) continue;
+            if (blocks > sk_capacity(fmt, vec, kw, acc1, ks)) continue;
             double per = (double)blocks / n_sms, most = ceil(per);
             double score = fmin(per * kw, (double)SK_WARPS) * (per / most);
             if (score > best * (1.0 + 1e-9)) best = score, *kw_out = kw, *ks_out = ks;
         }
 }
 
-static void skinny_mma(struct sk_set &s, const float *x, int n, int groups, int in) {
+/* one launch over the tiles of the set s (one format), n rows of x */
+static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int groups, int in) {
     long long tiles = 0, bytes = 0;
+    // 16-byte loads of bf16 weights, 8-byte of FP8 (FP4's 4-byte loads are always aligned)
+    int wal = fmt == WF_BF16 ? 16 : 8;
     bool vec = in % 8 == 0 && (groups * in) % 4 == 0 && (uintptr_t)x % 16 == 0;
     for (int i = 0; i < s.m; i++) {
         s.tile0[i] = (int)tiles;
         tiles += ceil_div(s.out[i], 16);
-        bytes += (long long)groups * s.out[i] * in * 2;
-        vec = vec && (uintptr_t)s.w[i] % 16 == 0;
+        bytes +=
+            (long long)groups * s.out[i] * in * (fmt == WF_BF16 ? 2 : 1) / (fmt == WF_Q4 ? 2 : 1);
+        vec = vec && (uintptr_t)s.w[i].p % wal == 0;
     }
     s.tile0[s.m] = (int)tiles;
+    s.rb = ceil_div(n, 8);
     tiles *= groups;
     bool acc1 = bytes >= (16ll << 20);
     int kw, ks;
-    sk_choose(tiles, in, vec, acc1, &kw, &ks);
-    sk_form(vec, kw, acc1, ks, [&](auto v, auto w, auto a, auto k) {
+    sk_choose(fmt, tiles * s.rb, in, vec, acc1, &kw, &ks);
+    sk_form(fmt, vec, kw, acc1, ks, [&](auto fm, auto v, auto w, auto a, auto k) {
         constexpr int KS = decltype(k)::value;
-        dim3 grid(s.tile0[s.m] * KS, ceil_div(n, 8), groups);
-        launch_kc(skinny_mma_kernel<decltype(v)::value, decltype(w)::value, decltype(a)::value, KS>,
+        dim3 grid(s.tile0[s.m] * s.rb * KS, 1, groups);
+        launch_kc(skinny_mma_kernel<decltype(fm)::value, decltype(v)::value, decltype(w)::value,
+                                    decltype(a)::value, KS>,
                   grid, 32 * kw, 0, KS, td_cuda_stream(), s, x, n, in, groups * in);
         LAUNCH_CHECK();
     });
 }
 
 /* one matrix (of `groups` blocks along the diagonal) as a set of one */
-static void skinny_one(float *y, const float *x, const void *w, int n, int groups, int in, int out,
-                       const void *bias, enum td_dtype bias_dtype) {
+static void skinny_one(float *y, const float *x, const void *w, enum td_dtype dt, int n, int groups,
+                       int in, int out, const void *bias, enum td_dtype bias_dtype) {
     struct sk_set s = {};
     s.m = 1;
-    s.w[0] = (const __nv_bfloat16 *)w, s.y[0] = y, s.bias[0] = bias;
+    s.w[0] = wmat_of(w, dt, (long long)groups * out, in, 0), s.y[0] = y, s.bias[0] = bias;
     s.bias_dt[0] = bias_dtype, s.out[0] = out, s.ys[0] = groups * out;
-    skinny_mma(s, x, n, groups, in);
+    skinny_mma(s, wf_of(dt), x, n, groups, in);
 }
 
 __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out) {
@@ -342,9 +363,21 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
                                 &q->algo, lt_ws, lt_ws_bytes, td_cuda_stream()));
 }
 
+/* Quantized weights (quant.h): steps of up to QUANT_MMA_ROWS rows take the skinny kernel, in
+ * blocks of 8 rows whose reads of a tile follow each other (L2 serves all but the first);
+ * wider steps (prefill) decode the matrix into a bf16 copy and run cuBLASLt on it, which at
+ * such widths is bound by its arithmetic, not by the extra pass. */
+#define QUANT_MMA_ROWS 64
+static __nv_bfloat16 *wbuf;
+static size_t wbuf_cap;
+
 extern "C" int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
     (void)err, (void)errlen;
     ensure_lt((size_t)r->rows * r->gemm_in);
+    if (r->rows > QUANT_MMA_ROWS && (size_t)r->quant_weight > wbuf_cap) {
+        wbuf_cap = (size_t)r->quant_weight; // grow only: captured graphs keep the old address
+        CUDA_CHECK(cudaMalloc(&wbuf, wbuf_cap * sizeof(__nv_bfloat16)));
+    }
     return 0;
 }
 
@@ -355,22 +388,64 @@ static const __nv_bfloat16 *x_as_bf16(const float *x, size_t elems) {
     return xbuf;
 }
 
+/* 8 weights of a row a thread: the packed matrix [rows, in] as bf16 */
+template <int F>
+__global__ void dequant_bf16_kernel(__nv_bfloat16 *y, const void *w, long long rows, int in) {
+    PDL_START();
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x, per = (in + 7) / 8;
+    if (i >= rows * per) return;
+    int r = (int)(i / per), k = (int)(i % per) * 8;
+    struct wmat m = wmat_of(w, F == WF_Q8 ? TD_DTYPE_Q8 : TD_DTYPE_Q4, rows, in, 0);
+    wraw<F> v;
+    wraw_load<F, false>(v, m, r, (int)rows, in, k);
+    uint4 b = wraw_a<F>(v);
+    __nv_bfloat16 *yr = y + (size_t)r * in + k;
+    if (in % 8 == 0) {
+        *(uint4 *)yr = b;
+        return;
+    }
+    const __nv_bfloat16 *h = (const __nv_bfloat16 *)&b;
+    for (int j = 0; j < 8 && k + j < in; j++)
+        yr[j] = h[j];
+}
+
+static const __nv_bfloat16 *w_as_bf16(const void *w, enum td_dtype dt, long long rows, int in) {
+    TD_ASSERT((size_t)(rows * in) <= wbuf_cap); // matmul_cuda_reserve sized it
+    unsigned blocks = (unsigned)ceil_div(rows * ((in + 7) / 8), 256);
+    if (dt == TD_DTYPE_Q8)
+        launch_k(dequant_bf16_kernel<WF_Q8>, blocks, 256, 0, td_cuda_stream(), wbuf, w, rows, in);
+    else
+        launch_k(dequant_bf16_kernel<WF_Q4>, blocks, 256, 0, td_cuda_stream(), wbuf, w, rows, in);
+    LAUNCH_CHECK();
+    return wbuf;
+}
+
+static bool quantized(enum td_dtype t) {
+    return t == TD_DTYPE_Q8 || t == TD_DTYPE_Q4;
+}
+
+/* whether a step of n rows of dtype t takes the skinny kernel */
+static bool skinny(enum td_dtype t, int n) {
+    return (t == TD_DTYPE_BF16 && n <= SKINNY_ROWS) || (quantized(t) && n <= QUANT_MMA_ROWS);
+}
+
 extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
                             int in, int out, const void *bias, enum td_dtype bias_dtype) {
     if (!n || !out) return;
     if (deterministic) {
         launch_k(matmul_warp_kernel, ceil_div((long long)n * out * 32, 256), 256, 0,
-                 td_cuda_stream(), y, x, w, w_dtype, n, in, out, in, out);
+                 td_cuda_stream(), y, x, w, w_dtype, (long long)out, 0, n, in, out, in, out);
         LAUNCH_CHECK();
-    } else if (w_dtype == TD_DTYPE_BF16 && n <= SKINNY_ROWS) {
-        skinny_one(y, x, w, n, 1, in, out, bias, bias_dtype);
+    } else if (skinny(w_dtype, n)) {
+        skinny_one(y, x, w, w_dtype, n, 1, in, out, bias, bias_dtype);
         return; // bias added
-    } else if (w_dtype == TD_DTYPE_BF16) {
+    } else if (w_dtype == TD_DTYPE_BF16 || quantized(w_dtype)) {
         const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * in);
+        if (quantized(w_dtype)) w = w_as_bf16(w, w_dtype, out, in);
         lt_gemm(y, out, xb, in, w, n, in, out);
     } else {
         launch_k(matmul_f32_kernel, ceil_div((long long)n * out, 128), 128, 0, td_cuda_stream(), y,
-                 x, w, w_dtype, n, in, out, in, out);
+                 x, w, w_dtype, (long long)out, 0, n, in, out, in, out);
         LAUNCH_CHECK();
     }
     if (bias) {
@@ -383,61 +458,63 @@ extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dty
 extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype,
                                     int n, int groups, int in, int out) {
     if (!n) return;
-    size_t esz = td_dtype_size(w_dtype);
+    long long rows = (long long)groups * out;
     if (deterministic) {
         for (int j = 0; j < groups; j++) {
             launch_k(matmul_warp_kernel, ceil_div((long long)n * out * 32, 256), 256, 0,
-                     td_cuda_stream(), y + (size_t)j * out, x + (size_t)j * in,
-                     (const char *)w + (size_t)j * out * in * esz, w_dtype, n, in, out, groups * in,
-                     groups * out);
+                     td_cuda_stream(), y + (size_t)j * out, x + (size_t)j * in, w, w_dtype, rows,
+                     j * out, n, in, out, groups * in, groups * out);
             LAUNCH_CHECK();
         }
         return;
     }
-    if (w_dtype == TD_DTYPE_BF16 && n <= SKINNY_ROWS) {
-        skinny_one(y, x, w, n, groups, in, out, NULL, TD_DTYPE_F32);
+    if (skinny(w_dtype, n)) {
+        skinny_one(y, x, w, w_dtype, n, groups, in, out, NULL, TD_DTYPE_F32);
         return;
     }
-    if (w_dtype == TD_DTYPE_BF16) {
+    if (w_dtype == TD_DTYPE_BF16 || quantized(w_dtype)) {
         const __nv_bfloat16 *xb = x_as_bf16(x, (size_t)n * groups * in);
+        if (quantized(w_dtype)) w = w_as_bf16(w, w_dtype, rows, in);
         for (int j = 0; j < groups; j++)
             lt_gemm(y + (size_t)j * out, groups * out, xb + (size_t)j * in, groups * in,
-                    (const char *)w + (size_t)j * out * in * esz, n, in, out);
+                    (const __nv_bfloat16 *)w + (size_t)j * out * in, n, in, out);
         return;
     }
     for (int j = 0; j < groups; j++) {
         launch_k(matmul_f32_kernel, ceil_div((long long)n * out, 128), 128, 0, td_cuda_stream(),
-                 y + (size_t)j * out, x + (size_t)j * in,
-                 (const char *)w + (size_t)j * out * in * esz, w_dtype, n, in, out, groups * in,
-                 groups * out);
+                 y + (size_t)j * out, x + (size_t)j * in, w, w_dtype, rows, j * out, n, in, out,
+                 groups * in, groups * out);
         LAUNCH_CHECK();
     }
 }
 
-/* a set of matrices over the same x: one skinny launch when every matrix is bf16 and the step
- * is skinny (the form, and so the order of every sum, follows the set's shapes alone), else one
- * matmul_cuda each */
+/* a set of matrices over the same x: a skinny step is one launch for the set's matrices of each
+ * format (bf16, Q8, Q4; the form, and so the order of every sum, follows those shapes alone),
+ * anything else one matmul_cuda each */
 extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const struct matmul_out *o) {
-    bool one = !deterministic && n <= SKINNY_ROWS && m <= MATMUL_SET_MAX;
-    for (int i = 0; i < m; i++)
-        one = one && o[i].dtype == TD_DTYPE_BF16;
-    if (!one) {
-        for (int i = 0; i < m; i++) {
+    if (!n || !m) return;
+    TD_ASSERT(m <= MATMUL_SET_MAX);
+    bool done[MATMUL_SET_MAX] = {};
+    for (int i = 0; i < m; i++) {
+        if (done[i]) continue;
+        if (deterministic || !skinny(o[i].dtype, n)) {
             matmul_cuda(o[i].y, x, o[i].w, o[i].dtype, n, in, o[i].out, o[i].bias, o[i].bias_dtype);
             if (o[i].pos_bias)
                 add_pos_bias_cuda(o[i].y, o[i].pos_bias, o[i].pos_bias_dtype, o[i].positions,
                                   o[i].rate, n, o[i].out);
+            done[i] = true;
+            continue;
         }
-        return;
+        struct sk_set s = {};
+        for (int j = i; j < m; j++) {
+            if (done[j] || o[j].dtype != o[i].dtype) continue;
+            int q = s.m++;
+            s.w[q] = wmat_of(o[j].w, o[j].dtype, o[j].out, in, 0), s.y[q] = o[j].y;
+            s.bias[q] = o[j].bias, s.bias_dt[q] = o[j].bias_dtype, s.out[q] = o[j].out;
+            s.ys[q] = o[j].out, s.pbias[q] = o[j].pos_bias, s.pbias_dt[q] = o[j].pos_bias_dtype;
+            s.pos[q] = o[j].positions, s.rate[q] = o[j].rate;
+            done[j] = true;
+        }
+        skinny_mma(s, wf_of(o[i].dtype), x, n, 1, in);
     }
-    if (!n || !m) return;
-    struct sk_set s = {};
-    s.m = m;
-    for (int i = 0; i < m; i++) {
-        s.w[i] = (const __nv_bfloat16 *)o[i].w, s.y[i] = o[i].y, s.bias[i] = o[i].bias;
-        s.bias_dt[i] = o[i].bias_dtype, s.out[i] = o[i].out, s.ys[i] = o[i].out;
-        s.pbias[i] = o[i].pos_bias, s.pbias_dt[i] = o[i].pos_bias_dtype;
-        s.pos[i] = o[i].positions, s.rate[i] = o[i].rate;
-    }
-    skinny_mma(s, x, n, 1, in);
 }

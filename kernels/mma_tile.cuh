@@ -14,6 +14,7 @@
 #define TD_KERNELS_MMA_TILE_CUH
 
 #include "cuda_common.cuh"
+#include "quant.cuh"
 
 #define MT_U 4 /* chunks of 32 k each warp loads before it multiplies */
 
@@ -28,19 +29,6 @@ __device__ __forceinline__ void mma_bf16(float *c, unsigned a0, unsigned a1, uns
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 8 weights of row o from k (zeros past in or past out), as four bf16 pairs
-template <bool VEC>
-__device__ __forceinline__ uint4 sk_w8(const __nv_bfloat16 *w, int o, int out, int in, int k) {
-    if (o >= out) return make_uint4(0, 0, 0, 0);
-    const __nv_bfloat16 *r = w + (size_t)o * in + k;
-    if (VEC && k + 8 <= in) return *(const uint4 *)r;
-    unsigned short h[8];
-    for (int j = 0; j < 8; j++)
-        h[j] = k + j < in ? *(const unsigned short *)(r + j) : 0;
-    return make_uint4(h[0] | (unsigned)h[1] << 16, h[2] | (unsigned)h[3] << 16,
-                      h[4] | (unsigned)h[5] << 16, h[6] | (unsigned)h[7] << 16);
 }
 
 // 8 values of x row xr from k (zeros past in, or all zeros for a row that is not live)
@@ -66,7 +54,8 @@ __device__ __forceinline__ int mma_row(int j) {
     return 2 * (threadIdx.x & 3) + (j & 1);
 }
 
-/* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in]
+/* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in] of
+ * format F (quant.cuh: bf16, or FP8 / FP4 codes decoded to bf16 in registers)
  * (the same rows: an expert's gate and up projections) times x rows (this lane's: xr, read
  * when live), over chunks first, first + stride, ... of k (stride: the warps sharing the tile,
  * KW or more), into cout[m]. The loads of MT_U chunks of every matrix are made before the
@@ -77,25 +66,23 @@ __device__ __forceinline__ int mma_row(int j) {
  * requested before that wait, the x rows after it. Weights are written only when a model is
  * placed, never by a step's kernels, so they may be read before the wait; the caller calls
  * PDL_START again before it writes (a warp with no chunk never waited here). */
-template <bool VEC, int KW, int ACC, int NW = 1>
+template <int F, bool VEC, int KW, int ACC, int NW = 1>
 __device__ __forceinline__ void mma_rows(float (*cout)[4], const float *xr, bool live,
-                                         const __nv_bfloat16 *const *w, int o0, int out, int in,
-                                         int first, int stride, bool early) {
+                                         const struct wmat *w, int o0, int out, int in, int first,
+                                         int stride, bool early) {
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float c[NW][ACC][4] = {};
     int chunks = (in + 31) / 32;
     for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
-        uint4 wa[NW][MT_U], wb[NW][MT_U];
+        wraw<F> wr[NW][MT_U];
         float xv[MT_U][8];
 #pragma unroll
         for (int u = 0; u < MT_U; u++) {
             int k = (c0 + u * stride) * 32 + 8 * t;
             bool in_k = c0 + u * stride < chunks;
 #pragma unroll
-            for (int m = 0; m < NW; m++) {
-                wa[m][u] = in_k ? sk_w8<VEC>(w[m], o0 + g, out, in, k) : make_uint4(0, 0, 0, 0);
-                wb[m][u] = in_k ? sk_w8<VEC>(w[m], o0 + g + 8, out, in, k) : make_uint4(0, 0, 0, 0);
-            }
+            for (int m = 0; m < NW; m++)
+                wraw_load<F, VEC>(wr[m][u], w[m], o0 + g, in_k ? out : 0, in, k);
         }
         if (early && c0 == first) PDL_START(); // the first weights are on their way
 #pragma unroll
@@ -119,7 +106,7 @@ __device__ __forceinline__ void mma_rows(float (*cout)[4], const float *xr, bool
             // 8t + 4 .. 8t + 7 the same of the second
 #pragma unroll
             for (int m = 0; m < NW; m++) {
-                uint4 A = wa[m][u], B = wb[m][u];
+                uint4 A = wraw_a<F>(wr[m][u]), B = wraw_b<F>(wr[m][u]);
                 mma_bf16(c[m][0], A.x, B.x, A.y, B.y, hi[0], hi[1]);
                 mma_bf16(c[m][1 % ACC], A.x, B.x, A.y, B.y, lo[0], lo[1]);
                 mma_bf16(c[m][2 % ACC], A.z, B.z, A.w, B.w, hi[2], hi[3]);

@@ -255,10 +255,20 @@ __global__ void moe_group_kernel(const int32_t *picks, const float *weights, int
 #define TM_SMALL          4
 #define MOE_SMALL_ENTRIES 64
 
+/* weight (n, k) of an expert's [N, K] matrix: T one of the float types, or a packed Q8 / Q4
+ * matrix (quant.cuh) when T is uint8_t and dt says which */
+template <typename T>
+__device__ __forceinline__ float moe_w(const T *w, int dt, int N, int K, int n, int k) {
+    if constexpr (std::is_same<T, uint8_t>::value)
+        return ldw_f32(w, dt, N, K, n, k);
+    else
+        return as_f32(w[(long long)n * K + k]);
+}
+
 template <typename T, int TMR, int J>
-__device__ __forceinline__ void moe_tile(float *out, const float *in, const int32_t *perm,
-                                         int k_per_row, int swiglu, const T *w1, const T *w3,
-                                         int p0, int rows, int n, int K, int N, float limit) {
+__device__ __forceinline__ void
+moe_tile(float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu, const T *w1,
+         const T *w3, int dt, int p0, int rows, int n, int K, int N, float limit) {
     int lane = threadIdx.x & 31;
     const float *xr[TMR];
 #pragma unroll
@@ -270,14 +280,13 @@ __device__ __forceinline__ void moe_tile(float *out, const float *in, const int3
 #pragma unroll
     for (int r = 0; r < TMR; r++)
         a1[r] = a3[r] = 0.0f;
-    long long wrow = (long long)n * K;
     for (int k0 = 0; k0 < K; k0 += 32 * J) {
         float v1[J], v3[J];
 #pragma unroll
         for (int j = 0; j < J; j++) {
             int k = k0 + 32 * j + lane;
-            v1[j] = k < K ? as_f32(w1[wrow + k]) : 0.0f;
-            v3[j] = swiglu && k < K ? as_f32(w3[wrow + k]) : 0.0f;
+            v1[j] = k < K ? moe_w(w1, dt, N, K, n, k) : 0.0f;
+            v3[j] = swiglu && k < K ? moe_w(w3, dt, N, K, n, k) : 0.0f;
         }
 #pragma unroll
         for (int r = 0; r < TMR; r++) {
@@ -310,7 +319,8 @@ __global__ void moe_gemm_kernel(float *out, const float *in, const int32_t *perm
     for (int tile = blockIdx.y; tile < *n_tiles; tile += gridDim.y) {
         int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
         const T *w1 = (const T *)(swiglu ? ex.w1[e] : ex.w2[e]), *w3 = (const T *)ex.w3[e];
-        moe_tile<T, TMR, J>(out, in, perm, k_per_row, swiglu, w1, w3, p0, rows, n, K, N, limit);
+        moe_tile<T, TMR, J>(out, in, perm, k_per_row, swiglu, w1, w3, ex.dtype, p0, rows, n, K, N,
+                            limit);
     }
 }
 
@@ -333,6 +343,8 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
         moe_gemm_t<__nv_bfloat16>(grid, s, tm, out, in, swiglu, k, ex, K, N, limit);
         break;
     case TD_DTYPE_F16: moe_gemm_t<__half>(grid, s, tm, out, in, swiglu, k, ex, K, N, limit); break;
+    case TD_DTYPE_Q8:
+    case TD_DTYPE_Q4: moe_gemm_t<uint8_t>(grid, s, tm, out, in, swiglu, k, ex, K, N, limit); break;
     default: moe_gemm_t<float>(grid, s, tm, out, in, swiglu, k, ex, K, N, limit);
     }
 }
@@ -344,7 +356,7 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
  * experts at about 2.4 TB/s. */
 #define MOE_MMA_KW 4
 
-template <bool VEC>
+template <int F, bool VEC>
 __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     moe_mma_kernel(float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu,
                    const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K, int N,
@@ -363,16 +375,21 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         int p = p0 + (live ? g : 0);
         const float *xr = swiglu ? in + (size_t)(perm[p] / k_per_row) * K : in + (size_t)p * K;
         float c[2][4];
-        const __nv_bfloat16 *w2 = (const __nv_bfloat16 *)ex.w2[e];
-        const __nv_bfloat16 *w[2] = {swiglu ? (const __nv_bfloat16 *)ex.w1[e] : w2,
-                                     swiglu ? (const __nv_bfloat16 *)ex.w3[e] : w2 + 16 * K};
+        struct wmat w[2];
+        if (swiglu) {
+            w[0] = wmat_of(ex.w1[e], ex.dtype, N, K, 0);
+            w[1] = wmat_of(ex.w3[e], ex.dtype, N, K, 0);
+        } else { // the pair's second tile: the rows 16 further
+            w[0] = w[1] = wmat_of(ex.w2[e], ex.dtype, N, K, 0);
+            w[1].row0 = 16;
+        }
         if (swiglu || pair) // two matrices' rows together (gate and up, or the pair's two
                             // tiles): their loads in flight at once
-            mma_rows<VEC, MOE_MMA_KW, 1, 2>(c, xr, live, w, o0, N, K, threadIdx.x >> 5, MOE_MMA_KW,
-                                            false);
+            mma_rows<F, VEC, MOE_MMA_KW, 1, 2>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
+                                               MOE_MMA_KW, false);
         else
-            mma_rows<VEC, MOE_MMA_KW, 1, 1>(c, xr, live, w, o0, N, K, threadIdx.x >> 5, MOE_MMA_KW,
-                                            false);
+            mma_rows<F, VEC, MOE_MMA_KW, 1, 1>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
+                                               MOE_MMA_KW, false);
         bool w0 = kw_sum<MOE_MMA_KW>(c[0], part);
         if (swiglu || pair) kw_sum<MOE_MMA_KW>(c[1], part);
         if (!w0) continue;
@@ -393,13 +410,17 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
 
 static void moe_mma(bool vec, dim3 grid, cudaStream_t s, float *out, const float *in, int swiglu,
                     int k, const struct expert_set *ex, int K, int N, float limit) {
-    if (vec)
-        launch_k(moe_mma_kernel<true>, grid, 32 * MOE_MMA_KW, 0, s, out, in, g_perm, k, swiglu,
-                 g_tiles, g_ntiles, *ex, K, N, limit);
+    auto go = [&](auto kern) {
+        launch_k(kern, grid, 32 * MOE_MMA_KW, 0, s, out, in, g_perm, k, swiglu, g_tiles, g_ntiles,
+                 *ex, K, N, limit);
+        LAUNCH_CHECK();
+    };
+    if (ex->dtype == TD_DTYPE_Q4) // 4-byte loads of 8 codes, aligned whatever the widths
+        go(moe_mma_kernel<WF_Q4, false>);
+    else if (ex->dtype == TD_DTYPE_Q8)
+        vec ? go(moe_mma_kernel<WF_Q8, true>) : go(moe_mma_kernel<WF_Q8, false>);
     else
-        launch_k(moe_mma_kernel<false>, grid, 32 * MOE_MMA_KW, 0, s, out, in, g_perm, k, swiglu,
-                 g_tiles, g_ntiles, *ex, K, N, limit);
-    LAUNCH_CHECK();
+        vec ? go(moe_mma_kernel<WF_BF16, true>) : go(moe_mma_kernel<WF_BF16, false>);
 }
 
 /* out[t, c] = the row's entries' y[p, c] * weight, in ascending expert order (the reference's;
@@ -467,8 +488,11 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
                                  int inter, int k, int n_experts, float limit) {
     if (!n) return;
     TD_ASSERT(k <= MOE_MAX_K); // moe_cuda_reserve refuses such models first
-    int m = n * k, small = m <= MOE_SMALL_ENTRIES;
-    int mma = small && !moe_deterministic && ex->dtype == TD_DTYPE_BF16;
+    // quantized experts take the tensor-core tiles at every width: their decode in registers
+    // needs the fewer, wider loads
+    int m = n * k, small = m <= MOE_SMALL_ENTRIES,
+        q = ex->dtype == TD_DTYPE_Q8 || ex->dtype == TD_DTYPE_Q4;
+    int mma = !moe_deterministic && ((small && ex->dtype == TD_DTYPE_BF16) || q);
     int tm = mma ? 8 : small ? TM_SMALL : TM;
     int max_tiles = m / tm + n_experts + 1;
     ensure_grouped(m, n_experts, inter, d);

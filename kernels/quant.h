@@ -11,12 +11,21 @@
  * refuses a tensor that holds one: td_e8m0_find_nan). Every product is exact in fp32 (a code
  * has at most 4 significant bits and the scale is a power of two), except that products below
  * fp32's smallest denormal round as fp32 does.
+ *
+ * On a device the GEMM ops read a matrix [rows, in] of either kind as one buffer, the codes and
+ * then the scales (TD_DTYPE_Q8, TD_DTYPE_Q4): a weight pointer and its dtype say everything, as
+ * for BF16, and every op keeps its signature. A kernel dequantizes 8 weights at a time in
+ * registers to exact bf16 values (a code times a power of two has at most 4 significant bits),
+ * so the tensor-core paths compute with the very values the fp32 reference decodes, for scales
+ * from 2^-100 to 2^100 (outside that a product can leave bf16's normal range).
  */
 #ifndef TD_KERNELS_QUANT_H
 #define TD_KERNELS_QUANT_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +43,21 @@ void dequant_fp8_ref(float *w, const uint8_t *q, const uint8_t *scale, int out, 
 
 /* w[out, in] from an FP4 weight packed [out, in/2] and its scale [out, in/32]; in % 32 == 0 */
 void dequant_fp4_ref(float *w, const uint8_t *packed, const uint8_t *scale, int out, int in);
+
+/* bytes of a packed Q8 or Q4 matrix [rows, in] (codes and scales), 0 for other dtypes */
+static inline TD_HOST_DEVICE size_t td_quant_bytes(enum td_dtype t, int64_t rows, int64_t in) {
+    if (t == TD_DTYPE_Q8) return (size_t)(rows * in + (rows + 127) / 128 * ((in + 127) / 128));
+    if (t == TD_DTYPE_Q4) return (size_t)(rows * in / 2 + rows * (in / 32));
+    return 0;
+}
+
+/* bytes of the codes of a packed matrix: its scales start there */
+static inline TD_HOST_DEVICE size_t td_quant_code_bytes(enum td_dtype t, int64_t rows, int64_t in) {
+    return (size_t)(t == TD_DTYPE_Q4 ? rows * in / 2 : rows * in);
+}
+
+/* w[rows, in] from a packed Q8 or Q4 matrix (the decode of its codes and scales) */
+void dequant_packed_ref(float *w, const void *packed, enum td_dtype t, int rows, int in);
 
 #ifdef __cplusplus
 }

@@ -48,3 +48,11 @@ void dequant_fp4_ref(float *w, const uint8_t *packed, const uint8_t *scale, int 
                 td_e2m1_to_f32(code) * td_e8m0_to_f32(scale[(size_t)o * (in / 32) + k / 32]);
         }
 }
+
+void dequant_packed_ref(float *w, const void *packed, enum td_dtype t, int rows, int in) {
+    const uint8_t *q = packed, *s = q + td_quant_code_bytes(t, rows, in);
+    if (t == TD_DTYPE_Q4)
+        dequant_fp4_ref(w, q, s, rows, in);
+    else
+        dequant_fp8_ref(w, q, s, rows, in);
+}

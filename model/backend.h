@@ -72,6 +72,8 @@ struct td_ops {
     void (*add_bcast)(float *X, const float *e, int n, int nc, int d);
     void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory, queued */
     void (*fill_uniform)(void *dst, enum td_dtype t, int64_t n, uint64_t seed, float lo, float hi);
+    void (*fill_quant)(void *dst, enum td_dtype t, int64_t rows, int64_t in, uint64_t seed,
+                       uint8_t scale);
     void (*markov_greedy)(const struct markov_args *a);
     void (*greedy_slot)(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n,
                         int V, int g, int j);

@@ -54,6 +54,7 @@ static const struct td_backend cpu = {
             .add_bcast = add_bcast_ref,
             .copy = cpu_copy,
             .fill_uniform = fill_uniform_ref,
+            .fill_quant = fill_quant_ref,
             .markov_greedy = markov_greedy_ref,
             .greedy_slot = greedy_slot_ref,
             .argmax_rows = argmax_rows_ref,

@@ -304,6 +304,7 @@ static const struct td_backend cuda_backend = {
             .add_bcast = add_bcast_cuda,
             .copy = cu_copy,
             .fill_uniform = fill_uniform_cuda,
+            .fill_quant = fill_quant_cuda,
             .markov_greedy = markov_greedy_cuda,
             .greedy_slot = greedy_slot_cuda,
             .argmax_rows = argmax_rows_cuda,

@@ -447,6 +447,19 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         for (int i = 0; i < c->n_layers; i++)
             if (st->layers[i].n_entries > ent) ent = st->layers[i].n_entries;
         int csa_slots = c->rate_csa ? 2 * c->rate_csa : 0; // CSA windows overlap
+        long long qw = 0; // the largest Q8 / Q4 matrix a wide step decodes (matmul)
+        for (int i = 0; i < c->n_layers; i++) {
+            const struct td_layer *l = &m->layers[i];
+            const struct td_tensor *ts[] = {&l->wq_a,     &l->wq_b,  &l->wkv,   &l->wo_a, &l->wo_b,
+                                            &l->idx_wq_b, &l->sh_w1, &l->sh_w3, &l->sh_w2};
+            for (size_t j = 0; j < sizeof ts / sizeof *ts; j++)
+                if (ts[j]->dtype == TD_DTYPE_Q8 || ts[j]->dtype == TD_DTYPE_Q4)
+                    qw = td_tensor_numel(ts[j]) > qw ? td_tensor_numel(ts[j]) : qw;
+        }
+        const struct td_tensor *mt[] = {&m->mtp_eproj, &m->mtp_hproj, &m->dspark.main_proj};
+        for (size_t j = 0; j < sizeof mt / sizeof *mt; j++)
+            if (mt[j]->dtype == TD_DTYPE_Q8 || mt[j]->dtype == TD_DTYPE_Q4)
+                qw = td_tensor_numel(mt[j]) > qw ? td_tensor_numel(mt[j]) : qw;
         struct td_reserve rs = {
             .rows = (int)N,
             .gemm_in = (int)in_max,
@@ -464,6 +477,7 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
             .moe_inter = c->moe_inter,
             .markov_rank = m->dspark.markov_w1.data ? (int)m->dspark.markov_w1.shape[1] : 0,
             .markov_slots = m->dspark.markov_w1.data ? d->block : 0,
+            .quant_weight = qw,
         };
         if (b->reserve(&rs, err, errlen)) {
             ws_free(st);
@@ -661,6 +675,13 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     static const struct td_forward_io none;
     if (!io) io = &none;
     const struct td_backend *b = st->backend;
+    if (m->quantized) { // its FP8 / FP4 views are for td_model_upload to decode or pack
+        td_errf(err, errlen,
+                "forward: the model has %d FP8/FP4 weights as loaded: run its placed "
+                "copy (td_model_upload)",
+                m->quantized);
+        return NULL;
+    }
     if (ws_make(st, m, &p->dims, err, errlen)) return NULL;
     struct fwd *f = &st->ws->f;
     f->b = b;

@@ -349,6 +349,33 @@ static uint64_t name_hash(const char *s) { // FNV-1a
     return h;
 }
 
+/* The dtype a released checkpoint stores the matrix of upstream name `up` in (released_formats.md
+ * 1.3, 1.8) under c's quantization keys: Q8 for the FP8 projections, Q4 (or Q8 / NONE, by
+ * expert_dtype) for the routed experts, NONE for what stays BF16 / F32 (the embedding, the head,
+ * norms, the router, the compressors and the indexer's other matrices). */
+static enum td_dtype released_quant(const struct td_config *c, const char *up) {
+    static const char *fp8[] = {".attn.wq_a.weight",
+                                ".attn.wq_b.weight",
+                                ".attn.wkv.weight",
+                                ".attn.wo_a.weight",
+                                ".attn.wo_b.weight",
+                                ".indexer.wq_b.weight",
+                                ".shared_experts.w1.weight",
+                                ".shared_experts.w2.weight",
+                                ".shared_experts.w3.weight",
+                                ".e_proj.weight",
+                                ".h_proj.weight",
+                                ".main_proj.weight"};
+    size_t n = strlen(up);
+    if (strstr(up, ".ffn.experts."))
+        return c->expert_fp4 ? TD_DTYPE_Q4 : c->quant_fp8 ? TD_DTYPE_Q8 : TD_DTYPE_NONE;
+    for (size_t i = 0; c->quant_fp8 && i < sizeof fp8 / sizeof *fp8; i++) {
+        size_t k = strlen(fp8[i]);
+        if (n >= k && !strcmp(up + n - k, fp8[i])) return TD_DTYPE_Q8;
+    }
+    return TD_DTYPE_NONE;
+}
+
 /* a dummy model's tensor `name` of the given shape (see td_model_load_dummy for the values) */
 static int make_dummy(struct loader *ld, struct td_tensor *dst, const char *name, int kind,
                       const int64_t *shape, int ndim) {
@@ -381,6 +408,14 @@ static int make_dummy(struct loader *ld, struct td_tensor *dst, const char *name
             float a = sqrtf(3.0f / (float)shape[ndim - 1]); // std 1/sqrt(fan-in)
             g->lo = -a;
             g->hi = a;
+            enum td_dtype q = ndim == 2 ? released_quant(&ld->m->cfg, name) : TD_DTYPE_NONE;
+            if (q != TD_DTYPE_NONE && shape[1] % (q == TD_DTYPE_Q4 ? 32 : 1))
+                return fail(ld,
+                            "dummy weights: FP4 tensor %s needs an input width that is a "
+                            "multiple of 32, the config gives %lld",
+                            name, (long long)shape[1]);
+            g->quant = q;
+            if (q != TD_DTYPE_NONE) g->qscale = fill_quant_scale(q, 1.0f / sqrtf((float)shape[1]));
         }
         t.data = g;
     }
@@ -391,8 +426,9 @@ static int make_dummy(struct loader *ld, struct td_tensor *dst, const char *name
 /* A released checkpoint's quantized weight (released_formats.md 1.5-1.7): FP8 (F8_E4M3 [out, in])
  * or FP4 (I8 [out, in / 2], two e2m1 codes a byte) with its F8_E8M0 scale in the sibling
  * `<module>.scale` (exactly that suffix: `hc_*_scale` are learned parameters). Both are checked
- * by name, dtype and shape, a NaN scale byte is refused, and the weight is decoded exactly to
- * fp32 into memory the model owns: the fp32 forward then runs unchanged. */
+ * by name, dtype and shape, and a NaN scale byte is refused. The view stays in the mapped file
+ * (F8_E4M3 or F4_E2M1 with .scale): placing the model decodes it exactly to fp32 for the CPU,
+ * whose forward then runs unchanged, or packs it for a device's kernels (td_model_upload). */
 static int bind_quantized(struct loader *ld, struct td_tensor *dst, const struct st_entry *e,
                           const int64_t *shape, int ndim, const char *want) {
     const struct td_tensor *t = &e->t;
@@ -433,16 +469,16 @@ static int bind_quantized(struct loader *ld, struct td_tensor *dst, const struct
     if (nan >= 0)
         return fail(ld, "tensor %s: scale byte %ld is 255 (NaN): the checkpoint is corrupt", sname,
                     nan);
-    float *w = own(ld->m, (size_t)out * in * sizeof *w);
-    if (!w)
-        return fail(ld, "out of memory decoding %s (%lld x %lld)", e->name, (long long)out,
-                    (long long)in);
-    if (fp4)
-        dequant_fp4_ref(w, t->data, st->data, (int)out, (int)in);
-    else
-        dequant_fp8_ref(w, t->data, st->data, (int)out, (int)in);
+    if (out > INT32_MAX || in > INT32_MAX)
+        return fail(ld, "tensor %s: %lld x %lld is too large for the quantized kernels", e->name,
+                    (long long)out, (long long)in);
     if (ld->used) ld->used[e - ld->st->entries] = ld->used[se - ld->st->entries] = 1;
-    *dst = (struct td_tensor){.data = w, .dtype = TD_DTYPE_F32, .ndim = 2, .shape = {out, in}};
+    *dst = (struct td_tensor){.data = t->data,
+                              .dtype = fp4 ? TD_DTYPE_F4_E2M1 : TD_DTYPE_F8_E4M3,
+                              .scale = st->data,
+                              .ndim = 2,
+                              .shape = {out, in}};
+    ld->m->quantized++;
     return 0;
 }
 
@@ -868,41 +904,111 @@ static uint16_t f32_to_bf16(float f) { // round to nearest even
     return (uint16_t)(u >> 16);
 }
 
-/* upload t converted to `to` (BF16, F32, or I32 for int tensors); rewrites t's view */
+static int upload_oom(struct uploader *u, size_t bytes) {
+    snprintf(u->err, u->errlen, "upload: out of %s memory for a %zu-byte tensor (%zu bytes free)",
+             u->b->name, bytes, u->b->free_bytes ? u->b->free_bytes() : (size_t)0);
+    return -1;
+}
+
+static int is_quantized(enum td_dtype t) {
+    return t == TD_DTYPE_F8_E4M3 || t == TD_DTYPE_F4_E2M1;
+}
+
+/* a packed Q8 / Q4 matrix made on the host (a dummy's, for the CPU) decoded to F32 into t */
+static int decode_packed(struct uploader *u, struct td_tensor *t, enum td_dtype q,
+                         const void *packed) {
+    int64_t rows = t->shape[0], in = t->shape[1];
+    size_t bytes = (size_t)(rows * in) * sizeof(float);
+    void *dst = dev_alloc(u, bytes);
+    if (!dst) return upload_oom(u, bytes);
+    dequant_packed_ref(dst, packed, q, (int)rows, (int)in);
+    t->data = dst;
+    t->dtype = TD_DTYPE_F32;
+    return 0;
+}
+
+/* a loaded FP8 / FP4 view (codes and .scale in the mapped file): on a device its codes, then its
+ * scales, in one buffer (quant.h); on the CPU decoded exactly to F32 */
+static int place_quantized(struct uploader *u, struct td_tensor *t) {
+    enum td_dtype q = t->dtype == TD_DTYPE_F4_E2M1 ? TD_DTYPE_Q4 : TD_DTYPE_Q8;
+    int64_t rows = t->shape[0], in = t->shape[1];
+    size_t codes = td_quant_code_bytes(q, rows, in), all = td_quant_bytes(q, rows, in);
+    if (u->b->on_device) { // straight from the mapping: no host copy
+        uint8_t *dst = dev_alloc(u, all);
+        if (!dst) return upload_oom(u, all);
+        u->b->to_device(dst, t->data, codes);
+        u->b->to_device(dst + codes, t->scale, all - codes);
+        t->data = dst;
+        t->dtype = q;
+        t->scale = NULL;
+        return 0;
+    }
+    float *dst = dev_alloc(u, (size_t)(rows * in) * sizeof *dst);
+    if (!dst) return upload_oom(u, (size_t)(rows * in) * sizeof *dst);
+    if (q == TD_DTYPE_Q4)
+        dequant_fp4_ref(dst, t->data, t->scale, (int)rows, (int)in);
+    else
+        dequant_fp8_ref(dst, t->data, t->scale, (int)rows, (int)in);
+    t->data = dst;
+    t->dtype = TD_DTYPE_F32;
+    t->scale = NULL;
+    return 0;
+}
+
+/* place t on the uploader's backend, converted to `to` (BF16, F32, or I32 for int tensors) on a
+ * device; rewrites t's view (see td_model_upload) */
 static int upload_tensor(struct uploader *u, struct td_tensor *t, enum td_dtype to) {
     if (!t->data) return 0;
+    if (is_quantized(t->dtype)) return place_quantized(u, t);
+    if (!u->b->on_device && t->dtype != TD_DTYPE_NONE) return 0; // the CPU runs it as loaded
     int64_t n = td_tensor_numel(t);
     size_t bytes = (size_t)n * td_dtype_size(to);
     if (t->dtype == TD_DTYPE_NONE) { // a dummy model's tensor: made here, on the backend
         const struct td_dummy *g = t->data;
-        void *dst = dev_alloc(u, bytes);
-        if (!dst) {
-            snprintf(u->err, u->errlen,
-                     "upload: out of %s memory for a %zu-byte tensor (%zu bytes free)", u->b->name,
-                     bytes, u->b->free_bytes());
-            return -1;
+        if (g->quant != TD_DTYPE_NONE) {
+            if (u->b->on_device) {
+                size_t qb = td_quant_bytes(g->quant, t->shape[0], t->shape[1]);
+                void *dst = dev_alloc(u, qb);
+                if (!dst) return upload_oom(u, qb);
+                u->b->ops.fill_quant(dst, g->quant, t->shape[0], t->shape[1], g->seed, g->qscale);
+                t->data = dst;
+                t->dtype = g->quant;
+                return 0;
+            }
+            size_t qb = td_quant_bytes(g->quant, t->shape[0], t->shape[1]);
+            void *packed = malloc(qb);
+            if (!packed) return upload_oom(u, qb);
+            fill_quant_ref(packed, g->quant, t->shape[0], t->shape[1], g->seed, g->qscale);
+            int rc = decode_packed(u, t, g->quant, packed);
+            free(packed);
+            return rc;
         }
+        void *dst = dev_alloc(u, bytes);
+        if (!dst) return upload_oom(u, bytes);
         u->b->ops.fill_uniform(dst, to, n, g->seed, g->lo, g->hi);
         t->data = dst;
         t->dtype = to;
         return 0;
     }
-    void *host = malloc(bytes ? bytes : 1), *dst = dev_alloc(u, bytes);
-    if (!host || !dst) {
-        free(host);
-        snprintf(u->err, u->errlen, "upload: out of %s memory for a %zu-byte tensor", u->b->name,
-                 bytes);
-        return -1;
+    void *dst = dev_alloc(u, bytes);
+    if (!dst) return upload_oom(u, bytes);
+    // converted in pieces: host memory stays bounded whatever the tensor's size
+    enum { PIECE = 1 << 22 };
+    size_t esz = td_dtype_size(to);
+    void *host = malloc((size_t)(n < PIECE ? n : PIECE) * esz + 1);
+    if (!host) return upload_oom(u, bytes);
+    for (int64_t i0 = 0; i0 < n; i0 += PIECE) {
+        int64_t m = n - i0 < PIECE ? n - i0 : PIECE;
+        for (int64_t i = 0; i < m; i++) {
+            if (to == TD_DTYPE_BF16)
+                ((uint16_t *)host)[i] = f32_to_bf16(td_tensor_getf(t, i0 + i));
+            else if (to == TD_DTYPE_F32)
+                ((float *)host)[i] = td_tensor_getf(t, i0 + i);
+            else
+                ((int32_t *)host)[i] = (int32_t)td_tensor_geti(t, i0 + i);
+        }
+        u->b->to_device((char *)dst + (size_t)i0 * esz, host, (size_t)m * esz);
     }
-    for (int64_t i = 0; i < n; i++) {
-        if (to == TD_DTYPE_BF16)
-            ((uint16_t *)host)[i] = f32_to_bf16(td_tensor_getf(t, i));
-        else if (to == TD_DTYPE_F32)
-            ((float *)host)[i] = td_tensor_getf(t, i);
-        else
-            ((int32_t *)host)[i] = (int32_t)td_tensor_geti(t, i);
-    }
-    u->b->to_device(dst, host, bytes);
     free(host);
     t->data = dst;
     t->dtype = to;
@@ -959,7 +1065,7 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
             struct td_tensor *t = (struct td_tensor *)((char *)l + d->off);
             if (upload_tensor(&u, t, upload_dtype(t, d))) goto fail;
         }
-        // routed experts: bf16 copies, and device arrays of their pointers
+        // routed experts: bf16 (or Q8 / Q4) copies, and device arrays of their pointers
         l->w1 = dev->expert_views + (size_t)i * 3 * E;
         l->w3 = l->w1 + E;
         l->w2 = l->w3 + E;
@@ -980,7 +1086,7 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
             ptrs[E1 + e] = l->w3[e].data;
             ptrs[2 * E1 + e] = l->w2[e].data;
         }
-        l->ex_dtype = TD_DTYPE_BF16;
+        l->ex_dtype = E ? l->w1[0].dtype : TD_DTYPE_BF16;
         share_expert(l, ptrs, E); // its uploaded copy
         const void **dp = dev_alloc(&u, 3 * E1 * sizeof *dp);
         if (!dp) {
@@ -1001,11 +1107,15 @@ fail:
     return -1;
 }
 
+int td_model_needs_placing(const struct td_model *m, const struct td_backend *b) {
+    return b->on_device || m->dummy_seed || m->quantized;
+}
+
 int td_model_place_drafter(struct td_model *host, struct td_model *dev,
                            const struct td_model *target_run, const struct td_backend *b,
                            const struct td_model **run, char *err, size_t errlen) {
     struct td_model *m = host;
-    if (b->on_device) {
+    if (td_model_needs_placing(host, b)) {
         if (td_model_upload(host, b, dev, err, errlen)) return -1;
         m = dev;
     }

@@ -82,6 +82,8 @@ struct td_dspark_w {
 struct td_dummy {
     uint64_t seed;
     float lo, hi;
+    enum td_dtype quant; /* Q8 / Q4: a released-precision matrix (fill.h fill_quant), else NONE */
+    uint8_t qscale;      /* its scale byte */
 };
 
 struct td_model {
@@ -101,6 +103,8 @@ struct td_model {
     void **dev_bufs;                  /* a device mirror's allocations */
     int n_dev_bufs;
     uint64_t dummy_seed; /* td_model_load_dummy's seed; 0: stored weights */
+    int quantized;       /* FP8 / FP4 weights as loaded (views with .scale): the model runs only
+                            from a placed copy (td_model_upload decodes or packs them) */
     void **owned;        /* a dummy model's host allocations (generators, tid2eid) */
     int n_owned;
 };
@@ -138,9 +142,12 @@ int td_model_load_mtp(const struct td_model *target, struct td_model *mtp, char 
 int td_model_load_dspark(const struct td_model *target, const char *dir, int n_stages,
                          int n_capture, int rank, struct td_model *m, char *err, size_t errlen);
 
-/* A copy of `host` resident on a device backend: matrices that go through GEMMs (and the
- * embedding) as BF16, every other float tensor as F32, tid2eid as I32. Views in `dev` point
- * into device memory. 0, or -1 with a message (nothing held). Free with td_model_free. */
+/* A copy of `host` placed on backend b. On a device: matrices that go through GEMMs (and the
+ * embedding) as BF16, FP8 / FP4 weights packed as Q8 / Q4 (kernels/quant.h), every other float
+ * tensor as F32, tid2eid as I32; views in `dev` point into device memory. On the CPU only what
+ * cannot run as loaded is made: FP8 / FP4 weights decoded exactly to F32, a dummy model's
+ * tensors; the rest stay views into host's files (host must outlive dev). 0, or -1 with a
+ * message (nothing held). Free with td_model_free. */
 int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
                     char *err, size_t errlen);
 
@@ -150,6 +157,10 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
 int td_model_place_drafter(struct td_model *host, struct td_model *dev,
                            const struct td_model *target_run, const struct td_backend *b,
                            const struct td_model **run, char *err, size_t errlen);
+
+/* whether m must be placed (td_model_upload) before it runs on b: a device, a dummy model, or
+ * FP8 / FP4 weights */
+int td_model_needs_placing(const struct td_model *m, const struct td_backend *b);
 
 /* A stored tensor by its name in the file (e.g. "mtp.0.e_proj.weight"); NULL when absent. */
 const struct td_tensor *td_model_tensor(const struct td_model *m, const char *name);

@@ -14,6 +14,9 @@ const char *td_dtype_name(enum td_dtype t) {
     case TD_DTYPE_F8_E4M3: return "F8_E4M3";
     case TD_DTYPE_F8_E8M0: return "F8_E8M0";
     case TD_DTYPE_I8: return "I8";
+    case TD_DTYPE_F4_E2M1: return "FP4 (I8 pairs)";
+    case TD_DTYPE_Q8: return "Q8 (FP8 + 128x128 scales)";
+    case TD_DTYPE_Q4: return "Q4 (FP4 + 1x32 scales)";
     default: return "NONE";
     }
 }

@@ -19,6 +19,7 @@ extern "C" {
 struct td_tensor {
     const void *data; /* NULL when absent */
     enum td_dtype dtype;
+    const void *scale; /* F8_E4M3 and F4_E2M1 weights: their F8_E8M0 scales (quant.h), else NULL */
     int ndim;
     int64_t shape[TD_MAX_DIMS]; /* outermost first */
 };

@@ -537,15 +537,20 @@ static void test_sinks_bf16(const struct st_set *hb) {
 /* the logits of ids[0..n) through model dir on the CPU, one call; 0 or -1 with err */
 static int logits_of(const char *dir, const int32_t *ids, int n, float *out, char *err,
                      size_t errlen) {
-    struct td_model m;
+    struct td_model m, placed = {0};
     struct td_state st;
+    const struct td_backend *b = td_backend_cpu();
     if (td_model_load(&m, dir, err, errlen)) return -1;
-    int rc = td_state_init(&st, &m.cfg, 1, n, n, (size_t)1 << 30, td_backend_cpu(), err, errlen);
+    const struct td_model *run = &m; // FP8 / FP4 weights run from their F32 decode
+    int rc = td_model_needs_placing(&m, b) ? td_model_upload(&m, b, &placed, err, errlen) : 0;
+    if (!rc && td_model_needs_placing(&m, b)) run = &placed;
+    if (!rc) rc = td_state_init(&st, &m.cfg, 1, n, n, (size_t)1 << 30, b, err, errlen);
     if (!rc) {
         struct td_plan_seq q = {.slot = td_state_seq_alloc(&st), .n_new = n, .ids = ids};
-        rc = td_forward_seqs(&m, &st, &q, 1, out, NULL, err, errlen);
+        rc = td_forward_seqs(run, &st, &q, 1, out, NULL, err, errlen);
         td_state_free(&st);
     }
+    td_model_free(&placed);
     td_model_free(&m);
     return rc;
 }
@@ -566,8 +571,27 @@ static void test_released(void) {
     CHECK(!logits_of(ref, ids, 64, b, err, sizeof err), "its F32 decode: %s", err);
     CHECK(!check_case_failed && !memcmp(a, b, 64 * 384 * sizeof *a),
           "the logits differ from the F32 decode's");
-    free(a), free(b);
     case_end("released/fp8_fp4_equals_its_f32_decode", "(64 positions, bit for bit)");
+
+    // the loaded views are not runnable weights: the forward refuses them, and says why
+    case_begin();
+    struct td_model m;
+    struct td_state st;
+    CHECK(!td_model_load(&m, q, err, sizeof err), "%s", err);
+    CHECK(m.quantized > 0, "no quantized views");
+    CHECK(!td_state_init(&st, &m.cfg, 1, 8, 8, (size_t)1 << 30, td_backend_cpu(), err, sizeof err),
+          "%s", err);
+    if (!check_case_failed) {
+        struct td_plan_seq sq = {.slot = td_state_seq_alloc(&st), .n_new = 8, .ids = ids};
+        err[0] = 0;
+        CHECK(td_forward_seqs(&m, &st, &sq, 1, a, NULL, err, sizeof err) &&
+                  strstr(err, "FP8/FP4 weights as loaded"),
+              "the unplaced model ran (%s)", err);
+        td_state_free(&st);
+    }
+    td_model_free(&m);
+    free(a), free(b);
+    case_end("released/unplaced_views_refused", err);
 
     struct st_set rs;
     if (st_set_open(&rs, q, err, sizeof err)) {

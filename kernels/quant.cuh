@@ -1,0 +1,190 @@
+/* quant.cuh: the block-quantized weights (quant.h: Q8, Q4) as the CUDA GEMMs read them, and
+ * BF16 alike: a matrix is a wmat, and a warp's lane loads 8 consecutive weights of a row as raw
+ * bits (wraw: all of a step's loads in flight before the first is used), then turns them into
+ * 8 exact bf16 values in registers (wraw_bf16).
+ *
+ * The decode is bit placement and two exact multiplications by powers of two:
+ *   e4m3 s.eeee.mmm -> bf16 bits s.0000eeee.mmm0000, which is the code's value times 2^-120
+ *   (subnormal codes land on bf16 subnormals, exactly); then x 2^120 x 2^(scale - 127).
+ *   e2m1 s.ee.m -> bf16 bits s.0000000ee.m000000, the code's value times 2^-126; then
+ *   x 2^126 x 2^(scale - 127).
+ * bf16 multiplication keeps subnormals, so every step is exact (quant.h says for which scales). */
+#ifndef TD_KERNELS_QUANT_CUH
+#define TD_KERNELS_QUANT_CUH
+
+#include "cuda_common.cuh"
+#include "quant.h"
+
+enum { WF_BF16 = 0, WF_Q8 = 1, WF_Q4 = 2 };
+
+/* the format of a weight dtype (BF16, Q8, Q4); -1 for the rest */
+static inline int wf_of(enum td_dtype t) {
+    return t == TD_DTYPE_BF16 ? WF_BF16 : t == TD_DTYPE_Q8 ? WF_Q8 : t == TD_DTYPE_Q4 ? WF_Q4 : -1;
+}
+
+/* one matrix of a tensor [rows, in]: its rows row0 .. of the tensor at p */
+struct wmat {
+    const void *p;    /* the tensor's row 0 (codes for Q8 / Q4) */
+    const uint8_t *s; /* Q8 / Q4: the tensor's scales, else NULL */
+    int row0;         /* this matrix's first row in the tensor (a group, a pair's second tile) */
+    int srow;         /* scale bytes a row of scales: Q8 ceil(in / 128), Q4 in / 32 */
+};
+
+/* the wmat of rows row0 .. of tensor p [rows, in] of dtype t (host or device code) */
+__host__ __device__ __forceinline__ struct wmat wmat_of(const void *p, enum td_dtype t,
+                                                        long long rows, int in, int row0) {
+    struct wmat w;
+    w.p = p, w.row0 = row0, w.s = NULL, w.srow = 0;
+    if (t == TD_DTYPE_Q8 || t == TD_DTYPE_Q4) {
+        w.s = (const uint8_t *)p + td_quant_code_bytes(t, rows, in);
+        w.srow = t == TD_DTYPE_Q8 ? (in + 127) / 128 : in / 32;
+    }
+    return w;
+}
+
+/* the raw bits of 8 weights of two rows (g and g + 8 of a tile) */
+template <int F> struct wraw;
+template <> struct wraw<WF_BF16> { uint4 a, b; };
+template <> struct wraw<WF_Q8> {
+    uint2 a, b;
+    unsigned sa, sb; // their scale bytes
+};
+template <> struct wraw<WF_Q4> {
+    unsigned a, b;
+    unsigned sa, sb;
+};
+
+// 8 bf16 weights of row o from k (zeros past in or past out), as four bf16 pairs
+template <bool VEC>
+__device__ __forceinline__ uint4 bf16_w8(const __nv_bfloat16 *w, int o, int out, int in, int k) {
+    if (o >= out) return make_uint4(0, 0, 0, 0);
+    const __nv_bfloat16 *r = w + (size_t)o * in + k;
+    if (VEC && k + 8 <= in) return *(const uint4 *)r;
+    unsigned short h[8];
+    for (int j = 0; j < 8; j++)
+        h[j] = k + j < in ? *(const unsigned short *)(r + j) : 0;
+    return make_uint4(h[0] | (unsigned)h[1] << 16, h[2] | (unsigned)h[3] << 16,
+                      h[4] | (unsigned)h[5] << 16, h[6] | (unsigned)h[7] << 16);
+}
+
+// 8 e4m3 codes of tensor row r from k (zeros past in), and the byte of their scale
+template <bool VEC>
+__device__ __forceinline__ uint2 q8_w8(const wmat &w, int r, int in, int k, unsigned *s) {
+    const uint8_t *p = (const uint8_t *)w.p + (size_t)r * in + k;
+    *s = w.s[(size_t)(r / 128) * w.srow + k / 128];
+    if (VEC && k + 8 <= in) return *(const uint2 *)p;
+    unsigned v[2] = {0, 0};
+    for (int j = 0; j < 8; j++)
+        if (k + j < in) v[j / 4] |= (unsigned)p[j] << (8 * (j % 4));
+    return make_uint2(v[0], v[1]);
+}
+
+// 8 e2m1 codes (4 bytes) of tensor row r from k (a multiple of 8; in is one of 32), and their scale
+__device__ __forceinline__ unsigned q4_w8(const wmat &w, int r, int in, int k, unsigned *s) {
+    *s = w.s[(size_t)r * w.srow + k / 32];
+    return *(const unsigned *)((const uint8_t *)w.p + ((size_t)r * in + k) / 2);
+}
+
+/* the raw bits of rows o and o + 8 of w (local rows; zeros past out), k .. k + 7 */
+template <int F, bool VEC>
+__device__ __forceinline__ void wraw_load(wraw<F> &v, const wmat &w, int o, int out, int in,
+                                          int k) {
+    if constexpr (F == WF_BF16) {
+        const __nv_bfloat16 *p = (const __nv_bfloat16 *)w.p + (size_t)w.row0 * in;
+        v.a = bf16_w8<VEC>(p, o, out, in, k);
+        v.b = bf16_w8<VEC>(p, o + 8, out, in, k);
+    } else if constexpr (F == WF_Q8) {
+        v.a = make_uint2(0, 0), v.b = make_uint2(0, 0), v.sa = v.sb = 127;
+        if (o < out) v.a = q8_w8<VEC>(w, w.row0 + o, in, k, &v.sa);
+        if (o + 8 < out) v.b = q8_w8<VEC>(w, w.row0 + o + 8, in, k, &v.sb);
+    } else {
+        v.a = v.b = 0, v.sa = v.sb = 127;
+        if (o < out && k < in) v.a = q4_w8(w, w.row0 + o, in, k, &v.sa);
+        if (o + 8 < out && k < in) v.b = q4_w8(w, w.row0 + o + 8, in, k, &v.sb);
+    }
+}
+
+__device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
+    __nv_bfloat162 r = __hmul2(*(__nv_bfloat162 *)&a, *(__nv_bfloat162 *)&b);
+    return *(unsigned *)&r;
+}
+
+// bf16 bits of 2^(s - 127) in both halves (s = 0: the subnormal 2^-127)
+__device__ __forceinline__ unsigned e8m0_bf16x2(unsigned s) {
+    unsigned h = s ? s << 7 : 0x0040u;
+    return h | h << 16;
+}
+
+// bytes j and j + 1 of q (e4m3) as bf16 pairs times 2^-120 (byte j in the low half)
+__device__ __forceinline__ unsigned e4m3x2_scaled(unsigned q, unsigned sel) {
+    unsigned t = __byte_perm(q, 0, sel); // [b_j, 0, b_j+1, 0]
+    return ((t & 0x007F007Fu) << 4) | ((t & 0x00800080u) << 8);
+}
+
+// 8 e4m3 codes as exact bf16 values times 2^(s - 127)
+__device__ __forceinline__ uint4 q8_bf16(uint2 q, unsigned s) {
+    const unsigned c = 0x7B807B80u, m = e8m0_bf16x2(s); // 2^120
+    unsigned r[4] = {e4m3x2_scaled(q.x, 0x4140), e4m3x2_scaled(q.x, 0x4342),
+                     e4m3x2_scaled(q.y, 0x4140), e4m3x2_scaled(q.y, 0x4342)};
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        r[j] = bf16x2_mul(bf16x2_mul(r[j], c), m);
+    return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+// 8 e2m1 codes (element 2j in the low nibble of byte j) as exact bf16 values times 2^(s - 127)
+__device__ __forceinline__ uint4 q4_bf16(unsigned q, unsigned s) {
+    const unsigned c = 0x7E807E80u, m = e8m0_bf16x2(s); // 2^126
+    unsigned r[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        unsigned b = q >> (8 * j);
+        unsigned v =
+            ((b & 0x7u) << 6) | ((b & 0x8u) << 12) | ((b & 0x70u) << 18) | ((b & 0x80u) << 24);
+        r[j] = bf16x2_mul(bf16x2_mul(v, c), m);
+    }
+    return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+/* the 8 bf16 weights of row a (b: row b) of a raw load */
+template <int F> __device__ __forceinline__ uint4 wraw_a(const wraw<F> &v) {
+    if constexpr (F == WF_BF16)
+        return v.a;
+    else if constexpr (F == WF_Q8)
+        return q8_bf16(v.a, v.sa);
+    else
+        return q4_bf16(v.a, v.sa);
+}
+template <int F> __device__ __forceinline__ uint4 wraw_b(const wraw<F> &v) {
+    if constexpr (F == WF_BF16)
+        return v.b;
+    else if constexpr (F == WF_Q8)
+        return q8_bf16(v.b, v.sb);
+    else
+        return q4_bf16(v.b, v.sb);
+}
+
+/* weight (o, k) of tensor p [rows, in] of dtype t as fp32, any dtype the GEMMs take (the
+ * fp32 paths: batch-invariant mode, small tensors) */
+__device__ __forceinline__ float ldw_f32(const void *p, int t, long long rows, int in, int o,
+                                         int k) {
+    if (t == TD_DTYPE_Q8 || t == TD_DTYPE_Q4) {
+        struct wmat w = wmat_of(p, (enum td_dtype)t, rows, in, 0);
+        const uint8_t *q = (const uint8_t *)p;
+        if (t == TD_DTYPE_Q8) {
+            uint8_t c = q[(size_t)o * in + k];
+            unsigned s = w.s[(size_t)(o / 128) * w.srow + k / 128];
+            unsigned v = bf16x2_mul(bf16x2_mul(((c & 0x7Fu) << 4) | ((c & 0x80u) << 8), 0x7B80u),
+                                    e8m0_bf16x2(s));
+            return __uint_as_float(v << 16);
+        }
+        uint8_t b = q[((size_t)o * in + k) / 2], n = k % 2 ? b >> 4 : b & 15;
+        unsigned s = w.s[(size_t)o * w.srow + k / 32];
+        unsigned v =
+            bf16x2_mul(bf16x2_mul(((n & 0x7u) << 6) | ((n & 0x8u) << 12), 0x7E80u), e8m0_bf16x2(s));
+        return __uint_as_float(v << 16);
+    }
+    return ld_f32(p, t, (long long)o * in + k);
+}
+
+#endif
