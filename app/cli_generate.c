@@ -81,8 +81,11 @@ static double seconds_between(const struct timespec *a, const struct timespec *b
  * every completion had its first token (first_out tokens out by then; -1: that never happened) */
 static void print_stats(FILE *fp, struct td_engine *e, double sec, double dsec, long first_out) {
     const struct td_engine_stats *s = td_engine_stats(e);
-    fprintf(fp, "stats: backend %s, draft %s (up to %d tokens a round)\n", td_engine_backend(e),
+    fprintf(fp, "stats: backend %s, draft %s (up to %d tokens a round)", td_engine_backend(e),
             td_engine_draft(e), td_engine_draft_tokens(e));
+    if (td_engine_weight_bytes(e))
+        fprintf(fp, ", target weights %.2f GB placed", td_engine_weight_bytes(e) / 1e9);
+    fprintf(fp, "\n");
     fprintf(fp, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
             s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
     // decode alone: the tokens after every completion's first, over the time after it

@@ -14,11 +14,19 @@
 #   measured batch-1 rate, and the device-to-device copy bandwidth measured by torch (4 GiB
 #   copied 10 times, bytes read + written), both in the same run
 #   sh bench/flash_slice.sh [N]
+# MODELS="bench/flash_slice bench/flash_slice_fp8" runs each in turn in the same call (the copy
+# bandwidth measured once, after the first): bench/flash_slice_fp8 is the slice in the released
+# precision (FP8 dense with 128x128 scales, FP4 routed experts, the rest BF16/F32 as released).
+# The stats line gives the bytes the placed weights take.
 # (MODEL=DIR BACKEND=cpu CTXS="256 512" PREFILL=256 run the same on another config: a smoke test;
 # TANDEM=path runs another build's binary)
 set -e
-M=${MODEL:-bench/flash_slice}
 N=${1:-64}
+if [ -n "$MODELS" ]; then
+    for M in $MODELS; do echo "== $M"; MODELS= MODEL=$M sh "$0" "$N"; done
+    exit 0
+fi
+M=${MODEL:-bench/flash_slice}
 S=128
 V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' $M/config.json)
 T="${TANDEM:-./bin/tandem} generate --dummy-weights --model $M --backend ${BACKEND:-cuda} --ignore-eos --print-ids --stats"
@@ -29,6 +37,7 @@ tps() { sed -n 's/.*= \([0-9.]*\) tokens\/s.*/\1/p' | head -1; }
 P=$(ids 64 1)
 for B in 1 8 64; do
     o=$($T --prompt-ids "$P" --max-tokens "$N" --n $B --max-ctx 4096 2>&1 >/dev/null)
+    [ $B = 1 ] && echo "$o" | sed -n 's/^stats: backend .*, target weights \(.*\) placed/weights on the device: \1/p'
     r=$(echo "$o" | sed -n 's/^stats: decode .*= \([0-9.]*\) tokens\/s.*/\1/p')
     echo "decode batch $B: $r tokens/s ($(echo "$o" | tps) with the prefill step)"
     [ $B = 1 ] && R1=$r
@@ -39,15 +48,22 @@ c, rate = json.load(open(sys.argv[1])), float(sys.argv[2])
 D, V, H, hd, qr = c["hidden_size"], c["vocab_size"], c["num_attention_heads"], c["head_dim"], c["q_lora_rank"]
 og, orank, I, k = c["o_groups"], c["o_lora_rank"], c["moe_intermediate_size"], c["num_experts_per_tok"]
 E, nc, IH, ihd = c["n_routed_experts"], c["hc_mult"], c["index_n_heads"], c["index_head_dim"]
-dense = 0
+# bytes an element: the released precision (quantization_config: FP8 dense with one scale byte
+# per 128 x 128, routed experts by expert_dtype: FP4 with one per 32) or bf16
+q = "quantization_config" in c
+ex = c.get("expert_dtype", "fp4") if q else "bf16"
+fp8 = 1 + 1 / 16384 if q else 2
+fe = {"fp4": 0.5 + 1 / 32, "fp8": 1 + 1 / 16384}.get(ex, 2)
+nbytes = 0
 for r in c["compress_ratios"][:c["num_hidden_layers"]]:
-    dense += qr * D + H * hd * qr + hd * D + H * hd * orank + D * og * orank + E * D
-    dense += (k + c.get("n_shared_experts", 1)) * 3 * I * D
-    if r:  # the compressor (CSA overlaps: two halves) and, for CSA, the indexer
-        dense += (2 if r == c["compress_rate_csa"] else 1) * 2 * hd * D
-    if r == c["compress_rate_csa"]:
-        dense += IH * ihd * qr + IH * D + 2 * 2 * ihd * D
-nbytes = 2 * (dense + V * D) + 4 * 2 * (2 + nc) * nc * nc * D * c["num_hidden_layers"]
+    nbytes += fp8 * (qr * D + H * hd * qr + hd * D + H * hd * orank + D * og * orank)
+    nbytes += 2 * E * D  # the router stays bf16
+    nbytes += fe * k * 3 * I * D + fp8 * c.get("n_shared_experts", 1) * 3 * I * D
+    if r:  # the compressor (CSA overlaps: two halves), bf16 as released
+        nbytes += 2 * (2 if r == c["compress_rate_csa"] else 1) * 2 * hd * D
+    if r == c["compress_rate_csa"]:  # indexer: q_b FP8, weights_proj and its compressor bf16
+        nbytes += fp8 * IH * ihd * qr + 2 * (IH * D + 2 * 2 * ihd * D)
+nbytes += 2 * V * D + 4 * 2 * (2 + nc) * nc * nc * D * c["num_hidden_layers"]
 print(f"batch-1 step reads about {nbytes / 1e9:.2f} GB of weights: {nbytes * rate / 1e12:.2f} TB/s at {rate} tokens/s")
 if sys.argv[3] == "cuda":
     import torch

@@ -313,6 +313,10 @@ void td_engine_free(struct td_engine *e) {
     free(e);
 }
 
+size_t td_engine_weight_bytes(const struct td_engine *e) {
+    return e->run == &e->dev ? e->dev.placed_bytes : 0;
+}
+
 const char *td_engine_backend(const struct td_engine *e) {
     return e->b->name;
 }

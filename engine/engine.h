@@ -204,6 +204,10 @@ int td_engine_draft_tokens(const struct td_engine *e);
 /* The backend the engine runs on ("cpu" or "cuda"). */
 const char *td_engine_backend(const struct td_engine *e);
 
+/* bytes the target's weights take where they were placed (a device, or the CPU's decode of
+ * FP8 / FP4 weights); 0 when the CPU runs the loaded files in place */
+size_t td_engine_weight_bytes(const struct td_engine *e);
+
 void td_engine_free(struct td_engine *e);
 
 #ifdef __cplusplus

@@ -537,6 +537,7 @@ static int parse_quant(struct td_config *c, const json_t *o, char *err, size_t e
     }
     c->quant_fp8 = 1;
     c->expert_fp4 = !experts || !strcmp(experts, "fp4");
+    c->expert_fp8 = experts && !strcmp(experts, "fp8");
     return 0;
 }
 

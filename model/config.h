@@ -66,8 +66,8 @@ struct td_config {
     /* released precision (released_formats.md 1.9): quantization_config says FP8 weights in
      * 128x128 blocks with ue8m0 scales; expert_dtype "fp4" (vLLM's default when a quantized
      * config leaves it out) says the routed experts are FP4. The loader goes by each tensor's
-     * dtype; these say what the config announced. */
-    int quant_fp8, expert_fp4;
+     * dtype; these say what the config announced (and what a dummy model is made in). */
+    int quant_fp8, expert_fp4, expert_fp8;
     long max_position_embeddings; /* in [1, INT_MAX]: positions are int */
     int n_mtp_layers;             /* num_nextn_predict_layers */
     enum td_attn_kind

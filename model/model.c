@@ -368,7 +368,7 @@ static enum td_dtype released_quant(const struct td_config *c, const char *up) {
                                 ".main_proj.weight"};
     size_t n = strlen(up);
     if (strstr(up, ".ffn.experts."))
-        return c->expert_fp4 ? TD_DTYPE_Q4 : c->quant_fp8 ? TD_DTYPE_Q8 : TD_DTYPE_NONE;
+        return c->expert_fp4 ? TD_DTYPE_Q4 : c->expert_fp8 ? TD_DTYPE_Q8 : TD_DTYPE_NONE;
     for (size_t i = 0; c->quant_fp8 && i < sizeof fp8 / sizeof *fp8; i++) {
         size_t k = strlen(fp8[i]);
         if (n >= k && !strcmp(up + n - k, fp8[i])) return TD_DTYPE_Q8;
@@ -892,7 +892,7 @@ static void *dev_alloc(struct uploader *u, size_t bytes) {
         u->dev->dev_bufs = nb;
     }
     void *p = u->b->alloc(bytes);
-    if (p) u->dev->dev_bufs[u->dev->n_dev_bufs++] = p;
+    if (p) u->dev->dev_bufs[u->dev->n_dev_bufs++] = p, u->dev->placed_bytes += bytes;
     return p;
 }
 

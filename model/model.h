@@ -102,6 +102,7 @@ struct td_model {
     const struct td_backend *backend; /* a device mirror's backend (td_model_upload), else NULL */
     void **dev_bufs;                  /* a device mirror's allocations */
     int n_dev_bufs;
+    size_t placed_bytes; /* their bytes (what the placed weights take) */
     uint64_t dummy_seed; /* td_model_load_dummy's seed; 0: stored weights */
     int quantized;       /* FP8 / FP4 weights as loaded (views with .scale): the model runs only
                             from a placed copy (td_model_upload decodes or packs them) */
