@@ -8,8 +8,12 @@
  * Shapes (in x out, bf16 weights): tandem-tiny's q_a, q_b, kv and head, and the Flash slice's
  * q_a, q_b, kv, the indexer's q and weights, the router, wo_b, the grouped wo_a (8 groups of
  * 4096 x 1024), the head and a layer's sets of projections (matmul_set), at 1, 2 and 8 rows,
- * with the bandwidth of the weight reads at 1. */
+ * with the bandwidth of the weight reads at 1. GEMM_DTYPE=q8 or q4 makes every matrix a packed
+ * released-precision one (kernels/quant.h) instead, its bytes the codes and scales. */
+#include <stdlib.h>
 #include <string.h>
+
+#include "kernels/quant.h"
 
 #include "bench/graph_time.h"
 
@@ -20,6 +24,7 @@ struct gemm {
     float *y[MATMUL_SET_MAX], *x;
     void *w[MAX_COPIES][MATMUL_SET_MAX];
     int copies, next, n, in, groups, m, out[MATMUL_SET_MAX];
+    enum td_dtype t;
 };
 
 static void gemm_call(void *ctx) {
@@ -28,15 +33,13 @@ static void gemm_call(void *ctx) {
     if (q->m > 1) {
         struct matmul_out o[MATMUL_SET_MAX];
         for (int i = 0; i < q->m; i++)
-            o[i] = (struct matmul_out){
-                .y = q->y[i], .w = w[i], .dtype = TD_DTYPE_BF16, .out = q->out[i]};
+            o[i] = (struct matmul_out){.y = q->y[i], .w = w[i], .dtype = q->t, .out = q->out[i]};
         q->b->ops.matmul_set(q->x, q->n, q->in, q->m, o);
     } else if (q->groups > 1) {
-        q->b->ops.matmul_grouped(q->y[0], q->x, w[0], TD_DTYPE_BF16, q->n, q->groups,
-                                 q->in / q->groups, q->out[0] / q->groups);
+        q->b->ops.matmul_grouped(q->y[0], q->x, w[0], q->t, q->n, q->groups, q->in / q->groups,
+                                 q->out[0] / q->groups);
     } else {
-        q->b->ops.matmul(q->y[0], q->x, w[0], TD_DTYPE_BF16, q->n, q->in, q->out[0], NULL,
-                         TD_DTYPE_F32);
+        q->b->ops.matmul(q->y[0], q->x, w[0], q->t, q->n, q->in, q->out[0], NULL, TD_DTYPE_F32);
     }
 }
 
@@ -69,14 +72,23 @@ int main(void) {
                    .out = {1024, 512, 1024, 1024, 256, 256, 64}},
                   {.name = "flash csa qr", .in = 1024, .groups = 1, .out = {32768, 8192}}};
     static const int rows[] = {1, 2, 8};
+    const char *dt = getenv("GEMM_DTYPE");
+    enum td_dtype t = dt && !strcmp(dt, "q8")   ? TD_DTYPE_Q8
+                      : dt && !strcmp(dt, "q4") ? TD_DTYPE_Q4
+                                                : TD_DTYPE_BF16;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int in = shapes[s].in, groups = shapes[s].groups, m = 0, outs = 0;
         struct gemm q;
         memset(&q, 0, sizeof q);
         while (m < MATMUL_SET_MAX && shapes[s].out[m])
             q.out[m] = shapes[s].out[m], outs += q.out[m++];
-        size_t wbytes = (size_t)in * outs * 2 / groups;
-        q.b = b, q.in = in, q.groups = groups, q.m = m;
+            // a matrix's bytes (a grouped one is [out, in / groups])
+#define MBYTES(o)                                                                                  \
+    (t == TD_DTYPE_BF16 ? (size_t)in / groups * (o)*2 : td_quant_bytes(t, o, in / groups))
+        size_t wbytes = 0;
+        for (int i = 0; i < m; i++)
+            wbytes += MBYTES(q.out[i]);
+        q.b = b, q.in = in, q.groups = groups, q.m = m, q.t = t;
         q.x = b->alloc((size_t)8 * in * 4);
         for (int i = 0; i < m; i++)
             if (!(q.y[i] = b->alloc((size_t)8 * q.out[i] * 4))) return 1;
@@ -84,11 +96,14 @@ int main(void) {
         if (q.copies > MAX_COPIES) q.copies = MAX_COPIES;
         for (int c = 0; c < q.copies; c++)
             for (int i = 0; i < m; i++) {
-                size_t bytes = (size_t)in * q.out[i] * 2 / groups;
+                size_t bytes = MBYTES(q.out[i]);
                 q.w[c][i] = b->alloc(bytes);
                 if (!q.w[c][i]) return 1;
-                b->ops.fill_uniform(q.w[c][i], TD_DTYPE_BF16, (int64_t)(bytes / 2), 1 + c, -0.05f,
-                                    0.05f);
+                if (t == TD_DTYPE_BF16)
+                    b->ops.fill_uniform(q.w[c][i], TD_DTYPE_BF16, (int64_t)(bytes / 2), 1 + c,
+                                        -0.05f, 0.05f);
+                else
+                    b->ops.fill_quant(q.w[c][i], t, q.out[i], in / groups, 1 + c, 120);
             }
         if (!q.x) return 1;
         b->ops.fill_uniform(q.x, TD_DTYPE_F32, (int64_t)8 * in, 2, -1.0f, 1.0f);

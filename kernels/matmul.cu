@@ -244,7 +244,7 @@ static int sk_capacity(int fmt, bool vec, int kw, bool acc1, int ks) {
 #define SK_WARPS 16
 static void sk_choose(int fmt, long long tiles, int in, bool vec, bool acc1, int *kw_out,
                       int *ks_out) {
-    int chunks = (in + 31) / 32;
+    int chunks = (in + mma_chunk(fmt) - 1) / mma_chunk(fmt);
     double best = 0.0;
     *kw_out = 4, *ks_out = 1;
     for (int ks = 1; ks <= 8; ks *= 2)
@@ -261,15 +261,15 @@ static void sk_choose(int fmt, long long tiles, int in, bool vec, bool acc1, int
 /* one launch over the tiles of the set s (one format), n rows of x */
 static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int groups, int in) {
     long long tiles = 0, bytes = 0;
-    // 16-byte loads of bf16 weights, 8-byte of FP8 (FP4's 4-byte loads are always aligned)
-    int wal = fmt == WF_BF16 ? 16 : 8;
-    bool vec = in % 8 == 0 && (groups * in) % 4 == 0 && (uintptr_t)x % 16 == 0;
+    // 16-byte loads of weights (Q8: of 16 codes, a row's start aligned when in is a multiple of 16)
+    bool vec = in % 8 == 0 && (groups * in) % 4 == 0 && (uintptr_t)x % 16 == 0 &&
+               (fmt != WF_Q8 || in % 16 == 0);
     for (int i = 0; i < s.m; i++) {
         s.tile0[i] = (int)tiles;
         tiles += ceil_div(s.out[i], 16);
         bytes +=
             (long long)groups * s.out[i] * in * (fmt == WF_BF16 ? 2 : 1) / (fmt == WF_Q4 ? 2 : 1);
-        vec = vec && (uintptr_t)s.w[i].p % wal == 0;
+        vec = vec && (uintptr_t)s.w[i].p % 16 == 0;
     }
     s.tile0[s.m] = (int)tiles;
     s.rb = ceil_div(n, 8);

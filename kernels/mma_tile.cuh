@@ -54,6 +54,83 @@ __device__ __forceinline__ int mma_row(int j) {
     return 2 * (threadIdx.x & 3) + (j & 1);
 }
 
+/* mma_rows for the quantized formats (quant.cuh): a lane loads 16 bytes of each of its two rows
+ * a step (8 * QR weights, QR = 2 for Q8, 4 for Q4), so a chunk of k is 32 * QR wide and lane t
+ * holds k 8 QR t .. 8 QR t + 8 QR - 1 of it; every weight load of MT_U chunks is made first, and
+ * x is read (from L1: the rows are the block's) as each group of 8 is multiplied, which keeps
+ * 8 * QR floats of x out of the registers the loads need. Same accumulators and order rules
+ * as mma_rows. */
+template <int F, bool VEC, int KW, int ACC, int NW>
+__device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bool live,
+                                           const struct wmat *w, int o0, int out, int in, int first,
+                                           int stride, bool early) {
+    constexpr int R = qr<F>::R, CW = 32 * R;
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float c[NW][ACC][4] = {};
+    int chunks = (in + CW - 1) / CW;
+    for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
+        qraw wr[NW][MT_U];
+#pragma unroll
+        for (int u = 0; u < MT_U; u++) {
+            int k = (c0 + u * stride) * CW + 8 * R * t;
+            bool in_k = c0 + u * stride < chunks;
+#pragma unroll
+            for (int m = 0; m < NW; m++)
+                qraw_load<F, VEC>(wr[m][u], w[m], o0 + g, in_k ? out : 0, in, k);
+        }
+        if (early && c0 == first) PDL_START(); // the first weights are on their way
+        // x of chunk u + 1 is requested before chunk u is multiplied (two chunks in registers):
+        // the rows come from L2, and a load made only as its group is reached stalled every
+        // group (the quantized GEMMs ran at the bf16 GEMM's time on a half or a quarter of the
+        // bytes)
+        float xv[2][R][8];
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            sk_x8<VEC>(xv[0][j], xr, live && c0 < chunks, in, c0 * CW + 8 * R * t + 8 * j);
+#pragma unroll
+        for (int u = 0; u < MT_U; u++) {
+            int cu = c0 + u * stride, k0 = cu * CW + 8 * R * t;
+            if (u + 1 < MT_U) {
+                int cn = cu + stride;
+#pragma unroll
+                for (int j = 0; j < R; j++)
+                    sk_x8<VEC>(xv[(u + 1) & 1][j], xr, live && cn < chunks, in,
+                               cn * CW + 8 * R * t + 8 * j);
+            }
+            if (cu >= chunks) continue; // (its loads were zeros)
+            (void)k0;
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                unsigned hi[4], lo[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float a = xv[u & 1][j][2 * i], b = xv[u & 1][j][2 * i + 1];
+                    float ha = __bfloat162float(__float2bfloat16_rn(a));
+                    float hb = __bfloat162float(__float2bfloat16_rn(b));
+                    hi[i] = pack_bf16(ha, hb);
+                    lo[i] = pack_bf16(a - ha, b - hb);
+                }
+#pragma unroll
+                for (int m = 0; m < NW; m++) {
+                    uint4 A = q16_bf16<F>(wr[m][u].a, j, wr[m][u].sa);
+                    uint4 B = q16_bf16<F>(wr[m][u].b, j, wr[m][u].sb);
+                    mma_bf16(c[m][0], A.x, B.x, A.y, B.y, hi[0], hi[1]);
+                    mma_bf16(c[m][1 % ACC], A.x, B.x, A.y, B.y, lo[0], lo[1]);
+                    mma_bf16(c[m][2 % ACC], A.z, B.z, A.w, B.w, hi[2], hi[3]);
+                    mma_bf16(c[m][3 % ACC], A.z, B.z, A.w, B.w, lo[2], lo[3]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < NW; m++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            cout[m][j] =
+                ACC == 4 ? (c[m][0][j] + c[m][2 % ACC][j]) + (c[m][1 % ACC][j] + c[m][3 % ACC][j])
+                         : c[m][0][j];
+}
+
 /* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in] of
  * format F (quant.cuh: bf16, or FP8 / FP4 codes decoded to bf16 in registers)
  * (the same rows: an expert's gate and up projections) times x rows (this lane's: xr, read
@@ -66,10 +143,15 @@ __device__ __forceinline__ int mma_row(int j) {
  * requested before that wait, the x rows after it. Weights are written only when a model is
  * placed, never by a step's kernels, so they may be read before the wait; the caller calls
  * PDL_START again before it writes (a warp with no chunk never waited here). */
-template <int F, bool VEC, int KW, int ACC, int NW = 1>
+template <int F, bool VEC, int KW, int ACC, int NW = 1, bool WIDE = true>
 __device__ __forceinline__ void mma_rows(float (*cout)[4], const float *xr, bool live,
                                          const struct wmat *w, int o0, int out, int in, int first,
                                          int stride, bool early) {
+    // WIDE: quantized weights in 16-byte loads (mma_rows_q); else 8 weights a load, as bf16
+    if constexpr (F != WF_BF16 && WIDE) {
+        mma_rows_q<F, VEC, KW, ACC, NW>(cout, xr, live, w, o0, out, in, first, stride, early);
+        return;
+    }
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float c[NW][ACC][4] = {};
     int chunks = (in + 31) / 32;
@@ -121,6 +203,11 @@ __device__ __forceinline__ void mma_rows(float (*cout)[4], const float *xr, bool
             cout[m][j] =
                 ACC == 4 ? (c[m][0][j] + c[m][2 % ACC][j]) + (c[m][1 % ACC][j] + c[m][3 % ACC][j])
                          : c[m][0][j];
+}
+
+/* the width of a chunk of k (a warp-step) for weights of format F */
+__host__ __device__ constexpr int mma_chunk(int f) {
+    return f == WF_Q8 ? 64 : f == WF_Q4 ? 128 : 32;
 }
 
 /* the KW warps' tiles summed in warp order into warp 0's c (every thread of the block calls

@@ -356,7 +356,7 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
  * experts at about 2.4 TB/s. */
 #define MOE_MMA_KW 4
 
-template <int F, bool VEC>
+template <int F, bool VEC, bool WIDE>
 __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     moe_mma_kernel(float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu,
                    const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K, int N,
@@ -385,11 +385,11 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         }
         if (swiglu || pair) // two matrices' rows together (gate and up, or the pair's two
                             // tiles): their loads in flight at once
-            mma_rows<F, VEC, MOE_MMA_KW, 1, 2>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
-                                               MOE_MMA_KW, false);
+            mma_rows<F, VEC, MOE_MMA_KW, 1, 2, WIDE>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
+                                                     MOE_MMA_KW, false);
         else
-            mma_rows<F, VEC, MOE_MMA_KW, 1, 1>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
-                                               MOE_MMA_KW, false);
+            mma_rows<F, VEC, MOE_MMA_KW, 1, 1, WIDE>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
+                                                     MOE_MMA_KW, false);
         bool w0 = kw_sum<MOE_MMA_KW>(c[0], part);
         if (swiglu || pair) kw_sum<MOE_MMA_KW>(c[1], part);
         if (!w0) continue;
@@ -415,12 +415,15 @@ static void moe_mma(bool vec, dim3 grid, cudaStream_t s, float *out, const float
                  *ex, K, N, limit);
         LAUNCH_CHECK();
     };
-    if (ex->dtype == TD_DTYPE_Q4) // 4-byte loads of 8 codes, aligned whatever the widths
-        go(moe_mma_kernel<WF_Q4, false>);
+    // quantized experts load 8 weights a lane (mma_rows' narrow form): the 16-byte loads of the
+    // skinny GEMM took the Flash slice's batch-1 decode from 746 to 659 tokens/s here (their
+    // two matrices a tile need twice the registers)
+    if (ex->dtype == TD_DTYPE_Q4)
+        vec ? go(moe_mma_kernel<WF_Q4, true, false>) : go(moe_mma_kernel<WF_Q4, false, false>);
     else if (ex->dtype == TD_DTYPE_Q8)
-        vec ? go(moe_mma_kernel<WF_Q8, true>) : go(moe_mma_kernel<WF_Q8, false>);
+        vec ? go(moe_mma_kernel<WF_Q8, true, false>) : go(moe_mma_kernel<WF_Q8, false, false>);
     else
-        vec ? go(moe_mma_kernel<WF_BF16, true>) : go(moe_mma_kernel<WF_BF16, false>);
+        vec ? go(moe_mma_kernel<WF_BF16, true, false>) : go(moe_mma_kernel<WF_BF16, false, false>);
 }
 
 /* out[t, c] = the row's entries' y[p, c] * weight, in ascending expert order (the reference's;

@@ -164,6 +164,56 @@ template <int F> __device__ __forceinline__ uint4 wraw_b(const wraw<F> &v) {
         return q4_bf16(v.b, v.sb);
 }
 
+/* The quantized tiles' loads: 16 bytes of a row a lane (as many bytes in flight as a bf16
+ * load of 8 weights, which Q8 and Q4 need to stream at the bandwidth bf16 does): 16 e4m3 codes
+ * (QR = 2 groups of 8 weights) or 32 e2m1 codes (QR = 4), within one scale block either way */
+template <int F> struct qr { static constexpr int R = F == WF_Q8 ? 2 : 4; };
+
+struct qraw {
+    uint4 a, b;      // rows g and g + 8
+    unsigned sa, sb; // their scale bytes
+};
+
+// 16 bytes of codes of tensor row r from k (8 * QR weights; zeros past in), and their scale
+template <int F, bool VEC>
+__device__ __forceinline__ uint4 q16_load(const wmat &w, int r, int in, int k, unsigned *s) {
+    constexpr int R = qr<F>::R;
+    const uint8_t *p;
+    if constexpr (F == WF_Q8) {
+        *s = w.s[(size_t)(r / 128) * w.srow + k / 128];
+        p = (const uint8_t *)w.p + (size_t)r * in + k;
+    } else {
+        *s = w.s[(size_t)r * w.srow + k / 32];
+        p = (const uint8_t *)w.p + ((size_t)r * in + k) / 2;
+    }
+    if (VEC && k + 8 * R <= in) return *(const uint4 *)p;
+    unsigned v[4] = {0, 0, 0, 0};
+    int bytes = F == WF_Q8 ? in - k : (in - k) / 2; // (in and k are multiples of 32 for Q4)
+    for (int j = 0; j < 16 && j < bytes; j++)
+        v[j / 4] |= (unsigned)p[j] << (8 * (j % 4));
+    return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+/* rows o and o + 8 of w (local rows; zeros past out) from k */
+template <int F, bool VEC>
+__device__ __forceinline__ void qraw_load(qraw &v, const wmat &w, int o, int out, int in, int k) {
+    v.a = v.b = make_uint4(0, 0, 0, 0), v.sa = v.sb = 127;
+    if (o < out && k < in) v.a = q16_load<F, VEC>(w, w.row0 + o, in, k, &v.sa);
+    if (o + 8 < out && k < in) v.b = q16_load<F, VEC>(w, w.row0 + o + 8, in, k, &v.sb);
+}
+
+__device__ __forceinline__ unsigned u4_word(uint4 v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* group j (of QR) of a 16-byte load as 8 bf16 weights */
+template <int F> __device__ __forceinline__ uint4 q16_bf16(uint4 v, int j, unsigned s) {
+    if constexpr (F == WF_Q8)
+        return q8_bf16(make_uint2(u4_word(v, 2 * j), u4_word(v, 2 * j + 1)), s);
+    else
+        return q4_bf16(u4_word(v, j), s);
+}
+
 /* weight (o, k) of tensor p [rows, in] of dtype t as fp32, any dtype the GEMMs take (the
  * fp32 paths: batch-invariant mode, small tensors) */
 __device__ __forceinline__ float ldw_f32(const void *p, int t, long long rows, int in, int o,

@@ -179,13 +179,14 @@ static void test_matmul(void) {
 }
 
 /* A random packed Q8 / Q4 matrix [rows, in] (random codes, FP8 subnormals included, and random
- * scales 2^-9 .. 2^7) and its exact decode as bf16 (the values are bf16's) and fp32 */
-static uint8_t *rand_quant(enum td_dtype t, int rows, int in, uint16_t **wb, float **wf) {
+ * scales 2^(s0 - 127) .. 2^(s0 - 111)) and its exact decode as bf16 (the values are bf16's) and
+ * fp32 */
+static uint8_t *rand_quant_s(enum td_dtype t, int rows, int in, int s0, uint16_t **wb, float **wf) {
     size_t all = td_quant_bytes(t, rows, in), codes = td_quant_code_bytes(t, rows, in);
     uint8_t *q = malloc(all);
     fill_quant_ref(q, t, rows, in, xorshift64(&rs), 127);
     for (size_t i = codes; i < all; i++)
-        q[i] = (uint8_t)(118 + xorshift64(&rs) % 17);
+        q[i] = (uint8_t)(s0 + xorshift64(&rs) % 17);
     *wf = malloc((size_t)rows * in * 4);
     *wb = malloc((size_t)rows * in * 2);
     dequant_packed_ref(*wf, q, t, rows, in);
@@ -197,11 +198,20 @@ static uint8_t *rand_quant(enum td_dtype t, int rows, int in, uint16_t **wb, flo
     return q;
 }
 
+/* scales 2^-9 .. 2^7: wide enough for every decode path (subnormal products, large codes) */
+static uint8_t *rand_quant(enum td_dtype t, int rows, int in, uint16_t **wb, float **wf) {
+    return rand_quant_s(t, rows, in, 118, wb, wf);
+}
+
 /* GEMMs on packed Q8 / Q4 weights against the fp32 reference on their decode: the skinny
  * kernel (1 to 8 rows), its row-blocked form (9 to 64), the decode to bf16 + cuBLASLt (wider:
  * the bits of the bf16 GEMM on the decoded weights, which checks the decode bit for bit),
  * grouped, and batch-invariant mode; a skinny row's bits are its bits alone */
 static void test_matmul_quant(void) {
+    // the bf16 copy wide steps decode into, sized as the forward sizes it
+    char rerr[256];
+    struct td_reserve rv = {.rows = 128, .gemm_in = 4096, .quant_weight = 4096 * 256};
+    CHECK(!matmul_cuda_reserve(&rv, rerr, sizeof rerr), "%s", rerr);
     int shapes[][3] = {{1, 256, 130}, {5, 4096, 48}, {8, 1024, 200}, {3, 96, 16},
                        {16, 512, 96}, {64, 256, 64}, {100, 512, 72}};
     for (int f = 0; f < 2; f++)
@@ -340,7 +350,9 @@ static void test_moe_quant(void) {
                 for (int e = 0; e < E; e++) {
                     int rows = m == 2 ? D : I, in = m == 2 ? I : D;
                     uint16_t *wb;
-                    uint8_t *q = rand_quant(t, rows, in, &wb, &wfs[m][e]);
+                    // scales 2^-14 .. 2^2: the clamped SwiGLU between the two GEMMs would
+                    // otherwise amplify the rounding of its inputs past the bound
+                    uint8_t *q = rand_quant_s(t, rows, in, 113, &wb, &wfs[m][e]);
                     hp[m][e] = wfs[m][e];
                     dp[m][e] = dev_copy(q, td_quant_bytes(t, rows, in));
                     free(q), free(wb);
