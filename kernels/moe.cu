@@ -415,9 +415,9 @@ static void moe_mma(bool vec, dim3 grid, cudaStream_t s, float *out, const float
                  *ex, K, N, limit);
         LAUNCH_CHECK();
     };
-    // quantized experts load 8 weights a lane (mma_rows' narrow form): the 16-byte loads of the
-    // skinny GEMM took the Flash slice's batch-1 decode from 746 to 659 tokens/s here (their
-    // two matrices a tile need twice the registers)
+    // quantized experts load 8 weights a lane (mma_rows' narrow form): 16-byte loads, as the
+    // skinny GEMM makes them, took the Flash slice's batch-1 decode from 746 to 659 tokens/s
+    // (two matrices a tile: twice the registers)
     if (ex->dtype == TD_DTYPE_Q4)
         vec ? go(moe_mma_kernel<WF_Q4, true, false>) : go(moe_mma_kernel<WF_Q4, false, false>);
     else if (ex->dtype == TD_DTYPE_Q8)
