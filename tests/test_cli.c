@@ -301,7 +301,7 @@ int main(void) {
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft bogus", fx);
     bad("generate_bad_drafter", a, "expected auto, none, ngram, random, mtp or dspark");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft dspark", fx);
-    bad("generate_dspark_missing", a, "dspark: cannot read");
+    bad("generate_dspark_missing", a, "dspark: the drafter's config: cannot open");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --dspark-threshold 0.5", fx);
     bad("generate_threshold_without_dspark", a, "need --draft dspark");
     snprintf(a, sizeof a,
