@@ -9,6 +9,7 @@
 
 #include "kernels/err.h"
 #include "model/fileio.h"
+#include "model/model.h"
 
 struct td_drafter *draft_ngram_init(int vocab);
 struct td_drafter *draft_random_init(int vocab);
@@ -53,17 +54,31 @@ const struct draft_info *draft_lookup(const char *name, char *err, size_t errlen
     return NULL;
 }
 
+/* DIR/config.json is readable (a path too long to join names no drafter) */
+static int has_config(const char *dir) {
+    char path[TD_PATH_MAX], e[256];
+    return !td_path_join(path, sizeof path, dir, "config.json", e, sizeof e) &&
+           access(path, R_OK) == 0;
+}
+
 const struct draft_info *draft_pick_auto(int on_device, const char *model_dir,
-                                         const char *dspark_dir) {
-    // DSpark when the model ships one and the steps run on a device. On the CPU a drafter costs
+                                         const char *dspark_dir, int own) {
+    // A drafter the model carries, when the steps run on a device: DSpark first (its own
+    // stages, or a dspark/ folder beside it), then its MTP layer. On the CPU a drafter costs
     // more than it saves (tandem-tiny on 2 cores: DSpark 0.46-0.62x of none, MTP 0.56-0.94x), so
     // auto is none there.
-    char path[TD_PATH_MAX], dir[TD_PATH_MAX], e[256];
-    const char *dd = dspark_dir ? dspark_dir : dir;
-    int found = (dspark_dir || !td_path_join(dir, sizeof dir, model_dir, "dspark", e, sizeof e)) &&
-                !td_path_join(path, sizeof path, dd, "config.json", e, sizeof e) &&
-                access(path, R_OK) == 0; // a path too long to join names no drafter
-    return draft_lookup(on_device && found ? "dspark" : "none", NULL, 0);
+    char dir[TD_PATH_MAX], e[256];
+    const char *pick = "none";
+    if (!on_device)
+        pick = "none";
+    else if (dspark_dir) // a folder named beats what the model carries
+        pick = has_config(dspark_dir) ? "dspark" : "none";
+    else if (own == TD_OWN_DSPARK ||
+             (!td_path_join(dir, sizeof dir, model_dir, "dspark", e, sizeof e) && has_config(dir)))
+        pick = "dspark";
+    else if (own == TD_OWN_MTP)
+        pick = "mtp";
+    return draft_lookup(pick, NULL, 0);
 }
 
 struct td_drafter *draft_init(const char *name, int vocab, char *err, size_t errlen) {

@@ -129,11 +129,13 @@ const struct draft_info *draft_lookup(const char *name, char *err, size_t errlen
  * (", ", " or ") gives "auto, none, ngram, random, mtp or dspark" */
 void draft_names_join(char *out, size_t n, const char *sep, const char *last);
 
-/* what "auto" stands for: dspark when the steps run on a device (on_device) and the model ships
- * a DSpark drafter (a readable config.json in dspark_dir, or in model_dir/dspark/ when
- * dspark_dir is NULL), else none. Never NULL. */
+/* what "auto" stands for, where own says what the checkpoint carries in its own files (model.h's
+ * td_model_own_drafter: 0 nothing, TD_OWN_MTP, TD_OWN_DSPARK). On the CPU (!on_device): none.
+ * On a device: with dspark_dir given, dspark when it holds a readable config.json, else none;
+ * else dspark when the checkpoint carries a DSpark head or model_dir/dspark/ holds a readable
+ * config.json, else mtp when it carries an MTP layer, else none. Never NULL. */
 const struct draft_info *draft_pick_auto(int on_device, const char *model_dir,
-                                         const char *dspark_dir);
+                                         const char *dspark_dir, int own);
 
 /* A request drafter ("ngram": prompt lookup; "random": uniform tokens, a test tool). NULL +
  * message for any other name ("none", "mtp", "dspark" and "auto" are the engine's business). */

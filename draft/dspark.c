@@ -1,7 +1,6 @@
 /* dspark.c: the V4 DSpark drafter over the engine's forward (see dspark.h). */
 #include "dspark.h"
 
-#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,9 +18,10 @@
 #define W(t) (t).data, (t).dtype
 
 struct draft_dspark {
-    struct dspark_config cfg;
+    struct td_dspark_cfg cfg; /* n_stages: as the files hold */
     const struct td_backend *b;
-    struct td_model host;       /* the stages and heads (its own mapped files) */
+    struct td_model host;       /* the stages and heads (its own mapped files, or views into
+                                   the target's when the checkpoint carries them) */
     struct td_model dev;        /* its device mirror, when b is a device */
     const struct td_model *run; /* the one the forward reads */
     struct td_state st;
@@ -64,57 +64,27 @@ static void markov_tail(void *ctx, const struct rows_view *rows);
 // ---------------------------------------------------------------------------------------------
 // config
 
-static int get_int(json_t *root, const char *key, int lo, int hi, int *out, const char *path,
-                   char *err, size_t errlen) {
-    json_t *v = json_object_get(root, key);
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return td_errf(err, errlen, "%s: \"%s\" must be an integer in [%d, %d]", path, key, lo, hi);
-    *out = (int)json_integer_value(v);
-    return 0;
-}
-
-int dspark_config_load(struct dspark_config *c, const char *dir, const struct td_model *target,
+int dspark_config_load(struct td_dspark_cfg *c, const char *dir, const struct td_model *target,
                        char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
-    char path[TD_PATH_MAX];
+    if (!dir) { // the checkpoint's own head: its config.json's keys (td_config_load checked them)
+        *c = target->cfg.dspark;
+        if (!c->present)
+            return td_errf(err, errlen,
+                           "dspark: %s, but its config.json has no dspark_* keys "
+                           "(dspark_block_size, dspark_noise_token_id, dspark_markov_rank, "
+                           "dspark_target_layer_ids)",
+                           st_set_find(&target->st, "mtp.0.main_proj.weight")
+                               ? "the checkpoint stores a DSpark head (mtp.0.main_proj.weight)"
+                               : "the checkpoint carries no DSpark head (and none was given "
+                                 "in a folder of its own)");
+        return 0;
+    }
+    char path[TD_PATH_MAX], msg[768];
     if (td_path_join(path, sizeof path, dir, "config.json", err, errlen)) return -1;
-    char msg[512];
-    json_t *root = td_json_load(path, 0, msg, sizeof msg);
-    if (!root) return td_errf(err, errlen, "dspark: cannot read the drafter's config: %s", msg);
-    const struct td_config *t = &target->cfg;
-    int rc = -1, window = t->sliding_window;
-    if (get_int(root, "dspark_block_size", 1, DSPARK_MAX_BLOCK, &c->block, path, err, errlen) ||
-        get_int(root, "dspark_noise_token_id", 0, t->vocab - 1, &c->noise, path, err, errlen) ||
-        get_int(root, "dspark_markov_rank", 1, DSPARK_MAX_RANK, &c->rank, path, err, errlen) ||
-        get_int(root, "dspark_num_stages", 1, 64, &c->n_stages, path, err, errlen))
-        goto out;
-    if (json_object_get(root, "sliding_window") &&
-        get_int(root, "sliding_window", window, window, &window, path, err, errlen))
-        goto out; // the stages' rings are the target's window (its config drives the plan)
-    json_t *ids = json_object_get(root, "dspark_target_layer_ids");
-    size_t n = json_is_array(ids) ? json_array_size(ids) : 0;
-    if (n < 1 || n > DSPARK_MAX_CAPTURE) {
-        td_errf(err, errlen, "%s: \"dspark_target_layer_ids\" must list 1 to %d layers", path,
-                DSPARK_MAX_CAPTURE);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(ids, i);
-        long x = json_is_integer(v) ? (long)json_integer_value(v) : -1;
-        if (x < 0 || x >= t->n_layers || (i && x <= c->capture[i - 1])) {
-            td_errf(err, errlen,
-                    "%s: \"dspark_target_layer_ids\" must be ascending layer indices of the "
-                    "target, in [0, %d)",
-                    path, t->n_layers);
-            goto out;
-        }
-        c->capture[i] = (int)x;
-    }
-    c->n_capture = (int)n;
-    rc = 0;
-out:
-    json_decref(root);
-    return rc;
+    if (td_config_dspark_load(c, path, &target->cfg, msg, sizeof msg))
+        return td_errf(err, errlen, "dspark: the drafter's config: %s", msg);
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -134,7 +104,8 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
         free(d);
         return -1;
     }
-    const struct dspark_config *dc = &d->cfg;
+    d->cfg.n_stages = d->host.cfg.n_layers;
+    const struct td_dspark_cfg *dc = &d->cfg;
     if (td_model_place_drafter(&d->host, &d->dev, target_run, b, &d->run, err, errlen)) goto fail;
     const struct td_config *c = &d->host.cfg;
     d->max_rows = max_rows;
@@ -249,7 +220,7 @@ void draft_dspark_free(struct draft_dspark *d) {
     free(d);
 }
 
-const struct dspark_config *draft_dspark_config(const struct draft_dspark *d) {
+const struct td_dspark_cfg *draft_dspark_config(const struct draft_dspark *d) {
     return &d->cfg;
 }
 

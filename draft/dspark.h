@@ -1,4 +1,5 @@
-/* dspark.h: the DeepSeek-V4 DSpark drafter (mtp.{0..S-1}.* in <model>/dspark/), drafters.md
+/* dspark.h: the DeepSeek-V4 DSpark drafter (mtp.{0..S-1}.* in <model>/dspark/, or in the
+ * checkpoint's own files as V4-Flash-0731 and the -DSpark releases carry it), drafters.md
  * sections 1.5, 1.6, 2 and 3, in the engine.
  *
  *   struct draft_dspark *d;   // target: the loaded model; run: the one on backend b (CPU: target)
@@ -47,6 +48,7 @@
 #include <stdint.h>
 
 #include "draft/drafter.h"
+#include "model/config.h"
 #include "verify/sample.h"
 
 #ifdef __cplusplus
@@ -57,29 +59,22 @@ struct td_model;
 struct td_backend;
 struct draft_dspark;
 
-#define DSPARK_MAX_CAPTURE 8
-#define DSPARK_MAX_BLOCK   16
-#define DSPARK_MAX_RANK    256 /* the Markov kernels hold one embedding in shared memory */
+#define DSPARK_MAX_CAPTURE TD_DSPARK_MAX_CAPTURE
+#define DSPARK_MAX_BLOCK   TD_DSPARK_MAX_BLOCK
+#define DSPARK_MAX_RANK    TD_DSPARK_MAX_RANK
 
-/* dspark/config.json */
-struct dspark_config {
-    int block;                       /* dspark_block_size: gamma, drafts per round */
-    int noise;                       /* dspark_noise_token_id */
-    int rank;                        /* dspark_markov_rank */
-    int n_stages;                    /* dspark_num_stages */
-    int n_capture;                   /* len(dspark_target_layer_ids) */
-    int capture[DSPARK_MAX_CAPTURE]; /* dspark_target_layer_ids, ascending */
-};
-
-/* Read DIR/config.json and check it against the target (layers, vocab, window). 0, or -1 with a
- * message naming the key. */
-int dspark_config_load(struct dspark_config *c, const char *dir, const struct td_model *target,
+/* The drafter's config (model/config.h's struct td_dspark_cfg): DIR/config.json's dspark_*
+ * keys checked against the target (layers, vocab, window), or with DIR NULL the target's own
+ * (td_config_load read them; the checkpoint carries its head). 0, or -1 with a message naming
+ * the file and the key. */
+int dspark_config_load(struct td_dspark_cfg *c, const char *dir, const struct td_model *target,
                        char *err, size_t errlen);
 
-/* dir: the drafter's directory; target_host: the loaded target (config); target_run: the same
- * model resident on backend b (its embedding and head are shared). Rings for max_seqs
- * sequences; insertion calls of up to max_rows rows. threshold: the confidence cut (0: off).
- * 0, or -1 with a message. */
+/* dir: the drafter's directory, or NULL when the target's own files carry its stages
+ * (td_model_load_dspark; V4-Flash-0731 and the -DSpark releases); target_host: the loaded
+ * target (config); target_run: the same model resident on backend b (its embedding and head
+ * are shared). Rings for max_seqs sequences; insertion calls of up to max_rows rows.
+ * threshold: the confidence cut (0: off). 0, or -1 with a message. */
 int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_model *target_host, const struct td_model *target_run,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
@@ -102,7 +97,8 @@ void draft_dspark_defer(struct draft_dspark *d, int on);
 int draft_dspark_collect(struct draft_dspark *d, struct td_draft_seq *seqs, char *err,
                          size_t errlen);
 
-const struct dspark_config *draft_dspark_config(const struct draft_dspark *d);
+/* its config, n_stages the stages it loaded */
+const struct td_dspark_cfg *draft_dspark_config(const struct draft_dspark *d);
 
 /* [max_rows, n_capture, dim] in backend memory: where the target forward leaves its captured
  * rows; and the layers to capture */

@@ -184,15 +184,21 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         free(e);
         return -1;
     }
-    // auto: its pick from the backend and the model's files, before anything is loaded
-    if (di->kind == DRAFT_KIND_AUTO)
-        di = draft_pick_auto(e->b->on_device, p->model_dir, p->dspark_dir);
-    e->p.draft = di->name; // (td_engine_draft)
     if (p->dummy_weights ? td_model_load_dummy(&e->model, p->model_dir, 1, err, errlen)
                          : td_model_load(&e->model, p->model_dir, err, errlen)) {
         free(e);
         return -1;
     }
+    // auto: its pick from the backend and what the model carries (its own files, dspark/)
+    enum td_own_drafter own = td_model_own_drafter(&e->model);
+    if (di->kind == DRAFT_KIND_AUTO) {
+        di = draft_pick_auto(e->b->on_device, p->model_dir, p->dspark_dir, own);
+        int room = p->max_batch_tokens - 1;                 // rows beside each anchor
+        if (di->kind == DRAFT_KIND_MTP && p->max_draft < 1) // none asked for: the pick's
+            e->p.max_draft = di->default_tokens < room ? di->default_tokens : room;
+        if (di->kind == DRAFT_KIND_MTP && e->p.max_draft < 1) di = draft_lookup("none", NULL, 0);
+    }
+    e->p.draft = di->name; // (td_engine_draft)
     if (e->b->set_deterministic) e->b->set_deterministic(p->deterministic);
     e->run = &e->model;
     if (td_model_needs_placing(&e->model, e->b)) { // a device, a dummy's values, FP8 / FP4
@@ -208,15 +214,27 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         goto fail;
     }
     if (use_dspark) { // made first: its block size bounds the drafts of a round
+        // the folder named, else the checkpoint's own stages (NULL), else model_dir/dspark/
         char dir[TD_PATH_MAX];
-        const char *ddir = p->dspark_dir ? p->dspark_dir : dir;
-        if (!p->dspark_dir && td_path_join(dir, sizeof dir, p->model_dir, "dspark", err, errlen))
-            goto fail;
+        const char *ddir = p->dspark_dir;
+        if (!ddir && own != TD_OWN_DSPARK) {
+            if (td_path_join(dir, sizeof dir, p->model_dir, "dspark", err, errlen)) goto fail;
+            ddir = dir;
+        }
         struct draft_dspark *ds;
         if (draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
                               e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
-                              cache_limit(p->max_cache_bytes, e->b), err, errlen))
+                              cache_limit(p->max_cache_bytes, e->b), err, errlen)) {
+            if (ddir == dir && !e->model.cfg.dspark.present && errlen) { // why dspark/
+                char why[768];
+                snprintf(why, sizeof why, "%s", err);
+                td_errf(err, errlen,
+                        "%s (the checkpoint carries no DSpark head of its own: no dspark_* keys "
+                        "in its config.json)",
+                        why);
+            }
             goto fail;
+        }
         e->md = draft_dspark_model(ds);
         draft_dspark_defer(ds, 1); // greedy drafts go from the drafter to the verify
         int block = draft_dspark_config(ds)->block;

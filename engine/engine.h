@@ -49,12 +49,16 @@ struct td_engine_params {
     int max_ctx;            /* tokens per sequence, default 4096 (capped by the model) */
     int max_batch_tokens;   /* rows per step, default 256; >= 1 + max_draft */
     const char *draft;      /* "none" (default), "ngram", "random", "mtp", "dspark" or "auto"
-                               (draft/drafter.h's registry): auto is dspark when the backend is
-                               a device and the model ships a DSpark drafter (dspark_dir, else
-                               model_dir/dspark/), else none; td_engine_draft says which */
+                               (draft/drafter.h's registry): auto is, when the backend is a
+                               device, dspark when the model has a DSpark drafter (dspark_dir,
+                               else its own stages, else model_dir/dspark/), else mtp when it
+                               has an MTP layer (with max_draft 0: 3 drafts), else none; on the
+                               CPU none; td_engine_draft says which */
     int max_draft;          /* draft tokens per round, 0 .. TD_MAX_DRAFT (dspark: 0 or more
                                than its block size means the block size) */
-    const char *dspark_dir; /* the DSpark drafter's directory (default: model_dir/dspark) */
+    const char *dspark_dir; /* the DSpark drafter's directory (default: the stages in the
+                               checkpoint's own files when it carries them, else
+                               model_dir/dspark) */
     float dspark_threshold; /* DSpark confidence cut: a round stops before the first slot whose
                                confidence is below it (0, the default: every slot is verified) */
     int no_graphs;          /* run every step eagerly (default: decode and verify steps replay

@@ -541,6 +541,105 @@ static int parse_quant(struct td_config *c, const json_t *o, char *err, size_t e
     return 0;
 }
 
+// ----------------------------------------------------------------------------
+// a DSpark head's keys (drafters.md 2.1)
+
+static const char *const dspark_keys[] = {"dspark_block_size", "dspark_noise_token_id",
+                                          "dspark_markov_rank", "dspark_target_layer_ids"};
+
+/* o's dspark_* keys, for a target of n_layers layers and vocab tokens: none of the four (d
+ * cleared; refused when need), or all four in range, and dspark_num_stages when given */
+static int parse_dspark(struct td_dspark_cfg *d, const json_t *o, int n_layers, int vocab, int need,
+                        char *err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    const char *have = NULL, *lack = NULL;
+    for (size_t i = 0; i < sizeof dspark_keys / sizeof *dspark_keys; i++) {
+        if (get(o, dspark_keys[i]))
+            have = have ? have : dspark_keys[i];
+        else
+            lack = lack ? lack : dspark_keys[i];
+    }
+    if (!have && !need) {
+        if (get(o, "dspark_num_stages"))
+            return td_errf(err, errlen,
+                           "key \"dspark_num_stages\" without a DSpark head's keys "
+                           "(dspark_block_size, dspark_noise_token_id, dspark_markov_rank, "
+                           "dspark_target_layer_ids)");
+        return 0;
+    }
+    if (lack)
+        return td_errf(err, errlen,
+                       "missing key \"%s\"%s%s%s: a DSpark head's dspark_block_size, "
+                       "dspark_noise_token_id, dspark_markov_rank and dspark_target_layer_ids "
+                       "come together",
+                       lack, have ? " beside \"" : "", have ? have : "", have ? "\"" : "");
+    if (to_int(get(o, "dspark_block_size"), "dspark_block_size", 1, TD_DSPARK_MAX_BLOCK, &d->block,
+               err, errlen) ||
+        to_int(get(o, "dspark_noise_token_id"), "dspark_noise_token_id", 0, vocab - 1, &d->noise,
+               err, errlen) ||
+        to_int(get(o, "dspark_markov_rank"), "dspark_markov_rank", 1, TD_DSPARK_MAX_RANK, &d->rank,
+               err, errlen) ||
+        opt_int(o, NULL, "dspark_num_stages", 0, 1, TD_DSPARK_MAX_STAGES, &d->n_stages, err,
+                errlen))
+        return -1;
+    json_t *ids = get(o, "dspark_target_layer_ids");
+    if (!json_is_array(ids))
+        return td_errf(err, errlen, "key \"dspark_target_layer_ids\" must be a list, got %s",
+                       type_name(ids));
+    size_t n = json_array_size(ids);
+    if (n < 1 || n > TD_DSPARK_MAX_CAPTURE)
+        return td_errf(err, errlen,
+                       "key \"dspark_target_layer_ids\" lists %zu layers, want 1 to %d", n,
+                       TD_DSPARK_MAX_CAPTURE);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(ids, i);
+        if (!json_is_integer(v))
+            return td_errf(err, errlen,
+                           "key \"dspark_target_layer_ids[%zu]\" must be an integer, got %s", i,
+                           type_name(v));
+        json_int_t x = json_integer_value(v);
+        if (x < 0 || x >= n_layers)
+            return td_errf(err, errlen,
+                           "key \"dspark_target_layer_ids[%zu]\" = %lld is not a layer of the "
+                           "target ([0, %d))",
+                           i, (long long)x, n_layers);
+        if (i && x <= d->capture[i - 1])
+            return td_errf(err, errlen,
+                           "key \"dspark_target_layer_ids\" must ascend: [%zu] = %lld after %d", i,
+                           (long long)x, d->capture[i - 1]);
+        d->capture[i] = (int)x;
+    }
+    d->n_capture = (int)n;
+    d->present = 1;
+    return 0;
+}
+
+int td_config_dspark_load(struct td_dspark_cfg *d, const char *path, const struct td_config *target,
+                          char *err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    json_t *root = td_json_load(path, 0, err, errlen); // its messages name the path
+    if (!root) return -1;
+    char msg[512] = "";
+    int rc = json_is_object(root)
+                 ? parse_dspark(d, root, target->n_layers, target->vocab, 1, msg, sizeof msg)
+                 : td_errf(msg, sizeof msg, "not a JSON object");
+    json_t *w = rc ? NULL : get(root, "sliding_window");
+    if (w && !(json_is_integer(w) && json_integer_value(w) == target->sliding_window)) {
+        char *s = json_dumps(w, JSON_COMPACT | JSON_ENCODE_ANY);
+        rc = td_errf(msg, sizeof msg,
+                     "key \"sliding_window\" = %s is not the target's %d (the stages' rings are "
+                     "the target's window)",
+                     s ? s : "?", target->sliding_window);
+        free(s);
+    }
+    json_decref(root);
+    if (rc) {
+        memset(d, 0, sizeof *d);
+        return td_errf(err, errlen, "%s: %s", path, msg);
+    }
+    return 0;
+}
+
 static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen) {
     if (!json_is_object(o)) return td_errf(err, errlen, "config is not a JSON object");
 
@@ -603,7 +702,8 @@ static int parse(struct td_config *c, const json_t *o, char *err, size_t errlen)
         check_rates(c, err, errlen) || parse_mlp(c, o, err, errlen) ||
         parse_rope_dim(c, o, err, errlen) ||
         parse_ropes(c, o, rope_theta, compress_theta, err, errlen) ||
-        parse_quant(c, o, err, errlen))
+        parse_quant(c, o, err, errlen) ||
+        parse_dspark(&c->dspark, o, c->n_layers, c->vocab, 0, err, errlen))
         return -1;
     return 0;
 }

@@ -26,6 +26,13 @@ extern "C" {
  * and 2^31 of them ran for hours with no word, so a bound far past any use */
 #define TD_MAX_SINKHORN_ITERS 1000
 
+/* a DSpark head's limits: captured target layers, drafts a round (gamma), Markov rank (the
+ * Markov kernels hold one embedding in shared memory), stages */
+#define TD_DSPARK_MAX_CAPTURE 8
+#define TD_DSPARK_MAX_BLOCK   16
+#define TD_DSPARK_MAX_RANK    256
+#define TD_DSPARK_MAX_STAGES  64
+
 enum td_attn_kind { TD_ATTN_SLIDING = 0, TD_ATTN_CSA, TD_ATTN_HCA };
 enum td_mlp_kind { TD_MLP_HASH = 0, TD_MLP_MOE };
 enum td_score_fn { TD_SCORE_SQRTSOFTPLUS = 0, TD_SCORE_SIGMOID, TD_SCORE_SOFTMAX };
@@ -39,6 +46,21 @@ struct td_rope_cfg {
     double beta_slow;        /* yarn, default 1 */
     double attention_factor; /* cos/sin multiplier (1.0 unless a nested dict says otherwise) */
     int truncate;            /* yarn: floor/ceil the correction range (default 1) */
+};
+
+/* A DSpark head's keys (drafters.md 2.1): in the target's own config.json when the checkpoint
+ * carries the head in its files (V4-Flash-0731, the -DSpark releases: stages mtp.0.. beside
+ * the target), or in a drafter folder's (models/<m>/dspark/config.json). The four keys come
+ * together; dspark_num_stages is optional (the releases leave it out: the mtp.<s> prefixes of
+ * the weights say). */
+struct td_dspark_cfg {
+    int present;                        /* the keys are there */
+    int block;                          /* dspark_block_size: gamma, drafts a round */
+    int noise;                          /* dspark_noise_token_id: the block's filler token */
+    int rank;                           /* dspark_markov_rank */
+    int n_stages;                       /* dspark_num_stages; 0: not given */
+    int n_capture;                      /* len(dspark_target_layer_ids) */
+    int capture[TD_DSPARK_MAX_CAPTURE]; /* dspark_target_layer_ids: target layers, ascending */
 };
 
 struct td_config {
@@ -75,7 +97,8 @@ struct td_config {
     struct td_rope_cfg rope_main, rope_compress;
     enum td_attn_kind attn[TD_MAX_LAYERS];
     enum td_mlp_kind mlp[TD_MAX_LAYERS];
-    int bos_id; /* -1 when absent */
+    struct td_dspark_cfg dspark; /* the dspark_* keys, when the checkpoint carries the head */
+    int bos_id;                  /* -1 when absent */
     int eos_ids[TD_MAX_EOS];
     int n_eos;
 };
@@ -92,6 +115,13 @@ int td_config_parse(struct td_config *cfg, const char *json, char *err, size_t e
  * naming the file and the bad value. */
 int td_config_generation_eos(const char *path, int vocab, int *ids, int *n, int cap, char *err,
                              size_t errlen);
+
+/* A DSpark drafter folder's config.json (path) for target: the four dspark_* keys required, as
+ * td_config_load checks them in a target's own config, and its sliding_window, when given, the
+ * target's (the stages' rings are the target's window). 0, or -1 with a message naming the
+ * file and the key. */
+int td_config_dspark_load(struct td_dspark_cfg *d, const char *path, const struct td_config *target,
+                          char *err, size_t errlen);
 
 const char *td_attn_kind_name(enum td_attn_kind k);
 

@@ -729,6 +729,72 @@ static int check_unused(struct loader *ld, const char *dir, const char *keep) {
     return 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// drafters: the MTP layer and a DSpark head, in the target's files or (DSpark) a folder of their
+// own
+
+/* the stage of a drafter tensor's name: s for "mtp.<s>.", else -1 */
+static int stage_of(const char *name) {
+    if (strncmp(name, "mtp.", 4)) return -1;
+    int s = 0, k = 0;
+    for (const char *p = name + 4; *p >= '0' && *p <= '9'; p++, k++) {
+        if (k == 6) return -1;
+        s = s * 10 + (*p - '0');
+    }
+    return k && name[4 + k] == '.' ? s : -1;
+}
+
+/* every tensor of ld->st whose name starts with `only` was bound, except those of stages
+ * 1 .. keep_hi - 1 (further MTP layers, which no drafter binds yet); where: the files, what:
+ * the drafter, for the message */
+static int check_drafter_unused(struct loader *ld, const char *only, const char *where, int keep_hi,
+                                const char *what) {
+    for (int j = 0; j < ld->st->n_entries; j++) {
+        const struct st_entry *e = &ld->st->entries[j];
+        int s = stage_of(e->name);
+        if (ld->used[j] || strncmp(e->name, only, strlen(only)) || (s >= 1 && s < keep_hi))
+            continue;
+        char got[96];
+        shape_str(got, sizeof got, e->t.shape, e->t.ndim);
+        return fail(ld, "unexpected tensor %s (%s %s) in %s: not part of %s", e->name,
+                    td_dtype_name(e->t.dtype), got, where, what);
+    }
+    return 0;
+}
+
+/* the DSpark stages ld->st holds: S when its mtp.<s>.* tensors are those of s = 0 .. S - 1, each
+ * with some (0: none); -1 with a message when one is skipped or past the limit */
+static int count_stages(struct loader *ld, const char *where) {
+    char seen[TD_DSPARK_MAX_STAGES] = {0};
+    int hi = -1;
+    for (int j = 0; j < ld->st->n_entries; j++) {
+        const char *name = ld->st->entries[j].name;
+        int s = stage_of(name);
+        if (s < 0) continue;
+        if (s >= TD_DSPARK_MAX_STAGES)
+            return fail(ld,
+                        "tensor %s in %s: a DSpark head has at most %d stages (mtp.0 .. mtp.%d)",
+                        name, where, TD_DSPARK_MAX_STAGES, TD_DSPARK_MAX_STAGES - 1);
+        seen[s] = 1;
+        hi = s > hi ? s : hi;
+    }
+    for (int s = 0; s < hi; s++)
+        if (!seen[s])
+            return fail(ld,
+                        "no mtp.%d.* in %s, but mtp.%d.*: a DSpark head's stages are mtp.0 .. "
+                        "mtp.%d",
+                        s, where, hi, hi);
+    return hi + 1;
+}
+
+enum td_own_drafter td_model_own_drafter(const struct td_model *m) {
+    if (m->dummy_seed) return TD_OWN_NONE; // nothing stored
+    if (m->cfg.dspark.present || st_set_find(&m->st, "mtp.0.main_proj.weight"))
+        return TD_OWN_DSPARK;
+    if (m->cfg.n_mtp_layers >= 1 && st_set_find(&m->st, "mtp.0.e_proj.weight")) return TD_OWN_MTP;
+    return TD_OWN_NONE;
+}
+
 int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     m->cfg = t->cfg;
@@ -737,13 +803,22 @@ int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, s
     c->attn[0] = t->cfg.mtp_attn[0];
     c->mlp[0] = TD_MLP_MOE;
     struct loader ld = {.m = m, .st = &t->st, .err = err, .errlen = errlen};
+    if (td_model_own_drafter(t) == TD_OWN_DSPARK)
+        return fail(&ld,
+                    "this checkpoint's mtp.* tensors are a DSpark head (%s), not an MTP "
+                    "layer: draft with dspark",
+                    t->cfg.dspark.present ? "config.json has the dspark_* keys"
+                                          : "mtp.0.main_proj.weight");
     if (t->cfg.n_mtp_layers < 1 || !st_set_find(&t->st, "mtp.0.e_proj.weight"))
         return fail(&ld, "this checkpoint has no MTP layer (no mtp.0.* tensors)");
     if (c->attn[0] != TD_ATTN_SLIDING)
         return fail(&ld,
                     "MTP layer with %s attention: only sliding-window MTP layers are supported",
                     td_attn_kind_name(c->attn[0]));
-    if (alloc_layers(&ld) || bind_layer(&ld, 0, "mtp.0.", "mtp.0.")) goto fail;
+    int rc = -1;
+    if (!(ld.used = calloc((size_t)t->st.n_entries + 1, 1)) || alloc_layers(&ld) ||
+        bind_layer(&ld, 0, "mtp.0.", "mtp.0."))
+        goto out;
     int64_t vd[1] = {c->dim}, md[2] = {c->dim, c->dim},
             hcf[2] = {c->hc_mult, (int64_t)c->hc_mult * c->dim};
     int64_t hcb[1] = {c->hc_mult}, one[1] = {1};
@@ -755,11 +830,13 @@ int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, s
         bind(&ld, &m->mtp_hnorm, "mtp.0.hnorm.weight", NULL, K_FLOAT, vd, 1) ||
         bind(&ld, &m->mtp_eproj, "mtp.0.e_proj.weight", NULL, K_FLOAT, md, 2) ||
         bind(&ld, &m->mtp_hproj, "mtp.0.h_proj.weight", NULL, K_FLOAT, md, 2))
-        goto fail;
-    return 0;
-fail:
-    td_model_free(m); // its st is empty: the views are into target's mapping
-    return -1;
+        goto out;
+    rc = check_drafter_unused(&ld, "mtp.", "the checkpoint's files", t->cfg.n_mtp_layers,
+                              "its MTP layer (mtp.0)");
+out:
+    free(ld.used);
+    if (rc) td_model_free(m); // its st is empty: the views are into target's mapping
+    return rc;
 }
 
 int td_model_load_dspark(const struct td_model *t, const char *dir, int n_stages, int n_capture,
@@ -767,18 +844,40 @@ int td_model_load_dspark(const struct td_model *t, const char *dir, int n_stages
     memset(m, 0, sizeof *m);
     m->cfg = t->cfg;
     struct td_config *c = &m->cfg;
-    struct loader ld = {.m = m, .st = &m->st, .err = err, .errlen = errlen};
-    if (n_stages < 1 || n_stages > TD_MAX_LAYERS || n_capture < 1 || rank < 1)
-        return fail(&ld, "%s: %d stages, %d captured layers, Markov rank %d: each must be >= 1",
-                    dir, n_stages, n_capture, rank);
-    c->n_layers = n_stages;
+    const char *where = dir ? dir : "the checkpoint's own files";
+    struct loader ld = {.m = m, .st = dir ? &m->st : &t->st, .err = err, .errlen = errlen};
+    if (n_stages < 0 || n_stages > TD_DSPARK_MAX_STAGES || n_capture < 1 || rank < 1)
+        return fail(&ld,
+                    "%s: %d stages, %d captured layers, Markov rank %d: stages must be in [0, %d] "
+                    "(0: as the files hold), the others >= 1",
+                    where, n_stages, n_capture, rank, TD_DSPARK_MAX_STAGES);
+    int rc = -1, held;
+    if (dir && st_set_open(&m->st, dir, err, errlen)) goto out;
+    if ((held = count_stages(&ld, where)) < 0) goto out;
+    if (!held) {
+        fail(&ld, "no DSpark stages (mtp.<s>.* tensors) in %s%s", where,
+             dir ? "" : ", though config.json has the dspark_* keys");
+        goto out;
+    }
+    if (n_stages && n_stages != held) {
+        fail(&ld, "dspark_num_stages is %d, but there %s %d (mtp.0 .. mtp.%d) in %s", n_stages,
+             held > 1 ? "are" : "is", held, held - 1, where);
+        goto out;
+    }
+    n_stages = c->n_layers = held;
     for (int i = 0; i < n_stages; i++) { // sliding-window attention, score-routed MoE
         c->attn[i] = TD_ATTN_SLIDING;
         c->mlp[i] = TD_MLP_MOE;
+        // a release's compress_ratios lists its stages after the target's layers
+        if (!dir && i < 4 && t->cfg.mtp_attn[i] != TD_ATTN_SLIDING) {
+            fail(&ld,
+                 "DSpark stage mtp.%d: compress_ratios[%d] says %s attention; the stages are "
+                 "sliding-window (0)",
+                 i, t->cfg.n_layers + i, td_attn_kind_name(t->cfg.mtp_attn[i]));
+            goto out;
+        }
     }
-    int rc = -1;
-    if (st_set_open(&m->st, dir, err, errlen)) goto out;
-    if (!(ld.used = calloc((size_t)m->st.n_entries + 1, 1)) || alloc_layers(&ld)) goto out;
+    if (!(ld.used = calloc((size_t)ld.st->n_entries + 1, 1)) || alloc_layers(&ld)) goto out;
     for (int i = 0; i < n_stages; i++) {
         char pre[32];
         snprintf(pre, sizeof pre, "mtp.%d.", i);
@@ -831,7 +930,9 @@ int td_model_load_dspark(const struct td_model *t, const char *dir, int n_stages
         snprintf(name, sizeof name, "%s%s", want[i].pre, want[i].name);
         if (bind(&ld, want[i].dst, name, NULL, K_FLOAT, want[i].shape, want[i].ndim)) goto out;
     }
-    rc = check_unused(&ld, dir, NULL);
+    char what[64];
+    snprintf(what, sizeof what, "a %d-stage DSpark head", n_stages);
+    rc = check_drafter_unused(&ld, dir ? "" : "mtp.", where, 0, what); // a folder: all of it
 out:
     free(ld.used);
     if (rc) td_model_free(m);

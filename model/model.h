@@ -11,7 +11,8 @@
  * DeepSeek layout (layers.N.attn.wq_a.weight, per-expert ffn.experts.E.w1/w2/w3). Every tensor
  * the config implies must be present with the right shape and a float (or, for tid2eid, int)
  * dtype; every stored tensor must be used, except mtp.* which stays available to the drafters
- * through td_model_tensor(). Failures name the tensor with expected and actual shape/dtype.
+ * (td_model_load_mtp / _dspark bind it from the target's mapping, and refuse what they do not
+ * use). Failures name the tensor with expected and actual shape/dtype.
  */
 #ifndef TD_MODEL_H
 #define TD_MODEL_H
@@ -128,20 +129,39 @@ struct td_backend;
 
 /* The MTP layer stored as mtp.0.* (upstream names) in target's files, as a one-layer model:
  * the decoder block (its attention kind from compress_ratios' tail; score-routed MoE), its own
- * hc_head and norm, and enorm/hnorm/e_proj/h_proj. embed and head are left empty: they are the
- * target's (the caller points them at the target's, on whatever backend it runs). Views into
- * target's mapping, so target must outlive it. 0, or -1 with a message naming what is missing. */
+ * hc_head and norm, and enorm/hnorm/e_proj/h_proj, each float or quantized as the target's
+ * may be (FP8 with its 128x128 scale, FP4 routed experts with theirs: decoded to fp32). embed
+ * and head are left empty: they are the target's (the caller points them at the target's, on
+ * whatever backend it runs). Views into target's mapping, so target must outlive it. Every
+ * mtp.0.* tensor must be bound (and no mtp.<s>.* past num_nextn_predict_layers be stored).
+ * 0, or -1 with a message naming the tensor missing, mis-shaped (expected and stored dtype and
+ * shape) or unexpected; a DSpark head under mtp.* is refused as such. */
 int td_model_load_mtp(const struct td_model *target, struct td_model *mtp, char *err,
                       size_t errlen);
 
-/* A DSpark drafter stored as mtp.{0..n_stages-1}.* in DIR's safetensors (its own files, as
- * models/<m>/dspark/ ships them), as an n_stages-layer model over target's config: every stage
- * a V4 block with sliding-window attention and a score-routed MoE; hc_head and norm are the
- * last stage's; main_proj/main_norm (stage 0's), the Markov head and the confidence head (the
- * last stage's) in m->dspark. embed and head are left empty (the target's). Every tensor in
- * DIR must be used. 0, or -1 with a message naming what is missing or mis-shaped. */
+/* A DSpark drafter stored as mtp.{0..S-1}.* (drafters.md 2.4), as an S-layer model over
+ * target's config: every stage a V4 block with sliding-window attention and a score-routed MoE;
+ * hc_head and norm are the last stage's; main_proj/main_norm (stage 0's), the Markov head and
+ * the confidence head (the last stage's) in m->dspark. Tensors float or quantized as the
+ * target's may be (decoded to fp32). embed and head are left empty (the target's).
+ *   dir: a folder of its own (models/<m>/dspark/), every tensor there bound; or NULL: the
+ *        target's own files, where a release carries its head (V4-Flash-0731, -DSpark: stages
+ *        beside the target; views into target's mapping, so target must outlive it), every
+ *        mtp.* tensor there bound, and compress_ratios' entries past the target's layers, when
+ *        given, sliding (0).
+ *   n_stages: S, or 0 for the stages the files hold (the mtp.<s> prefixes, which must run
+ *        0 .. S-1; the releases' configs do not say); given, it must be what they hold.
+ * 0, or -1 with a message naming the tensor missing, mis-shaped (expected and stored dtype
+ * and shape) or unexpected. */
 int td_model_load_dspark(const struct td_model *target, const char *dir, int n_stages,
                          int n_capture, int rank, struct td_model *m, char *err, size_t errlen);
+
+/* The drafter a checkpoint carries in its own files: DSpark when its config.json has the
+ * dspark_* keys or it stores mtp.0.main_proj.weight (V4-Flash-0731, -DSpark), else MTP when it
+ * stores mtp.0.e_proj.weight and num_nextn_predict_layers >= 1 (V4-Flash, -Pro), else none (a
+ * dummy model stores nothing). */
+enum td_own_drafter { TD_OWN_NONE = 0, TD_OWN_MTP, TD_OWN_DSPARK };
+enum td_own_drafter td_model_own_drafter(const struct td_model *m);
 
 /* A copy of `host` placed on backend b. On a device: matrices that go through GEMMs (and the
  * embedding) as BF16, FP8 / FP4 weights packed as Q8 / Q4 (kernels/quant.h), every other float

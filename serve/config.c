@@ -119,11 +119,13 @@ static const struct key keys[] = {
      .doc = "off = run every GPU step eagerly (no CUDA graph replay)"},
     // [speculation]
     {K("speculation", "method", KEY_STRING, method), .names = draft_names, .def = "auto",
-     .doc = "the drafter; auto = dspark when the model ships dspark/ and the GPU runs, else none"},
+     .doc = "the drafter; auto, on the GPU: dspark when the model has one (its own files or "
+            "dspark/), else mtp when it has an MTP layer, else none; on the CPU none"},
     {K("speculation", "k", KEY_INT, k), RANGE(0, 16), .def = "0",
      .doc = "draft tokens per round; 0 = the drafter's default"},
     {K("speculation", "dspark_dir", KEY_STRING, dspark_dir), .def = "",
-     .doc = "the DSpark drafter's directory; empty = model.path/dspark"},
+     .doc = "the DSpark drafter's directory; empty = the model's own stages, else "
+            "model.path/dspark"},
     {K("speculation", "confidence_min", KEY_DOUBLE, confidence_min), RANGE(0, 1),
      .flags = KEY_MAX_OPEN, .def = "0.0",
      .doc = "DSpark: verify only the drafts before the first below this confidence; 0 = all"},

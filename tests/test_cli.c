@@ -4,7 +4,9 @@
  *
  * TD_TANDEM names the binary (default ./bin/tandem; the sanitizer run uses its own build).
  * Bad arguments must exit non-zero with one line on stderr, never crash; a good run with
- * --chunks must write the same bits as the one-call run, and both must match HF.
+ * --chunks must write the same bits as the one-call run, and both must match HF. generate with
+ * --draft dspark on the default model with its head moved into its own files prints what it
+ * prints with the head in dspark/ (ids and acceptance).
  */
 #include <stdint.h>
 #include <sys/wait.h>
@@ -12,6 +14,7 @@
 
 #include "check.h"
 #include "app/npy.h"
+#include "embed_dspark.h"
 
 static char root[64];
 
@@ -251,6 +254,40 @@ int main(void) {
           "--draft dspark did not draft: '%s'", smsg);
     case_end("generate_auto_draft_on_cpu_is_none", "");
 
+    // the default model with its dspark/ moved into its own files (tests/embed_dspark.h, as
+    // V4-Flash-0731 carries its head): --draft dspark runs it with no folder and drafts as the
+    // folder does: the same ids, the same acceptance, position by position
+    case_begin();
+    char emb[128], so[2][4096], se[2][4096], *acc[2][2];
+    snprintf(emb, sizeof emb, "%s/embedded", root);
+    CHECK(!embed_dspark(emb, "models/tandem-tiny", "models/tandem-tiny/dspark", NULL, 0, NULL, NULL,
+                        err, sizeof err),
+          "%s", err);
+    for (int v = 0; v < 2 && !check_case_failed; v++) {
+        snprintf(args, sizeof args,
+                 "%s generate --model %s --backend cpu --prompt-ids \"5 6 7 5 6 7 5\" "
+                 "--max-tokens 24 --n 2 --print-ids --ignore-eos --draft dspark --stats > "
+                 "%s/emb%d.out 2> %s/emb%d.err",
+                 bin, v ? emb : "models/tandem-tiny", root, v, root, v);
+        CHECK(system(args) == 0, "generate --draft dspark (%s) failed", v ? emb : "the folder");
+        snprintf(path, sizeof path, "%s/emb%d.out", root, v);
+        slurp(path, so[v], sizeof so[v]);
+        snprintf(path, sizeof path, "%s/emb%d.err", root, v);
+        slurp(path, se[v], sizeof se[v]);
+        acc[v][0] = strstr(se[v], "stats: mean accepted length");
+        acc[v][1] = strstr(se[v], "stats: acceptance by draft position");
+        CHECK(strstr(se[v], "draft dspark (up to 5 tokens a round)") && acc[v][0] && acc[v][1],
+              "no DSpark stats in '%s'", se[v]);
+        for (int j = 0; !check_case_failed && j < 2; j++)
+            *strchr(acc[v][j], '\n') = 0;
+    }
+    CHECK(check_case_failed || (so[0][0] && !strcmp(so[0], so[1])),
+          "the ids differ: '%s' from the folder, '%s' embedded", so[0], so[1]);
+    for (int j = 0; !check_case_failed && j < 2; j++)
+        CHECK(!strcmp(acc[0][j], acc[1][j]), "'%s' from the folder, '%s' embedded", acc[0][j],
+              acc[1][j]);
+    case_end("generate_dspark_embedded_equals_folder", "");
+
     // bench on the default model: a tiny prompt set, CSV out
     write_text("p.jsonl", "{\"turns\": [\"What is a cat?\"]}\n{\"text\": \"Once upon a time\"}\n");
     write_text("bad.jsonl", "{\"turns\": [\"ok\"]}\n[1, 2]\n");
@@ -301,7 +338,7 @@ int main(void) {
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft bogus", fx);
     bad("generate_bad_drafter", a, "expected auto, none, ngram, random, mtp or dspark");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft dspark", fx);
-    bad("generate_dspark_missing", a, "dspark: cannot read");
+    bad("generate_dspark_missing", a, "dspark: the drafter's config: cannot open");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --dspark-threshold 0.5", fx);
     bad("generate_threshold_without_dspark", a, "need --draft dspark");
     snprintf(a, sizeof a,

@@ -659,6 +659,117 @@ done:
     report("config_special_files", why[0] ? why : NULL);
 }
 
+/* a DSpark head's keys in the target's own config.json (V4-Flash-0731, the -DSpark releases):
+ * read with the stage count left to the weights, or given; absent, nothing; incomplete or out of
+ * range (against the target's layers and vocabulary), refused naming the key. The same keys in
+ * a drafter folder's config.json (td_config_dspark_load) are required, and its window must be
+ * the target's. */
+static void test_dspark_keys(void) {
+    char why[600] = "", err[512] = "", path[64] = "/tmp/td_test_cfg_XXXXXX";
+    struct td_config c, t;
+    const char *keys = "{'dspark_block_size': 5, 'dspark_noise_token_id': 511,"
+                       " 'dspark_markov_rank': 64, 'dspark_target_layer_ids': [1, 2, 3]}";
+    int fd = -1;
+    if (expect_ok("dspark_keys", &c, tiny, keys, NULL)) return;
+    REQUIRE(c.dspark.present && c.dspark.block == 5 && c.dspark.noise == 511);
+    REQUIRE(c.dspark.rank == 64 && c.dspark.n_stages == 0 && c.dspark.n_capture == 3);
+    REQUIRE(c.dspark.capture[0] == 1 && c.dspark.capture[1] == 2 && c.dspark.capture[2] == 3);
+    if (expect_ok("dspark_keys", &c, tiny,
+                  "{'dspark_block_size': 16, 'dspark_noise_token_id': 0,"
+                  " 'dspark_markov_rank': 256, 'dspark_target_layer_ids': [0],"
+                  " 'dspark_num_stages': 3}",
+                  NULL))
+        return;
+    REQUIRE(c.dspark.present && c.dspark.block == 16 && c.dspark.n_stages == 3);
+    REQUIRE(c.dspark.n_capture == 1 && c.dspark.capture[0] == 0);
+    if (expect_ok("dspark_keys", &c, tiny, NULL, NULL)) return;
+    REQUIRE(!c.dspark.present && c.dspark.n_capture == 0);
+    // a folder's config: the keys required, its window the target's
+    char *ts = variant(tiny, NULL, NULL);
+    REQUIRE(ts && !td_config_parse(&t, ts, err, sizeof err));
+    free(ts);
+    const struct {
+        const char *patch, *want; /* want NULL: loads */
+    } folder[] = {
+        {"{'model_type': 'deepseek_v4_dspark', 'sliding_window': 8, 'dspark_num_stages': 2}", NULL},
+        {"{'sliding_window': 16}", "\"sliding_window\" = 16 is not the target's 8"},
+        {"{'dspark_target_layer_ids': [4]}", "\"dspark_target_layer_ids[0]\" = 4 is not a layer"},
+    };
+    for (size_t i = 0; i < sizeof folder / sizeof *folder; i++) {
+        char *fs = variant(keys, folder[i].patch, NULL);
+        fd = mkstemp(path);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        REQUIRE(f && fs);
+        fputs(fs, f);
+        fclose(f);
+        free(fs);
+        struct td_dspark_cfg d;
+        int rc = td_config_dspark_load(&d, path, &t, err, sizeof err);
+        if (!folder[i].want)
+            REQUIRE(!rc && d.present && d.n_stages == 2 && d.rank == 64);
+        else
+            REQUIRE(rc && strstr(err, path) && strstr(err, folder[i].want));
+        unlink(path);
+        snprintf(path, sizeof path, "/tmp/td_test_cfg_XXXXXX");
+    }
+    fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    REQUIRE(f);
+    fputs("{\"dspark_block_size\": 5}", f);
+    fclose(f);
+    struct td_dspark_cfg d;
+    REQUIRE(td_config_dspark_load(&d, path, &t, err, sizeof err) &&
+            strstr(err, "missing key \"dspark_noise_token_id\""));
+    unlink(path);
+done:
+    report("dspark_keys", why[0] ? why : NULL);
+
+    const char *miss[] = {"dspark_block_size", "dspark_noise_token_id", "dspark_markov_rank",
+                          "dspark_target_layer_ids"};
+    for (size_t i = 0; i < sizeof miss / sizeof *miss; i++) {
+        char name[96], want[96];
+        snprintf(name, sizeof name, "dspark_incomplete_%s", miss[i] + strlen("dspark_"));
+        snprintf(want, sizeof want, "missing key \"%s\" beside", miss[i]);
+        char *base = variant(tiny, keys, NULL);
+        expect_fail(name, base, NULL, miss[i], want);
+        free(base);
+    }
+    const struct {
+        const char *name, *patch, *want;
+    } bad[] = {
+        {"dspark_block_zero", "{'dspark_block_size': 0}",
+         "\"dspark_block_size\" = 0 is out of range [1, 16]"},
+        {"dspark_block_past_16", "{'dspark_block_size': 17}", "\"dspark_block_size\" = 17"},
+        {"dspark_noise_past_vocab", "{'dspark_noise_token_id': 512}",
+         "\"dspark_noise_token_id\" = 512 is out of range [0, 511]"},
+        {"dspark_rank_past_256", "{'dspark_markov_rank': 257}", "\"dspark_markov_rank\" = 257"},
+        {"dspark_rank_string", "{'dspark_markov_rank': '64'}",
+         "\"dspark_markov_rank\" must be an integer, got a string"},
+        {"dspark_ids_not_list", "{'dspark_target_layer_ids': 3}",
+         "\"dspark_target_layer_ids\" must be a list, got an integer"},
+        {"dspark_ids_empty", "{'dspark_target_layer_ids': []}", "lists 0 layers, want 1 to 8"},
+        {"dspark_ids_nine", "{'dspark_target_layer_ids': [0, 1, 2, 3, 4, 5, 6, 7, 8]}",
+         "lists 9 layers"},
+        {"dspark_ids_descend", "{'dspark_target_layer_ids': [2, 1]}",
+         "\"dspark_target_layer_ids\" must ascend: [1] = 1 after 2"},
+        {"dspark_ids_repeat", "{'dspark_target_layer_ids': [2, 2]}", "must ascend"},
+        {"dspark_ids_past_layers", "{'dspark_target_layer_ids': [1, 4]}",
+         "\"dspark_target_layer_ids[1]\" = 4 is not a layer of the target ([0, 4))"},
+        {"dspark_ids_negative", "{'dspark_target_layer_ids': [-1]}", "[0]\" = -1 is not a layer"},
+        {"dspark_ids_element_string", "{'dspark_target_layer_ids': [1, 'x']}",
+         "\"dspark_target_layer_ids[1]\" must be an integer, got a string"},
+        {"dspark_stages_zero", "{'dspark_num_stages': 0}",
+         "\"dspark_num_stages\" = 0 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *base = variant(tiny, keys, NULL);
+        expect_fail(bad[i].name, base, bad[i].patch, NULL, bad[i].want);
+        free(base);
+    }
+    expect_fail("dspark_stages_alone", tiny, "{'dspark_num_stages': 3}", NULL,
+                "\"dspark_num_stages\" without a DSpark head's keys");
+}
+
 static void test_kind_names(void) {
     char why[600] = "";
     REQUIRE(strcmp(td_attn_kind_name(TD_ATTN_SLIDING), "sliding") == 0);
@@ -689,6 +800,7 @@ int main(void) {
     test_ranges();
     test_load_file();
     test_special_files();
+    test_dspark_keys();
     test_kind_names();
     return check_failures ? 1 : 0;
 }

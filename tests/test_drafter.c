@@ -6,17 +6,23 @@
  *     help and messages list them ("auto, none, ngram, random, mtp or dspark").
  * registry_rejects_unknown: an unknown name (or another case) is refused with every name listed;
  *     draft_init makes request drafters only.
- * auto_policy: draft_pick_auto is dspark exactly when on a device and a DSpark config.json is
- *     there (dspark_dir, else model_dir/dspark/), else none.
+ * auto_policy: draft_pick_auto is none on the CPU; on a device dspark when a DSpark config.json
+ *     is there (dspark_dir, else model_dir/dspark/) or the checkpoint carries a DSpark head, else
+ *     mtp when it carries an MTP layer, else none (a dspark_dir named beats the rest).
  * engine_auto_on_cpu: td_engine_init with draft "auto" on the CPU backend runs none, also for a
  *     model whose dspark/ loads (it does with "dspark"), and td_engine_draft says so.
+ * engine_own_drafters: a checkpoint carrying its DSpark head (tests/embed_dspark.h) runs dspark
+ *     with no folder, and refuses mtp; one carrying an MTP layer runs mtp and refuses dspark
+ *     (no head, no folder); td_model_own_drafter says which each carries.
  */
 #include <limits.h>
 #include <sys/stat.h>
 
 #include "check.h"
 #include "draft/drafter.h"
+#include "embed_dspark.h"
 #include "engine/engine.h"
+#include "model/model.h"
 
 static const char *fx = "tests/fixtures/b_plain_hc2";            /* a model with no dspark/ */
 static const char *dspark_fx = "tests/fixtures/dspark_b/dspark"; /* a DSpark drafter of it */
@@ -96,24 +102,36 @@ static void test_registry_rejects_unknown(void) {
 static void test_auto_policy(void) {
     static const struct {
         int on_device;
-        const char *model, *dspark_dir, *want;
+        const char *model, *dspark_dir;
+        int own; /* td_model_own_drafter */
+        const char *want;
     } cases[] = {
-        {1, "tests/fixtures/dspark_b", NULL, "dspark"}, // the model's dspark/
-        {0, "tests/fixtures/dspark_b", NULL, "none"},   // on the CPU: never
-        {1, "tests/fixtures/b_plain_hc2", NULL, "none"},
-        {1, "tests/fixtures/b_plain_hc2", "tests/fixtures/dspark_b/dspark", "dspark"},
-        {0, "tests/fixtures/b_plain_hc2", "tests/fixtures/dspark_b/dspark", "none"},
-        {1, "tests/fixtures/dspark_b", "tests/fixtures/nonexistent", "none"}, // dir beats dspark/
-        {1, "tests/fixtures/dspark_b", "tests/fixtures/dspark_b", "none"}, // config.json not there
+        {1, "tests/fixtures/dspark_b", NULL, TD_OWN_NONE, "dspark"}, // the model's dspark/
+        {0, "tests/fixtures/dspark_b", NULL, TD_OWN_NONE, "none"},   // on the CPU: never
+        {1, "tests/fixtures/b_plain_hc2", NULL, TD_OWN_NONE, "none"},
+        {1, "tests/fixtures/b_plain_hc2", "tests/fixtures/dspark_b/dspark", TD_OWN_NONE, "dspark"},
+        {0, "tests/fixtures/b_plain_hc2", "tests/fixtures/dspark_b/dspark", TD_OWN_NONE, "none"},
+        {1, "tests/fixtures/dspark_b", "tests/fixtures/nonexistent", TD_OWN_NONE,
+         "none"}, // dir beats dspark/
+        {1, "tests/fixtures/dspark_b", "tests/fixtures/dspark_b", TD_OWN_NONE,
+         "none"}, // config.json not there
+        // what the checkpoint carries in its own files: its DSpark head (V4-Flash-0731), else its
+        // MTP layer (V4-Flash), after a dspark/ beside it; never on the CPU
+        {1, "tests/fixtures/b_plain_hc2", NULL, TD_OWN_DSPARK, "dspark"},
+        {0, "tests/fixtures/b_plain_hc2", NULL, TD_OWN_DSPARK, "none"},
+        {1, "tests/fixtures/b_plain_hc2", NULL, TD_OWN_MTP, "mtp"},
+        {0, "tests/fixtures/b_plain_hc2", NULL, TD_OWN_MTP, "none"},
+        {1, "tests/fixtures/dspark_b", NULL, TD_OWN_MTP, "dspark"},
+        {1, "tests/fixtures/b_plain_hc2", "tests/fixtures/nonexistent", TD_OWN_DSPARK, "none"},
     };
     case_begin();
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const struct draft_info *di =
-            draft_pick_auto(cases[i].on_device, cases[i].model, cases[i].dspark_dir);
-        CHECK(di && !strcmp(di->name, cases[i].want), "case %zu (device %d, %s, %s): %s, want %s",
-              i, cases[i].on_device, cases[i].model,
-              cases[i].dspark_dir ? cases[i].dspark_dir : "NULL", di ? di->name : "NULL",
-              cases[i].want);
+            draft_pick_auto(cases[i].on_device, cases[i].model, cases[i].dspark_dir, cases[i].own);
+        CHECK(di && !strcmp(di->name, cases[i].want),
+              "case %zu (device %d, %s, %s, own %d): %s, want %s", i, cases[i].on_device,
+              cases[i].model, cases[i].dspark_dir ? cases[i].dspark_dir : "NULL", cases[i].own,
+              di ? di->name : "NULL", cases[i].want);
     }
     case_end("auto_policy", "");
 }
@@ -188,10 +206,63 @@ static void test_engine_auto_on_cpu(void) {
     case_end("engine_auto_on_cpu", "");
 }
 
+static void test_engine_own_drafters(void) {
+    char dir[] = "/tmp/td_drafter_XXXXXX", out[64], err[1024] = "";
+    case_begin();
+    CHECK(mkdtemp(dir), "mkdtemp");
+    snprintf(out, sizeof out, "%s/embedded", dir);
+    CHECK(!embed_dspark(out, "tests/fixtures/c_upstream_sharded", "tests/fixtures/dspark_c/dspark",
+                        NULL, 0, NULL, NULL, err, sizeof err),
+          "%s", err);
+    const char *ran = NULL;
+    int k = -1;
+    if (!check_case_failed) {
+        // dspark with no dspark/ beside it, and no --dspark-dir: the checkpoint's own head
+        CHECK(!engine_draft(out, "dspark", 0, &ran, &k, err, sizeof err), "dspark: %s", err);
+        CHECK(ran && !strcmp(ran, "dspark") && k == 6, "dspark asked for: %s (k %d) runs",
+              ran ? ran : "NULL", k);
+        ran = NULL;
+        CHECK(!engine_draft(out, "auto", 0, &ran, &k, err, sizeof err), "auto: %s", err);
+        CHECK(ran && !strcmp(ran, "none"), "auto on the cpu runs %s", ran ? ran : "NULL");
+        CHECK(engine_draft(out, "mtp", 2, &ran, &k, err, sizeof err) &&
+                  strstr(err, "DSpark head") && strstr(err, "not an MTP layer"),
+              "mtp on a DSpark head: '%s'", err);
+    }
+    // its MTP layer: mtp runs, dspark has nothing to run
+    const char *mtp_fx = "tests/fixtures/mtp_c_upstream_sharded";
+    ran = NULL;
+    CHECK(!engine_draft(mtp_fx, "mtp", 2, &ran, &k, err, sizeof err) && ran &&
+              !strcmp(ran, "mtp") && k == 2,
+          "mtp: %s (%s)", ran ? ran : "NULL", err);
+    CHECK(engine_draft(mtp_fx, "dspark", 0, &ran, &k, err, sizeof err) &&
+              strstr(err, "mtp_c_upstream_sharded/dspark/config.json") &&
+              strstr(err, "carries no DSpark head of its own"),
+          "dspark on an MTP checkpoint with no dspark/: '%s'", err);
+    struct td_model m;
+    const struct {
+        const char *dir;
+        enum td_own_drafter want;
+    } own[] = {
+        {out, TD_OWN_DSPARK}, {mtp_fx, TD_OWN_MTP}, {"tests/fixtures/b_plain_hc2", TD_OWN_NONE}};
+    for (size_t i = 0; !check_case_failed && i < sizeof own / sizeof *own; i++) {
+        const char *d = own[i].dir;
+        CHECK(!td_model_load(&m, d, err, sizeof err), "%s: %s", d, err);
+        if (check_case_failed) break;
+        CHECK(td_model_own_drafter(&m) == own[i].want, "%s carries %d, want %d", d,
+              td_model_own_drafter(&m), own[i].want);
+        td_model_free(&m);
+    }
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) case_fail("cannot remove %s", dir);
+    case_end("engine_own_drafters", "");
+}
+
 int main(void) {
     test_registry_names();
     test_registry_rejects_unknown();
     test_auto_policy();
     test_engine_auto_on_cpu();
+    test_engine_own_drafters();
     return check_failures ? 1 : 0;
 }

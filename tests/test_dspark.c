@@ -18,6 +18,15 @@
  * sequence drafted in a batch, its step carrying rows its verify rejected, drafts as it does
  * alone, and a prefill then a verify step with rejected rows give the same round as the
  * committed rows alone.
+ * Embedded (tests/embed_dspark.h: each fixture's head moved into its target's own files, as
+ * V4-Flash-0731 and the -DSpark releases carry it, with the dspark_* keys in the target's
+ * config.json): the same config (the stage count from the mtp.<s> prefixes), and bit for bit the
+ * same target logits, base logits, drafts and confidences as the folder's; each way the
+ * embedded head can be wrong (a stage tensor missing, mis-shaped, of another dtype or extra, an
+ * MTP tensor beside it, a stage skipped, keys incomplete, out of range or against the tensors,
+ * a compressed stage, keys without stages and stages without keys, MTP asked of it) refused
+ * with the tensor or key named, expected and stored dtype and shape; stages quantized as the
+ * release quantizes them draft bit for bit as their F32 decode.
  */
 #include <jansson.h>
 #include <math.h>
@@ -25,6 +34,8 @@
 
 #include "check.h"
 #include "draft/dspark.h"
+#include "embed_dspark.h"
+#include "kernels/quant.h"
 #include "model/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -121,7 +132,7 @@ static void batch_equals_alone(struct fx *f, const char *ddir, const int32_t *id
     struct draft_dspark *d1 = d2 ? cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err) : NULL;
     CHECK(d1 && d2, "%s", err);
     if (d1 && d2) {
-        const struct dspark_config *dc = draft_dspark_config(d2);
+        const struct td_dspark_cfg *dc = draft_dspark_config(d2);
         int g = dc->block;
         size_t CW = (size_t)dc->n_capture * m->cfg.dim, row = CW * sizeof(float);
         float *last = malloc((size_t)V * sizeof(float));
@@ -211,7 +222,7 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
     struct draft_dspark *dB = dA ? cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err) : NULL;
     CHECK(dA && dB, "%s", err);
     if (dA && dB) {
-        const struct dspark_config *dc = draft_dspark_config(dA);
+        const struct td_dspark_cfg *dc = draft_dspark_config(dA);
         int g = dc->block;
         size_t CW = (size_t)dc->n_capture * m->cfg.dim;
         float *last = malloc((size_t)V * sizeof(float)), *q = malloc((size_t)g * V * sizeof(float));
@@ -323,7 +334,7 @@ static void run_fixture(const char *dir) {
         json_decref(f.js);
         return;
     }
-    const struct dspark_config *dc = draft_dspark_config(d);
+    const struct td_dspark_cfg *dc = draft_dspark_config(d);
     int V = f.m.cfg.vocab, g = dc->block;
     float *last = malloc((size_t)V * sizeof(float)), *q = malloc((size_t)g * V * sizeof(float));
     float *want = malloc((size_t)g * V * sizeof(float)), conf[DSPARK_MAX_BLOCK];
@@ -503,9 +514,417 @@ static void run_fixture(const char *dir) {
     json_decref(f.js);
 }
 
+// ---------------------------------------------------------------------------------------------
+// a checkpoint that carries its head in its own files (tests/embed_dspark.h)
+
+static char root[64]; /* the cases' checkpoints */
+
+/* the target over ids, its rows into d and a greedy round: its drafts, confidences and base
+ * logits (into u [block, V]), the target's last logits into last. The drafts made, or -1 */
+static int greedy_round(const struct td_model *m, struct draft_dspark *d, const int32_t *ids, int n,
+                        float *last, int32_t *drafts, float *conf, float *u, char *err,
+                        size_t errlen) {
+    int V = m->cfg.vocab, g = draft_dspark_config(d)->block;
+    float *q = malloc((size_t)g * V * sizeof(float));
+    struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    int32_t nx[1024];
+    int rc = -1;
+    if (q && !target_pass(m, d, ids, n, last, err, errlen)) {
+        struct td_draft_seq s = {.slot = 0,
+                                 .pos0 = 0,
+                                 .n = n,
+                                 .row = 0,
+                                 .next = next_of(nx, ids, 0, n, argmax(last, V)),
+                                 .k = g,
+                                 .sampling = &greedy,
+                                 .drafts = drafts,
+                                 .q = q,
+                                 .conf = conf};
+        struct td_plan_seq all = {.slot = 0, .len_before = 0, .n_new = n, .ids = zeros};
+        if (!step_insert(d, &all, 1, err, errlen) && !draft_dspark_run(d, &s, 1, err, errlen)) {
+            memcpy(u, draft_dspark_base_logits(d), (size_t)g * V * sizeof(float));
+            rc = s.n_drafts;
+        }
+    }
+    free(q);
+    return rc;
+}
+
+/* the same fixture's head, in a folder and in the checkpoint's own files, drafts the same: the
+ * stage count from the prefixes, the config from the target's config.json, and bit for bit the
+ * target's logits, the block's base logits, the drafts and the confidences of a greedy round
+ * over the long case */
+static void embedded_equals_folder(const char *dir) {
+    char err[1024] = "", path[512], out[160], name[160], folder[512];
+    const char *fx = dir + strlen("tests/fixtures/");
+    case_begin();
+    snprintf(path, sizeof path, "%s/dspark.json", dir);
+    json_t *js = json_load_file(path, 0, NULL);
+    const char *model = json_string_value(json_object_get(js, "model"));
+    snprintf(folder, sizeof folder, "%s/dspark", strstr(dir, "dspark_tiny") ? model : dir);
+    snprintf(out, sizeof out, "%s/embedded_%s", root, fx);
+    int32_t ids[1024];
+    int n = ids_of(json_object_get(json_object_get(js, "cases"), "long"), ids, 1024);
+    struct td_model a = {0}, b = {0};
+    struct draft_dspark *da = NULL, *db = NULL;
+    CHECK(model && n > 0, "%s unreadable", path);
+    CHECK(!check_case_failed &&
+              !embed_dspark(out, model, folder, NULL, 0, NULL, NULL, err, sizeof err),
+          "%s", err);
+    CHECK(!check_case_failed && !td_model_load(&a, model, err, sizeof err) &&
+              !td_model_load(&b, out, err, sizeof err),
+          "%s", err);
+    CHECK(!check_case_failed && td_model_own_drafter(&b) == TD_OWN_DSPARK,
+          "the checkpoint's own head is not seen (%d)", td_model_own_drafter(&b));
+    if (!check_case_failed) {
+        da = cpu_drafter(folder, &a, 1, 0.0f, err, sizeof err);
+        db = da ? cpu_drafter(NULL, &b, 1, 0.0f, err, sizeof err) : NULL;
+    }
+    CHECK(!check_case_failed && da && db, "%s", err);
+    if (da && db) {
+        const struct td_dspark_cfg *ca = draft_dspark_config(da), *cb = draft_dspark_config(db);
+        int same = ca->block == cb->block && ca->noise == cb->noise && ca->rank == cb->rank &&
+                   ca->n_stages == cb->n_stages && ca->n_capture == cb->n_capture &&
+                   !memcmp(ca->capture, cb->capture, sizeof ca->capture);
+        CHECK(same, "config: block %d/%d, noise %d/%d, rank %d/%d, stages %d/%d, capture %d/%d",
+              ca->block, cb->block, ca->noise, cb->noise, ca->rank, cb->rank, ca->n_stages,
+              cb->n_stages, ca->n_capture, cb->n_capture);
+        int V = a.cfg.vocab, g = ca->block;
+        float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
+        float *ua = malloc((size_t)g * V * sizeof(float)),
+              *ub = malloc((size_t)g * V * sizeof(float));
+        int32_t xa[DSPARK_MAX_BLOCK], xb[DSPARK_MAX_BLOCK];
+        float fa[DSPARK_MAX_BLOCK], fb[DSPARK_MAX_BLOCK];
+        int na = greedy_round(&a, da, ids, n, la, xa, fa, ua, err, sizeof err);
+        int nb = na < 0 ? -1 : greedy_round(&b, db, ids, n, lb, xb, fb, ub, err, sizeof err);
+        CHECK(na > 0 && nb >= 0, "%s", err);
+        CHECK(check_case_failed || na == nb, "%d drafts from the folder, %d embedded", na, nb);
+        CHECK(check_case_failed || !memcmp(la, lb, (size_t)V * sizeof(float)),
+              "the target's logits differ");
+        CHECK(check_case_failed || !memcmp(ua, ub, (size_t)g * V * sizeof(float)),
+              "the base logits differ");
+        for (int j = 0; !check_case_failed && j < na; j++)
+            CHECK(xa[j] == xb[j] && fa[j] == fb[j],
+                  "slot %d: draft %d (confidence %.7f) from the folder, %d (%.7f) embedded", j,
+                  xa[j], fa[j], xb[j], fb[j]);
+        free(la), free(lb), free(ua), free(ub);
+    }
+    draft_dspark_free(da);
+    draft_dspark_free(db);
+    td_model_free(&a);
+    td_model_free(&b);
+    json_decref(js);
+    snprintf(name, sizeof name, "dspark/%s/embedded_head_drafts_as_its_folder", fx);
+    case_end(name, "");
+}
+
+/* the c fixture (upstream layout, 3 stages) made into a checkpoint with its head embedded */
+static const char *const c_target = "tests/fixtures/c_upstream_sharded",
+                         *const c_folder = "tests/fixtures/dspark_c/dspark";
+
+/* a checkpoint made from the c fixture with the stages t[n] (NULL: the folder's) and its config
+ * patched, loaded on the CPU with its own drafter: 0 (*m and *d held), -1 with the message of
+ * whichever step refused it, -2 when it could not be made */
+static int embedded_drafter(const char *out, const struct st_tensor *t, int n, const char *patch,
+                            const char *del, struct td_model *m, struct draft_dspark **d, char *err,
+                            size_t errlen) {
+    *d = NULL;
+    if (embed_dspark(out, c_target, c_folder, t, n, patch, del, err, errlen)) return -2;
+    if (td_model_load(m, out, err, errlen)) return -1;
+    if (!(*d = cpu_drafter(NULL, m, 1, 0.0f, err, errlen))) {
+        td_model_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+/* the checkpoint must be refused with w1 (and w2) in the message */
+static void refuses(const char *name, const struct st_tensor *t, int n, const char *patch,
+                    const char *del, const char *w1, const char *w2) {
+    char err[1024] = "", out[160], full[160];
+    static int k;
+    snprintf(out, sizeof out, "%s/refuse%d", root, k++);
+    struct td_model m;
+    struct draft_dspark *d;
+    case_begin();
+    int rc = embedded_drafter(out, t, n, patch, del, &m, &d, err, sizeof err);
+    CHECK(rc != -2, "cannot make the checkpoint: %s", err);
+    CHECK(rc != 0, "loaded, expected a refusal naming '%s'", w1);
+    CHECK(strstr(err, w1) && (!w2 || strstr(err, w2)), "message '%s' lacks '%s' / '%s'", err, w1,
+          w2 ? w2 : "");
+    if (getenv("TD_TEST_VERBOSE")) printf("  %s\n", err);
+    if (!rc) {
+        draft_dspark_free(d);
+        td_model_free(&m);
+    }
+    snprintf(full, sizeof full, "dspark/embedded/refuses_%s", name);
+    case_end(full, "");
+}
+
+static int find(const struct st_tensor *t, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return i;
+    return -1;
+}
+
+/* every way an embedded head can be wrong is refused, by name; each case edits a fresh list of
+ * the folder's tensors (views into ds) */
+static void embedded_refusals(void) {
+    char err[512];
+    struct st_set ds;
+    int n = 0, i;
+    struct st_tensor *t = embed_list(&ds, c_folder, 4, &n, err, sizeof err), *u;
+    if (!t) {
+        report("dspark/embedded/refusals", err);
+        return;
+    }
+    u = calloc((size_t)n + 4, sizeof *u);
+#define FRESH() (memcpy(u, t, (size_t)n * sizeof *t), n)
+    int k = FRESH();
+    i = find(u, k, "mtp.1.attn.wkv.weight");
+    u[i] = u[--k];
+    refuses("missing_stage_tensor", u, k, NULL, NULL, "missing tensor",
+            "mtp.1.attn.wkv.weight): expected F32/BF16/F16 [32, 64]");
+    k = FRESH();
+    i = find(u, k, "mtp.2.confidence_head.proj.weight");
+    u[i] = u[--k];
+    refuses("missing_confidence_head", u, k, NULL, NULL,
+            "missing tensor mtp.2.confidence_head.proj.weight", "expected F32/BF16/F16 [1, 80]");
+    k = FRESH();
+    i = find(u, k, "mtp.2.markov_head.markov_w1.weight");
+    u[i].shape[1] = 8, u[i].nbytes /= 2;
+    refuses("misshaped_markov_head", u, k, NULL, NULL,
+            "tensor mtp.2.markov_head.markov_w1.weight: expected F32/BF16/F16 [384, 16]",
+            "got BF16 [384, 8]");
+    k = FRESH();
+    i = find(u, k, "mtp.0.main_norm.weight");
+    u[i].dtype = TD_DTYPE_I32; // the same bytes
+    refuses("wrong_dtype", u, k, NULL, NULL,
+            "tensor mtp.0.main_norm.weight: expected F32/BF16/F16 [64]", "got I32 [64]");
+    k = FRESH();
+    u[k] = u[find(u, k, "mtp.1.attn.wq_a.weight")];
+    snprintf(u[k].name, sizeof u[k].name, "mtp.1.attn.wq_c.weight");
+    k++;
+    refuses("extra_tensor", u, k, NULL, NULL,
+            "unexpected tensor mtp.1.attn.wq_c.weight (BF16 [32, 64])",
+            "not part of a 3-stage DSpark head");
+    k = FRESH();
+    u[k] = u[find(u, k, "mtp.0.main_proj.weight")];
+    snprintf(u[k].name, sizeof u[k].name, "mtp.0.e_proj.weight"); // an MTP layer's, beside
+    k++;
+    refuses("mtp_tensor_beside_head", u, k, NULL, NULL, "unexpected tensor mtp.0.e_proj.weight",
+            "BF16 [64, 192]");
+    k = FRESH();
+    for (int j = 0; j < k; j++)
+        if (!strncmp(u[j].name, "mtp.2.", 6)) u[j].name[4] = '3';
+    refuses("skipped_stage", u, k, NULL, NULL,
+            "no mtp.2.* in the checkpoint's own files, but mtp.3.*", NULL);
+    refuses("stage_count_key", NULL, 0, "{\"dspark_num_stages\": 2}", NULL,
+            "dspark_num_stages is 2, but there are 3 (mtp.0 .. mtp.2)", NULL);
+    refuses("rank_key_against_tensors", NULL, 0, "{\"dspark_markov_rank\": 8}", NULL,
+            "tensor mtp.2.markov_head.markov_w1.weight: expected F32/BF16/F16 [384, 8]",
+            "got BF16 [384, 16]");
+    refuses("capture_key_against_main_proj", NULL, 0, "{\"dspark_target_layer_ids\": [1, 3]}", NULL,
+            "tensor mtp.0.main_proj.weight: expected F32/BF16/F16 [64, 128]", "got BF16 [64, 192]");
+    refuses("incomplete_keys", NULL, 0, NULL, "dspark_markov_rank",
+            "missing key \"dspark_markov_rank\" beside \"dspark_block_size\"", NULL);
+    refuses("capture_key_past_the_target", NULL, 0, "{\"dspark_target_layer_ids\": [1, 2, 4]}",
+            NULL, "\"dspark_target_layer_ids[2]\" = 4 is not a layer of the target ([0, 4))", NULL);
+    refuses("block_key_range", NULL, 0, "{\"dspark_block_size\": 17}", NULL,
+            "\"dspark_block_size\" = 17 is out of range [1, 16]", NULL);
+    refuses("compressed_stage", NULL, 0, "{\"compress_ratios\": [0, 4, 128, 4, 4, 0, 0]}", NULL,
+            "DSpark stage mtp.0: compress_ratios[4] says csa attention", NULL);
+    refuses(
+        "keys_without_stages", t, 0, NULL, NULL,
+        "no DSpark stages (mtp.<s>.* tensors) in the checkpoint's own files, though config.json "
+        "has the dspark_* keys",
+        NULL);
+    refuses(
+        "stages_without_keys", NULL, 0, NULL,
+        "dspark_block_size dspark_noise_token_id dspark_markov_rank dspark_target_layer_ids",
+        "stores a DSpark head (mtp.0.main_proj.weight), but its config.json has no dspark_* keys",
+        NULL);
+#undef FRESH
+    // and MTP refuses it, naming what it is
+    char out[160];
+    snprintf(out, sizeof out, "%s/as_mtp", root);
+    struct td_model m, mtp;
+    case_begin();
+    CHECK(!embed_dspark(out, c_target, c_folder, NULL, 0, NULL, NULL, err, sizeof err) &&
+              !td_model_load(&m, out, err, sizeof err),
+          "%s", err);
+    if (!check_case_failed) {
+        int rc = td_model_load_mtp(&m, &mtp, err, sizeof err);
+        CHECK(rc && strstr(err,
+                           "a DSpark head (config.json has the dspark_* keys), not an MTP layer"),
+              "MTP on a DSpark head: %s", rc ? err : "loaded");
+        if (!rc) td_model_free(&mtp);
+        td_model_free(&m);
+    }
+    case_end("dspark/embedded/refuses_mtp_on_a_dspark_head", "");
+    free(u);
+    free(t);
+    st_set_close(&ds);
+}
+
+/* the nearest finite e4m3 code to x, and the nearest e2m1 code (4 bits) */
+static uint8_t e4m3_near(float x) {
+    int best = 0;
+    for (int c = 1; c < 256; c++)
+        if ((c & 0x7f) != 0x7f &&
+            fabsf(td_e4m3_to_f32((uint8_t)c) - x) < fabsf(td_e4m3_to_f32((uint8_t)best) - x))
+            best = c;
+    return (uint8_t)best;
+}
+
+static uint8_t e2m1_near(float x) {
+    int best = 0;
+    for (int c = 1; c < 16; c++)
+        if (fabsf(td_e2m1_to_f32((uint8_t)c) - x) < fabsf(td_e2m1_to_f32((uint8_t)best) - x))
+            best = c;
+    return (uint8_t)best;
+}
+
+/* w [out, in] in the release's FP8 (fp4 0: q [out, in], scale [ceil(out/128), ceil(in/128)])
+ * or FP4 (fp4 1: q [out, in/2], scale [out, in/32]), each block's scale the power of two that
+ * brings its largest value under the format's (448, 6) */
+static void quantize(const float *w, int out, int in, int fp4, uint8_t *q, uint8_t *s) {
+    int bo = fp4 ? 1 : 128, bi = fp4 ? 32 : 128, so = (out + bo - 1) / bo, si = (in + bi - 1) / bi;
+    for (int a = 0; a < so; a++)
+        for (int b = 0; b < si; b++) {
+            float amax = 0;
+            for (int o = a * bo; o < out && o < (a + 1) * bo; o++)
+                for (int i = b * bi; i < in && i < (b + 1) * bi; i++)
+                    amax = fmaxf(amax, fabsf(w[(size_t)o * in + i]));
+            int e = amax > 0 ? (int)ceilf(log2f(amax / (fp4 ? 6.0f : 448.0f))) : 0;
+            s[a * si + b] = (uint8_t)(127 + e);
+            for (int o = a * bo; o < out && o < (a + 1) * bo; o++)
+                for (int i = b * bi; i < in && i < (b + 1) * bi; i++) {
+                    float x = ldexpf(w[(size_t)o * in + i], -e);
+                    if (!fp4) {
+                        q[(size_t)o * in + i] = e4m3_near(x);
+                        continue;
+                    }
+                    uint8_t *byte = &q[(size_t)o * (in / 2) + i / 2];
+                    *byte = i % 2 ? (uint8_t)((*byte & 0x0f) | e2m1_near(x) << 4)
+                                  : (uint8_t)((*byte & 0xf0) | e2m1_near(x));
+                }
+        }
+}
+
+/* Stages quantized as the release quantizes them (FP8 main_proj, attention and shared experts
+ * with 128x128 scales, FP4 routed experts with per-32 ones) load through the target's decode
+ * and draft, bit for bit, as the same stages stored as the F32 decode; a quantized weight
+ * without its scale is refused by name */
+static void embedded_quantized(void) {
+    char err[1024] = "", oq[160], orf[160];
+    struct st_set ds;
+    int n = 0;
+    struct st_tensor *t = embed_list(&ds, c_folder, 0, &n, err, sizeof err);
+    case_begin();
+    CHECK(t, "%s", err);
+    struct st_tensor *q = t ? calloc(2 * (size_t)n, sizeof *q) : NULL,
+                     *r = t ? calloc((size_t)n, sizeof *r) : NULL;
+    void **bufs = t ? calloc(3 * (size_t)n, sizeof *bufs) : NULL;
+    int nq = 0, nb = 0, n8 = 0, n4 = 0;
+    for (int i = 0; t && i < n; i++) {
+        const char *nm = t[i].name;
+        int fp8 = !strcmp(nm, "mtp.0.main_proj.weight") || !strcmp(nm, "mtp.1.attn.wq_a.weight") ||
+                  !strcmp(nm, "mtp.2.attn.wo_a.weight") ||
+                  !strncmp(nm, "mtp.2.ffn.shared_experts.", 25);
+        int fp4 = !strncmp(nm, "mtp.1.ffn.experts.", 18);
+        r[i] = q[nq++] = t[i];
+        if (!fp8 && !fp4) continue;
+        int out = (int)t[i].shape[0], in = (int)t[i].shape[1];
+        size_t nw = (size_t)out * in, ns = fp4 ? (size_t)out * (in / 32)
+                                               : (size_t)((out + 127) / 128) * ((in + 127) / 128);
+        float *w = malloc(nw * sizeof *w), *dq = malloc(nw * sizeof *dq);
+        uint8_t *qb = calloc(fp4 ? nw / 2 : nw, 1), *sb = malloc(ns);
+        bufs[nb++] = w, bufs[nb++] = dq, bufs[nb++] = qb, bufs[nb++] = sb;
+        struct td_tensor src = {
+            .data = t[i].data, .dtype = t[i].dtype, .ndim = 2, .shape = {out, in}};
+        td_tensor_read_f32(&src, 0, (int64_t)nw, w);
+        quantize(w, out, in, fp4, qb, sb);
+        if (fp4)
+            dequant_fp4_ref(dq, qb, sb, out, in);
+        else
+            dequant_fp8_ref(dq, qb, sb, out, in);
+        struct st_tensor *qw = &q[nq - 1], *qs = &q[nq++];
+        qw->dtype = fp4 ? TD_DTYPE_I8 : TD_DTYPE_F8_E4M3;
+        qw->shape[1] = fp4 ? in / 2 : in;
+        qw->data = qb;
+        qw->nbytes = fp4 ? nw / 2 : nw;
+        *qs = *qw;
+        snprintf(qs->name, sizeof qs->name, "%.*s.scale", (int)(strlen(nm) - 7), nm);
+        qs->dtype = TD_DTYPE_F8_E8M0;
+        qs->shape[0] = fp4 ? out : (out + 127) / 128;
+        qs->shape[1] = fp4 ? in / 32 : (in + 127) / 128;
+        qs->data = sb;
+        qs->nbytes = ns;
+        r[i].dtype = TD_DTYPE_F32;
+        r[i].data = dq;
+        r[i].nbytes = nw * sizeof *dq;
+        n8 += fp8, n4 += fp4;
+    }
+    snprintf(oq, sizeof oq, "%s/quantized", root);
+    snprintf(orf, sizeof orf, "%s/quantized_ref", root);
+    struct td_model mq, mr;
+    struct draft_dspark *dq = NULL, *dr = NULL;
+    int rq =
+        check_case_failed ? -2 : embedded_drafter(oq, q, nq, NULL, NULL, &mq, &dq, err, sizeof err);
+    CHECK(!rq, "the quantized stages: %s", err);
+    int rr =
+        check_case_failed ? -2 : embedded_drafter(orf, r, n, NULL, NULL, &mr, &dr, err, sizeof err);
+    CHECK(!rr, "their F32 decode: %s", err);
+    if (!check_case_failed) {
+        int32_t ids[40], xa[DSPARK_MAX_BLOCK], xb[DSPARK_MAX_BLOCK];
+        for (int i = 0; i < 40; i++)
+            ids[i] = (i * 37 + 11) % mq.cfg.vocab;
+        int V = mq.cfg.vocab, g = draft_dspark_config(dq)->block;
+        float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
+        float *ua = malloc((size_t)g * V * sizeof(float)),
+              *ub = malloc((size_t)g * V * sizeof(float));
+        float fa[DSPARK_MAX_BLOCK], fb[DSPARK_MAX_BLOCK];
+        int na = greedy_round(&mq, dq, ids, 40, la, xa, fa, ua, err, sizeof err);
+        int nbr = na < 0 ? -1 : greedy_round(&mr, dr, ids, 40, lb, xb, fb, ub, err, sizeof err);
+        CHECK(na > 0 && nbr == na, "%d and %d drafts (%s)", na, nbr, err);
+        CHECK(check_case_failed || !memcmp(ua, ub, (size_t)g * V * sizeof(float)),
+              "the base logits differ from the F32 decode's");
+        for (int j = 0; !check_case_failed && j < na; j++)
+            CHECK(xa[j] == xb[j] && fa[j] == fb[j], "slot %d: draft %d (%.7f), decode's %d (%.7f)",
+                  j, xa[j], fa[j], xb[j], fb[j]);
+        free(la), free(lb), free(ua), free(ub);
+    }
+    if (!rq) draft_dspark_free(dq), td_model_free(&mq);
+    if (!rr) draft_dspark_free(dr), td_model_free(&mr);
+    char extra[96];
+    snprintf(extra, sizeof extra, "(%d FP8 and %d FP4 weights)", n8, n4);
+    case_end("dspark/embedded/quantized_stages_draft_as_their_decode", extra);
+    if (q) {
+        int i = find(q, nq, "mtp.1.attn.wq_a.scale");
+        if (i >= 0) q[i] = q[--nq];
+        refuses("quantized_without_scale", q, nq, NULL, NULL, "mtp.1.attn.wq_a.weight",
+                "its scale mtp.1.attn.wq_a.scale is missing");
+    }
+    for (int i = 0; i < nb; i++)
+        free(bufs[i]);
+    free(bufs), free(q), free(r), free(t);
+    if (t) st_set_close(&ds);
+}
+
 int main(void) {
+    snprintf(root, sizeof root, "/tmp/td_dspark_XXXXXX");
+    if (!mkdtemp(root)) return 1;
     run_fixture("tests/fixtures/dspark_b");
     run_fixture("tests/fixtures/dspark_c");
     run_fixture("tests/fixtures/dspark_tiny");
+    embedded_equals_folder("tests/fixtures/dspark_b");
+    embedded_equals_folder("tests/fixtures/dspark_c");
+    embedded_equals_folder("tests/fixtures/dspark_tiny");
+    embedded_refusals();
+    embedded_quantized();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd)) return 1;
     return check_failures ? 1 : 0;
 }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "embed_dspark.h"
 #include "model/backend.h"
 #include "kernels/attention.h"
 #include "engine/engine.h"
@@ -1834,6 +1835,7 @@ static void test_graphs(void) {
 static const char *engine_model = "tests/fixtures/a_tiny_yarn";
 static int engine_vocab = 512;
 static float engine_threshold; /* --dspark-threshold */
+static char engine_ran[32];    /* the drafter the last run ran (td_engine_draft: auto's pick) */
 
 /* every one of n requests gave the same tokens in both runs */
 static void check_same(int32_t (*a)[64], const int *na, int32_t (*b)[64], const int *nb, int n,
@@ -1885,6 +1887,7 @@ static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[6
         memcpy(out[r], t, (size_t)n_out[r] * 4);
     }
     double tok = td_engine_stats(e)->tokens_out;
+    snprintf(engine_ran, sizeof engine_ran, "%s", td_engine_draft(e));
     td_engine_free(e);
     gpu->set_deterministic(0);
     return tok / ((t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
@@ -1930,6 +1933,35 @@ static void test_greedy_spec_gpu(void) {
     engine_threshold = 0.0f;
     check_same(plain, np, spec, ns, 32, "DSpark with a confidence cut");
     case_end("deterministic/dspark_threshold_greedy_equals_plain_32_prompts", "");
+
+    // auto on the GPU: the default model with its DSpark head moved into its own files
+    // (tests/embed_dspark.h) and no dspark/ runs that head; with its MTP layer alone (its files
+    // but dspark/), its MTP layer; greedy output is plain greedy either way
+    char tmp[] = "/tmp/td_gpu_XXXXXX", emb[64], mtp_only[64], err[512] = "";
+    case_begin();
+    CHECK(mkdtemp(tmp), "mkdtemp");
+    snprintf(emb, sizeof emb, "%s/embedded", tmp);
+    snprintf(mtp_only, sizeof mtp_only, "%s/mtp_only", tmp);
+    CHECK(!check_case_failed &&
+              !embed_dspark(emb, "models/tandem-tiny", "models/tandem-tiny/dspark", NULL, 0, NULL,
+                            NULL, err, sizeof err),
+          "%s", err);
+    const char *files[] = {"config.json", "model.safetensors.index.json",
+                           "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    CHECK(!check_case_failed && !mkdir(mtp_only, 0700), "cannot make %s", mtp_only);
+    for (size_t i = 0; !check_case_failed && i < sizeof files / sizeof *files; i++)
+        CHECK(!embed_link("models/tandem-tiny", files[i], mtp_only), "cannot link %s", files[i]);
+    for (int m = 0; m < 2 && !check_case_failed; m++) {
+        engine_model = m ? mtp_only : emb;
+        ts = run_engine("auto", 1, 32, spec, ns);
+        CHECK(!check_case_failed && !strcmp(engine_ran, m ? "mtp" : "dspark"), "auto on %s ran %s",
+              engine_model, engine_ran);
+        if (!check_case_failed) check_same(plain, np, spec, ns, 32, engine_ran);
+    }
+    engine_model = "models/tandem-tiny";
+    snprintf(extra, sizeof extra, "rm -rf %s", tmp);
+    if (system(extra)) case_fail("cannot remove %s", tmp);
+    case_end("deterministic/auto_runs_the_checkpoints_own_dspark_head_or_mtp_layer", "");
 
     // small batches: every step (target and drafter) replays a CUDA graph of a padded bucket,
     // so every buffer a step writes must hold the bucket's rows (a DSpark block of 5 rows runs

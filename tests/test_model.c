@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "kernels/quant.h"
 #include "model/backend.h"
 #include "engine/engine.h"
 #include "model/forward.h"
@@ -630,6 +631,133 @@ static void test_released(void) {
     st_set_close(&rs);
 }
 
+/* the MTP layer of a rewritten mtp_c_upstream_sharded must be refused with w1 (and w2) */
+static void expect_mtp_error(const char *name, const struct st_tensor *t, int n, const char *w1,
+                             const char *w2) {
+    char err[1024] = "";
+    struct td_model m, mtp;
+    case_begin();
+    int rc = load_case("mtp_c_upstream_sharded", t, n, &m, err, sizeof err);
+    CHECK(!rc, "the target: %s", err);
+    if (!rc) {
+        int r2 = td_model_load_mtp(&m, &mtp, err, sizeof err);
+        CHECK(r2 == -1, "loaded, expected an error mentioning '%s'", w1);
+        CHECK(strstr(err, w1) && (!w2 || strstr(err, w2)), "message '%s' lacks '%s'/'%s'", err, w1,
+              w2 ? w2 : "");
+        if (!r2) td_model_free(&mtp);
+        td_model_free(&m);
+    }
+    if (getenv("TD_TEST_VERBOSE")) printf("  %s\n", err);
+    case_end(name, "");
+}
+
+/* The MTP layer in the target's files: a tensor of it missing, mis-shaped or extra (in mtp.0, or
+ * a stage past num_nextn_predict_layers) is refused by name with the expected and stored dtype
+ * and shape; quantized as the release stores it (FP8 e_proj with its 128x128 scale, FP4 routed
+ * experts with per-32 scales) it loads through the target's decode, exactly */
+static void test_mtp_layer(void) {
+    char err[1024] = "";
+    struct st_set ms;
+    if (st_set_open(&ms, "tests/fixtures/mtp_c_upstream_sharded", err, sizeof err)) {
+        report("mtp/open", err);
+        return;
+    }
+    struct st_tensor *t = calloc(2 * (size_t)ms.n_entries, sizeof *t); // room for the scales
+    int n = st_list(&ms, t), i = find(t, n, "mtp.0.hnorm.weight");
+    t[i] = t[--n];
+    expect_mtp_error("mtp/missing_tensor", t, n, "missing tensor mtp.0.hnorm.weight",
+                     "expected F32/BF16/F16 [64]");
+    n = st_list(&ms, t), i = find(t, n, "mtp.0.e_proj.weight");
+    t[i].shape[1] = 32, t[i].nbytes /= 2;
+    expect_mtp_error("mtp/misshaped_tensor", t, n,
+                     "tensor mtp.0.e_proj.weight: expected F32/BF16/F16 [64, 64]",
+                     "got BF16 [64, 32]");
+    n = st_list(&ms, t);
+    t[n] = t[find(t, n, "mtp.0.enorm.weight")];
+    snprintf(t[n++].name, sizeof t->name, "mtp.0.enorm.bias");
+    expect_mtp_error("mtp/extra_tensor", t, n, "unexpected tensor mtp.0.enorm.bias (F32 [64])",
+                     "not part of its MTP layer (mtp.0)");
+    n = st_list(&ms, t);
+    t[n] = t[find(t, n, "mtp.0.enorm.weight")];
+    snprintf(t[n++].name, sizeof t->name, "mtp.1.enorm.weight");
+    expect_mtp_error("mtp/extra_layer_past_nextn", t, n, "unexpected tensor mtp.1.enorm.weight",
+                     NULL);
+
+    // quantized: e_proj FP8 (codes all but NaN's), every routed expert FP4
+    case_begin();
+    n = st_list(&ms, t);
+    uint8_t *bytes = malloc(1 << 20), *p = bytes;
+    float *want[32];
+    int nw = 0;
+    for (int j = 0, n0 = n; j < n0; j++) {
+        int fp8 = !strcmp(t[j].name, "mtp.0.e_proj.weight");
+        int fp4 = !strncmp(t[j].name, "mtp.0.ffn.experts.", 18);
+        if ((!fp8 && !fp4) || nw == 32) continue;
+        int out = (int)t[j].shape[0], in = (int)t[j].shape[1];
+        size_t nq = fp4 ? (size_t)out * in / 2 : (size_t)out * in;
+        size_t ns =
+            fp4 ? (size_t)out * (in / 32) : (size_t)((out + 127) / 128) * ((in + 127) / 128);
+        uint8_t *q = p, *sc = p + nq;
+        p += nq + ns;
+        for (size_t k = 0; k < nq; k++)
+            q[k] = fp4 ? (uint8_t)(k * 37 + 5)
+                       : (uint8_t)((k * 29 + 3) % 254 == 127 ? 126 : (k * 29 + 3) % 254);
+        for (size_t k = 0; k < ns; k++)
+            sc[k] = (uint8_t)(122 + k % 9);
+        want[nw] = malloc((size_t)out * in * sizeof(float));
+        if (fp4)
+            dequant_fp4_ref(want[nw], q, sc, out, in);
+        else
+            dequant_fp8_ref(want[nw], q, sc, out, in);
+        nw++;
+        t[n] = t[j];
+        snprintf(t[n].name, sizeof t->name, "%.*s.scale", (int)strlen(t[j].name) - 7, t[j].name);
+        t[n].dtype = TD_DTYPE_F8_E8M0;
+        t[n].shape[0] = fp4 ? out : (out + 127) / 128;
+        t[n].shape[1] = fp4 ? in / 32 : (in + 127) / 128;
+        t[n].data = sc;
+        t[n++].nbytes = ns;
+        t[j].dtype = fp4 ? TD_DTYPE_I8 : TD_DTYPE_F8_E4M3;
+        t[j].shape[1] = fp4 ? in / 2 : in;
+        t[j].data = q;
+        t[j].nbytes = nq;
+    }
+    struct td_model m, mtp;
+    int rc = load_case("mtp_c_upstream_sharded", t, n, &m, err, sizeof err);
+    CHECK(!rc, "the target: %s", err);
+    int r2 = rc ? -1 : td_model_load_mtp(&m, &mtp, err, sizeof err);
+    CHECK(rc || !r2, "the quantized MTP layer: %s", err);
+    if (!r2) {
+        // the decoded tensors, in the order they were quantized (the file's, sorted by name)
+        int w = 0;
+        for (int j = 0; j < n && !check_case_failed; j++) {
+            const char *nm = t[j].name;
+            if (t[j].dtype != TD_DTYPE_F8_E4M3 && t[j].dtype != TD_DTYPE_I8) continue;
+            const struct td_tensor *got = &mtp.mtp_eproj;
+            int e = -1, k = 0;
+            if (sscanf(nm, "mtp.0.ffn.experts.%d.w%d", &e, &k) == 2)
+                got = k == 1   ? &mtp.layers[0].w1[e]
+                      : k == 2 ? &mtp.layers[0].w2[e]
+                               : &mtp.layers[0].w3[e];
+            int64_t cnt = td_tensor_numel(got);
+            CHECK(got->dtype == TD_DTYPE_F32 && !memcmp(got->data, want[w], (size_t)cnt * 4),
+                  "%s is not its exact decode", nm);
+            w++;
+        }
+        CHECK(check_case_failed || w == nw, "%d of %d quantized tensors checked", w, nw);
+        td_model_free(&mtp);
+    }
+    if (!rc) td_model_free(&m);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(%d quantized weights)", nw);
+    case_end("mtp/quantized_layer_loads_decoded", extra);
+    for (int j = 0; j < nw; j++)
+        free(want[j]);
+    free(bytes);
+    free(t);
+    st_set_close(&ms);
+}
+
 int main(void) {
     char err[1024];
     snprintf(root, sizeof root, "/tmp/td_model_XXXXXX");
@@ -739,6 +867,7 @@ int main(void) {
     test_fifo_configs();
     test_sinks_bf16(&hb);
     test_released();
+    test_mtp_layer();
 
     st_set_close(&hb);
     st_set_close(&cu);
