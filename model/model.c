@@ -13,6 +13,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kernels/err.h"
 #include "kernels/quant.h"
@@ -977,12 +979,40 @@ void td_model_free(struct td_model *m) {
 // ---------------------------------------------------------------------------------------------
 // device mirror
 
+/* a placement's progress line on a terminal (stderr): bytes, rate, time left */
+struct progress {
+    int on;
+    size_t total, done;
+    double t0, last;
+    const char *where;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void progress_add(struct progress *pg, size_t bytes) {
+    if (!pg || !pg->on) return;
+    pg->done += bytes;
+    double t = now_s(), el = t - pg->t0;
+    if (t - pg->last < 0.2 && pg->done < pg->total) return;
+    pg->last = t;
+    double rate = el > 0 ? pg->done / el : 0;
+    fprintf(stderr, "\rplacing the weights on %s: %.1f / %.1f GB, %.1f GB/s, %.0f s left   ",
+            pg->where, pg->done / 1e9, pg->total / 1e9, rate / 1e9,
+            rate > 0 ? (pg->total - pg->done) / rate : 0.0);
+    if (pg->done >= pg->total) fprintf(stderr, "\n");
+}
+
 struct uploader {
     struct td_model *dev;
     const struct td_backend *b;
     int cap;
     char *err;
     size_t errlen;
+    struct progress *pg;
 };
 
 static void *dev_alloc(struct uploader *u, size_t bytes) {
@@ -994,6 +1024,7 @@ static void *dev_alloc(struct uploader *u, size_t bytes) {
     }
     void *p = u->b->alloc(bytes);
     if (p) u->dev->dev_bufs[u->dev->n_dev_bufs++] = p, u->dev->placed_bytes += bytes;
+    progress_add(u->pg, bytes); // (the previous buffer's bytes are there: copies are synchronous)
     return p;
 }
 
@@ -1004,6 +1035,8 @@ static uint16_t f32_to_bf16(float f) { // round to nearest even
     u += 0x7fffu + ((u >> 16) & 1);
     return (uint16_t)(u >> 16);
 }
+
+static void *count_alloc(size_t bytes);
 
 static int upload_oom(struct uploader *u, size_t bytes) {
     snprintf(u->err, u->errlen, "upload: out of %s memory for a %zu-byte tensor (%zu bytes free)",
@@ -1093,6 +1126,11 @@ static int upload_tensor(struct uploader *u, struct td_tensor *t, enum td_dtype 
     }
     void *dst = dev_alloc(u, bytes);
     if (!dst) return upload_oom(u, bytes);
+    if (u->b->alloc == count_alloc) { // a dry run (placed_size): nothing to read
+        t->data = dst;
+        t->dtype = to;
+        return 0;
+    }
     // converted in pieces: host memory stays bounded whatever the tensor's size
     enum { PIECE = 1 << 22 };
     size_t esz = td_dtype_size(to);
@@ -1124,13 +1162,13 @@ static enum td_dtype upload_dtype(const struct td_tensor *t, const struct wdesc 
     return keep32 ? TD_DTYPE_F32 : TD_DTYPE_BF16;
 }
 
-int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
-                    char *err, size_t errlen) {
+static int place(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
+                 struct progress *pg, char *err, size_t errlen) {
     const struct td_config *c = &host->cfg;
     memset(dev, 0, sizeof *dev);
     dev->cfg = *c;
     dev->backend = b;
-    struct uploader u = {.dev = dev, .b = b, .cap = 0, .err = err, .errlen = errlen};
+    struct uploader u = {.dev = dev, .b = b, .cap = 0, .err = err, .errlen = errlen, .pg = pg};
     size_t E = (size_t)c->n_experts;
     dev->layers = malloc((size_t)c->n_layers * sizeof *dev->layers);
     dev->expert_views = calloc((size_t)c->n_layers * E * 3, sizeof *dev->expert_views);
@@ -1206,6 +1244,70 @@ oom:
 fail:
     td_model_free(dev);
     return -1;
+}
+
+/* A device placement made without memory: every allocation is counted and none is made, nothing
+ * is copied or filled. It walks the placement itself, so the count is what place allocates. */
+static void *count_alloc(size_t bytes) {
+    (void)bytes;
+    return (void *)(uintptr_t)256; // never dereferenced: every op that would write is a no-op
+}
+static void count_release(void *p) {
+    (void)p;
+}
+static void count_copy(void *dst, const void *src, size_t bytes) {
+    (void)dst, (void)src, (void)bytes;
+}
+static void count_fill(void *dst, enum td_dtype t, int64_t n, uint64_t seed, float lo, float hi) {
+    (void)dst, (void)t, (void)n, (void)seed, (void)lo, (void)hi;
+}
+static void count_fill_quant(void *dst, enum td_dtype t, int64_t rows, int64_t in, uint64_t seed,
+                             uint8_t scale) {
+    (void)dst, (void)t, (void)rows, (void)in, (void)seed, (void)scale;
+}
+
+/* the bytes the weights take placed on device b (a dry run of place) */
+static int placed_size(const struct td_model *host, const struct td_backend *b, size_t *bytes,
+                       char *err, size_t errlen) {
+    struct td_backend counter = *b;
+    counter.alloc = count_alloc;
+    counter.release = count_release;
+    counter.to_device = count_copy;
+    counter.ops.fill_uniform = count_fill;
+    counter.ops.fill_quant = count_fill_quant;
+    struct td_model dry;
+    if (place(host, &counter, &dry, NULL, err, errlen)) return -1;
+    *bytes = dry.placed_bytes;
+    td_model_free(&dry);
+    return 0;
+}
+
+/* what a device keeps free beside the weights: the engine's step buffers, activations and the
+ * GEMM workspace (engine.c sizes the caches in what is left) */
+#define PLACE_HEADROOM ((size_t)2 << 30)
+
+int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
+                    char *err, size_t errlen) {
+    if (!b->on_device) return place(host, b, dev, NULL, err, errlen);
+    // fail closed: the whole placement is sized first, and refused before anything is made
+    size_t need, avail = b->free_bytes ? b->free_bytes() : SIZE_MAX;
+    memset(dev, 0, sizeof *dev);
+    if (placed_size(host, b, &need, err, errlen)) return -1;
+    if (avail < PLACE_HEADROOM || need > avail - PLACE_HEADROOM) {
+        double g = 1073741824.0, sn = need >= ((size_t)1 << 30) ? need / g : need / 1048576.0;
+        return td_errf(err, errlen,
+                       "the model's weights need %.2f %s on %s and %.2f GiB is free: with %.0f "
+                       "GiB kept for step buffers and the caches they do not fit (nothing was "
+                       "placed; a smaller model, or a released checkpoint split over several "
+                       "GPUs, is needed)",
+                       sn, need >= ((size_t)1 << 30) ? "GiB" : "MiB", b->name, avail / g,
+                       PLACE_HEADROOM / g);
+    }
+    struct progress pg = {.on = isatty(STDERR_FILENO) && need >= ((size_t)1 << 30),
+                          .total = need,
+                          .t0 = now_s(),
+                          .where = b->name};
+    return place(host, b, dev, &pg, err, errlen);
 }
 
 int td_model_needs_placing(const struct td_model *m, const struct td_backend *b) {

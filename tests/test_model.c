@@ -556,6 +556,59 @@ static int logits_of(const char *dir, const int32_t *ids, int n, float *out, cha
     return rc;
 }
 
+/* a "device" for the placement's fail-closed sizing: host memory behind a device's interface,
+ * with a free-memory figure the test sets and every allocation counted */
+static size_t fake_free;
+static int fake_allocs;
+static void *fake_alloc(size_t bytes) {
+    fake_allocs++;
+    return calloc(1, bytes ? bytes : 1);
+}
+static size_t fake_free_bytes(void) {
+    return fake_free;
+}
+
+/* A device placement is sized whole before anything is allocated: a model that does not fit is
+ * refused with the figures and nothing placed; with exactly enough it is placed, and the bytes
+ * it took are the bytes the sizing counted */
+static void test_place_sizing(void) {
+    char err[512] = "";
+    struct td_model m, dev;
+    case_begin();
+    CHECK(!td_model_load(&m, "tests/fixtures/c_released", err, sizeof err), "%s", err);
+    struct td_backend fake = *td_backend_cpu();
+    fake.name = "fake-device";
+    fake.on_device = 1;
+    fake.alloc = fake_alloc;
+    fake.free_bytes = fake_free_bytes;
+    size_t headroom = (size_t)2 << 30, need = 0;
+    // placed once with room to spare: what it takes
+    fake_free = SIZE_MAX, fake_allocs = 0;
+    CHECK(!td_model_upload(&m, &fake, &dev, err, sizeof err), "%s", err);
+    need = dev.placed_bytes;
+    CHECK(need > 0 && fake_allocs > 0, "nothing was placed");
+    CHECK(dev.layers[0].wq_b.dtype == TD_DTYPE_Q8 && dev.layers[0].ex_dtype == TD_DTYPE_Q4,
+          "the device copy holds %s / %s", td_dtype_name(dev.layers[0].wq_b.dtype),
+          td_dtype_name(dev.layers[0].ex_dtype));
+    td_model_free(&dev);
+    // one byte short: refused before any allocation, with the figures
+    fake_free = need + headroom - 1, fake_allocs = 0;
+    err[0] = 0;
+    CHECK(td_model_upload(&m, &fake, &dev, err, sizeof err) && strstr(err, "do not fit") &&
+              strstr(err, "fake-device") && fake_allocs == 0,
+          "one byte short: rc, %d allocations, \"%s\"", fake_allocs, err);
+    char refused[512];
+    snprintf(refused, sizeof refused, "%s", err);
+    // exactly enough: placed
+    fake_free = need + headroom, fake_allocs = 0;
+    CHECK(!td_model_upload(&m, &fake, &dev, err, sizeof err), "exactly enough: %s", err);
+    CHECK(check_case_failed || dev.placed_bytes == need, "placed %zu bytes, sized %zu",
+          dev.placed_bytes, need);
+    td_model_free(&dev);
+    td_model_free(&m);
+    case_end("place/sized_before_anything_is_placed", refused);
+}
+
 /* A checkpoint in DeepSeek's released precision (tools/make_quant_fixtures.py --released: FP8
  * dense linears with 128x128 e8m0 scales, FP4 routed experts with per-32 scales, the rest as
  * released) gives the bits of the same model stored as the F32 decode of its weights; each way
@@ -875,6 +928,7 @@ int main(void) {
     test_fifo_configs();
     test_sinks_bf16(&hb);
     test_released();
+    test_place_sizing();
     test_mtp_layer();
 
     st_set_close(&hb);
