@@ -269,7 +269,7 @@ static int parse_messages(struct srv *s, const struct chat *chat, struct job *j,
         *err = api_error("invalid_request_error", NULL, "messages", "%s", e);
         rc = 400;
     }
-    if (!rc && s->cfg.log_requests) j->log_prompt = chat_render(chat, cm, n, 1, NULL);
+    if (!rc && s->cfg.log_requests) j->log_prompt = chat_render(chat, cm, n, 1, NULL, e, sizeof e);
     for (size_t i = 0; i < n; i++)
         free(texts[i]);
     free(texts);
