@@ -420,6 +420,7 @@ int cmd_chat(int argc, char **argv) {
         struct tok_ids ti = {0};
         if (chat_encode(&ch, msgs, (size_t)n_msgs, 1, &ti, err, sizeof err)) {
             fprintf(stderr, "tandem: %s\n", err);
+            tok_ids_free(&ti);
             n_msgs--;
             continue;
         }

@@ -374,6 +374,7 @@ static int parse_messages(struct srv *s, const struct chat *chat, struct job *j,
     }
     if (!rc && s->cfg.log_requests) j->log_prompt = chat_render(chat, cm, n, 1, NULL, e, sizeof e);
     owned_free(&o);
+    if (rc || !ids.n) tok_ids_free(&ids); // a refused encode may have grown it
     if (rc) return rc;
     if (!ids.n) BAD("messages", "the conversation is empty");
     if (add_prompt(j, ids.ids, (int)ids.n)) BAD("messages", "out of memory");
