@@ -393,6 +393,9 @@ static int pump_choice(struct srv *s, struct job *j, struct choice *c, struct sb
         const char *p;
         size_t k;
         if (tok_stream_push(&c->ts, t[i], &p, &k, e, sizeof e) == 0) add_text(c, p, k);
+        // the decoder skips special tokens: a special </think> still ends the reasoning
+        if (c->think_open && t[i] == s->chat.think_close && tok_is_special(s->tok, t[i]))
+            add_text(c, "</think>", 8);
         c->ends[i] = c->text.n;
     }
     c->n_seen = n;

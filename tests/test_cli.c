@@ -62,8 +62,9 @@ static char *replace_all(const char *s, const char *from, const char *to) {
 }
 
 /* models/tandem-tiny with a DeepSeek V4 vocabulary: its three unused placeholder tokens renamed
- * <think>, </think> and <｜latest_reminder｜> in dir's tokenizer files, the rest linked */
-static int v4_model(const char *dir) {
+ * <think>, </think> and <｜latest_reminder｜> in dir's tokenizer files, the rest linked;
+ * comma_closes: </think> is instead a special token of ","'s id (19), which the model writes */
+static int v4_model(const char *dir, int comma_closes) {
     static const char *names[] = {"README.md",
                                   "config.json",
                                   "dspark",
@@ -84,7 +85,10 @@ static int v4_model(const char *dir) {
         snprintf(from, sizeof from, "models/tandem-tiny/%s", files[f]);
         slurp(from, buf, sizeof buf);
         char *a = replace_all(buf, "<｜place▁holder▁no▁0｜>", "<think>");
-        char *b = replace_all(a, "<｜place▁holder▁no▁1｜>", "</think>");
+        char *b = comma_closes ? replace_all(a, "\"added_tokens\": [",
+                                             "\"added_tokens\": [{\"id\": 19, \"content\": "
+                                             "\"</think>\", \"special\": true},")
+                               : replace_all(a, "<｜place▁holder▁no▁1｜>", "</think>");
         char *c = replace_all(b, "<｜place▁holder▁no▁2｜>", "<｜latest_reminder｜>");
         snprintf(to, sizeof to, "%s/%s", dir, files[f]);
         FILE *fp = fopen(to, "w");
@@ -392,7 +396,7 @@ int main(void) {
         char dir[200], out[4096], errs[8192], *p[4] = {NULL};
         snprintf(dir, sizeof dir, "%s/v4", root);
         case_begin();
-        CHECK(!v4_model(dir), "cannot make %s", dir);
+        CHECK(!v4_model(dir, 0), "cannot make %s", dir);
         for (int think = 1; think >= 0; think--) {
             snprintf(args, sizeof args,
                      "printf 'hello\\nagain\\n' | %s chat --model %s --max-tokens 8 --draft none "
@@ -434,6 +438,33 @@ int main(void) {
         }
         case_end("chat_v4_think",
                  "(--think: reasoning apart and dropped; without: the answer kept)");
+        // with "," as a special </think>: tandem-tiny's first token ends the (empty) reasoning,
+        // the rest is the answer, on stdout and in the next prompt
+        snprintf(dir, sizeof dir, "%s/v4comma", root);
+        case_begin();
+        CHECK(!v4_model(dir, 1), "cannot make %s", dir);
+        snprintf(args, sizeof args,
+                 "printf 'hello\\nagain\\n' | %s chat --model %s --max-tokens 8 --draft none "
+                 "--backend cpu --show-prompt --think > %s/chat.out 2> %s/chat.err",
+                 bin, dir, root, root);
+        CHECK(system(args) == 0, "chat --think failed");
+        snprintf(path, sizeof path, "%s/chat.out", root);
+        slurp(path, out, sizeof out);
+        snprintf(path, sizeof path, "%s/chat.err", root);
+        slurp(path, errs, sizeof errs);
+        char first[512], want[1024];
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(out, "\n"), out);
+        snprintf(want, sizeof want,
+                 TURN1 "</think>%s<｜end▁of▁sentence｜><｜User｜>again<｜Assistant｜><think>",
+                 first);
+        int n = prompts(errs, p, 4);
+        CHECK(n == 2 && first[0] && !strcmp(p[1], want), "answer '%s', turn 2 '%s'", first,
+              n == 2 ? p[1] : errs);
+        CHECK(strstr(errs, "<think>\n\n"), "the reasoning is not empty: '%s'", errs);
+        for (int i = 0; i < n; i++)
+            free(p[i]);
+        case_end("chat_v4_think_answer",
+                 "(the answer after </think> on stdout and in the history)");
     }
     bad("chat_think_without_think_tokens",
         "chat --model models/tandem-tiny --think --draft none --backend cpu < /dev/null",

@@ -20,8 +20,9 @@ const T = { timeout: 60000, skip: IS_TINY ? false : 'needs models/tandem-tiny (i
 const RENAME = { '<｜place▁holder▁no▁0｜>': '<think>', '<｜place▁holder▁no▁1｜>': '</think>', '<｜place▁holder▁no▁2｜>': '<｜latest_reminder｜>' };
 let srv, dir;
 
-/* tandem-tiny with a V4 vocabulary: every file linked but the tokenizer's, which is rewritten */
-function v4Model() {
+/* tandem-tiny with a V4 vocabulary: every file linked but the tokenizer's, which is rewritten;
+ * commaCloses: </think> is the id of "," instead (a special token the model writes first) */
+function v4Model(commaCloses = false) {
     const d = tmpdir('v4model');
     for (const f of fs.readdirSync(MODEL)) {
         if (f === 'tokenizer.json' || f === 'tokenizer_config.json') continue;
@@ -30,8 +31,14 @@ function v4Model() {
     let tj = fs.readFileSync(path.join(MODEL, 'tokenizer.json'), 'utf8');
     let tc = fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8');
     for (const [from, to] of Object.entries(RENAME)) {
+        if (commaCloses && to === '</think>') continue;
         tj = tj.split(from).join(to);
         tc = tc.split(from).join(to);
+    }
+    if (commaCloses) {
+        const t = JSON.parse(tj);
+        t.added_tokens.unshift({ id: t.model.vocab[','], content: '</think>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+        tj = JSON.stringify(t);
     }
     fs.writeFileSync(path.join(d, 'tokenizer.json'), tj);
     fs.writeFileSync(path.join(d, 'tokenizer_config.json'), tc);
@@ -198,4 +205,29 @@ test('400 for tool_choice "required", tools that are not an array, tools on /v1/
     // and the server still answers
     r = await chat({ messages: [{ role: 'user', content: 'still there? (m7)' }] });
     assert.equal(r.status, 200, r.text);
+});
+
+test('thinking output: the text before a special </think> token is reasoning_content, after it content', T, async () => {
+    // tandem-tiny answers "hello" with ", and all the earth, ...": with "," as </think> its
+    // reasoning is empty and the rest is the answer (later "," tokens are </think> too: dropped)
+    const s2 = await startServer(['--model', v4Model(true), '--draft', 'none']);
+    try {
+        const body = { messages: [{ role: 'user', content: 'hello' }], max_tokens: 8, temperature: 0, thinking: { type: 'enabled' } };
+        const r = await raw(s2.url, { method: 'POST', path: '/v1/chat/completions', body });
+        assert.equal(r.status, 200, r.text);
+        const m = r.json().choices[0].message;
+        assert.equal(m.reasoning_content, '', 'nothing before </think>');
+        assert.ok(m.content.length > 0 && !m.content.includes('think>'), `content '${m.content}'`);
+        const st = await raw(s2.url, { method: 'POST', path: '/v1/chat/completions', body: { ...body, stream: true } });
+        let rc = '', c = '';
+        for (const line of st.text.split('\n')) {
+            if (!line.startsWith('data: {')) continue;
+            const d = JSON.parse(line.slice(6)).choices[0]?.delta ?? {};
+            rc += d.reasoning_content ?? '';
+            c += d.content ?? '';
+        }
+        assert.deepEqual({ rc, c }, { rc: '', c: m.content }, 'streamed = not streamed');
+    } finally {
+        assert.equal(await s2.stop(), 0);
+    }
 });
