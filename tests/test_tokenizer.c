@@ -843,9 +843,11 @@ static void test_special_files(void) {
     rmdir(dir);
 }
 
-/* The V4 chat format's rendered examples (released_formats.md 4.7, from the reference
- * encoding_dsv4.py), without tools: chat mode closes the think block at the generation prompt,
- * thinking mode opens it, and an earlier assistant turn keeps only its answer after </think> */
+/* The V4 chat format's rendered tool-free examples (released_formats.md 4.7, from the reference
+ * encoding_dsv4.py) come out of the V3.1 layout too: tandem8k has </think> but no
+ * <｜latest_reminder｜>, so this is the V3 path (the V4 encoder itself: tests/test_chat.c). Chat
+ * mode closes the think block at the generation prompt, thinking mode opens it, and an earlier
+ * assistant turn keeps only its answer after </think> */
 static void test_chat_v4_examples(void) {
     case_begin();
     struct tok *t = load_fixture("tandem8k");
@@ -896,7 +898,7 @@ static void test_chat_v4_examples(void) {
         }
     }
     if (t) tok_free(t);
-    case_end("tok_chat_v4_examples", "(chat and thinking, one and two turns; no tools yet)");
+    case_end("tok_chat_v4_examples", "(chat and thinking, one and two turns, on the V3.1 layout)");
 }
 
 static void test_chat_layouts(void) {
