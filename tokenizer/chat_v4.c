@@ -7,7 +7,6 @@
  * ": " separators, only '"', '\\' and control characters escaped, floats as Python's repr.
  */
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +56,8 @@ static long jnew(struct jdoc *d, enum jtype t) {
 }
 
 static void jspace(struct jdoc *d) {
-    while (d->at < d->n_src && strchr(" \t\n\r", d->src[d->at]) && d->src[d->at])
+    while (d->at < d->n_src && (d->src[d->at] == ' ' || d->src[d->at] == '\t' ||
+                                d->src[d->at] == '\n' || d->src[d->at] == '\r'))
         d->at++;
 }
 
