@@ -23,8 +23,9 @@ struct td_engine_params;
  * (cli_generate.c): completions of one prompt, as text (streamed for one) or ids; --stats */
 int cmd_generate(int argc, char **argv);
 
-/* tandem chat [--model DIR] [--system TEXT] [options] (cli_generate.c): a session in the
- * model's chat format, one line of input a turn */
+/* tandem chat [--model DIR] [--system TEXT] [--think] [options] (cli_generate.c): a session in
+ * the model's chat format, one line of input a turn; --think: thinking mode, the reasoning
+ * shown on stderr and kept out of later prompts */
 int cmd_chat(int argc, char **argv);
 
 /* tandem bench [--model DIR] --prompts FILE.jsonl [options] (cli_bench.c): batch throughput,

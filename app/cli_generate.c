@@ -4,6 +4,7 @@
  *   tandem generate "Once upon a time" --max-tokens 64            (text out, streamed)
  *   tandem generate --prompt-ids "1 2 3" --n 4 --print-ids --stats --draft mtp
  *   tandem chat --system "Be brief."                              (a line a turn)
+ *   tandem chat --think                       (reasoning on stderr, the answer on stdout)
  *
  * Both build an engine from the shared options (cli.c), submit, and step it until it is idle;
  * generate decodes --n completions together, chat one reply a turn, its history re-encoded in
@@ -276,20 +277,82 @@ done:
 // ---------------------------------------------------------------------------------------------
 // chat: an interactive session in the model's chat format
 
+/* a chat reply as it streams: with thinking on, the text up to the </think> token is reasoning
+ * and goes to stderr, the answer after it to stdout */
+struct chat_view {
+    struct tok_stream ts;
+    int shown;     /* tokens of the reply written so far */
+    int reasoning; /* still before </think> */
+    int32_t close; /* </think>'s id */
+};
+
+static void chat_view_push(struct td_engine *e, int id, struct chat_view *v) {
+    const int32_t *toks;
+    int nt;
+    td_engine_output(e, id, &toks, &nt, NULL, NULL, NULL);
+    for (; v->shown < nt; v->shown++) {
+        const char *txt;
+        size_t len;
+        char err[256];
+        if (v->reasoning && toks[v->shown] == v->close) { // the answer starts
+            tok_stream_flush(&v->ts, &txt, &len);
+            fwrite(txt, 1, len, stderr);
+            fputs("\n", stderr);
+            v->reasoning = 0;
+            continue;
+        }
+        if (tok_stream_push(&v->ts, toks[v->shown], &txt, &len, err, sizeof err) == 0 && len)
+            fwrite(txt, 1, len, v->reasoning ? stderr : stdout);
+    }
+    fflush(stdout);
+}
+
+/* ids[0..n) as text without special tokens, malloc'd ("" when they do not decode) */
+static char *chat_text(struct tok *tk, const int32_t *ids, int n) {
+    char *s = NULL, err[256];
+    size_t len = 0;
+    if (n <= 0 ||
+        tok_decode(tk, ids, (size_t)n, TOK_DECODE_SKIP_SPECIAL, &s, &len, err, sizeof err))
+        return strdup("");
+    return s;
+}
+
 int cmd_chat(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     ep.draft = "auto";
-    const char *system = NULL;
+    const char *system = NULL, *effort = NULL;
     struct cli_req_opts ro = {256, 0, 0.0, 0, 1.0};
     long draft_tokens = -1;
+    int think = 0, show_prompt = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: tandem chat [--model DIR] [--system TEXT] [--max-tokens N] "
-                   "[--temperature T] [--seed S] [--backend B] [drafter options]\n" CLI_DRAFT_USAGE
+            printf("usage: tandem chat [--model DIR] [--system TEXT] [--think] [--reasoning-effort "
+                   "E] [--max-tokens N]\n"
+                   "                   [--temperature T] [--seed S] [--backend B] [--show-prompt] "
+                   "[drafter options]\n"
+                   "  --think                thinking mode (a vocabulary with <think>): the "
+                   "reasoning\n"
+                   "                         streams to stderr, the answer to stdout; earlier "
+                   "turns'\n"
+                   "                         reasoning stays out of the prompt (DeepSeek V4's "
+                   "rule)\n"
+                   "  --reasoning-effort E   high (default) | max: DeepSeek V4's maximum-effort "
+                   "prompt,\n"
+                   "                         with --think\n"
+                   "  --show-prompt          each turn's prompt text to stderr, as \"tandem: "
+                   "prompt: ...\"\n" CLI_DRAFT_USAGE
                    "Type a message and Enter; an empty line or end of input ends the session.\n",
                    cli_draft_usage_names());
             return 0;
+        }
+        if (!strcmp(a, "--think")) {
+            think = 1;
+            continue;
+        }
+        if (!strcmp(a, "--show-prompt")) {
+            show_prompt = 1;
+            continue;
         }
         int rc = cli_value_option("chat", a, v, &ep, &draft_tokens, &ro);
         if (rc < 0) return 2;
@@ -297,9 +360,13 @@ int cmd_chat(int argc, char **argv) {
         if (rc) continue;
         if (!strcmp(a, "--system"))
             system = v;
+        else if (!strcmp(a, "--reasoning-effort"))
+            effort = v;
         else
             return die("chat: unknown option '%s' (see tandem chat --help)", a);
     }
+    if (effort && strcmp(effort, "high") && strcmp(effort, "max"))
+        return die("chat: --reasoning-effort '%s': expected high or max", effort);
     if (!ep.model_dir && !(ep.model_dir = cli_default_model(cli_argv0)))
         return die("chat: no model: give --model DIR (models/tandem-tiny was not found)");
     if (cli_draft_finish("chat", &ep, draft_tokens)) return 2;
@@ -309,7 +376,19 @@ int cmd_chat(int argc, char **argv) {
     struct chat ch;
     struct td_engine *e;
     if (tok_load(&tk, ep.model_dir, err, sizeof err)) return die("%s", err);
-    if (chat_init(&ch, tk, err, sizeof err) || td_engine_init(&e, &ep, err, sizeof err)) {
+    if (chat_init(&ch, tk, err, sizeof err)) {
+        tok_free(tk);
+        return die("%s", err);
+    }
+    if (think && (ch.format != CHAT_FORMAT_DEEPSEEK || ch.think_open < 0 || ch.think_close < 0)) {
+        tok_free(tk);
+        return die("chat: --think needs a DeepSeek vocabulary with <think> and </think> (%s has "
+                   "none)",
+                   ep.model_dir);
+    }
+    if (think) ch.think = CHAT_THINK_ON;
+    if (effort && !strcmp(effort, "max")) ch.effort = CHAT_EFFORT_MAX;
+    if (td_engine_init(&e, &ep, err, sizeof err)) {
         tok_free(tk);
         return die("%s", err);
     }
@@ -318,9 +397,10 @@ int cmd_chat(int argc, char **argv) {
         tok_free(tk);
         return 2;
     }
+    // the conversation; owned[i] holds message i's texts (user line, or reply and reasoning)
     struct chat_msg *msgs = NULL;
     char **owned = NULL;
-    int n_msgs = 0, rc = 0, turn = 0;
+    int n_msgs = 0, n_owned = 0, rc = 0, turn = 0;
     char line[8192];
     int interactive = isatty(0);
     if (system) {
@@ -335,17 +415,22 @@ int cmd_chat(int argc, char **argv) {
         if (!fgets(line, sizeof line, stdin)) break;
         line[strcspn(line, "\r\n")] = 0;
         if (!line[0]) break;
-        owned = realloc(owned, sizeof *owned * (n_msgs + 2));
+        owned = realloc(owned, sizeof *owned * (n_owned + 3));
         msgs = realloc(msgs, sizeof *msgs * (n_msgs + 2));
-        owned[n_msgs] = strdup(line);
-        msgs[n_msgs] = (struct chat_msg){.role = CHAT_ROLE_USER, .content = owned[n_msgs]};
+        char *text = owned[n_owned++] = strdup(line);
+        msgs[n_msgs] = (struct chat_msg){.role = CHAT_ROLE_USER, .content = text};
         n_msgs++;
         struct tok_ids ti = {0};
         if (chat_encode(&ch, msgs, (size_t)n_msgs, 1, &ti, err, sizeof err)) {
             fprintf(stderr, "tandem: %s\n", err);
+            tok_ids_free(&ti);
             n_msgs--;
-            free(owned[n_msgs]);
             continue;
+        }
+        if (show_prompt) {
+            char *p = chat_render(&ch, msgs, (size_t)n_msgs, 1, NULL, err, sizeof err);
+            fprintf(stderr, "tandem: prompt: %s\n", p ? p : err);
+            free(p);
         }
         struct td_request_params rp = {.prompt = ti.ids,
                                        .n_prompt = (int)ti.n,
@@ -362,31 +447,39 @@ int cmd_chat(int argc, char **argv) {
             rc = 1;
             break;
         }
-        struct tok_stream ts;
-        tok_stream_init(&ts, tk, TOK_DECODE_SKIP_SPECIAL);
-        int shown = 0, live;
+        struct chat_view v = {.reasoning = think, .close = ch.think_close};
+        tok_stream_init(&v.ts, tk, TOK_DECODE_SKIP_SPECIAL);
+        int live;
         while ((live = td_engine_step(e, err, sizeof err)) > 0)
-            stream_text(e, id, &ts, &shown);
-        stream_finish(e, id, &ts, &shown);
+            chat_view_push(e, id, &v);
+        chat_view_push(e, id, &v);
+        const char *txt;
+        size_t len;
+        tok_stream_flush(&v.ts, &txt, &len);
+        fwrite(txt, 1, len, v.reasoning ? stderr : stdout);
+        if (v.reasoning) fputs("\n", stderr);
+        printf("\n");
+        tok_stream_free(&v.ts);
         if (live < 0) {
             fprintf(stderr, "tandem: %s\n", err);
             rc = 1;
             break;
         }
-        // the reply joins the conversation
+        // the reply joins the conversation: its answer, and with thinking its reasoning, which
+        // the chat format drops from later prompts (or keeps, where its rules say so)
         const int32_t *toks;
-        int nt;
+        int nt, k = 0;
         td_engine_output(e, id, &toks, &nt, NULL, NULL, NULL);
-        char *reply = NULL;
-        size_t rl = 0;
-        if (tok_decode(tk, toks, (size_t)nt, TOK_DECODE_SKIP_SPECIAL, &reply, &rl, err, sizeof err))
-            reply = strdup("");
-        owned[n_msgs] = reply;
-        msgs[n_msgs] = (struct chat_msg){.role = CHAT_ROLE_ASSISTANT, .content = reply};
-        n_msgs++;
+        while (think && k < nt && toks[k] != ch.think_close)
+            k++;
+        int answer = think ? (k < nt ? k + 1 : nt) : 0;
+        char *reasoning = think ? owned[n_owned++] = chat_text(tk, toks, k) : NULL;
+        char *reply = owned[n_owned++] = chat_text(tk, toks + answer, nt - answer);
+        msgs[n_msgs++] = (struct chat_msg){
+            .role = CHAT_ROLE_ASSISTANT, .content = reply, .reasoning = reasoning};
     }
-    for (int i = 0; i < n_msgs; i++)
-        if (msgs[i].role != CHAT_ROLE_SYSTEM) free(owned[i]);
+    for (int i = 0; i < n_owned; i++)
+        free(owned[i]);
     free(owned);
     free(msgs);
     td_engine_free(e);

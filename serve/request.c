@@ -50,14 +50,14 @@ void job_free_request(struct job *j) {
 /* fields that change what a correct answer is, which we do not implement: refused */
 static int unsupported(const json_t *b, json_t **err) {
     const json_t *v;
-    if ((v = json_object_get(b, "tools")) && !(json_is_array(v) && !json_array_size(v)) &&
-        !json_is_null(v))
-        BAD("tools", "tools are not supported by this server (no tool-call parser)");
     if ((v = json_object_get(b, "functions")) && !json_is_null(v))
         BAD("functions", "functions are not supported by this server");
+    // tools go into the prompt (the chat format says how, or refuses them); what the model
+    // calls comes back as its text: nothing forces a call
     if ((v = json_object_get(b, "tool_choice")) && !json_is_null(v) &&
-        !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-        BAD("tool_choice", "tool_choice is not supported by this server");
+        !(json_is_string(v) &&
+          (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"))))
+        BAD("tool_choice", "tool_choice other than \"auto\" or \"none\" is not supported");
     if ((v = json_object_get(b, "response_format")) && !json_is_null(v)) {
         const char *t = json_string_value(json_object_get(v, "type"));
         if (!t || strcmp(t, "text"))
@@ -202,8 +202,8 @@ static int parse_prompt(struct srv *s, struct job *j, const json_t *b, json_t **
     return one_prompt(s, j, p, "prompt", err);
 }
 
-/* message content: a string, or an array of {"type":"text","text":...} parts (joined) */
-static char *content_text(const json_t *c) {
+/* message content: a string, or an array of {"type":"text","text":...} parts joined by sep */
+static char *content_text(const json_t *c, const char *sep) {
     if (json_is_string(c)) return strdup(json_string_value(c));
     if (json_is_null(c)) return strdup("");
     if (!json_is_array(c)) return NULL;
@@ -213,67 +213,168 @@ static char *content_text(const json_t *c) {
         const char *t = json_string_value(json_object_get(part, "type"));
         const char *x = json_string_value(json_object_get(part, "text"));
         if (!t || strcmp(t, "text") || !x) return NULL;
-        len += strlen(x);
+        len += strlen(x) + strlen(sep);
     }
     char *out = malloc(len + 1);
     if (!out) return NULL;
     out[0] = 0;
-    json_array_foreach(c, i, part) strcat(out, json_string_value(json_object_get(part, "text")));
+    json_array_foreach(c, i, part) {
+        if (i) strcat(out, sep);
+        strcat(out, json_string_value(json_object_get(part, "text")));
+    }
     return out;
+}
+
+/* what parse_messages allocates, freed together */
+struct owned {
+    void **p;
+    size_t n, cap;
+};
+
+/* x, kept for owned_free; NULL (x freed) when out of memory */
+static void *own(struct owned *o, void *x) {
+    if (!x) return NULL;
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 16;
+        void **p = realloc(o->p, cap * sizeof *p);
+        if (!p) {
+            free(x);
+            return NULL;
+        }
+        o->p = p, o->cap = cap;
+    }
+    return o->p[o->n++] = x;
+}
+
+static void owned_free(struct owned *o) {
+    for (size_t i = 0; i < o->n; i++)
+        free(o->p[i]);
+    free(o->p);
+}
+
+static const struct {
+    const char *name;
+    enum chat_role role;
+} roles[] = {{.name = "system", .role = CHAT_ROLE_SYSTEM},
+             {.name = "developer", .role = CHAT_ROLE_DEVELOPER},
+             {.name = "user", .role = CHAT_ROLE_USER},
+             {.name = "assistant", .role = CHAT_ROLE_ASSISTANT},
+             {.name = "tool", .role = CHAT_ROLE_TOOL},
+             {.name = "latest_reminder", .role = CHAT_ROLE_LATEST_REMINDER}};
+
+#define BADP(...)                                                                                  \
+    do {                                                                                           \
+        *err = api_error("invalid_request_error", NULL, param, __VA_ARGS__);                       \
+        return 400;                                                                                \
+    } while (0)
+
+/* an optional string field: absent or null is NULL */
+static int opt_string(const json_t *m, const char *k, const char **out, const char *param,
+                      json_t **err) {
+    const json_t *v = json_object_get(m, k);
+    *out = json_string_value(v);
+    if (v && !json_is_null(v) && !json_is_string(v)) BADP("'%s' must be a string", k);
+    return 0;
+}
+
+/* an assistant's OpenAI tool_calls: [{"id", "type": "function", "function": {"name",
+ * "arguments"}}], arguments a JSON string (or, as some clients send, an object) */
+static int parse_calls(const json_t *v, struct chat_msg *cm, struct owned *o, const char *p0,
+                       json_t **err) {
+    char param[80];
+    snprintf(param, sizeof param, "%s.tool_calls", p0);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v)) BADP("'tool_calls' must be an array");
+    size_t n = json_array_size(v);
+    struct chat_tool_call *tc = own(o, calloc(n + 1, sizeof *tc));
+    if (!tc) BADP("out of memory");
+    for (size_t k = 0; k < n; k++) {
+        const json_t *c = json_array_get(v, k), *f = json_object_get(c, "function");
+        const json_t *a = json_object_get(f, "arguments");
+        const char *type = json_string_value(json_object_get(c, "type"));
+        snprintf(param, sizeof param, "%s.tool_calls[%zu]", p0, k);
+        if (!json_is_object(c) || !json_is_object(f) || !json_is_string(json_object_get(f, "name")))
+            BADP("a tool call needs a \"function\" with a \"name\"");
+        if (type && strcmp(type, "function")) BADP("tool call type '%s' is not \"function\"", type);
+        if (opt_string(c, "id", &tc[k].id, param, err)) return 400;
+        tc[k].name = json_string_value(json_object_get(f, "name"));
+        if (json_is_string(a))
+            tc[k].arguments = json_string_value(a);
+        else if (json_is_object(a) && !(tc[k].arguments = own(o, json_dumps(a, JSON_COMPACT))))
+            BADP("out of memory");
+        else if (!json_is_object(a))
+            BADP("'arguments' must be a JSON object or a string holding one");
+    }
+    cm->tool_calls = tc;
+    cm->n_tool_calls = n;
+    return 0;
+}
+
+/* one OpenAI message into cm; the chat format checks the rest (chat.h) */
+static int parse_message(const json_t *m, size_t i, struct chat_msg *cm, struct owned *o,
+                         json_t **err) {
+    char param[48];
+    snprintf(param, sizeof param, "messages[%zu]", i);
+    const char *role = json_string_value(json_object_get(m, "role"));
+    if (!json_is_object(m) || !role) BADP("each message needs a 'role' and a 'content'");
+    size_t r = 0;
+    while (r < sizeof roles / sizeof *roles && strcmp(roles[r].name, role))
+        r++;
+    if (r == sizeof roles / sizeof *roles)
+        BADP("role '%s' is not supported (system, developer, user, assistant, tool, "
+             "latest_reminder)",
+             role);
+    cm->role = roles[r].role;
+    const json_t *c = json_object_get(m, "content");
+    if (!c && cm->role != CHAT_ROLE_ASSISTANT) BADP("each message needs a 'role' and a 'content'");
+    // the reference joins the text blocks of a tool result with blank lines
+    char *text = c ? content_text(c, cm->role == CHAT_ROLE_TOOL ? "\n\n" : "") : strdup("");
+    if (!text) BADP("'content' must be a string or an array of text parts");
+    if (!(cm->content = own(o, text))) BADP("out of memory");
+    if (opt_string(m, "tool_call_id", &cm->tool_call_id, param, err)) return 400;
+    // DeepSeek's API calls an answer's thinking reasoning_content, vLLM's reasoning
+    if (opt_string(m, "reasoning_content", &cm->reasoning, param, err)) return 400;
+    if (!cm->reasoning && opt_string(m, "reasoning", &cm->reasoning, param, err)) return 400;
+    return parse_calls(json_object_get(m, "tool_calls"), cm, o, param, err);
 }
 
 static int parse_messages(struct srv *s, const struct chat *chat, struct job *j, const json_t *b,
                           json_t **err) {
-    const json_t *ms = json_object_get(b, "messages");
+    const json_t *ms = json_object_get(b, "messages"), *tools = json_object_get(b, "tools");
     if (!json_is_array(ms) || !json_array_size(ms))
         BAD("messages", "'messages' must be a non-empty array");
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        BAD("tools", "'tools' must be an array");
     size_t n = json_array_size(ms);
-    struct chat_msg *cm = calloc(n, sizeof *cm);
-    char **texts = calloc(n, sizeof *texts);
+    // the request's tools go on a leading system or developer message (replacing its own),
+    // else on a system message of their own in front, as vLLM gives them to encoding_dsv4
+    int with_tools = json_array_size(tools) > 0;
+    const char *r0 = json_string_value(json_object_get(json_array_get(ms, 0), "role"));
+    int front = with_tools && !(r0 && (!strcmp(r0, "system") || !strcmp(r0, "developer")));
+    struct owned o = {0};
+    struct chat_msg *cm = own(&o, calloc(n + 1, sizeof *cm));
+    if (!cm) BAD("messages", "out of memory");
     int rc = 0;
     char e[512];
-    if (!cm || !texts) {
-        free(cm), free(texts);
-        BAD("messages", "out of memory");
-    }
-    for (size_t i = 0; i < n && !rc; i++) {
-        const json_t *m = json_array_get(ms, i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        char param[48];
-        snprintf(param, sizeof param, "messages[%zu]", i);
-        if (!json_is_object(m) || !role) {
-            *err = api_error("invalid_request_error", NULL, param,
-                             "each message needs a 'role' and a 'content'");
-            rc = 400;
-        } else if (!strcmp(role, "system") || !strcmp(role, "developer"))
-            cm[i].role = CHAT_ROLE_SYSTEM;
-        else if (!strcmp(role, "user"))
-            cm[i].role = CHAT_ROLE_USER;
-        else if (!strcmp(role, "assistant"))
-            cm[i].role = CHAT_ROLE_ASSISTANT;
-        else {
-            *err =
-                api_error("invalid_request_error", NULL, param,
-                          "role '%s' is not supported (system, developer, user, assistant)", role);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = parse_message(json_array_get(ms, i), i, &cm[i + front], &o, err);
+    if (!rc && with_tools) {
+        if (front) cm[0] = (struct chat_msg){.role = CHAT_ROLE_SYSTEM};
+        if (!(cm[0].tools = own(&o, json_dumps(tools, JSON_COMPACT)))) {
+            *err = api_error("invalid_request_error", NULL, "tools", "out of memory");
             rc = 400;
         }
-        if (!rc && !(texts[i] = content_text(json_object_get(m, "content")))) {
-            *err = api_error("invalid_request_error", NULL, param,
-                             "'content' must be a string or an array of text parts");
-            rc = 400;
-        }
-        cm[i].content = texts[i];
     }
+    n += (size_t)front;
     struct tok_ids ids = {0};
     if (!rc && chat_encode(chat, cm, n, 1, &ids, e, sizeof e)) {
-        *err = api_error("invalid_request_error", NULL, "messages", "%s", e);
+        *err = api_error("invalid_request_error", NULL, "messages", "%s%s", e,
+                         front ? " (message 0: the request's tools, in front)" : "");
         rc = 400;
     }
-    if (!rc && s->cfg.log_requests) j->log_prompt = chat_render(chat, cm, n, 1, NULL);
-    for (size_t i = 0; i < n; i++)
-        free(texts[i]);
-    free(texts);
-    free(cm);
+    if (!rc && s->cfg.log_requests) j->log_prompt = chat_render(chat, cm, n, 1, NULL, e, sizeof e);
+    owned_free(&o);
+    if (rc || !ids.n) tok_ids_free(&ids); // a refused encode may have grown it
     if (rc) return rc;
     if (!ids.n) BAD("messages", "the conversation is empty");
     if (add_prompt(j, ids.ids, (int)ids.n)) BAD("messages", "out of memory");
@@ -443,10 +544,30 @@ int job_parse(struct srv *s, struct job *j, const char *body, size_t len, int *i
     }
     TRY(parse_stops(s, j, b, err));
     // thinking: DeepSeek's {"thinking":{"type":"enabled"}}, or chat_template_kwargs.thinking
+    // (or vLLM's enable_thinking); reasoning_effort "max" asks V4 for its longest thinking,
+    // "none" for none; chat_template_kwargs.drop_thinking false keeps earlier reasoning (V4)
     const json_t *th = json_object_get(b, "thinking");
     const char *tt = json_string_value(json_object_get(th, "type"));
-    const json_t *kw = json_object_get(json_object_get(b, "chat_template_kwargs"), "thinking");
-    j->think = (tt && !strcmp(tt, "enabled")) || json_is_true(kw);
+    const json_t *ckw = json_object_get(b, "chat_template_kwargs");
+    const json_t *kw = json_object_get(ckw, "thinking"),
+                 *kw2 = json_object_get(ckw, "enable_thinking");
+    const json_t *re = json_object_get(b, "reasoning_effort"),
+                 *dt = json_object_get(ckw, "drop_thinking");
+    if (re && !json_is_null(re) && !json_is_string(re)) {
+        *err = api_error("invalid_request_error", NULL, "reasoning_effort",
+                         "'reasoning_effort' must be a string");
+        rc = 400;
+        goto out;
+    }
+    if (dt && !json_is_boolean(dt)) {
+        *err = api_error("invalid_request_error", NULL, "chat_template_kwargs",
+                         "'drop_thinking' must be true or false");
+        rc = 400;
+        goto out;
+    }
+    const char *effort = json_string_value(re);
+    j->think = ((tt && !strcmp(tt, "enabled")) || json_is_true(kw) || json_is_true(kw2)) &&
+               !(effort && !strcmp(effort, "none"));
     if (j->kind == JOB_CHAT) {
         if (!s->have_chat) {
             *err = api_error("invalid_request_error", NULL, "messages",
@@ -456,10 +577,18 @@ int job_parse(struct srv *s, struct job *j, const char *body, size_t len, int *i
         }
         struct chat c = s->chat;
         if (j->think && c.think_open >= 0) c.think = CHAT_THINK_ON;
+        if (effort && !strcmp(effort, "max")) c.effort = CHAT_EFFORT_MAX;
+        if (dt) c.drop_thinking = json_is_true(dt);
         j->think = c.think == CHAT_THINK_ON;
         TRY(parse_messages(s, &c, j, b, err));
     } else {
         j->think = 0;
+        if (json_array_size(json_object_get(b, "tools"))) {
+            *err = api_error("invalid_request_error", NULL, "tools",
+                             "tools are for /v1/chat/completions");
+            rc = 400;
+            goto out;
+        }
         TRY(parse_prompt(s, j, b, err));
     }
     for (int i = 0; i < j->n_prompts; i++)

@@ -393,6 +393,9 @@ static int pump_choice(struct srv *s, struct job *j, struct choice *c, struct sb
         const char *p;
         size_t k;
         if (tok_stream_push(&c->ts, t[i], &p, &k, e, sizeof e) == 0) add_text(c, p, k);
+        // the decoder skips special tokens: a special </think> still ends the reasoning
+        if (c->think_open && t[i] == s->chat.think_close && tok_is_special(s->tok, t[i]))
+            add_text(c, "</think>", 8);
         c->ends[i] = c->text.n;
     }
     c->n_seen = n;
@@ -1053,18 +1056,18 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, struc
         return reply_json(s, c, cs, 200, o);
     }
     if (!strcmp(url, "/props")) {
-        json_t *o =
-            json_pack("{s:s,s:s,s:i,s:i,s:s,s:s,s:i,s:s,s:{s:f,s:f,s:i,s:i,s:i}}", "model",
-                      s->model_name, "model_path", s->model_dir, "max_model_len", s->max_ctx,
-                      "total_slots", s->cfg.max_running, "drafter", s->drafter, "backend",
-                      td_engine_backend(s->e), "draft_tokens", s->draft_k, "chat_format",
-                      !s->have_chat                            ? "none"
-                      : s->chat.format == CHAT_FORMAT_DEEPSEEK ? "deepseek"
-                      : s->chat.format == CHAT_FORMAT_CHATML   ? "chatml"
-                                                               : "plain",
-                      "default_generation_settings", "temperature", s->cfg.temperature, "top_p",
-                      s->cfg.top_p, "top_k", s->cfg.top_k, "max_tokens", s->cfg.max_tokens,
-                      "completion_max_tokens", s->cfg.completion_max_tokens);
+        json_t *o = json_pack(
+            "{s:s,s:s,s:i,s:i,s:s,s:s,s:i,s:s,s:{s:f,s:f,s:i,s:i,s:i}}", "model", s->model_name,
+            "model_path", s->model_dir, "max_model_len", s->max_ctx, "total_slots",
+            s->cfg.max_running, "drafter", s->drafter, "backend", td_engine_backend(s->e),
+            "draft_tokens", s->draft_k, "chat_format",
+            !s->have_chat                            ? "none"
+            : s->chat.format == CHAT_FORMAT_DEEPSEEK ? (s->chat.v4 ? "deepseek_v4" : "deepseek")
+            : s->chat.format == CHAT_FORMAT_CHATML   ? "chatml"
+                                                     : "plain",
+            "default_generation_settings", "temperature", s->cfg.temperature, "top_p", s->cfg.top_p,
+            "top_k", s->cfg.top_k, "max_tokens", s->cfg.max_tokens, "completion_max_tokens",
+            s->cfg.completion_max_tokens);
         json_object_set_new(o, "config", srv_config_json(&s->cfg));
         json_object_set_new(o, "system_fingerprint", json_string(s->fingerprint));
         json_object_set_new(o, "build", json_string(TD_VERSION));

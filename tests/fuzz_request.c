@@ -2,7 +2,10 @@
  * `make fuzz`. The input is a body: for /v1/chat/completions when it names "messages", else for
  * /v1/completions. Whatever it is, the parser answers 0 or a status with an error object; nothing
  * may crash, leak or read out of bounds. The body also gets JSON-aware mutations (fuzz_json.h).
- * Seeds: tests/fuzz/fuzz_request/ (written by hand: one request of each shape).
+ * Each body goes to two servers: tandem-tiny's tokenizer (a V3-style DeepSeek chat) and the same
+ * with its placeholders renamed <think>, </think>, <｜latest_reminder｜> (DeepSeek V4's chat:
+ * tools, tool calls and results). Seeds: tests/fuzz/fuzz_request/ (written by hand: one request of
+ * each shape).
  */
 #define _GNU_SOURCE /* memmem */
 #include <jansson.h>
@@ -12,7 +15,45 @@
 #include "serve/internal.h"
 #include "fuzz_json.h"
 
-static struct srv S;
+static struct srv S, S4;
+
+/* s with every from replaced by to, malloc'd */
+static char *replace_all(const char *s, const char *from, const char *to) {
+    size_t nf = strlen(from), nt = strlen(to), n = 0;
+    for (const char *q = s; (q = strstr(q, from)); q += nf)
+        n++;
+    char *out = malloc(strlen(s) + n * nt + 1), *o = out;
+    for (const char *q; (q = strstr(s, from)); s = q + nf) {
+        memcpy(o, s, (size_t)(q - s));
+        o += q - s;
+        memcpy(o, to, nt);
+        o += nt;
+    }
+    strcpy(o, s);
+    return out;
+}
+
+/* tandem-tiny's tokenizer with DeepSeek V4's chat tokens */
+static struct tok *v4_tok(void) {
+    FILE *fp = fopen("models/tandem-tiny/tokenizer.json", "rb");
+    static char buf[1 << 20];
+    size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
+    if (fp) fclose(fp);
+    buf[n] = 0;
+    char *a = replace_all(buf, "<｜place▁holder▁no▁0｜>", "<think>");
+    char *b = replace_all(a, "<｜place▁holder▁no▁1｜>", "</think>");
+    char *c = replace_all(b, "<｜place▁holder▁no▁2｜>", "<｜latest_reminder｜>");
+    const char *cfg = "{\"bos_token\": \"<｜begin▁of▁sentence｜>\", \"eos_token\": "
+                      "\"<｜end▁of▁sentence｜>\"}";
+    struct tok *t = NULL;
+    char err[512];
+    if (tok_load_mem(&t, c, strlen(c), cfg, err, sizeof err)) {
+        fprintf(stderr, "fuzz_request: the V4 tokenizer: %s\n", err);
+        abort();
+    }
+    free(a), free(b), free(c);
+    return t;
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
@@ -28,22 +69,31 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     S.max_ctx = 1024;
     S.max_prompt = 1023;
     snprintf(S.model_name, sizeof S.model_name, "tandem-tiny");
+    S4 = S;
+    S4.tok = v4_tok();
+    S4.have_chat = chat_init(&S4.chat, S4.tok, err, sizeof err) == 0 && S4.chat.v4;
+    if (!S4.have_chat) abort();
     return 0;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+static void one(struct srv *s, const uint8_t *data, size_t size) {
     struct job j;
     memset(&j, 0, sizeof j);
     j.kind = memmem(data, size, "\"messages\"", 10) ? JOB_CHAT : JOB_COMPLETION;
     json_t *err = NULL;
     int ignored = 0;
-    int st = job_parse(&S, &j, (const char *)data, size, &ignored, &err);
+    int st = job_parse(s, &j, (const char *)data, size, &ignored, &err);
     if (st && !json_is_object(json_object_get(err, "error"))) abort(); // a status needs its error
     if (!st && (j.n_ch < 1 || !j.ch || j.max_tokens < 1)) abort();
     for (int i = 0; !st && i < j.n_prompts; i++)
-        if (j.prompt_lens[i] < 1 || j.prompt_lens[i] > S.max_prompt) abort();
+        if (j.prompt_lens[i] < 1 || j.prompt_lens[i] > s->max_prompt) abort();
     json_decref(err);
     free(j.ch);
     job_free_request(&j);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    one(&S, data, size);
+    one(&S4, data, size);
     return 0;
 }

@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {
             chat_encode(&c, m, 3, 1, &cids, err, sizeof err);
             tok_ids_free(&cids);
             size_t len;
-            free(chat_render(&c, m, 3, 1, &len));
+            free(chat_render(&c, m, 3, 1, &len, err, sizeof err));
         }
         tok_free(t);
     }

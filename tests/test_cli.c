@@ -9,6 +9,7 @@
  * prints with the head in dspark/ (ids and acceptance).
  */
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +46,72 @@ static void write_text(const char *name, const char *text) {
     FILE *fp = fopen(path, "w");
     fputs(text, fp);
     fclose(fp);
+}
+
+/* s with every from replaced by to, malloc'd */
+static char *replace_all(const char *s, const char *from, const char *to) {
+    size_t nf = strlen(from), nt = strlen(to), n = 0;
+    for (const char *q = s; (q = strstr(q, from)); q += nf)
+        n++;
+    char *out = malloc(strlen(s) + n * nt + 1), *o = out;
+    for (const char *q; (q = strstr(s, from)); s = q + nf) {
+        memcpy(o, s, (size_t)(q - s));
+        o += q - s;
+        memcpy(o, to, nt);
+        o += nt;
+    }
+    strcpy(o, s);
+    return out;
+}
+
+/* models/tandem-tiny with a DeepSeek V4 vocabulary: its three unused placeholder tokens renamed
+ * <think>, </think> and <｜latest_reminder｜> in dir's tokenizer files, the rest linked;
+ * comma_closes: </think> is instead a special token of ","'s id (19), which the model writes */
+static int v4_model(const char *dir, int comma_closes) {
+    static const char *names[] = {"README.md",
+                                  "config.json",
+                                  "dspark",
+                                  "generation_config.json",
+                                  "model-00001-of-00002.safetensors",
+                                  "model-00002-of-00002.safetensors",
+                                  "model.safetensors.index.json"};
+    char cwd[512], from[1024], to[1024];
+    if (!getcwd(cwd, sizeof cwd) || mkdir(dir, 0755)) return -1;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(from, sizeof from, "%s/models/tandem-tiny/%s", cwd, names[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, names[i]);
+        if (symlink(from, to)) return -1;
+    }
+    const char *files[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int f = 0; f < 2; f++) {
+        static char buf[1 << 20];
+        snprintf(from, sizeof from, "models/tandem-tiny/%s", files[f]);
+        slurp(from, buf, sizeof buf);
+        char *a = replace_all(buf, "<｜place▁holder▁no▁0｜>", "<think>");
+        char *b = comma_closes ? replace_all(a, "\"added_tokens\": [",
+                                             "\"added_tokens\": [{\"id\": 19, \"content\": "
+                                             "\"</think>\", \"special\": true},")
+                               : replace_all(a, "<｜place▁holder▁no▁1｜>", "</think>");
+        char *c = replace_all(b, "<｜place▁holder▁no▁2｜>", "<｜latest_reminder｜>");
+        snprintf(to, sizeof to, "%s/%s", dir, files[f]);
+        FILE *fp = fopen(to, "w");
+        if (fp) fputs(c, fp), fclose(fp);
+        free(a), free(b), free(c);
+        if (!fp) return -1;
+    }
+    return 0;
+}
+
+/* the "tandem: prompt: " lines of chat's stderr, in order, into p[0..max) (malloc'd) */
+static int prompts(const char *err, char **p, int max) {
+    int n = 0;
+    for (const char *q = err; n < max && (q = strstr(q, "tandem: prompt: "));) {
+        q += strlen("tandem: prompt: ");
+        const char *e = strchr(q, '\n');
+        p[n++] = strndup(q, e ? (size_t)(e - q) : strlen(q));
+        q = e ? e : q + strlen(q);
+    }
+    return n;
 }
 
 static void bad(const char *name, const char *args, const char *want) {
@@ -358,6 +425,89 @@ int main(void) {
     bad("generate_no_prompt", a, "exactly one of");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1\" --max-tokens 0", fx);
     bad("generate_zero_tokens", a, "--max-tokens");
+
+    // chat on a DeepSeek V4 vocabulary: each turn's prompt as the V4 encoder writes it; with
+    // --think the reasoning streams to stderr and stays out of the next prompt (tandem-tiny
+    // never writes </think>, so all of a reply is reasoning and its answer is empty)
+    {
+        char dir[200], out[4096], errs[8192], *p[4] = {NULL};
+        snprintf(dir, sizeof dir, "%s/v4", root);
+        case_begin();
+        CHECK(!v4_model(dir, 0), "cannot make %s", dir);
+        for (int think = 1; think >= 0; think--) {
+            snprintf(args, sizeof args,
+                     "printf 'hello\\nagain\\n' | %s chat --model %s --max-tokens 8 --draft none "
+                     "--backend cpu --show-prompt%s > %s/chat.out 2> %s/chat.err",
+                     bin, dir, think ? " --think" : "", root, root);
+            CHECK(system(args) == 0, "chat%s failed", think ? " --think" : "");
+            snprintf(path, sizeof path, "%s/chat.out", root);
+            slurp(path, out, sizeof out);
+            snprintf(path, sizeof path, "%s/chat.err", root);
+            slurp(path, errs, sizeof errs);
+            int n = prompts(errs, p, 4);
+            CHECK(n == 2, "%d prompts in '%s'", n, errs);
+            if (n != 2) break;
+#define BOS   "<｜begin▁of▁sentence｜>"
+#define TURN1 BOS "<｜User｜>hello<｜Assistant｜>"
+            if (think) {
+                CHECK(!strcmp(p[0], TURN1 "<think>"), "turn 1 '%s'", p[0]);
+                CHECK(!strcmp(p[1], TURN1 "</think><｜end▁of▁sentence｜><｜User｜>again"
+                                          "<｜Assistant｜><think>"),
+                      "turn 2 keeps the reasoning: '%s'", p[1]);
+                // the reasoning came out on stderr between the prompts, the answers on stdout
+                const char *r =
+                    strchr(strstr(errs, "<think>\n") ? strstr(errs, "<think>\n") : errs, '\n');
+                CHECK(r && r[1] && r[1] != '\n' && strncmp(r + 1, "tandem:", 7),
+                      "no reasoning on stderr: '%s'", errs);
+                CHECK(!strcmp(out, "\n\n"), "stdout '%s', not two empty answers", out);
+            } else {
+                CHECK(!strcmp(p[0], TURN1 "</think>"), "turn 1 '%s'", p[0]);
+                char want[1024], first[512];
+                snprintf(first, sizeof first, "%.*s", (int)strcspn(out, "\n"), out);
+                snprintf(want, sizeof want,
+                         TURN1
+                         "</think>%s<｜end▁of▁sentence｜><｜User｜>again<｜Assistant｜></think>",
+                         first);
+                CHECK(first[0] && !strcmp(p[1], want), "turn 2 '%s', not '%s'", p[1], want);
+            }
+            for (int i = 0; i < n; i++)
+                free(p[i]), p[i] = NULL;
+        }
+        case_end("chat_v4_think",
+                 "(--think: reasoning apart and dropped; without: the answer kept)");
+        // with "," as a special </think>: tandem-tiny's first token ends the (empty) reasoning,
+        // the rest is the answer, on stdout and in the next prompt
+        snprintf(dir, sizeof dir, "%s/v4comma", root);
+        case_begin();
+        CHECK(!v4_model(dir, 1), "cannot make %s", dir);
+        snprintf(args, sizeof args,
+                 "printf 'hello\\nagain\\n' | %s chat --model %s --max-tokens 8 --draft none "
+                 "--backend cpu --show-prompt --think > %s/chat.out 2> %s/chat.err",
+                 bin, dir, root, root);
+        CHECK(system(args) == 0, "chat --think failed");
+        snprintf(path, sizeof path, "%s/chat.out", root);
+        slurp(path, out, sizeof out);
+        snprintf(path, sizeof path, "%s/chat.err", root);
+        slurp(path, errs, sizeof errs);
+        char first[512], want[1024];
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(out, "\n"), out);
+        snprintf(want, sizeof want,
+                 TURN1 "</think>%s<｜end▁of▁sentence｜><｜User｜>again<｜Assistant｜><think>",
+                 first);
+        int n = prompts(errs, p, 4);
+        CHECK(n == 2 && first[0] && !strcmp(p[1], want), "answer '%s', turn 2 '%s'", first,
+              n == 2 ? p[1] : errs);
+        CHECK(strstr(errs, "<think>\n\n"), "the reasoning is not empty: '%s'", errs);
+        for (int i = 0; i < n; i++)
+            free(p[i]);
+        case_end("chat_v4_think_answer",
+                 "(the answer after </think> on stdout and in the history)");
+    }
+    bad("chat_think_without_think_tokens",
+        "chat --model models/tandem-tiny --think --draft none --backend cpu < /dev/null",
+        "--think needs a DeepSeek vocabulary with <think> and </think>");
+    bad("chat_bad_reasoning_effort", "chat --reasoning-effort extreme",
+        "--reasoning-effort 'extreme': expected high or max");
 
     snprintf(args, sizeof args, "rm -rf %s", root);
     if (system(args)) return 1;

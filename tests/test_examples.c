@@ -463,12 +463,13 @@ static int ex_chat(void) {
     // sketch: tokenizer/chat.h
     struct chat c;
     if (chat_init(&c, tok, err, sizeof err)) return -1; // picks the format from the vocab
-    struct chat_msg m[] = {{CHAT_ROLE_SYSTEM, "Be brief."}, {CHAT_ROLE_USER, "Hi"}};
+    struct chat_msg m[] = {{.role = CHAT_ROLE_SYSTEM, .content = "Be brief."},
+                           {.role = CHAT_ROLE_USER, .content = "Hi"}};
     struct tok_ids ids = {0};
     chat_encode(&c, m, 2, 1, &ids, err, sizeof err); // 1: open the assistant's turn
     // end sketch
     size_t len = 0;
-    char *text = chat_render(&c, m, 2, 1, &len);
+    char *text = chat_render(&c, m, 2, 1, &len, err, sizeof err);
     int rc = ids.n < 3 || !text || !strstr(text, "Be brief.") || !strstr(text, "Hi")
                  ? fail("%zu ids, rendered \"%s\"", ids.n, text ? text : "(null)")
                  : 0;

@@ -234,7 +234,7 @@ static void test_fixture(const char *name) {
         CHECK(ch.format == CHAT_FORMAT_DEEPSEEK, "format %d, not DeepSeek", ch.format);
         json_array_foreach(chats, i, c) {
             json_t *msgs = json_object_get(c, "messages");
-            struct chat_msg m[16];
+            struct chat_msg m[16] = {{.content = NULL}};
             size_t nm = 0, k;
             json_t *x;
             json_array_foreach(msgs, k, x) {
@@ -252,7 +252,7 @@ static void test_fixture(const char *name) {
             CHECK(d < 0, "chat %zu: id %ld is %d, HF %d", i, d, d < (long)got.n ? got.ids[d] : -1,
                   d < (long)want.n ? want.ids[d] : -1);
             size_t len;
-            char *txt = chat_render(&ch, m, nm, gen, &len);
+            char *txt = chat_render(&ch, m, nm, gen, &len, err, sizeof err);
             CHECK(txt && same_text(txt, len, json_object_get(c, "text")), "chat %zu renders '%s'",
                   i, txt ? show(txt, len) : "(null)");
             free(txt);
@@ -843,9 +843,11 @@ static void test_special_files(void) {
     rmdir(dir);
 }
 
-/* The V4 chat format's rendered examples (released_formats.md 4.7, from the reference
- * encoding_dsv4.py), without tools: chat mode closes the think block at the generation prompt,
- * thinking mode opens it, and an earlier assistant turn keeps only its answer after </think> */
+/* The V4 chat format's rendered tool-free examples (released_formats.md 4.7, from the reference
+ * encoding_dsv4.py) come out of the V3.1 layout too: tandem8k has </think> but no
+ * <｜latest_reminder｜>, so this is the V3 path (the V4 encoder itself: tests/test_chat.c). Chat
+ * mode closes the think block at the generation prompt, thinking mode opens it, and an earlier
+ * assistant turn keeps only its answer after </think> */
 static void test_chat_v4_examples(void) {
     case_begin();
     struct tok *t = load_fixture("tandem8k");
@@ -890,13 +892,13 @@ static void test_chat_v4_examples(void) {
         for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
             c.think = ex[i].think;
             size_t n;
-            char *got = chat_render(&c, ex[i].m, ex[i].n, 1, &n);
+            char *got = chat_render(&c, ex[i].m, ex[i].n, 1, &n, err, sizeof err);
             CHECK(got && !strcmp(got, ex[i].want), "%s: '%s'", ex[i].name, got ? show(got, n) : "");
             free(got);
         }
     }
     if (t) tok_free(t);
-    case_end("tok_chat_v4_examples", "(chat and thinking, one and two turns; no tools yet)");
+    case_end("tok_chat_v4_examples", "(chat and thinking, one and two turns, on the V3.1 layout)");
 }
 
 static void test_chat_layouts(void) {
@@ -918,7 +920,7 @@ static void test_chat_layouts(void) {
         chat_init(&c, t, err, sizeof err);
         CHECK(c.format == CHAT_FORMAT_CHATML, "format %d", c.format);
         size_t n;
-        char *s = chat_render(&c, m, 3, 1, &n);
+        char *s = chat_render(&c, m, 3, 1, &n, err, sizeof err);
         const char *want = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
                            "<|im_start|>assistant\nA<|im_end|>\n<|im_start|>assistant\n";
         CHECK(s && !strcmp(s, want), "chatml '%s'", s ? show(s, n) : "");
@@ -930,7 +932,7 @@ static void test_chat_layouts(void) {
         chat_init(&c, t, err, sizeof err);
         CHECK(c.format == CHAT_FORMAT_PLAIN, "gpt2 format %d", c.format);
         size_t n;
-        char *s = chat_render(&c, m, 3, 1, &n);
+        char *s = chat_render(&c, m, 3, 1, &n, err, sizeof err);
         const char *want = "<|endoftext|>System: S\n\nUser: U\n\nAssistant: A<|endoftext|>\n\n"
                            "Assistant:";
         CHECK(s && !strcmp(s, want), "plain '%s'", s ? show(s, n) : "");
@@ -948,7 +950,7 @@ static void test_chat_layouts(void) {
         CHECK(c.think == CHAT_THINK_OFF, "tandem8k think %d", c.think);
         c.think = CHAT_THINK_ON;
         size_t n;
-        char *s = chat_render(&c, m, 3, 1, &n);
+        char *s = chat_render(&c, m, 3, 1, &n, err, sizeof err);
         const char *want = "<｜begin▁of▁sentence｜>S<｜User｜>U<｜Assistant｜></think>A"
                            "<｜end▁of▁sentence｜><｜Assistant｜><think>";
         CHECK(s && !strcmp(s, want), "thinking '%s'", s ? show(s, n) : "");

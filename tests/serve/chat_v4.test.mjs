@@ -1,0 +1,233 @@
+// tests/serve/chat_v4.test.mjs: /v1/chat/completions on a model whose tokenizer is DeepSeek
+// V4's (tokenizer/chat.h): the OpenAI fields V4 prompts carry (tools, assistant tool_calls and
+// reasoning_content, role "tool" results, developer) become the prompt encoding_dsv4 gives,
+// checked as the logged prompt text and as prompt_tokens; the thinking switches; bad tool
+// input is a 400.
+//
+//   node --test tests/serve/chat_v4.test.mjs
+//
+// The model is models/tandem-tiny with its three unused placeholder tokens renamed <think>,
+// </think> and <｜latest_reminder｜> (in a temporary directory): the last makes the vocabulary
+// V4's. ｜DSML｜ and <tool_result> stay plain text there.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { startServer, raw, runTandem, tmpdir, waitFor, MODEL, IS_TINY, BOS_TEXT, USER_TEXT, ASSISTANT_TEXT, EOS_TEXT } from './harness.mjs';
+
+const T = { timeout: 60000, skip: IS_TINY ? false : 'needs models/tandem-tiny (its placeholder tokens)' };
+const RENAME = { '<｜place▁holder▁no▁0｜>': '<think>', '<｜place▁holder▁no▁1｜>': '</think>', '<｜place▁holder▁no▁2｜>': '<｜latest_reminder｜>' };
+let srv, dir;
+
+/* tandem-tiny with a V4 vocabulary: every file linked but the tokenizer's, which is rewritten;
+ * commaCloses: </think> is the id of "," instead (a special token the model writes first) */
+function v4Model(commaCloses = false) {
+    const d = tmpdir('v4model');
+    for (const f of fs.readdirSync(MODEL)) {
+        if (f === 'tokenizer.json' || f === 'tokenizer_config.json') continue;
+        fs.symlinkSync(path.join(MODEL, f), path.join(d, f));
+    }
+    let tj = fs.readFileSync(path.join(MODEL, 'tokenizer.json'), 'utf8');
+    let tc = fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8');
+    for (const [from, to] of Object.entries(RENAME)) {
+        if (commaCloses && to === '</think>') continue;
+        tj = tj.split(from).join(to);
+        tc = tc.split(from).join(to);
+    }
+    if (commaCloses) {
+        const t = JSON.parse(tj);
+        t.added_tokens.unshift({ id: t.model.vocab[','], content: '</think>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+        tj = JSON.stringify(t);
+    }
+    fs.writeFileSync(path.join(d, 'tokenizer.json'), tj);
+    fs.writeFileSync(path.join(d, 'tokenizer_config.json'), tc);
+    return d;
+}
+
+before(async () => {
+    if (!IS_TINY) return;
+    dir = v4Model();
+    srv = await startServer(['--model', dir, '--draft', 'none', '--set', 'log.log_requests=on', '--set', 'log.format=jsonl']);
+}, { timeout: 90000 });
+
+after(async () => {
+    if (srv) assert.equal(await srv.stop(), 0);
+}, { timeout: 40000 });
+
+const SYS = 'You are a helpful assistant.';
+const D = '｜DSML｜';
+const chat = (body) => raw(srv.url, { method: 'POST', path: '/v1/chat/completions', body: { max_tokens: 2, temperature: 0, ...body } });
+
+/* the prompt the server logged for its n-th request with this marker in it */
+async function loggedPrompt(marker) {
+    let found;
+    await waitFor(() => {
+        for (const line of srv.log().split('\n')) {
+            if (!line.startsWith('{')) continue;
+            const o = JSON.parse(line);
+            if (o.event === 'request' && typeof o.prompt === 'string' && o.prompt.includes(marker)) found = o.prompt;
+        }
+        return found !== undefined;
+    }, { what: `a logged prompt with ${marker}` });
+    return found;
+}
+
+async function promptTokens(text) {
+    const r = await runTandem(['tokenize', '--model', dir, '--text', text, '--no-special']);
+    assert.equal(r.code, 0, r.stderr);
+    return r.stdout.trim().split(/\s+/).length;
+}
+
+/* the request gets 200 and the prompt want, as text and as prompt_tokens */
+async function expectPrompt(body, marker, want) {
+    const r = await chat(body);
+    assert.equal(r.status, 200, r.text);
+    assert.equal(await loggedPrompt(marker), want);
+    assert.equal(r.json().usage.prompt_tokens, await promptTokens(want), 'prompt_tokens = the rendered prompt, encoded whole');
+    return r.json();
+}
+
+test('the V4 vocabulary is detected: /props says deepseek_v4', T, async () => {
+    const r = await raw(srv.url, { path: '/props' });
+    assert.equal(r.json().chat_format, 'deepseek_v4');
+});
+
+test('tools, tool_calls and tool results (re-ordered to call order) in chat mode', T, async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+    const body = {
+        tools,
+        tool_choice: 'auto',
+        messages: [
+            { role: 'system', content: SYS },
+            { role: 'user', content: 'Weather in Paris and Rome? (m1)' },
+            {
+                role: 'assistant',
+                content: null,
+                tool_calls: [
+                    { id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } },
+                    { id: 'call_b', type: 'function', function: { name: 'get_weather', arguments: { city: 'Rome', days: 2 } } },
+                ],
+            },
+            { role: 'tool', tool_call_id: 'call_b', content: 'rainy' },
+            { role: 'tool', tool_call_id: 'call_a', content: [{ type: 'text', text: 'sunny' }, { type: 'text', text: '21 C' }] },
+        ],
+    };
+    const head =
+        '\n\n## Tools\n\nYou have access to a set of tools to help answer the user\'s question. You can invoke tools by writing a "<' + D + 'tool_calls>" block like the following:\n\n' +
+        `<${D}tool_calls>\n<${D}invoke name="$TOOL_NAME">\n<${D}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</${D}parameter>\n...\n</${D}invoke>\n` +
+        `<${D}invoke name="$TOOL_NAME2">\n...\n</${D}invoke>\n</${D}tool_calls>\n\n` +
+        'String parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.\n\n' +
+        'If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside <think>...</think> BEFORE any tool calls or final response.\n\n' +
+        'Otherwise, output directly after </think> with tool calls or final response.\n\n### Available Tool Schemas\n\n' +
+        '{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}' +
+        '\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n';
+    const want =
+        BOS_TEXT + SYS + head + USER_TEXT + 'Weather in Paris and Rome? (m1)' + ASSISTANT_TEXT + '</think>' +
+        `\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n<${D}parameter name="city" string="true">Paris</${D}parameter>\n</${D}invoke>\n` +
+        `<${D}invoke name="get_weather">\n<${D}parameter name="city" string="true">Rome</${D}parameter>\n<${D}parameter name="days" string="false">2</${D}parameter>\n</${D}invoke>\n</${D}tool_calls>` +
+        EOS_TEXT + USER_TEXT + '<tool_result>sunny\n\n21 C</tool_result>\n\n<tool_result>rainy</tool_result>' + ASSISTANT_TEXT + '</think>';
+    await expectPrompt(body, '(m1)', want);
+    // without a system message the tools come on one of their own, in front
+    const r = await chat({ tools, messages: [{ role: 'user', content: 'Hi (m2)' }] });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(await loggedPrompt('(m2)'), BOS_TEXT + head + USER_TEXT + 'Hi (m2)' + ASSISTANT_TEXT + '</think>');
+});
+
+test('thinking: earlier reasoning_content dropped, kept with drop_thinking false; reasoning_effort max', T, async () => {
+    const messages = (m) => [
+        { role: 'system', content: SYS },
+        { role: 'user', content: 'hello' },
+        { role: 'assistant', reasoning_content: 'The user greets me.', content: 'Hello! I am DeepSeek.' },
+        { role: 'user', content: `1+1=? (${m})` },
+    ];
+    const turn1 = BOS_TEXT + SYS + USER_TEXT + 'hello' + ASSISTANT_TEXT;
+    const j = await expectPrompt({ thinking: { type: 'enabled' }, messages: messages('m3') }, '(m3)',
+        turn1 + '</think>Hello! I am DeepSeek.' + EOS_TEXT + USER_TEXT + '1+1=? (m3)' + ASSISTANT_TEXT + '<think>');
+    assert.equal(typeof j.choices[0].message.reasoning_content, 'string', 'thinking on: the text before </think> is reasoning_content');
+    await expectPrompt({ chat_template_kwargs: { thinking: true, drop_thinking: false }, messages: messages('m4') }, '(m4)',
+        turn1 + '<think>The user greets me.</think>Hello! I am DeepSeek.' + EOS_TEXT + USER_TEXT + '1+1=? (m4)' + ASSISTANT_TEXT + '<think>');
+    const p = await (async () => {
+        const r = await chat({ chat_template_kwargs: { enable_thinking: true }, reasoning_effort: 'max', messages: [{ role: 'user', content: 'Think hard (m5)' }] });
+        assert.equal(r.status, 200, r.text);
+        return loggedPrompt('(m5)');
+    })();
+    assert.ok(p.startsWith(BOS_TEXT + 'Reasoning Effort: Absolute maximum with no shortcuts permitted.\n'), p);
+    assert.ok(p.endsWith('unchecked.\n\n' + USER_TEXT + 'Think hard (m5)' + ASSISTANT_TEXT + '<think>'), p);
+    // chat mode (the default) has no <think> and no effort paragraph
+    await expectPrompt({ reasoning_effort: 'max', messages: [{ role: 'developer', content: 'Be brief. (m6)' }] }, '(m6)',
+        BOS_TEXT + USER_TEXT + 'Be brief. (m6)' + ASSISTANT_TEXT + '</think>');
+});
+
+const BAD = [
+    ['a tool result answering no call', [
+        { role: 'user', content: 'x' },
+        { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+        { role: 'tool', tool_call_id: 'c9', content: 'r' },
+    ], 'tool_call_id "c9" matches no tool call'],
+    ['a tool result with no call before it', [{ role: 'tool', tool_call_id: 'c1', content: 'r' }], 'no assistant message with tool calls'],
+    ['tool call arguments that are not JSON', [
+        { role: 'user', content: 'x' },
+        { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{"a": ' } }] },
+    ], 'not valid JSON'],
+    ['tool call arguments that are not an object', [
+        { role: 'user', content: 'x' },
+        { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: 5 } }] },
+    ], "'arguments' must be a JSON object"],
+    ['a tool call without a function name', [
+        { role: 'user', content: 'x' },
+        { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { arguments: '{}' } }] },
+    ], 'needs a "function" with a "name"'],
+    ['an unknown role', [{ role: 'wizard', content: 'x' }], "role 'wizard' is not supported"],
+    ['reasoning_content that is not a string', [{ role: 'user', content: 'x' }, { role: 'assistant', content: 'y', reasoning_content: 5 }], "'reasoning_content' must be a string"],
+];
+for (const [name, messages, want] of BAD) {
+    test(`400 for ${name}`, T, async () => {
+        const r = await chat({ messages });
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json().error.type, 'invalid_request_error');
+        assert.ok(r.json().error.message.includes(want), r.json().error.message);
+    });
+}
+
+test('400 for tool_choice "required", tools that are not an array, tools on /v1/completions', T, async () => {
+    const tools = [{ type: 'function', function: { name: 'f' } }];
+    let r = await chat({ tools, tool_choice: 'required', messages: [{ role: 'user', content: 'x' }] });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json().error.param, 'tool_choice');
+    r = await chat({ tools: { a: 1 }, messages: [{ role: 'user', content: 'x' }] });
+    assert.equal(r.status, 400, r.text);
+    r = await chat({ tools: [{ type: 'function' }], messages: [{ role: 'user', content: 'x' }] });
+    assert.equal(r.status, 400, r.text);
+    assert.ok(r.json().error.message.includes('no "function" object'), r.json().error.message);
+    r = await raw(srv.url, { method: 'POST', path: '/v1/completions', body: { prompt: 'x', max_tokens: 2, tools } });
+    assert.equal(r.status, 400, r.text);
+    // and the server still answers
+    r = await chat({ messages: [{ role: 'user', content: 'still there? (m7)' }] });
+    assert.equal(r.status, 200, r.text);
+});
+
+test('thinking output: the text before a special </think> token is reasoning_content, after it content', T, async () => {
+    // tandem-tiny answers "hello" with ", and all the earth, ...": with "," as </think> its
+    // reasoning is empty and the rest is the answer (later "," tokens are </think> too: dropped)
+    const s2 = await startServer(['--model', v4Model(true), '--draft', 'none']);
+    try {
+        const body = { messages: [{ role: 'user', content: 'hello' }], max_tokens: 8, temperature: 0, thinking: { type: 'enabled' } };
+        const r = await raw(s2.url, { method: 'POST', path: '/v1/chat/completions', body });
+        assert.equal(r.status, 200, r.text);
+        const m = r.json().choices[0].message;
+        assert.equal(m.reasoning_content, '', 'nothing before </think>');
+        assert.ok(m.content.length > 0 && !m.content.includes('think>'), `content '${m.content}'`);
+        const st = await raw(s2.url, { method: 'POST', path: '/v1/chat/completions', body: { ...body, stream: true } });
+        let rc = '', c = '';
+        for (const line of st.text.split('\n')) {
+            if (!line.startsWith('data: {')) continue;
+            const d = JSON.parse(line.slice(6)).choices[0]?.delta ?? {};
+            rc += d.reasoning_content ?? '';
+            c += d.content ?? '';
+        }
+        assert.deepEqual({ rc, c }, { rc: '', c: m.content }, 'streamed = not streamed');
+    } finally {
+        assert.equal(await s2.stop(), 0);
+    }
+});
