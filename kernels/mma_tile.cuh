@@ -54,6 +54,40 @@ __device__ __forceinline__ int mma_row(int j) {
     return 2 * (threadIdx.x & 3) + (j & 1);
 }
 
+/* 8 x values as the two bf16 terms of each (hi = bf16(x), lo = bf16(x - hi)), in pairs */
+__device__ __forceinline__ void x_split(const float *xv, unsigned *hi, unsigned *lo) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float a = xv[2 * i], b = xv[2 * i + 1];
+        float ha = __bfloat162float(__float2bfloat16_rn(a));
+        float hb = __bfloat162float(__float2bfloat16_rn(b));
+        hi[i] = pack_bf16(ha, hb);
+        lo[i] = pack_bf16(a - ha, b - hb);
+    }
+}
+
+/* a lane's 8 k of rows g (A) and g + 8 (B) times its x terms: the four mma, into ACC chains */
+template <int ACC>
+__device__ __forceinline__ void mma_8k(float (*c)[4], uint4 A, uint4 B, const unsigned *hi,
+                                       const unsigned *lo) {
+    mma_bf16(c[0], A.x, B.x, A.y, B.y, hi[0], hi[1]);
+    mma_bf16(c[1 % ACC], A.x, B.x, A.y, B.y, lo[0], lo[1]);
+    mma_bf16(c[2 % ACC], A.z, B.z, A.w, B.w, hi[2], hi[3]);
+    mma_bf16(c[3 % ACC], A.z, B.z, A.w, B.w, lo[2], lo[3]);
+}
+
+/* the ACC chains of each matrix summed in a fixed order */
+template <int NW, int ACC>
+__device__ __forceinline__ void acc_out(float (*cout)[4], float (*c)[ACC][4]) {
+#pragma unroll
+    for (int m = 0; m < NW; m++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            cout[m][j] =
+                ACC == 4 ? (c[m][0][j] + c[m][2 % ACC][j]) + (c[m][1 % ACC][j] + c[m][3 % ACC][j])
+                         : c[m][0][j];
+}
+
 /* mma_rows for the quantized formats (quant.cuh): a lane loads 16 bytes of each of its two rows
  * a step (8 * QR weights, QR = 2 for Q8, 4 for Q4), so a chunk of k is 32 * QR wide and lane t
  * holds k 8 QR t .. 8 QR t + 8 QR - 1 of it; every weight load of MT_U chunks is made first, and
@@ -102,33 +136,15 @@ __device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bo
 #pragma unroll
             for (int j = 0; j < R; j++) {
                 unsigned hi[4], lo[4];
+                x_split(xv[u & 1][j], hi, lo);
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    float a = xv[u & 1][j][2 * i], b = xv[u & 1][j][2 * i + 1];
-                    float ha = __bfloat162float(__float2bfloat16_rn(a));
-                    float hb = __bfloat162float(__float2bfloat16_rn(b));
-                    hi[i] = pack_bf16(ha, hb);
-                    lo[i] = pack_bf16(a - ha, b - hb);
-                }
-#pragma unroll
-                for (int m = 0; m < NW; m++) {
-                    uint4 A = q16_bf16<F>(wr[m][u].a, j, wr[m][u].sa);
-                    uint4 B = q16_bf16<F>(wr[m][u].b, j, wr[m][u].sb);
-                    mma_bf16(c[m][0], A.x, B.x, A.y, B.y, hi[0], hi[1]);
-                    mma_bf16(c[m][1 % ACC], A.x, B.x, A.y, B.y, lo[0], lo[1]);
-                    mma_bf16(c[m][2 % ACC], A.z, B.z, A.w, B.w, hi[2], hi[3]);
-                    mma_bf16(c[m][3 % ACC], A.z, B.z, A.w, B.w, lo[2], lo[3]);
-                }
+                for (int m = 0; m < NW; m++)
+                    mma_8k<ACC>(c[m], q16_bf16<F>(wr[m][u].a, j, wr[m][u].sa),
+                                q16_bf16<F>(wr[m][u].b, j, wr[m][u].sb), hi, lo);
             }
         }
     }
-#pragma unroll
-    for (int m = 0; m < NW; m++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            cout[m][j] =
-                ACC == 4 ? (c[m][0][j] + c[m][2 % ACC][j]) + (c[m][1 % ACC][j] + c[m][3 % ACC][j])
-                         : c[m][0][j];
+    acc_out<NW, ACC>(cout, c);
 }
 
 /* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in] of
@@ -176,33 +192,15 @@ __device__ __forceinline__ void mma_rows(float (*cout)[4], const float *xr, bool
         for (int u = 0; u < MT_U; u++) {
             if (c0 + u * stride >= chunks) break;
             unsigned hi[4], lo[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float a = xv[u][2 * j], b = xv[u][2 * j + 1];
-                float ha = __bfloat162float(__float2bfloat16_rn(a));
-                float hb = __bfloat162float(__float2bfloat16_rn(b));
-                hi[j] = pack_bf16(ha, hb);
-                lo[j] = pack_bf16(a - ha, b - hb);
-            }
+            x_split(xv[u], hi, lo);
             // k 8t .. 8t + 3 are logical (2t, 2t + 1, 2t + 8, 2t + 9) of the first mma,
             // 8t + 4 .. 8t + 7 the same of the second
 #pragma unroll
-            for (int m = 0; m < NW; m++) {
-                uint4 A = wraw_a<F>(wr[m][u]), B = wraw_b<F>(wr[m][u]);
-                mma_bf16(c[m][0], A.x, B.x, A.y, B.y, hi[0], hi[1]);
-                mma_bf16(c[m][1 % ACC], A.x, B.x, A.y, B.y, lo[0], lo[1]);
-                mma_bf16(c[m][2 % ACC], A.z, B.z, A.w, B.w, hi[2], hi[3]);
-                mma_bf16(c[m][3 % ACC], A.z, B.z, A.w, B.w, lo[2], lo[3]);
-            }
+            for (int m = 0; m < NW; m++)
+                mma_8k<ACC>(c[m], wraw_a<F>(wr[m][u]), wraw_b<F>(wr[m][u]), hi, lo);
         }
     }
-#pragma unroll
-    for (int m = 0; m < NW; m++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            cout[m][j] =
-                ACC == 4 ? (c[m][0][j] + c[m][2 % ACC][j]) + (c[m][1 % ACC][j] + c[m][3 % ACC][j])
-                         : c[m][0][j];
+    acc_out<NW, ACC>(cout, c);
 }
 
 /* the width of a chunk of k (a warp-step) for weights of format F */

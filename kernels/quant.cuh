@@ -146,22 +146,26 @@ __device__ __forceinline__ uint4 q4_bf16(unsigned q, unsigned s) {
     return make_uint4(r[0], r[1], r[2], r[3]);
 }
 
-/* the 8 bf16 weights of row a (b: row b) of a raw load */
+/* the 8 bf16 weights of one row of a raw load (its a or b bits and scale) */
+template <int F, typename B> __device__ __forceinline__ uint4 wraw_row(const B &bits, unsigned s) {
+    if constexpr (F == WF_BF16)
+        return bits;
+    else if constexpr (F == WF_Q8)
+        return q8_bf16(bits, s);
+    else
+        return q4_bf16(bits, s);
+}
 template <int F> __device__ __forceinline__ uint4 wraw_a(const wraw<F> &v) {
     if constexpr (F == WF_BF16)
         return v.a;
-    else if constexpr (F == WF_Q8)
-        return q8_bf16(v.a, v.sa);
     else
-        return q4_bf16(v.a, v.sa);
+        return wraw_row<F>(v.a, v.sa);
 }
 template <int F> __device__ __forceinline__ uint4 wraw_b(const wraw<F> &v) {
     if constexpr (F == WF_BF16)
         return v.b;
-    else if constexpr (F == WF_Q8)
-        return q8_bf16(v.b, v.sb);
     else
-        return q4_bf16(v.b, v.sb);
+        return wraw_row<F>(v.b, v.sb);
 }
 
 /* The quantized tiles' loads: 16 bytes of a row a lane (as many bytes in flight as a bf16
