@@ -3,7 +3,7 @@
 
 Runs on the GPU box (torch 2.11, transformers 5.17), on its CPU in fp32:
 
-    python3 tools/make_fixtures.py --out /tmp/fixtures [--debug /tmp/debug]
+    python3 tools/make_fixtures.py --out /tmp/fixtures [--debug /tmp/debug] [--released]
 
 Builds three tiny random DeepseekV4ForCausalLM models that together cover every
 layer type (sliding, CSA, HCA), hash_moe and moe layers, YaRN on the compress
@@ -27,6 +27,18 @@ Each fixture directory holds:
 A seed is accepted only when no indexer query and no router row has a near tie
 at its top-k cut (relative gap > 2e-5), so that selection is well defined for
 an engine whose rounding differs from torch's.
+
+With --released, the upstream-layout fixtures are also written in DeepSeek's
+released precision as d_released (released_formats.md 1.3, 1.8): before HF runs,
+every weight the release quantizes (the attention's wq_a, wq_b, wkv, wo_a, wo_b,
+the indexer's wq_b, the shared experts: FP8 with 128x128 e8m0 scales; the routed
+experts: FP4 with per-32 scales) is replaced by its quantize-dequantize round
+trip, so HF's fp32 logits are the oracle of the dequantized model; the checkpoint
+is then written sharded with those weights as F8_E4M3 / I8 + F8_E8M0 `.scale`
+(tools/make_quant_fixtures.py's quantizers; re-quantizing the dequantized values
+gives them back exactly, which is checked), the rest BF16/F32 as the release
+keeps them, the synthetic MTP layer quantized as well, and the config's
+quantization_config and expert_dtype as released.
 """
 import argparse
 import json
@@ -376,6 +388,78 @@ def write_fixture(spec, hf_cfg, model, ids, logits, rec, out_dir):
     return d
 
 
+# the HF parameters the release quantizes (released_formats.md 1.3): FP8 dense, FP4 experts
+RELEASED_FP8 = ("self_attn.q_a_proj.weight", "self_attn.q_b_proj.weight", "self_attn.kv_proj.weight",
+                "self_attn.o_a_proj.weight", "self_attn.o_b_proj.weight",
+                "self_attn.compressor.indexer.q_b_proj.weight", "mlp.shared_experts.gate_proj.weight",
+                "mlp.shared_experts.up_proj.weight", "mlp.shared_experts.down_proj.weight")
+
+
+def released_round_trip(model):
+    """every weight the release quantizes, replaced by its quantize-dequantize round trip"""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from make_quant_fixtures import quant_fp4, quant_fp8
+    n8 = n4 = 0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(RELEASED_FP8):
+                p.copy_(quant_fp8(p.float())[2])
+                n8 += 1
+            elif name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+                for e in range(p.shape[0]):  # per expert, along the input (last) dimension
+                    p[e].copy_(quant_fp4(p[e].float())[2])
+                    n4 += 1
+    return n8, n4
+
+
+def write_released(d, out_dir):
+    """the fixture at d (upstream layout, its quantizable weights already round-tripped) in the
+    released precision at out_dir/d_released, sharded as d is"""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from make_quant_fixtures import quant_fp4, quant_fp8, KEEP
+    from safetensors.torch import load_file
+    r = os.path.join(out_dir, "d_released")
+    os.makedirs(r, exist_ok=True)
+    index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    shards, n8, n4 = {}, 0, 0
+    for f in sorted(set(index["weight_map"].values())):
+        out = {}
+        for name, t in load_file(os.path.join(d, f)).items():
+            quantize = name.endswith(".weight") and t.dim() == 2 and not any(k in name for k in KEEP)
+            if not quantize:
+                out[name] = t
+                continue
+            w = t.float()
+            if ".experts." in name and ".shared_experts." not in name:
+                q, sc, deq = quant_fp4(w)
+                n4 += 1
+            else:
+                q, sc, deq = quant_fp8(w)
+                q = q.view(torch.float8_e4m3fn)
+                n8 += 1
+            if not name.startswith("mtp.") and not torch.equal(deq, w):
+                raise SystemExit(f"{name}: re-quantizing its round trip changed it")
+            out[name], out[name[:-len(".weight")] + ".scale"] = q, sc.view(torch.float8_e8m0fnu)
+        shards[f] = out
+        save_file(out, os.path.join(r, f), metadata={"format": "pt"})
+    weight_map = {n: f for f, ts in shards.items() for n in ts}
+    total = sum(t.numel() * t.element_size() for ts in shards.values() for t in ts.values())
+    with open(os.path.join(r, "model.safetensors.index.json"), "w") as fh:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, fh, indent=1)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                  "quant_method": "fp8", "scale_fmt": "ue8m0",
+                                  "weight_block_size": [128, 128]}
+    cfg["expert_dtype"] = "fp4"
+    with open(os.path.join(r, "config.json"), "w") as fh:
+        json.dump(cfg, fh, indent=1)
+    for f in ("ids.txt", "logits.npy", "hf_extra.safetensors"):
+        with open(os.path.join(d, f), "rb") as a, open(os.path.join(r, f), "wb") as b:
+            b.write(a.read())
+    print(f"d_released: {n8} FP8 and {n4} FP4 weights with their scales, written {r}")
+    return r
+
+
 def chunked_check(model, ids, chunks):
     """HF's own cached path over `chunks` must equal its one-shot forward."""
     from transformers import DynamicCache
@@ -393,13 +477,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--debug", default=None, help="folder for per-layer debug tensors")
+    ap.add_argument("--released", action="store_true",
+                    help="also d_released: the upstream fixture in the released FP8/FP4 precision, "
+                         "HF's logits of its dequantized weights as the oracle")
     args = ap.parse_args()
     torch.set_num_threads(8)
     os.makedirs(args.out, exist_ok=True)
     print("scoring funcs in ACT2FN:", [s for s in ("sqrtsoftplus", "sigmoid", "softmax") if s in ACT2FN])
-    for spec in fixture_specs():
+    specs = fixture_specs()
+    if args.released:  # the upstream fixture once more, its quantized weights round-tripped
+        specs = [dict(s, name="d_tmp_released", released=True) for s in specs if s["layout"] == "upstream"]
+    for spec in specs:
         for seed in range(40):
             hf_cfg, model, ids, seen = build(spec, seed)
+            if spec.get("released"):
+                n8, n4 = released_round_trip(model)
+                print(f"{spec['name']}: {n8} FP8 and {n4} FP4 weights round-tripped")
             rec = Recorder(model, spec["cfg"])
             with torch.no_grad():
                 logits = model(input_ids=ids).logits[0].float()
@@ -412,6 +505,10 @@ def main():
         else:
             raise SystemExit(f"{spec['name']}: no seed without near ties")
         d = write_fixture(spec, hf_cfg, model, ids, logits.numpy(), rec, args.out)
+        if spec.get("released"):
+            write_released(d, args.out)
+            import shutil
+            shutil.rmtree(d)  # (the bf16 copy it was made from)
         n = ids.shape[1]
         chunks = [37] + [1] * 12 + [5] + [1] * 10
         chunks.append(n - sum(chunks))
