@@ -556,6 +556,59 @@ static int logits_of(const char *dir, const int32_t *ids, int n, float *out, cha
     return rc;
 }
 
+/* --dummy-weights of a released-precision config: the matrices the release quantizes are made
+ * as packed Q8 / Q4 (fill_quant) and, placed on the CPU, run as their exact decode with about
+ * the 1/sqrt(fan-in) scale of the other matrices; the model runs and its logits are finite */
+static void test_dummy_released(void) {
+    char err[512] = "";
+    struct td_model m, cpu;
+    case_begin();
+    CHECK(!td_model_load_dummy(&m, "tests/fixtures/c_released", 7, err, sizeof err), "%s", err);
+    CHECK(!check_case_failed && !td_model_upload(&m, td_backend_cpu(), &cpu, err, sizeof err), "%s",
+          err);
+    if (check_case_failed) {
+        case_end("dummy/released_precision", err);
+        return;
+    }
+    const struct td_layer *l = &cpu.layers[cpu.cfg.n_layers - 1];
+    const struct td_tensor *ts[3] = {&l->wq_b, &l->w1[0], &l->gate};
+    const char *what[3] = {"wq_b (FP8)", "expert 0 w1 (FP4)", "router (bf16)"};
+    char extra[160] = "";
+    for (int j = 0; j < 3; j++) {
+        int64_t n = td_tensor_numel(ts[j]), in = ts[j]->shape[1];
+        double sq = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float v = td_tensor_getf(ts[j], i);
+            sq += (double)v * v;
+        }
+        double rms = sqrt(sq / n) * sqrt((double)in); // 1 for std 1/sqrt(fan-in)
+        CHECK(rms > 0.5 && rms < 2.0, "%s: rms %.3g / sqrt(fan-in)", what[j], rms);
+        size_t k = strlen(extra);
+        snprintf(extra + k, sizeof extra - k, "%s%s %.2f",
+                 j ? ", " : "(rms x sqrt(fan-in): ", what[j], rms);
+    }
+    strncat(extra, ")", sizeof extra - strlen(extra) - 1);
+    CHECK(ts[0]->dtype == TD_DTYPE_F32 && ts[1]->dtype == TD_DTYPE_F32,
+          "the quantized matrices were not decoded (%s, %s)", td_dtype_name(ts[0]->dtype),
+          td_dtype_name(ts[1]->dtype));
+    struct td_state st;
+    int32_t ids[8] = {1, 5, 9, 2, 77, 3, 100, 4};
+    float *lg = malloc((size_t)8 * m.cfg.vocab * sizeof *lg);
+    CHECK(!td_state_init(&st, &m.cfg, 1, 8, 8, (size_t)1 << 30, td_backend_cpu(), err, sizeof err),
+          "%s", err);
+    if (!check_case_failed) {
+        struct td_plan_seq q = {.slot = td_state_seq_alloc(&st), .n_new = 8, .ids = ids};
+        CHECK(!td_forward_seqs(&cpu, &st, &q, 1, lg, NULL, err, sizeof err), "%s", err);
+        for (long i = 0; !check_case_failed && i < 8L * m.cfg.vocab; i++)
+            CHECK(isfinite(lg[i]), "logit %ld is %g", i, lg[i]);
+        td_state_free(&st);
+    }
+    free(lg);
+    td_model_free(&cpu);
+    td_model_free(&m);
+    case_end("dummy/released_precision", extra);
+}
+
 /* a "device" for the placement's fail-closed sizing: host memory behind a device's interface,
  * with a free-memory figure the test sets and every allocation counted */
 static size_t fake_free;
@@ -929,6 +982,7 @@ int main(void) {
     test_sinks_bf16(&hb);
     test_released();
     test_place_sizing();
+    test_dummy_released();
     test_mtp_layer();
 
     st_set_close(&hb);
