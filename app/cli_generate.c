@@ -84,8 +84,10 @@ static void print_stats(FILE *fp, struct td_engine *e, double sec, double dsec, 
     const struct td_engine_stats *s = td_engine_stats(e);
     fprintf(fp, "stats: backend %s, draft %s (up to %d tokens a round)", td_engine_backend(e),
             td_engine_draft(e), td_engine_draft_tokens(e));
-    if (td_engine_weight_bytes(e))
-        fprintf(fp, ", target weights %.2f GB placed", td_engine_weight_bytes(e) / 1e9);
+    size_t wb = td_engine_weight_bytes(e);
+    if (wb)
+        fprintf(fp, ", target weights %.2f %s placed", wb >= 1000000000 ? wb / 1e9 : wb / 1e6,
+                wb >= 1000000000 ? "GB" : "MB");
     fprintf(fp, "\n");
     fprintf(fp, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
             s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
