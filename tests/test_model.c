@@ -733,6 +733,44 @@ static void test_released(void) {
     n++;
     expect_error("released/scale_without_weight", "c_released", t, n, "unexpected tensor",
                  "layers.0.attn.wq_z.scale");
+    // a released shard cut short (a download that stopped): refused at open, by file, before any
+    // tensor is read; and through the command line with exit status 1 and that one line
+    {
+        char dir[160], path[200], from[200], err[1024] = "";
+        struct td_model m;
+        case_begin();
+        snprintf(dir, sizeof dir, "%s/released_truncated", root);
+        mkdir(dir, 0700);
+        snprintf(from, sizeof from, "tests/fixtures/c_released/config.json");
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        copy_file(from, path);
+        snprintf(from, sizeof from, "tests/fixtures/c_released/model.safetensors");
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        copy_file(from, path);
+        struct stat sb;
+        CHECK(!stat(path, &sb) && !truncate(path, sb.st_size - 4096), "cannot cut %s", path);
+        int rc = td_model_load(&m, dir, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "model.safetensors"), "loaded, or no file named: '%s'", err);
+        if (!rc) td_model_free(&m);
+        char cmd[512];
+        snprintf(cmd, sizeof cmd,
+                 "%s generate --model %s --backend cpu --prompt-ids '1 2' --max-tokens 1 "
+                 ">/dev/null 2>%s/stderr.txt",
+                 getenv("TD_TANDEM") ? getenv("TD_TANDEM") : "bin/tandem", dir, dir);
+        int st = system(cmd);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0, "tandem generate exited %d on it",
+              WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        snprintf(path, sizeof path, "%s/stderr.txt", dir);
+        FILE *fe = fopen(path, "r");
+        char line[1024] = "";
+        if (fe) {
+            if (!fgets(line, sizeof line, fe)) line[0] = 0;
+            fclose(fe);
+        }
+        CHECK(strstr(line, "tandem: ") && strstr(line, "past the data section"),
+              "tandem generate said '%s'", line);
+        case_end("released/truncated_shard", err);
+    }
     free(t);
     st_set_close(&rs);
 }
