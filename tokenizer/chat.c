@@ -50,45 +50,6 @@ int chat_init(struct chat *c, struct tok *tok, char *err, size_t errlen) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// the sink
-
-/* ids mode: encode the text held since the last special token */
-static int flush_text(struct sink *k) {
-    if (!k->ids || !k->text.n) return 0;
-    int rc =
-        tok_encode(k->c->tok, k->text.p, k->text.n, k->c->encode_flags, k->ids, k->err, k->errlen);
-    k->text.n = 0;
-    return rc;
-}
-
-int chat_put_text(struct sink *k, const char *s, size_t n) {
-    if (!n) return 0;
-    if (tok_buf_put(&k->text, s, n)) return td_errf(k->err, k->errlen, "out of memory");
-    return 0;
-}
-
-int chat_put_str(struct sink *k, const char *s) {
-    return s ? chat_put_text(k, s, strlen(s)) : 0;
-}
-
-int chat_put_tok(struct sink *k, int32_t id) {
-    if (id < 0) return 0;
-    if (k->ids) {
-        if (flush_text(k)) return -1;
-        if (tok_ids_push(k->ids, id)) return td_errf(k->err, k->errlen, "out of memory");
-        return 0;
-    }
-    size_t n;
-    const char *s = tok_str(k->c->tok, id, &n);
-    return s ? chat_put_text(k, s, n) : 0;
-}
-
-int chat_put_special(struct sink *k, const char *s) {
-    int32_t id = find(k->c->tok, s);
-    return id >= 0 ? chat_put_tok(k, id) : chat_put_str(k, s);
-}
-
-// ---------------------------------------------------------------------------------------------
 // checks every format shares
 
 static const char *role_name(enum chat_role r) {
@@ -224,7 +185,7 @@ static int build(struct sink *k, const struct chat_msg *m, size_t n, int gen) {
     case CHAT_FORMAT_CHATML: rc = build_chatml(k, m, n, gen); break;
     case CHAT_FORMAT_PLAIN: rc = build_plain(k, m, n, gen); break;
     }
-    return rc ? rc : flush_text(k);
+    return rc ? rc : chat_flush_text(k);
 }
 
 int chat_encode(const struct chat *c, const struct chat_msg *msgs, size_t n,

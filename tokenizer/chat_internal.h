@@ -1,5 +1,5 @@
 /* chat_internal.h: what chat.c and chat_v4.c share: the sink one walk over the messages writes
- * into, as ids (chat_encode) or as text (chat_render). */
+ * into, as ids (chat_encode) or as text (chat_render) (chat_sink.c), and the V4 layout. */
 #ifndef TD_CHAT_INTERNAL_H
 #define TD_CHAT_INTERNAL_H
 
@@ -14,6 +14,8 @@ struct sink {
     size_t errlen;
 };
 
+/* chat_sink.c. ids mode: encode the text held since the last special token */
+int chat_flush_text(struct sink *k);
 /* text: copied, or (ids mode) held until the next special token so that the text between two
  * special tokens is encoded in one piece, as HF encodes the rendered string */
 int chat_put_text(struct sink *k, const char *s, size_t n);
