@@ -1,9 +1,11 @@
 /* matmul.cu: y = x W^T on the GPU. BF16 weights: steps of up to SKINNY_ROWS rows (decode and
  * verify) take the skinny kernel below, which reads the fp32 rows and the weights directly
  * (tensor cores, x as two bf16 terms);
- * wider steps go through cuBLASLt (x rounded to bf16, fp32 accumulation and output). Other
- * weight dtypes take a plain fp32 kernel (only small tensors stay fp32 on the device; see
- * td_model_upload). */
+ * wider steps go through cuBLASLt (x rounded to bf16, fp32 accumulation and output). Q8 / Q4
+ * weights (the released FP8 / FP4, quant.cuh) take the same skinny kernel, their codes decoded
+ * to bf16 in registers, up to QUANT_MMA_ROWS rows, and are decoded to a bf16 copy for
+ * cuBLASLt above. Other weight dtypes take a plain fp32 kernel (only small tensors stay fp32 on
+ * the device; see td_model_upload). */
 #include <cooperative_groups.h>
 #include <math.h>
 #include <type_traits>

@@ -1,4 +1,6 @@
-/* matmul.h: y = x W^T with W stored [out, in] in F32, BF16 or F16 (PyTorch Linear layout). */
+/* matmul.h: y = x W^T with W stored [out, in] in F32, BF16 or F16 (PyTorch Linear layout), or
+ * packed as the released FP8 / FP4 (TD_DTYPE_Q8 / Q4, quant.h: the CUDA launchers only; the CPU
+ * runs their exact F32 decode). */
 #ifndef TD_KERNELS_MATMUL_H
 #define TD_KERNELS_MATMUL_H
 
@@ -6,8 +8,8 @@
 #include "dtype.h"
 #include "reserve.h"
 
-/* The CUDA launchers read steps of up to this many rows as fp32 (the skinny kernel); wider
- * steps round x to bf16 for cuBLASLt. */
+/* The CUDA launchers read steps of up to this many rows as fp32 (the skinny kernel; Q8 / Q4
+ * weights up to 64 rows); wider steps round x to bf16 for cuBLASLt. */
 #define MATMUL_SKINNY_ROWS 8
 
 /* One output of a set of GEMMs that read the same x rows (a layer's projections of its normed
