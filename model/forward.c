@@ -374,6 +374,16 @@ static void ws_free(struct td_state *st) {
     st->ws = NULL;
 }
 
+/* elements of the largest packed Q8 / Q4 matrix among t[0 .. n), 0 for none */
+static long long quant_max(const struct td_tensor *const *t, int n) {
+    long long most = 0;
+    for (int j = 0; j < n; j++)
+        if ((t[j]->dtype == TD_DTYPE_Q8 || t[j]->dtype == TD_DTYPE_Q4) &&
+            td_tensor_numel(t[j]) > most)
+            most = td_tensor_numel(t[j]);
+    return most;
+}
+
 static int ws_make(struct td_state *st, const struct td_model *m, const struct td_plan_dims *d,
                    char *err, size_t errlen) {
     const struct td_config *c = &m->cfg;
@@ -447,19 +457,16 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         for (int i = 0; i < c->n_layers; i++)
             if (st->layers[i].n_entries > ent) ent = st->layers[i].n_entries;
         int csa_slots = c->rate_csa ? 2 * c->rate_csa : 0; // CSA windows overlap
-        long long qw = 0; // the largest Q8 / Q4 matrix a wide step decodes (matmul)
+        // the largest Q8 / Q4 matrix a wide step decodes (matmul)
+        const struct td_tensor *mt[] = {&m->mtp_eproj, &m->mtp_hproj, &m->dspark.main_proj};
+        long long qw = quant_max(mt, 3);
         for (int i = 0; i < c->n_layers; i++) {
             const struct td_layer *l = &m->layers[i];
             const struct td_tensor *ts[] = {&l->wq_a,     &l->wq_b,  &l->wkv,   &l->wo_a, &l->wo_b,
                                             &l->idx_wq_b, &l->sh_w1, &l->sh_w3, &l->sh_w2};
-            for (size_t j = 0; j < sizeof ts / sizeof *ts; j++)
-                if (ts[j]->dtype == TD_DTYPE_Q8 || ts[j]->dtype == TD_DTYPE_Q4)
-                    qw = td_tensor_numel(ts[j]) > qw ? td_tensor_numel(ts[j]) : qw;
+            long long q = quant_max(ts, 9);
+            qw = q > qw ? q : qw;
         }
-        const struct td_tensor *mt[] = {&m->mtp_eproj, &m->mtp_hproj, &m->dspark.main_proj};
-        for (size_t j = 0; j < sizeof mt / sizeof *mt; j++)
-            if (mt[j]->dtype == TD_DTYPE_Q8 || mt[j]->dtype == TD_DTYPE_Q4)
-                qw = td_tensor_numel(mt[j]) > qw ? td_tensor_numel(mt[j]) : qw;
         struct td_reserve rs = {
             .rows = (int)N,
             .gemm_in = (int)in_max,

@@ -12,51 +12,30 @@
 #include <string.h>
 
 #include "tokenizer/chat.h"
+#include "model/fileio.h"
 #include "tokenizer/tok_internal.h"
+#include "v4_vocab.h"
 
 static struct tok *T;
 static struct chat C;
 
-/* s with every from replaced by to, in b */
-static void replace_all(struct tok_buf *b, const char *s, const char *from, const char *to) {
-    b->n = 0;
-    for (const char *q; (q = strstr(s, from)); s = q + strlen(from)) {
-        tok_buf_put(b, s, (size_t)(q - s));
-        tok_buf_put(b, to, strlen(to));
-    }
-    tok_buf_put(b, s, strlen(s));
-}
-
-static char *slurp(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    struct tok_buf b = {0};
-    char buf[65536];
-    size_t k;
-    while (fp && (k = fread(buf, 1, sizeof buf, fp)))
-        tok_buf_put(&b, buf, k);
-    if (fp) fclose(fp);
-    return b.p;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    char *json = slurp("models/tandem-tiny/tokenizer.json"), err[512];
-    char *cfg = slurp("models/tandem-tiny/tokenizer_config.json");
+    char err[512];
+    char *json = td_file_read("models/tandem-tiny/tokenizer.json", 1 << 24, NULL, err, sizeof err);
+    char *cfg =
+        td_file_read("models/tandem-tiny/tokenizer_config.json", 1 << 20, NULL, err, sizeof err);
     if (!json || !cfg) {
-        fprintf(stderr, "fuzz_chat: run from the repository root\n");
+        fprintf(stderr, "fuzz_chat: %s (run from the repository root)\n", err);
         abort();
     }
-    struct tok_buf a = {0}, b = {0};
-    replace_all(&a, json, "<｜place▁holder▁no▁0｜>", "<think>");
-    replace_all(&b, a.p, "<｜place▁holder▁no▁1｜>", "</think>");
-    replace_all(&a, b.p, "<｜place▁holder▁no▁2｜>", "<｜latest_reminder｜>");
-    if (tok_load_mem(&T, a.p, a.n, cfg, err, sizeof err) || chat_init(&C, T, err, sizeof err) ||
-        !C.v4) {
+    char *v4 = v4_vocab_text(json, 0);
+    if (tok_load_mem(&T, v4, strlen(v4), cfg, err, sizeof err) ||
+        chat_init(&C, T, err, sizeof err) || !C.v4) {
         fprintf(stderr, "fuzz_chat: %s\n", err);
         abort();
     }
-    tok_buf_free(&a), tok_buf_free(&b);
-    free(json), free(cfg);
+    free(v4), free(json), free(cfg);
     return 0;
 }
 

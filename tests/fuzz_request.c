@@ -14,24 +14,9 @@
 
 #include "serve/internal.h"
 #include "fuzz_json.h"
+#include "v4_vocab.h"
 
 static struct srv S, S4;
-
-/* s with every from replaced by to, malloc'd */
-static char *replace_all(const char *s, const char *from, const char *to) {
-    size_t nf = strlen(from), nt = strlen(to), n = 0;
-    for (const char *q = s; (q = strstr(q, from)); q += nf)
-        n++;
-    char *out = malloc(strlen(s) + n * nt + 1), *o = out;
-    for (const char *q; (q = strstr(s, from)); s = q + nf) {
-        memcpy(o, s, (size_t)(q - s));
-        o += q - s;
-        memcpy(o, to, nt);
-        o += nt;
-    }
-    strcpy(o, s);
-    return out;
-}
 
 /* tandem-tiny's tokenizer with DeepSeek V4's chat tokens */
 static struct tok *v4_tok(void) {
@@ -40,9 +25,7 @@ static struct tok *v4_tok(void) {
     size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
     if (fp) fclose(fp);
     buf[n] = 0;
-    char *a = replace_all(buf, "<｜place▁holder▁no▁0｜>", "<think>");
-    char *b = replace_all(a, "<｜place▁holder▁no▁1｜>", "</think>");
-    char *c = replace_all(b, "<｜place▁holder▁no▁2｜>", "<｜latest_reminder｜>");
+    char *c = v4_vocab_text(buf, 0);
     const char *cfg = "{\"bos_token\": \"<｜begin▁of▁sentence｜>\", \"eos_token\": "
                       "\"<｜end▁of▁sentence｜>\"}";
     struct tok *t = NULL;
@@ -51,7 +34,7 @@ static struct tok *v4_tok(void) {
         fprintf(stderr, "fuzz_request: the V4 tokenizer: %s\n", err);
         abort();
     }
-    free(a), free(b), free(c);
+    free(c);
     return t;
 }
 

@@ -13,6 +13,7 @@
  * layout's. The same tokenizer without the V4 tokens is a V3 one.
  */
 #include "check.h"
+#include "model/fileio.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
@@ -443,17 +444,6 @@ static void test_special_as_text(struct chat *c) {
     case_end("chat_v4_special_as_text", "");
 }
 
-static char *slurp(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    struct tok_buf b = {0};
-    char buf[65536];
-    size_t k;
-    while (fp && (k = fread(buf, 1, sizeof buf, fp)))
-        tok_buf_put(&b, buf, k);
-    if (fp) fclose(fp);
-    return b.p;
-}
-
 /* On a real BPE (tandem8k given V4's two tokens) the text between two special tokens is encoded
  * in one piece, as HF encodes the rendered prompt: "="Paris" or "." + "\n\n" pieces only form
  * across the layout's own text and the message's. */
@@ -462,9 +452,10 @@ static void test_bpe_one_piece(void) {
     const char *dir = "tests/fixtures/tokenizers/tandem8k";
     char path[256], err[512] = "";
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    char *json = slurp(path), *at = json ? strstr(json, "\"added_tokens\":[") : NULL;
+    char *json = td_file_read(path, 1 << 24, NULL, err, sizeof err),
+         *at = json ? strstr(json, "\"added_tokens\":[") : NULL;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    char *cfg = slurp(path);
+    char *cfg = td_file_read(path, 1 << 20, NULL, err, sizeof err);
     struct tok_buf j = {0};
     struct tok *t = NULL;
     if (at && cfg) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "v4_vocab.h"
 #include "app/npy.h"
 #include "embed_dspark.h"
 
@@ -48,22 +49,6 @@ static void write_text(const char *name, const char *text) {
     fclose(fp);
 }
 
-/* s with every from replaced by to, malloc'd */
-static char *replace_all(const char *s, const char *from, const char *to) {
-    size_t nf = strlen(from), nt = strlen(to), n = 0;
-    for (const char *q = s; (q = strstr(q, from)); q += nf)
-        n++;
-    char *out = malloc(strlen(s) + n * nt + 1), *o = out;
-    for (const char *q; (q = strstr(s, from)); s = q + nf) {
-        memcpy(o, s, (size_t)(q - s));
-        o += q - s;
-        memcpy(o, to, nt);
-        o += nt;
-    }
-    strcpy(o, s);
-    return out;
-}
-
 /* models/tandem-tiny with a DeepSeek V4 vocabulary: its three unused placeholder tokens renamed
  * <think>, </think> and <｜latest_reminder｜> in dir's tokenizer files, the rest linked;
  * comma_closes: </think> is instead a special token of ","'s id (19), which the model writes */
@@ -87,16 +72,11 @@ static int v4_model(const char *dir, int comma_closes) {
         static char buf[1 << 20];
         snprintf(from, sizeof from, "models/tandem-tiny/%s", files[f]);
         slurp(from, buf, sizeof buf);
-        char *a = replace_all(buf, "<｜place▁holder▁no▁0｜>", "<think>");
-        char *b = comma_closes ? replace_all(a, "\"added_tokens\": [",
-                                             "\"added_tokens\": [{\"id\": 19, \"content\": "
-                                             "\"</think>\", \"special\": true},")
-                               : replace_all(a, "<｜place▁holder▁no▁1｜>", "</think>");
-        char *c = replace_all(b, "<｜place▁holder▁no▁2｜>", "<｜latest_reminder｜>");
+        char *c = v4_vocab_text(buf, comma_closes);
         snprintf(to, sizeof to, "%s/%s", dir, files[f]);
         FILE *fp = fopen(to, "w");
         if (fp) fputs(c, fp), fclose(fp);
-        free(a), free(b), free(c);
+        free(c);
         if (!fp) return -1;
     }
     return 0;
