@@ -53,6 +53,7 @@ void cli_usage(FILE *fp) {
         "  --ignore-eos           do not stop at EOS tokens\n"
         "  --max-batch-tokens N   rows per forward step (default 256)\n"
         "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
+        "  --kv-dtype T           key caches in fp32 (default) | bf16 | fp8 (e4m3, per-64 scales)\n"
         "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
         "  --deterministic        batch-invariant kernels (GPU; the CPU always is)\n"
         "  --no-graphs            run every GPU step eagerly (no CUDA graph replay)\n"
@@ -201,6 +202,13 @@ int cli_engine_option(const char *a, const char *v, struct td_engine_params *ep,
     if (!strcmp(a, "--max-ctx")) {
         if (cli_parse_int(a, v, 2, 1 << 24, &lv)) return -1;
         ep->max_ctx = (int)lv;
+        return 1;
+    }
+    if (!strcmp(a, "--kv-dtype")) {
+        if ((ep->kv_dtype = td_engine_kv_dtype_parse(v)) < 0) {
+            fprintf(stderr, "tandem: --kv-dtype '%s': expected fp32, bf16 or fp8\n", v ? v : "");
+            return -1;
+        }
         return 1;
     }
     return 0;

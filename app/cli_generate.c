@@ -88,6 +88,8 @@ static void print_stats(FILE *fp, struct td_engine *e, double sec, double dsec, 
     if (wb)
         fprintf(fp, ", target weights %.2f %s placed", wb >= 1000000000 ? wb / 1e9 : wb / 1e6,
                 wb >= 1000000000 ? "GB" : "MB");
+    fprintf(fp, ", %s key caches %.1f MiB (%.0f B a token of context)", td_engine_kv_dtype(e),
+            td_engine_cache_bytes(e) / 1048576.0, td_engine_token_bytes(e));
     fprintf(fp, "\n");
     fprintf(fp, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
             s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);

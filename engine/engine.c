@@ -250,8 +250,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         goto fail;
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
-    if (td_state_init(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
-                      cache_limit(p->max_cache_bytes, e->b), e->b, err, errlen))
+    if (td_state_init_kv(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
+                         cache_limit(p->max_cache_bytes, e->b), e->b, p->kv_dtype, err, errlen))
         goto fail;
     e->state.use_graphs = !p->no_graphs;
     if (use_mtp) {
@@ -329,6 +329,22 @@ void td_engine_free(struct td_engine *e) {
     if (e->dev.backend) td_model_free(&e->dev);
     td_model_free(&e->model);
     free(e);
+}
+
+const char *td_engine_kv_dtype(const struct td_engine *e) {
+    return td_kv_dtype_name(e->state.kv_dtype);
+}
+
+int td_engine_kv_dtype_parse(const char *name) {
+    return td_kv_dtype_parse(name);
+}
+
+size_t td_engine_cache_bytes(const struct td_engine *e) {
+    return e->state.bytes;
+}
+
+double td_engine_token_bytes(const struct td_engine *e) {
+    return td_state_token_bytes(&e->model.cfg, e->state.kv_dtype);
 }
 
 size_t td_engine_weight_bytes(const struct td_engine *e) {

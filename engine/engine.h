@@ -63,6 +63,9 @@ struct td_engine_params {
                                confidence is below it (0, the default: every slot is verified) */
     int no_graphs;          /* run every step eagerly (default: decode and verify steps replay
                                a CUDA graph captured once per row bucket) */
+    int kv_dtype;           /* the target's key caches (window keys, compressed entries, indexer
+                               keys): TD_KV_F32 (0, the default: the HF oracle's precision),
+                               TD_KV_BF16 or TD_KV_FP8 (kernels/kv.h; td_kv_dtype_parse) */
     int deterministic;      /* batch-invariant kernels: a request's logits are the same bits
                                alone, in any batch, or as a row of a verify chunk */
     int dummy_weights;      /* generated weights of model_dir/config.json's shapes, made on the
@@ -211,6 +214,13 @@ const char *td_engine_backend(const struct td_engine *e);
 /* bytes the target's weights take where they were placed (a device, or the CPU's decode of
  * FP8 / FP4 weights); 0 when the CPU runs the loaded files in place */
 size_t td_engine_weight_bytes(const struct td_engine *e);
+
+/* The target's key caches: their precision's name, their bytes, and what a token of context
+ * costs a sequence in them. */
+const char *td_engine_kv_dtype(const struct td_engine *e);
+int td_engine_kv_dtype_parse(const char *name); /* "fp32" | "bf16" | "fp8" -> kv_dtype, else -1 */
+size_t td_engine_cache_bytes(const struct td_engine *e);
+double td_engine_token_bytes(const struct td_engine *e);
 
 void td_engine_free(struct td_engine *e);
 

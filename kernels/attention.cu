@@ -11,15 +11,30 @@
 
 namespace cg = cooperative_groups;
 
-__device__ __forceinline__ const float *key_ptr(const struct attn_args &a, int t, int j, int n_swa,
-                                                int slot, int len, int row0) {
+/* key j of row t: a cache record (fmt), or this step's fp32 row, its address tagged with bit 0
+ * (a record's is even, an fp32 row's a multiple of 4) */
+__device__ __forceinline__ const void *key_ptr(const struct attn_args &a, const kv_fmt &f, int t,
+                                               int j, int n_swa, int slot, int len, int row0) {
     const struct rows_view &r = a.rows;
     if (j < n_swa) {
-        int q = r.swa_pos[r.swa_indptr[t] + j];
-        return rows_key_row(a.kv, a.swa_ring, q, len, row0, slot, a.swa_rows, a.d);
+        int in_ring;
+        long long row = rows_where(r.swa_pos[r.swa_indptr[t] + j], len, row0, slot, a.swa_rows,
+                                   &in_ring);
+        if (in_ring) return (const unsigned char *)a.swa_ring + row * f.rec;
+        return (const void *)((uintptr_t)(a.kv + row * a.d) | 1);
     }
     int w = a.use_topk ? r.topk[(size_t)t * r.topk_stride + (j - n_swa)] : j - n_swa;
-    return a.entries + ((size_t)slot * a.n_entries + w) * a.d;
+    return (const unsigned char *)a.entries + ((size_t)slot * a.n_entries + w) * f.rec;
+}
+
+/* column c of key p (key_ptr), the cache's precision KT known at compile time */
+template <int KT>
+__device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
+    uintptr_t u = (uintptr_t)p;
+    if (KT == TD_KV_F32 || (u & 1)) return ((const float *)(u & ~(uintptr_t)1))[c];
+    kv_fmt g = f;
+    g.dtype = KT;
+    return kv_get(p, g, c);
 }
 
 /* The CUDA kernel splits each row's keys into this many contiguous slices, one block of a
@@ -67,7 +82,7 @@ static size_t attention_smem(int d, int max_keys, int n_heads) {
  * result never depends on the rows beside it. (A warp per key group that read each key twice,
  * once to score and once, a thread per column walking every key, for the output, took 17 us a
  * call on the Flash slice at batch 1: the walk was a chain of dependent L2 round trips.) */
-template <int NC>
+template <int NC, int KT>
 __global__ void __launch_bounds__(512)
     attention_rows_kernel(struct attn_args a, int max_keys, int ks) {
     prefetch_row_plan(a.rows, blockIdx.x / ks); // (the plan entries the key addresses need)
@@ -95,11 +110,12 @@ __global__ void __launch_bounds__(512)
     int slice = (max_keys + ks - 1) / ks;
     TD_DEV_ASSERT(nj <= slice); // kp[] holds a slice: the plan's and the rings' sizes promise it
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const float **kp = (const float **)sm;
+    const kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
+    const void **kp = (const void **)sm;
     float *ow = (float *)(kp + slice), *o = ow + (size_t)nw * a.d, *ml = o + a.d;
     float *mw = ml + 2, *sw = mw + nw; // the warps' maxima, then their scales
     for (int j = threadIdx.x; j < nj; j += blockDim.x)
-        kp[j] = key_ptr(a, t, j0 + j, n_swa, slot, len, row0);
+        kp[j] = key_ptr(a, f, t, j0 + j, n_swa, slot, len, row0);
     const float *qh = a.q + ((size_t)t * a.n_heads + h) * a.d;
     float qv[NC], acc[NC];
 #pragma unroll
@@ -111,19 +127,22 @@ __global__ void __launch_bounds__(512)
     __syncthreads();
     // every line of the slice's keys asked at once: the rings were written a step ago and the
     // step's weights have pushed them out of L2
-    int lines = (a.d * (int)sizeof(float) + 127) / 128;
-    for (int i = threadIdx.x; i < nj * lines; i += blockDim.x)
-        prefetch_l2_line(kp[i / lines] + (size_t)(i % lines) * (128 / sizeof(float)));
+    int lines = (a.d * (int)sizeof(float) + 127) / 128, rec_lines = (f.rec + 127) / 128;
+    for (int i = threadIdx.x; i < nj * lines; i += blockDim.x) {
+        uintptr_t u = (uintptr_t)kp[i / lines];
+        if (i % lines < ((u & 1) ? lines : rec_lines))
+            prefetch_l2_line((const char *)(u & ~(uintptr_t)1) + (size_t)(i % lines) * 128);
+    }
     float m = -INFINITY, sum = 0.0f;
     for (int q0 = warp * ATT_KEYS; q0 < nj; q0 += nw * ATT_KEYS) {
         float kv[ATT_KEYS][NC], sc[ATT_KEYS];
 #pragma unroll
         for (int u = 0; u < ATT_KEYS; u++) {
-            const float *k = q0 + u < nj ? kp[q0 + u] : NULL;
+            const void *k = q0 + u < nj ? kp[q0 + u] : NULL;
 #pragma unroll
             for (int i = 0; i < NC; i++) {
                 int c = lane + 32 * i;
-                kv[u][i] = k && c < a.d ? k[c] : 0.0f;
+                kv[u][i] = k && c < a.d ? key_at<KT>(k, f, c) : 0.0f;
             }
         }
         float mn = m;
@@ -242,16 +261,29 @@ template <typename F> static void by_columns(int d, F &&f) {
         f(std::integral_constant<int, 16>{});
 }
 
+/* f(KT) with KT, the key cache's precision, a compile-time constant */
+template <typename F> static void by_kv(int kt, F &&f) {
+    if (kt == TD_KV_BF16)
+        f(std::integral_constant<int, TD_KV_BF16>{});
+    else if (kt == TD_KV_FP8)
+        f(std::integral_constant<int, TD_KV_FP8>{});
+    else
+        f(std::integral_constant<int, TD_KV_F32>{});
+}
+
 static size_t smem_set;
 
 static void ensure_smem(size_t smem) {
     if (smem <= 48 * 1024 || smem <= smem_set) return;
     for (int d = 32; d <= ATTENTION_MAX_D; d *= 2)
-        by_columns(d, [&](auto nc) {
-            CUDA_CHECK(cudaFuncSetAttribute(attention_rows_kernel<decltype(nc)::value>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem));
-        });
+        for (int kt = TD_KV_F32; kt <= TD_KV_FP8; kt++)
+            by_columns(d, [&](auto nc) {
+                by_kv(kt, [&](auto k) {
+                    CUDA_CHECK(cudaFuncSetAttribute(
+                        attention_rows_kernel<decltype(nc)::value, decltype(k)::value>,
+                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                });
+            });
     smem_set = smem;
 }
 
@@ -286,8 +318,10 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
     int ks = attention_splits(a->n_heads, max_keys);
     dim3 grid(a->rows.n_tok * ks, a->n_heads);
     by_columns(a->d, [&](auto nc) {
-        launch_kc(attention_rows_kernel<decltype(nc)::value>, grid, attention_threads(a->d), smem,
-                  ks, td_cuda_stream(), *a, max_keys, ks);
+        by_kv(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
+            launch_kc(attention_rows_kernel<decltype(nc)::value, decltype(k)::value>, grid,
+                      attention_threads(a->d), smem, ks, td_cuda_stream(), *a, max_keys, ks);
+        });
     });
     LAUNCH_CHECK();
 }

@@ -34,6 +34,14 @@ void attention_sink_ref(float *out, const float *q, const float *const *keys, in
     free(s);
 }
 
+/* key j of a row read from a cache record: where it is (fp32) or its values decoded into dec */
+static const float *cached_key(const unsigned char *rec, const struct kv_fmt *f, float *dec) {
+    if (f->dtype == TD_KV_F32) return (const float *)rec;
+    for (int c = 0; c < f->d; c++)
+        dec[c] = kv_get(rec, *f, c);
+    return dec;
+}
+
 void attention_rows_ref(const struct attn_args *a) {
     const struct rows_view *r = &a->rows;
     int max_keys = 0;
@@ -42,24 +50,34 @@ void attention_rows_ref(const struct attn_args *a) {
         if (n > max_keys) max_keys = n;
     }
     const float **keys = td_xmalloc(((size_t)max_keys + 1) * sizeof *keys);
+    struct kv_fmt fmt = kv_fmt_or_f32(a->fmt, a->d);
+    float *dec = fmt.dtype == TD_KV_F32
+                     ? NULL
+                     : td_xmalloc(((size_t)max_keys + 1) * a->d * sizeof *dec);
+    size_t rec = (size_t)fmt.rec;
     for (int t = 0; t < r->n_tok; t++) {
         if (r->row_seq[t] < 0) continue; // a pad row: inert
         int sq = r->row_seq[t], slot = r->slot[sq], len = r->len_before[sq];
-        int row0 = r->qo_indptr[sq], nk = 0;
-        for (int k = r->swa_indptr[t]; k < r->swa_indptr[t + 1]; k++) {
-            int q = r->swa_pos[k];
-            keys[nk++] = rows_key_row(a->kv, a->swa_ring, q, len, row0, slot, a->swa_rows, a->d);
+        int row0 = r->qo_indptr[sq], nk = 0, in_ring;
+        for (int k = r->swa_indptr[t]; k < r->swa_indptr[t + 1]; k++, nk++) {
+            long long row = rows_where(r->swa_pos[k], len, row0, slot, a->swa_rows, &in_ring);
+            keys[nk] = in_ring ? cached_key((const unsigned char *)a->swa_ring + row * rec,
+                                            &fmt, dec + (dec ? (size_t)nk * a->d : 0))
+                               : a->kv + row * a->d;
         }
         if (a->entries) {
-            const float *ent = a->entries + (size_t)slot * a->n_entries * a->d;
-            if (a->use_topk) {
-                const int32_t *pk = r->topk + (size_t)t * r->topk_stride;
-                for (int j = 0; j < r->topk_stride && pk[j] >= 0; j++)
-                    keys[nk++] = ent + (size_t)pk[j] * a->d;
-            } else {
-                for (int w = 0; w < r->vis[t]; w++)
-                    keys[nk++] = ent + (size_t)w * a->d;
-            }
+            const unsigned char *ent =
+                (const unsigned char *)a->entries + (size_t)slot * a->n_entries * rec;
+            const int32_t *pk = r->topk + (size_t)t * r->topk_stride;
+            int n_ent = 0;
+            if (a->use_topk)
+                while (n_ent < r->topk_stride && pk[n_ent] >= 0)
+                    n_ent++;
+            else
+                n_ent = r->vis[t];
+            for (int j = 0; j < n_ent; j++, nk++)
+                keys[nk] = cached_key(ent + (size_t)(a->use_topk ? pk[j] : j) * rec, &fmt,
+                                      dec + (dec ? (size_t)nk * a->d : 0));
         }
         attention_sink_ref(a->out + (size_t)t * a->n_heads * a->d,
                            a->q + (size_t)t * a->n_heads * a->d, keys, nk, a->sinks, a->n_heads,
@@ -68,5 +86,6 @@ void attention_rows_ref(const struct attn_args *a) {
             rope_rows_ref(a->out + (size_t)t * a->n_heads * a->d, 1, a->n_heads, a->d, a->rot_dim,
                           r->positions + t, a->inv_freq, a->attn_factor, 1);
     }
+    free(dec);
     free(keys);
 }

@@ -13,8 +13,9 @@ static size_t scratch_cap;
  * head in a fixed order (lanes over d, then a butterfly), so an entry's score does not depend on
  * the grid. A row that sees no more entries than top-k needs no scores. */
 #define IDX_ENTRIES 32
+#define IDX_MAX_D   256 /* the widest indexer key: a lane holds IDX_MAX_D / 32 of its columns */
 
-__global__ void indexer_score_kernel(struct indexer_args a, float *scores) {
+template <int KT> __global__ void indexer_score_kernel(struct indexer_args a, float *scores) {
     prefetch_row_plan(a.rows, blockIdx.x);
     PDL_START();
     const struct rows_view *r = &a.rows;
@@ -25,15 +26,26 @@ __global__ void indexer_score_kernel(struct indexer_args a, float *scores) {
     int w1 = min(w0 + IDX_ENTRIES, n_vis);
     float *sc = scores + (size_t)t * a.n_entries;
     const float *q = a.q + (size_t)t * a.n_heads * a.d, *wt = a.w + (size_t)t * a.n_heads;
-    const float *keys = a.keys + (size_t)slot * a.n_entries * a.d;
+    kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
+    f.dtype = KT;
+    const unsigned char *keys = (const unsigned char *)a.keys + (size_t)slot * a.n_entries * f.rec;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float kc[IDX_MAX_D / 32]; // the lane's columns of the key, decoded once for every head
     for (int w = w0 + warp; w < w1; w += nw) {
-        const float *k = keys + (size_t)w * a.d;
+        const unsigned char *k = keys + (size_t)w * f.rec;
+#pragma unroll
+        for (int i = 0; i < IDX_MAX_D / 32; i++) {
+            int c = lane + 32 * i;
+            kc[i] = c < a.d ? kv_get(k, f, c) : 0.0f;
+        }
         float s = 0.0f;
         for (int h = 0; h < a.n_heads; h++) {
             float dot = 0.0f;
-            for (int c = lane; c < a.d; c += 32)
-                dot += q[(size_t)h * a.d + c] * k[c];
+#pragma unroll
+            for (int i = 0; i < IDX_MAX_D / 32; i++) {
+                int c = lane + 32 * i;
+                if (c < a.d) dot += q[(size_t)h * a.d + c] * kc[i];
+            }
             dot = warp_sum(dot);
             s += fmaxf(dot, 0.0f) * a.scale * wt[h];
         }
@@ -131,7 +143,10 @@ __global__ void __launch_bounds__(IDX_SELECT_THREADS)
 }
 
 extern "C" int indexer_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
-    (void)err, (void)errlen;
+    if (r->index_head_dim > IDX_MAX_D)
+        return td_errf(err, errlen,
+                       "backend cuda: index_head_dim %d is more than the indexer kernel's %d",
+                       r->index_head_dim, IDX_MAX_D);
     grow_scratch(&scratch, &scratch_cap, (size_t)r->rows * (r->entries + 1));
     return 0;
 }
@@ -141,7 +156,11 @@ extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
     grow_scratch(&scratch, &scratch_cap, (size_t)a->rows.n_tok * (a->n_entries + 1));
     dim3 grid(a->rows.n_tok, ceil_div(a->n_entries, IDX_ENTRIES));
     if (a->n_entries > a->topk) { // else no row has scores to make
-        launch_k(indexer_score_kernel, grid, 256, 0, td_cuda_stream(), *a, scratch);
+        int kt = kv_fmt_or_f32(a->fmt, a->d).dtype;
+        launch_k(kt == TD_KV_FP8    ? indexer_score_kernel<TD_KV_FP8>
+                 : kt == TD_KV_BF16 ? indexer_score_kernel<TD_KV_BF16>
+                                    : indexer_score_kernel<TD_KV_F32>,
+                 grid, 256, 0, td_cuda_stream(), *a, scratch);
         LAUNCH_CHECK();
     }
     launch_k(indexer_select_kernel, a->rows.n_tok, IDX_SELECT_THREADS, 0, td_cuda_stream(), *a,

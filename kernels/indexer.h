@@ -8,6 +8,7 @@
 #define TD_KERNELS_INDEXER_H
 
 #include <stddef.h>
+#include "kv.h"
 #include "rows.h"
 #include "reserve.h"
 
@@ -16,8 +17,8 @@ extern "C" {
 #endif
 
 /* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
- * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
- * scores (rows x (entries + 1)). */
+ * refuses (-1 + message with the numbers) what they cannot take. Accepts: index_head_dim of at
+ * most 256 (a lane holds 8 of its columns); sizes the scores (rows x (entries + 1)). */
 int indexer_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
 /* score[n_keys]; q[n_heads, d], weight[n_heads], keys[n_keys, d] contiguous. */
@@ -31,7 +32,8 @@ struct indexer_args {
     struct rows_view rows; /* uses row_seq, slot, vis, topk (output) */
     const float *q;        /* [n_tok, n_heads, d] roped indexer queries */
     const float *w;        /* [n_tok, n_heads] head weights, scaled by n_heads^-1/2 */
-    const float *keys;     /* [max_seqs, n_entries, d] indexer keys */
+    const void *keys;      /* [max_seqs, n_entries] indexer keys, fmt records */
+    struct kv_fmt fmt;     /* their precision (kv.h); zero: fp32 */
     int n_entries, n_heads, d, topk;
     float scale; /* d^-1/2 */
 };

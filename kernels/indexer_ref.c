@@ -48,6 +48,9 @@ int topk_select_ref(int *idx, const float *score, int n_keys, int topk) {
 void indexer_topk_ref(const struct indexer_args *a) {
     const struct rows_view *r = &a->rows;
     float *score = td_xmalloc(((size_t)a->n_entries + 1) * sizeof(float));
+    struct kv_fmt f = kv_fmt_or_f32(a->fmt, a->d);
+    float *dec = f.dtype == TD_KV_F32 ? NULL
+                                      : td_xmalloc(((size_t)a->n_entries + 1) * a->d * sizeof *dec);
     int *picks = td_xmalloc(((size_t)a->topk + 1) * sizeof(int));
     for (int t = 0; t < r->n_tok; t++) {
         if (r->row_seq[t] < 0) { // a pad row picks nothing
@@ -57,13 +60,22 @@ void indexer_topk_ref(const struct indexer_args *a) {
         }
         int slot = r->slot[r->row_seq[t]], n_vis = r->vis[t];
         // a context shorter than one compressed entry has no keys at all (keys may be NULL)
-        const float *keys = n_vis > 0 ? a->keys + (size_t)slot * a->n_entries * a->d : NULL;
+        const unsigned char *rec =
+            n_vis > 0 ? (const unsigned char *)a->keys + (size_t)slot * a->n_entries * f.rec : NULL;
+        const float *keys = (const float *)rec;
+        if (dec && rec) { // the cached keys' values
+            for (int w = 0; w < n_vis; w++)
+                for (int c = 0; c < a->d; c++)
+                    dec[(size_t)w * a->d + c] = kv_get(rec + (size_t)w * f.rec, f, c);
+            keys = dec;
+        }
         indexer_score_ref(score, a->q + (size_t)t * a->n_heads * a->d,
                           a->w + (size_t)t * a->n_heads, keys, n_vis, a->n_heads, a->d, a->scale);
         topk_select_ref(picks, score, n_vis, a->topk);
         for (int j = 0; j < a->topk; j++)
             r->topk[(size_t)t * r->topk_stride + j] = picks[j];
     }
+    free(dec);
     free(score);
     free(picks);
 }

@@ -25,6 +25,7 @@
 #include "kernels/greedy.h"
 #include "kernels/hc.h"
 #include "kernels/indexer.h"
+#include "kernels/kv.h"
 #include "kernels/markov.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
@@ -57,6 +58,7 @@ struct td_ops {
     void (*compress_emit)(const struct compress_args *a);
     void (*ring_store)(const struct ring_parts *p, const int32_t *write, const struct rows_view *r,
                        int ring_rows);
+    void (*kv_store)(const struct kv_store_args *a); /* a step's keys into a typed cache */
     void (*indexer_topk)(const struct indexer_args *a);
     void (*attention_rows)(const struct attn_args *a);
     void (*moe_route_rows)(int32_t *picks, float *weights, const float *logits, const int32_t *ids,

@@ -40,6 +40,7 @@ struct fwd {
     float *qr;                  /* [n, q_lora_rank] */
     float *q, *o;               /* [n, n_heads * head_dim] */
     float *kv;                  /* [n, head_dim] */
+    float *ent;                 /* [n, max(head_dim, ihd)] entries on their way to a typed cache */
     float *og;                  /* [n, o_groups * o_lora_rank] */
     float *raw, *gate;          /* [n, 2 * head_dim] compressor rows */
     float *iraw, *igate;        /* [n, 2 * index_head_dim] */
@@ -83,12 +84,25 @@ static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
 /* the entries the step completes, from the compressor's rows and gates (raw, gate: two
  * outputs of the layer's set of xn projections in attention_block, the gates with their
  * position bias added there) */
+/* a step's rows x into a key cache of format fmt at rows at[t] (NULL: rounded to its precision
+ * only); an fp32 cache's stores are made by the ops that make the rows */
+static void kv_store(struct fwd *f, void *cache, struct kv_fmt fmt, int cache_rows, float *x,
+                     const int32_t *at) {
+    struct kv_store_args a = {.cache = cache,
+                              .fmt = fmt,
+                              .cache_rows = cache_rows,
+                              .x = x,
+                              .at = at,
+                              .rows = f->rows};
+    f->op->kv_store(&a);
+}
+
 static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind, int d, float *raw,
-                       float *gate, float *ring_kv, float *ring_gate, float *entries,
-                       const struct td_layer_state *ls) {
+                       float *gate, float *ring_kv, float *ring_gate, void *entries,
+                       struct kv_fmt fmt, const struct td_layer_state *ls) {
     const struct td_config *c = f->c;
     int csa = kind == TD_ATTN_CSA, rate = csa ? c->rate_csa : c->rate_hca;
-    int width = (1 + csa) * d;
+    int width = (1 + csa) * d, typed = fmt.dtype != TD_KV_F32;
     struct compress_args io = {.rows = f->rows,
                                .raw = raw,
                                .gate = gate,
@@ -99,8 +113,9 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
                                .d = d,
                                .rate = rate,
                                .overlap = csa,
-                               .entries = entries,
+                               .entries = typed ? f->ent : entries,
                                .n_entries = ls->n_entries,
+                               .by_row = typed,
                                .norm = w->norm.data,
                                .norm_dtype = w->norm.dtype,
                                .eps = c->rms_eps,
@@ -108,6 +123,7 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
                                .rot_dim = c->rope_dim,
                                .attn_factor = (float)c->rope_compress.attention_factor};
     f->op->compress_emit(&io);
+    if (typed) kv_store(f, entries, fmt, ls->n_entries, f->ent, f->rows.emit);
 }
 
 /* f->kv (wkv x, made by the caller) = rope(kv_norm(f->kv)) at the rows' positions: the layer's
@@ -192,7 +208,7 @@ static void attention_block(struct fwd *f, int li) {
     // (every decode, verify and graph step): then a row of this step lands on a position older
     // than any query of the step can see. A longer chunk would overwrite window keys its own
     // first rows still read, so it stores after the attention.
-    int early = n <= f->st->swa_ring - f->st->window;
+    int early = n <= f->st->swa_ring - f->st->window, typed = f->st->kv_dtype != TD_KV_F32;
     struct norm_rope_args nr[2] = {{.x = f->q,
                                     .n = n,
                                     .n_vec = H,
@@ -208,15 +224,19 @@ static void attention_block(struct fwd *f, int li) {
                                     .write = NULL,
                                     .rows = rows,
                                     .ring_rows = 0},
-                                   keys_norm_rope(f, l, early ? ls->swa : NULL, inv, af)};
+                                   keys_norm_rope(f, l, early && !typed ? ls->swa : NULL, inv, af)};
     op->norm_rope(nr, 2);
+    // a typed cache: the keys rounded to its precision (the attention reads this step's keys
+    // from f->kv, so they are the cache's values too), and stored now when early
+    if (typed)
+        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, early ? rows.swa_write : NULL);
 
     if (comp)
         compressor(f, &l->comp, kind, hd, f->raw, f->gate, ls->raw_kv, ls->raw_gate, ls->entries,
-                   ls);
+                   f->st->kfmt, ls);
     if (csa) {
         compressor(f, &l->icomp, kind, ihd, f->iraw, f->igate, ls->iraw_kv, ls->iraw_gate,
-                   ls->ientries, ls);
+                   ls->ientries, f->st->ifmt, ls);
         op->rope_rows(f->qi, n, IH, ihd, c->rope_dim, rows.positions, f->inv_comp,
                       (float)c->rope_compress.attention_factor, 0);
         op->scale(f->wi, 1.0f / sqrtf((float)IH), (size_t)n * IH);
@@ -224,6 +244,7 @@ static void attention_block(struct fwd *f, int li) {
                                   .q = f->qi,
                                   .w = f->wi,
                                   .keys = ls->ientries,
+                                  .fmt = f->st->ifmt,
                                   .n_entries = ls->n_entries,
                                   .n_heads = IH,
                                   .d = ihd,
@@ -240,6 +261,7 @@ static void attention_block(struct fwd *f, int li) {
                            .swa_rows = f->st->swa_ring,
                            .entries = comp ? ls->entries : NULL,
                            .n_entries = ls->n_entries,
+                           .fmt = f->st->kfmt,
                            .use_topk = csa,
                            .sinks = l->sinks.data,
                            .n_heads = H,
@@ -256,7 +278,9 @@ static void attention_block(struct fwd *f, int li) {
     op->matmul(f->a, f->og, W(l->wo_b), n, g * ro, D, NULL, 0);
 
     // the rings learn this step's rows only now, after every read of older positions
-    if (!early) {
+    if (!early && typed) // (rounding rounded values again leaves them as they are)
+        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, rows.swa_write);
+    if (!early && !typed) {
         struct ring_parts sw = {.m = 1, .ring = {ls->swa}, .rows = {f->kv}, .width = {hd}};
         op->ring_store(&sw, rows.swa_write, &rows, f->st->swa_ring);
     }
@@ -415,6 +439,7 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         {.dst = (void **)&f->q, .bytes = N * H * hd * F},
         {.dst = (void **)&f->o, .bytes = N * H * hd * F},
         {.dst = (void **)&f->kv, .bytes = N * hd * F},
+        {.dst = (void **)&f->ent, .bytes = N * (wmax / 2) * F},
         {.dst = (void **)&f->og, .bytes = N * c->o_groups * c->o_lora_rank * F},
         {.dst = (void **)&f->raw, .bytes = N * wmax * F},
         {.dst = (void **)&f->gate, .bytes = N * wmax * F},
@@ -590,9 +615,13 @@ static void run_store(struct fwd *f) {
     for (int li = 0; li < c->n_layers; li++) {
         const struct td_layer *l = &m->layers[li];
         f->op->matmul(f->kv, x, W(l->wkv), f->n, c->dim, c->head_dim, NULL, 0);
-        struct norm_rope_args a = keys_norm_rope(f, l, f->st->layers[li].swa, f->inv_main,
+        struct td_layer_state *ls = &f->st->layers[li];
+        int typed = f->st->kv_dtype != TD_KV_F32;
+        struct norm_rope_args a = keys_norm_rope(f, l, typed ? NULL : ls->swa, f->inv_main,
                                                  (float)c->rope_main.attention_factor);
         f->op->norm_rope(&a, 1);
+        if (typed)
+            kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, f->rows.swa_write);
     }
 }
 

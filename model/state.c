@@ -41,29 +41,68 @@ static size_t mad_sat(size_t a, size_t b, size_t c) {
     return a * b + c;
 }
 
-static size_t per_seq_floats(const struct td_config *c, int max_ctx, int max_chunk) {
-    size_t n = 0, swa = (size_t)window_of(c, max_ctx) + (size_t)max_chunk;
+/* a main key's record (window keys and compressed entries: the RoPE dims kept in bf16 by
+ * fp8) and an indexer key's (every dim in e4m3 by fp8) */
+static struct kv_fmt main_fmt(const struct td_config *c, int kv) {
+    return kv_fmt_of(kv, c->head_dim, c->rope_dim);
+}
+
+static struct kv_fmt index_fmt(const struct td_config *c, int kv) {
+    return kv_fmt_of(kv, c->index_head_dim, 0);
+}
+
+static size_t per_seq_bytes(const struct td_config *c, int max_ctx, int max_chunk, int kv) {
+    size_t n = 0, swa = (size_t)window_of(c, max_ctx) + (size_t)max_chunk, F = sizeof(float);
+    size_t km = (size_t)main_fmt(c, kv).rec, ki = (size_t)index_fmt(c, kv).rec;
     for (int i = 0; i < c->n_layers; i++) {
         struct shape ls = layer_shape(c, i, max_ctx, max_chunk);
-        n = mad_sat(swa, (size_t)c->head_dim, n);
-        n = mad_sat(2 * (size_t)ls.ring, (size_t)ls.width, n);
-        n = mad_sat((size_t)ls.n_entries, (size_t)c->head_dim, n);
+        n = mad_sat(swa, km, n);
+        n = mad_sat(2 * (size_t)ls.ring, (size_t)ls.width * F, n);
+        n = mad_sat((size_t)ls.n_entries, km, n);
         if (c->attn[i] == TD_ATTN_CSA) {
-            n = mad_sat(4 * (size_t)ls.ring, (size_t)c->index_head_dim, n);
-            n = mad_sat((size_t)ls.n_entries, (size_t)c->index_head_dim, n);
+            n = mad_sat(4 * (size_t)ls.ring, (size_t)c->index_head_dim * F, n);
+            n = mad_sat((size_t)ls.n_entries, ki, n);
         }
     }
     return n;
 }
 
-size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk) {
-    size_t n = per_seq_floats(cfg, max_ctx, max_chunk);
-    return mad_sat(mad_sat(n, sizeof(float), 0), (size_t)(max_seqs > 0 ? max_seqs : 0), 0);
+size_t td_state_bytes_kv(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk,
+                         int kv_dtype) {
+    size_t n = per_seq_bytes(cfg, max_ctx, max_chunk, kv_dtype);
+    return mad_sat(n, (size_t)(max_seqs > 0 ? max_seqs : 0), 0);
 }
 
-static float *pool(const struct td_backend *b, size_t n, int *oom) {
+size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk) {
+    return td_state_bytes_kv(cfg, max_seqs, max_ctx, max_chunk, TD_KV_F32);
+}
+
+double td_state_token_bytes(const struct td_config *c, int kv) {
+    double n = 0.0;
+    for (int i = 0; i < c->n_layers; i++) {
+        int rate = layer_rate(c, i);
+        if (!rate) continue;
+        n += (double)main_fmt(c, kv).rec / rate;
+        if (c->attn[i] == TD_ATTN_CSA) n += (double)index_fmt(c, kv).rec / rate;
+    }
+    return n;
+}
+
+static const char *const kv_names[] = {"fp32", "bf16", "fp8"};
+
+const char *td_kv_dtype_name(int kv) {
+    return kv >= 0 && kv < 3 ? kv_names[kv] : "?";
+}
+
+int td_kv_dtype_parse(const char *s) {
+    for (int i = 0; s && i < 3; i++)
+        if (!strcmp(s, kv_names[i])) return i;
+    return -1;
+}
+
+static void *pool(const struct td_backend *b, size_t n, size_t each, int *oom) {
     if (!n || *oom) return NULL;
-    float *p = b->alloc(n * sizeof(float));
+    void *p = b->alloc(n * each);
     if (!p) *oom = 1;
     return p;
 }
@@ -71,7 +110,17 @@ static float *pool(const struct td_backend *b, size_t n, int *oom) {
 int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
                   int max_chunk, size_t max_bytes, const struct td_backend *b, char *err,
                   size_t errlen) {
+    return td_state_init_kv(s, cfg, max_seqs, max_ctx, max_chunk, max_bytes, b, TD_KV_F32, err,
+                            errlen);
+}
+
+int td_state_init_kv(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
+                     int max_chunk, size_t max_bytes, const struct td_backend *b, int kv_dtype,
+                     char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
+    if (kv_dtype < TD_KV_F32 || kv_dtype > TD_KV_FP8)
+        return td_errf(err, errlen, "state: key-cache precision %d is none of fp32, bf16, fp8",
+                       kv_dtype);
     if (!b) b = td_backend_cpu();
     if (max_seqs < 1 || max_ctx < 1 || max_chunk < 1)
         return td_errf(err, errlen, "state: max_seqs %d, max_ctx %d, max_chunk %d must all be >= 1",
@@ -87,12 +136,14 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
                 "range; lower max_ctx (%d) or max_chunk (%d)",
                 i, swa_ring, ls.ring, ls.width, max_ctx, max_chunk);
     }
-    size_t bytes = td_state_bytes(cfg, max_seqs, max_ctx, max_chunk);
+    size_t bytes = td_state_bytes_kv(cfg, max_seqs, max_ctx, max_chunk, kv_dtype);
     if (bytes > max_bytes)
         return td_errf(err, errlen,
-                       "state: caches for %d sequences x %d tokens need %zu MiB, over the %zu MiB "
-                       "allowed (lower max_seqs or max_ctx, or raise the memory limit)",
-                       max_seqs, max_ctx, bytes >> 20, max_bytes >> 20);
+                       "state: %s caches for %d sequences x %d tokens need %zu MiB, over the %zu "
+                       "MiB allowed (lower max_seqs or max_ctx, take a smaller --kv-dtype, or "
+                       "raise the memory limit)",
+                       td_kv_dtype_name(kv_dtype), max_seqs, max_ctx, bytes >> 20,
+                       max_bytes >> 20);
     s->cfg = cfg;
     s->backend = b;
     s->max_seqs = max_seqs;
@@ -101,6 +152,9 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
     s->window = window_of(cfg, max_ctx);
     s->swa_ring = (int)swa_ring;
     s->bytes = bytes;
+    s->kv_dtype = kv_dtype;
+    s->kfmt = main_fmt(cfg, kv_dtype);
+    s->ifmt = index_fmt(cfg, kv_dtype);
     int oom = 0;
     s->len = calloc((size_t)max_seqs, sizeof *s->len);
     s->hi = calloc((size_t)max_seqs, sizeof *s->hi);
@@ -113,15 +167,15 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
         ls->ring = (int)sh.ring;
         ls->width = (int)sh.width;
         ls->n_entries = (int)sh.n_entries;
-        size_t S = (size_t)max_seqs;
-        ls->swa = pool(b, S * s->swa_ring * cfg->head_dim, &oom);
-        ls->raw_kv = pool(b, S * ls->ring * ls->width, &oom);
-        ls->raw_gate = pool(b, S * ls->ring * ls->width, &oom);
-        ls->entries = pool(b, S * ls->n_entries * cfg->head_dim, &oom);
+        size_t S = (size_t)max_seqs, F = sizeof(float), km = (size_t)s->kfmt.rec;
+        ls->swa = pool(b, S * s->swa_ring, km, &oom);
+        ls->raw_kv = pool(b, S * ls->ring * ls->width, F, &oom);
+        ls->raw_gate = pool(b, S * ls->ring * ls->width, F, &oom);
+        ls->entries = pool(b, S * ls->n_entries, km, &oom);
         if (cfg->attn[i] == TD_ATTN_CSA) {
-            ls->iraw_kv = pool(b, S * ls->ring * 2 * cfg->index_head_dim, &oom);
-            ls->iraw_gate = pool(b, S * ls->ring * 2 * cfg->index_head_dim, &oom);
-            ls->ientries = pool(b, S * ls->n_entries * cfg->index_head_dim, &oom);
+            ls->iraw_kv = pool(b, S * ls->ring * 2 * cfg->index_head_dim, F, &oom);
+            ls->iraw_gate = pool(b, S * ls->ring * 2 * cfg->index_head_dim, F, &oom);
+            ls->ientries = pool(b, S * ls->n_entries, (size_t)s->ifmt.rec, &oom);
         }
     }
     if (oom) {
@@ -137,8 +191,8 @@ void td_state_free(struct td_state *s) {
     if (s->layers && s->cfg) {
         for (int i = 0; i < s->cfg->n_layers; i++) {
             struct td_layer_state *ls = &s->layers[i];
-            float *bufs[] = {ls->swa,     ls->raw_kv,    ls->raw_gate, ls->entries,
-                             ls->iraw_kv, ls->iraw_gate, ls->ientries};
+            void *bufs[] = {ls->swa,     ls->raw_kv,    ls->raw_gate, ls->entries,
+                            ls->iraw_kv, ls->iraw_gate, ls->ientries};
             for (int k = 0; k < 7; k++)
                 if (bufs[k]) s->backend->release(bufs[k]);
         }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "kernels/kv.h"
 #include "metadata/plan.h"
 
 #ifdef __cplusplus
@@ -24,13 +25,13 @@ struct td_layer_state {
     int ring;         /* compressor raw ring rows (0 for sliding layers) */
     int width;        /* raw row width: 2 * head_dim (CSA), head_dim (HCA) */
     int n_entries;    /* entry capacity: max_ctx / rate */
-    float *swa;       /* [max_seqs, swa_ring, head_dim] */
+    void *swa;        /* [max_seqs, swa_ring] keys, td_state.kfmt records */
     float *raw_kv;    /* [max_seqs, ring, width] */
     float *raw_gate;  /* [max_seqs, ring, width] gate + position bias */
-    float *entries;   /* [max_seqs, n_entries, head_dim] */
+    void *entries;    /* [max_seqs, n_entries] compressed entries, kfmt records */
     float *iraw_kv;   /* CSA: [max_seqs, ring, 2 * index_head_dim] */
     float *iraw_gate; /* CSA: [max_seqs, ring, 2 * index_head_dim] */
-    float *ientries;  /* CSA: [max_seqs, n_entries, index_head_dim] indexer keys */
+    void *ientries;   /* CSA: [max_seqs, n_entries] indexer keys, ifmt records */
 };
 
 struct td_backend;
@@ -44,6 +45,9 @@ struct td_state {
     int swa_ring;                  /* window + max_chunk */
     int max_block;                 /* rows of a non-causal block a plan may hold (a DSpark
                                       drafter's; set after init, <= max_chunk), 0: none */
+    int kv_dtype;                  /* enum td_kv_dtype of the key caches (kernels/kv.h) */
+    struct kv_fmt kfmt;            /* a window key's and a compressed entry's record */
+    struct kv_fmt ifmt;            /* an indexer key's record */
     int32_t *len;                  /* [max_seqs] committed length */
     int32_t *hi;                   /* [max_seqs] highest position ever written + 1 */
     uint8_t *in_use;               /* [max_seqs] */
@@ -56,8 +60,18 @@ struct td_state {
     void (*ws_free)(struct td_state *s);
 };
 
-/* Bytes td_state_init would allocate for this shape. */
+/* Bytes td_state_init (fp32 keys) / td_state_init_kv would allocate for this shape. */
 size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk);
+size_t td_state_bytes_kv(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk,
+                         int kv_dtype);
+
+/* Bytes one more token of context costs a sequence: its share of the compressed entries and
+ * indexer keys (the windows and compressor rings are fixed per slot). */
+double td_state_token_bytes(const struct td_config *cfg, int kv_dtype);
+
+/* The name of a key-cache precision ("fp32", "bf16", "fp8"), and back (-1: none of them). */
+const char *td_kv_dtype_name(int kv_dtype);
+int td_kv_dtype_parse(const char *s);
 
 /* Allocate every pool up front on backend b (NULL: the CPU). A sliding window past max_ctx is
  * sized as max_ctx (the same keys). Refuses (returns -1, message with the numbers) when the
@@ -66,6 +80,13 @@ size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, in
 int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
                   int max_chunk, size_t max_bytes, const struct td_backend *b, char *err,
                   size_t errlen);
+
+/* The same with the key caches (window keys, compressed entries, indexer keys) in precision
+ * kv_dtype (kernels/kv.h: fp32, bf16, or fp8 as the released model quantizes them: main keys
+ * with their RoPE dims in bf16, indexer keys all e4m3). The compressor rings stay fp32. */
+int td_state_init_kv(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
+                     int max_chunk, size_t max_bytes, const struct td_backend *b, int kv_dtype,
+                     char *err, size_t errlen);
 
 void td_state_free(struct td_state *s);
 

@@ -69,6 +69,7 @@ struct key {
 };
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const kv_names[] = {"fp32", "bf16", "fp8", NULL};
 static const char *const per_request_names[] = {"none", "summary", "detailed", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const format_names[] = {"text", "jsonl", NULL};
@@ -111,6 +112,8 @@ static const struct key keys[] = {
      .doc = "tokens per sequence, prompt and output (capped by the model)"},
     {K("model", "backend", KEY_STRING, backend), .names = backend_names, .def = "auto",
      .doc = "where the steps run; auto = cuda when a GPU is usable, else cpu"},
+    {K("model", "kv_dtype", KEY_STRING, kv_dtype), .names = kv_names, .def = "fp32",
+     .doc = "the key caches' precision: fp32 | bf16 | fp8 (e4m3 with per-64 scales, RoPE dims bf16)"},
     {K("model", "dummy_weights", KEY_BOOL, dummy_weights), .def = "off",
      .doc = "on = generated weights of the model's shapes, no safetensors read (benchmarks)"},
     {K("model", "deterministic", KEY_BOOL, deterministic), .def = "off",
@@ -921,6 +924,7 @@ static const char *const flag_keys[][2] = {
     {"--dspark-threshold", "speculation.confidence_min"},
     {"--max-batch-tokens", "scheduler.max_batch_tokens"},
     {"--max-ctx", "model.max_context"},
+    {"--kv-dtype", "model.kv_dtype"},
     {"--max-seqs", "scheduler.max_running"},
     {"--temperature", "sampling.temperature"},
     {"--top-k", "sampling.top_k"},

@@ -53,6 +53,7 @@ struct srv_config {
     char path[SRV_STR];    /* "" = the default model (resolved by the caller) */
     int max_context;       /* 4096, 2..16777216 (tokens per sequence; capped by the model) */
     char backend[SRV_STR]; /* auto | cpu | cuda */
+    char kv_dtype[SRV_STR]; /* fp32 | bf16 | fp8 */
     int dummy_weights;     /* off */
     int deterministic;     /* off */
     int graphs;            /* on */

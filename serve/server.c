@@ -1254,6 +1254,7 @@ static int open_engine(struct srv *s) {
     ep.backend = c->backend;
     ep.max_seqs = c->max_running;
     ep.max_ctx = c->max_context;
+    ep.kv_dtype = td_engine_kv_dtype_parse(c->kv_dtype); // (the config allows only the three names)
     ep.max_batch_tokens = c->max_batch_tokens;
     ep.draft = s->drafter;
     ep.max_draft = c->k;
