@@ -1682,6 +1682,83 @@ static void test_model(const char *fx) {
     free(ref), free(one), free(out);
 }
 
+/* the key caches in bf16 and fp8 on the GPU against the CPU reference with the same caches
+ * (the bf16 budget), and chunked against one-shot in batch-invariant mode */
+static void test_model_kv(const char *fx) {
+    char err[512], dir[128], path[256], name[128], extra[200];
+    snprintf(dir, sizeof dir, "tests/fixtures/%s", fx);
+    struct td_model host, dev, cpu;
+    int32_t ids[512];
+    int n = 0;
+    snprintf(path, sizeof path, "%s/ids.txt", dir);
+    FILE *fp = fopen(path, "r");
+    while (fp && n < 512 && fscanf(fp, "%d", &ids[n]) == 1)
+        n++;
+    if (fp) fclose(fp);
+    case_begin();
+    CHECK(!td_model_load(&host, dir, err, sizeof err), "%s", err);
+    CHECK(!check_case_failed && !td_model_upload(&host, gpu, &dev, err, sizeof err), "%s", err);
+    CHECK(!check_case_failed && !td_model_upload(&host, td_backend_cpu(), &cpu, err, sizeof err),
+          "%s", err);
+    if (check_case_failed) {
+        case_end(fx, "");
+        return;
+    }
+    int V = host.cfg.vocab;
+    float *ref = malloc((size_t)n * V * 4), *one = malloc((size_t)n * V * 4);
+    float *out = malloc((size_t)n * V * 4), *one_d = malloc((size_t)n * V * 4);
+    for (int kv = TD_KV_BF16; kv <= TD_KV_FP8; kv++) {
+        struct td_state cs, st;
+        if (kv != TD_KV_BF16) case_begin();
+        CHECK(!td_state_init_kv(&cs, &host.cfg, 1, n, 16, (size_t)1 << 30, td_backend_cpu(), kv,
+                                err, sizeof err),
+              "%s", err);
+        CHECK(!td_state_init_kv(&st, &host.cfg, 4, n, 16, (size_t)1 << 32, gpu, kv, err,
+                                sizeof err),
+              "%s", err);
+        if (check_case_failed) {
+            case_end("model/kv", "");
+            continue;
+        }
+        struct td_plan_seq q = {.slot = td_state_seq_alloc(&cs), .n_new = n, .ids = ids};
+        CHECK(!td_forward_seqs(&cpu, &cs, &q, 1, ref, NULL, err, sizeof err), "%s", err);
+        q.slot = td_state_seq_alloc(&st);
+        CHECK(!td_forward_seqs(&dev, &st, &q, 1, one, NULL, err, sizeof err), "%s", err);
+        struct vs_hf h = compare_hf(one, ref, n, V);
+        CHECK(h.p99 <= 6e-2 && h.worst <= 1.5e-1,
+              "p99 %.3g (budget 6e-2), worst %.3g at row %ld (1.5e-1)", h.p99, h.worst,
+              h.worst_row);
+        CHECK(h.top1 >= n * 97 / 100, "top-1 agrees on %d of %d rows", h.top1, n);
+        gpu->set_deterministic(1);
+        q.slot = td_state_seq_alloc(&st);
+        CHECK(!td_forward_seqs(&dev, &st, &q, 1, one_d, NULL, err, sizeof err), "%s", err);
+        int slot = td_state_seq_alloc(&st), chunks[] = {37, 1, 1, 1, 5, 1, 1, 64, 3, 64};
+        for (int i = 0, pos = 0; pos < n; pos += chunks[i % 10], i++) {
+            int k = chunks[i % 10] < n - pos ? chunks[i % 10] : n - pos;
+            struct td_plan_seq qc = {.slot = slot, .len_before = pos, .n_new = k, .ids = ids + pos};
+            CHECK(!td_forward_seqs(&dev, &st, &qc, 1, out + (size_t)pos * V, NULL, err,
+                                   sizeof err),
+                  "%s", err);
+            if (k < chunks[i % 10]) break;
+        }
+        gpu->set_deterministic(0);
+        double ce = rel_row_err(out, one_d, n, V, NULL);
+        CHECK(ce <= 1e-4, "chunked vs one-shot (batch-invariant mode): rel %.3g", ce);
+        snprintf(extra, sizeof extra,
+                 "(against the CPU with %s caches: p99 %.2e, worst %.2e, top-1 %d/%d; chunked rel "
+                 "%.2e)",
+                 td_kv_dtype_name(kv), h.p99, h.worst, h.top1, n, ce);
+        snprintf(name, sizeof name, "model/kv_%s/%s", td_kv_dtype_name(kv), fx);
+        case_end(name, extra);
+        td_state_free(&cs);
+        td_state_free(&st);
+    }
+    free(ref), free(one), free(out), free(one_d);
+    td_model_free(&cpu);
+    td_model_free(&dev);
+    td_model_free(&host);
+}
+
 /* batch-invariant mode: alone, in a batch of 64, and as rows of a verify chunk, the same bits */
 static void test_deterministic(void) {
     char err[512];
@@ -2068,6 +2145,8 @@ int main(int argc, char **argv) {
     const char *fxs[4] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded", "c_released"};
     for (int i = 0; i < 4; i++)
         test_model(fxs[i]);
+    test_model_kv("b_plain_hc2");
+    test_model_kv("c_upstream_sharded");
     test_deterministic();
     test_graphs();
     test_greedy_spec_gpu();
