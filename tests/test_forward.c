@@ -25,6 +25,7 @@
 
 #include "check.h"
 #include "st_write.h"
+#include "model/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "app/npy.h"
@@ -33,10 +34,11 @@
 #include "kernels/rope.h"
 #include "metadata/plan.h"
 
-static const char *fixtures[] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded"};
+static const char *fixtures[] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded", "d_released"};
 
 struct fx {
     char dir[256];
+    struct td_model loaded; /* a released-precision fixture as loaded (m: its CPU placement) */
     struct td_model m;
     int32_t *ids;
     int n;
@@ -825,6 +827,10 @@ int main(void) {
         case_begin();
         CHECK(!read_ids(path, &f.ids, &f.n), "cannot read %s", path);
         CHECK(!td_model_load(&f.m, f.dir, err, sizeof err), "%s", err);
+        if (!check_case_failed && f.m.quantized) { // FP8/FP4 weights: decoded exactly to fp32
+            f.loaded = f.m;
+            CHECK(!td_model_upload(&f.loaded, td_backend_cpu(), &f.m, err, sizeof err), "%s", err);
+        }
         snprintf(path, sizeof path, "%s/logits.npy", f.dir);
         if (!check_case_failed) {
             f.ref = npy_read_f32(path, &rows, &cols, err, sizeof err);
@@ -847,6 +853,7 @@ int main(void) {
         test_skip_logits(&f);
         test_capture(&f);
         td_model_free(&f.m);
+        if (f.loaded.quantized) td_model_free(&f.loaded);
         free(f.ids);
         free(f.ref);
         free(f.oneshot);
