@@ -18,8 +18,8 @@ __device__ __forceinline__ const void *key_ptr(const struct attn_args &a, const 
     const struct rows_view &r = a.rows;
     if (j < n_swa) {
         int in_ring;
-        long long row = rows_where(r.swa_pos[r.swa_indptr[t] + j], len, row0, slot, a.swa_rows,
-                                   &in_ring);
+        long long row =
+            rows_where(r.swa_pos[r.swa_indptr[t] + j], len, row0, slot, a.swa_rows, &in_ring);
         if (in_ring) return (const unsigned char *)a.swa_ring + row * f.rec;
         return (const void *)((uintptr_t)(a.kv + row * a.d) | 1);
     }
@@ -28,8 +28,7 @@ __device__ __forceinline__ const void *key_ptr(const struct attn_args &a, const 
 }
 
 /* column c of key p (key_ptr), the cache's precision KT known at compile time */
-template <int KT>
-__device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
+template <int KT> __device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
     uintptr_t u = (uintptr_t)p;
     if (KT == TD_KV_F32 || (u & 1)) return ((const float *)(u & ~(uintptr_t)1))[c];
     kv_fmt g = f;

@@ -51,9 +51,8 @@ void attention_rows_ref(const struct attn_args *a) {
     }
     const float **keys = td_xmalloc(((size_t)max_keys + 1) * sizeof *keys);
     struct kv_fmt fmt = kv_fmt_or_f32(a->fmt, a->d);
-    float *dec = fmt.dtype == TD_KV_F32
-                     ? NULL
-                     : td_xmalloc(((size_t)max_keys + 1) * a->d * sizeof *dec);
+    float *dec =
+        fmt.dtype == TD_KV_F32 ? NULL : td_xmalloc(((size_t)max_keys + 1) * a->d * sizeof *dec);
     size_t rec = (size_t)fmt.rec;
     for (int t = 0; t < r->n_tok; t++) {
         if (r->row_seq[t] < 0) continue; // a pad row: inert
@@ -61,8 +60,8 @@ void attention_rows_ref(const struct attn_args *a) {
         int row0 = r->qo_indptr[sq], nk = 0, in_ring;
         for (int k = r->swa_indptr[t]; k < r->swa_indptr[t + 1]; k++, nk++) {
             long long row = rows_where(r->swa_pos[k], len, row0, slot, a->swa_rows, &in_ring);
-            keys[nk] = in_ring ? cached_key((const unsigned char *)a->swa_ring + row * rec,
-                                            &fmt, dec + (dec ? (size_t)nk * a->d : 0))
+            keys[nk] = in_ring ? cached_key((const unsigned char *)a->swa_ring + row * rec, &fmt,
+                                            dec + (dec ? (size_t)nk * a->d : 0))
                                : a->kv + row * a->d;
         }
         if (a->entries) {

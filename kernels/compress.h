@@ -36,8 +36,8 @@ struct compress_args {
     int d, rate, overlap;   /* overlap: CSA (previous window's Ca half + own Cb half) */
     float *entries;         /* [max_seqs, n_entries, d] entry w of a sequence at w */
     int n_entries;
-    int by_row; /* 1: row t's entry at entries + t * d instead ([n_tok, d] step rows, which
-                   kv_store encodes into a cache of another precision) */
+    int by_row;       /* 1: row t's entry at entries + t * d instead ([n_tok, d] step rows, which
+                         kv_store encodes into a cache of another precision) */
     const void *norm; /* [d] kv_norm weight */
     enum td_dtype norm_dtype;
     float eps;

@@ -49,8 +49,8 @@ void indexer_topk_ref(const struct indexer_args *a) {
     const struct rows_view *r = &a->rows;
     float *score = td_xmalloc(((size_t)a->n_entries + 1) * sizeof(float));
     struct kv_fmt f = kv_fmt_or_f32(a->fmt, a->d);
-    float *dec = f.dtype == TD_KV_F32 ? NULL
-                                      : td_xmalloc(((size_t)a->n_entries + 1) * a->d * sizeof *dec);
+    float *dec =
+        f.dtype == TD_KV_F32 ? NULL : td_xmalloc(((size_t)a->n_entries + 1) * a->d * sizeof *dec);
     int *picks = td_xmalloc(((size_t)a->topk + 1) * sizeof(int));
     for (int t = 0; t < r->n_tok; t++) {
         if (r->row_seq[t] < 0) { // a pad row picks nothing

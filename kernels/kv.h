@@ -100,14 +100,14 @@ TD_HD static inline uint8_t kv_e4m3_of(float x) {
     uint8_t sign = x < 0.0f ? 0x80 : 0;
     float a = x < 0.0f ? -x : x;
     if (!(a < KV_FP8_MAX)) return (uint8_t)(sign | (a == a ? 0x7e : 0x7f)); // 448, or NaN
-    if (a < 0x1p-6f) {                                   // subnormal: multiples of 2^-9
-        float q = rintf(a * 512.0f);                     // (exact: a power-of-two scaling)
-        return (uint8_t)(sign | (int)q);                 // (q = 8 is 2^-6, code 0x08)
+    if (a < 0x1p-6f) {                   // subnormal: multiples of 2^-9
+        float q = rintf(a * 512.0f);     // (exact: a power-of-two scaling)
+        return (uint8_t)(sign | (int)q); // (q = 8 is 2^-6, code 0x08)
     }
     uint32_t u = kv_to_bits(a);
-    int e = (int)((u >> 23) & 255) - 127;                // -6 .. 8
+    int e = (int)((u >> 23) & 255) - 127;                  // -6 .. 8
     float m = kv_from_bits((u & 0x7fffffu) | 0x3f800000u); // [1, 2)
-    int q = (int)rintf((m - 1.0f) * 8.0f);               // (exact: 3 bits kept of 23)
+    int q = (int)rintf((m - 1.0f) * 8.0f);                 // (exact: 3 bits kept of 23)
     if (q == 8) e++, q = 0;
     int code = ((e + 7) << 3) | q;
     return (uint8_t)(sign | (code > 0x7e ? 0x7e : code));
@@ -116,8 +116,7 @@ TD_HD static inline uint8_t kv_e4m3_of(float x) {
 TD_HD static inline float kv_e4m3_val(uint8_t q) {
     int e = (q >> 3) & 15, m = q & 7;
     if (e == 15 && m == 7) return kv_from_bits(0x7fc00000u); // 0x7f, 0xff: NaN
-    float v = e ? kv_from_bits((uint32_t)(e + 120) << 23 | (uint32_t)m << 20)
-                : (float)m * 0x1p-9f;
+    float v = e ? kv_from_bits((uint32_t)(e + 120) << 23 | (uint32_t)m << 20) : (float)m * 0x1p-9f;
     return q & 0x80 ? -v : v;
 }
 

@@ -88,12 +88,8 @@ static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
  * only); an fp32 cache's stores are made by the ops that make the rows */
 static void kv_store(struct fwd *f, void *cache, struct kv_fmt fmt, int cache_rows, float *x,
                      const int32_t *at) {
-    struct kv_store_args a = {.cache = cache,
-                              .fmt = fmt,
-                              .cache_rows = cache_rows,
-                              .x = x,
-                              .at = at,
-                              .rows = f->rows};
+    struct kv_store_args a = {
+        .cache = cache, .fmt = fmt, .cache_rows = cache_rows, .x = x, .at = at, .rows = f->rows};
     f->op->kv_store(&a);
 }
 
@@ -620,8 +616,7 @@ static void run_store(struct fwd *f) {
         struct norm_rope_args a = keys_norm_rope(f, l, typed ? NULL : ls->swa, f->inv_main,
                                                  (float)c->rope_main.attention_factor);
         f->op->norm_rope(&a, 1);
-        if (typed)
-            kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, f->rows.swa_write);
+        if (typed) kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, f->rows.swa_write);
     }
 }
 

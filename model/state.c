@@ -142,8 +142,7 @@ int td_state_init_kv(struct td_state *s, const struct td_config *cfg, int max_se
                        "state: %s caches for %d sequences x %d tokens need %zu MiB, over the %zu "
                        "MiB allowed (lower max_seqs or max_ctx, take a smaller --kv-dtype, or "
                        "raise the memory limit)",
-                       td_kv_dtype_name(kv_dtype), max_seqs, max_ctx, bytes >> 20,
-                       max_bytes >> 20);
+                       td_kv_dtype_name(kv_dtype), max_seqs, max_ctx, bytes >> 20, max_bytes >> 20);
     s->cfg = cfg;
     s->backend = b;
     s->max_seqs = max_seqs;

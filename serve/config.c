@@ -113,7 +113,8 @@ static const struct key keys[] = {
     {K("model", "backend", KEY_STRING, backend), .names = backend_names, .def = "auto",
      .doc = "where the steps run; auto = cuda when a GPU is usable, else cpu"},
     {K("model", "kv_dtype", KEY_STRING, kv_dtype), .names = kv_names, .def = "fp32",
-     .doc = "the key caches' precision: fp32 | bf16 | fp8 (e4m3 with per-64 scales, RoPE dims bf16)"},
+     .doc =
+         "the key caches' precision: fp32 | bf16 | fp8 (e4m3 with per-64 scales, RoPE dims bf16)"},
     {K("model", "dummy_weights", KEY_BOOL, dummy_weights), .def = "off",
      .doc = "on = generated weights of the model's shapes, no safetensors read (benchmarks)"},
     {K("model", "deterministic", KEY_BOOL, deterministic), .def = "off",

@@ -50,13 +50,13 @@ struct srv_config {
     int drain_s;                     /* 30: grace period after SIGTERM */
     char cors_origins[SRV_STR];      /* "" = none; comma-separated list or "*" */
     /* [model] */
-    char path[SRV_STR];    /* "" = the default model (resolved by the caller) */
-    int max_context;       /* 4096, 2..16777216 (tokens per sequence; capped by the model) */
-    char backend[SRV_STR]; /* auto | cpu | cuda */
+    char path[SRV_STR];     /* "" = the default model (resolved by the caller) */
+    int max_context;        /* 4096, 2..16777216 (tokens per sequence; capped by the model) */
+    char backend[SRV_STR];  /* auto | cpu | cuda */
     char kv_dtype[SRV_STR]; /* fp32 | bf16 | fp8 */
-    int dummy_weights;     /* off */
-    int deterministic;     /* off */
-    int graphs;            /* on */
+    int dummy_weights;      /* off */
+    int deterministic;      /* off */
+    int graphs;             /* on */
     /* [speculation] */
     char method[SRV_STR];     /* auto | none | ngram | random | mtp | dspark ; default auto */
     int k;                    /* 0 = the drafter's default, 0..16 */

@@ -172,6 +172,9 @@ int main(void) {
              "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --capture 2,1 "
              "--capture-out %%s/c.npy",
              fx);
+    bad("generate_kv_dtype_unknown",
+        "generate --model models/tandem-tiny --prompt-ids \"1\" --kv-dtype fp16",
+        "--kv-dtype 'fp16': expected fp32, bf16 or fp8");
     bad("capture_not_ascending", a0, "ascending layer indices");
     snprintf(a0, sizeof a0,
              "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --capture 0,3 "
@@ -280,6 +283,30 @@ int main(void) {
           "no decode line in '%s'", smsg);
     CHECK(dn == 33 && dt > 0 && dr > 0, "decode %ld tokens in %g s = %g tokens/s", dn, dt, dr);
     case_end("generate_stats_decode_rate", "");
+
+    // --kv-dtype: the caches' precision reaches the engine (the stats line names it and its
+    // bytes a token, fp8 fewer than fp32)
+    case_begin();
+    {
+        char kmsg[2][4096];
+        const char *kv[2] = {"fp32", "fp8"};
+        double tb[2] = {0, 0};
+        for (int i = 0; i < 2; i++) {
+            snprintf(args, sizeof args,
+                     "generate --model models/tandem-tiny --backend cpu --prompt-ids \"5 6 7\" "
+                     "--max-tokens 6 --print-ids --ignore-eos --draft none --stats --kv-dtype %s",
+                     kv[i]);
+            CHECK(tandem(args, kmsg[i], sizeof kmsg[i]) == 0, "--kv-dtype %s failed", kv[i]);
+            char want[64];
+            snprintf(want, sizeof want, ", %s key caches ", kv[i]);
+            const char *l = strstr(kmsg[i], want);
+            const char *b = l ? strstr(l, "MiB (") : NULL;
+            CHECK(b && sscanf(b, "MiB (%lf B a token", &tb[i]) == 1, "no '%s' in '%s'", want,
+                  kmsg[i]);
+        }
+        CHECK(tb[1] > 0 && tb[1] < tb[0], "fp8 %g B a token, fp32 %g", tb[1], tb[0]);
+    }
+    case_end("generate_kv_dtype", "");
 
     // --draft auto on the CPU backend decodes without a drafter (the default model ships
     // DSpark, which is slower than none on the CPU); --draft dspark still speculates

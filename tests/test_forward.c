@@ -293,16 +293,17 @@ static void test_kv_dtypes(struct fx *f) {
     for (int kv = TD_KV_BF16; kv <= TD_KV_FP8; kv++) {
         struct td_state st;
         case_begin();
-        CHECK(!td_state_init_kv(&st, c, 2, f->n + 16, 16, (size_t)1 << 31, NULL, kv, err,
-                                sizeof err),
-              "%s", err);
+        CHECK(
+            !td_state_init_kv(&st, c, 2, f->n + 16, 16, (size_t)1 << 31, NULL, kv, err, sizeof err),
+            "%s", err);
         int whole = f->n;
         CHECK(!run_chunks(f, &st, f->ids, &whole, 1, one), "one-shot");
         long row = -1;
         double worst = rel_row_err(one, f->ref, f->n, V, &row);
-        double limit = 0.25; // (tiny random models amplify: 0.105 and 0.119 measured on a_tiny_yarn)
-        CHECK(worst <= limit, "%s: row %ld off HF by %.3g (limit %.0e)", td_kv_dtype_name(kv),
-              row, worst, limit);
+        double limit =
+            0.25; // (tiny random models amplify: 0.105 and 0.119 measured on a_tiny_yarn)
+        CHECK(worst <= limit, "%s: row %ld off HF by %.3g (limit %.0e)", td_kv_dtype_name(kv), row,
+              worst, limit);
         CHECK(!bits_equal(one, f->oneshot, nv), "%s caches gave fp32's logits",
               td_kv_dtype_name(kv));
         int chunks[40], nc = 0, left = f->n;
@@ -322,7 +323,8 @@ static void test_kv_dtypes(struct fx *f) {
         while (pos < f->n && !check_case_failed) {
             int k = pos ? 3 : 40;
             if (k > f->n - pos) k = f->n - pos;
-            struct td_plan_seq q = {.slot = slot, .len_before = pos, .n_new = k, .ids = f->ids + pos};
+            struct td_plan_seq q = {
+                .slot = slot, .len_before = pos, .n_new = k, .ids = f->ids + pos};
             CHECK(!td_forward_seqs(&f->m, &st, &q, 1, out + (size_t)pos * V, NULL, err, sizeof err),
                   "%s", err);
             pos += k;
@@ -360,7 +362,8 @@ static void test_kv_flash_bytes(void) {
     case_begin();
     CHECK(!td_config_load(&c, "bench/v4_flash/config.json", err, sizeof err), "%s", err);
     if (!check_case_failed) {
-        double b32 = td_state_token_bytes(&c, TD_KV_F32), b16 = td_state_token_bytes(&c, TD_KV_BF16);
+        double b32 = td_state_token_bytes(&c, TD_KV_F32),
+               b16 = td_state_token_bytes(&c, TD_KV_BF16);
         double b8 = td_state_token_bytes(&c, TD_KV_FP8);
         CHECK(b32 / b8 >= 3.5, "fp8 holds %.2fx fp32's tokens, under 3.5x", b32 / b8);
         CHECK(b32 == 2 * b16, "bf16 %.1f B a token, fp32 %.1f", b16, b32);
@@ -383,8 +386,8 @@ static void test_kv_flash_bytes(void) {
               kv_get(rec, f, i), x[i]);
     CHECK(f.rec == 64 + 8 + 128, "fp8 record of 64 + 64 dims: %d bytes", f.rec);
     CHECK(kv_e4m3_of(448.0f) == 0x7e && kv_e4m3_of(1000.0f) == 0x7e && kv_e4m3_of(-1.0f) == 0xb8 &&
-              kv_e4m3_of(0x1p-10f) == 0 && kv_e4m3_of(0x1.8p-9f) == 2 && kv_e4m3_of(1.0625f) == 0x38 &&
-              kv_e4m3_of(1.1875f) == 0x3a,
+              kv_e4m3_of(0x1p-10f) == 0 && kv_e4m3_of(0x1.8p-9f) == 2 &&
+              kv_e4m3_of(1.0625f) == 0x38 && kv_e4m3_of(1.1875f) == 0x3a,
           "e4m3 rounding");
     CHECK(kv_fp8_scale_of(448.0f) == 127 && kv_fp8_scale_of(449.0f) == 128 &&
               kv_fp8_scale_of(0.0f) == kv_fp8_scale_of(1e-4f),

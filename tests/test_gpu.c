@@ -1714,9 +1714,9 @@ static void test_model_kv(const char *fx) {
         CHECK(!td_state_init_kv(&cs, &host.cfg, 1, n, 16, (size_t)1 << 30, td_backend_cpu(), kv,
                                 err, sizeof err),
               "%s", err);
-        CHECK(!td_state_init_kv(&st, &host.cfg, 4, n, 16, (size_t)1 << 32, gpu, kv, err,
-                                sizeof err),
-              "%s", err);
+        CHECK(
+            !td_state_init_kv(&st, &host.cfg, 4, n, 16, (size_t)1 << 32, gpu, kv, err, sizeof err),
+            "%s", err);
         if (check_case_failed) {
             case_end("model/kv", "");
             continue;
@@ -1737,8 +1737,7 @@ static void test_model_kv(const char *fx) {
         for (int i = 0, pos = 0; pos < n; pos += chunks[i % 10], i++) {
             int k = chunks[i % 10] < n - pos ? chunks[i % 10] : n - pos;
             struct td_plan_seq qc = {.slot = slot, .len_before = pos, .n_new = k, .ids = ids + pos};
-            CHECK(!td_forward_seqs(&dev, &st, &qc, 1, out + (size_t)pos * V, NULL, err,
-                                   sizeof err),
+            CHECK(!td_forward_seqs(&dev, &st, &qc, 1, out + (size_t)pos * V, NULL, err, sizeof err),
                   "%s", err);
             if (k < chunks[i % 10]) break;
         }

@@ -601,6 +601,7 @@ static int all_changed(struct srv_config *c) {
         "model.path=/m/\xc3\xbc:x=y",
         "model.max_context=16777216",
         "model.backend=cpu",
+        "model.kv_dtype=fp8",
         "model.dummy_weights=on",
         "model.deterministic=on",
         "model.graphs=off",
