@@ -11,8 +11,7 @@
 
 namespace cg = cooperative_groups;
 
-/* key j of row t: a cache record (fmt), or this step's fp32 row, its address tagged with bit 0
- * (a record's is even, an fp32 row's a multiple of 4) */
+/* key j of row t: its record (fmt) in the window ring, this step's rows or the entries */
 __device__ __forceinline__ const void *key_ptr(const struct attn_args &a, const kv_fmt &f, int t,
                                                int j, int n_swa, int slot, int len, int row0) {
     const struct rows_view &r = a.rows;
@@ -20,8 +19,7 @@ __device__ __forceinline__ const void *key_ptr(const struct attn_args &a, const 
         int in_ring;
         long long row =
             rows_where(r.swa_pos[r.swa_indptr[t] + j], len, row0, slot, a.swa_rows, &in_ring);
-        if (in_ring) return (const unsigned char *)a.swa_ring + row * f.rec;
-        return (const void *)((uintptr_t)(a.kv + row * a.d) | 1);
+        return (const unsigned char *)(in_ring ? a.swa_ring : a.kv) + row * f.rec;
     }
     int w = a.use_topk ? r.topk[(size_t)t * r.topk_stride + (j - n_swa)] : j - n_swa;
     return (const unsigned char *)a.entries + ((size_t)slot * a.n_entries + w) * f.rec;
@@ -29,8 +27,6 @@ __device__ __forceinline__ const void *key_ptr(const struct attn_args &a, const 
 
 /* column c of key p (key_ptr), the cache's precision KT known at compile time */
 template <int KT> __device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
-    uintptr_t u = (uintptr_t)p;
-    if (KT == TD_KV_F32 || (u & 1)) return ((const float *)(u & ~(uintptr_t)1))[c];
     kv_fmt g = f;
     g.dtype = KT;
     return kv_get(p, g, c);
@@ -126,12 +122,9 @@ __global__ void __launch_bounds__(512)
     __syncthreads();
     // every line of the slice's keys asked at once: the rings were written a step ago and the
     // step's weights have pushed them out of L2
-    int lines = (a.d * (int)sizeof(float) + 127) / 128, rec_lines = (f.rec + 127) / 128;
-    for (int i = threadIdx.x; i < nj * lines; i += blockDim.x) {
-        uintptr_t u = (uintptr_t)kp[i / lines];
-        if (i % lines < ((u & 1) ? lines : rec_lines))
-            prefetch_l2_line((const char *)(u & ~(uintptr_t)1) + (size_t)(i % lines) * 128);
-    }
+    int lines = (f.rec + 127) / 128;
+    for (int i = threadIdx.x; i < nj * lines; i += blockDim.x)
+        prefetch_l2_line((const char *)kp[i / lines] + (size_t)(i % lines) * 128);
     float m = -INFINITY, sum = 0.0f;
     for (int q0 = warp * ATT_KEYS; q0 < nj; q0 += nw * ATT_KEYS) {
         float kv[ATT_KEYS][NC], sc[ATT_KEYS];

@@ -32,12 +32,13 @@ struct attn_args {
     struct rows_view rows; /* swa_indptr/swa_pos, vis, topk, row_seq, slot, len_before */
     float *out;            /* [n_tok, n_heads, d] */
     const float *q;        /* [n_tok, n_heads, d] */
-    const float *kv;      /* [n_tok, d] this step's keys (= values), fp32 */
-    const void *swa_ring; /* [max_seqs, swa_rows] older window keys, fmt records */
+    const void *kv;        /* [n_tok] this step's keys (= values), fmt records (kv_store's
+                              step copy; an fp32 cache's: the fp32 rows) */
+    const void *swa_ring;  /* [max_seqs, swa_rows] older window keys, fmt records */
     int swa_rows;
     const void *entries; /* [max_seqs, n_entries] compressed entries (fmt), NULL: none */
     int n_entries;
-    struct kv_fmt fmt; /* the cached keys' precision (kv.h); fmt.d == d */
+    struct kv_fmt fmt;  /* the cached keys' precision (kv.h); fmt.d == d */
     int use_topk;       /* 1: entries rows.topk picks (CSA); 0: all w < vis (HCA) */
     const float *sinks; /* [n_heads] */
     int n_heads, d;

@@ -60,9 +60,9 @@ void attention_rows_ref(const struct attn_args *a) {
         int row0 = r->qo_indptr[sq], nk = 0, in_ring;
         for (int k = r->swa_indptr[t]; k < r->swa_indptr[t + 1]; k++, nk++) {
             long long row = rows_where(r->swa_pos[k], len, row0, slot, a->swa_rows, &in_ring);
-            keys[nk] = in_ring ? cached_key((const unsigned char *)a->swa_ring + row * rec, &fmt,
-                                            dec + (dec ? (size_t)nk * a->d : 0))
-                               : a->kv + row * a->d;
+            const void *rows = in_ring ? a->swa_ring : a->kv;
+            keys[nk] = cached_key((const unsigned char *)rows + row * rec, &fmt,
+                                  dec + (dec ? (size_t)nk * a->d : 0));
         }
         if (a->entries) {
             const unsigned char *ent =

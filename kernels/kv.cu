@@ -20,6 +20,7 @@ __global__ void kv_store_kernel(struct kv_store_args a, int n_chunks) {
         live ? (unsigned char *)a.cache + ((size_t)a.rows.slot[sq] * a.cache_rows + a.at[t]) * f.rec
              : NULL;
     float *x = a.x + (size_t)t * f.d;
+    unsigned char *sr = a.step ? (unsigned char *)a.step + (size_t)t * f.rec : NULL;
     float v[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -30,12 +31,14 @@ __global__ void kv_store_kernel(struct kv_store_args a, int n_chunks) {
         uint8_t sb = kv_fp8_scale_of(warp_max(fmaxf(fabsf(v[0]), fabsf(v[1]))));
         float s = kv_fp8_scale_val(sb);
         if (dst && lane == 0) dst[n8 + k] = sb;
+        if (sr && lane == 0) sr[n8 + k] = sb;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             int c = c0 + lane + 32 * i;
             if (c >= c1) continue;
             uint8_t q = kv_e4m3_of(v[i] / s);
             if (dst) dst[c] = q;
+            if (sr) sr[c] = q;
             x[c] = kv_e4m3_val(q) * s;
         }
         return;
@@ -46,10 +49,13 @@ __global__ void kv_store_kernel(struct kv_store_args a, int n_chunks) {
         if (c >= c1) continue;
         if (f.dtype == TD_KV_F32) {
             if (dst) ((float *)dst)[c] = v[i];
+            if (sr) ((float *)sr)[c] = v[i];
             continue;
         }
         uint16_t h = kv_bf16_of(v[i]);
-        if (dst) ((uint16_t *)(dst + (f.dtype == TD_KV_FP8 ? f.tail_at : 0)))[c - n8] = h;
+        int at = f.dtype == TD_KV_FP8 ? f.tail_at : 0;
+        if (dst) ((uint16_t *)(dst + at))[c - n8] = h;
+        if (sr) ((uint16_t *)(sr + at))[c - n8] = h;
         x[c] = kv_bf16_val(h);
     }
 }

@@ -133,7 +133,8 @@ TD_HD static inline float kv_get(const void *row, struct kv_fmt f, int c) {
 void kv_put_ref(void *row, float *x, struct kv_fmt f);
 
 /* A step's rows into a cache: x[t] ([n_tok, d] fp32) is rounded in place to the cache's
- * precision (every row: this step's keys are read from x as well as from the cache), and the
+ * precision (every row: what reads them reads the cache's values), every row's record goes to
+ * step[t] when step is set, and the
  * record of each row with at[t] >= 0 is written at row slot(t) * cache_rows + at[t] of the cache
  * (the sliding-window ring at swa_write, the entries at emit); at NULL: rounded only. */
 struct kv_store_args {
@@ -142,6 +143,7 @@ struct kv_store_args {
     int cache_rows;
     float *x;
     const int32_t *at;
+    void *step; /* [n_tok] every row's record too (what the attention reads this step), or NULL */
     struct rows_view rows; /* n_tok, row_seq, slot */
 };
 void kv_store_ref(const struct kv_store_args *a);

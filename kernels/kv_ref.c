@@ -41,5 +41,6 @@ void kv_store_ref(const struct kv_store_args *a) {
                        ((size_t)r->slot[r->row_seq[t]] * a->cache_rows + a->at[t]) * a->fmt.rec
                  : sink;
         kv_put_ref(dst, x, a->fmt);
+        if (a->step) memcpy((unsigned char *)a->step + (size_t)t * a->fmt.rec, dst, a->fmt.rec);
     }
 }

@@ -41,6 +41,7 @@ struct fwd {
     float *q, *o;               /* [n, n_heads * head_dim] */
     float *kv;                  /* [n, head_dim] */
     float *ent;                 /* [n, max(head_dim, ihd)] entries on their way to a typed cache */
+    void *kvrec;                /* [n] this step's keys as typed records (the attention's) */
     float *og;                  /* [n, o_groups * o_lora_rank] */
     float *raw, *gate;          /* [n, 2 * head_dim] compressor rows */
     float *iraw, *igate;        /* [n, 2 * index_head_dim] */
@@ -87,9 +88,14 @@ static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
 /* a step's rows x into a key cache of format fmt at rows at[t] (NULL: rounded to its precision
  * only); an fp32 cache's stores are made by the ops that make the rows */
 static void kv_store(struct fwd *f, void *cache, struct kv_fmt fmt, int cache_rows, float *x,
-                     const int32_t *at) {
-    struct kv_store_args a = {
-        .cache = cache, .fmt = fmt, .cache_rows = cache_rows, .x = x, .at = at, .rows = f->rows};
+                     const int32_t *at, void *step) {
+    struct kv_store_args a = {.cache = cache,
+                              .fmt = fmt,
+                              .cache_rows = cache_rows,
+                              .x = x,
+                              .at = at,
+                              .step = step,
+                              .rows = f->rows};
     f->op->kv_store(&a);
 }
 
@@ -119,7 +125,7 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
                                .rot_dim = c->rope_dim,
                                .attn_factor = (float)c->rope_compress.attention_factor};
     f->op->compress_emit(&io);
-    if (typed) kv_store(f, entries, fmt, ls->n_entries, f->ent, f->rows.emit);
+    if (typed) kv_store(f, entries, fmt, ls->n_entries, f->ent, f->rows.emit, NULL);
 }
 
 /* f->kv (wkv x, made by the caller) = rope(kv_norm(f->kv)) at the rows' positions: the layer's
@@ -225,7 +231,8 @@ static void attention_block(struct fwd *f, int li) {
     // a typed cache: the keys rounded to its precision (the attention reads this step's keys
     // from f->kv, so they are the cache's values too), and stored now when early
     if (typed)
-        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, early ? rows.swa_write : NULL);
+        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, early ? rows.swa_write : NULL,
+                 f->kvrec);
 
     if (comp)
         compressor(f, &l->comp, kind, hd, f->raw, f->gate, ls->raw_kv, ls->raw_gate, ls->entries,
@@ -252,7 +259,7 @@ static void attention_block(struct fwd *f, int li) {
     struct attn_args aa = {.rows = rows,
                            .out = f->o,
                            .q = f->q,
-                           .kv = f->kv,
+                           .kv = typed ? f->kvrec : (const void *)f->kv,
                            .swa_ring = ls->swa,
                            .swa_rows = f->st->swa_ring,
                            .entries = comp ? ls->entries : NULL,
@@ -275,7 +282,7 @@ static void attention_block(struct fwd *f, int li) {
 
     // the rings learn this step's rows only now, after every read of older positions
     if (!early && typed) // (rounding rounded values again leaves them as they are)
-        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, rows.swa_write);
+        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, rows.swa_write, NULL);
     if (!early && !typed) {
         struct ring_parts sw = {.m = 1, .ring = {ls->swa}, .rows = {f->kv}, .width = {hd}};
         op->ring_store(&sw, rows.swa_write, &rows, f->st->swa_ring);
@@ -436,6 +443,7 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         {.dst = (void **)&f->o, .bytes = N * H * hd * F},
         {.dst = (void **)&f->kv, .bytes = N * hd * F},
         {.dst = (void **)&f->ent, .bytes = N * (wmax / 2) * F},
+        {.dst = (void **)&f->kvrec, .bytes = N * hd * F}, // (a record is at most fp32's bytes)
         {.dst = (void **)&f->og, .bytes = N * c->o_groups * c->o_lora_rank * F},
         {.dst = (void **)&f->raw, .bytes = N * wmax * F},
         {.dst = (void **)&f->gate, .bytes = N * wmax * F},
@@ -616,7 +624,8 @@ static void run_store(struct fwd *f) {
         struct norm_rope_args a = keys_norm_rope(f, l, typed ? NULL : ls->swa, f->inv_main,
                                                  (float)c->rope_main.attention_factor);
         f->op->norm_rope(&a, 1);
-        if (typed) kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, f->rows.swa_write);
+        if (typed)
+            kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, f->rows.swa_write, NULL);
     }
 }
 
