@@ -484,19 +484,23 @@ static void round_trip(const struct chat *c, const char *name, const char *conte
 #define PARAM(k, str, v)                                                                           \
     "<" DSML "parameter name=\"" k "\" string=\"" str "\">" v "</" DSML "parameter>"
 
-/* text is refused (-1, why holds want) and left whole as content */
-static void refuse_reply(const char *name, const char *text, const char *want) {
+/* text[0, n) is refused (-1, why holds want) and left whole as content */
+static void refuse_reply_n(const char *name, const char *text, size_t n, const char *want) {
     case_begin();
     struct chat_reply r;
     char err[512] = "", cname[96];
-    int rc = chat_parse_calls(text, strlen(text), &r, err, sizeof err);
+    int rc = chat_parse_calls(text, n, &r, err, sizeof err);
     CHECK(rc == -1, "rc %d", rc);
-    CHECK(r.content_len == strlen(text) && !r.n_calls && !r.calls && !r.buf,
-          "content %zu of %zu bytes, %zu calls", r.content_len, strlen(text), r.n_calls);
+    CHECK(r.content_len == n && !r.n_calls && !r.calls && !r.buf,
+          "content %zu of %zu bytes, %zu calls", r.content_len, n, r.n_calls);
     CHECK(strstr(err, want), "message '%s' lacks '%s'", err, want);
     if (rc == 1) chat_reply_free(&r);
     snprintf(cname, sizeof cname, "dsml_refuses_%s", name);
     case_end(cname, err);
+}
+
+static void refuse_reply(const char *name, const char *text, const char *want) {
+    refuse_reply_n(name, text, strlen(text), want);
 }
 
 static void test_parse_calls(struct chat *c) {
@@ -591,6 +595,10 @@ static void test_parse_calls(struct chat *c) {
                  "call 0: a parameter does not end");
     refuse_reply("value_not_utf8", CALLS(INVOKE("f", PARAM("a", "true", "\xff"))), "not UTF-8");
     refuse_reply("name_not_utf8", CALLS(INVOKE("f\xc3", "")), "is not ' name=");
+    const char nul_name[] = CALLS(INVOKE("f\0g", "")),
+               nul_key[] = CALLS(INVOKE("h", PARAM("a\0b", "true", "1")));
+    refuse_reply_n("nul_in_a_name", nul_name, sizeof nul_name - 1, "call 0 (byte ");
+    refuse_reply_n("nul_in_a_key", nul_key, sizeof nul_key - 1, "or its name holds NUL");
     refuse_reply("unclosed_block", "Hi" CALLS(INVOKE("f", "")) "\n<" DSML "tool_calls>",
                  "follow the tool_calls block");
     // a name's line may carry the reference's extra newline; string="false" strings and big

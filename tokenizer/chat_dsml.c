@@ -64,6 +64,11 @@ static int utf8(const char *s, size_t n) {
     return tok_utf8_valid_prefix(s, n) == n;
 }
 
+/* a name: UTF-8 without NUL (a name is handed on NUL-terminated, a key would not load back) */
+static int name_ok(const char *s, size_t n) {
+    return utf8(s, n) && !memchr(s, 0, n);
+}
+
 struct dsml {
     const char *text;   /* the reply, for the byte offsets of messages */
     struct tok_buf buf; /* the names and arguments, each NUL-terminated */
@@ -125,9 +130,10 @@ static int put_param(struct dsml *d, const char *s, const char *e, int first) {
                        c, at);
     size_t nk = (size_t)(kend - k);
     int shown = nk > 40 ? 40 : (int)nk;
-    if (!utf8(k, nk) || !utf8(v, (size_t)(e - v)))
-        return td_errf(d->err, d->errlen, "call %zu: the parameter at byte %zu is not UTF-8", c,
-                       at);
+    if (!name_ok(k, nk) || !utf8(v, (size_t)(e - v)))
+        return td_errf(d->err, d->errlen,
+                       "call %zu: the parameter at byte %zu is not UTF-8 (or its name holds NUL)",
+                       c, at);
     if (json_object_getn(d->keys, k, nk))
         return td_errf(d->err, d->errlen, "call %zu: the parameter \"%.*s\" is given twice", c,
                        shown, k);
@@ -169,7 +175,7 @@ static int put_invoke(struct dsml *d, const char **p, const char *end) {
     } else {
         e = NULL;
     }
-    if (!e || e == s || !utf8(s, (size_t)(e - s)))
+    if (!e || e == s || !name_ok(s, (size_t)(e - s)))
         return td_errf(d->err, d->errlen,
                        "call %zu (byte %zu): the invoke is not ' name=\"NAME\">' and a newline", c,
                        at0);
