@@ -48,6 +48,13 @@ struct choice {
     int completion_tokens;
     int think_open;   /* chat with thinking: text still goes to reasoning_content */
     size_t think_end; /* where reasoning ended (its "</think>" removed) */
+    /* V4 tool calls (job.tool_calls): the content from CHAT_V4_CALLS_MARK on is held back as a
+       partial stop string is, and read as calls once the reply ends */
+    int calls_seen;          /* the mark has been found, at calls_at */
+    size_t calls_at;         /* where it begins in text */
+    size_t calls_searched;   /* the mark can no longer begin before this */
+    struct chat_reply reply; /* once done: its calls (n_calls 0: none, the text is content) */
+    int finish_pending;      /* streamed: its tool_calls went out, its finish_reason is next */
     struct td_request_stats st;
     double t_prev; /* when its last tokens went out (inter-token latency) */
 };
@@ -61,6 +68,7 @@ struct job {
     /* the request */
     enum job_kind kind;
     int stream, include_usage, return_token_ids, ignore_eos, include_stop, think;
+    int tool_calls;    /* V4 chat (tool_choice not "none"): a DSML block comes back as tool_calls */
     int max_tokens, n; /* tokens per choice, choices per prompt */
     char *stops[SRV_MAX_STOPS];
     int n_stops;

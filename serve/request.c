@@ -52,8 +52,8 @@ static int unsupported(const json_t *b, json_t **err) {
     const json_t *v;
     if ((v = json_object_get(b, "functions")) && !json_is_null(v))
         BAD("functions", "functions are not supported by this server");
-    // tools go into the prompt (the chat format says how, or refuses them); what the model
-    // calls comes back as its text: nothing forces a call
+    // tools go into the prompt (the chat format says how, or refuses them); what a V4 model
+    // calls comes back as tool_calls (server.c): nothing forces a call
     if ((v = json_object_get(b, "tool_choice")) && !json_is_null(v) &&
         !(json_is_string(v) &&
           (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"))))
@@ -580,6 +580,9 @@ int job_parse(struct srv *s, struct job *j, const char *body, size_t len, int *i
         if (effort && !strcmp(effort, "max")) c.effort = CHAT_EFFORT_MAX;
         if (dt) c.drop_thinking = json_is_true(dt);
         j->think = c.think == CHAT_THINK_ON;
+        // what a V4 model calls comes back as tool_calls unless the request said "none"
+        const char *tc = json_string_value(json_object_get(b, "tool_choice"));
+        j->tool_calls = c.v4 && !(tc && !strcmp(tc, "none"));
         TRY(parse_messages(s, &c, j, b, err));
     } else {
         j->think = 0;

@@ -46,6 +46,7 @@ static void job_unref(struct job *j) {
     if (left) return;
     for (int i = 0; i < j->n_ch; i++) {
         tok_stream_free(&j->ch[i].ts);
+        chat_reply_free(&j->ch[i].reply);
         free(j->ch[i].text.p);
         free(j->ch[i].ends);
     }
@@ -232,6 +233,49 @@ static json_t *text_json(const char *p, size_t k) {
     return v ? v : json_string("\xef\xbf\xbd");
 }
 
+/* a tool call's id: the response's id, the choice and the call, so unique in the response and
+ * the same streamed or not */
+static void call_id(const struct job *j, const struct choice *c, size_t k, char *out, size_t n) {
+    const char *tail = strchr(j->id, '-');
+    snprintf(out, n, "call_%s_%d_%zu", tail ? tail + 1 : j->id, c->index, k);
+}
+
+/* a choice's tool calls, as the message's "tool_calls" */
+static json_t *calls_json(const struct job *j, const struct choice *c) {
+    json_t *a = json_array();
+    for (size_t k = 0; k < c->reply.n_calls; k++) {
+        const struct chat_call *cc = &c->reply.calls[k];
+        char id[96];
+        call_id(j, c, k, id, sizeof id);
+        json_t *f = json_pack("{s:o,s:o}", "name", text_json(cc->name, strlen(cc->name)),
+                              "arguments", text_json(cc->arguments, strlen(cc->arguments)));
+        json_array_append_new(
+            a, json_pack("{s:s,s:s,s:o}", "id", id, "type", "function", "function", f));
+    }
+    return a;
+}
+
+/* the same as a stream's delta: ,"tool_calls":[{"index":k,"id":...,"type":"function",
+ * "function":{"name":...,"arguments":...}}, ...], every call whole in one chunk */
+static void calls_delta(const struct job *j, const struct choice *c, struct sbuf *b, int any) {
+    sbuf_puts(b, any ? ",\"tool_calls\":[" : "\"tool_calls\":[");
+    for (size_t k = 0; k < c->reply.n_calls; k++) {
+        const struct chat_call *cc = &c->reply.calls[k];
+        char id[96];
+        call_id(j, c, k, id, sizeof id);
+        sbuf_puts(b, k ? ",{\"index\":" : "{\"index\":");
+        sbuf_int(b, (long)k);
+        sbuf_puts(b, ",\"id\":");
+        sbuf_json_str(b, id, strlen(id));
+        sbuf_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        sbuf_json_str(b, cc->name, strlen(cc->name));
+        sbuf_puts(b, ",\"arguments\":");
+        sbuf_json_str(b, cc->arguments, strlen(cc->arguments));
+        sbuf_puts(b, "}}");
+    }
+    sbuf_puts(b, "]");
+}
+
 /* the new text of a choice as a chunk's choice object, or NULL when there is nothing to say */
 /* a chunk being written: the stream's hot path (one chunk per job per step) formats its JSON
  * directly; jansson builds only the once-per-request objects (bodies, usage, errors) */
@@ -258,7 +302,10 @@ static int choice_delta(const struct job *j, struct choice *c, size_t upto, int 
         if (t1 > t0 || role) {
             sbuf_puts(b, any ? ",\"content\":" : "\"content\":");
             sbuf_json_str(b, c->text.p + t0, t1 - t0);
+            any = 1;
         }
+        // the calls after the content; their finish_reason comes in a chunk of its own
+        if (finishing && c->reply.n_calls) calls_delta(j, c, b, any);
         sbuf_puts(b, "}");
         c->role_sent = 1;
     } else {
@@ -278,7 +325,10 @@ static int choice_delta(const struct job *j, struct choice *c, size_t upto, int 
         sbuf_puts(b, "]");
     }
     sbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
-    if (finishing) {
+    if (finishing && c->reply.n_calls) {
+        sbuf_puts(b, "null");
+        c->finish_pending = 1;
+    } else if (finishing) {
         sbuf_json_str(b, c->finish_reason, strlen(c->finish_reason));
         sbuf_puts(b, ",\"stop_reason\":");
         if (c->stop_reason[0])
@@ -291,6 +341,24 @@ static int choice_delta(const struct job *j, struct choice *c, size_t upto, int 
     sbuf_puts(b, "}");
     c->sent = upto;
     return 1;
+}
+
+/* the end of a choice whose tool calls went out in the chunk before: an empty delta and
+ * finish_reason "tool_calls", as OpenAI ends a streamed call */
+static void finish_delta(const struct job *j, struct choice *c, struct sbuf *b, int first) {
+    sbuf_puts(b, first ? "{\"index\":" : ",{\"index\":");
+    sbuf_int(b, c->index);
+    sbuf_puts(b, ",\"delta\":{}");
+    if (j->return_token_ids) sbuf_puts(b, ",\"token_ids\":[]");
+    sbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
+    sbuf_json_str(b, c->finish_reason, strlen(c->finish_reason));
+    sbuf_puts(b, ",\"stop_reason\":");
+    if (c->stop_reason[0])
+        sbuf_json_str(b, c->stop_reason, strlen(c->stop_reason));
+    else
+        sbuf_puts(b, "null");
+    sbuf_puts(b, "}");
+    c->finish_pending = 0;
 }
 
 /* a chunk's opening, up to its choices, written once per job */
@@ -370,6 +438,36 @@ static void job_fail(struct srv *s, struct job *j, int status, const char *type,
     job_retire(s, j);
 }
 
+/* V4 tool calls in the content (after the reasoning): while the reply runs, the content from
+ * CHAT_V4_CALLS_MARK on is held back, and a tail that may begin it, as a partial stop string
+ * is; once it ends, a complete block becomes the choice's calls (content: the text before it;
+ * finish_reason "tool_calls") and anything else is released as content. The sendable length. */
+static size_t hold_calls(struct srv *s, const struct job *j, struct choice *c, size_t upto) {
+    char *mark[1] = {CHAT_V4_CALLS_MARK};
+    size_t base = j->think ? c->think_end + 8 : 0, k = strlen(CHAT_V4_CALLS_MARK), at;
+    if (base > c->text.n) base = c->text.n;
+    if (c->done) {
+        char e[256];
+        int rc = chat_parse_calls(c->text.p + base, c->text.n - base, &c->reply, e, sizeof e);
+        if (rc < 0)
+            log_line(s, SRV_LOG_WARN, "request %s choice %d: tool calls kept as text: %s", j->rid,
+                     c->index, e);
+        if (rc <= 0) return upto;
+        c->finish_reason = "tool_calls";
+        return base + c->reply.content_len;
+    }
+    if (!c->calls_seen) { // searched from where a match could still begin, as stops are
+        size_t from = c->calls_searched > base ? c->calls_searched : base;
+        if (stop_find(c->text.p, c->text.n, from, mark, 1, &at) >= 0)
+            c->calls_seen = 1, c->calls_at = at;
+        else
+            c->calls_searched = c->text.n >= k ? c->text.n - k + 1 : 0;
+    }
+    size_t h = c->calls_seen ? c->calls_at
+                             : base + stop_holdback(c->text.p + base, c->text.n - base, mark, 1);
+    return h < upto ? h : upto;
+}
+
 /* read what the engine committed for choice c since the last step: text, stops, its end */
 static int pump_choice(struct srv *s, struct job *j, struct choice *c, struct sbuf *chunk,
                        int *n_in_chunk) {
@@ -396,6 +494,9 @@ static int pump_choice(struct srv *s, struct job *j, struct choice *c, struct sb
         // the decoder skips special tokens: a special </think> still ends the reasoning
         if (c->think_open && t[i] == s->chat.think_close && tok_is_special(s->tok, t[i]))
             add_text(c, "</think>", 8);
+        // and a special ｜DSML｜ still marks tool calls
+        if (j->tool_calls && t[i] == s->chat.dsml && tok_is_special(s->tok, t[i]))
+            add_text(c, "｜DSML｜", strlen("｜DSML｜"));
         c->ends[i] = c->text.n;
     }
     c->n_seen = n;
@@ -456,6 +557,7 @@ static int pump_choice(struct srv *s, struct job *j, struct choice *c, struct sb
         size_t h = stop_holdback(c->text.p, c->text.n, close, 1);
         if (h < upto) upto = h;
     }
+    if (j->tool_calls && !(j->think && c->think_open)) upto = hold_calls(s, j, c, upto);
     if (j->stream) {
         if (choice_delta(j, c, upto, c->done, n_tok0, chunk, !*n_in_chunk)) (*n_in_chunk)++;
     }
@@ -493,6 +595,13 @@ static int pump(struct srv *s, struct job *j) {
     if (j->stream && n_in) {
         sbuf_puts(chunk, j->include_usage ? "],\"usage\":null}\n\n" : "]}\n\n");
         job_send(j, chunk->p, chunk->n, 0);
+        // the choices whose tool calls went out end in the next chunk
+        chunk->n = n_in = 0;
+        sbuf_put(chunk, j->head, j->n_head);
+        for (int i = 0; i < j->n_ch; i++)
+            if (j->ch[i].finish_pending) finish_delta(j, &j->ch[i], chunk, !n_in++);
+        sbuf_puts(chunk, j->include_usage ? "],\"usage\":null}\n\n" : "]}\n\n");
+        if (n_in) job_send(j, chunk->p, chunk->n, 0);
     }
     if (!all_done) return 0;
     count_finished(s, j, MET_FINISH_STOP); // counted before the client can read the end
@@ -517,8 +626,13 @@ static int pump(struct srv *s, struct job *j) {
             size_t r0, r1, t0, t1;
             split_think(j, c, 0, c->text.n, &r0, &r1, &t0, &t1);
             if (j->kind == JOB_CHAT) {
-                json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content",
-                                      text_json(c->text.p + t0, t1 - t0));
+                // with tool calls the content is the text before them, null when there is none
+                if (c->reply.n_calls) t1 = t0 + c->reply.content_len;
+                json_t *m =
+                    json_pack("{s:s,s:o}", "role", "assistant", "content",
+                              c->reply.n_calls && t1 == t0 ? json_null()
+                                                           : text_json(c->text.p + t0, t1 - t0));
+                if (c->reply.n_calls) json_object_set_new(m, "tool_calls", calls_json(j, c));
                 if (j->think)
                     json_object_set_new(m, "reasoning_content", text_json(c->text.p + r0, r1 - r0));
                 json_object_set_new(ch, "message", m);

@@ -12,6 +12,8 @@
  * encoding the layout's pieces one by one would split ".\n\n" where a message's text meets the
  * layout's. The same tokenizer without the V4 tokens is a V3 one.
  */
+#include <jansson.h>
+
 #include "check.h"
 #include "model/fileio.h"
 #include "tokenizer/chat.h"
@@ -421,6 +423,199 @@ static void test_refusals(struct chat *c) {
     refuse(c, "invalid_utf8", bad_utf8, 1, "message 0: the content is not valid UTF-8 (byte 3)");
 }
 
+// ---------------------------------------------------------------------------------------------
+// the way back: a reply's DSML tool calls (chat_parse_calls)
+
+/* the reply the model would write for an assistant message: its rendering after the last
+ * "</think>" of the conversation, less the EOS (malloc'd) */
+static char *reply_of(const struct chat *c, const struct chat_msg *a) {
+    const struct chat_msg m[] = {{.role = CHAT_ROLE_USER, .content = "x"}, *a};
+    char err[512];
+    char *s = chat_render(c, m, 2, 0, NULL, err, sizeof err), *r = NULL;
+    const char *t = NULL;
+    for (const char *q = s; q && (q = strstr(q, "</think>")); q++)
+        t = q + strlen("</think>");
+    size_t n = t ? strlen(t) : 0;
+    if (t && n >= strlen(EOS) && !strcmp(t + n - strlen(EOS), EOS)) r = strndup(t, n - strlen(EOS));
+    if (!r) fprintf(stderr, "reply_of: %s\n", s ? show(s) : err);
+    free(s);
+    return r;
+}
+
+/* two JSON texts hold the same value (jansson's json_equal) */
+static int same_json(const char *a, const char *b) {
+    const size_t f = JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL;
+    json_t *x = json_loads(a, f, NULL), *y = json_loads(b, f, NULL);
+    int eq = x && y && json_equal(x, y);
+    json_decref(x);
+    json_decref(y);
+    return eq;
+}
+
+/* encode calls with the encoder, parse the reply back: the same content, names and arguments
+ * (as JSON values; as text too when the input is spelled as json.dumps spells it, exact 1) */
+static void round_trip(const struct chat *c, const char *name, const char *content,
+                       const struct chat_tool_call *tc, size_t n, int exact) {
+    case_begin();
+    const struct chat_msg a = {
+        .role = CHAT_ROLE_ASSISTANT, .content = content, .tool_calls = tc, .n_tool_calls = n};
+    char *reply = reply_of(c, &a), err[512] = "", cname[96];
+    struct chat_reply r;
+    int rc = reply ? chat_parse_calls(reply, strlen(reply), &r, err, sizeof err) : -2;
+    CHECK(rc == 1, "rc %d: %s (reply '%s')", rc, err, show(reply));
+    CHECK(rc != 1 || (r.content_len == strlen(content) && !memcmp(reply, content, r.content_len)),
+          "content '%.*s'", (int)r.content_len, reply);
+    CHECK(rc != 1 || r.n_calls == n, "%zu calls, not %zu", r.n_calls, n);
+    for (size_t i = 0; rc == 1 && i < n && i < r.n_calls; i++) {
+        CHECK(!strcmp(r.calls[i].name, tc[i].name), "call %zu is named '%s'", i, r.calls[i].name);
+        CHECK(same_json(r.calls[i].arguments, tc[i].arguments), "call %zu: arguments %s, not %s", i,
+              r.calls[i].arguments, tc[i].arguments);
+        CHECK(!exact || !strcmp(r.calls[i].arguments, tc[i].arguments),
+              "call %zu: arguments spelled %s, not %s", i, r.calls[i].arguments, tc[i].arguments);
+    }
+    if (rc == 1) chat_reply_free(&r);
+    free(reply);
+    snprintf(cname, sizeof cname, "dsml_round_trip_%s", name);
+    case_end(cname, "");
+}
+
+#define CALLS(body)          "\n\n<" DSML "tool_calls>\n" body "\n</" DSML "tool_calls>"
+#define INVOKE(name, params) "<" DSML "invoke name=\"" name "\">\n" params "\n</" DSML "invoke>"
+#define PARAM(k, str, v)                                                                           \
+    "<" DSML "parameter name=\"" k "\" string=\"" str "\">" v "</" DSML "parameter>"
+
+/* text[0, n) is refused (-1, why holds want) and left whole as content */
+static void refuse_reply_n(const char *name, const char *text, size_t n, const char *want) {
+    case_begin();
+    struct chat_reply r;
+    char err[512] = "", cname[96];
+    int rc = chat_parse_calls(text, n, &r, err, sizeof err);
+    CHECK(rc == -1, "rc %d", rc);
+    CHECK(r.content_len == n && !r.n_calls && !r.calls && !r.buf,
+          "content %zu of %zu bytes, %zu calls", r.content_len, n, r.n_calls);
+    CHECK(strstr(err, want), "message '%s' lacks '%s'", err, want);
+    if (rc == 1) chat_reply_free(&r);
+    snprintf(cname, sizeof cname, "dsml_refuses_%s", name);
+    case_end(cname, err);
+}
+
+static void refuse_reply(const char *name, const char *text, const char *want) {
+    refuse_reply_n(name, text, strlen(text), want);
+}
+
+static void test_parse_calls(struct chat *c) {
+    c->think = CHAT_THINK_OFF;
+    const struct chat_tool_call one[] = {
+        {.id = "a", .name = "get_weather", .arguments = "{\"city\": \"Paris\", \"days\": 2}"}};
+    round_trip(c, "one_call", "", one, 1, 1);
+    round_trip(c, "content_before_the_block", "Let me check.\n\nOne moment.", one, 1, 1);
+    // every JSON type, strings with quotes, newlines, DSML-looking text and non-ASCII, an empty
+    // object, numbers as the model spelled them (12.50 is written 12.5 by the encoder)
+    const struct chat_tool_call many[] = {
+        {.id = "a", .name = "get_weather", .arguments = "{\"city\": \"Paris\", \"days\": 2}"},
+        {.id = "b", .name = "noop", .arguments = "{}"},
+        {.id = "c",
+         .name = "mixed",
+         .arguments =
+             "{\"s\": \"a \\\"q\\\"\\nline\\t<" DSML "invoke name=\\\"x\\\">é😀\", "
+             "\"n\": -1.5e-07, \"big\": 123456789012345678901234567890, \"t\": true, "
+             "\"f\": false, \"z\": null, \"arr\": [1, \"two\", [3.0], {}], "
+             "\"obj\": {\"k\": {\"v\": [null]}}, \"empty\": \"\", \"j\": \"{\\\"x\\\": 1}\"}"},
+        {.id = "d", .name = "f", .arguments = "{ \"h\": 12.50, \"u\": \"\\u0001\" }"}};
+    round_trip(c, "four_calls_every_json_type", "Checking.", many, 4, 0);
+    round_trip(c, "three_calls_spelled_as_json_dumps", "", many, 3, 1);
+    // no block: the whole text is content
+    case_begin();
+    struct chat_reply r;
+    char err[512] = "";
+    const char *plain =
+        "Hello.\n\n<" DSML "tool_callsX"; // not the mark ("\n\n<" DSML "tool_calls")
+    int rc = chat_parse_calls(plain, 10, &r, err, sizeof err);
+    CHECK(rc == 0 && r.content_len == 10 && !r.n_calls, "rc %d, content %zu", rc, r.content_len);
+    rc = chat_parse_calls("", 0, &r, err, sizeof err);
+    CHECK(rc == 0 && r.content_len == 0 && !r.n_calls, "empty text: rc %d", rc);
+    case_end("dsml_no_block_is_all_content", "");
+    // every prefix of a complete reply that cuts into its block is refused, whole as content
+    case_begin();
+    char *reply = reply_of(c, &(struct chat_msg){.role = CHAT_ROLE_ASSISTANT,
+                                                 .content = "Checking.",
+                                                 .tool_calls = many,
+                                                 .n_tool_calls = 4});
+    size_t n = reply ? strlen(reply) : 0, mark = strlen("Checking.") + strlen(CHAT_V4_CALLS_MARK);
+    CHECK(reply && chat_parse_calls(reply, n, &r, err, sizeof err) == 1, "the whole: %s", err);
+    if (reply && r.n_calls) chat_reply_free(&r);
+    size_t bad = 0;
+    for (size_t k = 0; reply && k < n; k++) {
+        char *cut = strndup(reply, k); // its own allocation: a read past k is ASan's to find
+        rc = chat_parse_calls(cut, k, &r, err, sizeof err);
+        if (rc != (k < mark ? 0 : -1) || r.content_len != k || r.n_calls) {
+            if (!bad)
+                case_fail("the first %zu of %zu bytes: rc %d, content %zu", k, n, rc,
+                          r.content_len);
+            bad++;
+        }
+        if (rc == 1) chat_reply_free(&r);
+        free(cut);
+    }
+    free(reply);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(%zu prefixes)", n);
+    case_end("dsml_truncated_blocks_are_content", extra);
+    // what the parser refuses
+    refuse_reply("not_json", "x" CALLS(INVOKE("f", PARAM("n", "false", "{oops"))),
+                 "the parameter \"n\" (string=\"false\") is not valid JSON");
+    refuse_reply("empty_non_string", CALLS(INVOKE("f", PARAM("n", "false", ""))),
+                 "is not valid JSON");
+    refuse_reply("two_values", CALLS(INVOKE("f", PARAM("n", "false", "1 2"))), "not valid JSON");
+    refuse_reply("duplicate_parameter",
+                 CALLS(INVOKE("f", PARAM("a", "true", "1") "\n" PARAM("a", "false", "2"))),
+                 "call 0: the parameter \"a\" is given twice");
+    refuse_reply("text_after_the_block", CALLS(INVOKE("f", PARAM("a", "true", "1"))) "\nmore",
+                 "5 bytes of text follow the tool_calls block");
+    refuse_reply("no_string_attribute",
+                 CALLS(INVOKE("f", "<" DSML "parameter name=\"a\">1</" DSML "parameter>")),
+                 "has no string=\"true\" or string=\"false\"");
+    refuse_reply("string_attribute_other", CALLS(INVOKE("f", PARAM("a", "yes", "1"))),
+                 "has no string=");
+    refuse_reply("blank_line_before_invoke",
+                 "\n\n<" DSML "tool_calls>\n\n" INVOKE("f", "") "\n</" DSML "tool_calls>",
+                 "\">\" and a newline were expected at byte 23");
+    refuse_reply("no_newline_between_parameters",
+                 CALLS(INVOKE("f", PARAM("a", "true", "1") PARAM("b", "true", "2"))),
+                 "call 0: \">\" and a newline were expected");
+    refuse_reply("empty_block", "\n\n<" DSML "tool_calls>\n</" DSML "tool_calls>",
+                 "holds no invoke");
+    refuse_reply("invoke_without_name", CALLS("<" DSML "invoke>\n</" DSML "invoke>"),
+                 "call 0 (byte ");
+    refuse_reply("invoke_empty_name", CALLS(INVOKE("", "")), "is not ' name=\"NAME\">'");
+    refuse_reply("second_call_bad", CALLS(INVOKE("f", "") "\n<" DSML "invoke name=\"g\">"),
+                 "call 1 (byte ");
+    refuse_reply("parameter_without_end",
+                 CALLS(INVOKE("f", "<" DSML "parameter name=\"a\" string=\"true\">1")),
+                 "call 0: a parameter does not end");
+    refuse_reply("value_not_utf8", CALLS(INVOKE("f", PARAM("a", "true", "\xff"))), "not UTF-8");
+    refuse_reply("name_not_utf8", CALLS(INVOKE("f\xc3", "")), "is not ' name=");
+    const char nul_name[] = CALLS(INVOKE("f\0g", "")),
+               nul_key[] = CALLS(INVOKE("h", PARAM("a\0b", "true", "1")));
+    refuse_reply_n("nul_in_a_name", nul_name, sizeof nul_name - 1, "call 0 (byte ");
+    refuse_reply_n("nul_in_a_key", nul_key, sizeof nul_key - 1, "or its name holds NUL");
+    refuse_reply("unclosed_block", "Hi" CALLS(INVOKE("f", "")) "\n<" DSML "tool_calls>",
+                 "follow the tool_calls block");
+    // a name's line may carry the reference's extra newline; string="false" strings and big
+    // numbers stay as written
+    case_begin();
+    const char *ok = "Sure." CALLS(
+        INVOKE("f", PARAM("s", "false", " \"v\" ") "\n" PARAM("n", "false", "1e2") "\n" PARAM(
+                        "k", "false", "18446744073709551616")));
+    rc = chat_parse_calls(ok, strlen(ok), &r, err, sizeof err);
+    CHECK(rc == 1 && r.content_len == 5 && r.n_calls == 1, "rc %d: %s", rc, err);
+    CHECK(rc != 1 || !strcmp(r.calls[0].arguments,
+                             "{\"s\": \"v\", \"n\": 1e2, \"k\": 18446744073709551616}"),
+          "arguments %s", r.calls[0].arguments);
+    if (rc == 1) chat_reply_free(&r);
+    case_end("dsml_values_verbatim", "");
+}
+
 /* special-token strings inside a message stay text with TOK_ENCODE_SPECIAL_AS_TEXT; the
  * layout's own tokens do not */
 static void test_special_as_text(struct chat *c) {
@@ -567,6 +762,7 @@ int main(void) {
         test_developer_reminder(&c);
         test_refusals(&c);
         test_special_as_text(&c);
+        test_parse_calls(&c);
     }
     test_bpe_one_piece();
     test_v3();

@@ -28,6 +28,7 @@ int chat_init(struct chat *c, struct tok *tok, char *err, size_t errlen) {
     c->think_close = find(tok, "</think>");
     c->im_start = find(tok, "<|im_start|>");
     c->im_end = find(tok, "<|im_end|>");
+    c->dsml = find(tok, "｜DSML｜");
     c->drop_thinking = 1;
     c->effort = CHAT_EFFORT_HIGH;
     if (c->user >= 0 && c->assistant >= 0) {

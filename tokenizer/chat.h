@@ -31,6 +31,9 @@
  *   CHAT_FORMAT_PLAIN     anything else: BOS if the tokenizer has one, then "System: ",
  *       "User: ", "Assistant: " + text + "\n\n" per message (EOS after an assistant's text when
  *       there is one), and "Assistant:" as the generation prompt.
+ * A V4 reply's tool calls come back with chat_parse_calls: the text after the reasoning splits
+ * into its content and the DSML tool_calls block that follows it, one name and one JSON object
+ * of arguments per invoke.
  * Roles tool and latest_reminder, tool calls and tools need the V4 format; other formats refuse
  * them and read a developer message as a system one and ignore an assistant's reasoning.
  * Texts are encoded without the post-processor (as transformers' apply_chat_template does), the
@@ -92,6 +95,7 @@ struct chat {
     unsigned encode_flags;   /* extra tok_encode flags for message text, 0 by default */
     int32_t bos, eos;        /* -1 if none */
     int32_t user, assistant, think_open, think_close, im_start, im_end; /* -1 if none */
+    int32_t dsml;                                                       /* ｜DSML｜; -1 if none */
 };
 
 /* Pick the format for tok (which must outlive c). 0, or -1 with a message. */
@@ -109,6 +113,34 @@ int chat_encode(const struct chat *c, const struct chat_msg *msgs, size_t n,
  * reference encoder's rendering. */
 char *chat_render(const struct chat *c, const struct chat_msg *msgs, size_t n,
                   int add_generation_prompt, size_t *len, char *err, size_t errlen);
+
+/* where a V4 reply's tool calls begin: the reference's tool_calls_start_token */
+#define CHAT_V4_CALLS_MARK "\n\n<｜DSML｜tool_calls"
+
+/* a tool call read back from a reply */
+struct chat_call {
+    const char *name;      /* NUL-terminated, in chat_reply.buf */
+    const char *arguments; /* a JSON object as text, {"city": "Paris", "days": 2}; in buf */
+};
+
+struct chat_reply {
+    size_t content_len;      /* the content is the reply's first content_len bytes */
+    struct chat_call *calls; /* [n_calls] */
+    size_t n_calls;
+    char *buf; /* what calls point into */
+};
+
+/* Read the tool calls of a V4 reply: text[0..n) is what the model wrote after its reasoning (the
+ * "</think>" and what precedes it split off; EOS not included). Returns
+ *    1: text[0, r->content_len) is the content and the rest one complete tool_calls block that
+ *       ends the text, its r->n_calls >= 1 calls in r (chat_reply_free them);
+ *    0: no block begins (no CHAT_V4_CALLS_MARK): the whole text is content, no calls;
+ *   -1: a block begins but is cut short or malformed (a tag out of place, a string="false"
+ *       value that is not JSON, a parameter given twice, text after the block, out of memory),
+ *       why in err; r as for 0, so the caller keeps the whole text as content.
+ * Never reads outside text[0..n); memory is a few times n. */
+int chat_parse_calls(const char *text, size_t n, struct chat_reply *r, char *err, size_t errlen);
+void chat_reply_free(struct chat_reply *r);
 
 #ifdef __cplusplus
 }

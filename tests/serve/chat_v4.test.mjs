@@ -8,21 +8,23 @@
 //
 // The model is models/tandem-tiny with its three unused placeholder tokens renamed <think>,
 // </think> and <｜latest_reminder｜> (in a temporary directory): the last makes the vocabulary
-// V4's. ｜DSML｜ and <tool_result> stay plain text there.
+// V4's. ｜DSML｜ and <tool_result> stay plain text there. To make the model write a DSML block,
+// its greedy answer's first tokens are given added tokens' texts (the ids it generates stay).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { startServer, raw, runTandem, tmpdir, waitFor, MODEL, IS_TINY, BOS_TEXT, USER_TEXT, ASSISTANT_TEXT, EOS_TEXT } from './harness.mjs';
+import { startServer, raw, runTandem, tmpdir, waitFor, client, sseChunks, MODEL, IS_TINY, BOS_TEXT, USER_TEXT, ASSISTANT_TEXT, EOS_TEXT } from './harness.mjs';
 
 const T = { timeout: 60000, skip: IS_TINY ? false : 'needs models/tandem-tiny (its placeholder tokens)' };
 const RENAME = { '<｜place▁holder▁no▁0｜>': '<think>', '<｜place▁holder▁no▁1｜>': '</think>', '<｜place▁holder▁no▁2｜>': '<｜latest_reminder｜>' };
 let srv, dir;
 
 /* tandem-tiny with a V4 vocabulary: every file linked but the tokenizer's, which is rewritten;
- * commaCloses: </think> is the id of "," instead (a special token the model writes first) */
-function v4Model(commaCloses = false) {
+ * commaCloses: </think> is the id of "," instead (a special token the model writes first);
+ * added: more added tokens ({ id, content, special }) put first, which decode as their content */
+function v4Model(commaCloses = false, added = []) {
     const d = tmpdir('v4model');
     for (const f of fs.readdirSync(MODEL)) {
         if (f === 'tokenizer.json' || f === 'tokenizer_config.json') continue;
@@ -35,9 +37,11 @@ function v4Model(commaCloses = false) {
         tj = tj.split(from).join(to);
         tc = tc.split(from).join(to);
     }
-    if (commaCloses) {
+    if (commaCloses || added.length) {
         const t = JSON.parse(tj);
-        t.added_tokens.unshift({ id: t.model.vocab[','], content: '</think>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+        const tok = (id, content, special) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special });
+        if (commaCloses) t.added_tokens.unshift(tok(t.model.vocab[','], '</think>', true));
+        for (const a of added) t.added_tokens.unshift(tok(a.id, a.content, !!a.special));
         tj = JSON.stringify(t);
     }
     fs.writeFileSync(path.join(d, 'tokenizer.json'), tj);
@@ -229,5 +233,148 @@ test('thinking output: the text before a special </think> token is reasoning_con
         assert.deepEqual({ rc, c }, { rc: '', c: m.content }, 'streamed = not streamed');
     } finally {
         assert.equal(await s2.stop(), 0);
+    }
+});
+
+// tandem-tiny answers "hello" (chat mode, greedy) with these ids ("imo: a kind of people
+// living in the world"); given these texts they are a reply with a DSML tool call, and 664
+// (a special token the decoder skips) ends it as EOS would, through stop_token_ids
+const CALL_IDS = [322, 86, 33, 266, 1164, 277];
+const CALL_TEXTS = [
+    'Let me check.\n',
+    `\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n<${D}parameter name="city" string="true">`,
+    'Paris',
+    `</${D}parameter>\n<${D}parameter name="days" string="false">`,
+    '[2, 3.50]',
+    `</${D}parameter>\n</${D}invoke>\n</${D}tool_calls>`,
+];
+const STOP = { id: 664, content: '<｜stop▁here｜>', special: true };
+const added = (texts) => CALL_IDS.map((id, i) => ({ id, content: texts[i] })).concat([STOP]);
+
+test('tool calls: a DSML block in a V4 reply comes back as tool_calls, streamed or not', T, async () => {
+    const s3 = await startServer(['--model', v4Model(false, added(CALL_TEXTS)), '--draft', 'none']);
+    try {
+        const ai = client(s3);
+        const base = { model: s3.model, messages: [{ role: 'user', content: 'hello' }], temperature: 0, max_tokens: 16, stop_token_ids: [664] };
+        const r = await ai.chat.completions.create(base);
+        const ch = r.choices[0];
+        assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(r));
+        assert.equal(ch.message.content, 'Let me check.', 'the content is the text before the block');
+        assert.equal(ch.message.tool_calls.length, 1);
+        const tc = ch.message.tool_calls[0];
+        assert.equal(tc.type, 'function');
+        assert.equal(tc.id, `call_${r.id.slice('chatcmpl-'.length)}_0_0`);
+        assert.equal(tc.function.name, 'get_weather');
+        assert.equal(tc.function.arguments, '{"city": "Paris", "days": [2, 3.50]}', 'string values as JSON strings, others as written');
+        assert.deepEqual(JSON.parse(tc.function.arguments), { city: 'Paris', days: [2, 3.5] });
+
+        // streamed: the content as deltas, never a piece of the DSML, then the calls, then the end
+        const st = await raw(s3.url, { method: 'POST', path: '/v1/chat/completions', body: { ...base, stream: true } });
+        const { chunks, done, problems } = sseChunks(st.text);
+        assert.deepEqual(problems, []);
+        assert.ok(done, 'ends with [DONE]');
+        let content = '';
+        const calls = [];
+        const finishes = [];
+        for (const c of chunks) {
+            const d = c.choices[0]?.delta ?? {};
+            content += d.content ?? '';
+            assert.ok(!(d.content ?? '').includes('DSML') && !(d.content ?? '').includes('\n'), `content delta ${JSON.stringify(d.content)}`);
+            for (const t of d.tool_calls ?? []) calls.push(t);
+            if (c.choices[0]?.finish_reason) finishes.push([c.choices[0].finish_reason, !!d.tool_calls]);
+        }
+        assert.equal(content, 'Let me check.');
+        assert.deepEqual(calls.map((t) => ({ ...t, id: t.id.replace(/^call_[^_]+_/, 'call_X_') })), [
+            { index: 0, id: 'call_X_0_0', type: 'function', function: { name: 'get_weather', arguments: tc.function.arguments } },
+        ]);
+        assert.deepEqual(finishes, [['tool_calls', false]], 'finish_reason in a chunk after the calls');
+
+        // the SDK's stream helper assembles the same message
+        const final = await ai.chat.completions.stream({ ...base, stream: true }).finalChatCompletion();
+        assert.equal(final.choices[0].finish_reason, 'tool_calls');
+        assert.equal(final.choices[0].message.content, 'Let me check.');
+        assert.equal(final.choices[0].message.tool_calls[0].function.arguments, tc.function.arguments);
+
+        // n = 2: each choice its calls, their ids distinct
+        const two = await ai.chat.completions.create({ ...base, n: 2 });
+        const ids = two.choices.map((c) => c.message.tool_calls?.[0]?.id);
+        assert.equal(two.choices.filter((c) => c.finish_reason === 'tool_calls').length, 2);
+        assert.equal(new Set(ids).size, 2, `ids ${ids}`);
+
+        // tool_choice "none": the block stays text
+        const none = await ai.chat.completions.create({ ...base, tool_choice: 'none' });
+        assert.equal(none.choices[0].finish_reason, 'stop');
+        assert.equal(none.choices[0].message.content, CALL_TEXTS.join(''));
+        assert.equal(none.choices[0].message.tool_calls, undefined);
+    } finally {
+        assert.equal(await s3.stop(), 0);
+    }
+});
+
+test('tool calls: no content before the block is null; a block cut short (max_tokens) or followed by text stays content, streamed alike', T, async () => {
+    const texts = ['\n', ...CALL_TEXTS.slice(1)]; // the reply begins with the block
+    const s3 = await startServer(['--model', v4Model(false, added(texts)), '--draft', 'none']);
+    try {
+        const ai = client(s3);
+        const base = { model: s3.model, messages: [{ role: 'user', content: 'hello' }], temperature: 0 };
+        const r = await ai.chat.completions.create({ ...base, max_tokens: 16, stop_token_ids: [664] });
+        assert.equal(r.choices[0].finish_reason, 'tool_calls');
+        assert.equal(r.choices[0].message.content, null, 'no text before the calls: null, as OpenAI');
+        assert.equal(r.choices[0].message.tool_calls[0].function.name, 'get_weather');
+        let streamed = '';
+        for await (const c of await ai.chat.completions.create({ ...base, max_tokens: 16, stop_token_ids: [664], stream: true }))
+            streamed += c.choices[0]?.delta?.content ?? '';
+        assert.equal(streamed, '', 'nothing streams as content');
+        const cases = [
+            // the "\n" that may begin the mark held back, then released
+            [{ max_tokens: 1 }, texts[0], 'length'],
+            [{ max_tokens: 4 }, texts.slice(0, 4).join(''), 'length'],
+            // the complete block, then 664 (skipped) and " living": text after a block is not a
+            // reply the reference reads
+            [{ max_tokens: 8 }, texts.join('') + ' living', 'length'],
+        ];
+        for (const [extra, want, finish] of cases) {
+            const r = await ai.chat.completions.create({ ...base, ...extra });
+            assert.equal(r.choices[0].message.content, want, JSON.stringify(extra));
+            assert.equal(r.choices[0].finish_reason, finish);
+            assert.equal(r.choices[0].message.tool_calls, undefined);
+            let content = '';
+            let fin = null;
+            for await (const c of await ai.chat.completions.create({ ...base, ...extra, stream: true })) {
+                const d = c.choices[0]?.delta ?? {};
+                assert.equal(d.tool_calls, undefined);
+                content += d.content ?? '';
+                fin = c.choices[0]?.finish_reason ?? fin;
+            }
+            assert.deepEqual({ content, fin }, { content: want, fin: finish }, `streamed = not streamed (${JSON.stringify(extra)})`);
+        }
+        assert.ok(s3.log().includes('tool calls kept as text'), 'the failed read is logged');
+    } finally {
+        assert.equal(await s3.stop(), 0);
+    }
+});
+
+test('tool calls in thinking mode: after the reasoning', T, async () => {
+    // with "," as </think>, tandem-tiny thinks "" and answers "hello" with ids 294 422 269 1071
+    const a = [
+        { id: 294, content: 'Sure.' },
+        { id: 422, content: `\n\n<${D}tool_calls>\n<${D}invoke name="f">\n<${D}parameter name="q" string="true">` },
+        { id: 269, content: `x</${D}parameter>\n</${D}invoke>\n</${D}tool_calls>` },
+        { id: 1071, content: '<｜stop▁here｜>', special: true },
+    ];
+    const s3 = await startServer(['--model', v4Model(true, a), '--draft', 'none']);
+    try {
+        const ai = client(s3);
+        const body = { model: s3.model, messages: [{ role: 'user', content: 'hello' }], temperature: 0, max_tokens: 16, stop_token_ids: [1071], thinking: { type: 'enabled' } };
+        const m = (await ai.chat.completions.create(body)).choices[0];
+        assert.equal(m.finish_reason, 'tool_calls', JSON.stringify(m));
+        assert.equal(m.message.reasoning_content, '');
+        assert.equal(m.message.content, 'Sure.');
+        assert.deepEqual(m.message.tool_calls.map((t) => t.function), [{ name: 'f', arguments: '{"q": "x"}' }]);
+        const final = await ai.chat.completions.stream({ ...body, stream: true }).finalChatCompletion();
+        assert.equal(final.choices[0].message.content, 'Sure.');
+        assert.deepEqual(final.choices[0].message.tool_calls.map((t) => t.function), [{ name: 'f', arguments: '{"q": "x"}' }]);
+    } finally {
+        assert.equal(await s3.stop(), 0);
     }
 });
