@@ -281,6 +281,16 @@ static void calls_delta(const struct job *j, const struct choice *c, struct sbuf
  * directly; jansson builds only the once-per-request objects (bodies, usage, errors) */
 /* the new text of a choice as one element of a chunk's "choices" (a comma first when it is not
  * the first); 0 when there is nothing to say */
+/* a choice's finish_reason value and its stop_reason field */
+static void put_finish(const struct choice *c, struct sbuf *b) {
+    sbuf_json_str(b, c->finish_reason, strlen(c->finish_reason));
+    sbuf_puts(b, ",\"stop_reason\":");
+    if (c->stop_reason[0])
+        sbuf_json_str(b, c->stop_reason, strlen(c->stop_reason));
+    else
+        sbuf_puts(b, "null");
+}
+
 static int choice_delta(const struct job *j, struct choice *c, size_t upto, int finishing,
                         int n_tok0, struct sbuf *b, int first) {
     if (upto < c->sent) upto = c->sent;
@@ -329,12 +339,7 @@ static int choice_delta(const struct job *j, struct choice *c, size_t upto, int 
         sbuf_puts(b, "null");
         c->finish_pending = 1;
     } else if (finishing) {
-        sbuf_json_str(b, c->finish_reason, strlen(c->finish_reason));
-        sbuf_puts(b, ",\"stop_reason\":");
-        if (c->stop_reason[0])
-            sbuf_json_str(b, c->stop_reason, strlen(c->stop_reason));
-        else
-            sbuf_puts(b, "null");
+        put_finish(c, b);
     } else {
         sbuf_puts(b, "null");
     }
@@ -351,12 +356,7 @@ static void finish_delta(const struct job *j, struct choice *c, struct sbuf *b, 
     sbuf_puts(b, ",\"delta\":{}");
     if (j->return_token_ids) sbuf_puts(b, ",\"token_ids\":[]");
     sbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
-    sbuf_json_str(b, c->finish_reason, strlen(c->finish_reason));
-    sbuf_puts(b, ",\"stop_reason\":");
-    if (c->stop_reason[0])
-        sbuf_json_str(b, c->stop_reason, strlen(c->stop_reason));
-    else
-        sbuf_puts(b, "null");
+    put_finish(c, b);
     sbuf_puts(b, "}");
     c->finish_pending = 0;
 }

@@ -1539,6 +1539,18 @@ static struct vs_hf compare_hf(const float *got, const float *ref, int n, int V)
     return h;
 }
 
+/* a fixture's ids.txt, at most cap of them: their count */
+static int fixture_ids(const char *dir, int32_t *ids, int cap) {
+    char path[256];
+    int n = 0;
+    snprintf(path, sizeof path, "%s/ids.txt", dir);
+    FILE *fp = fopen(path, "r");
+    while (fp && n < cap && fscanf(fp, "%d", &ids[n]) == 1)
+        n++;
+    if (fp) fclose(fp);
+    return n;
+}
+
 static void test_model(const char *fx) {
     char err[512], dir[128], path[256], name[128], extra[160];
     snprintf(dir, sizeof dir, "tests/fixtures/%s", fx);
@@ -1553,11 +1565,7 @@ static void test_model(const char *fx) {
     int64_t rows, cols;
     int32_t ids[512];
     int n = 0;
-    snprintf(path, sizeof path, "%s/ids.txt", dir);
-    FILE *fp = fopen(path, "r");
-    while (fp && n < 512 && fscanf(fp, "%d", &ids[n]) == 1)
-        n++;
-    if (fp) fclose(fp);
+    n = fixture_ids(dir, ids, 512);
     int V = host.cfg.vocab;
     snprintf(path, sizeof path, "%s/logits.npy", dir);
     float *ref = NULL;
@@ -1686,16 +1694,12 @@ static void test_model(const char *fx) {
 /* the key caches in bf16 and fp8 on the GPU against the CPU reference with the same caches
  * (the bf16 budget), and chunked against one-shot in batch-invariant mode */
 static void test_model_kv(const char *fx) {
-    char err[512], dir[128], path[256], name[128], extra[200];
+    char err[512], dir[128], name[128], extra[200];
     snprintf(dir, sizeof dir, "tests/fixtures/%s", fx);
     struct td_model host, dev, cpu;
     int32_t ids[512];
     int n = 0;
-    snprintf(path, sizeof path, "%s/ids.txt", dir);
-    FILE *fp = fopen(path, "r");
-    while (fp && n < 512 && fscanf(fp, "%d", &ids[n]) == 1)
-        n++;
-    if (fp) fclose(fp);
+    n = fixture_ids(dir, ids, 512);
     case_begin();
     CHECK(!td_model_load(&host, dir, err, sizeof err), "%s", err);
     CHECK(!check_case_failed && !td_model_upload(&host, gpu, &dev, err, sizeof err), "%s", err);
