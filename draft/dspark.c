@@ -93,7 +93,8 @@ int dspark_config_load(struct td_dspark_cfg *c, const char *dir, const struct td
 int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_model *target_host, const struct td_model *target_run,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
-                      float threshold, int use_graphs, size_t max_bytes, char *err, size_t errlen) {
+                      float threshold, int use_graphs, size_t max_bytes, enum td_kv_dtype kv,
+                      char *err, size_t errlen) {
     *out = NULL;
     struct draft_dspark *d = calloc(1, sizeof *d);
     if (!d) return td_errf(err, errlen, "dspark: out of memory");
@@ -121,7 +122,8 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
                 dc->block, INT_MAX);
         goto fail;
     }
-    if (td_state_init(&d->st, c, max_seqs, max_ctx + dc->block, chunk, max_bytes, b, err, errlen))
+    if (td_state_init_kv(&d->st, c, max_seqs, max_ctx + dc->block, chunk, max_bytes, b, kv, err,
+                         errlen))
         goto fail;
     d->st.use_graphs = use_graphs;
     d->st.max_block = dc->block;

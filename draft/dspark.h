@@ -4,7 +4,7 @@
  *
  *   struct draft_dspark *d;   // target: the loaded model; run: the one on backend b (CPU: target)
  *   if (draft_dspark_init(&d, "models/tandem-tiny/dspark", &target, run, b, 4, 512, 64, 0.0f, 0,
- *                         (size_t)1 << 30, err, sizeof err))
+ *                         (size_t)1 << 30, TD_KV_F32, err, sizeof err))
  *       return -1;
  *   struct td_forward_io io = {.capture = draft_dspark_capture(d)};     // every step:
  *   io.capture_layers = draft_dspark_capture_layers(d, &io.n_capture);
@@ -48,6 +48,7 @@
 #include <stdint.h>
 
 #include "draft/drafter.h"
+#include "kernels/kv.h"
 #include "model/config.h"
 #include "verify/sample.h"
 
@@ -74,11 +75,13 @@ int dspark_config_load(struct td_dspark_cfg *c, const char *dir, const struct td
  * (td_model_load_dspark; V4-Flash-0731 and the -DSpark releases); target_host: the loaded
  * target (config); target_run: the same model resident on backend b (its embedding and head
  * are shared). Rings for max_seqs sequences; insertion calls of up to max_rows rows.
- * threshold: the confidence cut (0: off). 0, or -1 with a message. */
+ * threshold: the confidence cut (0: off); kv: its key caches' precision (the target's,
+ * model/state.h). 0, or -1 with a message. */
 int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_model *target_host, const struct td_model *target_run,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
-                      float threshold, int use_graphs, size_t max_bytes, char *err, size_t errlen);
+                      float threshold, int use_graphs, size_t max_bytes, enum td_kv_dtype kv,
+                      char *err, size_t errlen);
 
 /* Every row of the target step just queued (plan p: its sequences, positions and capture
  * rows), inserted at its position before the verify decides which stay; the next

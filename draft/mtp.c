@@ -44,7 +44,7 @@ struct draft_mtp {
 int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
                    const struct td_model *target_run, const struct td_backend *b, int max_seqs,
                    int max_ctx, int max_rows, int max_k, int use_graphs, size_t max_bytes,
-                   char *err, size_t errlen) {
+                   enum td_kv_dtype kv, char *err, size_t errlen) {
     *out = NULL;
     struct draft_mtp *d = calloc(1, sizeof *d);
     if (!d) return td_errf(err, errlen, "mtp: out of memory");
@@ -62,7 +62,8 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     d->nc = c->hc_mult;
     d->dim = c->dim;
     int chunk = max_k > 16 ? max_k : 16; // the chain's rows are what gets rolled back
-    if (td_state_init(&d->st, c, max_seqs, max_ctx, chunk, max_bytes, b, err, errlen)) goto fail;
+    if (td_state_init_kv(&d->st, c, max_seqs, max_ctx, chunk, max_bytes, b, kv, err, errlen))
+        goto fail;
     d->st.use_graphs = use_graphs;
     struct td_plan_dims pd = td_state_plan_dims(&d->st, max_rows, max_seqs);
     if (meta_plan_init(&d->plan, &pd, err, errlen)) goto fail;

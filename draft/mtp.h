@@ -1,9 +1,10 @@
 /* mtp.h: the DeepSeek-V4 MTP drafter (mtp.0.*), drafters.md 4.2-4.3, in the engine.
  *
  *   struct draft_mtp *d;   // target: the loaded model (mtp.0.* in its files); run: it on backend b
- *   if (draft_mtp_init(&d, &target, run, b, 4, 512, 64, 3, 0, (size_t)1 << 30, err, sizeof err))
+ *   if (draft_mtp_init(&d, &target, run, b, 4, 512, 64, 3, 0, (size_t)1 << 30, TD_KV_F32,
+ *                      err, sizeof err))
  *       return -1;
- *   struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d)};             // every step:
+ *   struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d)}; // every step:
  *   if (td_forward_ex(run, &st, &plan, &io, logits, NULL, err, sizeof err)) return -1;
  *   // verify and commit; then per sequence its committed rows (from plan row `row`), the
  *   // token after each
@@ -30,6 +31,7 @@
 #include <stdint.h>
 
 #include "draft/drafter.h"
+#include "kernels/kv.h"
 #include "verify/sample.h"
 
 #ifdef __cplusplus
@@ -42,11 +44,12 @@ struct draft_mtp;
 
 /* target_host: the loaded checkpoint (holds mtp.0.*); target_run: the same model resident on
  * backend b (== target_host on the CPU). Pools for max_seqs sequences of max_ctx tokens;
- * catch-up calls of up to max_rows rows. 0, or -1 with a message. */
+ * catch-up calls of up to max_rows rows; its key caches in kv's precision (the target's,
+ * model/state.h). 0, or -1 with a message. */
 int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
                    const struct td_model *target_run, const struct td_backend *b, int max_seqs,
                    int max_ctx, int max_rows, int max_k, int use_graphs, size_t max_bytes,
-                   char *err, size_t errlen);
+                   enum td_kv_dtype kv, char *err, size_t errlen);
 
 /* Deferred greedy rounds, as DSpark's: when every drafting sequence of a call is greedy and
  * wants the same k (the others, k = 0, only catch up), draft_mtp_run queues the whole chain (each

@@ -224,7 +224,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         struct draft_dspark *ds;
         if (draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
                               e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
-                              cache_limit(p->max_cache_bytes, e->b), err, errlen)) {
+                              cache_limit(p->max_cache_bytes, e->b), p->kv_dtype, err, errlen)) {
             if (ddir == dir && !e->model.cfg.dspark.present && errlen) { // why dspark/
                 char why[768];
                 snprintf(why, sizeof why, "%s", err);
@@ -258,7 +258,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         struct draft_mtp *mtp;
         if (draft_mtp_init(&mtp, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
                            e->p.max_batch_tokens, e->p.max_draft, !p->no_graphs,
-                           cache_limit(p->max_cache_bytes, e->b), err, errlen))
+                           cache_limit(p->max_cache_bytes, e->b), p->kv_dtype, err, errlen))
             goto fail;
         e->md = draft_mtp_model(mtp);
         draft_mtp_defer(mtp, 1); // greedy drafts go from the drafter to the verify step

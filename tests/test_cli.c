@@ -308,6 +308,26 @@ int main(void) {
     }
     case_end("generate_kv_dtype", "");
 
+    // the drafters keep their caches in the same precision, and speculation stays lossless:
+    // greedy MTP and DSpark on fp8 caches give plain decoding's tokens on fp8 caches
+    case_begin();
+    {
+        const char *dr[3] = {"none", "mtp", "dspark"};
+        char out[3][4096];
+        for (int i = 0; i < 3; i++) {
+            snprintf(args, sizeof args,
+                     "generate --model models/tandem-tiny --backend cpu --prompt-ids \"5 6 7 8\" "
+                     "--max-tokens 24 --print-ids --ignore-eos --kv-dtype fp8 --draft %s",
+                     dr[i]);
+            CHECK(tandem(args, out[i], sizeof out[i]) == 0, "--kv-dtype fp8 --draft %s: %s", dr[i],
+                  out[i]);
+        }
+        for (int i = 1; i < 3; i++)
+            CHECK(!strcmp(out[i], out[0]), "--draft %s on fp8 caches gave '%s', plain '%s'", dr[i],
+                  out[i], out[0]);
+    }
+    case_end("generate_kv_dtype_drafters_lossless", "");
+
     // --draft auto on the CPU backend decodes without a drafter (the default model ships
     // DSpark, which is slower than none on the CPU); --draft dspark still speculates
     case_begin();

@@ -100,7 +100,7 @@ static struct draft_dspark *cpu_drafter(const char *ddir, const struct td_model 
                                         float threshold, char *err, size_t errlen) {
     struct draft_dspark *d = NULL;
     if (draft_dspark_init(&d, ddir, m, m, td_backend_cpu(), max_seqs, 512, 512, threshold, 0,
-                          (size_t)1 << 30, err, errlen))
+                          (size_t)1 << 30, TD_KV_F32, err, errlen))
         return NULL;
     return d;
 }

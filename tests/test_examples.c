@@ -351,7 +351,7 @@ static int ex_dspark(void) {
     // sketch: draft/dspark.h
     struct draft_dspark *d; // target: the loaded model; run: the one on backend b (CPU: target)
     if (draft_dspark_init(&d, "models/tandem-tiny/dspark", &target, run, b, 4, 512, 64, 0.0f, 0,
-                          (size_t)1 << 30, err, sizeof err))
+                          (size_t)1 << 30, TD_KV_F32, err, sizeof err))
         return -1;
     struct td_forward_io io = {.capture = draft_dspark_capture(d)}; // every step:
     io.capture_layers = draft_dspark_capture_layers(d, &io.n_capture);
@@ -392,7 +392,8 @@ static int ex_mtp(void) {
     float *q = malloc((size_t)3 * target.cfg.vocab * sizeof *q);
     // sketch: draft/mtp.h
     struct draft_mtp *d; // target: the loaded model (mtp.0.* in its files); run: it on backend b
-    if (draft_mtp_init(&d, &target, run, b, 4, 512, 64, 3, 0, (size_t)1 << 30, err, sizeof err))
+    if (draft_mtp_init(&d, &target, run, b, 4, 512, 64, 3, 0, (size_t)1 << 30, TD_KV_F32, err,
+                       sizeof err))
         return -1;
     struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d)}; // every step:
     if (td_forward_ex(run, &st, &plan, &io, logits, NULL, err, sizeof err)) return -1;

@@ -149,8 +149,8 @@ static void run_fixture(const struct mtp_fixture *x) {
     int st_ok = !td_state_init(&st, &f.m.cfg, 2, 256, 16, (size_t)1 << 30, b, err, sizeof err);
     CHECK(st_ok, "%s", err);
     if (st_ok)
-        CHECK(!draft_mtp_init(&d, &f.m, &f.m, b, 2, 256, MAX_IDS, K, 0, (size_t)1 << 30, err,
-                              sizeof err),
+        CHECK(!draft_mtp_init(&d, &f.m, &f.m, b, 2, 256, MAX_IDS, K, 0, (size_t)1 << 30, TD_KV_F32,
+                              err, sizeof err),
               "%s", err);
     float *lg = malloc((size_t)n * V * sizeof(float)), *qd = malloc((size_t)K * V * sizeof(float));
     float *want = malloc((size_t)LAST_ROWS * V * sizeof(float));
