@@ -32,6 +32,57 @@ template <int KT> __device__ __forceinline__ float key_at(const void *p, const k
     return kv_get(p, g, c);
 }
 
+/* A lane's NC contiguous columns c0 .. c0 + NC - 1 of a bf16 or fp8 key p (KT), as the
+ * kernel reads typed caches: 8-byte loads (records are 8-byte multiples), a main key's codes
+ * within one block of 64 and so one scale byte a lane. e4m3 s.eeee.mmm goes to fp32 bits
+ * s.0000eeee.mmm0..., the code times 2^-120 (subnormal codes to fp32 denormals, exactly), then
+ * times 2^120 and the block's scale: kv_get's values, bit for bit. A NaN code (low 7 bits all
+ * set) and a lane's columns across the codes' end or d take kv_get column by column. */
+template <int NC, int KT>
+__device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0, float *v) {
+    const unsigned char *b = (const unsigned char *)p;
+    if (c0 + NC <= f.d) {
+        if (KT == TD_KV_BF16 || c0 >= f.n8) { // bf16 columns (fp8: the tail, 8-byte aligned)
+            const unsigned char *q =
+                KT == TD_KV_BF16 ? b + 2 * c0 : b + f.tail_at + 2 * (c0 - f.n8);
+            if (((uintptr_t)q & 7) == 0) {
+#pragma unroll
+                for (int j = 0; j < NC / 4; j++) {
+                    uint2 w = ((const uint2 *)q)[j];
+                    v[4 * j] = __uint_as_float(w.x << 16),
+                          v[4 * j + 1] = __uint_as_float(w.x & 0xFFFF0000u);
+                    v[4 * j + 2] = __uint_as_float(w.y << 16),
+                              v[4 * j + 3] = __uint_as_float(w.y & 0xFFFF0000u);
+                }
+                return;
+            }
+        } else if (c0 + NC <= f.n8 && c0 / KV_FP8_BLOCK == (c0 + NC - 1) / KV_FP8_BLOCK) {
+            const uint2 *q = (const uint2 *)(b + c0);
+            float sc = kv_fp8_scale_val(b[f.n8 + c0 / KV_FP8_BLOCK]);
+            unsigned nan = 0;
+            uint2 w[NC / 8];
+#pragma unroll
+            for (int j = 0; j < NC / 8; j++) {
+                w[j] = q[j];
+                nan |=
+                    ((w[j].x & 0x7F7F7F7Fu) + 0x01010101u) | ((w[j].y & 0x7F7F7F7Fu) + 0x01010101u);
+            }
+            if (!(nan & 0x80808080u)) {
+#pragma unroll
+                for (int j = 0; j < NC; j++) {
+                    unsigned c = ((j & 7) < 4 ? w[j / 8].x : w[j / 8].y) >> (8 * (j & 3));
+                    float e = __uint_as_float(((c & 0x80u) << 24) | ((c & 0x7Fu) << 20));
+                    v[j] = e * 0x1p120f * sc;
+                }
+                return;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NC; j++)
+        v[j] = c0 + j < f.d ? key_at<KT>(p, f, c0 + j) : 0.0f;
+}
+
 /* The CUDA kernel splits each row's keys into this many contiguous slices, one block of a
  * cluster each, for models of few heads (tandem-tiny's 8: a batch-1 step would fill 8 blocks)
  * and rows of up to max_keys >= 128 keys. It follows the configuration, never the batch.
@@ -66,17 +117,17 @@ static size_t attention_smem(int d, int max_keys, int n_heads) {
  * side, and block r of the cluster takes the r-th contiguous slice of the row's keys. Each
  * block resolves its keys' addresses once into shared memory; then each warp takes groups of
  * ATT_KEYS keys (warp w: keys 4w .. 4w + 3, then 4 (w + nw) ..), all their loads in flight
- * together, and reads each key once: lane l holds columns l, l + 32, .. (NC of them) of the
- * query, of each key and of its output part, scores the keys (one warp sum each) and keeps the
- * running max m_w, sum l_w of exp(s_j - m_w) and part o_w = sum_j exp(s_j - m_w) k_j, in key
- * order. The block joins its warps' parts in warp order into its own m_r, l_r and o_r. Block 0
- * then reads the others' (through distributed shared memory when ks > 1) and writes, in block
- * order,
- *   out = sum_r exp(m_r - M) o_r / (sum_r exp(m_r - M) l_r + exp(sink - M)),  M = max(m_r, sink).
- * The slices and the warps' keys follow the row's key count, ks the configuration, so a row's
- * result never depends on the rows beside it. (A warp per key group that read each key twice,
- * once to score and once, a thread per column walking every key, for the output, took 17 us a
- * call on the Flash slice at batch 1: the walk was a chain of dependent L2 round trips.) */
+ * together, and reads each key once: lane l holds columns l, l + 32, .. (NC of them; typed
+ * caches: NC l .. NC l + NC - 1, key_lane) of the query, of each key and of its output part, scores
+ * the keys (one warp sum each) and keeps the running max m_w, sum l_w of exp(s_j - m_w) and part
+ * o_w = sum_j exp(s_j - m_w) k_j, in key order. The block joins its warps' parts in warp order into
+ * its own m_r, l_r and o_r. Block 0 then reads the others' (through distributed shared memory when
+ * ks > 1) and writes, in block order, out = sum_r exp(m_r - M) o_r / (sum_r exp(m_r - M) l_r +
+ * exp(sink - M)),  M = max(m_r, sink). The slices and the warps' keys follow the row's key count,
+ * ks the configuration, so a row's result never depends on the rows beside it. (A warp per key
+ * group that read each key twice, once to score and once, a thread per column walking every key,
+ * for the output, took 17 us a call on the Flash slice at batch 1: the walk was a chain of
+ * dependent L2 round trips.) */
 template <int NC, int KT>
 __global__ void __launch_bounds__(512)
     attention_rows_kernel(struct attn_args a, int max_keys, int ks) {
@@ -112,10 +163,14 @@ __global__ void __launch_bounds__(512)
     for (int j = threadIdx.x; j < nj; j += blockDim.x)
         kp[j] = key_ptr(a, f, t, j0 + j, n_swa, slot, len, row0);
     const float *qh = a.q + ((size_t)t * a.n_heads + h) * a.d;
+    // a lane's columns: lane, lane + 32, .. (fp32 keys: each load a warp's 128 bytes), or NC
+    // contiguous ones (typed keys, key_lane: 8-byte loads of a lane's own codes and one scale)
+    constexpr bool CONTIG = KT != TD_KV_F32 && NC % 8 == 0;
+    auto col = [&](int i) { return CONTIG ? NC * lane + i : lane + 32 * i; };
     float qv[NC], acc[NC];
 #pragma unroll
     for (int i = 0; i < NC; i++) {
-        int c = lane + 32 * i;
+        int c = col(i);
         qv[i] = c < a.d ? qh[c] : 0.0f;
         acc[i] = 0.0f;
     }
@@ -131,10 +186,19 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
         for (int u = 0; u < ATT_KEYS; u++) {
             const void *k = q0 + u < nj ? kp[q0 + u] : NULL;
+            if constexpr (CONTIG) {
+                if (k)
+                    key_lane<NC, KT>(k, f, NC * lane, kv[u]);
+                else
 #pragma unroll
-            for (int i = 0; i < NC; i++) {
-                int c = lane + 32 * i;
-                kv[u][i] = k && c < a.d ? key_at<KT>(k, f, c) : 0.0f;
+                    for (int i = 0; i < NC; i++)
+                        kv[u][i] = 0.0f;
+            } else {
+#pragma unroll
+                for (int i = 0; i < NC; i++) {
+                    int c = col(i);
+                    kv[u][i] = k && c < a.d ? key_at<KT>(k, f, c) : 0.0f;
+                }
             }
         }
         float mn = m;
@@ -166,7 +230,7 @@ __global__ void __launch_bounds__(512)
     // the block's part: its warps' parts joined in warp order (a warp without keys adds 0)
 #pragma unroll
     for (int i = 0; i < NC; i++) {
-        int c = lane + 32 * i;
+        int c = col(i);
         if (c < a.d) ow[(size_t)warp * a.d + c] = acc[i];
     }
     if (lane == 0) mw[warp] = m, sw[warp] = sum;

@@ -400,7 +400,7 @@ __global__ void dequant_bf16_kernel(__nv_bfloat16 *y, const void *w, long long r
     struct wmat m = wmat_of(w, F == WF_Q8 ? TD_DTYPE_Q8 : TD_DTYPE_Q4, rows, in, 0);
     wraw<F> v;
     wraw_load<F, false>(v, m, r, (int)rows, in, k);
-    uint4 b = wraw_a<F>(v);
+    uint4 b = pairs_in_order<F>(wraw_a<F>(v));
     __nv_bfloat16 *yr = y + (size_t)r * in + k;
     if (in % 8 == 0) {
         *(uint4 *)yr = b;

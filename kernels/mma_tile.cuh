@@ -2,13 +2,13 @@
  * for the skinny GEMM (matmul.cu) and the expert GEMMs of small steps (moe.cu).
  *
  * mma.m16n8k16 (bf16 in, fp32 accumulate). The x rows enter as two bf16 terms, x = hi + lo
- * (hi = bf16(x), lo = bf16(x - hi)), so the products keep about 16 bits of x (an fp32 dot keeps
- * 24; the bf16 weights have 8). The reduction over k is a sum, so any order of k works when the
- * weights and x agree on it: lane (g, t) loads 8 consecutive k (one 16-byte load per weight row
- * g and g + 8, two float4 of x row g) and the fragments put them where mma expects logical k
- * (2t, 2t + 1, 2t + 8, 2t + 9) of two instructions. The KW warps of a block take every KW-th
- * 32-wide chunk of k and their tiles are summed in warp order (kw_sum): the order of every sum
- * depends on the shape alone, and a row's sums never on the rows beside it (each column of an
+ * (hi = bf16(x), lo = bf16(x - hi): x_split), so the products keep about 16 bits of x (an
+ * fp32 dot keeps 24; the bf16 weights have 8). The reduction over k is a sum, so any order of k
+ * works when the weights and x agree on it: lane (g, t) loads 8 consecutive k (one 16-byte load per
+ * weight row g and g + 8, two float4 of x row g) and the fragments put them where mma expects
+ * logical k (2t, 2t + 1, 2t + 8, 2t + 9) of two instructions. The KW warps of a block take every
+ * KW-th 32-wide chunk of k and their tiles are summed in warp order (kw_sum): the order of every
+ * sum depends on the shape alone, and a row's sums never on the rows beside it (each column of an
  * mma is its own). A lane's results c[4] land where mma_feature and mma_row say. */
 #ifndef TD_KERNELS_MMA_TILE_CUH
 #define TD_KERNELS_MMA_TILE_CUH
@@ -54,16 +54,54 @@ __device__ __forceinline__ int mma_row(int j) {
     return 2 * (threadIdx.x & 3) + (j & 1);
 }
 
-/* 8 x values as the two bf16 terms of each (hi = bf16(x), lo = bf16(x - hi)), in pairs */
+/* 8 x values as the two bf16 terms of each (hi = bf16(x), lo = bf16(x - hi)), paired as
+ * format F pairs its weights (quant.cuh: wpair_a / wpair_b) */
+template <int F>
 __device__ __forceinline__ void x_split(const float *xv, unsigned *hi, unsigned *lo) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float a = xv[2 * i], b = xv[2 * i + 1];
+        float a = xv[wpair_a<F>(i)], b = xv[wpair_b<F>(i)];
         float ha = __bfloat162float(__float2bfloat16_rn(a));
         float hb = __bfloat162float(__float2bfloat16_rn(b));
         hi[i] = pack_bf16(ha, hb);
         lo[i] = pack_bf16(a - ha, b - hb);
     }
+}
+
+/* x staged in shared memory as the mma's B terms, split once for the block instead of once a
+ * lane for every tile (the expert GEMMs of small steps, moe.cu): for 8-k group G and x row
+ * r < rows, xs[2 (G rows + r)] holds the four hi pairs and xs[2 (G rows + r) + 1] the four lo
+ * pairs, paired as F pairs its weights. Row r of x at row(r), in % 8 == 0 and 16-byte aligned
+ * rows; every thread of the block calls it (it ends with __syncthreads). xs_bytes: the shared
+ * memory it takes. */
+__host__ __device__ constexpr size_t xs_bytes(int rows, int in) {
+    return (size_t)rows * in * 4;
+}
+
+template <int F, typename Row>
+__device__ __forceinline__ void xs_stage_rows(uint4 *xs, Row row, int rows, int in) {
+    int n = in / 8 * rows;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int G = i / rows, r = i - G * rows;
+        const float4 *p = (const float4 *)(row(r) + 8 * G);
+        float4 a = p[0], b = p[1];
+        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        unsigned hi[4], lo[4];
+        x_split<F>(v, hi, lo);
+        xs[2 * i] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        xs[2 * i + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncthreads();
+}
+
+// the staged B terms of group G (of in / 8) for this lane's x row g (zeros past rows or in)
+__device__ __forceinline__ void xs_terms(const uint4 *xs, int rows, int in, int G, unsigned *hi,
+                                         unsigned *lo) {
+    int g = (threadIdx.x & 31) >> 2;
+    uint4 h = make_uint4(0, 0, 0, 0), l = h;
+    if (g < rows && 8 * G < in) h = xs[2 * (G * rows + g)], l = xs[2 * (G * rows + g) + 1];
+    hi[0] = h.x, hi[1] = h.y, hi[2] = h.z, hi[3] = h.w;
+    lo[0] = l.x, lo[1] = l.y, lo[2] = l.z, lo[3] = l.w;
 }
 
 /* a lane's 8 k of rows g (A) and g + 8 (B) times its x terms: the four mma, into ACC chains */
@@ -94,10 +132,10 @@ __device__ __forceinline__ void acc_out(float (*cout)[4], float (*c)[ACC][4]) {
  * x is read (from L1: the rows are the block's) as each group of 8 is multiplied, which keeps
  * 8 * QR floats of x out of the registers the loads need. Same accumulators and order rules
  * as mma_rows. */
-template <int F, bool VEC, int KW, int ACC, int NW>
+template <int F, bool VEC, int KW, int ACC, int NW, bool XS>
 __device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bool live,
                                            const struct wmat *w, int o0, int out, int in, int first,
-                                           int stride, bool early) {
+                                           int stride, bool early, const uint4 *xs, int xrows) {
     constexpr int R = qr<F>::R, CW = 32 * R;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float c[NW][ACC][4] = {};
@@ -118,13 +156,15 @@ __device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bo
         // group (the quantized GEMMs ran at the bf16 GEMM's time on a half or a quarter of the
         // bytes)
         float xv[2][R][8];
+        if constexpr (!XS) {
 #pragma unroll
-        for (int j = 0; j < R; j++)
-            sk_x8<VEC>(xv[0][j], xr, live && c0 < chunks, in, c0 * CW + 8 * R * t + 8 * j);
+            for (int j = 0; j < R; j++)
+                sk_x8<VEC>(xv[0][j], xr, live && c0 < chunks, in, c0 * CW + 8 * R * t + 8 * j);
+        }
 #pragma unroll
         for (int u = 0; u < MT_U; u++) {
-            int cu = c0 + u * stride, k0 = cu * CW + 8 * R * t;
-            if (u + 1 < MT_U) {
+            int cu = c0 + u * stride;
+            if (!XS && u + 1 < MT_U) {
                 int cn = cu + stride;
 #pragma unroll
                 for (int j = 0; j < R; j++)
@@ -132,15 +172,17 @@ __device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bo
                                cn * CW + 8 * R * t + 8 * j);
             }
             if (cu >= chunks) continue; // (its loads were zeros)
-            (void)k0;
 #pragma unroll
             for (int j = 0; j < R; j++) {
                 unsigned hi[4], lo[4];
-                x_split(xv[u & 1][j], hi, lo);
+                if constexpr (XS)
+                    xs_terms(xs, xrows, in, cu * (CW / 8) + R * t + j, hi, lo);
+                else
+                    x_split<F>(xv[u & 1][j], hi, lo);
 #pragma unroll
                 for (int m = 0; m < NW; m++)
-                    mma_8k<ACC>(c[m], q16_bf16<F>(wr[m][u].a, j, wr[m][u].sa),
-                                q16_bf16<F>(wr[m][u].b, j, wr[m][u].sb), hi, lo);
+                    mma_8k<ACC>(c[m], q16_pairs<F>(wr[m][u].a, j, wr[m][u].sa),
+                                q16_pairs<F>(wr[m][u].b, j, wr[m][u].sb), hi, lo);
             }
         }
     }
@@ -159,13 +201,14 @@ __device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bo
  * requested before that wait, the x rows after it. Weights are written only when a model is
  * placed, never by a step's kernels, so they may be read before the wait; the caller calls
  * PDL_START again before it writes (a warp with no chunk never waited here). */
-template <int F, bool VEC, int KW, int ACC, int NW = 1, bool WIDE = true>
-__device__ __forceinline__ void mma_rows(float (*cout)[4], const float *xr, bool live,
-                                         const struct wmat *w, int o0, int out, int in, int first,
-                                         int stride, bool early) {
+template <int F, bool VEC, int KW, int ACC, int NW = 1, bool WIDE = true, bool XS = false>
+__device__ __forceinline__ void
+mma_rows(float (*cout)[4], const float *xr, bool live, const struct wmat *w, int o0, int out,
+         int in, int first, int stride, bool early, const uint4 *xs = nullptr, int xrows = 0) {
     // WIDE: quantized weights in 16-byte loads (mma_rows_q); else 8 weights a load, as bf16
     if constexpr (F != WF_BF16 && WIDE) {
-        mma_rows_q<F, VEC, KW, ACC, NW>(cout, xr, live, w, o0, out, in, first, stride, early);
+        mma_rows_q<F, VEC, KW, ACC, NW, XS>(cout, xr, live, w, o0, out, in, first, stride, early,
+                                            xs, xrows);
         return;
     }
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -183,18 +226,23 @@ __device__ __forceinline__ void mma_rows(float (*cout)[4], const float *xr, bool
                 wraw_load<F, VEC>(wr[m][u], w[m], o0 + g, in_k ? out : 0, in, k);
         }
         if (early && c0 == first) PDL_START(); // the first weights are on their way
+        if constexpr (!XS) {
 #pragma unroll
-        for (int u = 0; u < MT_U; u++) {
-            int k = (c0 + u * stride) * 32 + 8 * t;
-            sk_x8<VEC>(xv[u], xr, live && c0 + u * stride < chunks, in, k);
+            for (int u = 0; u < MT_U; u++) {
+                int k = (c0 + u * stride) * 32 + 8 * t;
+                sk_x8<VEC>(xv[u], xr, live && c0 + u * stride < chunks, in, k);
+            }
         }
 #pragma unroll
         for (int u = 0; u < MT_U; u++) {
             if (c0 + u * stride >= chunks) break;
+            // pairs 0 and 1 of k 8t .. 8t + 7 (in F's order, quant.cuh) are logical
+            // (2t, 2t + 1, 2t + 8, 2t + 9) of the first mma, pairs 2 and 3 the same of the second
             unsigned hi[4], lo[4];
-            x_split(xv[u], hi, lo);
-            // k 8t .. 8t + 3 are logical (2t, 2t + 1, 2t + 8, 2t + 9) of the first mma,
-            // 8t + 4 .. 8t + 7 the same of the second
+            if constexpr (XS)
+                xs_terms(xs, xrows, in, (c0 + u * stride) * 4 + t, hi, lo);
+            else
+                x_split<F>(xv[u], hi, lo);
 #pragma unroll
             for (int m = 0; m < NW; m++)
                 mma_8k<ACC>(c[m], wraw_a<F>(wr[m][u]), wraw_b<F>(wr[m][u]), hi, lo);

@@ -355,13 +355,15 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
  * features and applies the SwiGLU in registers. At batch 1 the fp32 form read the Flash slice's
  * experts at about 2.4 TB/s. */
 #define MOE_MMA_KW 4
+#define MOE_XS_MAX (32u << 10) /* x rows staged in shared memory up to this */
 
-template <int F, bool VEC, bool WIDE>
+template <int F, bool VEC, bool WIDE, bool XS>
 __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     moe_mma_kernel(float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu,
                    const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K, int N,
                    float limit) {
     PDL_START();
+    extern __shared__ uint4 xs[]; // XS: the tile's x rows split once (xs_stage_rows)
     __shared__ float part[MOE_MMA_KW - 1][32][4];
     // the down projection of a width that is a multiple of 32 takes two tiles of 16 features
     // a block (pair), as two matrices 16 rows apart: a warp's loads of both in flight at once,
@@ -374,6 +376,16 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         bool live = g < rows;
         int p = p0 + (live ? g : 0);
         const float *xr = swiglu ? in + (size_t)(perm[p] / k_per_row) * K : in + (size_t)p * K;
+        if constexpr (XS) {
+            __syncthreads(); // the tile before has read its rows
+            xs_stage_rows<F>(
+                xs,
+                [&](int r) {
+                    return swiglu ? in + (size_t)(perm[p0 + r] / k_per_row) * K
+                                  : in + (size_t)(p0 + r) * K;
+                },
+                rows, K);
+        }
         float c[2][4];
         struct wmat w[2];
         if (swiglu) {
@@ -385,11 +397,11 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         }
         if (swiglu || pair) // two matrices' rows together (gate and up, or the pair's two
                             // tiles): their loads in flight at once
-            mma_rows<F, VEC, MOE_MMA_KW, 1, 2, WIDE>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
-                                                     MOE_MMA_KW, false);
+            mma_rows<F, VEC, MOE_MMA_KW, 1, 2, WIDE, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
+                                                         MOE_MMA_KW, false, xs, rows);
         else
-            mma_rows<F, VEC, MOE_MMA_KW, 1, 1, WIDE>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
-                                                     MOE_MMA_KW, false);
+            mma_rows<F, VEC, MOE_MMA_KW, 1, 1, WIDE, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
+                                                         MOE_MMA_KW, false, xs, rows);
         bool w0 = kw_sum<MOE_MMA_KW>(c[0], part);
         if (swiglu || pair) kw_sum<MOE_MMA_KW>(c[1], part);
         if (!w0) continue;
@@ -408,22 +420,38 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     }
 }
 
-static void moe_mma(bool vec, dim3 grid, cudaStream_t s, float *out, const float *in, int swiglu,
-                    int k, const struct expert_set *ex, int K, int N, float limit) {
+/* rows: the most x rows a tile has (a step's rows, at most 8). The tile's x rows are staged
+ * in shared memory (XS, mma_tile.cuh: split into their bf16 terms once for the block, not once
+ * a lane for each of its rows) when they fit: at batch 1 on the released-precision Flash slice
+ * the step's 8 expert calls took 278 us against 403 (Nsight Compute). The skinny GEMM does not
+ * stage: one tile a block, and its Q8 calls were no faster (460 against 463 us). */
+static void moe_mma(bool vec, int rows, dim3 grid, cudaStream_t s, float *out, const float *in,
+                    int swiglu, int k, const struct expert_set *ex, int K, int N, float limit) {
+    size_t smem = xs_bytes(rows < 8 ? rows : 8, K);
+    bool xs = vec && smem <= MOE_XS_MAX;
     auto go = [&](auto kern) {
-        launch_k(kern, grid, 32 * MOE_MMA_KW, 0, s, out, in, g_perm, k, swiglu, g_tiles, g_ntiles,
-                 *ex, K, N, limit);
+        launch_k(kern, grid, 32 * MOE_MMA_KW, xs ? smem : 0, s, out, in, g_perm, k, swiglu, g_tiles,
+                 g_ntiles, *ex, K, N, limit);
         LAUNCH_CHECK();
     };
+    auto by_x = [&](auto f, auto v) {
+        constexpr int F = decltype(f)::value;
+        constexpr bool V = decltype(v)::value;
+        if (V && xs)
+            go(moe_mma_kernel<F, V, false, V>);
+        else
+            go(moe_mma_kernel<F, V, false, false>);
+    };
+    auto by_v = [&](auto f) { vec ? by_x(f, std::true_type{}) : by_x(f, std::false_type{}); };
     // quantized experts load 8 weights a lane (mma_rows' narrow form): 16-byte loads, as the
     // skinny GEMM makes them, took the Flash slice's batch-1 decode from 746 to 659 tokens/s
     // (two matrices a tile: twice the registers)
     if (ex->dtype == TD_DTYPE_Q4)
-        vec ? go(moe_mma_kernel<WF_Q4, true, false>) : go(moe_mma_kernel<WF_Q4, false, false>);
+        by_v(std::integral_constant<int, WF_Q4>{});
     else if (ex->dtype == TD_DTYPE_Q8)
-        vec ? go(moe_mma_kernel<WF_Q8, true, false>) : go(moe_mma_kernel<WF_Q8, false, false>);
+        by_v(std::integral_constant<int, WF_Q8>{});
     else
-        vec ? go(moe_mma_kernel<WF_BF16, true, false>) : go(moe_mma_kernel<WF_BF16, false, false>);
+        by_v(std::integral_constant<int, WF_BF16>{});
 }
 
 /* out[t, c] = the row's entries' y[p, c] * weight, in ascending expert order (the reference's;
@@ -506,9 +534,9 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
     if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
-        moe_mma(vec, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);
-        moe_mma(vec, dim3(d % 32 == 0 ? d / 32 : ceil_div(d, 16), ty), s, g_y, g_h, 0, k, ex, inter,
-                d, limit);
+        moe_mma(vec, n, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);
+        moe_mma(vec, n, dim3(d % 32 == 0 ? d / 32 : ceil_div(d, 16), ty), s, g_y, g_h, 0, k, ex,
+                inter, d, limit);
     } else {
         moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, tm, g_h, x, 1, k, ex, d, inter, limit);
         moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, tm, g_y, g_h, 0, k, ex, inter, d, limit);

@@ -1,7 +1,7 @@
 /* quant.cuh: the block-quantized weights (quant.h: Q8, Q4) as the CUDA GEMMs read them, and
  * BF16 alike: a matrix is a wmat, and a warp's lane loads 8 consecutive weights of a row as raw
  * bits (wraw: all of a step's loads in flight before the first is used), then turns them into
- * 8 exact bf16 values in registers (wraw_bf16).
+ * 8 exact bf16 values in registers (wraw_row, as four pairs in the order wpair_a / wpair_b say).
  *
  * The decode is bit placement and two exact multiplications by powers of two:
  *   e4m3 s.eeee.mmm -> bf16 bits s.0000eeee.mmm0000, which is the code's value times 2^-120
@@ -115,45 +115,56 @@ __device__ __forceinline__ unsigned e8m0_bf16x2(unsigned s) {
     return h | h << 16;
 }
 
-// bytes j and j + 1 of q (e4m3) as bf16 pairs times 2^-120 (byte j in the low half)
-__device__ __forceinline__ unsigned e4m3x2_scaled(unsigned q, unsigned sel) {
-    unsigned t = __byte_perm(q, 0, sel); // [b_j, 0, b_j+1, 0]
-    return ((t & 0x007F007Fu) << 4) | ((t & 0x00800080u) << 8);
+/* The mma paths decode 8 weights into four bf16 pairs in the order their bits give cheaply
+ * (wpair_a / wpair_b: the two elements of pair i), and pair x the same way (mma_tile.cuh):
+ * the reduction over k is a sum, so weights and x need only agree. BF16 keeps its pairs
+ * (0,1) (2,3) (4,5) (6,7); Q8 decodes bytes p and p + 2 of a word with one shift for both,
+ * (0,2) (1,3) (4,6) (5,7); Q4 nibbles p and p + 4, (0,4) (1,5) (2,6) (3,7). A pair is then
+ * multiplied by 2^(bias gap) and by 2^(scale - 127), each exact. */
+template <int F> __host__ __device__ constexpr int wpair_a(int i) {
+    return F == WF_Q4 ? i : F == WF_Q8 ? (i >> 1) * 4 + (i & 1) : 2 * i;
+}
+template <int F> __host__ __device__ constexpr int wpair_b(int i) {
+    return F == WF_Q4 ? i + 4 : F == WF_Q8 ? (i >> 1) * 4 + (i & 1) + 2 : 2 * i + 1;
 }
 
-// 8 e4m3 codes as exact bf16 values times 2^(s - 127)
-__device__ __forceinline__ uint4 q8_bf16(uint2 q, unsigned s) {
-    const unsigned c = 0x7B807B80u, m = e8m0_bf16x2(s); // 2^120
-    unsigned r[4] = {e4m3x2_scaled(q.x, 0x4140), e4m3x2_scaled(q.x, 0x4342),
-                     e4m3x2_scaled(q.y, 0x4140), e4m3x2_scaled(q.y, 0x4342)};
+// r[0..3] (bf16 pairs of codes times 2^-GAP) times 2^GAP, then times 2^(s - 127)
+template <int GAP> __device__ __forceinline__ uint4 pairs_scaled(unsigned *r, unsigned s) {
+    const unsigned c = ((127 + GAP) << 7) * 0x10001u, m = e8m0_bf16x2(s);
 #pragma unroll
     for (int j = 0; j < 4; j++)
         r[j] = bf16x2_mul(bf16x2_mul(r[j], c), m);
     return make_uint4(r[0], r[1], r[2], r[3]);
 }
 
-// 8 e2m1 codes (element 2j in the low nibble of byte j) as exact bf16 values times 2^(s - 127)
-__device__ __forceinline__ uint4 q4_bf16(unsigned q, unsigned s) {
-    const unsigned c = 0x7E807E80u, m = e8m0_bf16x2(s); // 2^126
-    unsigned r[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        unsigned b = q >> (8 * j);
-        unsigned v =
-            ((b & 0x7u) << 6) | ((b & 0x8u) << 12) | ((b & 0x70u) << 18) | ((b & 0x80u) << 24);
-        r[j] = bf16x2_mul(bf16x2_mul(v, c), m);
-    }
-    return make_uint4(r[0], r[1], r[2], r[3]);
+/* 8 e4m3 codes as exact bf16 values times 2^(s - 127), pairs (0,2) (1,3) (4,6) (5,7):
+ * s.eeee.mmm -> bf16 bits s.0000eeee.mmm0000, the code times 2^-120 */
+__device__ __forceinline__ uint4 q8_pairs(uint2 q, unsigned s) {
+    unsigned r[4] = {((q.x << 4) & 0x07F007F0u) | ((q.x << 8) & 0x80008000u),
+                     ((q.x >> 4) & 0x07F007F0u) | (q.x & 0x80008000u),
+                     ((q.y << 4) & 0x07F007F0u) | ((q.y << 8) & 0x80008000u),
+                     ((q.y >> 4) & 0x07F007F0u) | (q.y & 0x80008000u)};
+    return pairs_scaled<120>(r, s);
 }
 
-/* the 8 bf16 weights of one row of a raw load (its a or b bits and scale) */
+/* 8 e2m1 codes (element e in bits 4e .. 4e + 3 of q) as exact bf16 values times 2^(s - 127),
+ * pairs (0,4) (1,5) (2,6) (3,7): s.ee.m -> bf16 bits s.0000000ee.m000000, the code times 2^-126 */
+__device__ __forceinline__ uint4 q4_pairs(unsigned q, unsigned s) {
+    unsigned r[4] = {((q << 6) & 0x01C001C0u) | ((q << 12) & 0x80008000u),
+                     ((q << 2) & 0x01C001C0u) | ((q << 8) & 0x80008000u),
+                     ((q >> 2) & 0x01C001C0u) | ((q << 4) & 0x80008000u),
+                     ((q >> 6) & 0x01C001C0u) | (q & 0x80008000u)};
+    return pairs_scaled<126>(r, s);
+}
+
+/* the 8 weights of one row of a raw load (its a or b bits and scale) as pairs in F's order */
 template <int F, typename B> __device__ __forceinline__ uint4 wraw_row(const B &bits, unsigned s) {
     if constexpr (F == WF_BF16)
         return bits;
     else if constexpr (F == WF_Q8)
-        return q8_bf16(bits, s);
+        return q8_pairs(bits, s);
     else
-        return q4_bf16(bits, s);
+        return q4_pairs(bits, s);
 }
 template <int F> __device__ __forceinline__ uint4 wraw_a(const wraw<F> &v) {
     if constexpr (F == WF_BF16)
@@ -166,6 +177,18 @@ template <int F> __device__ __forceinline__ uint4 wraw_b(const wraw<F> &v) {
         return v.b;
     else
         return wraw_row<F>(v.b, v.sb);
+}
+
+/* pairs in F's order as the 8 weights in order (bf16 pairs (0,1) .. (6,7)) */
+template <int F> __device__ __forceinline__ uint4 pairs_in_order(uint4 p) {
+    if constexpr (F == WF_Q8)
+        return make_uint4(__byte_perm(p.x, p.y, 0x5410), __byte_perm(p.x, p.y, 0x7632),
+                          __byte_perm(p.z, p.w, 0x5410), __byte_perm(p.z, p.w, 0x7632));
+    else if constexpr (F == WF_Q4)
+        return make_uint4(__byte_perm(p.x, p.y, 0x5410), __byte_perm(p.z, p.w, 0x5410),
+                          __byte_perm(p.x, p.y, 0x7632), __byte_perm(p.z, p.w, 0x7632));
+    else
+        return p;
 }
 
 /* The quantized tiles' loads: 16 bytes of a row a lane (as many bytes in flight as a bf16
@@ -210,12 +233,12 @@ __device__ __forceinline__ unsigned u4_word(uint4 v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-/* group j (of QR) of a 16-byte load as 8 bf16 weights */
-template <int F> __device__ __forceinline__ uint4 q16_bf16(uint4 v, int j, unsigned s) {
+/* group j (of QR) of a 16-byte load as 8 bf16 weights, pairs in F's order */
+template <int F> __device__ __forceinline__ uint4 q16_pairs(uint4 v, int j, unsigned s) {
     if constexpr (F == WF_Q8)
-        return q8_bf16(make_uint2(u4_word(v, 2 * j), u4_word(v, 2 * j + 1)), s);
+        return q8_pairs(make_uint2(u4_word(v, 2 * j), u4_word(v, 2 * j + 1)), s);
     else
-        return q4_bf16(u4_word(v, j), s);
+        return q4_pairs(u4_word(v, j), s);
 }
 
 /* weight (o, k) of tensor p [rows, in] of dtype t as fp32, any dtype the GEMMs take (the
