@@ -33,10 +33,12 @@ struct request {
     enum td_req_status status;
     enum td_finish finish;
     int32_t *toks; /* [cap] prompt then generated */
+    uint8_t *src;  /* [cap] where each token came from (td_engine_output_sources) */
     int n_prompt, n_toks, cap;
     int max_tokens;
     struct td_sampling sampling;
     int ignore_eos;
+    int no_draft;                      /* td_request_params.no_draft */
     int32_t stop_ids[TD_MAX_STOP_IDS]; /* tokens that end it beside EOS */
     int n_stop_ids;
     int released; /* td_engine_release was called while a drafter call still held it */
@@ -299,6 +301,7 @@ fail:
 
 static void request_free(struct request *r) {
     free(r->toks);
+    free(r->src);
     free(r);
 }
 
@@ -416,7 +419,9 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
     long gen = rp->max_tokens < room ? rp->max_tokens : room;
     struct request *r = calloc(1, sizeof *r);
     if (r) r->cap = (int)(rp->n_prompt + gen + TD_MAX_DRAFT + 1);
-    if (!r || !(r->toks = malloc((size_t)r->cap * sizeof(int32_t)))) {
+    if (!r || !(r->toks = malloc((size_t)r->cap * sizeof(int32_t))) ||
+        !(r->src = calloc((size_t)r->cap, 1))) {
+        if (r) free(r->toks);
         free(r);
         return td_errf(err, errlen, "request: out of memory");
     }
@@ -431,6 +436,7 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
     r->max_tokens = rp->max_tokens;
     r->sampling = *s;
     r->ignore_eos = rp->ignore_eos;
+    r->no_draft = rp->no_draft;
     r->slot = -1;
     r->status = TD_REQ_QUEUED;
     e->active[e->n_active++] = r;
@@ -553,9 +559,18 @@ int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, 
     return 0;
 }
 
-/* append one generated token; returns 1 when the request is done */
-static int emit(struct td_engine *e, struct request *r, int32_t tok) {
+int td_engine_output_sources(const struct td_engine *e, int id, const uint8_t **src) {
+    const struct request *r = find(e, id);
+    if (!r) return -1;
+    *src = r->src + r->n_prompt;
+    return 0;
+}
+
+/* append one generated token (src: TD_SRC_TARGET, or the draft position it was accepted at);
+ * returns 1 when the request is done */
+static int emit(struct td_engine *e, struct request *r, int32_t tok, int src) {
     if (r->n_toks == r->n_prompt) r->st.t_first = now();
+    r->src[r->n_toks] = (uint8_t)src;
     r->toks[r->n_toks++] = tok;
     e->stats.tokens_out++;
     if (!r->ignore_eos && is_eos(e, tok)) {
@@ -582,7 +597,7 @@ static void fail_nan(struct td_engine *e, struct request *r, long pos) {
 
 /* drafts the next round of r may verify: a round emits up to k + 1 tokens and feeds k + 1 rows */
 static int draft_budget(const struct td_engine *e, const struct request *r, int fed) {
-    int k = e->p.max_draft;
+    int k = r->no_draft ? 0 : e->p.max_draft;
     int left = r->max_tokens - (r->n_toks - r->n_prompt);
     if (k > left - 1) k = left - 1;
     if (k > e->p.max_ctx - fed - 1) k = e->p.max_ctx - fed - 1;
@@ -712,7 +727,7 @@ static void finish_prefill(struct td_engine *e, struct group *g, const float *ro
         return;
     }
     r->status = TD_REQ_DECODE;
-    if (emit(e, r, tok)) return;
+    if (emit(e, r, tok, TD_SRC_TARGET)) return;
     if (fed >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
 }
 
@@ -736,15 +751,12 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     e->stats.accepted += vr.n_accepted;
     for (int j = 0; j < vr.n_accepted; j++)
         e->stats.accepted_at[j]++;
-    struct td_request_stats *rs = &r->st;
+    struct td_request_stats *rs = &r->st; // (its accepted drafts: those emitted, below)
     rs->rounds++;
     rs->drafted += vr.n_drafts_used;
-    rs->accepted += vr.n_accepted;
     if (vr.n_drafts_used) rs->spec_rounds++;
     for (int j = 0; j < vr.n_drafts_used; j++)
         rs->proposed_at[j]++;
-    for (int j = 0; j < vr.n_accepted; j++)
-        rs->accepted_at[j]++;
     if (vr.n_drafts_used) e->stats.accepted_hist[vr.n_accepted]++;
     for (int j = 0; j <= vr.n_accepted && j < vr.n_drafts_used; j++)
         e->stats.reached_at[j]++;
@@ -761,15 +773,19 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
         finish(e, r, TD_REQ_FAILED, TD_FINISH_ERROR);
         return;
     }
-    for (int j = 0; j < vr.n_accepted; j++)
-        if (emit(e, r, g->rows[1 + j])) return; // EOS or length inside the accepted prefix
+    // a request counts the accepted drafts its output holds (a round cut by EOS or its length
+    // emits fewer than were accepted): the count of tokens td_engine_output_sources marks
+    for (int j = 0; j < vr.n_accepted; j++) {
+        rs->accepted++, rs->accepted_at[j]++;
+        if (emit(e, r, g->rows[1 + j], 1 + j)) return; // EOS or length inside the prefix
+    }
     // a non-finite row after the accepted drafts: they are kept, as plain decoding would have
     // emitted them before meeting that row, and the request fails there
     if (vr.status == VERIFY_NAN_TARGET) {
         fail_nan(e, r, vr.nan_position);
         return;
     }
-    if (emit(e, r, vr.token)) return;
+    if (emit(e, r, vr.token, TD_SRC_TARGET)) return;
     if (keep >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
 }
 

@@ -86,6 +86,8 @@ struct td_request_params {
     int ignore_eos;          /* keep going past EOS tokens (benchmarks) */
     const int32_t *stop_ids; /* [n_stop_ids] tokens that also end it (emitted, as EOS is) */
     int n_stop_ids;          /* 0 .. TD_MAX_STOP_IDS */
+    int no_draft;            /* verify no drafts for this request (plain decoding; the engine's
+                                drafter still runs for the others) */
 };
 
 enum td_req_status {
@@ -135,9 +137,10 @@ struct td_engine_stats {
 struct td_request_stats {
     long rounds;                    /* verify rounds (steps in which it decoded) */
     long spec_rounds;               /* of those, rounds that verified at least one draft */
-    long drafted, accepted;         /* drafts verified, accepted */
+    long drafted, accepted;         /* drafts verified, accepted (and in its output: a round
+                                       cut by EOS or its length counts what it emitted) */
     long proposed_at[TD_MAX_DRAFT]; /* drafts verified at draft position j */
-    long accepted_at[TD_MAX_DRAFT]; /* drafts accepted at draft position j */
+    long accepted_at[TD_MAX_DRAFT]; /* drafts accepted at draft position j (as accepted) */
     double t_submit, t_admit, t_first, t_end; /* submitted, given a slot, first token, ended */
 };
 
@@ -172,6 +175,13 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen);
  * td_engine_stop_at shortens them) and a message is written once, when the request ends. */
 int td_engine_output(const struct td_engine *e, int id, const int32_t **tokens, int *n_tokens,
                      enum td_req_status *status, enum td_finish *finish, const char **msg);
+
+/* Where each of a request's tokens came from, src[i] for token i of td_engine_output:
+ * TD_SRC_TARGET (0) for the target's own (a prompt's first token, a correction, a bonus), or
+ * j >= 1 for a draft accepted at draft position j. 0, or -1 for an unknown id; src stays valid
+ * as td_engine_output's tokens do. */
+#define TD_SRC_TARGET 0
+int td_engine_output_sources(const struct td_engine *e, int id, const uint8_t **src);
 
 /* Stop a request now (queued, prefilling or decoding); its slot is freed, its output kept. */
 void td_engine_cancel(struct td_engine *e, int id);

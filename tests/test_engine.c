@@ -350,6 +350,70 @@ static void drafter_distribution(const char *draft) {
     case_end(name, extra);
 }
 
+/* td_engine_output_sources: greedy DSpark on tandem-tiny, three requests, the middle one with
+ * no_draft. Each request's marked tokens (an accepted draft at position j follows one at j - 1,
+ * a target token opens every round) number its accepted drafts; the no_draft request verifies
+ * none and marks none, and its tokens are the drafted requests' (speculation is lossless). */
+static void token_sources(void) {
+    case_begin();
+    char err[512];
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = "models/tandem-tiny";
+    ep.draft = "dspark";
+    ep.backend = "cpu";
+    ep.max_seqs = 3;
+    ep.max_ctx = 512;
+    ep.max_cache_bytes = (size_t)1 << 30;
+    struct td_engine *e;
+    if (td_engine_init(&e, &ep, err, sizeof err)) {
+        case_fail("engine init: %s", err);
+        case_end("engine/token_sources", "");
+        return;
+    }
+    int ids[3];
+    for (int i = 0; i < 3; i++) {
+        struct td_request_params rp = {.prompt = prompts[7],
+                                       .n_prompt = prompt_len[7],
+                                       .max_tokens = 40,
+                                       .sampling = {.temperature = 0.0f, .top_p = 1.0f},
+                                       .ignore_eos = 1,
+                                       .no_draft = i == 1};
+        ids[i] = td_engine_submit(e, &rp, err, sizeof err);
+        CHECK(ids[i] >= 0, "submit: %s", err);
+    }
+    int live, steps = 0;
+    while ((live = td_engine_step(e, err, sizeof err)) > 0 && steps++ < 10000) {
+    }
+    CHECK(live == 0, "engine step: %s", err);
+    const int32_t *t[3];
+    int n[3];
+    long marked_all = 0;
+    for (int i = 0; i < 3; i++) {
+        const uint8_t *src;
+        struct td_request_stats st;
+        td_engine_output(e, ids[i], &t[i], &n[i], NULL, NULL, NULL);
+        CHECK(!td_engine_output_sources(e, ids[i], &src), "no sources for request %d", i);
+        td_engine_request_stats(e, ids[i], &st);
+        long marked = 0;
+        for (int k = 0; k < n[i]; k++) {
+            marked += src[k] != TD_SRC_TARGET;
+            CHECK(src[k] == TD_SRC_TARGET || (k > 0 && src[k] == (k ? src[k - 1] : 0) + 1),
+                  "request %d token %d: source %d after %d", i, k, src[k], k ? src[k - 1] : -1);
+        }
+        CHECK(src[0] == TD_SRC_TARGET, "request %d opens with a draft", i);
+        CHECK(marked == st.accepted, "request %d: %ld tokens marked as drafts, %ld accepted", i,
+              marked, st.accepted);
+        if (i == 1) CHECK(st.drafted == 0, "the no_draft request verified %ld drafts", st.drafted);
+        marked_all += marked;
+    }
+    CHECK(marked_all > 0, "no accepted drafts at all: the check has no power");
+    for (int i = 1; i < 3; i++)
+        CHECK(n[i] == n[0] && !memcmp(t[i], t[0], (size_t)n[0] * sizeof(int32_t)),
+              "request %d's tokens differ from request 0's", i);
+    td_engine_free(e);
+    case_end("engine/token_sources", "");
+}
+
 int main(void) {
     const char *fxs[3] = {"b_plain_hc2", "a_tiny_yarn", "c_upstream_sharded"};
     make_prompts(300);
@@ -357,6 +421,7 @@ int main(void) {
         greedy_lossless(fxs[i]);
     model_drafter_tests("mtp", 0.3);
     model_drafter_tests("dspark", DSPARK_MIN_ACCEPT);
+    token_sources();
     if (!quick_mode()) {
         drafter_distribution("mtp");
         drafter_distribution("dspark");
