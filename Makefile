@@ -64,7 +64,7 @@ endif
 
 LIB_SRC  := $(wildcard model/*.c kernels/*.c metadata/*.c draft/*.c verify/*.c engine/*.c tokenizer/*.c serve/*.c app/*.c)
 LIB_SRC  := $(filter-out app/main.c,$(LIB_SRC))
-LIB_OBJ  := $(LIB_SRC:%=$(BUILD)/%.o) $(CU_SRC:%=$(BUILD)/%.o)
+LIB_OBJ  := $(LIB_SRC:%=$(BUILD)/%.o) $(CU_SRC:%=$(BUILD)/%.o) $(BUILD)/serve/web.S.o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -82,6 +82,11 @@ $(BUILD)/libtandem.a: $(LIB_OBJ)
 $(BUILD)/%.c.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+# the chat page, built in (.incbin reads it at assembly time)
+$(BUILD)/serve/web.S.o: serve/web.S serve/web/index.html
+	@mkdir -p $(@D)
+	$(CC) -c -o $@ $<
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)

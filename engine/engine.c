@@ -480,7 +480,10 @@ int td_engine_stop_at(struct td_engine *e, int id, int n_keep) {
     struct request *r = find(e, id);
     if (!r || n_keep < 0 || n_keep > r->n_toks - r->n_prompt) return -1;
     // the committed length moves back to the cut (state by position: the rest is forgotten)
-    // and the request ends there, stopped; what it emitted after the cut is dropped
+    // and the request ends there, stopped; what it emitted after the cut is dropped, and the
+    // accepted drafts among it leave its count (which stays the drafts its output holds)
+    for (int i = r->n_prompt + n_keep; i < r->n_toks; i++)
+        if (r->src[i] != TD_SRC_TARGET) r->st.accepted--, r->st.accepted_at[r->src[i] - 1]--;
     r->n_toks = r->n_prompt + n_keep;
     r->msg[0] = 0;
     if (r->status == TD_REQ_FAILED) r->status = TD_REQ_FINISHED; // a failure after the stop

@@ -73,6 +73,7 @@ static const char *const kv_names[] = {"fp32", "bf16", "fp8", NULL};
 static const char *const per_request_names[] = {"none", "summary", "detailed", NULL};
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const format_names[] = {"text", "jsonl", NULL};
+static const char *const web_ui_names[] = {"auto", "on", "off", NULL};
 
 #define SIZE_OF(f)           sizeof(((struct srv_config *)0)->f)
 #define FIELD(f)             .off = offsetof(struct srv_config, f), .size = SIZE_OF(f)
@@ -105,6 +106,10 @@ static const struct key keys[] = {
      .doc = "after SIGTERM, running requests get this long to finish, then are cancelled"},
     {K("server", "cors_origins", KEY_STRING, cors_origins), .def = "",
      .doc = "origins CORS allows: a comma-separated list or *; empty = no CORS headers"},
+    {K("server", "web_ui", KEY_ENUM, web_ui), .names = web_ui_names, .def = "auto",
+     .doc = "the chat page at GET /: on | off | auto (on when host is a loopback address)"},
+    {K("server", "web_ui_dir", KEY_STRING, web_ui_dir), .def = "",
+     .doc = "serve DIR/index.html at / instead of the page built into the binary"},
     // [model]
     {K("model", "path", KEY_STRING, path), .def = "",
      .doc = "the model directory; empty = the default model (models/tandem-tiny)"},

@@ -31,6 +31,7 @@ extern "C" {
 #define SRV_LINE_MAX 4096 /* bytes in one line of an INI file, without its line ending */
 
 enum srv_per_request { SRV_PER_REQUEST_NONE, SRV_PER_REQUEST_SUMMARY, SRV_PER_REQUEST_DETAILED };
+enum srv_web_ui { SRV_WEB_UI_AUTO, SRV_WEB_UI_ON, SRV_WEB_UI_OFF };
 enum srv_log_format { SRV_LOG_TEXT, SRV_LOG_JSONL };
 enum srv_log_level { SRV_LOG_ERROR, SRV_LOG_WARN, SRV_LOG_INFO, SRV_LOG_DEBUG };
 
@@ -49,6 +50,8 @@ struct srv_config {
     int sse_ping_s;                  /* 10, 1..3600 : comment ping / liveness check while silent */
     int drain_s;                     /* 30: grace period after SIGTERM */
     char cors_origins[SRV_STR];      /* "" = none; comma-separated list or "*" */
+    int web_ui;                      /* enum srv_web_ui: the chat page at / (auto: on loopback) */
+    char web_ui_dir[SRV_STR];        /* "" = the page built in; else DIR/index.html */
     /* [model] */
     char path[SRV_STR];     /* "" = the default model (resolved by the caller) */
     int max_context;        /* 4096, 2..16777216 (tokens per sequence; capped by the model) */

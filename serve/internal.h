@@ -41,6 +41,7 @@ struct choice {
     size_t *ends;         /* [n_seen] text length after each token */
     int cap_ends;
     size_t sent;     /* bytes of text already in the stream */
+    int piece_tok;   /* the first token whose text is not all in the stream yet */
     size_t searched; /* a stop match can no longer start before this */
     int role_sent, done, failed;
     const char *finish_reason; /* "stop" or "length" once done */
@@ -68,6 +69,7 @@ struct job {
     /* the request */
     enum job_kind kind;
     int stream, include_usage, return_token_ids, ignore_eos, include_stop, think;
+    int no_draft;      /* "draft": "none" (td_request_params.no_draft) */
     int tool_calls;    /* V4 chat (tool_choice not "none"): a DSML block comes back as tool_calls */
     int max_tokens, n; /* tokens per choice, choices per prompt */
     char *stops[SRV_MAX_STOPS];
@@ -110,7 +112,10 @@ struct srv {
     struct MHD_Daemon *d;
     char model_name[SRV_STR], model_dir[SRV_STR], drafter[SRV_STR], fingerprint[64];
     int max_ctx, max_prompt, vocab, draft_k;
-    char **keys; /* API keys */
+    const char *page; /* the chat page served at / (NULL: server.web_ui is off) */
+    size_t n_page;
+    char *page_buf; /* page, when read from server.web_ui_dir */
+    char **keys;    /* API keys */
     int n_keys;
     FILE *log;
     pthread_mutex_t log_mu;

@@ -73,6 +73,7 @@ static const char *const ENDPOINTS[] = {"/v1/completions",
                                         "/props",
                                         "/slots",
                                         "/version",
+                                        "/",
                                         "other"};
 #define N_ENDPOINTS     NB(ENDPOINTS)
 #define HTTP_OTHER_CODE MET_HTTP_CODES /* the column of codes past the table */
@@ -478,6 +479,12 @@ void met_gauges(struct srv_metrics *m, int running, int waiting, int slots_busy,
     m->v.streams = streams_active;
     m->v.conns = connections_active;
     pthread_mutex_unlock(&m->mu);
+}
+
+const char *met_endpoint(const char *url) {
+    for (size_t i = 0; i < N_ENDPOINTS - 1; i++)
+        if (!strcmp(url, ENDPOINTS[i])) return ENDPOINTS[i];
+    return !strcmp(url, "/v1/health") ? "/health" : ENDPOINTS[N_ENDPOINTS - 1];
 }
 
 void met_http(struct srv_metrics *m, const char *endpoint, int code) {

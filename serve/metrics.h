@@ -135,10 +135,14 @@ void met_accepted_per_step(struct srv_metrics *m, int accepted);
 void met_spec_k(struct srv_metrics *m, int k); /* the current (adaptive) draft length */
 void met_gauges(struct srv_metrics *m, int running, int waiting, int slots_busy, int streams_active,
                 int connections_active);
-/* one HTTP response. endpoint: one of "/v1/completions", "/v1/chat/completions", "/v1/models",
- * "/health", "/livez", "/readyz", "/metrics", "/tokenize", "/detokenize", "/props", "/slots",
- * "/version"; anything else (and NULL) counts as "other". The first MET_HTTP_CODES distinct
- * codes get their own series; later new codes count as code="other". */
+/* The endpoint a URL names, as the server routes and counts it: one of "/v1/completions",
+ * "/v1/chat/completions", "/v1/models", "/health" (also for "/v1/health"), "/livez", "/readyz",
+ * "/metrics", "/tokenize", "/detokenize", "/props", "/slots", "/version", "/" (the chat page),
+ * else "other". */
+const char *met_endpoint(const char *url);
+/* one HTTP response. endpoint: met_endpoint's name; anything else (and NULL) counts as "other".
+ * The first MET_HTTP_CODES distinct codes get their own series; later new codes count as
+ * code="other". */
 #define MET_HTTP_CODES 32
 void met_http(struct srv_metrics *m, const char *endpoint, int code);
 void met_ignored_fields(struct srv_metrics *m, int n); /* request fields accepted and ignored */

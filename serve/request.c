@@ -428,6 +428,30 @@ static int parse_stops(struct srv *s, struct job *j, const json_t *b, json_t **e
     return 0;
 }
 
+/* "draft": "none" decodes this request without drafts; "auto" or the server's own drafter
+ * (speculation.method) speculate as the server does; the server runs one drafter, so any other
+ * name is refused */
+static int parse_draft(const struct srv *s, struct job *j, const json_t *b, json_t **err) {
+    const json_t *d = json_object_get(b, "draft");
+    if (!d || json_is_null(d)) return 0;
+    const char *v = json_string_value(d);
+    int have = strcmp(s->drafter, "none") != 0;
+    if (v && (!strcmp(v, "none") || !strcmp(v, "auto") || (have && !strcmp(v, s->drafter)))) {
+        j->no_draft = !strcmp(v, "none");
+        return 0;
+    }
+    if (!v)
+        *err = api_error("invalid_request_error", NULL, "draft",
+                         "'draft' must be a string: none, auto%s%s", have ? " or " : "",
+                         have ? s->drafter : "");
+    else
+        *err =
+            api_error("invalid_request_error", "drafter_unavailable", "draft",
+                      "'draft' is '%s', but this server drafts with %s (one of: none, auto%s%s)", v,
+                      have ? s->drafter : "no drafter", have ? ", " : "", have ? s->drafter : "");
+    return 400;
+}
+
 /* the fields every request may carry; anything else is ignored and counted */
 static const char *known[] = {"model",
                               "prompt",
@@ -465,7 +489,8 @@ static const char *known[] = {"model",
                               "reasoning_effort",
                               "chat_template_kwargs",
                               "user",
-                              "request_id"};
+                              "request_id",
+                              "draft"};
 
 int job_parse(struct srv *s, struct job *j, const char *body, size_t len, int *ignored,
               json_t **err) {
@@ -543,6 +568,7 @@ int job_parse(struct srv *s, struct job *j, const char *body, size_t len, int *i
         TRY(bool_field(so, "include_usage", &j->include_usage, err));
     }
     TRY(parse_stops(s, j, b, err));
+    TRY(parse_draft(s, j, b, err));
     // thinking: DeepSeek's {"thinking":{"type":"enabled"}}, or chat_template_kwargs.thinking
     // (or vLLM's enable_thinking); reasoning_effort "max" asks V4 for its longest thinking,
     // "none" for none; chat_template_kwargs.drop_thinking false keeps earlier reasoning (V4)

@@ -291,6 +291,52 @@ static void put_finish(const struct choice *c, struct sbuf *b) {
         sbuf_puts(b, "null");
 }
 
+/* the text [from, to) of a choice, token by token, as [[text, source], ...] (source: 0 the
+ * target's own token, j >= 1 a draft accepted at draft position j); the pieces' texts join to
+ * that text exactly. Tokens from c->piece_tok on, whose text ends in ends[] */
+static void put_pieces(const struct choice *c, const uint8_t *src, size_t from, size_t to,
+                       struct sbuf *b) {
+    sbuf_put(b, "[", 1);
+    for (int i = c->piece_tok, any = 0; i < c->n_seen; i++) {
+        size_t a = i ? c->ends[i - 1] : 0, z = c->ends[i];
+        if (a < from) a = from;
+        if (z > to) z = to;
+        if (a >= to) break;
+        if (z <= a) continue;
+        sbuf_puts(b, any++ ? ",[" : "[");
+        sbuf_json_str(b, c->text.p + a, z - a);
+        sbuf_put(b, ",", 1);
+        sbuf_int(b, src ? src[i] : TD_SRC_TARGET);
+        sbuf_put(b, "]", 1);
+    }
+    sbuf_put(b, "]", 1);
+}
+
+/* Tandem's extension of a streamed choice, ignored by OpenAI clients: where each token came
+ * from. "sources": one per token of this chunk (as token_ids are); "content" / "reasoning" /
+ * "text": the pieces of the delta's field of that name (put_pieces) */
+static void put_tandem(const struct job *j, struct choice *c, int n_tok0, int hi, size_t r0,
+                       size_t r1, size_t t0, size_t t1, struct sbuf *b) {
+    const uint8_t *src = NULL;
+    td_engine_output_sources(j->s->e, c->eid, &src);
+    sbuf_puts(b, ",\"tandem\":{\"sources\":[");
+    for (int i = n_tok0; i < hi; i++) {
+        if (i > n_tok0) sbuf_put(b, ",", 1);
+        sbuf_int(b, src ? src[i] : TD_SRC_TARGET);
+    }
+    sbuf_put(b, "]", 1);
+    if (r1 > r0) sbuf_puts(b, ",\"reasoning\":"), put_pieces(c, src, r0, r1, b);
+    if (t1 > t0) {
+        sbuf_puts(b, j->kind == JOB_CHAT ? ",\"content\":" : ",\"text\":");
+        put_pieces(c, src, t0, t1, b);
+    }
+    sbuf_put(b, "}", 1);
+    // the tokens whose text is all out: the next chunk's pieces start after them
+    size_t out = t1 > r1 ? t1 : r1;
+    while (c->piece_tok < c->n_seen && c->ends[c->piece_tok] <= out)
+        c->piece_tok++;
+}
+
 static int choice_delta(const struct job *j, struct choice *c, size_t upto, int finishing,
                         int n_tok0, struct sbuf *b, int first) {
     if (upto < c->sent) upto = c->sent;
@@ -298,11 +344,11 @@ static int choice_delta(const struct job *j, struct choice *c, size_t upto, int 
     if (!has_text && !finishing && !(role && c->n_seen > 0)) return 0;
     sbuf_puts(b, first ? "{\"index\":" : ",{\"index\":");
     sbuf_int(b, c->index);
+    size_t r0 = c->sent, r1 = c->sent, t0 = c->sent, t1 = upto;
     if (j->kind == JOB_CHAT) {
         sbuf_puts(b, ",\"delta\":{");
         int any = 0;
         if (role) sbuf_puts(b, "\"role\":\"assistant\""), any = 1;
-        size_t r0, r1, t0, t1;
         split_think(j, c, c->sent, upto, &r0, &r1, &t0, &t1);
         if (r1 > r0) {
             sbuf_puts(b, any ? ",\"reasoning_content\":" : "\"reasoning_content\":");
@@ -322,18 +368,20 @@ static int choice_delta(const struct job *j, struct choice *c, size_t upto, int 
         sbuf_puts(b, ",\"text\":");
         sbuf_json_str(b, c->text.p + c->sent, upto - c->sent);
     }
+    const int32_t *t;
+    int n;
+    td_engine_output(j->s->e, c->eid, &t, &n, NULL, NULL, NULL);
+    int hi = c->done ? c->completion_tokens : c->n_seen;
+    if (hi > n) hi = n;
     if (j->return_token_ids) {
-        const int32_t *t;
-        int n;
-        td_engine_output(j->s->e, c->eid, &t, &n, NULL, NULL, NULL);
-        int hi = c->done ? c->completion_tokens : c->n_seen;
         sbuf_puts(b, ",\"token_ids\":[");
-        for (int i = n_tok0; i < hi && i < n; i++) {
+        for (int i = n_tok0; i < hi; i++) {
             if (i > n_tok0) sbuf_put(b, ",", 1);
             sbuf_int(b, t[i]);
         }
         sbuf_puts(b, "]");
     }
+    put_tandem(j, c, n_tok0, hi, r0, r1, t0, t1, b);
     sbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
     if (finishing && c->reply.n_calls) {
         sbuf_puts(b, "null");
@@ -669,7 +717,8 @@ static int submit_job(struct srv *s, struct job *j) {
                                        .sampling = c->sampling,
                                        .ignore_eos = j->ignore_eos,
                                        .stop_ids = j->stop_ids,
-                                       .n_stop_ids = j->n_stop_ids};
+                                       .n_stop_ids = j->n_stop_ids,
+                                       .no_draft = j->no_draft};
         if ((c->eid = td_engine_submit(s->e, &rp, err, sizeof err)) < 0) {
             job_fail(s, j, 400, "invalid_request_error", NULL, err, MET_FINISH_ERROR);
             return -1;
@@ -854,20 +903,6 @@ struct conn {
     char rid[48];
     const char *endpoint;
 };
-
-static const char *endpoints[] = {"/v1/completions", "/v1/chat/completions",
-                                  "/v1/models",      "/health",
-                                  "/livez",          "/readyz",
-                                  "/metrics",        "/tokenize",
-                                  "/detokenize",     "/props",
-                                  "/slots",          "/version"};
-
-static const char *endpoint_of(const char *url) {
-    for (size_t i = 0; i < sizeof endpoints / sizeof *endpoints; i++)
-        if (!strcmp(url, endpoints[i])) return endpoints[i];
-    if (!strcmp(url, "/v1/health")) return "/health";
-    return "other";
-}
 
 static void add_common(struct srv *s, struct MHD_Response *r, const struct conn *cs) {
     MHD_add_response_header(r, "x-request-id", cs->rid);
@@ -1141,6 +1176,13 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, struc
     }
     if (!strcmp(url, "/livez"))
         return reply_json(s, c, cs, 200, json_pack("{s:s}", "status", "ok"));
+    if (!strcmp(url, "/")) {
+        if (!s->page)
+            return reply_error(s, c, cs, 404, "not_found_error", NULL,
+                               "the chat page is off (server.web_ui = %s)",
+                               s->cfg.web_ui == SRV_WEB_UI_OFF ? "off" : "auto, not on loopback");
+        return reply(s, c, cs, 200, "text/html; charset=utf-8", s->page, s->n_page);
+    }
     if (!strcmp(url, "/v1/models")) return reply_json(s, c, cs, 200, models_json(s));
     if (!strcmp(url, "/version"))
         return reply_json(s, c, cs, 200, json_pack("{s:s}", "version", TD_VERSION));
@@ -1182,6 +1224,13 @@ static enum MHD_Result handle_get(struct srv *s, struct MHD_Connection *c, struc
             "default_generation_settings", "temperature", s->cfg.temperature, "top_p", s->cfg.top_p,
             "top_k", s->cfg.top_k, "max_tokens", s->cfg.max_tokens, "completion_max_tokens",
             s->cfg.completion_max_tokens);
+        // the request's "draft" values this server takes
+        json_t *ds = json_pack("[s,s]", "none", "auto");
+        if (strcmp(s->drafter, "none")) json_array_append_new(ds, json_string(s->drafter));
+        json_object_set_new(o, "drafters", ds);
+        json_object_set_new(o, "web_ui", json_boolean(s->page != NULL));
+        // whether a request can ask for thinking (the chat format has its markers)
+        json_object_set_new(o, "thinking", json_boolean(s->have_chat && s->chat.think_open >= 0));
         json_object_set_new(o, "config", srv_config_json(&s->cfg));
         json_object_set_new(o, "system_fingerprint", json_string(s->fingerprint));
         json_object_set_new(o, "build", json_string(TD_VERSION));
@@ -1205,7 +1254,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         else
             snprintf(cs->rid, sizeof cs->rid, "%lx%04lx", (unsigned long)time(NULL),
                      __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) & 0xffff);
-        cs->endpoint = endpoint_of(url);
+        cs->endpoint = met_endpoint(url);
         *con_cls = cs;
         return MHD_YES;
     }
@@ -1257,7 +1306,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!strcmp(method, "OPTIONS") && s->cfg.cors_origins[0])
         return reply(s, c, cs, 204, "text/plain", "", 0);
     int public = !strcmp(url, "/health") || !strcmp(url, "/v1/health") || !strcmp(url, "/livez") ||
-                 !strcmp(url, "/readyz");
+                 !strcmp(url, "/readyz") || !strcmp(url, "/"); // the page asks for a key itself
     if (s->n_keys && !public) {
         const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
         const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
@@ -1276,7 +1325,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (gen_chat || gen) return handle_generate(s, c, cs, gen_chat ? JOB_CHAT : JOB_COMPLETION);
         return !strcmp(url, "/tokenize") ? handle_tokenize(s, c, cs) : handle_detokenize(s, c, cs);
     }
-    if (!strcmp(endpoint_of(url), "other"))
+    if (!strcmp(met_endpoint(url), "other"))
         return reply_error(s, c, cs, 404, "not_found_error", NULL, "no such endpoint: %s %s",
                            method, url);
     if (!get)
@@ -1429,6 +1478,36 @@ static int open_engine(struct srv *s) {
 
 static volatile sig_atomic_t g_signal;
 
+/* the chat page (serve/web/index.html, built in by serve/web.S) */
+extern const char td_web_page[], td_web_page_end[];
+
+static int is_loopback(const struct sockaddr_storage *a) {
+    if (a->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    if (a->ss_family != AF_INET6) return 0;
+    const struct in6_addr *v6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(v6) || (IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr[12] == 127);
+}
+
+/* server.web_ui: the page at / (auto: on when the server listens on loopback alone), built in
+ * or read once from server.web_ui_dir; 0, or -1 with a message when that file cannot be read */
+static int open_page(struct srv *s, const struct sockaddr_storage *addr) {
+    if (s->cfg.web_ui == SRV_WEB_UI_OFF || (s->cfg.web_ui == SRV_WEB_UI_AUTO && !is_loopback(addr)))
+        return 0;
+    if (!s->cfg.web_ui_dir[0]) {
+        s->page = td_web_page, s->n_page = (size_t)(td_web_page_end - td_web_page);
+        return 0;
+    }
+    char path[SRV_STR + 16], err[600];
+    snprintf(path, sizeof path, "%s/index.html", s->cfg.web_ui_dir);
+    if (!(s->page_buf = td_file_read(path, (size_t)64 << 20, &s->n_page, err, sizeof err))) {
+        fprintf(stderr, "tandem: serve: server.web_ui_dir: %s\n", err);
+        return -1;
+    }
+    s->page = s->page_buf;
+    return 0;
+}
+
 int srv_run(const struct srv_config *cfg) {
     struct srv *s = calloc(1, sizeof *s);
     int rc = 1;
@@ -1484,6 +1563,7 @@ int srv_run(const struct srv_config *cfg) {
     memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
     freeaddrinfo(ai);
     int v6 = addr.ss_family == AF_INET6;
+    if (open_page(s, &addr)) goto out;
     // HTTP first: while the model loads, /livez is 200 and everything else 503 (a checkpoint of
     // 150 GB takes minutes; a supervisor sees a live process that is not ready yet)
     s->loading = 1;
@@ -1607,6 +1687,7 @@ out:
     free(s->keys);
     free(s->jobs);
     free(s->chunk.p);
+    free(s->page_buf);
     if (s->log && s->log != stderr) fclose(s->log);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);

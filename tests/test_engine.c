@@ -410,6 +410,24 @@ static void token_sources(void) {
     for (int i = 1; i < 3; i++)
         CHECK(n[i] == n[0] && !memcmp(t[i], t[0], (size_t)n[0] * sizeof(int32_t)),
               "request %d's tokens differ from request 0's", i);
+    // a stop string cut at half the output: the drafts after the cut leave the count
+    const uint8_t *src;
+    td_engine_output_sources(e, ids[2], &src);
+    int keep = n[2] / 2;
+    long kept = 0, kept_at[TD_MAX_DRAFT] = {0}, cut = 0;
+    for (int k = 0; k < n[2]; k++) {
+        if (k < keep && src[k] != TD_SRC_TARGET) kept++, kept_at[src[k] - 1]++;
+        cut += k >= keep && src[k] != TD_SRC_TARGET;
+    }
+    CHECK(!td_engine_stop_at(e, ids[2], keep), "stop_at %d refused", keep);
+    struct td_request_stats st;
+    td_engine_request_stats(e, ids[2], &st);
+    CHECK(cut > 0, "no accepted draft after the cut: the check has no power");
+    CHECK(st.accepted == kept, "after the cut: %ld accepted, the output holds %ld", st.accepted,
+          kept);
+    for (int j = 0; j < TD_MAX_DRAFT; j++)
+        CHECK(st.accepted_at[j] == kept_at[j], "after the cut, position %d: %ld accepted, %ld kept",
+              j + 1, st.accepted_at[j], kept_at[j]);
     td_engine_free(e);
     case_end("engine/token_sources", "");
 }

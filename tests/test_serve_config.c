@@ -598,6 +598,8 @@ static int all_changed(struct srv_config *c) {
         "server.sse_ping_s=1",
         "server.drain_s=0",
         "server.cors_origins=*",
+        "server.web_ui=off",
+        "server.web_ui_dir=/w eb",
         "model.path=/m/\xc3\xbc:x=y",
         "model.max_context=16777216",
         "model.backend=cpu",

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs every Debian package the build and the tests need. Idempotent.
 set -e
-PKGS="build-essential make libjansson-dev libxxhash-dev libinih-dev clang-format libpcre2-dev libutf8proc-dev libmicrohttpd-dev curl"
+# chromium: the chat page's test drives it headless (puppeteer-core, pinned in package.json)
+PKGS="build-essential make libjansson-dev libxxhash-dev libinih-dev clang-format libpcre2-dev libutf8proc-dev libmicrohttpd-dev curl chromium"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 # the server tests' clients run on Node (the official openai package, pinned in package.json);
