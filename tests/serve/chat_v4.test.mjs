@@ -13,41 +13,10 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import path from 'node:path';
-import { startServer, raw, runTandem, tmpdir, waitFor, client, sseChunks, MODEL, IS_TINY, BOS_TEXT, USER_TEXT, ASSISTANT_TEXT, EOS_TEXT } from './harness.mjs';
+import { startServer, raw, runTandem, tmpdir, waitFor, client, sseChunks, v4Model, MODEL, IS_TINY, BOS_TEXT, USER_TEXT, ASSISTANT_TEXT, EOS_TEXT } from './harness.mjs';
 
 const T = { timeout: 60000, skip: IS_TINY ? false : 'needs models/tandem-tiny (its placeholder tokens)' };
-const RENAME = { '<｜place▁holder▁no▁0｜>': '<think>', '<｜place▁holder▁no▁1｜>': '</think>', '<｜place▁holder▁no▁2｜>': '<｜latest_reminder｜>' };
 let srv, dir;
-
-/* tandem-tiny with a V4 vocabulary: every file linked but the tokenizer's, which is rewritten;
- * commaCloses: </think> is the id of "," instead (a special token the model writes first);
- * added: more added tokens ({ id, content, special }) put first, which decode as their content */
-function v4Model(commaCloses = false, added = []) {
-    const d = tmpdir('v4model');
-    for (const f of fs.readdirSync(MODEL)) {
-        if (f === 'tokenizer.json' || f === 'tokenizer_config.json') continue;
-        fs.symlinkSync(path.join(MODEL, f), path.join(d, f));
-    }
-    let tj = fs.readFileSync(path.join(MODEL, 'tokenizer.json'), 'utf8');
-    let tc = fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8');
-    for (const [from, to] of Object.entries(RENAME)) {
-        if (commaCloses && to === '</think>') continue;
-        tj = tj.split(from).join(to);
-        tc = tc.split(from).join(to);
-    }
-    if (commaCloses || added.length) {
-        const t = JSON.parse(tj);
-        const tok = (id, content, special) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special });
-        if (commaCloses) t.added_tokens.unshift(tok(t.model.vocab[','], '</think>', true));
-        for (const a of added) t.added_tokens.unshift(tok(a.id, a.content, !!a.special));
-        tj = JSON.stringify(t);
-    }
-    fs.writeFileSync(path.join(d, 'tokenizer.json'), tj);
-    fs.writeFileSync(path.join(d, 'tokenizer_config.json'), tc);
-    return d;
-}
 
 before(async () => {
     if (!IS_TINY) return;

@@ -599,3 +599,41 @@ export function collect(chunks) {
     }
     return { text, finish, usage };
 }
+
+// ---- a model with DeepSeek V4's vocabulary
+
+/* models/tandem-tiny with its three unused placeholder tokens renamed <think>, </think> and
+ * <｜latest_reminder｜> (the last makes the vocabulary V4's), in a temporary directory.
+ * commaCloses: </think> is the id of "," instead (a special token the model writes early), or of
+ * the token named when it is a string; added: more added tokens ({ id, content, special }) put
+ * first, which decode as their content. */
+const RENAME = { '<｜place▁holder▁no▁0｜>': '<think>', '<｜place▁holder▁no▁1｜>': '</think>', '<｜place▁holder▁no▁2｜>': '<｜latest_reminder｜>' };
+
+/* tandem-tiny with a V4 vocabulary: every file linked but the tokenizer's, which is rewritten;
+ * commaCloses: </think> is the id of "," instead (a special token the model writes first);
+ * added: more added tokens ({ id, content, special }) put first, which decode as their content */
+export function v4Model(commaCloses = false, added = []) {
+    const d = tmpdir('v4model');
+    for (const f of fs.readdirSync(MODEL)) {
+        if (f === 'tokenizer.json' || f === 'tokenizer_config.json') continue;
+        fs.symlinkSync(path.join(MODEL, f), path.join(d, f));
+    }
+    let tj = fs.readFileSync(path.join(MODEL, 'tokenizer.json'), 'utf8');
+    let tc = fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8');
+    for (const [from, to] of Object.entries(RENAME)) {
+        if (commaCloses && to === '</think>') continue;
+        tj = tj.split(from).join(to);
+        tc = tc.split(from).join(to);
+    }
+    if (commaCloses || added.length) {
+        const t = JSON.parse(tj);
+        const tok = (id, content, special) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special });
+        const closer = typeof commaCloses === 'string' ? commaCloses : ',';
+        if (commaCloses) t.added_tokens.unshift(tok(t.model.vocab[closer], '</think>', true));
+        for (const a of added) t.added_tokens.unshift(tok(a.id, a.content, !!a.special));
+        tj = JSON.stringify(t);
+    }
+    fs.writeFileSync(path.join(d, 'tokenizer.json'), tj);
+    fs.writeFileSync(path.join(d, 'tokenizer_config.json'), tc);
+    return d;
+}

@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
-import { startServer, serveExpectExit, raw, postJSON, tmpdir, waitFor } from './harness.mjs';
+import { startServer, serveExpectExit, raw, postJSON, tmpdir, waitFor, v4Model, IS_TINY } from './harness.mjs';
 
 const CHROMIUM = process.env.TD_CHROMIUM || '/usr/bin/chromium';
 const HAVE = fs.existsSync(CHROMIUM);
@@ -243,4 +243,45 @@ test('server.web_ui_dir: its index.html is the page; a folder without one refuse
     const bad = await serveExpectExit(['--draft', 'none', '--set', `server.web_ui_dir=${empty}`]);
     assert.ok(!bad.ready && bad.code !== 0, `started: ${bad.stderr}`);
     assert.match(bad.stderr, /server\.web_ui_dir: .*index\.html/);
+});
+
+test('a thinking model: the reasoning streams apart, folds, and equals the API\'s', { skip: skip || (!IS_TINY && 'needs models/tandem-tiny'), timeout: 120000 }, async () => {
+    // tandem-tiny's V4-vocabulary twin in which "." is </think>: its first sentence is reasoning
+    const think = await startServer(['--model', v4Model('.'), '--draft', 'dspark', '--set', 'metrics.per_request=summary']);
+    try {
+        const { page, errors } = await open(think);
+        assert.ok(await page.$eval('#think-row', (e) => !e.hidden), 'no thinking switch');
+        await setField(page, '#temperature', 0);
+        await setField(page, '#max_tokens', MAXT);
+        await page.click('#thinking');
+        await page.$eval('#thinking', (e) => e.dispatchEvent(new Event('change')));
+        await ask(page, PROMPT);
+        const got = await lastReply(page, 'done');
+        const shown = await page.evaluate(() => {
+            const m = [...document.querySelectorAll('.msg.assistant')].pop();
+            const d = m.querySelector('details.reasoning');
+            return d && { text: d.querySelector('.reasoning-text').textContent, open: d.open,
+                          marked: d.querySelectorAll('.t:not([data-src="0"])').length };
+        });
+        const api = await postJSON(think.url, '/v1/chat/completions', {
+            model: think.model, messages: [{ role: 'user', content: PROMPT }], temperature: 0, max_tokens: MAXT,
+            thinking: { type: 'enabled' },
+        });
+        const m = api.json.choices[0].message;
+        assert.ok(m.reasoning_content.length > 0 && m.content.length > 0, JSON.stringify(m));
+        assert.ok(shown, 'no reasoning block');
+        assert.equal(shown.text, m.reasoning_content);
+        assert.equal(shown.open, false, 'the reasoning stays unfolded after the reply');
+        assert.equal(got.text, m.content);
+        const sd = api.json.usage.metrics.speculative_decoding;
+        // the drafts the whole reply holds: in the reasoning, in the content, or a "." (</think>)
+        assert.ok(shown.marked + got.marked <= sd.num_accepted_draft_tokens);
+        assert.equal(Number(got.accepted), sd.num_accepted_draft_tokens);
+        await page.click('details.reasoning summary');
+        assert.ok(await page.$eval('details.reasoning', (d) => d.open), 'the reasoning does not unfold');
+        assert.deepEqual(errors, []);
+        await page.close();
+    } finally {
+        assert.equal(await think.stop(), 0);
+    }
 });
