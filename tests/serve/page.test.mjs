@@ -285,3 +285,27 @@ test('a thinking model: the reasoning streams apart, folds, and equals the API\'
         assert.equal(await think.stop(), 0);
     }
 });
+
+test('behind an API key: the page asks for it, then chats', { skip, timeout: 120000 }, async () => {
+    const dir = tmpdir('webkey');
+    fs.writeFileSync(path.join(dir, 'keys'), 'sk-page-test\n');
+    const keyed = await startServer(['--draft', 'none', '--set', `server.api_key_file=${path.join(dir, 'keys')}`]);
+    try {
+        const page = await browser.newPage();
+        await page.setViewport(VIEW);
+        await page.goto(keyed.url + '/', { waitUntil: 'load' });
+        await page.waitForSelector('#key-row:not([hidden])', { timeout: 10000 });
+        assert.match(await page.$eval('#model', (e) => e.textContent), /API key/);
+        await setField(page, '#apikey', 'sk-page-test');
+        await page.waitForSelector('#status-dot.ok', { timeout: 10000 });
+        await page.click('#new');
+        await setField(page, '#max_tokens', 8);
+        await ask(page, PROMPT);
+        const got = await lastReply(page, 'done');
+        assert.equal(got.tokens, 8);
+        await page.evaluate(() => localStorage.clear()); // the key stays out of the other tests
+        await page.close();
+    } finally {
+        assert.equal(await keyed.stop(), 0);
+    }
+});
