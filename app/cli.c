@@ -46,6 +46,9 @@ void cli_usage(FILE *fp) {
         "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
         "  --n N                  independent completions decoded together (default "
         "1)\n" CLI_DRAFT_USAGE
+        "  --synthetic-acceptance P1,P2,...  LOSSY, for measurements: draft j is accepted with\n"
+        "                         probability Pj whatever the target says (the output is not\n"
+        "                         the model's; every stats line says so)\n"
         "  --print-ids            one line of generated ids per completion, nothing else\n"
         "  --stats                tokens/s, steps, mean accepted length, per-position\n"
         "                         acceptance and time per step (target, verify, drafter)\n"
@@ -187,6 +190,35 @@ int cli_engine_option(const char *a, const char *v, struct td_engine_params *ep,
         if (!strcmp(a, str[k].flag)) return *str[k].dst = v, 1;
     if (!strcmp(a, "--draft-tokens"))
         return cli_parse_int(a, v, 1, TD_MAX_DRAFT, draft_tokens) ? -1 : 1;
+    if (!strcmp(a, "--draft-policy")) {
+        if (!strcmp(v, "adaptive") || !strcmp(v, "fixed"))
+            return ep->draft_policy = strcmp(v, "fixed") ? TD_POLICY_ADAPTIVE : TD_POLICY_FIXED, 1;
+        fprintf(stderr, "tandem: --draft-policy '%s': expected adaptive or fixed\n", v);
+        return -1;
+    }
+    if (!strcmp(a, "--synthetic-acceptance")) { // p1,p2,...: one rate a draft position
+        const char *q = v;
+        ep->n_synthetic = 0;
+        while (*q) {
+            char *end;
+            double x = strtod(q, &end);
+            if (end == q || !(x >= 0 && x <= 1) || (*end && *end != ',') ||
+                ep->n_synthetic == TD_MAX_DRAFT) {
+                fprintf(stderr,
+                        "tandem: --synthetic-acceptance '%s': expected up to %d rates in [0, 1], "
+                        "comma-separated (draft positions 1, 2, ...)\n",
+                        v, TD_MAX_DRAFT);
+                return -1;
+            }
+            ep->synthetic_accept[ep->n_synthetic++] = (float)x;
+            q = *end ? end + 1 : end;
+        }
+        if (!ep->n_synthetic) {
+            fprintf(stderr, "tandem: --synthetic-acceptance needs at least one rate\n");
+            return -1;
+        }
+        return 1;
+    }
     if (!strcmp(a, "--dspark-threshold")) {
         double t;
         if (cli_parse_float(a, v, 0, 0.999999, &t)) return -1;
@@ -252,9 +284,17 @@ int cli_draft_options_ok(const char *cmd, const char *name, const struct td_engi
         fprintf(stderr, "tandem: %s: --draft '%s': expected %s\n", cmd, name, names);
         return 2;
     }
+    if (ep->n_synthetic && strcmp(cmd, "generate") && strcmp(cmd, "bench")) {
+        fprintf(stderr,
+                "tandem: %s: --synthetic-acceptance is for generate and bench (it is "
+                "lossy: the output is not the model's)\n",
+                cmd);
+        return 2;
+    }
     if (di->kind == DRAFT_KIND_AUTO) return 0;
-    if (di->kind == DRAFT_KIND_NONE && draft_tokens > 0) {
-        fprintf(stderr, "tandem: %s: --draft-tokens needs a drafter (--draft ...)\n", cmd);
+    if (di->kind == DRAFT_KIND_NONE && (draft_tokens > 0 || ep->n_synthetic)) {
+        fprintf(stderr, "tandem: %s: %s needs a drafter (--draft ...)\n", cmd,
+                draft_tokens > 0 ? "--draft-tokens" : "--synthetic-acceptance");
         return 2;
     }
     if (di->kind != DRAFT_KIND_DSPARK && (ep->dspark_threshold > 0.0f || ep->dspark_dir)) {
@@ -273,4 +313,26 @@ int cli_draft_finish(const char *cmd, struct td_engine_params *ep, long draft_to
                                                 : di->default_tokens;
     if (ep->max_batch_tokens < 1 + ep->max_draft) ep->max_batch_tokens = 1 + ep->max_draft;
     return 0;
+}
+
+void cli_print_policy(FILE *fp, const char *prefix, const struct td_engine_params *ep,
+                      const struct td_engine_stats *s) {
+    fprintf(fp,
+            "%s: draft policy %s; drafts verified a step (offered), by decoding sequences:", prefix,
+            ep->draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive");
+    for (int b = 0; b < TD_BATCH_BUCKETS; b++)
+        if (s->batch_steps[b])
+            fprintf(fp, " %s%d: %.2f (%.2f)", b ? "<=" : "", 1 << b,
+                    (double)s->batch_drafts[b] / s->batch_steps[b],
+                    (double)s->batch_wanted[b] / s->batch_steps[b]);
+    fprintf(fp, "\n");
+}
+
+void cli_print_synthetic(FILE *fp, const char *cmd, const struct td_engine_params *ep) {
+    if (!ep->n_synthetic) return;
+    fprintf(fp, "tandem: %s: --synthetic-acceptance", cmd);
+    for (int j = 0; j < ep->n_synthetic; j++)
+        fprintf(fp, "%c%g", j ? ',' : ' ', ep->synthetic_accept[j]);
+    fprintf(fp, ": drafts are accepted at these rates whatever the target says; the output is "
+                "LOSSY, not the model's\n");
 }

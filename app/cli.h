@@ -18,6 +18,7 @@ extern "C" {
 #endif
 
 struct td_engine_params;
+struct td_engine_stats;
 
 /* tandem generate [--model DIR] ("TEXT" | --prompt-ids "1 2 3" | --prompt-ids-file F) [options]
  * (cli_generate.c): completions of one prompt, as text (streamed for one) or ids; --stats */
@@ -66,10 +67,18 @@ void cli_usage(FILE *fp);
     "                         size, and at most that)\n"                                           \
     "  --dspark-dir DIR       the DSpark drafter (default: the model's dspark/)\n"                 \
     "  --dspark-threshold C   verify only the drafts before the first slot whose confidence is\n"  \
-    "                         below C, in [0, 1) (default 0: all; lossless either way)\n"
+    "                         below C, in [0, 1) (default 0: all; lossless either way)\n"          \
+    "  --draft-policy P       adaptive (default: each step verifies the drafts that pay, by\n"     \
+    "                         measured acceptance and step times) | fixed (every draft)\n"
 
 /* the drafter names as CLI_DRAFT_USAGE lists them: "auto | none | ngram | ..." (draft/drafter.c) */
 const char *cli_draft_usage_names(void);
+
+/* "PREFIX: draft policy P; drafts verified a step (offered), by decoding sequences: ..." */
+void cli_print_policy(FILE *fp, const char *prefix, const struct td_engine_params *ep,
+                      const struct td_engine_stats *s);
+/* with --synthetic-acceptance, one line saying the output is lossy (nothing otherwise) */
+void cli_print_synthetic(FILE *fp, const char *cmd, const struct td_engine_params *ep);
 
 /* argv[0] of the process (main sets it), where cli_default_model looks beside the binary */
 extern const char *cli_argv0;

@@ -51,6 +51,10 @@ int cmd_bench(int argc, char **argv) {
                 "  --max-tokens N       tokens per request (default 128)\n"
                 "  --batch B            requests decoding at once (default 16)\n"
                 "  drafter options (default --draft none):\n" CLI_DRAFT_USAGE
+                "  --synthetic-acceptance P1,P2,...  LOSSY: draft j is accepted with\n"
+                "                       probability Pj whatever the target says (speculation's\n"
+                "                       cost on shapes no drafter is trained for; every line\n"
+                "                       says so)\n"
                 "  --temperature T      default 0 (greedy);  --top-k K;  --top-p P\n"
                 "  --seed S             request i uses S + i\n"
                 "  --raw                prompts as plain text (default: the chat format)\n"
@@ -152,6 +156,7 @@ int cmd_bench(int argc, char **argv) {
     int *rid = NULL, rc = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
     double *ttft = NULL, *done_t = NULL;
     if (!rc) rc = cli_draft_options_ok("bench", td_engine_draft(e), &ep, draft_tokens); // auto's
+    if (!rc) cli_print_synthetic(stderr, "bench", &ep);
     if (rc) goto out;
     rid = td_xmalloc((size_t)np * sizeof *rid);
     ttft = td_xmalloc((size_t)np * sizeof *ttft);
@@ -198,25 +203,32 @@ int cmd_bench(int argc, char **argv) {
     if (csv) {
         printf(
             "model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
-            "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length\n");
-        printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f\n", ep.model_dir,
-               td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e), np, batch,
-               prompt_tokens, s->tokens_out, wall, s->tokens_out / wall, np / wall, ttft[np / 2],
-               ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10], mal);
+            "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length,"
+            "draft_policy,synthetic_acceptance\n");
+        char syn[16 * TD_MAX_DRAFT + 16] = "none";
+        for (int j = 0, o = 0; j < ep.n_synthetic; j++)
+            o += snprintf(syn + o, sizeof syn - (size_t)o, "%s%g%s", j ? ";" : "",
+                          ep.synthetic_accept[j], j == ep.n_synthetic - 1 ? " (lossy)" : "");
+        printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%s,%s\n",
+               ep.model_dir, td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e),
+               np, batch, prompt_tokens, s->tokens_out, wall, s->tokens_out / wall, np / wall,
+               ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10], mal,
+               ep.draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive", syn);
     } else {
-        printf("bench: %s on %s, draft %s k=%d, %d prompts (%ld tokens), batch %ld\n", ep.model_dir,
-               td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e), np,
-               prompt_tokens, batch);
-        printf("bench: %ld output tokens in %.3f s = %.1f tokens/s, %.2f requests/s, %ld steps\n",
+        const char *tag = ep.n_synthetic ? "bench [synthetic acceptance, lossy]" : "bench";
+        printf("%s: %s on %s, draft %s k=%d, %d prompts (%ld tokens), batch %ld\n", tag,
+               ep.model_dir, td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e),
+               np, prompt_tokens, batch);
+        printf("%s: %ld output tokens in %.3f s = %.1f tokens/s, %.2f requests/s, %ld steps\n", tag,
                s->tokens_out, wall, s->tokens_out / wall, np / wall, s->steps);
-        printf(
-            "bench: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
-            ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
+        printf("%s: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
+               tag, ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
         if (s->rounds && td_engine_draft_tokens(e)) {
-            printf("bench: mean accepted length %.3f, acceptance by draft position:", mal);
+            printf("%s: mean accepted length %.3f, acceptance by draft position:", tag, mal);
             for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
                 printf(" %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
             printf("\n");
+            cli_print_policy(stdout, tag, &ep, s);
         }
     }
 out:

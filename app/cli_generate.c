@@ -80,9 +80,11 @@ static double seconds_between(const struct timespec *a, const struct timespec *b
 
 /* --stats: what the engine counted over sec seconds of steps, of which the last dsec came after
  * every completion had its first token (first_out tokens out by then; -1: that never happened) */
-static void print_stats(FILE *fp, struct td_engine *e, double sec, double dsec, long first_out) {
+static void print_stats(FILE *fp, struct td_engine *e, const struct td_engine_params *ep,
+                        double sec, double dsec, long first_out) {
     const struct td_engine_stats *s = td_engine_stats(e);
-    fprintf(fp, "stats: backend %s, draft %s (up to %d tokens a round)", td_engine_backend(e),
+    const char *tag = ep->n_synthetic ? "stats [synthetic acceptance, lossy]" : "stats";
+    fprintf(fp, "%s: backend %s, draft %s (up to %d tokens a round)", tag, td_engine_backend(e),
             td_engine_draft(e), td_engine_draft_tokens(e));
     size_t wb = td_engine_weight_bytes(e);
     if (wb)
@@ -91,38 +93,40 @@ static void print_stats(FILE *fp, struct td_engine *e, double sec, double dsec, 
     fprintf(fp, ", %s key caches %.1f MiB (%.0f B a token of context)", td_engine_kv_dtype(e),
             td_engine_cache_bytes(e) / 1048576.0, td_engine_token_bytes(e));
     fprintf(fp, "\n");
-    fprintf(fp, "stats: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n",
+    fprintf(fp, "%s: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n", tag,
             s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
     // decode alone: the tokens after every completion's first, over the time after it
     if (first_out >= 0 && s->tokens_out > first_out && dsec > 0)
         fprintf(fp,
-                "stats: decode %ld tokens in %.4f s = %.1f tokens/s (after the first token of "
+                "%s: decode %ld tokens in %.4f s = %.1f tokens/s (after the first token of "
                 "every completion, %.3f s in)\n",
-                s->tokens_out - first_out, dsec, (s->tokens_out - first_out) / dsec, sec - dsec);
+                tag, s->tokens_out - first_out, dsec, (s->tokens_out - first_out) / dsec,
+                sec - dsec);
     if (s->rounds && td_engine_draft_tokens(e)) { // (speculation's numbers, with a drafter)
         fprintf(fp,
-                "stats: mean accepted length %.3f (tokens per round incl. bonus), "
+                "%s: mean accepted length %.3f (tokens per round incl. bonus), "
                 "acceptance %.3f (%ld of %ld drafts)\n",
-                (double)(s->accepted + s->rounds) / s->rounds,
+                tag, (double)(s->accepted + s->rounds) / s->rounds,
                 s->drafted ? (double)s->accepted / s->drafted : 0.0, s->accepted, s->drafted);
-        fprintf(fp, "stats: acceptance by draft position:");
+        fprintf(fp, "%s: acceptance by draft position:", tag);
         for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
             fprintf(fp, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
-        fprintf(fp, "\nstats: conditional acceptance (drafts before all accepted):");
+        fprintf(fp, "\n%s: conditional acceptance (drafts before all accepted):", tag);
         for (int j = 0; j < TD_MAX_DRAFT && s->reached_at[j]; j++)
             fprintf(fp, " %d:%.3f", j + 1, (double)s->accepted_at[j] / s->reached_at[j]);
         fprintf(fp, "\n");
     }
     if (s->steps)
         fprintf(fp,
-                "stats: per step (host wall time; on a GPU the drafter's device work runs "
+                "%s: per step (host wall time; on a GPU the drafter's device work runs "
                 "before the next step and counts in target): target %.3f ms, verify %.3f "
                 "ms, drafter %.3f ms\n",
-                1e3 * s->t_target / s->steps, 1e3 * s->t_verify / s->steps,
+                tag, 1e3 * s->t_target / s->steps, 1e3 * s->t_verify / s->steps,
                 1e3 * s->t_draft / s->steps);
     if (s->graphs)
-        fprintf(fp, "stats: %d step graphs captured in %.1f ms\n", s->graphs, 1e3 * s->t_capture);
-    if (s->nan_rows) fprintf(fp, "stats: %ld non-finite logits rows\n", s->nan_rows);
+        fprintf(fp, "%s: %d step graphs captured in %.1f ms\n", tag, s->graphs, 1e3 * s->t_capture);
+    if (s->rounds && td_engine_draft_tokens(e)) cli_print_policy(fp, tag, ep, s);
+    if (s->nan_rows) fprintf(fp, "%s: %ld non-finite logits rows\n", tag, s->nan_rows);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -208,6 +212,7 @@ int cmd_generate(int argc, char **argv) {
     int bad = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
     if (!bad)
         bad = cli_draft_options_ok("generate", td_engine_draft(e), &ep, draft_tokens); // auto's
+    if (!bad) cli_print_synthetic(stderr, "generate", &ep);
     if (bad) {
         td_engine_free(e);
         free(prompt);
@@ -269,7 +274,8 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     if (stats)
-        print_stats(stderr, e, seconds_between(&t0, &t1), seconds_between(&tf, &t1), first_out);
+        print_stats(stderr, e, &ep, seconds_between(&t0, &t1), seconds_between(&tf, &t1),
+                    first_out);
 done:
     free(ids);
     free(prompt);

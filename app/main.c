@@ -301,6 +301,7 @@ static int cmd_serve(int argc, char **argv) {
     ep.draft = c.method;
     ep.dspark_dir = c.dspark_dir[0] ? c.dspark_dir : NULL;
     ep.dspark_threshold = (float)c.confidence_min;
+    ep.draft_policy = c.policy == SRV_POLICY_FIXED ? TD_POLICY_FIXED : TD_POLICY_ADAPTIVE;
     ep.max_batch_tokens = c.max_batch_tokens;
     if (cli_draft_finish("serve", &ep, c.k)) return 2;
     c.k = ep.max_draft;

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "draft/drafter.h"
+#include "engine/policy.h"
 #include "draft/dspark.h"
 #include "draft/mtp.h"
 #include "kernels/err.h"
@@ -45,6 +46,7 @@ struct request {
     int slot;     /* state slot while running, else -1 */
     int32_t drafts[TD_MAX_DRAFT]; /* MTP, DSpark: drafts made after the last step, for the next */
     int n_drafts;
+    int pol_d; /* drafts the policy chose for it last step (the next round drafts one more) */
     const int32_t
         *drafts_dev; /* a deferred MTP or DSpark round: the drafts are there, in backend memory */
     char msg[256];
@@ -97,6 +99,12 @@ struct td_engine {
     int eos[TD_MAX_EOS + 8];
     int n_eos;
     struct td_engine_stats stats;
+    int mtp;              /* the drafter is MTP (its round's cost grows with its drafts) */
+    struct td_policy pol; /* the adaptive draft policy's cost model */
+    float *pol_m;         /* [max_seqs, TD_MAX_DRAFT] its acceptance estimates */
+    int *pol_k, *pol_d;   /* [max_seqs] drafts offered, chosen */
+    int draft_on;         /* the model drafter drafts for the next step (else only catches up) */
+    long step_offered;    /* drafts on offer this step */
 };
 
 static double now(void) {
@@ -211,6 +219,25 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (p->max_ctx > c->max_position_embeddings) e->p.max_ctx = (int)c->max_position_embeddings;
     if (di->kind == DRAFT_KIND_NONE) e->p.max_draft = 0;
     int use_mtp = di->kind == DRAFT_KIND_MTP, use_dspark = di->kind == DRAFT_KIND_DSPARK;
+    e->mtp = use_mtp;
+    if (p->draft_policy != TD_POLICY_ADAPTIVE && p->draft_policy != TD_POLICY_FIXED) {
+        td_errf(err, errlen, "engine: draft policy %d is neither adaptive nor fixed",
+                p->draft_policy);
+        goto fail;
+    }
+    if (p->n_synthetic < 0 || p->n_synthetic > TD_MAX_DRAFT) {
+        td_errf(err, errlen, "engine: %d synthetic acceptance rates (0 .. %d)", p->n_synthetic,
+                TD_MAX_DRAFT);
+        goto fail;
+    }
+    for (int j = 0; j < p->n_synthetic; j++)
+        if (!(p->synthetic_accept[j] >= 0.0f && p->synthetic_accept[j] <= 1.0f)) {
+            td_errf(err, errlen,
+                    "engine: synthetic acceptance %g at draft position %d is not in "
+                    "[0, 1]",
+                    p->synthetic_accept[j], j + 1);
+            goto fail;
+        }
     if (!(p->dspark_threshold >= 0.0f && p->dspark_threshold < 1.0f)) {
         td_errf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)", p->dspark_threshold);
         goto fail;
@@ -285,8 +312,14 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     e->q = malloc(((size_t)e->p.max_seqs * (e->p.max_draft + 1)) * V * sizeof(float));
     e->p_scratch = malloc(V * sizeof(float));
     e->r_scratch = malloc(V * sizeof(float));
+    policy_init(&e->pol);
+    e->pol.cost = p->step_cost, e->pol.cost_ctx = p->cost_ctx;
+    e->draft_on = 1;
+    e->pol_m = malloc((size_t)e->p.max_seqs * TD_MAX_DRAFT * sizeof(float));
+    e->pol_k = malloc((size_t)e->p.max_seqs * sizeof(int));
+    e->pol_d = malloc((size_t)e->p.max_seqs * sizeof(int));
     if (!e->groups || !e->live || !e->seqs || !e->patches || !e->logits || !e->q || !e->p_scratch ||
-        !e->r_scratch || !e->ids || !e->ids_dev) {
+        !e->r_scratch || !e->ids || !e->ids_dev || !e->pol_m || !e->pol_k || !e->pol_d) {
         td_errf(err, errlen, "engine: out of memory for step buffers (%zu MiB of logits)",
                 ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
         goto fail;
@@ -323,6 +356,10 @@ void td_engine_free(struct td_engine *e) {
     free(e->q);
     free(e->p_scratch);
     free(e->r_scratch);
+    policy_free(&e->pol);
+    free(e->pol_m);
+    free(e->pol_k);
+    free(e->pol_d);
     draft_free(e->drafter);
     if (e->md.impl) e->md.free(e->md.impl);
     free(e->dseqs);
@@ -437,6 +474,7 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
     r->sampling = *s;
     r->ignore_eos = rp->ignore_eos;
     r->no_draft = rp->no_draft;
+    r->pol_d = TD_MAX_DRAFT;
     r->slot = -1;
     r->status = TD_REQ_QUEUED;
     e->active[e->n_active++] = r;
@@ -607,6 +645,30 @@ static int draft_budget(const struct td_engine *e, const struct request *r, int 
     return k < 0 ? 0 : k;
 }
 
+/* the chance that r's drafts 1 .. j + 1 are all accepted, m[j] for j < k: its own rounds, with
+ * eight rounds' weight of every request's (whose prior, before any round, is 1: a position
+ * never verified is tried) */
+static void accept_estimates(const struct td_engine *e, const struct request *r, int k, float *m) {
+    const double w = 8.0;
+    for (int j = 0; j < k; j++) {
+        double all = (e->stats.accepted_at[j] + 1.0) / (e->stats.proposed_at[j] + 1.0);
+        m[j] = (float)((r->st.accepted_at[j] + w * all) / (r->st.proposed_at[j] + w));
+    }
+}
+
+/* the adaptive policy: how many of the drafts on offer (groups[i].want) each of the n_dec
+ * verify groups verifies, beside other_rows rows of prompts */
+static void choose_drafts(struct td_engine *e, int n_dec, int other_rows) {
+    for (int i = 0; i < n_dec; i++) {
+        struct group *g = &e->groups[i];
+        e->pol_k[i] = g->want;
+        accept_estimates(e, g->r, g->want, e->pol_m + (size_t)i * TD_MAX_DRAFT);
+    }
+    policy_choose(&e->pol, n_dec, e->pol_k, e->pol_m, TD_MAX_DRAFT, other_rows, e->pol_d);
+    for (int i = 0; i < n_dec; i++)
+        e->groups[i].want = e->groups[i].r->pol_d = e->pol_d[i];
+}
+
 static float *q_rows(const struct td_engine *e, int slot) {
     return e->q + (size_t)slot * e->p.max_draft * e->model.cfg.vocab;
 }
@@ -652,6 +714,12 @@ static int schedule(struct td_engine *e) {
     }
     int share = (budget + 1) / 2; // the prompts' half, rounded up: one row left goes to them
     int draft_rows = budget - (int)(prompt_rows < share ? prompt_rows : share);
+    long offered = 0;
+    for (int i = 0; i < n_dec; i++)
+        offered += e->groups[i].want;
+    if (e->p.draft_policy == TD_POLICY_ADAPTIVE && offered)
+        choose_drafts(e, n_dec,
+                      (int)(prompt_rows < budget - draft_rows ? prompt_rows : budget - draft_rows));
     for (int j = 1, more = 1; more && draft_rows > 0; j++) {
         more = 0;
         for (int i = 0; i < n_dec && draft_rows > 0; i++)
@@ -678,6 +746,16 @@ static int schedule(struct td_engine *e) {
                                           .n_new = 1 + g->n_drafts,
                                           .ids = g->rows};
         budget -= g->n_drafts;
+    }
+    e->step_offered = offered;
+    if (n_dec && !offered && e->md.impl && !e->draft_on) e->stats.plain_steps++;
+    if (n_dec) {
+        int b = policy_bucket(n_dec);
+        if (b >= TD_BATCH_BUCKETS) b = TD_BATCH_BUCKETS - 1;
+        e->stats.batch_steps[b]++;
+        e->stats.batch_wanted[b] += offered;
+        for (int i = 0; i < n_dec; i++)
+            e->stats.batch_drafts[b] += e->groups[i].n_drafts;
     }
     // 3. prefill chunks in the rows left, oldest first
     for (int a = 0; a < e->n_active && n < e->p.max_seqs && budget > 0; a++) {
@@ -734,6 +812,32 @@ static void finish_prefill(struct td_engine *e, struct group *g, const float *ro
     if (fed >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
 }
 
+/* --synthetic-acceptance (lossy): draft j is accepted with probability synthetic_accept[j - 1]
+ * after drafts 1 .. j - 1, whatever the target said; the token after them is the target's own
+ * at that row (its argmax, or a sample of its row) */
+static void synthetic_verdict(struct td_engine *e, const struct request *r,
+                              struct verify_result *vr, const float *rows, const int32_t *ids,
+                              int L, long pos0) {
+    int V = e->model.cfg.vocab, a = 0;
+    while (a < L && a < e->p.n_synthetic &&
+           td_rand_uniform(r->sampling.seed, (uint64_t)(pos0 + 1 + a), TD_RAND_ACCEPT) <
+               e->p.synthetic_accept[a])
+        a++;
+    int32_t tok;
+    if (ids)
+        tok = ids[a];
+    else if (td_probs(e->p_scratch, rows + (size_t)a * V, V, &r->sampling))
+        tok = -1;
+    else
+        tok =
+            td_sample(e->p_scratch, V,
+                      td_rand_uniform(r->sampling.seed, (uint64_t)(pos0 + 1 + a), TD_RAND_SAMPLE));
+    vr->n_accepted = a;
+    vr->n_drafts_used = L;
+    vr->token = tok;
+    if (tok < 0) vr->status = VERIFY_NAN_TARGET, vr->nan_position = pos0 + a;
+}
+
 static void finish_round(struct td_engine *e, struct group *g, const float *rows,
                          const int32_t *ids, long pos0) {
     struct request *r = g->r;
@@ -747,6 +851,8 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     else
         verify_chain(&vr, rows, V, g->rows + 1, g->q_onehot ? NULL : qrows, L, &r->sampling, pos0,
                      e->p_scratch, e->r_scratch, 1.0);
+    if (e->p.n_synthetic && vr.status != VERIFY_NAN_TARGET)
+        synthetic_verdict(e, r, &vr, rows, ids, L, pos0);
     e->stats.rounds++;
     e->stats.drafted += vr.n_drafts_used;
     for (int j = 0; j < vr.n_drafts_used; j++)
@@ -792,6 +898,27 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     if (keep >= e->p.max_ctx) finish(e, r, TD_REQ_FINISHED, TD_FINISH_CONTEXT);
 }
 
+/* the adaptive policy, for a model drafter about to run over the n live sequences: whether the
+ * next step is better with its drafts (at its chosen lengths) or plain; plain: the drafter
+ * only catches up (k 0 for all) */
+static void decide_drafting(struct td_engine *e, int n) {
+    int m = 0, prompt_rows = 0;
+    for (int j = 0; j < n; j++) {
+        const struct request *r = e->live[j];
+        if (r->status == TD_REQ_PREFILL) prompt_rows += r->n_prompt - e->state.len[r->slot];
+        if (!e->dseqs[j].k) continue;
+        e->pol_k[m] = e->dseqs[j].k;
+        accept_estimates(e, r, e->dseqs[j].k, e->pol_m + (size_t)m * TD_MAX_DRAFT);
+        m++;
+    }
+    if (!m) return;
+    int room = e->p.max_batch_tokens - m;
+    e->draft_on = policy_drafting(&e->pol, m, e->pol_k, e->pol_m, TD_MAX_DRAFT,
+                                  prompt_rows < room ? prompt_rows : room);
+    for (int j = 0; !e->draft_on && j < n; j++)
+        e->dseqs[j].k = 0;
+}
+
 /* MTP or DSpark, after the target step: every live sequence's rows this step committed (never a
  * rejected draft's) reach the drafter (MTP catches them up, DSpark inserts them as context),
  * then each decoding sequence gets its next round's drafts in r->drafts and their q */
@@ -803,6 +930,8 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
         if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue; // finished
         int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot], row = e->plan.qo_indptr[i];
         int k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
+        // MTP's chain costs a pass a draft: under the policy it drafts one more than it chose
+        if (e->mtp && e->p.draft_policy == TD_POLICY_ADAPTIVE && k > r->pol_d + 1) k = r->pol_d + 1;
         // row q's next token is r->toks[q + 1] (the token at position q + 1); the last row's
         // is the anchor, the token just sampled (position fed)
         e->dseqs[n] = (struct td_draft_seq){.slot = r->slot,
@@ -818,6 +947,7 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
         e->live[n++] = r;
     }
     e->n_live = n;
+    if (e->p.draft_policy == TD_POLICY_ADAPTIVE) decide_drafting(e, n);
     if (e->md.run(e->md.impl, e->dseqs, n, err, errlen)) return -1;
     for (int j = 0; j < n; j++) {
         e->live[j]->n_drafts = e->dseqs[j].n_drafts;
@@ -902,7 +1032,10 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         double t2 = now();
         e->stats.t_verify += t2 - t1;
         if (e->md.impl && model_drafter_step(e, n, err, errlen)) return -1;
-        e->stats.t_draft += now() - t2;
+        double t3 = now();
+        e->stats.t_draft += t3 - t2;
+        // the whole step, by its rows, with drafts on offer or not
+        policy_observe(&e->pol, e->step_offered > 0, e->plan.n_tok, t3 - t0);
     }
     // forget finished requests: each step scans only the live ones
     int live = 0;

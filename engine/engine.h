@@ -39,8 +39,11 @@
 extern "C" {
 #endif
 
-#define TD_MAX_DRAFT    16
-#define TD_MAX_STOP_IDS 16
+#define TD_MAX_DRAFT       16
+#define TD_POLICY_ADAPTIVE 0
+#define TD_POLICY_FIXED    1
+#define TD_BATCH_BUCKETS   13 /* decoding sequences 1, 2, 4, ... 4096 */
+#define TD_MAX_STOP_IDS    16
 
 struct td_engine_params {
     const char *model_dir;
@@ -73,6 +76,19 @@ struct td_engine_params {
     size_t max_cache_bytes; /* cache pools above this are refused at init; 0 (default): on the
                                CPU 3/4 of physical memory less 1 GiB, on a GPU the free device
                                memory after the weights less 10% and 2 GiB of headroom */
+    int draft_policy; /* TD_POLICY_ADAPTIVE (0, the default): each step verifies, per sequence,
+                         the drafts that maximise committed tokens a second by the measured
+                         acceptance and step times (engine/policy.h); TD_POLICY_FIXED: every
+                         draft the row budget holds, as many as max_draft */
+    /* lossy benchmarks only: accept draft j with probability synthetic_accept[j - 1] (j <=
+       n_synthetic; later positions never) whatever the target says, so that speculation's cost
+       is measured on shapes no drafter was trained for. The output is not the model's */
+    float synthetic_accept[TD_MAX_DRAFT];
+    int n_synthetic;
+    /* test seam: the cost in seconds of a step of rows rows with drafts on offer (drafting) or
+       without, instead of the measured one */
+    double (*step_cost)(void *ctx, int drafting, int rows);
+    void *cost_ctx;
     /* test seam: sees (and may alter) every logits row before verification */
     void (*logits_hook)(void *ctx, int request, long position, float *row, int vocab);
     void *hook_ctx;
@@ -121,6 +137,11 @@ struct td_engine_stats {
                                              conditional acceptance P(j accepted | all before were) */
     long accepted_hist[TD_MAX_DRAFT + 1]; /* rounds that verified a draft, by drafts accepted */
     long nan_rows;                        /* non-finite target rows met (each fails its request) */
+    /* the draft policy's decisions, by the step's decoding sequences (bucket b: up to 2^b) */
+    long batch_steps[TD_BATCH_BUCKETS];  /* steps that decoded */
+    long batch_wanted[TD_BATCH_BUCKETS]; /* drafts the drafter offered them */
+    long batch_drafts[TD_BATCH_BUCKETS]; /* drafts they verified */
+    long plain_steps;                    /* decoding steps the policy ran without a drafter */
     /* host wall time of a step's phases. On a device the model drafter's work is queued at
      * the end of a step and runs before the next step's forward, so its device time counts in
      * t_target and t_draft holds only its set-up and launches (TD_TIMELINE=1 splits device

@@ -74,6 +74,7 @@ static const char *const per_request_names[] = {"none", "summary", "detailed", N
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const format_names[] = {"text", "jsonl", NULL};
 static const char *const web_ui_names[] = {"auto", "on", "off", NULL};
+static const char *const policy_names[] = {"adaptive", "fixed", NULL};
 
 #define SIZE_OF(f)           sizeof(((struct srv_config *)0)->f)
 #define FIELD(f)             .off = offsetof(struct srv_config, f), .size = SIZE_OF(f)
@@ -138,6 +139,9 @@ static const struct key keys[] = {
     {K("speculation", "confidence_min", KEY_DOUBLE, confidence_min), RANGE(0, 1),
      .flags = KEY_MAX_OPEN, .def = "0.0",
      .doc = "DSpark: verify only the drafts before the first below this confidence; 0 = all"},
+    {K("speculation", "policy", KEY_ENUM, policy), .names = policy_names, .def = "adaptive",
+     .doc = "adaptive: each step verifies the drafts that pay (measured acceptance and step "
+            "times); fixed: every draft"},
     // [scheduler]
     {K("scheduler", "max_running", KEY_INT, max_running), RANGE(1, 4096), .def = "16",
      .doc = "sequences decoding at once"},
@@ -928,6 +932,7 @@ static const char *const flag_keys[][2] = {
     {"--draft-tokens", "speculation.k"},
     {"--dspark-dir", "speculation.dspark_dir"},
     {"--dspark-threshold", "speculation.confidence_min"},
+    {"--draft-policy", "speculation.policy"},
     {"--max-batch-tokens", "scheduler.max_batch_tokens"},
     {"--max-ctx", "model.max_context"},
     {"--kv-dtype", "model.kv_dtype"},

@@ -31,6 +31,7 @@ extern "C" {
 #define SRV_LINE_MAX 4096 /* bytes in one line of an INI file, without its line ending */
 
 enum srv_per_request { SRV_PER_REQUEST_NONE, SRV_PER_REQUEST_SUMMARY, SRV_PER_REQUEST_DETAILED };
+enum srv_policy { SRV_POLICY_ADAPTIVE, SRV_POLICY_FIXED }; /* = TD_POLICY_* */
 enum srv_web_ui { SRV_WEB_UI_AUTO, SRV_WEB_UI_ON, SRV_WEB_UI_OFF };
 enum srv_log_format { SRV_LOG_TEXT, SRV_LOG_JSONL };
 enum srv_log_level { SRV_LOG_ERROR, SRV_LOG_WARN, SRV_LOG_INFO, SRV_LOG_DEBUG };
@@ -65,6 +66,7 @@ struct srv_config {
     int k;                    /* 0 = the drafter's default, 0..16 */
     char dspark_dir[SRV_STR]; /* "" = model.path/dspark */
     double confidence_min;    /* 0, in [0, 1) */
+    int policy;               /* enum srv_policy: adaptive (default) | fixed */
     /* [scheduler] */
     int max_running;      /* 16, 1..4096 (sequences decoding at once) */
     int max_batch_tokens; /* 256, 1..1048576 */

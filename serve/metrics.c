@@ -326,6 +326,28 @@ static void build_table(struct srv_metrics *m, const struct met_info *in) {
     fam_add(m, "tandem_spec_accepted_per_step", FAM_HISTOGRAM, 0,
             "Draft tokens accepted per verify round.");
     ser_add(m, VAL_HIST, &v->accepted_per_step, -1, 0, "drafter", dr, NULL);
+    // the draft policy's decisions, by the decoding sequences of the step (up to 2^b)
+    static const char *const BATCH_NAME[TD_BATCH_BUCKETS] = {
+        "1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024", "2048", "4096"};
+    fam_add(m, "tandem_spec_policy_steps_total", FAM_COUNTER, FAM_OMIT_EMPTY,
+            "Decoding steps, by decoding sequences (batch: at most that many).");
+    for (int b = 0; b < TD_BATCH_BUCKETS; b++)
+        ser_add(m, VAL_LONG, &v->eng.batch_steps[b], -1, SER_SKIP_ZERO, "batch", BATCH_NAME[b],
+                NULL);
+    fam_add(m, "tandem_spec_policy_offered_total", FAM_COUNTER, FAM_OMIT_EMPTY,
+            "Draft tokens the drafter offered those steps.");
+    for (int b = 0; b < TD_BATCH_BUCKETS; b++)
+        ser_add(m, VAL_LONG, &v->eng.batch_wanted[b], -1, SER_SKIP_ZERO, "batch", BATCH_NAME[b],
+                NULL);
+    fam_add(m, "tandem_spec_policy_verified_total", FAM_COUNTER, FAM_OMIT_EMPTY,
+            "Draft tokens the draft policy verified in those steps (drafts per step: this over "
+            "tandem_spec_policy_steps_total).");
+    for (int b = 0; b < TD_BATCH_BUCKETS; b++)
+        ser_add(m, VAL_LONG, &v->eng.batch_drafts[b], -1, SER_SKIP_ZERO, "batch", BATCH_NAME[b],
+                NULL);
+    fam_add(m, "tandem_spec_policy_plain_steps_total", FAM_COUNTER, pos_fam,
+            "Decoding steps the adaptive policy ran with the model drafter off.");
+    ser_add(m, VAL_LONG, &v->eng.plain_steps, -1, pos_ser, "drafter", dr, NULL);
     fam_add(m, "tandem_spec_k", FAM_GAUGE, 0, "Current draft length.");
     ser_add(m, VAL_INT, &v->spec_k, -1, 0, "drafter", dr, NULL);
     fam_add(m, "tandem_nonfinite_rows_total", FAM_COUNTER, 0,

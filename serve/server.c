@@ -1423,6 +1423,7 @@ static int open_engine(struct srv *s) {
     ep.max_draft = c->k;
     ep.dspark_dir = c->dspark_dir[0] ? c->dspark_dir : NULL;
     ep.dspark_threshold = (float)c->confidence_min;
+    ep.draft_policy = c->policy == SRV_POLICY_FIXED ? TD_POLICY_FIXED : TD_POLICY_ADAPTIVE;
     ep.no_graphs = !c->graphs;
     ep.deterministic = c->deterministic;
     ep.dummy_weights = c->dummy_weights;

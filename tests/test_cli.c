@@ -341,7 +341,7 @@ int main(void) {
           smsg);
     snprintf(args, sizeof args,
              "generate --model models/tandem-tiny --backend cpu --prompt-ids \"5 6 7\" "
-             "--max-tokens 8 --print-ids --ignore-eos --stats --draft dspark");
+             "--max-tokens 8 --print-ids --ignore-eos --stats --draft dspark --draft-policy fixed");
     CHECK(tandem(args, smsg, sizeof smsg) == 0, "generate --draft dspark failed: %s", smsg);
     CHECK(strstr(smsg, "draft dspark") && strstr(smsg, "mean accepted length") &&
               !strstr(smsg, "(0 of 0 drafts)"),
@@ -360,7 +360,7 @@ int main(void) {
     for (int v = 0; v < 2 && !check_case_failed; v++) {
         snprintf(args, sizeof args,
                  "%s generate --model %s --backend cpu --prompt-ids \"5 6 7 5 6 7 5\" "
-                 "--max-tokens 24 --n 2 --print-ids --ignore-eos --draft dspark --stats > "
+                 "--max-tokens 24 --n 2 --print-ids --ignore-eos --draft dspark --draft-policy fixed --stats > "
                  "%s/emb%d.out 2> %s/emb%d.err",
                  bin, v ? emb : "models/tandem-tiny", root, v, root, v);
         CHECK(system(args) == 0, "generate --draft dspark (%s) failed", v ? emb : "the folder");
@@ -438,6 +438,16 @@ int main(void) {
     snprintf(a, sizeof a,
              "generate --model %s --prompt-ids \"1 2\" --draft dspark --dspark-threshold 1.5", fx);
     bad("generate_bad_threshold", a, "--dspark-threshold");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft-policy greedy", fx);
+    bad("generate_bad_draft_policy", a, "expected adaptive or fixed");
+    snprintf(a, sizeof a,
+             "generate --model %s --prompt-ids \"1 2\" --draft ngram --synthetic-acceptance 0.8,1.2",
+             fx);
+    bad("generate_bad_synthetic_acceptance", a, "rates in [0, 1]");
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --synthetic-acceptance 0.8", fx);
+    bad("generate_synthetic_without_drafter", a, "--synthetic-acceptance needs a drafter");
+    snprintf(a, sizeof a, "chat --model %s --draft ngram --synthetic-acceptance 0.8", fx);
+    bad("chat_refuses_synthetic_acceptance", a, "is for generate and bench");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --temperature -1", fx);
     bad("generate_bad_temperature", a, "--temperature");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --top-p 0", fx);

@@ -65,6 +65,13 @@ static void make_prompts(int vocab) {
     }
 }
 
+/* run's draft policy (the tests of speculation's mechanics verify every draft: fixed) and,
+ * for the adaptive one, its cost seam and synthetic acceptance */
+static int policy_g = TD_POLICY_FIXED;
+static double (*cost_g)(void *, int, int);
+static float synth_g[TD_MAX_DRAFT];
+static int n_synth_g;
+
 static int run(const char *model, const char *draft, int k, int n_req, int budget, int max_seqs,
                const struct td_sampling *s, int first_req, struct hook *h, int max_tokens,
                int max_ctx, struct run *out) {
@@ -75,6 +82,10 @@ static int run(const char *model, const char *draft, int k, int n_req, int budge
     ep.max_draft = k;
     if (!strcmp(draft, "dspark")) ep.dspark_dir = dspark_dir_g;
     ep.dspark_threshold = dspark_threshold_g;
+    ep.draft_policy = policy_g;
+    ep.step_cost = cost_g;
+    ep.n_synthetic = n_synth_g;
+    memcpy(ep.synthetic_accept, synth_g, sizeof synth_g);
     ep.max_batch_tokens = budget;
     ep.max_seqs = max_seqs;
     ep.max_ctx = max_ctx;
@@ -360,6 +371,7 @@ static void token_sources(void) {
     struct td_engine_params ep = td_engine_defaults();
     ep.model_dir = "models/tandem-tiny";
     ep.draft = "dspark";
+    ep.draft_policy = TD_POLICY_FIXED; // every draft verified: the marks have power
     ep.backend = "cpu";
     ep.max_seqs = 3;
     ep.max_ctx = 512;
@@ -432,6 +444,79 @@ static void token_sources(void) {
     case_end("engine/token_sources", "");
 }
 
+/* the adaptive policy on tandem-tiny with DSpark, greedy, 4 requests, fed costs by the test seam:
+ * whatever it chooses the tokens are plain decoding's; with flat costs it verifies every draft
+ * offered, with each row costing a step none (every step plain: the drafter off), and with a
+ * drafting step costing 1.5 plain ones (whatever its rows) it drafts and verifies every draft.
+ * Synthetic acceptance (1, 1, 0): every round that offers 3 drafts accepts exactly 2. */
+static double cost_flat(void *ctx, int drafting, int rows) {
+    (void)ctx, (void)drafting, (void)rows;
+    return 1.0;
+}
+static double cost_rows(void *ctx, int drafting, int rows) {
+    (void)ctx, (void)drafting;
+    return (double)rows;
+}
+static double cost_draft15(void *ctx, int drafting, int rows) {
+    (void)ctx, (void)rows;
+    return drafting ? 1.5 : 1.0;
+}
+
+static void adaptive_policy(void) {
+    const char *tiny = "models/tandem-tiny";
+    struct td_sampling greedy = {.temperature = 0.0f, .top_p = 1.0f};
+    static struct run base, spec;
+    int n = 4, max_tokens = quick_mode() ? 16 : 32;
+    run(tiny, "none", 0, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &base);
+    struct {
+        const char *name;
+        double (*cost)(void *, int, int);
+    } regimes[3] = {{.name = "flat", .cost = cost_flat},
+                    {.name = "per_row", .cost = cost_rows},
+                    {.name = "drafting_1.5x", .cost = cost_draft15}};
+    policy_g = TD_POLICY_ADAPTIVE;
+    for (int i = 0; i < 3; i++) {
+        case_begin();
+        cost_g = regimes[i].cost;
+        run(tiny, "dspark", 0, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &spec);
+        int which = -1;
+        CHECK(same_tokens(&spec, &base, &which), "request %d differs from plain decoding", which);
+        const struct td_engine_stats *s = &spec.stats;
+        long steps = 0, wanted = 0, drafts = 0;
+        for (int b = 0; b < TD_BATCH_BUCKETS; b++)
+            steps += s->batch_steps[b], wanted += s->batch_wanted[b], drafts += s->batch_drafts[b];
+        if (i == 0)
+            CHECK(drafts == wanted && drafts > 0, "flat: %ld of %ld drafts", drafts, wanted);
+        if (i == 1) // the first step drafts (nothing measured), then it is plain
+            CHECK(wanted == 0 && s->plain_steps >= steps - 2,
+                  "per row: %ld drafts offered, %ld plain steps of %ld", wanted, s->plain_steps,
+                  steps);
+        if (i == 2) // 4 sequences commit well over 1.5 x 4 tokens a drafting step: it drafts
+            CHECK(drafts == wanted && drafts > 0 && s->plain_steps == 0,
+                  "drafting 1.5x: %ld of %ld drafts, %ld plain steps", drafts, wanted,
+                  s->plain_steps);
+        char name[96], extra[128];
+        snprintf(extra, sizeof extra, "(%ld of %ld drafts verified, %ld plain steps of %ld)",
+                 drafts, wanted, s->plain_steps, steps);
+        snprintf(name, sizeof name, "engine/adaptive_policy_%s", regimes[i].name);
+        case_end(name, extra);
+    }
+    // synthetic acceptance: drafts 1 and 2 always, 3 never
+    case_begin();
+    cost_g = cost_flat;
+    synth_g[0] = synth_g[1] = 1.0f, synth_g[2] = 0.0f, n_synth_g = 3;
+    run(tiny, "dspark", 3, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &spec);
+    const struct td_engine_stats *s = &spec.stats;
+    CHECK(s->proposed_at[2] > 0 && s->accepted_at[0] == s->proposed_at[0] &&
+              s->accepted_at[1] == s->proposed_at[1] && s->accepted_at[2] == 0,
+          "position 1: %ld of %ld, 2: %ld of %ld, 3: %ld of %ld", s->accepted_at[0],
+          s->proposed_at[0], s->accepted_at[1], s->proposed_at[1], s->accepted_at[2],
+          s->proposed_at[2]);
+    n_synth_g = 0;
+    case_end("engine/synthetic_acceptance", "");
+    policy_g = TD_POLICY_FIXED, cost_g = NULL;
+}
+
 int main(void) {
     const char *fxs[3] = {"b_plain_hc2", "a_tiny_yarn", "c_upstream_sharded"};
     make_prompts(300);
@@ -440,6 +525,7 @@ int main(void) {
     model_drafter_tests("mtp", 0.3);
     model_drafter_tests("dspark", DSPARK_MIN_ACCEPT);
     token_sources();
+    adaptive_policy();
     if (!quick_mode()) {
         drafter_distribution("mtp");
         drafter_distribution("dspark");

@@ -30,6 +30,7 @@
 #include "draft/dspark.h"
 #include "draft/mtp.h"
 #include "engine/engine.h"
+#include "engine/policy.h"
 #include "metadata/plan.h"
 #include "model/backend.h"
 #include "model/config.h"
@@ -278,6 +279,24 @@ static int ex_engine(void) {
     // end sketch
     if (id < 0 || status != TD_REQ_FINISHED || n < 1 || n > 64 || (n < 64 && why != TD_FINISH_EOS))
         return fail("request %d: status %d after %d tokens, finish %d", id, status, n, why);
+    return 0;
+}
+
+static int ex_policy(void) {
+    int kmax[2] = {3, 2}, stride = 4, other_rows = 0, rows = 6;
+    float m[8] = {0.9f, 0.8f, 0.7f, 0, 0.6f, 0.3f, 0, 0};
+    double seconds = 0.01;
+    // sketch: engine/policy.h
+    struct td_policy p;
+    policy_init(&p);
+    policy_observe(&p, 1, rows, seconds); // after each step: drafted?, its rows, its wall time
+    int d[2];                             // n = 2 sequences, m[s * stride + j], kmax[s]
+    if (policy_drafting(&p, 2, kmax, m, stride, other_rows)) // a model drafter: draft?
+        policy_choose(&p, 2, kmax, m, stride, other_rows, d); // how many each verifies
+    policy_free(&p);
+    // end sketch
+    // one step seen, its warm-up: nothing measured, so every draft
+    if (d[0] != 3 || d[1] != 2) return fail("chose %d and %d drafts, want 3 and 2", d[0], d[1]);
     return 0;
 }
 
@@ -574,6 +593,7 @@ static const struct example {
     {"model/forward.h", ex_forward, NULL},
     {"metadata/plan.h", ex_plan, NULL},
     {"engine/engine.h", ex_engine, NULL},
+    {"engine/policy.h", ex_policy, NULL},
     {"draft/drafter.h", ex_drafter, NULL},
     {"draft/dspark.h", ex_dspark, NULL},
     {"draft/mtp.h", ex_mtp, NULL},

@@ -611,6 +611,7 @@ static int all_changed(struct srv_config *c) {
         "speculation.k=16",
         "speculation.dspark_dir=/d",
         "speculation.confidence_min=0.3333333333333333",
+        "speculation.policy=fixed",
         "scheduler.max_running=4096",
         "scheduler.max_batch_tokens=1048576",
         "scheduler.max_cache_mib=67108864",

@@ -13,7 +13,7 @@ let none, mtp, prompt;
 const MAXT = 16;
 
 before(async () => {
-    [none, mtp] = await Promise.all([startServer(['--draft', 'none']), startServer(['--draft', 'mtp', '--draft-tokens', '3'])]);
+    [none, mtp] = await Promise.all([startServer(['--draft', 'none']), startServer(['--draft', 'mtp', '--draft-policy', 'fixed', '--draft-tokens', '3'])]);
     prompt = await tokenize('She opened the door and');
 }, { timeout: 90000 });
 

@@ -14,7 +14,7 @@ import { serverForFile, startServer, client, raw, scrape, settled, parseProm, mv
 const K = 3;
 let srv, prompt;
 
-serverForFile(['--draft', 'mtp', '--draft-tokens', String(K)], 'The farmer went to the market with', (s, p) => ([srv, prompt] = [s, p]));
+serverForFile(['--draft', 'mtp', '--draft-policy', 'fixed', '--draft-tokens', String(K)], 'The farmer went to the market with', (s, p) => ([srv, prompt] = [s, p]));
 
 const T = { timeout: 60000 };
 
@@ -166,7 +166,7 @@ test('speculation counters are consistent (mtp, k = 3)', T, async () => {
 });
 
 test('[metrics] vllm_compat = on adds vllm:spec_decode_*_total equal to ours', { timeout: 90000 }, async () => {
-    const s = await startServer(['--draft', 'mtp', '--draft-tokens', String(K), '--set', 'metrics.vllm_compat=on']);
+    const s = await startServer(['--draft', 'mtp', '--draft-policy', 'fixed', '--draft-tokens', String(K), '--set', 'metrics.vllm_compat=on']);
     try {
         await client(s).completions.create({ model: s.model, prompt, max_tokens: 32, temperature: 0, ignore_eos: true });
         const m = await settled(s);

@@ -28,7 +28,7 @@ before(async () => {
     if (!HAVE) return;
     puppeteer = (await import('puppeteer-core')).default;
     [srv, plain] = await Promise.all([
-        startServer(['--draft', 'dspark', '--set', 'metrics.per_request=summary']),
+        startServer(['--draft', 'dspark', '--draft-policy', 'fixed', '--set', 'metrics.per_request=summary']),
         startServer(['--draft', 'none']),
     ]);
     browser = await puppeteer.launch({
@@ -247,7 +247,7 @@ test('server.web_ui_dir: its index.html is the page; a folder without one refuse
 
 test('a thinking model: the reasoning streams apart, folds, and equals the API\'s', { skip: skip || (!IS_TINY && 'needs models/tandem-tiny'), timeout: 120000 }, async () => {
     // tandem-tiny's V4-vocabulary twin in which "." is </think>: its first sentence is reasoning
-    const think = await startServer(['--model', v4Model('.'), '--draft', 'dspark', '--set', 'metrics.per_request=summary']);
+    const think = await startServer(['--model', v4Model('.'), '--draft', 'dspark', '--draft-policy', 'fixed', '--set', 'metrics.per_request=summary']);
     try {
         const { page, errors } = await open(think);
         assert.ok(await page.$eval('#think-row', (e) => !e.hidden), 'no thinking switch');

@@ -16,7 +16,7 @@ let srv;
 const MSG = [{ role: 'user', content: 'Tell me about the old king and his three sons.' }];
 
 before(async () => {
-    srv = await startServer(['--draft', 'dspark', '--set', 'metrics.per_request=summary']);
+    srv = await startServer(['--draft', 'dspark', '--draft-policy', 'fixed', '--set', 'metrics.per_request=summary']);
 }, { timeout: 60000 });
 
 after(async () => {

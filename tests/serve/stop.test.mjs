@@ -18,7 +18,7 @@ let prompt, ref, full, texts, ends; // texts[k]: the text of ref[0..k); ends[k]:
 before(async () => {
     [servers.none, servers.mtp] = await Promise.all([
         startServer(['--draft', 'none']),
-        startServer(['--draft', 'mtp', '--draft-tokens', '3']),
+        startServer(['--draft', 'mtp', '--draft-policy', 'fixed', '--draft-tokens', '3']),
     ]);
     prompt = await tokenize('The old king had three sons, and the youngest');
     ref = await solo(prompt, { maxTokens: MAXT });

@@ -1,0 +1,74 @@
+/* policy.h: how many drafts each decoding sequence verifies this step (the adaptive draft
+ * policy). A step of R rows costs T(R) seconds and commits, for each sequence s verifying d_s
+ * drafts, 1 + m_s[0] + ... + m_s[d_s - 1] tokens on average, where m_s[j] is the chance that
+ * drafts 1 .. j + 1 are all accepted (non-increasing in j). The policy picks the d_s that
+ * maximise committed tokens per second, sum_s E_s(d_s) / T(R):
+ *
+ *   struct td_policy p;
+ *   policy_init(&p);
+ *   policy_observe(&p, 1, rows, seconds);  // after each step: drafted?, its rows, its wall time
+ *   int d[2];                               // n = 2 sequences, m[s * stride + j], kmax[s]
+ *   if (policy_drafting(&p, 2, kmax, m, stride, other_rows))      // a model drafter: draft?
+ *       policy_choose(&p, 2, kmax, m, stride, other_rows, d);     // how many each verifies
+ *   policy_free(&p);
+ *
+ * For a total of R rows the best drafts are the R - n largest m_s[j] (each sequence's prefix,
+ * since its m are non-increasing), so the choice scans R from n to n + sum kmax once. T comes
+ * from steps measured by row bucket (powers of two, a moving average each); a bucket never
+ * measured costs what the next smaller measured one does (optimistic, so a larger bucket is
+ * tried and then known), and with nothing measured every draft is verified; while the bucket of
+ * a step without drafts is unmeasured and others are, no draft is verified (that is tried too).
+ * Given the same measurements the choice is the same: ties go to fewer rows, then to earlier
+ * sequences.
+ */
+#ifndef TD_POLICY_H
+#define TD_POLICY_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define POLICY_BUCKETS 20 /* row buckets 1, 2, 4, ... 2^19 */
+
+struct td_policy {
+    /* seconds a step of the bucket takes (moving average; 0: not measured yet, the first step
+       of a bucket being its warm-up), [0] for steps whose drafter was off (plain steps; a model
+       drafter only caught up), [1] for steps with drafts on offer */
+    double t[2][POLICY_BUCKETS];
+    long n[2][POLICY_BUCKETS]; /* steps seen in each */
+    /* test seam: when set, the cost of a step of rows rows, instead of the measurements */
+    double (*cost)(void *ctx, int drafting, int rows);
+    void *cost_ctx;
+    struct policy_cand *cand; /* scratch of policy_choose */
+    int cap;
+};
+
+void policy_init(struct td_policy *p);
+void policy_free(struct td_policy *p);
+
+/* the bucket of a step of rows rows: the power of two at or above it */
+int policy_bucket(int rows);
+
+/* a step of rows rows took seconds; drafting: its drafter made drafts (table [1]) */
+void policy_observe(struct td_policy *p, int drafting, int rows, double seconds);
+
+/* the modelled cost of a step of rows rows (seconds; 0 when nothing is measured) */
+double policy_cost(const struct td_policy *p, int drafting, int rows);
+
+/* d[s] in 0 .. kmax[s] for n sequences, from m[s * stride + j] (s's chance that its drafts
+ * 1 .. j + 1 are all accepted; made non-increasing here) and other_rows, the step's rows that
+ * are not verify groups (prefill chunks), at the drafting steps' costs. Returns the drafts
+ * chosen in all. */
+int policy_choose(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
+                  int other_rows, int *d);
+
+/* Whether the next step should draft at all (a model drafter's round costs whatever it
+ * verifies): 1 when its best rate beats a plain step's, n / cost(plain). A table never measured
+ * for the step's rows is tried first (drafting before plain). */
+int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
+                    int other_rows);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
