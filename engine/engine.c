@@ -283,6 +283,10 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
                          cache_limit(p->max_cache_bytes, e->b), e->b, p->kv_dtype, err, errlen))
         goto fail;
     e->state.use_graphs = !p->no_graphs;
+    // every verify step replays a graph: up to a full round of every slot (within the budget)
+    long verify_rows = (long)e->p.max_seqs * (1 + e->p.max_draft);
+    if (verify_rows > e->p.max_batch_tokens) verify_rows = e->p.max_batch_tokens;
+    e->state.graph_rows = verify_rows > 128 ? (int)verify_rows : 128;
     if (use_mtp) {
         struct draft_mtp *mtp;
         if (draft_mtp_init(&mtp, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
@@ -659,14 +663,25 @@ static void accept_estimates(const struct td_engine *e, const struct request *r,
 /* the adaptive policy: how many of the drafts on offer (groups[i].want) each of the n_dec
  * verify groups verifies, beside other_rows rows of prompts */
 static void choose_drafts(struct td_engine *e, int n_dec, int other_rows) {
+    // a sampled request's tokens depend on the drafts it verifies: it verifies all it is offered
+    // (as the fixed policy does), so that they stay the same in any batch; the policy chooses
+    // for the greedy ones (whose tokens never depend on them), beside the sampled rows
+    int m = 0;
     for (int i = 0; i < n_dec; i++) {
         struct group *g = &e->groups[i];
-        e->pol_k[i] = g->want;
-        accept_estimates(e, g->r, g->want, e->pol_m + (size_t)i * TD_MAX_DRAFT);
+        if (g->r->sampling.temperature > 0.0f) {
+            other_rows += g->want;
+            continue;
+        }
+        e->pol_k[m] = g->want;
+        accept_estimates(e, g->r, g->want, e->pol_m + (size_t)m * TD_MAX_DRAFT);
+        m++;
     }
-    policy_choose(&e->pol, n_dec, e->pol_k, e->pol_m, TD_MAX_DRAFT, other_rows, e->pol_d);
-    for (int i = 0; i < n_dec; i++)
-        e->groups[i].want = e->groups[i].r->pol_d = e->pol_d[i];
+    if (!m) return;
+    policy_choose(&e->pol, m, e->pol_k, e->pol_m, TD_MAX_DRAFT, other_rows + n_dec - m, e->pol_d);
+    for (int i = 0, j = 0; i < n_dec; i++)
+        if (e->groups[i].r->sampling.temperature <= 0.0f)
+            e->groups[i].want = e->groups[i].r->pol_d = e->pol_d[j++];
 }
 
 static float *q_rows(const struct td_engine *e, int slot) {
@@ -907,6 +922,10 @@ static void decide_drafting(struct td_engine *e, int n) {
         const struct request *r = e->live[j];
         if (r->status == TD_REQ_PREFILL) prompt_rows += r->n_prompt - e->state.len[r->slot];
         if (!e->dseqs[j].k) continue;
+        if (r->sampling.temperature > 0.0f) { // its tokens depend on its drafts: it drafts
+            e->draft_on = 1;
+            return;
+        }
         e->pol_k[m] = e->dseqs[j].k;
         accept_estimates(e, r, e->dseqs[j].k, e->pol_m + (size_t)m * TD_MAX_DRAFT);
         m++;

@@ -78,8 +78,11 @@ struct td_engine_params {
                                memory after the weights less 10% and 2 GiB of headroom */
     int draft_policy; /* TD_POLICY_ADAPTIVE (0, the default): each step verifies, per sequence,
                          the drafts that maximise committed tokens a second by the measured
-                         acceptance and step times (engine/policy.h); TD_POLICY_FIXED: every
-                         draft the row budget holds, as many as max_draft */
+                         acceptance and step times (engine/policy.h), and whether a model
+                         drafter drafts at all; sampled requests, whose tokens depend on the
+                         drafts they verify, verify every draft offered (and keep the drafter
+                         on), so that they give the same tokens in any batch; TD_POLICY_FIXED:
+                         every draft the row budget holds, as many as max_draft */
     /* lossy benchmarks only: accept draft j with probability synthetic_accept[j - 1] (j <=
        n_synthetic; later positions never) whatever the target says, so that speculation's cost
        is measured on shapes no drafter was trained for. The output is not the model's */

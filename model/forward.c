@@ -367,7 +367,7 @@ static int check_plan(const struct td_model *m, const struct td_state *st, const
 // step buffers: made once per plan layout, so every step (and every captured graph) reads and
 // writes the same addresses
 
-#define MAX_GRAPHS 16
+#define MAX_GRAPHS 32
 
 /* what a captured graph is for: its row bucket, its pass and the io buffers it was captured
  * with (zero-filled, compared whole) */
@@ -637,7 +637,10 @@ static void run_pass(struct fwd *f, int32_t *topk_trace) {
     if (f->tail) f->tail->run(f->tail->ctx, &f->rows);
 }
 
-#define GRAPH_MAX_ROWS 128 /* steps of more rows (long prefill chunks) run eagerly */
+/* steps of more rows than this (long prefill chunks) run eagerly: td_state.graph_rows, 0 = 128 */
+static int graph_max_rows(const struct td_state *st) {
+    return st->graph_rows > 0 ? st->graph_rows : 128;
+}
 
 /* the graph of bucket n_pad for f's io buffers, captured now if it is new: its index, or -1
  * (none: the table is full or capture failed; the step runs eagerly). f is set up for n_pad
@@ -687,7 +690,7 @@ static int graphs_on(const struct fwd *f) {
  * row bucket */
 static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
     int n_pad = f->p->n_tok_pad;
-    if (!graphs_on(f) || topk_trace || n_pad > GRAPH_MAX_ROWS) {
+    if (!graphs_on(f) || topk_trace || n_pad > graph_max_rows(f->st)) {
         run_pass(f, topk_trace);
         return;
     }
@@ -774,7 +777,8 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
     struct td_plan p; // its layout only: capture records the kernels, it runs none of them
     if (meta_plan_init(&p, d, err, errlen)) return -1;
     struct fwd *f = setup(m, st, &p, io, err, errlen);
-    int top = meta_bucket(max_rows < GRAPH_MAX_ROWS ? max_rows : GRAPH_MAX_ROWS, d->max_tok);
+    int cap = graph_max_rows(st);
+    int top = meta_bucket(max_rows < cap ? max_rows : cap, d->max_tok);
     for (int n_pad = meta_bucket(min_rows, d->max_tok); f && n_pad <= top; n_pad *= 2)
         graph_for(f, st->ws, n_pad);
     meta_plan_free(&p);

@@ -85,7 +85,8 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
  * this state); NULL before the first. */
 const float *td_forward_logits(const struct td_state *st);
 
-/* Capture now the step graphs of every row bucket from min_rows to max_rows (at most 128) for steps
+/* Capture now the step graphs of every row bucket from min_rows to max_rows (at most
+ * td_state.graph_rows, 128 unless set) for steps
  * that will pass io and plans of dims d, so that no request waits while one is made: call at
  * start-up. Nothing runs; without graphs (CPU, use_graphs off) it does nothing. 0, or -1 with
  * a message. */

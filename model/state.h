@@ -54,6 +54,8 @@ struct td_state {
     struct td_layer_state *layers; /* [n_layers] */
     size_t bytes;                  /* total pool bytes */
     int use_graphs;                /* replay captured step graphs where the backend has them */
+    int graph_rows;                /* steps of up to this many rows replay graphs (0: 128); more
+                                      run eagerly (long prefill chunks) */
     struct td_fwd_ws *ws;          /* the forward's step buffers (forward.c), made on first use */
     int n_captured;                /* step graphs captured so far, and the seconds it took */
     double t_capture;
