@@ -41,6 +41,10 @@
  *   tandem_spec_accepted_per_step{drafter}                           histogram 0..16,
  *                                                                    met_accepted_per_step
  *   tandem_spec_k{drafter}                                           gauge, met_spec_k
+ *   tandem_spec_policy_steps_total{batch}                            engine: batch_steps[b]
+ *   tandem_spec_policy_offered_total{batch}                          engine: batch_wanted[b]
+ *   tandem_spec_policy_verified_total{batch}                         engine: batch_drafts[b]
+ *   tandem_spec_policy_plain_steps_total{drafter}                    engine: plain_steps
  *   tandem_nonfinite_rows_total{where="target"}                      engine: nan_rows
  *   tandem_http_requests_total{endpoint,code}                        met_http (pairs seen)
  *   tandem_http_ignored_fields_total                                 met_ignored_fields
