@@ -7,7 +7,9 @@
  * steps until idle, and one report (or CSV line) gives tokens/s, requests/s, time to the first
  * and the last token (p50, p90) and the drafter's acceptance.
  */
+#include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,12 +36,302 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* what one configuration measured (the sweep's cell) */
+struct bench_cell {
+    double tps, mal;
+    double acc[TD_MAX_DRAFT]; /* acceptance by draft position */
+    int n_acc;
+    char draft[32], backend[16];
+};
+
+/* one configuration: every prompt submitted at once, the engine stepped until idle; printed as
+ * the report (or the CSV line) unless quiet; 0 or the exit status */
+static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
+                     const struct tok_ids *ids, int np, const struct cli_req_opts *ro, int csv,
+                     int quiet, struct bench_cell *cell) {
+    char err[1024];
+    ep.max_seqs = (int)batch;
+    struct td_engine *e;
+    int *rid = NULL, rc = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
+    if (rc) return rc;
+    double *ttft = NULL, *done_t = NULL;
+    if (!rc) rc = cli_draft_options_ok("bench", td_engine_draft(e), &ep, draft_tokens); // auto's
+    if (!rc) cli_print_synthetic(stderr, "bench", &ep);
+    if (rc) goto out;
+    rid = td_xmalloc((size_t)np * sizeof *rid);
+    ttft = td_xmalloc((size_t)np * sizeof *ttft);
+    done_t = td_xmalloc((size_t)np * sizeof *done_t);
+    long prompt_tokens = 0;
+    double t0 = now_s();
+    for (int i = 0; i < np; i++) {
+        struct td_request_params rp = {.prompt = ids[i].ids,
+                                       .n_prompt = (int)ids[i].n,
+                                       .max_tokens = (int)ro->max_tokens,
+                                       .sampling = {.temperature = (float)ro->temperature,
+                                                    .top_k = (int)ro->top_k,
+                                                    .top_p = (float)ro->top_p,
+                                                    .seed = (uint64_t)(ro->seed + i)},
+                                       .ignore_eos = 1};
+        prompt_tokens += (long)ids[i].n;
+        ttft[i] = done_t[i] = -1;
+        if ((rid[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
+            rc = die("%s", err);
+            goto out;
+        }
+    }
+    int live;
+    do {
+        live = td_engine_step(e, err, sizeof err);
+        double t = now_s() - t0;
+        for (int i = 0; i < np; i++) {
+            int nt;
+            enum td_req_status st;
+            td_engine_output(e, rid[i], NULL, &nt, &st, NULL, NULL);
+            if (nt > 0 && ttft[i] < 0) ttft[i] = t;
+            if ((st == TD_REQ_FINISHED || st == TD_REQ_FAILED) && done_t[i] < 0) done_t[i] = t;
+        }
+    } while (live > 0);
+    if (live < 0) {
+        rc = die("%s", err);
+        goto out;
+    }
+    double wall = now_s() - t0;
+    const struct td_engine_stats *s = td_engine_stats(e);
+    qsort(ttft, (size_t)np, sizeof *ttft, cmp_double);
+    qsort(done_t, (size_t)np, sizeof *done_t, cmp_double);
+    double mal = s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 1.0;
+    if (cell) {
+        cell->tps = s->tokens_out / wall, cell->mal = mal, cell->n_acc = 0;
+        snprintf(cell->draft, sizeof cell->draft, "%s", td_engine_draft(e));
+        snprintf(cell->backend, sizeof cell->backend, "%s", td_engine_backend(e));
+        for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j] && td_engine_draft_tokens(e); j++)
+            cell->acc[cell->n_acc++] = (double)s->accepted_at[j] / s->proposed_at[j];
+    }
+    if (quiet) {
+    } else if (csv) {
+        printf(
+            "model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
+            "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length,"
+            "draft_policy,synthetic_acceptance\n");
+        char syn[16 * TD_MAX_DRAFT + 16] = "none";
+        for (int j = 0, o = 0; j < ep.n_synthetic; j++)
+            o += snprintf(syn + o, sizeof syn - (size_t)o, "%s%g%s", j ? ";" : "",
+                          ep.synthetic_accept[j], j == ep.n_synthetic - 1 ? " (lossy)" : "");
+        printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%s,%s\n",
+               ep.model_dir, td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e),
+               np, batch, prompt_tokens, s->tokens_out, wall, s->tokens_out / wall, np / wall,
+               ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10], mal,
+               ep.draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive", syn);
+    } else {
+        const char *tag = ep.n_synthetic ? "bench [synthetic acceptance, lossy]" : "bench";
+        printf("%s: %s on %s, draft %s k=%d, %d prompts (%ld tokens), batch %ld\n", tag,
+               ep.model_dir, td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e),
+               np, prompt_tokens, batch);
+        printf("%s: %ld output tokens in %.3f s = %.1f tokens/s, %.2f requests/s, %ld steps\n", tag,
+               s->tokens_out, wall, s->tokens_out / wall, np / wall, s->steps);
+        printf("%s: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
+               tag, ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
+        if (s->rounds && td_engine_draft_tokens(e)) {
+            printf("%s: mean accepted length %.3f, acceptance by draft position:", tag, mal);
+            for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
+                printf(" %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
+            printf("\n");
+            cli_print_policy(stdout, tag, &ep, s);
+        }
+    }
+out:
+    free(rid);
+    free(ttft);
+    free(done_t);
+    td_engine_free(e);
+    return rc;
+}
+
+#define SWEEP_MAX 16 /* batches, and drafters, in a sweep */
+
+static const char *const COLOUR[8] = {"#444444", "#2f6fde", "#23a55a", "#d9822b",
+                                      "#9b4dca", "#c4361f", "#1a9aa8", "#8c6d1f"};
+
+/* the sweep's plot: tokens/s against batch (log scale) per drafter, and each drafter's
+ * acceptance by draft position at the first batch; 0 or -1 (errno) */
+static int sweep_svg(const char *path, const char *title, struct bench_cell (*c)[SWEEP_MAX], int nd,
+                     const long *bs, int nb) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    const int W = 960, H = 420, x0 = 70, y0 = 40, pw = 480, ph = 300;
+    double ymax = 1;
+    for (int d = 0; d < nd; d++)
+        for (int b = 0; b < nb; b++)
+            if (c[d][b].tps > ymax) ymax = c[d][b].tps;
+    double step = 1;
+    while (ymax / step > 8)
+        step *= ymax / step > 40 ? 10 : 2;
+    ymax = step * (double)(long)(ymax / step + 1);
+    double lx0 = 0, lx1 = 0;
+    for (int b = 0; b < nb; b++) {
+        double l = log2((double)bs[b]);
+        if (!b || l < lx0) lx0 = l;
+        if (!b || l > lx1) lx1 = l;
+    }
+    if (lx1 == lx0) lx1 = lx0 + 1;
+#define PX(bb) (x0 + (log2((double)(bb)) - lx0) / (lx1 - lx0) * pw)
+#define PY(v)  (y0 + ph - (v) / ymax * ph)
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" "
+            "height=\"100%%\" fill=\"white\"/>\n<text x=\"%d\" y=\"22\" font-size=\"14\">",
+            W, H, x0);
+    for (const char *p = title; *p; p++) // the title, escaped
+        fputs(*p == '<' ? "&lt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
+    fprintf(f, "</text>\n");
+    for (double v = 0; v <= ymax + 1e-9; v += step) {
+        fprintf(f,
+                "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>"
+                "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n",
+                x0, x0 + pw, PY(v), PY(v), x0 - 6, PY(v) + 4, v);
+    }
+    for (int b = 0; b < nb; b++)
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%ld</text>\n", PX(bs[b]),
+                y0 + ph + 16, bs[b]);
+    fprintf(f,
+            "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">batch (sequences decoding at "
+            "once)</text>\n<text x=\"16\" y=\"%d\" transform=\"rotate(-90 16 %d)\" "
+            "text-anchor=\"middle\">tokens/s</text>\n",
+            x0 + pw / 2, y0 + ph + 34, y0 + ph / 2, y0 + ph / 2);
+    for (int d = 0; d < nd; d++) {
+        fprintf(f, "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"%s\" points=\"",
+                COLOUR[d % 8]);
+        for (int b = 0; b < nb; b++)
+            fprintf(f, "%.1f,%.1f ", PX(bs[b]), PY(c[d][b].tps));
+        fprintf(f, "\"/>\n");
+        for (int b = 0; b < nb; b++)
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(bs[b]),
+                    PY(c[d][b].tps), COLOUR[d % 8]);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"%s\">%s</text>\n", x0 + 10, y0 + 14 + 15 * d,
+                COLOUR[d % 8], c[d][0].draft);
+    }
+    // acceptance by draft position at the first batch
+    int ax = x0 + pw + 80, aw = W - ax - 20, npos = 0;
+    for (int d = 0; d < nd; d++)
+        if (c[d][0].n_acc > npos) npos = c[d][0].n_acc;
+    fprintf(f, "<text x=\"%d\" y=\"%d\">acceptance by draft position (batch %ld)</text>\n", ax,
+            y0 - 16, bs[0]);
+    for (int q = 0; q <= 4; q++)
+        fprintf(f,
+                "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>"
+                "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n",
+                ax, ax + aw, y0 + ph - q * ph / 4.0, y0 + ph - q * ph / 4.0, ax - 6,
+                y0 + ph - q * ph / 4.0 + 4, q / 4.0);
+    int groups = 0;
+    for (int d = 0; d < nd; d++)
+        groups += c[d][0].n_acc > 0;
+    double gw = npos ? (double)aw / npos : aw, bw = groups ? gw * 0.8 / groups : 0;
+    for (int j = 0; j < npos; j++) {
+        for (int d = 0, g = 0; d < nd; d++) {
+            if (!c[d][0].n_acc) continue;
+            if (j < c[d][0].n_acc)
+                fprintf(f,
+                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                        "fill=\"%s\"/>\n",
+                        ax + j * gw + gw * 0.1 + g * bw, y0 + ph - c[d][0].acc[j] * ph, bw,
+                        c[d][0].acc[j] * ph, COLOUR[d % 8]);
+            g++;
+        }
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
+                ax + j * gw + gw / 2, y0 + ph + 16, j + 1);
+    }
+    if (!npos) fprintf(f, "<text x=\"%d\" y=\"%d\">(no drafter)</text>\n", ax + 10, y0 + ph / 2);
+    fprintf(f, "</svg>\n");
+#undef PX
+#undef PY
+    return fclose(f);
+}
+
+/* --sweep B1,B2,...: every drafter of --draft D1,D2,... at every batch, one table and a plot */
+static int bench_sweep(const struct td_engine_params *ep0, long draft_tokens, const char *sweep,
+                       const struct tok_ids *ids, int np, const struct cli_req_opts *ro,
+                       const char *plot) {
+    long bs[SWEEP_MAX];
+    int nb = 0, nd = 0;
+    for (const char *q = sweep; *q;) {
+        char *end;
+        long b = strtol(q, &end, 10);
+        if (end == q || b < 1 || b > 4096 || (*end && *end != ',') || nb == SWEEP_MAX)
+            return die("bench: --sweep '%s': expected up to %d batches in [1, 4096], "
+                       "comma-separated",
+                       sweep, SWEEP_MAX);
+        bs[nb++] = b;
+        q = *end ? end + 1 : end;
+    }
+    if (!nb) return die("bench: --sweep needs at least one batch");
+    char names[SWEEP_MAX][32];
+    struct td_engine_params eps[SWEEP_MAX];
+    for (const char *q = ep0->draft; *q;) {
+        size_t k = strcspn(q, ",");
+        if (nd == SWEEP_MAX || k == 0 || k >= sizeof names[0])
+            return die("bench: --draft '%s': up to %d drafter names, comma-separated", ep0->draft,
+                       SWEEP_MAX);
+        memcpy(names[nd], q, k);
+        names[nd][k] = 0;
+        eps[nd] = *ep0;
+        eps[nd].draft = names[nd];
+        if (cli_draft_finish("bench", &eps[nd], draft_tokens)) return 2;
+        nd++;
+        q += k + (q[k] == ',');
+    }
+    static struct bench_cell cells[SWEEP_MAX][SWEEP_MAX];
+    for (int d = 0; d < nd; d++)
+        for (int b = 0; b < nb; b++) {
+            fprintf(stderr, "bench: sweep: %s at batch %ld ...\n", names[d], bs[b]);
+            int rc = bench_run(eps[d], draft_tokens, bs[b], ids, np, ro, 0, 1, &cells[d][b]);
+            if (rc) return rc;
+        }
+    int ref = 0; // ratios against none when it is swept, else the first drafter
+    for (int d = 0; d < nd; d++)
+        if (!strcmp(cells[d][0].draft, "none")) ref = d;
+    const char *tag =
+        ep0->n_synthetic ? "bench sweep [synthetic acceptance, lossy]" : "bench sweep";
+    char title[512];
+    snprintf(title, sizeof title, "%s: %s on %s, %d prompts x %ld tokens, draft policy %s", tag,
+             ep0->model_dir, cells[0][0].backend, np, ro->max_tokens,
+             ep0->draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive");
+    printf("%s\n| batch |", title);
+    for (int d = 0; d < nd; d++)
+        printf(" %s tok/s |", cells[d][0].draft);
+    printf("\n|---|");
+    for (int d = 0; d < nd; d++)
+        printf("---|");
+    printf("\n");
+    for (int b = 0; b < nb; b++) {
+        printf("| %ld |", bs[b]);
+        for (int d = 0; d < nd; d++)
+            if (d == ref)
+                printf(" %.1f |", cells[d][b].tps);
+            else
+                printf(" %.1f (%.2fx) |", cells[d][b].tps, cells[d][b].tps / cells[ref][b].tps);
+        printf("\n");
+    }
+    for (int d = 0; d < nd; d++) {
+        if (!cells[d][0].n_acc) continue;
+        printf("%s: %s at batch %ld: mean accepted length %.3f, acceptance by draft position:", tag,
+               cells[d][0].draft, bs[0], cells[d][0].mal);
+        for (int j = 0; j < cells[d][0].n_acc; j++)
+            printf(" %d:%.3f", j + 1, cells[d][0].acc[j]);
+        printf("\n");
+    }
+    if (sweep_svg(plot, title, cells, nd, bs, nb))
+        return die("bench: cannot write the plot %s: %s", plot, strerror(errno));
+    printf("%s: plot in %s\n", tag, plot);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     const char *prompts_path = NULL;
     struct cli_req_opts ro = {128, 0, 0.0, 0, 1.0};
     long n_prompts = 64, batch = 16, draft_tokens = -1;
     int raw = 0, csv = 0;
+    const char *sweep = NULL, *plot = "bench-sweep.svg";
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -62,6 +354,9 @@ int cmd_bench(int argc, char **argv) {
                 "  --max-batch-tokens N rows per step (default 256);  --max-ctx N\n"
                 "  --dummy-weights      generated weights of DIR/config.json's shapes\n"
                 "  --csv                one CSV header line and one result line\n"
+                "  --sweep B1,B2,...    every drafter of --draft D1,D2,... (e.g. none,dspark,mtp)\n"
+                "                       at every batch: one table (tokens/s, speedup over none)\n"
+                "                       and a plot, --plot FILE.svg (default bench-sweep.svg)\n"
                 "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
                 "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
                 "the mean accepted length and acceptance by draft position.\n",
@@ -87,6 +382,10 @@ int cmd_bench(int argc, char **argv) {
             rc = cli_parse_int(a, v, 1, 1 << 20, &n_prompts);
         else if (!strcmp(a, "--batch"))
             rc = cli_parse_int(a, v, 1, 4096, &batch);
+        else if (!strcmp(a, "--sweep"))
+            sweep = v;
+        else if (!strcmp(a, "--plot"))
+            plot = v;
         else
             return die("bench: unknown option '%s' (see tandem bench --help)", a);
         if (rc) return 2;
@@ -94,8 +393,8 @@ int cmd_bench(int argc, char **argv) {
     if (!prompts_path) return die("bench: --prompts FILE.jsonl is required");
     if (!ep.model_dir && !(ep.model_dir = cli_default_model(cli_argv0)))
         return die("bench: no model: give --model DIR (models/tandem-tiny was not found)");
-    if (cli_draft_finish("bench", &ep, draft_tokens)) return 2;
-    ep.max_seqs = (int)batch;
+    if (sweep && csv) return die("bench: --sweep prints a table; it takes no --csv");
+    if (!sweep && cli_draft_finish("bench", &ep, draft_tokens)) return 2;
 
     char err[1024];
     struct tok *tk;
@@ -152,93 +451,15 @@ int cmd_bench(int argc, char **argv) {
         tok_free(tk);
         return die("bench: %s holds no prompts", prompts_path);
     }
-    struct td_engine *e;
-    int *rid = NULL, rc = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
-    double *ttft = NULL, *done_t = NULL;
-    if (!rc) rc = cli_draft_options_ok("bench", td_engine_draft(e), &ep, draft_tokens); // auto's
-    if (!rc) cli_print_synthetic(stderr, "bench", &ep);
-    if (rc) goto out;
-    rid = td_xmalloc((size_t)np * sizeof *rid);
-    ttft = td_xmalloc((size_t)np * sizeof *ttft);
-    done_t = td_xmalloc((size_t)np * sizeof *done_t);
-    long prompt_tokens = 0;
-    double t0 = now_s();
-    for (int i = 0; i < np; i++) {
-        struct td_request_params rp = {.prompt = ids[i].ids,
-                                       .n_prompt = (int)ids[i].n,
-                                       .max_tokens = (int)ro.max_tokens,
-                                       .sampling = {.temperature = (float)ro.temperature,
-                                                    .top_k = (int)ro.top_k,
-                                                    .top_p = (float)ro.top_p,
-                                                    .seed = (uint64_t)(ro.seed + i)},
-                                       .ignore_eos = 1};
-        prompt_tokens += (long)ids[i].n;
-        ttft[i] = done_t[i] = -1;
-        if ((rid[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
-            rc = die("%s", err);
-            goto out;
-        }
-    }
-    int live;
-    do {
-        live = td_engine_step(e, err, sizeof err);
-        double t = now_s() - t0;
-        for (int i = 0; i < np; i++) {
-            int nt;
-            enum td_req_status st;
-            td_engine_output(e, rid[i], NULL, &nt, &st, NULL, NULL);
-            if (nt > 0 && ttft[i] < 0) ttft[i] = t;
-            if ((st == TD_REQ_FINISHED || st == TD_REQ_FAILED) && done_t[i] < 0) done_t[i] = t;
-        }
-    } while (live > 0);
-    if (live < 0) {
-        rc = die("%s", err);
-        goto out;
-    }
-    double wall = now_s() - t0;
-    const struct td_engine_stats *s = td_engine_stats(e);
-    qsort(ttft, (size_t)np, sizeof *ttft, cmp_double);
-    qsort(done_t, (size_t)np, sizeof *done_t, cmp_double);
-    double mal = s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 1.0;
-    if (csv) {
-        printf(
-            "model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
-            "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length,"
-            "draft_policy,synthetic_acceptance\n");
-        char syn[16 * TD_MAX_DRAFT + 16] = "none";
-        for (int j = 0, o = 0; j < ep.n_synthetic; j++)
-            o += snprintf(syn + o, sizeof syn - (size_t)o, "%s%g%s", j ? ";" : "",
-                          ep.synthetic_accept[j], j == ep.n_synthetic - 1 ? " (lossy)" : "");
-        printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%s,%s\n",
-               ep.model_dir, td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e),
-               np, batch, prompt_tokens, s->tokens_out, wall, s->tokens_out / wall, np / wall,
-               ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10], mal,
-               ep.draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive", syn);
+    int rc = 0;
+    if (!sweep) {
+        rc = bench_run(ep, draft_tokens, batch, ids, np, &ro, csv, 0, NULL);
     } else {
-        const char *tag = ep.n_synthetic ? "bench [synthetic acceptance, lossy]" : "bench";
-        printf("%s: %s on %s, draft %s k=%d, %d prompts (%ld tokens), batch %ld\n", tag,
-               ep.model_dir, td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e),
-               np, prompt_tokens, batch);
-        printf("%s: %ld output tokens in %.3f s = %.1f tokens/s, %.2f requests/s, %ld steps\n", tag,
-               s->tokens_out, wall, s->tokens_out / wall, np / wall, s->steps);
-        printf("%s: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
-               tag, ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
-        if (s->rounds && td_engine_draft_tokens(e)) {
-            printf("%s: mean accepted length %.3f, acceptance by draft position:", tag, mal);
-            for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
-                printf(" %d:%.3f", j + 1, (double)s->accepted_at[j] / s->proposed_at[j]);
-            printf("\n");
-            cli_print_policy(stdout, tag, &ep, s);
-        }
+        rc = bench_sweep(&ep, draft_tokens, sweep, ids, np, &ro, plot);
     }
-out:
-    free(rid);
-    free(ttft);
-    free(done_t);
     for (int i = 0; i < np; i++)
         tok_ids_free(&ids[i]);
     free(ids);
-    td_engine_free(e);
     tok_free(tk);
     return rc;
 }

@@ -360,7 +360,8 @@ int main(void) {
     for (int v = 0; v < 2 && !check_case_failed; v++) {
         snprintf(args, sizeof args,
                  "%s generate --model %s --backend cpu --prompt-ids \"5 6 7 5 6 7 5\" "
-                 "--max-tokens 24 --n 2 --print-ids --ignore-eos --draft dspark --draft-policy fixed --stats > "
+                 "--max-tokens 24 --n 2 --print-ids --ignore-eos --draft dspark --draft-policy "
+                 "fixed --stats > "
                  "%s/emb%d.out 2> %s/emb%d.err",
                  bin, v ? emb : "models/tandem-tiny", root, v, root, v);
         CHECK(system(args) == 0, "generate --draft dspark (%s) failed", v ? emb : "the folder");
@@ -398,6 +399,37 @@ int main(void) {
     out2[k2] = 0;
     CHECK(strstr(out2, "tokens_per_s") && strstr(out2, ",mtp,3,2,2,"), "bench CSV: '%s'", out2);
     case_end("bench_csv", "");
+    // a sweep: one table row a batch, a column a drafter, and an SVG with a line a drafter
+    case_begin();
+    snprintf(args, sizeof args,
+             "%s bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 4 --sweep 1,2 "
+             "--draft none,ngram --draft-policy fixed --backend cpu --plot %s/sweep.svg "
+             "> %s/sweep.txt 2>/dev/null",
+             bin, root, root, root);
+    CHECK(system(args) == 0, "bench --sweep failed");
+    snprintf(path, sizeof path, "%s/sweep.txt", root);
+    fp = fopen(path, "r");
+    k2 = fp ? fread(out2, 1, sizeof out2 - 1, fp) : 0;
+    if (fp) fclose(fp);
+    out2[k2] = 0;
+    CHECK(strstr(out2, "| batch | none tok/s | ngram tok/s |") && strstr(out2, "\n| 1 | ") &&
+              strstr(out2, "\n| 2 | ") && strstr(out2, "x) |") && strstr(out2, "plot in "),
+          "sweep table: '%s'", out2);
+    snprintf(path, sizeof path, "%s/sweep.svg", root);
+    fp = fopen(path, "r");
+    k2 = fp ? fread(out2, 1, sizeof out2 - 1, fp) : 0;
+    if (fp) fclose(fp);
+    out2[k2] = 0;
+    int n_lines = 0;
+    for (const char *q = out2; (q = strstr(q, "<polyline")); q++)
+        n_lines++;
+    CHECK(!strncmp(out2, "<svg ", 5) && strstr(out2, "</svg>") && n_lines == 2,
+          "sweep plot: %d lines in '%.200s'", n_lines, out2);
+    case_end("bench_sweep_table_and_plot", "");
+    snprintf(args, sizeof args,
+             "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1,0 --draft none",
+             root);
+    bad("bench_bad_sweep", args, "--sweep '1,0'");
     bad("bench_bad_prompt_line", "bench --model models/tandem-tiny --prompts %s/bad.jsonl",
         "bad.jsonl:2");
     bad("bench_missing_prompts", "bench --model models/tandem-tiny",
@@ -440,11 +472,13 @@ int main(void) {
     bad("generate_bad_threshold", a, "--dspark-threshold");
     snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --draft-policy greedy", fx);
     bad("generate_bad_draft_policy", a, "expected adaptive or fixed");
-    snprintf(a, sizeof a,
-             "generate --model %s --prompt-ids \"1 2\" --draft ngram --synthetic-acceptance 0.8,1.2",
-             fx);
+    snprintf(
+        a, sizeof a,
+        "generate --model %s --prompt-ids \"1 2\" --draft ngram --synthetic-acceptance 0.8,1.2",
+        fx);
     bad("generate_bad_synthetic_acceptance", a, "rates in [0, 1]");
-    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --synthetic-acceptance 0.8", fx);
+    snprintf(a, sizeof a, "generate --model %s --prompt-ids \"1 2\" --synthetic-acceptance 0.8",
+             fx);
     bad("generate_synthetic_without_drafter", a, "--synthetic-acceptance needs a drafter");
     snprintf(a, sizeof a, "chat --model %s --draft ngram --synthetic-acceptance 0.8", fx);
     bad("chat_refuses_synthetic_acceptance", a, "is for generate and bench");
