@@ -393,10 +393,7 @@ int main(void) {
              bin, root, root);
     CHECK(system(args) == 0, "bench failed");
     snprintf(path, sizeof path, "%s/bench.csv", root);
-    fp = fopen(path, "r");
-    k2 = fp ? fread(out2, 1, sizeof out2 - 1, fp) : 0;
-    if (fp) fclose(fp);
-    out2[k2] = 0;
+    slurp(path, out2, sizeof out2);
     CHECK(strstr(out2, "tokens_per_s") && strstr(out2, ",mtp,3,2,2,"), "bench CSV: '%s'", out2);
     case_end("bench_csv", "");
     // a sweep: one table row a batch, a column a drafter, and an SVG with a line a drafter
@@ -408,18 +405,12 @@ int main(void) {
              bin, root, root, root);
     CHECK(system(args) == 0, "bench --sweep failed");
     snprintf(path, sizeof path, "%s/sweep.txt", root);
-    fp = fopen(path, "r");
-    k2 = fp ? fread(out2, 1, sizeof out2 - 1, fp) : 0;
-    if (fp) fclose(fp);
-    out2[k2] = 0;
+    slurp(path, out2, sizeof out2);
     CHECK(strstr(out2, "| batch | none tok/s | ngram tok/s |") && strstr(out2, "\n| 1 | ") &&
               strstr(out2, "\n| 2 | ") && strstr(out2, "x) |") && strstr(out2, "plot in "),
           "sweep table: '%s'", out2);
     snprintf(path, sizeof path, "%s/sweep.svg", root);
-    fp = fopen(path, "r");
-    k2 = fp ? fread(out2, 1, sizeof out2 - 1, fp) : 0;
-    if (fp) fclose(fp);
-    out2[k2] = 0;
+    slurp(path, out2, sizeof out2);
     int n_lines = 0;
     for (const char *q = out2; (q = strstr(q, "<polyline")); q++)
         n_lines++;
