@@ -446,16 +446,16 @@ static void token_sources(void) {
 
 /* the adaptive policy on tandem-tiny with DSpark, greedy, 4 requests, fed costs by the test seam:
  * whatever it chooses the tokens are plain decoding's; with flat costs it verifies every draft
- * offered, with each row costing a step none (every step plain: the drafter off), and with a
- * drafting step costing 1.5 plain ones (whatever its rows) it drafts and verifies every draft.
- * Synthetic acceptance (1, 1, 0): every round that offers 3 drafts accepts exactly 2. */
+ * offered, with a drafting step costing 100 plain ones none (every step plain: the drafter off),
+ * and with a drafting step costing 1.5 plain ones (whatever its rows) it drafts and verifies every
+ * draft. Synthetic acceptance (1, 1, 0): every round that offers 3 drafts accepts exactly 2. */
 static double cost_flat(void *ctx, int drafting, int rows) {
     (void)ctx, (void)drafting, (void)rows;
     return 1.0;
 }
-static double cost_rows(void *ctx, int drafting, int rows) {
-    (void)ctx, (void)drafting;
-    return (double)rows;
+static double cost_draft100(void *ctx, int drafting, int rows) {
+    (void)ctx, (void)rows;
+    return drafting ? 100.0 : 1.0;
 }
 static double cost_draft15(void *ctx, int drafting, int rows) {
     (void)ctx, (void)rows;
@@ -472,7 +472,7 @@ static void adaptive_policy(void) {
         const char *name;
         double (*cost)(void *, int, int);
     } regimes[3] = {{.name = "flat", .cost = cost_flat},
-                    {.name = "per_row", .cost = cost_rows},
+                    {.name = "drafting_100x", .cost = cost_draft100},
                     {.name = "drafting_1.5x", .cost = cost_draft15}};
     policy_g = TD_POLICY_ADAPTIVE;
     for (int i = 0; i < 3; i++) {
@@ -487,10 +487,10 @@ static void adaptive_policy(void) {
             steps += s->batch_steps[b], wanted += s->batch_wanted[b], drafts += s->batch_drafts[b];
         if (i == 0)
             CHECK(drafts == wanted && drafts > 0, "flat: %ld of %ld drafts", drafts, wanted);
-        if (i == 1) // the first step drafts (nothing measured), then it is plain
-            CHECK(wanted == 0 && s->plain_steps >= steps - 2,
-                  "per row: %ld drafts offered, %ld plain steps of %ld", wanted, s->plain_steps,
-                  steps);
+        if (i == 1) // no drafting step pays: every decoding step is plain
+            CHECK(wanted == 0 && s->plain_steps == steps,
+                  "drafting 100x: %ld drafts offered, %ld plain steps of %ld", wanted,
+                  s->plain_steps, steps);
         if (i == 2) // 4 sequences commit well over 1.5 x 4 tokens a drafting step: it drafts
             CHECK(drafts == wanted && drafts > 0 && s->plain_steps == 0,
                   "drafting 1.5x: %ld of %ld drafts, %ld plain steps", drafts, wanted,
