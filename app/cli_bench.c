@@ -158,7 +158,7 @@ static int sweep_svg(const char *path, const char *title, struct bench_cell (*c)
                      const long *bs, int nb) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    const int W = 960, H = 420, x0 = 70, y0 = 40, pw = 480, ph = 300;
+    const int W = 960, H = 450, x0 = 70, y0 = 60, pw = 480, ph = 300;
     double ymax = 1;
     for (int d = 0; d < nd; d++)
         for (int b = 0; b < nb; b++)
@@ -207,7 +207,10 @@ static int sweep_svg(const char *path, const char *title, struct bench_cell (*c)
         for (int b = 0; b < nb; b++)
             fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(bs[b]),
                     PY(c[d][b].tps), COLOUR[d % 8]);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"%s\">%s</text>\n", x0 + 10, y0 + 14 + 15 * d,
+        fprintf(f, // the legend, in a row below the axis
+                "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/>"
+                "<text x=\"%d\" y=\"%d\" fill=\"%s\">%s</text>\n",
+                x0 + 110 * d, y0 + ph + 50, COLOUR[d % 8], x0 + 110 * d + 18, y0 + ph + 56,
                 COLOUR[d % 8], c[d][0].draft);
     }
     // acceptance by draft position at the first batch
