@@ -660,6 +660,12 @@ static void accept_estimates(const struct td_engine *e, const struct request *r,
     }
 }
 
+/* the policy's entry i: request r's k drafts on offer and their chances */
+static void offer(struct td_engine *e, int i, const struct request *r, int k) {
+    e->pol_k[i] = k;
+    accept_estimates(e, r, k, e->pol_m + (size_t)i * TD_MAX_DRAFT);
+}
+
 /* the adaptive policy: how many of the drafts on offer (groups[i].want) each of the n_dec
  * verify groups verifies, beside other_rows rows of prompts */
 static void choose_drafts(struct td_engine *e, int n_dec, int other_rows) {
@@ -673,9 +679,7 @@ static void choose_drafts(struct td_engine *e, int n_dec, int other_rows) {
             other_rows += g->want;
             continue;
         }
-        e->pol_k[m] = g->want;
-        accept_estimates(e, g->r, g->want, e->pol_m + (size_t)m * TD_MAX_DRAFT);
-        m++;
+        offer(e, m++, g->r, g->want);
     }
     if (!m) return;
     policy_choose(&e->pol, m, e->pol_k, e->pol_m, TD_MAX_DRAFT, other_rows + n_dec - m, e->pol_d);
@@ -802,22 +806,25 @@ static void hook_rows(struct td_engine *e, const struct request *r, float *rows,
         e->p.logits_hook(e->p.hook_ctx, r->id, pos0 + j, rows + (size_t)j * V, V);
 }
 
+/* the target's own token from row j of a group: ids[j] in a greedy step (the row's argmax),
+ * else a draw from rows[j] with r's sampling at position pos; -1 for a non-finite row */
+static int32_t target_token(struct td_engine *e, const struct request *r, const float *rows,
+                            const int32_t *ids, int j, long pos) {
+    int V = e->model.cfg.vocab;
+    if (ids) return ids[j];
+    if (td_probs(e->p_scratch, rows + (size_t)j * V, V, &r->sampling)) return -1;
+    return td_sample(e->p_scratch, V,
+                     td_rand_uniform(r->sampling.seed, (uint64_t)pos, TD_RAND_SAMPLE));
+}
+
 /* rows: the group's logits rows on the host, or NULL in a greedy step, whose rows' argmaxes
  * are ids (the logits stayed in the backend) */
 static void finish_prefill(struct td_engine *e, struct group *g, const float *rows,
                            const int32_t *ids, int n_rows) {
     struct request *r = g->r;
-    int V = e->model.cfg.vocab;
     int fed = e->state.len[r->slot];
-    if (fed < r->n_prompt) return; // more chunks to come
-    int32_t tok;
-    if (ids) // greedy: the last row's argmax (-1: not finite)
-        tok = ids[n_rows - 1];
-    else if (td_probs(e->p_scratch, rows + (size_t)(n_rows - 1) * V, V, &r->sampling))
-        tok = -1;
-    else
-        tok = td_sample(e->p_scratch, V,
-                        td_rand_uniform(r->sampling.seed, (uint64_t)fed, TD_RAND_SAMPLE));
+    if (fed < r->n_prompt) return;                                // more chunks to come
+    int32_t tok = target_token(e, r, rows, ids, n_rows - 1, fed); // the last row's
     if (tok < 0) {
         fail_nan(e, r, fed);
         return;
@@ -833,20 +840,12 @@ static void finish_prefill(struct td_engine *e, struct group *g, const float *ro
 static void synthetic_verdict(struct td_engine *e, const struct request *r,
                               struct verify_result *vr, const float *rows, const int32_t *ids,
                               int L, long pos0) {
-    int V = e->model.cfg.vocab, a = 0;
+    int a = 0;
     while (a < L && a < e->p.n_synthetic &&
            td_rand_uniform(r->sampling.seed, (uint64_t)(pos0 + 1 + a), TD_RAND_ACCEPT) <
                e->p.synthetic_accept[a])
         a++;
-    int32_t tok;
-    if (ids)
-        tok = ids[a];
-    else if (td_probs(e->p_scratch, rows + (size_t)a * V, V, &r->sampling))
-        tok = -1;
-    else
-        tok =
-            td_sample(e->p_scratch, V,
-                      td_rand_uniform(r->sampling.seed, (uint64_t)(pos0 + 1 + a), TD_RAND_SAMPLE));
+    int32_t tok = target_token(e, r, rows, ids, a, pos0 + 1 + a);
     vr->n_accepted = a;
     vr->n_drafts_used = L;
     vr->token = tok;
@@ -926,9 +925,7 @@ static void decide_drafting(struct td_engine *e, int n) {
             e->draft_on = 1;
             return;
         }
-        e->pol_k[m] = e->dseqs[j].k;
-        accept_estimates(e, r, e->dseqs[j].k, e->pol_m + (size_t)m * TD_MAX_DRAFT);
-        m++;
+        offer(e, m++, r, e->dseqs[j].k);
     }
     if (!m) return;
     int room = e->p.max_batch_tokens - m;

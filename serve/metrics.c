@@ -329,22 +329,25 @@ static void build_table(struct srv_metrics *m, const struct met_info *in) {
     // the draft policy's decisions, by the decoding sequences of the step (up to 2^b)
     static const char *const BATCH_NAME[TD_BATCH_BUCKETS] = {
         "1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024", "2048", "4096"};
-    fam_add(m, "tandem_spec_policy_steps_total", FAM_COUNTER, FAM_OMIT_EMPTY,
-            "Decoding steps, by decoding sequences (batch: at most that many).");
-    for (int b = 0; b < TD_BATCH_BUCKETS; b++)
-        ser_add(m, VAL_LONG, &v->eng.batch_steps[b], -1, SER_SKIP_ZERO, "batch", BATCH_NAME[b],
-                NULL);
-    fam_add(m, "tandem_spec_policy_offered_total", FAM_COUNTER, FAM_OMIT_EMPTY,
-            "Draft tokens the drafter offered those steps.");
-    for (int b = 0; b < TD_BATCH_BUCKETS; b++)
-        ser_add(m, VAL_LONG, &v->eng.batch_wanted[b], -1, SER_SKIP_ZERO, "batch", BATCH_NAME[b],
-                NULL);
-    fam_add(m, "tandem_spec_policy_verified_total", FAM_COUNTER, FAM_OMIT_EMPTY,
-            "Draft tokens the draft policy verified in those steps (drafts per step: this over "
-            "tandem_spec_policy_steps_total).");
-    for (int b = 0; b < TD_BATCH_BUCKETS; b++)
-        ser_add(m, VAL_LONG, &v->eng.batch_drafts[b], -1, SER_SKIP_ZERO, "batch", BATCH_NAME[b],
-                NULL);
+    const struct {
+        const char *name, *help;
+        const long *v;
+    } pol[3] = {{.name = "tandem_spec_policy_steps_total",
+                 .help = "Decoding steps, by decoding sequences (batch: at most that many).",
+                 .v = v->eng.batch_steps},
+                {.name = "tandem_spec_policy_offered_total",
+                 .help = "Draft tokens the drafter offered those steps.",
+                 .v = v->eng.batch_wanted},
+                {.name = "tandem_spec_policy_verified_total",
+                 .help =
+                     "Draft tokens the draft policy verified in those steps (drafts per step: this "
+                     "over tandem_spec_policy_steps_total).",
+                 .v = v->eng.batch_drafts}};
+    for (int i = 0; i < 3; i++) {
+        fam_add(m, pol[i].name, FAM_COUNTER, FAM_OMIT_EMPTY, pol[i].help);
+        for (int b = 0; b < TD_BATCH_BUCKETS; b++)
+            ser_add(m, VAL_LONG, &pol[i].v[b], -1, SER_SKIP_ZERO, "batch", BATCH_NAME[b], NULL);
+    }
     fam_add(m, "tandem_spec_policy_plain_steps_total", FAM_COUNTER, pos_fam,
             "Decoding steps the adaptive policy ran with the model drafter off.");
     ser_add(m, VAL_LONG, &v->eng.plain_steps, -1, pos_ser, "drafter", dr, NULL);
