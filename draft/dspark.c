@@ -183,7 +183,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
                                 .g = dc->block,
                                 .r = dc->rank};
     b->ops.markov_greedy(&setup); // n = 0: the launch settings, before any capture
-    struct td_forward_io ins = {.x_in = d->capture, .keys_only = 1};
+    struct td_forward_io ins = {.x_in = d->capture, .keys_only = TD_KEYS_CONTEXT};
     struct td_forward_io io = {.hc_out = d->y}, io_greedy = {.hc_out = d->y, .tail = &d->tail};
     if (td_forward_prepare(d->run, &d->st, &pd, &ins, 1, max_rows, err, errlen) ||
         td_forward_prepare(d->run, &d->st, &pd, &io_greedy, dc->block, blk_rows, err, errlen) ||
@@ -284,7 +284,8 @@ int draft_dspark_insert_step(struct draft_dspark *d, const struct td_plan *p, ch
         d->pre_end[slot] = pos0 + n;
     }
     if (meta_plan_build(&d->plan, d->seqs, p->n_seq, err, errlen)) return -1;
-    int rc = td_forward_store_kv(d->run, &d->st, &d->plan, d->capture, err, errlen);
+    int rc =
+        td_forward_store_kv(d->run, &d->st, &d->plan, d->capture, TD_KEYS_CONTEXT, err, errlen);
     if (d->b->mark) d->b->mark("insert");
     return rc;
 }

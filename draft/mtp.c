@@ -95,8 +95,11 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
         td_errf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
         goto fail;
     }
-    struct td_forward_io io = {.x_in = d->x, .hidden_out = d->h_out};
-    if (td_forward_prepare(d->run, &d->st, &pd, &io, 1, max_rows, err, errlen)) goto fail;
+    struct td_forward_io io = {.x_in = d->x, .hidden_out = d->h_out},
+                         keys = {.x_in = d->x, .keys_only = TD_KEYS_STREAMS};
+    if (td_forward_prepare(d->run, &d->st, &pd, &io, 1, max_rows, err, errlen) ||
+        td_forward_prepare(d->run, &d->st, &pd, &keys, 1, max_rows, err, errlen))
+        goto fail;
     *out = d;
     return 0;
 fail:
@@ -142,18 +145,15 @@ void draft_mtp_set_all_logits(struct draft_mtp *d, int on) {
     d->all_logits = on;
 }
 
-/* X = h_proj(hnorm(h_in)) + e_proj(enorm(embed(ids))), zero token term at position 0; then the
- * MTP block over the plan already built in d->plan. ids: d->ids, or (ids_dev non-NULL) the n
- * ids in backend memory there, which the plan's device copy takes too. logits NULL: they stay
- * in the backend (td_forward_logits) */
-static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_zero,
-                       const int32_t *ids_dev, float *logits, char *err, size_t errlen) {
+/* X = h_proj(hnorm(h_in)) + e_proj(enorm(embed(ids))), zero token term at position 0, for n
+ * rows. ids: d->ids, or (ids_dev non-NULL) the n ids in backend memory there */
+static void mtp_input(struct draft_mtp *d, int n, const int *zero_rows, int n_zero,
+                      const int32_t *ids_dev) {
     const struct td_backend *b = d->b;
     const struct td_ops *op = &b->ops;
     const struct td_model *m = d->run;
     int D = d->dim, nc = d->nc;
     float eps = m->cfg.rms_eps;
-    struct td_id_patch patch = {.row = 0, .n = n, .src = ids_dev};
     if (!ids_dev) {
         b->to_device(d->ids_dev, d->ids, (size_t)n * sizeof(int32_t));
         ids_dev = d->ids_dev;
@@ -170,9 +170,18 @@ static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_z
     op->rmsnorm(d->tmp, d->h_in, W(m->mtp_hnorm), n * nc, D, eps);
     op->matmul(d->x, d->tmp, W(m->mtp_hproj), n * nc, D, D, NULL, 0);
     op->add_bcast(d->x, d->e, n, nc, D);
+}
+
+/* the MTP block over the plan already built in d->plan, on mtp_input's rows (ids as there,
+ * which the plan's device copy takes too). logits NULL: they stay in the backend
+ * (td_forward_logits) */
+static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_zero,
+                       const int32_t *ids_dev, float *logits, char *err, size_t errlen) {
+    struct td_id_patch patch = {.row = 0, .n = n, .src = ids_dev};
+    mtp_input(d, n, zero_rows, n_zero, ids_dev);
     struct td_forward_io io = {.x_in = d->x, .hidden_out = d->h_out};
     if (patch.src) io.id_patches = &patch, io.n_id_patches = 1;
-    return td_forward_ex(m, &d->st, &d->plan, &io, logits, NULL, err, errlen);
+    return td_forward_ex(d->run, &d->st, &d->plan, &io, logits, NULL, err, errlen);
 }
 
 void draft_mtp_defer(struct draft_mtp *d, int on) {
@@ -295,6 +304,16 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
     }
     if (!n_seq) return 0;
     if (b->mark) b->mark("draft");
+    if (!n_draft && !d->all_logits) { // nothing drafts: the rows' keys are all the layer keeps
+        for (int i = 0; i < n_seq; i++)
+            d->seqs[i].skip_logits = d->seqs[i].n_new;
+        mtp_input(d, rows, zero, n_zero, NULL);
+        return meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
+                       td_forward_store_kv(d->run, &d->st, &d->plan, d->x, TD_KEYS_STREAMS, err,
+                                           errlen)
+                   ? -1
+                   : 0;
+    }
     if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
         mtp_forward(d, rows, zero, n_zero, NULL, dev ? NULL : d->logits, err, errlen) ||
         (dev && device_chain(d, seqs, n_draft, k, err, errlen)))

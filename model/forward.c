@@ -60,9 +60,9 @@ struct fwd {
     float *capture;    /* [n, n_capture, dim] stream means, or NULL */
     const int *capture_layers; /* [n_capture] */
     int n_capture;
-    float *hidden_out; /* [n, nc, dim] final streams out, or NULL */
-    float *hc_out;     /* [n, dim] hc_head's rows out, or NULL (then in x) */
-    int keys_only;     /* the pass stores context keys (td_forward_store_kv), nothing else */
+    float *hidden_out;      /* [n, nc, dim] final streams out, or NULL */
+    float *hc_out;          /* [n, dim] hc_head's rows out, or NULL (then in x) */
+    enum td_keys keys_only; /* the pass stores keys (td_forward_store_kv), nothing else */
     const struct td_forward_tail *tail; /* queued after the head, or NULL */
 };
 
@@ -556,6 +556,16 @@ static void trace_picks(struct fwd *f, int32_t *trace, int li) {
 }
 
 /* the whole forward for n rows, queued on the backend (capturable: no allocation, no copy) */
+/* a hyper-connection's weights as hc_pre reads them */
+static struct hc_weights hc_of(const struct td_hc_w *h) {
+    return (struct hc_weights){.fn = h->fn.data,
+                               .base = h->base.data,
+                               .scale = h->scale.data,
+                               .fn_dtype = h->fn.dtype,
+                               .base_dtype = h->base.dtype,
+                               .scale_dtype = h->scale.dtype};
+}
+
 static void run_layers(struct fwd *f, int32_t *topk_trace) {
     const struct td_model *m = f->m;
     const struct td_config *c = f->c;
@@ -566,18 +576,7 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
         f->op->embed(f->X, f->rows.input_ids, W(m->embed), n, nc, D);
     for (int li = 0; li < c->n_layers; li++) {
         const struct td_layer *l = &m->layers[li];
-        struct hc_weights ha = {.fn = l->hc_attn.fn.data,
-                                .base = l->hc_attn.base.data,
-                                .scale = l->hc_attn.scale.data,
-                                .fn_dtype = l->hc_attn.fn.dtype,
-                                .base_dtype = l->hc_attn.base.dtype,
-                                .scale_dtype = l->hc_attn.scale.dtype};
-        struct hc_weights hf = {.fn = l->hc_ffn.fn.data,
-                                .base = l->hc_ffn.base.data,
-                                .scale = l->hc_ffn.scale.data,
-                                .fn_dtype = l->hc_ffn.fn.dtype,
-                                .base_dtype = l->hc_ffn.base.dtype,
-                                .scale_dtype = l->hc_ffn.scale.dtype};
+        struct hc_weights ha = hc_of(&l->hc_attn), hf = hc_of(&l->hc_ffn);
         f->op->hc_pre(f->xn, f->post, f->comb, f->X, &ha, n, nc, D, c->hc_sinkhorn_iters, c->hc_eps,
                       c->rms_eps, W(l->attn_norm));
         attention_block(f, li);
@@ -605,12 +604,18 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
     f->op->matmul(f->logits, f->xn, W(m->head), n_head, D, c->vocab, NULL, 0);
 }
 
-/* the context rows' keys into every layer's ring (td_forward_store_kv), capturable */
+/* the rows' keys into every layer's ring (td_forward_store_kv), capturable */
 static void run_store(struct fwd *f) {
     const struct td_model *m = f->m;
     const struct td_config *c = f->c;
     const float *x = f->x_in;
-    if (m->dspark.main_proj.data) { // DSpark: the captured target rows, fused and normalised
+    if (f->keys_only == TD_KEYS_STREAMS) { // the one layer's normed input, as run_layers makes it
+        const struct td_layer *l = &m->layers[0];
+        struct hc_weights ha = hc_of(&l->hc_attn);
+        f->op->hc_pre(f->xn, f->post, f->comb, x, &ha, f->n, c->hc_mult, c->dim,
+                      c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, W(l->attn_norm));
+        x = f->xn;
+    } else if (m->dspark.main_proj.data) { // DSpark: the captured target rows, fused and normalised
         int in = (int)m->dspark.main_proj.shape[1];
         f->op->matmul(f->x, x, W(m->dspark.main_proj), f->n, in, c->dim, NULL, 0);
         f->op->rmsnorm(f->x, f->x, W(m->dspark.main_norm), f->n, c->dim, c->rms_eps);
@@ -821,8 +826,16 @@ const float *td_forward_logits(const struct td_state *st) {
 }
 
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
-                        const float *x, char *err, size_t errlen) {
+                        const float *x, enum td_keys from, char *err, size_t errlen) {
     const struct td_config *c = &m->cfg;
+    if (from != TD_KEYS_CONTEXT && from != TD_KEYS_STREAMS)
+        return td_errf(err, errlen, "store_kv: keys from %d, neither context nor streams",
+                       (int)from);
+    if (from == TD_KEYS_STREAMS && c->n_layers != 1)
+        return td_errf(err, errlen,
+                       "store_kv: keys from the input streams need a one-layer model, this one "
+                       "has %d layers",
+                       c->n_layers);
     for (int li = 0; li < c->n_layers; li++)
         if (c->attn[li] != TD_ATTN_SLIDING)
             return td_errf(
@@ -834,7 +847,7 @@ int td_forward_store_kv(const struct td_model *m, struct td_state *st, const str
         if (p->block[s])
             return td_errf(err, errlen,
                            "store_kv: sequence %d is a block, and blocks store nothing", s);
-    struct td_forward_io io = {.x_in = x, .keys_only = 1};
+    struct td_forward_io io = {.x_in = x, .keys_only = from};
     struct fwd *f = begin(m, st, p, &io, err, errlen);
     if (!f) return -1;
     run_step(f, st->ws, NULL);

@@ -57,6 +57,9 @@ struct td_forward_tail {
     void *ctx;
 };
 
+/* what a keys-only pass (td_forward_store_kv) makes its keys from; 0: a whole forward */
+enum td_keys { TD_KEYS_NONE, TD_KEYS_CONTEXT, TD_KEYS_STREAMS };
+
 struct td_forward_io {
     const float *x_in;         /* [max_tok, hc_mult, dim] replaces the embedding as the input */
     float *hidden_out;         /* [max_tok, hc_mult, dim] the final streams, before hc_head (MTP);
@@ -70,7 +73,7 @@ struct td_forward_io {
     const struct td_id_patch *id_patches; /* copied into the plan's device copy before the
                                              step runs (backends with a device plan only) */
     int n_id_patches;
-    int keys_only; /* td_forward_store_kv's pass (x_in: its context rows); for prepare */
+    enum td_keys keys_only; /* td_forward_store_kv's pass (x_in: its rows); for prepare */
     const struct td_forward_tail *tail; /* queued after the head, or NULL */
 };
 
@@ -94,16 +97,22 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
                        const struct td_forward_io *io, int min_rows, int max_rows, char *err,
                        size_t errlen);
 
-/* Store keys made from outside rows in every layer's sliding-window ring, nothing else: for each
- * plan row, rope(kv_norm(wkv x_row)) at its position, written where the plan says, and the
- * committed length advances as after a forward. A DSpark drafter's context insertion: its
- * stages' keys come from the captured target rows, x [max_tok, n_capture * dim] in backend
- * memory, fused and normalised first (main_proj, main_norm); a model without that projection
- * takes x [max_tok, dim] as they are. Rows n_tok .. n_tok_pad - 1 of x are read (a graph serves
- * the bucket) and stored nowhere. Sliding-window-only models. Queued: nothing waits (a fault
- * surfaces at the backend's next finish); 0, or -1 with a message. */
+/* Store keys in every layer's sliding-window ring, nothing else: for each plan row,
+ * rope(kv_norm(wkv x_row)) at its position, written where the plan says, and the committed
+ * length advances as after a forward. Where x_row comes from (x in backend memory, rows
+ * n_tok .. n_tok_pad - 1 read, since a graph serves the bucket, and stored nowhere):
+ *   TD_KEYS_CONTEXT: outside rows. A DSpark drafter's context insertion: its stages' keys come
+ *     from the captured target rows, x [max_tok, n_capture * dim], fused and normalised first
+ *     (main_proj, main_norm); a model without that projection takes x [max_tok, dim] as they
+ *     are.
+ *   TD_KEYS_STREAMS: the layer's own input streams x [max_tok, hc_mult, dim], through its
+ *     hc_pre and attn_norm as the whole forward would: the same keys, bit for bit, without the
+ *     attention, the experts or the head. One-layer models (MTP's catch-up of rows it drafts
+ *     nothing from).
+ * Sliding-window-only models. Queued: nothing waits (a fault surfaces at the backend's next
+ * finish); 0, or -1 with a message. */
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
-                        const float *x, char *err, size_t errlen);
+                        const float *x, enum td_keys from, char *err, size_t errlen);
 
 /* Convenience for one-off calls (CLI, tests): build a plan for seqs (bucketed capacity),
  * run td_forward, free the plan. Same return contract. */

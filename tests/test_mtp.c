@@ -15,9 +15,11 @@
  *                       YaRN) + a random MTP layer.
  * The random ones have a seeded random prompt longer than the window (the MTP's own sliding
  * window over its rows is exercised) and no near ties in the bonus or the drafts.
- * Three cases per fixture, named with the fixture as a suffix ("mtp/target_bonus[tiny]"): the
+ * Four cases per fixture, named with the fixture as a suffix ("mtp/target_bonus[tiny]"): the
  * target's greedy bonus token after the prompt; the MTP catch-up logits over the prompt rows
- * (last 8); a k = 3 greedy chain with recycled streams: its drafts and its last step's logits.
+ * (last 8); a k = 3 greedy chain with recycled streams: its drafts and its last step's logits;
+ * the same chain after a catch-up that drafted nothing (the keys-only pass over all rows but the
+ * last, then that row alone): the same drafts and the same last logits, bit for bit.
  * The C side runs the same on the CPU: fp32 math against fp32 math, so the budget is
  * max|d| <= 1e-3 * max(1, max|ref row|), and the drafts must be the same tokens. A missing
  * fixture fails (its message names the command that makes it).
@@ -59,8 +61,9 @@ static const struct mtp_fixture fixtures[] = {
      .make = "python3 tools/make_drafter_fixtures.py --random c_upstream_sharded"},
 };
 
-static const char *const case_names[3] = {"mtp/target_bonus", "mtp/catchup_logits_match_reference",
-                                          "mtp/chain_k3_matches_reference"};
+static const char *const case_names[4] = {"mtp/target_bonus", "mtp/catchup_logits_match_reference",
+                                          "mtp/chain_k3_matches_reference",
+                                          "mtp/keys_only_catchup_same_bits"};
 
 /* one fixture loaded: the model, the reference tensors and JSON, the prompt */
 struct fx {
@@ -124,8 +127,8 @@ static int argmax(const float *x, int n) {
 
 /* the three cases on one fixture */
 static void run_fixture(const struct mtp_fixture *x) {
-    char err[768], name[3][160], extra[128];
-    for (int c = 0; c < 3; c++)
+    char err[768], name[4][160], extra[128];
+    for (int c = 0; c < 4; c++)
         snprintf(name[c], sizeof name[c], "%s[%s]", case_names[c], x->name);
     struct fx f;
     struct td_state st;
@@ -137,7 +140,7 @@ static void run_fixture(const struct mtp_fixture *x) {
     if (fx_open(&f, x, err, sizeof err)) {
         CHECK(0, "%s", err);
         case_end(name[0], "");
-        for (int c = 1; c < 3; c++) {
+        for (int c = 1; c < 4; c++) {
             case_begin();
             CHECK(0, "not run: the fixture did not load");
             case_end(name[c], "");
@@ -253,6 +256,32 @@ static void run_fixture(const struct mtp_fixture *x) {
     else
         extra[0] = 0;
     case_end(name[2], extra);
+
+    // the same chain after a catch-up that drafts nothing (the engine's plain steps: the
+    // keys-only pass), then the last row alone: the keys must be the whole forward's, bit for bit
+    case_begin();
+    int32_t drafts3[K];
+    memcpy(drafts3, drafts, sizeof drafts3);
+    int have3 = !check_case_failed && r.n_drafts == K;
+    if (have3) memcpy(want, draft_mtp_logits(d), (size_t)V * sizeof(float));
+    CHECK(have3, "not run: the k = 3 chain failed");
+    if (!check_case_failed) {
+        struct td_draft_seq a = r, c = r;
+        a.n = n - 1, a.k = 0;
+        CHECK(!draft_mtp_run(d, &a, 1, err, sizeof err), "keys-only catch-up: %s", err);
+        CHECK(a.n_drafts == 0, "the keys-only catch-up drafted %d", a.n_drafts);
+        CHECK(draft_mtp_state(d)->len[slot] == n - 1, "the MTP holds %d rows after it, want %d",
+              draft_mtp_state(d)->len[slot], n - 1);
+        c.pos0 = n - 1, c.n = 1, c.row = n - 1, c.next = next + n - 1;
+        CHECK(!check_case_failed && !draft_mtp_run(d, &c, 1, err, sizeof err), "%s", err);
+        CHECK(c.n_drafts == K, "%d drafts", c.n_drafts);
+        for (int j = 0; !check_case_failed && j < K; j++)
+            CHECK(drafts[j] == drafts3[j], "draft %d is %d, after the whole catch-up %d", j,
+                  drafts[j], drafts3[j]);
+        CHECK(!check_case_failed && !memcmp(draft_mtp_logits(d), want, (size_t)V * sizeof(float)),
+              "the last chain step's logits differ from the whole catch-up's");
+    }
+    case_end(name[3], "");
 
     free(lg);
     free(qd);
