@@ -341,7 +341,8 @@ int cmd_bench(int argc, char **argv) {
             printf(
                 "usage: tandem bench [--model DIR] --prompts FILE.jsonl [options]\n"
                 "  --prompts FILE       JSON lines with \"turns\": [text, ...] (the first turn is\n"
-                "                       the prompt) or \"text\": text\n"
+                "                       the prompt), \"text\": text, or \"ids\": [token ids]\n"
+                "                       (no tokenizer needed)\n"
                 "  --n-prompts N        prompts to run (default 64; fewer if the file has fewer)\n"
                 "  --max-tokens N       tokens per request (default 128)\n"
                 "  --batch B            requests decoding at once (default 16)\n"
@@ -400,18 +401,10 @@ int cmd_bench(int argc, char **argv) {
     if (!sweep && cli_draft_finish("bench", &ep, draft_tokens)) return 2;
 
     char err[1024];
-    struct tok *tk;
+    struct tok *tk = NULL; // loaded at the first line with text (lines of ids need none)
     struct chat ch;
-    if (tok_load(&tk, ep.model_dir, err, sizeof err)) return die("%s", err);
-    if (!raw && chat_init(&ch, tk, err, sizeof err)) {
-        tok_free(tk);
-        return die("%s", err);
-    }
     FILE *fp = fopen(prompts_path, "r");
-    if (!fp) {
-        tok_free(tk);
-        return die("bench: cannot open %s", prompts_path);
-    }
+    if (!fp) return die("bench: cannot open %s", prompts_path);
     struct tok_ids *ids = td_xcalloc((size_t)n_prompts, sizeof *ids);
     int np = 0, lineno = 0;
     char *line = NULL;
@@ -424,10 +417,31 @@ int cmd_bench(int argc, char **argv) {
         const char *text = json_is_array(turns) ? json_string_value(json_array_get(turns, 0))
                            : doc                ? json_string_value(json_object_get(doc, "text"))
                                                 : NULL;
+        json_t *jids = doc ? json_object_get(doc, "ids") : NULL;
         int rc = -1;
-        if (!text) {
-            snprintf(err, sizeof err, "%s:%d: not a JSON object with \"turns\" or \"text\"",
-                     prompts_path, lineno);
+        if (json_is_array(jids) && !text) { // token ids as they are
+            size_t j, n = json_array_size(jids);
+            json_t *v;
+            rc = n ? 0 : -1;
+            json_array_foreach(jids, j, v) {
+                if (rc || !json_is_integer(v) || json_integer_value(v) < 0 ||
+                    json_integer_value(v) > INT32_MAX) {
+                    rc = -1;
+                    break;
+                }
+                rc = tok_ids_push(&ids[np], (int32_t)json_integer_value(v));
+            }
+            if (rc)
+                snprintf(err, sizeof err,
+                         "%s:%d: \"ids\" must be a non-empty array of token ids (integers >= 0)",
+                         prompts_path, lineno);
+        } else if (!text) {
+            snprintf(err, sizeof err,
+                     "%s:%d: not a JSON object with \"turns\", \"text\" or \"ids\"", prompts_path,
+                     lineno);
+        } else if (!tk && (tok_load(&tk, ep.model_dir, err, sizeof err) ||
+                           (!raw && chat_init(&ch, tk, err, sizeof err)))) {
+            // the first line with text needed the tokenizer (and the chat format): neither loads
         } else if (raw) {
             rc = tok_encode(tk, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ids[np], err,
                             sizeof err);

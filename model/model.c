@@ -790,7 +790,10 @@ static int count_stages(struct loader *ld, const char *where) {
 }
 
 enum td_own_drafter td_model_own_drafter(const struct td_model *m) {
-    if (m->dummy_seed) return TD_OWN_NONE; // nothing stored
+    if (m->dummy_seed) // nothing stored: what its config.json names is made like the rest
+        return m->cfg.dspark.present && m->cfg.dspark.n_stages      ? TD_OWN_DSPARK
+               : m->cfg.n_mtp_layers >= 1 && !m->cfg.dspark.present ? TD_OWN_MTP
+                                                                    : TD_OWN_NONE;
     if (m->cfg.dspark.present || st_set_find(&m->st, "mtp.0.main_proj.weight"))
         return TD_OWN_DSPARK;
     if (m->cfg.n_mtp_layers >= 1 && st_set_find(&m->st, "mtp.0.e_proj.weight")) return TD_OWN_MTP;
@@ -804,14 +807,15 @@ int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, s
     c->n_layers = 1;
     c->attn[0] = t->cfg.mtp_attn[0];
     c->mlp[0] = TD_MLP_MOE;
-    struct loader ld = {.m = m, .st = &t->st, .err = err, .errlen = errlen};
+    struct loader ld = {.m = m, .st = &t->st, .err = err, .errlen = errlen, .dummy = t->dummy_seed};
+    m->dummy_seed = t->dummy_seed;
     if (td_model_own_drafter(t) == TD_OWN_DSPARK)
         return fail(&ld,
                     "this checkpoint's mtp.* tensors are a DSpark head (%s), not an MTP "
                     "layer: draft with dspark",
                     t->cfg.dspark.present ? "config.json has the dspark_* keys"
                                           : "mtp.0.main_proj.weight");
-    if (t->cfg.n_mtp_layers < 1 || !st_set_find(&t->st, "mtp.0.e_proj.weight"))
+    if (t->cfg.n_mtp_layers < 1 || (!ld.dummy && !st_set_find(&t->st, "mtp.0.e_proj.weight")))
         return fail(&ld, "this checkpoint has no MTP layer (no mtp.0.* tensors)");
     if (c->attn[0] != TD_ATTN_SLIDING)
         return fail(&ld,
@@ -833,8 +837,9 @@ int td_model_load_mtp(const struct td_model *t, struct td_model *m, char *err, s
         bind(&ld, &m->mtp_eproj, "mtp.0.e_proj.weight", NULL, K_FLOAT, md, 2) ||
         bind(&ld, &m->mtp_hproj, "mtp.0.h_proj.weight", NULL, K_FLOAT, md, 2))
         goto out;
-    rc = check_drafter_unused(&ld, "mtp.", "the checkpoint's files", t->cfg.n_mtp_layers,
-                              "its MTP layer (mtp.0)");
+    rc = ld.dummy ? 0
+                  : check_drafter_unused(&ld, "mtp.", "the checkpoint's files", t->cfg.n_mtp_layers,
+                                         "its MTP layer (mtp.0)");
 out:
     free(ld.used);
     if (rc) td_model_free(m); // its st is empty: the views are into target's mapping
@@ -847,15 +852,27 @@ int td_model_load_dspark(const struct td_model *t, const char *dir, int n_stages
     m->cfg = t->cfg;
     struct td_config *c = &m->cfg;
     const char *where = dir ? dir : "the checkpoint's own files";
-    struct loader ld = {.m = m, .st = dir ? &m->st : &t->st, .err = err, .errlen = errlen};
+    // a dummy target's head (its own, or a folder's config.json alone): its stages made like
+    // the rest, as many as dspark_num_stages says
+    uint64_t dummy = t->dummy_seed;
+    struct loader ld = {
+        .m = m, .st = dir ? &m->st : &t->st, .err = err, .errlen = errlen, .dummy = dummy};
+    m->dummy_seed = dummy;
     if (n_stages < 0 || n_stages > TD_DSPARK_MAX_STAGES || n_capture < 1 || rank < 1)
         return fail(&ld,
                     "%s: %d stages, %d captured layers, Markov rank %d: stages must be in [0, %d] "
                     "(0: as the files hold), the others >= 1",
                     where, n_stages, n_capture, rank, TD_DSPARK_MAX_STAGES);
     int rc = -1, held;
-    if (dir && st_set_open(&m->st, dir, err, errlen)) goto out;
-    if ((held = count_stages(&ld, where)) < 0) goto out;
+    if (dir && !dummy && st_set_open(&m->st, dir, err, errlen)) goto out;
+    if (dummy && !n_stages) {
+        fail(&ld,
+             "dummy weights: %s: the dspark_* keys need dspark_num_stages (no files to count "
+             "the stages in)",
+             dir ? dir : "config.json");
+        goto out;
+    }
+    if ((held = dummy ? n_stages : count_stages(&ld, where)) < 0) goto out;
     if (!held) {
         fail(&ld, "no DSpark stages (mtp.<s>.* tensors) in %s%s", where,
              dir ? "" : ", though config.json has the dspark_* keys");
@@ -934,7 +951,7 @@ int td_model_load_dspark(const struct td_model *t, const char *dir, int n_stages
     }
     char what[64];
     snprintf(what, sizeof what, "a %d-stage DSpark head", n_stages);
-    rc = check_drafter_unused(&ld, dir ? "" : "mtp.", where, 0, what); // a folder: all of it
+    rc = dummy ? 0 : check_drafter_unused(&ld, dir ? "" : "mtp.", where, 0, what); // a folder: all
 out:
     free(ld.used);
     if (rc) td_model_free(m);

@@ -227,6 +227,48 @@ static void test_flash_slice(void) {
     case_end("dummy_weights/flash_slice_config", extra);
 }
 
+/* the V4-Flash-depth benchmark (bench/flash_depth): 43 layers in V4-Flash's mix, the released
+ * precision, its MTP layer and a 3-stage DSpark head in dspark/ made as dummies too (a dummy
+ * target's drafters have no files: dspark_num_stages says how many stages); a head without that
+ * key is refused by name */
+static void test_flash_depth(void) {
+    char err[512], extra[160] = "";
+    struct td_model m = {0}, mtp = {0}, ds = {0};
+    case_begin();
+    CHECK(!td_model_load_dummy(&m, "bench/flash_depth", 1, err, sizeof err), "%s", err);
+    if (!check_case_failed) {
+        const struct td_config *c = &m.cfg;
+        int csa = 0, hca = 0;
+        for (int i = 0; i < c->n_layers; i++)
+            csa += c->attn[i] == TD_ATTN_CSA, hca += c->attn[i] == TD_ATTN_HCA;
+        CHECK(c->n_layers == 43 && csa == 21 && hca == 20 && c->dim == 4096 && c->n_heads == 64 &&
+                  c->head_dim == 512 && c->n_experts_tok == 6,
+              "%d layers (%d CSA, %d HCA), dim %d, %d x %d heads", c->n_layers, csa, hca, c->dim,
+              c->n_heads, c->head_dim);
+        CHECK(td_model_own_drafter(&m) == TD_OWN_MTP, "own drafter %d",
+              (int)td_model_own_drafter(&m));
+        CHECK(!td_model_load_mtp(&m, &mtp, err, sizeof err), "mtp: %s", err);
+        CHECK(!check_case_failed && mtp.cfg.n_layers == 1 && mtp.layers[0].w1[0].ndim == 2,
+              "the MTP layer");
+        CHECK(
+            !td_model_load_dspark(&m, "bench/flash_depth/dspark", 3, 3, 256, &ds, err, sizeof err),
+            "dspark: %s", err);
+        CHECK(!check_case_failed && ds.cfg.n_layers == 3 && ds.dspark.markov_w2.shape[0] == 129280,
+              "the DSpark head");
+        snprintf(extra, sizeof extra, "(%d routed experts a layer)", c->n_experts);
+    }
+    td_model_free(&ds);
+    if (!check_case_failed) { // the stage count has nowhere else to come from
+        int rc =
+            td_model_load_dspark(&m, "bench/flash_depth/dspark", 0, 3, 256, &ds, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "dspark_num_stages"), "rc %d: %s", rc, err);
+        if (!rc) td_model_free(&ds);
+    }
+    td_model_free(&mtp);
+    td_model_free(&m);
+    case_end("dummy_weights/flash_depth_drafters", extra);
+}
+
 /* a directory under root whose path is exactly len bytes long, made of components of at most
  * 200 bytes; out holds it */
 static int deep_dir(char *out, size_t cap, size_t len) {
@@ -1013,6 +1055,7 @@ int main(void) {
 
     test_dummy();
     test_flash_slice();
+    test_flash_depth();
     test_dummy_too_large();
     test_long_path();
     test_generation_config();
