@@ -54,7 +54,8 @@ void cli_usage(FILE *fp) {
         "                         acceptance and time per step (target, verify, drafter)\n"
         "                         to stderr\n"
         "  --ignore-eos           do not stop at EOS tokens\n"
-        "  --max-batch-tokens N   rows per forward step (default 256)\n"
+        "  --max-batch-tokens N   rows per forward step (default: 256, or with MTP or DSpark\n"
+        "                         a full round of every sequence, --n x (1 + drafts), if more)\n"
         "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
         "  --kv-dtype T           key caches in fp32 (default) | bf16 | fp8 (e4m3, per-64 scales)\n"
         "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
@@ -311,7 +312,8 @@ int cli_draft_finish(const char *cmd, struct td_engine_params *ep, long draft_to
     ep->max_draft = di->kind == DRAFT_KIND_NONE ? 0
                     : draft_tokens > 0          ? (int)draft_tokens
                                                 : di->default_tokens;
-    if (ep->max_batch_tokens < 1 + ep->max_draft) ep->max_batch_tokens = 1 + ep->max_draft;
+    if (ep->max_batch_tokens && ep->max_batch_tokens < 1 + ep->max_draft)
+        ep->max_batch_tokens = 1 + ep->max_draft;
     return 0;
 }
 

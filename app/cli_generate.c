@@ -124,7 +124,8 @@ static void print_stats(FILE *fp, struct td_engine *e, const struct td_engine_pa
                 tag, 1e3 * s->t_target / s->steps, 1e3 * s->t_verify / s->steps,
                 1e3 * s->t_draft / s->steps);
     if (s->graphs)
-        fprintf(fp, "%s: %d step graphs captured in %.1f ms\n", tag, s->graphs, 1e3 * s->t_capture);
+        fprintf(fp, "%s: %d step graphs captured in %.1f ms, up to %d rows a step\n", tag,
+                s->graphs, 1e3 * s->t_capture, td_engine_rows(e));
     if (s->rounds && td_engine_draft_tokens(e)) cli_print_policy(fp, tag, ep, s);
     if (s->nan_rows) fprintf(fp, "%s: %ld non-finite logits rows\n", tag, s->nan_rows);
 }

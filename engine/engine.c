@@ -117,12 +117,23 @@ double td_engine_clock(void) {
     return now();
 }
 
+/* the automatic row budget: AUTO_ROWS, or a round of k drafts for every slot when that is more */
+#define AUTO_ROWS 256
+static void round_rows(struct td_engine *e, int k) {
+    long rows = (long)e->p.max_seqs * (1 + k);
+    if (rows > e->p.max_batch_tokens) e->p.max_batch_tokens = rows > 1 << 20 ? 1 << 20 : (int)rows;
+}
+
+int td_engine_rows(const struct td_engine *e) {
+    return e->p.max_batch_tokens;
+}
+
 struct td_engine_params td_engine_defaults(void) {
     struct td_engine_params p;
     memset(&p, 0, sizeof p);
     p.max_seqs = 16;
     p.max_ctx = 4096;
-    p.max_batch_tokens = 256;
+    p.max_batch_tokens = 0; // auto (init)
     p.draft = "none";
     p.backend = "auto";
     p.max_draft = 0;
@@ -182,7 +193,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         return td_errf(err, errlen, "engine: no model directory");
     }
     if (p->max_seqs < 1 || p->max_ctx < 2 || p->max_draft < 0 || p->max_draft > TD_MAX_DRAFT ||
-        p->max_batch_tokens < 1 + p->max_draft) {
+        p->max_batch_tokens < 0 ||
+        (p->max_batch_tokens && p->max_batch_tokens < 1 + p->max_draft)) {
         free(e);
         return td_errf(err, errlen,
                        "engine: need max_seqs >= 1, max_ctx >= 2, draft tokens in [0, %d] and a "
@@ -199,11 +211,14 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         free(e);
         return -1;
     }
+    int auto_rows = !p->max_batch_tokens; // sized below, once the drafter's round is known
+    if (auto_rows)
+        e->p.max_batch_tokens = AUTO_ROWS > 1 + p->max_draft ? AUTO_ROWS : 1 + p->max_draft;
     // auto: its pick from the backend and what the model carries (its own files, dspark/)
     enum td_own_drafter own = td_model_own_drafter(&e->model);
     if (di->kind == DRAFT_KIND_AUTO) {
         di = draft_pick_auto(e->b->on_device, p->model_dir, p->dspark_dir, own);
-        int room = p->max_batch_tokens - 1;                 // rows beside each anchor
+        int room = e->p.max_batch_tokens - 1;               // rows beside each anchor
         if (di->kind == DRAFT_KIND_MTP && p->max_draft < 1) // none asked for: the pick's
             e->p.max_draft = di->default_tokens < room ? di->default_tokens : room;
         if (di->kind == DRAFT_KIND_MTP && e->p.max_draft < 1) di = draft_lookup("none", NULL, 0);
@@ -250,6 +265,12 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             if (td_path_join(dir, sizeof dir, p->model_dir, "dspark", err, errlen)) goto fail;
             ddir = dir;
         }
+        if (auto_rows) { // a full round of every slot: its block, or fewer drafts if asked
+            struct td_dspark_cfg dc;
+            if (dspark_config_load(&dc, ddir, &e->model, err, errlen)) goto fail;
+            int k = e->p.max_draft >= 1 && e->p.max_draft < dc.block ? e->p.max_draft : dc.block;
+            round_rows(e, k);
+        }
         struct draft_dspark *ds;
         if (draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
                               e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
@@ -277,6 +298,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (di->kind == DRAFT_KIND_REQUEST &&
         !(e->drafter = draft_init(di->name, c->vocab, err, errlen)))
         goto fail;
+    if (auto_rows && use_mtp) round_rows(e, e->p.max_draft);
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
     if (td_state_init_kv(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,

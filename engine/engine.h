@@ -50,7 +50,10 @@ struct td_engine_params {
     const char *backend;    /* "auto" (default: cuda when a GPU is usable), "cpu", "cuda" */
     int max_seqs;           /* sequences decoding at once (state slots), default 16 */
     int max_ctx;            /* tokens per sequence, default 4096 (capped by the model) */
-    int max_batch_tokens;   /* rows per step, default 256; >= 1 + max_draft */
+    int max_batch_tokens;   /* rows per step, >= 1 + max_draft; 0 (the default): 256, or a
+                               full speculative round of every slot, max_seqs x (1 + draft
+                               tokens), when a model drafter is on and that is more
+                               (td_engine_rows says which) */
     const char *draft;      /* "none" (default), "ngram", "random", "mtp", "dspark" or "auto"
                                (draft/drafter.h's registry): auto is, when the backend is a
                                device, dspark when the model has a DSpark drafter (dspark_dir,
@@ -241,6 +244,9 @@ const char *td_engine_draft(const struct td_engine *e);
 
 /* Draft tokens per round at most (the drafter's block size for DSpark; 0 without a drafter). */
 int td_engine_draft_tokens(const struct td_engine *e);
+
+/* the rows a step holds: max_batch_tokens as given, or as sized when it was 0 (auto) */
+int td_engine_rows(const struct td_engine *e);
 
 /* The backend the engine runs on ("cpu" or "cuda"). */
 const char *td_engine_backend(const struct td_engine *e);

@@ -517,6 +517,42 @@ static void adaptive_policy(void) {
     policy_g = TD_POLICY_FIXED, cost_g = NULL;
 }
 
+/* the automatic row budget (max_batch_tokens 0): 256 rows without a model drafter, and with
+ * MTP or DSpark a full round of every slot when that is more; a budget given is kept */
+static void auto_rows(void) {
+    struct {
+        const char *draft;
+        int k, seqs, given, want;
+    } t[] = {
+        {"none", 0, 64, 0, 256},   {"mtp", 3, 16, 0, 256},    {"mtp", 3, 100, 0, 400},
+        {"dspark", 0, 64, 0, 384}, {"dspark", 2, 64, 0, 256}, {"dspark", 0, 64, 128, 128},
+        {"ngram", 3, 100, 0, 256},
+    };
+    case_begin();
+    char err[512], extra[200] = "";
+    int o = 0;
+    for (size_t i = 0; i < sizeof t / sizeof *t && !check_case_failed; i++) {
+        struct td_engine_params ep = td_engine_defaults();
+        ep.model_dir = "models/tandem-tiny";
+        ep.backend = "cpu";
+        ep.draft = t[i].draft;
+        ep.max_draft = t[i].k;
+        ep.max_seqs = t[i].seqs;
+        ep.max_ctx = 64;
+        ep.max_batch_tokens = t[i].given;
+        struct td_engine *e;
+        CHECK(!td_engine_init(&e, &ep, err, sizeof err), "%s: %s", t[i].draft, err);
+        if (check_case_failed) break;
+        CHECK(td_engine_rows(e) == t[i].want, "%s k %d, %d slots, given %d: %d rows, want %d",
+              t[i].draft, t[i].k, t[i].seqs, t[i].given, td_engine_rows(e), t[i].want);
+        o += snprintf(extra + o, sizeof extra - (size_t)o, "%s%s/%d:%d", i ? " " : "(", t[i].draft,
+                      t[i].seqs, td_engine_rows(e));
+        td_engine_free(e);
+    }
+    if (o) snprintf(extra + o, sizeof extra - (size_t)o, ")");
+    case_end("engine/auto_rows", extra);
+}
+
 int main(void) {
     const char *fxs[3] = {"b_plain_hc2", "a_tiny_yarn", "c_upstream_sharded"};
     make_prompts(300);
@@ -526,6 +562,7 @@ int main(void) {
     model_drafter_tests("dspark", DSPARK_MIN_ACCEPT);
     token_sources();
     adaptive_policy();
+    auto_rows();
     if (!quick_mode()) {
         drafter_distribution("mtp");
         drafter_distribution("dspark");
