@@ -42,44 +42,8 @@ for B in 1 8 64; do
     echo "decode batch $B: $r tokens/s ($(echo "$o" | tps) with the prefill step)"
     [ $B = 1 ] && R1=$r
 done
-python3 - "$M/config.json" "$R1" "${BACKEND:-cuda}" <<'PY'
-import json, sys, time
-c, rate = json.load(open(sys.argv[1])), float(sys.argv[2])
-D, V, H, hd, qr = c["hidden_size"], c["vocab_size"], c["num_attention_heads"], c["head_dim"], c["q_lora_rank"]
-og, orank, I, k = c["o_groups"], c["o_lora_rank"], c["moe_intermediate_size"], c["num_experts_per_tok"]
-E, nc, IH, ihd = c["n_routed_experts"], c["hc_mult"], c["index_n_heads"], c["index_head_dim"]
-# bytes an element: the released precision (quantization_config: FP8 dense with one scale byte
-# per 128 x 128, routed experts by expert_dtype: FP4 with one per 32) or bf16
-q = "quantization_config" in c
-ex = c.get("expert_dtype", "fp4") if q else "bf16"
-fp8 = 1 + 1 / 16384 if q else 2
-fe = {"fp4": 0.5 + 1 / 32, "fp8": 1 + 1 / 16384}.get(ex, 2)
-nbytes = 0
-for r in c["compress_ratios"][:c["num_hidden_layers"]]:
-    nbytes += fp8 * (qr * D + H * hd * qr + hd * D + H * hd * orank + D * og * orank)
-    nbytes += 2 * E * D  # the router stays bf16
-    nbytes += fe * k * 3 * I * D + fp8 * c.get("n_shared_experts", 1) * 3 * I * D
-    if r:  # the compressor (CSA overlaps: two halves), bf16 as released
-        nbytes += 2 * (2 if r == c["compress_rate_csa"] else 1) * 2 * hd * D
-    if r == c["compress_rate_csa"]:  # indexer: q_b FP8, weights_proj and its compressor bf16
-        nbytes += fp8 * IH * ihd * qr + 2 * (IH * D + 2 * 2 * ihd * D)
-nbytes += 2 * V * D + 4 * 2 * (2 + nc) * nc * nc * D * c["num_hidden_layers"]
-print(f"batch-1 step reads about {nbytes / 1e9:.2f} GB of weights: {nbytes * rate / 1e12:.2f} TB/s at {rate} tokens/s")
-if sys.argv[3] == "cuda":
-    import torch
-    x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    for _ in range(3):
-        y.copy_(x)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(10):
-        y.copy_(x)
-    torch.cuda.synchronize()
-    bw = 2 * x.numel() * 10 / (time.perf_counter() - t)
-    print(f"device-to-device copy {bw / 1e12:.2f} TB/s (read + write): batch-1 decode reaches "
-          f"{100 * nbytes * rate / bw:.0f}% of it")
-PY
+# the bytes a batch-1 step reads (tools/step_bytes.py) and, on the GPU, the copy bandwidth
+python3 tools/step_bytes.py $M/config.json --rows 1 --rate "$R1" $([ "${BACKEND:-cuda}" = cuda ] && echo --copy-bw)
 PF=${PREFILL:-4096}
 ids $PF 2 > /tmp/flash_prefill.ids
 t=$($T --prompt-ids-file /tmp/flash_prefill.ids --max-tokens 1 --max-ctx $((PF + 8)) --max-batch-tokens $PF 2>&1 >/dev/null | secs)
