@@ -37,7 +37,8 @@ run() { # name batch policy flags...
     np=$b; [ $np -lt 4 ] && np=4
     line=$($T bench --model $M --dummy-weights --backend ${BACKEND:-cuda} --prompts $W/prompts.jsonl \
         --n-prompts $np --max-tokens $N --batch $b --max-ctx 1024 --max-batch-tokens ${ROWS:-512} --csv \
-        --draft-policy $pol "$@" 2>$W/err | tail -1) || { cat $W/err >&2; exit 1; }
+        --draft-policy $pol "$@" 2>$W/err | tail -1)
+    case "$line" in *,*) ;; *) echo "spec_depth: $name at batch $b failed:" >&2; cat $W/err >&2; exit 1 ;; esac
     echo "$name,$b,$pol,$(echo "$line" | awk -F, '{ print $10 "," $16 }')" >> $W/results.csv
     echo "$name batch $b ($pol): $(echo "$line" | awk -F, '{ print $10 " tokens/s, mean accepted length " $16 }')"
 }

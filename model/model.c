@@ -1030,17 +1030,31 @@ struct uploader {
     char *err;
     size_t errlen;
     struct progress *pg;
+    char *arena;        /* a device placement's one buffer (NULL: a buffer a tensor) */
+    size_t arena_bytes; /* its size: the dry run's count */
 };
 
+/* every placed tensor starts on this boundary, in an arena and in the dry run's count alike */
+#define PLACE_ALIGN ((size_t)256)
+
+/* the next tensor's bytes: from the arena (one allocation for the whole placement: a device
+ * allocator's per-buffer rounding, 2 MiB pages on CUDA, made V4-Flash's 3 x 4.46 MB FP4 experts
+ * take 40% more than they hold), else a buffer of its own */
 static void *dev_alloc(struct uploader *u, size_t bytes) {
-    if (u->dev->n_dev_bufs == u->cap) {
-        u->cap = u->cap ? 2 * u->cap : 256;
-        void **nb = realloc(u->dev->dev_bufs, (size_t)u->cap * sizeof *nb);
-        if (!nb) return NULL;
-        u->dev->dev_bufs = nb;
+    size_t step = (bytes + PLACE_ALIGN - 1) / PLACE_ALIGN * PLACE_ALIGN;
+    void *p = NULL;
+    if (u->arena) {
+        if (u->dev->placed_bytes + step <= u->arena_bytes) p = u->arena + u->dev->placed_bytes;
+    } else {
+        if (u->dev->n_dev_bufs == u->cap) {
+            u->cap = u->cap ? 2 * u->cap : 256;
+            void **nb = realloc(u->dev->dev_bufs, (size_t)u->cap * sizeof *nb);
+            if (!nb) return NULL;
+            u->dev->dev_bufs = nb;
+        }
+        if ((p = u->b->alloc(bytes))) u->dev->dev_bufs[u->dev->n_dev_bufs++] = p;
     }
-    void *p = u->b->alloc(bytes);
-    if (p) u->dev->dev_bufs[u->dev->n_dev_bufs++] = p, u->dev->placed_bytes += bytes;
+    if (p) u->dev->placed_bytes += step;
     progress_add(u->pg, bytes); // (the previous buffer's bytes are there: copies are synchronous)
     return p;
 }
@@ -1180,12 +1194,26 @@ static enum td_dtype upload_dtype(const struct td_tensor *t, const struct wdesc 
 }
 
 static int place(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
-                 struct progress *pg, char *err, size_t errlen) {
+                 struct progress *pg, void *arena, size_t arena_bytes, char *err, size_t errlen) {
     const struct td_config *c = &host->cfg;
     memset(dev, 0, sizeof *dev);
     dev->cfg = *c;
     dev->backend = b;
-    struct uploader u = {.dev = dev, .b = b, .cap = 0, .err = err, .errlen = errlen, .pg = pg};
+    struct uploader u = {.dev = dev,
+                         .b = b,
+                         .cap = 0,
+                         .err = err,
+                         .errlen = errlen,
+                         .pg = pg,
+                         .arena = arena,
+                         .arena_bytes = arena_bytes};
+    if (arena) { // the model owns it: td_model_free releases it
+        if (!(dev->dev_bufs = malloc(sizeof *dev->dev_bufs))) {
+            b->release(arena);
+            return td_errf(err, errlen, "upload: out of memory");
+        }
+        dev->dev_bufs[0] = arena, dev->n_dev_bufs = 1;
+    }
     size_t E = (size_t)c->n_experts;
     dev->layers = malloc((size_t)c->n_layers * sizeof *dev->layers);
     dev->expert_views = calloc((size_t)c->n_layers * E * 3, sizeof *dev->expert_views);
@@ -1293,7 +1321,7 @@ static int placed_size(const struct td_model *host, const struct td_backend *b, 
     counter.ops.fill_uniform = count_fill;
     counter.ops.fill_quant = count_fill_quant;
     struct td_model dry;
-    if (place(host, &counter, &dry, NULL, err, errlen)) return -1;
+    if (place(host, &counter, &dry, NULL, NULL, 0, err, errlen)) return -1;
     *bytes = dry.placed_bytes;
     td_model_free(&dry);
     return 0;
@@ -1305,7 +1333,7 @@ static int placed_size(const struct td_model *host, const struct td_backend *b, 
 
 int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
                     char *err, size_t errlen) {
-    if (!b->on_device) return place(host, b, dev, NULL, err, errlen);
+    if (!b->on_device) return place(host, b, dev, NULL, NULL, 0, err, errlen);
     // fail closed: the whole placement is sized first, and refused before anything is made
     size_t need, avail = b->free_bytes ? b->free_bytes() : SIZE_MAX;
     memset(dev, 0, sizeof *dev);
@@ -1324,7 +1352,13 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
                           .total = need,
                           .t0 = now_s(),
                           .where = b->name};
-    return place(host, b, dev, &pg, err, errlen);
+    void *arena = b->alloc(need); // one buffer for all of it, as the dry run counted
+    if (!arena)
+        return td_errf(err, errlen,
+                       "the model's weights need %.2f GiB on %s in one buffer, and %s could not "
+                       "allocate it (%.2f GiB was free; nothing was placed)",
+                       need / 1073741824.0, b->name, b->name, avail / 1073741824.0);
+    return place(host, b, dev, &pg, arena, need, err, errlen);
 }
 
 int td_model_needs_placing(const struct td_model *m, const struct td_backend *b) {
