@@ -265,16 +265,19 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             if (td_path_join(dir, sizeof dir, p->model_dir, "dspark", err, errlen)) goto fail;
             ddir = dir;
         }
-        if (auto_rows) { // a full round of every slot: its block, or fewer drafts if asked
-            struct td_dspark_cfg dc;
-            if (dspark_config_load(&dc, ddir, &e->model, err, errlen)) goto fail;
-            int k = e->p.max_draft >= 1 && e->p.max_draft < dc.block ? e->p.max_draft : dc.block;
-            round_rows(e, k);
+        // its config first: its block bounds a round's drafts, which size the row budget
+        struct td_dspark_cfg dc;
+        struct draft_dspark *ds = NULL;
+        int bad = dspark_config_load(&dc, ddir, &e->model, err, errlen);
+        if (!bad) {
+            if (e->p.max_draft < 1 || e->p.max_draft > dc.block) e->p.max_draft = dc.block;
+            if (auto_rows) round_rows(e, e->p.max_draft);
+            bad =
+                draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
+                                  e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
+                                  cache_limit(p->max_cache_bytes, e->b), p->kv_dtype, err, errlen);
         }
-        struct draft_dspark *ds;
-        if (draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
-                              e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
-                              cache_limit(p->max_cache_bytes, e->b), p->kv_dtype, err, errlen)) {
+        if (bad) {
             if (ddir == dir && !e->model.cfg.dspark.present && errlen) { // why dspark/
                 char why[768];
                 snprintf(why, sizeof why, "%s", err);
@@ -287,8 +290,6 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         }
         e->md = draft_dspark_model(ds);
         draft_dspark_defer(ds, 1); // greedy drafts go from the drafter to the verify
-        int block = draft_dspark_config(ds)->block;
-        if (e->p.max_draft < 1 || e->p.max_draft > block) e->p.max_draft = block;
         if (e->p.max_batch_tokens < 1 + e->p.max_draft) {
             td_errf(err, errlen, "engine: a batch of %d rows cannot hold a DSpark round of %d",
                     e->p.max_batch_tokens, 1 + e->p.max_draft);

@@ -175,6 +175,12 @@ int main(void) {
     bad("generate_kv_dtype_unknown",
         "generate --model models/tandem-tiny --prompt-ids \"1\" --kv-dtype fp16",
         "--kv-dtype 'fp16': expected fp32, bf16 or fp8");
+    // at the default (automatic) row budget too, a missing dspark/ says why it was looked for
+    bad("generate_dspark_without_head",
+        "generate --model tests/fixtures/b_plain_hc2 --backend cpu --prompt-ids \"5 6\" "
+        "--max-tokens 2 --draft dspark",
+        "dspark/config.json: No such file or directory (the checkpoint carries no DSpark head of "
+        "its own");
     bad("capture_not_ascending", a0, "ascending layer indices");
     snprintf(a0, sizeof a0,
              "logits --model %s --ids %%s/ids_ok --out %%s/o.npy --capture 0,3 "
