@@ -7,9 +7,11 @@
  *
  * Shapes (in x out, bf16 weights): tandem-tiny's q_a, q_b, kv and head, and the Flash slice's
  * q_a, q_b, kv, the indexer's q and weights, the router, wo_b, the grouped wo_a (8 groups of
- * 4096 x 1024), the head and a layer's sets of projections (matmul_set), at 1, 2 and 8 rows,
- * with the bandwidth of the weight reads at 1. GEMM_DTYPE=q8 or q4 makes every matrix a packed
- * released-precision one (kernels/quant.h) instead, its bytes the codes and scales. */
+ * 4096 x 1024), the head and a layer's sets of projections (matmul_set), at 1, 2 and 8 rows
+ * (GEMM_ROWS=1,16,64: others, up to 64), with the bandwidth of the weight reads at the first.
+ * GEMM_DTYPE=q8 or q4 makes every matrix a packed released-precision one (kernels/quant.h)
+ * instead, its bytes the codes and scales. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,7 +73,22 @@ int main(void) {
                    .groups = 1,
                    .out = {1024, 512, 1024, 1024, 256, 256, 64}},
                   {.name = "flash csa qr", .in = 1024, .groups = 1, .out = {32768, 8192}}};
-    static const int rows[] = {1, 2, 8};
+    int rows[16] = {1, 2, 8}, n_rows = 3, max_rows = 8;
+    if (getenv("GEMM_ROWS")) {
+        n_rows = 0, max_rows = 1;
+        for (const char *p = getenv("GEMM_ROWS"); *p && n_rows < 16;) {
+            char *end;
+            long r = strtol(p, &end, 10);
+            if (end == p || r < 1 || r > 64) {
+                fprintf(stderr, "gemm_time: GEMM_ROWS is a list of 1 to 64, not '%s'\n",
+                        getenv("GEMM_ROWS"));
+                return 2;
+            }
+            rows[n_rows++] = (int)r;
+            max_rows = r > max_rows ? (int)r : max_rows;
+            p = *end == ',' ? end + 1 : end;
+        }
+    }
     const char *dt = getenv("GEMM_DTYPE");
     enum td_dtype t = dt && !strcmp(dt, "q8")   ? TD_DTYPE_Q8
                       : dt && !strcmp(dt, "q4") ? TD_DTYPE_Q4
@@ -89,9 +106,9 @@ int main(void) {
         for (int i = 0; i < m; i++)
             wbytes += MBYTES(q.out[i]);
         q.b = b, q.in = in, q.groups = groups, q.m = m, q.t = t;
-        q.x = b->alloc((size_t)8 * in * 4);
+        q.x = b->alloc((size_t)max_rows * in * 4);
         for (int i = 0; i < m; i++)
-            if (!(q.y[i] = b->alloc((size_t)8 * q.out[i] * 4))) return 1;
+            if (!(q.y[i] = b->alloc((size_t)max_rows * q.out[i] * 4))) return 1;
         q.copies = (int)((256u << 20) / wbytes) + 1;
         if (q.copies > MAX_COPIES) q.copies = MAX_COPIES;
         for (int c = 0; c < q.copies; c++)
@@ -106,10 +123,10 @@ int main(void) {
                     b->ops.fill_quant(q.w[c][i], t, q.out[i], in / groups, 1 + c, 120);
             }
         if (!q.x) return 1;
-        b->ops.fill_uniform(q.x, TD_DTYPE_F32, (int64_t)8 * in, 2, -1.0f, 1.0f);
+        b->ops.fill_uniform(q.x, TD_DTYPE_F32, (int64_t)max_rows * in, 2, -1.0f, 1.0f);
         printf("%-13s %5d x %6d:", shapes[s].name, in, outs);
         double us1 = 0;
-        for (int r = 0; r < 3; r++) {
+        for (int r = 0; r < n_rows; r++) {
             q.n = rows[r];
             int calls = q.copies * (wbytes > (64u << 20) ? 2 : 4);
             double us = graph_us(b, gemm_call, &q, calls, 5);
@@ -117,7 +134,7 @@ int main(void) {
             if (r == 0) us1 = us;
             printf("  n %d %7.2f us", q.n, us);
         }
-        printf("  (%.1f MB: %.2f TB/s at 1 row)\n", wbytes / 1e6, wbytes / us1 / 1e6);
+        printf("  (%.1f MB: %.2f TB/s at %d rows)\n", wbytes / 1e6, wbytes / us1 / 1e6, rows[0]);
         for (int c = 0; c < q.copies; c++)
             for (int i = 0; i < m; i++)
                 b->release(q.w[c][i]);

@@ -65,6 +65,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     if (td_state_init_kv(&d->st, c, max_seqs, max_ctx, chunk, max_bytes, b, kv, err, errlen))
         goto fail;
     d->st.use_graphs = use_graphs;
+    d->st.graph_rows = max_rows; // every catch-up and chain step replays a graph (dspark.c)
     struct td_plan_dims pd = td_state_plan_dims(&d->st, max_rows, max_seqs);
     if (meta_plan_init(&d->plan, &pd, err, errlen)) goto fail;
     size_t R = (size_t)max_rows, S = R * d->nc * d->dim * sizeof(float);

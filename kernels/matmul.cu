@@ -426,9 +426,36 @@ static bool quantized(enum td_dtype t) {
     return t == TD_DTYPE_Q8 || t == TD_DTYPE_Q4;
 }
 
-/* whether a step of n rows of dtype t takes the skinny kernel */
-static bool skinny(enum td_dtype t, int n) {
-    return (t == TD_DTYPE_BF16 && n <= SKINNY_ROWS) || (quantized(t) && n <= QUANT_MMA_ROWS);
+/* Bf16 matrices take the row-blocked skinny kernel up to SKINNY_WIDE_ROWS rows too while their
+ * bytes times the row blocks (8 rows each) are at most SKINNY_WIDE_BYTES: every row block
+ * re-reads the matrix (from L2 after the first), and against that the cuBLASLt path costs a
+ * launch per matrix (a set's matrices one by one, a grouped matrix's groups one by one) and a
+ * pass that rounds x to bf16. tandem-tiny's decode step took 132 kernels at batch 1 and 299 at
+ * batch 64, 554 and 1042 us (Nsight Compute, context ~300), nearly all the growth in that
+ * path. bench/gemm_time (GEMM_ROWS=16,64, H200; skinny against cuBLASLt, us): tandem-tiny's
+ * head (4 MiB) 4.94 / 4.65 at 16 rows, 18.3 / 5.0 at 64; the Flash kv (4 MiB) 5.1 / 7.0 and
+ * 9.9 / 7.9; the router (2 MiB) 3.9 / 6.8 and 6.9 / 7.7; q_a (8 MiB) 7.3 / 7.6 and 16.6 / 8.4;
+ * an HCA layer's set of four 12.7 / 28.9 and 36.2 / 32.0. TD_SKINNY_BYTES=N sets the bound
+ * (measuring only). */
+#define SKINNY_WIDE_BYTES ((size_t)16 << 20)
+#define SKINNY_WIDE_ROWS  128 /* a DSpark verify step of 16 sequences has 96 */
+
+static size_t skinny_wide_bytes(void) {
+    static long long b = -1;
+    if (b < 0) b = getenv("TD_SKINNY_BYTES") ? atoll(getenv("TD_SKINNY_BYTES")) : SKINNY_WIDE_BYTES;
+    return (size_t)b;
+}
+
+/* whether a step of n rows of an [out, in] matrix of dtype t takes the skinny kernel */
+static bool skinny(enum td_dtype t, int n, int in, long long out) {
+    if (quantized(t)) return n <= QUANT_MMA_ROWS;
+    if (t != TD_DTYPE_BF16) return false;
+    size_t reads = (size_t)out * in * 2 * (size_t)ceil_div(n, 8);
+    return n <= SKINNY_ROWS || (n <= SKINNY_WIDE_ROWS && reads <= skinny_wide_bytes());
+}
+
+extern "C" int matmul_cuda_reads_f32(enum td_dtype t, int n, int in, long long out) {
+    return deterministic || skinny(t, n, in, out) || (t != TD_DTYPE_BF16 && !quantized(t));
 }
 
 extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
@@ -438,7 +465,7 @@ extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dty
         launch_k(matmul_warp_kernel, ceil_div((long long)n * out * 32, 256), 256, 0,
                  td_cuda_stream(), y, x, w, w_dtype, (long long)out, 0, n, in, out, in, out);
         LAUNCH_CHECK();
-    } else if (skinny(w_dtype, n)) {
+    } else if (skinny(w_dtype, n, in, out)) {
         skinny_one(y, x, w, w_dtype, n, 1, in, out, bias, bias_dtype);
         return; // bias added
     } else if (w_dtype == TD_DTYPE_BF16 || quantized(w_dtype)) {
@@ -470,7 +497,7 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
         }
         return;
     }
-    if (skinny(w_dtype, n)) {
+    if (skinny(w_dtype, n, in, rows)) {
         skinny_one(y, x, w, w_dtype, n, groups, in, out, NULL, TD_DTYPE_F32);
         return;
     }
@@ -499,7 +526,7 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
     bool done[MATMUL_SET_MAX] = {};
     for (int i = 0; i < m; i++) {
         if (done[i]) continue;
-        if (deterministic || !skinny(o[i].dtype, n)) {
+        if (deterministic || !skinny(o[i].dtype, n, in, o[i].out)) {
             matmul_cuda(o[i].y, x, o[i].w, o[i].dtype, n, in, o[i].out, o[i].bias, o[i].bias_dtype);
             if (o[i].pos_bias)
                 add_pos_bias_cuda(o[i].y, o[i].pos_bias, o[i].pos_bias_dtype, o[i].positions,
@@ -509,7 +536,8 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
         }
         struct sk_set s = {};
         for (int j = i; j < m; j++) {
-            if (done[j] || o[j].dtype != o[i].dtype) continue;
+            if (done[j] || o[j].dtype != o[i].dtype || !skinny(o[j].dtype, n, in, o[j].out))
+                continue;
             int q = s.m++;
             s.w[q] = wmat_of(o[j].w, o[j].dtype, o[j].out, in, 0), s.y[q] = o[j].y;
             s.bias[q] = o[j].bias, s.bias_dt[q] = o[j].bias_dtype, s.out[q] = o[j].out;

@@ -9,7 +9,9 @@
 #include "reserve.h"
 
 /* The CUDA launchers read steps of up to this many rows as fp32 (the skinny kernel; Q8 / Q4
- * weights up to 64 rows); wider steps round x to bf16 for cuBLASLt. */
+ * weights up to 64 rows, and bf16 matrices up to 128 while their bytes times the blocks of 8
+ * rows are at most 16 MiB); wider steps round x to bf16 for cuBLASLt. matmul_cuda_reads_f32 says
+ * which. */
 #define MATMUL_SKINNY_ROWS 8
 
 /* One output of a set of GEMMs that read the same x rows (a layer's projections of its normed
@@ -64,6 +66,9 @@ void matmul_grouped_cuda(float *y, const float *x, const void *w, enum td_dtype 
 /* a skinny step of bf16 matrices (m <= MATMUL_SET_MAX) is one launch over all their tiles: the
  * small projections of a layer fill the GPU together, where each alone left it idle */
 void matmul_set_cuda(const float *x, int n, int in, int m, const struct matmul_out *o);
+/* 0 when a step of n rows of an [out, in] matrix of dtype t rounds x to bf16 (cuBLASLt), 1 when
+ * it reads x as fp32 (the skinny kernel, fp32 weights, batch-invariant mode) */
+int matmul_cuda_reads_f32(enum td_dtype t, int n, int in, long long out);
 /* 1: batch-invariant GEMMs (a fixed reduction order per output, whatever n), slower */
 void matmul_cuda_set_deterministic(int on);
 

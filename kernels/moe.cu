@@ -255,6 +255,13 @@ __global__ void moe_group_kernel(const int32_t *picks, const float *weights, int
 #define TM_SMALL          4
 #define MOE_SMALL_ENTRIES 64
 
+/* Bf16 experts take the tensor-core tiles (moe_mma) in steps of up to MOE_MMA_ENTRIES entries
+ * too, and the shared expert is folded into them there: at batch 64 (448 entries) the fp32
+ * tiles read the Flash slice's experts at 0.97 TB/s, 9.8 of the step's 12.2 ms (Nsight
+ * Compute). Wider steps (prefill) keep the fp32 tiles and the shared expert's own GEMMs, whose
+ * 8-row tensor-core tiles would re-read every expert once per 8 of its rows. */
+#define MOE_MMA_ENTRIES 1024
+
 /* weight (n, k) of an expert's [N, K] matrix: T one of the float types, or a packed Q8 / Q4
  * matrix (quant.cuh) when T is uint8_t and dt says which */
 template <typename T>
@@ -349,11 +356,11 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
     }
 }
 
-/* The same tiles on tensor cores (mma_tile.cuh), for steps of at most MOE_SMALL_ENTRIES
- * entries outside batch-invariant mode: tiles of up to 8 rows, 16 features a block, KW warps
- * splitting K. The up projection makes the gate (w1) and up (w3) tiles of the same rows and
- * features and applies the SwiGLU in registers. At batch 1 the fp32 form read the Flash slice's
- * experts at about 2.4 TB/s. */
+/* The same tiles on tensor cores (mma_tile.cuh), for steps of at most MOE_MMA_ENTRIES entries
+ * (quantized experts: every step) outside batch-invariant mode: tiles of up to 8 rows, 16 features
+ * a block, KW warps splitting K. The up projection makes the gate (w1) and up (w3) tiles of the
+ * same rows and features and applies the SwiGLU in registers. At batch 1 the fp32 form read the
+ * Flash slice's experts at about 2.4 TB/s. */
 #define MOE_MMA_KW 4
 #define MOE_XS_MAX (32u << 10) /* x rows staged in shared memory up to this */
 
@@ -511,7 +518,7 @@ extern "C" int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t er
 }
 
 extern "C" int moe_cuda_fold_shared(int entries) {
-    return moe_deterministic || entries <= MOE_SMALL_ENTRIES;
+    return moe_deterministic || entries <= MOE_MMA_ENTRIES;
 }
 
 extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *picks,
@@ -523,7 +530,7 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     // needs the fewer, wider loads
     int m = n * k, small = m <= MOE_SMALL_ENTRIES,
         q = ex->dtype == TD_DTYPE_Q8 || ex->dtype == TD_DTYPE_Q4;
-    int mma = !moe_deterministic && ((small && ex->dtype == TD_DTYPE_BF16) || q);
+    int mma = !moe_deterministic && ((m <= MOE_MMA_ENTRIES && ex->dtype == TD_DTYPE_BF16) || q);
     int tm = mma ? 8 : small ? TM_SMALL : TM;
     int max_tiles = m / tm + n_experts + 1;
     ensure_grouped(m, n_experts, inter, d);

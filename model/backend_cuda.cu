@@ -1,5 +1,6 @@
 /* backend_cuda.cu: the CUDA backend: kernels/<op>.cu launchers on one stream, device memory
  * from cudaMalloc. Built only when nvcc is found (TD_HAVE_CUDA). */
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,7 +193,23 @@ static void tl_collect(void) {
     }
 }
 
+/* the profiler's window (TD_PROFILE_STEPS=A,B): the profiler runs from the A-th "step" point to
+ * the B-th (counted from 1), so `ncu --profile-from-start off` sees just those steps' kernels */
+static void profile_window(const char *name) {
+    static int from = -1, to, steps;
+    if (from < 0) {
+        const char *s = getenv("TD_PROFILE_STEPS");
+        from = 0;
+        if (s && sscanf(s, "%d,%d", &from, &to) != 2) from = 0;
+    }
+    if (!from || strcmp(name, "step")) return;
+    steps++;
+    if (steps == from) cudaProfilerStart();
+    if (steps == to) cudaProfilerStop();
+}
+
 static void cu_mark(const char *name) {
+    profile_window(name);
     if (tl_on < 0) {
         tl_on = getenv("TD_TIMELINE") && atoi(getenv("TD_TIMELINE"));
         for (int i = 0; tl_on && i < TL_EVENTS; i++)

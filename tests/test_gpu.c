@@ -116,17 +116,20 @@ static uint16_t bf16(float f) {
 
 static void test_matmul(void) {
     // skinny rows (aligned; in % 8 != 0; several weight loads per lane; few tiles of long k,
-    // whose k is shared by a cluster of 2, 4 or 8 blocks), then cuBLASLt rows
-    int shapes[][3] = {{1, 64, 111},  {7, 128, 300},  {3, 100, 50},   {5, 264, 36},
-                       {8, 4096, 40}, {1, 2048, 200}, {3, 8192, 24},  {8, 520, 111},
-                       {2, 256, 33},  {33, 96, 64},   {129, 256, 111}};
+    // whose k is shared by a cluster of 2, 4 or 8 blocks), the row-blocked skinny form of a small
+    // matrix (9 to 128 rows), then cuBLASLt rows (40 rows of a matrix whose five row blocks
+    // would re-read 22 MB, past the skinny bound; 129 rows)
+    int shapes[][3] = {{1, 64, 111},     {7, 128, 300},  {3, 100, 50},   {5, 264, 36},
+                       {8, 4096, 40},    {1, 2048, 200}, {3, 8192, 24},  {8, 520, 111},
+                       {2, 256, 33},     {33, 96, 64},   {64, 264, 300}, {17, 4096, 40},
+                       {40, 2048, 1100}, {100, 96, 64},  {129, 256, 111}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof *shapes); s++) {
         int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
         char name[64];
         case_begin();
         float *x = malloc((size_t)n * in * 4), *y = malloc((size_t)n * out * 4);
         uint16_t *w = malloc((size_t)out * in * 2);
-        float bias[300];
+        float bias[1100];
         for (int i = 0; i < n * in; i++)
             x[i] = frand();
         for (int i = 0; i < out * in; i++)
@@ -136,8 +139,12 @@ static void test_matmul(void) {
         // the reference sees the activations the GEMM sees: fp32 rows in skinny steps, else
         // rounded to bf16
         float *xr = malloc((size_t)n * in * 4);
+        int f32 = matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in, out);
+        CHECK(f32 == (n <= MATMUL_SKINNY_ROWS ||
+                      (n <= 128 && (size_t)out * in * 2 * ((n + 7) / 8) <= (16u << 20))),
+              "n %d in %d out %d: x read as %s", n, in, out, f32 ? "fp32" : "bf16");
         for (int i = 0; i < n * in; i++)
-            xr[i] = n <= MATMUL_SKINNY_ROWS ? x[i] : td_bf16_to_f32(bf16(x[i]));
+            xr[i] = f32 ? x[i] : td_bf16_to_f32(bf16(x[i]));
         matmul_ref(y, xr, w, TD_DTYPE_BF16, n, in, out, bias, TD_DTYPE_F32);
         float *dx = dev_copy(x, (size_t)n * in * 4), *dy = dev_out((size_t)n * out);
         void *dw = dev_copy(w, (size_t)out * in * 2), *db = dev_copy(bias, sizeof bias);
@@ -162,8 +169,12 @@ static void test_matmul(void) {
         // grouped: two groups of in/2 -> out/2... use out even shapes only
         if (out % 2 == 0 && in % 2 == 0) {
             case_begin();
-            float *yg = malloc((size_t)n * out * 4);
-            matmul_grouped_ref(yg, xr, w, TD_DTYPE_BF16, n, 2, in / 2, out / 2);
+            float *yg = malloc((size_t)n * out * 4), *xg = malloc((size_t)n * in * 4);
+            int gf32 = matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in / 2, out); // [out, in / 2]
+            for (int i = 0; i < n * in; i++)
+                xg[i] = gf32 ? x[i] : td_bf16_to_f32(bf16(x[i]));
+            matmul_grouped_ref(yg, xg, w, TD_DTYPE_BF16, n, 2, in / 2, out / 2);
+            free(xg);
             float *dg = dev_out((size_t)n * out);
             matmul_grouped_cuda(dg, dx, dw, TD_DTYPE_BF16, n, 2, in / 2, out / 2);
             float *gg = fetch(dg, (size_t)n * out, "matmul_grouped");
@@ -214,7 +225,7 @@ static void test_matmul_quant(void) {
     struct td_reserve rv = {.rows = 128, .gemm_in = 4096, .quant_weight = 4096 * 256};
     CHECK(!matmul_cuda_reserve(&rv, rerr, sizeof rerr), "%s", rerr);
     int shapes[][3] = {{1, 256, 130}, {5, 4096, 48}, {8, 1024, 200}, {3, 96, 16},
-                       {16, 512, 96}, {64, 256, 64}, {100, 512, 72}};
+                       {16, 512, 96}, {64, 256, 64}, {100, 512, 72}, {100, 1024, 800}};
     for (int f = 0; f < 2; f++)
         for (int s = 0; s < (int)(sizeof shapes / sizeof *shapes); s++) {
             enum td_dtype t = f ? TD_DTYPE_Q4 : TD_DTYPE_Q8;
@@ -238,7 +249,11 @@ static void test_matmul_quant(void) {
             char what[96];
             snprintf(what, sizeof what, "%s n %d in %d out %d", f ? "Q4" : "Q8", n, in, out);
             close_rel(what, g, y, n, out, 1e-4);
-            if (n > 64) { // decoded to bf16 for cuBLASLt: the bf16 GEMM's bits
+            // decoded to bf16 for cuBLASLt: the bf16 GEMM's bits, where that takes cuBLASLt too
+            // (a small bf16 matrix takes the skinny kernel up to 128 rows: 100 x 512 x 72)
+            CHECK(n <= 64 || matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in, out) == (out < 800),
+                  "%s: the bf16 matrix takes the %s path", what, out < 800 ? "cuBLASLt" : "skinny");
+            if (n > 64 && !matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in, out)) {
                 float *db = dev_out((size_t)n * out);
                 matmul_cuda(db, dx, dwb, TD_DTYPE_BF16, n, in, out, NULL, TD_DTYPE_F32);
                 float *gb = fetch(db, (size_t)n * out, "matmul bf16");
