@@ -22,7 +22,10 @@ struct draft_mtp {
     struct td_state st;
     struct td_plan plan;
     int max_rows, max_k, vocab, nc, dim;
-    float *hidden;            /* [max_rows, nc, dim] the target's streams */
+    float *hidden;            /* [max_seqs, ring, nc, dim] the target's streams by position
+                                 (its window ring's rows: td_forward_io.hidden_by_position) */
+    int ring;                 /* the target's window ring rows (td_state.swa_ring) */
+    int window;               /* the positions the MTP layer's attention reaches back */
     float *h_in, *h_out, *x;  /* [max_rows, nc, dim] */
     float *tmp;               /* [max_rows * nc, dim] */
     float *e;                 /* [max_rows, dim] */
@@ -34,6 +37,7 @@ struct draft_mtp {
     struct td_plan_seq *seqs; /* [max_seqs] */
     int *zero, *live, *keep;  /* [max_rows], [max_seqs], [max_seqs] */
     int *ord;                 /* [max_seqs] the catch-up plan's sequence order */
+    int *from;                /* [max_seqs] where each one's forward rows start */
     int all_logits;           /* catch-up returns every row's logits (tests) */
     int max_seqs;
     /* deferred greedy rounds: chain = n_drafts [max_seqs] | tok [max_seqs * max_k] | next
@@ -44,8 +48,8 @@ struct draft_mtp {
 
 int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
                    const struct td_model *target_run, const struct td_backend *b, int max_seqs,
-                   int max_ctx, int max_rows, int max_k, int use_graphs, size_t max_bytes,
-                   enum td_kv_dtype kv, char *err, size_t errlen) {
+                   int max_ctx, int max_rows, int max_k, int stream_ring, int use_graphs,
+                   size_t max_bytes, enum td_kv_dtype kv, char *err, size_t errlen) {
     *out = NULL;
     struct draft_mtp *d = calloc(1, sizeof *d);
     if (!d) return td_errf(err, errlen, "mtp: out of memory");
@@ -70,7 +74,22 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     struct td_plan_dims pd = td_state_plan_dims(&d->st, max_rows, max_seqs);
     if (meta_plan_init(&d->plan, &pd, err, errlen)) goto fail;
     size_t R = (size_t)max_rows, S = R * d->nc * d->dim * sizeof(float);
-    d->hidden = b->alloc(S);
+    // A sequence that drafts nothing is not caught up: its MTP rows fall behind, and when it
+    // drafts again only the rows the layer's window reaches from its last row are made, from
+    // the target's streams kept by position (the last swa_ring of every sequence). A row's key
+    // is a function of its stream and the token after it alone, and the MTP layer attends
+    // within its window only (no compressed entries), so this is bit for bit a catch-up of
+    // every row at every step (test_mtp lazy_catchup_same_bits).
+    d->ring = stream_ring;
+    d->window = c->sliding_window < max_ctx ? c->sliding_window : max_ctx;
+    if (d->window > stream_ring) { // (its loader refuses any but a sliding-window layer)
+        td_errf(err, errlen,
+                "mtp: the layer's window of %d positions is longer than the target's ring of %d "
+                "(the streams kept by position)",
+                d->window, stream_ring);
+        goto fail;
+    }
+    d->hidden = b->alloc((size_t)max_seqs * stream_ring * d->nc * d->dim * sizeof(float));
     d->h_in = b->alloc(S);
     d->h_out = b->alloc(S);
     d->x = b->alloc(S);
@@ -87,6 +106,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     d->live = malloc((size_t)max_seqs * sizeof(int));
     d->keep = malloc((size_t)max_seqs * sizeof(int));
     d->ord = malloc((size_t)max_seqs * sizeof(int));
+    d->from = malloc((size_t)max_seqs * sizeof(int));
     size_t chain_words = (size_t)max_seqs * (2 + (max_k > 0 ? max_k : 1));
     d->chain = b->alloc(chain_words * sizeof(int32_t));
     d->chain_host = b->alloc_host(chain_words * sizeof(int32_t)); // queued copies land here
@@ -96,7 +116,7 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     }
     if (!d->hidden || !d->h_in || !d->h_out || !d->x || !d->tmp || !d->e || !d->ids_dev ||
         !d->src_dev || !d->src || !d->logits || !d->p || !d->ids || !d->seqs || !d->zero ||
-        !d->live || !d->keep || !d->ord) {
+        !d->live || !d->keep || !d->ord || !d->from) {
         td_errf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
         goto fail;
     }
@@ -129,6 +149,7 @@ void draft_mtp_free(struct draft_mtp *d) {
     free(d->live);
     free(d->keep);
     free(d->ord);
+    free(d->from);
     meta_plan_free(&d->plan);
     td_state_free(&d->st);
     if (d->dev.backend) td_model_free(&d->dev);
@@ -221,8 +242,8 @@ static int device_chain(struct draft_mtp *d, struct td_draft_seq *seqs, int n_se
     // slot 0 from the catch-up's logits (one row per sequence: its last), the streams of each
     // sequence's last row for the next step
     b->ops.greedy_slot(tok, nd, next, td_forward_logits(&d->st), n_seq, d->vocab, (int)K, 0);
-    for (int i = 0, r = 0; i < n_seq; r += seqs[d->ord[i]].n, i++)
-        d->src[i] = r + seqs[d->ord[i]].n - 1;
+    for (int i = 0, r = 0; i < n_seq; r += d->seqs[i].n_new, i++) // (the catch-up plan's)
+        d->src[i] = r + d->seqs[i].n_new - 1;
     gather_streams(d, d->h_in, d->h_out, n_seq);
     for (int j = 1; j < k; j++) {
         for (int i = 0; i < n_seq; i++) {
@@ -271,6 +292,61 @@ static int draw(struct draft_mtp *d, const float *lg, const struct td_sampling *
     return td_sample(q, d->vocab, td_rand_uniform(s->seed, (uint64_t)pos, TD_RAND_DRAFT));
 }
 
+/* the ring row of the target's stream at position pos of slot */
+static int32_t stream_row(const struct draft_mtp *d, int slot, int pos) {
+    return (int32_t)((long long)slot * d->ring + pos % d->ring);
+}
+
+/* The rows of sequences ord[0 .. n) before the ones this call's forward makes (from ..
+ * this step's pos0): those a sequence skipped while it drafted nothing, from as far back as the
+ * layer's window reaches from the step's last row (the length jumps over the rest, which no
+ * later row reads: td_state_advance), keys only, in calls of up to max_rows rows. from[i]:
+ * where sequence i's forward rows start (its pos0, or later when the step holds more rows than
+ * the window: its earlier rows' keys are never read, their streams may be gone from the ring).
+ * With every row's logits asked for (tests), nothing is skipped. */
+static int catch_up_missed(struct draft_mtp *d, const struct td_draft_seq *seqs, const int *ord,
+                           int n, int *from, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++) {
+        const struct td_draft_seq *q = &seqs[ord[i]];
+        int len = d->st.len[q->slot], f = q->pos0 + q->n - d->window;
+        if (len > q->pos0)
+            return td_errf(err, errlen, "mtp: slot %d holds %d rows, the target committed %d",
+                           q->slot, len, q->pos0);
+        if (d->all_logits || f < len) f = len;
+        if (f > len && td_state_advance(&d->st, q->slot, f, err, errlen)) return -1;
+        from[i] = f > q->pos0 ? f : q->pos0;
+        if (d->st.len[q->slot] < q->pos0 && !q->toks)
+            return td_errf(err, errlen, "mtp: slot %d skipped rows %d .. %d and has no tokens",
+                           q->slot, d->st.len[q->slot], q->pos0 - 1);
+    }
+    for (;;) {
+        int rows = 0, m = 0, n_zero = 0;
+        for (int i = 0; i < n && rows < d->max_rows; i++) {
+            const struct td_draft_seq *q = &seqs[ord[i]];
+            int len = d->st.len[q->slot], take = q->pos0 - len;
+            if (take > d->max_rows - rows) take = d->max_rows - rows;
+            if (take <= 0) continue;
+            for (int j = 0; j < take; j++) {
+                d->src[rows + j] = stream_row(d, q->slot, len + j);
+                d->ids[rows + j] = q->toks[len + j + 1];
+            }
+            if (len == 0) d->zero[n_zero++] = rows;
+            d->seqs[m++] = (struct td_plan_seq){.slot = q->slot,
+                                                .len_before = len,
+                                                .n_new = take,
+                                                .ids = d->ids + rows,
+                                                .skip_logits = take};
+            rows += take;
+        }
+        if (!m) return 0;
+        gather_streams(d, d->h_in, d->hidden, rows);
+        mtp_input(d, rows, d->zero, n_zero, NULL);
+        if (meta_plan_build(&d->plan, d->seqs, m, err, errlen) ||
+            td_forward_store_kv(d->run, &d->st, &d->plan, d->x, TD_KEYS_STREAMS, err, errlen))
+            return -1;
+    }
+}
+
 int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, char *err,
                   size_t errlen) {
     const struct td_backend *b = d->b;
@@ -278,6 +354,14 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
     int rows = 0, *zero = d->zero, n_zero = 0;
     if (d->pending)
         return td_errf(err, errlen, "mtp: a round before the last round's drafts were collected");
+    for (int s = 0; s < n_seq; s++) {
+        seqs[s].n_drafts = 0;
+        seqs[s].dev_drafts = NULL;
+        if (seqs[s].pos0 == 0) { // a new sequence in this slot, caught up or not
+            d->st.in_use[seqs[s].slot] = 1;
+            d->st.len[seqs[s].slot] = d->st.hi[seqs[s].slot] = 0;
+        }
+    }
     // a deferred round: the backend's own chain, when every drafting sequence is greedy and
     // wants the same k (the others only catch up). Its plan puts the drafting sequences first,
     // so that their catch-up logits and every later step's rows are rows 0 .. n_draft - 1
@@ -289,67 +373,50 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
         ord[n_draft++] = s;
     }
     dev = dev && n_draft;
-    for (int s = 0, i = n_draft; s < n_seq; s++)
-        if (!dev)
-            ord[s] = s;
-        else if (seqs[s].k < 1)
-            ord[i++] = s;
-    // catch up: every sequence's committed rows, in one call
-    for (int i = 0; i < n_seq; i++) {
-        int s = ord[i];
-        struct td_draft_seq *q = &seqs[s];
-        if (q->pos0 == 0) { // a new sequence in this slot
-            d->st.in_use[q->slot] = 1;
-            d->st.len[q->slot] = d->st.hi[q->slot] = 0;
-        }
-        if (d->st.len[q->slot] != q->pos0)
-            return td_errf(err, errlen, "mtp: slot %d holds %d rows, the target committed %d",
-                           q->slot, d->st.len[q->slot], q->pos0);
-        for (int j = 0; j < q->n; j++)
-            d->src[rows + j] = q->row + j;
-        memcpy(d->ids + rows, q->next, (size_t)q->n * sizeof(int32_t));
-        if (q->pos0 == 0) zero[n_zero++] = rows;
-        // only the last row's logits draft; all rows' when a test asks for them
+    // the sequences this call catches up, ord[0 .. n_in): those that draft (the drafting ones
+    // first in a deferred round, else in order); every one when a test asks for all logits
+    int n_in = dev ? n_draft : 0, *from = d->from;
+    for (int s = 0; s < n_seq; s++)
+        if (dev ? d->all_logits && seqs[s].k < 1 : d->all_logits || seqs[s].k >= 1) ord[n_in++] = s;
+    if (!n_in) return 0; // nothing drafts: nothing is made (the sequences fall behind)
+    if (catch_up_missed(d, seqs, ord, n_in, from, err, errlen)) return -1;
+    // this step's rows (those the window reaches), in one call: only each sequence's last row's
+    // logits draft; all rows' when a test asks for them
+    for (int i = 0; i < n_in; i++) {
+        struct td_draft_seq *q = &seqs[ord[i]];
+        int p0 = from[i], n = q->pos0 + q->n - p0;
+        for (int j = 0; j < n; j++)
+            d->src[rows + j] = stream_row(d, q->slot, p0 + j);
+        memcpy(d->ids + rows, q->next + (p0 - q->pos0), (size_t)n * sizeof(int32_t));
+        if (p0 == 0) zero[n_zero++] = rows;
         d->seqs[i] = (struct td_plan_seq){.slot = q->slot,
-                                          .len_before = q->pos0,
-                                          .n_new = q->n,
+                                          .len_before = p0,
+                                          .n_new = n,
                                           .ids = d->ids + rows,
-                                          .skip_logits = d->all_logits ? 0 : q->n - 1};
-        rows += q->n;
-        q->n_drafts = 0;
-        q->dev_drafts = NULL;
+                                          .skip_logits = d->all_logits ? 0 : n - 1};
+        rows += n;
     }
-    if (!n_seq) return 0;
     gather_streams(d, d->h_in, d->hidden, rows);
     if (b->mark) b->mark("draft");
-    if (!n_draft && !d->all_logits) { // nothing drafts: the rows' keys are all the layer keeps
-        for (int i = 0; i < n_seq; i++)
-            d->seqs[i].skip_logits = d->seqs[i].n_new;
-        mtp_input(d, rows, zero, n_zero, NULL);
-        return meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
-                       td_forward_store_kv(d->run, &d->st, &d->plan, d->x, TD_KEYS_STREAMS, err,
-                                           errlen)
-                   ? -1
-                   : 0;
-    }
-    if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
+    if (meta_plan_build(&d->plan, d->seqs, n_in, err, errlen) ||
         mtp_forward(d, rows, zero, n_zero, NULL, dev ? NULL : d->logits, err, errlen) ||
         (dev && device_chain(d, seqs, n_draft, k, err, errlen)))
         return -1;
     if (dev) goto rollback;
     // the chain: draft 1 from each sequence's last row, then one recycled row per step
     int *live = d->live, n_live = 0, kmax = 0;
-    for (int s = 0, r = 0; s < n_seq; r += seqs[s].n, s++) {
+    for (int i = 0, r = 0; i < n_in; r += d->seqs[i].n_new, i++) {
+        int s = ord[i], n = d->seqs[i].n_new; // (the plan's sequence i, its rows)
         struct td_draft_seq *q = &seqs[s];
         if (q->k < 1) continue;
-        long pos = q->pos0 + q->n + 1; // the position of the token row pos0+n-1 predicts
-        int last = d->all_logits ? r + q->n - 1 : s; // the row in the step's logits
+        long pos = q->pos0 + q->n + 1;            // the position of the token row pos0+n-1 predicts
+        int last = d->all_logits ? r + n - 1 : i; // the row in the step's logits
         int t = draw(d, d->logits + (size_t)last * d->vocab, q->sampling, pos, q->q);
         if (t < 0) continue;
         q->drafts[0] = t;
         q->n_drafts = 1;
         // this sequence's streams for the next step: its last row's output
-        d->src[n_live] = r + q->n - 1;
+        d->src[n_live] = r + n - 1;
         live[n_live++] = s;
         if (q->k > kmax) kmax = q->k;
     }
@@ -388,10 +455,11 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
     }
 rollback: // the chain rows were speculative: the MTP's committed length is the target's
     if (b->mark) b->mark("drafted");
-    for (int s = 0; s < n_seq; s++) {
-        int keep_len = seqs[s].pos0 + seqs[s].n;
-        if (d->st.len[seqs[s].slot] != keep_len &&
-            td_state_rollback(&d->st, seqs[s].slot, keep_len, err, errlen))
+    for (int i = 0; i < n_in; i++) {
+        const struct td_draft_seq *q = &seqs[ord[i]];
+        int keep_len = q->pos0 + q->n;
+        if (d->st.len[q->slot] != keep_len &&
+            td_state_rollback(&d->st, q->slot, keep_len, err, errlen))
             return -1;
     }
     return 0;
@@ -402,6 +470,7 @@ rollback: // the chain rows were speculative: the MTP's committed length is the 
 
 static void mtp_target_io(void *impl, struct td_forward_io *io) {
     io->hidden_out = draft_mtp_hidden(impl);
+    io->hidden_by_position = 1;
 }
 static int mtp_run(void *impl, struct td_draft_seq *seqs, int n, char *err, size_t errlen) {
     return draft_mtp_run(impl, seqs, n, err, errlen);

@@ -313,7 +313,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (use_mtp) {
         struct draft_mtp *mtp;
         if (draft_mtp_init(&mtp, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
-                           e->p.max_batch_tokens, e->p.max_draft, !p->no_graphs,
+                           e->p.max_batch_tokens, e->p.max_draft, e->state.swa_ring, !p->no_graphs,
                            cache_limit(p->max_cache_bytes, e->b), p->kv_dtype, err, errlen))
             goto fail;
         e->md = draft_mtp_model(mtp);
@@ -978,6 +978,7 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
                                             .n = fed - pos0,
                                             .row = row,
                                             .next = r->toks + pos0 + 1,
+                                            .toks = r->toks,
                                             .k = k,
                                             .sampling = &r->sampling,
                                             .drafts = r->drafts,

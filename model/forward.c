@@ -61,6 +61,7 @@ struct fwd {
     const int *capture_layers; /* [n_capture] */
     int n_capture;
     float *hidden_out;      /* [n, nc, dim] final streams out, or NULL */
+    int hidden_by_position; /* hidden_out by slot and window ring row (td_forward_io) */
     float *hc_out;          /* [n, dim] hc_head's rows out, or NULL (then in x) */
     enum td_keys keys_only; /* the pass stores keys (td_forward_store_kv), nothing else */
     const struct td_forward_tail *tail; /* queued after the head, or NULL */
@@ -372,7 +373,7 @@ static int check_plan(const struct td_model *m, const struct td_state *st, const
 /* what a captured graph is for: its row bucket, its pass and the io buffers it was captured
  * with (zero-filled, compared whole) */
 struct graph_key {
-    int n_pad, keys_only;
+    int n_pad, keys_only, hidden_by_position;
     const void *x_in, *hidden_out, *hc_out, *capture, *tail;
 };
 
@@ -590,8 +591,12 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
         f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D, mean, f->n_capture * D);
         if (topk_trace && c->attn[li] == TD_ATTN_CSA) trace_picks(f, topk_trace, li);
     }
-    if (f->hidden_out) // the final residual streams, before hc_head (what MTP reads)
+    if (f->hidden_out && f->hidden_by_position) { // by position, as the window's keys are
+        struct ring_parts hs = {.m = 1, .ring = {f->hidden_out}, .rows = {f->X}, .width = {nc * D}};
+        f->op->ring_store(&hs, f->rows.swa_write, &f->rows, f->st->swa_ring);
+    } else if (f->hidden_out) { // the final residual streams, before hc_head (what MTP reads)
         f->op->copy(f->hidden_out, f->X, (size_t)n * nc * D * sizeof(float));
+    }
     float *hx = f->hc_out ? f->hc_out : f->x;
     f->op->hc_head(hx, f->X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc, D,
                    c->hc_eps, c->rms_eps);
@@ -658,6 +663,7 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
     key.keys_only = f->keys_only;
     key.x_in = f->x_in;
     key.hidden_out = f->hidden_out;
+    key.hidden_by_position = f->hidden_by_position;
     key.hc_out = f->hc_out;
     key.capture = f->capture;
     key.tail = f->tail;
@@ -741,6 +747,7 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     f->n = p->n_tok;
     f->x_in = io->x_in;
     f->hidden_out = io->hidden_out;
+    f->hidden_by_position = io->hidden_by_position;
     f->hc_out = io->hc_out;
     f->capture = io->capture;
     f->capture_layers = io->capture_layers;

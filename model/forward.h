@@ -64,6 +64,10 @@ struct td_forward_io {
     const float *x_in;         /* [max_tok, hc_mult, dim] replaces the embedding as the input */
     float *hidden_out;         /* [max_tok, hc_mult, dim] the final streams, before hc_head (MTP);
                                   rows n_tok .. n_tok_pad - 1 get the pad rows' streams */
+    int hidden_by_position;    /* hidden_out is [slots, swa_ring, hc_mult, dim] instead: row t
+                                  goes to its slot's ring row swa_write[t], as its window key
+                                  does (rows the ring does not keep and pad rows go nowhere), so
+                                  the streams of a sequence's last positions stay there */
     float *hc_out;             /* [max_tok, dim] hc_head's rows, the final norm's input (DSpark's
                                   Markov and confidence heads read them), pad rows likewise */
     float *capture;            /* [max_tok, n_capture, dim] the mean of the streams after each of

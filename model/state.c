@@ -232,6 +232,20 @@ int td_state_rollback(struct td_state *s, int slot, int new_len, char *err, size
     return 0;
 }
 
+int td_state_advance(struct td_state *s, int slot, int new_len, char *err, size_t errlen) {
+    if (slot < 0 || slot >= s->max_seqs || !s->in_use[slot])
+        return td_errf(err, errlen, "advance: slot %d is not a live sequence", slot);
+    if (new_len < s->len[slot] || new_len > s->max_ctx)
+        return td_errf(err, errlen, "advance: length %d outside [%d, %d]", new_len, s->len[slot],
+                       s->max_ctx);
+    for (int i = 0; i < s->cfg->n_layers; i++)
+        if (s->cfg->attn[i] != TD_ATTN_SLIDING)
+            return td_errf(err, errlen,
+                           "advance: layer %d keeps compressed entries of every position", i);
+    s->len[slot] = s->hi[slot] = new_len;
+    return 0;
+}
+
 /* A row selects among at most ceil(max_ctx / rate) compressed entries; a larger index_topk
  * picks every one of them, as this does, so the plan's top-k rows are no wider (an index_topk
  * of 10^7 had the plan reserve rows x 10^7 ids: 20 GB for 320 rows) */

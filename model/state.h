@@ -105,6 +105,12 @@ struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, in
  * has overwritten a row new_len still needs: hi - new_len <= max_chunk. -1 with a message. */
 int td_state_rollback(struct td_state *s, int slot, int new_len, char *err, size_t errlen);
 
+/* Move the committed length forward to new_len without writing the positions in between: for
+ * a model whose every layer attends within its window only, whose next rows write the window
+ * before anything reads it (a lagging MTP layer, draft/mtp.c). -1 with a message (a layer with
+ * compressed entries, or new_len outside [len, max_ctx]). */
+int td_state_advance(struct td_state *s, int slot, int new_len, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

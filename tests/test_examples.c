@@ -291,7 +291,7 @@ static int ex_policy(void) {
     policy_init(&p);
     policy_observe(&p, 1, rows, seconds); // after each step: drafted?, its rows, its wall time
     int d[2];                             // n = 2 sequences, m[s * stride + j], kmax[s]
-    if (policy_drafting(&p, 2, kmax, m, stride, other_rows)) // a model drafter: draft?
+    if (policy_drafting(&p, 2, kmax, m, stride, other_rows))  // a model drafter: draft?
         policy_choose(&p, 2, kmax, m, stride, other_rows, d); // how many each verifies
     policy_free(&p);
     // end sketch
@@ -401,7 +401,7 @@ static int ex_mtp(void) {
     struct td_model target;
     struct td_state st;
     struct td_plan plan;
-    int32_t ids[12], next[12], drafts[3];
+    int32_t ids[12], next[12], drafts[3], toks[13];
     int slot, n = 12, pos0 = 0, row = 0;
     float *logits;
     if (target_open(&target, &st, &plan, &slot, ids, n, &logits)) return -1;
@@ -411,21 +411,23 @@ static int ex_mtp(void) {
     float *q = malloc((size_t)3 * target.cfg.vocab * sizeof *q);
     // sketch: draft/mtp.h
     struct draft_mtp *d; // target: the loaded model (mtp.0.* in its files); run: it on backend b
-    if (draft_mtp_init(&d, &target, run, b, 4, 512, 64, 3, 0, (size_t)1 << 30, TD_KV_F32, err,
-                       sizeof err))
+    if (draft_mtp_init(&d, &target, run, b, 4, 512, 64, 3, st.swa_ring, 0, (size_t)1 << 30,
+                       TD_KV_F32, err, sizeof err))
         return -1;
-    struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d)}; // every step:
-    if (td_forward_ex(run, &st, &plan, &io, logits, NULL, err, sizeof err)) return -1;
-    // verify and commit; then per sequence its committed rows (from plan row `row`), the
-    // token after each
+    struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d), .hidden_by_position = 1};
+    if (td_forward_ex(run, &st, &plan, &io, logits, NULL, err, sizeof err)) return -1; // each step
+    // verify and commit; then per sequence its committed rows, the token after each
     // end sketch
     next_tokens(ids, n, logits, target.cfg.vocab, next);
+    toks[0] = ids[0];
+    memcpy(toks + 1, next, (size_t)n * sizeof *toks);
     // sketch: draft/mtp.h
     struct td_draft_seq s = {.slot = slot,
                              .pos0 = pos0,
                              .n = n,
                              .row = row,
                              .next = next,
+                             .toks = toks,
                              .k = 3,
                              .sampling = &sampling,
                              .drafts = drafts,
