@@ -57,8 +57,6 @@ struct td_draft_seq {
     int slot;            /* the target's state slot; the drafter uses the same one */
     int pos0;            /* position of the first committed row (0: a new sequence) */
     int n;               /* committed rows (>= 1) */
-    int row;             /* the first of them in the target step's rows (where the target
-                            forward left what the drafter reads: td_model_drafter.target_io) */
     const int32_t *next; /* [n] the token after each row: next[n - 1], the token at pos0 + n,
                             is the round's anchor */
     const int32_t *toks; /* [pos0 + n + 1] every token so far (toks[p] at position p: next is

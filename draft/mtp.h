@@ -7,9 +7,8 @@
  *   struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d), .hidden_by_position = 1};
  *   if (td_forward_ex(run, &st, &plan, &io, logits, NULL, err, sizeof err)) return -1; // each step
  *   // verify and commit; then per sequence its committed rows, the token after each
- *   struct td_draft_seq s = {.slot = slot, .pos0 = pos0, .n = n, .row = row, .next = next,
- *                            .toks = toks, .k = 3, .sampling = &sampling, .drafts = drafts,
- *                            .q = q};
+ *   struct td_draft_seq s = {.slot = slot, .pos0 = pos0, .n = n, .next = next, .toks = toks,
+ *                            .k = 3, .sampling = &sampling, .drafts = drafts, .q = q};
  *   if (draft_mtp_run(d, &s, 1, err, sizeof err)) return -1;   // catch up, then draft
  *   draft_mtp_free(d);
  *

@@ -967,7 +967,7 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
         struct request *r = e->groups[i].r;
         r->n_drafts = 0;
         if (r->status != TD_REQ_PREFILL && r->status != TD_REQ_DECODE) continue; // finished
-        int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot], row = e->plan.qo_indptr[i];
+        int pos0 = e->plan.len_before[i], fed = e->state.len[r->slot];
         int k = r->status == TD_REQ_DECODE ? draft_budget(e, r, fed) : 0;
         // MTP's chain costs a pass a draft: under the policy it drafts one more than it chose
         if (e->mtp && e->p.draft_policy == TD_POLICY_ADAPTIVE && k > r->pol_d + 1) k = r->pol_d + 1;
@@ -976,7 +976,6 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
         e->dseqs[n] = (struct td_draft_seq){.slot = r->slot,
                                             .pos0 = pos0,
                                             .n = fed - pos0,
-                                            .row = row,
                                             .next = r->toks + pos0 + 1,
                                             .toks = r->toks,
                                             .k = k,

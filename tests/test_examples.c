@@ -402,7 +402,7 @@ static int ex_mtp(void) {
     struct td_state st;
     struct td_plan plan;
     int32_t ids[12], next[12], drafts[3], toks[13];
-    int slot, n = 12, pos0 = 0, row = 0;
+    int slot, n = 12, pos0 = 0;
     float *logits;
     if (target_open(&target, &st, &plan, &slot, ids, n, &logits)) return -1;
     const struct td_model *run = &target; // the CPU runs the loaded model itself
@@ -425,7 +425,6 @@ static int ex_mtp(void) {
     struct td_draft_seq s = {.slot = slot,
                              .pos0 = pos0,
                              .n = n,
-                             .row = row,
                              .next = next,
                              .toks = toks,
                              .k = 3,

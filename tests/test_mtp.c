@@ -197,7 +197,6 @@ static void run_fixture(const struct mtp_fixture *x) {
         struct td_draft_seq r = {.slot = slot,
                                  .pos0 = 0,
                                  .n = n,
-                                 .row = 0,
                                  .next = next,
                                  .k = 0,
                                  .sampling = &greedy,
@@ -225,7 +224,6 @@ static void run_fixture(const struct mtp_fixture *x) {
     struct td_draft_seq r = {.slot = slot,
                              .pos0 = 0,
                              .n = n,
-                             .row = 0,
                              .next = next,
                              .toks = toks,
                              .k = K,
@@ -276,13 +274,13 @@ static void run_fixture(const struct mtp_fixture *x) {
         a.n = 5, a.k = 0; // a prefill chunk, then plain steps of one row
         CHECK(!draft_mtp_run(d, &a, 1, err, sizeof err), "catch-up that drafts nothing: %s", err);
         for (int p = 5; !check_case_failed && p < n - 1; p++) {
-            a.pos0 = p, a.n = 1, a.row = 0, a.next = next + p;
+            a.pos0 = p, a.n = 1, a.next = next + p;
             CHECK(!draft_mtp_run(d, &a, 1, err, sizeof err), "plain step at %d: %s", p, err);
         }
         CHECK(a.n_drafts == 0, "a step that drafts nothing drafted %d", a.n_drafts);
         CHECK(draft_mtp_state(d)->len[slot] == 0, "the MTP holds %d rows after them, want 0",
               draft_mtp_state(d)->len[slot]);
-        c.pos0 = n - 1, c.n = 1, c.row = 0, c.next = next + n - 1;
+        c.pos0 = n - 1, c.n = 1, c.next = next + n - 1;
         CHECK(!check_case_failed && !draft_mtp_run(d, &c, 1, err, sizeof err), "%s", err);
         CHECK(c.n_drafts == K, "%d drafts", c.n_drafts);
         CHECK(draft_mtp_state(d)->len[slot] == n, "the MTP holds %d rows after drafting, want %d",
