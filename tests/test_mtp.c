@@ -302,8 +302,104 @@ static void run_fixture(const struct mtp_fixture *x) {
     fx_close(&f);
 }
 
+/* One engine-like run of STEPS one-token steps after the prompt (every other one with two
+ * rejected drafts after its token), on two targets and two MTP drafters: drafter E drafts k = 3 at
+ * every step, drafter L only at the steps of a pattern (falling behind in between, by up to more
+ * than the window of the random fixtures, then caught up lazily). Whenever L drafts, its drafts are
+ * E's at that step, token for token: a draft is a function of the committed tokens alone. */
+#define STEPS 40
+static int lazy_step(int i) {
+    return i == 2 || i == 3 || i == 9 || (i >= 30 && i % 3 == 0);
+}
+
+static void lazy_rounds(const struct mtp_fixture *x) {
+    char err[768], name[160];
+    snprintf(name, sizeof name, "mtp/lazy_rounds_equal_every_round[%s]", x->name);
+    case_begin();
+    struct fx f;
+    if (fx_open(&f, x, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        case_end(name, "");
+        return;
+    }
+    const struct td_backend *b = td_backend_cpu();
+    int V = f.m.cfg.vocab, n0 = f.n, ok = 1, compared = 0;
+    struct td_state st[2];
+    struct td_plan p[2];
+    struct draft_mtp *d[2] = {NULL, NULL};
+    memset(st, 0, sizeof st), memset(p, 0, sizeof p);
+    int32_t toks[MAX_IDS + STEPS + 2], drafts[2][K];
+    float *lg = malloc((size_t)MAX_IDS * V * sizeof(float)), *qd = malloc((size_t)K * V * 4);
+    memcpy(toks, f.ids, (size_t)n0 * sizeof(int32_t));
+    struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    for (int r = 0; r < 2 && ok; r++) {
+        ok = !td_state_init(&st[r], &f.m.cfg, 2, 256, 16, (size_t)1 << 30, b, err, sizeof err);
+        struct td_plan_dims dims = td_state_plan_dims(&st[r], MAX_IDS, 2);
+        ok = ok && !meta_plan_init(&p[r], &dims, err, sizeof err);
+        ok = ok && !draft_mtp_init(&d[r], &f.m, &f.m, b, 2, 256, MAX_IDS, K, st[r].swa_ring, 0,
+                                   (size_t)1 << 30, TD_KV_F32, err, sizeof err);
+        ok = ok && td_state_seq_alloc(&st[r]) == 0;
+    }
+    CHECK(ok, "%s", err);
+    int len = 0;
+    for (int i = 0; ok && i <= STEPS; i++) {
+        // the prompt, then one token a step; every odd step also feeds two rejected drafts
+        // after it (their streams reach the ring, and the target rolls them back)
+        int rows = i ? 1 : n0, fed = i % 2 ? 3 : rows;
+        int32_t row_ids[MAX_IDS];
+        memcpy(row_ids, toks + len, (size_t)rows * sizeof(int32_t));
+        for (int j = rows; j < fed; j++)
+            row_ids[j] = (int32_t)((7 * i + 13 * j) % V);
+        for (int r = 0; r < 2 && ok; r++) {
+            struct td_plan_seq q = {.slot = 0, .len_before = len, .n_new = fed, .ids = row_ids};
+            struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d[r]),
+                                       .hidden_by_position = 1};
+            ok = !meta_plan_build(&p[r], &q, 1, err, sizeof err) &&
+                 !td_forward_ex(&f.m, &st[r], &p[r], &io, lg, NULL, err, sizeof err) &&
+                 !td_state_rollback(&st[r], 0, len + rows, err, sizeof err);
+        }
+        CHECK(ok, "step %d: %s", i, err);
+        if (!ok) break;
+        toks[len + rows] = argmax(lg + (size_t)(rows - 1) * V, V); // the next token, greedy
+        for (int r = 0; r < 2 && ok; r++) {
+            struct td_draft_seq s = {.slot = 0,
+                                     .pos0 = len,
+                                     .n = rows,
+                                     .next = toks + len + 1,
+                                     .toks = toks,
+                                     .k = r == 0 || lazy_step(i) ? K : 0,
+                                     .sampling = &greedy,
+                                     .drafts = drafts[r],
+                                     .q = qd};
+            ok = !draft_mtp_run(d[r], &s, 1, err, sizeof err);
+            CHECK(ok, "step %d, drafter %s: %s", i, r ? "L" : "E", err);
+            CHECK(!ok || s.n_drafts == s.k, "step %d: %d drafts of %d", i, s.n_drafts, s.k);
+        }
+        if (ok && lazy_step(i)) {
+            compared++;
+            for (int j = 0; j < K; j++)
+                CHECK(drafts[1][j] == drafts[0][j],
+                      "step %d (position %d): draft %d is %d lazily, %d drafting every step", i,
+                      len + rows, j + 1, drafts[1][j], drafts[0][j]);
+        }
+        len += rows;
+    }
+    char extra[96];
+    snprintf(extra, sizeof extra, "(%d drafting steps of %d compared)", compared, STEPS + 1);
+    for (int r = 0; r < 2; r++) {
+        draft_mtp_free(d[r]);
+        meta_plan_free(&p[r]);
+        td_state_free(&st[r]);
+    }
+    free(lg), free(qd);
+    fx_close(&f);
+    case_end(name, extra);
+}
+
 int main(void) {
-    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++)
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
         run_fixture(&fixtures[i]);
+        lazy_rounds(&fixtures[i]);
+    }
     return check_failures ? 1 : 0;
 }
