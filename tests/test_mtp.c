@@ -18,8 +18,11 @@
  * Four cases per fixture, named with the fixture as a suffix ("mtp/target_bonus[tiny]"): the
  * target's greedy bonus token after the prompt; the MTP catch-up logits over the prompt rows
  * (last 8); a k = 3 greedy chain with recycled streams: its drafts and its last step's logits;
- * the same chain after a catch-up that drafted nothing (the keys-only pass over all rows but the
- * last, then that row alone): the same drafts and the same last logits, bit for bit.
+ * the same chain after steps that drafted nothing (the MTP falls behind; the last row's call
+ * catches the skipped rows up, keys only, as far as the window reaches): the same drafts and the
+ * same last logits, bit for bit. And per fixture an engine-like run of one-token steps (with
+ * rejected drafts rolled back) in which a drafter that drafts now and then makes the drafts of
+ * one that drafts every step.
  * The C side runs the same on the CPU: fp32 math against fp32 math, so the budget is
  * max|d| <= 1e-3 * max(1, max|ref row|), and the drafts must be the same tokens. A missing
  * fixture fails (its message names the command that makes it).
