@@ -339,8 +339,9 @@ static void lazy_rounds(const struct mtp_fixture *x) {
         ok = !td_state_init(&st[r], &f.m.cfg, 2, 256, 16, (size_t)1 << 30, b, err, sizeof err);
         struct td_plan_dims dims = td_state_plan_dims(&st[r], MAX_IDS, 2);
         ok = ok && !meta_plan_init(&p[r], &dims, err, sizeof err);
-        ok = ok && !draft_mtp_init(&d[r], &f.m, &f.m, b, 2, 256, MAX_IDS, K, st[r].swa_ring, 0,
-                                   (size_t)1 << 30, TD_KV_F32, err, sizeof err);
+        // L's calls take at most 8 rows: its catch-ups of skipped rows come in several calls
+        ok = ok && !draft_mtp_init(&d[r], &f.m, &f.m, b, 2, 256, r ? 8 : MAX_IDS, K, st[r].swa_ring,
+                                   0, (size_t)1 << 30, TD_KV_F32, err, sizeof err);
         ok = ok && td_state_seq_alloc(&st[r]) == 0;
     }
     CHECK(ok, "%s", err);
