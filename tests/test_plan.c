@@ -558,6 +558,45 @@ static void key_row_rule(void) {
     case_end("key_row_rule", NULL);
 }
 
+/* td_state_advance: moves a length forward only, and only in a model whose every layer is a
+ * sliding-window one (the lagging MTP layer's); a model with compressed entries is refused,
+ * as are a length behind the slot's, past max_ctx, or a slot not in use */
+static void state_advance(void) {
+    case_begin();
+    char err[512];
+    struct td_model m;
+    CHECK(!td_model_load(&m, "tests/fixtures/b_plain_hc2", err, sizeof err), "%s", err);
+    if (check_case_failed) {
+        case_end("state/advance", "");
+        return;
+    }
+    struct td_config win = m.cfg;
+    win.n_layers = 1, win.attn[0] = TD_ATTN_SLIDING;
+    struct td_state st, full;
+    CHECK(!td_state_init(&st, &win, 2, 100, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s", err);
+    CHECK(!td_state_init(&full, &m.cfg, 2, 100, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s",
+          err);
+    int s = td_state_seq_alloc(&st), f = td_state_seq_alloc(&full);
+    CHECK(!td_state_advance(&st, s, 40, err, sizeof err) && st.len[s] == 40 && st.hi[s] == 40,
+          "advance to 40: %s (length %d)", err, st.len[s]);
+    CHECK(td_state_advance(&st, s, 39, err, sizeof err) && strstr(err, "outside [40, 100]"),
+          "back to 39: '%s'", err);
+    CHECK(td_state_advance(&st, s, 101, err, sizeof err), "past max_ctx accepted");
+    CHECK(td_state_advance(&st, 1, 5, err, sizeof err) && strstr(err, "not a live sequence"),
+          "a free slot: '%s'", err);
+    int csa = 0;
+    for (int i = 0; i < m.cfg.n_layers; i++)
+        csa += m.cfg.attn[i] != TD_ATTN_SLIDING;
+    CHECK(csa > 0, "the fixture has no compressed layer to refuse");
+    CHECK(td_state_advance(&full, f, 10, err, sizeof err) && strstr(err, "compressed entries") &&
+              full.len[f] == 0,
+          "a model with compressed layers: '%s' (length %d)", err, full.len[f]);
+    td_state_free(&st);
+    td_state_free(&full);
+    td_model_free(&m);
+    case_end("state/advance", "");
+}
+
 int main(void) {
     seed000();
     seed001();
@@ -569,5 +608,6 @@ int main(void) {
     span_fresh();
     rows_at_either_base();
     key_row_rule();
+    state_advance();
     return check_failures ? 1 : 0;
 }
