@@ -250,10 +250,22 @@ static int sweep_svg(const char *path, const char *title, struct bench_cell (*c)
     return fclose(f);
 }
 
-/* --sweep B1,B2,...: every drafter of --draft D1,D2,... at every batch, one table and a plot */
+#define REPEAT_MAX 16 /* --repeat */
+
+static double median(const double *v, int n) {
+    double s[REPEAT_MAX];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+/* --sweep B1,B2,...: every drafter of --draft D1,D2,... at every batch, one table and a plot.
+ * The runs go batch by batch, every drafter's beside the others' (a ratio's baseline is
+ * measured next to it in time), `repeat` rounds of that: each cell's tokens/s is the median of
+ * its rounds, each ratio the median of the rounds' own ratios, with their range. */
 static int bench_sweep(const struct td_engine_params *ep0, long draft_tokens, const char *sweep,
                        const struct tok_ids *ids, int np, const struct cli_req_opts *ro,
-                       const char *plot) {
+                       const char *plot, int repeat) {
     long bs[SWEEP_MAX];
     int nb = 0, nd = 0;
     for (const char *q = sweep; *q;) {
@@ -282,22 +294,37 @@ static int bench_sweep(const struct td_engine_params *ep0, long draft_tokens, co
         nd++;
         q += k + (q[k] == ',');
     }
-    static struct bench_cell cells[SWEEP_MAX][SWEEP_MAX];
+    static struct bench_cell cells[SWEEP_MAX][SWEEP_MAX]; // the first round's, then medians
+    static double tps[SWEEP_MAX][SWEEP_MAX][REPEAT_MAX], ratio[REPEAT_MAX];
+    for (int r = 0; r < repeat; r++)
+        for (int b = 0; b < nb; b++)
+            for (int d = 0; d < nd; d++) {
+                struct bench_cell c;
+                if (repeat > 1)
+                    fprintf(stderr, "bench: sweep: %s at batch %ld (round %d of %d) ...\n",
+                            names[d], bs[b], r + 1, repeat);
+                else
+                    fprintf(stderr, "bench: sweep: %s at batch %ld ...\n", names[d], bs[b]);
+                int rc = bench_run(eps[d], draft_tokens, bs[b], ids, np, ro, 0, 1, &c);
+                if (rc) return rc;
+                if (!r) cells[d][b] = c;
+                tps[d][b][r] = c.tps;
+            }
     for (int d = 0; d < nd; d++)
-        for (int b = 0; b < nb; b++) {
-            fprintf(stderr, "bench: sweep: %s at batch %ld ...\n", names[d], bs[b]);
-            int rc = bench_run(eps[d], draft_tokens, bs[b], ids, np, ro, 0, 1, &cells[d][b]);
-            if (rc) return rc;
-        }
+        for (int b = 0; b < nb; b++)
+            cells[d][b].tps = median(tps[d][b], repeat);
     int ref = 0; // ratios against none when it is swept, else the first drafter
     for (int d = 0; d < nd; d++)
         if (!strcmp(cells[d][0].draft, "none")) ref = d;
     const char *tag =
         ep0->n_synthetic ? "bench sweep [synthetic acceptance, lossy]" : "bench sweep";
     char title[512];
-    snprintf(title, sizeof title, "%s: %s on %s, %d prompts x %ld tokens, draft policy %s", tag,
+    char rounds[64] = "";
+    if (repeat > 1)
+        snprintf(rounds, sizeof rounds, ", medians of %d rounds (ratio: median, range)", repeat);
+    snprintf(title, sizeof title, "%s: %s on %s, %d prompts x %ld tokens, draft policy %s%s", tag,
              ep0->model_dir, cells[0][0].backend, np, ro->max_tokens,
-             ep0->draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive");
+             ep0->draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive", rounds);
     printf("%s\n| batch |", title);
     for (int d = 0; d < nd; d++)
         printf(" %s tok/s |", cells[d][0].draft);
@@ -307,11 +334,23 @@ static int bench_sweep(const struct td_engine_params *ep0, long draft_tokens, co
     printf("\n");
     for (int b = 0; b < nb; b++) {
         printf("| %ld |", bs[b]);
-        for (int d = 0; d < nd; d++)
-            if (d == ref)
+        for (int d = 0; d < nd; d++) {
+            if (d == ref) {
                 printf(" %.1f |", cells[d][b].tps);
+                continue;
+            }
+            double lo = 0, hi = 0;
+            for (int r = 0; r < repeat; r++) {
+                ratio[r] = tps[d][b][r] / tps[ref][b][r];
+                lo = !r || ratio[r] < lo ? ratio[r] : lo;
+                hi = !r || ratio[r] > hi ? ratio[r] : hi;
+            }
+            if (repeat > 1)
+                printf(" %.1f (%.2fx, %.2f-%.2f) |", cells[d][b].tps, median(ratio, repeat), lo,
+                       hi);
             else
-                printf(" %.1f (%.2fx) |", cells[d][b].tps, cells[d][b].tps / cells[ref][b].tps);
+                printf(" %.1f (%.2fx) |", cells[d][b].tps, ratio[0]);
+        }
         printf("\n");
     }
     for (int d = 0; d < nd; d++) {
@@ -332,7 +371,7 @@ int cmd_bench(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     const char *prompts_path = NULL;
     struct cli_req_opts ro = {128, 0, 0.0, 0, 1.0};
-    long n_prompts = 64, batch = 16, draft_tokens = -1;
+    long n_prompts = 64, batch = 16, draft_tokens = -1, repeat = 0;
     int raw = 0, csv = 0;
     const char *sweep = NULL, *plot = "bench-sweep.svg";
     for (int i = 0; i < argc; i++) {
@@ -362,7 +401,11 @@ int cmd_bench(int argc, char **argv) {
                 "  --csv                one CSV header line and one result line\n"
                 "  --sweep B1,B2,...    every drafter of --draft D1,D2,... (e.g. none,dspark,mtp)\n"
                 "                       at every batch: one table (tokens/s, speedup over none)\n"
-                "                       and a plot, --plot FILE.svg (default bench-sweep.svg)\n"
+                "                       and a plot, --plot FILE.svg (default bench-sweep.svg);\n"
+                "                       the runs go batch by batch, the drafters side by side\n"
+                "  --repeat R           with --sweep: R rounds of it (up to 16); each cell the\n"
+                "                       median of its rounds, each ratio the median of the\n"
+                "                       rounds' ratios with their range\n"
                 "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
                 "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
                 "the mean accepted length and acceptance by draft position.\n",
@@ -392,6 +435,8 @@ int cmd_bench(int argc, char **argv) {
             sweep = v;
         else if (!strcmp(a, "--plot"))
             plot = v;
+        else if (!strcmp(a, "--repeat"))
+            rc = cli_parse_int(a, v, 1, REPEAT_MAX, &repeat);
         else
             return die("bench: unknown option '%s' (see tandem bench --help)", a);
         if (rc) return 2;
@@ -400,6 +445,7 @@ int cmd_bench(int argc, char **argv) {
     if (!ep.model_dir && !(ep.model_dir = cli_default_model(cli_argv0)))
         return die("bench: no model: give --model DIR (models/tandem-tiny was not found)");
     if (sweep && csv) return die("bench: --sweep prints a table; it takes no --csv");
+    if (repeat && !sweep) return die("bench: --repeat R repeats a --sweep; give --sweep B1,B2,...");
     if (!sweep && cli_draft_finish("bench", &ep, draft_tokens)) return 2;
 
     char err[1024];
@@ -474,7 +520,7 @@ int cmd_bench(int argc, char **argv) {
     if (!sweep) {
         rc = bench_run(ep, draft_tokens, batch, ids, np, &ro, csv, 0, NULL);
     } else {
-        rc = bench_sweep(&ep, draft_tokens, sweep, ids, np, &ro, plot);
+        rc = bench_sweep(&ep, draft_tokens, sweep, ids, np, &ro, plot, repeat ? (int)repeat : 1);
     }
     for (int i = 0; i < np; i++)
         tok_ids_free(&ids[i]);

@@ -423,6 +423,32 @@ int main(void) {
     CHECK(!strncmp(out2, "<svg ", 5) && strstr(out2, "</svg>") && n_lines == 2,
           "sweep plot: %d lines in '%.200s'", n_lines, out2);
     case_end("bench_sweep_table_and_plot", "");
+    // rounds of a sweep: medians, and each ratio's median with its range
+    case_begin();
+    snprintf(args, sizeof args,
+             "%s bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 4 --sweep 1 "
+             "--repeat 2 --draft none,ngram --draft-policy fixed --backend cpu --plot "
+             "%s/sweep2.svg > %s/sweep2.txt 2>%s/sweep2.err",
+             bin, root, root, root, root);
+    CHECK(system(args) == 0, "bench --sweep --repeat failed");
+    snprintf(path, sizeof path, "%s/sweep2.txt", root);
+    slurp(path, out2, sizeof out2);
+    const char *cell = strstr(out2, "\n| 1 | ");
+    CHECK(strstr(out2, "medians of 2 rounds (ratio: median, range)") && cell &&
+              strstr(cell, "x, ") && strchr(cell, '-'),
+          "sweep rounds table: '%s'", out2);
+    snprintf(path, sizeof path, "%s/sweep2.err", root);
+    slurp(path, out2, sizeof out2);
+    CHECK(strstr(out2, "none at batch 1 (round 1 of 2)") &&
+              strstr(out2, "ngram at batch 1 (round 2 of 2)"),
+          "sweep rounds progress: '%s'", out2);
+    case_end("bench_sweep_repeat", "");
+    snprintf(args, sizeof args,
+             "bench --model models/tandem-tiny --prompts %s/p.jsonl --repeat 2 --draft none", root);
+    bad("bench_repeat_without_sweep", args, "--repeat R repeats a --sweep");
+    snprintf(args, sizeof args,
+             "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1 --repeat 0", root);
+    bad("bench_bad_repeat", args, "--repeat '0'");
     snprintf(args, sizeof args,
              "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1,0 --draft none",
              root);
