@@ -363,7 +363,7 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
         }
     }
     // a deferred round: the backend's own chain, when every drafting sequence is greedy and
-    // wants the same k (the others only catch up). Its plan puts the drafting sequences first,
+    // wants the same k (the others fall behind). Its plan holds the drafting sequences alone,
     // so that their catch-up logits and every later step's rows are rows 0 .. n_draft - 1
     int k = 0, n_draft = 0, *ord = d->ord, dev = d->defer && !d->all_logits;
     for (int s = 0; s < n_seq; s++) {
@@ -376,8 +376,8 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
     // the sequences this call catches up, ord[0 .. n_in): those that draft (the drafting ones
     // first in a deferred round, else in order); every one when a test asks for all logits
     int n_in = dev ? n_draft : 0, *from = d->from;
-    for (int s = 0; s < n_seq; s++)
-        if (dev ? d->all_logits && seqs[s].k < 1 : d->all_logits || seqs[s].k >= 1) ord[n_in++] = s;
+    for (int s = 0; s < n_seq && !dev; s++) // (a deferred round never has all_logits)
+        if (d->all_logits || seqs[s].k >= 1) ord[n_in++] = s;
     if (!n_in) return 0; // nothing drafts: nothing is made (the sequences fall behind)
     if (catch_up_missed(d, seqs, ord, n_in, from, err, errlen)) return -1;
     // this step's rows (those the window reaches), in one call: only each sequence's last row's

@@ -242,7 +242,8 @@ int td_state_advance(struct td_state *s, int slot, int new_len, char *err, size_
         if (s->cfg->attn[i] != TD_ATTN_SLIDING)
             return td_errf(err, errlen,
                            "advance: layer %d keeps compressed entries of every position", i);
-    s->len[slot] = s->hi[slot] = new_len;
+    s->len[slot] = new_len;
+    if (s->hi[slot] < new_len) s->hi[slot] = new_len; // (a position written is still written)
     return 0;
 }
 
