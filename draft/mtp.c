@@ -89,7 +89,14 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
                 d->window, stream_ring);
         goto fail;
     }
-    d->hidden = b->alloc((size_t)max_seqs * stream_ring * d->nc * d->dim * sizeof(float));
+    size_t ring_bytes = (size_t)max_seqs * stream_ring * d->nc * d->dim * sizeof(float);
+    if (!(d->hidden = b->alloc(ring_bytes))) {
+        td_errf(err, errlen,
+                "mtp: out of memory for the target's streams by position (%d slots x %d rows x "
+                "%d x %d floats, %.1f MiB)",
+                max_seqs, stream_ring, d->nc, d->dim, (double)ring_bytes / (1 << 20));
+        goto fail;
+    }
     d->h_in = b->alloc(S);
     d->h_out = b->alloc(S);
     d->x = b->alloc(S);
