@@ -60,7 +60,8 @@ struct td_draft_seq {
     const int32_t *next; /* [n] the token after each row: next[n - 1], the token at pos0 + n,
                             is the round's anchor */
     const int32_t *toks; /* [pos0 + n + 1] every token so far (toks[p] at position p: next is
-                            toks + pos0 + 1), for rows a drafter skipped (MTP), or NULL */
+                            toks + pos0 + 1): MTP reads its rows' tokens here, those it skipped
+                            included (required there; DSpark reads next) */
     int k;               /* drafts wanted (0: catch up or insert only) */
     const struct td_sampling *sampling;
     int32_t *drafts; /* [k] out */

@@ -316,15 +316,13 @@ static int catch_up_missed(struct draft_mtp *d, const struct td_draft_seq *seqs,
     for (int i = 0; i < n; i++) {
         const struct td_draft_seq *q = &seqs[ord[i]];
         int len = d->st.len[q->slot], f = q->pos0 + q->n - d->window;
+        if (!q->toks) return td_errf(err, errlen, "mtp: slot %d's call brings no tokens", q->slot);
         if (len > q->pos0)
             return td_errf(err, errlen, "mtp: slot %d holds %d rows, the target committed %d",
                            q->slot, len, q->pos0);
         if (d->all_logits || f < len) f = len;
         if (f > len && td_state_advance(&d->st, q->slot, f, err, errlen)) return -1;
         from[i] = f > q->pos0 ? f : q->pos0;
-        if (d->st.len[q->slot] < q->pos0 && !q->toks)
-            return td_errf(err, errlen, "mtp: slot %d skipped rows %d .. %d and has no tokens",
-                           q->slot, d->st.len[q->slot], q->pos0 - 1);
     }
     for (;;) {
         int rows = 0, m = 0, n_zero = 0;
@@ -394,7 +392,7 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
         int p0 = from[i], n = q->pos0 + q->n - p0;
         for (int j = 0; j < n; j++)
             d->src[rows + j] = stream_row(d, q->slot, p0 + j);
-        memcpy(d->ids + rows, q->next + (p0 - q->pos0), (size_t)n * sizeof(int32_t));
+        memcpy(d->ids + rows, q->toks + p0 + 1, (size_t)n * sizeof(int32_t)); // (its next)
         if (p0 == 0) zero[n_zero++] = rows;
         d->seqs[i] = (struct td_plan_seq){.slot = q->slot,
                                           .len_before = p0,

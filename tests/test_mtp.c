@@ -201,6 +201,7 @@ static void run_fixture(const struct mtp_fixture *x) {
                                  .pos0 = 0,
                                  .n = n,
                                  .next = next,
+                                 .toks = toks,
                                  .k = 0,
                                  .sampling = &greedy,
                                  .drafts = drafts,
