@@ -8,6 +8,9 @@
  * the device; see td_model_upload). */
 #include <cooperative_groups.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 #include <type_traits>
 #include <cublasLt.h>
 
@@ -306,9 +309,14 @@ __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out)
 }
 
 /* one GEMM shape's descriptors and algorithm, made once: the heuristic query is a host-side
- * search that cost more than the GEMM itself on small steps, on every call */
+ * search that cost more than the GEMM itself on small steps, on every call. Plans are made for
+ * row buckets (the power of two at or above n) and run at each call's own n: eager steps (long
+ * prefill chunks, a drafter's catch-up) come in every width, and a new width's queries, about
+ * 0.3 ms each, once cost a tandem-tiny step of 238 rows 10 ms against 1.7 (TD_POLICY_TRACE).
+ * An algorithm the library refuses at a smaller n gets that n's own plan (exact). */
 struct lt_plan {
-    int n, in, out, ldb, ldc;
+    int n, in, out, ldb, ldc, exact;
+    int cols; /* the width lb and lc are set to now */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -316,11 +324,23 @@ struct lt_plan {
 #define LT_PLANS 512
 static struct lt_plan lt_plans[LT_PLANS];
 static int n_lt_plans;
+static int lt_trace = -1; /* TD_LT_TRACE=1: each plan made, and its query's time, on stderr */
+static int lt_exact = -1; /* TD_LT_EXACT=1: a plan for every width (measuring the buckets) */
 
-static const struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc) {
+static int lt_bucket(int n) {
+    int b = 1;
+    while (b < n && b < (1 << 30))
+        b *= 2;
+    return b;
+}
+
+static struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc, int exact) {
+    int nb = exact ? n : lt_bucket(n);
     for (int i = 0; i < n_lt_plans; i++) {
-        const struct lt_plan *q = &lt_plans[i];
-        if (q->n == n && q->in == in && q->out == out && q->ldb == ldb && q->ldc == ldc) return q;
+        struct lt_plan *q = &lt_plans[i];
+        if (q->n == nb && q->exact == exact && q->in == in && q->out == out && q->ldb == ldb &&
+            q->ldc == ldc)
+            return q;
     }
     static struct lt_plan spare; // a full table: the spare is remade for each new shape
     struct lt_plan *q = n_lt_plans < LT_PLANS ? &lt_plans[n_lt_plans] : &spare;
@@ -330,8 +350,12 @@ static const struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ld
         cublasLtMatrixLayoutDestroy(spare.lc);
         cublasLtMatmulDescDestroy(spare.op);
     }
+    if (lt_trace < 0) lt_trace = getenv("TD_LT_TRACE") && atoi(getenv("TD_LT_TRACE"));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     *q = lt_plan(); // every member zero (C++ warns about a partial designated list)
-    q->n = n, q->in = in, q->out = out, q->ldb = ldb, q->ldc = ldc;
+    q->n = nb, q->in = in, q->out = out, q->ldb = ldb, q->ldc = ldc, q->exact = exact;
+    q->cols = nb;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&q->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(
@@ -339,8 +363,8 @@ static const struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ld
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->la, CUDA_R_16BF, in, out, in));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lb, CUDA_R_16BF, in, n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lc, CUDA_R_32F, out, n, ldc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lb, CUDA_R_16BF, in, nb, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lc, CUDA_R_32F, out, nb, ldc));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -350,19 +374,43 @@ static const struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ld
     CUBLAS_CHECK(
         cublasLtMatmulAlgoGetHeuristic(lt, q->op, q->la, q->lb, q->lc, q->lc, pref, 1, &h, &found));
     cublasLtMatmulPreferenceDestroy(pref);
-    if (!found) TD_ABORT("cuBLASLt has no algorithm for %d x %d x %d", out, n, in);
+    if (!found) TD_ABORT("cuBLASLt has no algorithm for %d x %d x %d", out, nb, in);
     q->algo = h.algo;
     if (q != &spare) n_lt_plans++;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (lt_trace)
+        fprintf(stderr, "cuBLASLt: plan %d of %d x %d (rows %d%s): %.1f us\n", n_lt_plans, in, out,
+                nb, exact ? ", exact" : "",
+                1e6 * (double)(t1.tv_sec - t0.tv_sec) + 1e-3 * (double)(t1.tv_nsec - t0.tv_nsec));
     return q;
+}
+
+/* the plan's layouts at n columns (host-side attributes: a launch reads them as it is made) */
+static void lt_set_cols(struct lt_plan *q, int n) {
+    if (q->cols == n) return;
+    uint64_t c = (uint64_t)n;
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(q->lb, CUBLASLT_MATRIX_LAYOUT_COLS, &c, sizeof c));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(q->lc, CUBLASLT_MATRIX_LAYOUT_COLS, &c, sizeof c));
+    q->cols = n;
 }
 
 /* C[out, n] (col-major, ldc) = W[out, in] . B, B = bf16 x rows (col-major in x n, ldb) */
 static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const void *w, int n,
                     int in, int out) {
-    const struct lt_plan *q = lt_plan_for(n, in, out, ldb, ldc);
     float alpha = 1.0f, beta = 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(lt, q->op, &alpha, w, q->la, xb, q->lb, &beta, y, q->lc, y, q->lc,
-                                &q->algo, lt_ws, lt_ws_bytes, td_cuda_stream()));
+    if (lt_exact < 0) lt_exact = getenv("TD_LT_EXACT") && atoi(getenv("TD_LT_EXACT"));
+    for (int exact = lt_exact;; exact = 1) {
+        struct lt_plan *q = lt_plan_for(n, in, out, ldb, ldc, exact);
+        lt_set_cols(q, n);
+        cublasStatus_t st =
+            cublasLtMatmul(lt, q->op, &alpha, w, q->la, xb, q->lb, &beta, y, q->lc, y, q->lc,
+                           &q->algo, lt_ws, lt_ws_bytes, td_cuda_stream());
+        if (st == CUBLAS_STATUS_SUCCESS) return;
+        if (exact || st != CUBLAS_STATUS_NOT_SUPPORTED)
+            TD_ABORT("cuBLASLt: %d x %d x %d: status %d", out, n, in, (int)st);
+    }
 }
 
 /* Quantized weights (quant.h): steps of up to QUANT_MMA_ROWS rows take the skinny kernel, in
