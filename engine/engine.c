@@ -104,6 +104,7 @@ struct td_engine {
     float *pol_m;         /* [max_seqs, TD_MAX_DRAFT] its acceptance estimates */
     int *pol_k, *pol_d;   /* [max_seqs] drafts offered, chosen */
     int draft_on;         /* the model drafter drafts for the next step (else only catches up) */
+    int trace;            /* TD_POLICY_TRACE: 1 the cost tables at the end, 2 also every step */
     long step_offered;    /* drafts on offer this step */
 };
 
@@ -342,6 +343,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     policy_init(&e->pol);
     e->pol.cost = p->step_cost, e->pol.cost_ctx = p->cost_ctx;
     e->draft_on = 1;
+    e->trace = getenv("TD_POLICY_TRACE") ? atoi(getenv("TD_POLICY_TRACE")) : 0;
     e->pol_m = malloc((size_t)e->p.max_seqs * TD_MAX_DRAFT * sizeof(float));
     e->pol_k = malloc((size_t)e->p.max_seqs * sizeof(int));
     e->pol_d = malloc((size_t)e->p.max_seqs * sizeof(int));
@@ -383,6 +385,13 @@ void td_engine_free(struct td_engine *e) {
     free(e->q);
     free(e->p_scratch);
     free(e->r_scratch);
+    if (e->trace) {
+        policy_trace(&e->pol, stderr);
+        const struct td_state *ds = e->md.impl ? e->md.state(e->md.impl) : NULL;
+        fprintf(stderr, "policy: graphs: target %d (%.1f ms), drafter %d (%.1f ms)\n",
+                e->state.n_captured, 1e3 * e->state.t_capture, ds ? ds->n_captured : 0,
+                ds ? 1e3 * ds->t_capture : 0.0);
+    }
     policy_free(&e->pol);
     free(e->pol_m);
     free(e->pol_k);
@@ -672,15 +681,10 @@ static int draft_budget(const struct td_engine *e, const struct request *r, int 
     return k < 0 ? 0 : k;
 }
 
-/* the chance that r's drafts 1 .. j + 1 are all accepted, m[j] for j < k: its own rounds, with
- * eight rounds' weight of every request's (whose prior, before any round, is 1: a position
- * never verified is tried) */
+/* the chance that r's drafts 1 .. j + 1 are all accepted, m[j] for j < k (policy_estimates) */
 static void accept_estimates(const struct td_engine *e, const struct request *r, int k, float *m) {
-    const double w = 8.0;
-    for (int j = 0; j < k; j++) {
-        double all = (e->stats.accepted_at[j] + 1.0) / (e->stats.proposed_at[j] + 1.0);
-        m[j] = (float)((r->st.accepted_at[j] + w * all) / (r->st.proposed_at[j] + w));
-    }
+    policy_estimates(r->st.accepted_at, r->st.proposed_at, e->stats.accepted_at,
+                     e->stats.proposed_at, e->stats.rounds, k, m);
 }
 
 /* the policy's entry i: request r's k drafts on offer and their chances */
@@ -690,25 +694,39 @@ static void offer(struct td_engine *e, int i, const struct request *r, int k) {
 }
 
 /* the adaptive policy: how many of the drafts on offer (groups[i].want) each of the n_dec
- * verify groups verifies, beside other_rows rows of prompts */
-static void choose_drafts(struct td_engine *e, int n_dec, int other_rows) {
+ * verify groups verifies, beside prompt_rows rows of prompts waiting; budget: the rows after
+ * the anchors, draft_rows: those the drafts may take */
+static void choose_drafts(struct td_engine *e, int n_dec, long prompt_rows, int budget,
+                          int draft_rows) {
     // a sampled request's tokens depend on the drafts it verifies: it verifies all it is offered
     // (as the fixed policy does), so that they stay the same in any batch; the policy chooses
     // for the greedy ones (whose tokens never depend on them), beside the sampled rows
-    int m = 0;
+    int m = 0, fixed = 0;
     for (int i = 0; i < n_dec; i++) {
         struct group *g = &e->groups[i];
         if (g->r->sampling.temperature > 0.0f) {
-            other_rows += g->want;
+            fixed += g->want;
             continue;
         }
         offer(e, m++, g->r, g->want);
     }
     if (!m) return;
-    policy_choose(&e->pol, m, e->pol_k, e->pol_m, TD_MAX_DRAFT, other_rows + n_dec - m, e->pol_d);
+    if (fixed > draft_rows) fixed = draft_rows;
+    struct policy_step st = {.fixed = n_dec - m + fixed,
+                             .prompt = prompt_rows < budget ? (int)prompt_rows : budget,
+                             .room = budget - fixed,
+                             .max_drafts = draft_rows - fixed};
+    policy_choose(&e->pol, m, e->pol_k, e->pol_m, TD_MAX_DRAFT, &st, e->pol_d);
     for (int i = 0, j = 0; i < n_dec; i++)
         if (e->groups[i].r->sampling.temperature <= 0.0f)
             e->groups[i].want = e->groups[i].r->pol_d = e->pol_d[j++];
+}
+
+/* the rows drafts may take from a step's budget (after the anchors) while prompts wait: the
+ * prompts keep up to half of it */
+static int draft_share(int budget, long prompt_rows) {
+    int share = (budget + 1) / 2; // the prompts' half, rounded up: one row left goes to them
+    return budget - (int)(prompt_rows < share ? prompt_rows : share);
 }
 
 static float *q_rows(const struct td_engine *e, int slot) {
@@ -754,14 +772,12 @@ static int schedule(struct td_engine *e) {
         const struct request *r = e->active[a];
         if (r->status == TD_REQ_PREFILL) prompt_rows += r->n_prompt - e->state.len[r->slot];
     }
-    int share = (budget + 1) / 2; // the prompts' half, rounded up: one row left goes to them
-    int draft_rows = budget - (int)(prompt_rows < share ? prompt_rows : share);
+    int draft_rows = draft_share(budget, prompt_rows);
     long offered = 0;
     for (int i = 0; i < n_dec; i++)
         offered += e->groups[i].want;
     if (e->p.draft_policy == TD_POLICY_ADAPTIVE && offered)
-        choose_drafts(e, n_dec,
-                      (int)(prompt_rows < budget - draft_rows ? prompt_rows : budget - draft_rows));
+        choose_drafts(e, n_dec, prompt_rows, budget, draft_rows);
     for (int j = 1, more = 1; more && draft_rows > 0; j++) {
         more = 0;
         for (int i = 0; i < n_dec && draft_rows > 0; i++)
@@ -952,8 +968,10 @@ static void decide_drafting(struct td_engine *e, int n) {
     }
     if (!m) return;
     int room = e->p.max_batch_tokens - m;
-    e->draft_on = policy_drafting(&e->pol, m, e->pol_k, e->pol_m, TD_MAX_DRAFT,
-                                  prompt_rows < room ? prompt_rows : room);
+    struct policy_step st = {.prompt = prompt_rows < room ? prompt_rows : room,
+                             .room = room,
+                             .max_drafts = draft_share(room, prompt_rows)};
+    e->draft_on = policy_drafting(&e->pol, m, e->pol_k, e->pol_m, TD_MAX_DRAFT, &st);
     for (int j = 0; !e->draft_on && j < n; j++)
         e->dseqs[j].k = 0;
 }
@@ -1052,6 +1070,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         if (b->wait_queued(err, errlen)) return -1;
         if (collect_drafts(e, n, err, errlen)) return -1;
         double t1 = now();
+        long accepted0 = e->stats.accepted;
         e->stats.t_target += t1 - t0;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;
@@ -1075,6 +1094,17 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         e->stats.t_draft += t3 - t2;
         // the whole step, by its rows, with drafts on offer or not
         policy_observe(&e->pol, e->step_offered > 0, e->plan.n_tok, t3 - t0);
+        if (e->trace > 1) {
+            long verified = 0;
+            for (int i = 0; i < n; i++)
+                verified += e->groups[i].prefill ? 0 : e->groups[i].n_drafts;
+            fprintf(stderr,
+                    "policy: step %ld, %d rows, %ld offered, %ld verified, %ld accepted, %.1f us "
+                    "(target %.1f, verify %.1f, drafter %.1f); next %s\n",
+                    e->stats.steps, e->plan.n_tok, e->step_offered, verified,
+                    e->stats.accepted - accepted0, 1e6 * (t3 - t0), 1e6 * (t1 - t0),
+                    1e6 * (t2 - t1), 1e6 * (t3 - t2), e->draft_on ? "drafts" : "plain");
+        }
     }
     // forget finished requests: each step scans only the live ones
     int live = 0;

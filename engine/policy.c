@@ -1,6 +1,7 @@
 /* policy.c: the adaptive draft policy (policy.h) */
 #include "engine/policy.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,10 +52,19 @@ static int by_value(const void *a, const void *b) {
     return x->j < y->j ? -1 : x->j > y->j;
 }
 
+/* the step's rows with r drafts beside st (policy_step), and the prompt rows they push out */
+static int step_rows(const struct policy_step *st, int n, int r, int *pushed) {
+    int in0 = st->prompt < st->room ? st->prompt : st->room;
+    int in = st->prompt < st->room - r ? st->prompt : st->room - r;
+    if (in < 0) in = 0;
+    *pushed = in0 - in;
+    return n + st->fixed + r + in;
+}
+
 /* the best allocation at the drafting step's costs: its drafts in all (the first ones of
  * p->cand, sorted), its rate in *rate (0 when nothing is measured: every draft) */
 static int best_drafts(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
-                       int other_rows, double *rate) {
+                       const struct policy_step *st, double *rate) {
     int total = 0;
     for (int s = 0; s < n; s++)
         total += kmax[s] > 0 ? kmax[s] : 0;
@@ -76,13 +86,20 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
         }
     }
     qsort(p->cand, (size_t)k, sizeof *p->cand, by_value);
-    // committed tokens per second at n + r rows, r = 0 .. total: the r most likely drafts
+    int top = total < st->max_drafts ? total : st->max_drafts;
+    if (top < 0) top = 0;
+    // a prompt row pushed to a later step costs what a row of the plain step costs
+    int pushed, rows0 = step_rows(st, n, 0, &pushed);
+    double t0 = policy_cost(p, 0, rows0), per_row = t0 > 0 ? t0 / rows0 : 0;
+    // committed tokens per second at r = 0 .. top drafts: the r most likely
     double e = n, best = -1;
-    int best_r = total;
-    for (int r = 0; r <= total; r++) {
+    int best_r = top;
+    for (int r = 0; r <= top; r++) {
         if (r) e += p->cand[r - 1].v;
-        double t = policy_cost(p, 1, other_rows + n + r);
-        if (t <= 0) return total; // nothing measured: every draft
+        int rows = step_rows(st, n, r, &pushed);
+        double t = policy_cost(p, 1, rows);
+        if (t <= 0) return top; // nothing measured: every draft
+        t += pushed * per_row;
         if (e / t > best) best = e / t, best_r = r;
     }
     *rate = best;
@@ -90,18 +107,17 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
 }
 
 int policy_choose(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
-                  int other_rows, int *d) {
+                  const struct policy_step *st, int *d) {
     int total = 0;
     for (int s = 0; s < n; s++)
         d[s] = 0, total += kmax[s] > 0 ? kmax[s] : 0;
     if (!total) return 0;
     // a step verifying no draft never measured (while others are): one is tried, so that its
     // cost is known before drafts are chosen against it
-    if (!p->cost && policy_cost(p, 1, other_rows + n) > 0 &&
-        p->t[1][policy_bucket(other_rows + n)] == 0)
-        return 0;
+    int pushed, rows0 = step_rows(st, n, 0, &pushed);
+    if (!p->cost && policy_cost(p, 1, rows0) > 0 && p->t[1][policy_bucket(rows0)] == 0) return 0;
     double rate;
-    int r = best_drafts(p, n, kmax, m, stride, other_rows, &rate);
+    int r = best_drafts(p, n, kmax, m, stride, st, &rate);
     if (r < 0) { // no scratch: every draft, as the fixed policy verifies them
         for (int s = 0; s < n; s++)
             d[s] = kmax[s] > 0 ? kmax[s] : 0;
@@ -113,16 +129,36 @@ int policy_choose(struct td_policy *p, int n, const int *kmax, const float *m, i
 }
 
 int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
-                    int other_rows) {
+                    const struct policy_step *st) {
     int total = 0;
     for (int s = 0; s < n; s++)
         total += kmax[s] > 0 ? kmax[s] : 0;
     if (!total) return 0;
-    double off = policy_cost(p, 0, other_rows + n), on = policy_cost(p, 1, other_rows + n);
-    if (on <= 0) return 1;  // drafting never measured: try it
-    if (off <= 0) return 0; // nor a plain step: try that
-    if (!p->cost && p->t[0][policy_bucket(other_rows + n)] == 0) return 0; // its bucket
+    int pushed, rows0 = step_rows(st, n, 0, &pushed);
+    double off = policy_cost(p, 0, rows0), on = policy_cost(p, 1, rows0);
+    if (on <= 0) return 1;                                        // drafting never measured: try it
+    if (off <= 0) return 0;                                       // nor a plain step: try that
+    if (!p->cost && p->t[0][policy_bucket(rows0)] == 0) return 0; // its bucket
     double rate;
-    if (best_drafts(p, n, kmax, m, stride, other_rows, &rate) < 0) return 1;
+    if (best_drafts(p, n, kmax, m, stride, st, &rate) < 0) return 1;
     return rate > n / off;
+}
+
+void policy_estimates(const long *acc_r, const long *prop_r, const long *acc, const long *prop,
+                      long rounds, int k, float *m) {
+    const double w = 8.0, beta = 0.25;
+    double explore = log(2.0 + (double)(rounds > 0 ? rounds : 0));
+    for (int j = 0; j < k; j++) {
+        double all = (acc[j] + 1.0) / (prop[j] + 1.0) + beta * sqrt(explore / (prop[j] + 1.0));
+        if (all > 1.0) all = 1.0;
+        m[j] = (float)((acc_r[j] + w * all) / (prop_r[j] + w));
+    }
+}
+
+void policy_trace(const struct td_policy *p, FILE *f) {
+    fprintf(f, "policy: rows <=  plain us (steps)  drafting us (steps)\n");
+    for (int b = 0; b < POLICY_BUCKETS; b++)
+        if (p->n[0][b] || p->n[1][b])
+            fprintf(f, "policy: %7d  %8.1f (%ld)  %8.1f (%ld)\n", 1 << b, 1e6 * p->t[0][b],
+                    p->n[0][b], 1e6 * p->t[1][b], p->n[1][b]);
 }

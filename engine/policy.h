@@ -8,12 +8,16 @@
  *   policy_init(&p);
  *   policy_observe(&p, 1, rows, seconds);  // after each step: drafted?, its rows, its wall time
  *   int d[2];                               // n = 2 sequences, m[s * stride + j], kmax[s]
- *   if (policy_drafting(&p, 2, kmax, m, stride, other_rows))      // a model drafter: draft?
- *       policy_choose(&p, 2, kmax, m, stride, other_rows, d);     // how many each verifies
+ *   struct policy_step st = POLICY_STEP(0);  // no prompt rows, nothing else in the step
+ *   if (policy_drafting(&p, 2, kmax, m, stride, &st))      // a model drafter: draft?
+ *       policy_choose(&p, 2, kmax, m, stride, &st, d);     // how many each verifies
  *   policy_free(&p);
  *
  * For a total of R rows the best drafts are the R - n largest m_s[j] (each sequence's prefix,
- * since its m are non-increasing), so the choice scans R from n to n + sum kmax once. T comes
+ * since its m are non-increasing), so the choice scans R from n to n + sum kmax once. Prompt
+ * rows share the step with the drafts (struct policy_step): a draft that takes a prompt's row
+ * pushes that row to a later step, so it is charged a prompt row's cost (a plain step's cost
+ * over its rows); in a step the prompts fill, drafting is otherwise free by the table. T comes
  * from steps measured by row bucket (powers of two, a moving average each); a bucket never
  * measured costs what the next smaller measured one does (optimistic, so a larger bucket is
  * tried and then known), and with nothing measured every draft is verified; while the bucket of
@@ -23,6 +27,8 @@
  */
 #ifndef TD_POLICY_H
 #define TD_POLICY_H
+
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +49,18 @@ struct td_policy {
     int cap;
 };
 
+/* The rows of a step beside its n verify groups' anchors. With r drafts it feeds
+ * n + fixed + r + min(prompt, room - r) rows, r at most max_drafts (<= room). */
+struct policy_step {
+    int fixed;      /* rows no draft takes (groups whose drafts are all verified) */
+    int prompt;     /* prompt rows waiting for the step */
+    int room;       /* rows the drafts and the prompts share */
+    int max_drafts; /* drafts at most (the prompts keep the rest of room) */
+};
+/* a step of fixed other rows and no prompts */
+#define POLICY_STEP(fixed_rows)                                                                    \
+    ((struct policy_step){.fixed = (fixed_rows), .room = 1 << 28, .max_drafts = 1 << 28})
+
 void policy_init(struct td_policy *p);
 void policy_free(struct td_policy *p);
 
@@ -56,17 +74,28 @@ void policy_observe(struct td_policy *p, int drafting, int rows, double seconds)
 double policy_cost(const struct td_policy *p, int drafting, int rows);
 
 /* d[s] in 0 .. kmax[s] for n sequences, from m[s * stride + j] (s's chance that its drafts
- * 1 .. j + 1 are all accepted; made non-increasing here) and other_rows, the step's rows that
- * are not verify groups (prefill chunks), at the drafting steps' costs. Returns the drafts
- * chosen in all. */
+ * 1 .. j + 1 are all accepted; made non-increasing here) beside the step's other rows st, at
+ * the drafting steps' costs. Returns the drafts chosen in all. */
 int policy_choose(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
-                  int other_rows, int *d);
+                  const struct policy_step *st, int *d);
 
 /* Whether the next step should draft at all (a model drafter's round costs whatever it
  * verifies): 1 when its best rate beats a plain step's, n / cost(plain). A table never measured
  * for the step's rows is tried first (drafting before plain). */
 int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
-                    int other_rows);
+                    const struct policy_step *st);
+
+/* A request's m[j], j < k: the chance that its drafts 1 .. j + 1 are all accepted, from its own
+ * counts (acc_r[j] of prop_r[j] drafts at position j + 1 accepted) with eight proposals' weight
+ * of every request's (acc[j] of prop[j]; before any, 1: a position never verified is tried),
+ * the latter raised by an optimism bonus that shrinks as a position is verified and grows
+ * (slowly, with the log of the rounds) while it is not: a position whose first trials failed
+ * is tried again, so that an early streak of rejections cannot switch it off for good. */
+void policy_estimates(const long *acc_r, const long *prop_r, const long *acc, const long *prop,
+                      long rounds, int k, float *m);
+
+/* the cost tables, one line a measured bucket (TD_POLICY_TRACE) */
+void policy_trace(const struct td_policy *p, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -283,16 +283,17 @@ static int ex_engine(void) {
 }
 
 static int ex_policy(void) {
-    int kmax[2] = {3, 2}, stride = 4, other_rows = 0, rows = 6;
+    int kmax[2] = {3, 2}, stride = 4, rows = 6;
     float m[8] = {0.9f, 0.8f, 0.7f, 0, 0.6f, 0.3f, 0, 0};
     double seconds = 0.01;
     // sketch: engine/policy.h
     struct td_policy p;
     policy_init(&p);
-    policy_observe(&p, 1, rows, seconds); // after each step: drafted?, its rows, its wall time
-    int d[2];                             // n = 2 sequences, m[s * stride + j], kmax[s]
-    if (policy_drafting(&p, 2, kmax, m, stride, other_rows))  // a model drafter: draft?
-        policy_choose(&p, 2, kmax, m, stride, other_rows, d); // how many each verifies
+    policy_observe(&p, 1, rows, seconds);   // after each step: drafted?, its rows, its wall time
+    int d[2];                               // n = 2 sequences, m[s * stride + j], kmax[s]
+    struct policy_step st = POLICY_STEP(0); // no prompt rows, nothing else in the step
+    if (policy_drafting(&p, 2, kmax, m, stride, &st))  // a model drafter: draft?
+        policy_choose(&p, 2, kmax, m, stride, &st, d); // how many each verifies
     policy_free(&p);
     // end sketch
     // one step seen, its warm-up: nothing measured, so every draft

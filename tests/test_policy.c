@@ -11,6 +11,15 @@
  * policy/measured_buckets             observe: warm-up dropped, mean, a bucket never measured
  *                                     costs the next smaller one's; nothing measured: all drafts
  * policy/deterministic_ties           equal chances: the earlier sequence, each its prefix
+ * policy/estimates_explore           a position's estimate: 1 before any trial; after a streak
+ *                                     of rejections it climbs back with the rounds; once verified
+ *                                     often it is its acceptance
+ * policy/no_lock_in                   a simulated batch-1 run whose first 10 rounds reject every
+ *                                     draft (true chances 0.8, then 0.6 given the first): the
+ *                                     policy verifies drafts again and two a round at the end
+ * policy/pushed_prompt_rows           a draft that takes a waiting prompt's row is charged that
+ *                                     row: at flat step costs, unlikely drafts fill only the
+ *                                     rows the prompts leave
  */
 #include <math.h>
 #include <stdint.h>
@@ -20,6 +29,8 @@
 #include "engine/policy.h"
 
 #define K 8
+
+static const struct policy_step none = POLICY_STEP(0), three = POLICY_STEP(3);
 
 static double flat(void *ctx, int drafting, int rows) {
     (void)ctx, (void)rows, (void)drafting;
@@ -43,7 +54,7 @@ static void flat_all(void) {
     int kmax[3] = {5, 0, 8}, d[3];
     for (int i = 0; i < 3 * K; i++)
         m[i] = 0.5f;
-    int got = policy_choose(&p, 3, kmax, m, K, 0, d);
+    int got = policy_choose(&p, 3, kmax, m, K, &none, d);
     CHECK(got == 13 && d[0] == 5 && d[1] == 0 && d[2] == 8, "chose %d: %d %d %d", got, d[0], d[1],
           d[2]);
     policy_free(&p);
@@ -59,7 +70,7 @@ static void steep_none(void) {
     int kmax[2] = {4, 4}, d[2];
     for (int i = 0; i < 2 * K; i++)
         m[i] = 0.9f;
-    int got = policy_choose(&p, 2, kmax, m, K, 0, d);
+    int got = policy_choose(&p, 2, kmax, m, K, &none, d);
     CHECK(got == 0 && d[0] == 0 && d[1] == 0, "chose %d: %d %d", got, d[0], d[1]);
     policy_free(&p);
     case_end("policy/steep_cost_verifies_none", "");
@@ -79,14 +90,14 @@ static void bucket_fill(void) {
         m[i] = 0.1f;
     m[0] = 0.9f, m[1] = 0.8f, m[2 * K] = 0.85f;
     int kmax[4] = {4, 4, 4, 4}, d[4];
-    int got = policy_choose(&p, 4, kmax, m, K, 0, d);
+    int got = policy_choose(&p, 4, kmax, m, K, &none, d);
     CHECK(got == 4, "chose %d drafts", got);
     CHECK(d[0] == 3 && d[1] == 0 && d[2] == 1 && d[3] == 0, "chose %d %d %d %d", d[0], d[1], d[2],
           d[3]);
     // beside 3 prefill rows the anchors start at 7 rows (cost 4): 8 rows give 4.9 / 4, 16 rows
     // (9 drafts: the three likely ones and six at 0.1, earlier sequences first) 7.15 / 5, all
     // 16 drafts at 23 rows 7.85 / 6
-    got = policy_choose(&p, 4, kmax, m, K, 3, d);
+    got = policy_choose(&p, 4, kmax, m, K, &three, d);
     CHECK(got == 9 && d[0] == 4 && d[1] == 4 && d[2] == 1 && d[3] == 0,
           "beside a prefill chunk: %d drafts: %d %d %d %d", got, d[0], d[1], d[2], d[3]);
     policy_free(&p);
@@ -121,7 +132,7 @@ static void brute(void) {
         costs[0] = 0.1;
         for (int r = 1; r < 64; r++) // non-decreasing, with steps
             costs[r] = costs[r - 1] + (urand() < 0.3 ? urand() : 0.0);
-        policy_choose(&p, n, kmax, m, K, 0, d);
+        policy_choose(&p, n, kmax, m, K, &none, d);
         double e = n, best = 0;
         int rows = n;
         for (int s = 0; s < n; s++) {
@@ -162,29 +173,30 @@ static void measured(void) {
     int kmax[2] = {3, 3}, d[2];
     for (int i = 0; i < 2 * K; i++)
         m[i] = 0.01f;
-    CHECK(policy_choose(&p, 2, kmax, m, K, 0, d) == 6, "nothing measured: not every draft");
+    CHECK(policy_choose(&p, 2, kmax, m, K, &none, d) == 6, "nothing measured: not every draft");
     policy_observe(&p, 1, 8, 100.0); // warm-up: dropped
     policy_observe(&p, 1, 7, 9.0);
     policy_observe(&p, 1, 8, 11.0);
     CHECK(fabs(policy_cost(&p, 1, 5) - 10.0) < 1e-12, "bucket 8: %g, not the mean 10",
           policy_cost(&p, 1, 5));
     // the plain step's bucket (2 rows) is not measured: no draft, so that it will be
-    CHECK(policy_choose(&p, 2, kmax, m, K, 0, d) == 0, "the plain step is not tried");
+    CHECK(policy_choose(&p, 2, kmax, m, K, &none, d) == 0, "the plain step is not tried");
     policy_observe(&p, 1, 2, 100.0);
     policy_observe(&p, 1, 2, 2.0);
     CHECK(fabs(policy_cost(&p, 1, 1) - 2.0) < 1e-12, "bucket 1 takes bucket 2's: %g",
           policy_cost(&p, 1, 1));
     // 2 rows cost 2, bucket 4 unmeasured (so 2, optimistically): it is tried
-    CHECK(policy_choose(&p, 2, kmax, m, K, 0, d) == 2, "the unmeasured bucket 4 is not tried");
+    CHECK(policy_choose(&p, 2, kmax, m, K, &none, d) == 2, "the unmeasured bucket 4 is not tried");
     CHECK(fabs(policy_cost(&p, 1, 3) - 2.0) < 1e-12, "bucket 4 unmeasured: %g",
           policy_cost(&p, 1, 3));
     policy_observe(&p, 1, 4, 3.0);
     policy_observe(&p, 1, 4, 3.0);
     // measured at 3: drafts at 0.01 do not pay; at 0.9 they do (2 + 6 * 0.9 at cost 10 > 1)
-    CHECK(policy_choose(&p, 2, kmax, m, K, 0, d) == 0, "drafts chosen at 0.01 acceptance");
+    CHECK(policy_choose(&p, 2, kmax, m, K, &none, d) == 0, "drafts chosen at 0.01 acceptance");
     for (int i = 0; i < 2 * K; i++)
         m[i] = 0.9f;
-    CHECK(policy_choose(&p, 2, kmax, m, K, 0, d) == 2, "at 0.9: not the 4-row bucket (3.8 / 3)");
+    CHECK(policy_choose(&p, 2, kmax, m, K, &none, d) == 2,
+          "at 0.9: not the 4-row bucket (3.8 / 3)");
     policy_free(&p);
     case_end("policy/measured_buckets", "");
 }
@@ -201,13 +213,109 @@ static void ties(void) {
     int kmax[3] = {3, 3, 3}, d[3], d2[3];
     // 3 anchors (bucket 4, cost 3): one draft fills it, 3.2 / 3; 8 rows (cost 4): 4.0 / 4;
     // 12 rows (cost 5): 4.8 / 5. One draft, the first sequence's
-    int got = policy_choose(&p, 3, kmax, m, K, 0, d);
-    policy_choose(&p, 3, kmax, m, K, 0, d2);
+    int got = policy_choose(&p, 3, kmax, m, K, &none, d);
+    policy_choose(&p, 3, kmax, m, K, &none, d2);
     CHECK(!memcmp(d, d2, sizeof d), "two calls differ");
     CHECK(got == 1 && d[0] == 1 && d[1] == 0 && d[2] == 0, "chose %d: %d %d %d", got, d[0], d[1],
           d[2]);
     policy_free(&p);
     case_end("policy/deterministic_ties", "");
+}
+
+static void pushed(void) {
+    case_begin();
+    struct td_policy p;
+    policy_init(&p);
+    p.cost = flat; // every step costs 1 at any rows: a row of a 108-row step costs 1 / 108
+    float m[8 * K];
+    int kmax[8], d[8];
+    for (int s = 0; s < 8; s++)
+        kmax[s] = 2;
+    for (int i = 0; i < 8 * K; i++)
+        m[i] = 0.05f;
+    // no prompts: drafts are free, all 16 are verified
+    int got = policy_choose(&p, 8, kmax, m, K, &none, d);
+    CHECK(got == 16, "no prompts: %d drafts", got);
+    // prompts fill the step: a draft of 0.05 costs 1 / 108 of a step, and 8 tokens a step are
+    // 0.074 a row, so none pays
+    struct policy_step full = {.prompt = 200, .room = 100, .max_drafts = 50};
+    got = policy_choose(&p, 8, kmax, m, K, &full, d);
+    CHECK(got == 0, "prompts fill the step: %d drafts", got);
+    // 90 prompt rows in a room of 100: the 10 rows they leave are free
+    struct policy_step part = {.prompt = 90, .room = 100, .max_drafts = 50};
+    got = policy_choose(&p, 8, kmax, m, K, &part, d);
+    // (equal chances: the earlier sequences, each its prefix)
+    CHECK(got == 10 && d[0] == 2 && d[4] == 2 && d[5] == 0 && d[7] == 0,
+          "90 prompt rows: %d drafts (%d .. %d %d .. %d)", got, d[0], d[4], d[5], d[7]);
+    // likely drafts (0.9) pay for the rows they take
+    for (int i = 0; i < 8 * K; i++)
+        m[i] = 0.9f;
+    got = policy_choose(&p, 8, kmax, m, K, &full, d);
+    CHECK(got == 16, "drafts of 0.9 in a full step: %d", got);
+    // and never more than max_drafts
+    full.max_drafts = 5;
+    got = policy_choose(&p, 8, kmax, m, K, &full, d);
+    CHECK(got == 5, "max_drafts 5: %d", got);
+    CHECK(policy_drafting(&p, 8, kmax, m, K, &full), "drafts of 0.9 do not draft");
+    for (int i = 0; i < 8 * K; i++)
+        m[i] = 0.05f;
+    full.max_drafts = 50;
+    CHECK(!policy_drafting(&p, 8, kmax, m, K, &full), "drafts of 0.05 draft in a full step");
+    policy_free(&p);
+    case_end("policy/pushed_prompt_rows", "");
+}
+
+static void estimates(void) {
+    case_begin();
+    long zero[K] = {0}, acc[K] = {0}, prop[K] = {0};
+    float m[K];
+    policy_estimates(zero, zero, acc, prop, 0, 3, m);
+    CHECK(m[0] == 1.0f && m[2] == 1.0f, "before any trial: %g %g", m[0], m[2]);
+    prop[0] = prop[1] = 10; // ten rejections at positions 1 and 2
+    policy_estimates(zero, zero, acc, prop, 20, 2, m);
+    float early = m[1];
+    CHECK(early > 1.0f / 11 && early < 0.4f, "after 10 rejections, 20 rounds: %g", early);
+    policy_estimates(zero, zero, acc, prop, 100000, 2, m);
+    CHECK(m[1] > early + 0.05f, "no climb with the rounds: %g after 20, %g after 100000", early,
+          m[1]);
+    prop[0] = 100000, acc[0] = 50000; // verified often: its rate
+    policy_estimates(zero, zero, acc, prop, 100000, 1, m);
+    CHECK(fabsf(m[0] - 0.5f) < 0.01f, "0.5 over 100000 trials estimated %g", m[0]);
+    case_end("policy/estimates_explore", "");
+}
+
+static double batch1(void *ctx, int drafting, int rows) {
+    (void)ctx, (void)drafting;
+    return 1.0 + 0.1 * (rows - 1);
+}
+
+static void no_lock_in(void) {
+    case_begin();
+    struct td_policy p;
+    policy_init(&p);
+    p.cost = batch1; // one draft pays above 0.1, a second above about 0.17
+    long zero[K] = {0}, acc[K] = {0}, prop[K] = {0};
+    float m[K];
+    int kmax[1] = {3}, d[1];
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    long last_two = 0, rounds = 3000;
+    for (long t = 0; t < rounds; t++) {
+        policy_estimates(zero, zero, acc, prop, t, 3, m);
+        policy_choose(&p, 1, kmax, m, K, &none, d);
+        // drafts 1 .. d verified (each counts as proposed), accepted up to the first rejection
+        for (int j = 0, ok = t >= 10; j < d[0]; j++) {
+            double u = (double)(xorshift64(&r) >> 11) * 0x1p-53;
+            ok = ok && u < (j ? 0.6 : 0.8);
+            prop[j]++, acc[j] += ok;
+        }
+        if (t >= rounds - 1000 && d[0] >= 2) last_two++;
+    }
+    CHECK(last_two > 900,
+          "the last 1000 rounds verified 2 drafts %ld times (position 1: %ld of "
+          "%ld, 2: %ld of %ld)",
+          last_two, acc[0], prop[0], acc[1], prop[1]);
+    policy_free(&p);
+    case_end("policy/no_lock_in", "");
 }
 
 int main(void) {
@@ -217,5 +325,8 @@ int main(void) {
     brute();
     measured();
     ties();
+    pushed();
+    estimates();
+    no_lock_in();
     return check_failures ? 1 : 0;
 }
