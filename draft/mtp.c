@@ -234,10 +234,10 @@ void draft_mtp_defer(struct draft_mtp *d, int on) {
 }
 
 /* A greedy round in which the n drafting sequences seqs[d->ord[0 .. n - 1]], the first n of
- * the catch-up plan, draft k each, on the backend (kernels/greedy.h): each slot is drafted
- * from logits that stay there, and each later step embeds the ids the last one left. Row i of
- * every step is sequence d->ord[i]; its drafts go to tok[i * max_k ..]. Nothing waits
- * (draft_mtp_collect). */
+ * the catch-up plan, draft k steps (the largest of their k; each keeps its own), on the backend
+ * (kernels/greedy.h): each slot is drafted from logits that stay there, and each later step embeds
+ * the ids the last one left. Row i of every step is sequence d->ord[i]; its drafts go to tok[i *
+ * max_k ..]. Nothing waits (draft_mtp_collect). */
 static int device_chain(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, int k, char *err,
                         size_t errlen) {
     const struct td_backend *b = d->b;
@@ -267,9 +267,9 @@ static int device_chain(struct draft_mtp *d, struct td_draft_seq *seqs, int n_se
         b->ops.greedy_slot(tok, nd, next, td_forward_logits(&d->st), n_seq, d->vocab, (int)K, j);
         b->ops.copy(d->h_in, d->h_out, (size_t)n_seq * row_bytes);
     }
-    for (int i = 0; i < n_seq; i++) {
+    for (int i = 0; i < n_seq; i++) { // each its own k (the chain ran to the largest)
         seqs[d->ord[i]].dev_drafts = tok + (size_t)i * K;
-        seqs[d->ord[i]].n_drafts = k;
+        seqs[d->ord[i]].n_drafts = seqs[d->ord[i]].k;
     }
     d->n_round = n_seq;
     // the drafts come to the host behind the chain, so that collecting them after the verify
@@ -286,7 +286,7 @@ int draft_mtp_collect(struct draft_mtp *d, struct td_draft_seq *seqs, char *err,
     if (d->b->wait_queued(err, errlen)) return -1; // the queued copy has landed
     for (int i = 0; i < d->n_round; i++) {         // row i: sequence ord[i] (device_chain)
         struct td_draft_seq *q = &seqs[d->ord[i]];
-        q->n_drafts = d->chain_host[i];
+        q->n_drafts = d->chain_host[i] < q->k ? d->chain_host[i] : q->k;
         memcpy(q->drafts, d->chain_host + S + (size_t)i * K, (size_t)q->n_drafts * sizeof(int32_t));
     }
     return 0;
@@ -367,14 +367,17 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
             d->st.len[seqs[s].slot] = d->st.hi[seqs[s].slot] = 0;
         }
     }
-    // a deferred round: the backend's own chain, when every drafting sequence is greedy and
-    // wants the same k (the others fall behind). Its plan holds the drafting sequences alone,
-    // so that their catch-up logits and every later step's rows are rows 0 .. n_draft - 1
+    // a deferred round: the backend's own chain, when every drafting sequence is greedy. It
+    // runs to the largest k and each sequence keeps its own k's drafts (a greedy chain's first
+    // drafts are those of a shorter chain). Its plan holds the drafting sequences alone, so
+    // that their catch-up logits and every later step's rows are rows 0 .. n_draft - 1. (It
+    // took the same k of all: under the adaptive policy, whose k differ, rounds went to the
+    // host's chain, a wait for each draft.)
     int k = 0, n_draft = 0, *ord = d->ord, dev = d->defer && !d->all_logits;
     for (int s = 0; s < n_seq; s++) {
         if (seqs[s].k < 1) continue;
-        dev = dev && (!k || seqs[s].k == k) && seqs[s].sampling->temperature <= 0.0f;
-        k = seqs[s].k;
+        dev = dev && seqs[s].sampling->temperature <= 0.0f;
+        if (seqs[s].k > k) k = seqs[s].k;
         ord[n_draft++] = s;
     }
     dev = dev && n_draft;

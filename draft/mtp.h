@@ -53,11 +53,12 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
                    int max_ctx, int max_rows, int max_k, int stream_ring, int use_graphs,
                    size_t max_bytes, enum td_kv_dtype kv, char *err, size_t errlen);
 
-/* Deferred greedy rounds, as DSpark's: when every drafting sequence of a call is greedy and
- * wants the same k (the others, k = 0, fall behind), draft_mtp_run queues the whole chain (each
- * step's ids come from the last step's greedy_slot in backend memory) and returns without waiting;
- * dev_drafts says where each sequence's drafts are, for the next verify step (td_id_patch), and
- * draft_mtp_collect(d, seqs) brings them to the host (waits). Other rounds draft as ever. */
+/* Deferred greedy rounds, as DSpark's: when every drafting sequence of a call is greedy (the
+ * others, k = 0, fall behind), draft_mtp_run queues the whole chain, to the largest k (each
+ * step's ids come from the last step's greedy_slot in backend memory), and returns without
+ * waiting; each sequence keeps its own k's drafts: dev_drafts says where they are, for the next
+ * verify step (td_id_patch), and draft_mtp_collect(d, seqs) brings them to the host (waits).
+ * Other rounds draft as ever. */
 void draft_mtp_defer(struct draft_mtp *d, int on);
 int draft_mtp_collect(struct draft_mtp *d, struct td_draft_seq *seqs, char *err, size_t errlen);
 

@@ -22,7 +22,8 @@
  * catches the skipped rows up, keys only, as far as the window reaches): the same drafts and the
  * same last logits, bit for bit. And per fixture an engine-like run of one-token steps (with
  * rejected drafts rolled back) in which a drafter that drafts now and then makes the drafts of
- * one that drafts every step.
+ * one that drafts every step. And per fixture a deferred round (the chain on the backend) of
+ * two sequences wanting different k: each gets its own k's drafts, those of the host's chain.
  * The C side runs the same on the CPU: fp32 math against fp32 math, so the budget is
  * max|d| <= 1e-3 * max(1, max|ref row|), and the drafts must be the same tokens. A missing
  * fixture fails (its message names the command that makes it).
@@ -401,10 +402,91 @@ static void lazy_rounds(const struct mtp_fixture *x) {
     case_end(name, extra);
 }
 
+/* two sequences (the prompt, and the prompt less its last 4 ids) drafting k = 1 and 3, then
+ * 3 and 2, in one call: a drafter whose greedy rounds are deferred (the chain to the largest k
+ * on the backend, each keeping its own k) and one that drafts on the host */
+static void deferred_mixed_k(const struct mtp_fixture *x) {
+    char err[768], name[160];
+    snprintf(name, sizeof name, "mtp/deferred_mixed_k[%s]", x->name);
+    case_begin();
+    struct fx f;
+    if (fx_open(&f, x, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        case_end(name, "");
+        return;
+    }
+    const struct td_backend *b = td_backend_cpu();
+    int V = f.m.cfg.vocab, n[2] = {f.n, f.n - 4}, ok = 1;
+    const int want[2][2] = {{1, 3}, {3, 2}};
+    struct td_state st[2];
+    struct td_plan p[2];
+    struct draft_mtp *d[2] = {NULL, NULL};
+    memset(st, 0, sizeof st), memset(p, 0, sizeof p);
+    int32_t toks[2][MAX_IDS + 1], drafts[2][2][K];
+    float *lg = malloc((size_t)2 * MAX_IDS * V * sizeof(float)),
+          *qd = malloc((size_t)2 * K * V * 4);
+    struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    for (int c = 0; c < 2 && ok; c++) {     // each k pair from fresh states
+        for (int r = 0; r < 2 && ok; r++) { // r 1: deferred
+            ok = !td_state_init(&st[r], &f.m.cfg, 2, 256, 16, (size_t)1 << 30, b, err, sizeof err);
+            struct td_plan_dims dims = td_state_plan_dims(&st[r], 2 * MAX_IDS, 2);
+            ok = ok && !meta_plan_init(&p[r], &dims, err, sizeof err);
+            ok = ok && !draft_mtp_init(&d[r], &f.m, &f.m, b, 2, 256, 2 * MAX_IDS, K, st[r].swa_ring,
+                                       0, (size_t)1 << 30, TD_KV_F32, err, sizeof err);
+            ok = ok && td_state_seq_alloc(&st[r]) == 0 && td_state_seq_alloc(&st[r]) == 1;
+            if (ok) draft_mtp_defer(d[r], r);
+            struct td_plan_seq q[2];
+            for (int s = 0; s < 2; s++)
+                q[s] =
+                    (struct td_plan_seq){.slot = s, .len_before = 0, .n_new = n[s], .ids = f.ids};
+            struct td_forward_io io = {.hidden_out = draft_mtp_hidden(d[r]),
+                                       .hidden_by_position = 1};
+            ok = ok && !meta_plan_build(&p[r], q, 2, err, sizeof err) &&
+                 !td_forward_ex(&f.m, &st[r], &p[r], &io, lg, NULL, err, sizeof err);
+            struct td_draft_seq ds[2];
+            for (int s = 0; s < 2 && ok; s++) {
+                memcpy(toks[s], f.ids, (size_t)n[s] * sizeof(int32_t));
+                toks[s][n[s]] = argmax(lg + (size_t)(p[r].logit_indptr[s + 1] - 1) * V, V);
+                ds[s] = (struct td_draft_seq){.slot = s,
+                                              .pos0 = 0,
+                                              .n = n[s],
+                                              .next = toks[s] + 1,
+                                              .toks = toks[s],
+                                              .k = want[c][s],
+                                              .sampling = &greedy,
+                                              .drafts = drafts[r][s],
+                                              .q = qd + (size_t)s * K * V};
+            }
+            ok = ok && !draft_mtp_run(d[r], ds, 2, err, sizeof err);
+            for (int s = 0; s < 2 && ok; s++) // deferred: the drafts are in backend memory
+                CHECK(!ds[s].dev_drafts == !r, "k %d, %d, %s: sequence %d's round %s deferred",
+                      want[c][0], want[c][1], r ? "deferred" : "host", s, r ? "not" : "");
+            ok = ok && !draft_mtp_collect(d[r], ds, err, sizeof err);
+            CHECK(ok, "k %d, %d, %s drafter: %s", want[c][0], want[c][1], r ? "deferred" : "host",
+                  err);
+            for (int s = 0; s < 2 && ok; s++)
+                CHECK(ds[s].n_drafts == want[c][s], "k %d, %d, %s: sequence %d made %d drafts",
+                      want[c][0], want[c][1], r ? "deferred" : "host", s, ds[s].n_drafts);
+            draft_mtp_free(d[r]), d[r] = NULL;
+            meta_plan_free(&p[r]);
+            td_state_free(&st[r]);
+        }
+        for (int s = 0; s < 2 && ok; s++)
+            for (int j = 0; j < want[c][s]; j++)
+                CHECK(drafts[1][s][j] == drafts[0][s][j],
+                      "k %d, %d: sequence %d's draft %d is %d deferred, %d on the host", want[c][0],
+                      want[c][1], s, j + 1, drafts[1][s][j], drafts[0][s][j]);
+    }
+    free(lg), free(qd);
+    fx_close(&f);
+    case_end(name, "");
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
         run_fixture(&fixtures[i]);
         lazy_rounds(&fixtures[i]);
+        deferred_mixed_k(&fixtures[i]);
     }
     return check_failures ? 1 : 0;
 }
