@@ -317,16 +317,23 @@ static int lazy_step(int i) {
     return i == 2 || i == 3 || i == 9 || (i >= 30 && i % 3 == 0);
 }
 
+/* a case on fixture x: its name "mtp/<what>[<fixture>]" in name, begun, and x opened in f;
+ * 0, or -1 when the fixture fails to open (the case is then failed and ended) */
+static int case_open(struct fx *f, const struct mtp_fixture *x, const char *what, char *name,
+                     size_t name_len) {
+    char err[768];
+    snprintf(name, name_len, "mtp/%s[%s]", what, x->name);
+    case_begin();
+    if (!fx_open(f, x, err, sizeof err)) return 0;
+    CHECK(0, "%s", err);
+    case_end(name, "");
+    return -1;
+}
+
 static void lazy_rounds(const struct mtp_fixture *x) {
     char err[768], name[160];
-    snprintf(name, sizeof name, "mtp/lazy_rounds_equal_every_round[%s]", x->name);
-    case_begin();
     struct fx f;
-    if (fx_open(&f, x, err, sizeof err)) {
-        CHECK(0, "%s", err);
-        case_end(name, "");
-        return;
-    }
+    if (case_open(&f, x, "lazy_rounds_equal_every_round", name, sizeof name)) return;
     const struct td_backend *b = td_backend_cpu();
     int V = f.m.cfg.vocab, n0 = f.n, ok = 1, compared = 0;
     struct td_state st[2];
@@ -407,14 +414,8 @@ static void lazy_rounds(const struct mtp_fixture *x) {
  * on the backend, each keeping its own k) and one that drafts on the host */
 static void deferred_mixed_k(const struct mtp_fixture *x) {
     char err[768], name[160];
-    snprintf(name, sizeof name, "mtp/deferred_mixed_k[%s]", x->name);
-    case_begin();
     struct fx f;
-    if (fx_open(&f, x, err, sizeof err)) {
-        CHECK(0, "%s", err);
-        case_end(name, "");
-        return;
-    }
+    if (case_open(&f, x, "deferred_mixed_k", name, sizeof name)) return;
     const struct td_backend *b = td_backend_cpu();
     int V = f.m.cfg.vocab, n[2] = {f.n, f.n - 4}, ok = 1;
     const int want[2][2] = {{1, 3}, {3, 2}};
