@@ -1110,7 +1110,10 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
                     "(target %.1f, verify %.1f, drafter %.1f); next %s\n",
                     e->stats.steps, e->plan.n_tok, e->step_offered, verified,
                     e->stats.accepted - accepted0, 1e6 * (t3 - t0), 1e6 * (t1 - t0),
-                    1e6 * (t2 - t1), 1e6 * (t3 - t2), e->draft_on ? "drafts" : "plain");
+                    1e6 * (t2 - t1), 1e6 * (t3 - t2),
+                    !e->md.impl   ? "-"
+                    : e->draft_on ? "drafts"
+                                  : "plain");
         }
     }
     // forget finished requests: each step scans only the live ones

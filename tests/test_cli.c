@@ -443,6 +443,45 @@ int main(void) {
               strstr(out2, "ngram at batch 1 (round 2 of 2)"),
           "sweep rounds progress: '%s'", out2);
     case_end("bench_sweep_repeat", "");
+    // TD_POLICY_TRACE=2: a line a step in the format tools/policy_trace.py reads, as many as
+    // the run's steps, and the cost tables
+    case_begin();
+    snprintf(args, sizeof args,
+             "TD_POLICY_TRACE=2 %s bench --model models/tandem-tiny --prompts %s/p.jsonl "
+             "--max-tokens 4 --batch 2 --draft mtp --backend cpu > %s/trace.txt 2>%s/trace.err",
+             bin, root, root, root);
+    CHECK(system(args) == 0, "bench with TD_POLICY_TRACE=2 failed");
+    snprintf(path, sizeof path, "%s/trace.err", root);
+    slurp(path, out2, sizeof out2);
+    int n_trace = 0, bad_lines = 0;
+    for (const char *q = out2; (q = strstr(q, "policy: step ")); q++) {
+        long step, offered, verified, accepted;
+        int rows, used = 0;
+        double us, tt, tv, td;
+        char next[16];
+        if (sscanf(q,
+                   "policy: step %ld, %d rows, %ld offered, %ld verified, %ld accepted, %lf us "
+                   "(target %lf, verify %lf, drafter %lf); next %15s%n",
+                   &step, &rows, &offered, &verified, &accepted, &us, &tt, &tv, &td, next,
+                   &used) != 10 ||
+            step != n_trace + 1 || verified > offered || accepted > verified)
+            bad_lines++;
+        n_trace++;
+    }
+    long n_steps = 0;
+    snprintf(path, sizeof path, "%s/trace.txt", root);
+    char out3[4096];
+    slurp(path, out3, sizeof out3);
+    const char *sl = strstr(out3, " steps\n");
+    while (sl && sl > out3 && sl[-1] >= '0' && sl[-1] <= '9')
+        sl--;
+    if (sl) n_steps = strtol(sl, NULL, 10);
+    CHECK(n_trace > 0 && !bad_lines && n_trace == n_steps &&
+              strstr(out2, "policy: rows <=  plain us (steps)  drafting us (steps)") &&
+              strstr(out2, "policy: graphs: target "),
+          "trace: %d step lines (%d malformed), bench ran %ld steps: '%.300s'", n_trace, bad_lines,
+          n_steps, out2);
+    case_end("bench_policy_trace", "");
     snprintf(args, sizeof args,
              "bench --model models/tandem-tiny --prompts %s/p.jsonl --repeat 2 --draft none", root);
     bad("bench_repeat_without_sweep", args, "--repeat R repeats a --sweep");
