@@ -52,12 +52,13 @@ static int by_value(const void *a, const void *b) {
     return x->j < y->j ? -1 : x->j > y->j;
 }
 
-/* the step's rows with r drafts beside st (policy_step), and the prompt rows they push out */
+/* the step's rows with r drafts beside st (policy_step), and (pushed non-NULL) the prompt
+ * rows they push out */
 static int step_rows(const struct policy_step *st, int n, int r, int *pushed) {
     int in0 = st->prompt < st->room ? st->prompt : st->room;
     int in = st->prompt < st->room - r ? st->prompt : st->room - r;
     if (in < 0) in = 0;
-    *pushed = in0 - in;
+    if (pushed) *pushed = in0 - in;
     return n + st->fixed + r + in;
 }
 
@@ -89,7 +90,7 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
     int top = total < st->max_drafts ? total : st->max_drafts;
     if (top < 0) top = 0;
     // a prompt row pushed to a later step costs what a row of the plain step costs
-    int pushed, rows0 = step_rows(st, n, 0, &pushed);
+    int pushed, rows0 = step_rows(st, n, 0, NULL);
     double t0 = policy_cost(p, 0, rows0), per_row = t0 > 0 ? t0 / rows0 : 0;
     // committed tokens per second at r = 0 .. top drafts: the r most likely
     double e = n, best = -1;
@@ -114,7 +115,7 @@ int policy_choose(struct td_policy *p, int n, const int *kmax, const float *m, i
     if (!total) return 0;
     // a step verifying no draft never measured (while others are): one is tried, so that its
     // cost is known before drafts are chosen against it
-    int pushed, rows0 = step_rows(st, n, 0, &pushed);
+    int rows0 = step_rows(st, n, 0, NULL);
     if (!p->cost && policy_cost(p, 1, rows0) > 0 && p->t[1][policy_bucket(rows0)] == 0) return 0;
     double rate;
     int r = best_drafts(p, n, kmax, m, stride, st, &rate);
@@ -134,7 +135,7 @@ int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m,
     for (int s = 0; s < n; s++)
         total += kmax[s] > 0 ? kmax[s] : 0;
     if (!total) return 0;
-    int pushed, rows0 = step_rows(st, n, 0, &pushed);
+    int rows0 = step_rows(st, n, 0, NULL);
     double off = policy_cost(p, 0, rows0), on = policy_cost(p, 1, rows0);
     if (on <= 0) return 1;                                        // drafting never measured: try it
     if (off <= 0) return 0;                                       // nor a plain step: try that
