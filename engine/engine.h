@@ -248,6 +248,11 @@ int td_engine_draft_tokens(const struct td_engine *e);
 /* the rows a step holds: max_batch_tokens as given, or as sized when it was 0 (auto) */
 int td_engine_rows(const struct td_engine *e);
 
+/* steps of up to this many rows replay a CUDA graph (where graphs are on): the row budget up to
+ * TD_GRAPH_ROWS, and a full verify round of every slot within the budget, at least 128 */
+#define TD_GRAPH_ROWS 1024
+int td_engine_graph_rows(const struct td_engine *e);
+
 /* The backend the engine runs on ("cpu" or "cuda"). */
 const char *td_engine_backend(const struct td_engine *e);
 

@@ -518,15 +518,18 @@ static void adaptive_policy(void) {
 }
 
 /* the automatic row budget (max_batch_tokens 0): 256 rows without a model drafter, and with
- * MTP or DSpark a full round of every slot when that is more; a budget given is kept */
+ * MTP or DSpark a full round of every slot when that is more; a budget given is kept. Graphs
+ * serve every step of the budget up to TD_GRAPH_ROWS, and a full verify round past that */
 static void auto_rows(void) {
     struct {
         const char *draft;
-        int k, seqs, given, want;
+        int k, seqs, given, want, graph;
     } t[] = {
-        {"none", 0, 64, 0, 256},   {"mtp", 3, 16, 0, 256},    {"mtp", 3, 100, 0, 400},
-        {"dspark", 0, 64, 0, 384}, {"dspark", 2, 64, 0, 256}, {"dspark", 0, 64, 128, 128},
-        {"ngram", 3, 100, 0, 256},
+        {"none", 0, 64, 0, 256, 256},     {"mtp", 3, 16, 0, 256, 256},
+        {"mtp", 3, 100, 0, 400, 400},     {"dspark", 0, 64, 0, 384, 384},
+        {"dspark", 2, 64, 0, 256, 256},   {"dspark", 0, 64, 128, 128, 128},
+        {"ngram", 3, 100, 0, 256, 256},   {"none", 0, 8, 64, 64, 128},
+        {"none", 0, 8, 2048, 2048, 1024}, {"mtp", 3, 400, 2048, 2048, 1600},
     };
     case_begin();
     char err[512], extra[200] = "";
@@ -545,6 +548,9 @@ static void auto_rows(void) {
         if (check_case_failed) break;
         CHECK(td_engine_rows(e) == t[i].want, "%s k %d, %d slots, given %d: %d rows, want %d",
               t[i].draft, t[i].k, t[i].seqs, t[i].given, td_engine_rows(e), t[i].want);
+        CHECK(td_engine_graph_rows(e) == t[i].graph,
+              "%s k %d, %d slots, given %d: graphs up to %d rows, want %d", t[i].draft, t[i].k,
+              t[i].seqs, t[i].given, td_engine_graph_rows(e), t[i].graph);
         o += snprintf(extra + o, sizeof extra - (size_t)o, "%s%s/%d:%d", i ? " " : "(", t[i].draft,
                       t[i].seqs, td_engine_rows(e));
         td_engine_free(e);
