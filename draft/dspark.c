@@ -29,13 +29,18 @@ struct draft_dspark {
     int max_rows, max_seqs, vocab, dim;
     float threshold;
     /* [max(max_rows, max_tok), n_capture * dim]: the target step's captured rows, in the
-     * step's row order, which the insertion reads in place */
+     * step's row order (the target's scratch) */
     float *capture;
-    float *y;                  /* [max_tok, dim] hc_head of the stages' output streams */
-    float *e, *bias;           /* [max_seqs, rank], [max_seqs, vocab] Markov step */
-    int32_t *ids_dev;          /* [max_seqs] */
-    float *U;                  /* host [max_seqs * block, vocab] base logits */
-    float *y_host;             /* host [max_seqs * block, dim] */
+    /* [max_seqs, ring_rows, n_capture * dim]: the same rows by position, as the target keeps
+     * its window's keys (td_forward_io.capture_ring); every insertion reads them there */
+    float *ring;
+    int ring_rows;    /* the target's window ring rows (td_state.swa_ring) */
+    char *on;         /* [max_seqs] drafted in the last run: its next step's rows go in at once */
+    float *y;         /* [max_tok, dim] hc_head of the stages' output streams */
+    float *e, *bias;  /* [max_seqs, rank], [max_seqs, vocab] Markov step */
+    int32_t *ids_dev; /* [max_seqs] */
+    float *U;         /* host [max_seqs * block, vocab] base logits */
+    float *y_host;    /* host [max_seqs * block, dim] */
     float *e_host, *bias_host; /* host [max_seqs, rank], [max_seqs, vocab] */
     float *z;                  /* host [vocab] */
     float *conf_w;             /* host [dim + rank] */
@@ -93,8 +98,8 @@ int dspark_config_load(struct td_dspark_cfg *c, const char *dir, const struct td
 int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_model *target_host, const struct td_model *target_run,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
-                      float threshold, int use_graphs, size_t max_bytes, enum td_kv_dtype kv,
-                      char *err, size_t errlen) {
+                      int stream_ring, float threshold, int use_graphs, size_t max_bytes,
+                      enum td_kv_dtype kv, char *err, size_t errlen) {
     *out = NULL;
     struct draft_dspark *d = calloc(1, sizeof *d);
     if (!d) return td_errf(err, errlen, "dspark: out of memory");
@@ -127,6 +132,19 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
         goto fail;
     d->st.use_graphs = use_graphs;
     d->st.max_block = dc->block;
+    // A sequence that drafts nothing is not inserted: it falls behind, and when it drafts again
+    // only the rows its stages' window reaches from the committed end are inserted, from the
+    // target's captured rows kept by position (its window ring's rows). A key is a function of
+    // its row's captured streams and its position alone, and the stages attend within their
+    // window only, so this is bit for bit an insertion of every row at every step.
+    d->ring_rows = stream_ring;
+    if (d->st.window > stream_ring) {
+        td_errf(err, errlen,
+                "dspark: the stages' window of %d positions is longer than the target's ring of "
+                "%d (the captured rows kept by position)",
+                d->st.window, stream_ring);
+        goto fail;
+    }
     int blk_rows = max_seqs * dc->block;
     int max_tok = max_rows > blk_rows ? max_rows : blk_rows;
     // every insertion and block forward replays a graph, however many sequences it holds: a
@@ -138,8 +156,16 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     if (meta_plan_init(&d->plan, &pd, err, errlen)) goto fail;
     size_t F = sizeof(float), R = (size_t)max_rows, CW = (size_t)dc->n_capture * d->dim;
     size_t BR = (size_t)blk_rows, S = (size_t)max_seqs, V = (size_t)d->vocab;
-    // the insertion's graph reads every row of its bucket, so capture has the plan's widest too
+    // the target's graphs write every row of their bucket, so capture has the widest too
     d->capture = b->alloc((R > (size_t)pd.max_tok ? R : (size_t)pd.max_tok) * CW * F);
+    size_t ring_bytes = S * (size_t)stream_ring * CW * F;
+    if (!(d->ring = b->alloc(ring_bytes))) {
+        td_errf(err, errlen,
+                "dspark: out of memory for the target's captured rows by position (%d slots x %d "
+                "rows x %zu floats, %.1f MiB)",
+                max_seqs, stream_ring, CW, (double)ring_bytes / (1 << 20));
+        goto fail;
+    }
     // the block forward writes hc_head's rows for every row of its padded bucket (a graph of
     // n_tok_pad rows), so they are sized by the plan's widest bucket, not the live rows
     d->y = b->alloc((size_t)pd.max_tok * d->dim * F);
@@ -159,7 +185,8 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     d->act = malloc(S * sizeof(int));
     d->seqs = calloc(S, sizeof *d->seqs);
     d->pre_end = calloc(S, sizeof *d->pre_end);
-    if (!d->capture || !d->y || !d->e || !d->bias || !d->ids_dev || !d->U || !d->y_host ||
+    d->on = calloc(S, 1);
+    if (!d->on || !d->capture || !d->y || !d->e || !d->bias || !d->ids_dev || !d->U || !d->y_host ||
         !d->e_host || !d->bias_host || !d->z || !d->conf_w || !d->zeros || !d->blk_ids ||
         !d->ids_host || !d->live || !d->act || !d->seqs || !d->pre_end) {
         td_errf(err, errlen, "dspark: out of memory for %d-row buffers", max_tok);
@@ -188,7 +215,8 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
                                 .g = dc->block,
                                 .r = dc->rank};
     b->ops.markov_greedy(&setup); // n = 0: the launch settings, before any capture
-    struct td_forward_io ins = {.x_in = d->capture, .keys_only = TD_KEYS_CONTEXT};
+    struct td_forward_io ins = {
+        .keys_only = TD_KEYS_CONTEXT, .x_ring = d->ring, .x_ring_rows = d->ring_rows};
     struct td_forward_io io = {.hc_out = d->y}, io_greedy = {.hc_out = d->y, .tail = &d->tail};
     if (td_forward_prepare(d->run, &d->st, &pd, &ins, 1, max_rows, err, errlen) ||
         td_forward_prepare(d->run, &d->st, &pd, &io_greedy, dc->block, blk_rows, err, errlen) ||
@@ -203,7 +231,7 @@ fail:
 
 void draft_dspark_free(struct draft_dspark *d) {
     if (!d) return;
-    void *bufs[] = {d->capture, d->y, d->e, d->bias, d->ids_dev, d->conf_w_dev, d->mk};
+    void *bufs[] = {d->capture, d->ring, d->y, d->e, d->bias, d->ids_dev, d->conf_w_dev, d->mk};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) d->b->release(bufs[i]);
     free(d->U);
@@ -220,6 +248,7 @@ void draft_dspark_free(struct draft_dspark *d) {
     free(d->act);
     free(d->seqs);
     free(d->pre_end);
+    free(d->on);
     meta_plan_free(&d->plan);
     td_state_free(&d->st);
     if (d->dev.backend) td_model_free(&d->dev);
@@ -233,6 +262,11 @@ const struct td_dspark_cfg *draft_dspark_config(const struct draft_dspark *d) {
 
 float *draft_dspark_capture(struct draft_dspark *d) {
     return d->capture;
+}
+
+float *draft_dspark_ring(struct draft_dspark *d, int *ring_rows) {
+    *ring_rows = d->ring_rows;
+    return d->ring;
 }
 
 const int *draft_dspark_capture_layers(const struct draft_dspark *d, int *n) {
@@ -263,54 +297,97 @@ static int32_t anchor_of(const struct td_draft_seq *q) {
     return q->next[q->n - 1];
 }
 
-/* a sequence's length before rows at pos0 go in: a new sequence (pos0 0) takes its slot */
+/* a sequence at pos0: a new one (pos0 0) takes its slot; a drafter ahead of the target is
+ * an engine error */
 static int seq_at(struct draft_dspark *d, int slot, int pos0, char *err, size_t errlen) {
     if (pos0 == 0) {
         d->st.in_use[slot] = 1;
         d->st.len[slot] = d->st.hi[slot] = 0;
+        d->on[slot] = 0;
     }
-    if (d->st.len[slot] != pos0)
+    if (d->st.len[slot] > pos0)
         return td_errf(err, errlen, "dspark: slot %d holds %d rows, the target committed %d", slot,
                        d->st.len[slot], pos0);
+    return 0;
+}
+
+/* the rows d->seqs[0 .. m) into the stages' rings, from the target's captured rows by position */
+static int insert_rows(struct draft_dspark *d, int m, char *err, size_t errlen) {
+    struct td_forward_io io = {
+        .keys_only = TD_KEYS_CONTEXT, .x_ring = d->ring, .x_ring_rows = d->ring_rows};
+    if (meta_plan_build(&d->plan, d->seqs, m, err, errlen) ||
+        td_forward_store_kv(d->run, &d->st, &d->plan, &io, err, errlen))
+        return -1;
+    if (d->b->mark) d->b->mark("insert");
     return 0;
 }
 
 int draft_dspark_insert_step(struct draft_dspark *d, const struct td_plan *p, char *err,
                              size_t errlen) {
     memset(d->pre_end, 0, (size_t)d->max_seqs * sizeof *d->pre_end);
-    if (p->n_tok > d->max_rows)
-        return td_errf(err, errlen, "dspark: %d rows to insert, capacity %d", p->n_tok,
-                       d->max_rows);
+    int m = 0;
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s], pos0 = p->len_before[s], n = p->qo_indptr[s + 1] - p->qo_indptr[s];
         if (seq_at(d, slot, pos0, err, errlen)) return -1;
-        d->seqs[s] = (struct td_plan_seq){
+        if (!d->on[slot] || d->st.len[slot] != pos0) continue; // caught up when it drafts
+        if (n > d->max_rows)
+            return td_errf(err, errlen, "dspark: %d rows to insert, capacity %d", n, d->max_rows);
+        d->seqs[m++] = (struct td_plan_seq){
             .slot = slot, .len_before = pos0, .n_new = n, .ids = d->zeros, .skip_logits = n};
         d->pre_end[slot] = pos0 + n;
     }
-    if (meta_plan_build(&d->plan, d->seqs, p->n_seq, err, errlen)) return -1;
-    int rc =
-        td_forward_store_kv(d->run, &d->st, &d->plan, d->capture, TD_KEYS_CONTEXT, err, errlen);
-    if (d->b->mark) d->b->mark("insert");
-    return rc;
+    return m ? insert_rows(d, m, err, errlen) : 0;
 }
 
-/* every sequence's committed rows, which its step inserted (draft_dspark_insert_step) with
- * the rows its verify then rejected: the length moves back to the committed one */
+/* every sequence's committed rows: one its step inserted (draft_dspark_insert_step) with the
+ * rows its verify then rejected moves its length back to the committed one; one it did not
+ * insert stays behind (at most at its committed length) */
 static int commit(struct draft_dspark *d, const struct td_draft_seq *seqs, int n_seq, char *err,
                   size_t errlen) {
     for (int s = 0; s < n_seq; s++) {
         const struct td_draft_seq *q = &seqs[s];
-        int end = q->pos0 + q->n;
-        if (d->pre_end[q->slot] < end || d->st.len[q->slot] != d->pre_end[q->slot])
+        int end = q->pos0 + q->n, pre = d->pre_end[q->slot];
+        if (!pre && seq_at(d, q->slot, q->pos0, err, errlen)) return -1;
+        if (pre && (pre < end || d->st.len[q->slot] != pre))
             return td_errf(err, errlen,
                            "dspark: slot %d holds %d rows, %d from its step's insertion; the round "
                            "commits %d",
-                           q->slot, d->st.len[q->slot], d->pre_end[q->slot], end);
-        if (td_state_rollback(&d->st, q->slot, end, err, errlen)) return -1;
+                           q->slot, d->st.len[q->slot], pre, end);
+        if (pre && td_state_rollback(&d->st, q->slot, end, err, errlen)) return -1;
+        d->on[q->slot] = 0;
     }
     memset(d->pre_end, 0, (size_t)d->max_seqs * sizeof *d->pre_end);
     return 0;
+}
+
+/* the drafting sequences seqs[live[0 .. nb)] that fell behind, caught up: the rows their
+ * stages' window reaches from the committed end (the length jumps over the rest, which no block
+ * reads: td_state_advance), in calls of up to max_rows rows */
+static int catch_up(struct draft_dspark *d, const struct td_draft_seq *seqs, int nb, char *err,
+                    size_t errlen) {
+    for (int i = 0; i < nb; i++) {
+        const struct td_draft_seq *q = &seqs[d->live[i]];
+        int end = q->pos0 + q->n, from = end - d->st.window;
+        if (from > d->st.len[q->slot] && td_state_advance(&d->st, q->slot, from, err, errlen))
+            return -1;
+    }
+    for (;;) {
+        int rows = 0, m = 0;
+        for (int i = 0; i < nb && rows < d->max_rows; i++) {
+            const struct td_draft_seq *q = &seqs[d->live[i]];
+            int len = d->st.len[q->slot], take = q->pos0 + q->n - len;
+            if (take > d->max_rows - rows) take = d->max_rows - rows;
+            if (take <= 0) continue;
+            d->seqs[m++] = (struct td_plan_seq){.slot = q->slot,
+                                                .len_before = len,
+                                                .n_new = take,
+                                                .ids = d->zeros,
+                                                .skip_logits = take};
+            rows += take;
+        }
+        if (!m) return 0;
+        if (insert_rows(d, m, err, errlen)) return -1;
+    }
 }
 
 static int chain_results(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
@@ -423,7 +500,10 @@ int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_se
         greedy = seqs[d->live[i]].sampling->temperature <= 0.0f;
     if (b->mark) b->mark("draft");
     if (commit(d, seqs, n_seq, err, errlen)) return -1;
-    if (!nb) return 0;
+    if (!nb) return 0; // nothing drafts: nothing is inserted (the sequences fall behind)
+    if (catch_up(d, seqs, nb, err, errlen)) return -1;
+    for (int i = 0; i < nb; i++) // their next step's rows go in as it is queued
+        d->on[seqs[d->live[i]].slot] = 1;
     // the block forward of every sequence that drafts: [anchor, noise...] after its context
     for (int i = 0; i < nb; i++) {
         const struct td_draft_seq *q = &seqs[d->live[i]];
@@ -496,8 +576,10 @@ int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_se
 // the engine's table
 
 static void dspark_target_io(void *impl, struct td_forward_io *io) {
-    io->capture = draft_dspark_capture(impl);
-    io->capture_layers = draft_dspark_capture_layers(impl, &io->n_capture);
+    struct draft_dspark *d = impl;
+    io->capture = d->capture;
+    io->capture_ring = d->ring;
+    io->capture_layers = draft_dspark_capture_layers(d, &io->n_capture);
 }
 static int dspark_insert_step(void *impl, const struct td_plan *p, char *err, size_t errlen) {
     return draft_dspark_insert_step(impl, p, err, errlen);

@@ -347,7 +347,9 @@ static int catch_up_missed(struct draft_mtp *d, const struct td_draft_seq *seqs,
         gather_streams(d, d->h_in, d->hidden, rows);
         mtp_input(d, rows, d->zero, n_zero, NULL);
         if (meta_plan_build(&d->plan, d->seqs, m, err, errlen) ||
-            td_forward_store_kv(d->run, &d->st, &d->plan, d->x, TD_KEYS_STREAMS, err, errlen))
+            td_forward_store_kv(d->run, &d->st, &d->plan,
+                                &(struct td_forward_io){.x_in = d->x, .keys_only = TD_KEYS_STREAMS},
+                                err, errlen))
             return -1;
     }
 }

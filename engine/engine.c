@@ -202,6 +202,18 @@ static struct td_forward_io target_io(struct td_engine *e) {
     return io;
 }
 
+/* why model_dir/dspark/ was looked for (in_folder: the drafter came from there), after the
+ * message in err: the checkpoint carries no head of its own */
+static void why_dspark_dir(const struct td_engine *e, int in_folder, char *err, size_t errlen) {
+    if (!in_folder || e->model.cfg.dspark.present || !errlen) return;
+    char why[768];
+    snprintf(why, sizeof why, "%s", err);
+    td_errf(err, errlen,
+            "%s (the checkpoint carries no DSpark head of its own: no dspark_* keys in its "
+            "config.json)",
+            why);
+}
+
 int td_engine_init(struct td_engine **out, const struct td_engine_params *p, char *err,
                    size_t errlen) {
     *out = NULL;
@@ -277,39 +289,24 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         td_errf(err, errlen, "engine: DSpark threshold %g must be in [0, 1)", p->dspark_threshold);
         goto fail;
     }
-    if (use_dspark) { // made first: its block size bounds the drafts of a round
-        // the folder named, else the checkpoint's own stages (NULL), else model_dir/dspark/
-        char dir[TD_PATH_MAX];
-        const char *ddir = p->dspark_dir;
+    // DSpark's config first: its block bounds a round's drafts, which size the row budget; the
+    // drafter is made once the target's state is (it keeps the target's captured rows in the
+    // target's window ring's rows). Its folder: the one named, else the checkpoint's own stages
+    // (NULL), else model_dir/dspark/
+    char dir[TD_PATH_MAX];
+    const char *ddir = p->dspark_dir;
+    if (use_dspark) {
         if (!ddir && own != TD_OWN_DSPARK) {
             if (td_path_join(dir, sizeof dir, p->model_dir, "dspark", err, errlen)) goto fail;
             ddir = dir;
         }
-        // its config first: its block bounds a round's drafts, which size the row budget
         struct td_dspark_cfg dc;
-        struct draft_dspark *ds = NULL;
-        int bad = dspark_config_load(&dc, ddir, &e->model, err, errlen);
-        if (!bad) {
-            if (e->p.max_draft < 1 || e->p.max_draft > dc.block) e->p.max_draft = dc.block;
-            if (auto_rows) round_rows(e, e->p.max_draft);
-            bad =
-                draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
-                                  e->p.max_batch_tokens, p->dspark_threshold, !p->no_graphs,
-                                  cache_limit(p->max_cache_bytes, e->b), p->kv_dtype, err, errlen);
-        }
-        if (bad) {
-            if (ddir == dir && !e->model.cfg.dspark.present && errlen) { // why dspark/
-                char why[768];
-                snprintf(why, sizeof why, "%s", err);
-                td_errf(err, errlen,
-                        "%s (the checkpoint carries no DSpark head of its own: no dspark_* keys "
-                        "in its config.json)",
-                        why);
-            }
+        if (dspark_config_load(&dc, ddir, &e->model, err, errlen)) {
+            why_dspark_dir(e, ddir == dir, err, errlen);
             goto fail;
         }
-        e->md = draft_dspark_model(ds);
-        draft_dspark_defer(ds, 1); // greedy drafts go from the drafter to the verify
+        if (e->p.max_draft < 1 || e->p.max_draft > dc.block) e->p.max_draft = dc.block;
+        if (auto_rows) round_rows(e, e->p.max_draft);
         if (e->p.max_batch_tokens < 1 + e->p.max_draft) {
             td_errf(err, errlen, "engine: a batch of %d rows cannot hold a DSpark round of %d",
                     e->p.max_batch_tokens, 1 + e->p.max_draft);
@@ -327,6 +324,18 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         goto fail;
     e->state.use_graphs = !p->no_graphs;
     e->state.graph_rows = graph_rows(e->p.max_batch_tokens, e->p.max_seqs, e->p.max_draft);
+    if (use_dspark) {
+        struct draft_dspark *ds;
+        if (draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
+                              e->p.max_batch_tokens, e->state.swa_ring, p->dspark_threshold,
+                              !p->no_graphs, cache_limit(p->max_cache_bytes, e->b), p->kv_dtype,
+                              err, errlen)) {
+            why_dspark_dir(e, ddir == dir, err, errlen);
+            goto fail;
+        }
+        e->md = draft_dspark_model(ds);
+        draft_dspark_defer(ds, 1); // greedy drafts go from the drafter to the verify
+    }
     if (use_mtp) {
         struct draft_mtp *mtp;
         if (draft_mtp_init(&mtp, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,

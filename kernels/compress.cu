@@ -134,6 +134,17 @@ __global__ void ring_store_kernel(const __grid_constant__ struct ring_cols c, co
     c.p.ring[k][((size_t)slot * ring_rows + write[t]) * w + col] = c.p.rows[k][(size_t)t * w + col];
 }
 
+/* one thread per (row, column) */
+__global__ void ring_load_kernel(float *rows, const float *ring, struct rows_view r, int ring_rows,
+                                 int width) {
+    PDL_START();
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)r.n_tok * width) return;
+    int t = (int)(i / width), j = (int)(i % width), s = r.row_seq[t];
+    rows[i] = s < 0 ? 0.0f
+                    : ring[((size_t)r.slot[s] * ring_rows + r.positions[t] % ring_rows) * width + j];
+}
+
 extern "C" void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
                                   const int32_t *positions, int rate, int n, int width) {
     if (!n) return;
@@ -176,5 +187,13 @@ extern "C" void ring_store_parts_cuda(const struct ring_parts *p, const int32_t 
     if (!r->n_tok || !c.off[p->m]) return;
     launch_k(ring_store_kernel, ceil_div((long long)r->n_tok * c.off[p->m], 256), 256, 0,
              td_cuda_stream(), c, write, *r, ring_rows);
+    LAUNCH_CHECK();
+}
+
+extern "C" void ring_load_cuda(float *rows, const float *ring, const struct rows_view *r,
+                               int ring_rows, int width) {
+    if (!r->n_tok || !width) return;
+    launch_k(ring_load_kernel, ceil_div((long long)r->n_tok * width, 256), 256, 0,
+             td_cuda_stream(), rows, ring, *r, ring_rows, width);
     LAUNCH_CHECK();
 }

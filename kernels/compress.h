@@ -58,6 +58,13 @@ void add_pos_bias_ref(float *x, const void *bias, enum td_dtype bias_dtype,
 void ring_store_ref(float *ring, const float *rows, const int32_t *write, const struct rows_view *r,
                     int ring_rows, int width);
 
+/* The inverse by position: rows[t] = ring[slot(t)][positions[t] % ring_rows] ([slots, ring_rows,
+ * width]) for every row of a sequence; pad rows (row_seq -1) get zeros. A drafter's rows read
+ * back from a ring another pass wrote by position (DSpark's insertion of the target's captured
+ * rows). */
+void ring_load_ref(float *rows, const float *ring, const struct rows_view *r, int ring_rows,
+                   int width);
+
 /* Several rings written at the same rows of a step (a layer's compressor rows and gates): part
  * i stores rows[i] ([n_tok, width[i]]) into ring[i] ([slots, ring_rows, width[i]]), as
  * ring_store_ref does for each; one launch on the GPU. */
@@ -78,6 +85,8 @@ void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
                        const int32_t *positions, int rate, int n, int width);
 void ring_store_parts_cuda(const struct ring_parts *p, const int32_t *write,
                            const struct rows_view *r, int ring_rows);
+void ring_load_cuda(float *rows, const float *ring, const struct rows_view *r, int ring_rows,
+                    int width);
 
 #ifdef __cplusplus
 }

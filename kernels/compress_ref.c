@@ -1,9 +1,11 @@
 /* compress_ref.c: softmax-gated pooling of a compressor window (fp32 softmax). */
 #include "compress.h"
+
 #include "rmsnorm.h"
 #include "rope.h"
 
 #include <math.h>
+#include <string.h>
 
 void compress_pool_ref(float *out, const float *const *kv, const float *const *gate, int n_slots,
                        int d) {
@@ -69,6 +71,20 @@ void ring_store_ref(float *ring, const float *rows, const int32_t *write, const 
         float *dst = ring + ((size_t)slot * ring_rows + write[t]) * width;
         for (int j = 0; j < width; j++)
             dst[j] = rows[(size_t)t * width + j];
+    }
+}
+
+void ring_load_ref(float *rows, const float *ring, const struct rows_view *r, int ring_rows,
+                   int width) {
+    for (int t = 0; t < r->n_tok; t++) {
+        float *dst = rows + (size_t)t * width;
+        if (r->row_seq[t] < 0) {
+            memset(dst, 0, (size_t)width * sizeof(float));
+            continue;
+        }
+        int slot = r->slot[r->row_seq[t]];
+        memcpy(dst, ring + ((size_t)slot * ring_rows + r->positions[t] % ring_rows) * width,
+               (size_t)width * sizeof(float));
     }
 }
 

@@ -58,6 +58,8 @@ struct td_ops {
     void (*compress_emit)(const struct compress_args *a);
     void (*ring_store)(const struct ring_parts *p, const int32_t *write, const struct rows_view *r,
                        int ring_rows);
+    void (*ring_load)(float *rows, const float *ring, const struct rows_view *r, int ring_rows,
+                      int width);
     void (*kv_store)(const struct kv_store_args *a); /* a step's keys into a typed cache */
     void (*indexer_topk)(const struct indexer_args *a);
     void (*attention_rows)(const struct attn_args *a);

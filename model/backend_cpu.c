@@ -44,6 +44,7 @@ static const struct td_backend cpu = {
             .hc_head = hc_head_ref,
             .compress_emit = compress_emit_ref,
             .ring_store = ring_store_parts_ref,
+            .ring_load = ring_load_ref,
             .kv_store = kv_store_ref,
             .indexer_topk = indexer_topk_ref,
             .attention_rows = attention_rows_ref,

@@ -311,6 +311,7 @@ static const struct td_backend cuda_backend = {
             .hc_head = hc_head_cuda,
             .compress_emit = compress_emit_cuda,
             .ring_store = ring_store_parts_cuda,
+            .ring_load = ring_load_cuda,
             .kv_store = kv_store_cuda,
             .indexer_topk = indexer_topk_cuda,
             .attention_rows = attention_rows_cuda,

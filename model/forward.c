@@ -58,6 +58,10 @@ struct fwd {
     const float *x_in; /* [n, nc, dim] input streams instead of the embedding, or NULL */
     int head_all_rows; /* 1: the head runs on every row (graphs), 0: on logit_rows */
     float *capture;    /* [n, n_capture, dim] stream means, or NULL */
+    float *capture_ring; /* [slots, swa_ring, n_capture, dim] capture by position, or NULL */
+    const float *x_ring; /* [slots, x_ring_rows, width] a keys pass's rows by position, or NULL */
+    int x_ring_rows;
+    float *xc;                 /* [n, main_proj's input] a keys pass's rows loaded from x_ring */
     const int *capture_layers; /* [n_capture] */
     int n_capture;
     float *hidden_out;      /* [n, nc, dim] final streams out, or NULL */
@@ -373,8 +377,8 @@ static int check_plan(const struct td_model *m, const struct td_state *st, const
 /* what a captured graph is for: its row bucket, its pass and the io buffers it was captured
  * with (zero-filled, compared whole) */
 struct graph_key {
-    int n_pad, keys_only, hidden_by_position;
-    const void *x_in, *hidden_out, *hc_out, *capture, *tail;
+    int n_pad, keys_only, hidden_by_position, x_ring_rows;
+    const void *x_in, *hidden_out, *hc_out, *capture, *capture_ring, *x_ring, *tail;
 };
 
 struct td_fwd_ws {
@@ -462,6 +466,8 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         {.dst = (void **)&f->inv_main, .bytes = (size_t)(half + 1) * F},
         {.dst = (void **)&f->inv_comp, .bytes = (size_t)(half + 1) * F},
         {.dst = (void **)&f->plan_dev, .bytes = meta_plan_bytes(d)},
+        {.dst = (void **)&f->xc,
+         .bytes = N * (m->dspark.main_proj.data ? m->dspark.main_proj.shape[1] : 1) * F},
     };
     int n = (int)(sizeof want / sizeof *want);
     if (!(ws->bufs = calloc((size_t)n, sizeof *ws->bufs))) goto oom;
@@ -591,12 +597,18 @@ static void run_layers(struct fwd *f, int32_t *topk_trace) {
         f->op->hc_post(f->X, f->a, f->post, f->comb, n, nc, D, mean, f->n_capture * D);
         if (topk_trace && c->attn[li] == TD_ATTN_CSA) trace_picks(f, topk_trace, li);
     }
-    if (f->hidden_out && f->hidden_by_position) { // by position, as the window's keys are
-        struct ring_parts hs = {.m = 1, .ring = {f->hidden_out}, .rows = {f->X}, .width = {nc * D}};
-        f->op->ring_store(&hs, f->rows.swa_write, &f->rows, f->st->swa_ring);
-    } else if (f->hidden_out) { // the final residual streams, before hc_head (what MTP reads)
+    // by position, as the window's keys are: the final streams (MTP), the captured rows
+    // (DSpark), in one launch
+    struct ring_parts by_pos = {.m = 0};
+    if (f->hidden_out && f->hidden_by_position)
+        by_pos.ring[by_pos.m] = f->hidden_out, by_pos.rows[by_pos.m] = f->X,
+        by_pos.width[by_pos.m++] = nc * D;
+    if (f->capture_ring)
+        by_pos.ring[by_pos.m] = f->capture_ring, by_pos.rows[by_pos.m] = f->capture,
+        by_pos.width[by_pos.m++] = f->n_capture * D;
+    if (by_pos.m) f->op->ring_store(&by_pos, f->rows.swa_write, &f->rows, f->st->swa_ring);
+    if (f->hidden_out && !f->hidden_by_position) // the final streams, before hc_head (MTP)
         f->op->copy(f->hidden_out, f->X, (size_t)n * nc * D * sizeof(float));
-    }
     float *hx = f->hc_out ? f->hc_out : f->x;
     f->op->hc_head(hx, f->X, W(m->hc_head.fn), W(m->hc_head.base), W(m->hc_head.scale), n, nc, D,
                    c->hc_eps, c->rms_eps);
@@ -622,6 +634,10 @@ static void run_store(struct fwd *f) {
         x = f->xn;
     } else if (m->dspark.main_proj.data) { // DSpark: the captured target rows, fused and normalised
         int in = (int)m->dspark.main_proj.shape[1];
+        if (f->x_ring) { // read by position from the target's ring
+            f->op->ring_load(f->xc, f->x_ring, &f->rows, f->x_ring_rows, in);
+            x = f->xc;
+        }
         f->op->matmul(f->x, x, W(m->dspark.main_proj), f->n, in, c->dim, NULL, 0);
         f->op->rmsnorm(f->x, f->x, W(m->dspark.main_norm), f->n, c->dim, c->rms_eps);
         x = f->x;
@@ -666,6 +682,9 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
     key.hidden_by_position = f->hidden_by_position;
     key.hc_out = f->hc_out;
     key.capture = f->capture;
+    key.capture_ring = f->capture_ring;
+    key.x_ring = f->x_ring;
+    key.x_ring_rows = f->x_ring_rows;
     key.tail = f->tail;
     int g = 0;
     while (g < ws->n_graphs && memcmp(&ws->graphs[g].key, &key, sizeof key))
@@ -752,6 +771,9 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
     f->capture = io->capture;
     f->capture_layers = io->capture_layers;
     f->n_capture = io->capture ? io->n_capture : 0;
+    f->capture_ring = io->capture ? io->capture_ring : NULL;
+    f->x_ring = io->x_ring;
+    f->x_ring_rows = io->x_ring_rows;
     f->keys_only = io->keys_only;
     f->tail = io->tail;
     f->head_all_rows = 0;
@@ -833,8 +855,9 @@ const float *td_forward_logits(const struct td_state *st) {
 }
 
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
-                        const float *x, enum td_keys from, char *err, size_t errlen) {
+                        const struct td_forward_io *io, char *err, size_t errlen) {
     const struct td_config *c = &m->cfg;
+    enum td_keys from = io->keys_only;
     if (from != TD_KEYS_CONTEXT && from != TD_KEYS_STREAMS)
         return td_errf(err, errlen, "store_kv: keys from %d, neither context nor streams",
                        (int)from);
@@ -854,8 +877,11 @@ int td_forward_store_kv(const struct td_model *m, struct td_state *st, const str
         if (p->block[s])
             return td_errf(err, errlen,
                            "store_kv: sequence %d is a block, and blocks store nothing", s);
-    struct td_forward_io io = {.x_in = x, .keys_only = from};
-    struct fwd *f = begin(m, st, p, &io, err, errlen);
+    if (io->x_ring && (from != TD_KEYS_CONTEXT || !m->dspark.main_proj.data || io->x_ring_rows < 1))
+        return td_errf(err, errlen,
+                       "store_kv: rows by position are a DSpark insertion's (%d ring rows)",
+                       io->x_ring_rows);
+    struct fwd *f = begin(m, st, p, io, err, errlen);
     if (!f) return -1;
     run_step(f, st->ws, NULL);
     commit(st, p); // queued: the next forward on this state runs after it

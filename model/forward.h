@@ -72,12 +72,20 @@ struct td_forward_io {
                                   Markov and confidence heads read them), pad rows likewise */
     float *capture;            /* [max_tok, n_capture, dim] the mean of the streams after each of
                                   capture_layers (DSpark's context), pad rows likewise */
+    float *capture_ring;       /* [slots, swa_ring, n_capture, dim] or NULL: capture's rows by
+                                  position as well, as hidden_by_position keeps the streams
+                                  (rows the ring does not keep and pad rows go nowhere), so that
+                                  a drafter that drafts nothing need not take them each step */
     const int *capture_layers; /* [n_capture] ascending layer indices */
     int n_capture;
     const struct td_id_patch *id_patches; /* copied into the plan's device copy before the
                                              step runs (backends with a device plan only) */
     int n_id_patches;
     enum td_keys keys_only; /* td_forward_store_kv's pass (x_in: its rows); for prepare */
+    const float *x_ring;    /* TD_KEYS_CONTEXT: the rows by position instead of x_in, [slots,
+                               x_ring_rows, width]: row t is its slot's ring row positions[t] %
+                               x_ring_rows (another state's capture_ring), loaded first */
+    int x_ring_rows;
     const struct td_forward_tail *tail; /* queued after the head, or NULL */
 };
 
@@ -103,12 +111,14 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
 
 /* Store keys in every layer's sliding-window ring, nothing else: for each plan row,
  * rope(kv_norm(wkv x_row)) at its position, written where the plan says, and the committed
- * length advances as after a forward. Where x_row comes from (x in backend memory, rows
- * n_tok .. n_tok_pad - 1 read, since a graph serves the bucket, and stored nowhere):
+ * length advances as after a forward. Where x_row comes from (io->keys_only; x = io->x_in in
+ * backend memory, rows n_tok .. n_tok_pad - 1 read, since a graph serves the bucket, and
+ * stored nowhere):
  *   TD_KEYS_CONTEXT: outside rows. A DSpark drafter's context insertion: its stages' keys come
  *     from the captured target rows, x [max_tok, n_capture * dim], fused and normalised first
  *     (main_proj, main_norm); a model without that projection takes x [max_tok, dim] as they
- *     are.
+ *     are. With io->x_ring the rows are read by position from there instead (the target's
+ *     capture_ring).
  *   TD_KEYS_STREAMS: the layer's own input streams x [max_tok, hc_mult, dim], through its
  *     hc_pre and attn_norm as the whole forward would: the same keys, bit for bit, without the
  *     attention, the experts or the head. One-layer models (MTP's catch-up of rows it drafts
@@ -116,7 +126,7 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
  * Sliding-window-only models. Queued: nothing waits (a fault surfaces at the backend's next
  * finish); 0, or -1 with a message. */
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
-                        const float *x, enum td_keys from, char *err, size_t errlen);
+                        const struct td_forward_io *io, char *err, size_t errlen);
 
 /* Convenience for one-off calls (CLI, tests): build a plan for seqs (bucketed capacity),
  * run td_forward, free the plan. Same return contract. */

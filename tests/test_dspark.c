@@ -94,21 +94,32 @@ static const int32_t *next_of(int32_t *buf, const int32_t *ids, int pos0, int n,
     return buf;
 }
 
-/* a drafter on the CPU backend for up to max_seqs sequences (512 positions and rows, no graphs),
- * or NULL with the message in err */
+/* a drafter on the CPU backend for up to max_seqs sequences (512 positions and rows, no graphs;
+ * the target's captured rows kept by position in a ring of its window + 16 rows, as the
+ * engine's target keeps them), or NULL with the message in err */
 static struct draft_dspark *cpu_drafter(const char *ddir, const struct td_model *m, int max_seqs,
                                         float threshold, char *err, size_t errlen) {
     struct draft_dspark *d = NULL;
-    if (draft_dspark_init(&d, ddir, m, m, td_backend_cpu(), max_seqs, 512, 512, threshold, 0,
-                          (size_t)1 << 30, TD_KV_F32, err, errlen))
+    int window = m->cfg.sliding_window < 512 ? m->cfg.sliding_window : 512;
+    if (draft_dspark_init(&d, ddir, m, m, td_backend_cpu(), max_seqs, 512, 512, window + 16,
+                          threshold, 0, (size_t)1 << 30, TD_KV_F32, err, errlen))
         return NULL;
     return d;
 }
 
-/* a target step's rows into the drafter as the engine puts them (draft_dspark_insert_step):
- * seqs in the order of their rows in the capture buffer, from row 0 */
+/* a target step's rows into the drafter as the engine puts them: the step's captured rows
+ * (seqs in the order of their rows in the capture buffer, from row 0) kept by position, as the
+ * target's forward keeps them (td_forward_io.capture_ring), then the step's insertion
+ * (draft_dspark_insert_step: the rows of the sequences that drafted in the last run) */
 static int step_insert(struct draft_dspark *d, const struct td_plan_seq *seqs, int n_seq, char *err,
                        size_t errlen) {
+    int R, dim = draft_dspark_state(d)->cfg->dim;
+    size_t CW = (size_t)draft_dspark_config(d)->n_capture * dim;
+    float *ring = draft_dspark_ring(d, &R), *cap = draft_dspark_capture(d);
+    for (int s = 0, t = 0; s < n_seq; s++)
+        for (int j = 0; j < seqs[s].n_new; j++, t++)
+            memcpy(ring + ((size_t)seqs[s].slot * R + (seqs[s].len_before + j) % R) * CW,
+                   cap + (size_t)t * CW, CW * sizeof(float));
     struct td_plan p;
     struct td_plan_dims pd = td_state_plan_dims(draft_dspark_state(d), 512, 2);
     if (meta_plan_init(&p, &pd, err, errlen)) return -1;
@@ -244,13 +255,14 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
         if (!check_case_failed)
             memcpy(uB, draft_dspark_base_logits(dB), (size_t)g * V * sizeof(float));
         CHECK(!check_case_failed && !target_pass(m, dA, ids, n, last, err, sizeof err), "%s", err);
-        // the prefill step: rows 0 .. pre - 1, all committed
+        // the prefill step: rows 0 .. pre - 1, all committed; its round drafts (so that the
+        // next step's rows go in with the step)
         struct td_plan_seq ps = {.slot = 0, .len_before = 0, .n_new = pre, .ids = zeros};
         struct td_draft_seq s0 = {.slot = 0,
                                   .pos0 = 0,
                                   .n = pre,
                                   .next = nx,
-                                  .k = 0,
+                                  .k = 1,
                                   .sampling = &greedy,
                                   .drafts = dAd,
                                   .q = q,
@@ -295,6 +307,106 @@ static void step_insert_equals_committed(struct fx *f, const char *ddir, const i
     snprintf(name, sizeof name, "dspark/%s/step_insertion_with_rejected_rows_equals_committed",
              f->dir + strlen("tests/fixtures/"));
     case_end(name, "");
+}
+
+/* An engine-like run over the case's ids: a prefill, then steps that each feed the committed
+ * end's row and k draft rows (rows of the target's own run; the drafts past the accepted ones
+ * noise, rejected), of which 1 + a are committed, a cycling 0 .. k. Drafter E drafts every
+ * round (its step's rows go in with the step); drafter L drafts only now and then (the first
+ * rounds, every fifth from step 48, the last ones), falling behind in between by more than its
+ * window (it is then caught up from the rows kept by
+ * position). Whenever L drafts, its drafts, confidences and base logits are E's, bit for bit. */
+static void lazy_rounds_equal_every_round(struct fx *f, const char *ddir, const int32_t *ids,
+                                          int n) {
+    char err[512], name[160], extra[96];
+    case_begin();
+    const struct td_model *m = &f->m;
+    int V = m->cfg.vocab;
+    struct draft_dspark *dE = cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err);
+    struct draft_dspark *dL = dE ? cpu_drafter(ddir, m, 1, 0.0f, err, sizeof err) : NULL;
+    CHECK(dE && dL, "%s", err);
+    int rounds = 0, lazy = 0, caught = 0;
+    if (dE && dL) {
+        const struct td_dspark_cfg *dc = draft_dspark_config(dE);
+        int g = dc->block, W = draft_dspark_state(dE)->window, pre = 5;
+        size_t CW = (size_t)dc->n_capture * m->cfg.dim, row = CW * sizeof(float);
+        float *last = malloc((size_t)V * sizeof(float)), *q = malloc((size_t)g * V * sizeof(float));
+        float *all = malloc((size_t)n * row), *uE = malloc((size_t)g * V * sizeof(float));
+        int32_t nx[1024], dEd[DSPARK_MAX_BLOCK], dLd[DSPARK_MAX_BLOCK];
+        float cE[DSPARK_MAX_BLOCK], cL[DSPARK_MAX_BLOCK];
+        struct td_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+        // the target's captured rows of every position (its rows do not depend on later ones)
+        CHECK(!target_pass(m, dE, ids, n, last, err, sizeof err), "%s", err);
+        if (!check_case_failed) memcpy(all, draft_dspark_capture(dE), (size_t)n * row);
+        next_of(nx, ids, 0, n - 1, ids[n - 1]);
+        // steps: pos0, the rows fed (committed ones first), the rows committed
+        int pos0 = 0, fed = pre, kept = pre, step = 0;
+        while (!check_case_failed && pos0 + kept < n) {
+            for (int r = 0; r < fed; r++) { // the step's captured rows: real, then noise
+                float *dst = draft_dspark_capture(dE) + (size_t)r * CW;
+                if (r < kept)
+                    memcpy(dst, all + (size_t)(pos0 + r) * CW, row);
+                else
+                    for (size_t i = 0; i < CW; i++)
+                        dst[i] = (float)((i + r) % 7) - 3.0f;
+            }
+            memcpy(draft_dspark_capture(dL), draft_dspark_capture(dE), (size_t)fed * row);
+            struct td_plan_seq ps = {.slot = 0, .len_before = pos0, .n_new = fed, .ids = zeros};
+            CHECK(!step_insert(dE, &ps, 1, err, sizeof err) &&
+                      !step_insert(dL, &ps, 1, err, sizeof err),
+                  "step %d: %s", step, err);
+            int end = pos0 + kept, k = end + g < n ? g : 0; // (an anchor beyond the ids: none)
+            int lk = k && (step < 2 || (step >= 48 && step % 5 == 0) || end + 3 * g >= n) ? k : 0;
+            if (lk && draft_dspark_state(dL)->len[0] < end - W) caught++;
+            struct td_draft_seq sE = {.slot = 0,
+                                      .pos0 = pos0,
+                                      .n = kept,
+                                      .next = nx + pos0,
+                                      .k = k,
+                                      .sampling = &greedy,
+                                      .drafts = dEd,
+                                      .q = q,
+                                      .conf = cE},
+                                sL = sE;
+            sL.k = lk, sL.drafts = dLd, sL.conf = cL;
+            CHECK(!check_case_failed && !draft_dspark_run(dE, &sE, 1, err, sizeof err), "%s", err);
+            if (k && !check_case_failed)
+                memcpy(uE, draft_dspark_base_logits(dE), (size_t)g * V * sizeof(float));
+            CHECK(!check_case_failed && !draft_dspark_run(dL, &sL, 1, err, sizeof err), "%s", err);
+            if (lk && !check_case_failed) {
+                CHECK(sL.n_drafts == sE.n_drafts, "step %d: %d drafts, every round %d", step,
+                      sL.n_drafts, sE.n_drafts);
+                for (int j = 0; j < sL.n_drafts && !check_case_failed; j++)
+                    CHECK(dLd[j] == dEd[j] && cL[j] == cE[j],
+                          "step %d slot %d: draft %d (%.7f), every round %d (%.7f)", step, j,
+                          dLd[j], cL[j], dEd[j], cE[j]);
+                CHECK(!check_case_failed &&
+                          !memcmp(draft_dspark_base_logits(dL), uE, (size_t)g * V * sizeof(float)),
+                      "step %d: the base logits differ", step);
+                CHECK(draft_dspark_state(dL)->len[0] == end, "step %d: length %d, committed %d",
+                      step, draft_dspark_state(dL)->len[0], end);
+                rounds++;
+            } else if (!check_case_failed) {
+                lazy += draft_dspark_state(dL)->len[0] < end;
+            }
+            // the next step: the committed end's row and g - 1 drafts, 1 + a of them kept
+            pos0 = end, fed = g, kept = 1 + step % g, step++;
+            if (pos0 + fed > n) fed = n - pos0;
+            if (kept > fed) kept = fed;
+        }
+        CHECK(!check_case_failed && rounds >= 3 && lazy >= 3 && caught >= 1,
+              "%d rounds compared, %d steps behind, %d catch-ups past the window of %d", rounds,
+              lazy, caught, W);
+        free(last), free(q), free(all), free(uE);
+    }
+    draft_dspark_free(dE);
+    draft_dspark_free(dL);
+    snprintf(name, sizeof name, "dspark/%s/lazy_rounds_equal_every_round",
+             f->dir + strlen("tests/fixtures/"));
+    snprintf(extra, sizeof extra,
+             "(%d rounds compared, %d steps behind, %d catch-ups past the window)", rounds, lazy,
+             caught);
+    case_end(name, extra);
 }
 
 static void run_fixture(const char *dir) {
@@ -388,9 +500,9 @@ static void run_fixture(const char *dir) {
         snprintf(extra, sizeof extra, "(%d context rows, U worst %.2e)", n, worst);
         case_end(name, extra);
 
-        // the sampled chain of the reference, forced: q and confidences; the context inserted
-        // in two steps (the engine inserts a step's rows at a time), each step's rows from
-        // capture row 0
+        // the sampled chain of the reference, forced: q and confidences; the context arriving
+        // in two steps, each step's rows from capture row 0: the first caught up by a round
+        // that drafts one token, the second inserted with its step (the sequence drafted)
         case_begin();
         json_t *chj = json_object_get(c, "chain"), *cc = json_object_get(c, "chain_conf");
         int32_t chain[DSPARK_MAX_BLOCK];
@@ -401,7 +513,7 @@ static void run_fixture(const char *dir) {
                                   .pos0 = 0,
                                   .n = cut,
                                   .next = nx,
-                                  .k = 0,
+                                  .k = 1,
                                   .sampling = &t1,
                                   .drafts = drafts,
                                   .q = q,
@@ -424,9 +536,11 @@ static void run_fixture(const char *dir) {
                                   .drafts = drafts,
                                   .q = q,
                                   .conf = conf};
-        CHECK(!step_insert(d, &p2, 1, err, sizeof err) &&
-                  !draft_dspark_run(d, &s2, 1, err, sizeof err),
-              "%s", err);
+        CHECK(!check_case_failed && !step_insert(d, &p2, 1, err, sizeof err), "%s", err);
+        CHECK(!check_case_failed && draft_dspark_state(d)->len[0] == n,
+              "the second step's rows were not inserted with it (length %d, not %d)",
+              draft_dspark_state(d)->len[0], n);
+        CHECK(!check_case_failed && !draft_dspark_run(d, &s2, 1, err, sizeof err), "%s", err);
         draft_dspark_force_chain(d, NULL);
         snprintf(path, sizeof path, "%s_Z", cname);
         const struct st_entry *z = st_set_find(&f.ref, path);
@@ -454,7 +568,8 @@ static void run_fixture(const char *dir) {
         }
         snprintf(name, sizeof name, "dspark/%s/%s_sampled_chain_q_matches_reference",
                  dir + strlen("tests/fixtures/"), cname);
-        snprintf(extra, sizeof extra, "(q worst %.2e, context inserted as %d + %d rows)", qerr, cut,
+        snprintf(extra, sizeof extra,
+                 "(q worst %.2e, context caught up (%d rows), then %d inserted)", qerr, cut,
                  n - cut);
         case_end(name, extra);
 
@@ -493,6 +608,7 @@ static void run_fixture(const char *dir) {
         if (!strcmp(cname, "long")) {
             batch_equals_alone(&f, ddir ? ddir : dpath, ids, n);
             step_insert_equals_committed(&f, ddir ? ddir : dpath, ids, n, anchor);
+            lazy_rounds_equal_every_round(&f, ddir ? ddir : dpath, ids, n);
         }
     }
     free(last);

@@ -370,13 +370,15 @@ static int ex_dspark(void) {
     float *q = malloc((size_t)DSPARK_MAX_BLOCK * target.cfg.vocab * sizeof *q);
     // sketch: draft/dspark.h
     struct draft_dspark *d; // target: the loaded model; run: the one on backend b (CPU: target)
-    if (draft_dspark_init(&d, "models/tandem-tiny/dspark", &target, run, b, 4, 512, 64, 0.0f, 0,
-                          (size_t)1 << 30, TD_KV_F32, err, sizeof err))
-        return -1;
+    if (draft_dspark_init(&d, "models/tandem-tiny/dspark", &target, run, b, 4, 512, 64, st.swa_ring,
+                          0.0f, 0, (size_t)1 << 30, TD_KV_F32, err, sizeof err))
+        return -1;                                                  // (st: the target's state)
     struct td_forward_io io = {.capture = draft_dspark_capture(d)}; // every step:
+    int ring_rows;
+    io.capture_ring = draft_dspark_ring(d, &ring_rows); // by position too
     io.capture_layers = draft_dspark_capture_layers(d, &io.n_capture);
     if (td_forward_ex(run, &st, &plan, &io, logits, NULL, err, sizeof err) || // + captured rows
-        draft_dspark_insert_step(d, &plan, err, sizeof err))                  // every row of it
+        draft_dspark_insert_step(d, &plan, err, sizeof err)) // the rows of those drafting
         return -1;
     // verify and commit; then per sequence its committed rows and the token after each row
     // end sketch

@@ -1433,6 +1433,31 @@ static void test_plan_ops(void) {
     }
     case_end("op/compress_emit", "");
 
+    // rows read back by position from a ring (DSpark's insertion of the target's captured
+    // rows): the same floats as the reference, pad rows zero
+    case_begin();
+    {
+        int width = 3 * d;
+        float *rg = malloc((size_t)S * ring * width * 4);
+        float *xh = malloc((size_t)n * width * 4), *xg = malloc((size_t)n * width * 4);
+        fill(rg, (size_t)S * ring * width, 3);
+        ring_load_ref(xh, rg, &rh, ring, width);
+        float *xd = gpu->alloc((size_t)n * width * 4), *junk = malloc((size_t)n * width * 4);
+        for (size_t i = 0; i < (size_t)n * width; i++) // every row must be written, pads too
+            junk[i] = 7.0f;
+        gpu->to_device(xd, junk, (size_t)n * width * 4);
+        ring_load_cuda(xd, dev_copy(rg, (size_t)S * ring * width * 4), &rd, ring, width);
+        gpu->to_host(xg, xd, (size_t)n * width * 4);
+        CHECK(!memcmp(xg, xh, (size_t)n * width * 4), "rows differ from the reference");
+        CHECK(p.n_tok < n && xh[(size_t)(n - 1) * width] == 0.0f, "the pad row is not zero");
+        int r = 3; // a row of sequence 0 (slot 2), read at its position's ring row
+        CHECK(!memcmp(xh + (size_t)r * width,
+                      rg + ((size_t)2 * ring + p.positions[r] % ring) * width, (size_t)width * 4),
+              "row %d is not its slot's ring row at position %d", r, p.positions[r]);
+        free(rg), free(xh), free(xg), free(junk);
+    }
+    case_end("op/ring_load", "");
+
     // router (every score function, hash) and the routed experts on bf16 weights; then again
     // with the shared expert as one more pick (expert E, weight 1) and a width of 64, whose
     // down projection takes two tiles of features a block
