@@ -106,6 +106,7 @@ struct td_engine {
     int draft_on;         /* the model drafter drafts for the next step (else only catches up) */
     int trace;            /* TD_POLICY_TRACE: 1 the cost tables at the end, 2 also every step */
     long step_offered;    /* drafts on offer this step */
+    double t_policy;      /* the adaptive policy's decision in the last drafter phase */
     double t_drafted;     /* the model drafter's phase of the last step (it made this step's
                              drafts), counted in this step's cost */
 };
@@ -1029,7 +1030,9 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
         e->live[n++] = r;
     }
     e->n_live = n;
+    double t0 = now();
     if (e->p.draft_policy == TD_POLICY_ADAPTIVE) decide_drafting(e, n);
+    e->t_policy = now() - t0;
     if (e->md.run(e->md.impl, e->dseqs, n, err, errlen)) return -1;
     for (int j = 0; j < n; j++) {
         e->live[j]->n_drafts = e->dseqs[j].n_drafts;
@@ -1130,10 +1133,10 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
                 verified += e->groups[i].prefill ? 0 : e->groups[i].n_drafts;
             fprintf(stderr,
                     "policy: step %ld, %d rows, %ld offered, %ld verified, %ld accepted, %.1f us "
-                    "(target %.1f, verify %.1f, drafter %.1f); next %s\n",
+                    "(target %.1f, verify %.1f, drafter %.1f, policy %.1f); next %s\n",
                     e->stats.steps, e->plan.n_tok, e->step_offered, verified,
                     e->stats.accepted - accepted0, 1e6 * (t3 - t0), 1e6 * (t1 - t0),
-                    1e6 * (t2 - t1), 1e6 * (t3 - t2),
+                    1e6 * (t2 - t1), 1e6 * (t3 - t2), e->md.impl ? 1e6 * e->t_policy : 0.0,
                     !e->md.impl   ? "-"
                     : e->draft_on ? "drafts"
                                   : "plain");

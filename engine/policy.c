@@ -34,22 +34,61 @@ void policy_observe(struct td_policy *p, int drafting, int rows, double seconds)
     p->t[m][b] += (seconds - p->t[m][b]) * a;
 }
 
-double policy_cost(const struct td_policy *p, int drafting, int rows) {
-    if (p->cost) return p->cost(p->cost_ctx, drafting, rows);
+/* the modelled cost of a step of bucket b (policy_cost without the test seam) */
+static double bucket_cost(const struct td_policy *p, int drafting, int b) {
     const double *t = p->t[drafting ? 1 : 0];
-    int b = policy_bucket(rows);
     for (int c = b; c >= 0; c--) // the next smaller measured bucket's (optimistic)
         if (t[c] > 0) return t[c];
+    // a drafting step costs at least a plain step of its rows: that one's, optimistic too (a
+    // drafting bucket measured only larger, as the prompt phase's 256 rows are, priced every
+    // decode step's drafts at a step of 256 rows, and a batch-32 run never drafted in its
+    // decode phase)
+    if (drafting && p->t[0][b] > 0) return p->t[0][b];
     for (int c = b + 1; c < POLICY_BUCKETS; c++)
         if (t[c] > 0) return t[c];
     return 0;
 }
 
-static int by_value(const void *a, const void *b) {
-    const struct policy_cand *x = a, *y = b;
-    if (x->v != y->v) return x->v > y->v ? -1 : 1;
-    if (x->s != y->s) return x->s < y->s ? -1 : 1;
-    return x->j < y->j ? -1 : x->j > y->j;
+double policy_cost(const struct td_policy *p, int drafting, int rows) {
+    if (p->cost) return p->cost(p->cost_ctx, drafting, rows);
+    return bucket_cost(p, drafting, policy_bucket(rows));
+}
+
+/* the candidates' order: likelier first, then the earlier sequence, then its earlier draft */
+static int before(const struct policy_cand *x, const struct policy_cand *y) {
+    if (x->v != y->v) return x->v > y->v;
+    if (x->s != y->s) return x->s < y->s;
+    return x->j < y->j;
+}
+
+/* a binary heap of each sequence's next candidate, h[0] the first in that order */
+static void heap_down(struct policy_cand *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, top = i;
+        if (l < n && before(&h[l], &h[top])) top = l;
+        if (r < n && before(&h[r], &h[top])) top = r;
+        if (top == i) return;
+        struct policy_cand t = h[i];
+        h[i] = h[top], h[top] = t;
+        i = top;
+    }
+}
+
+/* the first candidate of the heap h[0 .. *nh), replaced there by its sequence's next draft
+ * (its chance made non-increasing, and NaN-safe) */
+static struct policy_cand pop(struct policy_cand *h, int *nh, const int *kmax, const float *m,
+                              int stride) {
+    struct policy_cand c = h[0];
+    if (c.j + 1 < kmax[c.s]) {
+        float x = m[(size_t)c.s * stride + c.j + 1];
+        if (!(x < c.v)) x = c.v;
+        if (x < 0) x = 0;
+        h[0] = (struct policy_cand){.v = x, .s = c.s, .j = c.j + 1};
+    } else {
+        h[0] = h[--*nh];
+    }
+    heap_down(h, *nh, 0);
+    return c;
 }
 
 /* the step's rows with r drafts beside st (policy_step), and (pushed non-NULL) the prompt
@@ -63,43 +102,97 @@ static int step_rows(const struct policy_step *st, int n, int r, int *pushed) {
 }
 
 /* the best allocation at the drafting step's costs: its drafts in all (the first ones of
- * p->cand, sorted), its rate in *rate (0 when nothing is measured: every draft) */
-static int best_drafts(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
-                       const struct policy_step *st, double *rate) {
-    int total = 0;
-    for (int s = 0; s < n; s++)
-        total += kmax[s] > 0 ? kmax[s] : 0;
-    *rate = 0;
-    if (total > p->cap) {
-        struct policy_cand *c = realloc(p->cand, (size_t)total * sizeof *c);
-        if (!c) return -1;
-        p->cand = c, p->cap = total;
-    }
-    int k = 0;
+ * p->cand, in order), its rate in *rate (0 when nothing is measured: every draft). Each
+ * sequence's chances are non-increasing, so the drafts in order are a merge of the sequences'
+ * prefixes (a heap of their next drafts: the decode step's policy ran a qsort of every draft on
+ * offer, about 6 us at batch 32 with 5 each, every step, on the host's critical path) */
+/* an upper bound of best_drafts' rate: every draft's chance at the cheapest drafting step of
+ * any of its row counts (0: a cost not measured) */
+static double rate_bound(const struct td_policy *p, int n, const int *kmax, const float *m,
+                         int stride, const struct policy_step *st, int top) {
+    double e = n, tmin = -1;
     for (int s = 0; s < n; s++) {
         float v = 1.0f;
         for (int j = 0; j < kmax[s]; j++) {
             float x = m[(size_t)s * stride + j];
-            if (!(x < v)) x = v; // non-increasing (and NaN-safe)
+            if (!(x < v)) x = v;
             if (x < 0) x = 0;
-            v = x;
-            p->cand[k++] = (struct policy_cand){.v = v, .s = s, .j = j};
+            e += v = x;
         }
     }
-    qsort(p->cand, (size_t)k, sizeof *p->cand, by_value);
+    // the rows grow with r (a draft takes at most the one prompt row it pushes), so the buckets
+    // from r = 0 to top are every bucket they cover
+    int b0 = policy_bucket(step_rows(st, n, 0, NULL)),
+        b1 = policy_bucket(step_rows(st, n, top, NULL));
+    for (int r = 0; p->cost && r <= top; r++) { // the test seam: every row count
+        double t = p->cost(p->cost_ctx, 1, step_rows(st, n, r, NULL));
+        if (t <= 0) return 0;
+        if (tmin < 0 || t < tmin) tmin = t;
+    }
+    for (int b = b0; !p->cost && b <= b1; b++) {
+        double t = bucket_cost(p, 1, b);
+        if (t <= 0) return 0;
+        if (tmin < 0 || t < tmin) tmin = t;
+    }
+    return e / tmin;
+}
+
+/* below: a rate the caller needs beaten (0: none); when no allocation can, nothing is
+ * allocated and *rate is the bound (the plain steps' decision, every step) */
+static int best_drafts(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
+                       const struct policy_step *st, double below, double *rate) {
+    int total = 0;
+    for (int s = 0; s < n; s++)
+        total += kmax[s] > 0 ? kmax[s] : 0;
+    *rate = 0;
+    if (total + n > p->cap) {
+        struct policy_cand *c = realloc(p->cand, (size_t)(total + n) * sizeof *c);
+        if (!c) return -1;
+        p->cand = c, p->cap = total + n;
+    }
     int top = total < st->max_drafts ? total : st->max_drafts;
     if (top < 0) top = 0;
+    if (below > 0) {
+        double bound = rate_bound(p, n, kmax, m, stride, st, top);
+        if (bound > 0 && bound <= below) {
+            *rate = bound;
+            return 0;
+        }
+    }
+    // the heap after the order's slots (cand[0 .. r) the drafts taken, in order)
+    struct policy_cand *h = p->cand + total;
+    int nh = 0;
+    for (int s = 0; s < n; s++)
+        if (kmax[s] > 0) {
+            float x = m[(size_t)s * stride];
+            h[nh++] = (struct policy_cand){.v = x < 1.0f ? (x > 0 ? x : 0) : 1.0f, .s = s, .j = 0};
+        }
+    for (int i = nh / 2 - 1; i >= 0; i--)
+        heap_down(h, nh, i);
     // a prompt row pushed to a later step costs what a row of the plain step costs
     int pushed, rows0 = step_rows(st, n, 0, NULL);
     double t0 = policy_cost(p, 0, rows0), per_row = t0 > 0 ? t0 / rows0 : 0;
+    double cb[POLICY_BUCKETS]; // the drafting steps' costs by bucket, as looked up
+    for (int b = 0; b < POLICY_BUCKETS; b++)
+        cb[b] = -1;
     // committed tokens per second at r = 0 .. top drafts: the r most likely
     double e = n, best = -1;
     int best_r = top;
     for (int r = 0; r <= top; r++) {
-        if (r) e += p->cand[r - 1].v;
+        if (r) e += (p->cand[r - 1] = pop(h, &nh, kmax, m, stride)).v;
         int rows = step_rows(st, n, r, &pushed);
-        double t = policy_cost(p, 1, rows);
-        if (t <= 0) return top; // nothing measured: every draft
+        double t;
+        if (p->cost) {
+            t = p->cost(p->cost_ctx, 1, rows);
+        } else {
+            int b = policy_bucket(rows);
+            t = cb[b] < 0 ? (cb[b] = bucket_cost(p, 1, b)) : cb[b];
+        }
+        if (t <= 0) { // nothing measured: every draft
+            for (int q = r; q < top; q++)
+                p->cand[q] = pop(h, &nh, kmax, m, stride);
+            return top;
+        }
         t += pushed * per_row;
         if (e / t > best) best = e / t, best_r = r;
     }
@@ -118,7 +211,7 @@ int policy_choose(struct td_policy *p, int n, const int *kmax, const float *m, i
     int rows0 = step_rows(st, n, 0, NULL);
     if (!p->cost && policy_cost(p, 1, rows0) > 0 && p->t[1][policy_bucket(rows0)] == 0) return 0;
     double rate;
-    int r = best_drafts(p, n, kmax, m, stride, st, &rate);
+    int r = best_drafts(p, n, kmax, m, stride, st, 0, &rate);
     if (r < 0) { // no scratch: every draft, as the fixed policy verifies them
         for (int s = 0; s < n; s++)
             d[s] = kmax[s] > 0 ? kmax[s] : 0;
@@ -141,7 +234,7 @@ int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m,
     if (off <= 0) return 0;                                       // nor a plain step: try that
     if (!p->cost && p->t[0][policy_bucket(rows0)] == 0) return 0; // its bucket
     double rate;
-    if (best_drafts(p, n, kmax, m, stride, st, &rate) < 0) return 1;
+    if (best_drafts(p, n, kmax, m, stride, st, n / off, &rate) < 0) return 1;
     return rate > n / off;
 }
 

@@ -19,8 +19,9 @@
  * pushes that row to a later step, so it is charged a prompt row's cost (a plain step's cost
  * over its rows); in a step the prompts fill, drafting is otherwise free by the table. T comes
  * from steps measured by row bucket (powers of two, a moving average each); a bucket never
- * measured costs what the next smaller measured one does (optimistic, so a larger bucket is
- * tried and then known), and with nothing measured every draft is verified; while the bucket of
+ * measured costs what the next smaller measured one does, or for a drafting step with none
+ * smaller what a plain step of its bucket does (optimistic, so a larger bucket is tried and
+ * then known), and with nothing measured every draft is verified; while the bucket of
  * a step without drafts is unmeasured and others are, no draft is verified (that is tried too).
  * Given the same measurements the choice is the same: ties go to fewer rows, then to earlier
  * sequences.

@@ -8,8 +8,13 @@
  *                                     bucket whose rate is best, the likeliest first
  * policy/best_rate_brute_force        on random acceptance and random monotone costs, the choice
  *                                     reaches the best rate of every allocation of a small batch
+ * policy/merge_matches_sort           batches of up to 40 sequences, tied chances: the choice is
+ *                                     the sorted rule's, and drafting is chosen exactly when the
+ *                                     best rate beats a plain step's
  * policy/measured_buckets             observe: warm-up dropped, mean, a bucket never measured
- *                                     costs the next smaller one's; nothing measured: all drafts
+ *                                     costs the next smaller one's (a drafting one with none
+ *                                     smaller: a plain step's of its bucket); nothing measured:
+ *                                     all drafts
  * policy/deterministic_ties           equal chances: the earlier sequence, each its prefix
  * policy/estimates_explore           a position's estimate: 1 before any trial; after a streak
  *                                     of rejections it climbs back with the rounds; once verified
@@ -115,6 +120,77 @@ static double table(void *ctx, int drafting, int rows) {
     return costs[rows < 64 ? rows : 63];
 }
 
+static double plain_f = 1.0; /* a plain step's cost over a drafting one's of the same rows */
+static double table2(void *ctx, int drafting, int rows) {
+    return table(ctx, drafting, rows) * (drafting ? 1.0 : plain_f);
+}
+
+struct ref_cand {
+    float v;
+    int s, j;
+};
+static int ref_order(const void *a, const void *b) {
+    const struct ref_cand *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    if (x->s != y->s) return x->s < y->s ? -1 : 1;
+    return x->j < y->j ? -1 : x->j > y->j;
+}
+
+/* the policy's choice against the plain rule it implements: every draft on offer sorted
+ * (likelier first, ties to the earlier sequence, then its earlier draft), the best rate over
+ * the first r; batches of up to 40 sequences with up to 8 drafts each and tied chances (the
+ * heap that merges the sequences' drafts must give the sort's order); and whether to draft at
+ * all (policy_drafting: its bound must never turn down a rate that beats a plain step) */
+static void merge_matches_sort(void) {
+    case_begin();
+    struct td_policy p;
+    policy_init(&p);
+    p.cost = table2;
+    static struct ref_cand c[40 * K];
+    int agree = 0, drafting = 0;
+    for (int trial = 0; trial < 400 && !check_case_failed; trial++) {
+        int n = 1 + (int)(urand() * 40), kmax[40], d[40], want[40] = {0}, total = 0;
+        static float m[40 * K];
+        for (int s = 0; s < n; s++) {
+            kmax[s] = (int)(urand() * (K + 1));
+            float v = 1.0f;
+            for (int j = 0; j < K; j++) // eighths: ties between sequences
+                m[s * K + j] = v = (float)((int)(v * urand() * 8.0 + 0.5) / 8.0);
+            for (int j = 0; j < kmax[s]; j++)
+                c[total++] = (struct ref_cand){.v = m[s * K + j], .s = s, .j = j};
+        }
+        costs[0] = 0.1;
+        for (int r = 1; r < 64; r++)
+            costs[r] = costs[r - 1] + (urand() < 0.3 ? urand() : 0.0);
+        plain_f = 0.5 + urand();
+        qsort(c, (size_t)total, sizeof *c, ref_order);
+        double e = n, best = -1;
+        int best_r = 0;
+        for (int r = 0; r <= total; r++) {
+            if (r) e += c[r - 1].v;
+            double rate = e / table2(NULL, 1, n + r);
+            if (rate > best) best = rate, best_r = r;
+        }
+        for (int r = 0; r < best_r; r++)
+            want[c[r].s]++;
+        int got = policy_choose(&p, n, kmax, m, K, &none, d);
+        CHECK(got == best_r && !memcmp(d, want, (size_t)n * sizeof *d),
+              "trial %d (%d sequences): %d drafts chosen, the sort's %d", trial, n, got, best_r);
+        double off = n / table2(NULL, 0, n);
+        if (fabs(best - off) > 1e-9 * off) {
+            int dr = policy_drafting(&p, n, kmax, m, K, &none);
+            CHECK(dr == (best > off), "trial %d: drafting %d, best rate %.6f, plain %.6f", trial,
+                  dr, best, off);
+            agree++, drafting += dr;
+        }
+    }
+    CHECK(drafting > 20 && agree - drafting > 20, "%d decisions, %d to draft", agree, drafting);
+    policy_free(&p);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(%d decisions, %d to draft)", agree, drafting);
+    case_end("policy/merge_matches_sort", extra);
+}
+
 static void brute(void) {
     case_begin();
     struct td_policy p;
@@ -197,6 +273,16 @@ static void measured(void) {
         m[i] = 0.9f;
     CHECK(policy_choose(&p, 2, kmax, m, K, &none, d) == 2,
           "at 0.9: not the 4-row bucket (3.8 / 3)");
+    policy_free(&p);
+    // a drafting bucket with no smaller one measured takes a plain step's of its bucket, not a
+    // larger drafting one's (the prompt phase measures 256 rows; decode steps draft at 64)
+    policy_init(&p);
+    policy_observe(&p, 1, 256, 1.0), policy_observe(&p, 1, 256, 20.0);
+    policy_observe(&p, 0, 64, 1.0), policy_observe(&p, 0, 64, 5.0);
+    CHECK(fabs(policy_cost(&p, 1, 40) - 5.0) < 1e-12, "drafting at 40 rows: %g, not 5",
+          policy_cost(&p, 1, 40));
+    CHECK(fabs(policy_cost(&p, 1, 100) - 20.0) < 1e-12, "drafting at 100 rows: %g, not 20",
+          policy_cost(&p, 1, 100));
     policy_free(&p);
     case_end("policy/measured_buckets", "");
 }
@@ -323,6 +409,7 @@ int main(void) {
     steep_none();
     bucket_fill();
     brute();
+    merge_matches_sort();
     measured();
     ties();
     pushed();

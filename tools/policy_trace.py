@@ -12,7 +12,8 @@ import re
 import sys
 
 STEP = re.compile(r"policy: step (\d+), (\d+) rows, (\d+) offered, (\d+) verified, (\d+) accepted, "
-                  r"([\d.]+) us \(target ([\d.]+), verify ([\d.]+), drafter ([\d.]+)\); next (\S+)")
+                  r"([\d.]+) us \(target ([\d.]+), verify ([\d.]+), drafter ([\d.]+), policy ([\d.]+)\); "
+                  r"next (\S+)")
 
 
 def bucket(rows):
@@ -30,7 +31,8 @@ def summary(path, n_slow):
             if m:
                 g = m.groups()
                 steps.append((int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), float(g[5]),
-                              float(g[6]), float(g[7]), float(g[8]), g[9], line.strip()))
+                              float(g[6]), float(g[7]), float(g[8]), g[10], line.strip(),
+                              float(g[9])))
             elif "tokens/s" in line and line.startswith("bench:"):
                 rate = line.strip()
     print(f"== {path}")
@@ -47,10 +49,10 @@ def summary(path, n_slow):
     print("kind      rows <=   steps   mean us    sum ms")
     for (kind, b), (n, t) in sorted(kinds.items(), key=lambda x: (x[0][1], x[0][0])):
         print(f"{kind:9} {b:7d} {n:7d} {t / n:9.1f} {t / 1e3:9.1f}")
-    tot = [sum(s[i] for s in steps) / 1e3 for i in (5, 6, 7, 8)]
+    tot = [sum(s[i] for s in steps) / 1e3 for i in (5, 6, 7, 8, 11)]
     print(f"all {len(steps)} steps: {tot[0]:.1f} ms (target {tot[1]:.1f}, verify {tot[2]:.1f}, "
-          f"drafter {tot[3]:.1f}); drafts verified {sum(s[3] for s in steps)}, accepted "
-          f"{sum(s[4] for s in steps)}")
+          f"drafter {tot[3]:.1f}, of it the policy {tot[4]:.1f}); drafts verified "
+          f"{sum(s[3] for s in steps)}, accepted {sum(s[4] for s in steps)}")
     print(f"slowest {n_slow}:")
     for s in sorted(steps, key=lambda s: -s[5])[:n_slow]:
         print("  " + s[10])
