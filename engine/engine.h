@@ -148,6 +148,8 @@ struct td_engine_stats {
     long batch_wanted[TD_BATCH_BUCKETS]; /* drafts the drafter offered them */
     long batch_drafts[TD_BATCH_BUCKETS]; /* drafts they verified */
     long plain_steps;                    /* decoding steps the policy ran without a drafter */
+    long decisions_queued; /* the policy's decisions made while the next step ran (a plain
+                              stretch's: off the host's critical path) */
     /* host wall time of a step's phases. On a device the model drafter's work is queued at
      * the end of a step and runs before the next step's forward, so its device time counts in
      * t_target and t_draft holds only its set-up and launches (TD_TIMELINE=1 splits device

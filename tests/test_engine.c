@@ -462,6 +462,12 @@ static double cost_draft15(void *ctx, int drafting, int rows) {
     return drafting ? 1.5 : 1.0;
 }
 
+static long switch_calls;
+static double cost_switch(void *ctx, int drafting, int rows) {
+    (void)ctx, (void)rows;
+    return drafting && switch_calls++ < 300 ? 100.0 : 1.0;
+}
+
 static void adaptive_policy(void) {
     const char *tiny = "models/tandem-tiny";
     struct td_sampling greedy = {.temperature = 0.0f, .top_p = 1.0f};
@@ -487,10 +493,15 @@ static void adaptive_policy(void) {
             steps += s->batch_steps[b], wanted += s->batch_wanted[b], drafts += s->batch_drafts[b];
         if (i == 0)
             CHECK(drafts == wanted && drafts > 0, "flat: %ld of %ld drafts", drafts, wanted);
-        if (i == 1) // no drafting step pays: every decoding step is plain
-            CHECK(wanted == 0 && s->plain_steps == steps,
-                  "drafting 100x: %ld drafts offered, %ld plain steps of %ld", wanted,
-                  s->plain_steps, steps);
+        if (i == 1) // no drafting step pays: every decoding step is plain, and each decision
+            // after the first is made behind the step queued next (off the critical path)
+            CHECK(wanted == 0 && s->plain_steps == steps && s->decisions_queued >= steps - 3,
+                  "drafting 100x: %ld drafts offered, %ld plain steps of %ld, %ld decisions "
+                  "queued",
+                  wanted, s->plain_steps, steps, s->decisions_queued);
+        if (i != 1)
+            CHECK(s->decisions_queued == 0, "%ld decisions queued while drafting",
+                  s->decisions_queued);
         if (i == 2) // 4 sequences commit well over 1.5 x 4 tokens a drafting step: it drafts
             CHECK(drafts == wanted && drafts > 0 && s->plain_steps == 0,
                   "drafting 1.5x: %ld of %ld drafts, %ld plain steps", drafts, wanted,
@@ -500,6 +511,27 @@ static void adaptive_policy(void) {
                  drafts, wanted, s->plain_steps, steps);
         snprintf(name, sizeof name, "engine/adaptive_policy_%s", regimes[i].name);
         case_end(name, extra);
+    }
+    // plain, then drafting pays from the seam's 300th call on: the queued decision sees it
+    // and the steps after it draft; the tokens are plain decoding's
+    case_begin();
+    cost_g = cost_switch;
+    switch_calls = 0;
+    run(tiny, "dspark", 0, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &spec);
+    {
+        int which = -1;
+        const struct td_engine_stats *s = &spec.stats;
+        long drafts = 0;
+        for (int b = 0; b < TD_BATCH_BUCKETS; b++)
+            drafts += s->batch_drafts[b];
+        CHECK(same_tokens(&spec, &base, &which), "request %d differs from plain decoding", which);
+        CHECK(s->plain_steps > 0 && s->decisions_queued > 0 && drafts > 0,
+              "%ld plain steps, %ld decisions queued, then %ld drafts verified", s->plain_steps,
+              s->decisions_queued, drafts);
+        char extra[128];
+        snprintf(extra, sizeof extra, "(%ld plain steps, %ld decisions queued, %ld drafts)",
+                 s->plain_steps, s->decisions_queued, drafts);
+        case_end("engine/adaptive_policy_plain_then_drafting", extra);
     }
     // synthetic acceptance: drafts 1 and 2 always, 3 never
     case_begin();
