@@ -72,6 +72,9 @@ struct td_draft_seq {
     const int32_t *dev_drafts; /* out: NULL, or (deferred greedy round) where the [k] drafts
                                   are in backend memory; drafts and n_drafts (k until then)
                                   are filled by collect */
+    int caught;                /* out: rows this call made up for it, having drafted nothing
+                                  for them (within its window: MTP's keys before its step's
+                                  rows, DSpark's context its steps did not insert) */
 };
 
 struct td_forward_io;

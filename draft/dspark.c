@@ -363,13 +363,14 @@ static int commit(struct draft_dspark *d, const struct td_draft_seq *seqs, int n
 /* the drafting sequences seqs[live[0 .. nb)] that fell behind, caught up: the rows their
  * stages' window reaches from the committed end (the length jumps over the rest, which no block
  * reads: td_state_advance), in calls of up to max_rows rows */
-static int catch_up(struct draft_dspark *d, const struct td_draft_seq *seqs, int nb, char *err,
+static int catch_up(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, char *err,
                     size_t errlen) {
     for (int i = 0; i < nb; i++) {
-        const struct td_draft_seq *q = &seqs[d->live[i]];
+        struct td_draft_seq *q = &seqs[d->live[i]];
         int end = q->pos0 + q->n, from = end - d->st.window;
         if (from > d->st.len[q->slot] && td_state_advance(&d->st, q->slot, from, err, errlen))
             return -1;
+        q->caught = end - d->st.len[q->slot];
     }
     for (;;) {
         int rows = 0, m = 0;
@@ -488,7 +489,7 @@ int draft_dspark_run(struct draft_dspark *d, struct td_draft_seq *seqs, int n_se
         return td_errf(err, errlen,
                        "dspark: a round before the last round's drafts were collected");
     for (int s = 0; s < n_seq; s++)
-        seqs[s].n_drafts = 0, seqs[s].dev_drafts = NULL;
+        seqs[s].n_drafts = seqs[s].caught = 0, seqs[s].dev_drafts = NULL;
     // the sequences that draft, and whether the round is greedy (drafted on the backend;
     // sampled rounds draft on the host)
     int nb = 0;

@@ -311,7 +311,7 @@ static int32_t stream_row(const struct draft_mtp *d, int slot, int pos) {
  * where sequence i's forward rows start (its pos0, or later when the step holds more rows than
  * the window: its earlier rows' keys are never read, their streams may be gone from the ring).
  * With every row's logits asked for (tests), nothing is skipped. */
-static int catch_up_missed(struct draft_mtp *d, const struct td_draft_seq *seqs, const int *ord,
+static int catch_up_missed(struct draft_mtp *d, struct td_draft_seq *seqs, const int *ord,
                            int n, int *from, char *err, size_t errlen) {
     for (int i = 0; i < n; i++) {
         const struct td_draft_seq *q = &seqs[ord[i]];
@@ -323,6 +323,7 @@ static int catch_up_missed(struct draft_mtp *d, const struct td_draft_seq *seqs,
         if (d->all_logits || f < len) f = len;
         if (f > len && td_state_advance(&d->st, q->slot, f, err, errlen)) return -1;
         from[i] = f > q->pos0 ? f : q->pos0;
+        seqs[ord[i]].caught = q->pos0 > d->st.len[q->slot] ? q->pos0 - d->st.len[q->slot] : 0;
     }
     for (;;) {
         int rows = 0, m = 0, n_zero = 0;
@@ -362,7 +363,7 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
     if (d->pending)
         return td_errf(err, errlen, "mtp: a round before the last round's drafts were collected");
     for (int s = 0; s < n_seq; s++) {
-        seqs[s].n_drafts = 0;
+        seqs[s].n_drafts = seqs[s].caught = 0;
         seqs[s].dev_drafts = NULL;
         if (seqs[s].pos0 == 0) { // a new sequence in this slot, caught up or not
             d->st.in_use[seqs[s].slot] = 1;

@@ -110,8 +110,11 @@ struct td_engine {
     int decide_pending;      /* a plain stretch's decision, made once the next step is queued */
     struct request **pend_r; /* [max_seqs] decide_queued's requests */
     int *pend_k;             /* [max_seqs] drafts wanted of each (decide_drafting) */
-    double t_drafted;        /* the model drafter's phase of the last step (it made this step's
-                                drafts), counted in this step's cost */
+    long caught, caught_prev; /* rows the last drafter phase made up (its sequences had fallen
+                                 behind), and the one before it, whose time is this step's */
+    int steady;               /* TD_POLICY_STEADY=1: a step carrying a catch-up is not observed */
+    double t_drafted;         /* the model drafter's phase of the last step (it made this step's
+                                 drafts), counted in this step's cost */
 };
 
 static double now(void) {
@@ -373,6 +376,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     e->pol.cost = p->step_cost, e->pol.cost_ctx = p->cost_ctx;
     e->draft_on = 1;
     e->trace = getenv("TD_POLICY_TRACE") ? atoi(getenv("TD_POLICY_TRACE")) : 0;
+    e->steady = getenv("TD_POLICY_STEADY") && atoi(getenv("TD_POLICY_STEADY"));
     e->pol_m = malloc((size_t)e->p.max_seqs * TD_MAX_DRAFT * sizeof(float));
     e->pol_k = malloc((size_t)e->p.max_seqs * sizeof(int));
     e->pol_d = malloc((size_t)e->p.max_seqs * sizeof(int));
@@ -1080,7 +1084,9 @@ static int model_drafter_step(struct td_engine *e, int n_groups, char *err, size
     for (int j = 0; j < n; j++) {
         e->live[j]->n_drafts = e->dseqs[j].n_drafts;
         e->live[j]->drafts_dev = e->dseqs[j].dev_drafts;
+        e->caught += e->dseqs[j].caught;
     }
+    e->stats.caught_rows += e->caught;
     return 0;
 }
 
@@ -1164,6 +1170,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         }
         double t2 = now();
         e->stats.t_verify += t2 - t1;
+        e->caught_prev = e->caught, e->caught = 0;
         if (e->md.impl && model_drafter_step(e, n, err, errlen)) return -1;
         double t3 = now();
         e->stats.t_draft += t3 - t2;
@@ -1172,7 +1179,12 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         // waits for it). Counted in the step that ran it, a plain step followed by drafting
         // carried the drafter's catch-up, and at batch 32 plain steps of 256 rows cost more
         // than drafting ones (2914 against 2669 us, MTP, HumanEval, TD_POLICY_TRACE).
-        policy_observe(&e->pol, e->step_offered > 0, e->plan.n_tok, t2 - t0 + e->t_drafted);
+        // (with TD_POLICY_STEADY=1 a step that carries a catch-up is left out of the tables:
+        // they hold what steps cost while the drafter keeps up)
+        if (!(e->steady && e->caught_prev)) {
+            policy_observe(&e->pol, e->step_offered > 0, e->plan.n_tok, t2 - t0 + e->t_drafted);
+            e->stats.observed++;
+        }
         e->t_drafted = t3 - t2;
         if (e->trace > 1) {
             long verified = 0;
@@ -1180,10 +1192,12 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
                 verified += e->groups[i].prefill ? 0 : e->groups[i].n_drafts;
             fprintf(stderr,
                     "policy: step %ld, %d rows, %ld offered, %ld verified, %ld accepted, %.1f us "
-                    "(target %.1f, verify %.1f, drafter %.1f, policy %.1f); next %s\n",
+                    "(target %.1f, verify %.1f, drafter %.1f, policy %.1f, caught up %ld); next "
+                    "%s\n",
                     e->stats.steps, e->plan.n_tok, e->step_offered, verified,
                     e->stats.accepted - accepted0, 1e6 * (t3 - t0), 1e6 * (t1 - t0),
                     1e6 * (t2 - t1), 1e6 * (t3 - t2), e->md.impl ? 1e6 * e->t_policy : 0.0,
+                    e->caught,
                     !e->md.impl   ? "-"
                     : e->draft_on ? "drafts"
                                   : "plain");

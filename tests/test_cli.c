@@ -457,14 +457,17 @@ int main(void) {
     for (const char *q = out2; (q = strstr(q, "policy: step ")); q++) {
         long step, offered, verified, accepted;
         int rows, used = 0;
+        long caught;
         double us, tt, tv, td, tp;
         char next[16];
         if (sscanf(q,
                    "policy: step %ld, %d rows, %ld offered, %ld verified, %ld accepted, %lf us "
-                   "(target %lf, verify %lf, drafter %lf, policy %lf); next %15s%n",
-                   &step, &rows, &offered, &verified, &accepted, &us, &tt, &tv, &td, &tp, next,
-                   &used) != 11 ||
-            tp > td || step != n_trace + 1 || verified > offered || accepted > verified)
+                   "(target %lf, verify %lf, drafter %lf, policy %lf, caught up %ld); next "
+                   "%15s%n",
+                   &step, &rows, &offered, &verified, &accepted, &us, &tt, &tv, &td, &tp, &caught,
+                   next, &used) != 12 ||
+            tp > td || caught < 0 || step != n_trace + 1 || verified > offered ||
+            accepted > verified)
             bad_lines++;
         n_trace++;
     }

@@ -369,10 +369,22 @@ static void lazy_rounds_equal_every_round(struct fx *f, const char *ddir, const 
                                       .conf = cE},
                                 sL = sE;
             sL.k = lk, sL.drafts = dLd, sL.conf = cL;
+            // the context rows each makes up: E none once it drafts every round (its steps
+            // insert them, their rejected rows too: then it holds more than the committed end),
+            // L those its window reaches that it skipped
+            int heldE = draft_dspark_state(dE)->len[0], heldL = draft_dspark_state(dL)->len[0];
+            int wantE = k && heldE < end ? end - (end - W > heldE ? end - W : heldE) : 0;
+            int wantL = lk && heldL < end ? end - (end - W > heldL ? end - W : heldL) : 0;
             CHECK(!check_case_failed && !draft_dspark_run(dE, &sE, 1, err, sizeof err), "%s", err);
+            CHECK(check_case_failed || sE.caught == wantE, "step %d: E caught up %d rows, not %d",
+                  step, sE.caught, wantE);
+            CHECK(check_case_failed || !step || !k || sE.caught == 0,
+                  "step %d: E, drafting every round, caught up %d rows", step, sE.caught);
             if (k && !check_case_failed)
                 memcpy(uE, draft_dspark_base_logits(dE), (size_t)g * V * sizeof(float));
             CHECK(!check_case_failed && !draft_dspark_run(dL, &sL, 1, err, sizeof err), "%s", err);
+            CHECK(check_case_failed || sL.caught == wantL, "step %d: L caught up %d rows, not %d",
+                  step, sL.caught, wantL);
             if (lk && !check_case_failed) {
                 CHECK(sL.n_drafts == sE.n_drafts, "step %d: %d drafts, every round %d", step,
                       sL.n_drafts, sE.n_drafts);

@@ -335,7 +335,7 @@ static void lazy_rounds(const struct mtp_fixture *x) {
     struct fx f;
     if (case_open(&f, x, "lazy_rounds_equal_every_round", name, sizeof name)) return;
     const struct td_backend *b = td_backend_cpu();
-    int V = f.m.cfg.vocab, n0 = f.n, ok = 1, compared = 0;
+    int V = f.m.cfg.vocab, n0 = f.n, ok = 1, compared = 0, caught_up = 0;
     struct td_state st[2];
     struct td_plan p[2];
     struct draft_mtp *d[2] = {NULL, NULL};
@@ -384,9 +384,17 @@ static void lazy_rounds(const struct mtp_fixture *x) {
                                      .sampling = &greedy,
                                      .drafts = drafts[r],
                                      .q = qd};
+            // the rows it makes up before this step's: those it skipped, within the window of
+            // the step's last row (E, drafting every step, none)
+            int held = draft_mtp_state(d[r])->len[0], w = f.m.cfg.sliding_window;
+            int from = len + rows - w > held ? len + rows - w : held;
+            int want_caught = s.k && len > from ? len - from : 0;
             ok = !draft_mtp_run(d[r], &s, 1, err, sizeof err);
             CHECK(ok, "step %d, drafter %s: %s", i, r ? "L" : "E", err);
             CHECK(!ok || s.n_drafts == s.k, "step %d: %d drafts of %d", i, s.n_drafts, s.k);
+            CHECK(!ok || s.caught == want_caught, "step %d, drafter %s: caught up %d rows, not %d",
+                  i, r ? "L" : "E", s.caught, want_caught);
+            if (r && s.caught) caught_up++;
         }
         if (ok && lazy_step(i)) {
             compared++;
@@ -397,8 +405,10 @@ static void lazy_rounds(const struct mtp_fixture *x) {
         }
         len += rows;
     }
+    CHECK(caught_up > 0, "the lazy drafter never caught up");
     char extra[96];
-    snprintf(extra, sizeof extra, "(%d drafting steps of %d compared)", compared, STEPS + 1);
+    snprintf(extra, sizeof extra, "(%d drafting steps of %d compared, %d caught up)", compared,
+             STEPS + 1, caught_up);
     for (int r = 0; r < 2; r++) {
         draft_mtp_free(d[r]);
         meta_plan_free(&p[r]);

@@ -12,8 +12,8 @@ import re
 import sys
 
 STEP = re.compile(r"policy: step (\d+), (\d+) rows, (\d+) offered, (\d+) verified, (\d+) accepted, "
-                  r"([\d.]+) us \(target ([\d.]+), verify ([\d.]+), drafter ([\d.]+), policy ([\d.]+)\); "
-                  r"next (\S+)")
+                  r"([\d.]+) us \(target ([\d.]+), verify ([\d.]+), drafter ([\d.]+), policy ([\d.]+), "
+                  r"caught up (\d+)\); next (\S+)")
 
 
 def bucket(rows):
@@ -31,8 +31,8 @@ def summary(path, n_slow):
             if m:
                 g = m.groups()
                 steps.append((int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), float(g[5]),
-                              float(g[6]), float(g[7]), float(g[8]), g[10], line.strip(),
-                              float(g[9])))
+                              float(g[6]), float(g[7]), float(g[8]), g[11], line.strip(),
+                              float(g[9]), int(g[10])))
             elif "tokens/s" in line and line.startswith("bench:"):
                 rate = line.strip()
     print(f"== {path}")
@@ -53,6 +53,9 @@ def summary(path, n_slow):
     print(f"all {len(steps)} steps: {tot[0]:.1f} ms (target {tot[1]:.1f}, verify {tot[2]:.1f}, "
           f"drafter {tot[3]:.1f}, of it the policy {tot[4]:.1f}); drafts verified "
           f"{sum(s[3] for s in steps)}, accepted {sum(s[4] for s in steps)}")
+    caught = [s for s in steps if s[12] > 0]
+    print(f"catch-ups: {len(caught)} drafter phases made up {sum(s[12] for s in caught)} rows in "
+          f"{sum(s[8] for s in caught) / 1e3:.1f} ms")
     print(f"slowest {n_slow}:")
     for s in sorted(steps, key=lambda s: -s[5])[:n_slow]:
         print("  " + s[10])
