@@ -465,7 +465,7 @@ static double cost_draft15(void *ctx, int drafting, int rows) {
 static long switch_calls;
 static double cost_switch(void *ctx, int drafting, int rows) {
     (void)ctx, (void)rows;
-    return drafting && switch_calls++ < 300 ? 100.0 : 1.0;
+    return drafting && switch_calls++ < 100 ? 100.0 : 1.0;
 }
 
 static long alt_calls;
@@ -518,7 +518,7 @@ static void adaptive_policy(void) {
         snprintf(name, sizeof name, "engine/adaptive_policy_%s", regimes[i].name);
         case_end(name, extra);
     }
-    // plain, then drafting pays from the seam's 300th call on: the queued decision sees it
+    // plain, then drafting pays from the seam's 100th call on: the queued decision sees it
     // and the steps after it draft; the tokens are plain decoding's
     case_begin();
     cost_g = cost_switch;
