@@ -26,16 +26,13 @@ struct draft_mtp {
                                  (its window ring's rows: td_forward_io.hidden_by_position) */
     int ring;                 /* the target's window ring rows (td_state.swa_ring) */
     int window;               /* the positions the MTP layer's attention reaches back */
-    float *h_in, *h_out, *x;  /* [max_rows, nc, dim] */
-    float *tmp;               /* [max_rows * nc, dim] */
-    float *e;                 /* [max_rows, dim] */
-    int32_t *ids_dev;         /* [max_rows] */
+    float *h_in, *h_out;      /* [max_rows, nc, dim] */
     int32_t *src, *src_dev;   /* [max_rows] rows to gather (gather_streams), host and backend */
     float *logits;            /* [max_rows, vocab] host */
     float *p;                 /* [vocab] host scratch */
     int32_t *ids;             /* [max_rows] host */
     struct td_plan_seq *seqs; /* [max_seqs] */
-    int *zero, *live, *keep;  /* [max_rows], [max_seqs], [max_seqs] */
+    int *live, *keep;         /* [max_seqs] */
     int *ord;                 /* [max_seqs] the catch-up plan's sequence order */
     int *from;                /* [max_seqs] where each one's forward rows start */
     int all_logits;           /* catch-up returns every row's logits (tests) */
@@ -99,17 +96,12 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
     }
     d->h_in = b->alloc(S);
     d->h_out = b->alloc(S);
-    d->x = b->alloc(S);
-    d->tmp = b->alloc(S);
-    d->e = b->alloc(R * d->dim * sizeof(float));
-    d->ids_dev = b->alloc(R * sizeof(int32_t));
     d->src_dev = b->alloc(R * sizeof(int32_t));
     d->src = malloc(R * sizeof(int32_t));
     d->logits = malloc(R * d->vocab * sizeof(float));
     d->p = malloc((size_t)d->vocab * sizeof(float));
     d->ids = malloc(R * sizeof(int32_t));
     d->seqs = calloc((size_t)max_seqs, sizeof *d->seqs);
-    d->zero = malloc(R * sizeof(int));
     d->live = malloc((size_t)max_seqs * sizeof(int));
     d->keep = malloc((size_t)max_seqs * sizeof(int));
     d->ord = malloc((size_t)max_seqs * sizeof(int));
@@ -121,15 +113,20 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
         td_errf(err, errlen, "mtp: out of memory for the chain's buffers");
         goto fail;
     }
-    if (!d->hidden || !d->h_in || !d->h_out || !d->x || !d->tmp || !d->e || !d->ids_dev ||
-        !d->src_dev || !d->src || !d->logits || !d->p || !d->ids || !d->seqs || !d->zero ||
-        !d->live || !d->keep || !d->ord || !d->from) {
+    if (!d->hidden || !d->h_in || !d->h_out || !d->src_dev || !d->src || !d->logits || !d->p ||
+        !d->ids || !d->seqs || !d->live || !d->keep || !d->ord || !d->from) {
         td_errf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
         goto fail;
     }
-    struct td_forward_io io = {.x_in = d->x, .hidden_out = d->h_out},
-                         keys = {.x_in = d->x, .keys_only = TD_KEYS_STREAMS};
+    // the graphs of its three passes: rows from the target's streams by position (a round's
+    // first pass), from the last pass's (the chain), and keys only (a catch-up)
+    struct td_forward_io io = {.x_ring = d->hidden, .x_ring_rows = d->ring, .hidden_out = d->h_out},
+                         chain = {.x_in = d->h_in, .hidden_out = d->h_out},
+                         keys = {.keys_only = TD_KEYS_STREAMS,
+                                 .x_ring = d->hidden,
+                                 .x_ring_rows = d->ring};
     if (td_forward_prepare(d->run, &d->st, &pd, &io, 1, max_rows, err, errlen) ||
+        td_forward_prepare(d->run, &d->st, &pd, &chain, 1, max_rows, err, errlen) ||
         td_forward_prepare(d->run, &d->st, &pd, &keys, 1, max_rows, err, errlen))
         goto fail;
     *out = d;
@@ -142,8 +139,7 @@ fail:
 void draft_mtp_free(struct draft_mtp *d) {
     if (!d) return;
     const struct td_backend *b = d->b;
-    void *bufs[] = {d->hidden, d->h_in,    d->h_out,   d->x,    d->tmp,
-                    d->e,      d->ids_dev, d->src_dev, d->chain};
+    void *bufs[] = {d->hidden, d->h_in, d->h_out, d->src_dev, d->chain};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) b->release(bufs[i]);
     if (d->chain_host) b->release_host(d->chain_host);
@@ -152,7 +148,6 @@ void draft_mtp_free(struct draft_mtp *d) {
     free(d->ids);
     free(d->src);
     free(d->seqs);
-    free(d->zero);
     free(d->live);
     free(d->keep);
     free(d->ord);
@@ -190,41 +185,19 @@ void draft_mtp_set_all_logits(struct draft_mtp *d, int on) {
     d->all_logits = on;
 }
 
-/* X = h_proj(hnorm(h_in)) + e_proj(enorm(embed(ids))), zero token term at position 0, for n
- * rows. ids: d->ids, or (ids_dev non-NULL) the n ids in backend memory there */
-static void mtp_input(struct draft_mtp *d, int n, const int *zero_rows, int n_zero,
-                      const int32_t *ids_dev) {
-    const struct td_backend *b = d->b;
-    const struct td_ops *op = &b->ops;
-    const struct td_model *m = d->run;
-    int D = d->dim, nc = d->nc;
-    float eps = m->cfg.rms_eps;
-    if (!ids_dev) {
-        b->to_device(d->ids_dev, d->ids, (size_t)n * sizeof(int32_t));
-        ids_dev = d->ids_dev;
-    }
-    op->embed(d->tmp, ids_dev, W(m->embed), n, 1, D);
-    op->rmsnorm(d->tmp, d->tmp, W(m->mtp_enorm), n, D, eps);
-    op->matmul(d->e, d->tmp, W(m->mtp_eproj), n, D, D, NULL, 0);
-    if (n_zero) {
-        float *z = calloc((size_t)D, sizeof(float));
-        for (int i = 0; i < n_zero; i++)
-            b->to_device(d->e + (size_t)zero_rows[i] * D, z, (size_t)D * 4);
-        free(z);
-    }
-    op->rmsnorm(d->tmp, d->h_in, W(m->mtp_hnorm), n * nc, D, eps);
-    op->matmul(d->x, d->tmp, W(m->mtp_hproj), n * nc, D, D, NULL, 0);
-    op->add_bcast(d->x, d->e, n, nc, D);
-}
-
-/* the MTP block over the plan already built in d->plan, on mtp_input's rows (ids as there,
- * which the plan's device copy takes too). logits NULL: they stay in the backend
- * (td_forward_logits) */
-static int mtp_forward(struct draft_mtp *d, int n, const int *zero_rows, int n_zero,
-                       const int32_t *ids_dev, float *logits, char *err, size_t errlen) {
+/* The MTP block over the plan already built in d->plan. Its input streams come from the
+ * streams before each row (the forward makes them with the plan's ids, in its graph): the
+ * target's, by position (from_ring), or the last pass's in d->h_in, rows in plan order.
+ * ids_dev: the plan's n ids in backend memory instead (patched into its device copy). logits
+ * NULL: they stay in the backend (td_forward_logits) */
+static int mtp_forward(struct draft_mtp *d, int n, int from_ring, const int32_t *ids_dev,
+                       float *logits, char *err, size_t errlen) {
     struct td_id_patch patch = {.row = 0, .n = n, .src = ids_dev};
-    mtp_input(d, n, zero_rows, n_zero, ids_dev);
-    struct td_forward_io io = {.x_in = d->x, .hidden_out = d->h_out};
+    struct td_forward_io io = {.hidden_out = d->h_out};
+    if (from_ring)
+        io.x_ring = d->hidden, io.x_ring_rows = d->ring;
+    else
+        io.x_in = d->h_in;
     if (patch.src) io.id_patches = &patch, io.n_id_patches = 1;
     return td_forward_ex(d->run, &d->st, &d->plan, &io, logits, NULL, err, errlen);
 }
@@ -262,7 +235,7 @@ static int device_chain(struct draft_mtp *d, struct td_draft_seq *seqs, int n_se
                                               .ids = d->ids + i};
         }
         if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
-            mtp_forward(d, n_seq, NULL, 0, next, NULL, err, errlen))
+            mtp_forward(d, n_seq, 0, next, NULL, err, errlen))
             return -1;
         b->ops.greedy_slot(tok, nd, next, td_forward_logits(&d->st), n_seq, d->vocab, (int)K, j);
         b->ops.copy(d->h_in, d->h_out, (size_t)n_seq * row_bytes);
@@ -299,20 +272,16 @@ static int draw(struct draft_mtp *d, const float *lg, const struct td_sampling *
     return td_sample(q, d->vocab, td_rand_uniform(s->seed, (uint64_t)pos, TD_RAND_DRAFT));
 }
 
-/* the ring row of the target's stream at position pos of slot */
-static int32_t stream_row(const struct draft_mtp *d, int slot, int pos) {
-    return (int32_t)((long long)slot * d->ring + pos % d->ring);
-}
-
 /* The rows of sequences ord[0 .. n) before the ones this call's forward makes (from ..
  * this step's pos0): those a sequence skipped while it drafted nothing, from as far back as the
  * layer's window reaches from the step's last row (the length jumps over the rest, which no
- * later row reads: td_state_advance), keys only, in calls of up to max_rows rows. from[i]:
+ * later row reads: td_state_advance), keys only, in calls of up to max_rows rows (their
+ * streams read by position in the pass's graph). from[i]:
  * where sequence i's forward rows start (its pos0, or later when the step holds more rows than
  * the window: its earlier rows' keys are never read, their streams may be gone from the ring).
  * With every row's logits asked for (tests), nothing is skipped. */
-static int catch_up_missed(struct draft_mtp *d, struct td_draft_seq *seqs, const int *ord,
-                           int n, int *from, char *err, size_t errlen) {
+static int catch_up_missed(struct draft_mtp *d, struct td_draft_seq *seqs, const int *ord, int n,
+                           int *from, char *err, size_t errlen) {
     for (int i = 0; i < n; i++) {
         const struct td_draft_seq *q = &seqs[ord[i]];
         int len = d->st.len[q->slot], f = q->pos0 + q->n - d->window;
@@ -325,18 +294,16 @@ static int catch_up_missed(struct draft_mtp *d, struct td_draft_seq *seqs, const
         from[i] = f > q->pos0 ? f : q->pos0;
         seqs[ord[i]].caught = q->pos0 > d->st.len[q->slot] ? q->pos0 - d->st.len[q->slot] : 0;
     }
+    struct td_forward_io keys = {
+        .keys_only = TD_KEYS_STREAMS, .x_ring = d->hidden, .x_ring_rows = d->ring};
     for (;;) {
-        int rows = 0, m = 0, n_zero = 0;
+        int rows = 0, m = 0;
         for (int i = 0; i < n && rows < d->max_rows; i++) {
             const struct td_draft_seq *q = &seqs[ord[i]];
             int len = d->st.len[q->slot], take = q->pos0 - len;
             if (take > d->max_rows - rows) take = d->max_rows - rows;
             if (take <= 0) continue;
-            for (int j = 0; j < take; j++) {
-                d->src[rows + j] = stream_row(d, q->slot, len + j);
-                d->ids[rows + j] = q->toks[len + j + 1];
-            }
-            if (len == 0) d->zero[n_zero++] = rows;
+            memcpy(d->ids + rows, q->toks + len + 1, (size_t)take * sizeof(int32_t));
             d->seqs[m++] = (struct td_plan_seq){.slot = q->slot,
                                                 .len_before = len,
                                                 .n_new = take,
@@ -345,12 +312,8 @@ static int catch_up_missed(struct draft_mtp *d, struct td_draft_seq *seqs, const
             rows += take;
         }
         if (!m) return 0;
-        gather_streams(d, d->h_in, d->hidden, rows);
-        mtp_input(d, rows, d->zero, n_zero, NULL);
         if (meta_plan_build(&d->plan, d->seqs, m, err, errlen) ||
-            td_forward_store_kv(d->run, &d->st, &d->plan,
-                                &(struct td_forward_io){.x_in = d->x, .keys_only = TD_KEYS_STREAMS},
-                                err, errlen))
+            td_forward_store_kv(d->run, &d->st, &d->plan, &keys, err, errlen))
             return -1;
     }
 }
@@ -359,7 +322,7 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
                   size_t errlen) {
     const struct td_backend *b = d->b;
     size_t row_bytes = (size_t)d->nc * d->dim * sizeof(float);
-    int rows = 0, *zero = d->zero, n_zero = 0;
+    int rows = 0;
     if (d->pending)
         return td_errf(err, errlen, "mtp: a round before the last round's drafts were collected");
     for (int s = 0; s < n_seq; s++) {
@@ -396,10 +359,7 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
     for (int i = 0; i < n_in; i++) {
         struct td_draft_seq *q = &seqs[ord[i]];
         int p0 = from[i], n = q->pos0 + q->n - p0;
-        for (int j = 0; j < n; j++)
-            d->src[rows + j] = stream_row(d, q->slot, p0 + j);
         memcpy(d->ids + rows, q->toks + p0 + 1, (size_t)n * sizeof(int32_t)); // (its next)
-        if (p0 == 0) zero[n_zero++] = rows;
         d->seqs[i] = (struct td_plan_seq){.slot = q->slot,
                                           .len_before = p0,
                                           .n_new = n,
@@ -407,10 +367,9 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
                                           .skip_logits = d->all_logits ? 0 : n - 1};
         rows += n;
     }
-    gather_streams(d, d->h_in, d->hidden, rows);
     if (b->mark) b->mark("draft");
     if (meta_plan_build(&d->plan, d->seqs, n_in, err, errlen) ||
-        mtp_forward(d, rows, zero, n_zero, NULL, dev ? NULL : d->logits, err, errlen) ||
+        mtp_forward(d, rows, 1, NULL, dev ? NULL : d->logits, err, errlen) ||
         (dev && device_chain(d, seqs, n_draft, k, err, errlen)))
         return -1;
     if (dev) goto rollback;
@@ -448,7 +407,7 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
         }
         if (!n) break;
         if (meta_plan_build(&d->plan, d->seqs, n, err, errlen) ||
-            mtp_forward(d, n, NULL, 0, NULL, d->logits, err, errlen))
+            mtp_forward(d, n, 0, NULL, d->logits, err, errlen))
             return -1;
         n_live = 0;
         for (int i = 0; i < n; i++) {

@@ -30,11 +30,13 @@ __global__ void swiglu_act_kernel(float *g, const float *u, size_t n, float limi
     g[i] = swiglu_clamped(g[i], u[i], limit);
 }
 
-__global__ void add_bcast_kernel(float *X, const float *e, int n, int nc, int d) {
+__global__ void add_bcast_kernel(float *X, const float *e, int n, int nc, int d,
+                                 const int32_t *positions) {
     PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)n * nc * d) return;
     int c = (int)(i % d), t = (int)(i / ((long long)nc * d));
+    if (positions && positions[t] == 0) return;
     X[i] += e[(size_t)t * d + c];
 }
 
@@ -60,10 +62,12 @@ extern "C" void copy_bytes_cuda(void *dst, const void *src, size_t bytes) {
     LAUNCH_CHECK();
 }
 
-extern "C" void add_bcast_cuda(float *X, const float *e, int n, int nc, int d) {
+extern "C" void add_bcast_cuda(float *X, const float *e, int n, int nc, int d,
+                               const int32_t *positions) {
     long long total = (long long)n * nc * d;
     if (!total) return;
-    launch_k(add_bcast_kernel, ceil_div(total, 256), 256, 0, td_cuda_stream(), X, e, n, nc, d);
+    launch_k(add_bcast_kernel, ceil_div(total, 256), 256, 0, td_cuda_stream(), X, e, n, nc, d,
+             positions);
     LAUNCH_CHECK();
 }
 

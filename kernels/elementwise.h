@@ -21,8 +21,9 @@ void add_ref(float *y, const float *x, size_t n);
 /* x[i] *= s */
 void scale_ref(float *x, float s, size_t n);
 
-/* X[t, i, :] += e[t, :] for each of the nc streams i (a row vector broadcast over streams) */
-void add_bcast_ref(float *X, const float *e, int n, int nc, int d);
+/* X[t, i, :] += e[t, :] for each of the nc streams i (a row vector broadcast over streams);
+ * with positions, not for the rows at position 0 (MTP's token term there is zero) */
+void add_bcast_ref(float *X, const float *e, int n, int nc, int d, const int32_t *positions);
 
 /* y[t * y_stride + c] = mean over the nc streams of X[t, i, c] (summed in stream order, / nc) */
 void mean_streams_ref(float *y, const float *X, int n, int nc, int d, int y_stride);
@@ -37,7 +38,7 @@ void embed_cuda(float *X, const int32_t *ids, const void *emb, enum td_dtype emb
 void add_cuda(float *y, const float *x, size_t n);
 void scale_cuda(float *x, float s, size_t n);
 void swiglu_act_cuda(float *g, const float *u, size_t n, float limit);
-void add_bcast_cuda(float *X, const float *e, int n, int nc, int d);
+void add_bcast_cuda(float *X, const float *e, int n, int nc, int d, const int32_t *positions);
 /* dst[0 .. bytes) = src[0 .. bytes) (no overlap) by a kernel, not a copy engine: src is device
  * memory or pinned host memory the device reads over the bus. Between two kernels of a step a
  * copy engine's copy waited for the one before and was waited for (about 9 us for a 10 KB plan

@@ -28,9 +28,9 @@ void swiglu_act_ref(float *g, const float *u, size_t n, float limit) {
     }
 }
 
-void add_bcast_ref(float *X, const float *e, int n, int nc, int d) {
+void add_bcast_ref(float *X, const float *e, int n, int nc, int d, const int32_t *positions) {
     for (int t = 0; t < n; t++)
-        for (int i = 0; i < nc; i++)
+        for (int i = 0; i < nc && !(positions && positions[t] == 0); i++)
             for (int c = 0; c < d; c++)
                 X[((size_t)t * nc + i) * d + c] += e[(size_t)t * d + c];
 }

@@ -61,7 +61,8 @@ struct fwd {
     float *capture_ring; /* [slots, swa_ring, n_capture, dim] capture by position, or NULL */
     const float *x_ring; /* [slots, x_ring_rows, width] a keys pass's rows by position, or NULL */
     int x_ring_rows;
-    float *xc;                 /* [n, main_proj's input] a keys pass's rows loaded from x_ring */
+    float *xc; /* [n, main_proj's input or hc_mult * dim] rows loaded from x_ring (DSpark's
+                  captured rows, MTP's streams), MTP's normed streams */
     const int *capture_layers; /* [n_capture] */
     int n_capture;
     float *hidden_out;      /* [n, nc, dim] final streams out, or NULL */
@@ -372,7 +373,7 @@ static int check_plan(const struct td_model *m, const struct td_state *st, const
 // step buffers: made once per plan layout, so every step (and every captured graph) reads and
 // writes the same addresses
 
-#define MAX_GRAPHS 32
+#define MAX_GRAPHS 64 /* (MTP: three passes a bucket) */
 
 /* what a captured graph is for: its row bucket, its pass and the io buffers it was captured
  * with (zero-filled, compared whole) */
@@ -467,7 +468,10 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         {.dst = (void **)&f->inv_comp, .bytes = (size_t)(half + 1) * F},
         {.dst = (void **)&f->plan_dev, .bytes = meta_plan_bytes(d)},
         {.dst = (void **)&f->xc,
-         .bytes = N * (m->dspark.main_proj.data ? m->dspark.main_proj.shape[1] : 1) * F},
+         .bytes = N * F *
+                  (m->dspark.main_proj.data ? (size_t)m->dspark.main_proj.shape[1]
+                   : m->mtp_hproj.data      ? (size_t)nc * D
+                                            : 1)},
     };
     int n = (int)(sizeof want / sizeof *want);
     if (!(ws->bufs = calloc((size_t)n, sizeof *ws->bufs))) goto oom;
@@ -573,11 +577,36 @@ static struct hc_weights hc_of(const struct td_hc_w *h) {
                                .scale_dtype = h->scale.dtype};
 }
 
+/* MTP's input streams into X: hproj(hnorm(h)) + eproj(enorm(embed(id))) for each row (its
+ * plan id), the token term zero at position 0, h the streams before: x_in's rows, or by
+ * position from x_ring (the target's, kept by position). In the step's graph: made on the
+ * host's side they were eight launches and two uploads a pass, and a catch-up of 32 sequences
+ * x 128 rows took 2.7-3.5 ms (H100, batch 32) */
+static void mtp_input(struct fwd *f) {
+    const struct td_model *m = f->m;
+    const struct td_config *c = f->c;
+    int n = f->n, D = c->dim, nc = c->hc_mult;
+    float eps = c->rms_eps;
+    const float *h = f->x_in;
+    if (f->x_ring) {
+        f->op->ring_load(f->xc, f->x_ring, &f->rows, f->x_ring_rows, nc * D);
+        h = f->xc;
+    }
+    f->op->embed(f->x, f->rows.input_ids, W(m->embed), n, 1, D);
+    f->op->rmsnorm(f->x, f->x, W(m->mtp_enorm), n, D, eps);
+    f->op->matmul(f->a, f->x, W(m->mtp_eproj), n, D, D, NULL, 0);
+    f->op->rmsnorm(f->xc, h, W(m->mtp_hnorm), n * nc, D, eps);
+    f->op->matmul(f->X, f->xc, W(m->mtp_hproj), n * nc, D, D, NULL, 0);
+    f->op->add_bcast(f->X, f->a, n, nc, D, f->rows.positions);
+}
+
 static void run_layers(struct fwd *f, int32_t *topk_trace) {
     const struct td_model *m = f->m;
     const struct td_config *c = f->c;
     int n = f->n, D = c->dim, nc = c->hc_mult;
-    if (f->x_in) // a drafter's own input streams (MTP: projected target hidden + token)
+    if (m->mtp_hproj.data) // MTP: its input from the streams before and the tokens
+        mtp_input(f);
+    else if (f->x_in) // a drafter's own input streams
         f->op->copy(f->X, f->x_in, (size_t)n * nc * D * sizeof(float));
     else
         f->op->embed(f->X, f->rows.input_ids, W(m->embed), n, nc, D);
@@ -628,6 +657,10 @@ static void run_store(struct fwd *f) {
     const float *x = f->x_in;
     if (f->keys_only == TD_KEYS_STREAMS) { // the one layer's normed input, as run_layers makes it
         const struct td_layer *l = &m->layers[0];
+        if (m->mtp_hproj.data) {
+            mtp_input(f);
+            x = f->X;
+        }
         struct hc_weights ha = hc_of(&l->hc_attn);
         f->op->hc_pre(f->xn, f->post, f->comb, x, &ha, f->n, c->hc_mult, c->dim,
                       c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, W(l->attn_norm));
@@ -877,9 +910,11 @@ int td_forward_store_kv(const struct td_model *m, struct td_state *st, const str
         if (p->block[s])
             return td_errf(err, errlen,
                            "store_kv: sequence %d is a block, and blocks store nothing", s);
-    if (io->x_ring && (from != TD_KEYS_CONTEXT || !m->dspark.main_proj.data || io->x_ring_rows < 1))
+    if (io->x_ring && (io->x_ring_rows < 1 ||
+                       (from == TD_KEYS_CONTEXT ? !m->dspark.main_proj.data : !m->mtp_hproj.data)))
         return td_errf(err, errlen,
-                       "store_kv: rows by position are a DSpark insertion's (%d ring rows)",
+                       "store_kv: rows by position are a DSpark insertion's or MTP's (%d ring "
+                       "rows)",
                        io->x_ring_rows);
     struct fwd *f = begin(m, st, p, io, err, errlen);
     if (!f) return -1;

@@ -61,7 +61,9 @@ struct td_forward_tail {
 enum td_keys { TD_KEYS_NONE, TD_KEYS_CONTEXT, TD_KEYS_STREAMS };
 
 struct td_forward_io {
-    const float *x_in;         /* [max_tok, hc_mult, dim] replaces the embedding as the input */
+    const float *x_in;         /* [max_tok, hc_mult, dim] replaces the embedding as the input
+                                  (an MTP model: the streams its input is made from, with the
+                                  plan's ids) */
     float *hidden_out;         /* [max_tok, hc_mult, dim] the final streams, before hc_head (MTP);
                                   rows n_tok .. n_tok_pad - 1 get the pad rows' streams */
     int hidden_by_position;    /* hidden_out is [slots, swa_ring, hc_mult, dim] instead: row t
@@ -82,9 +84,10 @@ struct td_forward_io {
                                              step runs (backends with a device plan only) */
     int n_id_patches;
     enum td_keys keys_only; /* td_forward_store_kv's pass (x_in: its rows); for prepare */
-    const float *x_ring;    /* TD_KEYS_CONTEXT: the rows by position instead of x_in, [slots,
-                               x_ring_rows, width]: row t is its slot's ring row positions[t] %
-                               x_ring_rows (another state's capture_ring), loaded first */
+    const float *x_ring;    /* DSpark's insertion (TD_KEYS_CONTEXT) and an MTP model: the rows
+                               by position instead of x_in, [slots, x_ring_rows, width]: row t
+                               is its slot's ring row positions[t] % x_ring_rows (the target's
+                               capture_ring or streams by position), loaded first */
     int x_ring_rows;
     const struct td_forward_tail *tail; /* queued after the head, or NULL */
 };
@@ -119,10 +122,11 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
  *     (main_proj, main_norm); a model without that projection takes x [max_tok, dim] as they
  *     are. With io->x_ring the rows are read by position from there instead (the target's
  *     capture_ring).
- *   TD_KEYS_STREAMS: the layer's own input streams x [max_tok, hc_mult, dim], through its
- *     hc_pre and attn_norm as the whole forward would: the same keys, bit for bit, without the
- *     attention, the experts or the head. One-layer models (MTP's catch-up of rows it drafts
- *     nothing from).
+ *   TD_KEYS_STREAMS: the layer's own input streams x [max_tok, hc_mult, dim] (an MTP model:
+ *     made from the streams before, x or io->x_ring, and the plan's ids, as the whole forward
+ *     makes them), through its hc_pre and attn_norm as the whole forward would: the same keys,
+ *     bit for bit, without the attention, the experts or the head. One-layer models (MTP's
+ *     catch-up of rows it drafts nothing from).
  * Sliding-window-only models. Queued: nothing waits (a fault surfaces at the backend's next
  * finish); 0, or -1 with a message. */
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
