@@ -821,6 +821,10 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
 static struct fwd *begin(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                          const struct td_forward_io *io, char *err, size_t errlen) {
     if (check_plan(m, st, p, err, errlen)) return NULL;
+    if (m->mtp_hproj.data && !(io && (io->x_in || io->x_ring))) {
+        td_errf(err, errlen, "forward: an MTP layer's input needs the streams before its rows");
+        return NULL;
+    }
     struct fwd *f = setup(m, st, p, io, err, errlen);
     if (!f) return NULL;
     if (io && io->n_id_patches && f->plan_base == p->mem) {

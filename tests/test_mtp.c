@@ -493,11 +493,39 @@ static void deferred_mixed_k(const struct mtp_fixture *x) {
     case_end(name, "");
 }
 
+/* the MTP layer's forward makes its input from the streams before its rows: a call that
+ * brings none is refused, with the reason */
+static void needs_streams(const struct mtp_fixture *x) {
+    char err[768], name[160];
+    struct fx f;
+    if (case_open(&f, x, "forward_without_streams_refused", name, sizeof name)) return;
+    struct td_model mtp;
+    struct td_state st;
+    int loaded = !td_model_load_mtp(&f.m, &mtp, err, sizeof err);
+    CHECK(loaded, "%s", err);
+    if (loaded) {
+        CHECK(!td_state_init(&st, &mtp.cfg, 1, 64, 16, (size_t)1 << 28, td_backend_cpu(), err,
+                             sizeof err),
+              "%s", err);
+        struct td_plan_seq q = {
+            .slot = td_state_seq_alloc(&st), .len_before = 0, .n_new = 4, .ids = f.ids};
+        float *lg = malloc((size_t)4 * mtp.cfg.vocab * sizeof(float));
+        int rc = td_forward_seqs(&mtp, &st, &q, 1, lg, NULL, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "streams before"), "rc %d: %s", rc, err);
+        free(lg);
+        td_state_free(&st);
+        td_model_free(&mtp);
+    }
+    fx_close(&f);
+    case_end(name, "");
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
         run_fixture(&fixtures[i]);
         lazy_rounds(&fixtures[i]);
         deferred_mixed_k(&fixtures[i]);
+        if (!i) needs_streams(&fixtures[i]);
     }
     return check_failures ? 1 : 0;
 }
