@@ -66,6 +66,13 @@ struct draft_dspark {
 
 static void markov_tail(void *ctx, const struct rows_view *rows);
 
+/* the insertion's pass: keys from the target's captured rows, read by position (one
+ * description for the graphs made at start-up and every call, which must match) */
+static struct td_forward_io insert_io(const struct draft_dspark *d) {
+    return (struct td_forward_io){
+        .keys_only = TD_KEYS_CONTEXT, .x_ring = d->ring, .x_ring_rows = d->ring_rows};
+}
+
 // ---------------------------------------------------------------------------------------------
 // config
 
@@ -215,8 +222,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
                                 .g = dc->block,
                                 .r = dc->rank};
     b->ops.markov_greedy(&setup); // n = 0: the launch settings, before any capture
-    struct td_forward_io ins = {
-        .keys_only = TD_KEYS_CONTEXT, .x_ring = d->ring, .x_ring_rows = d->ring_rows};
+    struct td_forward_io ins = insert_io(d);
     struct td_forward_io io = {.hc_out = d->y}, io_greedy = {.hc_out = d->y, .tail = &d->tail};
     if (td_forward_prepare(d->run, &d->st, &pd, &ins, 1, max_rows, err, errlen) ||
         td_forward_prepare(d->run, &d->st, &pd, &io_greedy, dc->block, blk_rows, err, errlen) ||
@@ -313,8 +319,7 @@ static int seq_at(struct draft_dspark *d, int slot, int pos0, char *err, size_t 
 
 /* the rows d->seqs[0 .. m) into the stages' rings, from the target's captured rows by position */
 static int insert_rows(struct draft_dspark *d, int m, char *err, size_t errlen) {
-    struct td_forward_io io = {
-        .keys_only = TD_KEYS_CONTEXT, .x_ring = d->ring, .x_ring_rows = d->ring_rows};
+    struct td_forward_io io = insert_io(d);
     if (meta_plan_build(&d->plan, d->seqs, m, err, errlen) ||
         td_forward_store_kv(d->run, &d->st, &d->plan, &io, err, errlen))
         return -1;

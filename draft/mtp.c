@@ -43,6 +43,23 @@ struct draft_mtp {
     int defer, pending, n_round;
 };
 
+/* MTP's passes, each with its own graphs: a round's first pass (its input from the target's
+ * streams, by position), a chain step's (from the last pass's, in h_in), a catch-up's (keys
+ * only, from the target's streams) */
+enum mtp_pass { MTP_FIRST, MTP_CHAIN, MTP_KEYS };
+
+/* a pass's buffers: one description for the graphs made at start-up and every call, which
+ * must match */
+static struct td_forward_io pass_io(const struct draft_mtp *d, enum mtp_pass pass) {
+    if (pass == MTP_CHAIN) return (struct td_forward_io){.x_in = d->h_in, .hidden_out = d->h_out};
+    struct td_forward_io io = {.x_ring = d->hidden, .x_ring_rows = d->ring};
+    if (pass == MTP_KEYS)
+        io.keys_only = TD_KEYS_STREAMS;
+    else
+        io.hidden_out = d->h_out;
+    return io;
+}
+
 int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
                    const struct td_model *target_run, const struct td_backend *b, int max_seqs,
                    int max_ctx, int max_rows, int max_k, int stream_ring, int use_graphs,
@@ -118,17 +135,10 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
         td_errf(err, errlen, "mtp: out of memory for %d-row buffers", max_rows);
         goto fail;
     }
-    // the graphs of its three passes: rows from the target's streams by position (a round's
-    // first pass), from the last pass's (the chain), and keys only (a catch-up)
-    struct td_forward_io io = {.x_ring = d->hidden, .x_ring_rows = d->ring, .hidden_out = d->h_out},
-                         chain = {.x_in = d->h_in, .hidden_out = d->h_out},
-                         keys = {.keys_only = TD_KEYS_STREAMS,
-                                 .x_ring = d->hidden,
-                                 .x_ring_rows = d->ring};
-    if (td_forward_prepare(d->run, &d->st, &pd, &io, 1, max_rows, err, errlen) ||
-        td_forward_prepare(d->run, &d->st, &pd, &chain, 1, max_rows, err, errlen) ||
-        td_forward_prepare(d->run, &d->st, &pd, &keys, 1, max_rows, err, errlen))
-        goto fail;
+    for (int pass = MTP_FIRST; pass <= MTP_KEYS; pass++) {
+        struct td_forward_io io = pass_io(d, (enum mtp_pass)pass);
+        if (td_forward_prepare(d->run, &d->st, &pd, &io, 1, max_rows, err, errlen)) goto fail;
+    }
     *out = d;
     return 0;
 fail:
@@ -185,19 +195,14 @@ void draft_mtp_set_all_logits(struct draft_mtp *d, int on) {
     d->all_logits = on;
 }
 
-/* The MTP block over the plan already built in d->plan. Its input streams come from the
- * streams before each row (the forward makes them with the plan's ids, in its graph): the
- * target's, by position (from_ring), or the last pass's in d->h_in, rows in plan order.
- * ids_dev: the plan's n ids in backend memory instead (patched into its device copy). logits
- * NULL: they stay in the backend (td_forward_logits) */
-static int mtp_forward(struct draft_mtp *d, int n, int from_ring, const int32_t *ids_dev,
+/* The MTP block over the plan already built in d->plan, as pass MTP_FIRST or MTP_CHAIN (the
+ * forward makes its input with the plan's ids, in its graph). ids_dev: the plan's n ids in
+ * backend memory instead (patched into its device copy). logits NULL: they stay in the
+ * backend (td_forward_logits) */
+static int mtp_forward(struct draft_mtp *d, int n, enum mtp_pass pass, const int32_t *ids_dev,
                        float *logits, char *err, size_t errlen) {
     struct td_id_patch patch = {.row = 0, .n = n, .src = ids_dev};
-    struct td_forward_io io = {.hidden_out = d->h_out};
-    if (from_ring)
-        io.x_ring = d->hidden, io.x_ring_rows = d->ring;
-    else
-        io.x_in = d->h_in;
+    struct td_forward_io io = pass_io(d, pass);
     if (patch.src) io.id_patches = &patch, io.n_id_patches = 1;
     return td_forward_ex(d->run, &d->st, &d->plan, &io, logits, NULL, err, errlen);
 }
@@ -235,7 +240,7 @@ static int device_chain(struct draft_mtp *d, struct td_draft_seq *seqs, int n_se
                                               .ids = d->ids + i};
         }
         if (meta_plan_build(&d->plan, d->seqs, n_seq, err, errlen) ||
-            mtp_forward(d, n_seq, 0, next, NULL, err, errlen))
+            mtp_forward(d, n_seq, MTP_CHAIN, next, NULL, err, errlen))
             return -1;
         b->ops.greedy_slot(tok, nd, next, td_forward_logits(&d->st), n_seq, d->vocab, (int)K, j);
         b->ops.copy(d->h_in, d->h_out, (size_t)n_seq * row_bytes);
@@ -294,8 +299,7 @@ static int catch_up_missed(struct draft_mtp *d, struct td_draft_seq *seqs, const
         from[i] = f > q->pos0 ? f : q->pos0;
         seqs[ord[i]].caught = q->pos0 > d->st.len[q->slot] ? q->pos0 - d->st.len[q->slot] : 0;
     }
-    struct td_forward_io keys = {
-        .keys_only = TD_KEYS_STREAMS, .x_ring = d->hidden, .x_ring_rows = d->ring};
+    struct td_forward_io keys = pass_io(d, MTP_KEYS);
     for (;;) {
         int rows = 0, m = 0;
         for (int i = 0; i < n && rows < d->max_rows; i++) {
@@ -369,7 +373,7 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
     }
     if (b->mark) b->mark("draft");
     if (meta_plan_build(&d->plan, d->seqs, n_in, err, errlen) ||
-        mtp_forward(d, rows, 1, NULL, dev ? NULL : d->logits, err, errlen) ||
+        mtp_forward(d, rows, MTP_FIRST, NULL, dev ? NULL : d->logits, err, errlen) ||
         (dev && device_chain(d, seqs, n_draft, k, err, errlen)))
         return -1;
     if (dev) goto rollback;
@@ -407,7 +411,7 @@ int draft_mtp_run(struct draft_mtp *d, struct td_draft_seq *seqs, int n_seq, cha
         }
         if (!n) break;
         if (meta_plan_build(&d->plan, d->seqs, n, err, errlen) ||
-            mtp_forward(d, n, 0, NULL, d->logits, err, errlen))
+            mtp_forward(d, n, MTP_CHAIN, NULL, d->logits, err, errlen))
             return -1;
         n_live = 0;
         for (int i = 0; i < n; i++) {

@@ -74,15 +74,19 @@ static void heap_down(struct policy_cand *h, int n, int i) {
     }
 }
 
-/* the first candidate of the heap h[0 .. *nh), replaced there by its sequence's next draft
- * (its chance made non-increasing, and NaN-safe) */
+/* a draft's chance as the policy takes it: at most the one before it in its sequence (prev; 1
+ * for the first), at least 0, NaN-safe */
+static float chance(float x, float prev) {
+    if (!(x < prev)) x = prev;
+    return x < 0 ? 0 : x;
+}
+
+/* the first candidate of the heap h[0 .. *nh), replaced there by its sequence's next draft */
 static struct policy_cand pop(struct policy_cand *h, int *nh, const int *kmax, const float *m,
                               int stride) {
     struct policy_cand c = h[0];
     if (c.j + 1 < kmax[c.s]) {
-        float x = m[(size_t)c.s * stride + c.j + 1];
-        if (!(x < c.v)) x = c.v;
-        if (x < 0) x = 0;
+        float x = chance(m[(size_t)c.s * stride + c.j + 1], c.v);
         h[0] = (struct policy_cand){.v = x, .s = c.s, .j = c.j + 1};
     } else {
         h[0] = h[--*nh];
@@ -101,43 +105,49 @@ static int step_rows(const struct policy_step *st, int n, int r, int *pushed) {
     return n + st->fixed + r + in;
 }
 
-/* the best allocation at the drafting step's costs: its drafts in all (the first ones of
- * p->cand, in order), its rate in *rate (0 when nothing is measured: every draft). Each
- * sequence's chances are non-increasing, so the drafts in order are a merge of the sequences'
- * prefixes (a heap of their next drafts: the decode step's policy ran a qsort of every draft on
- * offer, about 6 us at batch 32 with 5 each, every step, on the host's critical path) */
+/* a drafting step of bucket b, looked up once a call (cb[b] < 0: not yet) */
+static double draft_bucket(const struct td_policy *p, int b, double *cb) {
+    return cb[b] < 0 ? (cb[b] = bucket_cost(p, 1, b)) : cb[b];
+}
+
+/* a drafting step of rows rows: policy_cost, by draft_bucket */
+static double draft_cost(const struct td_policy *p, int rows, double *cb) {
+    return p->cost ? p->cost(p->cost_ctx, 1, rows) : draft_bucket(p, policy_bucket(rows), cb);
+}
+
 /* an upper bound of best_drafts' rate: every draft's chance at the cheapest drafting step of
  * any of its row counts (0: a cost not measured) */
 static double rate_bound(const struct td_policy *p, int n, const int *kmax, const float *m,
-                         int stride, const struct policy_step *st, int top) {
+                         int stride, const struct policy_step *st, int top, double *cb) {
     double e = n, tmin = -1;
     for (int s = 0; s < n; s++) {
         float v = 1.0f;
-        for (int j = 0; j < kmax[s]; j++) {
-            float x = m[(size_t)s * stride + j];
-            if (!(x < v)) x = v;
-            if (x < 0) x = 0;
-            e += v = x;
-        }
+        for (int j = 0; j < kmax[s]; j++)
+            e += v = chance(m[(size_t)s * stride + j], v);
     }
     // the rows grow with r (a draft takes at most the one prompt row it pushes), so the buckets
-    // from r = 0 to top are every bucket they cover
+    // from r = 0 to top are every bucket they cover; the test seam is asked at every row count
     int b0 = policy_bucket(step_rows(st, n, 0, NULL)),
         b1 = policy_bucket(step_rows(st, n, top, NULL));
-    for (int r = 0; p->cost && r <= top; r++) { // the test seam: every row count
-        double t = p->cost(p->cost_ctx, 1, step_rows(st, n, r, NULL));
+    for (int r = 0; p->cost && r <= top; r++) {
+        double t = draft_cost(p, step_rows(st, n, r, NULL), cb);
         if (t <= 0) return 0;
         if (tmin < 0 || t < tmin) tmin = t;
     }
     for (int b = b0; !p->cost && b <= b1; b++) {
-        double t = bucket_cost(p, 1, b);
+        double t = draft_bucket(p, b, cb);
         if (t <= 0) return 0;
         if (tmin < 0 || t < tmin) tmin = t;
     }
     return e / tmin;
 }
 
-/* below: a rate the caller needs beaten (0: none); when no allocation can, nothing is
+/* the best allocation at the drafting step's costs: its drafts in all (the first ones of
+ * p->cand, in order), its rate in *rate (0 when nothing is measured: every draft). Each
+ * sequence's chances are non-increasing, so the drafts in order are a merge of the sequences'
+ * prefixes (a heap of their next drafts: the decode step's policy ran a qsort of every draft on
+ * offer, about 6 us at batch 32 with 5 each, every step, on the host's critical path).
+ * below: a rate the caller needs beaten (0: none); when no allocation can, nothing is
  * allocated and *rate is the bound (the plain steps' decision, every step) */
 static int best_drafts(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
                        const struct policy_step *st, double below, double *rate) {
@@ -152,8 +162,11 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
     }
     int top = total < st->max_drafts ? total : st->max_drafts;
     if (top < 0) top = 0;
+    double cb[POLICY_BUCKETS]; // the drafting steps' costs by bucket, as looked up
+    for (int b = 0; b < POLICY_BUCKETS; b++)
+        cb[b] = -1;
     if (below > 0) {
-        double bound = rate_bound(p, n, kmax, m, stride, st, top);
+        double bound = rate_bound(p, n, kmax, m, stride, st, top, cb);
         if (bound > 0 && bound <= below) {
             *rate = bound;
             return 0;
@@ -163,31 +176,20 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
     struct policy_cand *h = p->cand + total;
     int nh = 0;
     for (int s = 0; s < n; s++)
-        if (kmax[s] > 0) {
-            float x = m[(size_t)s * stride];
-            h[nh++] = (struct policy_cand){.v = x < 1.0f ? (x > 0 ? x : 0) : 1.0f, .s = s, .j = 0};
-        }
+        if (kmax[s] > 0)
+            h[nh++] =
+                (struct policy_cand){.v = chance(m[(size_t)s * stride], 1.0f), .s = s, .j = 0};
     for (int i = nh / 2 - 1; i >= 0; i--)
         heap_down(h, nh, i);
     // a prompt row pushed to a later step costs what a row of the plain step costs
     int pushed, rows0 = step_rows(st, n, 0, NULL);
     double t0 = policy_cost(p, 0, rows0), per_row = t0 > 0 ? t0 / rows0 : 0;
-    double cb[POLICY_BUCKETS]; // the drafting steps' costs by bucket, as looked up
-    for (int b = 0; b < POLICY_BUCKETS; b++)
-        cb[b] = -1;
     // committed tokens per second at r = 0 .. top drafts: the r most likely
     double e = n, best = -1;
     int best_r = top;
     for (int r = 0; r <= top; r++) {
         if (r) e += (p->cand[r - 1] = pop(h, &nh, kmax, m, stride)).v;
-        int rows = step_rows(st, n, r, &pushed);
-        double t;
-        if (p->cost) {
-            t = p->cost(p->cost_ctx, 1, rows);
-        } else {
-            int b = policy_bucket(rows);
-            t = cb[b] < 0 ? (cb[b] = bucket_cost(p, 1, b)) : cb[b];
-        }
+        double t = draft_cost(p, step_rows(st, n, r, &pushed), cb);
         if (t <= 0) { // nothing measured: every draft
             for (int q = r; q < top; q++)
                 p->cand[q] = pop(h, &nh, kmax, m, stride);
