@@ -1,8 +1,8 @@
 /* attention.cu: the sparse MQA-with-sinks entry point on the GPU, one block (or a cluster) per
- * (row, head); each row's keys come from the step metadata through rows.h's rows_key_row, as in
- * attention_rows_ref (see attention.h). fp32 throughout: each warp an online softmax over its
- * groups of the row's keys (their addresses resolved once into shared memory), the warps' parts
- * joined in order. */
+ * (row, group of heads); each row's keys come from the step metadata through rows.h's
+ * rows_key_row, as in attention_rows_ref (see attention.h). fp32 throughout: the block stages
+ * its keys in shared memory once for all its heads, a warp per head runs an online softmax
+ * over them, and the blocks' parts are joined in order. */
 #include <cooperative_groups.h>
 #include <type_traits>
 
@@ -83,59 +83,70 @@ __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0,
         v[j] = c0 + j < f.d ? key_at<KT>(p, f, c0 + j) : 0.0f;
 }
 
-/* The CUDA kernel splits each row's keys into this many contiguous slices, one block of a
- * cluster each, for models of few heads (tandem-tiny's 8: a batch-1 step would fill 8 blocks)
- * and rows of up to max_keys >= 128 keys. It follows the configuration, never the batch.
- * (With the Flash slice's 64 heads a split of 4 left batch 1 unchanged and cost batch 8 7%.) */
-static int attention_splits(int n_heads, int max_keys) {
-    return n_heads <= 16 && max_keys >= 128 ? 4 : 1;
+/* The CUDA kernel's blocks. MQA: every head of a row reads the same keys, so a block takes
+ * attention_heads heads of one row, a warp each, and reads each of its keys once for all of
+ * them (a block per (row, head) read every key once per head: a verify step of 96 rows on
+ * tandem-tiny took 30 us a call against 10 at 16 rows, its 3072 blocks each resolving and
+ * loading the same keys). It follows the configuration, never the batch. */
+#define ATT_MAX_HEADS 16
+static int attention_heads(int n_heads) { // the largest divisor of n_heads up to 16
+    for (int g = n_heads < ATT_MAX_HEADS ? n_heads : ATT_MAX_HEADS; g > 1; g--)
+        if (n_heads % g == 0) return g;
+    return 1;
 }
 
-/* The CUDA kernel's threads a block: a warp per group of keys, 16 of them for the Flash
- * slice's head_dim 512 (a 128-thread block that walked the 512 columns in four passes of
- * dependent key loads took 49 us per layer at batch 1, 24 with 512). It follows d alone, and
- * so does the order in which the block joins its warps' parts. A lane holds d / 32 columns,
- * at most ATTENTION_MAX_D / 32. */
-#define ATTENTION_MAX_D 512
-static int attention_threads(int d) {
-    return d > 256 ? 512 : d > 128 ? 256 : 128;
+/* The blocks of a cluster that split each row's keys into contiguous slices of about
+ * ATT_SLICE keys (so a step of one row still fills some multiprocessors): from max_keys, the
+ * widest row the model gives, never the row's own count. */
+#define ATT_SLICE      64
+#define ATT_MAX_SPLITS 8 /* a portable cluster */
+static int attention_splits(int max_keys) {
+    int s = (max_keys + ATT_SLICE - 1) / ATT_SLICE;
+    return s < 1 ? 1 : s > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : s;
 }
+
+/* the columns a lane's registers cover, 32 NC (by_columns), ATTENTION_MAX_D at most */
+#define ATTENTION_MAX_D 512
+static int attention_cols(int d) {
+    int cw = 32;
+    while (cw < d)
+        cw *= 2;
+    return cw;
+}
+
+#define ATT_KEYS 4  /* keys a warp scores together (their loads and sums in flight at once) */
+#define ATT_TILE 16 /* keys staged in shared memory at a time */
 
 /* Shared memory of the CUDA kernel's block for rows of up to max_keys keys of d floats: its
- * slice's key addresses, its warps' output parts, maxima and sums, its own part, max and sum. */
+ * slice's key addresses, a tile of keys (ATT_TILE x cw floats), its heads' output parts
+ * (heads x cw) and their maxima and sums. */
 static size_t attention_smem(int d, int max_keys, int n_heads) {
-    int s = attention_splits(n_heads, max_keys), slice = (max_keys + s - 1) / s;
-    int nw = attention_threads(d) / 32;
-    return (size_t)slice * sizeof(float *) +
-           ((size_t)(nw + 1) * d + 2 + 2 * (size_t)nw) * sizeof(float);
+    int s = attention_splits(max_keys), slice = (max_keys + s - 1) / s;
+    size_t cw = (size_t)attention_cols(d), hg = (size_t)attention_heads(n_heads);
+    return (((size_t)slice * sizeof(void *) + 15) & ~(size_t)15) +
+           (ATT_TILE * cw + hg * cw + 2 * hg) * sizeof(float);
 }
 
-#define ATT_KEYS       4
-#define ATT_MAX_SPLITS 4 /* the most attention_splits gives */
-
-/* A cluster of ks blocks per (row, head) (attention_splits): the heads of a row run side by
- * side, and block r of the cluster takes the r-th contiguous slice of the row's keys. Each
- * block resolves its keys' addresses once into shared memory; then each warp takes groups of
- * ATT_KEYS keys (warp w: keys 4w .. 4w + 3, then 4 (w + nw) ..), all their loads in flight
- * together, and reads each key once: lane l holds columns l, l + 32, .. (NC of them; typed
- * caches: NC l .. NC l + NC - 1, key_lane) of the query, of each key and of its output part, scores
- * the keys (one warp sum each) and keeps the running max m_w, sum l_w of exp(s_j - m_w) and part
- * o_w = sum_j exp(s_j - m_w) k_j, in key order. The block joins its warps' parts in warp order into
- * its own m_r, l_r and o_r. Block 0 then reads the others' (through distributed shared memory when
- * ks > 1) and writes, in block order, out = sum_r exp(m_r - M) o_r / (sum_r exp(m_r - M) l_r +
- * exp(sink - M)),  M = max(m_r, sink). The slices and the warps' keys follow the row's key count,
- * ks the configuration, so a row's result never depends on the rows beside it. (A warp per key
- * group that read each key twice, once to score and once, a thread per column walking every key,
- * for the output, took 17 us a call on the Flash slice at batch 1: the walk was a chain of
- * dependent L2 round trips.) */
+/* Block (row t, slice rank, head group y) of a cluster of ks: it resolves its slice's key
+ * addresses once into shared memory, then stages ATT_TILE keys at a time (its warps loading
+ * them: fp32 keys a lane's columns l, l + 32, ..; typed caches NC contiguous ones, key_lane),
+ * and warp w, head y hg + w, holding its query's columns l, l + 32, .. (NC of them), scores the
+ * tile's keys ATT_KEYS at a time (one warp sum each) and keeps the running max m, sum l of
+ * exp(s_j - m) and part o = sum_j exp(s_j - m) k_j, in key order. Each block writes its heads'
+ * parts to shared memory; head w is then finished by warp w of block w % ks, which reads the
+ * ks parts (through distributed shared memory when ks > 1) in block order and writes
+ * out = sum_r exp(m_r - M) o_r / (sum_r exp(m_r - M) l_r + exp(sink - M)),  M = max(m_r, sink).
+ * The slices and tiles follow the row's key count, ks and hg the configuration, so a row's
+ * result never depends on the rows beside it. */
 template <int NC, int KT>
-__global__ void __launch_bounds__(512)
+__global__ void __launch_bounds__(32 * ATT_MAX_HEADS)
     attention_rows_kernel(struct attn_args a, int max_keys, int ks) {
     prefetch_row_plan(a.rows, blockIdx.x / ks); // (the plan entries the key addresses need)
     PDL_START();
-    extern __shared__ float sm[]; // key pointers[slice], the warps' parts [nw][d], o[d], m, l
+    constexpr int CW = 32 * NC;
+    extern __shared__ __align__(16) unsigned char smb[];
     const struct rows_view &r = a.rows;
-    int t = blockIdx.x / ks, rank = blockIdx.x % ks, h = blockIdx.y;
+    int t = blockIdx.x / ks, rank = blockIdx.x % ks;
     if (r.row_seq[t] < 0) return; // a pad row: inert (the whole cluster returns)
     int sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
     int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
@@ -155,22 +166,20 @@ __global__ void __launch_bounds__(512)
     int j0 = min(nk, rank * per), nj = min(nk, j0 + per) - j0;
     int slice = (max_keys + ks - 1) / ks;
     TD_DEV_ASSERT(nj <= slice); // kp[] holds a slice: the plan's and the rings' sizes promise it
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hg = blockDim.x >> 5;
+    int h = blockIdx.y * hg + warp; // this warp's head
     const kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
-    const void **kp = (const void **)sm;
-    float *ow = (float *)(kp + slice), *o = ow + (size_t)nw * a.d, *ml = o + a.d;
-    float *mw = ml + 2, *sw = mw + nw; // the warps' maxima, then their scales
+    const void **kp = (const void **)smb;
+    float *tile = (float *)(smb + (((size_t)slice * sizeof(void *) + 15) & ~(size_t)15));
+    float *part = tile + ATT_TILE * CW, *ml = part + (size_t)hg * CW; // [hg][CW], [hg][2]
     for (int j = threadIdx.x; j < nj; j += blockDim.x)
         kp[j] = key_ptr(a, f, t, j0 + j, n_swa, slot, len, row0);
     const float *qh = a.q + ((size_t)t * a.n_heads + h) * a.d;
-    // a lane's columns: lane, lane + 32, .. (fp32 keys: each load a warp's 128 bytes), or NC
-    // contiguous ones (typed keys, key_lane: 8-byte loads of a lane's own codes and one scale)
     constexpr bool CONTIG = KT != TD_KV_F32 && NC % 8 == 0;
-    auto col = [&](int i) { return CONTIG ? NC * lane + i : lane + 32 * i; };
     float qv[NC], acc[NC];
 #pragma unroll
     for (int i = 0; i < NC; i++) {
-        int c = col(i);
+        int c = lane + 32 * i;
         qv[i] = c < a.d ? qh[c] : 0.0f;
         acc[i] = 0.0f;
     }
@@ -181,126 +190,115 @@ __global__ void __launch_bounds__(512)
     for (int i = threadIdx.x; i < nj * lines; i += blockDim.x)
         prefetch_l2_line((const char *)kp[i / lines] + (size_t)(i % lines) * 128);
     float m = -INFINITY, sum = 0.0f;
-    for (int q0 = warp * ATT_KEYS; q0 < nj; q0 += nw * ATT_KEYS) {
-        float kv[ATT_KEYS][NC], sc[ATT_KEYS];
-#pragma unroll
-        for (int u = 0; u < ATT_KEYS; u++) {
-            const void *k = q0 + u < nj ? kp[q0 + u] : NULL;
+    for (int b0 = 0; b0 < nj; b0 += ATT_TILE) {
+        int nt = min(ATT_TILE, nj - b0);
+        __syncthreads(); // the tile before is scored
+        for (int u = warp; u < nt; u += hg) { // a tile row: the key's CW columns, 0 past d
+            const void *k = kp[b0 + u];
+            float *row = tile + (size_t)u * CW;
             if constexpr (CONTIG) {
-                if (k)
-                    key_lane<NC, KT>(k, f, NC * lane, kv[u]);
-                else
+                float v[NC];
+                key_lane<NC, KT>(k, f, NC * lane, v);
 #pragma unroll
-                    for (int i = 0; i < NC; i++)
-                        kv[u][i] = 0.0f;
+                for (int j = 0; j < NC / 4; j++)
+                    ((float4 *)(row + NC * lane))[j] =
+                        make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
             } else {
 #pragma unroll
                 for (int i = 0; i < NC; i++) {
-                    int c = col(i);
-                    kv[u][i] = k && c < a.d ? key_at<KT>(k, f, c) : 0.0f;
+                    int c = lane + 32 * i;
+                    row[c] = c < a.d ? key_at<KT>(k, f, c) : 0.0f;
                 }
             }
         }
-        float mn = m;
+        __syncthreads();
+        for (int u0 = 0; u0 < nt; u0 += ATT_KEYS) {
+            float kv[ATT_KEYS][NC], sc[ATT_KEYS];
 #pragma unroll
-        for (int u = 0; u < ATT_KEYS; u++) {
-            float dot = 0.0f;
+            for (int u = 0; u < ATT_KEYS; u++)
+#pragma unroll
+                for (int i = 0; i < NC; i++) // (rows past nt hold an older tile's keys)
+                    kv[u][i] = u0 + u < nt ? tile[(size_t)(u0 + u) * CW + lane + 32 * i] : 0.0f;
+            float mn = m;
+#pragma unroll
+            for (int u = 0; u < ATT_KEYS; u++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int i = 0; i < NC; i++)
+                    dot += qv[i] * kv[u][i];
+                dot = warp_sum(dot) * a.scale;
+                sc[u] = u0 + u < nt ? dot : -INFINITY;
+                mn = fmaxf(mn, sc[u]);
+            }
+            float cor = m == -INFINITY ? 0.0f : expf(m - mn); // (mn is finite: key u0 is real)
+            sum *= cor;
 #pragma unroll
             for (int i = 0; i < NC; i++)
-                dot += qv[i] * kv[u][i];
-            dot = warp_sum(dot) * a.scale;
-            sc[u] = q0 + u < nj ? dot : -INFINITY;
-            mn = fmaxf(mn, sc[u]);
+                acc[i] *= cor;
+#pragma unroll
+            for (int u = 0; u < ATT_KEYS; u++) {
+                float p = u0 + u < nt ? expf(sc[u] - mn) : 0.0f;
+                sum += p;
+#pragma unroll
+                for (int i = 0; i < NC; i++)
+                    acc[i] += p * kv[u][i];
+            }
+            m = mn;
         }
-        float cor = m == -INFINITY ? 0.0f : expf(m - mn); // (mn is finite: key q0 is real)
-        sum *= cor;
-#pragma unroll
-        for (int i = 0; i < NC; i++)
-            acc[i] *= cor;
-#pragma unroll
-        for (int u = 0; u < ATT_KEYS; u++) {
-            float p = q0 + u < nj ? expf(sc[u] - mn) : 0.0f;
-            sum += p;
-#pragma unroll
-            for (int i = 0; i < NC; i++)
-                acc[i] += p * kv[u][i];
-        }
-        m = mn;
     }
-    // the block's part: its warps' parts joined in warp order (a warp without keys adds 0)
+    // the block's part for each of its heads
 #pragma unroll
-    for (int i = 0; i < NC; i++) {
-        int c = col(i);
-        if (c < a.d) ow[(size_t)warp * a.d + c] = acc[i];
-    }
-    if (lane == 0) mw[warp] = m, sw[warp] = sum;
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int w = 0; w < nw; w++)
-        mx = fmaxf(mx, mw[w]);
-    float den = 0.0f;
-    for (int w = 0; w < nw; w++)
-        den += mw[w] == -INFINITY ? 0.0f : expf(mw[w] - mx) * sw[w];
-    __syncthreads(); // every thread has read the sums before they become scales
-    if (threadIdx.x < nw)
-        sw[threadIdx.x] = mw[threadIdx.x] == -INFINITY ? 0.0f : expf(mw[threadIdx.x] - mx);
-    __syncthreads();
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
-        float v = 0.0f;
-        for (int w = 0; w < nw; w++)
-            v += sw[w] * ow[(size_t)w * a.d + c];
-        o[c] = v;
-    }
-    if (threadIdx.x == 0) ml[0] = mx, ml[1] = den;
-    // block 0 joins the blocks' parts in block order (its own alone when ks == 1); each
-    // part's scale exp(m_r - M) is taken once, not per column
+    for (int i = 0; i < NC; i++)
+        part[(size_t)warp * CW + lane + 32 * i] = acc[i];
+    if (lane == 0) ml[2 * warp] = m, ml[2 * warp + 1] = sum;
     cg::cluster_group cl = cg::this_cluster();
     if (ks > 1)
         cl.sync();
     else
         __syncthreads();
-    if (rank == 0) {
+    // head w is finished by warp w of block w % ks: the parts joined in block order, each
+    // part's scale exp(m_r - M) taken once, not per column
+    if (warp % ks == rank) {
         const float *mq[ATT_MAX_SPLITS], *oq[ATT_MAX_SPLITS];
-        float sc[ATT_MAX_SPLITS], sink = a.sinks[h], M = sink, tot = 0.0f;
+        float scq[ATT_MAX_SPLITS], sink = a.sinks[h], M = sink, tot = 0.0f;
 #pragma unroll
         for (int q = 0; q < ATT_MAX_SPLITS; q++) { // unrolled: the parts stay in registers
             if (q >= ks) break;
-            mq[q] = ks > 1 ? cl.map_shared_rank(ml, q) : ml;
-            oq[q] = ks > 1 ? cl.map_shared_rank(o, q) : o;
+            mq[q] = (ks > 1 ? cl.map_shared_rank(ml, q) : ml) + 2 * warp;
+            oq[q] = (ks > 1 ? cl.map_shared_rank(part, q) : part) + (size_t)warp * CW;
             M = fmaxf(M, mq[q][0]);
         }
 #pragma unroll
         for (int q = 0; q < ATT_MAX_SPLITS; q++) { // an empty slice (m_r = -inf) adds nothing
             if (q >= ks) break;
-            sc[q] = mq[q][0] == -INFINITY ? 0.0f : expf(mq[q][0] - M);
-            tot += mq[q][1] * sc[q];
+            scq[q] = mq[q][0] == -INFINITY ? 0.0f : expf(mq[q][0] - M);
+            tot += mq[q][1] * scq[q];
         }
         tot += expf(sink - M);
         float *oh = a.out + ((size_t)t * a.n_heads + h) * a.d;
-        int p0 = a.inv_freq ? a.d - a.rot_dim : a.d; // the rotated dims start here
-        for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
-            float acc = 0.0f;
+        int p0 = a.inv_freq ? a.d - a.rot_dim : a.d; // the rotated dims start here (even)
+#pragma unroll
+        for (int i = 0; i < NC; i++) {
+            int c = lane + 32 * i;
+            float o = 0.0f;
 #pragma unroll
             for (int q = 0; q < ATT_MAX_SPLITS; q++)
-                if (q < ks) acc += oq[q][c] * sc[q];
-            float v = M == -INFINITY ? 0.0f : acc / tot;
-            if (c < p0)
-                oh[c] = v;
-            else
-                o[c] = v; // (column c of this block's part was read by this thread alone)
-        }
-        if (p0 < a.d) { // the trailing dims rotated back at the row's position, as rope_rows
-            __syncthreads();
-            for (int i = threadIdx.x; i < a.rot_dim / 2; i += blockDim.x) {
+                if (q < ks) o += oq[q][c] * scq[q];
+            float v = M == -INFINITY ? 0.0f : o / tot;
+            // the trailing dims rotated back at the row's position, as rope_rows: column c's
+            // pair partner c ^ 1 is lane ^ 1's at the same i
+            float w = __shfl_xor_sync(0xffffffffu, v, 1);
+            if (c >= p0 && c < a.d) {
                 float cs, sn;
-                rope_cos_sin((float)r.positions[t], a.inv_freq, i, a.attn_factor, &cs, &sn);
-                float2 y = rope_pair(o[p0 + 2 * i], o[p0 + 2 * i + 1], cs, -sn);
-                oh[p0 + 2 * i] = y.x;
-                oh[p0 + 2 * i + 1] = y.y;
+                rope_cos_sin((float)r.positions[t], a.inv_freq, (c - p0) >> 1, a.attn_factor, &cs,
+                             &sn);
+                float2 y = c & 1 ? rope_pair(w, v, cs, -sn) : rope_pair(v, w, cs, -sn);
+                v = c & 1 ? y.y : y.x;
             }
+            if (c < a.d) oh[c] = v;
         }
     }
-    if (ks > 1) cl.sync(); // the other blocks' parts stay until block 0 has read them
+    if (ks > 1) cl.sync(); // the other blocks' parts stay until their heads are finished
 }
 
 /* f(NC) with NC, the columns a lane holds, a compile-time constant: d <= 32 NC */
@@ -371,12 +369,14 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
         a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
     size_t smem = attention_smem(a->d, max_keys, a->n_heads);
     ensure_smem(smem);
-    int ks = attention_splits(a->n_heads, max_keys);
-    dim3 grid(a->rows.n_tok * ks, a->n_heads);
+    // V's rope pairs columns (p0 + 2i, p0 + 2i + 1): the kernel finds a partner at lane ^ 1
+    TD_ASSERT(!a->inv_freq || (a->d - a->rot_dim) % 2 == 0);
+    int ks = attention_splits(max_keys), hg = attention_heads(a->n_heads);
+    dim3 grid(a->rows.n_tok * ks, a->n_heads / hg);
     by_columns(a->d, [&](auto nc) {
         by_kv(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
             launch_kc(attention_rows_kernel<decltype(nc)::value, decltype(k)::value>, grid,
-                      attention_threads(a->d), smem, ks, td_cuda_stream(), *a, max_keys, ks);
+                      32 * hg, smem, ks, td_cuda_stream(), *a, max_keys, ks);
         });
     });
     LAUNCH_CHECK();

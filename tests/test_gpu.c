@@ -781,7 +781,7 @@ static void test_reserve_limits(void) {
     for (int i = 0; i < 7; i++)
         bad[i].r = flash_shapes();
     bad[0].what = "head_dim 1024", bad[0].says = "head_dim 1024", bad[0].r.head_dim = 1024;
-    bad[1].what = "2^17 keys a row", bad[1].says = "shared memory", bad[1].r.max_keys = 1 << 17;
+    bad[1].what = "2^20 keys a row", bad[1].says = "shared memory", bad[1].r.max_keys = 1 << 20;
     bad[2].what = "1024 rotary dims", bad[2].says = "1024 rotary dims", bad[2].r.rot_dim = 1024;
     bad[3].what = "an odd indexer width", bad[3].says = "norm and rope: 127 channels";
     bad[3].r.index_head_dim = 127;
