@@ -152,8 +152,6 @@ struct td_engine_stats {
                               stretch's: off the host's critical path) */
     long caught_rows;      /* rows a model drafter made up when it drafted again after drafting
                               nothing for its sequences (td_draft_seq.caught) */
-    long observed;         /* steps whose times went into the policy's cost tables (all, but
-                              with TD_POLICY_STEADY=1 those carrying a drafter's catch-up) */
     /* host wall time of a step's phases. On a device the model drafter's work is queued at
      * the end of a step and runs before the next step's forward, so its device time counts in
      * t_target and t_draft holds only its set-up and launches (TD_TIMELINE=1 splits device
