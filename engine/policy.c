@@ -143,18 +143,20 @@ static double rate_bound(const struct td_policy *p, int n, const int *kmax, cons
 }
 
 /* the best allocation at the drafting step's costs: its drafts in all (the first ones of
- * p->cand, in order), its rate in *rate (0 when nothing is measured: every draft). Each
- * sequence's chances are non-increasing, so the drafts in order are a merge of the sequences'
- * prefixes (a heap of their next drafts: the decode step's policy ran a qsort of every draft on
- * offer, about 6 us at batch 32 with 5 each, every step, on the host's critical path).
- * below: a rate the caller needs beaten (0: none); when no allocation can, nothing is
- * allocated and *rate is the bound (the plain steps' decision, every step) */
+ * p->cand, in order), its value in *val. Each sequence's chances are non-increasing, so the
+ * drafts in order are a merge of the sequences' prefixes (a heap of their next drafts: the
+ * decode step's policy ran a qsort of every draft on offer, about 6 us at batch 32 with 5 each,
+ * every step, on the host's critical path). The value of r drafts, committed tokens e over
+ * seconds t: rho == 0, the step's rate e / t; rho > 0, the surplus e - rho t over a rate rho
+ * (a step beside prompt rows, policy_decide). Nothing measured: every draft, *val 0.
+ * below: a rate the caller needs beaten (0: none; rho == 0 only); when no allocation can,
+ * nothing is allocated and *val is the bound (the plain steps' decision, every step) */
 static int best_drafts(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
-                       const struct policy_step *st, double below, double *rate) {
+                       const struct policy_step *st, double rho, double below, double *val) {
     int total = 0;
     for (int s = 0; s < n; s++)
         total += kmax[s] > 0 ? kmax[s] : 0;
-    *rate = 0;
+    *val = 0;
     if (total + n > p->cap) {
         struct policy_cand *c = realloc(p->cand, (size_t)(total + n) * sizeof *c);
         if (!c) return -1;
@@ -165,10 +167,10 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
     double cb[POLICY_BUCKETS]; // the drafting steps' costs by bucket, as looked up
     for (int b = 0; b < POLICY_BUCKETS; b++)
         cb[b] = -1;
-    if (below > 0) {
+    if (below > 0 && rho == 0) {
         double bound = rate_bound(p, n, kmax, m, stride, st, top, cb);
         if (bound > 0 && bound <= below) {
-            *rate = bound;
+            *val = bound;
             return 0;
         }
     }
@@ -184,8 +186,8 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
     // a prompt row pushed to a later step costs what a row of the plain step costs
     int pushed, rows0 = step_rows(st, n, 0, NULL);
     double t0 = policy_cost(p, 0, rows0), per_row = t0 > 0 ? t0 / rows0 : 0;
-    // committed tokens per second at r = 0 .. top drafts: the r most likely
-    double e = n, best = -1;
+    // the value at r = 0 .. top drafts: the r most likely
+    double e = n, best = -INFINITY;
     int best_r = top;
     for (int r = 0; r <= top; r++) {
         if (r) e += (p->cand[r - 1] = pop(h, &nh, kmax, m, stride)).v;
@@ -193,13 +195,41 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
         if (t <= 0) { // nothing measured: every draft
             for (int q = r; q < top; q++)
                 p->cand[q] = pop(h, &nh, kmax, m, stride);
+            *val = 0;
             return top;
         }
         t += pushed * per_row;
-        if (e / t > best) best = e / t, best_r = r;
+        double v = rho > 0 ? e - rho * t : e / t;
+        if (v > best) best = v, best_r = r;
     }
-    *rate = best;
+    *val = best;
     return best_r;
+}
+
+/* The drafts of a step beside prompt rows: r drafts maximising e - rho t, rho the best rate of
+ * these sequences' decode step alone (no prompt rows). In such a step a plain step's rate n /
+ * T(rows) counts the prompt rows' time and not their progress, so drafts whose own rate (their
+ * tokens over the time they add) was far below decoding's looked worth it: at batch 32
+ * (HumanEval, H100) the prompt phase verified 60-100 drafts a step with 10-30% accepted, each
+ * such step 300-400 us longer. Against rho, a draft is verified where its tokens come at least
+ * as fast as decoding gives them. Without prompt rows (or with rho not measured) the step's own
+ * rate e / t decides (rho == 0). Returns what best_drafts does, and in *surplus the rate rho
+ * when the value is a surplus (0 when it is a rate). */
+static int policy_decide(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
+                         const struct policy_step *st, double below, double *val, double *surplus) {
+    double rho = 0;
+    *surplus = 0;
+    if (st->prompt > 0) {
+        struct policy_step alone = POLICY_STEP(st->fixed);
+        alone.max_drafts = st->max_drafts;
+        int r = best_drafts(p, n, kmax, m, stride, &alone, 0, 0, &rho);
+        if (r < 0) return -1;
+        if (rho > 0) {
+            *surplus = rho;
+            return best_drafts(p, n, kmax, m, stride, st, rho, 0, val);
+        }
+    }
+    return best_drafts(p, n, kmax, m, stride, st, 0, below, val);
 }
 
 int policy_choose(struct td_policy *p, int n, const int *kmax, const float *m, int stride,
@@ -212,8 +242,8 @@ int policy_choose(struct td_policy *p, int n, const int *kmax, const float *m, i
     // cost is known before drafts are chosen against it
     int rows0 = step_rows(st, n, 0, NULL);
     if (!p->cost && policy_cost(p, 1, rows0) > 0 && p->t[1][policy_bucket(rows0)] == 0) return 0;
-    double rate;
-    int r = best_drafts(p, n, kmax, m, stride, st, 0, &rate);
+    double val, surplus;
+    int r = policy_decide(p, n, kmax, m, stride, st, 0, &val, &surplus);
     if (r < 0) { // no scratch: every draft, as the fixed policy verifies them
         for (int s = 0; s < n; s++)
             d[s] = kmax[s] > 0 ? kmax[s] : 0;
@@ -235,9 +265,12 @@ int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m,
     if (on <= 0) return 1;                                        // drafting never measured: try it
     if (off <= 0) return 0;                                       // nor a plain step: try that
     if (!p->cost && p->t[0][policy_bucket(rows0)] == 0) return 0; // its bucket
-    double rate;
-    if (best_drafts(p, n, kmax, m, stride, st, n / off, &rate) < 0) return 1;
-    return rate > n / off;
+    double val, rho;
+    int r = policy_decide(p, n, kmax, m, stride, st, n / off, &val, &rho);
+    if (r < 0) return 1;
+    // whether the drafting step beats the plain one: beside prompt rows by its surplus over
+    // rho (the drafter's cost in it), alone by its rate
+    return rho > 0 ? val > n - rho * off : val > n / off;
 }
 
 void policy_estimates(const long *acc_r, const long *prop_r, const long *acc, const long *prop,

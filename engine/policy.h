@@ -17,7 +17,10 @@
  * since its m are non-increasing), so the choice scans R from n to n + sum kmax once. Prompt
  * rows share the step with the drafts (struct policy_step): a draft that takes a prompt's row
  * pushes that row to a later step, so it is charged a prompt row's cost (a plain step's cost
- * over its rows); in a step the prompts fill, drafting is otherwise free by the table. T comes
+ * over its rows). Beside prompt rows a step's rate counts their time and not their progress, so
+ * there the drafts maximise the surplus E - rho T over rho, the best rate of the sequences'
+ * decode step alone: a draft is verified where its tokens come as fast as decoding gives them
+ * (policy_decide in policy.c). T comes
  * from steps measured by row bucket (powers of two, a moving average each); a bucket never
  * measured costs what the next smaller measured one does, or for a drafting step with none
  * smaller what a plain step of its bucket does (optimistic, so a larger bucket is tried and

@@ -25,6 +25,10 @@
  * policy/pushed_prompt_rows           a draft that takes a waiting prompt's row is charged that
  *                                     row: at flat step costs, unlikely drafts fill only the
  *                                     rows the prompts leave
+ * policy/prompt_step_decode_rate      beside prompt rows, drafts are verified only where their
+ *                                     tokens come as fast as the sequences' own decode steps
+ *                                     give them (a plain step's rate there counts the prompts'
+ *                                     time and not their progress)
  */
 #include <math.h>
 #include <stdint.h>
@@ -351,6 +355,48 @@ static void pushed(void) {
     case_end("policy/pushed_prompt_rows", "");
 }
 
+/* a step of rows rows: 0.5 + 0.005 rows, drafting 0.3 more (its drafter) */
+static double linear(void *ctx, int drafting, int rows) {
+    (void)ctx;
+    return 0.5 + 0.005 * rows + (drafting ? 0.3 : 0.0);
+}
+
+static void prompt_step(void) {
+    case_begin();
+    struct td_policy p;
+    policy_init(&p);
+    p.cost = linear;
+    float m[16 * K];
+    int kmax[16], d[16];
+    for (int s = 0; s < 16; s++) {
+        kmax[s] = 5;
+        for (int j = 0; j < K; j++)
+            m[s * K + j] = j ? 0.0f : 0.3f; // a first draft of 0.3, nothing after it
+    }
+    // 16 sequences beside 240 prompt rows (a step of 256). Plain: 16 tokens in 1.78, 9.0 a
+    // unit; the 16 first drafts: 20.8 in 1.78 + 0.3 + 16 pushed rows (0.11), 9.5 a unit, more
+    // than the plain step's, but the sequences' decode step alone gives 16 in 0.58 (27.6 a
+    // unit), and drafting adds 4.8 tokens for 0.41: it does not draft
+    struct policy_step st = {.prompt = 240, .room = 240, .max_drafts = 80};
+    CHECK(!policy_drafting(&p, 16, kmax, m, K, &st), "drafts of 0.3 beside prompts: drafting");
+    // drafts made all the same (the drafter's 0.3 spent) add 4.8 for the pushed rows' 0.11
+    int got = policy_choose(&p, 16, kmax, m, K, &st, d);
+    CHECK(got == 16, "drafts of 0.3 made beside prompts: %d verified", got);
+    // first drafts of 0.9: decoding alone is best with them (30.4 in 0.96), and beside the
+    // prompts they add 14.4 tokens for 0.41, faster than that: all 16
+    for (int s = 0; s < 16; s++)
+        m[s * K] = 0.9f;
+    got = policy_choose(&p, 16, kmax, m, K, &st, d);
+    CHECK(got == 16 && d[0] == 1 && d[15] == 1, "drafts of 0.9 beside prompts: %d verified", got);
+    CHECK(policy_drafting(&p, 16, kmax, m, K, &st), "drafts of 0.9 beside prompts: plain");
+    // no prompts: the step's own rate, as before (0.3: 20.8 in 0.96 against 16 in 0.58: plain)
+    for (int s = 0; s < 16; s++)
+        m[s * K] = 0.3f;
+    CHECK(!policy_drafting(&p, 16, kmax, m, K, &none), "drafts of 0.3 alone: drafting");
+    policy_free(&p);
+    case_end("policy/prompt_step_decode_rate", "");
+}
+
 static void estimates(void) {
     case_begin();
     long zero[K] = {0}, acc[K] = {0}, prop[K] = {0};
@@ -413,6 +459,7 @@ int main(void) {
     measured();
     ties();
     pushed();
+    prompt_step();
     estimates();
     no_lock_in();
     return check_failures ? 1 : 0;
