@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "kernels/err.h"
+#include "model/state.h"
 #include "model/fileio.h"
 #include "model/model.h"
 
@@ -107,4 +108,10 @@ struct td_drafter *draft_request_new(const struct td_drafter *proto, int vocab) 
         d->vocab = vocab;
     }
     return d;
+}
+
+int draft_rows_behind(const struct td_state *st, int slot, int end) {
+    int from = end - st->window;
+    if (from < st->len[slot]) from = st->len[slot];
+    return end > from ? end - from : 0;
 }

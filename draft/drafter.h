@@ -81,6 +81,12 @@ struct td_forward_io;
 struct td_state;
 struct td_plan;
 
+/* The rows a model drafter whose own caches are st makes up for the sequence in slot before
+ * it drafts after its committed end end: those its window reaches that it skipped while it
+ * drafted nothing (end - max(len, end - window); 0 when it holds them). DSpark's catch-up
+ * makes exactly these; MTP's the ones before its step's rows. */
+int draft_rows_behind(const struct td_state *st, int slot, int end);
+
 /* The engine's view of a model drafter: one table, whichever it is. */
 struct td_model_drafter {
     void *impl;

@@ -373,9 +373,9 @@ static int catch_up(struct draft_dspark *d, struct td_draft_seq *seqs, int nb, c
     for (int i = 0; i < nb; i++) {
         struct td_draft_seq *q = &seqs[d->live[i]];
         int end = q->pos0 + q->n, from = end - d->st.window;
+        q->caught = draft_rows_behind(&d->st, q->slot, end);
         if (from > d->st.len[q->slot] && td_state_advance(&d->st, q->slot, from, err, errlen))
             return -1;
-        q->caught = end - d->st.len[q->slot];
     }
     for (;;) {
         int rows = 0, m = 0;

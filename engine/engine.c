@@ -1000,6 +1000,8 @@ static int drafts_wanted(const struct td_engine *e, const struct request *r, int
  * lengths) or plain (then the drafter only keeps up); unchanged when none is wanted */
 static void decide_drafting(struct td_engine *e, int n, struct request *const *reqs, const int *k) {
     int m = 0, prompt_rows = 0;
+    long behind = 0; // the rows drafting would make the drafter catch up first
+    const struct td_state *ds = e->md.state(e->md.impl);
     for (int j = 0; j < n; j++) {
         const struct request *r = reqs[j];
         if (r->status == TD_REQ_PREFILL) prompt_rows += r->n_prompt - e->state.len[r->slot];
@@ -1009,13 +1011,16 @@ static void decide_drafting(struct td_engine *e, int n, struct request *const *r
             return;
         }
         offer(e, m++, r, k[j]);
+        behind += draft_rows_behind(ds, r->slot, e->state.len[r->slot]);
     }
     if (!m) return;
     int room = e->p.max_batch_tokens - m;
     struct policy_step st = {.prompt = prompt_rows < room ? prompt_rows : room,
                              .room = room,
-                             .max_drafts = draft_share(room, prompt_rows)};
+                             .max_drafts = draft_share(room, prompt_rows),
+                             .extra = policy_switch_cost(&e->pol, behind)};
     e->draft_on = policy_drafting(&e->pol, m, e->pol_k, e->pol_m, TD_MAX_DRAFT, &st);
+    policy_decided(&e->pol, e->draft_on);
 }
 
 /* A plain stretch's decision, made while the step just queued runs (the host's time between
@@ -1172,6 +1177,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         if (e->md.impl && model_drafter_step(e, n, err, errlen)) return -1;
         double t3 = now();
         e->stats.t_draft += t3 - t2;
+        if (e->caught) policy_observe_catch_up(&e->pol, e->caught, t3 - t2);
         // the whole step, by its rows, with drafts on offer or not: the drafter's phase counts
         // in the step that verifies what it made, as its queued work does (the next forward
         // waits for it). Counted in the step that ran it, a plain step followed by drafting

@@ -34,6 +34,28 @@ void policy_observe(struct td_policy *p, int drafting, int rows, double seconds)
     p->t[m][b] += (seconds - p->t[m][b]) * a;
 }
 
+void policy_observe_catch_up(struct td_policy *p, long rows, double seconds) {
+    if (rows <= 0) return;
+    double a = p->n_catch < 16 ? 1.0 / (double)(p->n_catch + 1) : 1.0 / 16.0;
+    p->n_catch++;
+    p->catch_row += (seconds / (double)rows - p->catch_row) * a;
+}
+
+void policy_decided(struct td_policy *p, int drafting) {
+    if (drafting) {
+        p->stretch++;
+    } else if (p->stretch) {
+        p->stretches++, p->stretch_steps += p->stretch;
+        p->stretch = 0;
+    }
+}
+
+double policy_switch_cost(const struct td_policy *p, long rows) {
+    if (p->cost || rows <= 0) return 0;
+    double h = p->stretches ? (double)p->stretch_steps / (double)p->stretches : 1.0;
+    return p->catch_row * (double)rows / (h > 1.0 ? h : 1.0);
+}
+
 /* the modelled cost of a step of bucket b (policy_cost without the test seam) */
 static double bucket_cost(const struct td_policy *p, int drafting, int b) {
     const double *t = p->t[drafting ? 1 : 0];
@@ -139,7 +161,7 @@ static double rate_bound(const struct td_policy *p, int n, const int *kmax, cons
         if (t <= 0) return 0;
         if (tmin < 0 || t < tmin) tmin = t;
     }
-    return e / tmin;
+    return e / (tmin + st->extra);
 }
 
 /* the best allocation at the drafting step's costs: its drafts in all (the first ones of
@@ -198,7 +220,7 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
             *val = 0;
             return top;
         }
-        t += pushed * per_row;
+        t += pushed * per_row + st->extra;
         double v = rho > 0 ? e - rho * t : e / t;
         if (v > best) best = v, best_r = r;
     }
@@ -290,4 +312,7 @@ void policy_trace(const struct td_policy *p, FILE *f) {
         if (p->n[0][b] || p->n[1][b])
             fprintf(f, "policy: %7d  %8.1f (%ld)  %8.1f (%ld)\n", 1 << b, 1e6 * p->t[0][b],
                     p->n[0][b], 1e6 * p->t[1][b], p->n[1][b]);
+    fprintf(f, "policy: catch-up %.3f us a row (%ld), drafting stretches %.1f steps (%ld)\n",
+            1e6 * p->catch_row, p->n_catch,
+            p->stretches ? (double)p->stretch_steps / (double)p->stretches : 0.0, p->stretches);
 }

@@ -46,7 +46,13 @@ struct td_policy {
        drafter only caught up), [1] for steps with drafts on offer */
     double t[2][POLICY_BUCKETS];
     long n[2][POLICY_BUCKETS]; /* steps seen in each */
-    /* test seam: when set, the cost of a step of rows rows, instead of the measurements */
+    /* a model drafter's catch-up (the rows it makes up when it drafts again after drafting
+       nothing for a sequence): seconds a row (moving average; 0: not measured), and the drafting
+       stretches (runs of steps that draft) seen end, their steps, and the current one's */
+    double catch_row;
+    long n_catch, stretches, stretch_steps, stretch;
+    /* test seam: when set, the cost of a step of rows rows, instead of the measurements (and
+       no catch-up costs anything) */
     double (*cost)(void *ctx, int drafting, int rows);
     void *cost_ctx;
     struct policy_cand *cand; /* scratch of policy_choose */
@@ -60,6 +66,8 @@ struct policy_step {
     int prompt;     /* prompt rows waiting for the step */
     int room;       /* rows the drafts and the prompts share */
     int max_drafts; /* drafts at most (the prompts keep the rest of room) */
+    double extra;   /* seconds a drafting step costs beside its table's (policy_switch_cost:
+                       the catch-up that drafting again starts) */
 };
 /* a step of fixed other rows and no prompts */
 #define POLICY_STEP(fixed_rows)                                                                    \
@@ -73,6 +81,18 @@ int policy_bucket(int rows);
 
 /* a step of rows rows took seconds; drafting: its drafter made drafts (table [1]) */
 void policy_observe(struct td_policy *p, int drafting, int rows, double seconds);
+
+/* a drafter phase made up rows rows of catch-up in seconds (policy.catch_row) */
+void policy_observe_catch_up(struct td_policy *p, long rows, double seconds);
+
+/* the decision for the next step was to draft or not (the drafting stretches' lengths) */
+void policy_decided(struct td_policy *p, int drafting);
+
+/* What drafting again costs a step when it starts a catch-up of rows rows: their measured cost
+ * over the mean drafting stretch (a switch pays once for the steps that draft after it; at
+ * batch 32 on tandem-tiny a stretch was one or two steps of 650-1130 us after a catch-up of
+ * 1.4-1.6 ms). 0 with the test seam or nothing measured. */
+double policy_switch_cost(const struct td_policy *p, long rows);
 
 /* the modelled cost of a step of rows rows (seconds; 0 when nothing is measured) */
 double policy_cost(const struct td_policy *p, int drafting, int rows);

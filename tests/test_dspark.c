@@ -375,6 +375,7 @@ static void lazy_rounds_equal_every_round(struct fx *f, const char *ddir, const 
             int heldE = draft_dspark_state(dE)->len[0], heldL = draft_dspark_state(dL)->len[0];
             int wantE = k && heldE < end ? end - (end - W > heldE ? end - W : heldE) : 0;
             int wantL = lk && heldL < end ? end - (end - W > heldL ? end - W : heldL) : 0;
+            int behindL = draft_rows_behind(draft_dspark_state(dL), 0, end); // (what it prices)
             CHECK(!check_case_failed && !draft_dspark_run(dE, &sE, 1, err, sizeof err), "%s", err);
             CHECK(check_case_failed || sE.caught == wantE, "step %d: E caught up %d rows, not %d",
                   step, sE.caught, wantE);
@@ -385,6 +386,9 @@ static void lazy_rounds_equal_every_round(struct fx *f, const char *ddir, const 
             CHECK(!check_case_failed && !draft_dspark_run(dL, &sL, 1, err, sizeof err), "%s", err);
             CHECK(check_case_failed || sL.caught == wantL, "step %d: L caught up %d rows, not %d",
                   step, sL.caught, wantL);
+            CHECK(check_case_failed || !lk || sL.caught == behindL,
+                  "step %d: L caught up %d rows, draft_rows_behind said %d", step, sL.caught,
+                  behindL);
             if (lk && !check_case_failed) {
                 CHECK(sL.n_drafts == sE.n_drafts, "step %d: %d drafts, every round %d", step,
                       sL.n_drafts, sE.n_drafts);

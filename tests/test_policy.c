@@ -29,6 +29,9 @@
  *                                     tokens come as fast as the sequences' own decode steps
  *                                     give them (a plain step's rate there counts the prompts'
  *                                     time and not their progress)
+ * policy/switch_cost                  drafting again after a plain stretch pays its catch-up:
+ *                                     the rows' measured cost over the mean drafting stretch,
+ *                                     which can turn a drafting step plain; none with the seam
  */
 #include <math.h>
 #include <stdint.h>
@@ -397,6 +400,46 @@ static void prompt_step(void) {
     case_end("policy/prompt_step_decode_rate", "");
 }
 
+static void switch_cost(void) {
+    case_begin();
+    struct td_policy p;
+    policy_init(&p);
+    // plain steps of 32 rows 1.0, drafting ones of 64 rows 1.2 and of 32 rows 0.9 (each
+    // bucket's first a warm-up; the cheaper 32 keeps the rate's bound above a plain step's)
+    for (int i = 0; i < 3; i++)
+        policy_observe(&p, 0, 32, 1.0), policy_observe(&p, 1, 64, 1.2),
+            policy_observe(&p, 1, 32, 0.9);
+    float m[32 * K];
+    int kmax[32];
+    for (int s = 0; s < 32; s++) {
+        kmax[s] = 1;
+        m[s * K] = 0.5f;
+    }
+    // 32 sequences, a draft each of 0.5: 48 tokens in 1.2 (40 a unit) against 32 in 1.0
+    struct policy_step st = POLICY_STEP(0);
+    CHECK(policy_drafting(&p, 32, kmax, m, K, &st), "drafts of 0.5 at 1.2: plain");
+    CHECK(policy_switch_cost(&p, 1000) == 0.0, "a catch-up priced before any was measured");
+    // a catch-up of 1000 rows took 2 ms; stretches of 3 and 1 drafting steps: a switch that
+    // makes up 1000 rows costs each of the 2 steps it buys 1 ms
+    policy_observe_catch_up(&p, 1000, 0.002);
+    int seq[] = {1, 1, 1, 0, 1, 0, 0};
+    for (int i = 0; i < 7; i++)
+        policy_decided(&p, seq[i]);
+    double sw = policy_switch_cost(&p, 1000);
+    CHECK(fabs(sw - 0.001) < 1e-12, "switch cost %g, not 0.001", sw);
+    // 48 in 1.2 + 0.5 (28.2 a unit): plain; the same drafts with nothing behind still draft
+    st.extra = policy_switch_cost(&p, 250000);
+    CHECK(fabs(st.extra - 0.25) < 1e-9, "250000 rows: %g", st.extra);
+    st.extra = 0.5;
+    CHECK(!policy_drafting(&p, 32, kmax, m, K, &st), "a switch of 0.5 drafts");
+    st.extra = 0.0;
+    CHECK(policy_drafting(&p, 32, kmax, m, K, &st), "nothing behind: plain");
+    p.cost = flat; // the seam: no catch-up costs anything
+    CHECK(policy_switch_cost(&p, 1000) == 0.0, "a catch-up priced with the seam");
+    policy_free(&p);
+    case_end("policy/switch_cost", "");
+}
+
 static void estimates(void) {
     case_begin();
     long zero[K] = {0}, acc[K] = {0}, prop[K] = {0};
@@ -460,6 +503,7 @@ int main(void) {
     ties();
     pushed();
     prompt_step();
+    switch_cost();
     estimates();
     no_lock_in();
     return check_failures ? 1 : 0;
