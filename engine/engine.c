@@ -1177,7 +1177,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         if (e->md.impl && model_drafter_step(e, n, err, errlen)) return -1;
         double t3 = now();
         e->stats.t_draft += t3 - t2;
-        if (e->caught) policy_observe_catch_up(&e->pol, e->caught, t3 - t2);
+        if (e->md.impl && e->draft_on) policy_observe_drafter(&e->pol, e->caught, t3 - t2);
         // the whole step, by its rows, with drafts on offer or not: the drafter's phase counts
         // in the step that verifies what it made, as its queued work does (the next forward
         // waits for it). Counted in the step that ran it, a plain step followed by drafting

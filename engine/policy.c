@@ -34,11 +34,20 @@ void policy_observe(struct td_policy *p, int drafting, int rows, double seconds)
     p->t[m][b] += (seconds - p->t[m][b]) * a;
 }
 
-void policy_observe_catch_up(struct td_policy *p, long rows, double seconds) {
-    if (rows <= 0) return;
-    double a = p->n_catch < 16 ? 1.0 / (double)(p->n_catch + 1) : 1.0 / 16.0;
-    p->n_catch++;
-    p->catch_row += (seconds / (double)rows - p->catch_row) * a;
+void policy_observe_drafter(struct td_policy *p, long rows, double seconds) {
+    if (rows <= 0) {
+        double a = p->n_phase < 16 ? 1.0 / (double)(p->n_phase + 1) : 1.0 / 16.0;
+        p->n_phase++;
+        p->draft_phase += (seconds - p->draft_phase) * a;
+        return;
+    }
+    double extra = seconds - p->draft_phase;
+    p->catch_s += extra > 0 ? extra : 0;
+    p->catch_rows += rows, p->n_catch++;
+}
+
+double policy_catch_row(const struct td_policy *p) {
+    return p->catch_rows ? p->catch_s / (double)p->catch_rows : 0;
 }
 
 void policy_decided(struct td_policy *p, int drafting) {
@@ -53,7 +62,7 @@ void policy_decided(struct td_policy *p, int drafting) {
 double policy_switch_cost(const struct td_policy *p, long rows) {
     if (p->cost || rows <= 0) return 0;
     double h = p->stretches ? (double)p->stretch_steps / (double)p->stretches : 1.0;
-    return p->catch_row * (double)rows / (h > 1.0 ? h : 1.0);
+    return policy_catch_row(p) * (double)rows / (h > 1.0 ? h : 1.0);
 }
 
 /* the modelled cost of a step of bucket b (policy_cost without the test seam) */
@@ -312,7 +321,9 @@ void policy_trace(const struct td_policy *p, FILE *f) {
         if (p->n[0][b] || p->n[1][b])
             fprintf(f, "policy: %7d  %8.1f (%ld)  %8.1f (%ld)\n", 1 << b, 1e6 * p->t[0][b],
                     p->n[0][b], 1e6 * p->t[1][b], p->n[1][b]);
-    fprintf(f, "policy: catch-up %.3f us a row (%ld), drafting stretches %.1f steps (%ld)\n",
-            1e6 * p->catch_row, p->n_catch,
+    fprintf(f,
+            "policy: catch-up %.3f us a row (%ld rows in %ld phases; a drafting phase %.1f us), "
+            "drafting stretches %.1f steps (%ld)\n",
+            1e6 * policy_catch_row(p), p->catch_rows, p->n_catch, 1e6 * p->draft_phase,
             p->stretches ? (double)p->stretch_steps / (double)p->stretches : 0.0, p->stretches);
 }

@@ -47,10 +47,12 @@ struct td_policy {
     double t[2][POLICY_BUCKETS];
     long n[2][POLICY_BUCKETS]; /* steps seen in each */
     /* a model drafter's catch-up (the rows it makes up when it drafts again after drafting
-       nothing for a sequence): seconds a row (moving average; 0: not measured), and the drafting
-       stretches (runs of steps that draft) seen end, their steps, and the current one's */
-    double catch_row;
-    long n_catch, stretches, stretch_steps, stretch;
+       nothing for a sequence): its drafting phases without one (moving average, seconds, and
+       their count), the time the phases with one took beyond that and their rows (sums), and
+       the drafting stretches (runs of steps that draft) seen end, their steps, and the current
+       one's */
+    double draft_phase, catch_s;
+    long n_phase, catch_rows, n_catch, stretches, stretch_steps, stretch;
     /* test seam: when set, the cost of a step of rows rows, instead of the measurements (and
        no catch-up costs anything) */
     double (*cost)(void *ctx, int drafting, int rows);
@@ -82,8 +84,14 @@ int policy_bucket(int rows);
 /* a step of rows rows took seconds; drafting: its drafter made drafts (table [1]) */
 void policy_observe(struct td_policy *p, int drafting, int rows, double seconds);
 
-/* a drafter phase made up rows rows of catch-up in seconds (policy.catch_row) */
-void policy_observe_catch_up(struct td_policy *p, long rows, double seconds);
+/* a drafter phase that drafted took seconds and made up rows rows of catch-up: without one
+ * it is the phases' baseline; with one, its time beyond the baseline is the rows' cost (a
+ * phase's own time over its rows priced a few rows caught up beside a round's drafting work
+ * as hundreds of microseconds each) */
+void policy_observe_drafter(struct td_policy *p, long rows, double seconds);
+
+/* the measured cost of a row of catch-up (seconds; 0: none measured) */
+double policy_catch_row(const struct td_policy *p);
 
 /* the decision for the next step was to draft or not (the drafting stretches' lengths) */
 void policy_decided(struct td_policy *p, int drafting);
