@@ -6,7 +6,8 @@
 For each file (the engine prints the step lines; test_cli bench_policy_trace checks their
 format): its tokens/s line, the steps by kind (plain: no drafts on offer; drafting) and
 row bucket (count, mean, sum in ms), the phases' sums (target, verify, drafter), and the N
-slowest steps (default 5) as the trace printed them: where a run's time went, step by step.
+slowest steps (default 5) as the trace printed them: where a run's time went, step by step;
+and the policy's price of a catch-up at exit (its `policy: catch-up` line).
 """
 import re
 import sys
@@ -24,7 +25,7 @@ def bucket(rows):
 
 
 def summary(path, n_slow):
-    steps, rate = [], None
+    steps, rate, price = [], None, None
     with open(path, errors="replace") as f:
         for line in f:
             m = STEP.match(line.strip())
@@ -35,6 +36,8 @@ def summary(path, n_slow):
                               float(g[9]), int(g[10])))
             elif "tokens/s" in line and line.startswith("bench:"):
                 rate = line.strip()
+            elif line.startswith("policy: catch-up"):
+                price = line.strip()
     print(f"== {path}")
     if rate:
         print(rate)
@@ -56,6 +59,8 @@ def summary(path, n_slow):
     caught = [s for s in steps if s[12] > 0]
     print(f"catch-ups: {len(caught)} drafter phases made up {sum(s[12] for s in caught)} rows in "
           f"{sum(s[8] for s in caught) / 1e3:.1f} ms")
+    if price:  # the policy's own price of them, at exit
+        print(price)
     print(f"slowest {n_slow}:")
     for s in sorted(steps, key=lambda s: -s[5])[:n_slow]:
         print("  " + s[10])
