@@ -2039,14 +2039,20 @@ static void test_greedy_spec_gpu(void) {
     snprintf(extra, sizeof extra, "(tokens/s: plain %.0f, mtp k=3 %.0f, deterministic)", tp, ts);
     case_end("deterministic/mtp_greedy_equals_plain_32_prompts", extra);
 
-    // MTP in the default mode: its input projection's hc_mult rows a step row go through
-    // cuBLASLt past the skinny rows, whose bf16 copy of x must be sized before any capture (it
-    // once grew inside one and the run aborted)
-    case_begin();
-    run_engine("mtp", 0, 32, spec, ns);
-    for (int r = 0; r < 32; r++)
-        CHECK(ns[r] == 48, "request %d: %d tokens of 48 in MTP's default mode", r, ns[r]);
-    case_end("engine/mtp_default_mode_runs_32_prompts", "");
+    // the model drafters in the default mode (cuBLASLt past the skinny rows, the adaptive
+    // policy): MTP's input projection's hc_mult rows a step row need cuBLASLt's bf16 copy of x
+    // sized before any capture (it once grew inside one and every MTP run aborted)
+    const char *model_drafters[2] = {"mtp", "dspark"};
+    for (int m = 0; m < 2; m++) {
+        case_begin();
+        run_engine(model_drafters[m], 0, 32, spec, ns);
+        for (int r = 0; r < 32; r++)
+            CHECK(ns[r] == 48, "request %d: %d tokens of 48 in %s's default mode", r, ns[r],
+                  model_drafters[m]);
+        char name[64];
+        snprintf(name, sizeof name, "engine/%s_default_mode_runs_32_prompts", model_drafters[m]);
+        case_end(name, "");
+    }
 
     // the DSpark drafter of the default model (models/tandem-tiny/dspark), on the GPU
     case_begin();
