@@ -56,6 +56,7 @@ void cli_usage(FILE *fp) {
         "  --ignore-eos           do not stop at EOS tokens\n"
         "  --max-batch-tokens N   rows per forward step (default: 256, or with MTP or DSpark\n"
         "                         a full round of every sequence, --n x (1 + drafts), if more)\n"
+        "  --prefill-chunk N      prompt rows a step takes at most (default 0: no cap)\n"
         "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
         "  --kv-dtype T           key caches in fp32 (default) | bf16 | fp8 (e4m3, per-64 scales)\n"
         "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
@@ -230,6 +231,11 @@ int cli_engine_option(const char *a, const char *v, struct td_engine_params *ep,
     if (!strcmp(a, "--max-batch-tokens")) {
         if (cli_parse_int(a, v, 1, 1 << 20, &lv)) return -1;
         ep->max_batch_tokens = (int)lv;
+        return 1;
+    }
+    if (!strcmp(a, "--prefill-chunk")) {
+        if (cli_parse_int(a, v, 0, 1 << 20, &lv)) return -1;
+        ep->prefill_chunk = (int)lv;
         return 1;
     }
     if (!strcmp(a, "--max-ctx")) {

@@ -397,6 +397,7 @@ int cmd_bench(int argc, char **argv) {
                 "  --max-batch-tokens N rows per step (default: 256, or with MTP or DSpark a\n"
                 "                       full round of every sequence, batch x (1 + drafts), if\n"
                 "                       more);  --max-ctx N\n"
+                "  --prefill-chunk N    prompt rows a step at most (default 0: no cap)\n"
                 "  --dummy-weights      generated weights of DIR/config.json's shapes\n"
                 "  --csv                one CSV header line and one result line\n"
                 "  --sweep B1,B2,...    every drafter of --draft D1,D2,... (e.g. none,dspark,mtp)\n"

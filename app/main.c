@@ -223,8 +223,8 @@ static void serve_usage(FILE *fp) {
             "  --help-config          every key with its type, range and default\n"
             "  generate's options that make sense for a server map to keys and count as --set:\n"
             "  --model/-m DIR, --host H, --port N, --backend B, --draft D, --draft-tokens K,\n"
-            "  --dspark-dir DIR, --dspark-threshold C, --max-batch-tokens N, --max-ctx N,\n"
-            "  --max-seqs N, --temperature T, --top-k K, --top-p P, --max-tokens N,\n"
+            "  --dspark-dir DIR, --dspark-threshold C, --max-batch-tokens N, --prefill-chunk N,\n"
+            "  --max-ctx N, --max-seqs N, --temperature T, --top-k K, --top-p P, --max-tokens N,\n"
             "  --api-key-file F, --deterministic, --no-graphs, --dummy-weights, --ignore-eos\n"
             "With no file it serves models/tandem-tiny on 127.0.0.1:8080.\n");
 }

@@ -239,6 +239,11 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
                        "batch of at least 1 + draft tokens rows (got %d, %d, %d, %d)",
                        TD_MAX_DRAFT, p->max_seqs, p->max_ctx, p->max_draft, p->max_batch_tokens);
     }
+    if (p->prefill_chunk < 0) {
+        free(e);
+        return td_errf(err, errlen, "engine: prefill_chunk is %d, must be >= 0 (0: no cap)",
+                       p->prefill_chunk);
+    }
     const struct draft_info *di = draft_lookup(p->draft ? p->draft : "none", err, errlen);
     if (!di || !(e->b = td_backend_get(p->backend ? p->backend : "auto", err, errlen))) {
         free(e);
@@ -758,6 +763,11 @@ static void choose_drafts(struct td_engine *e, int n_dec, long prompt_rows, int 
             e->groups[i].want = e->groups[i].r->pol_d = e->pol_d[j++];
 }
 
+/* the prompt rows a step can take of rows waiting (prefill_chunk's cap) */
+static long prompt_cap(const struct td_engine *e, long rows) {
+    return e->p.prefill_chunk && rows > e->p.prefill_chunk ? e->p.prefill_chunk : rows;
+}
+
 /* the rows drafts may take from a step's budget (after the anchors) while prompts wait: the
  * prompts keep up to half of it */
 static int draft_share(int budget, long prompt_rows) {
@@ -808,6 +818,7 @@ static int schedule(struct td_engine *e) {
         const struct request *r = e->active[a];
         if (r->status == TD_REQ_PREFILL) prompt_rows += r->n_prompt - e->state.len[r->slot];
     }
+    prompt_rows = prompt_cap(e, prompt_rows);
     int draft_rows = draft_share(budget, prompt_rows);
     long offered = 0;
     for (int i = 0; i < n_dec; i++)
@@ -851,12 +862,13 @@ static int schedule(struct td_engine *e) {
         for (int i = 0; i < n_dec; i++)
             e->stats.batch_drafts[b] += e->groups[i].n_drafts;
     }
-    // 3. prefill chunks in the rows left, oldest first
-    for (int a = 0; a < e->n_active && n < e->p.max_seqs && budget > 0; a++) {
+    // 3. prefill chunks in the rows left (prefill_chunk at most), oldest first
+    int pf = (int)prompt_cap(e, budget);
+    for (int a = 0; a < e->n_active && n < e->p.max_seqs && pf > 0; a++) {
         struct request *r = e->active[a];
         if (r->status != TD_REQ_PREFILL) continue;
         int fed = e->state.len[r->slot], chunk = r->n_prompt - fed;
-        if (chunk > budget) chunk = budget;
+        if (chunk > pf) chunk = pf;
         struct group *g = &e->groups[n];
         g->r = r;
         g->prefill = 1;
@@ -868,7 +880,7 @@ static int schedule(struct td_engine *e) {
                                           .n_new = chunk,
                                           .ids = r->toks + fed,
                                           .skip_logits = skip};
-        budget -= chunk;
+        pf -= chunk;
         n++;
     }
     return n;
@@ -1014,6 +1026,7 @@ static void decide_drafting(struct td_engine *e, int n, struct request *const *r
         behind += draft_rows_behind(ds, r->slot, e->state.len[r->slot]);
     }
     if (!m) return;
+    prompt_rows = (int)prompt_cap(e, prompt_rows);
     int room = e->p.max_batch_tokens - m;
     struct policy_step st = {.prompt = prompt_rows < room ? prompt_rows : room,
                              .room = room,

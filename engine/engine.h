@@ -23,6 +23,8 @@
  * When the drafts wanted do not fit the row budget, every decoding request still gets its
  * anchor row, prompts waiting to prefill keep up to half of the rows left, and the drafts share
  * the rest a draft position at a time (every request's first draft before any one's second).
+ * Prompts take at most prefill_chunk rows a step, so that a long one does not lengthen the
+ * steps of the requests decoding beside it beyond that.
  *
  * Dimension names used throughout: n_tok rows in a step, n_seq sequences in a step, vocab,
  * k draft tokens, topk index_topk, window sliding_window, rate compress rate.
@@ -54,6 +56,8 @@ struct td_engine_params {
                                full speculative round of every slot, max_seqs x (1 + draft
                                tokens), when a model drafter is on and that is more
                                (td_engine_rows says which) */
+    int prefill_chunk;      /* prompt rows a step takes at most, >= 0; 0 (the default): as many
+                               as the row budget leaves */
     const char *draft;      /* "none" (default), "ngram", "random", "mtp", "dspark" or "auto"
                                (draft/drafter.h's registry): auto is, when the backend is a
                                device, dspark when the model has a DSpark drafter (dspark_dir,

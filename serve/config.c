@@ -147,6 +147,9 @@ static const struct key keys[] = {
      .doc = "sequences decoding at once"},
     {K("scheduler", "max_batch_tokens", KEY_INT, max_batch_tokens), RANGE(1, 1048576), .def = "256",
      .doc = "token rows per forward step (prefill and decode together)"},
+    {K("scheduler", "prefill_chunk", KEY_INT, prefill_chunk), RANGE(0, 1048576), .def = "0",
+     .doc = "prompt rows a step takes at most, so a long prompt does not stall the decodes "
+            "beside it; 0 = as many as the row budget leaves"},
     {K("scheduler", "max_cache_mib", KEY_LONG, max_cache_mib), RANGE(0, 67108864), .def = "0",
      .doc = "KV cache memory in MiB; 0 = automatic"},
     // [sampling]
@@ -934,6 +937,7 @@ static const char *const flag_keys[][2] = {
     {"--dspark-threshold", "speculation.confidence_min"},
     {"--draft-policy", "speculation.policy"},
     {"--max-batch-tokens", "scheduler.max_batch_tokens"},
+    {"--prefill-chunk", "scheduler.prefill_chunk"},
     {"--max-ctx", "model.max_context"},
     {"--kv-dtype", "model.kv_dtype"},
     {"--max-seqs", "scheduler.max_running"},

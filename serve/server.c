@@ -1419,6 +1419,7 @@ static int open_engine(struct srv *s) {
     ep.max_ctx = c->max_context;
     ep.kv_dtype = td_engine_kv_dtype_parse(c->kv_dtype); // (the config allows only the three names)
     ep.max_batch_tokens = c->max_batch_tokens;
+    ep.prefill_chunk = c->prefill_chunk;
     ep.draft = s->drafter;
     ep.max_draft = c->k;
     ep.dspark_dir = c->dspark_dir[0] ? c->dspark_dir : NULL;

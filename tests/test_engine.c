@@ -12,6 +12,9 @@
  *     a batch; its tokens vary and differ without the drafter (the check could fail).
  * admission_waits: more requests than sequence slots all finish, with the same tokens.
  * eos_and_length_stops, context_stop, nan_target_fails_request, bad_requests_refused.
+ * engine/prefill_chunk_caps_prompt_rows: a 300-token prompt arriving beside a decoding request
+ *     takes at most prefill_chunk rows a step, the decode advances every step, and the tokens
+ *     are those of an uncapped run.
  * TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
  */
 #include <stdint.h>
@@ -613,6 +616,88 @@ static void auto_rows(void) {
     case_end("engine/auto_rows", extra);
 }
 
+/* a 300-token prompt (ids by a fixed rule) arriving while a short one decodes, prefill_chunk
+ * 0 (the row budget's 256) or 16: the most rows a step took after it arrived, the steps that
+ * held prompt rows beside the two requests' anchors, and both requests' tokens */
+static int prefill_run(int chunk, int32_t (*out)[64], int *n_out, int *most_rows, int *steps) {
+    char err[512];
+    static int32_t longp[300];
+    for (int i = 0; i < 300; i++)
+        longp[i] = (int32_t)((i * 37 + (i % 11) * 5) % 8000 + 2);
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = "models/tandem-tiny";
+    ep.backend = "cpu";
+    ep.max_seqs = 2;
+    ep.max_ctx = 512;
+    ep.max_cache_bytes = (size_t)1 << 30;
+    ep.prefill_chunk = chunk;
+    struct td_engine *e;
+    if (td_engine_init(&e, &ep, err, sizeof err)) {
+        case_fail("engine init: %s", err);
+        return -1;
+    }
+    struct td_request_params rp = {.prompt = longp,
+                                   .n_prompt = 6,
+                                   .max_tokens = 40,
+                                   .sampling = {.temperature = 0.0f, .top_p = 1.0f},
+                                   .ignore_eos = 1};
+    int ids[2];
+    ids[0] = td_engine_submit(e, &rp, err, sizeof err);
+    *most_rows = 0, *steps = 0;
+    long rows0 = 0;
+    for (int s = 0; s < 1000; s++) {
+        if (s == 3) { // the short one decodes: the long one arrives
+            rp.n_prompt = 300, rp.max_tokens = 8;
+            ids[1] = td_engine_submit(e, &rp, err, sizeof err);
+        }
+        int live = td_engine_step(e, err, sizeof err);
+        const struct td_engine_stats *st = td_engine_stats(e);
+        int rows = (int)(st->rows - rows0);
+        rows0 = st->rows;
+        if (s >= 3 && rows > *most_rows) *most_rows = rows;
+        if (s >= 3 && rows > 2) ++*steps;
+        if (live <= 0 && s >= 3) break;
+    }
+    for (int i = 0; i < 2; i++) {
+        const int32_t *tk;
+        td_engine_output(e, ids[i], &tk, &n_out[i], NULL, NULL, NULL);
+        memcpy(out[i], tk, (size_t)n_out[i] * sizeof(int32_t));
+    }
+    td_engine_free(e);
+    return 0;
+}
+
+static void prefill_chunk(void) {
+    case_begin();
+    static int32_t a[2][64], b[2][64];
+    int na[2], nb[2], most_a, most_b, steps_a, steps_b;
+    prefill_run(0, a, na, &most_a, &steps_a);
+    prefill_run(16, b, nb, &most_b, &steps_b);
+    // uncapped the prompt fills the budget's 256 rows beside the decoding anchor (255 + 45);
+    // capped, a step holds the anchors and 16 prompt rows (18 x 16 + 12)
+    CHECK(most_a > 17 && most_b == 17, "most rows a step: %d uncapped, %d with 16", most_a, most_b);
+    CHECK(steps_a == 2 && steps_b == 19, "steps with prompt rows: %d uncapped, %d capped",
+          steps_a, steps_b);
+    for (int i = 0; i < 2; i++)
+        CHECK(na[i] == nb[i] && !memcmp(a[i], b[i], (size_t)na[i] * sizeof(int32_t)),
+              "request %d's tokens differ with the cap", i);
+    CHECK(na[0] == 40 && na[1] == 8, "%d and %d tokens", na[0], na[1]);
+    char extra[96];
+    snprintf(extra, sizeof extra, "(most rows a step %d -> %d, prompt steps %d -> %d)", most_a,
+             most_b, steps_a, steps_b);
+    case_end("engine/prefill_chunk_caps_prompt_rows", extra);
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = "models/tandem-tiny";
+    ep.backend = "cpu";
+    ep.prefill_chunk = -1;
+    struct td_engine *e;
+    char err[256] = "";
+    case_begin();
+    CHECK(td_engine_init(&e, &ep, err, sizeof err) && strstr(err, "prefill_chunk"),
+          "prefill_chunk -1 taken or refused without naming it: %s", err);
+    case_end("engine/prefill_chunk_negative_refused", "");
+}
+
 int main(void) {
     const char *fxs[3] = {"b_plain_hc2", "a_tiny_yarn", "c_upstream_sharded"};
     make_prompts(300);
@@ -623,6 +708,7 @@ int main(void) {
     token_sources();
     adaptive_policy();
     auto_rows();
+    prefill_chunk();
     if (!quick_mode()) {
         drafter_distribution("mtp");
         drafter_distribution("dspark");

@@ -614,6 +614,7 @@ static int all_changed(struct srv_config *c) {
         "speculation.policy=fixed",
         "scheduler.max_running=4096",
         "scheduler.max_batch_tokens=1048576",
+        "scheduler.prefill_chunk=512",
         "scheduler.max_cache_mib=67108864",
         "sampling.temperature=0.1",
         "sampling.top_p=1e-9",
