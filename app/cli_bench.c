@@ -54,13 +54,19 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
     struct td_engine *e;
     int *rid = NULL, rc = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
     if (rc) return rc;
-    double *ttft = NULL, *done_t = NULL;
+    double *ttft = NULL, *done_t = NULL, *last_t = NULL, *gap = NULL;
+    int *last_n = NULL, n_gap = 0;
     if (!rc) rc = cli_draft_options_ok("bench", td_engine_draft(e), &ep, draft_tokens); // auto's
     if (!rc) cli_print_synthetic(stderr, "bench", &ep);
     if (rc) goto out;
     rid = td_xmalloc((size_t)np * sizeof *rid);
     ttft = td_xmalloc((size_t)np * sizeof *ttft);
     done_t = td_xmalloc((size_t)np * sizeof *done_t);
+    // inter-token latency: a request's gaps between the steps that bring it tokens (one gap a
+    // step, whatever it brings: a long prompt's prefill beside it shows as long gaps)
+    last_t = td_xmalloc((size_t)np * sizeof *last_t);
+    last_n = td_xcalloc((size_t)np, sizeof *last_n);
+    gap = td_xmalloc(((size_t)np * (size_t)ro->max_tokens + 1) * sizeof *gap);
     long prompt_tokens = 0;
     double t0 = now_s();
     for (int i = 0; i < np; i++) {
@@ -88,6 +94,10 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
             enum td_req_status st;
             td_engine_output(e, rid[i], NULL, &nt, &st, NULL, NULL);
             if (nt > 0 && ttft[i] < 0) ttft[i] = t;
+            if (nt > last_n[i]) {
+                if (last_n[i] > 0 && n_gap < np * ro->max_tokens) gap[n_gap++] = t - last_t[i];
+                last_t[i] = t, last_n[i] = nt;
+            }
             if ((st == TD_REQ_FINISHED || st == TD_REQ_FAILED) && done_t[i] < 0) done_t[i] = t;
         }
     } while (live > 0);
@@ -99,6 +109,8 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
     const struct td_engine_stats *s = td_engine_stats(e);
     qsort(ttft, (size_t)np, sizeof *ttft, cmp_double);
     qsort(done_t, (size_t)np, sizeof *done_t, cmp_double);
+    qsort(gap, (size_t)n_gap, sizeof *gap, cmp_double);
+    double itl50 = n_gap ? gap[n_gap / 2] : 0, itl99 = n_gap ? gap[(size_t)n_gap * 99 / 100] : 0;
     double mal = s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 1.0;
     if (cell) {
         cell->tps = s->tokens_out / wall, cell->mal = mal, cell->n_acc = 0;
@@ -112,16 +124,17 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
         printf(
             "model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
             "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length,"
-            "draft_policy,synthetic_acceptance\n");
+            "draft_policy,synthetic_acceptance,itl_p50,itl_p99\n");
         char syn[16 * TD_MAX_DRAFT + 16] = "none";
         for (int j = 0, o = 0; j < ep.n_synthetic; j++)
             o += snprintf(syn + o, sizeof syn - (size_t)o, "%s%g%s", j ? ";" : "",
                           ep.synthetic_accept[j], j == ep.n_synthetic - 1 ? " (lossy)" : "");
-        printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%s,%s\n",
+        printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%s,%s,%.6f,"
+               "%.6f\n",
                ep.model_dir, td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e),
                np, batch, prompt_tokens, s->tokens_out, wall, s->tokens_out / wall, np / wall,
                ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10], mal,
-               ep.draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive", syn);
+               ep.draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive", syn, itl50, itl99);
     } else {
         const char *tag = ep.n_synthetic ? "bench [synthetic acceptance, lossy]" : "bench";
         printf("%s: %s on %s, draft %s k=%d, %d prompts (%ld tokens), batch %ld\n", tag,
@@ -131,6 +144,9 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
                s->tokens_out, wall, s->tokens_out / wall, np / wall, s->steps);
         printf("%s: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
                tag, ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
+        printf("%s: between a request's tokens p50 %.2f ms p99 %.2f ms (%d gaps: the steps that "
+               "brought it tokens)\n",
+               tag, 1e3 * itl50, 1e3 * itl99, n_gap);
         if (s->rounds && td_engine_draft_tokens(e)) {
             printf("%s: mean accepted length %.3f, acceptance by draft position:", tag, mal);
             for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
@@ -143,6 +159,9 @@ out:
     free(rid);
     free(ttft);
     free(done_t);
+    free(last_t);
+    free(last_n);
+    free(gap);
     td_engine_free(e);
     return rc;
 }
@@ -409,7 +428,9 @@ int cmd_bench(int argc, char **argv) {
                 "                       rounds' ratios with their range\n"
                 "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
                 "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
-                "the mean accepted length and acceptance by draft position.\n",
+                "the time between a request's tokens (median, p99: its gaps between the steps\n"
+                "that bring it tokens), the mean accepted length and acceptance by draft\n"
+                "position.\n",
                 cli_draft_usage_names());
             return 0;
         }

@@ -400,7 +400,9 @@ int main(void) {
     CHECK(system(args) == 0, "bench failed");
     snprintf(path, sizeof path, "%s/bench.csv", root);
     slurp(path, out2, sizeof out2);
-    CHECK(strstr(out2, "tokens_per_s") && strstr(out2, ",mtp,3,2,2,"), "bench CSV: '%s'", out2);
+    CHECK(strstr(out2, "tokens_per_s") && strstr(out2, ",mtp,3,2,2,") &&
+              strstr(out2, ",itl_p50,itl_p99\n"),
+          "bench CSV: '%s'", out2);
     case_end("bench_csv", "");
     // a sweep: one table row a batch, a column a drafter, and an SVG with a line a drafter
     case_begin();
