@@ -45,17 +45,21 @@ struct bench_cell {
 };
 
 /* one configuration: every prompt submitted at once, the engine stepped until idle; printed as
- * the report (or the CSV line) unless quiet; 0 or the exit status */
+ * the report (or the CSV line) unless quiet; 0 or the exit status. late > 0 (--long-prompt): a
+ * prompt of that many ids arrives once the first batch of requests decodes, and asks for one
+ * token (its prefill beside their decoding shows in the gaps between their tokens) */
 static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
-                     const struct tok_ids *ids, int np, const struct cli_req_opts *ro, int csv,
-                     int quiet, struct bench_cell *cell) {
+                     const struct tok_ids *ids, int np, const struct cli_req_opts *ro, long late,
+                     int csv, int quiet, struct bench_cell *cell) {
     char err[1024];
-    ep.max_seqs = (int)batch;
+    ep.max_seqs = (int)batch + (late > 0); // (a slot for the late prompt)
     struct td_engine *e;
     int *rid = NULL, rc = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
     if (rc) return rc;
     double *ttft = NULL, *done_t = NULL, *last_t = NULL, *gap = NULL;
-    int *last_n = NULL, n_gap = 0;
+    int *last_n = NULL, n_gap = 0, late_id = -1, started = 0;
+    int32_t *late_ids = NULL;
+    double late_at = -1, late_first = -1;
     if (!rc) rc = cli_draft_options_ok("bench", td_engine_draft(e), &ep, draft_tokens); // auto's
     if (!rc) cli_print_synthetic(stderr, "bench", &ep);
     if (rc) goto out;
@@ -96,9 +100,30 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
             if (nt > 0 && ttft[i] < 0) ttft[i] = t;
             if (nt > last_n[i]) {
                 if (last_n[i] > 0 && n_gap < np * ro->max_tokens) gap[n_gap++] = t - last_t[i];
+                if (!last_n[i]) started++;
                 last_t[i] = t, last_n[i] = nt;
             }
             if ((st == TD_REQ_FINISHED || st == TD_REQ_FAILED) && done_t[i] < 0) done_t[i] = t;
+        }
+        if (late > 0 && late_id < 0 && live > 0 && started >= (np < batch ? np : batch)) {
+            int V = td_engine_vocab(e);
+            late_ids = td_xmalloc((size_t)late * sizeof *late_ids);
+            for (long j = 0; j < late; j++) // a fixed sequence over the vocabulary
+                late_ids[j] = (int32_t)(2 + (j * 7919 + 13) % (V > 2 ? V - 2 : 1));
+            struct td_request_params rp = {.prompt = late_ids,
+                                           .n_prompt = (int)late,
+                                           .max_tokens = 1,
+                                           .sampling = {.temperature = 0.0f, .top_p = 1.0f},
+                                           .ignore_eos = 1};
+            if ((late_id = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
+                rc = die("bench: --long-prompt %ld: %s", late, err);
+                goto out;
+            }
+            late_at = t;
+        } else if (late_id >= 0 && late_first < 0) {
+            int nt;
+            td_engine_output(e, late_id, NULL, &nt, NULL, NULL, NULL);
+            if (nt > 0) late_first = t;
         }
     } while (live > 0);
     if (live < 0) {
@@ -147,6 +172,9 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
         printf("%s: between a request's tokens p50 %.2f ms p99 %.2f ms (%d gaps: the steps that "
                "brought it tokens)\n",
                tag, 1e3 * itl50, 1e3 * itl99, n_gap);
+        if (late_id >= 0)
+            printf("%s: a prompt of %ld tokens arrived at %.3f s, its first token %.1f ms later\n",
+                   tag, late, late_at, 1e3 * (late_first - late_at));
         if (s->rounds && td_engine_draft_tokens(e)) {
             printf("%s: mean accepted length %.3f, acceptance by draft position:", tag, mal);
             for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
@@ -162,6 +190,7 @@ out:
     free(last_t);
     free(last_n);
     free(gap);
+    free(late_ids);
     td_engine_free(e);
     return rc;
 }
@@ -324,7 +353,7 @@ static int bench_sweep(const struct td_engine_params *ep0, long draft_tokens, co
                             names[d], bs[b], r + 1, repeat);
                 else
                     fprintf(stderr, "bench: sweep: %s at batch %ld ...\n", names[d], bs[b]);
-                int rc = bench_run(eps[d], draft_tokens, bs[b], ids, np, ro, 0, 1, &c);
+                int rc = bench_run(eps[d], draft_tokens, bs[b], ids, np, ro, 0, 0, 1, &c);
                 if (rc) return rc;
                 if (!r) cells[d][b] = c;
                 tps[d][b][r] = c.tps;
@@ -390,7 +419,7 @@ int cmd_bench(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     const char *prompts_path = NULL;
     struct cli_req_opts ro = {128, 0, 0.0, 0, 1.0};
-    long n_prompts = 64, batch = 16, draft_tokens = -1, repeat = 0;
+    long n_prompts = 64, batch = 16, draft_tokens = -1, repeat = 0, long_prompt = 0;
     int raw = 0, csv = 0;
     const char *sweep = NULL, *plot = "bench-sweep.svg";
     for (int i = 0; i < argc; i++) {
@@ -419,6 +448,9 @@ int cmd_bench(int argc, char **argv) {
                 "  --prefill-chunk N    prompt rows a step at most (default 0: no cap)\n"
                 "  --dummy-weights      generated weights of DIR/config.json's shapes\n"
                 "  --csv                one CSV header line and one result line\n"
+                "  --long-prompt N      a prompt of N ids arrives once the first batch decodes,\n"
+                "                       in a slot of its own (one token asked): its prefill's\n"
+                "                       effect on their gaps (with --n-prompts = --batch)\n"
                 "  --sweep B1,B2,...    every drafter of --draft D1,D2,... (e.g. none,dspark,mtp)\n"
                 "                       at every batch: one table (tokens/s, speedup over none)\n"
                 "                       and a plot, --plot FILE.svg (default bench-sweep.svg);\n"
@@ -459,6 +491,8 @@ int cmd_bench(int argc, char **argv) {
             plot = v;
         else if (!strcmp(a, "--repeat"))
             rc = cli_parse_int(a, v, 1, REPEAT_MAX, &repeat);
+        else if (!strcmp(a, "--long-prompt"))
+            rc = cli_parse_int(a, v, 1, 1 << 24, &long_prompt);
         else
             return die("bench: unknown option '%s' (see tandem bench --help)", a);
         if (rc) return 2;
@@ -468,6 +502,7 @@ int cmd_bench(int argc, char **argv) {
         return die("bench: no model: give --model DIR (models/tandem-tiny was not found)");
     if (sweep && csv) return die("bench: --sweep prints a table; it takes no --csv");
     if (repeat && !sweep) return die("bench: --repeat R repeats a --sweep; give --sweep B1,B2,...");
+    if (long_prompt && sweep) return die("bench: --long-prompt N is for one run; it takes no --sweep");
     if (!sweep && cli_draft_finish("bench", &ep, draft_tokens)) return 2;
 
     char err[1024];
@@ -540,7 +575,7 @@ int cmd_bench(int argc, char **argv) {
     }
     int rc = 0;
     if (!sweep) {
-        rc = bench_run(ep, draft_tokens, batch, ids, np, &ro, csv, 0, NULL);
+        rc = bench_run(ep, draft_tokens, batch, ids, np, &ro, long_prompt, csv, 0, NULL);
     } else {
         rc = bench_sweep(&ep, draft_tokens, sweep, ids, np, &ro, plot, repeat ? (int)repeat : 1);
     }

@@ -404,6 +404,20 @@ int main(void) {
               strstr(out2, ",itl_p50,itl_p99\n"),
           "bench CSV: '%s'", out2);
     case_end("bench_csv", "");
+    // a long prompt arriving beside the decodes, capped at 8 rows a step: the gaps between the
+    // decodes' tokens and when it arrived
+    case_begin();
+    snprintf(args, sizeof args,
+             "%s bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 6 --batch 2 "
+             "--long-prompt 40 --prefill-chunk 8 --backend cpu > %s/late.txt 2>/dev/null",
+             bin, root, root);
+    CHECK(system(args) == 0, "bench --long-prompt failed");
+    snprintf(path, sizeof path, "%s/late.txt", root);
+    slurp(path, out2, sizeof out2);
+    CHECK(strstr(out2, "bench: between a request's tokens p50 ") &&
+              strstr(out2, "bench: a prompt of 40 tokens arrived at "),
+          "bench --long-prompt: '%s'", out2);
+    case_end("bench_long_prompt", "");
     // a sweep: one table row a batch, a column a drafter, and an SVG with a line a drafter
     case_begin();
     snprintf(args, sizeof args,
@@ -497,6 +511,15 @@ int main(void) {
              "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1,0 --draft none",
              root);
     bad("bench_bad_sweep", args, "--sweep '1,0'");
+    snprintf(args, sizeof args,
+             "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1 --long-prompt 9",
+             root);
+    bad("bench_long_prompt_with_sweep", args, "--long-prompt N is for one run");
+    snprintf(args, sizeof args,
+             "bench --model models/tandem-tiny --prompts %s/p.jsonl --long-prompt 5000 "
+             "--max-ctx 64 --backend cpu",
+             root);
+    bad("bench_long_prompt_too_long", args, "--long-prompt 5000: ");
     bad("bench_bad_prompt_line", "bench --model models/tandem-tiny --prompts %s/bad.jsonl",
         "bad.jsonl:2");
     bad("bench_missing_prompts", "bench --model models/tandem-tiny",
