@@ -238,7 +238,7 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
 }
 
 /* The drafts of a step beside prompt rows: r drafts maximising e - rho t, rho the best rate of
- * these sequences' decode step alone (no prompt rows). In such a step a plain step's rate n /
+ * these sequences' decode step alone (no prompt rows; drafting or plain). In such a step a plain step's rate n /
  * T(rows) counts the prompt rows' time and not their progress, so drafts whose own rate (their
  * tokens over the time they add) was far below decoding's looked worth it: at batch 32
  * (HumanEval, H100) the prompt phase verified 60-100 drafts a step with 10-30% accepted, each
@@ -255,6 +255,9 @@ static int policy_decide(struct td_policy *p, int n, const int *kmax, const floa
         alone.max_drafts = st->max_drafts;
         int r = best_drafts(p, n, kmax, m, stride, &alone, 0, 0, &rho);
         if (r < 0) return -1;
+        // (or a plain step's, when decoding alone is better without the drafter)
+        double plain = policy_cost(p, 0, step_rows(&alone, n, 0, NULL));
+        if (rho > 0 && plain > 0 && n / plain > rho) rho = n / plain;
         if (rho > 0) {
             *surplus = rho;
             return best_drafts(p, n, kmax, m, stride, st, rho, 0, val);
