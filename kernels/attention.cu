@@ -105,12 +105,25 @@ static int attention_splits(int max_keys) {
     return s < 1 ? 1 : s > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : s;
 }
 
-/* the columns a lane's registers cover, 32 NC (by_columns), ATTENTION_MAX_D at most */
 #define ATTENTION_MAX_D 512
+/* f(NC) with NC, the columns a lane holds, a compile-time constant: d <= 32 NC */
+template <typename F> static void by_columns(int d, F &&f) {
+    if (d <= 32)
+        f(std::integral_constant<int, 1>{});
+    else if (d <= 64)
+        f(std::integral_constant<int, 2>{});
+    else if (d <= 128)
+        f(std::integral_constant<int, 4>{});
+    else if (d <= 256)
+        f(std::integral_constant<int, 8>{});
+    else
+        f(std::integral_constant<int, 16>{});
+}
+
+/* the columns a warp's lanes cover, 32 NC (by_columns) */
 static int attention_cols(int d) {
-    int cw = 32;
-    while (cw < d)
-        cw *= 2;
+    int cw = 0;
+    by_columns(d, [&](auto nc) { cw = 32 * decltype(nc)::value; });
     return cw;
 }
 
@@ -299,20 +312,6 @@ __global__ void __launch_bounds__(32 * ATT_MAX_HEADS)
         }
     }
     if (ks > 1) cl.sync(); // the other blocks' parts stay until their heads are finished
-}
-
-/* f(NC) with NC, the columns a lane holds, a compile-time constant: d <= 32 NC */
-template <typename F> static void by_columns(int d, F &&f) {
-    if (d <= 32)
-        f(std::integral_constant<int, 1>{});
-    else if (d <= 64)
-        f(std::integral_constant<int, 2>{});
-    else if (d <= 128)
-        f(std::integral_constant<int, 4>{});
-    else if (d <= 256)
-        f(std::integral_constant<int, 8>{});
-    else
-        f(std::integral_constant<int, 16>{});
 }
 
 /* f(KT) with KT, the key cache's precision, a compile-time constant */

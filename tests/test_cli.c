@@ -41,6 +41,18 @@ static void slurp(const char *path, char *buf, size_t n) {
     if (fp) fclose(fp);
 }
 
+/* ./bin/tandem (or TD_TANDEM) with args, its stdout into root/name and then out[n], its
+ * stderr dropped; its exit status */
+static int tandem_stdout(const char *args, const char *name, char *out, size_t n) {
+    char cmd[2048], path[160];
+    const char *bin = getenv("TD_TANDEM") ? getenv("TD_TANDEM") : "./bin/tandem";
+    snprintf(path, sizeof path, "%s/%s", root, name);
+    snprintf(cmd, sizeof cmd, "%s %s > %s 2>/dev/null", bin, args, path);
+    int st = system(cmd);
+    slurp(path, out, n);
+    return st;
+}
+
 static void write_text(const char *name, const char *text) {
     char path[160];
     snprintf(path, sizeof path, "%s/%s", root, name);
@@ -394,12 +406,10 @@ int main(void) {
     write_text("bad.jsonl", "{\"turns\": [\"ok\"]}\n[1, 2]\n");
     case_begin();
     snprintf(args, sizeof args,
-             "%s bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 4 --batch 2 "
-             "--draft mtp --csv --backend cpu > %s/bench.csv 2>/dev/null",
-             bin, root, root);
-    CHECK(system(args) == 0, "bench failed");
-    snprintf(path, sizeof path, "%s/bench.csv", root);
-    slurp(path, out2, sizeof out2);
+             "bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 4 --batch 2 "
+             "--draft mtp --csv --backend cpu",
+             root);
+    CHECK(tandem_stdout(args, "bench.csv", out2, sizeof out2) == 0, "bench failed");
     CHECK(strstr(out2, "tokens_per_s") && strstr(out2, ",mtp,3,2,2,") &&
               strstr(out2, ",itl_p50,itl_p99\n"),
           "bench CSV: '%s'", out2);
@@ -408,12 +418,10 @@ int main(void) {
     // decodes' tokens and when it arrived
     case_begin();
     snprintf(args, sizeof args,
-             "%s bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 6 --batch 2 "
-             "--long-prompt 40 --prefill-chunk 8 --backend cpu > %s/late.txt 2>/dev/null",
-             bin, root, root);
-    CHECK(system(args) == 0, "bench --long-prompt failed");
-    snprintf(path, sizeof path, "%s/late.txt", root);
-    slurp(path, out2, sizeof out2);
+             "bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 6 --batch 2 "
+             "--long-prompt 40 --prefill-chunk 8 --backend cpu",
+             root);
+    CHECK(tandem_stdout(args, "late.txt", out2, sizeof out2) == 0, "bench --long-prompt failed");
     CHECK(strstr(out2, "bench: between a request's tokens p50 ") &&
               strstr(out2, "bench: a prompt of 40 tokens arrived at "),
           "bench --long-prompt: '%s'", out2);
@@ -421,13 +429,10 @@ int main(void) {
     // a sweep: one table row a batch, a column a drafter, and an SVG with a line a drafter
     case_begin();
     snprintf(args, sizeof args,
-             "%s bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 4 --sweep 1,2 "
-             "--draft none,ngram --draft-policy fixed --backend cpu --plot %s/sweep.svg "
-             "> %s/sweep.txt 2>/dev/null",
-             bin, root, root, root);
-    CHECK(system(args) == 0, "bench --sweep failed");
-    snprintf(path, sizeof path, "%s/sweep.txt", root);
-    slurp(path, out2, sizeof out2);
+             "bench --model models/tandem-tiny --prompts %s/p.jsonl --max-tokens 4 --sweep 1,2 "
+             "--draft none,ngram --draft-policy fixed --backend cpu --plot %s/sweep.svg",
+             root, root);
+    CHECK(tandem_stdout(args, "sweep.txt", out2, sizeof out2) == 0, "bench --sweep failed");
     CHECK(strstr(out2, "| batch | none tok/s | ngram tok/s |") && strstr(out2, "\n| 1 | ") &&
               strstr(out2, "\n| 2 | ") && strstr(out2, "x) |") && strstr(out2, "plot in "),
           "sweep table: '%s'", out2);

@@ -477,12 +477,32 @@ static double cost_alternate(void *ctx, int drafting, int rows) {
     return drafting && (alt_calls++ / 40) % 4 ? 100.0 : 1.0;
 }
 
-static void adaptive_policy(void) {
-    const char *tiny = "models/tandem-tiny";
+/* the stats' sum over the batch buckets of one of their per-bucket counts */
+static long bucket_sum(const long *v) {
+    long t = 0;
+    for (int b = 0; b < TD_BATCH_BUCKETS; b++)
+        t += v[b];
+    return t;
+}
+
+/* adaptive_policy's runs: 4 greedy requests on tandem-tiny (policy_run: with draft at the seam
+ * cost_g, checked token for token against plain decoding's, policy_base; its stats) */
+static struct run policy_base, policy_spec;
+static void policy_runs(const char *draft, int k, struct run *out) {
     struct td_sampling greedy = {.temperature = 0.0f, .top_p = 1.0f};
-    static struct run base, spec;
-    int n = 4, max_tokens = quick_mode() ? 16 : 32;
-    run(tiny, "none", 0, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &base);
+    run("models/tandem-tiny", draft, k, 4, 64, 4, &greedy, 0, NULL, quick_mode() ? 16 : 32, 512,
+        out);
+}
+static const struct td_engine_stats *policy_run(const char *draft, int k) {
+    policy_runs(draft, k, &policy_spec);
+    int which = -1;
+    CHECK(same_tokens(&policy_spec, &policy_base, &which), "request %d differs from plain decoding",
+          which);
+    return &policy_spec.stats;
+}
+
+static void adaptive_policy(void) {
+    policy_runs("none", 0, &policy_base);
     struct {
         const char *name;
         double (*cost)(void *, int, int);
@@ -493,13 +513,9 @@ static void adaptive_policy(void) {
     for (int i = 0; i < 3; i++) {
         case_begin();
         cost_g = regimes[i].cost;
-        run(tiny, "dspark", 0, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &spec);
-        int which = -1;
-        CHECK(same_tokens(&spec, &base, &which), "request %d differs from plain decoding", which);
-        const struct td_engine_stats *s = &spec.stats;
-        long steps = 0, wanted = 0, drafts = 0;
-        for (int b = 0; b < TD_BATCH_BUCKETS; b++)
-            steps += s->batch_steps[b], wanted += s->batch_wanted[b], drafts += s->batch_drafts[b];
+        const struct td_engine_stats *s = policy_run("dspark", 0);
+        long steps = bucket_sum(s->batch_steps), wanted = bucket_sum(s->batch_wanted),
+             drafts = bucket_sum(s->batch_drafts);
         if (i == 0)
             CHECK(drafts == wanted && drafts > 0, "flat: %ld of %ld drafts", drafts, wanted);
         if (i == 1) // no drafting step pays: every decoding step is plain, and each decision
@@ -526,14 +542,9 @@ static void adaptive_policy(void) {
     case_begin();
     cost_g = cost_switch;
     switch_calls = 0;
-    run(tiny, "dspark", 0, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &spec);
     {
-        int which = -1;
-        const struct td_engine_stats *s = &spec.stats;
-        long drafts = 0;
-        for (int b = 0; b < TD_BATCH_BUCKETS; b++)
-            drafts += s->batch_drafts[b];
-        CHECK(same_tokens(&spec, &base, &which), "request %d differs from plain decoding", which);
+        const struct td_engine_stats *s = policy_run("dspark", 0);
+        long drafts = bucket_sum(s->batch_drafts);
         CHECK(s->plain_steps > 0 && s->decisions_queued > 0 && drafts > 0,
               "%ld plain steps, %ld decisions queued, then %ld drafts verified", s->plain_steps,
               s->decisions_queued, drafts);
@@ -548,10 +559,7 @@ static void adaptive_policy(void) {
         case_begin();
         cost_g = cost_alternate;
         alt_calls = 0;
-        run(tiny, "mtp", 3, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &spec);
-        int which = -1;
-        const struct td_engine_stats *s = &spec.stats;
-        CHECK(same_tokens(&spec, &base, &which), "request %d differs from plain decoding", which);
+        const struct td_engine_stats *s = policy_run("mtp", 3);
         CHECK(s->caught_rows > 0, "no catch-up (%ld plain steps)", s->plain_steps);
         char extra[128];
         snprintf(extra, sizeof extra, "(%ld rows caught up, %ld steps)", s->caught_rows,
@@ -562,8 +570,8 @@ static void adaptive_policy(void) {
     case_begin();
     cost_g = cost_flat;
     synth_g[0] = synth_g[1] = 1.0f, synth_g[2] = 0.0f, n_synth_g = 3;
-    run(tiny, "dspark", 3, n, 64, n, &greedy, 0, NULL, max_tokens, 512, &spec);
-    const struct td_engine_stats *s = &spec.stats;
+    policy_runs("dspark", 3, &policy_spec);
+    const struct td_engine_stats *s = &policy_spec.stats;
     CHECK(s->proposed_at[2] > 0 && s->accepted_at[0] == s->proposed_at[0] &&
               s->accepted_at[1] == s->proposed_at[1] && s->accepted_at[2] == 0,
           "position 1: %ld of %ld, 2: %ld of %ld, 3: %ld of %ld", s->accepted_at[0],
