@@ -502,7 +502,8 @@ int cmd_bench(int argc, char **argv) {
         return die("bench: no model: give --model DIR (models/tandem-tiny was not found)");
     if (sweep && csv) return die("bench: --sweep prints a table; it takes no --csv");
     if (repeat && !sweep) return die("bench: --repeat R repeats a --sweep; give --sweep B1,B2,...");
-    if (long_prompt && sweep) return die("bench: --long-prompt N is for one run; it takes no --sweep");
+    if (long_prompt && sweep)
+        return die("bench: --long-prompt N is for one run; it takes no --sweep");
     if (!sweep && cli_draft_finish("bench", &ep, draft_tokens)) return 2;
 
     char err[1024];

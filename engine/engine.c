@@ -110,10 +110,10 @@ struct td_engine {
     int decide_pending;      /* a plain stretch's decision, made once the next step is queued */
     struct request **pend_r; /* [max_seqs] decide_queued's requests */
     int *pend_k;             /* [max_seqs] drafts wanted of each (decide_drafting) */
-    long caught;              /* rows the last drafter phase made up (its sequences had fallen
-                                 behind) */
-    double t_drafted;         /* the model drafter's phase of the last step (it made this step's
-                                 drafts), counted in this step's cost */
+    long caught;             /* rows the last drafter phase made up (its sequences had fallen
+                                behind) */
+    double t_drafted;        /* the model drafter's phase of the last step (it made this step's
+                                drafts), counted in this step's cost */
 };
 
 static double now(void) {

@@ -238,9 +238,9 @@ static int best_drafts(struct td_policy *p, int n, const int *kmax, const float 
 }
 
 /* The drafts of a step beside prompt rows: r drafts maximising e - rho t, rho the best rate of
- * these sequences' decode step alone (no prompt rows; drafting or plain). In such a step a plain step's rate n /
- * T(rows) counts the prompt rows' time and not their progress, so drafts whose own rate (their
- * tokens over the time they add) was far below decoding's looked worth it: at batch 32
+ * these sequences' decode step alone (no prompt rows; drafting or plain). In such a step a plain
+ * step's rate n / T(rows) counts the prompt rows' time and not their progress, so drafts whose own
+ * rate (their tokens over the time they add) was far below decoding's looked worth it: at batch 32
  * (HumanEval, H100) the prompt phase verified 60-100 drafts a step with 10-30% accepted, each
  * such step 300-400 us longer. Against rho, a draft is verified where its tokens come at least
  * as fast as decoding gives them. Without prompt rows (or with rho not measured) the step's own

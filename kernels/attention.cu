@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(32 * ATT_MAX_HEADS)
     float m = -INFINITY, sum = 0.0f;
     for (int b0 = 0; b0 < nj; b0 += ATT_TILE) {
         int nt = min(ATT_TILE, nj - b0);
-        __syncthreads(); // the tile before is scored
+        __syncthreads();                      // the tile before is scored
         for (int u = warp; u < nt; u += hg) { // a tile row: the key's CW columns, 0 past d
             const void *k = kp[b0 + u];
             float *row = tile + (size_t)u * CW;
@@ -374,8 +374,8 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
     dim3 grid(a->rows.n_tok * ks, a->n_heads / hg);
     by_columns(a->d, [&](auto nc) {
         by_kv(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
-            launch_kc(attention_rows_kernel<decltype(nc)::value, decltype(k)::value>, grid,
-                      32 * hg, smem, ks, td_cuda_stream(), *a, max_keys, ks);
+            launch_kc(attention_rows_kernel<decltype(nc)::value, decltype(k)::value>, grid, 32 * hg,
+                      smem, ks, td_cuda_stream(), *a, max_keys, ks);
         });
     });
     LAUNCH_CHECK();

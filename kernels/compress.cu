@@ -141,8 +141,9 @@ __global__ void ring_load_kernel(float *rows, const float *ring, struct rows_vie
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)r.n_tok * width) return;
     int t = (int)(i / width), j = (int)(i % width), s = r.row_seq[t];
-    rows[i] = s < 0 ? 0.0f
-                    : ring[((size_t)r.slot[s] * ring_rows + r.positions[t] % ring_rows) * width + j];
+    rows[i] = s < 0
+                  ? 0.0f
+                  : ring[((size_t)r.slot[s] * ring_rows + r.positions[t] % ring_rows) * width + j];
 }
 
 extern "C" void add_pos_bias_cuda(float *x, const void *bias, enum td_dtype bias_dtype,
@@ -193,7 +194,7 @@ extern "C" void ring_store_parts_cuda(const struct ring_parts *p, const int32_t 
 extern "C" void ring_load_cuda(float *rows, const float *ring, const struct rows_view *r,
                                int ring_rows, int width) {
     if (!r->n_tok || !width) return;
-    launch_k(ring_load_kernel, ceil_div((long long)r->n_tok * width, 256), 256, 0,
-             td_cuda_stream(), rows, ring, *r, ring_rows, width);
+    launch_k(ring_load_kernel, ceil_div((long long)r->n_tok * width, 256), 256, 0, td_cuda_stream(),
+             rows, ring, *r, ring_rows, width);
     LAUNCH_CHECK();
 }

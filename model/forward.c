@@ -491,8 +491,10 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         // (and the drafters' input projections: MTP's hproj reads a step row's hc_mult
         // streams as hc_mult rows of D, so x holds N * hc_mult * D inputs: a catch-up of a new
         // width grew the bf16 copy of x inside a graph's capture)
-        size_t ins[6] = {(size_t)c->q_lora_rank, (size_t)H * hd,
-                         (size_t)c->o_groups * c->o_lora_rank, (size_t)c->moe_inter,
+        size_t ins[6] = {(size_t)c->q_lora_rank,
+                         (size_t)H * hd,
+                         (size_t)c->o_groups * c->o_lora_rank,
+                         (size_t)c->moe_inter,
                          (size_t)(m->dspark.main_proj.data ? m->dspark.main_proj.shape[1] : 0),
                          (size_t)(m->mtp_hproj.data ? nc * D : 0)};
         for (int i = 0; i < 6; i++)

@@ -506,25 +506,22 @@ int main(void) {
           "trace: %d step lines (%d malformed), bench ran %ld steps: '%.300s'", n_trace, bad_lines,
           n_steps, out2);
     case_end("bench_policy_trace", "");
-    snprintf(args, sizeof args,
-             "bench --model models/tandem-tiny --prompts %s/p.jsonl --repeat 2 --draft none", root);
-    bad("bench_repeat_without_sweep", args, "--repeat R repeats a --sweep");
-    snprintf(args, sizeof args,
-             "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1 --repeat 0", root);
-    bad("bench_bad_repeat", args, "--repeat '0'");
-    snprintf(args, sizeof args,
-             "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1,0 --draft none",
-             root);
-    bad("bench_bad_sweep", args, "--sweep '1,0'");
-    snprintf(args, sizeof args,
-             "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1 --long-prompt 9",
-             root);
-    bad("bench_long_prompt_with_sweep", args, "--long-prompt N is for one run");
-    snprintf(args, sizeof args,
-             "bench --model models/tandem-tiny --prompts %s/p.jsonl --long-prompt 5000 "
-             "--max-ctx 64 --backend cpu",
-             root);
-    bad("bench_long_prompt_too_long", args, "--long-prompt 5000: ");
+    bad("bench_repeat_without_sweep",
+        "bench --model models/tandem-tiny --prompts %s/p.jsonl --repeat 2 --draft none",
+        "--repeat R repeats a --sweep");
+    bad("bench_bad_repeat",
+        "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1 --repeat 0",
+        "--repeat '0'");
+    bad("bench_bad_sweep",
+        "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1,0 --draft none",
+        "--sweep '1,0'");
+    bad("bench_long_prompt_with_sweep",
+        "bench --model models/tandem-tiny --prompts %s/p.jsonl --sweep 1 --long-prompt 9",
+        "--long-prompt N is for one run");
+    bad("bench_long_prompt_too_long",
+        "bench --model models/tandem-tiny --prompts %s/p.jsonl --long-prompt 5000 --max-ctx 64 "
+        "--backend cpu",
+        "--long-prompt 5000: ");
     bad("bench_bad_prompt_line", "bench --model models/tandem-tiny --prompts %s/bad.jsonl",
         "bad.jsonl:2");
     bad("bench_missing_prompts", "bench --model models/tandem-tiny",

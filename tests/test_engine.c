@@ -562,8 +562,7 @@ static void adaptive_policy(void) {
         const struct td_engine_stats *s = policy_run("mtp", 3);
         CHECK(s->caught_rows > 0, "no catch-up (%ld plain steps)", s->plain_steps);
         char extra[128];
-        snprintf(extra, sizeof extra, "(%ld rows caught up, %ld steps)", s->caught_rows,
-                 s->steps);
+        snprintf(extra, sizeof extra, "(%ld rows caught up, %ld steps)", s->caught_rows, s->steps);
         case_end("engine/adaptive_policy_catch_ups", extra);
     }
     // synthetic acceptance: drafts 1 and 2 always, 3 never
@@ -684,8 +683,8 @@ static void prefill_chunk(void) {
     // uncapped the prompt fills the budget's 256 rows beside the decoding anchor (255 + 45);
     // capped, a step holds the anchors and 16 prompt rows (18 x 16 + 12)
     CHECK(most_a > 17 && most_b == 17, "most rows a step: %d uncapped, %d with 16", most_a, most_b);
-    CHECK(steps_a == 2 && steps_b == 19, "steps with prompt rows: %d uncapped, %d capped",
-          steps_a, steps_b);
+    CHECK(steps_a == 2 && steps_b == 19, "steps with prompt rows: %d uncapped, %d capped", steps_a,
+          steps_b);
     for (int i = 0; i < 2; i++)
         CHECK(na[i] == nb[i] && !memcmp(a[i], b[i], (size_t)na[i] * sizeof(int32_t)),
               "request %d's tokens differ with the cap", i);
