@@ -724,8 +724,8 @@ static int draft_budget(const struct td_engine *e, const struct request *r, int 
 
 /* the chance that r's drafts 1 .. j + 1 are all accepted, m[j] for j < k (policy_estimates) */
 static void accept_estimates(const struct td_engine *e, const struct request *r, int k, float *m) {
-    policy_estimates(r->st.accepted_at, r->st.proposed_at, e->stats.accepted_at,
-                     e->stats.proposed_at, e->stats.rounds, k, m);
+    policy_estimates(r->st.accepted_at, r->st.proposed_at, e->pol.acc, e->pol.prop,
+                     e->stats.rounds, k, m);
 }
 
 /* the policy's entry i: request r's k drafts on offer and their chances */
@@ -961,6 +961,7 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     e->stats.accepted += vr.n_accepted;
     for (int j = 0; j < vr.n_accepted; j++)
         e->stats.accepted_at[j]++;
+    policy_observe_round(&e->pol, vr.n_drafts_used, vr.n_accepted);
     struct td_request_stats *rs = &r->st; // (its accepted drafts: those emitted, below)
     rs->rounds++;
     rs->drafted += vr.n_drafts_used;
@@ -1127,9 +1128,12 @@ static int collect_drafts(struct td_engine *e, int n_groups, char *err, size_t e
     return 0;
 }
 
+_Static_assert(POLICY_MAX_K == TD_MAX_DRAFT, "the policy's counts hold every draft position");
+
 int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     int n = schedule(e), V = e->model.cfg.vocab;
     if (n > 0) {
+        policy_age(&e->pol);
         // the phases' wall times (each ends with its results on the host, so they add up)
         double t0 = now();
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;

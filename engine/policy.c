@@ -65,16 +65,45 @@ double policy_switch_cost(const struct td_policy *p, long rows) {
     return policy_catch_row(p) * (double)rows / (h > 1.0 ? h : 1.0);
 }
 
-/* the modelled cost of a step of bucket b (policy_cost without the test seam) */
+/* a plain step of bucket b: measured; else between the nearest measured buckets below and above
+ * it, linear in rows (a step's time grows with its rows from a fixed part); else the nearest
+ * one's, below first (optimistic); 0: none measured */
+static double plain_bucket(const struct td_policy *p, int b) {
+    const double *t = p->t[0];
+    if (t[b] > 0) return t[b];
+    int lo = b - 1, hi = b + 1;
+    while (lo >= 0 && !(t[lo] > 0))
+        lo--;
+    while (hi < POLICY_BUCKETS && !(t[hi] > 0))
+        hi++;
+    if (lo >= 0 && hi < POLICY_BUCKETS)
+        return t[lo] + (t[hi] - t[lo]) * (double)((1L << b) - (1L << lo)) /
+                           (double)((1L << hi) - (1L << lo));
+    return lo >= 0 ? t[lo] : hi < POLICY_BUCKETS ? t[hi] : 0;
+}
+
+/* The modelled cost of a step of bucket b (policy_cost without the test seam). A drafting
+ * bucket never measured costs a plain step of its rows (plain_bucket) plus the drafter's part,
+ * a drafting step's time beyond a plain one's in the nearest bucket where both are measured
+ * (below first); with no such bucket, the plain step's alone (optimistic: the step is tried,
+ * then known). Before, such a bucket took the nearest measured drafting bucket's time: after a
+ * prompt phase had measured only 256-row drafting steps (1350 us), a batch-16 round of 96 rows
+ * was priced at them, not at its 969 us. With no plain step measured, the nearest drafting
+ * bucket's, below first. */
 static double bucket_cost(const struct td_policy *p, int drafting, int b) {
-    const double *t = p->t[drafting ? 1 : 0];
-    for (int c = b; c >= 0; c--) // the next smaller measured bucket's (optimistic)
+    if (!drafting) return plain_bucket(p, b);
+    const double *t = p->t[1], *t0 = p->t[0];
+    if (t[b] > 0) return t[b];
+    double plain = plain_bucket(p, b);
+    if (plain > 0) {
+        for (int d = 1; d < POLICY_BUCKETS; d++)
+            for (int c = b - d; c <= b + d; c += 2 * d)
+                if (c >= 0 && c < POLICY_BUCKETS && t[c] > 0 && t0[c] > 0)
+                    return plain + (t[c] > t0[c] ? t[c] - t0[c] : 0);
+        return plain;
+    }
+    for (int c = b - 1; c >= 0; c--)
         if (t[c] > 0) return t[c];
-    // a drafting step costs at least a plain step of its rows: that one's, optimistic too (a
-    // drafting bucket measured only larger, as the prompt phase's 256 rows are, priced every
-    // decode step's drafts at a step of 256 rows, and a batch-32 run never drafted in its
-    // decode phase)
-    if (drafting && p->t[0][b] > 0) return p->t[0][b];
     for (int c = b + 1; c < POLICY_BUCKETS; c++)
         if (t[c] > 0) return t[c];
     return 0;
@@ -272,10 +301,6 @@ int policy_choose(struct td_policy *p, int n, const int *kmax, const float *m, i
     for (int s = 0; s < n; s++)
         d[s] = 0, total += kmax[s] > 0 ? kmax[s] : 0;
     if (!total) return 0;
-    // a step verifying no draft never measured (while others are): one is tried, so that its
-    // cost is known before drafts are chosen against it
-    int rows0 = step_rows(st, n, 0, NULL);
-    if (!p->cost && policy_cost(p, 1, rows0) > 0 && p->t[1][policy_bucket(rows0)] == 0) return 0;
     double val, surplus;
     int r = policy_decide(p, n, kmax, m, stride, st, 0, &val, &surplus);
     if (r < 0) { // no scratch: every draft, as the fixed policy verifies them
@@ -307,8 +332,19 @@ int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m,
     return rho > 0 ? val > n - rho * off : val > n / off;
 }
 
-void policy_estimates(const long *acc_r, const long *prop_r, const long *acc, const long *prop,
-                      long rounds, int k, float *m) {
+void policy_observe_round(struct td_policy *p, int verified, int accepted) {
+    for (int j = 0; j < verified && j < POLICY_MAX_K; j++)
+        p->prop[j] += 1.0, p->acc[j] += j < accepted;
+}
+
+void policy_age(struct td_policy *p) {
+    const double keep = 1.0 - 1.0 / POLICY_MEMORY;
+    for (int j = 0; j < POLICY_MAX_K; j++)
+        p->acc[j] *= keep, p->prop[j] *= keep;
+}
+
+void policy_estimates(const long *acc_r, const long *prop_r, const double *acc,
+                      const double *prop, long rounds, int k, float *m) {
     const double w = 8.0, beta = 0.25;
     double explore = log(2.0 + (double)(rounds > 0 ? rounds : 0));
     for (int j = 0; j < k; j++) {

@@ -39,6 +39,8 @@ extern "C" {
 #endif
 
 #define POLICY_BUCKETS 20 /* row buckets 1, 2, 4, ... 2^19 */
+#define POLICY_MAX_K   16 /* draft positions the acceptance counts hold (TD_MAX_DRAFT) */
+#define POLICY_MEMORY  32 /* steps: the acceptance counts lose 1 / POLICY_MEMORY a step */
 
 struct td_policy {
     /* seconds a step of the bucket takes (moving average; 0: not measured yet, the first step
@@ -53,6 +55,12 @@ struct td_policy {
        one's */
     double draft_phase, catch_s;
     long n_phase, catch_rows, n_catch, stretches, stretch_steps, stretch;
+    /* every request's verified drafts: acc[j] of prop[j] at position j + 1 accepted, each
+       count losing 1 / POLICY_MEMORY a step (policy_age), so that what the policy believes
+       ages while it verifies nothing: the starts of answers, which a prompt phase's rounds
+       are, accept about half as often as the rest (tandem-tiny, both drafters), and counts
+       kept for good held a batch-16 run plain for its whole first wave */
+    double acc[POLICY_MAX_K], prop[POLICY_MAX_K];
     /* test seam: when set, the cost of a step of rows rows, instead of the measurements (and
        no catch-up costs anything) */
     double (*cost)(void *ctx, int drafting, int rows);
@@ -90,6 +98,12 @@ void policy_observe(struct td_policy *p, int drafting, int rows, double seconds)
  * as hundreds of microseconds each) */
 void policy_observe_drafter(struct td_policy *p, long rows, double seconds);
 
+/* a round verified drafts 1 .. verified and accepted 1 .. accepted of them */
+void policy_observe_round(struct td_policy *p, int verified, int accepted);
+
+/* a step went by: the acceptance counts lose 1 / POLICY_MEMORY */
+void policy_age(struct td_policy *p);
+
 /* the measured cost of a row of catch-up (seconds; 0: none measured) */
 double policy_catch_row(const struct td_policy *p);
 
@@ -119,12 +133,13 @@ int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m,
 
 /* A request's m[j], j < k: the chance that its drafts 1 .. j + 1 are all accepted, from its own
  * counts (acc_r[j] of prop_r[j] drafts at position j + 1 accepted) with eight proposals' weight
- * of every request's (acc[j] of prop[j]; before any, 1: a position never verified is tried),
- * the latter raised by an optimism bonus that shrinks as a position is verified and grows
- * (slowly, with the log of the rounds) while it is not: a position whose first trials failed
- * is tried again, so that an early streak of rejections cannot switch it off for good. */
-void policy_estimates(const long *acc_r, const long *prop_r, const long *acc, const long *prop,
-                      long rounds, int k, float *m);
+ * of every request's (acc[j] of prop[j], td_policy's aged counts; before any, 1: a position
+ * never verified is tried), the latter raised by an optimism bonus that shrinks as a position
+ * is verified and grows while it is not (with the log of the rounds, and as the counts age): a
+ * position whose first trials failed is tried again, so that an early streak of rejections
+ * cannot switch it off for good. */
+void policy_estimates(const long *acc_r, const long *prop_r, const double *acc,
+                      const double *prop, long rounds, int k, float *m);
 
 /* the cost tables, one line a measured bucket (TD_POLICY_TRACE) */
 void policy_trace(const struct td_policy *p, FILE *f);

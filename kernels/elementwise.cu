@@ -62,6 +62,20 @@ extern "C" void copy_bytes_cuda(void *dst, const void *src, size_t bytes) {
     LAUNCH_CHECK();
 }
 
+/* block i: patch i, a thread an id */
+__global__ void patch_ids_kernel(int32_t *ids, const struct id_patches p) {
+    PDL_START();
+    int i = blockIdx.x;
+    for (int j = threadIdx.x; j < p.len[i]; j += blockDim.x)
+        ids[p.row[i] + j] = p.src[i][j];
+}
+
+extern "C" void patch_ids_cuda(int32_t *ids, const struct id_patches *p) {
+    if (p->n <= 0) return;
+    launch_k(patch_ids_kernel, p->n, 32, 0, td_cuda_stream(), ids, *p);
+    LAUNCH_CHECK();
+}
+
 extern "C" void add_bcast_cuda(float *X, const float *e, int n, int nc, int d,
                                const int32_t *positions) {
     long long total = (long long)n * nc * d;

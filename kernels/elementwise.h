@@ -28,6 +28,18 @@ void add_bcast_ref(float *X, const float *e, int n, int nc, int d, const int32_t
 /* y[t * y_stride + c] = mean over the nc streams of X[t, i, c] (summed in stream order, / nc) */
 void mean_streams_ref(float *y, const float *X, int n, int nc, int d, int y_stride);
 
+/* a step's id patches, one launch for up to ID_PATCH_MAX of them (passed by value):
+ * ids[row[i] .. row[i] + len[i]) = src[i][0 .. len[i]) for i < n, src in backend memory (the
+ * drafts a drafter left there). A step of 32 DSpark rounds copied them with 32 kernels before
+ * its graph, about 3 us each. */
+#define ID_PATCH_MAX 64
+struct id_patches {
+    int n;
+    int row[ID_PATCH_MAX], len[ID_PATCH_MAX];
+    const int32_t *src[ID_PATCH_MAX];
+};
+void patch_ids_ref(int32_t *ids, const struct id_patches *p);
+
 /* g[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) (DeepSeek-V4 SwiGLU clamp) */
 void swiglu_act_ref(float *g, const float *u, size_t n, float limit);
 
@@ -44,6 +56,7 @@ void add_bcast_cuda(float *X, const float *e, int n, int nc, int d, const int32_
  * copy engine's copy waited for the one before and was waited for (about 9 us for a 10 KB plan
  * upload on the H200, TD_TIMELINE); a kernel stays on the compute engine. */
 void copy_bytes_cuda(void *dst, const void *src, size_t bytes);
+void patch_ids_cuda(int32_t *ids, const struct id_patches *p);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 #include "elementwise.h"
 
 #include <math.h>
+#include <string.h>
 
 void embed_ref(float *X, const int32_t *ids, const void *emb, enum td_dtype emb_dtype, int n,
                int nc, int d) {
@@ -43,4 +44,9 @@ void mean_streams_ref(float *y, const float *X, int n, int nc, int d, int y_stri
                 s += X[((size_t)t * nc + i) * d + c];
             y[(size_t)t * y_stride + c] = s / (float)nc;
         }
+}
+
+void patch_ids_ref(int32_t *ids, const struct id_patches *p) {
+    for (int i = 0; i < p->n; i++)
+        memcpy(ids + p->row[i], p->src[i], (size_t)p->len[i] * sizeof(int32_t));
 }

@@ -55,6 +55,7 @@ static const struct td_backend cpu = {
             .swiglu_act = swiglu_act_ref,
             .add_bcast = add_bcast_ref,
             .copy = cpu_copy,
+            .patch_ids = patch_ids_ref,
             .fill_uniform = fill_uniform_ref,
             .fill_quant = fill_quant_ref,
             .markov_greedy = markov_greedy_ref,

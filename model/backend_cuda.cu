@@ -322,6 +322,7 @@ static const struct td_backend cuda_backend = {
             .swiglu_act = swiglu_act_cuda,
             .add_bcast = add_bcast_cuda,
             .copy = cu_copy,
+            .patch_ids = patch_ids_cuda,
             .fill_uniform = fill_uniform_cuda,
             .fill_quant = fill_quant_cuda,
             .markov_greedy = markov_greedy_cuda,

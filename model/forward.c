@@ -876,13 +876,18 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
                   size_t errlen) {
     struct fwd *f = begin(m, st, p, io, err, errlen);
     if (!f) return -1;
+    struct id_patches batch; // (a launch for up to ID_PATCH_MAX)
+    batch.n = 0;
     for (int i = 0; io && i < io->n_id_patches; i++) {
         const struct td_id_patch *q = &io->id_patches[i];
         if (q->row < 0 || q->n < 0 || q->row + q->n > p->n_tok)
             return td_errf(err, errlen, "forward: id patch of rows %d + %d, the plan has %d",
                            q->row, q->n, p->n_tok);
-        f->b->ops.copy((int32_t *)f->rows.input_ids + q->row, q->src,
-                       (size_t)q->n * sizeof(int32_t));
+        batch.row[batch.n] = q->row, batch.len[batch.n] = q->n, batch.src[batch.n++] = q->src;
+        if (batch.n == ID_PATCH_MAX || i + 1 == io->n_id_patches) {
+            f->b->ops.patch_ids((int32_t *)f->rows.input_ids, &batch);
+            batch.n = 0;
+        }
     }
     run_step(f, st->ws, topk_trace);
     if (logits) { // else they stay in the backend (td_forward_logits) and nothing waits here

@@ -747,6 +747,42 @@ static void test_copy_bytes(void) {
     case_end("op/copy_bytes", "");
 }
 
+/* a step's id patches (kernels/elementwise.h patch_ids: a launch for up to ID_PATCH_MAX): 64
+ * patches of 0 to 16 ids each from one device buffer of drafts, at rows apart by 17, against the
+ * reference; the ids between them stay as they were */
+static void test_patch_ids(void) {
+    enum { ROWS = ID_PATCH_MAX * 17, SRC = ID_PATCH_MAX * 16 };
+    case_begin();
+    int32_t *h = malloc(SRC * sizeof(int32_t)), *want = malloc(ROWS * sizeof(int32_t)),
+            *got = malloc(ROWS * sizeof(int32_t));
+    for (int i = 0; i < SRC; i++)
+        h[i] = (int32_t)(xorshift64(&rs) >> 40);
+    for (int i = 0; i < ROWS; i++)
+        want[i] = -7;
+    int32_t *src = gpu->alloc(SRC * sizeof(int32_t)), *ids = gpu->alloc(ROWS * sizeof(int32_t));
+    gpu->to_device(src, h, SRC * sizeof(int32_t));
+    gpu->to_device(ids, want, ROWS * sizeof(int32_t));
+    struct id_patches p = {.n = ID_PATCH_MAX}, ph = p;
+    for (int i = 0; i < ID_PATCH_MAX; i++) {
+        int at = (int)(xorshift64(&rs) % 16);
+        p.row[i] = ph.row[i] = 17 * i + (int)(xorshift64(&rs) % 2);
+        p.len[i] = ph.len[i] = (int)(xorshift64(&rs) % 17 > 15 ? 0 : xorshift64(&rs) % (16 - at));
+        p.src[i] = src + 16 * ((i * 7) % ID_PATCH_MAX) + at;
+        ph.src[i] = h + 16 * ((i * 7) % ID_PATCH_MAX) + at;
+    }
+    patch_ids_ref(want, &ph);
+    gpu->ops.patch_ids(ids, &p);
+    gpu->to_host(got, ids, ROWS * sizeof(int32_t));
+    int bad = -1;
+    for (int i = 0; i < ROWS && bad < 0; i++)
+        if (got[i] != want[i]) bad = i;
+    CHECK(bad < 0, "id %d: %d, the reference %d", bad, bad < 0 ? 0 : got[bad],
+          bad < 0 ? 0 : want[bad]);
+    gpu->release(src), gpu->release(ids);
+    free(h), free(want), free(got);
+    case_end("op/patch_ids", "");
+}
+
 /* a model the kernels cannot take is refused when its step buffers are sized, by the op whose
  * kernel it is, with the numbers (kernels/<op>.h says what each accepts); the Flash slice's
  * shapes are taken */
@@ -2196,6 +2232,7 @@ int main(int argc, char **argv) {
     test_pointwise();
     test_markov();
     test_copy_bytes();
+    test_patch_ids();
     test_reserve_limits();
     test_greedy_slot();
     test_indexer_select();

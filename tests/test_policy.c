@@ -11,10 +11,11 @@
  * policy/merge_matches_sort           batches of up to 40 sequences, tied chances: the choice is
  *                                     the sorted rule's, and drafting is chosen exactly when the
  *                                     best rate beats a plain step's
- * policy/measured_buckets             observe: warm-up dropped, mean, a bucket never measured
- *                                     costs the next smaller one's (a drafting one with none
- *                                     smaller: a plain step's of its bucket); nothing measured:
- *                                     all drafts
+ * policy/measured_buckets             observe: warm-up dropped, mean; a plain bucket never
+ *                                     measured lies between the measured ones around it (linear
+ *                                     in rows); a drafting one is a plain step of its rows plus
+ *                                     the drafter's part where both are measured; nothing
+ *                                     measured: all drafts
  * policy/deterministic_ties           equal chances: the earlier sequence, each its prefix
  * policy/estimates_explore           a position's estimate: 1 before any trial; after a streak
  *                                     of rejections it climbs back with the rounds; once verified
@@ -29,6 +30,9 @@
  *                                     tokens come as fast as the sequences' own decode steps
  *                                     give them (a plain step's rate there counts the prompts'
  *                                     time and not their progress)
+ * policy/aged_counts                  a prompt phase's poor first rounds (0.2 a draft) make a
+ *                                     batch of 16 decode plain; the counts age while it does, so
+ *                                     it tries drafting again and, at 0.7 a draft, keeps on
  * policy/switch_cost                  drafting again after a plain stretch pays its catch-up:
  *                                     the rows' measured cost over the mean drafting stretch,
  *                                     which can turn a drafting step plain; none with the seam
@@ -262,8 +266,8 @@ static void measured(void) {
     policy_observe(&p, 1, 8, 11.0);
     CHECK(fabs(policy_cost(&p, 1, 5) - 10.0) < 1e-12, "bucket 8: %g, not the mean 10",
           policy_cost(&p, 1, 5));
-    // the plain step's bucket (2 rows) is not measured: no draft, so that it will be
-    CHECK(policy_choose(&p, 2, kmax, m, K, &none, d) == 0, "the plain step is not tried");
+    // no step below 8 rows is measured: every row count costs bucket 8's, so all drafts
+    CHECK(policy_choose(&p, 2, kmax, m, K, &none, d) == 6, "bucket 8's cost: not every draft");
     policy_observe(&p, 1, 2, 100.0);
     policy_observe(&p, 1, 2, 2.0);
     CHECK(fabs(policy_cost(&p, 1, 1) - 2.0) < 1e-12, "bucket 1 takes bucket 2's: %g",
@@ -281,15 +285,28 @@ static void measured(void) {
     CHECK(policy_choose(&p, 2, kmax, m, K, &none, d) == 2,
           "at 0.9: not the 4-row bucket (3.8 / 3)");
     policy_free(&p);
-    // a drafting bucket with no smaller one measured takes a plain step's of its bucket, not a
-    // larger drafting one's (the prompt phase measures 256 rows; decode steps draft at 64)
+    // a drafting bucket never measured: a plain step of its rows plus the drafter's part where
+    // both kinds are measured (the prompt phase measures 256 rows; decode steps draft at 64)
     policy_init(&p);
     policy_observe(&p, 1, 256, 1.0), policy_observe(&p, 1, 256, 20.0);
     policy_observe(&p, 0, 64, 1.0), policy_observe(&p, 0, 64, 5.0);
+    // no bucket has both: the drafter's part is not known, a plain step's (optimistic)
     CHECK(fabs(policy_cost(&p, 1, 40) - 5.0) < 1e-12, "drafting at 40 rows: %g, not 5",
           policy_cost(&p, 1, 40));
-    CHECK(fabs(policy_cost(&p, 1, 100) - 20.0) < 1e-12, "drafting at 100 rows: %g, not 20",
+    CHECK(fabs(policy_cost(&p, 1, 100) - 5.0) < 1e-12, "drafting at 100 rows: %g, not 5",
           policy_cost(&p, 1, 100));
+    // plain steps of 256 rows cost 17: the drafter's part is 3; a plain step of 128 rows lies
+    // between 64 and 256 (5 + 12 * 64 / 192 = 9), drafting at 100 rows 12; at 40, 5 + 3
+    policy_observe(&p, 0, 256, 1.0), policy_observe(&p, 0, 256, 17.0);
+    CHECK(fabs(policy_cost(&p, 0, 100) - 9.0) < 1e-12, "plain at 100 rows: %g, not 9",
+          policy_cost(&p, 0, 100));
+    CHECK(fabs(policy_cost(&p, 1, 100) - 12.0) < 1e-12, "drafting at 100 rows: %g, not 12",
+          policy_cost(&p, 1, 100));
+    CHECK(fabs(policy_cost(&p, 1, 40) - 8.0) < 1e-12, "drafting at 40 rows: %g, not 8",
+          policy_cost(&p, 1, 40));
+    // outside the measured plain buckets: the nearest's (16 rows: 64's; 1000 rows: 256's)
+    CHECK(fabs(policy_cost(&p, 0, 16) - 5.0) < 1e-12 && fabs(policy_cost(&p, 0, 1000) - 17.0) < 1e-12,
+          "plain at 16 and 1000 rows: %g %g", policy_cost(&p, 0, 16), policy_cost(&p, 0, 1000));
     policy_free(&p);
     case_end("policy/measured_buckets", "");
 }
@@ -444,7 +461,8 @@ static void switch_cost(void) {
 
 static void estimates(void) {
     case_begin();
-    long zero[K] = {0}, acc[K] = {0}, prop[K] = {0};
+    long zero[K] = {0};
+    double acc[K] = {0}, prop[K] = {0};
     float m[K];
     policy_estimates(zero, zero, acc, prop, 0, 3, m);
     CHECK(m[0] == 1.0f && m[2] == 1.0f, "before any trial: %g %g", m[0], m[2]);
@@ -466,33 +484,91 @@ static double batch1(void *ctx, int drafting, int rows) {
     return 1.0 + 0.1 * (rows - 1);
 }
 
+/* a round of a sequence whose drafts are each accepted with chance q given the ones before: d of
+ * them verified, counted in p */
+static void sim_round(struct td_policy *p, int d, double q, uint64_t *r) {
+    int a = 0;
+    while (a < d && (double)(xorshift64(r) >> 11) * 0x1p-53 < q)
+        a++;
+    policy_observe_round(p, d, a);
+}
+
 static void no_lock_in(void) {
     case_begin();
     struct td_policy p;
     policy_init(&p);
     p.cost = batch1; // one draft pays above 0.1, a second above about 0.17
-    long zero[K] = {0}, acc[K] = {0}, prop[K] = {0};
+    long zero[K] = {0};
     float m[K];
     int kmax[1] = {3}, d[1];
     uint64_t r = 0x9e3779b97f4a7c15ull;
     long last_two = 0, rounds = 3000;
     for (long t = 0; t < rounds; t++) {
-        policy_estimates(zero, zero, acc, prop, t, 3, m);
+        policy_estimates(zero, zero, p.acc, p.prop, t, 3, m);
         policy_choose(&p, 1, kmax, m, K, &none, d);
-        // drafts 1 .. d verified (each counts as proposed), accepted up to the first rejection
+        // drafts 1 .. d verified, accepted up to the first rejection (0.8, then 0.6 given the
+        // ones before); the first 10 rounds reject every draft
+        int a = 0;
         for (int j = 0, ok = t >= 10; j < d[0]; j++) {
             double u = (double)(xorshift64(&r) >> 11) * 0x1p-53;
             ok = ok && u < (j ? 0.6 : 0.8);
-            prop[j]++, acc[j] += ok;
+            a += ok;
         }
+        policy_observe_round(&p, d[0], a);
+        policy_age(&p);
         if (t >= rounds - 1000 && d[0] >= 2) last_two++;
     }
     CHECK(last_two > 900,
-          "the last 1000 rounds verified 2 drafts %ld times (position 1: %ld of "
-          "%ld, 2: %ld of %ld)",
-          last_two, acc[0], prop[0], acc[1], prop[1]);
+          "the last 1000 rounds verified 2 drafts %ld times (position 1: %.1f of "
+          "%.1f, 2: %.1f of %.1f)",
+          last_two, p.acc[0], p.prop[0], p.acc[1], p.prop[1]);
     policy_free(&p);
     case_end("policy/no_lock_in", "");
+}
+
+/* a batch-16 step of rows rows (us): 430 + 2.5 a row, drafting 250 more (its drafter) */
+static double batch16(void *ctx, int drafting, int rows) {
+    (void)ctx;
+    return 430.0 + 2.5 * rows + (drafting ? 250.0 : 0.0);
+}
+
+static void aged_counts(void) {
+    case_begin();
+    struct td_policy p;
+    policy_init(&p);
+    p.cost = batch16;
+    long zero[K] = {0};
+    float m[16 * K];
+    int kmax[16], d[16];
+    for (int s = 0; s < 16; s++)
+        kmax[s] = 5;
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    // a prompt phase's rounds, the starts of 40 answers: each draft accepted at 0.2
+    for (int i = 0; i < 40; i++)
+        sim_round(&p, 5, 0.2, &r);
+    // then 16 sequences decode, each draft accepted at 0.7 given the ones before (all five:
+    // 2.9 tokens a sequence, 46 in 920 us against plain 16 in 470)
+    long rounds = 40, first = -1, drafting_late = 0;
+    struct policy_step st = POLICY_STEP(0);
+    for (long t = 0; t < 400; t++) {
+        for (int s = 0; s < 16; s++)
+            policy_estimates(zero, zero, p.acc, p.prop, rounds, 5, m + s * K);
+        int on = policy_drafting(&p, 16, kmax, m, K, &st);
+        if (on) {
+            policy_choose(&p, 16, kmax, m, K, &st, d);
+            for (int s = 0; s < 16; s++)
+                sim_round(&p, d[s], 0.7, &r);
+            if (first < 0) first = t;
+        }
+        rounds += 16;
+        policy_age(&p);
+        if (t >= 300) drafting_late += on;
+    }
+    // the first steps stay plain (what the counts say), then the aged counts are tried again
+    CHECK(first > 0 && first < 150, "first drafting step %ld (-1: never)", first);
+    CHECK(drafting_late == 100, "the last 100 steps drafted %ld times", drafting_late);
+    policy_free(&p);
+    case_end("policy/aged_counts", "");
 }
 
 int main(void) {
@@ -508,5 +584,6 @@ int main(void) {
     switch_cost();
     estimates();
     no_lock_in();
+    aged_counts();
     return check_failures ? 1 : 0;
 }
