@@ -474,7 +474,7 @@ static bool quantized(enum td_dtype t) {
     return t == TD_DTYPE_Q8 || t == TD_DTYPE_Q4;
 }
 
-/* Bf16 matrices take the row-blocked skinny kernel up to SKINNY_WIDE_ROWS rows too while their
+/* Bf16 matrices take the row-blocked skinny kernel up to MATMUL_WIDE_ROWS rows too while their
  * bytes times the row blocks (8 rows each) are at most SKINNY_WIDE_BYTES: every row block
  * re-reads the matrix (from L2 after the first), and against that the cuBLASLt path costs a
  * launch per matrix (a set's matrices one by one, a grouped matrix's groups one by one) and a
@@ -484,9 +484,11 @@ static bool quantized(enum td_dtype t) {
  * head (4 MiB) 4.94 / 4.65 at 16 rows, 18.3 / 5.0 at 64; the Flash kv (4 MiB) 5.1 / 7.0 and
  * 9.9 / 7.9; the router (2 MiB) 3.9 / 6.8 and 6.9 / 7.7; q_a (8 MiB) 7.3 / 7.6 and 16.6 / 8.4;
  * an HCA layer's set of four 12.7 / 28.9 and 36.2 / 32.0. TD_SKINNY_BYTES=N sets the bound
- * (measuring only). */
+ * (measuring only). The rows went from 128 to 512 (a DSpark verify step of 64 sequences has
+ * 384): tandem-tiny's verify step of 192 rows (batch 32) took 81 cuBLASLt launches and 63
+ * passes rounding x to bf16, 478 us of its 1337 against the skinny kernel's 140 at 32 rows
+ * (Nsight Compute, H100). */
 #define SKINNY_WIDE_BYTES ((size_t)16 << 20)
-#define SKINNY_WIDE_ROWS  128 /* a DSpark verify step of 16 sequences has 96 */
 
 static size_t skinny_wide_bytes(void) {
     static long long b = -1;
@@ -499,7 +501,7 @@ static bool skinny(enum td_dtype t, int n, int in, long long out) {
     if (quantized(t)) return n <= QUANT_MMA_ROWS;
     if (t != TD_DTYPE_BF16) return false;
     size_t reads = (size_t)out * in * 2 * (size_t)ceil_div(n, 8);
-    return n <= SKINNY_ROWS || (n <= SKINNY_WIDE_ROWS && reads <= skinny_wide_bytes());
+    return n <= SKINNY_ROWS || (n <= MATMUL_WIDE_ROWS && reads <= skinny_wide_bytes());
 }
 
 extern "C" int matmul_cuda_reads_f32(enum td_dtype t, int n, int in, long long out) {

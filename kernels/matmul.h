@@ -9,10 +9,11 @@
 #include "reserve.h"
 
 /* The CUDA launchers read steps of up to this many rows as fp32 (the skinny kernel; Q8 / Q4
- * weights up to 64 rows, and bf16 matrices up to 128 while their bytes times the blocks of 8
- * rows are at most 16 MiB); wider steps round x to bf16 for cuBLASLt. matmul_cuda_reads_f32 says
- * which. */
+ * weights up to 64 rows, and bf16 matrices up to MATMUL_WIDE_ROWS while their bytes times the
+ * blocks of 8 rows are at most 16 MiB); wider steps round x to bf16 for cuBLASLt.
+ * matmul_cuda_reads_f32 says which. */
 #define MATMUL_SKINNY_ROWS 8
+#define MATMUL_WIDE_ROWS   512
 
 /* One output of a set of GEMMs that read the same x rows (a layer's projections of its normed
  * input): y[n, out] = x . w^T (+ bias) (+ pos_bias[positions[t] % rate] on row t: the

@@ -117,12 +117,13 @@ static uint16_t bf16(float f) {
 static void test_matmul(void) {
     // skinny rows (aligned; in % 8 != 0; several weight loads per lane; few tiles of long k,
     // whose k is shared by a cluster of 2, 4 or 8 blocks), the row-blocked skinny form of a small
-    // matrix (9 to 128 rows), then cuBLASLt rows (40 rows of a matrix whose five row blocks
-    // would re-read 22 MB, past the skinny bound; 129 rows)
+    // matrix (9 to MATMUL_WIDE_ROWS rows), then cuBLASLt rows (40 rows of a matrix whose five
+    // row blocks would re-read 22 MB, past the skinny bound; 513 rows)
     int shapes[][3] = {{1, 64, 111},     {7, 128, 300},  {3, 100, 50},   {5, 264, 36},
                        {8, 4096, 40},    {1, 2048, 200}, {3, 8192, 24},  {8, 520, 111},
                        {2, 256, 33},     {33, 96, 64},   {64, 264, 300}, {17, 4096, 40},
-                       {40, 2048, 1100}, {100, 96, 64},  {129, 256, 111}};
+                       {40, 2048, 1100}, {100, 96, 64},  {129, 256, 111}, {192, 264, 300},
+                       {513, 256, 111}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof *shapes); s++) {
         int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
         char name[64];
@@ -141,7 +142,8 @@ static void test_matmul(void) {
         float *xr = malloc((size_t)n * in * 4);
         int f32 = matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in, out);
         CHECK(f32 == (n <= MATMUL_SKINNY_ROWS ||
-                      (n <= 128 && (size_t)out * in * 2 * ((n + 7) / 8) <= (16u << 20))),
+                      (n <= MATMUL_WIDE_ROWS &&
+                       (size_t)out * in * 2 * ((n + 7) / 8) <= (16u << 20))),
               "n %d in %d out %d: x read as %s", n, in, out, f32 ? "fp32" : "bf16");
         for (int i = 0; i < n * in; i++)
             xr[i] = f32 ? x[i] : td_bf16_to_f32(bf16(x[i]));
