@@ -220,6 +220,7 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
                                 .w2_dtype = d->run->dspark.markov_w2.dtype,
                                 .w2 = d->run->dspark.markov_w2.data,
                                 .g = dc->block,
+                                .V = d->vocab,
                                 .r = dc->rank};
     b->ops.markov_greedy(&setup); // n = 0: the launch settings, before any capture
     struct td_forward_io ins = insert_io(d);

@@ -337,8 +337,19 @@ void policy_observe_round(struct td_policy *p, int verified, int accepted) {
         p->prop[j] += 1.0, p->acc[j] += j < accepted;
 }
 
+/* the steps over which the counts lose about 63% (POLICY_MEMORY; TD_POLICY_MEMORY=N sets it,
+ * measuring only) */
+static double memory_steps(void) {
+    static double m = 0;
+    if (m <= 0) {
+        const char *s = getenv("TD_POLICY_MEMORY");
+        m = s && atof(s) >= 1.0 ? atof(s) : POLICY_MEMORY;
+    }
+    return m;
+}
+
 void policy_age(struct td_policy *p) {
-    const double keep = 1.0 - 1.0 / POLICY_MEMORY;
+    const double keep = 1.0 - 1.0 / memory_steps();
     for (int j = 0; j < POLICY_MAX_K; j++)
         p->acc[j] *= keep, p->prop[j] *= keep;
 }

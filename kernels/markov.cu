@@ -1,15 +1,19 @@
 /* markov.cu: DSpark's greedy Markov chain on the GPU (see markov.h), all g slots in one kernel.
- * One thread-block cluster per sequence (up to 16 blocks of 512 threads, a thread per
- * vocabulary entry at tandem-tiny's 8192): for each slot every block scores its entries and
- * folds them to one argmax_key (ties go to the lower id, whatever the order); a cluster
- * barrier; then warp 0 of every block reads the cluster's folds from the others' shared memory
- * (a lane each) and, with the confidence (the same sums in the same order, so the same bits in
- * every block), knows the draft, the cut and the next slot's previous token; block 0 writes
- * them. Measured at batch 1 on tandem-tiny (Nsight Compute, 5 slots): 5 kernels of 7-9 us,
- * each ending in a last-block pick; one cooperative kernel of 32 blocks with a grid barrier
- * and a global atomicMax per slot, 29 us; this, 21 us (19 with warm caches). Two forms with
- * fewer barriers were slower, both by their cluster shared-memory reads: every warp reading
- * all 256 warp keys of the cluster (30 us), every warp reading the 16 block folds (25 us). */
+ * One thread-block cluster per group of sequences (up to 16 blocks of 512 threads, a thread per
+ * vocabulary entry at tandem-tiny's 8192): for each slot every block scores its entries for
+ * each sequence and folds them to one argmax_key each (ties go to the lower id, whatever the
+ * order); a cluster barrier; then a warp per sequence of every block reads the cluster's folds
+ * from the others' shared memory (a lane each) and, with the confidence (the same sums in the
+ * same order, so the same bits in every block), knows the draft, the cut and the next slot's
+ * previous token; block 0 writes them. Measured at batch 1 on tandem-tiny (Nsight Compute, 5
+ * slots): 5 kernels of 7-9 us, each ending in a last-block pick; one cooperative kernel of 32
+ * blocks with a grid barrier and a global atomicMax per slot, 29 us; this, 21 us (19 with warm
+ * caches). Two forms with fewer barriers were slower, both by their cluster shared-memory reads:
+ * every warp reading all 256 warp keys of the cluster (30 us), every warp reading the 16 block
+ * folds (25 us). With a cluster a sequence the chain took 59.7 us at batch 16 and 110.0 at
+ * batch 32 (H100): each cluster re-read W2, and the clusters ran in waves (a block of 512
+ * threads at 128 registers fills a multiprocessor); past the clusters that fit at once a cluster
+ * drafts several (group_size). */
 #include <cooperative_groups.h>
 
 #include "cuda_common.cuh"
@@ -23,6 +27,7 @@ namespace cg = cooperative_groups;
 #define MK_MAX_CL  16 /* blocks of a cluster (Hopper's largest, a non-portable size) */
 #define MK_MAX_G   32 /* slots */
 #define MK_REG_R   64 /* ranks up to this keep a thread's W2 row in registers */
+#define MK_MAX_S   8 /* sequences a cluster drafts together */
 
 /* acc + e[0 .. 8) . the eight bf16 of q, in order */
 __device__ __forceinline__ float dot8(float acc, uint4 q, const float *e) {
@@ -60,24 +65,26 @@ __device__ __forceinline__ float reg_dot(const uint4 *wq, const float *e, int r)
     return acc;
 }
 
-/* blocks (b, i): block b of sequence i's cluster takes entries v = b * MK_THREADS +
- * thread + m * (cluster * MK_THREADS). When that is one entry per thread (tandem-tiny) its U
- * value is requested at each slot's start, beside the embedding's row, and its W2 row (bf16,
- * rank <= MK_REG_R) stays in registers for the whole chain: a slot waits on one memory
- * latency. fold[j & 1] is the block's key and non-finite flag of slot j (two: a block may
- * write slot j + 1's while a slower one still reads slot j's; it cannot get further ahead,
- * past the next cluster barrier). */
+/* Cluster q drafts sequences i0 = q * S .. i0 + ns - 1 (S of them, the last group fewer), each
+ * block of it entries v = b * MK_THREADS + thread + m * (cluster * MK_THREADS) for all of them:
+ * a thread's W2 row (bf16, rank <= MK_REG_R, one entry a thread: tandem-tiny) is loaded once
+ * for the group's chains, not once a sequence, and the group's slots advance together. A
+ * sequence's sums are the same in any group (its dot products, folds and confidence in the
+ * same order), so its drafts are the same bits at any S. fold[j & 1] holds the block's keys
+ * and non-finite flags of slot j (two: a block may write slot j + 1's while a slower one still
+ * reads slot j's; it cannot get further ahead, past the next cluster barrier). */
 template <typename T1, typename T2, bool VEC>
-__global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_args a) {
+__global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_args a, int S) {
     PDL_START();
     cg::cluster_group cl = cg::this_cluster();
-    __shared__ float e[MK_MAX_R], ydot[MK_MAX_G];
-    __shared__ unsigned long long wbest[MK_WARPS], fold[2];
-    __shared__ int wbad[MK_WARPS], fold_bad[2], s_tok, s_cut;
-    __shared__ float s_conf;
-    int i = blockIdx.y, nb = (int)cl.num_blocks(), rank = (int)cl.block_rank();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kk = a.g;
-    int live = a.row_seq[i * a.g] >= 0, prev = a.ids[i * a.g];
+    __shared__ float e[MK_MAX_S][MK_MAX_R], ydot[MK_MAX_S][MK_MAX_G], s_conf[MK_MAX_S];
+    __shared__ float s_u[MK_MAX_S][MK_THREADS];
+    __shared__ unsigned long long wbest[MK_MAX_S][MK_WARPS], fold[2][MK_MAX_S];
+    __shared__ int wbad[MK_MAX_S][MK_WARPS], fold_bad[2][MK_MAX_S];
+    __shared__ int s_prev[MK_MAX_S], s_next[MK_MAX_S], s_live[MK_MAX_S], s_cut[MK_MAX_S];
+    int i0 = blockIdx.y * S, ns = min(S, a.n - i0);
+    int nb = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int v0 = rank * MK_THREADS + threadIdx.x, stride = nb * MK_THREADS;
     bool one = stride >= a.V, mine = v0 < a.V; // one: at most one entry per thread (uniform)
     bool cached = VEC && one && mine && a.r <= MK_REG_R;
@@ -88,38 +95,53 @@ __global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_
         for (int q = 0; q < MK_REG_R / 8; q++)
             if (8 * q < a.r) wq[q] = w[q];
     }
-    if (rank == 0 && threadIdx.x == 0) a.n_drafts[i] = 0;
-    // before the chain: conf_w[:D] . y of every slot (a warp each)
-    for (int j = warp; j < a.g; j += MK_WARPS) {
-        const float *y = a.y + (size_t)(i * a.g + j) * a.D;
+    if (threadIdx.x < ns) {
+        int i = i0 + threadIdx.x;
+        s_live[threadIdx.x] = a.row_seq[i * a.g] >= 0;
+        s_prev[threadIdx.x] = a.ids[i * a.g];
+        if (rank == 0) a.n_drafts[i] = 0;
+    }
+    // before the chains: conf_w[:D] . y of every sequence's every slot (a warp each)
+    for (int q = warp; q < ns * a.g; q += MK_WARPS) {
+        int sq = q / a.g, j = q % a.g;
+        const float *y = a.y + (size_t)((i0 + sq) * a.g + j) * a.D;
         float dot = 0.0f;
         for (int t = lane; t < a.D; t += 32)
             dot += a.conf_w[t] * y[t];
         dot = warp_sum(dot);
-        if (!lane) ydot[j] = dot;
+        if (!lane) ydot[sq][j] = dot;
     }
+    __syncthreads();
     for (int j = 0; j < a.g; j++) {
-        int row = i * a.g + j, par = j & 1;
-        if (live) { // uniform over the cluster
-            const float *u = a.U + (size_t)row * a.V;
-            float u0 = one && mine ? u[v0] : 0.0f; // requested beside e's row
-            const T1 *w1 = (const T1 *)a.w1 + (size_t)prev * a.r;
-            for (int t = threadIdx.x; t < a.r; t += blockDim.x)
-                e[t] = as_f32(w1[t]);
-            __syncthreads(); // e, and (slot 0) ydot, are made
+        int par = j & 1;
+        // each live sequence's U entry (a thread's own slot of s_u), requested beside its
+        // embedding's row
+        for (int sq = 0; one && mine && sq < ns; sq++)
+            if (s_live[sq]) s_u[sq][threadIdx.x] = a.U[(size_t)((i0 + sq) * a.g + j) * a.V + v0];
+        for (int q = threadIdx.x; q < ns * a.r; q += blockDim.x) {
+            int sq = q / a.r, t = q % a.r;
+            if (s_live[sq]) e[sq][t] = as_f32(((const T1 *)a.w1)[(size_t)s_prev[sq] * a.r + t]);
+        }
+        __syncthreads(); // e is made
+#pragma unroll 1
+        for (int sq = 0; sq < ns; sq++) {
+            if (!s_live[sq]) continue; // uniform over the cluster
             unsigned long long best = 0;
             int bad = 0;
             if (one) {
                 if (mine) {
-                    float z = u0 + (cached ? reg_dot(wq, e, a.r)
-                                           : row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v0 * a.r,
-                                                              e, a.r));
+                    float z =
+                        s_u[sq][threadIdx.x] + (cached ? reg_dot(wq, e[sq], a.r)
+                                         : row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v0 * a.r,
+                                                            e[sq], a.r));
                     bad = !isfinite(z);
                     best = argmax_key(z, v0);
                 }
             } else {
+                const float *u = a.U + (size_t)((i0 + sq) * a.g + j) * a.V;
                 for (int v = v0; v < a.V; v += stride) {
-                    float z = u[v] + row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v * a.r, e, a.r);
+                    float z =
+                        u[v] + row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v * a.r, e[sq], a.r);
                     bad |= !isfinite(z);
                     unsigned long long k = argmax_key(z, v);
                     best = k > best ? k : best;
@@ -127,75 +149,98 @@ __global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_
             }
             best = warp_max_key(best);
             bad = __any_sync(0xffffffffu, bad);
-            if (!lane) wbest[warp] = best, wbad[warp] = bad;
-            if (warp == 1) { // the confidence, beside the fold: the same bits in every block
-                float dot = 0.0f;
-                for (int t = lane; t < a.r; t += 32)
-                    dot += a.conf_w[a.D + t] * e[t];
-                dot = warp_sum(dot);
-                if (!lane) s_conf = 1.0f / (1.0f + expf(-(ydot[j] + dot)));
-            }
-            __syncthreads();
-            if (warp == 0) {
-                best = lane < MK_WARPS ? wbest[lane] : 0;
-                bad = lane < MK_WARPS ? wbad[lane] : 0;
-                best = warp_max_key(best);
-                bad = __any_sync(0xffffffffu, bad);
-                if (!lane) fold[par] = best, fold_bad[par] = bad;
-            }
+            if (!lane) wbest[sq][warp] = best, wbad[sq][warp] = bad;
         }
-        cl.sync(); // every block's fold of slot j is made
-        if (!live) continue;
-        if (warp == 0) { // lane b reads block b's fold
-            unsigned long long best = lane < nb ? *cl.map_shared_rank(&fold[par], lane) : 0;
-            int bad = lane < nb ? *cl.map_shared_rank(&fold_bad[par], lane) : 0;
+        // the confidences, a warp a sequence: the same bits in every block
+        for (int sq = warp; sq < ns; sq += MK_WARPS) {
+            if (!s_live[sq]) continue;
+            float dot = 0.0f;
+            for (int t = lane; t < a.r; t += 32)
+                dot += a.conf_w[a.D + t] * e[sq][t];
+            dot = warp_sum(dot);
+            if (!lane) s_conf[sq] = 1.0f / (1.0f + expf(-(ydot[sq][j] + dot)));
+        }
+        __syncthreads();
+        for (int sq = warp; sq < ns; sq += MK_WARPS) { // the block's fold, a warp a sequence
+            if (!s_live[sq]) continue;
+            unsigned long long best = lane < MK_WARPS ? wbest[sq][lane] : 0;
+            int bad = lane < MK_WARPS ? wbad[sq][lane] : 0;
+            best = warp_max_key(best);
+            bad = __any_sync(0xffffffffu, bad);
+            if (!lane) fold[par][sq] = best, fold_bad[par][sq] = bad;
+        }
+        cl.sync(); // every block's folds of slot j are made
+        for (int sq = warp; sq < ns; sq += MK_WARPS) { // lane b reads block b's fold
+            if (!s_live[sq]) continue;
+            unsigned long long best = lane < nb ? *cl.map_shared_rank(&fold[par][sq], lane) : 0;
+            int bad = lane < nb ? *cl.map_shared_rank(&fold_bad[par][sq], lane) : 0;
             best = warp_max_key(best);
             bad = __any_sync(0xffffffffu, bad);
             if (!lane) {
-                float conf = s_conf;
+                int i = i0 + sq, row = i * a.g + j;
+                float conf = s_conf[sq];
                 int cut = (a.threshold > 0.0f && conf < a.threshold) || bad;
                 int tok = argmax_key_index(best);
                 if (rank == 0) {
                     a.conf[row] = conf;
                     if (!cut) a.tok[row] = tok, a.n_drafts[i] = j + 1;
                 }
-                s_tok = tok, s_cut = cut;
+                s_next[sq] = tok, s_cut[sq] = cut;
             }
         }
         __syncthreads();
-        live = !s_cut && j + 1 < kk;
-        prev = s_tok;
+        if (threadIdx.x < ns && s_live[threadIdx.x]) {
+            s_live[threadIdx.x] = !s_cut[threadIdx.x] && j + 1 < a.g;
+            s_prev[threadIdx.x] = s_next[threadIdx.x];
+        }
+        __syncthreads();
     }
     cl.sync(); // no block leaves while another may still read its folds
 }
 
-/* one cluster per sequence, of as many blocks as the vocabulary fills (at most 16, or what the
- * device allows), with programmatic dependent launch. n = 0 launches nothing and makes the
- * kernel's cluster settings, which a graph capture cannot (markov.h) */
+/* the sequences a cluster drafts together: one each while the launch's clusters all fit on the
+ * device at once (fit: cudaOccupancyMaxActiveClusters), then as many as keep them to that (at
+ * most MK_MAX_S) */
+static int group_size(int n, int fit) {
+    int S = (n + fit - 1) / fit;
+    return S < 1 ? 1 : S > MK_MAX_S ? MK_MAX_S : S;
+}
+
+/* one cluster per group of sequences (group_size), of as many blocks as the vocabulary fills
+ * (at most 16, or what the device allows), with programmatic dependent launch. n = 0 launches
+ * nothing and makes the kernel's cluster settings, which a graph capture cannot (markov.h) */
 template <typename T1, typename T2, bool VEC> static void launch_vec(const struct markov_args *a) {
-    static int max_cl;
+    static int max_cl, fit_nb, fit;
     auto kernel = markov_chain_kernel<T1, T2, VEC>;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.y = at.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.blockDim = MK_THREADS;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
     if (!max_cl) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        cudaLaunchAttribute at;
-        at.id = cudaLaunchAttributeClusterDimension;
         at.val.clusterDim.x = MK_MAX_CL;
-        at.val.clusterDim.y = at.val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(MK_MAX_CL, 1);
-        cfg.blockDim = MK_THREADS;
-        cfg.attrs = &at;
-        cfg.numAttrs = 1;
         CUDA_CHECK(cudaOccupancyMaxPotentialClusterSize(&max_cl, kernel, &cfg));
         if (max_cl > MK_MAX_CL) max_cl = MK_MAX_CL;
         if (max_cl < 1) {
             TD_ABORT("markov_greedy_cuda: no cluster of %d-thread blocks fits", MK_THREADS);
         }
     }
-    if (!a->n) return; // the setup call
     int nb = ceil_div(a->V, MK_THREADS);
     if (nb > max_cl) nb = max_cl;
-    launch_kc(kernel, dim3(nb, a->n), MK_THREADS, 0, nb, td_cuda_stream(), *a);
+    if (nb >= 1 && fit_nb != nb) { // (the setup call, before any capture, meets the model's first)
+        at.val.clusterDim.x = nb;
+        cfg.gridDim = dim3(nb, 1);
+        CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg));
+        if (fit < 1) fit = 1;
+        fit_nb = nb;
+    }
+    if (!a->n) return; // the setup call
+    int S = group_size(a->n, fit);
+    launch_kc(kernel, dim3(nb, (a->n + S - 1) / S), MK_THREADS, 0, nb, td_cuda_stream(), *a, S);
     LAUNCH_CHECK();
 }
 

@@ -51,8 +51,8 @@ struct markov_args {
 void markov_greedy_ref(const struct markov_args *a);
 
 /* CUDA launcher (kernels/markov.cu), queued on the backend's stream; builds with nvcc only.
- * With n = 0 nothing runs and it makes its launch settings for these dtypes, as it must once
- * before the chain is captured in a graph. */
+ * With n = 0 nothing runs and it makes its launch settings for these dtypes and this V, as it
+ * must once before the chain is captured in a graph. */
 void markov_greedy_cuda(const struct markov_args *a);
 
 #ifdef __cplusplus
