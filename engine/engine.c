@@ -724,8 +724,8 @@ static int draft_budget(const struct td_engine *e, const struct request *r, int 
 
 /* the chance that r's drafts 1 .. j + 1 are all accepted, m[j] for j < k (policy_estimates) */
 static void accept_estimates(const struct td_engine *e, const struct request *r, int k, float *m) {
-    policy_estimates(r->st.accepted_at, r->st.proposed_at, e->pol.acc, e->pol.prop,
-                     e->stats.rounds, k, m);
+    policy_estimates(r->st.accepted_at, r->st.proposed_at, e->pol.acc, e->pol.prop, e->stats.rounds,
+                     k, m);
 }
 
 /* the policy's entry i: request r's k drafts on offer and their chances */

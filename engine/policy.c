@@ -354,8 +354,8 @@ void policy_age(struct td_policy *p) {
         p->acc[j] *= keep, p->prop[j] *= keep;
 }
 
-void policy_estimates(const long *acc_r, const long *prop_r, const double *acc,
-                      const double *prop, long rounds, int k, float *m) {
+void policy_estimates(const long *acc_r, const long *prop_r, const double *acc, const double *prop,
+                      long rounds, int k, float *m) {
     const double w = 8.0, beta = 0.25;
     double explore = log(2.0 + (double)(rounds > 0 ? rounds : 0));
     for (int j = 0; j < k; j++) {

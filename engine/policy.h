@@ -138,8 +138,8 @@ int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m,
  * is verified and grows while it is not (with the log of the rounds, and as the counts age): a
  * position whose first trials failed is tried again, so that an early streak of rejections
  * cannot switch it off for good. */
-void policy_estimates(const long *acc_r, const long *prop_r, const double *acc,
-                      const double *prop, long rounds, int k, float *m);
+void policy_estimates(const long *acc_r, const long *prop_r, const double *acc, const double *prop,
+                      long rounds, int k, float *m);
 
 /* the cost tables, one line a measured bucket (TD_POLICY_TRACE) */
 void policy_trace(const struct td_policy *p, FILE *f);

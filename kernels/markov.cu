@@ -27,7 +27,7 @@ namespace cg = cooperative_groups;
 #define MK_MAX_CL  16 /* blocks of a cluster (Hopper's largest, a non-portable size) */
 #define MK_MAX_G   32 /* slots */
 #define MK_REG_R   64 /* ranks up to this keep a thread's W2 row in registers */
-#define MK_MAX_S   8 /* sequences a cluster drafts together */
+#define MK_MAX_S   8  /* sequences a cluster drafts together */
 
 /* acc + e[0 .. 8) . the eight bf16 of q, in order */
 __device__ __forceinline__ float dot8(float acc, uint4 q, const float *e) {
@@ -130,10 +130,10 @@ __global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_
             int bad = 0;
             if (one) {
                 if (mine) {
-                    float z =
-                        s_u[sq][threadIdx.x] + (cached ? reg_dot(wq, e[sq], a.r)
-                                         : row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v0 * a.r,
-                                                            e[sq], a.r));
+                    float z = s_u[sq][threadIdx.x] +
+                              (cached ? reg_dot(wq, e[sq], a.r)
+                                      : row_dot<T2, VEC>((const T2 *)a.w2 + (size_t)v0 * a.r, e[sq],
+                                                         a.r));
                     bad = !isfinite(z);
                     best = argmax_key(z, v0);
                 }
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(MK_THREADS) markov_chain_kernel(struct markov_
             bad = __any_sync(0xffffffffu, bad);
             if (!lane) fold[par][sq] = best, fold_bad[par][sq] = bad;
         }
-        cl.sync(); // every block's folds of slot j are made
+        cl.sync();                                     // every block's folds of slot j are made
         for (int sq = warp; sq < ns; sq += MK_WARPS) { // lane b reads block b's fold
             if (!s_live[sq]) continue;
             unsigned long long best = lane < nb ? *cl.map_shared_rank(&fold[par][sq], lane) : 0;

@@ -75,7 +75,7 @@ struct td_ops {
     void (*scale)(float *x, float s, size_t n);
     void (*swiglu_act)(float *g, const float *u, size_t n, float limit);
     void (*add_bcast)(float *X, const float *e, int n, int nc, int d, const int32_t *positions);
-    void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory, queued */
+    void (*copy)(void *dst, const void *src, size_t bytes);      /* within backend memory, queued */
     void (*patch_ids)(int32_t *ids, const struct id_patches *p); /* kernels/elementwise.h */
     void (*fill_uniform)(void *dst, enum td_dtype t, int64_t n, uint64_t seed, float lo, float hi);
     void (*fill_quant)(void *dst, enum td_dtype t, int64_t rows, int64_t in, uint64_t seed,

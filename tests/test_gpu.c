@@ -119,9 +119,9 @@ static void test_matmul(void) {
     // whose k is shared by a cluster of 2, 4 or 8 blocks), the row-blocked skinny form of a small
     // matrix (9 to MATMUL_WIDE_ROWS rows), then cuBLASLt rows (40 rows of a matrix whose five
     // row blocks would re-read 22 MB, past the skinny bound; 513 rows)
-    int shapes[][3] = {{1, 64, 111},     {7, 128, 300},  {3, 100, 50},   {5, 264, 36},
-                       {8, 4096, 40},    {1, 2048, 200}, {3, 8192, 24},  {8, 520, 111},
-                       {2, 256, 33},     {33, 96, 64},   {64, 264, 300}, {17, 4096, 40},
+    int shapes[][3] = {{1, 64, 111},     {7, 128, 300},  {3, 100, 50},    {5, 264, 36},
+                       {8, 4096, 40},    {1, 2048, 200}, {3, 8192, 24},   {8, 520, 111},
+                       {2, 256, 33},     {33, 96, 64},   {64, 264, 300},  {17, 4096, 40},
                        {40, 2048, 1100}, {100, 96, 64},  {129, 256, 111}, {192, 264, 300},
                        {513, 256, 111}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof *shapes); s++) {
@@ -141,9 +141,9 @@ static void test_matmul(void) {
         // rounded to bf16
         float *xr = malloc((size_t)n * in * 4);
         int f32 = matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in, out);
-        CHECK(f32 == (n <= MATMUL_SKINNY_ROWS ||
-                      (n <= MATMUL_WIDE_ROWS &&
-                       (size_t)out * in * 2 * ((n + 7) / 8) <= (16u << 20))),
+        CHECK(f32 ==
+                  (n <= MATMUL_SKINNY_ROWS ||
+                   (n <= MATMUL_WIDE_ROWS && (size_t)out * in * 2 * ((n + 7) / 8) <= (16u << 20))),
               "n %d in %d out %d: x read as %s", n, in, out, f32 ? "fp32" : "bf16");
         for (int i = 0; i < n * in; i++)
             xr[i] = f32 ? x[i] : td_bf16_to_f32(bf16(x[i]));
@@ -1122,7 +1122,10 @@ static void test_greedy_slot(void) {
 static void test_markov(void) {
     enum { NMAX = 37, G = 4, D = 40, RMAX = 64 };
     for (int pass = 0; pass < 5; pass++) {
-        int N = pass == 4 ? NMAX : 5, V = pass == 2 ? 20011 : pass == 4 ? 8192 : 3001,
+        int N = pass == 4 ? NMAX : 5,
+            V = pass == 2   ? 20011
+                : pass == 4 ? 8192
+                            : 3001,
             R = pass >= 3 ? 64 : 24;
         enum td_dtype w2t = pass >= 3 ? TD_DTYPE_BF16 : TD_DTYPE_F32;
         case_begin();
@@ -1148,8 +1151,7 @@ static void test_markov(void) {
         for (int i = 5; i < N; i++) // (pass 4) more anchors, a pad block among them
             anchor[i] = (int32_t)(xorshift64(&rs) % (uint64_t)V);
         for (int i = 0; i < N * G; i++) // block rows: the anchor, then noise ids
-            ids[i] = i % G ? 5 : anchor[i / G],
-            row_seq[i] = i / G == 1 || i / G == 30 ? -1 : i / G;
+            ids[i] = i % G ? 5 : anchor[i / G], row_seq[i] = i / G == 1 || i / G == 30 ? -1 : i / G;
         int32_t tok[2][NMAX * G], nd[2][NMAX];
         float conf[2][NMAX * G];
         memset(tok, 0, sizeof tok);
@@ -2001,6 +2003,7 @@ static void test_graphs(void) {
 static const char *engine_model = "tests/fixtures/a_tiny_yarn";
 static int engine_vocab = 512;
 static float engine_threshold; /* --dspark-threshold */
+static int engine_policy;      /* --draft-policy (TD_POLICY_ADAPTIVE by default) */
 static char engine_ran[32];    /* the drafter the last run ran (td_engine_draft: auto's pick) */
 
 /* every one of n requests gave the same tokens in both runs */
@@ -2011,7 +2014,8 @@ static void check_same(int32_t (*a)[64], const int *na, int32_t (*b)[64], const 
               "request %d: %s output differs from plain greedy", r, what);
 }
 
-/* n_req greedy requests decoded together (max_seqs = n_req) */
+/* n_req greedy requests (at most ENGINE_MAX_REQ) decoded together (max_seqs = n_req) */
+#define ENGINE_MAX_REQ 72
 static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[64], int *n_out) {
     char err[512];
     struct td_engine_params ep = td_engine_defaults();
@@ -2024,13 +2028,14 @@ static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[6
     ep.max_seqs = n_req;
     ep.max_ctx = 256;
     ep.dspark_threshold = engine_threshold;
+    ep.draft_policy = engine_policy;
     struct td_engine *e;
     if (td_engine_init(&e, &ep, err, sizeof err)) {
         case_fail("%s", err);
         return 0;
     }
-    int32_t prompt[32][40];
-    int ids[32];
+    int32_t prompt[ENGINE_MAX_REQ][40];
+    int ids[ENGINE_MAX_REQ];
     for (int r = 0; r < n_req; r++) {
         for (int i = 0; i < 40; i++)
             prompt[r][i] = (int32_t)((r * 29 + (i % (4 + r % 5)) * 11) % engine_vocab);
@@ -2060,8 +2065,8 @@ static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[6
 }
 
 static void test_greedy_spec_gpu(void) {
-    static int32_t plain[32][64], spec[32][64];
-    int np[32], ns[32];
+    static int32_t plain[ENGINE_MAX_REQ][64], spec[ENGINE_MAX_REQ][64];
+    int np[ENGINE_MAX_REQ], ns[ENGINE_MAX_REQ];
     char extra[200];
     case_begin();
     double tp = run_engine("none", 1, 32, plain, np);
@@ -2105,6 +2110,19 @@ static void test_greedy_spec_gpu(void) {
     check_same(plain, np, spec, ns, 32, "DSpark");
     snprintf(extra, sizeof extra, "(tokens/s: plain %.0f, dspark %.0f, deterministic)", tp, ts);
     case_end("deterministic/dspark_greedy_equals_plain_32_prompts", extra);
+
+    // more drafting sequences than a launch of id patches takes (ID_PATCH_MAX): the verify
+    // step's drafts come from the device in two launches, and more Markov chains than the
+    // device holds clusters at once (a cluster drafts several)
+    case_begin();
+    int np72[ENGINE_MAX_REQ];
+    static int32_t plain72[ENGINE_MAX_REQ][64];
+    run_engine("none", 1, ENGINE_MAX_REQ, plain72, np72);
+    engine_policy = TD_POLICY_FIXED; // (every sequence drafts: 72 patches a verify step)
+    run_engine("dspark", 1, ENGINE_MAX_REQ, spec, ns);
+    engine_policy = TD_POLICY_ADAPTIVE;
+    check_same(plain72, np72, spec, ns, ENGINE_MAX_REQ, "DSpark at 72 sequences");
+    case_end("deterministic/dspark_greedy_equals_plain_72_prompts", "");
 
     // a confidence cut: rounds stop short of k, and the verify step, built before the drafts
     // came to the host, verifies k rows of which it keeps the drafts made

@@ -305,7 +305,8 @@ static void measured(void) {
     CHECK(fabs(policy_cost(&p, 1, 40) - 8.0) < 1e-12, "drafting at 40 rows: %g, not 8",
           policy_cost(&p, 1, 40));
     // outside the measured plain buckets: the nearest's (16 rows: 64's; 1000 rows: 256's)
-    CHECK(fabs(policy_cost(&p, 0, 16) - 5.0) < 1e-12 && fabs(policy_cost(&p, 0, 1000) - 17.0) < 1e-12,
+    CHECK(fabs(policy_cost(&p, 0, 16) - 5.0) < 1e-12 &&
+              fabs(policy_cost(&p, 0, 1000) - 17.0) < 1e-12,
           "plain at 16 and 1000 rows: %g %g", policy_cost(&p, 0, 16), policy_cost(&p, 0, 1000));
     policy_free(&p);
     case_end("policy/measured_buckets", "");
