@@ -2,7 +2,8 @@
 # policy_trace.sh: where a speculative run's time goes, step by step: tandem bench on
 # models/tandem-tiny with TD_POLICY_TRACE=2 for each drafter at one batch (default 32), each
 # run's trace kept in DIR/policy_trace_D.txt and summarised by tools/policy_trace.py (steps by
-# kind and row bucket, the phases' sums, the slowest steps).
+# kind and row bucket, the phases' sums, the slowest steps), then each drafter's run beside
+# none's by phase (prompt steps, the full batch's decode steps, the tail; --against).
 #   [BACKEND=cuda|cpu] [PROMPTS_DIR=../shared/data/prompts] [SET=humaneval] [N=64 prompts]
 #   [MAX_TOKENS=128] [DRAFTS="none mtp dspark"] [DIR=/tmp] sh bench/policy_trace.sh [BATCH]
 set -e
@@ -19,3 +20,9 @@ done
 for d in ${DRAFTS:-none mtp dspark}; do
     python3 tools/policy_trace.py "$DIR/policy_trace_$d.txt"
 done
+# each drafter's phases beside none's, where none ran too
+for d in ${DRAFTS:-none mtp dspark}; do
+    [ "$d" != none ] && [ -f "$DIR/policy_trace_none.txt" ] &&
+        python3 tools/policy_trace.py "$DIR/policy_trace_$d.txt" --against "$DIR/policy_trace_none.txt"
+done
+exit 0

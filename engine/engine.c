@@ -1171,7 +1171,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         if (b->wait_queued(err, errlen)) return -1;
         if (collect_drafts(e, n, err, errlen)) return -1;
         double t1 = now();
-        long accepted0 = e->stats.accepted;
+        long accepted0 = e->stats.accepted, out0 = e->stats.tokens_out;
         e->stats.t_target += t1 - t0;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;
@@ -1207,16 +1207,17 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         e->t_drafted = t3 - t2;
         if (e->trace > 1) {
             long verified = 0;
+            int decoding = 0;
             for (int i = 0; i < n; i++)
-                verified += e->groups[i].prefill ? 0 : e->groups[i].n_drafts;
+                if (!e->groups[i].prefill) verified += e->groups[i].n_drafts, decoding++;
             fprintf(stderr,
                     "policy: step %ld, %d rows, %ld offered, %ld verified, %ld accepted, %.1f us "
-                    "(target %.1f, verify %.1f, drafter %.1f, policy %.1f, caught up %ld); next "
-                    "%s\n",
+                    "(target %.1f, verify %.1f, drafter %.1f, policy %.1f, caught up %ld), %d "
+                    "decoding, %ld out; next %s\n",
                     e->stats.steps, e->plan.n_tok, e->step_offered, verified,
                     e->stats.accepted - accepted0, 1e6 * (t3 - t0), 1e6 * (t1 - t0),
                     1e6 * (t2 - t1), 1e6 * (t3 - t2), e->md.impl ? 1e6 * e->t_policy : 0.0,
-                    e->caught,
+                    e->caught, decoding, e->stats.tokens_out - out0,
                     !e->md.impl   ? "-"
                     : e->draft_on ? "drafts"
                                   : "plain");

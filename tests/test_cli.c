@@ -476,19 +476,20 @@ int main(void) {
     slurp(path, out2, sizeof out2);
     int n_trace = 0, bad_lines = 0;
     for (const char *q = out2; (q = strstr(q, "policy: step ")); q++) {
-        long step, offered, verified, accepted;
-        int rows, used = 0;
+        long step, offered, verified, accepted, out;
+        int rows, decoding, used = 0;
         long caught;
         double us, tt, tv, td, tp;
         char next[16];
         if (sscanf(q,
                    "policy: step %ld, %d rows, %ld offered, %ld verified, %ld accepted, %lf us "
-                   "(target %lf, verify %lf, drafter %lf, policy %lf, caught up %ld); next "
-                   "%15s%n",
+                   "(target %lf, verify %lf, drafter %lf, policy %lf, caught up %ld), %d "
+                   "decoding, %ld out; next %15s%n",
                    &step, &rows, &offered, &verified, &accepted, &us, &tt, &tv, &td, &tp, &caught,
-                   next, &used) != 12 ||
+                   &decoding, &out, next, &used) != 14 ||
             tp > td || caught < 0 || step != n_trace + 1 || verified > offered ||
-            accepted > verified)
+            accepted > verified || decoding < 0 || decoding + verified > rows ||
+            out < 0 || out > rows)
             bad_lines++;
         n_trace++;
     }
