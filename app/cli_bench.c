@@ -56,7 +56,7 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
     struct td_engine *e;
     int *rid = NULL, rc = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
     if (rc) return rc;
-    double *ttft = NULL, *done_t = NULL, *last_t = NULL, *gap = NULL;
+    double *ttft = NULL, *done_t = NULL, *last_t = NULL, *gap = NULL, *queue = NULL, *pre = NULL;
     int *last_n = NULL, n_gap = 0, late_id = -1, started = 0;
     int32_t *late_ids = NULL;
     double late_at = -1, late_first = -1;
@@ -132,6 +132,19 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
     }
     double wall = now_s() - t0;
     const struct td_engine_stats *s = td_engine_stats(e);
+    // a request's time to its first token, split: waiting for a slot (submitted to admitted)
+    // and its prefill (admitted to the first token); at a batch below the prompts the first is
+    // most of it for the later ones
+    queue = td_xmalloc((size_t)np * sizeof *queue);
+    pre = td_xmalloc((size_t)np * sizeof *pre);
+    for (int i = 0; i < np; i++) {
+        struct td_request_stats rs;
+        queue[i] = pre[i] = 0;
+        if (!td_engine_request_stats(e, rid[i], &rs) && rs.t_admit >= 0 && rs.t_first >= 0)
+            queue[i] = rs.t_admit - rs.t_submit, pre[i] = rs.t_first - rs.t_admit;
+    }
+    qsort(queue, (size_t)np, sizeof *queue, cmp_double);
+    qsort(pre, (size_t)np, sizeof *pre, cmp_double);
     qsort(ttft, (size_t)np, sizeof *ttft, cmp_double);
     qsort(done_t, (size_t)np, sizeof *done_t, cmp_double);
     qsort(gap, (size_t)n_gap, sizeof *gap, cmp_double);
@@ -149,17 +162,19 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
         printf(
             "model,backend,draft,k,prompts,batch,prompt_tokens,output_tokens,seconds,tokens_per_s,"
             "requests_per_s,ttft_p50,ttft_p90,latency_p50,latency_p90,mean_accepted_length,"
-            "draft_policy,synthetic_acceptance,itl_p50,itl_p99\n");
+            "draft_policy,synthetic_acceptance,itl_p50,itl_p99,queue_p50,queue_p90,prefill_p50,"
+            "prefill_p90\n");
         char syn[16 * TD_MAX_DRAFT + 16] = "none";
         for (int j = 0, o = 0; j < ep.n_synthetic; j++)
             o += snprintf(syn + o, sizeof syn - (size_t)o, "%s%g%s", j ? ";" : "",
                           ep.synthetic_accept[j], j == ep.n_synthetic - 1 ? " (lossy)" : "");
         printf("%s,%s,%s,%d,%d,%ld,%ld,%ld,%.3f,%.1f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%s,%s,%.6f,"
-               "%.6f\n",
+               "%.6f,%.4f,%.4f,%.4f,%.4f\n",
                ep.model_dir, td_engine_backend(e), td_engine_draft(e), td_engine_draft_tokens(e),
                np, batch, prompt_tokens, s->tokens_out, wall, s->tokens_out / wall, np / wall,
                ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10], mal,
-               ep.draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive", syn, itl50, itl99);
+               ep.draft_policy == TD_POLICY_FIXED ? "fixed" : "adaptive", syn, itl50, itl99,
+               queue[np / 2], queue[np * 9 / 10], pre[np / 2], pre[np * 9 / 10]);
     } else {
         const char *tag = ep.n_synthetic ? "bench [synthetic acceptance, lossy]" : "bench";
         printf("%s: %s on %s, draft %s k=%d, %d prompts (%ld tokens), batch %ld\n", tag,
@@ -169,6 +184,9 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
                s->tokens_out, wall, s->tokens_out / wall, np / wall, s->steps);
         printf("%s: time to first token p50 %.3f s p90 %.3f s; to the last p50 %.3f s p90 %.3f s\n",
                tag, ttft[np / 2], ttft[np * 9 / 10], done_t[np / 2], done_t[np * 9 / 10]);
+        printf("%s: of the first token's time, waiting for a slot p50 %.3f s p90 %.3f s, prefill "
+               "p50 %.3f s p90 %.3f s\n",
+               tag, queue[np / 2], queue[np * 9 / 10], pre[np / 2], pre[np * 9 / 10]);
         printf("%s: between a request's tokens p50 %.2f ms p99 %.2f ms (%d gaps: the steps that "
                "brought it tokens)\n",
                tag, 1e3 * itl50, 1e3 * itl99, n_gap);
@@ -190,6 +208,8 @@ out:
     free(last_t);
     free(last_n);
     free(gap);
+    free(queue);
+    free(pre);
     free(late_ids);
     td_engine_free(e);
     return rc;
@@ -460,6 +480,7 @@ int cmd_bench(int argc, char **argv) {
                 "                       rounds' ratios with their range\n"
                 "Every request generates exactly --max-tokens tokens (EOS does not stop it).\n"
                 "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
+                "the first token's time split into waiting for a slot and prefill (median, p90),\n"
                 "the time between a request's tokens (median, p99: its gaps between the steps\n"
                 "that bring it tokens), the mean accepted length and acceptance by draft\n"
                 "position.\n",

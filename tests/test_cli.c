@@ -411,9 +411,31 @@ int main(void) {
              root);
     CHECK(tandem_stdout(args, "bench.csv", out2, sizeof out2) == 0, "bench failed");
     CHECK(strstr(out2, "tokens_per_s") && strstr(out2, ",mtp,3,2,2,") &&
-              strstr(out2, ",itl_p50,itl_p99\n"),
+              strstr(out2, ",itl_p50,itl_p99,queue_p50,queue_p90,prefill_p50,prefill_p90\n"),
           "bench CSV: '%s'", out2);
     case_end("bench_csv", "");
+    // three prompts, one slot: the later ones wait for it, and the first token's time is split
+    // into that wait and the prefill
+    write_text("p3.jsonl", "{\"text\": \"one\"}\n{\"text\": \"two two\"}\n{\"text\": \"three\"}\n");
+    case_begin();
+    snprintf(args, sizeof args,
+             "bench --model models/tandem-tiny --prompts %s/p3.jsonl --max-tokens 4 --batch 1 "
+             "--draft none --backend cpu",
+             root);
+    CHECK(tandem_stdout(args, "bench_ttft.txt", out2, sizeof out2) == 0, "bench failed");
+    double q50 = -1, q90 = -1, p50 = -1, p90 = -1, t50 = -1, t90 = -1;
+    const char *ft = strstr(out2, "bench: time to first token p50 ");
+    const char *sp = strstr(out2, "bench: of the first token's time, waiting for a slot p50 ");
+    if (ft) sscanf(ft, "bench: time to first token p50 %lf s p90 %lf s", &t50, &t90);
+    if (sp)
+        sscanf(sp,
+               "bench: of the first token's time, waiting for a slot p50 %lf s p90 %lf s, "
+               "prefill p50 %lf s p90 %lf s",
+               &q50, &q90, &p50, &p90);
+    CHECK(q50 > 0 && q90 >= q50 && p50 > 0 && p90 >= p50 && q90 < t90 && p50 <= t90,
+          "first token %g / %g s, waiting %g / %g s, prefill %g / %g s: '%s'", t50, t90, q50, q90,
+          p50, p90, out2);
+    case_end("bench_first_token_split", "");
     // a long prompt arriving beside the decodes, capped at 8 rows a step: the gaps between the
     // decodes' tokens and when it arrived
     case_begin();
@@ -488,8 +510,8 @@ int main(void) {
                    &step, &rows, &offered, &verified, &accepted, &us, &tt, &tv, &td, &tp, &caught,
                    &decoding, &out, next, &used) != 14 ||
             tp > td || caught < 0 || step != n_trace + 1 || verified > offered ||
-            accepted > verified || decoding < 0 || decoding + verified > rows ||
-            out < 0 || out > rows)
+            accepted > verified || decoding < 0 || decoding + verified > rows || out < 0 ||
+            out > rows)
             bad_lines++;
         n_trace++;
     }
