@@ -609,6 +609,20 @@ int td_engine_stop_at(struct td_engine *e, int id, int n_keep) {
     return 0;
 }
 
+/* the last model drafter call collected now (its queued results waited for) and the requests
+ * released under it freed: when no request is left to step for, no step would collect it */
+static void flush_drafter(struct td_engine *e) {
+    char err[256];
+    if (e->md.impl && e->n_live && e->md.collect(e->md.impl, e->dseqs, err, sizeof err))
+        return; // (a device fault: the next step reports it; they stay held till then)
+    for (int j = 0; j < e->n_live; j++)
+        e->live[j]->drafts_dev = NULL;
+    e->n_live = 0;
+    for (int i = 0; i < e->n_doomed; i++)
+        request_free(e->doomed[i]);
+    e->n_doomed = 0;
+}
+
 void td_engine_release(struct td_engine *e, int id) {
     struct request *r = find(e, id);
     if (!r) return;
@@ -643,6 +657,9 @@ void td_engine_release(struct td_engine *e, int id) {
         e->cap_doomed = cap;
     }
     e->doomed[e->n_doomed++] = r;
+    // the last one released: nothing will step, so nothing would collect the call and free it
+    // (release_many/dspark ended with a request held)
+    if (!e->n_reqs) flush_drafter(e);
 }
 
 int td_engine_request_stats(const struct td_engine *e, int id, struct td_request_stats *out) {

@@ -17,6 +17,8 @@
  *     that wait still get rows.
  * release_many/<drafter>: requests released as they end or while they run; memory held is
  *     only the unreleased ones (a long-running server's).
+ * release_last/<drafter>: the one request released while it decodes is freed at once (the last
+ *     drafter call named it, and no step is left to collect that call).
  * stop_at/<drafter>: a stop found in committed text cuts the request back, frees its slot; the
  *     others are unchanged; stop token ids end a request at the token.
  * request_stats/<drafter>: per-request counters sum to the engine's; times in order.
@@ -404,6 +406,38 @@ done:
     case_end(name, extra);
 }
 
+/* release_last/<drafter>: the one request, released while it decodes (the last drafter call
+ * names it), is freed there and then: with nothing left to step for, no step would */
+static void release_last(const char *draft) {
+    char name[96], err[512];
+    struct td_sampling g = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    case_begin();
+    struct td_engine *e = open_engine(draft, 3, 2, 256, NULL);
+    if (!e) goto done;
+    int id = submit(e, 20, &g); // (a prompt of 10 ids, 11 tokens out)
+    int n = 0, steps = 0;
+    enum td_req_status st = TD_REQ_QUEUED;
+    while (steps++ < 64 && n < 2 && td_engine_step(e, err, sizeof err) > 0)
+        td_engine_output(e, id, NULL, &n, &st, NULL, NULL);
+    CHECK(n >= 2 && st == TD_REQ_DECODE, "not decoding after %d steps: %d tokens", steps, n);
+    td_engine_release(e, id);
+    struct td_engine_load ld;
+    td_engine_load(e, &ld);
+    CHECK(ld.requests_held == 0 && ld.slots_busy == 0, "released: %d requests held, %d slots busy",
+          ld.requests_held, ld.slots_busy);
+    // and the engine takes the next one as usual
+    id = submit(e, 21, &g);
+    while (td_engine_step(e, err, sizeof err) > 0) {
+    }
+    td_engine_output(e, id, NULL, &n, &st, NULL, NULL);
+    CHECK(st == TD_REQ_FINISHED && n == max_tok[21], "the next request: %d tokens of %d", n,
+          max_tok[21]);
+    td_engine_free(e);
+done:
+    snprintf(name, sizeof name, "release_last/%s", draft);
+    case_end(name, "");
+}
+
 /* stop_at/<drafter>: a stop string found after a step that committed several tokens ends the
  * request at the cut (its tokens are the first n_keep of its full output), frees its slot at
  * once, and the requests beside it and after it give their own outputs */
@@ -560,6 +594,8 @@ int main(int argc, char **argv) {
     }
     for (int d = quick ? 3 : 0; d < 5 && wanted(argc, argv, "release_many"); d += quick ? 1 : 4)
         release_many(drafters[d]);
+    for (int d = 3; d < 5 && wanted(argc, argv, "release_last"); d++)
+        release_last(drafters[d]);
     for (int d = quick ? 3 : 0; d < 5 && wanted(argc, argv, "stop_at"); d++)
         stop_at(drafters[d]);
     for (int d = 0; d < 5 && wanted(argc, argv, "request_stats"); d += 2)
