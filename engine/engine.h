@@ -229,7 +229,9 @@ int td_engine_stop_at(struct td_engine *e, int id, int n_keep);
 
 /* Forget a request (cancelled first if it is running): its id becomes unknown and its memory is
  * returned, so a long-running process holds only the requests it has not released. Pointers
- * from td_engine_output stay valid until then. */
+ * from td_engine_output stay valid until then. (One the last model drafter call still names is
+ * freed when the next step collects that call, or here, once no request is left: then that
+ * call is collected here, waiting for its queued device work.) */
 void td_engine_release(struct td_engine *e, int id);
 
 /* A request's own statistics; 0, or -1 for an unknown id. */
