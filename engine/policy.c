@@ -12,6 +12,8 @@ struct policy_cand {
 
 void policy_init(struct td_policy *p) {
     memset(p, 0, sizeof *p);
+    const char *f = getenv("TD_POLICY_FLOOR");
+    p->floor = f && atof(f) > 0 ? atof(f) : 0.0;
 }
 
 void policy_free(struct td_policy *p) {
@@ -350,8 +352,11 @@ static double memory_steps(void) {
 
 void policy_age(struct td_policy *p) {
     const double keep = 1.0 - 1.0 / memory_steps();
-    for (int j = 0; j < POLICY_MAX_K; j++)
-        p->acc[j] *= keep, p->prop[j] *= keep;
+    for (int j = 0; j < POLICY_MAX_K; j++) {
+        double k = keep; // (never below the floor: a count above it ages down to it)
+        if (p->prop[j] * keep < p->floor) k = p->prop[j] > p->floor ? p->floor / p->prop[j] : 1.0;
+        p->acc[j] *= k, p->prop[j] *= k;
+    }
 }
 
 void policy_estimates(const long *acc_r, const long *prop_r, const double *acc, const double *prop,

@@ -61,6 +61,13 @@ struct td_policy {
        are, accept about half as often as the rest (tandem-tiny, both drafters), and counts
        kept for good held a batch-16 run plain for its whole first wave */
     double acc[POLICY_MAX_K], prop[POLICY_MAX_K];
+    /* the proposals a position's aged counts keep at least (0: none, the default; from
+       TD_POLICY_FLOOR=N at policy_init, measuring only): with a floor what was learnt stays a
+       weak prior and the optimism it leaves is bounded. Without one, at batch 64 on tandem-tiny
+       the counts of the prompt phase aged away over 130 plain steps, every estimate rose to
+       about 1, and DSpark drafted again in the tail: a catch-up of 4608-5504 rows, 6.7-7.3 ms
+       of a 130 ms run, for two drafting steps (H100, HumanEval, four runs alike) */
+    double floor;
     /* test seam: when set, the cost of a step of rows rows, instead of the measurements (and
        no catch-up costs anything) */
     double (*cost)(void *ctx, int drafting, int rows);

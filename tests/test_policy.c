@@ -32,7 +32,10 @@
  *                                     time and not their progress)
  * policy/aged_counts                  a prompt phase's poor first rounds (0.2 a draft) make a
  *                                     batch of 16 decode plain; the counts age while it does, so
- *                                     it tries drafting again and, at 0.7 a draft, keeps on
+ *                                     it tries drafting again and, at 0.7 a draft, keeps on (also
+ *                                     with a floor of 8 proposals)
+ * policy/aged_counts_floor            a batch-64 tail behind a costly catch-up drafts again once
+ *                                     its counts have aged away, not with a floor
  * policy/switch_cost                  drafting again after a plain stretch pays its catch-up:
  *                                     the rows' measured cost over the mean drafting stretch,
  *                                     which can turn a drafting step plain; none with the seam
@@ -533,43 +536,68 @@ static double batch16(void *ctx, int drafting, int rows) {
     return 430.0 + 2.5 * rows + (drafting ? 250.0 : 0.0);
 }
 
-static void aged_counts(void) {
-    case_begin();
+/* n sequences after a prompt phase of 40 rounds whose drafts were each accepted at q0, then
+ * `steps` steps of sequences whose drafts are accepted at q (each given the ones before),
+ * drafting again costing `extra` more (a catch-up), with counts that keep at least `floor`
+ * proposals: the first step that drafts (-1: none) and how many of the last 100 did */
+static void sim_aged(int n, double q0, double q, double extra, double floor, long steps,
+                     long *first, long *late) {
     struct td_policy p;
     policy_init(&p);
-    p.cost = batch16;
+    p.cost = batch16, p.floor = floor;
     long zero[K] = {0};
-    float m[16 * K];
-    int kmax[16], d[16];
-    for (int s = 0; s < 16; s++)
+    float m[64 * K];
+    int kmax[64], d[64];
+    for (int s = 0; s < n; s++)
         kmax[s] = 5;
     uint64_t r = 0x2545f4914f6cdd1dull;
-    // a prompt phase's rounds, the starts of 40 answers: each draft accepted at 0.2
     for (int i = 0; i < 40; i++)
-        sim_round(&p, 5, 0.2, &r);
-    // then 16 sequences decode, each draft accepted at 0.7 given the ones before (all five:
-    // 2.9 tokens a sequence, 46 in 920 us against plain 16 in 470)
-    long rounds = 40, first = -1, drafting_late = 0;
+        sim_round(&p, 5, q0, &r);
+    long rounds = 40;
+    *first = -1, *late = 0;
     struct policy_step st = POLICY_STEP(0);
-    for (long t = 0; t < 400; t++) {
-        for (int s = 0; s < 16; s++)
+    st.extra = extra;
+    for (long t = 0; t < steps; t++) {
+        for (int s = 0; s < n; s++)
             policy_estimates(zero, zero, p.acc, p.prop, rounds, 5, m + s * K);
-        int on = policy_drafting(&p, 16, kmax, m, K, &st);
+        int on = policy_drafting(&p, n, kmax, m, K, &st);
         if (on) {
-            policy_choose(&p, 16, kmax, m, K, &st, d);
-            for (int s = 0; s < 16; s++)
-                sim_round(&p, d[s], 0.7, &r);
-            if (first < 0) first = t;
+            policy_choose(&p, n, kmax, m, K, &st, d);
+            for (int s = 0; s < n; s++)
+                sim_round(&p, d[s], q, &r);
+            if (*first < 0) *first = t;
         }
-        rounds += 16;
+        rounds += n;
         policy_age(&p);
-        if (t >= 300) drafting_late += on;
+        if (t >= steps - 100) *late += on;
     }
-    // the first steps stay plain (what the counts say), then the aged counts are tried again
-    CHECK(first > 0 && first < 150, "first drafting step %ld (-1: never)", first);
-    CHECK(drafting_late == 100, "the last 100 steps drafted %ld times", drafting_late);
     policy_free(&p);
+}
+
+static void aged_counts(void) {
+    case_begin();
+    long first, late;
+    // 16 sequences after a prompt phase at 0.2 a draft, then 0.7 (all five drafts: 2.9 tokens a
+    // sequence, 46 in 920 us against plain 16 in 470): plain first (what the counts say), then
+    // the aged counts are tried again, and kept; the same with a floor of 8 proposals
+    for (int f = 0; f < 2; f++) {
+        sim_aged(16, 0.2, 0.7, 0.0, f ? 8.0 : 0.0, 400, &first, &late);
+        CHECK(first > 0 && first < 150 && late == 100,
+              "floor %d: first drafting step %ld (-1: never), the last 100 drafted %ld times",
+              f ? 8 : 0, first, late);
+    }
     case_end("policy/aged_counts", "");
+    // 47 sequences (a batch-64 run's tail) after a prompt phase that accepted nearly nothing,
+    // drafting again behind a catch-up of 1.8 ms, drafts accepted at 0.5: only estimates of
+    // about 1 make it look worth it (282 rows, 3.2 ms, against 86 tokens a ms plain). Without a
+    // floor the counts age that far and it drafts; with one it stays plain
+    case_begin();
+    sim_aged(47, 0.05, 0.5, 1800.0, 0.0, 400, &first, &late);
+    long first0 = first;
+    sim_aged(47, 0.05, 0.5, 1800.0, 8.0, 400, &first, &late);
+    CHECK(first0 >= 0 && first < 0, "drafting began at step %ld without a floor, %ld with one",
+          first0, first);
+    case_end("policy/aged_counts_floor", "");
 }
 
 int main(void) {
