@@ -381,4 +381,10 @@ void policy_trace(const struct td_policy *p, FILE *f) {
             "drafting stretches %.1f steps (%ld)\n",
             1e6 * policy_catch_row(p), p->catch_rows, p->n_catch, 1e6 * p->draft_phase,
             p->stretches ? (double)p->stretch_steps / (double)p->stretches : 0.0, p->stretches);
+    // what the aged counts hold at the end (their memory and floor beside them)
+    fprintf(f, "policy: acceptance counts (memory %.0f steps, floor %.0f):", memory_steps(),
+            p->floor);
+    for (int j = 0; j < POLICY_MAX_K && p->prop[j] > 0; j++)
+        fprintf(f, " %d: %.1f of %.1f", j + 1, p->acc[j], p->prop[j]);
+    fprintf(f, "\n");
 }
