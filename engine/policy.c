@@ -61,9 +61,22 @@ void policy_decided(struct td_policy *p, int drafting) {
     }
 }
 
+/* how much the acceptance estimates rest on: position 1's aged proposals against a weight of
+ * POLICY_SWITCH_W of them (TD_POLICY_SWITCH_W=N sets it, 0: taken as full; measuring only) */
+static double evidence(const struct td_policy *p) {
+    static double w = -1;
+    if (w < 0) {
+        const char *s = getenv("TD_POLICY_SWITCH_W");
+        w = s ? atof(s) : POLICY_SWITCH_W;
+        if (!(w > 0)) w = 0;
+    }
+    return w > 0 ? p->prop[0] / (p->prop[0] + w) : 1.0;
+}
+
 double policy_switch_cost(const struct td_policy *p, long rows) {
     if (p->cost || rows <= 0) return 0;
     double h = p->stretches ? (double)p->stretch_steps / (double)p->stretches : 1.0;
+    h *= evidence(p); // estimates with little behind them do not promise a long stretch
     return policy_catch_row(p) * (double)rows / (h > 1.0 ? h : 1.0);
 }
 

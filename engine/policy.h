@@ -38,9 +38,10 @@
 extern "C" {
 #endif
 
-#define POLICY_BUCKETS 20 /* row buckets 1, 2, 4, ... 2^19 */
-#define POLICY_MAX_K   16 /* draft positions the acceptance counts hold (TD_MAX_DRAFT) */
-#define POLICY_MEMORY  32 /* steps: the acceptance counts lose 1 / POLICY_MEMORY a step */
+#define POLICY_BUCKETS  20 /* row buckets 1, 2, 4, ... 2^19 */
+#define POLICY_MAX_K    16 /* draft positions the acceptance counts hold (TD_MAX_DRAFT) */
+#define POLICY_MEMORY   32 /* steps: the acceptance counts lose 1 / POLICY_MEMORY a step */
+#define POLICY_SWITCH_W 8  /* proposals: the weight a catch-up's stretch is discounted against */
 
 struct td_policy {
     /* seconds a step of the bucket takes (moving average; 0: not measured yet, the first step
@@ -120,7 +121,12 @@ void policy_decided(struct td_policy *p, int drafting);
 /* What drafting again costs a step when it starts a catch-up of rows rows: their measured cost
  * over the mean drafting stretch (a switch pays once for the steps that draft after it; at
  * batch 32 on tandem-tiny a stretch was one or two steps of 650-1130 us after a catch-up of
- * 1.4-1.6 ms). 0 with the test seam or nothing measured. */
+ * 1.4-1.6 ms), a stretch shortened by the evidence the acceptance estimates rest on: with
+ * position 1's aged proposals a and POLICY_SWITCH_W = w, over h * a / (a + w) steps, at least
+ * one. Estimates that have aged to almost nothing are optimistic, and such a decision drafted
+ * again at batch 64 behind a catch-up of 4608-5504 rows (6.7-7.3 ms, priced at a third of it
+ * over a mean stretch of 3) for two steps (H100, DSpark, HumanEval, four runs alike). 0 with
+ * the test seam or nothing measured. */
 double policy_switch_cost(const struct td_policy *p, long rows);
 
 /* the modelled cost of a step of rows rows (seconds; 0 when nothing is measured) */

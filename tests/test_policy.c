@@ -38,7 +38,9 @@
  *                                     its counts have aged away, not with a floor
  * policy/switch_cost                  drafting again after a plain stretch pays its catch-up:
  *                                     the rows' measured cost over the mean drafting stretch,
- *                                     which can turn a drafting step plain; none with the seam
+ *                                     shortened by the evidence the estimates rest on (the whole
+ *                                     cost with none), which can turn a drafting step plain;
+ *                                     none with the seam
  */
 #include <math.h>
 #include <stdint.h>
@@ -450,8 +452,21 @@ static void switch_cost(void) {
     int seq[] = {1, 1, 1, 0, 1, 0, 0};
     for (int i = 0; i < 7; i++)
         policy_decided(&p, seq[i]);
+    // no round verified yet: estimates with nothing behind them promise no stretch, the whole
+    // catch-up is charged
     double sw = policy_switch_cost(&p, 1002);
-    CHECK(fabs(sw - 0.001) < 1e-12, "switch cost %g, not 0.001", sw);
+    CHECK(fabs(sw - 0.002) < 1e-12, "switch cost with no evidence %g, not 0.002", sw);
+    // 1016 first drafts verified (against a weight of 8): the stretch is 2 * 1016 / 1024
+    for (int i = 0; i < 1016; i++)
+        policy_observe_round(&p, 1, 1);
+    sw = policy_switch_cost(&p, 1002);
+    CHECK(fabs(sw - 0.002 / (2.0 * 1016 / 1024)) < 1e-12, "switch cost %g, not %g", sw,
+          0.002 / (2.0 * 1016 / 1024));
+    // aged to 8 proposals: half of the stretch, one step
+    p.acc[0] = p.prop[0] = 8.0;
+    CHECK(fabs(policy_switch_cost(&p, 1002) - 0.002) < 1e-12, "aged: switch cost %g, not 0.002",
+          policy_switch_cost(&p, 1002));
+    p.acc[0] = p.prop[0] = 1016.0;
     // 48 in 1.2 + 0.5 (28.2 a unit): plain; the same drafts with nothing behind still draft
     st.extra = 0.5;
     CHECK(!policy_drafting(&p, 32, kmax, m, K, &st), "a switch of 0.5 drafts");
