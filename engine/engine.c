@@ -609,6 +609,14 @@ int td_engine_stop_at(struct td_engine *e, int id, int n_keep) {
     return 0;
 }
 
+/* the requests released while the last model drafter call held them, freed (that call is
+ * collected) */
+static void free_doomed(struct td_engine *e) {
+    for (int i = 0; i < e->n_doomed; i++)
+        request_free(e->doomed[i]);
+    e->n_doomed = 0;
+}
+
 /* the last model drafter call collected now (its queued results waited for) and the requests
  * released under it freed: when no request is left to step for, no step would collect it */
 static void flush_drafter(struct td_engine *e) {
@@ -618,9 +626,7 @@ static void flush_drafter(struct td_engine *e) {
     for (int j = 0; j < e->n_live; j++)
         e->live[j]->drafts_dev = NULL;
     e->n_live = 0;
-    for (int i = 0; i < e->n_doomed; i++)
-        request_free(e->doomed[i]);
-    e->n_doomed = 0;
+    free_doomed(e);
 }
 
 void td_engine_release(struct td_engine *e, int id) {
@@ -1247,10 +1253,6 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     e->n_active = live;
     // released requests the last model drafter call held, once that call was collected (a
     // step with no groups collects nothing: its live list still names them)
-    if (n > 0 || !e->n_live) {
-        for (int i = 0; i < e->n_doomed; i++)
-            request_free(e->doomed[i]);
-        e->n_doomed = 0;
-    }
+    if (n > 0 || !e->n_live) free_doomed(e);
     return live;
 }

@@ -10,10 +10,18 @@ struct policy_cand {
     int s, j;
 };
 
+/* a measuring knob: the environment's number at least lo, else dflt */
+static double knob(const char *name, double dflt, double lo) {
+    const char *s = getenv(name);
+    return s && atof(s) >= lo ? atof(s) : dflt;
+}
+
 void policy_init(struct td_policy *p) {
     memset(p, 0, sizeof *p);
-    const char *f = getenv("TD_POLICY_FLOOR");
-    p->floor = f && atof(f) > 0 ? atof(f) : 0.0;
+    p->memory = knob("TD_POLICY_MEMORY", POLICY_MEMORY, 1.0);
+    p->floor = knob("TD_POLICY_FLOOR", 0.0, 0.0);
+    p->switch_w = knob("TD_POLICY_SWITCH_W", POLICY_SWITCH_W, -INFINITY);
+    if (!(p->switch_w > 0)) p->switch_w = 0;
 }
 
 void policy_free(struct td_policy *p) {
@@ -61,21 +69,20 @@ void policy_decided(struct td_policy *p, int drafting) {
     }
 }
 
+/* the mean drafting stretch seen end (steps; 0: none yet) */
+static double mean_stretch(const struct td_policy *p) {
+    return p->stretches ? (double)p->stretch_steps / (double)p->stretches : 0.0;
+}
+
 /* how much the acceptance estimates rest on: position 1's aged proposals against a weight of
- * POLICY_SWITCH_W of them (TD_POLICY_SWITCH_W=N sets it, 0: taken as full; measuring only) */
+ * switch_w of them (0: taken as full) */
 static double evidence(const struct td_policy *p) {
-    static double w = -1;
-    if (w < 0) {
-        const char *s = getenv("TD_POLICY_SWITCH_W");
-        w = s ? atof(s) : POLICY_SWITCH_W;
-        if (!(w > 0)) w = 0;
-    }
-    return w > 0 ? p->prop[0] / (p->prop[0] + w) : 1.0;
+    return p->switch_w > 0 ? p->prop[0] / (p->prop[0] + p->switch_w) : 1.0;
 }
 
 double policy_switch_cost(const struct td_policy *p, long rows) {
     if (p->cost || rows <= 0) return 0;
-    double h = p->stretches ? (double)p->stretch_steps / (double)p->stretches : 1.0;
+    double h = p->stretches ? mean_stretch(p) : 1.0;
     h *= evidence(p); // estimates with little behind them do not promise a long stretch
     return policy_catch_row(p) * (double)rows / (h > 1.0 ? h : 1.0);
 }
@@ -352,19 +359,8 @@ void policy_observe_round(struct td_policy *p, int verified, int accepted) {
         p->prop[j] += 1.0, p->acc[j] += j < accepted;
 }
 
-/* the steps over which the counts lose about 63% (POLICY_MEMORY; TD_POLICY_MEMORY=N sets it,
- * measuring only) */
-static double memory_steps(void) {
-    static double m = 0;
-    if (m <= 0) {
-        const char *s = getenv("TD_POLICY_MEMORY");
-        m = s && atof(s) >= 1.0 ? atof(s) : POLICY_MEMORY;
-    }
-    return m;
-}
-
 void policy_age(struct td_policy *p) {
-    const double keep = 1.0 - 1.0 / memory_steps();
+    const double keep = 1.0 - 1.0 / p->memory;
     for (int j = 0; j < POLICY_MAX_K; j++) {
         double k = keep; // (never below the floor: a count above it ages down to it)
         if (p->prop[j] * keep < p->floor) k = p->prop[j] > p->floor ? p->floor / p->prop[j] : 1.0;
@@ -393,10 +389,9 @@ void policy_trace(const struct td_policy *p, FILE *f) {
             "policy: catch-up %.3f us a row (%ld rows in %ld phases; a drafting phase %.1f us), "
             "drafting stretches %.1f steps (%ld)\n",
             1e6 * policy_catch_row(p), p->catch_rows, p->n_catch, 1e6 * p->draft_phase,
-            p->stretches ? (double)p->stretch_steps / (double)p->stretches : 0.0, p->stretches);
+            mean_stretch(p), p->stretches);
     // what the aged counts hold at the end (their memory and floor beside them)
-    fprintf(f, "policy: acceptance counts (memory %.0f steps, floor %.0f):", memory_steps(),
-            p->floor);
+    fprintf(f, "policy: acceptance counts (memory %.0f steps, floor %.0f):", p->memory, p->floor);
     for (int j = 0; j < POLICY_MAX_K && p->prop[j] > 0; j++)
         fprintf(f, " %d: %.1f of %.1f", j + 1, p->acc[j], p->prop[j]);
     fprintf(f, "\n");

@@ -62,6 +62,10 @@ struct td_policy {
        are, accept about half as often as the rest (tandem-tiny, both drafters), and counts
        kept for good held a batch-16 run plain for its whole first wave */
     double acc[POLICY_MAX_K], prop[POLICY_MAX_K];
+    /* the measuring knobs, set by policy_init from the environment: the steps over which the
+       counts lose about 63% (TD_POLICY_MEMORY, POLICY_MEMORY), and the proposals a catch-up's
+       stretch is discounted against (TD_POLICY_SWITCH_W, POLICY_SWITCH_W; 0: not at all) */
+    double memory, switch_w;
     /* the proposals a position's aged counts keep at least (0: none, the default; from
        TD_POLICY_FLOOR=N at policy_init, measuring only): with a floor what was learnt stays a
        weak prior and the optimism it leaves is bounded. Without one, at batch 64 on tandem-tiny
@@ -109,7 +113,7 @@ void policy_observe_drafter(struct td_policy *p, long rows, double seconds);
 /* a round verified drafts 1 .. verified and accepted 1 .. accepted of them */
 void policy_observe_round(struct td_policy *p, int verified, int accepted);
 
-/* a step went by: the acceptance counts lose 1 / POLICY_MEMORY */
+/* a step went by: the acceptance counts lose 1 / memory (never below the floor) */
 void policy_age(struct td_policy *p);
 
 /* the measured cost of a row of catch-up (seconds; 0: none measured) */

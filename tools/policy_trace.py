@@ -32,17 +32,27 @@ def bucket(rows):
     return b
 
 
+def step_of(line):
+    """a TD_POLICY_TRACE=2 step line's fields (None for any other line); dec and out are -1 in
+    traces from before session 26, whose lines lack them"""
+    m = STEP.match(line.strip())
+    if not m:
+        return None
+    g = m.groups()
+    return {"rows": int(g[1]), "offered": int(g[2]), "verified": int(g[3]),
+            "accepted": int(g[4]), "us": float(g[5]), "target": float(g[6]),
+            "verify": float(g[7]), "drafter": float(g[8]), "policy": float(g[9]),
+            "caught": int(g[10]), "dec": int(g[11]) if g[11] else -1,
+            "out": int(g[12]) if g[12] else -1, "plain": int(g[2]) == 0, "line": line.strip()}
+
+
 def summary(path, n_slow):
     steps, rate, price = [], None, None
     with open(path, errors="replace") as f:
         for line in f:
-            m = STEP.match(line.strip())
-            if m:
-                g = m.groups()
-                steps.append((int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), float(g[5]),
-                              float(g[6]), float(g[7]), float(g[8]), g[13], line.strip(),
-                              float(g[9]), int(g[10]),
-                              int(g[11]) if g[11] else -1, int(g[12]) if g[12] else -1))
+            s = step_of(line)
+            if s:
+                steps.append(s)
             elif "tokens/s" in line and line.startswith("bench:"):
                 rate = line.strip()
             elif line.startswith("policy: catch-up"):
@@ -55,39 +65,31 @@ def summary(path, n_slow):
         return 1
     kinds = {}
     for s in steps:
-        k = ("drafting" if s[2] > 0 else "plain", bucket(s[1]))
+        k = ("plain" if s["plain"] else "drafting", bucket(s["rows"]))
         n, t = kinds.get(k, (0, 0.0))
-        kinds[k] = (n + 1, t + s[5])
+        kinds[k] = (n + 1, t + s["us"])
     print("kind      rows <=   steps   mean us    sum ms")
     for (kind, b), (n, t) in sorted(kinds.items(), key=lambda x: (x[0][1], x[0][0])):
         print(f"{kind:9} {b:7d} {n:7d} {t / n:9.1f} {t / 1e3:9.1f}")
-    tot = [sum(s[i] for s in steps) / 1e3 for i in (5, 6, 7, 8, 11)]
+    tot = [sum(s[k] for s in steps) / 1e3 for k in ("us", "target", "verify", "drafter", "policy")]
     print(f"all {len(steps)} steps: {tot[0]:.1f} ms (target {tot[1]:.1f}, verify {tot[2]:.1f}, "
           f"drafter {tot[3]:.1f}, of it the policy {tot[4]:.1f}); drafts verified "
-          f"{sum(s[3] for s in steps)}, accepted {sum(s[4] for s in steps)}")
-    caught = [s for s in steps if s[12] > 0]
-    print(f"catch-ups: {len(caught)} drafter phases made up {sum(s[12] for s in caught)} rows in "
-          f"{sum(s[8] for s in caught) / 1e3:.1f} ms")
+          f"{sum(s['verified'] for s in steps)}, accepted {sum(s['accepted'] for s in steps)}")
+    caught = [s for s in steps if s["caught"] > 0]
+    print(f"catch-ups: {len(caught)} drafter phases made up {sum(s['caught'] for s in caught)} "
+          f"rows in {sum(s['drafter'] for s in caught) / 1e3:.1f} ms")
     if price:  # the policy's own price of them, at exit
         print(price)
     print(f"slowest {n_slow}:")
-    for s in sorted(steps, key=lambda s: -s[5])[:n_slow]:
-        print("  " + s[10])
+    for s in sorted(steps, key=lambda s: -s["us"])[:n_slow]:
+        print("  " + s["line"])
     return 0
 
 
 def load(path):
-    """the step tuples of a trace (as summary reads them)"""
-    out = []
+    """the step lines of a trace (step_of)"""
     with open(path, errors="replace") as f:
-        for line in f:
-            m = STEP.match(line.strip())
-            if m:
-                g = m.groups()
-                out.append({"rows": int(g[1]), "verified": int(g[3]), "us": float(g[5]),
-                            "plain": int(g[2]) == 0, "dec": int(g[11]) if g[11] else -1,
-                            "out": int(g[12]) if g[12] else -1})
-    return out
+        return [s for s in map(step_of, f) if s]
 
 
 def phases(steps):
