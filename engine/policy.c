@@ -22,6 +22,7 @@ void policy_init(struct td_policy *p) {
     p->floor = knob("TD_POLICY_FLOOR", 0.0, 0.0);
     p->switch_w = knob("TD_POLICY_SWITCH_W", POLICY_SWITCH_W, -INFINITY);
     if (!(p->switch_w > 0)) p->switch_w = 0;
+    p->plain = knob("TD_POLICY_PLAIN", 0.0, 0.0) > 0;
 }
 
 void policy_free(struct td_policy *p) {
@@ -340,7 +341,7 @@ int policy_drafting(struct td_policy *p, int n, const int *kmax, const float *m,
     int total = 0;
     for (int s = 0; s < n; s++)
         total += kmax[s] > 0 ? kmax[s] : 0;
-    if (!total) return 0;
+    if (!total || p->plain) return 0;
     int rows0 = step_rows(st, n, 0, NULL);
     double off = policy_cost(p, 0, rows0), on = policy_cost(p, 1, rows0);
     if (on <= 0) return 1;                                        // drafting never measured: try it

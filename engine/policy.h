@@ -73,6 +73,10 @@ struct td_policy {
        about 1, and DSpark drafted again in the tail: a catch-up of 4608-5504 rows, 6.7-7.3 ms
        of a 130 ms run, for two drafting steps (H100, HumanEval, four runs alike) */
     double floor;
+    /* never draft (TD_POLICY_PLAIN=1 at policy_init, measuring only): a drafter's run that
+       decodes plainly throughout, so that what its presence alone costs a plain step (its
+       target outputs, its host work) is the run's gap to --draft none */
+    int plain;
     /* test seam: when set, the cost of a step of rows rows, instead of the measurements (and
        no catch-up costs anything) */
     double (*cost)(void *ctx, int drafting, int rows);

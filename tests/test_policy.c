@@ -554,12 +554,13 @@ static double batch16(void *ctx, int drafting, int rows) {
 /* n sequences after a prompt phase of 40 rounds whose drafts were each accepted at q0, then
  * `steps` steps of sequences whose drafts are accepted at q (each given the ones before),
  * drafting again costing `extra` more (a catch-up), with counts that keep at least `floor`
- * proposals: the first step that drafts (-1: none) and how many of the last 100 did */
-static void sim_aged(int n, double q0, double q, double extra, double floor, long steps,
+ * proposals (and never drafting when plain, TD_POLICY_PLAIN's knob): the first step that
+ * drafts (-1: none) and how many of the last 100 did */
+static void sim_aged(int n, double q0, double q, double extra, double floor, int plain, long steps,
                      long *first, long *late) {
     struct td_policy p;
     policy_init(&p);
-    p.cost = batch16, p.floor = floor;
+    p.cost = batch16, p.floor = floor, p.plain = plain;
     long zero[K] = {0};
     float m[64 * K];
     int kmax[64], d[64];
@@ -596,7 +597,7 @@ static void aged_counts(void) {
     // sequence, 46 in 920 us against plain 16 in 470): plain first (what the counts say), then
     // the aged counts are tried again, and kept; the same with a floor of 8 proposals
     for (int f = 0; f < 2; f++) {
-        sim_aged(16, 0.2, 0.7, 0.0, f ? 8.0 : 0.0, 400, &first, &late);
+        sim_aged(16, 0.2, 0.7, 0.0, f ? 8.0 : 0.0, 0, 400, &first, &late);
         CHECK(first > 0 && first < 150 && late == 100,
               "floor %d: first drafting step %ld (-1: never), the last 100 drafted %ld times",
               f ? 8 : 0, first, late);
@@ -607,12 +608,18 @@ static void aged_counts(void) {
     // about 1 make it look worth it (282 rows, 3.2 ms, against 86 tokens a ms plain). Without a
     // floor the counts age that far and it drafts; with one it stays plain
     case_begin();
-    sim_aged(47, 0.05, 0.5, 1800.0, 0.0, 400, &first, &late);
+    sim_aged(47, 0.05, 0.5, 1800.0, 0.0, 0, 400, &first, &late);
     long first0 = first;
-    sim_aged(47, 0.05, 0.5, 1800.0, 8.0, 400, &first, &late);
+    sim_aged(47, 0.05, 0.5, 1800.0, 8.0, 0, 400, &first, &late);
     CHECK(first0 >= 0 && first < 0, "drafting began at step %ld without a floor, %ld with one",
           first0, first);
     case_end("policy/aged_counts_floor", "");
+    // the measuring knob that keeps a drafter's run plain: the batch-16 case that drafts from
+    // its step 12 or so above never drafts
+    case_begin();
+    sim_aged(16, 0.2, 0.7, 0.0, 0.0, 1, 400, &first, &late);
+    CHECK(first < 0 && late == 0, "plain: drafting began at step %ld", first);
+    case_end("policy/plain_knob", "");
 }
 
 int main(void) {
