@@ -114,6 +114,12 @@ struct td_engine {
                                 behind) */
     double t_drafted;        /* the model drafter's phase of the last step (it made this step's
                                 drafts), counted in this step's cost */
+    /* the host's side of the steps (TD_POLICY_TRACE, at exit), seconds: scheduling, the plan,
+       the forward's launch (its checks, the plan's upload and the graph's launch), the work
+       queued behind it (DSpark's insertion, a plain stretch's decision), the wait for its ids,
+       the drafts' collection; h[HOST_PHASES] counts the steps */
+#define HOST_PHASES 6
+    double h[HOST_PHASES + 1];
 };
 
 static double now(void) {
@@ -426,6 +432,12 @@ void td_engine_free(struct td_engine *e) {
     free(e->r_scratch);
     if (e->trace) {
         policy_trace(&e->pol, stderr);
+        double k = e->h[HOST_PHASES] > 0 ? 1e6 / e->h[HOST_PHASES] : 0.0;
+        fprintf(stderr,
+                "policy: host a step (us): schedule %.1f, plan %.1f, launch %.1f, beside the "
+                "device %.1f, wait %.1f, drafts collected %.1f, verify %.1f, drafter %.1f\n",
+                k * e->h[0], k * e->h[1], k * e->h[2], k * e->h[3], k * e->h[4], k * e->h[5],
+                k * e->stats.t_verify, k * e->stats.t_draft);
         const struct td_state *ds = e->md.impl ? e->md.state(e->md.impl) : NULL;
         fprintf(stderr, "policy: graphs: target %d (%.1f ms), drafter %d (%.1f ms)\n",
                 e->state.n_captured, 1e3 * e->state.t_capture, ds ? ds->n_captured : 0,
@@ -1154,11 +1166,13 @@ static int collect_drafts(struct td_engine *e, int n_groups, char *err, size_t e
 _Static_assert(POLICY_MAX_K == TD_MAX_DRAFT, "the policy's counts hold every draft position");
 
 int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
+    double ts = now();
     int n = schedule(e), V = e->model.cfg.vocab;
     if (n > 0) {
         policy_age(&e->pol);
         // the phases' wall times (each ends with its results on the host, so they add up)
         double t0 = now();
+        e->h[0] += t0 - ts, e->h[HOST_PHASES]++;
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
         struct td_forward_io io = target_io(e);
         io.id_patches = e->patches;
@@ -1174,6 +1188,8 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         int greedy = !e->p.logits_hook;
         for (int i = 0; i < n && greedy; i++)
             greedy = e->groups[i].r->sampling.temperature <= 0.0f;
+        double tp = now();
+        e->h[1] += tp - t0;
         if (b->mark) b->mark("step");
         if (td_forward_ex(e->run, &e->state, &e->plan, &io, greedy ? NULL : e->logits, NULL, err,
                           errlen))
@@ -1183,6 +1199,8 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             b->to_host_queued(e->ids, e->ids_dev, (size_t)e->plan.n_logit * sizeof(int32_t));
         }
         if (b->mark) b->mark("target");
+        double tl = now();
+        e->h[2] += tl - tp;
         // what the drafter does before the verdict (DSpark's insertion) is queued behind the
         // step and runs on the device while the host verifies; the host waits for the ids only
         if (e->md.impl && e->md.insert_step && e->md.insert_step(e->md.impl, &e->plan, err, errlen))
@@ -1191,9 +1209,12 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             e->decide_pending = 0;
             decide_queued(e, n);
         }
+        double tq = now();
         if (b->wait_queued(err, errlen)) return -1;
+        double tw = now();
         if (collect_drafts(e, n, err, errlen)) return -1;
         double t1 = now();
+        e->h[3] += tq - tl, e->h[4] += tw - tq, e->h[5] += t1 - tw;
         long accepted0 = e->stats.accepted, out0 = e->stats.tokens_out;
         e->stats.t_target += t1 - t0;
         e->stats.steps++;
