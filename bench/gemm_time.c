@@ -9,6 +9,7 @@
  * q_a, q_b, kv, the indexer's q and weights, the router, wo_b, the grouped wo_a (8 groups of
  * 4096 x 1024), the head and a layer's sets of projections (matmul_set), at 1, 2 and 8 rows
  * (GEMM_ROWS=1,16,64: others, up to 64), with the bandwidth of the weight reads at the first.
+ * GEMM_ONLY=TEXT times the shapes whose name holds TEXT alone.
  * GEMM_DTYPE=q8 or q4 makes every matrix a packed released-precision one (kernels/quant.h)
  * instead, its bytes the codes and scales. */
 #include <stdio.h>
@@ -93,7 +94,9 @@ int main(void) {
     enum td_dtype t = dt && !strcmp(dt, "q8")   ? TD_DTYPE_Q8
                       : dt && !strcmp(dt, "q4") ? TD_DTYPE_Q4
                                                 : TD_DTYPE_BF16;
+    const char *only = getenv("GEMM_ONLY"); // shapes whose name holds it
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        if (only && !strstr(shapes[s].name, only)) continue;
         int in = shapes[s].in, groups = shapes[s].groups, m = 0, outs = 0;
         struct gemm q;
         memset(&q, 0, sizeof q);
