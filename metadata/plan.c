@@ -177,9 +177,10 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
             p->write_hca[t] = d->rate_hca ? ring_write(pos, end, d->ring_hca) : -1;
         }
     }
-    // pad rows: zero length at the last real end, nothing written. The two row-strided regions
-    // (window keys, top-k) are rewritten over the step's bucket only: a graph of n_tok_pad rows
-    // reads no row past it, and resetting them to max_tok cost 22 us per step on the host
+    // pad rows: zero length at the last real end, nothing written. The window keys are
+    // rewritten over the step's bucket only: a graph of n_tok_pad rows reads no row past it, and
+    // resetting them to max_tok cost 22 us per step on the host. The top-k region is the
+    // indexer's to write (plan.h), never the builder's
     int np = p->n_tok_pad;
     for (; t < d->max_tok; t++) {
         p->input_ids[t] = 0;
@@ -193,8 +194,6 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
     }
     for (size_t k = (size_t)p->swa_indptr[np]; k < (size_t)np * ((size_t)d->window + d->block); k++)
         p->swa_pos[k] = -1;
-    for (size_t k = 0; k < (size_t)np * d->topk; k++)
-        p->topk[k] = -1;
     // the rows whose logits the step returns: each sequence's last n_new - skip_logits rows
     int nl = 0;
     p->logit_indptr[0] = 0;

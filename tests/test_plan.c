@@ -369,6 +369,37 @@ static void with_model(void) {
     case_end("identical_requests_identical_topk", extra);
     td_state_free(&st);
 
+    // the top-k region is the indexer's: whatever a plan's buffer holds there before a step
+    // (the builder leaves it alone), the step's logits are the same bits (a prefill chunk with
+    // sparse selection active, then a decode step)
+    case_begin();
+    float *lp[2] = {malloc((size_t)301 * V * sizeof(float)), malloc((size_t)301 * V * sizeof(float))};
+    for (int pass = 0; pass < 2; pass++) {
+        struct td_state sp;
+        CHECK(!td_state_init(&sp, c, 1, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s",
+              err);
+        struct td_plan_dims pd = td_state_plan_dims(&sp, 512, 1);
+        struct td_plan pl;
+        CHECK(!meta_plan_init(&pl, &pd, err, sizeof err), "%s", err);
+        int slot = td_state_seq_alloc(&sp);
+        struct td_plan_seq q[2] = {{.slot = slot, .len_before = 0, .n_new = 300, .ids = ids},
+                                   {.slot = slot, .len_before = 300, .n_new = 1, .ids = ids + 7}};
+        for (int k = 0; k < 2; k++) {
+            CHECK(!meta_plan_build(&pl, q + k, 1, err, sizeof err), "%s", err);
+            for (size_t j = 0; j < (size_t)pd.max_tok * pd.topk; j++) // stale picks: -1, or entry 3
+                pl.topk[j] = pass ? 3 : -1;
+            CHECK(!td_forward(&m, &sp, &pl, lp[pass] + (size_t)(k ? 300 : 0) * V, NULL, err,
+                              sizeof err),
+                  "%s", err);
+        }
+        meta_plan_free(&pl);
+        td_state_free(&sp);
+    }
+    CHECK(!memcmp(lp[0], lp[1], (size_t)301 * V * sizeof(float)),
+          "a step's logits depend on what the top-k region held before it");
+    free(lp[0]), free(lp[1]);
+    case_end("stale_topk_never_read", "");
+
     // random mixed batches against one-at-a-time
     case_begin();
     int n_iter = quick_mode() ? 60 : 1000, n_seqs = 6;
