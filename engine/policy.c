@@ -83,8 +83,8 @@ static double evidence(const struct td_policy *p) {
 
 double policy_switch_cost(const struct td_policy *p, long rows) {
     if (p->cost || rows <= 0) return 0;
-    double h = p->stretches ? mean_stretch(p) : 1.0;
-    h *= evidence(p); // estimates with little behind them do not promise a long stretch
+    // (estimates with little behind them do not promise a long stretch; at least one step)
+    double h = mean_stretch(p) * evidence(p);
     return policy_catch_row(p) * (double)rows / (h > 1.0 ? h : 1.0);
 }
 

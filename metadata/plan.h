@@ -20,8 +20,9 @@
  * `topk`, which the builder leaves alone: each CSA layer's indexer writes every entry of every
  * row the step runs (its picks, -1 past them; a pad row's all -1) before that layer's attention
  * reads any. Resetting it on the host cost 8 MB of writes a 4096-row prefill step at V4-Flash's
- * top-512 (951 us of plan building on a 2-core EPYC), 786 KB a DSpark verify step of 64
- * sequences, and no device ever read those bytes (they are past the plan's upload span).
+ * top-512 (plan building 1165 -> 306 us on a 2-core EPYC, bench/plan_time), 786 KB a DSpark
+ * verify step of 64 sequences (84 -> 29 us), and no device ever read those bytes (they are past
+ * the plan's upload span).
  *
  * Rows are token-major: sequence s owns rows [qo_indptr[s], qo_indptr[s+1]).
  */
