@@ -526,6 +526,7 @@ int main(void) {
     CHECK(n_trace > 0 && !bad_lines && n_trace == n_steps &&
               strstr(out2, "policy: rows <=  plain us (steps)  drafting us (steps)") &&
               strstr(out2, "policy: acceptance counts (memory 32 steps, floor 0): 1: ") &&
+              strstr(out2, "policy: host a step (us): schedule ") &&
               strstr(out2, "policy: graphs: target "),
           "trace: %d step lines (%d malformed), bench ran %ld steps: '%.300s'", n_trace, bad_lines,
           n_steps, out2);
