@@ -98,11 +98,13 @@ __global__ void matmul_warp_kernel(float *y, const float *x, const void *w, int 
 /* The matrices of one skinny launch: one matrix (groups of it along the grid's z), or several
  * that read the same x rows (a set). Matrix i owns tiles tile0[i] .. tile0[i + 1] - 1 of 16
  * features; its row t goes to y[i] + t * ys[i] (+ group * out[i]). */
+#define SK_MIX 3 /* a set's form for Q8 and bf16 matrices together (each block takes one) */
 struct sk_set {
     int m;
     int rb; /* blocks of 8 rows: a step of more than 8 rows (quantized weights) */
     int tile0[MATMUL_SET_MAX + 1];
-    struct wmat w[MATMUL_SET_MAX]; /* one format (quant.cuh) for the set */
+    struct wmat w[MATMUL_SET_MAX]; /* one format (quant.cuh) for the set, or Q8 and bf16 (SK_MIX) */
+    int fmt[MATMUL_SET_MAX];
     float *y[MATMUL_SET_MAX];
     const void *bias[MATMUL_SET_MAX], *pbias[MATMUL_SET_MAX];
     const int32_t *pos[MATMUL_SET_MAX];
@@ -112,12 +114,13 @@ struct sk_set {
 
 /* block x: cluster rank fastest, then the block of 8 rows, then the tile (the row blocks of a
  * tile run together and share its weights in L2) */
-template <int F, bool VEC, int KW, int ACC, int KS>
+template <int F, bool VEC, int KW, int ACC, int KS, int XR>
 __global__ void __launch_bounds__(32 * KW)
     skinny_mma_kernel(const __grid_constant__ struct sk_set s, const float *x, int n, int in,
                       int x_stride) {
     __shared__ float part[KW > 1 ? KW - 1 : 1][32][4];
     __shared__ float tile[KS > 1 ? 32 : 1][4]; // this block's sums, which block 0 adds
+    __shared__ q8h_xw xw[F == WF_Q8 || F == SK_MIX ? KW : 1]; // Q8: each warp's x terms
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     int rank = blockIdx.x % KS, q = blockIdx.x / KS, tl = q / s.rb, t0 = q % s.rb * 8;
     int grp = blockIdx.z, i = 0;
@@ -128,8 +131,13 @@ __global__ void __launch_bounds__(32 * KW)
     float c[1][4];
     struct wmat wg = s.w[i];
     wg.row0 = grp * out;
-    mma_rows<F, VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows, &wg,
-                              o0, out, in, rank * KW + warp, KS * KW, true);
+    constexpr int FB = F == SK_MIX ? WF_BF16 : F; // the format of the set's other matrices
+    if (F == WF_Q8 || (F == SK_MIX && s.fmt[i] == WF_Q8)) // (the same for the whole block)
+        mma_rows_q8h<VEC, XR>(c[0], x + (size_t)t0 * x_stride + (size_t)grp * in, x_stride, rows,
+                              wg, o0, out, in, rank * KW + warp, KS * KW, true, xw[warp]);
+    else
+        mma_rows<FB, VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in,
+                                   g < rows, &wg, o0, out, in, rank * KW + warp, KS * KW, true);
     PDL_START(); // (every warp has waited before it writes)
     bool w0 = kw_sum<KW>(c[0], part);
     if (KS > 1) {
@@ -164,17 +172,32 @@ __global__ void __launch_bounds__(32 * KW)
     }
 }
 
-/* f(vec, kw, acc, ks) with each as a compile-time constant (std::integral_constant): the
- * forms the skinny kernel is built in */
-template <typename Fn> static void sk_form(int fmt, bool vec, int kw, bool acc1, int ks, Fn &&f) {
+/* f(fmt, vec, kw, acc, ks, xr) with each as a compile-time constant (std::integral_constant):
+ * the forms the skinny kernel is built in. Q8 (mma_rows_q8h) keeps one accumulator and splits
+ * its lanes over xr x rows, 1 for a step of one row, else 8; the other formats take xr 1. */
+template <typename Fn>
+static void sk_form(int fmt, bool vec, int kw, bool acc1, int ks, int xr, Fn &&f) {
     auto by_ks = [&](auto v, auto w, auto a) {
         auto by_f = [&](auto k) {
-            if (fmt == WF_Q8)
-                f(std::integral_constant<int, WF_Q8>{}, v, w, a, k);
-            else if (fmt == WF_Q4)
-                f(std::integral_constant<int, WF_Q4>{}, v, w, a, k);
+            using one = std::integral_constant<int, 1>;
+            if (fmt == WF_Q8) {
+                if (xr == 1)
+                    f(std::integral_constant<int, WF_Q8>{}, v, w, one{}, k, one{});
+                else
+                    f(std::integral_constant<int, WF_Q8>{}, v, w, one{}, k,
+                      std::integral_constant<int, 8>{});
+            } else if (fmt == SK_MIX) {
+                if constexpr (decltype(v)::value) { // (built with 16-byte loads alone)
+                    if (xr == 1)
+                        f(std::integral_constant<int, SK_MIX>{}, v, w, a, k, one{});
+                    else
+                        f(std::integral_constant<int, SK_MIX>{}, v, w, a, k,
+                          std::integral_constant<int, 8>{});
+                }
+            } else if (fmt == WF_Q4)
+                f(std::integral_constant<int, WF_Q4>{}, v, w, a, k, one{});
             else
-                f(std::integral_constant<int, WF_BF16>{}, v, w, a, k);
+                f(std::integral_constant<int, WF_BF16>{}, v, w, a, k, one{});
         };
         if (ks == 8)
             by_f(std::integral_constant<int, 8>{});
@@ -206,15 +229,15 @@ template <typename Fn> static void sk_form(int fmt, bool vec, int kw, bool acc1,
 static int n_sms;
 
 /* how many blocks of a form the GPU holds at once (whole clusters), asked once per form */
-static int sk_capacity(int fmt, bool vec, int kw, bool acc1, int ks) {
-    static int cap[3][2][3][2][4];
+static int sk_capacity(int fmt, bool vec, int kw, bool acc1, int ks, int xr) {
+    static int cap[4][2][3][2][4][2];
     int kwi = kw == 4 ? 0 : kw == 8 ? 1 : 2, ksi = ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3;
-    int &c = cap[fmt][vec][kwi][acc1][ksi];
+    int &c = cap[fmt][vec][kwi][acc1][ksi][xr > 1];
     if (c) return c;
     if (!n_sms) CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
-    sk_form(fmt, vec, kw, acc1, ks, [&](auto fm, auto v, auto w, auto a, auto k) {
+    sk_form(fmt, vec, kw, acc1, ks, xr, [&](auto fm, auto v, auto w, auto a, auto k, auto r) {
         auto kern = skinny_mma_kernel<decltype(fm)::value, decltype(v)::value, decltype(w)::value,
-                                      decltype(a)::value, decltype(k)::value>;
+                                      decltype(a)::value, decltype(k)::value, decltype(r)::value>;
         int got = 0;
         if (k == 1) {
             CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, kern, 32 * kw, 0));
@@ -247,46 +270,67 @@ static int sk_capacity(int fmt, bool vec, int kw, bool acc1, int ks) {
  * blocks per multiprocessor over the most), ties to fewer cluster blocks and then fewer warps;
  * when none fits (thousands of tiles: the head), 4 warps a block, many waves. */
 #define SK_WARPS 16
-static void sk_choose(int fmt, long long tiles, int in, bool vec, bool acc1, int *kw_out,
+static void sk_choose(int fmt, long long tiles, int in, bool vec, bool acc1, int xr, int *kw_out,
                       int *ks_out) {
-    int chunks = (in + mma_chunk(fmt) - 1) / mma_chunk(fmt);
+    int cw = mma_chunk(fmt == SK_MIX ? WF_Q8 : fmt), chunks = (in + cw - 1) / cw;
     double best = 0.0;
     *kw_out = 4, *ks_out = 1;
     for (int ks = 1; ks <= 8; ks *= 2)
         for (int kw = 4; kw <= 16; kw *= 2) {
             if (chunks < kw * ks * MT_U) continue;
             long long blocks = tiles * ks;
-            if (blocks > sk_capacity(fmt, vec, kw, acc1, ks)) continue;
+            if (blocks > sk_capacity(fmt, vec, kw, acc1, ks, xr)) continue;
             double per = (double)blocks / n_sms, most = ceil(per);
             double score = fmin(per * kw, (double)SK_WARPS) * (per / most);
             if (score > best * (1.0 + 1e-9)) best = score, *kw_out = kw, *ks_out = ks;
         }
 }
 
-/* one launch over the tiles of the set s (one format), n rows of x */
+static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int groups, int in);
+
+/* the matrices of s of format f (SK_MIX's Q8 or bf16) as a set of their own */
+static void sk_subset(const struct sk_set &s, int f, const float *x, int n, int in) {
+    struct sk_set t = {};
+    for (int i = 0; i < s.m; i++) {
+        if (s.fmt[i] != f) continue;
+        int q = t.m++;
+        t.w[q] = s.w[i], t.fmt[q] = f, t.y[q] = s.y[i], t.bias[q] = s.bias[i];
+        t.pbias[q] = s.pbias[i], t.pos[q] = s.pos[i], t.bias_dt[q] = s.bias_dt[i];
+        t.pbias_dt[q] = s.pbias_dt[i], t.rate[q] = s.rate[i], t.out[q] = s.out[i];
+        t.ys[q] = s.ys[i];
+    }
+    skinny_mma(t, f, x, n, 1, in);
+}
+
+/* one launch over the tiles of the set s (one format, or SK_MIX), n rows of x */
 static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int groups, int in) {
     long long tiles = 0, bytes = 0;
     // 16-byte loads of weights (Q8: of 16 codes, a row's start aligned when in is a multiple of 16)
     bool vec = in % 8 == 0 && (groups * in) % 4 == 0 && (uintptr_t)x % 16 == 0 &&
-               (fmt != WF_Q8 || in % 16 == 0);
+               ((fmt != WF_Q8 && fmt != SK_MIX) || in % 16 == 0);
     for (int i = 0; i < s.m; i++) {
+        int f = fmt == SK_MIX ? s.fmt[i] : fmt;
         s.tile0[i] = (int)tiles;
         tiles += ceil_div(s.out[i], 16);
-        bytes +=
-            (long long)groups * s.out[i] * in * (fmt == WF_BF16 ? 2 : 1) / (fmt == WF_Q4 ? 2 : 1);
+        bytes += (long long)groups * s.out[i] * in * (f == WF_BF16 ? 2 : 1) / (f == WF_Q4 ? 2 : 1);
         vec = vec && (uintptr_t)s.w[i].p % 16 == 0;
+    }
+    if (fmt == SK_MIX && !vec) { // the mixed form is built with 16-byte loads alone
+        sk_subset(s, WF_Q8, x, n, in);
+        sk_subset(s, WF_BF16, x, n, in);
+        return;
     }
     s.tile0[s.m] = (int)tiles;
     s.rb = ceil_div(n, 8);
     tiles *= groups;
-    bool acc1 = bytes >= (16ll << 20);
-    int kw, ks;
-    sk_choose(fmt, tiles * s.rb, in, vec, acc1, &kw, &ks);
-    sk_form(fmt, vec, kw, acc1, ks, [&](auto fm, auto v, auto w, auto a, auto k) {
+    bool acc1 = bytes >= (16ll << 20) || fmt == WF_Q8;
+    int kw, ks, xr = (fmt == WF_Q8 || fmt == SK_MIX) && n > 1 ? 8 : 1;
+    sk_choose(fmt, tiles * s.rb, in, vec, acc1, xr, &kw, &ks);
+    sk_form(fmt, vec, kw, acc1, ks, xr, [&](auto fm, auto v, auto w, auto a, auto k, auto r) {
         constexpr int KS = decltype(k)::value;
         dim3 grid(s.tile0[s.m] * s.rb * KS, 1, groups);
         launch_kc(skinny_mma_kernel<decltype(fm)::value, decltype(v)::value, decltype(w)::value,
-                                    decltype(a)::value, KS>,
+                                    decltype(a)::value, KS, decltype(r)::value>,
                   grid, 32 * kw, 0, KS, td_cuda_stream(), s, x, n, in, groups * in);
         LAUNCH_CHECK();
     });
@@ -298,6 +342,7 @@ static void skinny_one(float *y, const float *x, const void *w, enum td_dtype dt
     struct sk_set s = {};
     s.m = 1;
     s.w[0] = wmat_of(w, dt, (long long)groups * out, in, 0), s.y[0] = y, s.bias[0] = bias;
+    s.fmt[0] = wf_of(dt);
     s.bias_dt[0] = bias_dtype, s.out[0] = out, s.ys[0] = groups * out;
     skinny_mma(s, wf_of(dt), x, n, groups, in);
 }
@@ -567,13 +612,26 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
     }
 }
 
+/* whether a set's Q8 and bf16 matrices share one skinny launch (SK_MIX): the released precision
+ * keeps the compressors, the indexer's weights_proj and compressor and the router in bf16 beside
+ * FP8 projections of the same x, which split a layer's sets into a launch per format (the
+ * released Flash slice: 37 skinny launches a step against bf16's 21). TD_SKINNY_MIX=0 splits
+ * them again (measuring only). */
+static bool sk_mix(void) {
+    static int on = -1;
+    if (on < 0) on = !getenv("TD_SKINNY_MIX") || atoi(getenv("TD_SKINNY_MIX"));
+    return on;
+}
+
 /* a set of matrices over the same x: a skinny step is one launch for the set's matrices of each
- * format (bf16, Q8, Q4; the form, and so the order of every sum, follows those shapes alone),
- * anything else one matmul_cuda each */
+ * format (bf16 and Q8 together, Q4; the form, and so the order of every sum, follows those
+ * shapes alone), anything else one matmul_cuda each */
 extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const struct matmul_out *o) {
     if (!n || !m) return;
     TD_ASSERT(m <= MATMUL_SET_MAX);
     bool done[MATMUL_SET_MAX] = {};
+    // the launch group of a format: Q8 joins bf16's when mixing
+    auto group = [](int f) { return f == WF_Q8 && sk_mix() ? WF_BF16 : f; };
     for (int i = 0; i < m; i++) {
         if (done[i]) continue;
         if (deterministic || !skinny(o[i].dtype, n, in, o[i].out)) {
@@ -585,16 +643,20 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
             continue;
         }
         struct sk_set s = {};
+        bool fmts[3] = {};
         for (int j = i; j < m; j++) {
-            if (done[j] || o[j].dtype != o[i].dtype || !skinny(o[j].dtype, n, in, o[j].out))
+            if (done[j] || group(wf_of(o[j].dtype)) != group(wf_of(o[i].dtype)) ||
+                !skinny(o[j].dtype, n, in, o[j].out))
                 continue;
             int q = s.m++;
+            s.fmt[q] = wf_of(o[j].dtype);
+            if (s.fmt[q] >= 0) fmts[s.fmt[q]] = true; // (always: skinny takes these three alone)
             s.w[q] = wmat_of(o[j].w, o[j].dtype, o[j].out, in, 0), s.y[q] = o[j].y;
             s.bias[q] = o[j].bias, s.bias_dt[q] = o[j].bias_dtype, s.out[q] = o[j].out;
             s.ys[q] = o[j].out, s.pbias[q] = o[j].pos_bias, s.pbias_dt[q] = o[j].pos_bias_dtype;
             s.pos[q] = o[j].positions, s.rate[q] = o[j].rate;
             done[j] = true;
         }
-        skinny_mma(s, wf_of(o[i].dtype), x, n, 1, in);
+        skinny_mma(s, fmts[WF_Q8] && fmts[WF_BF16] ? SK_MIX : wf_of(o[i].dtype), x, n, 1, in);
     }
 }

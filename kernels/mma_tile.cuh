@@ -189,6 +189,169 @@ __device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bo
     acc_out<NW, ACC>(cout, c);
 }
 
+/* Q8 in half precision: the skinny GEMM's form for FP8 weights (matmul.cu). Hopper converts
+ * two e4m3 codes to two exact f16 values in one instruction (cvt.rn.f16x2.e4m3x2), so the codes
+ * enter an f16 mma as they are and their block's scale multiplies each chunk's sums afterwards,
+ * where the bf16 decode (q8_pairs) took about 28 instructions for 8 codes and bound the GEMM
+ * (bench/RESULTS.md, session 27). x enters as two f16 terms of y = x 2^e, e per x row and chunk
+ * of 64 k such that the chunk's largest |x| lands in [2^14, 2^15) (so f16's range holds any x:
+ * hi = f16(y), lo = f16(y - hi), about 22 bits of y), and each chunk's sums are multiplied by
+ * 2^-e and by the weight row's scale in fp32 (exact) and added in chunk order.
+ * The warp makes the terms together: its lanes are split over XR rows (1 or 8; 64 / (32 / XR)
+ * values of a row a lane), so a step of one row converts its 64 values a chunk once, not eight
+ * rows' worth, and writes them to the warp's q8h_xw, from which lane (g, t) reads row g's terms
+ * of k 16t .. 16t + 15. A row's terms are a function of its own values (the largest |x| is
+ * exact in any order) and an mma's columns are independent, so a row has the same bits at
+ * either XR and beside any rows. Lane (g, t) loads 16 codes of rows g and g + 8 at k 16t ..
+ * 16t + 15 (qraw_load); mma m of a chunk takes their word m: codes 16t + 4m, + 1 as logical
+ * k (2t, 2t + 1) and 16t + 4m + 2, + 3 as (2t + 8, 2t + 9), and x's terms of the same k. */
+struct q8h_xw {
+    uint4 hi[8][9]; // row r, k 8j .. 8j + 7 as f16 (a row of 9: conflict-free 16-byte reads)
+    uint4 lo[8][9];
+    float inv[8]; // 2^-e of each row
+};
+
+__device__ __forceinline__ unsigned e4m3x2_f16x2(unsigned v) { // the low 16 bits of v
+    unsigned r;
+    unsigned short h = (unsigned short)v;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(h));
+    return r;
+}
+
+__device__ __forceinline__ void mma_f16(float *c, unsigned a0, unsigned a1, unsigned a2,
+                                        unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 2^(s - 127) as fp32 (s = 0: the subnormal 2^-127)
+__device__ __forceinline__ float e8m0_f32(unsigned s) {
+    return __uint_as_float(s ? s << 23 : 0x00400000u);
+}
+
+// V values of an x row from k (zeros past in, or all zeros for a row that is not live)
+template <bool VEC, int V>
+__device__ __forceinline__ void x_vals(float *v, const float *xr, bool live, int in, int k) {
+    if (live && VEC && k + V <= in) {
+        if constexpr (V == 2) {
+            float2 p = *(const float2 *)(xr + k);
+            v[0] = p.x, v[1] = p.y;
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; j += 4) {
+                float4 p = *(const float4 *)(xr + k + j);
+                v[j] = p.x, v[j + 1] = p.y, v[j + 2] = p.z, v[j + 3] = p.w;
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        v[j] = live && k + j < in ? xr[k + j] : 0.0f;
+}
+
+/* one chunk: this lane's V values v of row cr (lanes cj of 32 / XR) as terms in xw, then the
+ * tile's 8 mma (a chain for hi, one for lo) on the 16-byte code loads wr, into c */
+template <int XR>
+__device__ __forceinline__ void q8h_chunk(float *c, const qraw &wr, const float *v, int rows,
+                                          q8h_xw &xw) {
+    constexpr int L = 32 / XR, V = 64 / L;
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, cr = lane / L, cj = lane % L;
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        m = fmaxf(m, fabsf(v[j]));
+#pragma unroll
+    for (int o = 1; o < L; o <<= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    // the chunk's largest |x| (exponent E) times 2^e in [2^14, 2^15); 2^e and 2^-e normal
+    int e = min(max(141 - (int)(__float_as_uint(m) >> 23), -126), 126);
+    float sc = __uint_as_float((unsigned)(e + 127) << 23);
+    unsigned hw[V / 2], lw[V / 2];
+#pragma unroll
+    for (int p = 0; p < V / 2; p++) {
+        float y0 = v[2 * p] * sc, y1 = v[2 * p + 1] * sc;
+        __half2 h = __floats2half2_rn(y0, y1); // y0 in the low half
+        float2 hf = __half22float2(h);
+        __half2 l = __floats2half2_rn(y0 - hf.x, y1 - hf.y);
+        hw[p] = *(unsigned *)&h, lw[p] = *(unsigned *)&l;
+    }
+    unsigned *hr = (unsigned *)&xw.hi[cr][0] + cj * (V / 2);
+    unsigned *lr = (unsigned *)&xw.lo[cr][0] + cj * (V / 2);
+#pragma unroll
+    for (int p = 0; p < V / 2; p += V / 2 < 4 ? V / 2 : 4) {
+        if constexpr (V / 2 == 1)
+            hr[p] = hw[p], lr[p] = lw[p];
+        else if constexpr (V / 2 == 2)
+            *(uint2 *)(hr + p) = make_uint2(hw[p], hw[p + 1]),
+                     *(uint2 *)(lr + p) = make_uint2(lw[p], lw[p + 1]);
+        else
+            *(uint4 *)(hr + p) = make_uint4(hw[p], hw[p + 1], hw[p + 2], hw[p + 3]),
+                     *(uint4 *)(lr + p) = make_uint4(lw[p], lw[p + 1], lw[p + 2], lw[p + 3]);
+    }
+    if (cj == 0) xw.inv[cr] = __uint_as_float((unsigned)(127 - e) << 23);
+    __syncwarp();
+    uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0, l0 = h0, l1 = h0;
+    if (g < rows)
+        h0 = xw.hi[g][2 * t], h1 = xw.hi[g][2 * t + 1], l0 = xw.lo[g][2 * t],
+        l1 = xw.lo[g][2 * t + 1];
+    float i0 = 2 * t < rows ? xw.inv[2 * t] : 0.0f, i1 = 2 * t + 1 < rows ? xw.inv[2 * t + 1] : 0.0f;
+    __syncwarp(); // every lane has read before the next chunk's terms are written
+    unsigned hb[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    unsigned lb[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+    float s[2][4] = {};
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        unsigned wa = u4_word(wr.a, q), wb = u4_word(wr.b, q);
+        unsigned a0 = e4m3x2_f16x2(wa), a2 = e4m3x2_f16x2(wa >> 16);
+        unsigned a1 = e4m3x2_f16x2(wb), a3 = e4m3x2_f16x2(wb >> 16);
+        mma_f16(s[0], a0, a1, a2, a3, hb[2 * q], hb[2 * q + 1]);
+        mma_f16(s[1], a0, a1, a2, a3, lb[2 * q], lb[2 * q + 1]);
+    }
+    float sa = e8m0_f32(wr.sa), sb = e8m0_f32(wr.sb);
+    c[0] = fmaf((s[0][0] + s[1][0]) * i0, sa, c[0]);
+    c[1] = fmaf((s[0][1] + s[1][1]) * i1, sa, c[1]);
+    c[2] = fmaf((s[0][2] + s[1][2]) * i0, sb, c[2]);
+    c[3] = fmaf((s[0][3] + s[1][3]) * i1, sb, c[3]);
+}
+
+/* this warp's share (chunks first, first + stride, ... of 64 k) of the tile of weight rows o0 ..
+ * o0 + 15 of the Q8 matrix w times the x rows x0 + r x_stride, r < rows (at most XR), into c
+ * (mma_feature / mma_row say where). early: as mma_rows. */
+template <bool VEC, int XR>
+__device__ __forceinline__ void mma_rows_q8h(float *c, const float *x0, int x_stride, int rows,
+                                             const struct wmat &w, int o0, int out, int in,
+                                             int first, int stride, bool early, q8h_xw &xw) {
+    constexpr int L = 32 / XR, V = 64 / L;
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, cr = lane / L, cj = lane % L;
+    const float *xc = x0 + (size_t)cr * x_stride;
+    bool clive = cr < rows;
+    c[0] = c[1] = c[2] = c[3] = 0.0f;
+    int chunks = (in + 63) / 64;
+    for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
+        qraw wr[MT_U];
+#pragma unroll
+        for (int u = 0; u < MT_U; u++) {
+            int cu = c0 + u * stride;
+            qraw_load<WF_Q8, VEC>(wr[u], w, o0 + g, cu < chunks ? out : 0, in, cu * 64 + 16 * t);
+        }
+        if (early && c0 == first) PDL_START(); // the first weights are on their way
+        float xv[2][V];                        // x of chunk u + 1 requested before u's mma
+        x_vals<VEC, V>(xv[0], xc, clive && c0 < chunks, in, c0 * 64 + cj * V);
+#pragma unroll
+        for (int u = 0; u < MT_U; u++) {
+            int cu = c0 + u * stride;
+            if (u + 1 < MT_U)
+                x_vals<VEC, V>(xv[(u + 1) & 1], xc, clive && cu + stride < chunks, in,
+                               (cu + stride) * 64 + cj * V);
+            if (cu >= chunks) continue; // (the same for the whole warp)
+            q8h_chunk<XR>(c, wr[u], xv[u & 1], rows, xw);
+        }
+    }
+}
+
 /* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in] of
  * format F (quant.cuh: bf16, or FP8 / FP4 codes decoded to bf16 in registers)
  * (the same rows: an expert's gate and up projections) times x rows (this lane's: xr, read

@@ -311,6 +311,49 @@ static void test_matmul_quant(void) {
             gpu->release(dx), gpu->release(dq), gpu->release(dwb), release_out(dy);
         }
 
+    // Q8 skinny rows take x as two f16 terms after a power of two per row and chunk of 64 k
+    // (mma_rows_q8h): rows of 2^60 and 2^-60, a row whose elements spread over 2^-40 .. 2^40, a
+    // row with one NaN (its outputs are all NaN, the others keep their bits), each row checked
+    // against its own scale, and each row's bits its own alone
+    {
+        int n = 4, in = 1024, out = 48;
+        case_begin();
+        uint16_t *wb;
+        float *wf, *x = malloc((size_t)n * in * 4), *y = malloc((size_t)n * out * 4);
+        uint8_t *q = rand_quant(TD_DTYPE_Q8, out, in, &wb, &wf);
+        for (int i = 0; i < in; i++) {
+            x[i] = ldexpf(frand(), 60), x[in + i] = ldexpf(frand(), -60);
+            x[2 * in + i] = ldexpf(frand(), (int)(xorshift64(&rs) % 81) - 40);
+            x[3 * in + i] = frand();
+        }
+        x[3 * in + 700] = NAN;
+        matmul_ref(y, x, wf, TD_DTYPE_F32, n, in, out, NULL, TD_DTYPE_F32);
+        float *dx = dev_copy(x, (size_t)n * in * 4), *dy = dev_out((size_t)n * out);
+        void *dq = dev_copy(q, td_quant_bytes(TD_DTYPE_Q8, out, in));
+        matmul_cuda(dy, dx, dq, TD_DTYPE_Q8, n, in, out, NULL, TD_DTYPE_F32);
+        float *g = fetch(dy, (size_t)n * out, "matmul q8 range");
+        for (int r = 0; r < 3; r++) {
+            char what[64];
+            snprintf(what, sizeof what, "Q8 range: row %d", r);
+            close_rel(what, g + (size_t)r * out, y + (size_t)r * out, 1, out, 1e-4);
+        }
+        for (int o = 0; o < out; o++)
+            CHECK(isnan(g[3 * out + o]), "Q8 range: output %d of the NaN row is %g", o,
+                  g[3 * out + o]);
+        for (int r = 0; r < n; r++) {
+            float *d1 = dev_out((size_t)out);
+            matmul_cuda(d1, dx + (size_t)r * in, dq, TD_DTYPE_Q8, 1, in, out, NULL, TD_DTYPE_F32);
+            float *g1 = fetch(d1, (size_t)out, "matmul q8 range row");
+            CHECK(!memcmp(g1, g + (size_t)r * out, (size_t)out * 4),
+                  "Q8 range: row %d differs from the row alone", r);
+            free(g1);
+            release_out(d1);
+        }
+        case_end("op/matmul_q8_range", "");
+        free(x), free(y), free(q), free(wb), free(wf), free(g);
+        gpu->release(dx), gpu->release(dq), release_out(dy);
+    }
+
     // one set of Q8, bf16 and Q4 matrices over the same x: one launch per format
     for (int ni = 0; ni < 2; ni++) {
         int n = ni ? 8 : 1, in = 1024, m = 4, outs[4] = {64, 40, 96, 16};
