@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(32 * KW)
                       int x_stride) {
     __shared__ float part[KW > 1 ? KW - 1 : 1][32][4];
     __shared__ float tile[KS > 1 ? 32 : 1][4]; // this block's sums, which block 0 adds
-    __shared__ q8h_xw xw[F == WF_Q8 || F == SK_MIX ? KW : 1]; // Q8: each warp's x terms
+    __shared__ q8h_xw xw[(F == WF_Q8 || F == SK_MIX) && XR ? KW : 1]; // each warp's x terms
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     int rank = blockIdx.x % KS, q = blockIdx.x / KS, tl = q / s.rb, t0 = q % s.rb * 8;
     int grp = blockIdx.z, i = 0;
@@ -132,10 +132,16 @@ __global__ void __launch_bounds__(32 * KW)
     struct wmat wg = s.w[i];
     wg.row0 = grp * out;
     constexpr int FB = F == SK_MIX ? WF_BF16 : F; // the format of the set's other matrices
-    if (F == WF_Q8 || (F == SK_MIX && s.fmt[i] == WF_Q8)) // (the same for the whole block)
-        mma_rows_q8h<VEC, XR>(c[0], x + (size_t)t0 * x_stride + (size_t)grp * in, x_stride, rows,
-                              wg, o0, out, in, rank * KW + warp, KS * KW, true, xw[warp]);
-    else
+    bool q8h = false;
+    if constexpr (XR > 0 && (F == WF_Q8 || F == SK_MIX))
+        q8h = F == WF_Q8 || s.fmt[i] == WF_Q8; // (the same for the whole block)
+    if constexpr (XR > 0 && (F == WF_Q8 || F == SK_MIX)) {
+        if (q8h)
+            mma_rows_q8h<VEC, XR>(c[0], x + (size_t)t0 * x_stride + (size_t)grp * in, x_stride,
+                                  rows, wg, o0, out, in, rank * KW + warp, KS * KW, true,
+                                  xw[warp]);
+    }
+    if (!q8h)
         mma_rows<FB, VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in,
                                    g < rows, &wg, o0, out, in, rank * KW + warp, KS * KW, true);
     PDL_START(); // (every warp has waited before it writes)
@@ -173,14 +179,18 @@ __global__ void __launch_bounds__(32 * KW)
 }
 
 /* f(fmt, vec, kw, acc, ks, xr) with each as a compile-time constant (std::integral_constant):
- * the forms the skinny kernel is built in. Q8 (mma_rows_q8h) keeps one accumulator and splits
- * its lanes over xr x rows, 1 for a step of one row, else 8; the other formats take xr 1. */
+ * the forms the skinny kernel is built in. Q8 in half precision (mma_rows_q8h) keeps one
+ * accumulator and splits its lanes over xr x rows, 1 for a step of one row, else 8; xr 0 is
+ * Q8's bf16 decode (TD_Q8H=0) and the other formats' only form. */
 template <typename Fn>
 static void sk_form(int fmt, bool vec, int kw, bool acc1, int ks, int xr, Fn &&f) {
     auto by_ks = [&](auto v, auto w, auto a) {
         auto by_f = [&](auto k) {
             using one = std::integral_constant<int, 1>;
-            if (fmt == WF_Q8) {
+            if (fmt == WF_Q8 && !xr) {
+                f(std::integral_constant<int, WF_Q8>{}, v, w, a, k,
+                  std::integral_constant<int, 0>{});
+            } else if (fmt == WF_Q8) {
                 if (xr == 1)
                     f(std::integral_constant<int, WF_Q8>{}, v, w, one{}, k, one{});
                 else
@@ -195,9 +205,10 @@ static void sk_form(int fmt, bool vec, int kw, bool acc1, int ks, int xr, Fn &&f
                           std::integral_constant<int, 8>{});
                 }
             } else if (fmt == WF_Q4)
-                f(std::integral_constant<int, WF_Q4>{}, v, w, a, k, one{});
+                f(std::integral_constant<int, WF_Q4>{}, v, w, a, k, std::integral_constant<int, 0>{});
             else
-                f(std::integral_constant<int, WF_BF16>{}, v, w, a, k, one{});
+                f(std::integral_constant<int, WF_BF16>{}, v, w, a, k,
+                  std::integral_constant<int, 0>{});
         };
         if (ks == 8)
             by_f(std::integral_constant<int, 8>{});
@@ -230,9 +241,9 @@ static int n_sms;
 
 /* how many blocks of a form the GPU holds at once (whole clusters), asked once per form */
 static int sk_capacity(int fmt, bool vec, int kw, bool acc1, int ks, int xr) {
-    static int cap[4][2][3][2][4][2];
+    static int cap[4][2][3][2][4][3];
     int kwi = kw == 4 ? 0 : kw == 8 ? 1 : 2, ksi = ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3;
-    int &c = cap[fmt][vec][kwi][acc1][ksi][xr > 1];
+    int &c = cap[fmt][vec][kwi][acc1][ksi][xr > 1 ? 2 : xr];
     if (c) return c;
     if (!n_sms) CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
     sk_form(fmt, vec, kw, acc1, ks, xr, [&](auto fm, auto v, auto w, auto a, auto k, auto r) {
@@ -288,6 +299,14 @@ static void sk_choose(int fmt, long long tiles, int in, bool vec, bool acc1, int
 
 static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int groups, int in);
 
+/* Q8 in half precision (mma_rows_q8h); TD_Q8H=0 takes the bf16 decode (mma_rows_q) instead and
+ * keeps a set's Q8 and bf16 matrices in separate launches (measuring only) */
+static bool q8h_on(void) {
+    static int on = -1;
+    if (on < 0) on = !getenv("TD_Q8H") || atoi(getenv("TD_Q8H"));
+    return on;
+}
+
 /* the matrices of s of format f (SK_MIX's Q8 or bf16) as a set of their own */
 static void sk_subset(const struct sk_set &s, int f, const float *x, int n, int in) {
     struct sk_set t = {};
@@ -323,8 +342,9 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
     s.tile0[s.m] = (int)tiles;
     s.rb = ceil_div(n, 8);
     tiles *= groups;
-    bool acc1 = bytes >= (16ll << 20) || fmt == WF_Q8;
-    int kw, ks, xr = (fmt == WF_Q8 || fmt == SK_MIX) && n > 1 ? 8 : 1;
+    bool q8h = (fmt == WF_Q8 || fmt == SK_MIX) && q8h_on();
+    bool acc1 = bytes >= (16ll << 20) || (q8h && fmt == WF_Q8);
+    int kw, ks, xr = !q8h ? 0 : n > 1 ? 8 : 1;
     sk_choose(fmt, tiles * s.rb, in, vec, acc1, xr, &kw, &ks);
     sk_form(fmt, vec, kw, acc1, ks, xr, [&](auto fm, auto v, auto w, auto a, auto k, auto r) {
         constexpr int KS = decltype(k)::value;
@@ -620,7 +640,7 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
 static bool sk_mix(void) {
     static int on = -1;
     if (on < 0) on = !getenv("TD_SKINNY_MIX") || atoi(getenv("TD_SKINNY_MIX"));
-    return on;
+    return on && q8h_on(); // (the mixed form takes Q8 in half precision)
 }
 
 /* a set of matrices over the same x: a skinny step is one launch for the set's matrices of each
