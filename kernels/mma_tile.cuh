@@ -286,10 +286,10 @@ __device__ __forceinline__ void q8h_chunk(float *c, const qraw &wr, const float 
             hr[p] = hw[p], lr[p] = lw[p];
         else if constexpr (V / 2 == 2)
             *(uint2 *)(hr + p) = make_uint2(hw[p], hw[p + 1]),
-                     *(uint2 *)(lr + p) = make_uint2(lw[p], lw[p + 1]);
+                            *(uint2 *)(lr + p) = make_uint2(lw[p], lw[p + 1]);
         else
             *(uint4 *)(hr + p) = make_uint4(hw[p], hw[p + 1], hw[p + 2], hw[p + 3]),
-                     *(uint4 *)(lr + p) = make_uint4(lw[p], lw[p + 1], lw[p + 2], lw[p + 3]);
+                            *(uint4 *)(lr + p) = make_uint4(lw[p], lw[p + 1], lw[p + 2], lw[p + 3]);
     }
     if (cj == 0) xw.inv[cr] = __uint_as_float((unsigned)(127 - e) << 23);
     __syncwarp();
@@ -297,7 +297,8 @@ __device__ __forceinline__ void q8h_chunk(float *c, const qraw &wr, const float 
     if (g < rows)
         h0 = xw.hi[g][2 * t], h1 = xw.hi[g][2 * t + 1], l0 = xw.lo[g][2 * t],
         l1 = xw.lo[g][2 * t + 1];
-    float i0 = 2 * t < rows ? xw.inv[2 * t] : 0.0f, i1 = 2 * t + 1 < rows ? xw.inv[2 * t + 1] : 0.0f;
+    float i0 = 2 * t < rows ? xw.inv[2 * t] : 0.0f,
+          i1 = 2 * t + 1 < rows ? xw.inv[2 * t + 1] : 0.0f;
     __syncwarp(); // every lane has read before the next chunk's terms are written
     unsigned hb[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
     unsigned lb[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
