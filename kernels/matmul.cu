@@ -346,7 +346,9 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
     bool q8h = (fmt == WF_Q8 || fmt == SK_MIX) && q8h_on();
     bool acc1 = bytes >= (16ll << 20) || (q8h && fmt == WF_Q8);
     int kw, ks, xr = !q8h ? 0 : n > 1 ? 8 : 1;
-    sk_choose(fmt, tiles * s.rb, in, vec, acc1, xr, &kw, &ks);
+    // the form from xr 8's capacity at every width (xr 1 holds at least as many blocks), so a
+    // row's sums keep their order, and their bits, alone and in a step of up to 8 rows
+    sk_choose(fmt, tiles * s.rb, in, vec, acc1, xr ? 8 : 0, &kw, &ks);
     sk_form(fmt, vec, kw, acc1, ks, xr, [&](auto fm, auto v, auto w, auto a, auto k, auto r) {
         constexpr int KS = decltype(k)::value;
         dim3 grid(s.tile0[s.m] * s.rb * KS, 1, groups);
