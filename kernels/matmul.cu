@@ -132,10 +132,9 @@ __global__ void __launch_bounds__(32 * KW)
     wg.row0 = grp * out;
     constexpr int FB = F == SK_MIX ? WF_BF16 : F; // the format of the set's other matrices
     bool q8h = false;
-    if constexpr (XR > 0 && (F == WF_Q8 || F == SK_MIX))
-        q8h = F == WF_Q8 || s.fmt[i] == WF_Q8; // (the same for the whole block)
     if constexpr (XR > 0 && (F == WF_Q8 || F == SK_MIX)) {
         __shared__ q8h_xw xw[KW]; // each warp's x terms (only these forms take the room)
+        q8h = F == WF_Q8 || s.fmt[i] == WF_Q8; // (the same for the whole block)
         if (q8h)
             mma_rows_q8h<VEC, XR>(c[0], x + (size_t)t0 * x_stride + (size_t)grp * in, x_stride,
                                   rows, wg, o0, out, in, rank * KW + warp, KS * KW, true, xw[warp]);
@@ -297,8 +296,6 @@ static void sk_choose(int fmt, long long tiles, int in, bool vec, bool acc1, int
         }
 }
 
-static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int groups, int in);
-
 /* TD_Q8H=1: Q8 in half precision (mma_rows_q8h), and a set's Q8 and bf16 matrices in one
  * launch; else the bf16 decode (mma_rows_q), a launch per format. Off by default until the GPU
  * suite has passed with it on (written in session 28, when no device came: not yet run). */
@@ -306,20 +303,6 @@ static bool q8h_on(void) {
     static int on = -1;
     if (on < 0) on = getenv("TD_Q8H") && atoi(getenv("TD_Q8H"));
     return on;
-}
-
-/* the matrices of s of format f (SK_MIX's Q8 or bf16) as a set of their own */
-static void sk_subset(const struct sk_set &s, int f, const float *x, int n, int in) {
-    struct sk_set t = {};
-    for (int i = 0; i < s.m; i++) {
-        if (s.fmt[i] != f) continue;
-        int q = t.m++;
-        t.w[q] = s.w[i], t.fmt[q] = f, t.y[q] = s.y[i], t.bias[q] = s.bias[i];
-        t.pbias[q] = s.pbias[i], t.pos[q] = s.pos[i], t.bias_dt[q] = s.bias_dt[i];
-        t.pbias_dt[q] = s.pbias_dt[i], t.rate[q] = s.rate[i], t.out[q] = s.out[i];
-        t.ys[q] = s.ys[i];
-    }
-    skinny_mma(t, f, x, n, 1, in);
 }
 
 /* one launch over the tiles of the set s (one format, or SK_MIX), n rows of x */
@@ -335,11 +318,7 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
         bytes += (long long)groups * s.out[i] * in * (f == WF_BF16 ? 2 : 1) / (f == WF_Q4 ? 2 : 1);
         vec = vec && (uintptr_t)s.w[i].p % 16 == 0;
     }
-    if (fmt == SK_MIX && !vec) { // the mixed form is built with 16-byte loads alone
-        sk_subset(s, WF_Q8, x, n, in);
-        sk_subset(s, WF_BF16, x, n, in);
-        return;
-    }
+    TD_ASSERT(fmt != SK_MIX || vec); // (matmul_set_cuda mixes only what loads 16 bytes)
     s.tile0[s.m] = (int)tiles;
     s.rb = ceil_div(n, 8);
     tiles *= groups;
@@ -653,8 +632,13 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
     if (!n || !m) return;
     TD_ASSERT(m <= MATMUL_SET_MAX);
     bool done[MATMUL_SET_MAX] = {};
-    // the launch group of a format: Q8 joins bf16's when mixing
-    auto group = [](int f) { return f == WF_Q8 && sk_mix() ? WF_BF16 : f; };
+    // the launch group of a matrix: its format, or SK_MIX for Q8 and bf16 when mixing where
+    // the mixed form's 16-byte loads hold (the form is built with them alone)
+    bool mix = sk_mix() && in % 16 == 0 && (uintptr_t)x % 16 == 0;
+    auto group = [&](const struct matmul_out &q) {
+        int f = wf_of(q.dtype);
+        return mix && (f == WF_Q8 || f == WF_BF16) && (uintptr_t)q.w % 16 == 0 ? SK_MIX : f;
+    };
     for (int i = 0; i < m; i++) {
         if (done[i]) continue;
         if (deterministic || !skinny(o[i].dtype, n, in, o[i].out)) {
@@ -666,20 +650,19 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
             continue;
         }
         struct sk_set s = {};
-        bool fmts[3] = {};
+        bool q8 = false, bf16 = false;
         for (int j = i; j < m; j++) {
-            if (done[j] || group(wf_of(o[j].dtype)) != group(wf_of(o[i].dtype)) ||
-                !skinny(o[j].dtype, n, in, o[j].out))
+            if (done[j] || group(o[j]) != group(o[i]) || !skinny(o[j].dtype, n, in, o[j].out))
                 continue;
             int q = s.m++;
             s.fmt[q] = wf_of(o[j].dtype);
-            if (s.fmt[q] >= 0) fmts[s.fmt[q]] = true; // (always: skinny takes these three alone)
+            q8 = q8 || s.fmt[q] == WF_Q8, bf16 = bf16 || s.fmt[q] == WF_BF16;
             s.w[q] = wmat_of(o[j].w, o[j].dtype, o[j].out, in, 0), s.y[q] = o[j].y;
             s.bias[q] = o[j].bias, s.bias_dt[q] = o[j].bias_dtype, s.out[q] = o[j].out;
             s.ys[q] = o[j].out, s.pbias[q] = o[j].pos_bias, s.pbias_dt[q] = o[j].pos_bias_dtype;
             s.pos[q] = o[j].positions, s.rate[q] = o[j].rate;
             done[j] = true;
         }
-        skinny_mma(s, fmts[WF_Q8] && fmts[WF_BF16] ? SK_MIX : wf_of(o[i].dtype), x, n, 1, in);
+        skinny_mma(s, q8 && bf16 ? SK_MIX : wf_of(o[i].dtype), x, n, 1, in);
     }
 }
