@@ -289,7 +289,12 @@ static void sk_choose(int fmt, long long tiles, int in, bool vec, bool acc1, int
         for (int kw = 4; kw <= 16; kw *= 2) {
             if (chunks < kw * ks * MT_U) continue;
             long long blocks = tiles * ks;
-            if (blocks > sk_capacity(fmt, vec, kw, acc1, ks, xr)) continue;
+            int cap = sk_capacity(fmt, vec, kw, acc1, ks, xr);
+            if (xr) {
+                int c1 = sk_capacity(fmt, vec, kw, acc1, ks, 1);
+                cap = c1 < cap ? c1 : cap;
+            }
+            if (blocks > cap) continue;
             double per = (double)blocks / n_sms, most = ceil(per);
             double score = fmin(per * kw, (double)SK_WARPS) * (per / most);
             if (score > best * (1.0 + 1e-9)) best = score, *kw_out = kw, *ks_out = ks;
@@ -325,8 +330,9 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
     bool q8h = (fmt == WF_Q8 || fmt == SK_MIX) && q8h_on();
     bool acc1 = bytes >= (16ll << 20) || (q8h && fmt == WF_Q8);
     int kw, ks, xr = !q8h ? 0 : n > 1 ? 8 : 1;
-    // the form from xr 8's capacity at every width (xr 1 holds at least as many blocks), so a
-    // row's sums keep their order, and their bits, alone and in a step of up to 8 rows
+    // the form from the capacity of both xr at every width (xr 1 stages x in shared memory, xr 8
+    // keeps it in registers), so a row's sums keep their order, and their bits, alone and in a
+    // step of up to 8 rows
     sk_choose(fmt, tiles * s.rb, in, vec, acc1, xr ? 8 : 0, &kw, &ks);
     sk_form(fmt, vec, kw, acc1, ks, xr, [&](auto fm, auto v, auto w, auto a, auto k, auto r) {
         constexpr int KS = decltype(k)::value;

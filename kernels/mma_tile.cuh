@@ -198,9 +198,10 @@ __device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bo
  * hi = f16(y), lo = f16(y - hi), about 22 bits of y), and each chunk's sums are multiplied by
  * 2^-e and by the weight row's scale in fp32 (exact) and added in chunk order.
  * The warp makes the terms together: its lanes are split over XR rows (1 or 8; 64 / (32 / XR)
- * values of a row a lane), so a step of one row converts its 64 values a chunk once, not eight
- * rows' worth, and writes them to the warp's q8h_xw, from which lane (g, t) reads row g's terms
- * of k 16t .. 16t + 15. A row's terms are a function of its own values (the largest |x| is
+ * values of a row a lane). At XR 1 (a step of one row) the 64 values of a chunk are converted
+ * once, not eight rows' worth, and pass through the warp's q8h_xw, from which lane (g, t) reads
+ * row g's terms of k 16t .. 16t + 15; at XR 8 lane (g, t) converts just those, and keeps them
+ * in registers (the round trip through shared memory cost 25% at 8 rows: bench/RESULTS.md). A row's terms are a function of its own values (the largest |x| is
  * exact in any order) and an mma's columns are independent, so a row has the same bits at
  * either XR and beside any rows. Lane (g, t) loads 16 codes of rows g and g + 8 at k 16t ..
  * 16t + 15 (qraw_load); mma m of a chunk takes their word m: codes 16t + 4m, + 1 as logical
@@ -278,30 +279,46 @@ __device__ __forceinline__ void q8h_chunk(float *c, const qraw &wr, const float 
         __half2 l = __floats2half2_rn(y0 - hf.x, y1 - hf.y);
         hw[p] = *(unsigned *)&h, lw[p] = *(unsigned *)&l;
     }
-    unsigned *hr = (unsigned *)&xw.hi[cr][0] + cj * (V / 2);
-    unsigned *lr = (unsigned *)&xw.lo[cr][0] + cj * (V / 2);
+    unsigned hb[8], lb[8];
+    float i0, i1;
+    float inv = __uint_as_float((unsigned)(127 - e) << 23);
+    if constexpr (XR == 8) {
+        // lane (g, t) made row g's k 16t .. 16t + 15, the very terms its mma take: they stay in
+        // registers, and the 2^-e of rows 2t and 2t + 1 (the lane's sums) come from lanes 8t
+        // and 8t + 4
 #pragma unroll
-    for (int p = 0; p < V / 2; p += V / 2 < 4 ? V / 2 : 4) {
-        if constexpr (V / 2 == 1)
-            hr[p] = hw[p], lr[p] = lw[p];
-        else if constexpr (V / 2 == 2)
-            *(uint2 *)(hr + p) = make_uint2(hw[p], hw[p + 1]),
-                            *(uint2 *)(lr + p) = make_uint2(lw[p], lw[p + 1]);
-        else
-            *(uint4 *)(hr + p) = make_uint4(hw[p], hw[p + 1], hw[p + 2], hw[p + 3]),
-                            *(uint4 *)(lr + p) = make_uint4(lw[p], lw[p + 1], lw[p + 2], lw[p + 3]);
+        for (int p = 0; p < 8; p++)
+            hb[p] = hw[p], lb[p] = lw[p];
+        float j0 = __shfl_sync(0xffffffffu, inv, 8 * t), j1 = __shfl_sync(0xffffffffu, inv, 8 * t + 4);
+        i0 = 2 * t < rows ? j0 : 0.0f, i1 = 2 * t + 1 < rows ? j1 : 0.0f;
+    } else {
+        unsigned *hr = (unsigned *)&xw.hi[cr][0] + cj * (V / 2);
+        unsigned *lr = (unsigned *)&xw.lo[cr][0] + cj * (V / 2);
+#pragma unroll
+        for (int p = 0; p < V / 2; p += V / 2 < 4 ? V / 2 : 4) {
+            if constexpr (V / 2 == 1)
+                hr[p] = hw[p], lr[p] = lw[p];
+            else if constexpr (V / 2 == 2)
+                *(uint2 *)(hr + p) = make_uint2(hw[p], hw[p + 1]),
+                                *(uint2 *)(lr + p) = make_uint2(lw[p], lw[p + 1]);
+            else
+                *(uint4 *)(hr + p) = make_uint4(hw[p], hw[p + 1], hw[p + 2], hw[p + 3]),
+                                *(uint4 *)(lr + p) = make_uint4(lw[p], lw[p + 1], lw[p + 2], lw[p + 3]);
+        }
+        if (cj == 0) xw.inv[cr] = inv;
+        __syncwarp();
+        uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0, l0 = h0, l1 = h0;
+        if (g < rows)
+            h0 = xw.hi[g][2 * t], h1 = xw.hi[g][2 * t + 1], l0 = xw.lo[g][2 * t],
+            l1 = xw.lo[g][2 * t + 1];
+        i0 = 2 * t < rows ? xw.inv[2 * t] : 0.0f, i1 = 2 * t + 1 < rows ? xw.inv[2 * t + 1] : 0.0f;
+        __syncwarp(); // every lane has read before the next chunk's terms are written
+        unsigned hs[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        unsigned ls[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+#pragma unroll
+        for (int p = 0; p < 8; p++)
+            hb[p] = hs[p], lb[p] = ls[p];
     }
-    if (cj == 0) xw.inv[cr] = __uint_as_float((unsigned)(127 - e) << 23);
-    __syncwarp();
-    uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0, l0 = h0, l1 = h0;
-    if (g < rows)
-        h0 = xw.hi[g][2 * t], h1 = xw.hi[g][2 * t + 1], l0 = xw.lo[g][2 * t],
-        l1 = xw.lo[g][2 * t + 1];
-    float i0 = 2 * t < rows ? xw.inv[2 * t] : 0.0f,
-          i1 = 2 * t + 1 < rows ? xw.inv[2 * t + 1] : 0.0f;
-    __syncwarp(); // every lane has read before the next chunk's terms are written
-    unsigned hb[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-    unsigned lb[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
     float s[2][4] = {};
 #pragma unroll
     for (int q = 0; q < 4; q++) {
