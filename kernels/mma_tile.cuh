@@ -232,6 +232,24 @@ __device__ __forceinline__ float e8m0_f32(unsigned s) {
     return __uint_as_float(s ? s << 23 : 0x00400000u);
 }
 
+/* the half-precision forms' x scale: m, the largest |x| of a row's chunk (exponent E), times
+ * sc = 2^e lands in [2^14, 2^15) (e = 141 - E, at least -113 for any finite or infinite m, at
+ * most 126 for m = 0); inv = 2^(g - e), the factor back, with g the weights' own power of two
+ * (FP4: 6). Both normal. */
+__device__ __forceinline__ void xh_scale(float m, int g, float *sc, float *inv) {
+    int e = min(max(141 - (int)(__float_as_uint(m) >> 23), -126), 126);
+    *sc = __uint_as_float((unsigned)(e + 127) << 23);
+    *inv = __uint_as_float((unsigned)(127 + g - e) << 23);
+}
+
+/* y0, y1 (scaled x) as two f16 terms each: h = f16(y), l = f16(y - h); y0 in the low halves */
+__device__ __forceinline__ void xh_terms(float y0, float y1, unsigned *h, unsigned *l) {
+    __half2 a = __floats2half2_rn(y0, y1);
+    float2 af = __half22float2(a);
+    __half2 b = __floats2half2_rn(y0 - af.x, y1 - af.y);
+    *h = *(unsigned *)&a, *l = *(unsigned *)&b;
+}
+
 // V values of an x row from k (zeros past in, or all zeros for a row that is not live)
 template <bool VEC, int V>
 __device__ __forceinline__ void x_vals(float *v, const float *xr, bool live, int in, int k) {
@@ -267,21 +285,14 @@ __device__ __forceinline__ void q8h_chunk(float *c, const qraw &wr, const float 
 #pragma unroll
     for (int o = 1; o < L; o <<= 1)
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    // the chunk's largest |x| (exponent E) times 2^e in [2^14, 2^15); 2^e and 2^-e normal
-    int e = min(max(141 - (int)(__float_as_uint(m) >> 23), -126), 126);
-    float sc = __uint_as_float((unsigned)(e + 127) << 23);
+    float sc, inv;
+    xh_scale(m, 0, &sc, &inv);
     unsigned hw[V / 2], lw[V / 2];
 #pragma unroll
-    for (int p = 0; p < V / 2; p++) {
-        float y0 = v[2 * p] * sc, y1 = v[2 * p + 1] * sc;
-        __half2 h = __floats2half2_rn(y0, y1); // y0 in the low half
-        float2 hf = __half22float2(h);
-        __half2 l = __floats2half2_rn(y0 - hf.x, y1 - hf.y);
-        hw[p] = *(unsigned *)&h, lw[p] = *(unsigned *)&l;
-    }
+    for (int p = 0; p < V / 2; p++)
+        xh_terms(v[2 * p] * sc, v[2 * p + 1] * sc, &hw[p], &lw[p]);
     unsigned hb[8], lb[8];
     float i0, i1;
-    float inv = __uint_as_float((unsigned)(127 - e) << 23);
     if constexpr (XR == 8) {
         // lane (g, t) made row g's k 16t .. 16t + 15, the very terms its mma take: they stay in
         // registers, and the 2^-e of rows 2t and 2t + 1 (the lane's sums) come from lanes 8t
@@ -368,6 +379,141 @@ __device__ __forceinline__ void mma_rows_q8h(float *c, const float *x0, int x_st
             q8h_chunk<XR>(c, wr[u], xv[u & 1], rows, xw);
         }
     }
+}
+
+/* FP4 in half precision: the expert GEMMs' form for FP4 weights (moe.cu), the method of Q8
+ * above on the narrow loads (8 codes of rows g and g + 8 a lane, k 8t .. 8t + 7 of a chunk of
+ * 32: one 1 x 32 scale block, so a chunk's sums take their rows' scales once). An e2m1 code
+ * s.ee.m placed as the e4m3 byte s.00ee.m00 is the code times 2^-6 exactly (the subnormal 0.5
+ * too), so 8 codes become four f16 pairs in a few logic ops and four conversions, against the
+ * bf16 decode's about 28 instructions; the 2^6 goes back with 2^-e (xh_scale). x's terms, with
+ * e per row and chunk of 32, are staged in shared memory once for the block where they fit
+ * (xs_stage_q4h), else each lane makes its own row's (the same values: a row's bits are the same
+ * either way). Pairs (0,2) (4,6) (1,3) (5,7) of the 8 k: q4h_pairs and q4h_x agree. */
+__device__ __forceinline__ uint4 q4h_pairs(unsigned q) { // element e in bits 4e .. 4e + 3
+    unsigned ev = ((q & 0x08080808u) << 4) | ((q & 0x07070707u) << 2); // elements 0 2 4 6
+    unsigned od = (q & 0x80808080u) | ((q & 0x70707070u) >> 2);         // elements 1 3 5 7
+    return make_uint4(e4m3x2_f16x2(ev), e4m3x2_f16x2(ev >> 16), e4m3x2_f16x2(od),
+                      e4m3x2_f16x2(od >> 16));
+}
+
+__device__ __forceinline__ void q4h_x(const float *v, float sc, unsigned *hi, unsigned *lo) {
+    xh_terms(v[0] * sc, v[2] * sc, &hi[0], &lo[0]);
+    xh_terms(v[4] * sc, v[6] * sc, &hi[1], &lo[1]);
+    xh_terms(v[1] * sc, v[3] * sc, &hi[2], &lo[2]);
+    xh_terms(v[5] * sc, v[7] * sc, &hi[3], &lo[3]);
+}
+
+/* the staged terms of xs_stage_rows's layout (xs_terms reads them), then each row's and
+ * chunk's inv as floats: inv of row r, chunk c at [c rows + r] */
+__host__ __device__ constexpr size_t xs_q4h_bytes(int rows, int in) {
+    return (size_t)rows * in * 4 + (size_t)rows * (in / 32) * 4;
+}
+
+template <typename Row>
+__device__ __forceinline__ void xs_stage_q4h(uint4 *xs, Row row, int rows, int in) {
+    float *xinv = (float *)(xs + (size_t)in / 8 * rows * 2);
+    int n = in / 32 * rows;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int c = i / rows, r = i - c * rows;
+        const float4 *p = (const float4 *)(row(r) + 32 * c);
+        float v[32], m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float4 a = p[j];
+            v[4 * j] = a.x, v[4 * j + 1] = a.y, v[4 * j + 2] = a.z, v[4 * j + 3] = a.w;
+        }
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            m = fmaxf(m, fabsf(v[j]));
+        float sc, inv;
+        xh_scale(m, 6, &sc, &inv);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            unsigned hi[4], lo[4];
+            q4h_x(v + 8 * j, sc, hi, lo);
+            size_t G = (size_t)(4 * c + j) * rows + r;
+            xs[2 * G] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            xs[2 * G + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        xinv[i] = inv;
+    }
+    __syncthreads();
+}
+
+/* this warp's share (chunks first, first + stride, ... of 32 k) of the tiles of weight rows o0 ..
+ * o0 + 15 of NW FP4 matrices w[m] times x rows (this lane's: xr, read when live; rows of them)
+ * or their staged terms (XS), into cout[m]; MT_U chunks of loads in flight, as mma_rows */
+template <bool VEC, int NW, bool XS>
+__device__ __forceinline__ void mma_rows_q4h(float (*cout)[4], const float *xr, bool live,
+                                             const struct wmat *w, int o0, int out, int in,
+                                             int first, int stride, const uint4 *xs, int rows) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float c[NW][4] = {};
+    int chunks = in / 32;
+    const float *xinv = XS ? (const float *)(xs + (size_t)in / 8 * rows * 2) : nullptr;
+    for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
+        wraw<WF_Q4> wr[NW][MT_U];
+        float xv[MT_U][8];
+#pragma unroll
+        for (int u = 0; u < MT_U; u++) {
+            int k = (c0 + u * stride) * 32 + 8 * t;
+            bool in_k = c0 + u * stride < chunks;
+#pragma unroll
+            for (int m = 0; m < NW; m++)
+                wraw_load<WF_Q4, VEC>(wr[m][u], w[m], o0 + g, in_k ? out : 0, in, k);
+        }
+        if constexpr (!XS) {
+#pragma unroll
+            for (int u = 0; u < MT_U; u++)
+                sk_x8<VEC>(xv[u], xr, live && c0 + u * stride < chunks, in,
+                           (c0 + u * stride) * 32 + 8 * t);
+        }
+#pragma unroll
+        for (int u = 0; u < MT_U; u++) {
+            int cu = c0 + u * stride;
+            if (cu >= chunks) break; // (the same for the whole warp)
+            unsigned hi[4], lo[4];
+            float i0, i1;
+            if constexpr (XS) {
+                xs_terms(xs, rows, in, cu * 4 + t, hi, lo);
+                i0 = 2 * t < rows ? xinv[cu * rows + 2 * t] : 0.0f;
+                i1 = 2 * t + 1 < rows ? xinv[cu * rows + 2 * t + 1] : 0.0f;
+            } else { // the chunk's largest |x| of row g over its four lanes
+                float mx = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    mx = fmaxf(mx, fabsf(xv[u][j]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float sc, inv;
+                xh_scale(mx, 6, &sc, &inv);
+                q4h_x(xv[u], sc, hi, lo);
+                float j0 = __shfl_sync(0xffffffffu, inv, 8 * t),
+                      j1 = __shfl_sync(0xffffffffu, inv, 8 * t + 4);
+                i0 = 2 * t < rows ? j0 : 0.0f, i1 = 2 * t + 1 < rows ? j1 : 0.0f;
+            }
+#pragma unroll
+            for (int m = 0; m < NW; m++) {
+                uint4 A = q4h_pairs(wr[m][u].a), B = q4h_pairs(wr[m][u].b);
+                float sm[4] = {};
+                mma_f16(sm, A.x, B.x, A.y, B.y, hi[0], hi[1]);
+                mma_f16(sm, A.z, B.z, A.w, B.w, hi[2], hi[3]);
+                mma_f16(sm, A.x, B.x, A.y, B.y, lo[0], lo[1]);
+                mma_f16(sm, A.z, B.z, A.w, B.w, lo[2], lo[3]);
+                float sa = e8m0_f32(wr[m][u].sa), sb = e8m0_f32(wr[m][u].sb);
+                c[m][0] = fmaf(sm[0] * i0, sa, c[m][0]);
+                c[m][1] = fmaf(sm[1] * i1, sa, c[m][1]);
+                c[m][2] = fmaf(sm[2] * i0, sb, c[m][2]);
+                c[m][3] = fmaf(sm[3] * i1, sb, c[m][3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < NW; m++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            cout[m][j] = c[m][j];
 }
 
 /* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in] of

@@ -364,7 +364,7 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
 #define MOE_MMA_KW 4
 #define MOE_XS_MAX (32u << 10) /* x rows staged in shared memory up to this */
 
-template <int F, bool VEC, bool WIDE, bool XS>
+template <int F, bool VEC, bool WIDE, bool XS, bool H = false>
 __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     moe_mma_kernel(float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu,
                    const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K, int N,
@@ -385,13 +385,14 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         const float *xr = swiglu ? in + (size_t)(perm[p] / k_per_row) * K : in + (size_t)p * K;
         if constexpr (XS) {
             __syncthreads(); // the tile before has read its rows
-            xs_stage_rows<F>(
-                xs,
-                [&](int r) {
-                    return swiglu ? in + (size_t)(perm[p0 + r] / k_per_row) * K
-                                  : in + (size_t)(p0 + r) * K;
-                },
-                rows, K);
+            auto row = [&](int r) {
+                return swiglu ? in + (size_t)(perm[p0 + r] / k_per_row) * K
+                              : in + (size_t)(p0 + r) * K;
+            };
+            if constexpr (H)
+                xs_stage_q4h(xs, row, rows, K);
+            else
+                xs_stage_rows<F>(xs, row, rows, K);
         }
         float c[2][4];
         struct wmat w[2];
@@ -402,8 +403,15 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
             w[0] = w[1] = wmat_of(ex.w2[e], ex.dtype, N, K, 0);
             w[1].row0 = 16;
         }
-        if (swiglu || pair) // two matrices' rows together (gate and up, or the pair's two
-                            // tiles): their loads in flight at once
+        if constexpr (H) { // FP4 in half precision (mma_tile.cuh)
+            if (swiglu || pair)
+                mma_rows_q4h<VEC, 2, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5, MOE_MMA_KW, xs,
+                                         rows);
+            else
+                mma_rows_q4h<VEC, 1, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5, MOE_MMA_KW, xs,
+                                         rows);
+        } else if (swiglu || pair) // two matrices' rows together (gate and up, or the pair's two
+                                   // tiles): their loads in flight at once
             mma_rows<F, VEC, MOE_MMA_KW, 1, 2, WIDE, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
                                                          MOE_MMA_KW, false, xs, rows);
         else
@@ -432,9 +440,19 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
  * a lane for each of its rows) when they fit: at batch 1 on the released-precision Flash slice
  * the step's 8 expert calls took 278 us against 403 (Nsight Compute). The skinny GEMM does not
  * stage: one tile a block, and its Q8 calls were no faster (460 against 463 us). */
+/* TD_Q4H=1: FP4 experts in half precision (mma_rows_q4h); else the bf16 decode. Off by default
+ * until the GPU suite has passed with it on. */
+static bool q4h_on(void) {
+    static int on = -1;
+    if (on < 0) on = getenv("TD_Q4H") && atoi(getenv("TD_Q4H"));
+    return on;
+}
+
 static void moe_mma(bool vec, int rows, dim3 grid, cudaStream_t s, float *out, const float *in,
                     int swiglu, int k, const struct expert_set *ex, int K, int N, float limit) {
-    size_t smem = xs_bytes(rows < 8 ? rows : 8, K);
+    bool h = ex->dtype == TD_DTYPE_Q4 && q4h_on();
+    int tr = rows < 8 ? rows : 8;
+    size_t smem = h ? xs_q4h_bytes(tr, K) : xs_bytes(tr, K);
     bool xs = vec && smem <= MOE_XS_MAX;
     auto go = [&](auto kern) {
         launch_k(kern, grid, 32 * MOE_MMA_KW, xs ? smem : 0, s, out, in, g_perm, k, swiglu, g_tiles,
@@ -444,6 +462,15 @@ static void moe_mma(bool vec, int rows, dim3 grid, cudaStream_t s, float *out, c
     auto by_x = [&](auto f, auto v) {
         constexpr int F = decltype(f)::value;
         constexpr bool V = decltype(v)::value;
+        if constexpr (F == WF_Q4) {
+            if (h) {
+                if (V && xs)
+                    go(moe_mma_kernel<F, V, false, V, true>);
+                else
+                    go(moe_mma_kernel<F, V, false, false, true>);
+                return;
+            }
+        }
         if (V && xs)
             go(moe_mma_kernel<F, V, false, V>);
         else

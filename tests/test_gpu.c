@@ -397,13 +397,15 @@ static void test_matmul_quant(void) {
 }
 
 /* routed experts on packed Q4 (and Q8) weights against the reference on their decode: small
- * and wide steps (both on the tensor-core tiles), batch-invariant mode's fp32 tiles, and a
- * row's bits alone */
+ * and wide steps (both on the tensor-core tiles), a deep one (hidden 2048: 8 rows' x no longer
+ * fits the shared memory the tiles stage it in, one row's does), batch-invariant mode's fp32
+ * tiles, and a row's bits alone */
 static void test_moe_quant(void) {
     for (int f = 0; f < 2; f++)
-        for (int wide = 0; wide < 2; wide++) {
+        for (int wide = 0; wide < 3; wide++) {
             enum td_dtype t = f ? TD_DTYPE_Q8 : TD_DTYPE_Q4;
-            int E = 8, k = 3, D = 64, I = 96, n = wide ? 40 : 5;
+            int E = 8, k = 3, D = wide == 2 ? 2048 : 64, I = 96,
+                n = wide == 2 ? 8 : wide ? 40 : 5;
             case_begin();
             const void *hp[3][8], *dp[3][8];
             float *wfs[3][8];
@@ -443,7 +445,7 @@ static void test_moe_quant(void) {
                 snprintf(what, sizeof what, "%s experts, %d rows%s", td_dtype_name(t), n,
                          det ? " (fp32 tiles)" : "");
                 close_rel(what, yg, yh, n, D, 1e-4);
-                for (int r = 0; r < n; r += wide ? 13 : 1) {
+                for (int r = 0; r < n; r += wide == 1 ? 13 : 1) {
                     float *d1 = dev_out((size_t)D);
                     moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * k, dwt + r * k, &ed, 1, D, I,
                                      k, E, 0.5f);
@@ -457,7 +459,8 @@ static void test_moe_quant(void) {
             }
             moe_cuda_set_deterministic(0);
             char name[64];
-            snprintf(name, sizeof name, "op/moe_experts_%s/%d_rows", f ? "q8" : "q4", n);
+            snprintf(name, sizeof name, "op/moe_experts_%s/%d_rows%s", f ? "q8" : "q4", n,
+                     wide == 2 ? "_deep" : "");
             case_end(name, "");
             for (int m = 0; m < 3; m++)
                 for (int e = 0; e < E; e++)
