@@ -235,7 +235,7 @@ __device__ __forceinline__ float e8m0_f32(unsigned s) {
 /* the half-precision forms' x scale: m, the largest |x| of a row's chunk (exponent E), times
  * sc = 2^e lands in [2^14, 2^15) (e = 141 - E, at least -113 for any finite or infinite m, at
  * most 126 for m = 0); inv = 2^(g - e), the factor back, with g the weights' own power of two
- * (FP4: 6). Both normal. */
+ * (FP4: 14). Both normal for g up to 14. */
 __device__ __forceinline__ void xh_scale(float m, int g, float *sc, float *inv) {
     int e = min(max(141 - (int)(__float_as_uint(m) >> 23), -126), 126);
     *sc = __uint_as_float((unsigned)(e + 127) << 23);
@@ -384,24 +384,27 @@ __device__ __forceinline__ void mma_rows_q8h(float *c, const float *x0, int x_st
 /* FP4 in half precision: the expert GEMMs' form for FP4 weights (moe.cu), the method of Q8
  * above on the narrow loads (8 codes of rows g and g + 8 a lane, k 8t .. 8t + 7 of a chunk of
  * 32: one 1 x 32 scale block, so a chunk's sums take their rows' scales once). An e2m1 code
- * s.ee.m placed as the e4m3 byte s.00ee.m00 is the code times 2^-6 exactly (the subnormal 0.5
- * too), so 8 codes become four f16 pairs in a few logic ops and four conversions, against the
- * bf16 decode's about 28 instructions; the 2^6 goes back with 2^-e (xh_scale). x's terms, with
- * e per row and chunk of 32, are staged in shared memory once for the block where they fit
- * (xs_stage_q4h), else each lane makes its own row's (the same values: a row's bits are the same
- * either way). Pairs (0,2) (4,6) (1,3) (5,7) of the 8 k: q4h_pairs and q4h_x agree. */
+ * s.ee.m placed as the f16 bits s.000ee.m000000000 is the code times 2^-14 exactly (the
+ * subnormal 0.5 too), so 8 codes become four f16 pairs in about 15 shifts and logic ops,
+ * against the bf16 decode's about 28 instructions with its scale multiplications (Hopper's
+ * e4m3x2 to f16x2 conversion runs at a quarter of the logic ops' rate: placing the codes as e4m3
+ * bytes and converting made the slice's experts slower, 299 against 263 us a step); the 2^14
+ * goes back with 2^-e (xh_scale). x's terms, with e per row and chunk of 32, are staged in
+ * shared memory once for the block where they fit (xs_stage_q4h), else each lane makes its own
+ * row's (the same values: a row's bits are the same either way). Pairs (0,4) (1,5) (2,6) (3,7)
+ * of the 8 k: q4h_pairs and q4h_x agree. */
+#define Q4H_POW 14
 __device__ __forceinline__ uint4 q4h_pairs(unsigned q) { // element e in bits 4e .. 4e + 3
-    unsigned ev = ((q & 0x08080808u) << 4) | ((q & 0x07070707u) << 2); // elements 0 2 4 6
-    unsigned od = (q & 0x80808080u) | ((q & 0x70707070u) >> 2);         // elements 1 3 5 7
-    return make_uint4(e4m3x2_f16x2(ev), e4m3x2_f16x2(ev >> 16), e4m3x2_f16x2(od),
-                      e4m3x2_f16x2(od >> 16));
+    return make_uint4(((q << 9) & 0x0E000E00u) | ((q << 12) & 0x80008000u),
+                      ((q << 5) & 0x0E000E00u) | ((q << 8) & 0x80008000u),
+                      ((q << 1) & 0x0E000E00u) | ((q << 4) & 0x80008000u),
+                      ((q >> 3) & 0x0E000E00u) | (q & 0x80008000u));
 }
 
 __device__ __forceinline__ void q4h_x(const float *v, float sc, unsigned *hi, unsigned *lo) {
-    xh_terms(v[0] * sc, v[2] * sc, &hi[0], &lo[0]);
-    xh_terms(v[4] * sc, v[6] * sc, &hi[1], &lo[1]);
-    xh_terms(v[1] * sc, v[3] * sc, &hi[2], &lo[2]);
-    xh_terms(v[5] * sc, v[7] * sc, &hi[3], &lo[3]);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        xh_terms(v[i] * sc, v[i + 4] * sc, &hi[i], &lo[i]);
 }
 
 /* the staged terms of xs_stage_rows's layout (xs_terms reads them), then each row's and
@@ -427,7 +430,7 @@ __device__ __forceinline__ void xs_stage_q4h(uint4 *xs, Row row, int rows, int i
         for (int j = 0; j < 32; j++)
             m = fmaxf(m, fabsf(v[j]));
         float sc, inv;
-        xh_scale(m, 6, &sc, &inv);
+        xh_scale(m, Q4H_POW, &sc, &inv);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             unsigned hi[4], lo[4];
@@ -487,7 +490,7 @@ __device__ __forceinline__ void mma_rows_q4h(float (*cout)[4], const float *xr, 
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 float sc, inv;
-                xh_scale(mx, 6, &sc, &inv);
+                xh_scale(mx, Q4H_POW, &sc, &inv);
                 q4h_x(xv[u], sc, hi, lo);
                 float j0 = __shfl_sync(0xffffffffu, inv, 8 * t),
                       j1 = __shfl_sync(0xffffffffu, inv, 8 * t + 4);
