@@ -201,9 +201,9 @@ __device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bo
  * values of a row a lane). At XR 1 (a step of one row) the 64 values of a chunk are converted
  * once, not eight rows' worth, and pass through the warp's q8h_xw, from which lane (g, t) reads
  * row g's terms of k 16t .. 16t + 15; at XR 8 lane (g, t) converts just those, and keeps them
- * in registers (the round trip through shared memory cost 25% at 8 rows: bench/RESULTS.md). A row's terms are a function of its own values (the largest |x| is
- * exact in any order) and an mma's columns are independent, so a row has the same bits at
- * either XR and beside any rows. Lane (g, t) loads 16 codes of rows g and g + 8 at k 16t ..
+ * in registers (through shared memory the head took 326 us at 8 rows, in registers 276). A
+ * row's terms are a function of its own values (the largest |x| is exact in any order) and an
+ * mma's columns are independent, so a row has the same bits at either XR and beside any rows. Lane (g, t) loads 16 codes of rows g and g + 8 at k 16t ..
  * 16t + 15 (qraw_load); mma m of a chunk takes their word m: codes 16t + 4m, + 1 as logical
  * k (2t, 2t + 1) and 16t + 4m + 2, + 3 as (2t + 8, 2t + 9), and x's terms of the same k. */
 struct q8h_xw {
@@ -381,6 +381,32 @@ __device__ __forceinline__ void mma_rows_q8h(float *c, const float *x0, int x_st
     }
 }
 
+/* the narrow loads (8 weights of rows g and g + 8 a lane, k 8t .. 8t + 7 of a chunk of 32) of
+ * chunks c0, c0 + stride, ... (MT_U of them, zeros past chunks) of NW matrices; narrow_x: the
+ * lane's x row's 8 values of the same k */
+template <int F, bool VEC, int NW>
+__device__ __forceinline__ void narrow_w(wraw<F> (*wr)[MT_U], const struct wmat *w, int o0, int out,
+                                         int in, int c0, int stride, int chunks) {
+    int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int u = 0; u < MT_U; u++) {
+        int k = (c0 + u * stride) * 32 + 8 * t;
+        bool in_k = c0 + u * stride < chunks;
+#pragma unroll
+        for (int m = 0; m < NW; m++)
+            wraw_load<F, VEC>(wr[m][u], w[m], o0 + g, in_k ? out : 0, in, k);
+    }
+}
+
+template <bool VEC>
+__device__ __forceinline__ void narrow_x(float (*xv)[8], const float *xr, bool live, int in, int c0,
+                                         int stride, int chunks) {
+    int t = threadIdx.x & 3;
+#pragma unroll
+    for (int u = 0; u < MT_U; u++)
+        sk_x8<VEC>(xv[u], xr, live && c0 + u * stride < chunks, in, (c0 + u * stride) * 32 + 8 * t);
+}
+
 /* FP4 in half precision: the expert GEMMs' form for FP4 weights (moe.cu), the method of Q8
  * above on the narrow loads (8 codes of rows g and g + 8 a lane, k 8t .. 8t + 7 of a chunk of
  * 32: one 1 x 32 scale block, so a chunk's sums take their rows' scales once). An e2m1 code
@@ -451,27 +477,15 @@ template <bool VEC, int NW, bool XS>
 __device__ __forceinline__ void mma_rows_q4h(float (*cout)[4], const float *xr, bool live,
                                              const struct wmat *w, int o0, int out, int in,
                                              int first, int stride, const uint4 *xs, int rows) {
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int t = threadIdx.x & 3;
     float c[NW][4] = {};
     int chunks = in / 32;
     const float *xinv = XS ? (const float *)(xs + (size_t)in / 8 * rows * 2) : nullptr;
     for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
         wraw<WF_Q4> wr[NW][MT_U];
         float xv[MT_U][8];
-#pragma unroll
-        for (int u = 0; u < MT_U; u++) {
-            int k = (c0 + u * stride) * 32 + 8 * t;
-            bool in_k = c0 + u * stride < chunks;
-#pragma unroll
-            for (int m = 0; m < NW; m++)
-                wraw_load<WF_Q4, VEC>(wr[m][u], w[m], o0 + g, in_k ? out : 0, in, k);
-        }
-        if constexpr (!XS) {
-#pragma unroll
-            for (int u = 0; u < MT_U; u++)
-                sk_x8<VEC>(xv[u], xr, live && c0 + u * stride < chunks, in,
-                           (c0 + u * stride) * 32 + 8 * t);
-        }
+        narrow_w<WF_Q4, VEC, NW>(wr, w, o0, out, in, c0, stride, chunks);
+        if constexpr (!XS) narrow_x<VEC>(xv, xr, live, in, c0, stride, chunks);
 #pragma unroll
         for (int u = 0; u < MT_U; u++) {
             int cu = c0 + u * stride;
@@ -541,28 +555,15 @@ mma_rows(float (*cout)[4], const float *xr, bool live, const struct wmat *w, int
                                             xs, xrows);
         return;
     }
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int t = threadIdx.x & 3;
     float c[NW][ACC][4] = {};
     int chunks = (in + 31) / 32;
     for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
         wraw<F> wr[NW][MT_U];
         float xv[MT_U][8];
-#pragma unroll
-        for (int u = 0; u < MT_U; u++) {
-            int k = (c0 + u * stride) * 32 + 8 * t;
-            bool in_k = c0 + u * stride < chunks;
-#pragma unroll
-            for (int m = 0; m < NW; m++)
-                wraw_load<F, VEC>(wr[m][u], w[m], o0 + g, in_k ? out : 0, in, k);
-        }
+        narrow_w<F, VEC, NW>(wr, w, o0, out, in, c0, stride, chunks);
         if (early && c0 == first) PDL_START(); // the first weights are on their way
-        if constexpr (!XS) {
-#pragma unroll
-            for (int u = 0; u < MT_U; u++) {
-                int k = (c0 + u * stride) * 32 + 8 * t;
-                sk_x8<VEC>(xv[u], xr, live && c0 + u * stride < chunks, in, k);
-            }
-        }
+        if constexpr (!XS) narrow_x<VEC>(xv, xr, live, in, c0, stride, chunks);
 #pragma unroll
         for (int u = 0; u < MT_U; u++) {
             if (c0 + u * stride >= chunks) break;
