@@ -203,9 +203,10 @@ __device__ __forceinline__ void mma_rows_q(float (*cout)[4], const float *xr, bo
  * row g's terms of k 16t .. 16t + 15; at XR 8 lane (g, t) converts just those, and keeps them
  * in registers (through shared memory the head took 326 us at 8 rows, in registers 276). A
  * row's terms are a function of its own values (the largest |x| is exact in any order) and an
- * mma's columns are independent, so a row has the same bits at either XR and beside any rows. Lane (g, t) loads 16 codes of rows g and g + 8 at k 16t ..
- * 16t + 15 (qraw_load); mma m of a chunk takes their word m: codes 16t + 4m, + 1 as logical
- * k (2t, 2t + 1) and 16t + 4m + 2, + 3 as (2t + 8, 2t + 9), and x's terms of the same k. */
+ * mma's columns are independent, so a row has the same bits at either XR and beside any rows.
+ * Lane (g, t) loads 16 codes of rows g and g + 8 at k 16t .. 16t + 15 (qraw_load); mma m of a
+ * chunk takes their word m: codes 16t + 4m, + 1 as logical k (2t, 2t + 1) and 16t + 4m + 2, + 3
+ * as (2t + 8, 2t + 9), and x's terms of the same k. */
 struct q8h_xw {
     uint4 hi[8][9]; // row r, k 8j .. 8j + 7 as f16 (a row of 9: conflict-free 16-byte reads)
     uint4 lo[8][9];
@@ -300,7 +301,8 @@ __device__ __forceinline__ void q8h_chunk(float *c, const qraw &wr, const float 
 #pragma unroll
         for (int p = 0; p < 8; p++)
             hb[p] = hw[p], lb[p] = lw[p];
-        float j0 = __shfl_sync(0xffffffffu, inv, 8 * t), j1 = __shfl_sync(0xffffffffu, inv, 8 * t + 4);
+        float j0 = __shfl_sync(0xffffffffu, inv, 8 * t),
+              j1 = __shfl_sync(0xffffffffu, inv, 8 * t + 4);
         i0 = 2 * t < rows ? j0 : 0.0f, i1 = 2 * t + 1 < rows ? j1 : 0.0f;
     } else {
         unsigned *hr = (unsigned *)&xw.hi[cr][0] + cj * (V / 2);
@@ -314,7 +316,8 @@ __device__ __forceinline__ void q8h_chunk(float *c, const qraw &wr, const float 
                                 *(uint2 *)(lr + p) = make_uint2(lw[p], lw[p + 1]);
             else
                 *(uint4 *)(hr + p) = make_uint4(hw[p], hw[p + 1], hw[p + 2], hw[p + 3]),
-                                *(uint4 *)(lr + p) = make_uint4(lw[p], lw[p + 1], lw[p + 2], lw[p + 3]);
+                                *(uint4 *)(lr + p) =
+                                    make_uint4(lw[p], lw[p + 1], lw[p + 2], lw[p + 3]);
         }
         if (cj == 0) xw.inv[cr] = inv;
         __syncwarp();

@@ -404,8 +404,7 @@ static void test_moe_quant(void) {
     for (int f = 0; f < 2; f++)
         for (int wide = 0; wide < 3; wide++) {
             enum td_dtype t = f ? TD_DTYPE_Q8 : TD_DTYPE_Q4;
-            int E = 8, k = 3, D = wide == 2 ? 2048 : 64, I = 96,
-                n = wide == 2 ? 8 : wide ? 40 : 5;
+            int E = 8, k = 3, D = wide == 2 ? 2048 : 64, I = 96, n = wide == 2 ? 8 : wide ? 40 : 5;
             case_begin();
             const void *hp[3][8], *dp[3][8];
             float *wfs[3][8];
