@@ -415,9 +415,9 @@ __device__ __forceinline__ void narrow_x(float (*xv)[8], const float *xr, bool l
  * 32: one 1 x 32 scale block, so a chunk's sums take their rows' scales once). An e2m1 code
  * s.ee.m placed as the f16 bits s.000ee.m000000000 is the code times 2^-14 exactly (the
  * subnormal 0.5 too), so 8 codes become four f16 pairs in about 15 shifts and logic ops,
- * against the bf16 decode's about 28 instructions with its scale multiplications (Hopper's
- * e4m3x2 to f16x2 conversion runs at a quarter of the logic ops' rate: placing the codes as e4m3
- * bytes and converting made the slice's experts slower, 299 against 263 us a step); the 2^14
+ * against the bf16 decode's about 28 instructions with its scale multiplications (placing the
+ * codes as e4m3 bytes and converting pairs made the slice's experts slower, 299 against 263 us a
+ * step: conversions issue at a lower rate than logic ops, our reading, not measured); the 2^14
  * goes back with 2^-e (xh_scale). x's terms, with e per row and chunk of 32, are staged in
  * shared memory once for the block where they fit (xs_stage_q4h), else each lane makes its own
  * row's (the same values: a row's bits are the same either way). Pairs (0,4) (1,5) (2,6) (3,7)
