@@ -113,21 +113,23 @@ struct sk_set {
 };
 
 /* block x: cluster rank fastest, then the block of 8 rows, then the tile (the row blocks of a
- * tile run together and share its weights in L2) */
-template <int F, bool VEC, int KW, int ACC, int KS, int XR>
+ * tile run together and share its weights in L2). NT 2 (Q8 in half precision at 8 rows alone):
+ * a block's tile is two of 16 features, which its warps take on the same x terms; s.tile0
+ * counts such pairs then */
+template <int F, bool VEC, int KW, int ACC, int KS, int XR, int NT = 1>
 __global__ void __launch_bounds__(32 * KW)
     skinny_mma_kernel(const __grid_constant__ struct sk_set s, const float *x, int n, int in,
                       int x_stride) {
     __shared__ float part[KW > 1 ? KW - 1 : 1][32][4];
-    __shared__ float tile[KS > 1 ? 32 : 1][4]; // this block's sums, which block 0 adds
+    __shared__ float tile[KS > 1 ? NT : 1][KS > 1 ? 32 : 1][4]; // this block's sums, for block 0
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     int rank = blockIdx.x % KS, q = blockIdx.x / KS, tl = q / s.rb, t0 = q % s.rb * 8;
     int grp = blockIdx.z, i = 0;
     while (i + 1 < s.m && tl >= s.tile0[i + 1])
         i++;
-    int out = s.out[i], o0 = (tl - s.tile0[i]) * 16;
+    int out = s.out[i], o0 = (tl - s.tile0[i]) * 16 * NT;
     int rows = min(8, n - t0);
-    float c[1][4];
+    float c[NT][4];
     struct wmat wg = s.w[i];
     wg.row0 = grp * out;
     constexpr int FB = F == SK_MIX ? WF_BF16 : F; // the format of the set's other matrices
@@ -136,27 +138,35 @@ __global__ void __launch_bounds__(32 * KW)
         __shared__ q8h_xw xw[KW]; // each warp's x terms (only these forms take the room)
         q8h = F == WF_Q8 || s.fmt[i] == WF_Q8; // (the same for the whole block)
         if (q8h)
-            mma_rows_q8h<VEC, XR>(c[0], x + (size_t)t0 * x_stride + (size_t)grp * in, x_stride,
-                                  rows, wg, o0, out, in, rank * KW + warp, KS * KW, true, xw[warp]);
+            mma_rows_q8h<VEC, XR, NT>(c, x + (size_t)t0 * x_stride + (size_t)grp * in, x_stride,
+                                      rows, wg, o0, out, in, rank * KW + warp, KS * KW, true,
+                                      xw[warp]);
     }
-    if (!q8h)
-        mma_rows<FB, VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in, g < rows,
-                                   &wg, o0, out, in, rank * KW + warp, KS * KW, true);
+    if constexpr (NT == 1) {
+        if (!q8h)
+            mma_rows<FB, VEC, KW, ACC>(c, x + (size_t)(t0 + g) * x_stride + (size_t)grp * in,
+                                       g < rows, &wg, o0, out, in, rank * KW + warp, KS * KW, true);
+    }
     PDL_START(); // (every warp has waited before it writes)
     bool w0 = kw_sum<KW>(c[0], part);
+    if constexpr (NT > 1) kw_sum<KW>(c[1], part);
     if (KS > 1) {
         cg::cluster_group cl = cg::this_cluster();
         if (w0)
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                tile[lane][j] = c[0][j];
+            for (int m = 0; m < NT; m++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    tile[m][lane][j] = c[m][j];
         cl.sync();
         if (w0 && rank == 0)
             for (int q = 1; q < KS; q++) {
-                const float *r = cl.map_shared_rank(&tile[0][0], q);
+                const float *r = cl.map_shared_rank(&tile[0][0][0], q);
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    c[0][j] += r[lane * 4 + j];
+                for (int m = 0; m < NT; m++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        c[m][j] += r[(m * 32 + lane) * 4 + j];
             }
         cl.sync(); // the other blocks' tiles stay until block 0 has read them
         if (rank) return;
@@ -165,15 +175,18 @@ __global__ void __launch_bounds__(32 * KW)
     float *y = s.y[i];
     const void *bias = s.bias[i], *pb = s.pbias[i];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int o = o0 + mma_feature(j), r = mma_row(j);
-        if (o < out && r < rows) {
-            float v = c[0][j] + (bias ? ld_f32(bias, s.bias_dt[i], o) : 0.0f);
-            if (pb)
-                v += ld_f32(pb, s.pbias_dt[i], (long long)(s.pos[i][t0 + r] % s.rate[i]) * out + o);
-            y[(size_t)(t0 + r) * s.ys[i] + (size_t)grp * out + o] = v;
+    for (int m = 0; m < NT; m++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int o = o0 + 16 * m + mma_feature(j), r = mma_row(j);
+            if (o < out && r < rows) {
+                float v = c[m][j] + (bias ? ld_f32(bias, s.bias_dt[i], o) : 0.0f);
+                if (pb)
+                    v += ld_f32(pb, s.pbias_dt[i],
+                                (long long)(s.pos[i][t0 + r] % s.rate[i]) * out + o);
+                y[(size_t)(t0 + r) * s.ys[i] + (size_t)grp * out + o] = v;
+            }
         }
-    }
 }
 
 /* f(fmt, vec, kw, acc, ks, xr) with each as a compile-time constant (std::integral_constant):
@@ -181,33 +194,33 @@ __global__ void __launch_bounds__(32 * KW)
  * accumulator and splits its lanes over xr x rows, 1 for a step of one row, else 8; xr 0 is
  * Q8's bf16 decode (TD_Q8H=0) and the other formats' only form. */
 template <typename Fn>
-static void sk_form(int fmt, bool vec, int kw, bool acc1, int ks, int xr, Fn &&f) {
+static void sk_form(int fmt, bool vec, int kw, bool acc1, int ks, int xr, int nt, Fn &&f) {
     auto by_ks = [&](auto v, auto w, auto a) {
         auto by_f = [&](auto k) {
             using one = std::integral_constant<int, 1>;
+            using zero = std::integral_constant<int, 0>;
+            using eight = std::integral_constant<int, 8>;
             if (fmt == WF_Q8 && !xr) {
-                f(std::integral_constant<int, WF_Q8>{}, v, w, a, k,
-                  std::integral_constant<int, 0>{});
+                f(std::integral_constant<int, WF_Q8>{}, v, w, a, k, zero{}, one{});
             } else if (fmt == WF_Q8) {
                 if (xr == 1)
-                    f(std::integral_constant<int, WF_Q8>{}, v, w, one{}, k, one{});
+                    f(std::integral_constant<int, WF_Q8>{}, v, w, one{}, k, one{}, one{});
+                else if (nt == 2)
+                    f(std::integral_constant<int, WF_Q8>{}, v, w, one{}, k, eight{},
+                      std::integral_constant<int, 2>{});
                 else
-                    f(std::integral_constant<int, WF_Q8>{}, v, w, one{}, k,
-                      std::integral_constant<int, 8>{});
+                    f(std::integral_constant<int, WF_Q8>{}, v, w, one{}, k, eight{}, one{});
             } else if (fmt == SK_MIX) {
                 if constexpr (decltype(v)::value) { // (built with 16-byte loads alone)
                     if (xr == 1)
-                        f(std::integral_constant<int, SK_MIX>{}, v, w, a, k, one{});
+                        f(std::integral_constant<int, SK_MIX>{}, v, w, a, k, one{}, one{});
                     else
-                        f(std::integral_constant<int, SK_MIX>{}, v, w, a, k,
-                          std::integral_constant<int, 8>{});
+                        f(std::integral_constant<int, SK_MIX>{}, v, w, a, k, eight{}, one{});
                 }
             } else if (fmt == WF_Q4)
-                f(std::integral_constant<int, WF_Q4>{}, v, w, a, k,
-                  std::integral_constant<int, 0>{});
+                f(std::integral_constant<int, WF_Q4>{}, v, w, a, k, zero{}, one{});
             else
-                f(std::integral_constant<int, WF_BF16>{}, v, w, a, k,
-                  std::integral_constant<int, 0>{});
+                f(std::integral_constant<int, WF_BF16>{}, v, w, a, k, zero{}, one{});
         };
         if (ks == 8)
             by_f(std::integral_constant<int, 8>{});
@@ -245,25 +258,27 @@ static int sk_capacity(int fmt, bool vec, int kw, bool acc1, int ks, int xr) {
     int &c = cap[fmt][vec][kwi][acc1][ksi][xr > 1 ? 2 : xr];
     if (c) return c;
     if (!n_sms) CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
-    sk_form(fmt, vec, kw, acc1, ks, xr, [&](auto fm, auto v, auto w, auto a, auto k, auto r) {
-        auto kern = skinny_mma_kernel<decltype(fm)::value, decltype(v)::value, decltype(w)::value,
-                                      decltype(a)::value, decltype(k)::value, decltype(r)::value>;
-        int got = 0;
-        if (k == 1) {
-            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, kern, 32 * kw, 0));
-            got *= n_sms;
-        } else {
-            cudaLaunchAttribute at;
-            at.id = cudaLaunchAttributeClusterDimension;
-            at.val.clusterDim.x = ks, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(ks * n_sms), cfg.blockDim = dim3(32 * kw);
-            cfg.attrs = &at, cfg.numAttrs = 1;
-            CUDA_CHECK(cudaOccupancyMaxActiveClusters(&got, kern, &cfg));
-            got *= ks;
-        }
-        c = got > 0 ? got : 1;
-    });
+    sk_form(
+        fmt, vec, kw, acc1, ks, xr, 1, [&](auto fm, auto v, auto w, auto a, auto k, auto r, auto) {
+            auto kern =
+                skinny_mma_kernel<decltype(fm)::value, decltype(v)::value, decltype(w)::value,
+                                  decltype(a)::value, decltype(k)::value, decltype(r)::value>;
+            int got = 0;
+            if (k == 1) {
+                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, kern, 32 * kw, 0));
+                got *= n_sms;
+            } else {
+                cudaLaunchAttribute at;
+                at.id = cudaLaunchAttributeClusterDimension;
+                at.val.clusterDim.x = ks, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = dim3(ks * n_sms), cfg.blockDim = dim3(32 * kw);
+                cfg.attrs = &at, cfg.numAttrs = 1;
+                CUDA_CHECK(cudaOccupancyMaxActiveClusters(&got, kern, &cfg));
+                got *= ks;
+            }
+            c = got > 0 ? got : 1;
+        });
     return c;
 }
 
@@ -312,6 +327,18 @@ static bool q8h_on(void) {
 }
 
 /* one launch over the tiles of the set s (one format, or SK_MIX), n rows of x */
+/* TD_Q8H_NT=2 (or matmul_cuda_set_q8h_nt): Q8 in half precision at 2 to 8 rows takes two
+ * tiles a block (NT 2); 1 (the default): one. Experimental: written in session 29, not yet run
+ * on a GPU. */
+static int g_q8h_nt;
+void matmul_cuda_set_q8h_nt(int nt) {
+    g_q8h_nt = nt == 2 ? 2 : nt == 1 ? 1 : 0;
+}
+static int q8h_nt(void) {
+    if (!g_q8h_nt) g_q8h_nt = getenv("TD_Q8H_NT") && atoi(getenv("TD_Q8H_NT")) == 2 ? 2 : 1;
+    return g_q8h_nt;
+}
+
 static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int groups, int in) {
     long long tiles = 0, bytes = 0;
     // 16-byte loads of weights (Q8: of 16 codes, a row's start aligned when in is a multiple of 16)
@@ -335,14 +362,25 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
     // keeps it in registers), so a row's sums keep their order, and their bits, alone and in a
     // step of up to 8 rows
     sk_choose(fmt, tiles * s.rb, in, vec, acc1, xr ? 8 : 0, &kw, &ks);
-    sk_form(fmt, vec, kw, acc1, ks, xr, [&](auto fm, auto v, auto w, auto a, auto k, auto r) {
-        constexpr int KS = decltype(k)::value;
-        dim3 grid(s.tile0[s.m] * s.rb * KS, 1, groups);
-        launch_kc(skinny_mma_kernel<decltype(fm)::value, decltype(v)::value, decltype(w)::value,
-                                    decltype(a)::value, KS, decltype(r)::value>,
-                  grid, 32 * kw, 0, KS, td_cuda_stream(), s, x, n, in, groups * in);
-        LAUNCH_CHECK();
-    });
+    // NT 2 only where the form is chosen above from tiles of 16 (the same kw and ks as NT 1)
+    int nt = fmt == WF_Q8 && xr == 8 && n <= 8 ? q8h_nt() : 1;
+    if (nt > 1) {
+        long long pairs = 0;
+        for (int i = 0; i < s.m; i++)
+            s.tile0[i] = (int)pairs, pairs += ceil_div(s.out[i], 16 * nt);
+        s.tile0[s.m] = (int)pairs;
+    }
+    sk_form(
+        fmt, vec, kw, acc1, ks, xr, nt,
+        [&](auto fm, auto v, auto w, auto a, auto k, auto r, auto t) {
+            constexpr int KS = decltype(k)::value;
+            dim3 grid(s.tile0[s.m] * s.rb * KS, 1, groups);
+            launch_kc(
+                skinny_mma_kernel<decltype(fm)::value, decltype(v)::value, decltype(w)::value,
+                                  decltype(a)::value, KS, decltype(r)::value, decltype(t)::value>,
+                grid, 32 * kw, 0, KS, td_cuda_stream(), s, x, n, in, groups * in);
+            LAUNCH_CHECK();
+        });
 }
 
 /* one matrix (of `groups` blocks along the diagonal) as a set of one */

@@ -274,8 +274,8 @@ __device__ __forceinline__ void x_vals(float *v, const float *xr, bool live, int
 
 /* one chunk: this lane's V values v of row cr (lanes cj of 32 / XR) as terms in xw, then the
  * tile's 8 mma (a chain for hi, one for lo) on the 16-byte code loads wr, into c */
-template <int XR>
-__device__ __forceinline__ void q8h_chunk(float *c, const qraw &wr, const float *v, int rows,
+template <int XR, int NT>
+__device__ __forceinline__ void q8h_chunk(float (*c)[4], const qraw *wr, const float *v, int rows,
                                           q8h_xw &xw) {
     constexpr int L = 32 / XR, V = 64 / L;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, cr = lane / L, cj = lane % L;
@@ -333,53 +333,64 @@ __device__ __forceinline__ void q8h_chunk(float *c, const qraw &wr, const float 
         for (int p = 0; p < 8; p++)
             hb[p] = hs[p], lb[p] = ls[p];
     }
-    float s[2][4] = {};
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        unsigned wa = u4_word(wr.a, q), wb = u4_word(wr.b, q);
-        unsigned a0 = e4m3x2_f16x2(wa), a2 = e4m3x2_f16x2(wa >> 16);
-        unsigned a1 = e4m3x2_f16x2(wb), a3 = e4m3x2_f16x2(wb >> 16);
-        mma_f16(s[0], a0, a1, a2, a3, hb[2 * q], hb[2 * q + 1]);
-        mma_f16(s[1], a0, a1, a2, a3, lb[2 * q], lb[2 * q + 1]);
+    for (int n = 0; n < NT; n++) { // each tile on the same terms
+        float s[2][4] = {};
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            unsigned wa = u4_word(wr[n].a, q), wb = u4_word(wr[n].b, q);
+            unsigned a0 = e4m3x2_f16x2(wa), a2 = e4m3x2_f16x2(wa >> 16);
+            unsigned a1 = e4m3x2_f16x2(wb), a3 = e4m3x2_f16x2(wb >> 16);
+            mma_f16(s[0], a0, a1, a2, a3, hb[2 * q], hb[2 * q + 1]);
+            mma_f16(s[1], a0, a1, a2, a3, lb[2 * q], lb[2 * q + 1]);
+        }
+        float sa = e8m0_f32(wr[n].sa), sb = e8m0_f32(wr[n].sb);
+        c[n][0] = fmaf((s[0][0] + s[1][0]) * i0, sa, c[n][0]);
+        c[n][1] = fmaf((s[0][1] + s[1][1]) * i1, sa, c[n][1]);
+        c[n][2] = fmaf((s[0][2] + s[1][2]) * i0, sb, c[n][2]);
+        c[n][3] = fmaf((s[0][3] + s[1][3]) * i1, sb, c[n][3]);
     }
-    float sa = e8m0_f32(wr.sa), sb = e8m0_f32(wr.sb);
-    c[0] = fmaf((s[0][0] + s[1][0]) * i0, sa, c[0]);
-    c[1] = fmaf((s[0][1] + s[1][1]) * i1, sa, c[1]);
-    c[2] = fmaf((s[0][2] + s[1][2]) * i0, sb, c[2]);
-    c[3] = fmaf((s[0][3] + s[1][3]) * i1, sb, c[3]);
 }
 
-/* this warp's share (chunks first, first + stride, ... of 64 k) of the tile of weight rows o0 ..
- * o0 + 15 of the Q8 matrix w times the x rows x0 + r x_stride, r < rows (at most XR), into c
- * (mma_feature / mma_row say where). early: as mma_rows. */
-template <bool VEC, int XR>
-__device__ __forceinline__ void mma_rows_q8h(float *c, const float *x0, int x_stride, int rows,
+/* this warp's share (chunks first, first + stride, ... of 64 k) of the NT tiles of weight rows
+ * o0 + 16n .. o0 + 16n + 15 of the Q8 matrix w times the x rows x0 + r x_stride, r < rows (at
+ * most XR), into c[n] (mma_feature / mma_row say where). NT 2 converts each chunk's x terms once
+ * for two tiles (at 8 rows the terms cost about what the codes do); its loads of MT_U / NT
+ * chunks keep the bytes in flight, and a row's sums keep their chunk order, so its bits are
+ * those of NT 1. early: as mma_rows. */
+template <bool VEC, int XR, int NT = 1>
+__device__ __forceinline__ void mma_rows_q8h(float (*c)[4], const float *x0, int x_stride, int rows,
                                              const struct wmat &w, int o0, int out, int in,
                                              int first, int stride, bool early, q8h_xw &xw) {
-    constexpr int L = 32 / XR, V = 64 / L;
+    constexpr int L = 32 / XR, V = 64 / L, MU = MT_U / NT;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, cr = lane / L, cj = lane % L;
     const float *xc = x0 + (size_t)cr * x_stride;
     bool clive = cr < rows;
-    c[0] = c[1] = c[2] = c[3] = 0.0f;
-    int chunks = (in + 63) / 64;
-    for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
-        qraw wr[MT_U];
 #pragma unroll
-        for (int u = 0; u < MT_U; u++) {
+    for (int n = 0; n < NT; n++)
+        c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+    int chunks = (in + 63) / 64;
+    for (int c0 = first; c0 < chunks; c0 += stride * MU) {
+        qraw wr[MU][NT];
+#pragma unroll
+        for (int u = 0; u < MU; u++) {
             int cu = c0 + u * stride;
-            qraw_load<WF_Q8, VEC>(wr[u], w, o0 + g, cu < chunks ? out : 0, in, cu * 64 + 16 * t);
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                qraw_load<WF_Q8, VEC>(wr[u][n], w, o0 + 16 * n + g, cu < chunks ? out : 0, in,
+                                      cu * 64 + 16 * t);
         }
         if (early && c0 == first) PDL_START(); // the first weights are on their way
         float xv[2][V];                        // x of chunk u + 1 requested before u's mma
         x_vals<VEC, V>(xv[0], xc, clive && c0 < chunks, in, c0 * 64 + cj * V);
 #pragma unroll
-        for (int u = 0; u < MT_U; u++) {
+        for (int u = 0; u < MU; u++) {
             int cu = c0 + u * stride;
-            if (u + 1 < MT_U)
+            if (u + 1 < MU)
                 x_vals<VEC, V>(xv[(u + 1) & 1], xc, clive && cu + stride < chunks, in,
                                (cu + stride) * 64 + cj * V);
             if (cu >= chunks) continue; // (the same for the whole warp)
-            q8h_chunk<XR>(c, wr[u], xv[u & 1], rows, xw);
+            q8h_chunk<XR, NT>(c, wr[u], xv[u & 1], rows, xw);
         }
     }
 }

@@ -349,6 +349,40 @@ static void test_matmul_quant(void) {
             free(g1);
             release_out(d1);
         }
+        // two tiles a block on the same x terms (the second of the last pair past out): the
+        // same bits as one, alone and in a set of two Q8 matrices (48 and 40 features)
+        uint16_t *wb2;
+        float *wf2;
+        uint8_t *q2 = rand_quant(TD_DTYPE_Q8, 40, in, &wb2, &wf2);
+        void *dq2 = dev_copy(q2, td_quant_bytes(TD_DTYPE_Q8, 40, in));
+        float *h2 = NULL;
+        for (int nt = 1; nt <= 2; nt++) {
+            matmul_cuda_set_q8h_nt(nt);
+            float *d2 = dev_out((size_t)n * out), *d3 = dev_out((size_t)n * 40);
+            matmul_cuda(d2, dx, dq, TD_DTYPE_Q8, n, in, out, NULL, TD_DTYPE_F32);
+            matmul_cuda(d3, dx, dq2, TD_DTYPE_Q8, n, in, 40, NULL, TD_DTYPE_F32);
+            float *g2 = fetch(d2, (size_t)n * out, "matmul q8 range nt");
+            float *g3 = fetch(d3, (size_t)n * 40, "matmul q8 range nt");
+            CHECK(!memcmp(g2, g, (size_t)n * out * 4), "Q8 range: %d tiles a block differ", nt);
+            if (!h2)
+                h2 = g3, g3 = NULL; // (nt 1's, for nt 2)
+            else
+                CHECK(!memcmp(g3, h2, (size_t)n * 40 * 4), "Q8 range: 40 features, nt %d", nt);
+            float *ds[2] = {dev_out((size_t)n * out), dev_out((size_t)n * 40)};
+            struct matmul_out o[2] = {
+                {.y = ds[0], .w = dq, .dtype = TD_DTYPE_Q8, .out = out, .bias = NULL},
+                {.y = ds[1], .w = dq2, .dtype = TD_DTYPE_Q8, .out = 40, .bias = NULL}};
+            matmul_set_cuda(dx, n, in, 2, o);
+            float *s0 = fetch(ds[0], (size_t)n * out, "matmul q8 range set");
+            float *s1 = fetch(ds[1], (size_t)n * 40, "matmul q8 range set");
+            CHECK(!memcmp(s0, g, (size_t)n * out * 4), "Q8 range: the set's first (nt %d)", nt);
+            CHECK(!memcmp(s1, h2, (size_t)n * 40 * 4), "Q8 range: the set's second (nt %d)", nt);
+            free(g2), free(g3), free(s0), free(s1);
+            release_out(d2), release_out(d3), release_out(ds[0]), release_out(ds[1]);
+        }
+        free(h2), free(q2), free(wb2), free(wf2);
+        gpu->release(dq2);
+        matmul_cuda_set_q8h_nt(0);
         case_end("op/matmul_q8_range", "");
         free(x), free(y), free(q), free(wb), free(wf), free(g);
         gpu->release(dx), gpu->release(dq), release_out(dy);
