@@ -435,11 +435,6 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     }
 }
 
-/* rows: the most x rows a tile has (a step's rows, at most 8). The tile's x rows are staged
- * in shared memory (XS, mma_tile.cuh: split into their bf16 terms once for the block, not once
- * a lane for each of its rows) when they fit: at batch 1 on the released-precision Flash slice
- * the step's 8 expert calls took 278 us against 403 (Nsight Compute). The skinny GEMM does not
- * stage: one tile a block, and its Q8 calls were no faster (460 against 463 us). */
 /* TD_Q4H=1: FP4 experts in half precision (mma_rows_q4h); else the bf16 decode. Off by default
  * until the GPU suite has passed with it on. */
 static bool q4h_on(void) {
@@ -448,6 +443,11 @@ static bool q4h_on(void) {
     return on;
 }
 
+/* rows: the most x rows a tile has (a step's rows, at most 8). The tile's x rows are staged
+ * in shared memory (XS, mma_tile.cuh: split into their bf16 terms once for the block, not once
+ * a lane for each of its rows) when they fit: at batch 1 on the released-precision Flash slice
+ * the step's 8 expert calls took 278 us against 403 (Nsight Compute). The skinny GEMM does not
+ * stage: one tile a block, and its Q8 calls were no faster (460 against 463 us). */
 static void moe_mma(bool vec, int rows, dim3 grid, cudaStream_t s, float *out, const float *in,
                     int swiglu, int k, const struct expert_set *ex, int K, int N, float limit) {
     bool h = ex->dtype == TD_DTYPE_Q4 && q4h_on();
