@@ -326,7 +326,6 @@ static bool q8h_on(void) {
     return on;
 }
 
-/* one launch over the tiles of the set s (one format, or SK_MIX), n rows of x */
 /* TD_Q8H_NT=2 (or matmul_cuda_set_q8h_nt): Q8 in half precision at 2 to 8 rows takes two
  * tiles a block (NT 2); 1 (the default): one. Experimental: written in session 29, not yet run
  * on a GPU. */
@@ -339,37 +338,34 @@ static int q8h_nt(void) {
     return g_q8h_nt;
 }
 
+/* one launch over the tiles of the set s (one format, or SK_MIX), n rows of x */
 static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int groups, int in) {
-    long long tiles = 0, bytes = 0;
+    bool q8h = (fmt == WF_Q8 || fmt == SK_MIX) && q8h_on();
+    int xr = !q8h ? 0 : n > 1 ? 8 : 1;
+    // NT 2 takes a block's tile as 32 features (s.tile0 counts them); the form below is chosen
+    // from tiles of 16 all the same (the same kw and ks as NT 1, so the same bits)
+    int nt = fmt == WF_Q8 && xr == 8 && n <= 8 ? q8h_nt() : 1;
+    long long tiles = 0, units = 0, bytes = 0;
     // 16-byte loads of weights (Q8: of 16 codes, a row's start aligned when in is a multiple of 16)
     bool vec = in % 8 == 0 && (groups * in) % 4 == 0 && (uintptr_t)x % 16 == 0 &&
                ((fmt != WF_Q8 && fmt != SK_MIX) || in % 16 == 0);
     for (int i = 0; i < s.m; i++) {
         int f = fmt == SK_MIX ? s.fmt[i] : fmt;
-        s.tile0[i] = (int)tiles;
-        tiles += ceil_div(s.out[i], 16);
+        s.tile0[i] = (int)units;
+        tiles += ceil_div(s.out[i], 16), units += ceil_div(s.out[i], 16 * nt);
         bytes += (long long)groups * s.out[i] * in * (f == WF_BF16 ? 2 : 1) / (f == WF_Q4 ? 2 : 1);
         vec = vec && (uintptr_t)s.w[i].p % 16 == 0;
     }
     TD_ASSERT(fmt != SK_MIX || vec); // (matmul_set_cuda mixes only what loads 16 bytes)
-    s.tile0[s.m] = (int)tiles;
+    s.tile0[s.m] = (int)units;
     s.rb = ceil_div(n, 8);
     tiles *= groups;
-    bool q8h = (fmt == WF_Q8 || fmt == SK_MIX) && q8h_on();
     bool acc1 = bytes >= (16ll << 20) || (q8h && fmt == WF_Q8);
-    int kw, ks, xr = !q8h ? 0 : n > 1 ? 8 : 1;
+    int kw, ks;
     // the form from the capacity of both xr at every width (xr 1 stages x in shared memory, xr 8
     // keeps it in registers), so a row's sums keep their order, and their bits, alone and in a
     // step of up to 8 rows
     sk_choose(fmt, tiles * s.rb, in, vec, acc1, xr ? 8 : 0, &kw, &ks);
-    // NT 2 only where the form is chosen above from tiles of 16 (the same kw and ks as NT 1)
-    int nt = fmt == WF_Q8 && xr == 8 && n <= 8 ? q8h_nt() : 1;
-    if (nt > 1) {
-        long long pairs = 0;
-        for (int i = 0; i < s.m; i++)
-            s.tile0[i] = (int)pairs, pairs += ceil_div(s.out[i], 16 * nt);
-        s.tile0[s.m] = (int)pairs;
-    }
     sk_form(
         fmt, vec, kw, acc1, ks, xr, nt,
         [&](auto fm, auto v, auto w, auto a, auto k, auto r, auto t) {

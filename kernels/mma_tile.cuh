@@ -251,6 +251,25 @@ __device__ __forceinline__ void xh_terms(float y0, float y1, unsigned *h, unsign
     *h = *(unsigned *)&a, *l = *(unsigned *)&b;
 }
 
+/* the inv of x rows 2t and 2t + 1 (this lane's sums), from lanes 8t and 8t + 4, where lane
+ * (g, t) holds row g's: zero past rows. Every lane of the warp calls it. */
+__device__ __forceinline__ void xh_inv_rows(float inv, int rows, float *i0, float *i1) {
+    int t = threadIdx.x & 3;
+    float j0 = __shfl_sync(0xffffffffu, inv, 8 * t), j1 = __shfl_sync(0xffffffffu, inv, 8 * t + 4);
+    *i0 = 2 * t < rows ? j0 : 0.0f, *i1 = 2 * t + 1 < rows ? j1 : 0.0f;
+}
+
+/* a chunk's sums s (mma layout) into c: times the rows' inv (i0, i1) and the weight rows' scale
+ * bytes (sa: row g, sb: row g + 8) */
+__device__ __forceinline__ void xh_promote(float *c, const float *s, float i0, float i1,
+                                           unsigned sa, unsigned sb) {
+    float a = e8m0_f32(sa), b = e8m0_f32(sb);
+    c[0] = fmaf(s[0] * i0, a, c[0]);
+    c[1] = fmaf(s[1] * i1, a, c[1]);
+    c[2] = fmaf(s[2] * i0, b, c[2]);
+    c[3] = fmaf(s[3] * i1, b, c[3]);
+}
+
 // V values of an x row from k (zeros past in, or all zeros for a row that is not live)
 template <bool VEC, int V>
 __device__ __forceinline__ void x_vals(float *v, const float *xr, bool live, int in, int k) {
@@ -301,9 +320,7 @@ __device__ __forceinline__ void q8h_chunk(float (*c)[4], const qraw *wr, const f
 #pragma unroll
         for (int p = 0; p < 8; p++)
             hb[p] = hw[p], lb[p] = lw[p];
-        float j0 = __shfl_sync(0xffffffffu, inv, 8 * t),
-              j1 = __shfl_sync(0xffffffffu, inv, 8 * t + 4);
-        i0 = 2 * t < rows ? j0 : 0.0f, i1 = 2 * t + 1 < rows ? j1 : 0.0f;
+        xh_inv_rows(inv, rows, &i0, &i1);
     } else {
         unsigned *hr = (unsigned *)&xw.hi[cr][0] + cj * (V / 2);
         unsigned *lr = (unsigned *)&xw.lo[cr][0] + cj * (V / 2);
@@ -321,17 +338,15 @@ __device__ __forceinline__ void q8h_chunk(float (*c)[4], const qraw *wr, const f
         }
         if (cj == 0) xw.inv[cr] = inv;
         __syncwarp();
-        uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0, l0 = h0, l1 = h0;
+        uint4 h[2] = {}, l[2] = {};
         if (g < rows)
-            h0 = xw.hi[g][2 * t], h1 = xw.hi[g][2 * t + 1], l0 = xw.lo[g][2 * t],
-            l1 = xw.lo[g][2 * t + 1];
+            h[0] = xw.hi[g][2 * t], h[1] = xw.hi[g][2 * t + 1], l[0] = xw.lo[g][2 * t],
+            l[1] = xw.lo[g][2 * t + 1];
         i0 = 2 * t < rows ? xw.inv[2 * t] : 0.0f, i1 = 2 * t + 1 < rows ? xw.inv[2 * t + 1] : 0.0f;
         __syncwarp(); // every lane has read before the next chunk's terms are written
-        unsigned hs[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        unsigned ls[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
 #pragma unroll
         for (int p = 0; p < 8; p++)
-            hb[p] = hs[p], lb[p] = ls[p];
+            hb[p] = u4_word(h[p / 4], p % 4), lb[p] = u4_word(l[p / 4], p % 4);
     }
 #pragma unroll
     for (int n = 0; n < NT; n++) { // each tile on the same terms
@@ -344,11 +359,8 @@ __device__ __forceinline__ void q8h_chunk(float (*c)[4], const qraw *wr, const f
             mma_f16(s[0], a0, a1, a2, a3, hb[2 * q], hb[2 * q + 1]);
             mma_f16(s[1], a0, a1, a2, a3, lb[2 * q], lb[2 * q + 1]);
         }
-        float sa = e8m0_f32(wr[n].sa), sb = e8m0_f32(wr[n].sb);
-        c[n][0] = fmaf((s[0][0] + s[1][0]) * i0, sa, c[n][0]);
-        c[n][1] = fmaf((s[0][1] + s[1][1]) * i1, sa, c[n][1]);
-        c[n][2] = fmaf((s[0][2] + s[1][2]) * i0, sb, c[n][2]);
-        c[n][3] = fmaf((s[0][3] + s[1][3]) * i1, sb, c[n][3]);
+        float sum[4] = {s[0][0] + s[1][0], s[0][1] + s[1][1], s[0][2] + s[1][2], s[0][3] + s[1][3]};
+        xh_promote(c[n], sum, i0, i1, wr[n].sa, wr[n].sb);
     }
 }
 
@@ -453,9 +465,13 @@ __host__ __device__ constexpr size_t xs_q4h_bytes(int rows, int in) {
     return (size_t)rows * in * 4 + (size_t)rows * (in / 32) * 4;
 }
 
+__device__ __forceinline__ float *xs_q4h_inv(const uint4 *xs, int rows, int in) {
+    return (float *)(xs + (size_t)in / 8 * rows * 2);
+}
+
 template <typename Row>
 __device__ __forceinline__ void xs_stage_q4h(uint4 *xs, Row row, int rows, int in) {
-    float *xinv = (float *)(xs + (size_t)in / 8 * rows * 2);
+    float *xinv = xs_q4h_inv(xs, rows, in);
     int n = in / 32 * rows;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         int c = i / rows, r = i - c * rows;
@@ -494,7 +510,7 @@ __device__ __forceinline__ void mma_rows_q4h(float (*cout)[4], const float *xr, 
     int t = threadIdx.x & 3;
     float c[NW][4] = {};
     int chunks = in / 32;
-    const float *xinv = XS ? (const float *)(xs + (size_t)in / 8 * rows * 2) : nullptr;
+    const float *xinv = XS ? xs_q4h_inv(xs, rows, in) : nullptr;
     for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
         wraw<WF_Q4> wr[NW][MT_U];
         float xv[MT_U][8];
@@ -520,9 +536,7 @@ __device__ __forceinline__ void mma_rows_q4h(float (*cout)[4], const float *xr, 
                 float sc, inv;
                 xh_scale(mx, Q4H_POW, &sc, &inv);
                 q4h_x(xv[u], sc, hi, lo);
-                float j0 = __shfl_sync(0xffffffffu, inv, 8 * t),
-                      j1 = __shfl_sync(0xffffffffu, inv, 8 * t + 4);
-                i0 = 2 * t < rows ? j0 : 0.0f, i1 = 2 * t + 1 < rows ? j1 : 0.0f;
+                xh_inv_rows(inv, rows, &i0, &i1);
             }
 #pragma unroll
             for (int m = 0; m < NW; m++) {
@@ -532,11 +546,7 @@ __device__ __forceinline__ void mma_rows_q4h(float (*cout)[4], const float *xr, 
                 mma_f16(sm, A.z, B.z, A.w, B.w, hi[2], hi[3]);
                 mma_f16(sm, A.x, B.x, A.y, B.y, lo[0], lo[1]);
                 mma_f16(sm, A.z, B.z, A.w, B.w, lo[2], lo[3]);
-                float sa = e8m0_f32(wr[m][u].sa), sb = e8m0_f32(wr[m][u].sb);
-                c[m][0] = fmaf(sm[0] * i0, sa, c[m][0]);
-                c[m][1] = fmaf(sm[1] * i1, sa, c[m][1]);
-                c[m][2] = fmaf(sm[2] * i0, sb, c[m][2]);
-                c[m][3] = fmaf(sm[3] * i1, sb, c[m][3]);
+                xh_promote(c[m], sm, i0, i1, wr[m][u].sa, wr[m][u].sb);
             }
         }
     }
