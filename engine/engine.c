@@ -60,6 +60,7 @@ struct group {
     int want;    /* verify group: drafts it could take this step */
     int n_drafts;
     int q_onehot;
+    int host;    /* its logits rows come to the host (host_rows) */
     int32_t rows[TD_MAX_DRAFT + 1];
 };
 
@@ -92,8 +93,11 @@ struct td_engine {
     struct group *groups;         /* [max_seqs] */
     struct td_plan_seq *seqs;     /* [max_seqs] */
     float *logits;                /* [max_batch_tokens, vocab] */
-    int32_t *ids, *ids_dev;       /* [max_batch_tokens] a greedy step's row argmaxes, host and
-                                     backend (the logits then stay in the backend) */
+    int32_t *ids, *ids_dev;       /* [max_batch_tokens] the rows' tokens (sample_rows), host and
+                                     backend (the logits stay in the backend unless a group
+                                     needs its rows on the host) */
+    struct sample_row *samp;      /* [max_batch_tokens] how each row draws its token */
+    void *samp_dev;
     float *q;                     /* [max_seqs, max_draft, vocab] */
     float *p_scratch, *r_scratch; /* [vocab] */
     int eos[TD_MAX_EOS + 8];
@@ -379,6 +383,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     e->logits = malloc((size_t)e->p.max_batch_tokens * V * sizeof(float));
     e->ids = e->b->alloc_host((size_t)e->p.max_batch_tokens * sizeof(int32_t)); // queued copies
     e->ids_dev = e->state.backend->alloc((size_t)e->p.max_batch_tokens * sizeof(int32_t));
+    e->samp = malloc((size_t)e->p.max_batch_tokens * sizeof *e->samp);
+    e->samp_dev = e->state.backend->alloc((size_t)e->p.max_batch_tokens * sizeof *e->samp);
     e->q = malloc(((size_t)e->p.max_seqs * (e->p.max_draft + 1)) * V * sizeof(float));
     e->p_scratch = malloc(V * sizeof(float));
     e->r_scratch = malloc(V * sizeof(float));
@@ -392,7 +398,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     e->pend_r = malloc((size_t)e->p.max_seqs * sizeof *e->pend_r);
     e->pend_k = malloc((size_t)e->p.max_seqs * sizeof(int));
     if (!e->groups || !e->live || !e->seqs || !e->patches || !e->logits || !e->q || !e->p_scratch ||
-        !e->r_scratch || !e->ids || !e->ids_dev || !e->pol_m || !e->pol_k || !e->pol_d ||
+        !e->r_scratch || !e->ids || !e->ids_dev || !e->samp || !e->samp_dev || !e->pol_m || !e->pol_k || !e->pol_d ||
         !e->pend_r || !e->pend_k) {
         td_errf(err, errlen, "engine: out of memory for step buffers (%zu MiB of logits)",
                 ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
@@ -427,6 +433,8 @@ void td_engine_free(struct td_engine *e) {
     free(e->logits);
     if (e->ids) e->b->release_host(e->ids);
     if (e->ids_dev) e->state.backend->release(e->ids_dev);
+    free(e->samp);
+    if (e->samp_dev) e->state.backend->release(e->samp_dev);
     free(e->q);
     free(e->p_scratch);
     free(e->r_scratch);
@@ -928,19 +936,20 @@ static void hook_rows(struct td_engine *e, const struct request *r, float *rows,
         e->p.logits_hook(e->p.hook_ctx, r->id, pos0 + j, rows + (size_t)j * V, V);
 }
 
-/* the target's own token from row j of a group: ids[j] in a greedy step (the row's argmax),
- * else a draw from rows[j] with r's sampling at position pos; -1 for a non-finite row */
+/* the target's own token from row j of a group: ids[j] (sample_rows' token, drawn with r's
+ * sampling at position pos) when its rows stayed on the backend, else a draw from rows[j];
+ * -1 for a non-finite row */
 static int32_t target_token(struct td_engine *e, const struct request *r, const float *rows,
                             const int32_t *ids, int j, long pos) {
     int V = e->model.cfg.vocab;
-    if (ids) return ids[j];
+    if (!rows) return ids[j];
     if (td_probs(e->p_scratch, rows + (size_t)j * V, V, &r->sampling)) return -1;
     return td_sample(e->p_scratch, V,
                      td_rand_uniform(r->sampling.seed, (uint64_t)pos, TD_RAND_SAMPLE));
 }
 
-/* rows: the group's logits rows on the host, or NULL in a greedy step, whose rows' argmaxes
- * are ids (the logits stayed in the backend) */
+/* rows: the group's logits rows on the host, or NULL when they stayed in the backend and ids
+ * holds their tokens (sample_rows) */
 static void finish_prefill(struct td_engine *e, struct group *g, const float *rows,
                            const int32_t *ids, int n_rows) {
     struct request *r = g->r;
@@ -982,7 +991,7 @@ static void finish_round(struct td_engine *e, struct group *g, const float *rows
     for (int j = 0; j < L; j++)
         qrows[j] = g->q_onehot ? NULL : q_rows(e, r->slot) + (size_t)j * V;
     struct verify_result vr;
-    if (ids)
+    if (!rows) // greedy, or a plain draw with no drafts: the rows' tokens from the backend
         verify_greedy(&vr, ids, V, g->rows + 1, L, pos0);
     else
         verify_chain(&vr, rows, V, g->rows + 1, g->q_onehot ? NULL : qrows, L, &r->sampling, pos0,
@@ -1165,6 +1174,42 @@ static int collect_drafts(struct td_engine *e, int n_groups, char *err, size_t e
 
 _Static_assert(POLICY_MAX_K == TD_MAX_DRAFT, "the policy's counts hold every draft position");
 
+/* whether a group's logits rows must come to the host: a sampled request's verify group with
+ * drafts (acceptance reads p and q), or one with top-k or top-p (sample_rows draws from the
+ * plain temperature distribution only) */
+static int host_rows(const struct group *g, int V) {
+    const struct td_sampling *s = &g->r->sampling;
+    if (s->temperature <= 0.0f) return 0;
+    if ((s->top_k > 0 && s->top_k < V) || (s->top_p > 0.0f && s->top_p < 1.0f)) return 1;
+    return !g->prefill && g->n_drafts > 0;
+}
+
+/* each logits row's draw for sample_rows: a greedy row's argmax, or a draw with its request's
+ * temperature and the uniform of the position it predicts (td_rand_uniform, as td_probs and
+ * td_sample on the host would draw it: the same token); a row that comes to the host takes the
+ * argmax (unused). Every row comes when a logits hook (a test seam that may alter them) is
+ * set. Returns whether any rows come to the host. */
+static int sample_plan(struct td_engine *e, int n) {
+    int host = 0, V = e->model.cfg.vocab;
+    for (int i = 0; i < n; i++) {
+        struct group *g = &e->groups[i];
+        const struct td_sampling *s = &g->r->sampling;
+        g->host = e->p.logits_hook || host_rows(g, V); // (a hook may alter the rows)
+        host |= g->host;
+        int l0 = e->plan.logit_indptr[i], n_rows = e->plan.logit_indptr[i + 1] - l0;
+        // row j holds the token at position p0 + j and draws the one at p0 + j + 1
+        long p0 = e->plan.len_before[i] + (e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i]) - n_rows;
+        for (int j = 0; j < n_rows; j++) {
+            int sampled = s->temperature > 0.0f && !g->host;
+            e->samp[l0 + j] = (struct sample_row){
+                .temperature = sampled ? s->temperature : 0.0f,
+                .u = sampled ? td_rand_uniform(s->seed, (uint64_t)(p0 + j + 1), TD_RAND_SAMPLE)
+                             : 0.0};
+        }
+    }
+    return host;
+}
+
 int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
     double ts = now();
     int n = schedule(e), V = e->model.cfg.vocab;
@@ -1183,21 +1228,20 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
                     .row = e->plan.qo_indptr[i] + 1, .n = g->n_drafts, .src = g->r->drafts_dev};
         }
         const struct td_backend *b = e->state.backend;
-        // a step whose every sequence is greedy (and no hook reads logits) brings the rows'
-        // argmaxes to the host, not the rows
-        int greedy = !e->p.logits_hook;
-        for (int i = 0; i < n && greedy; i++)
-            greedy = e->groups[i].r->sampling.temperature <= 0.0f;
+        // every row's token is drawn where the logits are (sample_rows) and only those ids come
+        // to the host; the rows themselves only when a group needs them (host_rows) or a hook
+        // reads them
+        int host = sample_plan(e, n);
         double tp = now();
         e->h[1] += tp - t0;
         if (b->mark) b->mark("step");
-        if (td_forward_ex(e->run, &e->state, &e->plan, &io, greedy ? NULL : e->logits, NULL, err,
+        if (td_forward_ex(e->run, &e->state, &e->plan, &io, host ? e->logits : NULL, NULL, err,
                           errlen))
             return -1;
-        if (greedy) {
-            b->ops.argmax_rows(e->ids_dev, td_forward_logits(&e->state), e->plan.n_logit, V);
-            b->to_host_queued(e->ids, e->ids_dev, (size_t)e->plan.n_logit * sizeof(int32_t));
-        }
+        b->to_device(e->samp_dev, e->samp, (size_t)e->plan.n_logit * sizeof *e->samp);
+        b->ops.sample_rows(e->ids_dev, td_forward_logits(&e->state), e->plan.n_logit, V,
+                           e->samp_dev);
+        b->to_host_queued(e->ids, e->ids_dev, (size_t)e->plan.n_logit * sizeof(int32_t));
         if (b->mark) b->mark("target");
         double tl = now();
         e->h[2] += tl - tp;
@@ -1223,10 +1267,11 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             struct group *g = &e->groups[i];
             // this sequence's logits rows: the last n_rows of its rows
             int l0 = e->plan.logit_indptr[i], n_rows = e->plan.logit_indptr[i + 1] - l0;
-            float *rows = greedy ? NULL : e->logits + (size_t)l0 * V;
-            const int32_t *ids = greedy ? e->ids + l0 : NULL;
+            float *rows = host ? e->logits + (size_t)l0 * V : NULL;
+            const int32_t *ids = e->ids + l0;
             int fed_rows = e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i];
             if (rows) hook_rows(e, g->r, rows, e->plan.len_before[i] + fed_rows - n_rows, n_rows);
+            if (!g->host) rows = NULL;
             if (g->prefill)
                 finish_prefill(e, g, rows, ids, n_rows);
             else

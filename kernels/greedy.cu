@@ -1,7 +1,10 @@
-/* greedy.cu: the argmaxes of greedy.h on the GPU: a block per row, each thread's best as an
- * argmax_key (the larger value, then the lower id), folded over the block (block_max_key). */
+/* greedy.cu: the tokens of greedy.h on the GPU: argmaxes as each thread's best argmax_key (the
+ * larger value, then the lower id) folded over the block (block_max_key) and the row's spans;
+ * sampled rows by their spans' sums (sample_rows below). */
 #include "cuda_common.cuh"
 #include "greedy.h"
+
+#include <climits>
 
 // the argmax key of r[v0 .. v1) for every thread of the block, and whether an entry there is
 // not finite
@@ -38,31 +41,177 @@ __device__ int row_argmax(const float *r, int V) {
     return bad ? -1 : argmax_key_index(best);
 }
 
-/* argmax_rows: grid (spans, rows), each block a span of AR_SPAN entries folded into the row's
- * key (atomicMax: a max, the same in any order) and bad flag; the row's last block to finish
- * (a counter) writes the id and leaves the scratch zero. One block per row took 104 us on the
- * Flash slice's 129280 entries. */
+/* sample_rows: grid (spans, rows), each block a span of AR_SPAN entries. A greedy row's blocks
+ * fold their argmax keys (atomicMax: a max, the same in any order) and bad flags; a sampled
+ * row's blocks each write their span's largest entry m, its sum of expf((x - m) / T) in fp64 (a
+ * thread's entries in order, then the threads in a fixed tree) and a bad flag. The row's last
+ * block to finish (a counter) chooses: the argmax, or the sampled span by the spans' sums scaled
+ * to the row's largest entry, in span order, then the token in that span by a scan of its
+ * entries in order (the first whose cumulative sum passes u times the row's; the span's last
+ * entry with mass where rounding leaves none). It leaves the scratch zero. One block per row
+ * took 104 us for an argmax of the Flash slice's 129280 entries. */
 #define AR_SPAN 4096
+#define SR_THREADS 256
+#define SR_PER (AR_SPAN / SR_THREADS)
+
+struct sr_span {
+    float m;
+    int bad;
+    double s;
+};
 
 static unsigned long long *ar_key;
 static int *ar_bad, *ar_done;
+static struct sr_span *sr_spans;
 static int ar_rows;
+static long long sr_cap;
 
-__global__ void argmax_rows_kernel(int32_t *ids, const float *x, int V, unsigned long long *key,
-                                   int *badf, int *done) {
-    PDL_START();
-    int i = blockIdx.y, v0 = blockIdx.x * AR_SPAN, v1 = min(V, v0 + AR_SPAN);
-    int bad;
-    unsigned long long best = span_argmax(x + (size_t)i * V, v0, v1, &bad);
-    if (!threadIdx.x && fold_argmax_last(&key[i], &badf[i], &done[i], &best, &bad, gridDim.x))
-        ids[i] = bad ? -1 : argmax_key_index(best);
+__device__ __forceinline__ double block_sum_f64(double v) {
+    __shared__ double part[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    double r = 0.0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++)
+        r += part[i];
+    return r;
 }
 
-/* the per-row scratch (zeroed), grown only: sized at start-up by the backend's reserve for the
- * widest step, so a step never allocates; a direct caller past it grows it here (never inside
- * a capture: steps call the op eagerly) */
-static void ensure_rows(int rows) {
+// the token of a sampled row whose spans' (m, bad, s) are in sp[0 .. nb): -1 when one is bad
+__device__ int sample_choose(const float *r, int V, float T, double u, const struct sr_span *sp,
+                             int nb) {
+    __shared__ int span, found, last_nz;
+    __shared__ double before, scale, target;
+    __shared__ double part[SR_THREADS];
+    if (!threadIdx.x) {
+        float M = -INFINITY;
+        int bad = 0;
+        for (int j = 0; j < nb; j++) {
+            M = fmaxf(M, __ldcg(&sp[j].m));
+            bad |= __ldcg(&sp[j].bad);
+        }
+        span = -1;
+        if (!bad) {
+            double S = 0.0;
+            for (int j = 0; j < nb; j++)
+                S += __ldcg(&sp[j].s) * exp((double)(__ldcg(&sp[j].m) - M) / T);
+            double t = u * S, c = 0.0;
+            int nz = 0;
+            for (int j = 0; j < nb; j++) {
+                double cj = __ldcg(&sp[j].s) * exp((double)(__ldcg(&sp[j].m) - M) / T);
+                if (cj > 0.0) nz = j;
+                if (span < 0 && t < c + cj) span = j, before = c;
+                c += cj;
+            }
+            if (span < 0) span = nz, before = c; // (rounding: the last span with mass)
+            target = t;
+            scale = exp((double)(__ldcg(&sp[span].m) - M) / T);
+        }
+        found = INT_MAX, last_nz = -1;
+    }
+    __syncthreads();
+    if (span < 0) return -1;
+    float m = __ldcg(&sp[span].m);
+    // thread t's SR_PER entries in order, its sum, then the threads' in order
+    int v0 = span * AR_SPAN + (int)threadIdx.x * SR_PER, v1 = min(V, v0 + SR_PER);
+    double e[SR_PER], own = 0.0;
+#pragma unroll
+    for (int k = 0; k < SR_PER; k++) {
+        e[k] = v0 + k < v1 ? (double)expf((r[v0 + k] - m) / T) * scale : 0.0;
+        own += e[k];
+    }
+    part[threadIdx.x] = own;
+    __syncthreads();
+    if (!threadIdx.x) {
+        double c = before;
+        for (int i = 0; i < SR_THREADS; i++) {
+            double x = part[i];
+            part[i] = c;
+            c += x;
+        }
+    }
+    __syncthreads();
+    double c = part[threadIdx.x];
+    int first = INT_MAX, nz = -1;
+#pragma unroll
+    for (int k = 0; k < SR_PER; k++) {
+        if (e[k] <= 0.0) continue;
+        c += e[k];
+        nz = v0 + k;
+        if (first == INT_MAX && target < c) first = v0 + k;
+    }
+    if (first != INT_MAX) atomicMin(&found, first);
+    if (nz >= 0) atomicMax(&last_nz, nz);
+    __syncthreads();
+    return found != INT_MAX ? found : last_nz;
+}
+
+__global__ void sample_rows_kernel(int32_t *ids, const float *x, int V, const sample_row *sr,
+                                   unsigned long long *key, int *badf, int *done,
+                                   struct sr_span *spans) {
+    PDL_START();
+    int i = blockIdx.y, b = blockIdx.x, nb = gridDim.x, v0 = b * AR_SPAN, v1 = min(V, v0 + AR_SPAN);
+    const float *r = x + (size_t)i * V;
+    float T = sr[i].temperature;
+    if (!(T > 0.0f)) { // the argmax
+        int bad;
+        unsigned long long best = span_argmax(r, v0, v1, &bad);
+        if (!threadIdx.x && fold_argmax_last(&key[i], &badf[i], &done[i], &best, &bad, nb))
+            ids[i] = bad ? -1 : argmax_key_index(best);
+        return;
+    }
+    float z[SR_PER], m = -INFINITY;
+    int bad = 0;
+#pragma unroll
+    for (int k = 0; k < SR_PER; k++) {
+        int v = v0 + (int)threadIdx.x + k * SR_THREADS;
+        z[k] = v < v1 ? r[v] : -INFINITY;
+        if (v < v1 && !isfinite(z[k])) bad = 1;
+        m = fmaxf(m, z[k]);
+    }
+    bad = __syncthreads_or(bad);
+    m = block_max(m);
+    double s = 0.0;
+    if (!bad) {
+#pragma unroll
+        for (int k = 0; k < SR_PER; k++)
+            if (v0 + (int)threadIdx.x + k * SR_THREADS < v1) s += (double)expf((z[k] - m) / T);
+    }
+    s = block_sum_f64(s);
+    struct sr_span *sp = spans + (size_t)i * nb;
+    __shared__ int last;
+    if (!threadIdx.x) {
+        sp[b] = sr_span{m, bad, s};
+        __threadfence(); // the span is visible before the block counts itself done
+        last = atomicAdd(&done[i], 1) == nb - 1;
+        if (last) done[i] = 0;
+        __threadfence();
+    }
+    __syncthreads();
+    if (!last) return;
+    int tok = sample_choose(r, V, T, sr[i].u, sp, nb);
+    if (!threadIdx.x) ids[i] = tok;
+}
+
+/* the per-row and per-span scratch (zeroed), grown only: sized at start-up by the backend's
+ * reserve for the widest step, so a step never allocates; a direct caller past it grows it here
+ * (never inside a capture: steps call the op eagerly) */
+static void ensure_rows(int rows, int V) {
+    long long spans = (long long)rows * ceil_div(V, AR_SPAN);
+    if (spans > sr_cap) {
+        if (sr_spans) CUDA_CHECK(cudaFree(sr_spans));
+        sr_cap = spans > 2 * sr_cap ? spans : 2 * sr_cap;
+        CUDA_CHECK(cudaMalloc(&sr_spans, (size_t)sr_cap * sizeof *sr_spans));
+    }
     if (rows <= ar_rows) return;
+    if (ar_key) {
+        CUDA_CHECK(cudaFree(ar_key));
+        CUDA_CHECK(cudaFree(ar_bad));
+        CUDA_CHECK(cudaFree(ar_done));
+    }
     ar_rows = rows > 2 * ar_rows ? rows : 2 * ar_rows;
     CUDA_CHECK(cudaMalloc(&ar_key, (size_t)ar_rows * sizeof *ar_key));
     CUDA_CHECK(cudaMalloc(&ar_bad, (size_t)ar_rows * sizeof *ar_bad));
@@ -72,17 +221,18 @@ static void ensure_rows(int rows) {
     CUDA_CHECK(cudaMemset(ar_done, 0, (size_t)ar_rows * sizeof *ar_done));
 }
 
-extern "C" int argmax_rows_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
+extern "C" int sample_rows_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
     (void)err, (void)errlen;
-    ensure_rows(r->rows);
+    ensure_rows(r->rows, r->vocab);
     return 0;
 }
 
-extern "C" void argmax_rows_cuda(int32_t *ids, const float *x, int n, int V) {
+extern "C" void sample_rows_cuda(int32_t *ids, const float *x, int n, int V,
+                                 const struct sample_row *s) {
     if (!n) return;
-    ensure_rows(n);
-    launch_k(argmax_rows_kernel, dim3(ceil_div(V, AR_SPAN), n), 256, 0, td_cuda_stream(), ids, x, V,
-             ar_key, ar_bad, ar_done);
+    ensure_rows(n, V);
+    launch_k(sample_rows_kernel, dim3(ceil_div(V, AR_SPAN), n), SR_THREADS, 0, td_cuda_stream(),
+             ids, x, V, s, ar_key, ar_bad, ar_done, sr_spans);
     LAUNCH_CHECK();
 }
 

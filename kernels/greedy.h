@@ -1,7 +1,13 @@
-/* greedy.h: argmaxes of logits rows that stay on the backend.
+/* greedy.h: the tokens of logits rows that stay on the backend.
  *
  * argmax_rows: ids[i] = argmax x[i] (ties to the lower id), or -1 when row i has a non-finite
  * entry: a greedy step's verification reads these n ints instead of n x V logits.
+ *
+ * sample_rows: ids[i] = the token row i draws with s[i]: its argmax when s[i].temperature is 0
+ * (argmax_rows), else the first token at which the cumulative distribution of
+ * softmax(x[i] / temperature) passes s[i].u (the inverse CDF; td_probs and td_sample without
+ * top-k or top-p, verify/sample.h); -1 when the row has a non-finite entry. A step whose
+ * requests sample plainly brings these n ints to the host instead of n x V logits.
  *
  * greedy_slot: one slot of a greedy draft chain (the MTP's k-step recursion; drafters.md 4.3),
  * so that a greedy round drafts without the host.
@@ -23,15 +29,29 @@ extern "C" {
 
 /* At start-up, outside any capture: sizes the CUDA kernels' scratch for the largest step and
  * refuses (-1 + message with the numbers) what they cannot take. Accepts: any shape; sizes the
- * per-row scratch of argmax_rows. */
-int argmax_rows_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+ * per-row and per-span scratch of sample_rows (r->rows, r->vocab). */
+int sample_rows_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
+
+struct sample_row {
+    float temperature; /* 0: the argmax */
+    int32_t pad_;
+    double u; /* uniform in [0, 1) */
+};
 
 void argmax_rows_ref(int32_t *ids, const float *x, int n, int V);
+void sample_rows_ref(int32_t *ids, const float *x, int n, int V, const struct sample_row *s);
+/* the two halves of a sampled row on the host (verify/sample.c's td_probs and td_sample are
+ * built on them): p[V] <- softmax(x / temperature) (temperature > 0; exp of x - max in fp32,
+ * summed in fp64, each p its quotient rounded to fp32), -1 (p untouched) when x has a
+ * non-finite entry; and the first token whose cumulative p (summed in fp64) passes u, or the
+ * last with p > 0 when rounding leaves u above the total */
+int softmax_t_ref(float *p, const float *x, int V, float temperature);
+int cdf_draw_ref(const float *p, int V, double u);
 void greedy_slot_ref(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
                      int g, int j);
 
 /* CUDA launchers (kernels/greedy.cu): the same contracts on device pointers, queued. */
-void argmax_rows_cuda(int32_t *ids, const float *x, int n, int V);
+void sample_rows_cuda(int32_t *ids, const float *x, int n, int V, const struct sample_row *s);
 void greedy_slot_cuda(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
                       int g, int j);
 

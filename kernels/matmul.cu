@@ -326,16 +326,23 @@ static bool q8h_on(void) {
     return on;
 }
 
-/* TD_Q8H_NT=2 (or matmul_cuda_set_q8h_nt): Q8 in half precision at 2 to 8 rows takes two
- * tiles a block (NT 2); 1 (the default): one. Experimental: written in session 29, not yet run
- * on a GPU. */
-static int g_q8h_nt;
+/* Q8 in half precision at 2 to 8 rows takes two tiles of 16 features a block (NT 2, their x
+ * terms made once) in a launch of at least Q8H_NT2_TILES tiles, else one: at 4 rows (H100,
+ * gemm_time, session 30) the head 4096 x 129280 took 193 us against 253, q_b 1024 x 32768 16.3
+ * against 21.0, csa qr 1024 x 40960 22.2 against 25.3, while wo_a (512 tiles) took 21.5 against
+ * 20.2 and the small ones lost a third: half the blocks leave the GPU less to run. Either gives
+ * the same bits. matmul_cuda_set_q8h_nt(1 or 2) or TD_Q8H_NT=1|2 forces one; 0: by the tiles. */
+#define Q8H_NT2_TILES 2048
+static int g_q8h_nt = -1; /* -1: TD_Q8H_NT not read yet */
 void matmul_cuda_set_q8h_nt(int nt) {
     g_q8h_nt = nt == 2 ? 2 : nt == 1 ? 1 : 0;
 }
-static int q8h_nt(void) {
-    if (!g_q8h_nt) g_q8h_nt = getenv("TD_Q8H_NT") && atoi(getenv("TD_Q8H_NT")) == 2 ? 2 : 1;
-    return g_q8h_nt;
+static int q8h_nt(long long tiles) {
+    if (g_q8h_nt < 0) {
+        const char *e = getenv("TD_Q8H_NT");
+        matmul_cuda_set_q8h_nt(e ? atoi(e) : 0);
+    }
+    return g_q8h_nt ? g_q8h_nt : tiles >= Q8H_NT2_TILES ? 2 : 1;
 }
 
 /* one launch over the tiles of the set s (one format, or SK_MIX), n rows of x */
@@ -344,8 +351,11 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
     int xr = !q8h ? 0 : n > 1 ? 8 : 1;
     // NT 2 takes a block's tile as 32 features (s.tile0 counts them); the form below is chosen
     // from tiles of 16 all the same (the same kw and ks as NT 1, so the same bits)
-    int nt = fmt == WF_Q8 && xr == 8 && n <= 8 ? q8h_nt() : 1;
     long long tiles = 0, units = 0, bytes = 0;
+    for (int i = 0; i < s.m; i++)
+        tiles += ceil_div(s.out[i], 16);
+    int nt = fmt == WF_Q8 && xr == 8 && n <= 8 ? q8h_nt(tiles * groups) : 1;
+    tiles = 0;
     // 16-byte loads of weights (Q8: of 16 codes, a row's start aligned when in is a multiple of 16)
     bool vec = in % 8 == 0 && (groups * in) % 4 == 0 && (uintptr_t)x % 16 == 0 &&
                ((fmt != WF_Q8 && fmt != SK_MIX) || in % 16 == 0);

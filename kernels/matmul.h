@@ -73,7 +73,8 @@ int matmul_cuda_reads_f32(enum td_dtype t, int n, int in, long long out);
 /* 1: batch-invariant GEMMs (a fixed reduction order per output, whatever n), slower */
 void matmul_cuda_set_deterministic(int on);
 /* FP8 skinny steps of 2 to 8 rows: 2 takes two tiles of 16 features a block on the same x
- * terms, 1 one; 0 (the start) reads TD_Q8H_NT (default 1). Either gives the same bits. */
+ * terms, 1 one; 0 chooses by the launch's tiles (the default, unless TD_Q8H_NT=1|2 at the
+ * start). Either gives the same bits. */
 void matmul_cuda_set_q8h_nt(int nt);
 
 #ifdef __cplusplus

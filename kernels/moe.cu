@@ -364,7 +364,7 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
 #define MOE_MMA_KW 4
 #define MOE_XS_MAX (32u << 10) /* x rows staged in shared memory up to this */
 
-template <int F, bool VEC, bool WIDE, bool XS, bool H = false>
+template <int F, bool VEC, bool WIDE, bool XS>
 __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     moe_mma_kernel(float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu,
                    const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K, int N,
@@ -389,10 +389,7 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
                 return swiglu ? in + (size_t)(perm[p0 + r] / k_per_row) * K
                               : in + (size_t)(p0 + r) * K;
             };
-            if constexpr (H)
-                xs_stage_q4h(xs, row, rows, K);
-            else
-                xs_stage_rows<F>(xs, row, rows, K);
+            xs_stage_rows<F>(xs, row, rows, K);
         }
         float c[2][4];
         struct wmat w[2];
@@ -403,15 +400,9 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
             w[0] = w[1] = wmat_of(ex.w2[e], ex.dtype, N, K, 0);
             w[1].row0 = 16;
         }
-        if constexpr (H) { // FP4 in half precision (mma_tile.cuh)
-            if (swiglu || pair)
-                mma_rows_q4h<VEC, 2, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5, MOE_MMA_KW, xs,
-                                         rows);
-            else
-                mma_rows_q4h<VEC, 1, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5, MOE_MMA_KW, xs,
-                                         rows);
-        } else if (swiglu || pair) // two matrices' rows together (gate and up, or the pair's two
-                                   // tiles): their loads in flight at once
+        // two matrices' rows together (gate and up, or the pair's two tiles): their loads in
+        // flight at once
+        if (swiglu || pair)
             mma_rows<F, VEC, MOE_MMA_KW, 1, 2, WIDE, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
                                                          MOE_MMA_KW, false, xs, rows);
         else
@@ -435,14 +426,6 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     }
 }
 
-/* TD_Q4H=1: FP4 experts in half precision (mma_rows_q4h); else the bf16 decode. Off by default
- * until the GPU suite has passed with it on. */
-static bool q4h_on(void) {
-    static int on = -1;
-    if (on < 0) on = getenv("TD_Q4H") && atoi(getenv("TD_Q4H"));
-    return on;
-}
-
 /* rows: the most x rows a tile has (a step's rows, at most 8). The tile's x rows are staged
  * in shared memory (XS, mma_tile.cuh: split into their bf16 terms once for the block, not once
  * a lane for each of its rows) when they fit: at batch 1 on the released-precision Flash slice
@@ -450,9 +433,8 @@ static bool q4h_on(void) {
  * stage: one tile a block, and its Q8 calls were no faster (460 against 463 us). */
 static void moe_mma(bool vec, int rows, dim3 grid, cudaStream_t s, float *out, const float *in,
                     int swiglu, int k, const struct expert_set *ex, int K, int N, float limit) {
-    bool h = ex->dtype == TD_DTYPE_Q4 && q4h_on();
     int tr = rows < 8 ? rows : 8;
-    size_t smem = h ? xs_q4h_bytes(tr, K) : xs_bytes(tr, K);
+    size_t smem = xs_bytes(tr, K);
     bool xs = vec && smem <= MOE_XS_MAX;
     auto go = [&](auto kern) {
         launch_k(kern, grid, 32 * MOE_MMA_KW, xs ? smem : 0, s, out, in, g_perm, k, swiglu, g_tiles,
@@ -462,15 +444,6 @@ static void moe_mma(bool vec, int rows, dim3 grid, cudaStream_t s, float *out, c
     auto by_x = [&](auto f, auto v) {
         constexpr int F = decltype(f)::value;
         constexpr bool V = decltype(v)::value;
-        if constexpr (F == WF_Q4) {
-            if (h) {
-                if (V && xs)
-                    go(moe_mma_kernel<F, V, false, V, true>);
-                else
-                    go(moe_mma_kernel<F, V, false, false, true>);
-                return;
-            }
-        }
         if (V && xs)
             go(moe_mma_kernel<F, V, false, V>);
         else

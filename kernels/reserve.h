@@ -30,6 +30,7 @@ struct td_reserve {
     int moe_inter;      /* an expert's intermediate width */
     int markov_rank;    /* a DSpark Markov head's rank; 0: none */
     int markov_slots;   /* its draft slots a block (g) */
+    int vocab;          /* entries of a logits row */
     long long quant_weight; /* elements of the largest Q8 / Q4 matrix outside the experts (a wide
                                step decodes it to bf16); 0: none */
 };

@@ -83,7 +83,7 @@ struct td_ops {
     void (*markov_greedy)(const struct markov_args *a);
     void (*greedy_slot)(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n,
                         int V, int g, int j);
-    void (*argmax_rows)(int32_t *ids, const float *x, int n, int V);
+    void (*sample_rows)(int32_t *ids, const float *x, int n, int V, const struct sample_row *s);
     void (*norm_rope)(const struct norm_rope_args *a, int m); /* m parts, one launch */
     void (*matmul_set)(const float *x, int n, int in, int m, const struct matmul_out *o);
 };

@@ -286,7 +286,7 @@ static int cu_reserve(const struct td_reserve *r, char *err, size_t errlen) {
         attention_cuda_reserve,   rope_cuda_reserve,    norm_rope_cuda_reserve,
         compress_cuda_reserve,    moe_cuda_reserve,     markov_cuda_reserve,
         matmul_cuda_reserve,      indexer_cuda_reserve, hc_cuda_reserve,
-        argmax_rows_cuda_reserve,
+        sample_rows_cuda_reserve,
     };
     for (size_t i = 0; i < sizeof reserve / sizeof *reserve; i++)
         if (reserve[i](r, err, errlen)) return -1;
@@ -327,7 +327,7 @@ static const struct td_backend cuda_backend = {
             .fill_quant = fill_quant_cuda,
             .markov_greedy = markov_greedy_cuda,
             .greedy_slot = greedy_slot_cuda,
-            .argmax_rows = argmax_rows_cuda,
+            .sample_rows = sample_rows_cuda,
             .norm_rope = norm_rope_cuda,
             .matmul_set = matmul_set_cuda},
     .alloc = cu_alloc,

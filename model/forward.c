@@ -530,6 +530,7 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
             .moe_inter = c->moe_inter,
             .markov_rank = m->dspark.markov_w1.data ? (int)m->dspark.markov_w1.shape[1] : 0,
             .markov_slots = m->dspark.markov_w1.data ? d->block : 0,
+            .vocab = c->vocab,
             .quant_weight = qw,
         };
         if (b->reserve(&rs, err, errlen)) {

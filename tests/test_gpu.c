@@ -1114,6 +1114,8 @@ static void test_greedy_slot(void) {
     int32_t *dtok = dev_copy(tok[1], sizeof tok[1]), *dnd = dev_copy(nd[1], sizeof nd[1]);
     int32_t *dnext = dev_copy(next[1][0], sizeof next[1][0]);
     float *dx = dev_out((size_t)N * V);
+    struct sample_row greedy[8] = {{0}}; // temperature 0: the argmaxes
+    struct sample_row *dgreedy = dev_copy(greedy, sizeof greedy);
     for (int j = 0; j < G; j++) {
         float *xj = x + (size_t)j * N * V;
         for (int i = 0; i < N * V; i++)
@@ -1130,7 +1132,7 @@ static void test_greedy_slot(void) {
         // the same rows' plain argmaxes (a greedy step's verification): -1 where not finite
         int32_t ids[2][N];
         argmax_rows_ref(ids[0], xj, N, V);
-        gpu->ops.argmax_rows(dnext, dx, N, V);
+        gpu->ops.sample_rows(dnext, dx, N, V, dgreedy);
         gpu->to_host(ids[1], dnext, sizeof ids[1]);
         char e[256];
         CHECK(!gpu->finish(e, sizeof e), "%s", e);
@@ -1167,7 +1169,7 @@ static void test_greedy_slot(void) {
         float *dy = dev_copy(y, (size_t)R * V2 * 4);
         argmax_rows_ref(ids[0], y, R, V2);
         for (int rep = 0; rep < 2; rep++) { // twice: the scratch was left zero
-            gpu->ops.argmax_rows(dids, dy, R, V2);
+            gpu->ops.sample_rows(dids, dy, R, V2, dgreedy);
             gpu->to_host(ids[1], dids, sizeof ids[1]);
             char e2[256];
             CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
@@ -1183,8 +1185,80 @@ static void test_greedy_slot(void) {
     CHECK(nd[0][3] == 1 && next[0][1][3] == 0 && nd[0][4] == 0 && nd[0][0] == G,
           "stops: %d %d %d %d", nd[0][3], next[0][1][3], nd[0][4], nd[0][0]);
     gpu->release(dtok), gpu->release(dnd), gpu->release(dnext), release_out(dx);
+    gpu->release(dgreedy);
     free(x);
     case_end("op/greedy_slot_and_argmax_rows_match_ref", "");
+}
+
+/* sample_rows' draws against the reference's inverse CDF (softmax_t_ref, fp64 sums in order):
+ * the GPU sums spans and exponentials in its own order (and its expf is not glibc's), so its
+ * token must lie where u falls in the reference's cumulative distribution to within 1e-9 of
+ * the total; rows of one span and of many (the Flash vocabulary), flat and peaked, several
+ * temperatures, u near 0 and 1, a greedy row beside sampled ones, and a NaN row; twice over
+ * (the scratch is left clean), then the same rows one at a time (the same bits in any batch) */
+static void test_sample_rows(void) {
+    enum { R = 12 };
+    int Vs[2] = {1000, 129280};
+    for (int vi = 0; vi < 2; vi++) {
+        int V = Vs[vi];
+        case_begin();
+        float *x = malloc((size_t)R * V * 4), *p = malloc((size_t)V * 4);
+        struct sample_row sr[R];
+        for (int i = 0; i < R; i++) {
+            float spread = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 8.0f : 30.0f;
+            for (int v = 0; v < V; v++)
+                x[(size_t)i * V + v] = spread * (frand() - 0.5f);
+            sr[i] = (struct sample_row){.temperature = i % 4 == 0 ? 0.3f : i % 4 == 1 ? 1.0f : 2.5f,
+                                        .u = 0.5 * (frand() + 1.0)};
+        }
+        sr[1].u = 0.0, sr[2].u = 1.0 - 1e-12; // the ends of the distribution
+        sr[3].temperature = 0.0f;             // a greedy row among sampled ones
+        x[(size_t)5 * V + V - 1] = NAN;       // a NaN in the last span
+        int32_t want[R], got[2][R], one[R];
+        for (int i = 0; i < R; i++)
+            sample_rows_ref(&want[i], x + (size_t)i * V, 1, V, &sr[i]);
+        float *dx = dev_copy(x, (size_t)R * V * 4);
+        struct sample_row *dsr = dev_copy(sr, sizeof sr);
+        int32_t *dids = gpu->alloc(sizeof got[0]);
+        for (int rep = 0; rep < 2; rep++) {
+            gpu->ops.sample_rows(dids, dx, R, V, dsr);
+            gpu->to_host(got[rep], dids, sizeof got[rep]);
+        }
+        for (int i = 0; i < R; i++) {
+            gpu->ops.sample_rows(dids, dx + (size_t)i * V, 1, V, dsr + i);
+            gpu->to_host(&one[i], dids, sizeof one[i]);
+        }
+        char e[256];
+        CHECK(!gpu->finish(e, sizeof e), "%s", e);
+        int exact = 0;
+        for (int i = 0; i < R; i++) {
+            CHECK(got[0][i] == got[1][i] && got[0][i] == one[i],
+                  "V %d row %d: %d, then %d, alone %d", V, i, got[0][i], got[1][i], one[i]);
+            if (i == 5 || i == 3) {
+                CHECK(got[0][i] == want[i], "V %d row %d: %d, reference %d", V, i, got[0][i],
+                      want[i]);
+                continue;
+            }
+            int t = got[0][i];
+            CHECK(t >= 0 && t < V, "V %d row %d: token %d", V, i, t);
+            if (t < 0 || t >= V) continue;
+            softmax_t_ref(p, x + (size_t)i * V, V, sr[i].temperature);
+            double below = 0.0;
+            for (int v = 0; v < t; v++)
+                below += p[v];
+            CHECK(p[t] > 0.0f && below <= sr[i].u + 1e-9 && sr[i].u < below + p[t] + 1e-9,
+                  "V %d row %d: token %d (reference %d) holds [%.12f, %.12f), u %.12f", V, i, t,
+                  want[i], below, below + p[t], sr[i].u);
+            exact += t == want[i];
+        }
+        CHECK(want[5] == -1, "the NaN row's reference drew %d", want[5]);
+        char name[64], extra[64];
+        snprintf(name, sizeof name, "op/sample_rows/V%d", V);
+        snprintf(extra, sizeof extra, "(%d of %d sampled rows the reference's token)", exact, R - 2);
+        case_end(name, extra);
+        gpu->release(dids), gpu->release(dsr), gpu->release(dx);
+        free(x), free(p);
+    }
 }
 
 /* DSpark's greedy Markov chain (kernels/markov.h) against its reference:
@@ -2341,6 +2415,7 @@ int main(int argc, char **argv) {
     test_patch_ids();
     test_reserve_limits();
     test_greedy_slot();
+    test_sample_rows();
     test_indexer_select();
     test_route_wide();
     test_plan_ops();

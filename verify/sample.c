@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/greedy.h"
+
 /* splitmix64 finaliser: a bijective mix, so distinct keys give independent-looking outputs */
 static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -66,20 +68,15 @@ static int by_prob_desc(const void *a, const void *b) {
 }
 
 int td_probs(float *p, const float *logits, int vocab, const struct td_sampling *s) {
-    int m = td_argmax_finite(logits, vocab);
-    if (m < 0) return -1;
     if (s->temperature <= 0.0f) {
+        int m = td_argmax_finite(logits, vocab);
+        if (m < 0) return -1;
         for (int i = 0; i < vocab; i++)
             p[i] = 0.0f;
         p[m] = 1.0f;
         return 0;
     }
-    float mx = logits[m];
-    double sum = 0.0;
-    for (int i = 0; i < vocab; i++)
-        sum += p[i] = expf((logits[i] - mx) / s->temperature);
-    for (int i = 0; i < vocab; i++)
-        p[i] = (float)(p[i] / sum);
+    if (softmax_t_ref(p, logits, vocab, s->temperature)) return -1;
     int k = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
     if (k == vocab && !(s->top_p > 0.0f && s->top_p < 1.0f)) return 0;
     struct ranked *r = malloc((size_t)vocab * sizeof *r);
@@ -114,13 +111,5 @@ int td_probs(float *p, const float *logits, int vocab, const struct td_sampling 
 }
 
 int td_sample(const float *p, int vocab, double u) {
-    double c = 0.0;
-    int last = 0;
-    for (int i = 0; i < vocab; i++) {
-        if (p[i] <= 0.0f) continue;
-        c += p[i];
-        last = i;
-        if (u < c) return i;
-    }
-    return last;
+    return cdf_draw_ref(p, vocab, u);
 }
