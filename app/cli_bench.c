@@ -60,6 +60,8 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
     int *last_n = NULL, n_gap = 0, late_id = -1, started = 0;
     int32_t *late_ids = NULL;
     double late_at = -1, late_first = -1;
+    double all_at = -1; // when every request had its first token (all decoding together)
+    long all_out = 0;   // their tokens out by then
     if (!rc) rc = cli_draft_options_ok("bench", td_engine_draft(e), &ep, draft_tokens); // auto's
     if (!rc) cli_print_synthetic(stderr, "bench", &ep);
     if (rc) goto out;
@@ -104,6 +106,11 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
                 last_t[i] = t, last_n[i] = nt;
             }
             if ((st == TD_REQ_FINISHED || st == TD_REQ_FAILED) && done_t[i] < 0) done_t[i] = t;
+        }
+        if (all_at < 0 && started == np && batch >= np) {
+            all_at = t;
+            for (int i = 0; i < np; i++)
+                all_out += last_n[i];
         }
         if (late > 0 && late_id < 0 && live > 0 && started >= (np < batch ? np : batch)) {
             int V = td_engine_vocab(e);
@@ -190,6 +197,14 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
         printf("%s: between a request's tokens p50 %.2f ms p99 %.2f ms (%d gaps: the steps that "
                "brought it tokens)\n",
                tag, 1e3 * itl50, 1e3 * itl99, n_gap);
+        long out_all = 0; // the prompts' tokens (a late prompt's one left out)
+        for (int i = 0; i < np; i++)
+            out_all += last_n[i];
+        if (all_at >= 0 && out_all > all_out && wall > all_at)
+            printf("%s: decode %ld tokens in %.3f s = %.1f tokens/s (after every request's first "
+                   "token, %.3f s in)\n",
+                   tag, out_all - all_out, wall - all_at, (out_all - all_out) / (wall - all_at),
+                   all_at);
         if (late_id >= 0)
             printf("%s: a prompt of %ld tokens arrived at %.3f s, its first token %.1f ms later\n",
                    tag, late, late_at, 1e3 * (late_first - late_at));
@@ -482,8 +497,9 @@ int cmd_bench(int argc, char **argv) {
                 "Prints tokens/s, requests/s, time to first token and to the last (median, p90),\n"
                 "the first token's time split into waiting for a slot and prefill (median, p90),\n"
                 "the time between a request's tokens (median, p99: its gaps between the steps\n"
-                "that bring it tokens), the mean accepted length and acceptance by draft\n"
-                "position.\n",
+                "that bring it tokens), the decode rate once every request has its first token\n"
+                "(when --batch holds them all), the mean accepted length and acceptance by\n"
+                "draft position.\n",
                 cli_draft_usage_names());
             return 0;
         }

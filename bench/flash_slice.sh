@@ -5,7 +5,10 @@
 # the GPU (--dummy-weights). Prints, from one run each:
 #   decode tokens/s at batch 1, 8 and 64 (64-token prompts, N new tokens, greedy, --ignore-eos):
 #   the tokens after every completion's first over the time after it (the prefill step, which
-#   reads nearly every expert, is timed apart below); the rate with it in brackets
+#   reads nearly every expert, is timed apart below); the rate with it in brackets. Batches 8
+#   and 64 decode distinct prompts (tandem bench, a file of ids a line): copies of one prompt
+#   decode the same greedy tokens, route every row to the same 6 experts a layer and read a
+#   batch-1 step's expert bytes (sessions before 30 measured that)
 #   prefill tokens/s (one 4096-token prompt, one new token)
 #   the batch-1 decode step at context 4k and 32k: the S tokens after the first over their time
 #   (the difference of two runs, each with a 32k-token prefill of about 9 s, was mostly noise)
@@ -35,12 +38,18 @@ secs() { sed -n 's/.* in \([0-9.]*\) s = .*/\1/p' | head -1; }
 tps() { sed -n 's/.*= \([0-9.]*\) tokens\/s.*/\1/p' | head -1; }
 [ "${BACKEND:-cuda}" = cuda ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 P=$(ids 64 1)
-for B in 1 8 64; do
-    o=$($T --prompt-ids "$P" --max-tokens "$N" --n $B --max-ctx 4096 2>&1 >/dev/null)
-    [ $B = 1 ] && echo "$o" | sed -n 's/^stats: backend .*, target weights \(.*\) placed/weights on the device: \1/p'
-    r=$(echo "$o" | sed -n 's/^stats: decode .*= \([0-9.]*\) tokens\/s.*/\1/p')
-    echo "decode batch $B: $r tokens/s ($(echo "$o" | tps) with the prefill step)"
-    [ $B = 1 ] && R1=$r
+o=$($T --prompt-ids "$P" --max-tokens "$N" --max-ctx 4096 2>&1 >/dev/null)
+echo "$o" | sed -n 's/^stats: backend .*, target weights \(.*\) placed/weights on the device: \1/p'
+R1=$(echo "$o" | sed -n 's/^stats: decode .*= \([0-9.]*\) tokens\/s.*/\1/p')
+echo "decode batch 1: $R1 tokens/s ($(echo "$o" | tps) with the prefill step)"
+J=/tmp/flash_prompts.jsonl
+: > $J
+for i in $(seq 1 64); do echo "{\"ids\": [$(ids 64 $i | sed 's/ *$//; s/ /, /g')]}" >> $J; done
+for B in 8 64; do
+    o=$(${TANDEM:-./bin/tandem} bench --dummy-weights --model $M --backend ${BACKEND:-cuda} --prompts $J \
+        --n-prompts $B --batch $B --max-tokens "$N" --max-ctx 4096 2>&1)
+    r=$(echo "$o" | sed -n 's/^bench: decode .*= \([0-9.]*\) tokens\/s.*/\1/p')
+    echo "decode batch $B: $r tokens/s ($(echo "$o" | sed -n 's/^bench: .* output tokens .*= \([0-9.]*\) tokens\/s.*/\1/p') with the prefill steps; distinct prompts)"
 done
 # the bytes a batch-1 step reads (tools/step_bytes.py) and, on the GPU, the copy bandwidth
 python3 tools/step_bytes.py $M/config.json --rows 1 --rate "$R1" $([ "${BACKEND:-cuda}" = cuda ] && echo --copy-bw)

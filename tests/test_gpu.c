@@ -1191,9 +1191,10 @@ static void test_greedy_slot(void) {
 }
 
 /* sample_rows' draws against the reference's inverse CDF (softmax_t_ref, fp64 sums in order):
- * the GPU sums spans and exponentials in its own order (and its expf is not glibc's), so its
- * token must lie where u falls in the reference's cumulative distribution to within 1e-9 of
- * the total; rows of one span and of many (the Flash vocabulary), flat and peaked, several
+ * the GPU sums spans and exponentials in its own order, unnormalised (and its expf is not
+ * glibc's), so its token must lie where u falls in the reference's cumulative distribution to
+ * within 1e-7 of the total (the reference's p are each rounded to fp32: their sum is off by up
+ * to 2^-24 of it; at u = 1 - 1e-12 over 1000 entries the reference's reached 1 + 3.2e-9); rows of one span and of many (the Flash vocabulary), flat and peaked, several
  * temperatures, u near 0 and 1, a greedy row beside sampled ones, and a NaN row; twice over
  * (the scratch is left clean), then the same rows one at a time (the same bits in any batch) */
 static void test_sample_rows(void) {
@@ -1246,7 +1247,7 @@ static void test_sample_rows(void) {
             double below = 0.0;
             for (int v = 0; v < t; v++)
                 below += p[v];
-            CHECK(p[t] > 0.0f && below <= sr[i].u + 1e-9 && sr[i].u < below + p[t] + 1e-9,
+            CHECK(p[t] > 0.0f && below <= sr[i].u + 1e-7 && sr[i].u < below + p[t] + 1e-7,
                   "V %d row %d: token %d (reference %d) holds [%.12f, %.12f), u %.12f", V, i, t,
                   want[i], below, below + p[t], sr[i].u);
             exact += t == want[i];
