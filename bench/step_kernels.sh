@@ -6,7 +6,9 @@
 # PROMPT=N sets the prompt's length (64 random ids); PROFILE_STEPS=A,B profiles only the engine's
 # steps A to B (TD_PROFILE_STEPS), so a later step than the fourth token's can be seen, e.g. a
 # batch-64 decode at long context: PROMPT=300 PROFILE_STEPS=100,102 sh bench/step_kernels.sh
-# --n 64 --max-tokens 40 (steps count prefill chunks too).
+# --n 64 --max-tokens 40 (steps count prefill chunks too; B at least A + 2: the window ends at
+# step B's start, and tools/ncu_step.py finds a step between two starts). With distinct routing
+# at batch 64: --n 64 --temperature 1 --seed 1 (copies of one greedy prompt route like one row).
 # METRICS=gpu__time_duration.sum,dram__bytes_read.sum adds each kernel's bytes and rate.
 # For a step's time in its graph, with programmatic dependent launch, use TD_TIMELINE=1.
 set -e
