@@ -397,8 +397,90 @@ static void test_sample_rows_equal_host_rule(void) {
     case_end("sample_rows_equal_host_rule", extra);
 }
 
+/* td_probs' top-k and top-p rank only as far as they need (a quickselect, then sorts of the
+ * ranks a prefix reaches): the same p, bit for bit, as ranking the whole row (a qsort by
+ * probability, ties to the lower id; the row's mass in id order without top-k, the k
+ * candidates' in rank order with it), over 4000 rows: widths 1 to 3000, logits from a few
+ * values (ties) or spread, every top-k and top-p from none to all, NaN rows refused alike */
+struct ranked_t {
+    float p;
+    int id;
+};
+static int rank_cmp(const void *a, const void *b) {
+    const struct ranked_t *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return x->id - y->id;
+}
+static int probs_sorted(float *p, const float *lg, int nv, const struct td_sampling *s) {
+    if (softmax_t_ref(p, lg, nv, s->temperature)) return -1;
+    int k = s->top_k > 0 && s->top_k < nv ? s->top_k : nv, use_p = s->top_p > 0 && s->top_p < 1;
+    if (k == nv && !use_p) return 0;
+    struct ranked_t *r = malloc((size_t)nv * sizeof *r);
+    for (int i = 0; i < nv; i++)
+        r[i] = (struct ranked_t){p[i], i};
+    qsort(r, (size_t)nv, sizeof *r, rank_cmp);
+    double mass = 0.0, kept = 0.0;
+    if (k < nv)
+        for (int j = 0; j < k; j++)
+            mass += r[j].p;
+    else
+        for (int i = 0; i < nv; i++)
+            mass += p[i];
+    int n = 0;
+    for (; n < k; n++) {
+        kept += r[n].p;
+        if (use_p && kept >= s->top_p * mass) {
+            n++;
+            break;
+        }
+    }
+    for (int i = 0; i < nv; i++)
+        p[i] = 0.0f;
+    for (int j = 0; j < n; j++)
+        p[r[j].id] = (float)(r[j].p / kept);
+    free(r);
+    return 0;
+}
+
+static void test_probs_ranked_as_far_as_needed(void) {
+    case_begin();
+    enum { VMAX = 3000 };
+    static float lg[VMAX], a[VMAX], b[VMAX];
+    static const float vals[] = {-2.0f, 0.0f, 0.5f, 1.0f, 1.0f, 3.0f};
+    uint64_t st = 4242;
+    int differ = 0, refused = 0, cut = 0;
+    for (int it = 0; it < 4000; it++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        int nv = 1 + (int)((st >> 33) % VMAX), ties = (st >> 20) % 2;
+        for (int i = 0; i < nv; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            lg[i] = ties ? vals[(st >> 40) % 6] : (float)((st >> 40) % 100000) / 8000.0f;
+            if ((st >> 24) % 200000 == 0) lg[i] = NAN;
+        }
+        int ks[6] = {0, 1, 5, nv / 3, nv, nv + 5};
+        float ps[4] = {1.0f, 0.3f, 0.9f, 0.999f}, ts[3] = {0.5f, 1.0f, 2.0f};
+        struct td_sampling s = {.temperature = ts[it % 3],
+                                .top_k = ks[(st >> 8) % 6],
+                                .top_p = ps[(st >> 12) % 4],
+                                .seed = 0};
+        int ra = td_probs(a, lg, nv, &s), rb = probs_sorted(b, lg, nv, &s);
+        refused += ra < 0;
+        differ += ra != rb || (!ra && memcmp(a, b, (size_t)nv * sizeof *a));
+        int nz = 0;
+        for (int i = 0; !ra && i < nv; i++)
+            nz += a[i] > 0.0f;
+        cut += !ra && nz < nv;
+    }
+    CHECK(!differ, "%d rows differ from ranking the whole row", differ);
+    CHECK(cut > 1000 && refused > 0, "the cases cut %d rows and refused %d", cut, refused);
+    char extra[80];
+    snprintf(extra, sizeof extra, "(%d rows cut, %d refused)", cut, refused);
+    case_end("probs_ranked_as_far_as_needed", extra);
+}
+
 int main(void) {
     test_probs();
+    test_probs_ranked_as_far_as_needed();
     test_sample_rows_equal_host_rule();
     test_one_hot();
     test_greedy_prefix();

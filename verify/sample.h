@@ -25,8 +25,10 @@ enum td_rand_stream { TD_RAND_SAMPLE = 1, TD_RAND_ACCEPT = 2, TD_RAND_DRAFT = 3 
 double td_rand_uniform(uint64_t seed, uint64_t position, uint32_t stream);
 
 /* p[vocab] <- the distribution a token is sampled from: softmax(logits / T) restricted to the
- * top_k most likely, then to the smallest prefix (by probability) reaching top_p, renormalised.
- * Greedy: one-hot at the argmax. Returns 0, or -1 when the row holds a NaN or infinity. */
+ * top_k most likely, then to the smallest prefix (by probability, ties to the lower id) whose
+ * sum reaches top_p of the candidates' mass (the row's sum in id order without top-k, the k
+ * candidates' in rank order with it), renormalised. Greedy: one-hot at the argmax. Returns 0,
+ * or -1 when the row holds a NaN or infinity. */
 int td_probs(float *p, const float *logits, int vocab, const struct td_sampling *s);
 
 /* the token at which the cumulative distribution first exceeds u (inverse CDF); the last token
