@@ -1235,13 +1235,16 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         double tp = now();
         e->h[1] += tp - t0;
         if (b->mark) b->mark("step");
-        if (td_forward_ex(e->run, &e->state, &e->plan, &io, host ? e->logits : NULL, NULL, err,
-                          errlen))
-            return -1;
+        if (td_forward_ex(e->run, &e->state, &e->plan, &io, NULL, NULL, err, errlen)) return -1;
+        const float *lg = td_forward_logits(&e->state);
         b->to_device(e->samp_dev, e->samp, (size_t)e->plan.n_logit * sizeof *e->samp);
-        b->ops.sample_rows(e->ids_dev, td_forward_logits(&e->state), e->plan.n_logit, V,
-                           e->samp_dev);
+        b->ops.sample_rows(e->ids_dev, lg, e->plan.n_logit, V, e->samp_dev);
         b->to_host_queued(e->ids, e->ids_dev, (size_t)e->plan.n_logit * sizeof(int32_t));
+        for (int i = 0; i < n && host; i++) { // the rows of each group that needs them
+            size_t l0 = (size_t)e->plan.logit_indptr[i] * V;
+            size_t rows = (size_t)(e->plan.logit_indptr[i + 1] - e->plan.logit_indptr[i]) * V;
+            if (e->groups[i].host) b->to_host(e->logits + l0, lg + l0, rows * sizeof(float));
+        }
         if (b->mark) b->mark("target");
         double tl = now();
         e->h[2] += tl - tp;
@@ -1267,11 +1270,10 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             struct group *g = &e->groups[i];
             // this sequence's logits rows: the last n_rows of its rows
             int l0 = e->plan.logit_indptr[i], n_rows = e->plan.logit_indptr[i + 1] - l0;
-            float *rows = host ? e->logits + (size_t)l0 * V : NULL;
+            float *rows = g->host ? e->logits + (size_t)l0 * V : NULL;
             const int32_t *ids = e->ids + l0;
             int fed_rows = e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i];
             if (rows) hook_rows(e, g->r, rows, e->plan.len_before[i] + fed_rows - n_rows, n_rows);
-            if (!g->host) rows = NULL;
             if (g->prefill)
                 finish_prefill(e, g, rows, ids, n_rows);
             else
