@@ -24,17 +24,16 @@ int main(int argc, char **argv) {
     int V = 129280, reps = argc > 1 ? atoi(argv[1]) : 20;
     if (reps < 1) reps = 1;
     float *lg = malloc((size_t)V * sizeof *lg), *p = malloc((size_t)V * sizeof *p);
-    static const struct td_sampling set[] = {{1.0f, 0, 1.0f, 1},
-                                             {1.0f, 0, 0.9f, 1},
-                                             {1.0f, 40, 1.0f, 1},
-                                             {0.7f, 50, 0.95f, 1}};
+    static const struct td_sampling set[] = {
+        {1.0f, 0, 1.0f, 1}, {1.0f, 0, 0.9f, 1}, {1.0f, 40, 1.0f, 1}, {0.7f, 50, 0.95f, 1}};
     static const char *name[] = {"T 1", "T 1, top-p 0.9", "T 1, top-k 40",
                                  "T 0.7, top-k 50, top-p 0.95"};
     for (int peaked = 0; peaked < 2; peaked++) {
         uint64_t s = 1;
         for (int i = 0; i < V; i++) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
-            double u1 = ((s >> 11) & 0xFFFFF) / 1048576.0 + 1e-9, u2 = ((s >> 31) & 0xFFFFF) / 1048576.0;
+            double u1 = ((s >> 11) & 0xFFFFF) / 1048576.0 + 1e-9,
+                   u2 = ((s >> 31) & 0xFFFFF) / 1048576.0;
             lg[i] = peaked ? (float)(3.0 * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2))
                            : (float)(10.0 * u2 - 5.0);
         }

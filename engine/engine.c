@@ -60,7 +60,7 @@ struct group {
     int want;    /* verify group: drafts it could take this step */
     int n_drafts;
     int q_onehot;
-    int host;    /* its logits rows come to the host (host_rows) */
+    int host; /* its logits rows come to the host (host_rows) */
     int32_t rows[TD_MAX_DRAFT + 1];
 };
 
@@ -90,13 +90,13 @@ struct td_engine {
     struct request **doomed; /* [n_doomed] released while the last drafter call held them:
                                 freed once the next step has collected that call */
     int n_doomed, cap_doomed;
-    struct group *groups;         /* [max_seqs] */
-    struct td_plan_seq *seqs;     /* [max_seqs] */
-    float *logits;                /* [max_batch_tokens, vocab] */
-    int32_t *ids, *ids_dev;       /* [max_batch_tokens] the rows' tokens (sample_rows), host and
-                                     backend (the logits stay in the backend unless a group
-                                     needs its rows on the host) */
-    struct sample_row *samp;      /* [max_batch_tokens] how each row draws its token */
+    struct group *groups;     /* [max_seqs] */
+    struct td_plan_seq *seqs; /* [max_seqs] */
+    float *logits;            /* [max_batch_tokens, vocab] */
+    int32_t *ids, *ids_dev;   /* [max_batch_tokens] the rows' tokens (sample_rows), host and
+                                 backend (the logits stay in the backend unless a group
+                                 needs its rows on the host) */
+    struct sample_row *samp;  /* [max_batch_tokens] how each row draws its token */
     void *samp_dev;
     float *q;                     /* [max_seqs, max_draft, vocab] */
     float *p_scratch, *r_scratch; /* [vocab] */
@@ -398,8 +398,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     e->pend_r = malloc((size_t)e->p.max_seqs * sizeof *e->pend_r);
     e->pend_k = malloc((size_t)e->p.max_seqs * sizeof(int));
     if (!e->groups || !e->live || !e->seqs || !e->patches || !e->logits || !e->q || !e->p_scratch ||
-        !e->r_scratch || !e->ids || !e->ids_dev || !e->samp || !e->samp_dev || !e->pol_m || !e->pol_k || !e->pol_d ||
-        !e->pend_r || !e->pend_k) {
+        !e->r_scratch || !e->ids || !e->ids_dev || !e->samp || !e->samp_dev || !e->pol_m ||
+        !e->pol_k || !e->pol_d || !e->pend_r || !e->pend_k) {
         td_errf(err, errlen, "engine: out of memory for step buffers (%zu MiB of logits)",
                 ((size_t)e->p.max_batch_tokens * V * 4) >> 20);
         goto fail;
@@ -1198,7 +1198,8 @@ static int sample_plan(struct td_engine *e, int n) {
         host |= g->host;
         int l0 = e->plan.logit_indptr[i], n_rows = e->plan.logit_indptr[i + 1] - l0;
         // row j holds the token at position p0 + j and draws the one at p0 + j + 1
-        long p0 = e->plan.len_before[i] + (e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i]) - n_rows;
+        long p0 =
+            e->plan.len_before[i] + (e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i]) - n_rows;
         for (int j = 0; j < n_rows; j++) {
             int sampled = s->temperature > 0.0f && !g->host;
             e->samp[l0 + j] = (struct sample_row){

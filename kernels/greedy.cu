@@ -50,9 +50,9 @@ __device__ int row_argmax(const float *r, int V) {
  * entries in order (the first whose cumulative sum passes u times the row's; the span's last
  * entry with mass where rounding leaves none). It leaves the scratch zero. One block per row
  * took 104 us for an argmax of the Flash slice's 129280 entries. */
-#define AR_SPAN 4096
+#define AR_SPAN    4096
 #define SR_THREADS 256
-#define SR_PER (AR_SPAN / SR_THREADS)
+#define SR_PER     (AR_SPAN / SR_THREADS)
 
 struct sr_span {
     float m;

@@ -1194,9 +1194,10 @@ static void test_greedy_slot(void) {
  * the GPU sums spans and exponentials in its own order, unnormalised (and its expf is not
  * glibc's), so its token must lie where u falls in the reference's cumulative distribution to
  * within 1e-7 of the total (the reference's p are each rounded to fp32: their sum is off by up
- * to 2^-24 of it; at u = 1 - 1e-12 over 1000 entries the reference's reached 1 + 3.2e-9); rows of one span and of many (the Flash vocabulary), flat and peaked, several
- * temperatures, u near 0 and 1, a greedy row beside sampled ones, and a NaN row; twice over
- * (the scratch is left clean), then the same rows one at a time (the same bits in any batch) */
+ * to 2^-24 of it; at u = 1 - 1e-12 over 1000 entries the reference's reached 1 + 3.2e-9); rows of
+ * one span and of many (the Flash vocabulary), flat and peaked, several temperatures, u near 0 and
+ * 1, a greedy row beside sampled ones, and a NaN row; twice over (the scratch is left clean), then
+ * the same rows one at a time (the same bits in any batch) */
 static void test_sample_rows(void) {
     enum { R = 12 };
     int Vs[2] = {1000, 129280};
@@ -1209,7 +1210,9 @@ static void test_sample_rows(void) {
             float spread = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 8.0f : 30.0f;
             for (int v = 0; v < V; v++)
                 x[(size_t)i * V + v] = spread * (frand() - 0.5f);
-            sr[i] = (struct sample_row){.temperature = i % 4 == 0 ? 0.3f : i % 4 == 1 ? 1.0f : 2.5f,
+            sr[i] = (struct sample_row){.temperature = i % 4 == 0   ? 0.3f
+                                                       : i % 4 == 1 ? 1.0f
+                                                                    : 2.5f,
                                         .u = 0.5 * (frand() + 1.0)};
         }
         sr[1].u = 0.0, sr[2].u = 1.0 - 1e-12; // the ends of the distribution
@@ -1255,7 +1258,8 @@ static void test_sample_rows(void) {
         CHECK(want[5] == -1, "the NaN row's reference drew %d", want[5]);
         char name[64], extra[64];
         snprintf(name, sizeof name, "op/sample_rows/V%d", V);
-        snprintf(extra, sizeof extra, "(%d of %d sampled rows the reference's token)", exact, R - 2);
+        snprintf(extra, sizeof extra, "(%d of %d sampled rows the reference's token)", exact,
+                 R - 2);
         case_end(name, extra);
         gpu->release(dids), gpu->release(dsr), gpu->release(dx);
         free(x), free(p);

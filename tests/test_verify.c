@@ -379,9 +379,8 @@ static void test_sample_rows_equal_host_rule(void) {
         long pos0 = it % 97;
         struct verify_result a, b;
         verify_chain(&a, lg, NV, NULL, NULL, 0, &s, pos0, p, r, 1.0);
-        struct sample_row sr = {
-            .temperature = s.temperature,
-            .u = td_rand_uniform(s.seed, (uint64_t)(pos0 + 1), TD_RAND_SAMPLE)};
+        struct sample_row sr = {.temperature = s.temperature,
+                                .u = td_rand_uniform(s.seed, (uint64_t)(pos0 + 1), TD_RAND_SAMPLE)};
         int32_t id;
         sample_rows_ref(&id, lg, 1, NV, &sr);
         verify_greedy(&b, &id, NV, NULL, 0, pos0);
