@@ -1174,13 +1174,19 @@ static int collect_drafts(struct td_engine *e, int n_groups, char *err, size_t e
 
 _Static_assert(POLICY_MAX_K == TD_MAX_DRAFT, "the policy's counts hold every draft position");
 
+/* whether a sampling cuts the distribution (top-k or top-p) */
+static int cuts(const struct td_sampling *s, int V) {
+    return s->temperature > 0.0f &&
+           ((s->top_k > 0 && s->top_k < V) || (s->top_p > 0.0f && s->top_p < 1.0f));
+}
+
 /* whether a group's logits rows must come to the host: a sampled request's verify group with
- * drafts (acceptance reads p and q), or one with top-k or top-p (sample_rows draws from the
- * plain temperature distribution only) */
-static int host_rows(const struct group *g, int V) {
+ * drafts (acceptance reads p and q), or one with top-k or top-p where the backend's sample_rows
+ * does not draw those (sample_cuts) */
+static int host_rows(const struct td_engine *e, const struct group *g, int V) {
     const struct td_sampling *s = &g->r->sampling;
     if (s->temperature <= 0.0f) return 0;
-    if ((s->top_k > 0 && s->top_k < V) || (s->top_p > 0.0f && s->top_p < 1.0f)) return 1;
+    if (cuts(s, V) && !e->state.backend->sample_cuts) return 1;
     return !g->prefill && g->n_drafts > 0;
 }
 
@@ -1188,22 +1194,27 @@ static int host_rows(const struct group *g, int V) {
  * temperature and the uniform of the position it predicts (td_rand_uniform, as td_probs and
  * td_sample on the host would draw it: the same token); a row that comes to the host takes the
  * argmax (unused). Every row comes when a logits hook (a test seam that may alter them) is
- * set. Returns whether any rows come to the host. */
-static int sample_plan(struct td_engine *e, int n) {
+ * set. Returns whether any rows come to the host; *cut: whether a row the backend draws has a
+ * top-k or top-p. */
+static int sample_plan(struct td_engine *e, int n, int *cut) {
     int host = 0, V = e->model.cfg.vocab;
+    *cut = 0;
     for (int i = 0; i < n; i++) {
         struct group *g = &e->groups[i];
         const struct td_sampling *s = &g->r->sampling;
-        g->host = e->p.logits_hook || host_rows(g, V); // (a hook may alter the rows)
+        g->host = e->p.logits_hook || host_rows(e, g, V); // (a hook may alter the rows)
         host |= g->host;
+        int sampled = s->temperature > 0.0f && !g->host;
+        *cut |= sampled && cuts(s, V);
         int l0 = e->plan.logit_indptr[i], n_rows = e->plan.logit_indptr[i + 1] - l0;
         // row j holds the token at position p0 + j and draws the one at p0 + j + 1
         long p0 =
             e->plan.len_before[i] + (e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i]) - n_rows;
         for (int j = 0; j < n_rows; j++) {
-            int sampled = s->temperature > 0.0f && !g->host;
             e->samp[l0 + j] = (struct sample_row){
                 .temperature = sampled ? s->temperature : 0.0f,
+                .top_k = s->top_k,
+                .top_p = s->top_p,
                 .u = sampled ? td_rand_uniform(s->seed, (uint64_t)(p0 + j + 1), TD_RAND_SAMPLE)
                              : 0.0};
         }
@@ -1232,14 +1243,14 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         // every row's token is drawn where the logits are (sample_rows) and only those ids come
         // to the host; the rows themselves only when a group needs them (host_rows) or a hook
         // reads them
-        int host = sample_plan(e, n);
+        int cut, host = sample_plan(e, n, &cut);
         double tp = now();
         e->h[1] += tp - t0;
         if (b->mark) b->mark("step");
         if (td_forward_ex(e->run, &e->state, &e->plan, &io, NULL, NULL, err, errlen)) return -1;
         const float *lg = td_forward_logits(&e->state);
         b->to_device(e->samp_dev, e->samp, (size_t)e->plan.n_logit * sizeof *e->samp);
-        b->ops.sample_rows(e->ids_dev, lg, e->plan.n_logit, V, e->samp_dev);
+        b->ops.sample_rows(e->ids_dev, lg, e->plan.n_logit, V, e->samp_dev, cut);
         b->to_host_queued(e->ids, e->ids_dev, (size_t)e->plan.n_logit * sizeof(int32_t));
         for (int i = 0; i < n && host; i++) { // the rows of each group that needs them
             size_t l0 = (size_t)e->plan.logit_indptr[i] * V;

@@ -149,6 +149,12 @@ __device__ int sample_choose(const float *r, int V, float T, double u, const str
     return found != INT_MAX ? found : last_nz;
 }
 
+/* whether row s draws from a cut distribution (top-k or top-p): sample_cut_kernel's row */
+__device__ __forceinline__ bool row_cut(const sample_row &s, int V) {
+    return s.temperature > 0.0f &&
+           ((s.top_k > 0 && s.top_k < V) || (s.top_p > 0.0f && s.top_p < 1.0f));
+}
+
 __global__ void sample_rows_kernel(int32_t *ids, const float *x, int V, const sample_row *sr,
                                    unsigned long long *key, int *badf, int *done,
                                    struct sr_span *spans) {
@@ -156,7 +162,8 @@ __global__ void sample_rows_kernel(int32_t *ids, const float *x, int V, const sa
     int i = blockIdx.y, b = blockIdx.x, nb = gridDim.x, v0 = b * AR_SPAN, v1 = min(V, v0 + AR_SPAN);
     const float *r = x + (size_t)i * V;
     float T = sr[i].temperature;
-    if (!(T > 0.0f)) { // the argmax
+    if (row_cut(sr[i], V)) return; // sample_cut_kernel's
+    if (!(T > 0.0f)) {             // the argmax
         int bad;
         unsigned long long best = span_argmax(r, v0, v1, &bad);
         if (!threadIdx.x && fold_argmax_last(&key[i], &badf[i], &done[i], &best, &bad, nb))
@@ -196,6 +203,189 @@ __global__ void sample_rows_kernel(int32_t *ids, const float *x, int V, const sa
     if (!threadIdx.x) ids[i] = tok;
 }
 
+/* A cut row, one block of SC_THREADS: thread t owns the entries [t C, (t + 1) C) (C =
+ * ceil(V / SC_THREADS)), so its sums run in id order and the block's in thread order. p(v) is
+ * td_probs' (expf of x - max over T, over the row's sum in fp64, rounded to fp32), made again at
+ * every pass rather than stored. Ranks are p's bits (p >= 0: their order is p's), ties to the
+ * lower id. The top-k candidates: bisection for the k-th largest key tk over the counts, then
+ * the ties at tk in id order up to k (ck: the last tie's id). The top-p prefix: bisection for the
+ * largest key tp whose candidates at or above it hold top_p of the candidates' mass, then the
+ * ties at tp in id order, each adding p(tp), until the sum reaches it (cp). Every count and sum
+ * is in a fixed order, so a row draws the same token in any batch; the sums' order is not
+ * td_probs' (it differs from the host's only at rounding). Then the draw: the kept p over their
+ * sum, the first id at which their cumulative sum (in id order) passes u. */
+#define SC_THREADS 1024
+
+__device__ __forceinline__ int block_count(int c) {
+    int total;
+    block_excl_scan(c, &total);
+    return total;
+}
+
+// the id of the n-th (from 1) entry of [v0, v1) per thread with keep(v), in id order
+template <typename Keep> __device__ int nth_in_order(int v0, int v1, int n, Keep keep) {
+    __shared__ int found;
+    int own = 0;
+    for (int v = v0; v < v1; v++)
+        own += keep(v);
+    int total, before = block_excl_scan(own, &total);
+    if (!threadIdx.x) found = -1;
+    __syncthreads();
+    if (n > before && n <= before + own) {
+        int c = before;
+        for (int v = v0; v < v1; v++)
+            if (keep(v) && ++c == n) {
+                found = v;
+                break;
+            }
+    }
+    __syncthreads();
+    return found;
+}
+
+__global__ void __launch_bounds__(SC_THREADS)
+    sample_cut_kernel(int32_t *ids, const float *x, int V, const sample_row *sr) {
+    PDL_START();
+    int i = blockIdx.x;
+    const sample_row s = sr[i];
+    if (!row_cut(s, V)) return;
+    const float *r = x + (size_t)i * V;
+    float T = s.temperature;
+    int C = (V + SC_THREADS - 1) / SC_THREADS, v0 = min(V, (int)threadIdx.x * C),
+        v1 = min(V, v0 + C);
+    float m = -INFINITY;
+    int bad = 0;
+    for (int v = v0; v < v1; v++) {
+        float z = r[v];
+        if (!isfinite(z)) bad = 1;
+        m = fmaxf(m, z);
+    }
+    bad = __syncthreads_or(bad);
+    m = block_max(m);
+    if (bad) {
+        if (!threadIdx.x) ids[i] = -1;
+        return;
+    }
+    double S = 0.0;
+    for (int v = v0; v < v1; v++)
+        S += (double)expf((r[v] - m) / T);
+    S = block_sum_f64(S);
+    auto pv = [&](int v) { return (float)((double)expf((r[v] - m) / T) / S); };
+    auto key = [&](int v) { return __float_as_uint(pv(v)); };
+    // the top-k candidates: key > tk, or key == tk with id <= ck (every entry without a cut)
+    unsigned tk = 0;
+    int ck = V - 1;
+    if (s.top_k > 0 && s.top_k < V) {
+        unsigned lo = 0, hi = 0x7F800000u; // at least k keys >= lo, fewer than k >= hi
+        while (hi - lo > 1) {
+            unsigned mid = lo + (hi - lo) / 2;
+            int c = 0;
+            for (int v = v0; v < v1; v++)
+                c += key(v) >= mid;
+            if (block_count(c) >= s.top_k)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        tk = lo;
+        int gt = 0;
+        for (int v = v0; v < v1; v++)
+            gt += key(v) > tk;
+        gt = block_count(gt);
+        ck = nth_in_order(v0, v1, s.top_k - gt, [&](int v) { return key(v) == tk; });
+    }
+    auto in_c = [&](int v, unsigned kv) { return kv > tk || (kv == tk && v <= ck); };
+    // the top-p prefix of the candidates: key > tp, or key == tp with id <= cp
+    unsigned tp = 0;
+    int cp = V - 1;
+    if (s.top_p > 0.0f && s.top_p < 1.0f) {
+        double mass = 0.0;
+        for (int v = v0; v < v1; v++) {
+            unsigned kv = key(v);
+            if (in_c(v, kv)) mass += __uint_as_float(kv);
+        }
+        double thr = (double)s.top_p * block_sum_f64(mass);
+        auto above = [&](unsigned t) { // the candidates' mass at keys >= t
+            double a = 0.0;
+            for (int v = v0; v < v1; v++) {
+                unsigned kv = key(v);
+                if (in_c(v, kv) && kv >= t) a += __uint_as_float(kv);
+            }
+            return block_sum_f64(a);
+        };
+        unsigned lo = 0, hi = 0x7F800000u; // above(lo) >= thr > above(hi)
+        while (hi - lo > 1) {
+            unsigned mid = lo + (hi - lo) / 2;
+            if (above(mid) >= thr)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        tp = lo;
+        double c = above(tp + 1);
+        int ties = 0;
+        for (int v = v0; v < v1; v++) {
+            unsigned kv = key(v);
+            ties += kv == tp && in_c(v, kv);
+        }
+        ties = block_count(ties);
+        int j = 0; // the ties the prefix takes, each adding p(tp) in turn
+        while (j < ties && (j == 0 || c < thr))
+            c += __uint_as_float(tp), j++;
+        cp = nth_in_order(v0, v1, j, [&](int v) {
+            unsigned kv = key(v);
+            return kv == tp && in_c(v, kv);
+        });
+    }
+    auto kept = [&](int v, unsigned kv) {
+        return in_c(v, kv) && (kv > tp || (kv == tp && v <= cp));
+    };
+    double k_sum = 0.0;
+    for (int v = v0; v < v1; v++) {
+        unsigned kv = key(v);
+        if (kept(v, kv)) k_sum += __uint_as_float(kv);
+    }
+    k_sum = block_sum_f64(k_sum);
+    // the draw: p / k_sum over the kept, in id order
+    __shared__ double part[SC_THREADS];
+    __shared__ int tok, last_nz;
+    double own = 0.0;
+    for (int v = v0; v < v1; v++) {
+        unsigned kv = key(v);
+        if (kept(v, kv)) own += (double)(float)((double)__uint_as_float(kv) / k_sum);
+    }
+    part[threadIdx.x] = own;
+    if (!threadIdx.x) tok = INT_MAX, last_nz = -1;
+    __syncthreads();
+    if (!threadIdx.x) {
+        double c = 0.0;
+        for (int t = 0; t < SC_THREADS; t++) {
+            double y = part[t];
+            part[t] = c;
+            c += y;
+        }
+    }
+    __syncthreads();
+    double c = part[threadIdx.x];
+    int first = INT_MAX, nz = -1;
+    for (int v = v0; v < v1; v++) {
+        unsigned kv = key(v);
+        if (!kept(v, kv)) continue;
+        float q = (float)((double)__uint_as_float(kv) / k_sum);
+        if (q <= 0.0f) continue;
+        c += q;
+        nz = v;
+        if (s.u < c) {
+            first = v;
+            break;
+        }
+    }
+    if (first != INT_MAX) atomicMin(&tok, first);
+    if (nz >= 0) atomicMax(&last_nz, nz);
+    __syncthreads();
+    if (!threadIdx.x) ids[i] = tok != INT_MAX ? tok : last_nz;
+}
+
 /* the per-row and per-span scratch (zeroed), grown only: sized at start-up by the backend's
  * reserve for the widest step, so a step never allocates; a direct caller past it grows it here
  * (never inside a capture: steps call the op eagerly) */
@@ -228,11 +418,14 @@ extern "C" int sample_rows_cuda_reserve(const struct td_reserve *r, char *err, s
 }
 
 extern "C" void sample_rows_cuda(int32_t *ids, const float *x, int n, int V,
-                                 const struct sample_row *s) {
+                                 const struct sample_row *s, int cuts) {
     if (!n) return;
     ensure_rows(n, V);
     launch_k(sample_rows_kernel, dim3(ceil_div(V, AR_SPAN), n), SR_THREADS, 0, td_cuda_stream(),
              ids, x, V, s, ar_key, ar_bad, ar_done, sr_spans);
+    LAUNCH_CHECK();
+    if (!cuts) return;
+    launch_k(sample_cut_kernel, n, SC_THREADS, 0, td_cuda_stream(), ids, x, V, s);
     LAUNCH_CHECK();
 }
 

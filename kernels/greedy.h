@@ -5,9 +5,10 @@
  *
  * sample_rows: ids[i] = the token row i draws with s[i]: its argmax when s[i].temperature is 0
  * (argmax_rows), else the first token at which the cumulative distribution of
- * softmax(x[i] / temperature) passes s[i].u (the inverse CDF; td_probs and td_sample without
- * top-k or top-p, verify/sample.h); -1 when the row has a non-finite entry. A step whose
- * requests sample plainly brings these n ints to the host instead of n x V logits.
+ * softmax(x[i] / temperature), cut to its top_k most likely and then to the shortest prefix
+ * reaching top_p (probs_cut_ref), passes s[i].u (the inverse CDF: td_probs and td_sample,
+ * verify/sample.h); -1 when the row has a non-finite entry. A step brings these n ints to the
+ * host instead of n x V logits.
  *
  * greedy_slot: one slot of a greedy draft chain (the MTP's k-step recursion; drafters.md 4.3),
  * so that a greedy round drafts without the host.
@@ -34,12 +35,17 @@ int sample_rows_cuda_reserve(const struct td_reserve *r, char *err, size_t errle
 
 struct sample_row {
     float temperature; /* 0: the argmax */
+    int32_t top_k;     /* 0 (or >= V): no cut */
+    float top_p;       /* 1: no cut */
     int32_t pad_;
     double u; /* uniform in [0, 1) */
 };
 
 void argmax_rows_ref(int32_t *ids, const float *x, int n, int V);
-void sample_rows_ref(int32_t *ids, const float *x, int n, int V, const struct sample_row *s);
+/* cuts: whether a row may carry top-k or top-p (the device then runs their pass; the reference
+ * reads each row's own) */
+void sample_rows_ref(int32_t *ids, const float *x, int n, int V, const struct sample_row *s,
+                     int cuts);
 /* the two halves of a sampled row on the host (verify/sample.c's td_probs and td_sample are
  * built on them): p[V] <- softmax(x / temperature) (temperature > 0; exp of x - max in fp32,
  * summed in fp64, each p its quotient rounded to fp32), -1 (p untouched) when x has a
@@ -47,11 +53,17 @@ void sample_rows_ref(int32_t *ids, const float *x, int n, int V, const struct sa
  * last with p > 0 when rounding leaves u above the total */
 int softmax_t_ref(float *p, const float *x, int V, float temperature);
 int cdf_draw_ref(const float *p, int V, double u);
+/* p (a softmax row) cut to its top_k most likely (0 or >= V: all) and then to the shortest
+ * prefix of them, by probability with ties to the lower id, whose sum reaches top_p (>= 1: no
+ * cut) of the candidates' mass (the row's sum in id order without top-k, the k candidates' in
+ * rank order with it), renormalised; the rest 0. Ranks only as far as the cut needs. */
+void probs_cut_ref(float *p, int V, int top_k, float top_p);
 void greedy_slot_ref(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
                      int g, int j);
 
 /* CUDA launchers (kernels/greedy.cu): the same contracts on device pointers, queued. */
-void sample_rows_cuda(int32_t *ids, const float *x, int n, int V, const struct sample_row *s);
+void sample_rows_cuda(int32_t *ids, const float *x, int n, int V, const struct sample_row *s,
+                      int cuts);
 void greedy_slot_cuda(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n, int V,
                       int g, int j);
 

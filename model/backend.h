@@ -83,14 +83,16 @@ struct td_ops {
     void (*markov_greedy)(const struct markov_args *a);
     void (*greedy_slot)(int32_t *tok, int32_t *n_drafts, int32_t *next, const float *x, int n,
                         int V, int g, int j);
-    void (*sample_rows)(int32_t *ids, const float *x, int n, int V, const struct sample_row *s);
+    void (*sample_rows)(int32_t *ids, const float *x, int n, int V, const struct sample_row *s,
+                        int cuts);
     void (*norm_rope)(const struct norm_rope_args *a, int m); /* m parts, one launch */
     void (*matmul_set)(const float *x, int n, int in, int m, const struct matmul_out *o);
 };
 
 struct td_backend {
     const char *name;
-    int on_device; /* buffers are not host-addressable */
+    int on_device;   /* buffers are not host-addressable */
+    int sample_cuts; /* ops.sample_rows draws top-k / top-p rows (else they come to the host) */
     struct td_ops ops;
     void *(*alloc)(size_t bytes); /* zeroed, NULL on failure */
     void (*release)(void *p);

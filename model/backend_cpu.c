@@ -34,6 +34,7 @@ static size_t cpu_free_bytes(void) {
 static const struct td_backend cpu = {
     .name = "cpu",
     .on_device = 0,
+    .sample_cuts = 1,
     .ops = {.embed = embed_ref,
             .matmul = matmul_ref,
             .matmul_grouped = matmul_grouped_ref,

@@ -1132,7 +1132,7 @@ static void test_greedy_slot(void) {
         // the same rows' plain argmaxes (a greedy step's verification): -1 where not finite
         int32_t ids[2][N];
         argmax_rows_ref(ids[0], xj, N, V);
-        gpu->ops.sample_rows(dnext, dx, N, V, dgreedy);
+        gpu->ops.sample_rows(dnext, dx, N, V, dgreedy, 0);
         gpu->to_host(ids[1], dnext, sizeof ids[1]);
         char e[256];
         CHECK(!gpu->finish(e, sizeof e), "%s", e);
@@ -1169,7 +1169,7 @@ static void test_greedy_slot(void) {
         float *dy = dev_copy(y, (size_t)R * V2 * 4);
         argmax_rows_ref(ids[0], y, R, V2);
         for (int rep = 0; rep < 2; rep++) { // twice: the scratch was left zero
-            gpu->ops.sample_rows(dids, dy, R, V2, dgreedy);
+            gpu->ops.sample_rows(dids, dy, R, V2, dgreedy, 0);
             gpu->to_host(ids[1], dids, sizeof ids[1]);
             char e2[256];
             CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
@@ -1196,10 +1196,13 @@ static void test_greedy_slot(void) {
  * within 1e-7 of the total (the reference's p are each rounded to fp32: their sum is off by up
  * to 2^-24 of it; at u = 1 - 1e-12 over 1000 entries the reference's reached 1 + 3.2e-9); rows of
  * one span and of many (the Flash vocabulary), flat and peaked, several temperatures, u near 0 and
- * 1, a greedy row beside sampled ones, and a NaN row; twice over (the scratch is left clean), then
- * the same rows one at a time (the same bits in any batch) */
+ * 1, a greedy row beside sampled ones, and a NaN row; rows cut by top-k, top-p and both (their
+ * token must be one the reference keeps, where u falls in its cut distribution to within 1e-6:
+ * its sums run in another order, so a token at the cut's edge could differ, which random logits
+ * make unlikely); twice over (the scratch is left clean), then the same rows one at a time (the
+ * same bits in any batch) */
 static void test_sample_rows(void) {
-    enum { R = 12 };
+    enum { R = 17 };
     int Vs[2] = {1000, 129280};
     for (int vi = 0; vi < 2; vi++) {
         int V = Vs[vi];
@@ -1218,18 +1221,25 @@ static void test_sample_rows(void) {
         sr[1].u = 0.0, sr[2].u = 1.0 - 1e-12; // the ends of the distribution
         sr[3].temperature = 0.0f;             // a greedy row among sampled ones
         x[(size_t)5 * V + V - 1] = NAN;       // a NaN in the last span
+        sr[12].top_k = 40;                    // cut rows
+        sr[13].top_p = 0.9f;
+        sr[14].top_k = 200, sr[14].top_p = 0.5f;
+        sr[15].top_k = 1;
+        sr[16].top_p = 0.3f, x[(size_t)16 * V + 7] = NAN; // a cut row that is not finite
+        for (int i = 0; i < R; i++)
+            if (!sr[i].top_p) sr[i].top_p = 1.0f;
         int32_t want[R], got[2][R], one[R];
         for (int i = 0; i < R; i++)
-            sample_rows_ref(&want[i], x + (size_t)i * V, 1, V, &sr[i]);
+            sample_rows_ref(&want[i], x + (size_t)i * V, 1, V, &sr[i], 1);
         float *dx = dev_copy(x, (size_t)R * V * 4);
         struct sample_row *dsr = dev_copy(sr, sizeof sr);
         int32_t *dids = gpu->alloc(sizeof got[0]);
         for (int rep = 0; rep < 2; rep++) {
-            gpu->ops.sample_rows(dids, dx, R, V, dsr);
+            gpu->ops.sample_rows(dids, dx, R, V, dsr, 1);
             gpu->to_host(got[rep], dids, sizeof got[rep]);
         }
         for (int i = 0; i < R; i++) {
-            gpu->ops.sample_rows(dids, dx + (size_t)i * V, 1, V, dsr + i);
+            gpu->ops.sample_rows(dids, dx + (size_t)i * V, 1, V, dsr + i, 1);
             gpu->to_host(&one[i], dids, sizeof one[i]);
         }
         char e[256];
@@ -1238,7 +1248,7 @@ static void test_sample_rows(void) {
         for (int i = 0; i < R; i++) {
             CHECK(got[0][i] == got[1][i] && got[0][i] == one[i],
                   "V %d row %d: %d, then %d, alone %d", V, i, got[0][i], got[1][i], one[i]);
-            if (i == 5 || i == 3) {
+            if (i == 5 || i == 3 || i == 15 || i == 16) { // NaN, greedy, top-1: exact
                 CHECK(got[0][i] == want[i], "V %d row %d: %d, reference %d", V, i, got[0][i],
                       want[i]);
                 continue;
@@ -1247,19 +1257,21 @@ static void test_sample_rows(void) {
             CHECK(t >= 0 && t < V, "V %d row %d: token %d", V, i, t);
             if (t < 0 || t >= V) continue;
             softmax_t_ref(p, x + (size_t)i * V, V, sr[i].temperature);
-            double below = 0.0;
+            probs_cut_ref(p, V, sr[i].top_k, sr[i].top_p);
+            double below = 0.0, tol = i >= 12 ? 1e-6 : 1e-7;
             for (int v = 0; v < t; v++)
                 below += p[v];
-            CHECK(p[t] > 0.0f && below <= sr[i].u + 1e-7 && sr[i].u < below + p[t] + 1e-7,
+            CHECK(p[t] > 0.0f && below <= sr[i].u + tol && sr[i].u < below + p[t] + tol,
                   "V %d row %d: token %d (reference %d) holds [%.12f, %.12f), u %.12f", V, i, t,
                   want[i], below, below + p[t], sr[i].u);
             exact += t == want[i];
         }
-        CHECK(want[5] == -1, "the NaN row's reference drew %d", want[5]);
+        CHECK(want[5] == -1 && want[16] == -1, "the NaN rows' reference drew %d, %d", want[5],
+              want[16]);
         char name[64], extra[64];
         snprintf(name, sizeof name, "op/sample_rows/V%d", V);
         snprintf(extra, sizeof extra, "(%d of %d sampled rows the reference's token)", exact,
-                 R - 2);
+                 R - 4);
         case_end(name, extra);
         gpu->release(dids), gpu->release(dsr), gpu->release(dx);
         free(x), free(p);

@@ -357,10 +357,10 @@ static void test_greedy_fast_path(void) {
     case_end("greedy_fast_path_and_argmax_ids_equal_general_rule", extra);
 }
 
-/* a plain sampled row drawn where the logits are (sample_rows_ref, as the engine asks the
- * backend for a request with no drafts and neither top-k nor top-p) is the token the host's
- * rule draws: verify_chain with no drafts, the uniform of the position the row predicts; the
- * same for a row that is not finite (-1, and NaN_TARGET there) and a greedy one */
+/* a sampled row drawn where the logits are (sample_rows_ref, as the engine asks the backend for
+ * a request with no drafts), with or without top-k and top-p, is the token the host's rule
+ * draws: verify_chain with no drafts, the uniform of the position the row predicts; the same
+ * for a row that is not finite (-1, and NaN_TARGET there) and a greedy one */
 static void test_sample_rows_equal_host_rule(void) {
     case_begin();
     enum { NV = 300 };
@@ -373,23 +373,28 @@ static void test_sample_rows_equal_host_rule(void) {
             lg[i] = (float)((st >> 40) % 2000) / 200.0f - 5.0f;
             if ((st >> 24) % 49999 == 0) lg[i] = NAN;
         }
-        float temps[3] = {0.0f, 0.7f, 1.8f};
-        struct td_sampling s = {
-            .temperature = temps[it % 3], .top_k = 0, .top_p = 1.0f, .seed = (uint64_t)it * 31};
+        float temps[3] = {0.0f, 0.7f, 1.8f}, top_ps[4] = {1.0f, 0.5f, 0.9f, 1.0f};
+        int top_ks[5] = {0, 0, 1, 20, NV};
+        struct td_sampling s = {.temperature = temps[it % 3],
+                                .top_k = top_ks[it % 5],
+                                .top_p = top_ps[it % 4],
+                                .seed = (uint64_t)it * 31};
         long pos0 = it % 97;
         struct verify_result a, b;
         verify_chain(&a, lg, NV, NULL, NULL, 0, &s, pos0, p, r, 1.0);
         struct sample_row sr = {.temperature = s.temperature,
+                                .top_k = s.top_k,
+                                .top_p = s.top_p,
                                 .u = td_rand_uniform(s.seed, (uint64_t)(pos0 + 1), TD_RAND_SAMPLE)};
         int32_t id;
-        sample_rows_ref(&id, lg, 1, NV, &sr);
+        sample_rows_ref(&id, lg, 1, NV, &sr, 1);
         verify_greedy(&b, &id, NV, NULL, 0, pos0);
         differ += a.status != b.status || a.token != b.token || a.nan_position != b.nan_position;
         nans += a.status == VERIFY_NAN_TARGET;
         if (a.token >= 0 && !tokens[a.token]++) distinct++;
     }
     CHECK(!differ, "%d rows draw differently from the host's rule", differ);
-    CHECK(nans > 10 && distinct > 100, "the cases reached %d NaN rows and %d tokens", nans,
+    CHECK(nans > 10 && distinct > 50, "the cases reached %d NaN rows and %d tokens", nans,
           distinct);
     char extra[80];
     snprintf(extra, sizeof extra, "(%d NaN rows, %d distinct tokens)", nans, distinct);
