@@ -110,6 +110,9 @@ struct sk_set {
     const int32_t *pos[MATMUL_SET_MAX];
     int bias_dt[MATMUL_SET_MAX], pbias_dt[MATMUL_SET_MAX], rate[MATMUL_SET_MAX];
     int out[MATMUL_SET_MAX], ys[MATMUL_SET_MAX];
+    const unsigned *xt; /* x's terms made once for the launch (q8h_xt; NULL: in the kernel) */
+    const float *xinv;
+    int xchunks;
 };
 
 /* block x: cluster rank fastest, then the block of 8 rows, then the tile (the row blocks of a
@@ -137,10 +140,13 @@ __global__ void __launch_bounds__(32 * KW)
     if constexpr (XR > 0 && (F == WF_Q8 || F == SK_MIX)) {
         __shared__ q8h_xw xw[KW]; // each warp's x terms (only these forms take the room)
         q8h = F == WF_Q8 || s.fmt[i] == WF_Q8; // (the same for the whole block)
+        q8h_xt xt = {};
+        if (s.xt)
+            xt = {s.xt + (size_t)t0 * s.xchunks * 64, s.xinv + (size_t)t0 * s.xchunks, s.xchunks};
         if (q8h)
             mma_rows_q8h<VEC, XR, NT>(c, x + (size_t)t0 * x_stride + (size_t)grp * in, x_stride,
                                       rows, wg, o0, out, in, rank * KW + warp, KS * KW, true,
-                                      xw[warp]);
+                                      xw[warp], xt);
     }
     if constexpr (NT == 1) {
         if (!q8h)
@@ -345,6 +351,54 @@ static int q8h_nt(long long tiles) {
     return g_q8h_nt ? g_q8h_nt : tiles >= Q8H_NT2_TILES ? 2 : 1;
 }
 
+/* TD_Q8H_XT=1 (or matmul_cuda_set_q8h_xt): a Q8 step of 9 to QUANT_MMA_ROWS rows makes x's
+ * terms once (q8h_terms_kernel) for every tile's warps to read (q8h_xt), where each block made
+ * its own rows' for its tile: at 64 rows the released slice's FP8 GEMMs read 0.6 GB in 2.4 ms
+ * (session 30, Nsight Compute), their x terms about 70% of a chunk's instructions. The same
+ * bits. Experimental: written in session 30, not yet run on a GPU. */
+#define QUANT_MMA_ROWS 64
+static int g_q8h_xt = -1;
+void matmul_cuda_set_q8h_xt(int on) {
+    g_q8h_xt = on ? 1 : 0;
+}
+static bool q8h_xt_on(void) {
+    if (g_q8h_xt < 0) g_q8h_xt = getenv("TD_Q8H_XT") && atoi(getenv("TD_Q8H_XT"));
+    return g_q8h_xt;
+}
+static unsigned *xt_buf;
+static float *xt_inv;
+static size_t xt_cap; /* rows x chunks the buffers hold */
+
+static void ensure_xt(size_t cells) {
+    if (cells <= xt_cap) return;
+    if (xt_buf) {
+        CUDA_CHECK(cudaFree(xt_buf));
+        CUDA_CHECK(cudaFree(xt_inv));
+    }
+    xt_cap = cells;
+    CUDA_CHECK(cudaMalloc(&xt_buf, xt_cap * 64 * sizeof *xt_buf));
+    CUDA_CHECK(cudaMalloc(&xt_inv, xt_cap * sizeof *xt_inv));
+}
+
+/* a warp a (row, chunk of 64): lane l makes the pair k 2l, 2l + 1 (zeros past in) as hi and lo
+ * f16 terms of x times 2^e, e from the chunk's largest |x| (xh_scale), as q8h_chunk does */
+__global__ void q8h_terms_kernel(const float *x, int in, int chunks, unsigned *t, float *inv) {
+    PDL_START();
+    int c = blockIdx.x, r = blockIdx.y, l = threadIdx.x, k = c * 64 + 2 * l;
+    const float *xr = x + (size_t)r * in;
+    float v0 = k < in ? xr[k] : 0.0f, v1 = k + 1 < in ? xr[k + 1] : 0.0f;
+    float m = fmaxf(fabsf(v0), fabsf(v1));
+    for (int o = 1; o < 32; o <<= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float sc, iv;
+    xh_scale(m, 0, &sc, &iv);
+    unsigned h, lo;
+    xh_terms(v0 * sc, v1 * sc, &h, &lo);
+    unsigned *q = t + ((size_t)r * chunks + c) * 64;
+    q[l] = h, q[32 + l] = lo;
+    if (!l) inv[(size_t)r * chunks + c] = iv;
+}
+
 /* one launch over the tiles of the set s (one format, or SK_MIX), n rows of x */
 static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int groups, int in) {
     bool q8h = (fmt == WF_Q8 || fmt == SK_MIX) && q8h_on();
@@ -368,6 +422,15 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
     }
     TD_ASSERT(fmt != SK_MIX || vec); // (matmul_set_cuda mixes only what loads 16 bytes)
     s.tile0[s.m] = (int)units;
+    s.xt = NULL, s.xinv = NULL, s.xchunks = 0;
+    if (xr == 8 && n > 8 && n <= QUANT_MMA_ROWS && groups == 1 && q8h_xt_on()) {
+        int chunks = ceil_div(in, 64);
+        ensure_xt((size_t)n * chunks); // (sized at start-up by matmul_cuda_reserve)
+        launch_k(q8h_terms_kernel, dim3(chunks, n), 32, 0, td_cuda_stream(), x, in, chunks, xt_buf,
+                 xt_inv);
+        LAUNCH_CHECK();
+        s.xt = xt_buf, s.xinv = xt_inv, s.xchunks = chunks;
+    }
     s.rb = ceil_div(n, 8);
     tiles *= groups;
     bool acc1 = bytes >= (16ll << 20) || (q8h && fmt == WF_Q8);
@@ -514,14 +577,16 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
 /* Quantized weights (quant.h): steps of up to QUANT_MMA_ROWS rows take the skinny kernel, in
  * blocks of 8 rows whose reads of a tile follow each other (L2 serves all but the first);
  * wider steps (prefill) decode the matrix into a bf16 copy and run cuBLASLt on it, which at
- * such widths is bound by its arithmetic, not by the extra pass. */
-#define QUANT_MMA_ROWS 64
+ * such widths is bound by its arithmetic, not by the extra pass (QUANT_MMA_ROWS, above). */
 static __nv_bfloat16 *wbuf;
 static size_t wbuf_cap;
 
 extern "C" int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
     (void)err, (void)errlen;
     ensure_lt((size_t)r->rows * r->gemm_in);
+    if (r->quant_weight && q8h_xt_on())
+        ensure_xt((size_t)(r->rows < QUANT_MMA_ROWS ? r->rows : QUANT_MMA_ROWS) *
+                  ceil_div(r->gemm_in, 64));
     if (r->rows > QUANT_MMA_ROWS && (size_t)r->quant_weight > wbuf_cap) {
         wbuf_cap = (size_t)r->quant_weight; // grow only: captured graphs keep the old address
         CUDA_CHECK(cudaMalloc(&wbuf, wbuf_cap * sizeof(__nv_bfloat16)));

@@ -291,6 +291,38 @@ __device__ __forceinline__ void x_vals(float *v, const float *xr, bool live, int
         v[j] = live && k + j < in ? xr[k + j] : 0.0f;
 }
 
+/* a chunk's 8 mma a tile (a chain for hi, one for lo) on the 16-byte code loads wr and this
+ * lane's x terms hb, lb (row g, k 16t .. 16t + 15), promoted into c with the inv of rows 2t and
+ * 2t + 1 */
+template <int NT>
+__device__ __forceinline__ void q8h_mma(float (*c)[4], const qraw *wr, const unsigned *hb,
+                                        const unsigned *lb, float i0, float i1) {
+#pragma unroll
+    for (int n = 0; n < NT; n++) { // each tile on the same terms
+        float s[2][4] = {};
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            unsigned wa = u4_word(wr[n].a, q), wb = u4_word(wr[n].b, q);
+            unsigned a0 = e4m3x2_f16x2(wa), a2 = e4m3x2_f16x2(wa >> 16);
+            unsigned a1 = e4m3x2_f16x2(wb), a3 = e4m3x2_f16x2(wb >> 16);
+            mma_f16(s[0], a0, a1, a2, a3, hb[2 * q], hb[2 * q + 1]);
+            mma_f16(s[1], a0, a1, a2, a3, lb[2 * q], lb[2 * q + 1]);
+        }
+        float sum[4] = {s[0][0] + s[1][0], s[0][1] + s[1][1], s[0][2] + s[1][2], s[0][3] + s[1][3]};
+        xh_promote(c[n], sum, i0, i1, wr[n].sa, wr[n].sb);
+    }
+}
+
+/* x's terms for the 8-row form made once a launch (q8h_terms, matmul.cu) instead of by every
+ * tile's warps: row r's chunk c at t + (r chunks + c) 64, its 32 words of hi pairs (word w: k
+ * 2w, 2w + 1 of the chunk) then 32 of lo, and its inv at inv[r chunks + c]; the same values
+ * q8h_chunk makes, so the same bits. t NULL: made in the kernel. */
+struct q8h_xt {
+    const unsigned *t;
+    const float *inv;
+    int chunks;
+};
+
 /* one chunk: this lane's V values v of row cr (lanes cj of 32 / XR) as terms in xw, then the
  * tile's 8 mma (a chain for hi, one for lo) on the 16-byte code loads wr, into c */
 template <int XR, int NT>
@@ -348,20 +380,7 @@ __device__ __forceinline__ void q8h_chunk(float (*c)[4], const qraw *wr, const f
         for (int p = 0; p < 8; p++)
             hb[p] = u4_word(h[p / 4], p % 4), lb[p] = u4_word(l[p / 4], p % 4);
     }
-#pragma unroll
-    for (int n = 0; n < NT; n++) { // each tile on the same terms
-        float s[2][4] = {};
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            unsigned wa = u4_word(wr[n].a, q), wb = u4_word(wr[n].b, q);
-            unsigned a0 = e4m3x2_f16x2(wa), a2 = e4m3x2_f16x2(wa >> 16);
-            unsigned a1 = e4m3x2_f16x2(wb), a3 = e4m3x2_f16x2(wb >> 16);
-            mma_f16(s[0], a0, a1, a2, a3, hb[2 * q], hb[2 * q + 1]);
-            mma_f16(s[1], a0, a1, a2, a3, lb[2 * q], lb[2 * q + 1]);
-        }
-        float sum[4] = {s[0][0] + s[1][0], s[0][1] + s[1][1], s[0][2] + s[1][2], s[0][3] + s[1][3]};
-        xh_promote(c[n], sum, i0, i1, wr[n].sa, wr[n].sb);
-    }
+    q8h_mma<NT>(c, wr, hb, lb, i0, i1);
 }
 
 /* this warp's share (chunks first, first + stride, ... of 64 k) of the NT tiles of weight rows
@@ -371,9 +390,9 @@ __device__ __forceinline__ void q8h_chunk(float (*c)[4], const qraw *wr, const f
  * chunks keep the bytes in flight, and a row's sums keep their chunk order, so its bits are
  * those of NT 1. early: as mma_rows. */
 template <bool VEC, int XR, int NT = 1>
-__device__ __forceinline__ void mma_rows_q8h(float (*c)[4], const float *x0, int x_stride, int rows,
-                                             const struct wmat &w, int o0, int out, int in,
-                                             int first, int stride, bool early, q8h_xw &xw) {
+__device__ __forceinline__ void
+mma_rows_q8h(float (*c)[4], const float *x0, int x_stride, int rows, const struct wmat &w, int o0,
+             int out, int in, int first, int stride, bool early, q8h_xw &xw, q8h_xt xt = {}) {
     constexpr int L = 32 / XR, V = 64 / L, MU = MT_U / NT;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, cr = lane / L, cj = lane % L;
     const float *xc = x0 + (size_t)cr * x_stride;
@@ -393,7 +412,29 @@ __device__ __forceinline__ void mma_rows_q8h(float (*c)[4], const float *x0, int
                                       cu * 64 + 16 * t);
         }
         if (early && c0 == first) PDL_START(); // the first weights are on their way
-        float xv[2][V];                        // x of chunk u + 1 requested before u's mma
+        if (XR == 8 && xt.t) { // the launch's terms: row g's words 8t .. 8t + 7, hi and lo
+#pragma unroll
+            for (int u = 0; u < MU; u++) {
+                int cu = c0 + u * stride;
+                if (cu >= chunks) break; // (the same for the whole warp)
+                uint4 h[2] = {}, l[2] = {};
+                float inv = 0.0f;
+                if (g < rows) {
+                    const uint4 *q = (const uint4 *)(xt.t + ((size_t)g * xt.chunks + cu) * 64);
+                    h[0] = q[2 * t], h[1] = q[2 * t + 1], l[0] = q[8 + 2 * t], l[1] = q[9 + 2 * t];
+                    inv = xt.inv[(size_t)g * xt.chunks + cu];
+                }
+                unsigned hb[8], lb[8];
+#pragma unroll
+                for (int p = 0; p < 8; p++)
+                    hb[p] = u4_word(h[p / 4], p % 4), lb[p] = u4_word(l[p / 4], p % 4);
+                float i0, i1;
+                xh_inv_rows(inv, rows, &i0, &i1);
+                q8h_mma<NT>(c, wr[u], hb, lb, i0, i1);
+            }
+            continue;
+        }
+        float xv[2][V]; // x of chunk u + 1 requested before u's mma
         x_vals<VEC, V>(xv[0], xc, clive && c0 < chunks, in, c0 * 64 + cj * V);
 #pragma unroll
         for (int u = 0; u < MU; u++) {

@@ -430,6 +430,71 @@ static void test_matmul_quant(void) {
     }
 }
 
+/* x's half-precision terms made once a launch (matmul_cuda_set_q8h_xt) against made in every
+ * block: the same bits at 9, 24, 37 and 64 rows (a last row block of 1, 0, 5 and 0 rows past
+ * the others), for one FP8 matrix of an input that is not a multiple of 64 (its last chunk
+ * partly zeros), for a mixed set of FP8 and bf16 matrices, and with a row of 2^40 and a NaN
+ * row among them; and within the bf16 budget of the reference */
+static void test_q8h_xt(void) {
+    int ns[4] = {9, 24, 37, 64}, in = 1000, out = 80;
+    for (int ni = 0; ni < 4; ni++) {
+        int n = ns[ni];
+        case_begin();
+        float *x = malloc((size_t)n * in * 4), *y = malloc((size_t)n * out * 4);
+        for (int i = 0; i < n * in; i++)
+            x[i] = frand();
+        for (int k = 0; k < in; k++)
+            x[(size_t)3 * in + k] *= 0x1p40f; // a row of 2^40
+        x[(size_t)(n - 2) * in + 17] = NAN;   // a NaN row
+        uint16_t *wb, *wb2;
+        float *wf, *wf2;
+        uint8_t *q = rand_quant(TD_DTYPE_Q8, out, in, &wb, &wf);
+        uint8_t *q2 = rand_quant(TD_DTYPE_Q8, 48, in, &wb2, &wf2);
+        float *dx = dev_copy(x, (size_t)n * in * 4);
+        void *dq = dev_copy(q, td_quant_bytes(TD_DTYPE_Q8, out, in));
+        void *dbf = dev_copy(wb2, (size_t)48 * in * 2);
+        float *got[2][3];
+        for (int on = 0; on < 2; on++) {
+            matmul_cuda_set_q8h_xt(on);
+            float *d0 = dev_out((size_t)n * out), *d1 = dev_out((size_t)n * out),
+                  *d2 = dev_out((size_t)n * 48);
+            matmul_cuda(d0, dx, dq, TD_DTYPE_Q8, n, in, out, NULL, TD_DTYPE_F32);
+            struct matmul_out o[2] = {
+                {.y = d1, .w = dq, .dtype = TD_DTYPE_Q8, .out = out, .bias = NULL},
+                {.y = d2, .w = dbf, .dtype = TD_DTYPE_BF16, .out = 48, .bias = NULL}};
+            matmul_set_cuda(dx, n, in, 2, o);
+            got[on][0] = fetch(d0, (size_t)n * out, "q8h xt one");
+            got[on][1] = fetch(d1, (size_t)n * out, "q8h xt set");
+            got[on][2] = fetch(d2, (size_t)n * 48, "q8h xt set bf16");
+            release_out(d0), release_out(d1), release_out(d2);
+        }
+        matmul_cuda_set_q8h_xt(0);
+        size_t bytes[3] = {(size_t)n * out * 4, (size_t)n * out * 4, (size_t)n * 48 * 4};
+        for (int j = 0; j < 3; j++)
+            CHECK(!memcmp(got[0][j], got[1][j], bytes[j]),
+                  "%d rows: output %d differs with the "
+                  "launch's terms",
+                  n, j);
+        CHECK(!memcmp(got[1][0], got[1][1], bytes[0]), "%d rows: alone and in a set differ", n);
+        CHECK(isnan(got[1][0][(size_t)(n - 2) * out]), "%d rows: the NaN row's output is %g", n,
+              got[1][0][(size_t)(n - 2) * out]);
+        for (int k = 0; k < in; k++) // the reference on the rows that are finite
+            x[(size_t)(n - 2) * in + k] = 0.0f;
+        matmul_ref(y, x, wf, TD_DTYPE_F32, n, in, out, NULL, TD_DTYPE_F32);
+        for (int o2 = 0; o2 < out; o2++)
+            got[1][0][(size_t)(n - 2) * out + o2] = 0.0f;
+        close_rel("q8h xt", got[1][0], y, n, out, 1e-4);
+        char name[64];
+        snprintf(name, sizeof name, "op/matmul_q8h_launch_terms/%d", n);
+        case_end(name, "");
+        for (int on = 0; on < 2; on++)
+            for (int j = 0; j < 3; j++)
+                free(got[on][j]);
+        free(x), free(y), free(q), free(q2), free(wb), free(wb2), free(wf), free(wf2);
+        gpu->release(dx), gpu->release(dq), gpu->release(dbf);
+    }
+}
+
 /* routed experts on packed Q4 (and Q8) weights against the reference on their decode: small
  * and wide steps (both on the tensor-core tiles), a deep one (hidden 2048: 8 rows' x no longer
  * fits the shared memory the tiles stage it in, one row's does), batch-invariant mode's fp32
@@ -2425,6 +2490,7 @@ int main(int argc, char **argv) {
     test_matmul();
     test_matmul_set();
     test_matmul_quant();
+    test_q8h_xt();
     test_moe_quant();
     test_pointwise();
     test_markov();
