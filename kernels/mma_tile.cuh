@@ -412,27 +412,32 @@ mma_rows_q8h(float (*c)[4], const float *x0, int x_stride, int rows, const struc
                                       cu * 64 + 16 * t);
         }
         if (early && c0 == first) PDL_START(); // the first weights are on their way
-        if (XR == 8 && xt.t) { // the launch's terms: row g's words 8t .. 8t + 7, hi and lo
+        // the launch's terms (steps of more than 8 rows, so NT 1 alone: the two-tile forms'
+        // registers stay theirs): row g's words 8t .. 8t + 7, hi and lo
+        if constexpr (XR == 8 && NT == 1) {
+            if (xt.t) {
 #pragma unroll
-            for (int u = 0; u < MU; u++) {
-                int cu = c0 + u * stride;
-                if (cu >= chunks) break; // (the same for the whole warp)
-                uint4 h[2] = {}, l[2] = {};
-                float inv = 0.0f;
-                if (g < rows) {
-                    const uint4 *q = (const uint4 *)(xt.t + ((size_t)g * xt.chunks + cu) * 64);
-                    h[0] = q[2 * t], h[1] = q[2 * t + 1], l[0] = q[8 + 2 * t], l[1] = q[9 + 2 * t];
-                    inv = xt.inv[(size_t)g * xt.chunks + cu];
+                for (int u = 0; u < MU; u++) {
+                    int cu = c0 + u * stride;
+                    if (cu >= chunks) break; // (the same for the whole warp)
+                    uint4 h[2] = {}, l[2] = {};
+                    float inv = 0.0f;
+                    if (g < rows) {
+                        const uint4 *q = (const uint4 *)(xt.t + ((size_t)g * xt.chunks + cu) * 64);
+                        h[0] = q[2 * t], h[1] = q[2 * t + 1], l[0] = q[8 + 2 * t],
+                        l[1] = q[9 + 2 * t];
+                        inv = xt.inv[(size_t)g * xt.chunks + cu];
+                    }
+                    unsigned hb[8], lb[8];
+#pragma unroll
+                    for (int p = 0; p < 8; p++)
+                        hb[p] = u4_word(h[p / 4], p % 4), lb[p] = u4_word(l[p / 4], p % 4);
+                    float i0, i1;
+                    xh_inv_rows(inv, rows, &i0, &i1);
+                    q8h_mma<NT>(c, wr[u], hb, lb, i0, i1);
                 }
-                unsigned hb[8], lb[8];
-#pragma unroll
-                for (int p = 0; p < 8; p++)
-                    hb[p] = u4_word(h[p / 4], p % 4), lb[p] = u4_word(l[p / 4], p % 4);
-                float i0, i1;
-                xh_inv_rows(inv, rows, &i0, &i1);
-                q8h_mma<NT>(c, wr[u], hb, lb, i0, i1);
+                continue;
             }
-            continue;
         }
         float xv[2][V]; // x of chunk u + 1 requested before u's mma
         x_vals<VEC, V>(xv[0], xc, clive && c0 < chunks, in, c0 * 64 + cj * V);

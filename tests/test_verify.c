@@ -421,7 +421,7 @@ static int probs_sorted(float *p, const float *lg, int nv, const struct td_sampl
     if (k == nv && !use_p) return 0;
     struct ranked_t *r = malloc((size_t)nv * sizeof *r);
     for (int i = 0; i < nv; i++)
-        r[i] = (struct ranked_t){p[i], i};
+        r[i] = (struct ranked_t){.p = p[i], .id = i};
     qsort(r, (size_t)nv, sizeof *r, rank_cmp);
     double mass = 0.0, kept = 0.0;
     if (k < nv)
