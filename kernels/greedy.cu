@@ -80,12 +80,53 @@ __device__ __forceinline__ double block_sum_f64(double v) {
     return r;
 }
 
+/* the inverse CDF over the entries the block's threads hold in order (thread t: [v0, v1), each
+ * of mass(v) >= 0 in fp64): the first entry at which base plus the cumulative sum passes
+ * target; where rounding leaves none, the last entry with mass; -1 when none has any. The
+ * threads' sums are added in thread order (thread 0, NT of them). Every thread calls it and
+ * gets the same. */
+template <int NT, typename Mass>
+__device__ int block_inverse_cdf(int v0, int v1, double base, double target, Mass mass) {
+    __shared__ double part[NT];
+    __shared__ int found, last_nz;
+    double own = 0.0;
+    for (int v = v0; v < v1; v++)
+        own += mass(v);
+    part[threadIdx.x] = own;
+    if (!threadIdx.x) found = INT_MAX, last_nz = -1;
+    __syncthreads();
+    if (!threadIdx.x) {
+        double c = base;
+        for (int i = 0; i < NT; i++) {
+            double x = part[i];
+            part[i] = c;
+            c += x;
+        }
+    }
+    __syncthreads();
+    double c = part[threadIdx.x];
+    int first = INT_MAX, nz = -1;
+    for (int v = v0; v < v1; v++) {
+        double e = mass(v);
+        if (e <= 0.0) continue;
+        c += e;
+        nz = v;
+        if (target < c) {
+            first = v;
+            break;
+        }
+    }
+    if (first != INT_MAX) atomicMin(&found, first);
+    if (nz >= 0) atomicMax(&last_nz, nz);
+    __syncthreads();
+    return found != INT_MAX ? found : last_nz;
+}
+
 // the token of a sampled row whose spans' (m, bad, s) are in sp[0 .. nb): -1 when one is bad
 __device__ int sample_choose(const float *r, int V, float T, double u, const struct sr_span *sp,
                              int nb) {
-    __shared__ int span, found, last_nz;
+    __shared__ int span;
     __shared__ double before, scale, target;
-    __shared__ double part[SR_THREADS];
     if (!threadIdx.x) {
         float M = -INFINITY;
         int bad = 0;
@@ -110,43 +151,14 @@ __device__ int sample_choose(const float *r, int V, float T, double u, const str
             target = t;
             scale = exp((double)(__ldcg(&sp[span].m) - M) / T);
         }
-        found = INT_MAX, last_nz = -1;
     }
     __syncthreads();
     if (span < 0) return -1;
     float m = __ldcg(&sp[span].m);
-    // thread t's SR_PER entries in order, its sum, then the threads' in order
+    double sc = scale, t = target;
     int v0 = span * AR_SPAN + (int)threadIdx.x * SR_PER, v1 = min(V, v0 + SR_PER);
-    double e[SR_PER], own = 0.0;
-#pragma unroll
-    for (int k = 0; k < SR_PER; k++) {
-        e[k] = v0 + k < v1 ? (double)expf((r[v0 + k] - m) / T) * scale : 0.0;
-        own += e[k];
-    }
-    part[threadIdx.x] = own;
-    __syncthreads();
-    if (!threadIdx.x) {
-        double c = before;
-        for (int i = 0; i < SR_THREADS; i++) {
-            double x = part[i];
-            part[i] = c;
-            c += x;
-        }
-    }
-    __syncthreads();
-    double c = part[threadIdx.x];
-    int first = INT_MAX, nz = -1;
-#pragma unroll
-    for (int k = 0; k < SR_PER; k++) {
-        if (e[k] <= 0.0) continue;
-        c += e[k];
-        nz = v0 + k;
-        if (first == INT_MAX && target < c) first = v0 + k;
-    }
-    if (first != INT_MAX) atomicMin(&found, first);
-    if (nz >= 0) atomicMax(&last_nz, nz);
-    __syncthreads();
-    return found != INT_MAX ? found : last_nz;
+    return block_inverse_cdf<SR_THREADS>(v0, v1, before, t,
+                                         [&](int v) { return (double)expf((r[v] - m) / T) * sc; });
 }
 
 /* whether row s draws from a cut distribution (top-k or top-p): sample_cut_kernel's row */
@@ -347,43 +359,11 @@ __global__ void __launch_bounds__(SC_THREADS)
     }
     k_sum = block_sum_f64(k_sum);
     // the draw: p / k_sum over the kept, in id order
-    __shared__ double part[SC_THREADS];
-    __shared__ int tok, last_nz;
-    double own = 0.0;
-    for (int v = v0; v < v1; v++) {
+    int tok = block_inverse_cdf<SC_THREADS>(v0, v1, 0.0, s.u, [&](int v) {
         unsigned kv = key(v);
-        if (kept(v, kv)) own += (double)(float)((double)__uint_as_float(kv) / k_sum);
-    }
-    part[threadIdx.x] = own;
-    if (!threadIdx.x) tok = INT_MAX, last_nz = -1;
-    __syncthreads();
-    if (!threadIdx.x) {
-        double c = 0.0;
-        for (int t = 0; t < SC_THREADS; t++) {
-            double y = part[t];
-            part[t] = c;
-            c += y;
-        }
-    }
-    __syncthreads();
-    double c = part[threadIdx.x];
-    int first = INT_MAX, nz = -1;
-    for (int v = v0; v < v1; v++) {
-        unsigned kv = key(v);
-        if (!kept(v, kv)) continue;
-        float q = (float)((double)__uint_as_float(kv) / k_sum);
-        if (q <= 0.0f) continue;
-        c += q;
-        nz = v;
-        if (s.u < c) {
-            first = v;
-            break;
-        }
-    }
-    if (first != INT_MAX) atomicMin(&tok, first);
-    if (nz >= 0) atomicMax(&last_nz, nz);
-    __syncthreads();
-    if (!threadIdx.x) ids[i] = tok != INT_MAX ? tok : last_nz;
+        return kept(v, kv) ? (double)(float)((double)__uint_as_float(kv) / k_sum) : 0.0;
+    });
+    if (!threadIdx.x) ids[i] = tok;
 }
 
 /* the per-row and per-span scratch (zeroed), grown only: sized at start-up by the backend's
