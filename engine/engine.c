@@ -1176,8 +1176,7 @@ _Static_assert(POLICY_MAX_K == TD_MAX_DRAFT, "the policy's counts hold every dra
 
 /* whether a sampling cuts the distribution (top-k or top-p) */
 static int cuts(const struct td_sampling *s, int V) {
-    return s->temperature > 0.0f &&
-           ((s->top_k > 0 && s->top_k < V) || (s->top_p > 0.0f && s->top_p < 1.0f));
+    return sample_row_cut(s->temperature, s->top_k, s->top_p, V);
 }
 
 /* whether a group's logits rows must come to the host: a sampled request's verify group with

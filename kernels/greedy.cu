@@ -161,10 +161,9 @@ __device__ int sample_choose(const float *r, int V, float T, double u, const str
                                          [&](int v) { return (double)expf((r[v] - m) / T) * sc; });
 }
 
-/* whether row s draws from a cut distribution (top-k or top-p): sample_cut_kernel's row */
+// whether row s draws from a cut distribution (top-k or top-p): sample_cut_kernel's row
 __device__ __forceinline__ bool row_cut(const sample_row &s, int V) {
-    return s.temperature > 0.0f &&
-           ((s.top_k > 0 && s.top_k < V) || (s.top_p > 0.0f && s.top_p < 1.0f));
+    return sample_row_cut(s.temperature, s.top_k, s.top_p, V);
 }
 
 __global__ void sample_rows_kernel(int32_t *ids, const float *x, int V, const sample_row *sr,

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
 #include "reserve.h"
 
 #ifdef __cplusplus
@@ -40,6 +41,12 @@ struct sample_row {
     int32_t pad_;
     double u; /* uniform in [0, 1) */
 };
+
+/* whether a draw is cut (a sampled one with top-k below V or top-p below 1): the rows
+ * sample_rows' cut pass takes, and the engine's test for them, one definition */
+static inline TD_HOST_DEVICE int sample_row_cut(float temperature, int top_k, float top_p, int V) {
+    return temperature > 0.0f && ((top_k > 0 && top_k < V) || (top_p > 0.0f && top_p < 1.0f));
+}
 
 void argmax_rows_ref(int32_t *ids, const float *x, int n, int V);
 /* cuts: whether a row may carry top-k or top-p (the device then runs their pass; the reference
