@@ -409,14 +409,13 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
     for (int i = 0; i < s.m; i++)
         tiles += ceil_div(s.out[i], 16);
     int nt = fmt == WF_Q8 && xr == 8 && n <= 8 ? q8h_nt(tiles * groups) : 1;
-    tiles = 0;
     // 16-byte loads of weights (Q8: of 16 codes, a row's start aligned when in is a multiple of 16)
     bool vec = in % 8 == 0 && (groups * in) % 4 == 0 && (uintptr_t)x % 16 == 0 &&
                ((fmt != WF_Q8 && fmt != SK_MIX) || in % 16 == 0);
     for (int i = 0; i < s.m; i++) {
         int f = fmt == SK_MIX ? s.fmt[i] : fmt;
         s.tile0[i] = (int)units;
-        tiles += ceil_div(s.out[i], 16), units += ceil_div(s.out[i], 16 * nt);
+        units += ceil_div(s.out[i], 16 * nt);
         bytes += (long long)groups * s.out[i] * in * (f == WF_BF16 ? 2 : 1) / (f == WF_Q4 ? 2 : 1);
         vec = vec && (uintptr_t)s.w[i].p % 16 == 0;
     }
