@@ -351,19 +351,32 @@ static int q8h_nt(long long tiles) {
     return g_q8h_nt ? g_q8h_nt : tiles >= Q8H_NT2_TILES ? 2 : 1;
 }
 
-/* TD_Q8H_XT=1 (or matmul_cuda_set_q8h_xt): a Q8 step of 9 to QUANT_MMA_ROWS rows makes x's
- * terms once (q8h_terms_kernel) for every tile's warps to read (q8h_xt), where each block made
- * its own rows' for its tile: at 64 rows the released slice's FP8 GEMMs read 0.6 GB in 2.4 ms
- * (session 30, Nsight Compute), their x terms about 70% of a chunk's instructions. The same
- * bits. Experimental: written in session 30, not yet run on a GPU. */
+/* A Q8 step of 9 to QUANT_MMA_ROWS rows makes x's terms once (q8h_terms_kernel) for every
+ * tile's warps to read (q8h_xt), where each block made its own rows' for its tile, when the
+ * launch has at least Q8H_XT_TILES tiles of 16 features: at 64 rows the released slice's FP8
+ * GEMMs read 0.6 GB in 2.4 ms (session 30, Nsight Compute), their x terms about 70% of a
+ * chunk's instructions. Session 31 (H100, gemm_time at 16 / 64 rows, us): head 523.9 / 1842.6
+ * -> 470.9 / 1575.9, q_b 42.3 / 150.2 -> 36.6 / 122.1, wo_b (256 tiles) 35.2 / 120.0 -> 32.4 /
+ * 108.3, wo_a 37.8 / 125.1 unchanged, but q_a (64 tiles) 6.6 / 17.2 -> 7.9 / 19.5: the extra
+ * launch costs more than a small matrix's terms. The same bits either way.
+ * matmul_cuda_set_q8h_xt(1) or TD_Q8H_XT=1 makes them at every such launch, 2 or TD_Q8H_XT=0
+ * never (measuring and testing); 0: by the tiles. */
 #define QUANT_MMA_ROWS 64
-static int g_q8h_xt = -1;
+#define Q8H_XT_TILES   256
+static int g_q8h_xt = -1; /* -1: TD_Q8H_XT not read yet */
 void matmul_cuda_set_q8h_xt(int on) {
-    g_q8h_xt = on ? 1 : 0;
+    g_q8h_xt = on == 1 ? 1 : on == 2 ? 2 : 0;
 }
-static bool q8h_xt_on(void) {
-    if (g_q8h_xt < 0) g_q8h_xt = getenv("TD_Q8H_XT") && atoi(getenv("TD_Q8H_XT"));
+static int q8h_xt_mode(void) {
+    if (g_q8h_xt < 0) {
+        const char *e = getenv("TD_Q8H_XT");
+        matmul_cuda_set_q8h_xt(!e ? 0 : atoi(e) ? 1 : 2);
+    }
     return g_q8h_xt;
+}
+static bool q8h_xt_on(long long tiles) {
+    int m = q8h_xt_mode();
+    return m == 1 || (!m && tiles >= Q8H_XT_TILES);
 }
 static unsigned *xt_buf;
 static float *xt_inv;
@@ -422,7 +435,7 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
     TD_ASSERT(fmt != SK_MIX || vec); // (matmul_set_cuda mixes only what loads 16 bytes)
     s.tile0[s.m] = (int)units;
     s.xt = NULL, s.xinv = NULL, s.xchunks = 0;
-    if (xr == 8 && n > 8 && n <= QUANT_MMA_ROWS && groups == 1 && q8h_xt_on()) {
+    if (xr == 8 && n > 8 && n <= QUANT_MMA_ROWS && groups == 1 && q8h_xt_on(tiles)) {
         int chunks = ceil_div(in, 64);
         ensure_xt((size_t)n * chunks); // (sized at start-up by matmul_cuda_reserve)
         launch_k(q8h_terms_kernel, dim3(chunks, n), 32, 0, td_cuda_stream(), x, in, chunks, xt_buf,
@@ -583,7 +596,7 @@ static size_t wbuf_cap;
 extern "C" int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
     (void)err, (void)errlen;
     ensure_lt((size_t)r->rows * r->gemm_in);
-    if (r->quant_weight && q8h_xt_on())
+    if (r->quant_weight && q8h_xt_mode() != 2)
         ensure_xt((size_t)(r->rows < QUANT_MMA_ROWS ? r->rows : QUANT_MMA_ROWS) *
                   ceil_div(r->gemm_in, 64));
     if (r->rows > QUANT_MMA_ROWS && (size_t)r->quant_weight > wbuf_cap) {

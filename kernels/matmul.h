@@ -77,7 +77,8 @@ void matmul_cuda_set_deterministic(int on);
  * start). Either gives the same bits. */
 void matmul_cuda_set_q8h_nt(int nt);
 /* FP8 skinny steps of 9 to 64 rows: 1 makes x's half-precision terms once a launch for every
- * tile (TD_Q8H_XT=1 at the start), 0 in each block; the same bits. Experimental, off. */
+ * tile (TD_Q8H_XT=1 at the start), 2 in each block (TD_Q8H_XT=0); 0 chooses by the launch's
+ * tiles (the default). The same bits either way. */
 void matmul_cuda_set_q8h_xt(int on);
 
 #ifdef __cplusplus

@@ -16,6 +16,8 @@
 #include "cuda_common.cuh"
 #include "quant.cuh"
 
+#include <type_traits>
+
 #define MT_U 4 /* chunks of 32 k each warp loads before it multiplies */
 
 __device__ __forceinline__ unsigned pack_bf16(float a, float b) {
@@ -479,6 +481,21 @@ __device__ __forceinline__ void narrow_x(float (*xv)[8], const float *xr, bool l
         sk_x8<VEC>(xv[u], xr, live && c0 + u * stride < chunks, in, (c0 + u * stride) * 32 + 8 * t);
 }
 
+/* XS 2: the lane's x row's B terms already made (moe.cu, moe_terms_kernel: group G's hi pairs
+ * at xb[2 G], its lo pairs at xb[2 G + 1]), for the same k as narrow_x; zeros past in and for a
+ * row that is not live */
+__device__ __forceinline__ void narrow_xt(uint4 (*xq)[2], const uint4 *xb, bool live, int in,
+                                          int c0, int stride, int chunks) {
+    int t = threadIdx.x & 3;
+#pragma unroll
+    for (int u = 0; u < MT_U; u++) {
+        int G = (c0 + u * stride) * 4 + t;
+        xq[u][0] = xq[u][1] = make_uint4(0, 0, 0, 0);
+        if (live && c0 + u * stride < chunks && 8 * G < in)
+            xq[u][0] = xb[2 * G], xq[u][1] = xb[2 * G + 1];
+    }
+}
+
 /* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in] of
  * format F (quant.cuh: bf16, or FP8 / FP4 codes decoded to bf16 in registers)
  * (the same rows: an expert's gate and up projections) times x rows (this lane's: xr, read
@@ -487,18 +504,24 @@ __device__ __forceinline__ void narrow_x(float (*xv)[8], const float *xr, bool l
  * first mma. ACC = 4: one accumulator per (first / second mma, hi / lo term), four short
  * chains of dependent mma summed in a fixed order at the end, for short k; ACC = 1 keeps the
  * registers (and more loads in flight) for the weight-bound shapes.
+ * XS: where x's B terms come from: 0, split here from xr's values; 1, staged in shared memory
+ * (xs_stage_rows; xs, xrows); 2, made before the kernel (narrow_xt; xs is the lane's row of
+ * them). Every form gives the same terms, so the same bits.
+ * A warp whose MT_U chunks' scale bytes are all below 128 decodes them with one multiplication
+ * a pair (quant_one), the same values.
  * early: the caller has not waited for the grid before (PDL_START); the first weights are
  * requested before that wait, the x rows after it. Weights are written only when a model is
  * placed, never by a step's kernels, so they may be read before the wait; the caller calls
  * PDL_START again before it writes (a warp with no chunk never waited here). */
-template <int F, bool VEC, int KW, int ACC, int NW = 1, bool WIDE = true, bool XS = false>
+template <int F, bool VEC, int KW, int ACC, int NW = 1, bool WIDE = true, int XS = 0>
 __device__ __forceinline__ void
 mma_rows(float (*cout)[4], const float *xr, bool live, const struct wmat *w, int o0, int out,
          int in, int first, int stride, bool early, const uint4 *xs = nullptr, int xrows = 0) {
     // WIDE: quantized weights in 16-byte loads (mma_rows_q); else 8 weights a load, as bf16
     if constexpr (F != WF_BF16 && WIDE) {
-        mma_rows_q<F, VEC, KW, ACC, NW, XS>(cout, xr, live, w, o0, out, in, first, stride, early,
-                                            xs, xrows);
+        static_assert(XS < 2, "mma_rows_q stages x or splits it itself");
+        mma_rows_q<F, VEC, KW, ACC, NW, XS == 1>(cout, xr, live, w, o0, out, in, first, stride,
+                                                 early, xs, xrows);
         return;
     }
     int t = threadIdx.x & 3;
@@ -507,23 +530,44 @@ mma_rows(float (*cout)[4], const float *xr, bool live, const struct wmat *w, int
     for (int c0 = first; c0 < chunks; c0 += stride * MT_U) {
         wraw<F> wr[NW][MT_U];
         float xv[MT_U][8];
+        uint4 xq[MT_U][2];
         narrow_w<F, VEC, NW>(wr, w, o0, out, in, c0, stride, chunks);
         if (early && c0 == first) PDL_START(); // the first weights are on their way
-        if constexpr (!XS) narrow_x<VEC>(xv, xr, live, in, c0, stride, chunks);
+        if constexpr (XS == 0) narrow_x<VEC>(xv, xr, live, in, c0, stride, chunks);
+        if constexpr (XS == 2) narrow_xt(xq, xs, live, in, c0, stride, chunks);
+        unsigned sor = 0;
 #pragma unroll
-        for (int u = 0; u < MT_U; u++) {
-            if (c0 + u * stride >= chunks) break;
-            // pairs 0 and 1 of k 8t .. 8t + 7 (in F's order, quant.cuh) are logical
-            // (2t, 2t + 1, 2t + 8, 2t + 9) of the first mma, pairs 2 and 3 the same of the second
-            unsigned hi[4], lo[4];
-            if constexpr (XS)
-                xs_terms(xs, xrows, in, (c0 + u * stride) * 4 + t, hi, lo);
-            else
-                x_split<F>(xv[u], hi, lo);
+        for (int u = 0; u < MT_U; u++)
 #pragma unroll
             for (int m = 0; m < NW; m++)
-                mma_8k<ACC>(c[m], wraw_a<F>(wr[m][u]), wraw_b<F>(wr[m][u]), hi, lo);
-        }
+                sor |= wraw_sor<F>(wr[m][u]);
+        auto mul = [&](auto one) {
+#pragma unroll
+            for (int u = 0; u < MT_U; u++) {
+                if (c0 + u * stride >= chunks) break;
+                // pairs 0 and 1 of k 8t .. 8t + 7 (in F's order, quant.cuh) are logical
+                // (2t, 2t + 1, 2t + 8, 2t + 9) of the first mma, pairs 2 and 3 the same of the
+                // second
+                unsigned hi[4], lo[4];
+                if constexpr (XS == 1)
+                    xs_terms(xs, xrows, in, (c0 + u * stride) * 4 + t, hi, lo);
+                else if constexpr (XS == 2)
+                    hi[0] = xq[u][0].x, hi[1] = xq[u][0].y, hi[2] = xq[u][0].z, hi[3] = xq[u][0].w,
+                    lo[0] = xq[u][1].x, lo[1] = xq[u][1].y, lo[2] = xq[u][1].z, lo[3] = xq[u][1].w;
+                else
+                    x_split<F>(xv[u], hi, lo);
+                constexpr bool ONE = decltype(one)::value;
+#pragma unroll
+                for (int m = 0; m < NW; m++)
+                    mma_8k<ACC>(c[m], wraw_a<F, ONE>(wr[m][u]), wraw_b<F, ONE>(wr[m][u]), hi, lo);
+            }
+        };
+        if constexpr (F == WF_BF16)
+            mul(std::false_type{});
+        else if (quant_one(sor))
+            mul(std::true_type{});
+        else
+            mul(std::false_type{});
     }
     acc_out<NW, ACC>(cout, c);
 }

@@ -364,13 +364,13 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
 #define MOE_MMA_KW 4
 #define MOE_XS_MAX (32u << 10) /* x rows staged in shared memory up to this */
 
-template <int F, bool VEC, bool WIDE, bool XS>
-__global__ void __launch_bounds__(32 * MOE_MMA_KW)
-    moe_mma_kernel(float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu,
-                   const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K, int N,
-                   float limit) {
+template <int F, bool VEC, bool WIDE, int XS>
+__device__ __forceinline__ void moe_mma_tiles(float *out, const float *in, const int32_t *perm,
+                                              int k_per_row, int swiglu, const int32_t *tiles,
+                                              const int32_t *n_tiles, const struct expert_set &ex,
+                                              int K, int N, float limit, const uint4 *xt) {
     PDL_START();
-    extern __shared__ uint4 xs[]; // XS: the tile's x rows split once (xs_stage_rows)
+    extern __shared__ uint4 xs[]; // XS 1: the tile's x rows split once (xs_stage_rows)
     __shared__ float part[MOE_MMA_KW - 1][32][4];
     // the down projection of a width that is a multiple of 32 takes two tiles of 16 features
     // a block (pair), as two matrices 16 rows apart: a warp's loads of both in flight at once,
@@ -382,8 +382,10 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
         bool live = g < rows;
         int p = p0 + (live ? g : 0);
-        const float *xr = swiglu ? in + (size_t)(perm[p] / k_per_row) * K : in + (size_t)p * K;
-        if constexpr (XS) {
+        size_t xrow = swiglu ? (size_t)(perm[p] / k_per_row) : (size_t)p;
+        const float *xr = in + xrow * K;
+        const uint4 *xb = XS == 2 ? xt + xrow * (K / 4) : xs; // XS 2: the row's terms (K / 8 x 2)
+        if constexpr (XS == 1) {
             __syncthreads(); // the tile before has read its rows
             auto row = [&](int r) {
                 return swiglu ? in + (size_t)(perm[p0 + r] / k_per_row) * K
@@ -404,10 +406,10 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
         // flight at once
         if (swiglu || pair)
             mma_rows<F, VEC, MOE_MMA_KW, 1, 2, WIDE, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
-                                                         MOE_MMA_KW, false, xs, rows);
+                                                         MOE_MMA_KW, false, xb, rows);
         else
             mma_rows<F, VEC, MOE_MMA_KW, 1, 1, WIDE, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
-                                                         MOE_MMA_KW, false, xs, rows);
+                                                         MOE_MMA_KW, false, xb, rows);
         bool w0 = kw_sum<MOE_MMA_KW>(c[0], part);
         if (swiglu || pair) kw_sum<MOE_MMA_KW>(c[1], part);
         if (!w0) continue;
@@ -426,28 +428,83 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW)
     }
 }
 
-/* rows: the most x rows a tile has (a step's rows, at most 8). The tile's x rows are staged
- * in shared memory (XS, mma_tile.cuh: split into their bf16 terms once for the block, not once
- * a lane for each of its rows) when they fit: at batch 1 on the released-precision Flash slice
- * the step's 8 expert calls took 278 us against 403 (Nsight Compute). The skinny GEMM does not
- * stage: one tile a block, and its Q8 calls were no faster (460 against 463 us). */
-static void moe_mma(bool vec, int rows, dim3 grid, cudaStream_t s, float *out, const float *in,
-                    int swiglu, int k, const struct expert_set *ex, int K, int N, float limit) {
+#define MOE_MMA_ARGS                                                                               \
+    float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu,                   \
+        const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K, int N,          \
+        float limit, const uint4 *xt
+template <int F, bool VEC, bool WIDE, int XS>
+__global__ void __launch_bounds__(32 * MOE_MMA_KW) moe_mma_kernel(MOE_MMA_ARGS) {
+    moe_mma_tiles<F, VEC, WIDE, XS>(out, in, perm, k_per_row, swiglu, tiles, n_tiles, ex, K, N,
+                                    limit, xt);
+}
+/* FP4's XS 2 tiles compiled for 5 blocks a multiprocessor (96 registers, 4 bytes spilled,
+ * against 125 and 4 blocks): the released slice's batch-64 expert calls took 4552 against 4686
+ * us (session 31, H100, Nsight Compute). The bf16 tiles spill 68 bytes at 96 registers and lost
+ * a fifth of the BF16 slice's batch-64 rate (3390 -> 2719 tokens/s); FP8's spill 160. */
+template <int F>
+__global__ void __launch_bounds__(32 * MOE_MMA_KW, 5) moe_mma_occ_kernel(MOE_MMA_ARGS) {
+    moe_mma_tiles<F, true, false, 2>(out, in, perm, k_per_row, swiglu, tiles, n_tiles, ex, K, N,
+                                     limit, xt);
+}
+
+/* x's B terms made once for the step's rows (XS 2): thread i makes group i % (K / 8) of row
+ * i / (K / 8), as x_split and xs_stage_rows make them (the same terms, so the same bits) */
+template <int F> __global__ void moe_terms_kernel(uint4 *t, const float *x, int groups) {
+    PDL_START();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= groups) return;
+    const float4 *p = (const float4 *)(x + (size_t)i * 8);
+    float4 a = p[0], b = p[1];
+    float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    unsigned hi[4], lo[4];
+    x_split<F>(v, hi, lo);
+    t[2 * (size_t)i] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    t[2 * (size_t)i + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+}
+
+static uint4 *g_xt; /* x's terms for XS 2: MOE_MMA_ENTRIES rows of the widest K (ensure_grouped) */
+
+/* rows: the most x rows a tile has (a step's rows, at most 8); xrows: the rows of in (the
+ * step's rows for the up projection, its entries for the down one). The tile's x rows are
+ * staged in shared memory (XS 1, mma_tile.cuh: split into their bf16 terms once for the block,
+ * not once a lane for each of its rows) when they fit: at batch 1 on the released-precision
+ * Flash slice the step's 8 expert calls took 278 us against 403 (Nsight Compute). Where they do
+ * not (more rows, or deeper x), a step of at most MOE_MMA_ENTRIES entries makes every row's
+ * terms once before the tiles (XS 2, moe_terms_kernel) for its lanes to load, where they split
+ * x themselves, about 32 instructions a group of 8 values beside about 80 for the weights:
+ * the released slice's batch-64 expert calls took 4552 us for 6.31 GB (1.39 TB/s) against
+ * 6449 for 6.88 GB (1.07; session 31 against 30, H100, Nsight Compute, with the one-multiply
+ * decode of quant_one), and it decoded 5230 tokens/s against 4352. The skinny GEMM does not stage:
+ * one tile a block, and its Q8 calls were no faster (460 against 463 us). */
+static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, float *out,
+                    const float *in, int swiglu, int k, const struct expert_set *ex, int K, int N,
+                    float limit) {
     int tr = rows < 8 ? rows : 8;
     size_t smem = xs_bytes(tr, K);
-    bool xs = vec && smem <= MOE_XS_MAX;
+    int xs = !vec ? 0 : smem <= MOE_XS_MAX ? 1 : xrows <= MOE_MMA_ENTRIES ? 2 : 0;
     auto go = [&](auto kern) {
-        launch_k(kern, grid, 32 * MOE_MMA_KW, xs ? smem : 0, s, out, in, g_perm, k, swiglu, g_tiles,
-                 g_ntiles, *ex, K, N, limit);
+        launch_k(kern, grid, 32 * MOE_MMA_KW, xs == 1 ? smem : 0, s, out, in, g_perm, k, swiglu,
+                 g_tiles, g_ntiles, *ex, K, N, limit, (const uint4 *)g_xt);
         LAUNCH_CHECK();
     };
     auto by_x = [&](auto f, auto v) {
         constexpr int F = decltype(f)::value;
         constexpr bool V = decltype(v)::value;
-        if (V && xs)
-            go(moe_mma_kernel<F, V, false, V>);
-        else
-            go(moe_mma_kernel<F, V, false, false>);
+        if constexpr (V) {
+            if (xs == 2) {
+                int groups = xrows * (K / 8);
+                launch_k(moe_terms_kernel<F>, ceil_div(groups, 256), 256, 0, s, g_xt, in, groups);
+                LAUNCH_CHECK();
+                if constexpr (F == WF_Q4)
+                    go(moe_mma_occ_kernel<F>);
+                else
+                    go(moe_mma_kernel<F, V, false, 2>);
+            } else if (xs == 1)
+                go(moe_mma_kernel<F, V, false, 1>);
+            else
+                go(moe_mma_kernel<F, V, false, 0>);
+        } else
+            go(moe_mma_kernel<F, V, false, 0>);
     };
     auto by_v = [&](auto f) { vec ? by_x(f, std::true_type{}) : by_x(f, std::false_type{}); };
     // quantized experts load 8 weights a lane (mma_rows' narrow form): 16-byte loads, as the
@@ -505,6 +562,8 @@ static void ensure_grouped(int entries, int experts, int inter, int dim) {
     CUDA_CHECK(cudaMalloc(&g_ntiles, sizeof(int32_t)));
     CUDA_CHECK(cudaMalloc(&g_h, (size_t)g_entries * g_inter * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&g_y, (size_t)g_entries * g_dim * sizeof(float)));
+    size_t xt_rows = g_entries < MOE_MMA_ENTRIES ? g_entries : MOE_MMA_ENTRIES;
+    CUDA_CHECK(cudaMalloc(&g_xt, xt_rows * (g_dim > g_inter ? g_dim : g_inter) * 4));
 }
 
 extern "C" int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
@@ -541,8 +600,8 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
     if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
-        moe_mma(vec, n, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);
-        moe_mma(vec, n, dim3(d % 32 == 0 ? d / 32 : ceil_div(d, 16), ty), s, g_y, g_h, 0, k, ex,
+        moe_mma(vec, n, n, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);
+        moe_mma(vec, n, m, dim3(d % 32 == 0 ? d / 32 : ceil_div(d, 16), ty), s, g_y, g_h, 0, k, ex,
                 inter, d, limit);
     } else {
         moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, tm, g_h, x, 1, k, ex, d, inter, limit);

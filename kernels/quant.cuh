@@ -128,55 +128,83 @@ template <int F> __host__ __device__ constexpr int wpair_b(int i) {
     return F == WF_Q4 ? i + 4 : F == WF_Q8 ? (i >> 1) * 4 + (i & 1) + 2 : 2 * i + 1;
 }
 
-// r[0..3] (bf16 pairs of codes times 2^-GAP) times 2^GAP, then times 2^(s - 127)
-template <int GAP> __device__ __forceinline__ uint4 pairs_scaled(unsigned *r, unsigned s) {
-    const unsigned c = ((127 + GAP) << 7) * 0x10001u, m = e8m0_bf16x2(s);
+/* r[0..3] (bf16 pairs of codes times 2^-GAP) times 2^GAP, then times 2^(s - 127). ONE: the
+ * caller knows s < 128 (every lane's: quant_one), so 2^(GAP + s - 127) is one normal bf16 and
+ * one multiplication by it gives the same exact value (both round the code times 2^(s - 127)
+ * once, where it is not representable) */
+template <int GAP, bool ONE = false>
+__device__ __forceinline__ uint4 pairs_scaled(unsigned *r, unsigned s) {
+    if constexpr (ONE) {
+        const unsigned m = ((s + GAP) << 7) * 0x10001u;
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-        r[j] = bf16x2_mul(bf16x2_mul(r[j], c), m);
+        for (int j = 0; j < 4; j++)
+            r[j] = bf16x2_mul(r[j], m);
+    } else {
+        const unsigned c = ((127 + GAP) << 7) * 0x10001u, m = e8m0_bf16x2(s);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            r[j] = bf16x2_mul(bf16x2_mul(r[j], c), m);
+    }
     return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+/* true when every lane's scale bytes (or-ed into o) are below 128: the decode then takes
+ * one multiplication a pair (pairs_scaled ONE). Real checkpoints' scales are below 2^0 (bytes
+ * below 127); a larger one takes the two multiplications, the same values. Every lane of the
+ * warp calls it. */
+__device__ __forceinline__ bool quant_one(unsigned o) {
+    return __all_sync(0xffffffffu, o < 128u);
 }
 
 /* 8 e4m3 codes as exact bf16 values times 2^(s - 127), pairs (0,2) (1,3) (4,6) (5,7):
  * s.eeee.mmm -> bf16 bits s.0000eeee.mmm0000, the code times 2^-120 */
-__device__ __forceinline__ uint4 q8_pairs(uint2 q, unsigned s) {
+template <bool ONE = false> __device__ __forceinline__ uint4 q8_pairs(uint2 q, unsigned s) {
     unsigned r[4] = {((q.x << 4) & 0x07F007F0u) | ((q.x << 8) & 0x80008000u),
                      ((q.x >> 4) & 0x07F007F0u) | (q.x & 0x80008000u),
                      ((q.y << 4) & 0x07F007F0u) | ((q.y << 8) & 0x80008000u),
                      ((q.y >> 4) & 0x07F007F0u) | (q.y & 0x80008000u)};
-    return pairs_scaled<120>(r, s);
+    return pairs_scaled<120, ONE>(r, s);
 }
 
 /* 8 e2m1 codes (element e in bits 4e .. 4e + 3 of q) as exact bf16 values times 2^(s - 127),
  * pairs (0,4) (1,5) (2,6) (3,7): s.ee.m -> bf16 bits s.0000000ee.m000000, the code times 2^-126 */
-__device__ __forceinline__ uint4 q4_pairs(unsigned q, unsigned s) {
+template <bool ONE = false> __device__ __forceinline__ uint4 q4_pairs(unsigned q, unsigned s) {
     unsigned r[4] = {((q << 6) & 0x01C001C0u) | ((q << 12) & 0x80008000u),
                      ((q << 2) & 0x01C001C0u) | ((q << 8) & 0x80008000u),
                      ((q >> 2) & 0x01C001C0u) | ((q << 4) & 0x80008000u),
                      ((q >> 6) & 0x01C001C0u) | (q & 0x80008000u)};
-    return pairs_scaled<126>(r, s);
+    return pairs_scaled<126, ONE>(r, s);
 }
 
 /* the 8 weights of one row of a raw load (its a or b bits and scale) as pairs in F's order */
-template <int F, typename B> __device__ __forceinline__ uint4 wraw_row(const B &bits, unsigned s) {
+template <int F, bool ONE = false, typename B>
+__device__ __forceinline__ uint4 wraw_row(const B &bits, unsigned s) {
     if constexpr (F == WF_BF16)
         return bits;
     else if constexpr (F == WF_Q8)
-        return q8_pairs(bits, s);
+        return q8_pairs<ONE>(bits, s);
     else
-        return q4_pairs(bits, s);
+        return q4_pairs<ONE>(bits, s);
 }
-template <int F> __device__ __forceinline__ uint4 wraw_a(const wraw<F> &v) {
+template <int F, bool ONE = false> __device__ __forceinline__ uint4 wraw_a(const wraw<F> &v) {
     if constexpr (F == WF_BF16)
         return v.a;
     else
-        return wraw_row<F>(v.a, v.sa);
+        return wraw_row<F, ONE>(v.a, v.sa);
 }
-template <int F> __device__ __forceinline__ uint4 wraw_b(const wraw<F> &v) {
+template <int F, bool ONE = false> __device__ __forceinline__ uint4 wraw_b(const wraw<F> &v) {
     if constexpr (F == WF_BF16)
         return v.b;
     else
-        return wraw_row<F>(v.b, v.sb);
+        return wraw_row<F, ONE>(v.b, v.sb);
+}
+
+/* the or of a raw load's scale bytes (0 for bf16) */
+template <int F> __device__ __forceinline__ unsigned wraw_sor(const wraw<F> &v) {
+    if constexpr (F == WF_BF16)
+        return 0;
+    else
+        return v.sa | v.sb;
 }
 
 /* pairs in F's order as the 8 weights in order (bf16 pairs (0,1) .. (6,7)) */

@@ -301,9 +301,7 @@ static void cu_set_deterministic(int on) {
 static const struct td_backend cuda_backend = {
     .name = "cuda",
     .on_device = 1,
-    // top-k / top-p rows come to the host until the GPU suite has run sample_cut_kernel
-    // (op/sample_rows' cut rows; written in session 30, not yet run)
-    .sample_cuts = 0,
+    .sample_cuts = 1, // top-k / top-p rows too (sample_cut_kernel)
     .ops = {.embed = embed_cuda,
             .matmul = matmul_cuda,
             .matmul_grouped = matmul_grouped_cuda,
