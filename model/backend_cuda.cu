@@ -137,8 +137,12 @@ static void cu_to_host_queued(void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaEventRecord(side_done, side));
 }
 
+static void tl_after_wait(void);
 static int cu_wait_queued(char *err, size_t errlen) {
     cudaError_t e = side ? cudaEventSynchronize(side_done) : cudaSuccess;
+    // the queued copy follows every point recorded so far (a step's "target" last): their times
+    // are known (a run of steps that only waits here printed no timeline)
+    if (e == cudaSuccess && side) tl_after_wait();
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
         snprintf(err, errlen, "cuda: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
@@ -191,6 +195,10 @@ static void tl_collect(void) {
         tl_at[0] = tl_at[tl_n - 1];
         tl_n = 1;
     }
+}
+
+static void tl_after_wait(void) {
+    if (tl_on > 0) tl_collect();
 }
 
 /* the profiler's window (TD_PROFILE_STEPS=A,B): the profiler runs from the A-th "step" point to
