@@ -458,55 +458,10 @@ mma_rows_q8h(float (*c)[4], const float *x0, int x_stride, int rows, const struc
 /* the narrow loads (8 weights of rows g and g + 8 a lane, k 8t .. 8t + 7 of a chunk of 32) of
  * chunks c0, c0 + stride, ... (MT_U of them, zeros past chunks) of NW matrices; narrow_x: the
  * lane's x row's 8 values of the same k */
-static __device__ int g_q4_sv =
-    1; /* TD_MOE_SV=0 (moe.cu): FP4 scales a byte a load (measuring only) */
-
 template <int F, bool VEC, int NW>
 __device__ __forceinline__ void narrow_w(wraw<F> (*wr)[MT_U], const struct wmat *w, int o0, int out,
                                          int in, int c0, int stride, int chunks) {
     int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-    if constexpr (F == WF_Q4) {
-        // FP4: a row's scale bytes of the step's MT_U chunks (chunk c: byte c) in one 16-byte
-        // load where they lie in one aligned 16 (the expert tiles: 4 warps, 4 chunks a step),
-        // shared by the quad's lanes, where a byte load a row and chunk cost a sector each:
-        // half of the batch-64 expert kernel's L1 sectors (session 31, Nsight Compute: 63% of
-        // its sectors excessive, L1 84% busy, DRAM 41%)
-        int off = c0 & 15;
-        bool al = w[0].srow % 16 == 0;
-#pragma unroll
-        for (int m = 0; m < NW; m++)
-            al = al && ((uintptr_t)w[m].s & 15) == 0;
-        if (off + stride * (MT_U - 1) < 16 && al && c0 < chunks && g_q4_sv) {
-#pragma unroll
-            for (int m = 0; m < NW; m++) {
-                uint4 sv[2];
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    int r = o0 + g + 8 * h;
-                    sv[h] = make_uint4(0x7F7F7F7Fu, 0x7F7F7F7Fu, 0x7F7F7F7Fu, 0x7F7F7F7Fu);
-                    if (r < out)
-                        sv[h] = __ldg((const uint4 *)(w[m].s + (size_t)(w[m].row0 + r) * w[m].srow +
-                                                      (c0 - off)));
-                }
-#pragma unroll
-                for (int u = 0; u < MT_U; u++) {
-                    int k = (c0 + u * stride) * 32 + 8 * t, o = off + u * stride;
-                    bool in_k = c0 + u * stride < chunks;
-                    wraw<WF_Q4> &v = wr[m][u];
-                    v.a = v.b = 0;
-                    v.sa = u4_word(sv[0], o >> 2) >> (8 * (o & 3)) & 0xFFu;
-                    v.sb = u4_word(sv[1], o >> 2) >> (8 * (o & 3)) & 0xFFu;
-                    const uint8_t *p = (const uint8_t *)w[m].p;
-                    int ra = w[m].row0 + o0 + g;
-                    if (in_k && o0 + g < out)
-                        v.a = *(const unsigned *)(p + ((size_t)ra * in + k) / 2);
-                    if (in_k && o0 + g + 8 < out)
-                        v.b = *(const unsigned *)(p + ((size_t)(ra + 8) * in + k) / 2);
-                }
-            }
-            return;
-        }
-    }
 #pragma unroll
     for (int u = 0; u < MT_U; u++) {
         int k = (c0 + u * stride) * 32 + 8 * t;

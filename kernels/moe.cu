@@ -573,8 +573,6 @@ extern "C" int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t er
                        "grouped expert kernels take at most %d",
                        r->moe_k, MOE_MAX_K);
     ensure_grouped(r->rows * r->moe_k, r->moe_experts, r->moe_inter, r->dim);
-    int sv = !getenv("TD_MOE_SV") || atoi(getenv("TD_MOE_SV"));
-    CUDA_CHECK(cudaMemcpyToSymbol(g_q4_sv, &sv, sizeof sv));
     return 0;
 }
 
@@ -600,7 +598,6 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
              picks, weights, m, k, n_experts, tm, g_perm, g_ord_pos, g_ord_w, g_tiles, g_ntiles);
     LAUNCH_CHECK();
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
-
     if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
         moe_mma(vec, n, n, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);
