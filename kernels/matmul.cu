@@ -362,6 +362,16 @@ static int q8h_nt(long long tiles) {
  * matmul_cuda_set_q8h_xt(1) or TD_Q8H_XT=1 makes them at every such launch, 2 or TD_Q8H_XT=0
  * never (measuring and testing); 0: by the tiles. */
 #define QUANT_MMA_ROWS 64
+/* the most rows a quantized step takes the skinny kernel at: QUANT_MMA_ROWS, or fewer with
+ * TD_QUANT_ROWS=N (measuring only: the bf16 copy and cuBLASLt past it) */
+static int quant_mma_rows(void) {
+    static int r = -1;
+    if (r < 0) {
+        r = getenv("TD_QUANT_ROWS") ? atoi(getenv("TD_QUANT_ROWS")) : QUANT_MMA_ROWS;
+        r = r < 0 ? 0 : r > QUANT_MMA_ROWS ? QUANT_MMA_ROWS : r;
+    }
+    return r;
+}
 #define Q8H_XT_TILES   256
 static int g_q8h_xt = -1; /* -1: TD_Q8H_XT not read yet */
 void matmul_cuda_set_q8h_xt(int on) {
@@ -599,7 +609,7 @@ extern "C" int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t
     if (r->quant_weight && q8h_xt_mode() != 2)
         ensure_xt((size_t)(r->rows < QUANT_MMA_ROWS ? r->rows : QUANT_MMA_ROWS) *
                   ceil_div(r->gemm_in, 64));
-    if (r->rows > QUANT_MMA_ROWS && (size_t)r->quant_weight > wbuf_cap) {
+    if (r->rows > quant_mma_rows() && (size_t)r->quant_weight > wbuf_cap) {
         wbuf_cap = (size_t)r->quant_weight; // grow only: captured graphs keep the old address
         CUDA_CHECK(cudaMalloc(&wbuf, wbuf_cap * sizeof(__nv_bfloat16)));
     }
@@ -673,7 +683,7 @@ static size_t skinny_wide_bytes(void) {
 
 /* whether a step of n rows of an [out, in] matrix of dtype t takes the skinny kernel */
 static bool skinny(enum td_dtype t, int n, int in, long long out) {
-    if (quantized(t)) return n <= QUANT_MMA_ROWS;
+    if (quantized(t)) return n <= quant_mma_rows();
     if (t != TD_DTYPE_BF16) return false;
     size_t reads = (size_t)out * in * 2 * (size_t)ceil_div(n, 8);
     return n <= SKINNY_ROWS || (n <= MATMUL_WIDE_ROWS && reads <= skinny_wide_bytes());
