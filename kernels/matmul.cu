@@ -3,7 +3,7 @@
  * (tensor cores, x as two bf16 terms);
  * wider steps go through cuBLASLt (x rounded to bf16, fp32 accumulation and output). Q8 / Q4
  * weights (the released FP8 / FP4, quant.cuh) take the same skinny kernel, their codes decoded
- * to bf16 in registers, up to QUANT_MMA_ROWS rows, and are decoded to a bf16 copy for
+ * to bf16 in registers, up to quant_mma_rows() rows (48), and are decoded to a bf16 copy for
  * cuBLASLt above. Other weight dtypes take a plain fp32 kernel (only small tensors stay fp32 on
  * the device; see td_model_upload). */
 #include <cooperative_groups.h>
@@ -362,17 +362,23 @@ static int q8h_nt(long long tiles) {
  * matmul_cuda_set_q8h_xt(1) or TD_Q8H_XT=1 makes them at every such launch, 2 or TD_Q8H_XT=0
  * never (measuring and testing); 0: by the tiles. */
 #define QUANT_MMA_ROWS 64
-/* the most rows a quantized step takes the skinny kernel at: QUANT_MMA_ROWS, or fewer with
- * TD_QUANT_ROWS=N (measuring only: the bf16 copy and cuBLASLt past it) */
+/* The most rows a quantized step takes the skinny kernel at (wider steps decode the matrix to a
+ * bf16 copy and run cuBLASLt): each row block of 8 decodes the tile again, while the copy costs
+ * a pass whatever the rows. Session 31 (H100, released slice, tandem bench on distinct
+ * prompts, tokens/s): batch 32 4258.2 on the skinny kernel against 4052.2 with the copy, batch
+ * 64 5298.1 against 5488.4. Both lines cross at about 46 rows if each grows with its row
+ * blocks: 48 (not measured between 32 and 64). TD_QUANT_ROWS=N (0 to QUANT_MMA_ROWS) sets it,
+ * measuring only. */
+#define QUANT_SKINNY_ROWS 48
 static int quant_mma_rows(void) {
     static int r = -1;
     if (r < 0) {
-        r = getenv("TD_QUANT_ROWS") ? atoi(getenv("TD_QUANT_ROWS")) : QUANT_MMA_ROWS;
+        r = getenv("TD_QUANT_ROWS") ? atoi(getenv("TD_QUANT_ROWS")) : QUANT_SKINNY_ROWS;
         r = r < 0 ? 0 : r > QUANT_MMA_ROWS ? QUANT_MMA_ROWS : r;
     }
     return r;
 }
-#define Q8H_XT_TILES   256
+#define Q8H_XT_TILES 256
 static int g_q8h_xt = -1; /* -1: TD_Q8H_XT not read yet */
 void matmul_cuda_set_q8h_xt(int on) {
     g_q8h_xt = on == 1 ? 1 : on == 2 ? 2 : 0;
@@ -596,10 +602,10 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
     }
 }
 
-/* Quantized weights (quant.h): steps of up to QUANT_MMA_ROWS rows take the skinny kernel, in
+/* Quantized weights (quant.h): steps of up to quant_mma_rows() rows take the skinny kernel, in
  * blocks of 8 rows whose reads of a tile follow each other (L2 serves all but the first);
  * wider steps (prefill) decode the matrix into a bf16 copy and run cuBLASLt on it, which at
- * such widths is bound by its arithmetic, not by the extra pass (QUANT_MMA_ROWS, above). */
+ * such widths is bound by its arithmetic, not by the extra pass (quant_mma_rows, above). */
 static __nv_bfloat16 *wbuf;
 static size_t wbuf_cap;
 

@@ -76,7 +76,7 @@ void matmul_cuda_set_deterministic(int on);
  * terms, 1 one; 0 chooses by the launch's tiles (the default, unless TD_Q8H_NT=1|2 at the
  * start). Either gives the same bits. */
 void matmul_cuda_set_q8h_nt(int nt);
-/* FP8 skinny steps of 9 to 64 rows: 1 makes x's half-precision terms once a launch for every
+/* FP8 skinny steps of 9 to 48 rows: 1 makes x's half-precision terms once a launch for every
  * tile (TD_Q8H_XT=1 at the start), 2 in each block (TD_Q8H_XT=0); 0 chooses by the launch's
  * tiles (the default). The same bits either way. */
 void matmul_cuda_set_q8h_xt(int on);
