@@ -572,6 +572,131 @@ mma_rows(float (*cout)[4], const float *xr, bool live, const struct wmat *w, int
     acc_out<NW, ACC>(cout, c);
 }
 
+/* FP4 tiles with the weights copied ahead (written in session 31, not yet run on a GPU: off
+ * unless TD_MOE_PIPE=1, moe.cu). The narrow form (mma_rows) makes a warp-step's 16 loads of 4
+ * bytes and then uses them, so a warp has bytes in flight only at the top of each step: at
+ * batch 64 the expert calls read 6.9 GB at 1.4 TB/s with most stalls waiting on those loads,
+ * and neither fewer instructions nor fewer L1 sectors made them faster (bench/RESULTS.md,
+ * session 31). Here each warp copies its steps' codes and scale bytes into a ring of
+ * Q4P_STAGES stages of its own shared memory (cp.async, 16 bytes a copy, no registers held),
+ * Q4P_STAGES - 1 steps ahead of the one it multiplies. A stage: for each matrix m, chunk u
+ * and row r of the 16, the row's 16 code bytes of the chunk at ((m MT_U + u) 16 + r) 16; then
+ * for each matrix and row the aligned 16 scale bytes that hold the step's chunks. The same
+ * chunks a warp, the same decode and the same mma in the same order as mma_rows: the same
+ * bits. KW 4 and MT_U 4: a step's chunks c0, c0 + 4, .. c0 + 12 with c0 % 16 the warp, so
+ * their scale bytes lie in one aligned 16 (in a multiple of 512). */
+#define Q4P_STAGES 4
+template <int NW> __host__ __device__ constexpr int q4p_stage_bytes() {
+    return NW * (MT_U * 16 * 16 + 16 * 16);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* one step's copies (chunks c0 + u stride) into stage st; zeros past out and past chunks */
+template <int NW>
+__device__ __forceinline__ void q4p_issue(uint8_t *st, const struct wmat *w, int o0, int out,
+                                          int in, int c0, int stride, int chunks) {
+    int l = threadIdx.x & 31;
+    constexpr int CODES = NW * MT_U * 16;
+#pragma unroll
+    for (int j = 0; j < CODES / 32; j++) {
+        int i = l + 32 * j, m = i / (MT_U * 16), u = i / 16 % MT_U, r = i % 16, c = c0 + u * stride;
+        bool v = o0 + r < out && c < chunks;
+        const uint8_t *src = (const uint8_t *)w[m].p +
+                             (size_t)(w[m].row0 + (v ? o0 + r : 0)) * (in / 2) + (v ? c : 0) * 16;
+        cp_async16(st + 16 * i, src, v);
+    }
+    if (l < NW * 16) {
+        int m = l / 16, r = l % 16;
+        bool v = o0 + r < out && c0 < chunks;
+        const uint8_t *src =
+            w[m].s + (size_t)(w[m].row0 + (v ? o0 + r : 0)) * w[m].srow + (v ? c0 & ~15 : 0);
+        cp_async16(st + 16 * (CODES + l), src, v);
+    }
+}
+
+template <int NW, int ACC, int XS>
+__device__ __forceinline__ void mma_rows_q4p(float (*cout)[4], bool live, const struct wmat *w,
+                                             int o0, int out, int in, int first, const uint4 *xs,
+                                             int xrows, uint8_t *ring) {
+    constexpr int KW = 4, S = Q4P_STAGES, SB = q4p_stage_bytes<NW>(), CODES = NW * MT_U * 16;
+    static_assert(MT_U == 4, "a step's scale bytes in one aligned 16");
+    static_assert(XS == 1 || XS == 2, "x terms staged or made before");
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float c[NW][ACC][4] = {};
+    int chunks = in / 32, step = KW * MT_U;
+    int n_it = first < chunks ? (chunks - first + step - 1) / step : 0;
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) {
+        if (s < n_it) q4p_issue<NW>(ring + s * SB, w, o0, out, in, first + s * step, KW, chunks);
+        cp_async_commit();
+    }
+    for (int it = 0; it < n_it; it++) {
+        int c0 = first + it * step;
+        uint4 xq[MT_U][2];
+        if constexpr (XS == 2) narrow_xt(xq, xs, live, in, c0, KW, chunks);
+        cp_async_wait<S - 2>();
+        __syncwarp();
+        int nx = it + S - 1; // into the stage the step before read
+        if (nx < n_it)
+            q4p_issue<NW>(ring + nx % S * SB, w, o0, out, in, first + nx * step, KW, chunks);
+        cp_async_commit();
+        const uint8_t *st = ring + it % S * SB;
+        uint4 sbk[NW][2];
+        unsigned sor = 0;
+#pragma unroll
+        for (int m = 0; m < NW; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                sbk[m][h] = *(const uint4 *)(st + 16 * (CODES + m * 16 + g + 8 * h));
+                sor |= sbk[m][h].x | sbk[m][h].y | sbk[m][h].z | sbk[m][h].w;
+            }
+        // the bytes of other warps' chunks are or-ed in too: below 128 all the more so
+        bool one = __all_sync(0xffffffffu, (sor & 0x80808080u) == 0);
+        int sh = 8 * (c0 & 3);
+        auto mul = [&](auto on) {
+            constexpr bool ONE = decltype(on)::value;
+#pragma unroll
+            for (int u = 0; u < MT_U; u++) {
+                if (c0 + u * KW >= chunks) break;
+                unsigned hi[4], lo[4];
+                if constexpr (XS == 1)
+                    xs_terms(xs, xrows, in, (c0 + u * KW) * 4 + t, hi, lo);
+                else
+                    hi[0] = xq[u][0].x, hi[1] = xq[u][0].y, hi[2] = xq[u][0].z, hi[3] = xq[u][0].w,
+                    lo[0] = xq[u][1].x, lo[1] = xq[u][1].y, lo[2] = xq[u][1].z, lo[3] = xq[u][1].w;
+#pragma unroll
+                for (int m = 0; m < NW; m++) {
+                    wraw<WF_Q4> v;
+                    const uint8_t *cw = st + 16 * ((m * MT_U + u) * 16 + g) + 4 * t;
+                    v.a = *(const unsigned *)cw, v.b = *(const unsigned *)(cw + 16 * 8);
+                    v.sa = u4_word(sbk[m][0], u) >> sh & 0xFFu;
+                    v.sb = u4_word(sbk[m][1], u) >> sh & 0xFFu;
+                    mma_8k<ACC>(c[m], wraw_a<WF_Q4, ONE>(v), wraw_b<WF_Q4, ONE>(v), hi, lo);
+                }
+            }
+        };
+        if (one)
+            mul(std::true_type{});
+        else
+            mul(std::false_type{});
+    }
+    cp_async_wait<0>();
+    __syncwarp(); // (the ring is the next tile's)
+    acc_out<NW, ACC>(cout, c);
+}
+
 /* the width of a chunk of k (a warp-step) for weights of format F */
 __host__ __device__ constexpr int mma_chunk(int f) {
     return f == WF_Q8 ? 64 : f == WF_Q4 ? 128 : 32;

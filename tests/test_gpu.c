@@ -495,6 +495,82 @@ static void test_q8h_xt(void) {
     }
 }
 
+/* FP4 experts copied ahead into each warp's shared memory (moe_cuda_set_pipe) against the
+ * narrow form: the same bits at 1 row (x staged in shared memory both ways), 8 and 40 rows
+ * (the up projection's x of hidden 2048 made before the tiles, the down one's staged), 1000
+ * and 1024 wide (a last tile of 8 features past the width); scale bytes 2^-14 .. 2^2, so some
+ * warps take the two-multiplication decode; a row alone gives its bits in the batch; and
+ * within the bf16 budget of the reference */
+static void test_moe_pipe(void) {
+    int E = 4, k = 3, D = 2048, ns[3] = {1, 8, 40};
+    for (int ii = 0; ii < 2; ii++) {
+        int I = ii ? 1000 : 1024;
+        case_begin();
+        rs = 0x51ed27a3c4e6b5f9ull + (uint64_t)ii;
+        const void *hp[3][4], *dp[3][4];
+        float *wfs[3][4];
+        for (int m = 0; m < 3; m++)
+            for (int e = 0; e < E; e++) {
+                int rows = m == 2 ? D : I, in = m == 2 ? I : D;
+                uint16_t *wb;
+                uint8_t *q = rand_quant_s(TD_DTYPE_Q4, rows, in, 113, &wb, &wfs[m][e]);
+                hp[m][e] = wfs[m][e];
+                dp[m][e] = dev_copy(q, td_quant_bytes(TD_DTYPE_Q4, rows, in));
+                free(q), free(wb);
+            }
+        struct expert_set eh = {.w1 = hp[0], .w3 = hp[1], .w2 = hp[2], .dtype = TD_DTYPE_F32};
+        struct expert_set ed = {.w1 = dev_copy(dp[0], sizeof dp[0]),
+                                .w3 = dev_copy(dp[1], sizeof dp[1]),
+                                .w2 = dev_copy(dp[2], sizeof dp[2]),
+                                .dtype = TD_DTYPE_Q4};
+        for (int ni = 0; ni < 3; ni++) {
+            int n = ns[ni];
+            int32_t *pk = malloc((size_t)n * k * 4);
+            float *wt = malloc((size_t)n * k * 4), *x = malloc((size_t)n * D * 4),
+                  *yh = malloc((size_t)n * D * 4);
+            for (int r = 0; r < n; r++)
+                for (int j = 0; j < k; j++)
+                    pk[r * k + j] = (r + j) % E, wt[r * k + j] = 0.5f + 0.1f * j;
+            for (int i = 0; i < n * D; i++)
+                x[i] = frand();
+            moe_experts_ref(yh, x, pk, wt, &eh, n, D, I, k, E, 0.5f);
+            float *dx = dev_copy(x, (size_t)n * D * 4), *dy = dev_out((size_t)n * D);
+            int32_t *dpk = dev_copy(pk, (size_t)n * k * 4);
+            float *dwt = dev_copy(wt, (size_t)n * k * 4), *got[2];
+            for (int on = 0; on < 2; on++) {
+                moe_cuda_set_pipe(on);
+                moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, 0.5f);
+                got[on] = fetch(dy, (size_t)n * D, "moe_experts pipe");
+            }
+            CHECK(!memcmp(got[0], got[1], (size_t)n * D * 4),
+                  "I %d, %d rows: copied ahead, other bits than the narrow form", I, n);
+            char what[64];
+            snprintf(what, sizeof what, "Q4 experts copied ahead, I %d, %d rows", I, n);
+            close_rel(what, got[1], yh, n, D, 1e-4 * sqrt(D / 64.0));
+            for (int r = 0; r < n; r += 13) {
+                float *d1 = dev_out((size_t)D);
+                moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * k, dwt + r * k, &ed, 1, D, I, k,
+                                 E, 0.5f);
+                float *g1 = fetch(d1, (size_t)D, "moe_experts pipe row");
+                CHECK(!memcmp(g1, got[1] + (size_t)r * D, (size_t)D * 4),
+                      "%s: row %d differs from the row alone", what, r);
+                free(g1);
+                release_out(d1);
+            }
+            moe_cuda_set_pipe(-1);
+            free(got[0]), free(got[1]), free(pk), free(wt), free(x), free(yh);
+            gpu->release(dx), release_out(dy), gpu->release(dpk), gpu->release(dwt);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "op/moe_experts_q4_pipe/I%d", I);
+        case_end(name, "");
+        for (int m = 0; m < 3; m++)
+            for (int e = 0; e < E; e++)
+                free(wfs[m][e]), gpu->release((void *)dp[m][e]);
+        gpu->release((void *)ed.w1), gpu->release((void *)ed.w3), gpu->release((void *)ed.w2);
+    }
+}
+
 /* routed experts on packed Q4 (and Q8) weights against the reference on their decode: small
  * and wide steps (both on the tensor-core tiles), a deep one (hidden 2048: 8 rows' x no longer
  * fits the shared memory the tiles stage it in, one row's does), batch-invariant mode's fp32
@@ -2498,6 +2574,7 @@ int main(int argc, char **argv) {
     test_matmul_quant();
     test_q8h_xt();
     test_moe_quant();
+    test_moe_pipe();
     test_pointwise();
     test_markov();
     test_copy_bytes();
