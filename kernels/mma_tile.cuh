@@ -496,6 +496,12 @@ __device__ __forceinline__ void narrow_xt(uint4 (*xq)[2], const uint4 *xb, bool 
     }
 }
 
+// a group's loaded terms (narrow_xt) as the mma's hi and lo pairs
+__device__ __forceinline__ void xq_terms(const uint4 *q, unsigned *hi, unsigned *lo) {
+    hi[0] = q[0].x, hi[1] = q[0].y, hi[2] = q[0].z, hi[3] = q[0].w;
+    lo[0] = q[1].x, lo[1] = q[1].y, lo[2] = q[1].z, lo[3] = q[1].w;
+}
+
 /* this warp's share of the tiles of weight rows o0 .. o0 + 15 of NW matrices w[m] [out, in] of
  * format F (quant.cuh: bf16, or FP8 / FP4 codes decoded to bf16 in registers)
  * (the same rows: an expert's gate and up projections) times x rows (this lane's: xr, read
@@ -552,8 +558,7 @@ mma_rows(float (*cout)[4], const float *xr, bool live, const struct wmat *w, int
                 if constexpr (XS == 1)
                     xs_terms(xs, xrows, in, (c0 + u * stride) * 4 + t, hi, lo);
                 else if constexpr (XS == 2)
-                    hi[0] = xq[u][0].x, hi[1] = xq[u][0].y, hi[2] = xq[u][0].z, hi[3] = xq[u][0].w,
-                    lo[0] = xq[u][1].x, lo[1] = xq[u][1].y, lo[2] = xq[u][1].z, lo[3] = xq[u][1].w;
+                    xq_terms(xq[u], hi, lo);
                 else
                     x_split<F>(xv[u], hi, lo);
                 constexpr bool ONE = decltype(one)::value;
@@ -674,8 +679,7 @@ __device__ __forceinline__ void mma_rows_q4p(float (*cout)[4], bool live, const 
                 if constexpr (XS == 1)
                     xs_terms(xs, xrows, in, (c0 + u * KW) * 4 + t, hi, lo);
                 else
-                    hi[0] = xq[u][0].x, hi[1] = xq[u][0].y, hi[2] = xq[u][0].z, hi[3] = xq[u][0].w,
-                    lo[0] = xq[u][1].x, lo[1] = xq[u][1].y, lo[2] = xq[u][1].z, lo[3] = xq[u][1].w;
+                    xq_terms(xq[u], hi, lo);
 #pragma unroll
                 for (int m = 0; m < NW; m++) {
                     wraw<WF_Q4> v;

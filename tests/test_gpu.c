@@ -495,6 +495,42 @@ static void test_q8h_xt(void) {
     }
 }
 
+/* E (at most 8) random experts of dtype t, gate and up [I, D] and down [D, I], scale bytes
+ * 113 .. 129 (2^-14 .. 2^2: the clamped SwiGLU between the two GEMMs would otherwise amplify
+ * the rounding of its inputs past the bound): eh their fp32 decode for the reference, ed the
+ * packed copies on the device */
+struct rand_experts {
+    float *wf[3][8];
+    const void *hp[3][8], *dp[3][8];
+    struct expert_set eh, ed;
+};
+
+static void rand_experts(struct rand_experts *x, enum td_dtype t, int E, int D, int I) {
+    for (int m = 0; m < 3; m++)
+        for (int e = 0; e < E; e++) {
+            int rows = m == 2 ? D : I, in = m == 2 ? I : D;
+            uint16_t *wb;
+            uint8_t *q = rand_quant_s(t, rows, in, 113, &wb, &x->wf[m][e]);
+            x->hp[m][e] = x->wf[m][e];
+            x->dp[m][e] = dev_copy(q, td_quant_bytes(t, rows, in));
+            free(q), free(wb);
+        }
+    x->eh =
+        (struct expert_set){.w1 = x->hp[0], .w3 = x->hp[1], .w2 = x->hp[2], .dtype = TD_DTYPE_F32};
+    x->ed = (struct expert_set){.w1 = dev_copy(x->dp[0], sizeof x->dp[0]),
+                                .w3 = dev_copy(x->dp[1], sizeof x->dp[1]),
+                                .w2 = dev_copy(x->dp[2], sizeof x->dp[2]),
+                                .dtype = t};
+}
+
+static void rand_experts_free(struct rand_experts *x, int E) {
+    for (int m = 0; m < 3; m++)
+        for (int e = 0; e < E; e++)
+            free(x->wf[m][e]), gpu->release((void *)x->dp[m][e]);
+    gpu->release((void *)x->ed.w1), gpu->release((void *)x->ed.w3);
+    gpu->release((void *)x->ed.w2);
+}
+
 /* FP4 experts copied ahead into each warp's shared memory (moe_cuda_set_pipe) against the
  * narrow form: the same bits at 1 row (x staged in shared memory both ways), 8 and 40 rows
  * (the up projection's x of hidden 2048 made before the tiles, the down one's staged), 1000
@@ -507,22 +543,8 @@ static void test_moe_pipe(void) {
         int I = ii ? 1000 : 1024;
         case_begin();
         rs = 0x51ed27a3c4e6b5f9ull + (uint64_t)ii;
-        const void *hp[3][4], *dp[3][4];
-        float *wfs[3][4];
-        for (int m = 0; m < 3; m++)
-            for (int e = 0; e < E; e++) {
-                int rows = m == 2 ? D : I, in = m == 2 ? I : D;
-                uint16_t *wb;
-                uint8_t *q = rand_quant_s(TD_DTYPE_Q4, rows, in, 113, &wb, &wfs[m][e]);
-                hp[m][e] = wfs[m][e];
-                dp[m][e] = dev_copy(q, td_quant_bytes(TD_DTYPE_Q4, rows, in));
-                free(q), free(wb);
-            }
-        struct expert_set eh = {.w1 = hp[0], .w3 = hp[1], .w2 = hp[2], .dtype = TD_DTYPE_F32};
-        struct expert_set ed = {.w1 = dev_copy(dp[0], sizeof dp[0]),
-                                .w3 = dev_copy(dp[1], sizeof dp[1]),
-                                .w2 = dev_copy(dp[2], sizeof dp[2]),
-                                .dtype = TD_DTYPE_Q4};
+        struct rand_experts rx;
+        rand_experts(&rx, TD_DTYPE_Q4, E, D, I);
         for (int ni = 0; ni < 3; ni++) {
             int n = ns[ni];
             int32_t *pk = malloc((size_t)n * k * 4);
@@ -533,13 +555,13 @@ static void test_moe_pipe(void) {
                     pk[r * k + j] = (r + j) % E, wt[r * k + j] = 0.5f + 0.1f * j;
             for (int i = 0; i < n * D; i++)
                 x[i] = frand();
-            moe_experts_ref(yh, x, pk, wt, &eh, n, D, I, k, E, 0.5f);
+            moe_experts_ref(yh, x, pk, wt, &rx.eh, n, D, I, k, E, 0.5f);
             float *dx = dev_copy(x, (size_t)n * D * 4), *dy = dev_out((size_t)n * D);
             int32_t *dpk = dev_copy(pk, (size_t)n * k * 4);
             float *dwt = dev_copy(wt, (size_t)n * k * 4), *got[2];
             for (int on = 0; on < 2; on++) {
                 moe_cuda_set_pipe(on);
-                moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, 0.5f);
+                moe_experts_cuda(dy, dx, dpk, dwt, &rx.ed, n, D, I, k, E, 0.5f);
                 got[on] = fetch(dy, (size_t)n * D, "moe_experts pipe");
             }
             CHECK(!memcmp(got[0], got[1], (size_t)n * D * 4),
@@ -549,8 +571,8 @@ static void test_moe_pipe(void) {
             close_rel(what, got[1], yh, n, D, 1e-4 * sqrt(D / 64.0));
             for (int r = 0; r < n; r += 13) {
                 float *d1 = dev_out((size_t)D);
-                moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * k, dwt + r * k, &ed, 1, D, I, k,
-                                 E, 0.5f);
+                moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * k, dwt + r * k, &rx.ed, 1, D, I,
+                                 k, E, 0.5f);
                 float *g1 = fetch(d1, (size_t)D, "moe_experts pipe row");
                 CHECK(!memcmp(g1, got[1] + (size_t)r * D, (size_t)D * 4),
                       "%s: row %d differs from the row alone", what, r);
@@ -564,10 +586,7 @@ static void test_moe_pipe(void) {
         char name[64];
         snprintf(name, sizeof name, "op/moe_experts_q4_pipe/I%d", I);
         case_end(name, "");
-        for (int m = 0; m < 3; m++)
-            for (int e = 0; e < E; e++)
-                free(wfs[m][e]), gpu->release((void *)dp[m][e]);
-        gpu->release((void *)ed.w1), gpu->release((void *)ed.w3), gpu->release((void *)ed.w2);
+        rand_experts_free(&rx, E);
     }
 }
 
@@ -587,19 +606,8 @@ static void test_moe_quant(void) {
             double tol = 1e-4 * sqrt(D / 64.0);
             case_begin();
             rs = 0x9e3779b97f4a7c15ull + (uint64_t)(3 * f + wide);
-            const void *hp[3][8], *dp[3][8];
-            float *wfs[3][8];
-            for (int m = 0; m < 3; m++)
-                for (int e = 0; e < E; e++) {
-                    int rows = m == 2 ? D : I, in = m == 2 ? I : D;
-                    uint16_t *wb;
-                    // scales 2^-14 .. 2^2: the clamped SwiGLU between the two GEMMs would
-                    // otherwise amplify the rounding of its inputs past the bound
-                    uint8_t *q = rand_quant_s(t, rows, in, 113, &wb, &wfs[m][e]);
-                    hp[m][e] = wfs[m][e];
-                    dp[m][e] = dev_copy(q, td_quant_bytes(t, rows, in));
-                    free(q), free(wb);
-                }
+            struct rand_experts rx;
+            rand_experts(&rx, t, E, D, I);
             int32_t *pk = malloc((size_t)n * k * 4);
             float *wt = malloc((size_t)n * k * 4), *x = malloc((size_t)n * D * 4);
             for (int r = 0; r < n; r++)
@@ -608,12 +616,8 @@ static void test_moe_quant(void) {
             for (int i = 0; i < n * D; i++)
                 x[i] = frand();
             float *yh = malloc((size_t)n * D * 4);
-            struct expert_set eh = {.w1 = hp[0], .w3 = hp[1], .w2 = hp[2], .dtype = TD_DTYPE_F32};
-            moe_experts_ref(yh, x, pk, wt, &eh, n, D, I, k, E, 0.5f);
-            struct expert_set ed = {.w1 = dev_copy(dp[0], sizeof dp[0]),
-                                    .w3 = dev_copy(dp[1], sizeof dp[1]),
-                                    .w2 = dev_copy(dp[2], sizeof dp[2]),
-                                    .dtype = t};
+            moe_experts_ref(yh, x, pk, wt, &rx.eh, n, D, I, k, E, 0.5f);
+            struct expert_set ed = rx.ed;
             float *dx = dev_copy(x, (size_t)n * D * 4), *dy = dev_out((size_t)n * D);
             int32_t *dpk = dev_copy(pk, (size_t)n * k * 4);
             float *dwt = dev_copy(wt, (size_t)n * k * 4);
@@ -642,12 +646,9 @@ static void test_moe_quant(void) {
             snprintf(name, sizeof name, "op/moe_experts_%s/%d_rows%s", f ? "q8" : "q4", n,
                      wide == 2 ? "_deep" : "");
             case_end(name, "");
-            for (int m = 0; m < 3; m++)
-                for (int e = 0; e < E; e++)
-                    free(wfs[m][e]), gpu->release((void *)dp[m][e]);
+            rand_experts_free(&rx, E);
             free(pk), free(wt), free(x), free(yh);
             gpu->release(dx), release_out(dy), gpu->release(dpk), gpu->release(dwt);
-            gpu->release((void *)ed.w1), gpu->release((void *)ed.w3), gpu->release((void *)ed.w2);
         }
 }
 
