@@ -45,11 +45,26 @@ echo "decode batch 1: $R1 tokens/s ($(echo "$o" | tps) with the prefill step)"
 J=/tmp/flash_prompts.jsonl
 : > $J
 for i in $(seq 1 64); do echo "{\"ids\": [$(ids 64 $i | sed 's/ *$//; s/ /, /g')]}" >> $J; done
+# the GPU's SM clock and power while a batch decodes (nvidia-smi every 100 ms): a step that runs
+# slower back to back than alone (session 31: 12.1 ms in the stream, 9.8 ms as one graph) may
+# be a lower clock under sustained load (the samples span the whole run, its start-up included)
+CLK=/tmp/flash_clocks.csv
 for B in 8 64; do
+    SMI=""
+    if [ "${BACKEND:-cuda}" = cuda ] && command -v nvidia-smi > /dev/null; then
+        nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > $CLK &
+        SMI=$!
+    fi
     o=$(${TANDEM:-./bin/tandem} bench --dummy-weights --model $M --backend ${BACKEND:-cuda} --prompts $J \
         --n-prompts $B --batch $B --max-tokens "$N" --max-ctx 4096 2>&1)
+    if [ -n "$SMI" ]; then kill $SMI 2>/dev/null || true; fi
     r=$(echo "$o" | sed -n 's/^bench: decode .*= \([0-9.]*\) tokens\/s.*/\1/p')
     echo "decode batch $B: $r tokens/s ($(echo "$o" | sed -n 's/^bench: .* output tokens .*= \([0-9.]*\) tokens\/s.*/\1/p') with the prefill steps; distinct prompts)"
+    if [ -n "$SMI" ]; then
+        sort -t, -k1n $CLK | awk -F, '{c[NR] = $1; if ($2 + 0 > w) w = $2 + 0} END {
+            if (NR) printf "  SM clock while it ran: %d to %d MHz (median %d), power up to %.0f W (%d samples)\n",
+                c[1], c[NR], c[int((NR + 1) / 2)], w, NR }'
+    fi
 done
 # the bytes a batch-1 step reads (tools/step_bytes.py) and, on the GPU, the copy bandwidth
 python3 tools/step_bytes.py $M/config.json --rows 1 --rate "$R1" $([ "${BACKEND:-cuda}" = cuda ] && echo --copy-bw)
