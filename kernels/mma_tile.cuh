@@ -80,18 +80,23 @@ __host__ __device__ constexpr size_t xs_bytes(int rows, int in) {
     return (size_t)rows * in * 4;
 }
 
+/* 8 values of x from p (16-byte aligned) as their B terms: t[0] the hi pairs, t[1] the lo
+ * pairs (x_split), as the staged and the made-before forms keep them */
+template <int F> __device__ __forceinline__ void x_terms8(uint4 *t, const float *p) {
+    float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    unsigned hi[4], lo[4];
+    x_split<F>(v, hi, lo);
+    t[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    t[1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+}
+
 template <int F, typename Row>
 __device__ __forceinline__ void xs_stage_rows(uint4 *xs, Row row, int rows, int in) {
     int n = in / 8 * rows;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         int G = i / rows, r = i - G * rows;
-        const float4 *p = (const float4 *)(row(r) + 8 * G);
-        float4 a = p[0], b = p[1];
-        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        unsigned hi[4], lo[4];
-        x_split<F>(v, hi, lo);
-        xs[2 * i] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        xs[2 * i + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        x_terms8<F>(xs + 2 * i, row(r) + 8 * G);
     }
     __syncthreads();
 }

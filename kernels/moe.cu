@@ -463,14 +463,7 @@ __global__ void __launch_bounds__(32 * MOE_MMA_KW, 5) moe_mma_occ_kernel(MOE_MMA
 template <int F> __global__ void moe_terms_kernel(uint4 *t, const float *x, int groups) {
     PDL_START();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= groups) return;
-    const float4 *p = (const float4 *)(x + (size_t)i * 8);
-    float4 a = p[0], b = p[1];
-    float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    unsigned hi[4], lo[4];
-    x_split<F>(v, hi, lo);
-    t[2 * (size_t)i] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    t[2 * (size_t)i + 1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    if (i < groups) x_terms8<F>(t + 2 * (size_t)i, x + (size_t)i * 8);
 }
 
 static uint4 *g_xt; /* x's terms for XS 2: MOE_MMA_ENTRIES rows of the widest K (ensure_grouped) */
