@@ -1315,14 +1315,15 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             fprintf(stderr,
                     "policy: step %ld, %d rows, %ld offered, %ld verified, %ld accepted, %.1f us "
                     "(target %.1f, verify %.1f, drafter %.1f, policy %.1f, caught up %ld), %d "
-                    "decoding, %ld out; next %s\n",
+                    "decoding, %ld out; next %s; host launch %.1f us, wait %.1f us\n",
                     e->stats.steps, e->plan.n_tok, e->step_offered, verified,
                     e->stats.accepted - accepted0, 1e6 * (t3 - t0), 1e6 * (t1 - t0),
                     1e6 * (t2 - t1), 1e6 * (t3 - t2), e->md.impl ? 1e6 * e->t_policy : 0.0,
                     e->caught, decoding, e->stats.tokens_out - out0,
                     !e->md.impl   ? "-"
                     : e->draft_on ? "drafts"
-                                  : "plain");
+                                  : "plain",
+                    1e6 * (tl - tp), 1e6 * (tw - tq));
         }
     }
     // forget finished requests: each step scans only the live ones

@@ -364,19 +364,13 @@ static void moe_gemm(dim3 grid, cudaStream_t s, int tm, float *out, const float 
 #define MOE_MMA_KW 4
 #define MOE_XS_MAX (32u << 10) /* x rows staged in shared memory up to this */
 
-/* P: FP4 weights copied ahead into each warp's ring (mma_rows_q4p), the rings first in the
- * block's shared memory, the staged x rows (XS 1) after them */
-#define MOE_RING_BYTES (MOE_MMA_KW * Q4P_STAGES * q4p_stage_bytes<2>())
-
-template <int F, bool VEC, bool WIDE, int XS, bool P = false>
+template <int F, bool VEC, bool WIDE, int XS>
 __device__ __forceinline__ void moe_mma_tiles(float *out, const float *in, const int32_t *perm,
                                               int k_per_row, int swiglu, const int32_t *tiles,
                                               const int32_t *n_tiles, const struct expert_set &ex,
                                               int K, int N, float limit, const uint4 *xt) {
     PDL_START();
-    extern __shared__ uint4 dyn[];
-    uint4 *xs = P ? dyn + MOE_RING_BYTES / 16 : dyn; // XS 1: the tile's x rows split once
-    uint8_t *ring = (uint8_t *)dyn + (threadIdx.x >> 5) * Q4P_STAGES * q4p_stage_bytes<2>();
+    extern __shared__ uint4 xs[]; // XS 1: the tile's x rows split once (xs_stage_rows)
     __shared__ float part[MOE_MMA_KW - 1][32][4];
     // the down projection of a width that is a multiple of 32 takes two tiles of 16 features
     // a block (pair), as two matrices 16 rows apart: a warp's loads of both in flight at once,
@@ -410,12 +404,7 @@ __device__ __forceinline__ void moe_mma_tiles(float *out, const float *in, const
         }
         // two matrices' rows together (gate and up, or the pair's two tiles): their loads in
         // flight at once
-        if constexpr (P) {
-            if (swiglu || pair)
-                mma_rows_q4p<2, 1, XS>(c, live, w, o0, N, K, threadIdx.x >> 5, xb, rows, ring);
-            else
-                mma_rows_q4p<1, 1, XS>(c, live, w, o0, N, K, threadIdx.x >> 5, xb, rows, ring);
-        } else if (swiglu || pair)
+        if (swiglu || pair)
             mma_rows<F, VEC, MOE_MMA_KW, 1, 2, WIDE, XS>(c, xr, live, w, o0, N, K, threadIdx.x >> 5,
                                                          MOE_MMA_KW, false, xb, rows);
         else
@@ -443,10 +432,10 @@ __device__ __forceinline__ void moe_mma_tiles(float *out, const float *in, const
     float *out, const float *in, const int32_t *perm, int k_per_row, int swiglu,                   \
         const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex, int K, int N,          \
         float limit, const uint4 *xt
-template <int F, bool VEC, bool WIDE, int XS, bool P = false>
+template <int F, bool VEC, bool WIDE, int XS>
 __global__ void __launch_bounds__(32 * MOE_MMA_KW) moe_mma_kernel(MOE_MMA_ARGS) {
-    moe_mma_tiles<F, VEC, WIDE, XS, P>(out, in, perm, k_per_row, swiglu, tiles, n_tiles, ex, K, N,
-                                       limit, xt);
+    moe_mma_tiles<F, VEC, WIDE, XS>(out, in, perm, k_per_row, swiglu, tiles, n_tiles, ex, K, N,
+                                    limit, xt);
 }
 /* FP4's XS 2 tiles compiled for 5 blocks a multiprocessor (96 registers, 4 bytes spilled,
  * against 125 and 4 blocks): the released slice's batch-64 expert calls took 4552 against 4686
@@ -467,28 +456,6 @@ template <int F> __global__ void moe_terms_kernel(uint4 *t, const float *x, int 
 }
 
 static uint4 *g_xt; /* x's terms for XS 2: MOE_MMA_ENTRIES rows of the widest K (ensure_grouped) */
-static int moe_pipe = -1; /* FP4 copied ahead (mma_rows_q4p): TD_MOE_PIPE=1, or the setter */
-
-extern "C" void moe_cuda_set_pipe(int on) {
-    moe_pipe = on;
-}
-
-/* a kernel's dynamic shared memory past 32 KB allowed once (the largest asked so far; with
- * its static memory a block past 48 KB needs it) */
-static void allow_smem(const void *kern, size_t bytes) {
-    static const void *k[16];
-    static size_t b[16];
-    static int n;
-    if (bytes <= 32 * 1024) return;
-    int i = 0;
-    while (i < n && k[i] != kern)
-        i++;
-    if (i < n && b[i] >= bytes) return;
-    TD_ASSERT(i < 16);
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    if (i == n) n++;
-    k[i] = kern, b[i] = bytes;
-}
 
 /* rows: the most x rows a tile has (a step's rows, at most 8); xrows: the rows of in (the
  * step's rows for the up projection, its entries for the down one). The tile's x rows are
@@ -508,14 +475,9 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
     int tr = rows < 8 ? rows : 8;
     size_t smem = xs_bytes(tr, K);
     int xs = !vec ? 0 : smem <= MOE_XS_MAX ? 1 : xrows <= MOE_MMA_ENTRIES ? 2 : 0;
-    // FP4 copied ahead: x staged or made before, and a step's scale bytes in one aligned 16
-    if (moe_pipe < 0) moe_pipe = getenv("TD_MOE_PIPE") && atoi(getenv("TD_MOE_PIPE"));
-    bool pipe = moe_pipe > 0 && ex->dtype == TD_DTYPE_Q4 && xs && K % 512 == 0;
-    size_t dsmem = (xs == 1 ? smem : 0) + (pipe ? MOE_RING_BYTES : 0);
     auto go = [&](auto kern) {
-        allow_smem((const void *)kern, dsmem);
-        launch_k(kern, grid, 32 * MOE_MMA_KW, dsmem, s, out, in, g_perm, k, swiglu, g_tiles,
-                 g_ntiles, *ex, K, N, limit, (const uint4 *)g_xt);
+        launch_k(kern, grid, 32 * MOE_MMA_KW, xs == 1 ? smem : 0, s, out, in, g_perm, k, swiglu,
+                 g_tiles, g_ntiles, *ex, K, N, limit, (const uint4 *)g_xt);
         LAUNCH_CHECK();
     };
     auto by_x = [&](auto f, auto v) {
@@ -526,12 +488,6 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
                 int groups = xrows * (K / 8);
                 launch_k(moe_terms_kernel<F>, ceil_div(groups, 256), 256, 0, s, g_xt, in, groups);
                 LAUNCH_CHECK();
-            }
-            if constexpr (F == WF_Q4)
-                if (pipe)
-                    return xs == 1 ? go(moe_mma_kernel<F, V, false, 1, true>)
-                                   : go(moe_mma_kernel<F, V, false, 2, true>);
-            if (xs == 2) {
                 if constexpr (F == WF_Q4)
                     go(moe_mma_occ_kernel<F>);
                 else

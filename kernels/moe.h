@@ -69,9 +69,6 @@ void moe_experts_cuda(float *out, const float *x, const int32_t *picks, const fl
 /* batch-invariant mode: every step's experts take the one fp32 tile form (a row's result
  * never depends on the step's size); otherwise small steps run on tensor cores */
 void moe_cuda_set_deterministic(int on);
-/* FP4 experts copied ahead into each warp's shared memory (1; 0 not; -1 from TD_MOE_PIPE, the
- * default): the same bits. Written in session 31, not yet run on a GPU. */
-void moe_cuda_set_pipe(int on);
 /* whether a step of `entries` (row, pick) entries, the shared expert's included, had better
  * run the shared expert among the routed ones: when they take the tensor-core tiles (a larger
  * step's shared expert is a dense GEMM), and always in batch-invariant mode (one form for every

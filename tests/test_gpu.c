@@ -238,9 +238,13 @@ static void test_matmul_quant(void) {
             uint8_t *q = rand_quant(t, out, in, &wb, &wf);
             for (int i = 0; i < n * in; i++)
                 x[i] = frand();
-            // up to 64 rows the tensor-core tiles read fp32 x (two bf16 terms), wider steps bf16
+            // the skinny tiles read fp32 x (two bf16 terms); wider steps (past quant_mma_rows,
+            // 48) decode the matrix to a bf16 copy for cuBLASLt on bf16 x
+            int skinny = matmul_cuda_reads_f32(t, n, in, out);
+            CHECK(skinny == (n <= 48), "%s: %d rows take the %s path", f ? "Q4" : "Q8", n,
+                  skinny ? "skinny" : "copy");
             for (int i = 0; i < n * in; i++)
-                xr[i] = n <= 64 ? x[i] : td_bf16_to_f32(bf16(x[i]));
+                xr[i] = skinny ? x[i] : td_bf16_to_f32(bf16(x[i]));
             float *y = malloc((size_t)n * out * 4), *yg = malloc((size_t)n * out * 4);
             matmul_ref(y, xr, wf, TD_DTYPE_F32, n, in, out, NULL, TD_DTYPE_F32);
             float *dx = dev_copy(x, (size_t)n * in * 4), *dy = dev_out((size_t)n * out);
@@ -253,9 +257,9 @@ static void test_matmul_quant(void) {
             close_rel(what, g, y, n, out, 1e-4);
             // decoded to bf16 for cuBLASLt: the bf16 GEMM's bits, where that takes cuBLASLt too
             // (a small bf16 matrix takes the skinny kernel up to 128 rows: 100 x 512 x 72)
-            CHECK(n <= 64 || matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in, out) == (out < 800),
+            CHECK(skinny || matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in, out) == (out < 800),
                   "%s: the bf16 matrix takes the %s path", what, out < 800 ? "cuBLASLt" : "skinny");
-            if (n > 64 && !matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in, out)) {
+            if (!skinny && !matmul_cuda_reads_f32(TD_DTYPE_BF16, n, in, out)) {
                 float *db = dev_out((size_t)n * out);
                 matmul_cuda(db, dx, dwb, TD_DTYPE_BF16, n, in, out, NULL, TD_DTYPE_F32);
                 float *gb = fetch(db, (size_t)n * out, "matmul bf16");
@@ -431,15 +435,16 @@ static void test_matmul_quant(void) {
 }
 
 /* x's half-precision terms made once a launch (matmul_cuda_set_q8h_xt) against made in every
- * block: the same bits at 9, 24, 37 and 64 rows (a last row block of 1, 0, 5 and 0 rows past
- * the others), for one FP8 matrix of an input that is not a multiple of 64 (its last chunk
+ * block: the same bits at 9, 24, 37 and 48 rows (a last row block of 1, 0, 5 and 0 rows past
+ * the others; 48 the widest skinny step), for one FP8 matrix of an input that is not a multiple of 64 (its last chunk
  * partly zeros), for a mixed set of FP8 and bf16 matrices, and with a row of 2^40 and a NaN
  * row among them; and within the bf16 budget of the reference */
 static void test_q8h_xt(void) {
-    int ns[4] = {9, 24, 37, 64}, in = 1000, out = 80;
+    int ns[4] = {9, 24, 37, 48}, in = 1000, out = 80;
     for (int ni = 0; ni < 4; ni++) {
         int n = ns[ni];
         case_begin();
+        CHECK(matmul_cuda_reads_f32(TD_DTYPE_Q8, n, in, out), "%d rows: not the skinny kernel", n);
         float *x = malloc((size_t)n * in * 4), *y = malloc((size_t)n * out * 4);
         for (int i = 0; i < n * in; i++)
             x[i] = frand();
@@ -529,65 +534,6 @@ static void rand_experts_free(struct rand_experts *x, int E) {
             free(x->wf[m][e]), gpu->release((void *)x->dp[m][e]);
     gpu->release((void *)x->ed.w1), gpu->release((void *)x->ed.w3);
     gpu->release((void *)x->ed.w2);
-}
-
-/* FP4 experts copied ahead into each warp's shared memory (moe_cuda_set_pipe) against the
- * narrow form: the same bits at 1 row (x staged in shared memory both ways), 8 and 40 rows
- * (the up projection's x of hidden 2048 made before the tiles, the down one's staged), 1000
- * and 1024 wide (a last tile of 8 features past the width); scale bytes 2^-14 .. 2^2, so some
- * warps take the two-multiplication decode; a row alone gives its bits in the batch; and
- * within the bf16 budget of the reference */
-static void test_moe_pipe(void) {
-    int E = 4, k = 3, D = 2048, ns[3] = {1, 8, 40};
-    for (int ii = 0; ii < 2; ii++) {
-        int I = ii ? 1000 : 1024;
-        case_begin();
-        rs = 0x51ed27a3c4e6b5f9ull + (uint64_t)ii;
-        struct rand_experts rx;
-        rand_experts(&rx, TD_DTYPE_Q4, E, D, I);
-        for (int ni = 0; ni < 3; ni++) {
-            int n = ns[ni];
-            int32_t *pk = malloc((size_t)n * k * 4);
-            float *wt = malloc((size_t)n * k * 4), *x = malloc((size_t)n * D * 4),
-                  *yh = malloc((size_t)n * D * 4);
-            for (int r = 0; r < n; r++)
-                for (int j = 0; j < k; j++)
-                    pk[r * k + j] = (r + j) % E, wt[r * k + j] = 0.5f + 0.1f * j;
-            for (int i = 0; i < n * D; i++)
-                x[i] = frand();
-            moe_experts_ref(yh, x, pk, wt, &rx.eh, n, D, I, k, E, 0.5f);
-            float *dx = dev_copy(x, (size_t)n * D * 4), *dy = dev_out((size_t)n * D);
-            int32_t *dpk = dev_copy(pk, (size_t)n * k * 4);
-            float *dwt = dev_copy(wt, (size_t)n * k * 4), *got[2];
-            for (int on = 0; on < 2; on++) {
-                moe_cuda_set_pipe(on);
-                moe_experts_cuda(dy, dx, dpk, dwt, &rx.ed, n, D, I, k, E, 0.5f);
-                got[on] = fetch(dy, (size_t)n * D, "moe_experts pipe");
-            }
-            CHECK(!memcmp(got[0], got[1], (size_t)n * D * 4),
-                  "I %d, %d rows: copied ahead, other bits than the narrow form", I, n);
-            char what[64];
-            snprintf(what, sizeof what, "Q4 experts copied ahead, I %d, %d rows", I, n);
-            close_rel(what, got[1], yh, n, D, 1e-4 * sqrt(D / 64.0));
-            for (int r = 0; r < n; r += 13) {
-                float *d1 = dev_out((size_t)D);
-                moe_experts_cuda(d1, dx + (size_t)r * D, dpk + r * k, dwt + r * k, &rx.ed, 1, D, I,
-                                 k, E, 0.5f);
-                float *g1 = fetch(d1, (size_t)D, "moe_experts pipe row");
-                CHECK(!memcmp(g1, got[1] + (size_t)r * D, (size_t)D * 4),
-                      "%s: row %d differs from the row alone", what, r);
-                free(g1);
-                release_out(d1);
-            }
-            moe_cuda_set_pipe(-1);
-            free(got[0]), free(got[1]), free(pk), free(wt), free(x), free(yh);
-            gpu->release(dx), release_out(dy), gpu->release(dpk), gpu->release(dwt);
-        }
-        char name[64];
-        snprintf(name, sizeof name, "op/moe_experts_q4_pipe/I%d", I);
-        case_end(name, "");
-        rand_experts_free(&rx, E);
-    }
 }
 
 /* routed experts on packed Q4 (and Q8) weights against the reference on their decode: small
@@ -2575,7 +2521,6 @@ int main(int argc, char **argv) {
     test_matmul_quant();
     test_q8h_xt();
     test_moe_quant();
-    test_moe_pipe();
     test_pointwise();
     test_markov();
     test_copy_bytes();
