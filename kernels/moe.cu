@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "gemm_tile.cuh"
 #include "mma_tile.cuh"
 #include "moe.h"
 
@@ -511,6 +512,82 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
         by_v(std::integral_constant<int, WF_BF16>{});
 }
 
+/* Wide steps (past MOE_MMA_ENTRIES entries: prefill) of bf16 experts: an expert's entries meet
+ * its weights in tiles of up to 64, so the tensor cores' arithmetic bounds the step and block
+ * tiles of 64 entries x 128 weight rows (gemm_tile.cuh) replace the 8-row tiles, which read an
+ * expert's weights once for every 8 of its entries. The Flash slice's 4096-token prefill spent
+ * 834.7 of its 1023.1 ms in the fp32 tiles these replace (Nsight Compute, H100, session 32).
+ * x and h enter as bf16 (the dense GEMMs of such steps round x so for cuBLASLt too; the
+ * reference casts h so before w2): x's copy xb lives in g_y's memory (the up projection reads
+ * it before the down one writes y there), h in g_h's. The up projection's tile rows interleave
+ * gate and up rows 32 at a time, so a warp holds both of its 32 features and applies the SwiGLU
+ * in registers. A row's sums do not depend on the rows beside it. */
+__global__ void moe_bf16_kernel(__nv_bfloat16 *y, const float *x, long long n8) {
+    PDL_START();
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    float4 a = ((const float4 *)x)[2 * i], b = ((const float4 *)x)[2 * i + 1];
+    ((uint4 *)y)[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y),
+                                 pack_bf16(b.z, b.w));
+}
+
+__global__ void __launch_bounds__(GT_THREADS)
+    moe_wide_kernel(void *out, const __nv_bfloat16 *in, const int32_t *perm, int k_per_row,
+                    int swiglu, const int32_t *tiles, const int32_t *n_tiles,
+                    struct expert_set ex, int K, int N, float limit) {
+    PDL_START();
+    __shared__ struct gt_smem sm;
+    int tile = blockIdx.y;
+    if (tile >= *n_tiles) return;
+    int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
+    const __nv_bfloat16 *w1 = (const __nv_bfloat16 *)(swiglu ? ex.w1[e] : ex.w2[e]),
+                        *w3 = (const __nv_bfloat16 *)ex.w3[e];
+    int f0 = blockIdx.x * (swiglu ? GT_BN / 2 : GT_BN);
+    struct gt_src src;
+    gt_sources(
+        &src,
+        [&](int r) -> const __nv_bfloat16 * {
+            if (r >= rows) return NULL;
+            int p = p0 + r;
+            return in + (size_t)(swiglu ? perm[p] / k_per_row : p) * K;
+        },
+        [&](int r) -> const __nv_bfloat16 * { // (up: 32 gate rows, their 32 up rows, twice)
+            int f = swiglu ? f0 + (r >> 6) * 32 + (r & 31) : f0 + r;
+            if (f >= N) return NULL;
+            return (swiglu && (r & 32) ? w3 : w1) + (size_t)f * K;
+        },
+        w1);
+    float c[2][8][4];
+    gt_tile(c, &sm, &src, K);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) { // rows g and g + 8 of the 16
+            int r = (w & 1) * 32 + 16 * mi + 8 * hf + g;
+            if (r >= rows) continue;
+            size_t p = (size_t)(p0 + r);
+            if (swiglu) {
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    int f = f0 + (w >> 1) * 32 + 8 * j + 2 * t; // N % 8 == 0: f + 1 < N too
+                    if (f >= N) continue;
+                    float h0 = swiglu_clamped(c[mi][j][2 * hf], c[mi][j + 4][2 * hf], limit),
+                          h1 = swiglu_clamped(c[mi][j][2 * hf + 1], c[mi][j + 4][2 * hf + 1], limit);
+                    *(unsigned *)((__nv_bfloat16 *)out + p * N + f) = pack_bf16(h0, h1);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    int f = f0 + (w >> 1) * 64 + 8 * j + 2 * t;
+                    if (f < N)
+                        *(float2 *)((float *)out + p * N + f) =
+                            make_float2(c[mi][j][2 * hf], c[mi][j][2 * hf + 1]);
+                }
+            }
+        }
+}
+
 /* out[t, c] = the row's entries' y[p, c] * weight, in ascending expert order (the reference's;
  * the group kernel laid the row's positions and weights out in it): every load first, then the
  * sum. A selection of the next expert inside the loop of dependent loads took 7.7 us a call on
@@ -583,7 +660,9 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     int m = n * k, small = m <= MOE_SMALL_ENTRIES,
         q = ex->dtype == TD_DTYPE_Q8 || ex->dtype == TD_DTYPE_Q4;
     int mma = !moe_deterministic && ((m <= MOE_MMA_ENTRIES && ex->dtype == TD_DTYPE_BF16) || q);
-    int tm = mma ? 8 : small ? TM_SMALL : TM;
+    int wide = !moe_deterministic && m > MOE_MMA_ENTRIES && ex->dtype == TD_DTYPE_BF16 &&
+               d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
+    int tm = wide ? GT_BM : mma ? 8 : small ? TM_SMALL : TM;
     int max_tiles = m / tm + n_experts + 1;
     ensure_grouped(m, n_experts, inter, d);
     cudaStream_t s = td_cuda_stream();
@@ -591,7 +670,20 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
              picks, weights, m, k, n_experts, tm, g_perm, g_ord_pos, g_ord_w, g_tiles, g_ntiles);
     LAUNCH_CHECK();
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
-    if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are multiples of 8
+    if (wide) {
+        __nv_bfloat16 *xb = (__nv_bfloat16 *)g_y, *hb = (__nv_bfloat16 *)g_h;
+        long long n8 = (long long)n * d / 8;
+        launch_k(moe_bf16_kernel, ceil_div(n8, 256), 256, 0, s, xb, x, n8);
+        LAUNCH_CHECK();
+        launch_k(moe_wide_kernel, dim3(ceil_div(inter, GT_BN / 2), ty), GT_THREADS, 0, s,
+                 (void *)hb, (const __nv_bfloat16 *)xb, g_perm, k, 1, g_tiles, g_ntiles, *ex, d,
+                 inter, limit);
+        LAUNCH_CHECK();
+        launch_k(moe_wide_kernel, dim3(ceil_div(d, GT_BN), ty), GT_THREADS, 0, s, (void *)g_y,
+                 (const __nv_bfloat16 *)hb, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d,
+                 limit);
+        LAUNCH_CHECK();
+    } else if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
         moe_mma(vec, n, n, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);
         moe_mma(vec, n, m, dim3(d % 32 == 0 ? d / 32 : ceil_div(d, 16), ty), s, g_y, g_h, 0, k, ex,

@@ -1,0 +1,142 @@
+/* gemm_tile.cuh: a block's tile of C = A . B^T on tensor cores for wide steps (prefill), where
+ * every weight row meets many rows of A and the arithmetic, not the weights' bytes, bounds the
+ * step (mma_tile.cuh is the other end: a few rows, the bytes).
+ *
+ * A: GT_BM rows of bf16, K contiguous, each row from its own address (gathered: an expert's
+ * rows); B: GT_BN rows of bf16 weights [N, K], each from its own address too (the caller maps a
+ * tile row to a weight row: the gate and up matrices interleave). Stages of GT_BK k go from
+ * global to shared memory by cp.async (16 bytes a copy, zeros past a row's end or for a row
+ * that is not there), GT_STAGES of them in flight; ldmatrix brings 8 x 8 blocks to
+ * mma.m16n8k16 fragments. Four warps: warp w takes A rows 32 (w & 1) .. + 32 and B rows
+ * 64 (w >> 1) .. + 64, as 2 x 8 tiles of 16 x 8 accumulators (c[mi][j]: rows 32 (w & 1) +
+ * 16 mi + g and + 8, B rows 64 (w >> 1) + 8 j + 2 t and + 1, with g = lane / 4, t = lane % 4).
+ * Each output's sum runs over k in ascending 16-wide steps whatever the rows beside it, so a row
+ * gets the same bits in any tile. */
+#ifndef TD_KERNELS_GEMM_TILE_CUH
+#define TD_KERNELS_GEMM_TILE_CUH
+
+#include "mma_tile.cuh"
+
+#define GT_BM      64
+#define GT_BN      128
+#define GT_BK      32
+#define GT_LD      40 /* a shared row: 32 k and 8 of padding (80 bytes: ldmatrix's 8 rows on distinct banks) */
+#define GT_STAGES  3
+#define GT_THREADS 128
+
+struct gt_smem {
+    __nv_bfloat16 a[GT_STAGES][GT_BM][GT_LD];
+    __nv_bfloat16 b[GT_STAGES][GT_BN][GT_LD];
+};
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool full) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+                 "r"(full ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;");
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix4(unsigned *r, const void *smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+/* A thread's copies of a stage: A chunks (row, 8 k) i and i + 128 of 64 x 4, B chunks i + 128 u
+ * of 128 x 4. a[u] / b[u]: the row's start (any valid address when the row is absent, for a
+ * zero fill), ka[u] / kb[u] the chunk's k within a stage. */
+struct gt_src {
+    const __nv_bfloat16 *a[2], *b[4];
+    bool a_on[2], b_on[4];
+};
+
+/* rows of A and B: row_a(r) / row_b(r) the address of tile row r, or NULL when it is not there */
+template <typename RowA, typename RowB>
+__device__ __forceinline__ void gt_sources(struct gt_src *s, RowA row_a, RowB row_b,
+                                           const __nv_bfloat16 *any) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const __nv_bfloat16 *p = row_a((threadIdx.x + GT_THREADS * u) >> 2);
+        s->a_on[u] = p != NULL, s->a[u] = p ? p : any;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const __nv_bfloat16 *p = row_b((threadIdx.x + GT_THREADS * u) >> 2);
+        s->b_on[u] = p != NULL, s->b[u] = p ? p : any;
+    }
+}
+
+__device__ __forceinline__ void gt_load(struct gt_smem *sm, int stage, const struct gt_src *s,
+                                        int k0, int K) {
+    int ch = (threadIdx.x & 3) * 8, k = k0 + ch; // K % 8 == 0: a chunk is all in or all out
+    bool in = k < K;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        int r = (threadIdx.x + GT_THREADS * u) >> 2;
+        bool on = s->a_on[u] && in;
+        cp_async16(&sm->a[stage][r][ch], on ? s->a[u] + k : s->a[u], on);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int r = (threadIdx.x + GT_THREADS * u) >> 2;
+        bool on = s->b_on[u] && in;
+        cp_async16(&sm->b[stage][r][ch], on ? s->b[u] + k : s->b[u], on);
+    }
+}
+
+/* the block's 64 x 128 tile over k = 0 .. K (K a multiple of 8) into c */
+__device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem *sm,
+                                        const struct gt_src *s, int K) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = (w & 1) * 32, wn = (w >> 1) * 64;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            c[mi][j][0] = c[mi][j][1] = c[mi][j][2] = c[mi][j][3] = 0.0f;
+    int kt_n = (K + GT_BK - 1) / GT_BK;
+#pragma unroll
+    for (int st = 0; st < GT_STAGES - 1; st++) {
+        if (st < kt_n) gt_load(sm, st, s, st * GT_BK, K);
+        cp_async_commit();
+    }
+    // ldmatrix's lane addresses: A rows lane & 15, k (lane >> 4) 8; B rows (lane & 7) +
+    // (lane >> 4) 8, k ((lane >> 3) & 1) 8 (blocks: j's k 0-7, j's k 8-15, j + 1's, j + 1's)
+    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
+        bk = ((lane >> 3) & 1) * 8;
+    for (int kt = 0; kt < kt_n; kt++) {
+        cp_async_wait<GT_STAGES - 2>();
+        __syncthreads(); // stage kt landed for every thread; stage kt - 1 is free to refill
+        int nx = kt + GT_STAGES - 1;
+        if (nx < kt_n) gt_load(sm, nx % GT_STAGES, s, nx * GT_BK, K);
+        cp_async_commit();
+        int st = kt % GT_STAGES;
+#pragma unroll
+        for (int kk = 0; kk < GT_BK; kk += 16) {
+            unsigned a[2][4], b[4][4];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+                ldmatrix4(a[mi], &sm->a[st][wm + 16 * mi + ar][kk + ak]);
+#pragma unroll
+            for (int jp = 0; jp < 4; jp++)
+                ldmatrix4(b[jp], &sm->b[st][wn + 16 * jp + br][kk + bk]);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    mma_bf16(c[mi][j], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[j >> 1][2 * (j & 1)],
+                             b[j >> 1][2 * (j & 1) + 1]);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads(); // (the shared memory is the next tile's)
+}
+
+#endif
