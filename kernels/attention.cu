@@ -8,6 +8,7 @@
 
 #include "attention.h"
 #include "cuda_common.cuh"
+#include "gemm_tile.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -324,6 +325,220 @@ template <typename F> static void by_kv(int kt, F &&f) {
         f(std::integral_constant<int, TD_KV_F32>{});
 }
 
+/* Wide steps (prefill) on tensor cores (attention_mma_kernel): a block per row holds its heads'
+ * queries as the 64-row A of two GEMMs, S = Q K^T and O += P V, over chunks of AM_KEYS keys
+ * (K = V), with bf16 operands and fp32 accumulators and the same online softmax (running max,
+ * sum, output rescaled by exp(m_old - m)). The block-per-row-and-head-group kernel above runs
+ * its dots on the fp32 pipes: a 4096-token prefill of the Flash slice spent 120.5 of its 232 ms
+ * there (Nsight Compute, H100, session 32). Shared memory: Q [64][D + 8] bf16, two key chunks
+ * [AM_KEYS][D + 8] (8 of padding: ldmatrix rows on distinct banks), S fp32 [64][AM_KEYS + 1],
+ * P bf16 [64][AM_KEYS + 8], each head's m, l and correction, the chunk's key addresses.
+ * Eight warps: for S, warp w takes heads 16 (w >> 1) .. + 16 and keys 16 (w & 1) .. + 16;
+ * for O, heads 16 (w & 3) and columns (w >> 2) D / 2 .. + D / 2 (32 tiles of 8: 128
+ * accumulators a lane). Each row's keys and sums follow its own key list: a row's result does
+ * not depend on the rows beside it. Batch-invariant mode keeps the fp32 kernel at every width
+ * (its results do not depend on the step's width either). */
+#define AM_HEADS   64
+#define AM_KEYS    32
+#define AM_THREADS 256
+#define AM_ROWS    256 /* steps of at least this many rows take it (attention_cuda_set_wide) */
+
+template <int D> struct am_smem {
+    static constexpr int LD = D + 8, LS = AM_KEYS + 1, LP = AM_KEYS + 8;
+    __nv_bfloat16 q[AM_HEADS][LD];
+    __nv_bfloat16 k[2][AM_KEYS][LD];
+    float s[AM_HEADS][LS];
+    __nv_bfloat16 p[AM_HEADS][LP];
+    float m[AM_HEADS], l[AM_HEADS], cor[AM_HEADS];
+    const void *kp[AM_KEYS];
+};
+
+static int am_mode;         /* 0: by the step's rows; 1: every step; 2: never (tests, A/B) */
+static int am_deterministic; /* batch-invariant mode: never */
+
+extern "C" void attention_cuda_set_wide(int mode) {
+    am_mode = mode;
+}
+
+extern "C" void attention_cuda_set_deterministic(int on) {
+    am_deterministic = on;
+}
+
+/* 16 columns c0 .. c0 + 15 of key p as bf16 pairs into dst (8-byte aligned) */
+template <int KT>
+__device__ __forceinline__ void am_key16(__nv_bfloat16 *dst, const void *p, const kv_fmt &f,
+                                         int c0) {
+    float v[16];
+    if (!p) {
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            v[i] = 0.0f;
+    } else if constexpr (KT == TD_KV_F32) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float4 x = ((const float4 *)((const float *)p + c0))[i];
+            v[4 * i] = x.x, v[4 * i + 1] = x.y, v[4 * i + 2] = x.z, v[4 * i + 3] = x.w;
+        }
+    } else {
+        key_lane<16, KT>(p, f, c0, v);
+    }
+    uint4 *o = (uint4 *)(dst + c0);
+    o[0] = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
+                      pack_bf16(v[6], v[7]));
+    o[1] = make_uint4(pack_bf16(v[8], v[9]), pack_bf16(v[10], v[11]), pack_bf16(v[12], v[13]),
+                      pack_bf16(v[14], v[15]));
+}
+
+template <int D, int KT>
+__global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct attn_args a) {
+    prefetch_row_plan(a.rows, blockIdx.x);
+    PDL_START();
+    extern __shared__ __align__(16) unsigned char smb[];
+    am_smem<D> &sm = *(am_smem<D> *)smb;
+    const struct rows_view &r = a.rows;
+    int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    if (r.row_seq[t] < 0) return; // a pad row: inert
+    int sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
+    int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
+    if (a.entries) {
+        if (a.use_topk) {
+            const int32_t *pk = r.topk + (size_t)t * r.topk_stride;
+            for (int j0 = 0; j0 < r.topk_stride; j0 += blockDim.x) {
+                int j = j0 + tid;
+                n_ent += __syncthreads_count(j < r.topk_stride && pk[j] >= 0);
+            }
+        } else {
+            n_ent = r.vis[t];
+        }
+    }
+    int nk = n_swa + n_ent;
+    const kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
+    // the queries (heads past n_heads zero), the running statistics
+    for (int i = tid; i < AM_HEADS * D / 4; i += AM_THREADS) {
+        int h = i / (D / 4), c = 4 * (i % (D / 4));
+        float4 x = h < a.n_heads ? *(const float4 *)(a.q + ((size_t)t * a.n_heads + h) * D + c)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *(uint2 *)&sm.q[h][c] = make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
+    }
+    if (tid < AM_HEADS) sm.m[tid] = -INFINITY, sm.l[tid] = 0.0f;
+    // chunk c's keys into buffer b: their addresses by the first warp, then 8 threads a key
+    auto load = [&](int c, int b) {
+        if (tid < AM_KEYS) {
+            int j = c * AM_KEYS + tid;
+            sm.kp[tid] = j < nk ? key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
+        }
+        __syncthreads();
+        int u = tid >> 3, sub = tid & 7;
+        const void *p = sm.kp[u];
+#pragma unroll
+        for (int c0 = 16 * sub; c0 < D; c0 += 128)
+            am_key16<KT>(&sm.k[b][u][0], p, f, c0);
+    };
+    int n_chunks = (nk + AM_KEYS - 1) / AM_KEYS;
+    if (n_chunks) load(0, 0);
+    constexpr int NT = D / 16; // O's tiles of 8 columns a warp (D / 2 columns)
+    float o[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    int g = lane >> 2, tq = lane & 3;
+    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
+        bk = ((lane >> 3) & 1) * 8;
+    for (int c = 0; c < n_chunks; c++) {
+        int b = c & 1;
+        __syncthreads(); // chunk c's keys and the queries are in; S and P are free
+        { // S = Q K^T: heads 16 (w >> 1), keys 16 (w & 1) .. + 16
+            int hm = (w >> 1) * 16, kn = (w & 1) * 16;
+            float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll 8
+            for (int kk = 0; kk < D; kk += 16) {
+                unsigned qa[4], kb[4];
+                ldmatrix4(qa, &sm.q[hm + ar][kk + ak]);
+                ldmatrix4(kb, &sm.k[b][kn + br][kk + bk]);
+                mma_bf16(sc[0], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+                mma_bf16(sc[1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int col = kn + 8 * j + 2 * tq + (e & 1), h = hm + g + 8 * (e >> 1);
+                    sm.s[h][col] = c * AM_KEYS + col < nk ? sc[j][e] * a.scale : -INFINITY;
+                }
+        }
+        if (c + 1 < n_chunks) load(c + 1, b ^ 1); // (its sync also orders S before the softmax)
+        else __syncthreads();
+        { // the online softmax: 4 threads a head, 8 keys each
+            int h = tid >> 2, q = tid & 3;
+            float sv[8], mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                sv[i] = sm.s[h][8 * q + i], mx = fmaxf(mx, sv[i]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mo = sm.m[h], mn = fmaxf(mo, mx);
+            float cor = mn == -INFINITY ? 1.0f : mo == -INFINITY ? 0.0f : expf(mo - mn), sum = 0.0f;
+            float pv[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                pv[i] = sv[i] == -INFINITY ? 0.0f : expf(sv[i] - mn), sum += pv[i];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            *(uint4 *)&sm.p[h][8 * q] = make_uint4(pack_bf16(pv[0], pv[1]), pack_bf16(pv[2], pv[3]),
+                                                   pack_bf16(pv[4], pv[5]), pack_bf16(pv[6], pv[7]));
+            __syncwarp();
+            if (q == 0) sm.m[h] = mn, sm.l[h] = sm.l[h] * cor + sum, sm.cor[h] = cor;
+        }
+        __syncthreads();
+        { // O = O cor + P V: heads 16 (w & 3), columns (w >> 2) D / 2 ..
+            int hm = (w & 3) * 16, cn = (w >> 2) * (D / 2);
+            float c0 = sm.cor[hm + g], c1 = sm.cor[hm + g + 8];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                o[j][0] *= c0, o[j][1] *= c0, o[j][2] *= c1, o[j][3] *= c1;
+#pragma unroll
+            for (int ks = 0; ks < AM_KEYS; ks += 16) {
+                unsigned pa[4];
+                ldmatrix4(pa, &sm.p[hm + ar][ks + ak]);
+                int kr = ks + (lane & 7) + ((lane >> 3) & 1) * 8, kc = (lane >> 4) * 8;
+#pragma unroll
+                for (int jp = 0; jp < NT / 2; jp++) {
+                    unsigned vb[4];
+                    ldmatrix4_trans(vb, &sm.k[b][kr][cn + 16 * jp + kc]);
+                    mma_bf16(o[2 * jp], pa[0], pa[1], pa[2], pa[3], vb[0], vb[1]);
+                    mma_bf16(o[2 * jp + 1], pa[0], pa[1], pa[2], pa[3], vb[2], vb[3]);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // out = O exp(m - M) / (l exp(m - M) + exp(sink - M)), M = max(m, sink); the trailing
+    // rot_dim columns rotated back at the row's position (pairs (c, c + 1), c even)
+    int hm = (w & 3) * 16, cn = (w >> 2) * (D / 2), p0 = a.inv_freq ? D - a.rot_dim : D;
+#pragma unroll
+    for (int e2 = 0; e2 < 2; e2++) {
+        int h = hm + g + 8 * e2;
+        if (h >= a.n_heads) continue;
+        float m = sm.m[h], sink = a.sinks[h], M = fmaxf(m, sink);
+        float sc = m == -INFINITY ? 0.0f : expf(m - M), tot = sm.l[h] * sc + expf(sink - M);
+        float *oh = a.out + ((size_t)t * a.n_heads + h) * D;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            int cc = cn + 8 * j + 2 * tq;
+            float v0 = M == -INFINITY ? 0.0f : o[j][2 * e2] * sc / tot,
+                  v1 = M == -INFINITY ? 0.0f : o[j][2 * e2 + 1] * sc / tot;
+            if (cc >= p0) {
+                float cs, sn;
+                rope_cos_sin((float)r.positions[t], a.inv_freq, (cc - p0) >> 1, a.attn_factor, &cs,
+                             &sn);
+                float2 y = rope_pair(v0, v1, cs, -sn);
+                v0 = y.x, v1 = y.y;
+            }
+            *(float2 *)(oh + cc) = make_float2(v0, v1);
+        }
+    }
+}
+
 static size_t smem_set;
 
 static void ensure_smem(size_t smem) {
@@ -338,6 +553,20 @@ static void ensure_smem(size_t smem) {
                 });
             });
     smem_set = smem;
+}
+
+/* the tensor-core kernel's shared memory (past 48 KB) allowed once, at start-up for heads of 512
+ * (attention_cuda_reserve: outside any capture) */
+static void am_allow(void) {
+    static bool done;
+    if (done) return;
+    for (int kt = TD_KV_F32; kt <= TD_KV_FP8; kt++)
+        by_kv(kt, [&](auto k) {
+            CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<512, decltype(k)::value>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)sizeof(am_smem<512>)));
+        });
+    done = true;
 }
 
 /* the widest rows a model gives the kernel, checked and allowed once before any step: a head
@@ -357,12 +586,24 @@ extern "C" int attention_cuda_reserve(const struct td_reserve *r, char *err, siz
                        "keys of the widest row: %d), the GPU has %d",
                        smem, r->max_keys, most);
     ensure_smem(smem);
+    if (r->head_dim == 512) am_allow();
     return 0;
 }
 
 extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (!a->rows.n_tok) return;
     TD_ASSERT(a->d <= ATTENTION_MAX_D); // attention_cuda_reserve refuses such models first
+    bool wide = am_mode == 1 || (am_mode == 0 && a->rows.n_tok >= AM_ROWS);
+    if (wide && !am_deterministic && a->d == 512 && a->n_heads <= AM_HEADS &&
+        (!a->inv_freq || (a->d - a->rot_dim) % 2 == 0)) {
+        am_allow();
+        by_kv(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
+            launch_k(attention_mma_kernel<512, decltype(k)::value>, a->rows.n_tok, AM_THREADS,
+                     sizeof(am_smem<512>), td_cuda_stream(), *a);
+        });
+        LAUNCH_CHECK();
+        return;
+    }
     // capacity: the window plus every compressed entry a row may see (top-k or all visible)
     int max_keys =
         a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);

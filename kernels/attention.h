@@ -57,6 +57,11 @@ void attention_rows_ref(const struct attn_args *a);
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */
 void attention_rows_cuda(const struct attn_args *a);
+/* steps of many rows (prefill) take a tensor-core kernel (bf16 operands, fp32 sums) for heads of
+ * 512 columns: mode 0 from AM_ROWS rows (the default), 1 at every step, 2 never (tests, A/B);
+ * batch-invariant mode (set_deterministic) never */
+void attention_cuda_set_wide(int mode);
+void attention_cuda_set_deterministic(int on);
 
 #ifdef __cplusplus
 }

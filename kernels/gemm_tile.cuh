@@ -50,6 +50,14 @@ __device__ __forceinline__ void ldmatrix4(unsigned *r, const void *smem) {
                  : "r"(s));
 }
 
+/* the same, each 8 x 8 block transposed (B fragments of a [k][n] matrix in shared memory) */
+__device__ __forceinline__ void ldmatrix4_trans(unsigned *r, const void *smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
 /* A thread's copies of a stage: A chunks (row, 8 k) i and i + 128 of 64 x 4, B chunks i + 128 u
  * of 128 x 4. a[u] / b[u]: the row's start (any valid address when the row is absent, for a
  * zero fill), ka[u] / kb[u] the chunk's k within a stage. */

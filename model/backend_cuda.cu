@@ -304,6 +304,7 @@ static int cu_reserve(const struct td_reserve *r, char *err, size_t errlen) {
 static void cu_set_deterministic(int on) {
     matmul_cuda_set_deterministic(on);
     moe_cuda_set_deterministic(on);
+    attention_cuda_set_deterministic(on);
 }
 
 static const struct td_backend cuda_backend = {

@@ -818,6 +818,15 @@ static void test_hc(int n, int nc, int d) {
         close_rel("hc_pre collapsed", gc, col, n, d, 1e-4);
         close_rel("hc_pre post", gp, post, n, nc, 1e-4);
         close_rel("hc_pre comb", gm, comb, (long)n * nc, nc, 1e-4);
+        if (n >= 256) { // a wide step's blocks take 16 tokens each: the first 3 rows alone
+            float *d3 = dev_out((size_t)3 * d), *p3 = dev_out((size_t)3 * nc),
+                  *m3 = dev_out((size_t)3 * nc * nc);
+            hc_pre_cuda(d3, p3, m3, dx, &dhw, 3, nc, d, 20, 1e-6f, 1e-6f, NULL, TD_DTYPE_F32);
+            float *g3 = fetch(d3, (size_t)3 * d, "hc_pre 3 rows");
+            CHECK(!memcmp(g3, gc, (size_t)3 * d * 4), "hc_pre: rows 0-2 differ alone");
+            free(g3);
+            release_out(d3), release_out(p3), release_out(m3);
+        }
         // with the layer's norm (bf16 weight) on the collapsed rows
         uint16_t *nw = malloc((size_t)d * 2);
         for (int i = 0; i < d; i++)
@@ -1142,6 +1151,7 @@ static void test_pointwise(void) {
 
     test_hc(n, 4, d);    // the Sinkhorn in registers, the mixes in one block
     test_hc(3, 4, 1536); // width 6144: the mixes split over column chunks (HC_SPLIT_MIN)
+    test_hc(300, 4, 1536); // a wide step: 16 tokens a block (HC_MIX_WIDE)
     test_hc(5, 6, 40);   // nc > 4: the Sinkhorn in shared memory
     test_hc(2, 5, 1000); // both, with a last chunk of 8 columns
     test_hc(7, 3, 50);   // nc = 3: the warp's Sinkhorn with padded lanes
@@ -1689,6 +1699,69 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
         free(g);
         release_out(dout);
     }
+    // prefill's tensor-core kernel (attention_cuda_set_wide(1): at every step; heads of 512):
+    // csa through the picks and hca over 128 entries, both with V's rope, on fp32, bf16 and fp8
+    // key records (64 bf16 rope dims); bf16 operands and fp32 sums, so within 1e-2 of the
+    // reference on the records' values (the fp32 kernel: 1e-4)
+    for (int kt = TD_KV_F32; d == 512 && kt <= TD_KV_FP8; kt++)
+        for (int k = 1; k <= 3; k += 2) {
+            case_begin();
+            struct kv_fmt f = kv_fmt_of(kt, d, 64);
+            int nek = k == 3 ? ne4 : ne;
+            const float *src[3] = {kv, swa, k == 3 ? ent4 : ent};
+            size_t rows[3] = {(size_t)n, (size_t)S * ring, (size_t)S * nek};
+            float *val[3];
+            unsigned char *rec[3];
+            void *drec[3];
+            for (int b = 0; b < 3; b++) { // each row's record, and the values it holds
+                val[b] = malloc(rows[b] * d * 4), rec[b] = malloc(rows[b] * f.rec);
+                memcpy(val[b], src[b], rows[b] * d * 4);
+                for (size_t i = 0; i < rows[b]; i++)
+                    kv_put_ref(rec[b] + i * f.rec, val[b] + i * d, f);
+                drec[b] = dev_copy(rec[b], rows[b] * f.rec);
+            }
+            struct rows_view rh2 = rh, rd2 = rd;
+            if (k == 3) rh2.vis = p->vis_hca, rd2.vis = vis_hca_dev;
+            float ainv[8];
+            struct rope_params arp = plain_rope(10000, 16);
+            rope_inv_freq_ref(ainv, &arp);
+            float *dainv = dev_copy(ainv, sizeof ainv);
+            struct attn_args ah = {.rows = rh2,
+                                   .out = out,
+                                   .q = q,
+                                   .kv = val[0],
+                                   .swa_ring = val[1],
+                                   .swa_rows = ring,
+                                   .entries = val[2],
+                                   .n_entries = nek,
+                                   .use_topk = k == 1,
+                                   .sinks = sinks,
+                                   .n_heads = H,
+                                   .d = d,
+                                   .scale = 0.18f,
+                                   .inv_freq = ainv,
+                                   .rot_dim = 16,
+                                   .attn_factor = 0.9f};
+            attention_rows_ref(&ah);
+            float *dout = dev_out((size_t)n * H * d);
+            struct attn_args ad = ah;
+            ad.rows = rd2, ad.out = dout, ad.q = dq, ad.kv = drec[0], ad.swa_ring = drec[1];
+            ad.entries = drec[2], ad.fmt = f, ad.sinks = dsink, ad.inv_freq = dainv;
+            attention_cuda_set_wide(1);
+            attention_rows_cuda(&ad);
+            attention_cuda_set_wide(0);
+            float *g = fetch(dout, (size_t)n * H * d, "attention (tensor cores)");
+            char name[80];
+            snprintf(name, sizeof name, "op/attention_rows_wide/%s/%s", kinds[k],
+                     td_kv_dtype_name(kt));
+            close_rel(name, g, out, (long)p->n_tok * H, d, 1e-2);
+            case_end(name, "");
+            free(g);
+            release_out(dout);
+            gpu->release(dainv);
+            for (int b = 0; b < 3; b++)
+                free(val[b]), free(rec[b]), gpu->release(drec[b]);
+        }
     free(ent4);
     gpu->release(dent4);
     free(q), free(kv), free(swa), free(ent), free(sinks), free(out);
