@@ -17,6 +17,8 @@
 
 #include "mma_tile.cuh"
 
+#include <type_traits>
+
 #define GT_BM      64
 #define GT_BN      128
 #define GT_BK      32
@@ -82,6 +84,8 @@ __device__ __forceinline__ void gt_sources(struct gt_src *s, RowA row_a, RowB ro
     }
 }
 
+/* a stage's copies: A, and B when its weights are bf16 (B_BF16) */
+template <bool B_BF16>
 __device__ __forceinline__ void gt_load(struct gt_smem *sm, int stage, const struct gt_src *s,
                                         int k0, int K) {
     int ch = (threadIdx.x & 3) * 8, k = k0 + ch; // K % 8 == 0: a chunk is all in or all out
@@ -92,17 +96,55 @@ __device__ __forceinline__ void gt_load(struct gt_smem *sm, int stage, const str
         bool on = s->a_on[u] && in;
         cp_async16(&sm->a[stage][r][ch], on ? s->a[u] + k : s->a[u], on);
     }
+    if constexpr (B_BF16)
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
-        int r = (threadIdx.x + GT_THREADS * u) >> 2;
-        bool on = s->b_on[u] && in;
-        cp_async16(&sm->b[stage][r][ch], on ? s->b[u] + k : s->b[u], on);
-    }
+        for (int u = 0; u < 4; u++) {
+            int r = (threadIdx.x + GT_THREADS * u) >> 2;
+            bool on = s->b_on[u] && in;
+            cp_async16(&sm->b[stage][r][ch], on ? s->b[u] + k : s->b[u], on);
+        }
 }
 
-/* the block's 64 x 128 tile over k = 0 .. K (K a multiple of 8) into c */
+/* Quantized B (Q8 / Q4, quant.cuh): thread i holds tile row i (a matrix row, or none: row < 0).
+ * A stage's 32 codes of the row (four groups of 8, one scale byte: a stage lies in one scale
+ * block of either format) are loaded into registers a stage ahead and decoded to bf16 into shared
+ * memory once the stage before is multiplied (wraw_row: exact). K % 32 == 0 for Q4 (its rows
+ * are), % 8 for Q8. */
+template <int F> struct gt_qb {
+    struct wmat m;
+    int row;
+    typename std::conditional<F == WF_Q8, uint2, unsigned>::type bits[4];
+    unsigned s;
+};
+
+template <int F> __device__ __forceinline__ void gt_qload(gt_qb<F> &q, int k0, int K) {
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int k = k0 + 8 * u;
+        if constexpr (F == WF_Q8) {
+            q.bits[u] = make_uint2(0, 0);
+            if (q.row >= 0 && k < K) q.bits[u] = q8_w8<true>(q.m, q.row, K, k, &q.s);
+        } else {
+            q.bits[u] = 0;
+            if (q.row >= 0 && k < K) q.bits[u] = q4_w8(q.m, q.row, K, k, &q.s);
+        }
+    }
+    if (q.row < 0 || k0 >= K) q.s = 127; // (2^0: zeros stay zeros)
+}
+
+template <int F>
+__device__ __forceinline__ void gt_qstore(struct gt_smem *sm, int stage, const gt_qb<F> &q) {
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        *(uint4 *)&sm->b[stage][threadIdx.x][8 * u] = pairs_in_order<F>(wraw_row<F>(q.bits[u], q.s));
+}
+
+/* the block's 64 x 128 tile over k = 0 .. K (K a multiple of 8) into c; B's weights of format F:
+ * bf16 rows (s's B rows) or quantized ones (q) */
+template <int F>
 __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem *sm,
-                                        const struct gt_src *s, int K) {
+                                        const struct gt_src *s, gt_qb<F> &q, int K) {
+    constexpr bool BB = F == WF_BF16;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = (w & 1) * 32, wn = (w >> 1) * 64;
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
@@ -112,7 +154,10 @@ __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem *sm,
     int kt_n = (K + GT_BK - 1) / GT_BK;
 #pragma unroll
     for (int st = 0; st < GT_STAGES - 1; st++) {
-        if (st < kt_n) gt_load(sm, st, s, st * GT_BK, K);
+        if (st < kt_n) {
+            gt_load<BB>(sm, st, s, st * GT_BK, K);
+            if constexpr (!BB) gt_qload<F>(q, st * GT_BK, K), gt_qstore<F>(sm, st, q);
+        }
         cp_async_commit();
     }
     // ldmatrix's lane addresses: A rows lane & 15, k (lane >> 4) 8; B rows (lane & 7) +
@@ -123,7 +168,10 @@ __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem *sm,
         cp_async_wait<GT_STAGES - 2>();
         __syncthreads(); // stage kt landed for every thread; stage kt - 1 is free to refill
         int nx = kt + GT_STAGES - 1;
-        if (nx < kt_n) gt_load(sm, nx % GT_STAGES, s, nx * GT_BK, K);
+        if (nx < kt_n) {
+            gt_load<BB>(sm, nx % GT_STAGES, s, nx * GT_BK, K);
+            if constexpr (!BB) gt_qload<F>(q, nx * GT_BK, K); // (decoded after this stage)
+        }
         cp_async_commit();
         int st = kt % GT_STAGES;
 #pragma unroll
@@ -142,6 +190,8 @@ __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem *sm,
                     mma_bf16(c[mi][j], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[j >> 1][2 * (j & 1)],
                              b[j >> 1][2 * (j & 1) + 1]);
         }
+        if constexpr (!BB)
+            if (nx < kt_n) gt_qstore<F>(sm, nx % GT_STAGES, q); // (stage kt - 1's slot: free)
     }
     cp_async_wait<0>();
     __syncthreads(); // (the shared memory is the next tile's)

@@ -512,7 +512,8 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
         by_v(std::integral_constant<int, WF_BF16>{});
 }
 
-/* Wide steps (past MOE_MMA_ENTRIES entries: prefill) of bf16 experts: an expert's entries meet
+/* Wide steps (past MOE_MMA_ENTRIES entries: prefill) of bf16, FP8 and FP4 experts (the latter
+ * decoded to bf16 into the tiles' shared memory, exactly; gemm_tile.cuh): an expert's entries meet
  * its weights in tiles of up to 64, so the tensor cores' arithmetic bounds the step and block
  * tiles of 64 entries x 128 weight rows (gemm_tile.cuh) replace the 8-row tiles, which read an
  * expert's weights once for every 8 of its entries. The Flash slice's 4096-token prefill spent
@@ -531,6 +532,7 @@ __global__ void moe_bf16_kernel(__nv_bfloat16 *y, const float *x, long long n8) 
                                  pack_bf16(b.z, b.w));
 }
 
+template <int F>
 __global__ void __launch_bounds__(GT_THREADS)
     moe_wide_kernel(void *out, const __nv_bfloat16 *in, const int32_t *perm, int k_per_row,
                     int swiglu, const int32_t *tiles, const int32_t *n_tiles,
@@ -557,8 +559,15 @@ __global__ void __launch_bounds__(GT_THREADS)
             return (swiglu && (r & 32) ? w3 : w1) + (size_t)f * K;
         },
         w1);
+    gt_qb<F> q;
+    if constexpr (F != WF_BF16) { // this thread's row of the tile, as row_b lays them out
+        int r = threadIdx.x, f = swiglu ? f0 + (r >> 6) * 32 + (r & 31) : f0 + r;
+        q.m = wmat_of(swiglu && (r & 32) ? ex.w3[e] : swiglu ? ex.w1[e] : ex.w2[e],
+                      (enum td_dtype)ex.dtype, N, K, 0);
+        q.row = f < N ? f : -1;
+    }
     float c[2][8][4];
-    gt_tile(c, &sm, &src, K);
+    gt_tile<F>(c, &sm, &src, q, K);
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
@@ -655,13 +664,14 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
                                  int inter, int k, int n_experts, float limit) {
     if (!n) return;
     TD_ASSERT(k <= MOE_MAX_K); // moe_cuda_reserve refuses such models first
-    // quantized experts take the tensor-core tiles at every width: their decode in registers
-    // needs the fewer, wider loads
+    // quantized experts take the 8-row tensor-core tiles at every width but the wide steps'
+    // block tiles: their decode in registers needs the fewer, wider loads
     int m = n * k, small = m <= MOE_SMALL_ENTRIES,
         q = ex->dtype == TD_DTYPE_Q8 || ex->dtype == TD_DTYPE_Q4;
     int mma = !moe_deterministic && ((m <= MOE_MMA_ENTRIES && ex->dtype == TD_DTYPE_BF16) || q);
-    int wide = !moe_deterministic && m > MOE_MMA_ENTRIES && ex->dtype == TD_DTYPE_BF16 &&
+    int wide = !moe_deterministic && m > MOE_MMA_ENTRIES && (ex->dtype == TD_DTYPE_BF16 || q) &&
                d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
+    mma = mma && !wide;
     int tm = wide ? GT_BM : mma ? 8 : small ? TM_SMALL : TM;
     int max_tiles = m / tm + n_experts + 1;
     ensure_grouped(m, n_experts, inter, d);
@@ -675,14 +685,23 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
         long long n8 = (long long)n * d / 8;
         launch_k(moe_bf16_kernel, ceil_div(n8, 256), 256, 0, s, xb, x, n8);
         LAUNCH_CHECK();
-        launch_k(moe_wide_kernel, dim3(ceil_div(inter, GT_BN / 2), ty), GT_THREADS, 0, s,
-                 (void *)hb, (const __nv_bfloat16 *)xb, g_perm, k, 1, g_tiles, g_ntiles, *ex, d,
-                 inter, limit);
-        LAUNCH_CHECK();
-        launch_k(moe_wide_kernel, dim3(ceil_div(d, GT_BN), ty), GT_THREADS, 0, s, (void *)g_y,
-                 (const __nv_bfloat16 *)hb, g_perm, k, 0, g_tiles, g_ntiles, *ex, inter, d,
-                 limit);
-        LAUNCH_CHECK();
+        auto go = [&](auto f) {
+            constexpr int F = decltype(f)::value;
+            launch_k(moe_wide_kernel<F>, dim3(ceil_div(inter, GT_BN / 2), ty), GT_THREADS, 0, s,
+                     (void *)hb, (const __nv_bfloat16 *)xb, g_perm, k, 1, g_tiles, g_ntiles, *ex,
+                     d, inter, limit);
+            LAUNCH_CHECK();
+            launch_k(moe_wide_kernel<F>, dim3(ceil_div(d, GT_BN), ty), GT_THREADS, 0, s,
+                     (void *)g_y, (const __nv_bfloat16 *)hb, g_perm, k, 0, g_tiles, g_ntiles, *ex,
+                     inter, d, limit);
+            LAUNCH_CHECK();
+        };
+        if (ex->dtype == TD_DTYPE_Q4)
+            go(std::integral_constant<int, WF_Q4>{});
+        else if (ex->dtype == TD_DTYPE_Q8)
+            go(std::integral_constant<int, WF_Q8>{});
+        else
+            go(std::integral_constant<int, WF_BF16>{});
     } else if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
         moe_mma(vec, n, n, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);

@@ -598,45 +598,57 @@ static void test_moe_quant(void) {
         }
 }
 
-/* bf16 experts at a wide step (more entries than the 8-row tiles take: prefill), on the block
- * tiles (moe_wide_kernel): widths that are not multiples of the tiles (hidden 264: a last block
- * of 8 outputs and a last k stage of 8; inter 200 likewise), experts of 2 to 3 tiles of 64
- * entries; against a reference that rounds x and h to bf16 as the path does (double sums); and
- * a row's bits the same in another batch of wide rows */
-static void test_moe_wide(void) {
-    int E = 8, k = 4, D = 264, I = 200, n = 300;
+/* experts at a wide step (more entries than the 8-row tiles take: prefill), on the block tiles
+ * (moe_wide_kernel), bf16, Q8 and Q4 weights: widths that are not multiples of the tiles
+ * (bf16 and Q8: hidden 264, a last block of 8 outputs and a last k stage of 8, inter 200
+ * likewise; Q4, whose rows are multiples of 32: 288 and 224), experts of 2 to 3 tiles of 64
+ * entries; against a reference on the weights' values that rounds x and h to bf16 as the path
+ * does (double sums); and a row's bits the same in another batch of wide rows */
+static void test_moe_wide(enum td_dtype t) {
+    int E = 8, k = 4, q4 = t == TD_DTYPE_Q4, D = q4 ? 288 : 264, I = q4 ? 224 : 200, n = 300;
     case_begin();
-    rs = 0x6a09e667f3bcc908ull;
-    size_t sw = (size_t)I * D;
-    uint16_t *w1 = malloc(E * sw * 2), *w3 = malloc(E * sw * 2), *w2 = malloc(E * sw * 2);
-    for (size_t i = 0; i < E * sw; i++)
-        w1[i] = bf16(frand() * 0.1f), w3[i] = bf16(frand() * 0.1f), w2[i] = bf16(frand() * 0.1f);
-    const void *q1[8], *q3[8], *q2[8];
-    for (int e = 0; e < E; e++)
-        q1[e] = dev_copy(w1 + e * sw, sw * 2), q3[e] = dev_copy(w3 + e * sw, sw * 2),
-        q2[e] = dev_copy(w2 + e * sw, sw * 2);
-    struct expert_set ed = {.w1 = dev_copy(q1, sizeof q1),
-                            .w3 = dev_copy(q3, sizeof q3),
-                            .w2 = dev_copy(q2, sizeof q2),
-                            .dtype = TD_DTYPE_BF16};
+    rs = 0x6a09e667f3bcc908ull + (uint64_t)t;
+    float *wf[3][8];
+    const void *dp[3][8];
+    for (int mtx = 0; mtx < 3; mtx++)
+        for (int e = 0; e < E; e++) {
+            int rows = mtx == 2 ? D : I, in = mtx == 2 ? I : D;
+            size_t sz = (size_t)rows * in;
+            if (t == TD_DTYPE_BF16) {
+                uint16_t *w = malloc(sz * 2);
+                wf[mtx][e] = malloc(sz * 4);
+                for (size_t i = 0; i < sz; i++)
+                    w[i] = bf16(frand() * 0.1f), wf[mtx][e][i] = td_bf16_to_f32(w[i]);
+                dp[mtx][e] = dev_copy(w, sz * 2);
+                free(w);
+            } else {
+                uint16_t *wb;
+                uint8_t *q = rand_quant_s(t, rows, in, 113, &wb, &wf[mtx][e]);
+                dp[mtx][e] = dev_copy(q, td_quant_bytes(t, rows, in));
+                free(q), free(wb);
+            }
+        }
+    struct expert_set ed = {.w1 = dev_copy(dp[0], sizeof dp[0]),
+                            .w3 = dev_copy(dp[1], sizeof dp[1]),
+                            .w2 = dev_copy(dp[2], sizeof dp[2]),
+                            .dtype = t};
     int32_t *pk = malloc((size_t)n * k * 4);
     float *wt = malloc((size_t)n * k * 4), *x = malloc((size_t)n * D * 4);
-    for (int t = 0; t < n; t++)
+    for (int r = 0; r < n; r++)
         for (int j = 0; j < k; j++) // distinct picks: steps of 1, 2 or 3 among 8
-            pk[t * k + j] = (t + j * (1 + t % 3)) % E, wt[t * k + j] = 0.3f + 0.2f * frand();
+            pk[r * k + j] = (r + j * (1 + r % 3)) % E, wt[r * k + j] = 0.3f + 0.2f * frand();
     for (int i = 0; i < n * D; i++)
         x[i] = frand();
     double *ref = calloc((size_t)n * D, sizeof(double)), *h = malloc((size_t)I * sizeof(double));
     float lim = 0.5f;
-    for (int t = 0; t < n; t++)
+    for (int r = 0; r < n; r++)
         for (int j = 0; j < k; j++) {
-            int e = pk[t * k + j];
+            int e = pk[r * k + j];
             for (int i = 0; i < I; i++) {
                 double g = 0, u = 0;
                 for (int c = 0; c < D; c++) {
-                    double xv = td_bf16_to_f32(bf16(x[(size_t)t * D + c]));
-                    g += xv * td_bf16_to_f32(w1[e * sw + (size_t)i * D + c]);
-                    u += xv * td_bf16_to_f32(w3[e * sw + (size_t)i * D + c]);
+                    double xv = td_bf16_to_f32(bf16(x[(size_t)r * D + c]));
+                    g += xv * wf[0][e][(size_t)i * D + c], u += xv * wf[1][e][(size_t)i * D + c];
                 }
                 g = g > lim ? lim : g, u = u > lim ? lim : u < -lim ? -lim : u;
                 h[i] = td_bf16_to_f32(bf16((float)(g / (1.0 + exp(-g)) * u)));
@@ -644,8 +656,8 @@ static void test_moe_wide(void) {
             for (int c = 0; c < D; c++) {
                 double y = 0;
                 for (int i = 0; i < I; i++)
-                    y += h[i] * td_bf16_to_f32(w2[e * sw + (size_t)c * I + i]);
-                ref[(size_t)t * D + c] += wt[t * k + j] * y;
+                    y += h[i] * wf[2][e][(size_t)c * I + i];
+                ref[(size_t)r * D + c] += wt[r * k + j] * y;
             }
         }
     float *rf = malloc((size_t)n * D * 4);
@@ -656,18 +668,20 @@ static void test_moe_wide(void) {
     float *dy = dev_out((size_t)n * D);
     moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
     float *g = fetch(dy, (size_t)n * D, "moe_experts wide");
-    close_rel("bf16 experts, wide step", g, rf, n, D, 1e-3);
+    char name[64];
+    snprintf(name, sizeof name, "op/moe_experts_wide/%s", td_dtype_name(t));
+    close_rel(name, g, rf, n, D, 1e-3);
     int r0 = 40, n2 = n - r0; // 1040 entries: wide too, other rows beside each
     float *d2 = dev_out((size_t)n2 * D);
     moe_experts_cuda(d2, dx + (size_t)r0 * D, dpk + r0 * k, dwt + r0 * k, &ed, n2, D, I, k, E, lim);
     float *g2 = fetch(d2, (size_t)n2 * D, "moe_experts wide (rows 40..)");
     CHECK(!memcmp(g2, g + (size_t)r0 * D, (size_t)n2 * D * 4),
-          "wide step: rows 40.. differ in a batch without rows 0..39");
-    case_end("op/moe_experts_wide", "");
-    free(w1), free(w3), free(w2), free(pk), free(wt), free(x), free(ref), free(h), free(rf);
-    free(g), free(g2);
-    for (int e = 0; e < E; e++)
-        gpu->release((void *)q1[e]), gpu->release((void *)q3[e]), gpu->release((void *)q2[e]);
+          "%s: rows 40.. differ in a batch without rows 0..39", name);
+    case_end(name, "");
+    free(pk), free(wt), free(x), free(ref), free(h), free(rf), free(g), free(g2);
+    for (int mtx = 0; mtx < 3; mtx++)
+        for (int e = 0; e < E; e++)
+            free(wf[mtx][e]), gpu->release((void *)dp[mtx][e]);
     gpu->release((void *)ed.w1), gpu->release((void *)ed.w3), gpu->release((void *)ed.w2);
     gpu->release(dx), gpu->release(dwt), gpu->release(dpk), release_out(dy), release_out(d2);
 }
@@ -2668,7 +2682,9 @@ int main(int argc, char **argv) {
     test_matmul_quant();
     test_q8h_xt();
     test_moe_quant();
-    test_moe_wide();
+    test_moe_wide(TD_DTYPE_BF16);
+    test_moe_wide(TD_DTYPE_Q8);
+    test_moe_wide(TD_DTYPE_Q4);
     test_pointwise();
     test_markov();
     test_copy_bytes();
