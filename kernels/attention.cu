@@ -353,7 +353,7 @@ template <int D> struct am_smem {
     const void *kp[AM_KEYS];
 };
 
-static int am_mode;         /* 0: by the step's rows; 1: every step; 2: never (tests, A/B) */
+static int am_mode;          /* 0: by the step's rows; 1: every step; 2: never (tests, A/B) */
 static int am_deterministic; /* batch-invariant mode: never */
 
 extern "C" void attention_cuda_set_wide(int mode) {
@@ -447,7 +447,8 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
     for (int c = 0; c < n_chunks; c++) {
         int b = c & 1;
         __syncthreads(); // chunk c's keys and the queries are in; S and P are free
-        { // S = Q K^T: heads 16 (w >> 1), keys 16 (w & 1) .. + 16
+        // S = Q K^T: heads 16 (w >> 1), keys 16 (w & 1) .. + 16
+        {
             int hm = (w >> 1) * 16, kn = (w & 1) * 16;
             float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll 8
@@ -466,8 +467,10 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
                     sm.s[h][col] = c * AM_KEYS + col < nk ? sc[j][e] * a.scale : -INFINITY;
                 }
         }
-        if (c + 1 < n_chunks) load(c + 1, b ^ 1); // (its sync also orders S before the softmax)
-        else __syncthreads();
+        if (c + 1 < n_chunks)
+            load(c + 1, b ^ 1); // (its sync also orders S before the softmax)
+        else
+            __syncthreads();
         { // the online softmax: 4 threads a head, 8 keys each
             int h = tid >> 2, q = tid & 3;
             float sv[8], mx = -INFINITY;
@@ -484,8 +487,9 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
                 pv[i] = sv[i] == -INFINITY ? 0.0f : expf(sv[i] - mn), sum += pv[i];
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            *(uint4 *)&sm.p[h][8 * q] = make_uint4(pack_bf16(pv[0], pv[1]), pack_bf16(pv[2], pv[3]),
-                                                   pack_bf16(pv[4], pv[5]), pack_bf16(pv[6], pv[7]));
+            *(uint4 *)&sm.p[h][8 * q] =
+                make_uint4(pack_bf16(pv[0], pv[1]), pack_bf16(pv[2], pv[3]),
+                           pack_bf16(pv[4], pv[5]), pack_bf16(pv[6], pv[7]));
             __syncwarp();
             if (q == 0) sm.m[h] = mn, sm.l[h] = sm.l[h] * cor + sum, sm.cor[h] = cor;
         }

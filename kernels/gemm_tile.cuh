@@ -19,10 +19,12 @@
 
 #include <type_traits>
 
+/* a shared row (GT_LD): 32 k and 8 of padding, 80 bytes, so ldmatrix's 8 rows fall on distinct
+ * banks */
 #define GT_BM      64
 #define GT_BN      128
 #define GT_BK      32
-#define GT_LD      40 /* a shared row: 32 k and 8 of padding (80 bytes: ldmatrix's 8 rows on distinct banks) */
+#define GT_LD      40
 #define GT_STAGES  3
 #define GT_THREADS 128
 
@@ -136,7 +138,8 @@ template <int F>
 __device__ __forceinline__ void gt_qstore(struct gt_smem *sm, int stage, const gt_qb<F> &q) {
 #pragma unroll
     for (int u = 0; u < 4; u++)
-        *(uint4 *)&sm->b[stage][threadIdx.x][8 * u] = pairs_in_order<F>(wraw_row<F>(q.bits[u], q.s));
+        *(uint4 *)&sm->b[stage][threadIdx.x][8 * u] =
+            pairs_in_order<F>(wraw_row<F>(q.bits[u], q.s));
 }
 
 /* the block's 64 x 128 tile over k = 0 .. K (K a multiple of 8) into c; B's weights of format F:
@@ -187,8 +190,8 @@ __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem *sm,
             for (int mi = 0; mi < 2; mi++)
 #pragma unroll
                 for (int j = 0; j < 8; j++)
-                    mma_bf16(c[mi][j], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[j >> 1][2 * (j & 1)],
-                             b[j >> 1][2 * (j & 1) + 1]);
+                    mma_bf16(c[mi][j], a[mi][0], a[mi][1], a[mi][2], a[mi][3],
+                             b[j >> 1][2 * (j & 1)], b[j >> 1][2 * (j & 1) + 1]);
         }
         if constexpr (!BB)
             if (nx < kt_n) gt_qstore<F>(sm, nx % GT_STAGES, q); // (stage kt - 1's slot: free)

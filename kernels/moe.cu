@@ -535,8 +535,8 @@ __global__ void moe_bf16_kernel(__nv_bfloat16 *y, const float *x, long long n8) 
 template <int F>
 __global__ void __launch_bounds__(GT_THREADS)
     moe_wide_kernel(void *out, const __nv_bfloat16 *in, const int32_t *perm, int k_per_row,
-                    int swiglu, const int32_t *tiles, const int32_t *n_tiles,
-                    struct expert_set ex, int K, int N, float limit) {
+                    int swiglu, const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex,
+                    int K, int N, float limit) {
     PDL_START();
     __shared__ struct gt_smem sm;
     int tile = blockIdx.y;
@@ -562,7 +562,9 @@ __global__ void __launch_bounds__(GT_THREADS)
     gt_qb<F> q;
     if constexpr (F != WF_BF16) { // this thread's row of the tile, as row_b lays them out
         int r = threadIdx.x, f = swiglu ? f0 + (r >> 6) * 32 + (r & 31) : f0 + r;
-        q.m = wmat_of(swiglu && (r & 32) ? ex.w3[e] : swiglu ? ex.w1[e] : ex.w2[e],
+        q.m = wmat_of(swiglu && (r & 32) ? ex.w3[e]
+                      : swiglu           ? ex.w1[e]
+                                         : ex.w2[e],
                       (enum td_dtype)ex.dtype, N, K, 0);
         q.row = f < N ? f : -1;
     }
@@ -582,7 +584,8 @@ __global__ void __launch_bounds__(GT_THREADS)
                     int f = f0 + (w >> 1) * 32 + 8 * j + 2 * t; // N % 8 == 0: f + 1 < N too
                     if (f >= N) continue;
                     float h0 = swiglu_clamped(c[mi][j][2 * hf], c[mi][j + 4][2 * hf], limit),
-                          h1 = swiglu_clamped(c[mi][j][2 * hf + 1], c[mi][j + 4][2 * hf + 1], limit);
+                          h1 =
+                              swiglu_clamped(c[mi][j][2 * hf + 1], c[mi][j + 4][2 * hf + 1], limit);
                     *(unsigned *)((__nv_bfloat16 *)out + p * N + f) = pack_bf16(h0, h1);
                 }
             } else {
@@ -688,8 +691,8 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
         auto go = [&](auto f) {
             constexpr int F = decltype(f)::value;
             launch_k(moe_wide_kernel<F>, dim3(ceil_div(inter, GT_BN / 2), ty), GT_THREADS, 0, s,
-                     (void *)hb, (const __nv_bfloat16 *)xb, g_perm, k, 1, g_tiles, g_ntiles, *ex,
-                     d, inter, limit);
+                     (void *)hb, (const __nv_bfloat16 *)xb, g_perm, k, 1, g_tiles, g_ntiles, *ex, d,
+                     inter, limit);
             LAUNCH_CHECK();
             launch_k(moe_wide_kernel<F>, dim3(ceil_div(d, GT_BN), ty), GT_THREADS, 0, s,
                      (void *)g_y, (const __nv_bfloat16 *)hb, g_perm, k, 0, g_tiles, g_ntiles, *ex,
@@ -702,7 +705,8 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
             go(std::integral_constant<int, WF_Q8>{});
         else
             go(std::integral_constant<int, WF_BF16>{});
-    } else if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are multiples of 8
+    } else if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are
+                      // multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
         moe_mma(vec, n, n, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);
         moe_mma(vec, n, m, dim3(d % 32 == 0 ? d / 32 : ceil_div(d, 16), ty), s, g_y, g_h, 0, k, ex,

@@ -436,9 +436,9 @@ static void test_matmul_quant(void) {
 
 /* x's half-precision terms made once a launch (matmul_cuda_set_q8h_xt) against made in every
  * block: the same bits at 9, 24, 37 and 48 rows (a last row block of 1, 0, 5 and 0 rows past
- * the others; 48 the widest skinny step), for one FP8 matrix of an input that is not a multiple of 64 (its last chunk
- * partly zeros), for a mixed set of FP8 and bf16 matrices, and with a row of 2^40 and a NaN
- * row among them; and within the bf16 budget of the reference */
+ * the others; 48 the widest skinny step), for one FP8 matrix of an input that is not a multiple of
+ * 64 (its last chunk partly zeros), for a mixed set of FP8 and bf16 matrices, and with a row of
+ * 2^40 and a NaN row among them; and within the bf16 budget of the reference */
 static void test_q8h_xt(void) {
     int ns[4] = {9, 24, 37, 48}, in = 1000, out = 80;
     for (int ni = 0; ni < 4; ni++) {
@@ -1163,12 +1163,12 @@ static void test_pointwise(void) {
     test_norm_rope(5, 1, 512, 64, 1, 1); // the Flash slice's K = V rows
     test_norm_rope(3, 19, 96, 16, 0, 0); // more heads than a block's warps, a last group of 3
 
-    test_hc(n, 4, d);    // the Sinkhorn in registers, the mixes in one block
-    test_hc(3, 4, 1536); // width 6144: the mixes split over column chunks (HC_SPLIT_MIN)
+    test_hc(n, 4, d);      // the Sinkhorn in registers, the mixes in one block
+    test_hc(3, 4, 1536);   // width 6144: the mixes split over column chunks (HC_SPLIT_MIN)
     test_hc(300, 4, 1536); // a wide step: 16 tokens a block (HC_MIX_WIDE)
-    test_hc(5, 6, 40);   // nc > 4: the Sinkhorn in shared memory
-    test_hc(2, 5, 1000); // both, with a last chunk of 8 columns
-    test_hc(7, 3, 50);   // nc = 3: the warp's Sinkhorn with padded lanes
+    test_hc(5, 6, 40);     // nc > 4: the Sinkhorn in shared memory
+    test_hc(2, 5, 1000);   // both, with a last chunk of 8 columns
+    test_hc(7, 3, 50);     // nc = 3: the warp's Sinkhorn with padded lanes
 
     case_begin();
     {
@@ -1644,6 +1644,23 @@ static void test_route_wide(void) {
     free(tid), free(lg), free(bias);
 }
 
+/* one attention case: the reference on host arguments h (writing h.out), the kernel on the same
+ * arguments with v's device rows, queries, keys, sinks, rope frequencies and key format, both
+ * compared over the plan's n_real real rows (a pad row is inert); out_n: the output's floats */
+static void attention_case(const char *name, struct attn_args h, struct attn_args v, int n_real,
+                           size_t out_n, double rel) {
+    memset(h.out, 0, out_n * sizeof(float));
+    attention_rows_ref(&h);
+    struct attn_args ad = h;
+    ad.rows = v.rows, ad.out = dev_out(out_n), ad.q = v.q, ad.kv = v.kv, ad.swa_ring = v.swa_ring;
+    ad.entries = v.entries, ad.sinks = v.sinks, ad.inv_freq = v.inv_freq, ad.fmt = v.fmt;
+    attention_rows_cuda(&ad);
+    float *g = fetch(ad.out, out_n, "attention");
+    close_rel(name, g, h.out, (long)n_real * h.n_heads, h.d, rel);
+    free(g);
+    release_out(ad.out);
+}
+
 /* attention_rows against its reference over the plan of test_plan_ops: sliding only, CSA
  * through the picks, HCA over all visible entries, and HCA with room for 128 entries */
 static void attention_cases(const struct td_plan *p, struct rows_view rh, struct rows_view rd,
@@ -1668,50 +1685,34 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
     float *ent4 = malloc((size_t)S * ne4 * d * 4);
     fill(ent4, (size_t)S * ne4 * d, 1);
     float *dent4 = dev_copy(ent4, (size_t)S * ne4 * d * 4);
+    // what every case shares; each sets its keys, rows and rope (host h, device v)
+    struct attn_args h0 = {.out = out,
+                           .q = q,
+                           .swa_rows = ring,
+                           .sinks = sinks,
+                           .n_heads = H,
+                           .d = d,
+                           .scale = 0.18f,
+                           .attn_factor = 0.9f};
+    struct attn_args v0 = {.q = dq, .sinks = dsink};
+    float ainv[8];
+    struct rope_params arp = plain_rope(10000, 16);
+    rope_inv_freq_ref(ainv, &arp);
+    float *dainv = dev_copy(ainv, sizeof ainv);
     for (int k = 0; k < 4; k++) {
         case_begin();
-        struct rows_view rh2 = rh, rd2 = rd;
-        if (k >= 2) rh2.vis = p->vis_hca, rd2.vis = vis_hca_dev;
-        memset(out, 0, (size_t)n * H * d * 4);
-        const float *eh = k == 3 ? ent4 : k ? ent : NULL, *ed = k == 3 ? dent4 : k ? dent : NULL;
-        int nek = k == 3 ? ne4 : ne;
-        // csa and hca_split also rotate the output's last 16 dims back (V's rope)
-        float ainv[8];
-        struct rope_params arp = plain_rope(10000, 16);
-        rope_inv_freq_ref(ainv, &arp);
-        float *dainv = dev_copy(ainv, sizeof ainv);
-        int rot = k % 2 ? 16 : 0;
-        struct attn_args ah = {.rows = rh2,
-                               .out = out,
-                               .q = q,
-                               .kv = kv,
-                               .swa_ring = swa,
-                               .swa_rows = ring,
-                               .entries = eh,
-                               .n_entries = nek,
-                               .use_topk = k == 1,
-                               .sinks = sinks,
-                               .n_heads = H,
-                               .d = d,
-                               .scale = 0.18f,
-                               .inv_freq = rot ? ainv : NULL,
-                               .rot_dim = rot,
-                               .attn_factor = 0.9f};
-        attention_rows_ref(&ah);
-        float *dout = dev_out((size_t)n * H * d);
-        struct attn_args ad = ah; // the same arguments on the device
-        ad.rows = rd2, ad.out = dout, ad.q = dq, ad.kv = dkv, ad.swa_ring = dswa, ad.entries = ed;
-        ad.sinks = dsink, ad.inv_freq = rot ? dainv : NULL;
-        attention_rows_cuda(&ad);
-        gpu->release(dainv);
-        float *g = fetch(dout, (size_t)n * H * d, "attention");
-        // the pad row (7) is inert: compare the real rows only
-        close_rel(kinds[k], g, out, (long)p->n_tok * H, d, 1e-4);
+        struct attn_args ah = h0, av = v0;
+        ah.rows = rh, av.rows = rd;
+        if (k >= 2) ah.rows.vis = p->vis_hca, av.rows.vis = vis_hca_dev;
+        ah.kv = kv, ah.swa_ring = swa, av.kv = dkv, av.swa_ring = dswa;
+        ah.entries = k == 3 ? ent4 : k ? ent : NULL, av.entries = k == 3 ? dent4 : k ? dent : NULL;
+        ah.n_entries = k == 3 ? ne4 : ne, ah.use_topk = k == 1;
+        if (k % 2) // csa and hca_split also rotate the output's last 16 dims back (V's rope)
+            ah.inv_freq = ainv, av.inv_freq = dainv, ah.rot_dim = 16;
         char name[64];
         snprintf(name, sizeof name, "op/attention_rows/%s/h%dd%d", kinds[k], H, d);
+        attention_case(name, ah, av, p->n_tok, (size_t)n * H * d, 1e-4);
         case_end(name, "");
-        free(g);
-        release_out(dout);
     }
     // prefill's tensor-core kernel (attention_cuda_set_wide(1): at every step; heads of 512):
     // csa through the picks and hca over 128 entries, both with V's rope, on fp32, bf16 and fp8
@@ -1734,48 +1735,24 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
                     kv_put_ref(rec[b] + i * f.rec, val[b] + i * d, f);
                 drec[b] = dev_copy(rec[b], rows[b] * f.rec);
             }
-            struct rows_view rh2 = rh, rd2 = rd;
-            if (k == 3) rh2.vis = p->vis_hca, rd2.vis = vis_hca_dev;
-            float ainv[8];
-            struct rope_params arp = plain_rope(10000, 16);
-            rope_inv_freq_ref(ainv, &arp);
-            float *dainv = dev_copy(ainv, sizeof ainv);
-            struct attn_args ah = {.rows = rh2,
-                                   .out = out,
-                                   .q = q,
-                                   .kv = val[0],
-                                   .swa_ring = val[1],
-                                   .swa_rows = ring,
-                                   .entries = val[2],
-                                   .n_entries = nek,
-                                   .use_topk = k == 1,
-                                   .sinks = sinks,
-                                   .n_heads = H,
-                                   .d = d,
-                                   .scale = 0.18f,
-                                   .inv_freq = ainv,
-                                   .rot_dim = 16,
-                                   .attn_factor = 0.9f};
-            attention_rows_ref(&ah);
-            float *dout = dev_out((size_t)n * H * d);
-            struct attn_args ad = ah;
-            ad.rows = rd2, ad.out = dout, ad.q = dq, ad.kv = drec[0], ad.swa_ring = drec[1];
-            ad.entries = drec[2], ad.fmt = f, ad.sinks = dsink, ad.inv_freq = dainv;
-            attention_cuda_set_wide(1);
-            attention_rows_cuda(&ad);
-            attention_cuda_set_wide(0);
-            float *g = fetch(dout, (size_t)n * H * d, "attention (tensor cores)");
+            struct attn_args ah = h0, av = v0;
+            ah.rows = rh, av.rows = rd;
+            if (k == 3) ah.rows.vis = p->vis_hca, av.rows.vis = vis_hca_dev;
+            ah.kv = val[0], ah.swa_ring = val[1], ah.entries = val[2];
+            av.kv = drec[0], av.swa_ring = drec[1], av.entries = drec[2], av.fmt = f;
+            ah.n_entries = nek, ah.use_topk = k == 1;
+            ah.inv_freq = ainv, av.inv_freq = dainv, ah.rot_dim = 16;
             char name[80];
             snprintf(name, sizeof name, "op/attention_rows_wide/%s/%s", kinds[k],
                      td_kv_dtype_name(kt));
-            close_rel(name, g, out, (long)p->n_tok * H, d, 1e-2);
+            attention_cuda_set_wide(1);
+            attention_case(name, ah, av, p->n_tok, (size_t)n * H * d, 1e-2);
+            attention_cuda_set_wide(0);
             case_end(name, "");
-            free(g);
-            release_out(dout);
-            gpu->release(dainv);
             for (int b = 0; b < 3; b++)
                 free(val[b]), free(rec[b]), gpu->release(drec[b]);
         }
+    gpu->release(dainv);
     free(ent4);
     gpu->release(dent4);
     free(q), free(kv), free(swa), free(ent), free(sinks), free(out);
