@@ -18,7 +18,7 @@ endif
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_DEFAULT_SOURCE -I. -MMD -MP $(DEPS_INC)
-LDLIBS  += -lmicrohttpd -linih -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
+LDLIBS  += -lmicrohttpd -linih -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
 LDFLAGS += $(DEPS_LIB)
 
 ifneq ($(DEBUG),)

@@ -1,0 +1,82 @@
+/* prefix.h: the prefix cache's index of history blocks (../shared/design/prefix_cache.md
+ * sections 3.4, 3.5 and 3.11): which full, committed blocks of B tokens are published under which
+ * key, how many sequences hold each, and which block goes when a sequence needs one and none is
+ * free. Host bookkeeping only: block i's bytes live in the backend's pool at block i, which this
+ * index never reads or writes.
+ *
+ * Keys are XXH3-128 chained over the blocks (libxxhash): the root is the hash of a fingerprint
+ * of the model, the cache format and the numerics (so a cache written by other numerics never
+ * hits), and block i's key is XXH3-128(key of block i - 1 || block i's B token ids as u32
+ * little-endian || extra bytes). A hit also compares the block's token ids and its parent, never
+ * the key alone.
+ *
+ * A block is free, private (held by the one sequence writing it, unpublished) or published
+ * (frozen; held by any number of sequences, or by none: cached). Cached blocks go in the order
+ * they were last released, and only leaves (no published block after them) go: a chain is
+ * shortened from its end. A private block released unpublished (a finished request's partial
+ * block, a rolled-back one) is free again and the first to be reused. */
+#ifndef TD_ENGINE_PREFIX_H
+#define TD_ENGINE_PREFIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct td_pkey {
+    uint64_t lo, hi;
+};
+
+struct td_prefix_stats {
+    long lookups;    /* td_prefix_match calls */
+    long hits;       /* of those, the ones that found a block */
+    long hit_blocks; /* blocks found, over all lookups */
+    long evictions;  /* cached blocks taken back for a new owner */
+    long dedups;     /* publications that found the same block already published */
+    int in_use;      /* blocks some sequence holds (private or published) */
+    int cached;      /* published blocks nobody holds */
+    int free;        /* blocks holding nothing */
+};
+
+struct td_prefix;
+
+/* an index of n_blocks blocks of block_tokens tokens each, all free, under root; NULL when
+ * memory for it cannot be had */
+struct td_prefix *td_prefix_new(int n_blocks, int block_tokens, struct td_pkey root);
+void td_prefix_free(struct td_prefix *p);
+
+/* the root key: XXH3-128 of a fingerprint's bytes */
+struct td_pkey td_prefix_root(const void *fingerprint, size_t n);
+
+/* the key of the block of n token ids after the block keyed parent, with extra bytes (NULL, 0:
+ * none) */
+struct td_pkey td_prefix_key(struct td_pkey parent, const int32_t *tokens, int n, const void *extra,
+                             size_t n_extra);
+
+/* The published blocks that begin tokens (n_tokens ids; only full blocks count): up to max of
+ * their ids into ids, in order; returns how many. Takes no hold (td_prefix_hold does). */
+int td_prefix_match(struct td_prefix *p, const int32_t *tokens, int n_tokens, int32_t *ids,
+                    int max);
+
+/* A private block, held once by its caller: a free one, else the least recently released cached
+ * leaf (evicted: its key leaves the index). -1 when every block is held. */
+int td_prefix_alloc(struct td_prefix *p);
+
+/* one more hold on each of ids (published blocks a hit found) */
+void td_prefix_hold(struct td_prefix *p, const int32_t *ids, int n);
+
+/* one hold less on each of ids: a published block nobody holds is cached, a private one free */
+void td_prefix_release(struct td_prefix *p, const int32_t *ids, int n);
+
+/* Publishes private block id, full and committed, as the block after published block parent
+ * (-1: the first block) holding tokens (block_tokens ids). Returns the block the sequence holds
+ * from now on: id itself, or the block already published with the same parent and tokens (then
+ * the sequence holds that one and id is released: two sequences prefilled the same prefix). The
+ * index's blocks carry no extra bytes: a tenant's salt goes into its root. */
+int td_prefix_publish(struct td_prefix *p, int id, int parent, const int32_t *tokens);
+
+void td_prefix_stats(const struct td_prefix *p, struct td_prefix_stats *s);
+
+/* test seam: keys compared on their low `bits` bits only (1 .. 128; 128 by default), so that
+ * different blocks collide and only their tokens tell them apart */
+void td_prefix_set_key_bits(struct td_prefix *p, int bits);
+
+#endif
