@@ -523,6 +523,11 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
  * it before the down one writes y there), h in g_h's. The up projection's tile rows interleave
  * gate and up rows 32 at a time, so a warp holds both of its 32 features and applies the SwiGLU
  * in registers. A row's sums do not depend on the rows beside it. */
+/* Quantized experts take the block tiles where a step's entries average at least this many an
+ * expert (a 4096-token prefill of the Flash slice: 96; a batch-64 DSpark verify step: 9, which
+ * keeps the 8-row tiles). The crossover is not measured yet; 32 is half a tile. */
+#define MOE_WIDE_PER_EXPERT 32
+
 __global__ void moe_bf16_kernel(__nv_bfloat16 *y, const float *x, long long n8) {
     PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
@@ -672,7 +677,11 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     int m = n * k, small = m <= MOE_SMALL_ENTRIES,
         q = ex->dtype == TD_DTYPE_Q8 || ex->dtype == TD_DTYPE_Q4;
     int mma = !moe_deterministic && ((m <= MOE_MMA_ENTRIES && ex->dtype == TD_DTYPE_BF16) || q);
-    int wide = !moe_deterministic && m > MOE_MMA_ENTRIES && (ex->dtype == TD_DTYPE_BF16 || q) &&
+    // the block tiles for wide bf16 steps (the alternative is the fp32 tiles), and for quantized
+    // ones whose experts average MOE_WIDE_PER_EXPERT entries (their alternative, the 8-row tiles,
+    // reads an expert once per 8 of its entries, but a 64-entry tile of a few does 64 rows' work)
+    int wide = !moe_deterministic && m > MOE_MMA_ENTRIES &&
+               (ex->dtype == TD_DTYPE_BF16 || (q && m >= MOE_WIDE_PER_EXPERT * n_experts)) &&
                d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
     mma = mma && !wide;
     int tm = wide ? GT_BM : mma ? 8 : small ? TM_SMALL : TM;
