@@ -274,3 +274,128 @@ struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, in
     }
     return d;
 }
+
+/* The pieces a snapshot holds, in order: a slot's rings (window) or its history of positions
+ * [pos0, pos0 + n); f(ctx, address in the pools, offset in the snapshot, bytes) for each
+ * (NULL: none). Returns the snapshot's bytes. */
+typedef void (*piece_fn)(void *ctx, char *at, size_t off, size_t bytes);
+
+static size_t pieces(const struct td_state *s, int slot, int window, int pos0, int n, piece_fn f,
+                     void *ctx) {
+    const struct td_config *c = s->cfg;
+    size_t off = 0, km = (size_t)s->kfmt.rec, ki = (size_t)s->ifmt.rec, F = sizeof(float);
+    size_t sl = (size_t)(slot < 0 ? 0 : slot);
+#define PIECE(base, first, bytes)                                                                  \
+    do {                                                                                           \
+        if (f) f(ctx, (char *)(base) + (first), off, (bytes));                                     \
+        off += (bytes);                                                                            \
+    } while (0)
+    for (int i = 0; i < c->n_layers; i++) {
+        const struct td_layer_state *ls = &s->layers[i];
+        int rate = layer_rate(c, i), csa = c->attn[i] == TD_ATTN_CSA;
+        size_t ring = (size_t)ls->ring, iw = 2 * (size_t)c->index_head_dim;
+        if (window) {
+            PIECE(ls->swa, sl * s->swa_ring * km, (size_t)s->swa_ring * km);
+            if (!rate) continue;
+            PIECE(ls->raw_kv, sl * ring * ls->width * F, ring * ls->width * F);
+            PIECE(ls->raw_gate, sl * ring * ls->width * F, ring * ls->width * F);
+            if (csa) {
+                PIECE(ls->iraw_kv, sl * ring * iw * F, ring * iw * F);
+                PIECE(ls->iraw_gate, sl * ring * iw * F, ring * iw * F);
+            }
+        } else if (rate) {
+            size_t w0 = (size_t)(pos0 / rate), nw = (size_t)(n / rate);
+            PIECE(ls->entries, (sl * ls->n_entries + w0) * km, nw * km);
+            if (csa) PIECE(ls->ientries, (sl * ls->n_entries + w0) * ki, nw * ki);
+        }
+    }
+#undef PIECE
+    return off;
+}
+
+struct piece_copy {
+    const struct td_backend *b;
+    char *snap;
+    int load;
+};
+
+static void copy_piece(void *ctx, char *at, size_t off, size_t bytes) {
+    struct piece_copy *pc = ctx;
+    if (pc->load)
+        pc->b->ops.copy(at, pc->snap + off, bytes);
+    else
+        pc->b->ops.copy(pc->snap + off, at, bytes);
+}
+
+static int live_slot(const struct td_state *s, int slot, const char *what, char *err,
+                     size_t errlen) {
+    if (slot < 0 || slot >= s->max_seqs || !s->in_use[slot])
+        return td_errf(err, errlen, "%s: slot %d is not a live sequence", what, slot);
+    return 0;
+}
+
+size_t td_state_window_bytes(const struct td_state *s) {
+    return pieces(s, -1, 1, 0, 0, NULL, NULL);
+}
+
+int td_state_window_save(const struct td_state *s, int slot, void *dst, char *err, size_t errlen) {
+    if (live_slot(s, slot, "window save", err, errlen)) return -1;
+    struct piece_copy pc = {s->backend, dst, 0};
+    pieces(s, slot, 1, 0, 0, copy_piece, &pc);
+    return 0;
+}
+
+int td_state_window_load(struct td_state *s, int slot, const void *src, int len, char *err,
+                         size_t errlen) {
+    if (live_slot(s, slot, "window load", err, errlen)) return -1;
+    if (s->len[slot] || len < 0 || len > s->max_ctx)
+        return td_errf(err, errlen, "window load: slot %d has length %d, the window %d (max %d)",
+                       slot, s->len[slot], len, s->max_ctx);
+    struct piece_copy pc = {s->backend, (char *)src, 1};
+    pieces(s, slot, 1, 0, 0, copy_piece, &pc);
+    s->len[slot] = s->hi[slot] = len;
+    return 0;
+}
+
+/* positions [pos0, pos0 + n) whole entries of every compressed layer, within the context */
+static int history_span(const struct td_state *s, int pos0, int n, const char *what, char *err,
+                        size_t errlen) {
+    if (pos0 < 0 || n < 0 || pos0 + (long long)n > s->max_ctx)
+        return td_errf(err, errlen, "%s: positions %d + %d outside the context of %d", what, pos0,
+                       n, s->max_ctx);
+    for (int i = 0; i < s->cfg->n_layers; i++) {
+        int rate = layer_rate(s->cfg, i);
+        if (rate && (pos0 % rate || n % rate))
+            return td_errf(err, errlen,
+                           "%s: positions %d + %d are not whole entries of layer %d (rate %d)",
+                           what, pos0, n, i, rate);
+    }
+    return 0;
+}
+
+size_t td_state_history_bytes(const struct td_state *s, int n) {
+    return pieces(s, -1, 0, 0, n, NULL, NULL);
+}
+
+int td_state_history_save(const struct td_state *s, int slot, int pos0, int n, void *dst, char *err,
+                          size_t errlen) {
+    if (live_slot(s, slot, "history save", err, errlen) ||
+        history_span(s, pos0, n, "history save", err, errlen))
+        return -1;
+    if (pos0 + n > s->len[slot])
+        return td_errf(err, errlen, "history save: positions to %d, slot %d has %d", pos0 + n, slot,
+                       s->len[slot]);
+    struct piece_copy pc = {s->backend, dst, 0};
+    pieces(s, slot, 0, pos0, n, copy_piece, &pc);
+    return 0;
+}
+
+int td_state_history_load(struct td_state *s, int slot, int pos0, int n, const void *src, char *err,
+                          size_t errlen) {
+    if (live_slot(s, slot, "history load", err, errlen) ||
+        history_span(s, pos0, n, "history load", err, errlen))
+        return -1;
+    struct piece_copy pc = {s->backend, (char *)src, 1};
+    pieces(s, slot, 0, pos0, n, copy_piece, &pc);
+    return 0;
+}

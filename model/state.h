@@ -111,6 +111,27 @@ int td_state_rollback(struct td_state *s, int slot, int new_len, char *err, size
  * compressed entries, or new_len outside [len, max_ctx]). */
 int td_state_advance(struct td_state *s, int slot, int new_len, char *err, size_t errlen);
 
+/* The prefix cache's copies of a slot's state (issue 27; ../shared/design/prefix_cache.md
+ * sections 3.6-3.7), in backend memory and queued on its stream like every copy there.
+ * The window: every layer's sliding-window ring and compressor rings (main and indexer) as they
+ * stand, whole; their rows sit at position mod ring in every slot, so a copy saved from one slot
+ * at length L loads into another as that slot's state at L (the rows below L - window are never
+ * read again). Saved right after the step that made the length L. */
+size_t td_state_window_bytes(const struct td_state *s);
+int td_state_window_save(const struct td_state *s, int slot, void *dst, char *err, size_t errlen);
+/* into a live slot of length 0, whose length becomes len (the length it was saved at) */
+int td_state_window_load(struct td_state *s, int slot, const void *src, int len, char *err,
+                         size_t errlen);
+
+/* The history of positions [pos0, pos0 + n) (both multiples of every compressed layer's rate):
+ * every compressed layer's entries and indexer keys of them, layer by layer. A load writes the
+ * slot's entries only; its length is the window's to set. */
+size_t td_state_history_bytes(const struct td_state *s, int n);
+int td_state_history_save(const struct td_state *s, int slot, int pos0, int n, void *dst, char *err,
+                          size_t errlen);
+int td_state_history_load(struct td_state *s, int slot, int pos0, int n, const void *src, char *err,
+                          size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

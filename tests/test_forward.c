@@ -15,6 +15,12 @@
  *                 bit-identical logits to a sequence that never saw them.
  *   batched       sequences of different lengths, mixed prefill/decode/verify rows in one call,
  *                 each bit-identical to running alone.
+ *   snapshot      the prefix cache's copies (issue 27), every key-cache precision: a slot's
+ *                 history up to H (a multiple of every rate) and its window at H, loaded into a
+ *                 fresh slot, give the rest of the prompt bit-identical logits to the slot that
+ *                 ran it whole (fp32: to the one-shot call too); without the
+ *                 window they differ (the test can fail); refusals of spans that split entries
+ *                 and of a loaded slot.
  * TD_TEST_QUICK=1 (the sanitizer run) uses fewer random schedules.
  */
 #include <jansson.h>
@@ -816,6 +822,73 @@ static void test_sinks_dtype_and_alignment(const struct fx *f) {
     case_end("sinks_bf16_and_odd_header", "");
 }
 
+static void snapshot_kv(struct fx *f, int kv) {
+    char err[512], name[128];
+    const struct td_config *c = &f->m.cfg;
+    int V = c->vocab, R = 1; // the largest rate: H a multiple of every layer's
+    for (int i = 0; i < c->n_layers; i++) {
+        int r = c->attn[i] == TD_ATTN_CSA   ? c->rate_csa
+                : c->attn[i] == TD_ATTN_HCA ? c->rate_hca
+                                            : 1;
+        R = r > R ? r : R;
+    }
+    int H = f->n / 2 / R * R, rest = f->n - H;
+    snprintf(name, sizeof name, "snapshot/%s/%s", td_kv_dtype_name(kv), strrchr(f->dir, '/') + 1);
+    case_begin();
+    if (H == 0) {
+        case_end(name, "(skipped: the prompt is shorter than two entries of the widest rate)");
+        return;
+    }
+    struct td_state st;
+    CHECK(!td_state_init_kv(&st, c, 3, f->n, 16, (size_t)1 << 31, NULL, kv, err, sizeof err), "%s",
+          err);
+    const struct td_backend *b = st.backend;
+    size_t wb = td_state_window_bytes(&st), hb = td_state_history_bytes(&st, H);
+    void *win = b->alloc(wb), *his = b->alloc(hb);
+    float *cold = malloc((size_t)rest * V * 4), *warm = malloc((size_t)rest * V * 4),
+          *junk = malloc((size_t)H * V * 4);
+    int a = td_state_seq_alloc(&st), w = td_state_seq_alloc(&st), x = td_state_seq_alloc(&st);
+    struct td_plan_seq q = {.slot = a, .len_before = 0, .n_new = H, .ids = f->ids};
+    CHECK(!td_forward_seqs(&f->m, &st, &q, 1, junk, NULL, err, sizeof err), "%s", err);
+    CHECK(!td_state_window_save(&st, a, win, err, sizeof err), "%s", err);
+    CHECK(!td_state_history_save(&st, a, 0, H, his, err, sizeof err), "%s", err);
+    q = (struct td_plan_seq){.slot = a, .len_before = H, .n_new = rest, .ids = f->ids + H};
+    CHECK(!td_forward_seqs(&f->m, &st, &q, 1, cold, NULL, err, sizeof err), "%s", err);
+    CHECK(kv != TD_KV_F32 || bits_equal(cold, f->oneshot + (size_t)H * V, (size_t)rest * V),
+          "the slot that ran it whole differs from one-shot");
+    // a fresh slot: the history, then the window, then the rest of the prompt
+    CHECK(!td_state_history_load(&st, w, 0, H, his, err, sizeof err), "%s", err);
+    CHECK(!td_state_window_load(&st, w, win, H, err, sizeof err), "%s", err);
+    CHECK(st.len[w] == H, "the loaded slot's length is %d, not %d", st.len[w], H);
+    q = (struct td_plan_seq){.slot = w, .len_before = H, .n_new = rest, .ids = f->ids + H};
+    CHECK(!td_forward_seqs(&f->m, &st, &q, 1, warm, NULL, err, sizeof err), "%s", err);
+    CHECK(bits_equal(warm, cold, (size_t)rest * V), "warm logits differ from cold (H %d)", H);
+    // the history alone, the window's rows left zero: other logits (the window is needed)
+    CHECK(!td_state_history_load(&st, x, 0, H, his, err, sizeof err), "%s", err);
+    st.len[x] = st.hi[x] = H; // as a load without its window would leave it
+    q = (struct td_plan_seq){.slot = x, .len_before = H, .n_new = rest, .ids = f->ids + H};
+    CHECK(!td_forward_seqs(&f->m, &st, &q, 1, warm, NULL, err, sizeof err), "%s", err);
+    CHECK(!bits_equal(warm, cold, (size_t)rest * V), "the same logits without the window");
+    // refusals: a span that splits an entry, a window into a slot that has a length
+    if (R > 1)
+        CHECK(td_state_history_save(&st, a, 0, H - 1, his, err, sizeof err) == -1 &&
+                  strstr(err, "whole entries"),
+              "a span that splits an entry: %s", err);
+    CHECK(td_state_window_load(&st, a, win, H, err, sizeof err) == -1 && strstr(err, "length"),
+          "a window into a slot of length %d: %s", st.len[a], err);
+    char extra[96];
+    snprintf(extra, sizeof extra, "(H %d of %d; window %zu B, history %zu B)", H, f->n, wb, hb);
+    case_end(name, extra);
+    b->release(win), b->release(his);
+    free(cold), free(warm), free(junk);
+    td_state_free(&st);
+}
+
+static void test_snapshot(struct fx *f) {
+    for (int kv = TD_KV_F32; kv <= TD_KV_FP8; kv++)
+        snapshot_kv(f, kv);
+}
+
 int main(void) {
     char err[512];
     snprintf(vroot, sizeof vroot, "/tmp/td_forward_XXXXXX");
@@ -855,6 +928,7 @@ int main(void) {
         if (i == 1) test_sinks_dtype_and_alignment(&f);
         test_skip_logits(&f);
         test_capture(&f);
+        test_snapshot(&f);
         td_model_free(&f.m);
         if (f.loaded.quantized) td_model_free(&f.loaded);
         free(f.ids);
