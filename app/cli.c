@@ -57,6 +57,9 @@ void cli_usage(FILE *fp) {
         "  --max-batch-tokens N   rows per forward step (default: 256, or with MTP or DSpark\n"
         "                         a full round of every sequence, --n x (1 + drafts), if more)\n"
         "  --prefill-chunk N      prompt rows a step takes at most (default 0: no cap)\n"
+        "  --prefix-blocks N      prefix cache of N prompt blocks of 256 tokens (default 0: off):\n"
+        "                         a prompt that begins with cached blocks prefills only the rest\n"
+        "                         (not yet with --draft mtp or dspark)\n"
         "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
         "  --kv-dtype T           key caches in fp32 (default) | bf16 | fp8 (e4m3, per-64 scales)\n"
         "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
@@ -236,6 +239,11 @@ int cli_engine_option(const char *a, const char *v, struct td_engine_params *ep,
     if (!strcmp(a, "--prefill-chunk")) {
         if (cli_parse_int(a, v, 0, 1 << 20, &lv)) return -1;
         ep->prefill_chunk = (int)lv;
+        return 1;
+    }
+    if (!strcmp(a, "--prefix-blocks")) {
+        if (cli_parse_int(a, v, 0, 1 << 24, &lv)) return -1;
+        ep->prefix_blocks = (int)lv;
         return 1;
     }
     if (!strcmp(a, "--max-ctx")) {

@@ -208,6 +208,18 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
         if (late_id >= 0)
             printf("%s: a prompt of %ld tokens arrived at %.3f s, its first token %.1f ms later\n",
                    tag, late, late_at, 1e3 * (late_first - late_at));
+        struct td_prefix_stats ps;
+        if (!td_engine_prefix_stats(e, &ps)) {
+            long cached = 0;
+            for (int i = 0; i < np; i++) {
+                struct td_request_stats rs;
+                if (!td_engine_request_stats(e, rid[i], &rs)) cached += rs.cached_tokens;
+            }
+            printf("%s: prefix cache: %ld of %ld prompt tokens from the cache (%.1f%%), %ld of %ld "
+                   "lookups hit, %ld blocks evicted; blocks held %d, cached %d, free %d\n",
+                   tag, cached, prompt_tokens, prompt_tokens ? 100.0 * cached / prompt_tokens : 0.0,
+                   ps.hits, ps.lookups, ps.evictions, ps.in_use, ps.cached, ps.free);
+        }
         if (s->rounds && td_engine_draft_tokens(e)) {
             printf("%s: mean accepted length %.3f, acceptance by draft position:", tag, mal);
             for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)

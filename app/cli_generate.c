@@ -128,6 +128,13 @@ static void print_stats(FILE *fp, struct td_engine *e, const struct td_engine_pa
                 s->graphs, 1e3 * s->t_capture, td_engine_rows(e));
     if (s->rounds && td_engine_draft_tokens(e)) cli_print_policy(fp, tag, ep, s);
     if (s->nan_rows) fprintf(fp, "%s: %ld non-finite logits rows\n", tag, s->nan_rows);
+    struct td_prefix_stats ps;
+    if (!td_engine_prefix_stats(e, &ps))
+        fprintf(fp,
+                "%s: prefix cache: %ld lookups, %ld hits, %ld blocks found (%ld tokens), %ld "
+                "evicted, %ld published twice; blocks held %d, cached %d, free %d\n",
+                tag, ps.lookups, ps.hits, ps.hit_blocks, ps.hit_blocks * TD_PREFIX_BLOCK,
+                ps.evictions, ps.dedups, ps.in_use, ps.cached, ps.free);
 }
 
 int cmd_generate(int argc, char **argv) {

@@ -18,6 +18,7 @@
 
 #include "draft/drafter.h"
 #include "engine/policy.h"
+#include "engine/prefix.h"
 #include "draft/dspark.h"
 #include "draft/mtp.h"
 #include "kernels/err.h"
@@ -51,6 +52,9 @@ struct request {
         *drafts_dev; /* a deferred MTP or DSpark round: the drafts are there, in backend memory */
     char msg[256];
     struct td_request_stats st;
+    int32_t *blocks; /* [max_ctx / TD_PREFIX_BLOCK] the prefix cache's blocks it holds: its
+                        prompt's, in order (a hit's, then the ones it published) */
+    int n_blocks;
 };
 
 /* one sequence of the current step */
@@ -124,6 +128,11 @@ struct td_engine {
        the drafts' collection; h[HOST_PHASES] counts the steps */
 #define HOST_PHASES 6
     double h[HOST_PHASES + 1];
+    /* the prefix cache (prefix_blocks > 0): block i's history of TD_PREFIX_BLOCK tokens and the
+       windows at its end at pool + i (p_hist + p_win) in backend memory */
+    struct td_prefix *prefix;
+    char *ppool;
+    size_t p_hist, p_win;
 };
 
 static double now(void) {
@@ -228,6 +237,99 @@ static void why_dspark_dir(const struct td_engine *e, int in_folder, char *err, 
             "%s (the checkpoint carries no DSpark head of its own: no dspark_* keys in its "
             "config.json)",
             why);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The prefix cache, copied in (../shared/design/prefix_cache.md section 3.12, stage 0): the slots
+ * keep their own caches; when a prompt chunk ends at the end of a block of TD_PREFIX_BLOCK of its
+ * prompt's tokens, the block's history and the slot's windows there are copied into a pool block
+ * and published (engine/prefix.h), and a request whose prompt begins with published blocks has
+ * them copied into its slot at admission and prefills the rest. A hit stops at least one token
+ * before the prompt's end (its last row makes the first token's logits). Every kernel gives a
+ * row the same bits in any chunking (test_forward's chunked and snapshot cases), so a warm
+ * request's output is the cold one's. Only prompt blocks are published (decode steps' numerics
+ * are not shown to be prefill's); a model drafter's rings would need the replay of section 3.8,
+ * so that combination is refused for now. */
+static char *prefix_mem(const struct td_engine *e, int id) {
+    return e->ppool + (size_t)id * (e->p_hist + e->p_win);
+}
+
+static int prefix_init(struct td_engine *e, const struct td_engine_params *p, char *err,
+                       size_t errlen) {
+    const struct td_config *c = &e->model.cfg;
+    if (e->md.impl)
+        return td_errf(err, errlen,
+                       "engine: the prefix cache does not take a model drafter yet (%s): its "
+                       "rings are not rebuilt on a hit; use --draft none, ngram or random",
+                       e->mtp ? "mtp" : "dspark");
+    for (int i = 0; i < c->n_layers; i++) {
+        int rate = c->attn[i] == TD_ATTN_CSA   ? c->rate_csa
+                   : c->attn[i] == TD_ATTN_HCA ? c->rate_hca
+                                               : 0;
+        if (rate && TD_PREFIX_BLOCK % rate)
+            return td_errf(err, errlen,
+                           "engine: layer %d compresses %d tokens an entry, which a prefix block "
+                           "of %d does not hold whole",
+                           i, rate, TD_PREFIX_BLOCK);
+    }
+    e->p_hist = td_state_history_bytes(&e->state, TD_PREFIX_BLOCK);
+    e->p_win = td_state_window_bytes(&e->state);
+    size_t bytes = (size_t)p->prefix_blocks * (e->p_hist + e->p_win);
+    if (!(e->ppool = e->state.backend->alloc(bytes)))
+        return td_errf(err, errlen,
+                       "engine: no room for the prefix cache's %d blocks of %zu KiB (history %zu, "
+                       "windows %zu): %zu MiB",
+                       p->prefix_blocks, (e->p_hist + e->p_win) >> 10, e->p_hist >> 10,
+                       e->p_win >> 10, bytes >> 20);
+    // the root: what makes a block's bytes (another model, cache format or numerics never hits)
+    char fp[512];
+    int n =
+        snprintf(fp, sizeof fp, "tandem prefix v1|%s|%s|kv %s|det %d|block %d|layers %d|vocab %d",
+                 p->model_dir ? p->model_dir : "", e->b->name, td_kv_dtype_name(p->kv_dtype),
+                 p->deterministic, TD_PREFIX_BLOCK, c->n_layers, c->vocab);
+    if (!(e->prefix =
+              td_prefix_new(p->prefix_blocks, TD_PREFIX_BLOCK, td_prefix_root(fp, (size_t)n))))
+        return td_errf(err, errlen, "engine: out of memory for the prefix cache's index");
+    return 0;
+}
+
+/* at admission: the published blocks r's prompt begins with, held and copied into its slot */
+static void prefix_hit(struct td_engine *e, struct request *r) {
+    char err[256];
+    int B = TD_PREFIX_BLOCK,
+        n = td_prefix_match(e->prefix, r->toks, r->n_prompt, r->blocks, (r->n_prompt - 1) / B);
+    if (!n) return;
+    td_prefix_hold(e->prefix, r->blocks, n);
+    for (int i = 0; i < n; i++)
+        if (td_state_history_load(&e->state, r->slot, i * B, B, prefix_mem(e, r->blocks[i]), err,
+                                  sizeof err))
+            TD_ABORT("prefix hit: %s", err);
+    if (td_state_window_load(&e->state, r->slot, prefix_mem(e, r->blocks[n - 1]) + e->p_hist, n * B,
+                             err, sizeof err))
+        TD_ABORT("prefix hit: %s", err);
+    r->n_blocks = n;
+    r->st.cached_tokens = n * B;
+}
+
+/* after a step: a prompt chunk of r that ended at the end of its next block publishes it */
+static void prefix_publish(struct td_engine *e, struct request *r) {
+    char err[256];
+    int B = TD_PREFIX_BLOCK, L = e->state.len[r->slot];
+    if (L % B || L > r->n_prompt || L / B != r->n_blocks + 1) return;
+    int id = td_prefix_alloc(e->prefix);
+    if (id < 0) return; // every block is held: nothing published
+    char *mem = prefix_mem(e, id);
+    if (td_state_history_save(&e->state, r->slot, L - B, B, mem, err, sizeof err) ||
+        td_state_window_save(&e->state, r->slot, mem + e->p_hist, err, sizeof err))
+        TD_ABORT("prefix publish: %s", err);
+    int parent = r->n_blocks ? r->blocks[r->n_blocks - 1] : -1;
+    r->blocks[r->n_blocks++] = td_prefix_publish(e->prefix, id, parent, r->toks + L - B);
+}
+
+int td_engine_prefix_stats(const struct td_engine *e, struct td_prefix_stats *out) {
+    if (!e->prefix) return -1;
+    td_prefix_stats(e->prefix, out);
+    return 0;
 }
 
 int td_engine_init(struct td_engine **out, const struct td_engine_params *p, char *err,
@@ -370,6 +472,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         td_errf(err, errlen, "engine: out of memory");
         goto fail;
     }
+    if (p->prefix_blocks > 0 && prefix_init(e, p, err, errlen)) goto fail;
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
     struct td_forward_io io = target_io(e);
@@ -413,6 +516,7 @@ fail:
 }
 
 static void request_free(struct request *r) {
+    free(r->blocks);
     free(r->toks);
     free(r->src);
     free(r);
@@ -462,6 +566,8 @@ void td_engine_free(struct td_engine *e) {
     free(e->dseqs);
     free(e->patches);
     meta_plan_free(&e->plan);
+    td_prefix_free(e->prefix);
+    if (e->ppool) e->state.backend->release(e->ppool);
     td_state_free(&e->state);
     if (e->dev.backend) td_model_free(&e->dev);
     td_model_free(&e->model);
@@ -559,6 +665,11 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
         free(r);
         return td_errf(err, errlen, "request: out of memory");
     }
+    if (e->prefix &&
+        !(r->blocks = malloc((size_t)(e->p.max_ctx / TD_PREFIX_BLOCK + 1) * sizeof(int32_t)))) {
+        request_free(r);
+        return td_errf(err, errlen, "request: out of memory");
+    }
     e->reqs[e->n_reqs++] = r;
     memcpy(r->toks, rp->prompt, (size_t)rp->n_prompt * sizeof(int32_t));
     if (rp->n_stop_ids) memcpy(r->stop_ids, rp->stop_ids, (size_t)rp->n_stop_ids * sizeof(int32_t));
@@ -598,6 +709,8 @@ static void finish(struct td_engine *e, struct request *r, enum td_req_status st
     r->st.t_end = now();
     if (r->slot >= 0) td_state_seq_release(&e->state, r->slot);
     r->slot = -1;
+    if (r->n_blocks) td_prefix_release(e->prefix, r->blocks, r->n_blocks);
+    r->n_blocks = 0;
 }
 
 static int is_done(const struct request *r) {
@@ -834,6 +947,7 @@ static int schedule(struct td_engine *e) {
         r->slot = slot;
         r->status = TD_REQ_PREFILL;
         r->st.t_admit = now();
+        if (e->prefix) prefix_hit(e, r);
     }
     // 1. every decoding request's anchor row, oldest first: a request that decodes advances
     //    every step, however many drafts the others would like
@@ -912,6 +1026,8 @@ static int schedule(struct td_engine *e) {
         if (r->status != TD_REQ_PREFILL) continue;
         int fed = e->state.len[r->slot], chunk = r->n_prompt - fed;
         if (chunk > pf) chunk = pf;
+        int edge = (fed / TD_PREFIX_BLOCK + 1) * TD_PREFIX_BLOCK; // (the prefix cache's blocks)
+        if (e->prefix && fed + chunk > edge) chunk = edge - fed;
         struct group *g = &e->groups[n];
         g->r = r;
         g->prefill = 1;
@@ -1277,6 +1393,8 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         e->stats.t_target += t1 - t0;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;
+        for (int i = 0; i < n && e->prefix; i++) // the prompt blocks this step completed
+            if (e->groups[i].prefill) prefix_publish(e, e->groups[i].r);
         for (int i = 0; i < n; i++) {
             struct group *g = &e->groups[i];
             // this sequence's logits rows: the last n_rows of its rows

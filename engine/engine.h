@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "verify/sample.h"
+#include "engine/prefix.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,6 +96,11 @@ struct td_engine_params {
        is measured on shapes no drafter was trained for. The output is not the model's */
     float synthetic_accept[TD_MAX_DRAFT];
     int n_synthetic;
+    int prefix_blocks; /* the prefix cache: prompt blocks of TD_PREFIX_BLOCK tokens kept, each
+                          with its history and the state windows at its end, in backend memory
+                          (0, the default: off). A request whose prompt begins with published
+                          blocks loads them and prefills only the rest; prompt chunks end at
+                          block boundaries. Not yet with a model drafter (mtp, dspark) */
     /* test seam: the cost in seconds of a step of rows rows with drafts on offer (drafting) or
        without, instead of the measured one */
     double (*step_cost)(void *ctx, int drafting, int rows);
@@ -177,6 +183,7 @@ struct td_request_stats {
     long proposed_at[TD_MAX_DRAFT]; /* drafts verified at draft position j */
     long accepted_at[TD_MAX_DRAFT]; /* drafts accepted at draft position j (as accepted) */
     double t_submit, t_admit, t_first, t_end; /* submitted, given a slot, first token, ended */
+    int cached_tokens; /* prompt tokens the prefix cache gave it (not prefilled) */
 };
 
 /* what the engine holds now */
@@ -244,6 +251,9 @@ void td_engine_load(const struct td_engine *e, struct td_engine_load *out);
 double td_engine_clock(void);
 
 const struct td_engine_stats *td_engine_stats(struct td_engine *e);
+
+/* the prefix cache's counters (engine/prefix.h); -1 when it is off */
+int td_engine_prefix_stats(const struct td_engine *e, struct td_prefix_stats *out);
 
 /* The model's vocabulary size. */
 int td_engine_vocab(const struct td_engine *e);

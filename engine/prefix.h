@@ -21,6 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* tokens a block holds (a multiple of every compressed layer's rate: 128 and 4 in V4) */
+#define TD_PREFIX_BLOCK 256
+
 struct td_pkey {
     uint64_t lo, hi;
 };

@@ -150,6 +150,9 @@ static const struct key keys[] = {
     {K("scheduler", "prefill_chunk", KEY_INT, prefill_chunk), RANGE(0, 1048576), .def = "0",
      .doc = "prompt rows a step takes at most, so a long prompt does not stall the decodes "
             "beside it; 0 = as many as the row budget leaves"},
+    {K("scheduler", "prefix_blocks", KEY_INT, prefix_blocks), RANGE(0, 16777216), .def = "0",
+     .doc = "prefix cache: prompt blocks of 256 tokens kept for reuse (each with its history "
+            "and windows); 0 = off; not yet with mtp or dspark"},
     {K("scheduler", "max_cache_mib", KEY_LONG, max_cache_mib), RANGE(0, 67108864), .def = "0",
      .doc = "KV cache memory in MiB; 0 = automatic"},
     // [sampling]
@@ -938,6 +941,7 @@ static const char *const flag_keys[][2] = {
     {"--draft-policy", "speculation.policy"},
     {"--max-batch-tokens", "scheduler.max_batch_tokens"},
     {"--prefill-chunk", "scheduler.prefill_chunk"},
+    {"--prefix-blocks", "scheduler.prefix_blocks"},
     {"--max-ctx", "model.max_context"},
     {"--kv-dtype", "model.kv_dtype"},
     {"--max-seqs", "scheduler.max_running"},

@@ -179,6 +179,10 @@ static json_t *usage_json(const struct srv *s, const struct job *j) {
         gen += j->ch[i].completion_tokens;
     json_t *u = json_pack("{s:i,s:I,s:I}", "prompt_tokens", j->prompt_tokens, "completion_tokens",
                           (json_int_t)gen, "total_tokens", (json_int_t)(gen + j->prompt_tokens));
+    // the prompt tokens the prefix cache gave (every choice runs the same prompt: the first's)
+    json_object_set_new(
+        u, "prompt_tokens_details",
+        json_pack("{s:i}", "cached_tokens", j->n_ch ? j->ch[0].st.cached_tokens : 0));
     if (s->cfg.per_request != SRV_PER_REQUEST_NONE && j->n_ch == 1) {
         const struct choice *c = &j->ch[0];
         json_t *pos = json_array();
@@ -1420,6 +1424,7 @@ static int open_engine(struct srv *s) {
     ep.kv_dtype = td_engine_kv_dtype_parse(c->kv_dtype); // (the config allows only the three names)
     ep.max_batch_tokens = c->max_batch_tokens;
     ep.prefill_chunk = c->prefill_chunk;
+    ep.prefix_blocks = c->prefix_blocks;
     ep.draft = s->drafter;
     ep.max_draft = c->k;
     ep.dspark_dir = c->dspark_dir[0] ? c->dspark_dir : NULL;

@@ -15,6 +15,16 @@
  * engine/prefill_chunk_caps_prompt_rows: a 300-token prompt arriving beside a decoding request
  *     takes at most prefill_chunk rows a step, the decode advances every step, and the tokens
  *     are those of an uncapped run.
+ * engine/prefix_warm_equals_cold: the prefix cache (tandem-tiny, prompts of 520 and 512 tokens,
+ *     blocks of 256, one slot, another prompt run between any two): a repeated prompt takes 512
+ *     tokens from the cache, a prompt sharing 300 tokens 256, a prompt of exactly 512 only 256
+ *     (its last token is fed), and each gives the logits rows (their bytes) and the tokens
+ *     (greedy and sampled) of an engine without the cache.
+ * engine/prefix_eviction: a pool of 2 blocks: another prompt evicts the first's blocks, which
+ *     then misses, with the same tokens.
+ * engine/prefix_concurrent_dedup: the same prompt twice at once: both prefill, the second's
+ *     blocks are the first's (published twice), the same tokens.
+ * engine/prefix_refuses_model_drafter: the cache with MTP is refused, naming both.
  * TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
  */
 #include <stdint.h>
@@ -705,6 +715,157 @@ static void prefill_chunk(void) {
     case_end("engine/prefill_chunk_negative_refused", "");
 }
 
+/* the bytes of every logits row an engine verified (its logits hook), FNV-1a */
+static uint64_t rows_hash;
+static void hash_rows(void *ctx, int request, long position, float *row, int vocab) {
+    (void)ctx, (void)request, (void)position;
+    const unsigned char *b = (const unsigned char *)row;
+    for (size_t i = 0; i < (size_t)vocab * sizeof *row; i++)
+        rows_hash = (rows_hash ^ b[i]) * 0x100000001b3ull;
+}
+
+/* the prefix cache's engine on tandem-tiny (prefix_blocks 0: off) */
+static struct td_engine *prefix_engine(int blocks, int max_seqs, const char *draft) {
+    char err[512];
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = "models/tandem-tiny";
+    ep.backend = "cpu";
+    ep.max_seqs = max_seqs;
+    ep.max_ctx = 640;
+    ep.max_cache_bytes = (size_t)1 << 30;
+    ep.prefix_blocks = blocks;
+    ep.logits_hook = hash_rows;
+    if (draft) ep.draft = draft;
+    struct td_engine *e;
+    if (td_engine_init(&e, &ep, err, sizeof err)) {
+        case_fail("engine init: %s", err);
+        return NULL;
+    }
+    return e;
+}
+
+/* n requests of the prompts p[i] (len[i] ids) submitted together, run to the end: their tokens
+ * (up to 12) and the prompt tokens each took from the cache; returns the hash of every logits
+ * row verified */
+static uint64_t prefix_run(struct td_engine *e, int n, const int32_t *const *p, const int *len,
+                           const struct td_sampling *samp, int32_t (*out)[12], int *n_out,
+                           int *cached) {
+    char err[512];
+    rows_hash = 0xcbf29ce484222325ull;
+    int ids[4];
+    for (int i = 0; i < n; i++) {
+        struct td_request_params rp = {.prompt = p[i],
+                                       .n_prompt = len[i],
+                                       .max_tokens = 12,
+                                       .sampling = *samp,
+                                       .ignore_eos = 1};
+        ids[i] = td_engine_submit(e, &rp, err, sizeof err);
+        CHECK(ids[i] >= 0, "submit: %s", err);
+    }
+    for (int s = 0; s < 200 && td_engine_step(e, err, sizeof err) > 0; s++) {
+    }
+    for (int i = 0; i < n; i++) {
+        const int32_t *t;
+        struct td_request_stats rs;
+        td_engine_output(e, ids[i], &t, &n_out[i], NULL, NULL, NULL);
+        memcpy(out[i], t, (size_t)n_out[i] * sizeof(int32_t));
+        CHECK(!td_engine_request_stats(e, ids[i], &rs), "request stats");
+        cached[i] = rs.cached_tokens;
+        td_engine_release(e, ids[i]);
+    }
+    return rows_hash;
+}
+
+static int same12(const int32_t *a, int na, const int32_t *b, int nb) {
+    return na == nb && !memcmp(a, b, (size_t)na * sizeof(int32_t));
+}
+
+static void prefix_cache(void) {
+    static int32_t P[520], Q[520], R[520], E[512];
+    for (int i = 0; i < 520; i++) {
+        P[i] = (int32_t)((i * 7919 + 13) % 8000 + 2);
+        Q[i] = i < 300 ? P[i] : (int32_t)((i * 104729 + 5) % 8000 + 2);
+        R[i] = (int32_t)((i * 31 + 17) % 7000 + 100);
+        if (i < 512) E[i] = P[i];
+    }
+    struct td_sampling greedy = {.temperature = 0.0f, .top_p = 1.0f},
+                       sampled = {.temperature = 1.0f, .top_p = 1.0f, .seed = 7};
+    const int32_t *ps[5] = {P, P, Q, E, P};
+    int lens[5] = {520, 520, 520, 512, 520};
+    const struct td_sampling *smp[5] = {&greedy, &greedy, &greedy, &greedy, &sampled};
+    int want[5] = {0, 512, 256, 256, 512};
+    static int32_t cold[5][12], warm[5][12];
+    int nc[5], nw[5], cc[5], cw[5];
+
+    case_begin();
+    struct td_engine *off = prefix_engine(0, 1, NULL), *on = prefix_engine(8, 1, NULL);
+    // one request at a time in the one slot, another prompt between them (its rings hold that
+    // prompt's rows, not the next one's: what a hit uses is what it loaded)
+    const int32_t *rp1 = R;
+    int lr = 520, nr, cr;
+    static int32_t orr[1][12];
+    for (int i = 0; off && on && i < 5; i++) {
+        uint64_t hc = prefix_run(off, 1, &ps[i], &lens[i], smp[i], &cold[i], &nc[i], &cc[i]);
+        prefix_run(on, 1, &rp1, &lr, &greedy, orr, &nr, &cr);
+        uint64_t hw = prefix_run(on, 1, &ps[i], &lens[i], smp[i], &warm[i], &nw[i], &cw[i]);
+        CHECK(hc == hw, "request %d (%d cached): other logits than without the cache", i, cw[i]);
+        CHECK(cw[i] == want[i], "request %d took %d tokens from the cache, not %d", i, cw[i],
+              want[i]);
+        CHECK(same12(cold[i], nc[i], warm[i], nw[i]) && nc[i] == 12,
+              "request %d (%d cached): other tokens than without the cache", i, cw[i]);
+    }
+    CHECK(!same12(cold[4], nc[4], cold[0], nc[0]), "the sampled run drew the greedy tokens");
+    struct td_prefix_stats st;
+    CHECK(on && !td_engine_prefix_stats(on, &st) && st.lookups == 10 && st.hits == 8 &&
+              st.cached == 5,
+          "lookups %ld, hits %ld, cached %d", st.lookups, st.hits, st.cached);
+    CHECK(off && td_engine_prefix_stats(off, &st) == -1, "stats of an engine without the cache");
+    td_engine_free(off), td_engine_free(on);
+    case_end("engine/prefix_warm_equals_cold", "");
+
+    case_begin();
+    struct td_engine *small = prefix_engine(2, 2, NULL);
+    const int32_t *pr[3] = {P, R, P};
+    int l3[3] = {520, 520, 520}, n3[3], c3[3];
+    static int32_t o3[3][12];
+    for (int i = 0; small && i < 3; i++)
+        prefix_run(small, 1, &pr[i], &l3[i], &greedy, &o3[i], &n3[i], &c3[i]);
+    CHECK(c3[0] == 0 && c3[1] == 0 && c3[2] == 0, "cached %d %d %d: P's blocks were evicted by R's",
+          c3[0], c3[1], c3[2]);
+    CHECK(same12(o3[0], n3[0], cold[0], nc[0]) && same12(o3[2], n3[2], cold[0], nc[0]),
+          "P's tokens changed");
+    CHECK(small && !td_engine_prefix_stats(small, &st) && st.evictions == 4 && st.cached == 2,
+          "evictions %ld, cached %d", st.evictions, st.cached);
+    td_engine_free(small);
+    case_end("engine/prefix_eviction", "");
+
+    case_begin();
+    struct td_engine *two = prefix_engine(8, 2, NULL);
+    const int32_t *pp[2] = {P, P};
+    int l2[2] = {520, 520}, n2[2], c2[2];
+    static int32_t o2[2][12];
+    if (two) prefix_run(two, 2, pp, l2, &greedy, o2, n2, c2);
+    CHECK(c2[0] == 0 && c2[1] == 0, "cached %d and %d at once", c2[0], c2[1]);
+    CHECK(same12(o2[0], n2[0], cold[0], nc[0]) && same12(o2[1], n2[1], cold[0], nc[0]),
+          "other tokens");
+    CHECK(two && !td_engine_prefix_stats(two, &st) && st.dedups == 2 && st.cached == 2,
+          "published twice %ld, cached %d", st.dedups, st.cached);
+    td_engine_free(two);
+    case_end("engine/prefix_concurrent_dedup", "");
+
+    case_begin();
+    char err[512] = "";
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = "models/tandem-tiny";
+    ep.backend = "cpu";
+    ep.draft = "mtp";
+    ep.prefix_blocks = 4;
+    struct td_engine *e;
+    CHECK(td_engine_init(&e, &ep, err, sizeof err) && strstr(err, "prefix") && strstr(err, "mtp"),
+          "the cache with MTP: %s", err);
+    case_end("engine/prefix_refuses_model_drafter", "");
+}
+
 int main(void) {
     const char *fxs[3] = {"b_plain_hc2", "a_tiny_yarn", "c_upstream_sharded"};
     make_prompts(300);
@@ -716,6 +877,7 @@ int main(void) {
     adaptive_policy();
     auto_rows();
     prefill_chunk();
+    prefix_cache();
     if (!quick_mode()) {
         drafter_distribution("mtp");
         drafter_distribution("dspark");

@@ -1,0 +1,52 @@
+// tests/serve/prefix.test.mjs: the prefix cache through the server (scheduler.prefix_blocks):
+// the same 520-token prompt twice, the second takes 512 tokens from the cache
+// (usage.prompt_tokens_details.cached_tokens) and gives the first's ids, which are
+// `tandem generate`'s; a server without the cache reports 0.
+//
+//   node --test tests/serve/prefix.test.mjs
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, client, solo } from './harness.mjs';
+
+const MAXT = 8;
+let on, off, prompt, ref;
+
+before(async () => {
+    [on, off] = await Promise.all([
+        startServer(['--draft', 'none', '--prefix-blocks', '8']),
+        startServer(['--draft', 'none']),
+    ]);
+    prompt = Array.from({ length: 520 }, (_, i) => ((i * 7919 + 13) % 8000) + 2);
+    ref = await solo(prompt, { maxTokens: MAXT });
+}, { timeout: 120000 });
+
+after(async () => {
+    for (const s of [on, off]) if (s && s.stop) assert.equal(await s.stop(), 0, 'server exit code');
+}, { timeout: 60000 });
+
+const T = { timeout: 60000 };
+
+async function complete(srv) {
+    const r = await client(srv).completions.create({
+        model: srv.model, prompt, max_tokens: MAXT, temperature: 0, return_token_ids: true,
+    });
+    return { ids: r.choices[0].token_ids, cached: r.usage.prompt_tokens_details?.cached_tokens };
+}
+
+test('a repeated prompt: 512 cached tokens, the same ids as generate', T, async () => {
+    const a = await complete(on);
+    const b = await complete(on);
+    assert.equal(a.cached, 0, 'the first request found nothing');
+    assert.equal(b.cached, 512, 'the second: two blocks of 256 (its last token is fed)');
+    assert.deepEqual(b.ids, a.ids, 'the same ids warm and cold');
+    assert.deepEqual(a.ids, ref.slice(0, a.ids.length), 'the ids of tandem generate');
+});
+
+test('without the cache: cached_tokens 0', T, async () => {
+    const a = await complete(off);
+    const b = await complete(off);
+    assert.equal(a.cached, 0);
+    assert.equal(b.cached, 0);
+    assert.deepEqual(b.ids, a.ids);
+});
