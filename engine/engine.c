@@ -275,6 +275,12 @@ static int prefix_init(struct td_engine *e, const struct td_engine_params *p, ch
     e->p_hist = td_state_history_bytes(&e->state, TD_PREFIX_BLOCK);
     e->p_win = td_state_window_bytes(&e->state);
     size_t bytes = (size_t)p->prefix_blocks * (e->p_hist + e->p_win);
+    size_t limit = cache_limit(p->max_cache_bytes, e->b); // the caches' headroom counts it too
+    if (e->state.bytes + bytes > limit)
+        return td_errf(err, errlen,
+                       "engine: the prefix cache's %d blocks need %zu MiB beside the caches' %zu "
+                       "MiB, past their limit of %zu MiB (fewer blocks, or more cache memory)",
+                       p->prefix_blocks, bytes >> 20, e->state.bytes >> 20, limit >> 20);
     if (!(e->ppool = e->state.backend->alloc(bytes)))
         return td_errf(err, errlen,
                        "engine: no room for the prefix cache's %d blocks of %zu KiB (history %zu, "
@@ -614,6 +620,14 @@ const struct td_engine_stats *td_engine_stats(struct td_engine *e) {
     const struct td_state *ds = e->md.impl ? e->md.state(e->md.impl) : NULL;
     e->stats.graphs = e->state.n_captured + (ds ? ds->n_captured : 0);
     e->stats.t_capture = e->state.t_capture + (ds ? ds->t_capture : 0.0);
+    struct td_prefix_stats ps;
+    if (!td_engine_prefix_stats(e, &ps)) {
+        e->stats.prefix_lookups = ps.lookups, e->stats.prefix_hits = ps.hits;
+        e->stats.prefix_hit_tokens = ps.hit_blocks * TD_PREFIX_BLOCK;
+        e->stats.prefix_evictions = ps.evictions;
+        e->stats.prefix_held = ps.in_use, e->stats.prefix_cached = ps.cached;
+        e->stats.prefix_free = ps.free;
+    }
     return &e->stats;
 }
 

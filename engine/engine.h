@@ -166,9 +166,13 @@ struct td_engine_stats {
      * the end of a step and runs before the next step's forward, so its device time counts in
      * t_target and t_draft holds only its set-up and launches (TD_TIMELINE=1 splits device
      * time); on the CPU each phase is computed where it is counted */
-    double t_target;  /* seconds in plan building, the forward and its wait */
-    double t_verify;  /* seconds verifying and committing its rows (host) */
-    double t_draft;   /* seconds in the model drafter's calls (MTP, DSpark) */
+    double t_target; /* seconds in plan building, the forward and its wait */
+    double t_verify; /* seconds verifying and committing its rows (host) */
+    double t_draft;  /* seconds in the model drafter's calls (MTP, DSpark) */
+    /* the prefix cache (zeros when it is off): lookups, those that found blocks, the prompt
+       tokens they found, cached blocks evicted; blocks held, cached and free now */
+    long prefix_lookups, prefix_hits, prefix_hit_tokens, prefix_evictions;
+    int prefix_held, prefix_cached, prefix_free;
     int graphs;       /* step graphs captured (target and drafter) */
     double t_capture; /* seconds capturing them (at start-up; any made later
                          count inside t_target or t_draft) */

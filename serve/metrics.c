@@ -357,6 +357,24 @@ static void build_table(struct srv_metrics *m, const struct met_info *in) {
             "Non-finite logits rows met (each fails its request; must stay 0).");
     ser_add(m, VAL_LONG, &v->eng.nan_rows, -1, 0, "where", "target", NULL);
 
+    fam_add(m, "tandem_prefix_cache_queries_total", FAM_COUNTER, 0,
+            "Prefix cache lookups (one a request admitted; 0 with the cache off).");
+    ser_add(m, VAL_LONG, &v->eng.prefix_lookups, -1, 0, NULL);
+    fam_add(m, "tandem_prefix_cache_hits_total", FAM_COUNTER, 0,
+            "Prefix cache lookups that found published blocks.");
+    ser_add(m, VAL_LONG, &v->eng.prefix_hits, -1, 0, NULL);
+    fam_add(m, "tandem_prefix_cache_hit_tokens_total", FAM_COUNTER, 0,
+            "Prompt tokens the prefix cache gave (not prefilled).");
+    ser_add(m, VAL_LONG, &v->eng.prefix_hit_tokens, -1, 0, NULL);
+    fam_add(m, "tandem_prefix_cache_evictions_total", FAM_COUNTER, 0,
+            "Cached prefix blocks taken back for new ones.");
+    ser_add(m, VAL_LONG, &v->eng.prefix_evictions, -1, 0, NULL);
+    fam_add(m, "tandem_prefix_cache_blocks", FAM_GAUGE, 0,
+            "Prefix cache blocks: held by requests, cached (published, unheld), free.");
+    ser_add(m, VAL_INT, &v->eng.prefix_held, -1, 0, "state", "held", NULL);
+    ser_add(m, VAL_INT, &v->eng.prefix_cached, -1, 0, "state", "cached", NULL);
+    ser_add(m, VAL_INT, &v->eng.prefix_free, -1, 0, "state", "free", NULL);
+
     fam_add(m, "tandem_http_requests_total", FAM_COUNTER, 0,
             "HTTP responses by endpoint and status code.");
     for (int e = 0; e < N_ENDPOINTS; e++)

@@ -46,6 +46,8 @@
  *   tandem_spec_policy_verified_total{batch}                         engine: batch_drafts[b]
  *   tandem_spec_policy_plain_steps_total{drafter}                    engine: plain_steps
  *   tandem_nonfinite_rows_total{where="target"}                      engine: nan_rows
+ *   tandem_prefix_cache_{queries,hits,hit_tokens,evictions}_total     engine: prefix_*
+ *   tandem_prefix_cache_blocks{state="held|cached|free"}             engine: prefix_held ..
  *   tandem_http_requests_total{endpoint,code}                        met_http (pairs seen)
  *   tandem_http_ignored_fields_total                                 met_ignored_fields
  * Positions run 0 .. k-1 (k of met_info, at most TD_MAX_DRAFT). With drafter "none" (or no

@@ -24,7 +24,8 @@
  *     then misses, with the same tokens.
  * engine/prefix_concurrent_dedup: the same prompt twice at once: both prefill, the second's
  *     blocks are the first's (published twice), the same tokens.
- * engine/prefix_refuses_model_drafter: the cache with MTP is refused, naming both.
+ * engine/prefix_refuses_model_drafter: the cache with MTP is refused, naming both; a pool past
+ *     the cache memory limit is refused with the numbers.
  * TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
  */
 #include <stdint.h>
@@ -863,6 +864,11 @@ static void prefix_cache(void) {
     struct td_engine *e;
     CHECK(td_engine_init(&e, &ep, err, sizeof err) && strstr(err, "prefix") && strstr(err, "mtp"),
           "the cache with MTP: %s", err);
+    ep.draft = "none", ep.prefix_blocks = 1 << 20, ep.max_cache_bytes = (size_t)64 << 20;
+    err[0] = 0;
+    CHECK(td_engine_init(&e, &ep, err, sizeof err) &&
+              strstr(err, "prefix cache's 1048576 blocks") && strstr(err, "limit of 64 MiB"),
+          "a pool past the cache limit: %s", err);
     case_end("engine/prefix_refuses_model_drafter", "");
 }
 

@@ -1,13 +1,13 @@
 // tests/serve/prefix.test.mjs: the prefix cache through the server (scheduler.prefix_blocks):
 // the same 520-token prompt twice, the second takes 512 tokens from the cache
 // (usage.prompt_tokens_details.cached_tokens) and gives the first's ids, which are
-// `tandem generate`'s; a server without the cache reports 0.
+// `tandem generate`'s, and /metrics counts it; a server without the cache reports 0.
 //
 //   node --test tests/serve/prefix.test.mjs
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, client, solo } from './harness.mjs';
+import { startServer, client, solo, scrape, mval } from './harness.mjs';
 
 const MAXT = 8;
 let on, off, prompt, ref;
@@ -41,6 +41,13 @@ test('a repeated prompt: 512 cached tokens, the same ids as generate', T, async 
     assert.equal(b.cached, 512, 'the second: two blocks of 256 (its last token is fed)');
     assert.deepEqual(b.ids, a.ids, 'the same ids warm and cold');
     assert.deepEqual(a.ids, ref.slice(0, a.ids.length), 'the ids of tandem generate');
+    // the engine's counters reach /metrics once a step has run after them
+    await complete(on);
+    const m = await scrape(on);
+    assert.equal(mval(m, 'tandem_prefix_cache_queries_total'), 3);
+    assert.equal(mval(m, 'tandem_prefix_cache_hits_total'), 2);
+    assert.equal(mval(m, 'tandem_prefix_cache_hit_tokens_total'), 1024);
+    assert.equal(mval(m, 'tandem_prefix_cache_blocks', { state: 'cached' }), 2);
 });
 
 test('without the cache: cached_tokens 0', T, async () => {
