@@ -59,7 +59,7 @@ void cli_usage(FILE *fp) {
         "  --prefill-chunk N      prompt rows a step takes at most (default 0: no cap)\n"
         "  --prefix-blocks N      prefix cache of N prompt blocks of 256 tokens (default 0: off):\n"
         "                         a prompt that begins with cached blocks prefills only the rest\n"
-        "                         (not yet with --draft mtp or dspark)\n"
+        "                         (with mtp or dspark at least their window of 128 tokens)\n"
         "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
         "  --kv-dtype T           key caches in fp32 (default) | bf16 | fp8 (e4m3, per-64 scales)\n"
         "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"

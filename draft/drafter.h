@@ -103,6 +103,11 @@ struct td_model_drafter {
     int (*run)(void *impl, struct td_draft_seq *seqs, int n, char *err, size_t errlen);
     /* a deferred round's drafts to the host (seqs as given to run; at once when none is due) */
     int (*collect)(void *impl, struct td_draft_seq *seqs, char *err, size_t errlen);
+    /* a new sequence in slot whose first len positions the target took from the prefix cache:
+     * the drafter starts it at len (0: an ordinary new sequence, as a first call at position 0
+     * starts one). It reads nothing before len: the engine prefills at least its window
+     * (state()->window) of the prompt after a hit, which rebuilds what it reads */
+    void (*begin)(void *impl, int slot, int len);
     /* its own caches (its graphs' counts live there) */
     const struct td_state *(*state)(const void *impl);
     void (*free)(void *impl);

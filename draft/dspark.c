@@ -604,12 +604,20 @@ static void dspark_free(void *impl) {
     draft_dspark_free(impl);
 }
 
+static void dspark_begin(void *impl, int slot, int len) {
+    struct draft_dspark *d = impl;
+    d->st.in_use[slot] = 1;
+    d->st.len[slot] = d->st.hi[slot] = len;
+    d->on[slot] = 0;
+}
+
 struct td_model_drafter draft_dspark_model(struct draft_dspark *d) {
     return (struct td_model_drafter){.impl = d,
                                      .target_io = dspark_target_io,
                                      .insert_step = dspark_insert_step,
                                      .run = dspark_run,
                                      .collect = dspark_collect,
+                                     .begin = dspark_begin,
                                      .state = dspark_state,
                                      .free = dspark_free};
 }

@@ -459,12 +459,19 @@ static void mtp_free(void *impl) {
     draft_mtp_free(impl);
 }
 
+static void mtp_begin(void *impl, int slot, int len) {
+    struct draft_mtp *d = impl;
+    d->st.in_use[slot] = 1;
+    d->st.len[slot] = d->st.hi[slot] = len;
+}
+
 struct td_model_drafter draft_mtp_model(struct draft_mtp *d) {
     return (struct td_model_drafter){.impl = d,
                                      .target_io = mtp_target_io,
                                      .insert_step = NULL,
                                      .run = mtp_run,
                                      .collect = mtp_collect,
+                                     .begin = mtp_begin,
                                      .state = mtp_state,
                                      .free = mtp_free};
 }

@@ -257,11 +257,6 @@ static char *prefix_mem(const struct td_engine *e, int id) {
 static int prefix_init(struct td_engine *e, const struct td_engine_params *p, char *err,
                        size_t errlen) {
     const struct td_config *c = &e->model.cfg;
-    if (e->md.impl)
-        return td_errf(err, errlen,
-                       "engine: the prefix cache does not take a model drafter yet (%s): its "
-                       "rings are not rebuilt on a hit; use --draft none, ngram or random",
-                       e->mtp ? "mtp" : "dspark");
     for (int i = 0; i < c->n_layers; i++) {
         int rate = c->attn[i] == TD_ATTN_CSA   ? c->rate_csa
                    : c->attn[i] == TD_ATTN_HCA ? c->rate_hca
@@ -299,11 +294,15 @@ static int prefix_init(struct td_engine *e, const struct td_engine_params *p, ch
     return 0;
 }
 
-/* at admission: the published blocks r's prompt begins with, held and copied into its slot */
+/* at admission: the published blocks r's prompt begins with, held and copied into its slot.
+ * With a model drafter the hit leaves at least the drafter's window of the prompt to prefill,
+ * whose rows rebuild every ring it reads (prefix_cache.md section 3.8, drafter-state replay) */
 static void prefix_hit(struct td_engine *e, struct request *r) {
     char err[256];
-    int B = TD_PREFIX_BLOCK,
-        n = td_prefix_match(e->prefix, r->toks, r->n_prompt, r->blocks, (r->n_prompt - 1) / B);
+    int B = TD_PREFIX_BLOCK, D = e->md.impl ? e->md.state(e->md.impl)->window : 0;
+    int n = r->n_prompt - 1 - D < B ? 0
+                                    : td_prefix_match(e->prefix, r->toks, r->n_prompt, r->blocks,
+                                                      (r->n_prompt - 1 - D) / B);
     if (!n) return;
     td_prefix_hold(e->prefix, r->blocks, n);
     for (int i = 0; i < n; i++)
@@ -315,6 +314,7 @@ static void prefix_hit(struct td_engine *e, struct request *r) {
         TD_ABORT("prefix hit: %s", err);
     r->n_blocks = n;
     r->st.cached_tokens = n * B;
+    if (e->md.impl) e->md.begin(e->md.impl, r->slot, n * B);
 }
 
 /* after a step: a prompt chunk of r that ended at the end of its next block publishes it */

@@ -100,7 +100,8 @@ struct td_engine_params {
                           with its history and the state windows at its end, in backend memory
                           (0, the default: off). A request whose prompt begins with published
                           blocks loads them and prefills only the rest; prompt chunks end at
-                          block boundaries. Not yet with a model drafter (mtp, dspark) */
+                          block boundaries. With a model drafter (mtp, dspark) a hit leaves
+                          at least its window of the prompt to prefill (its rings rebuilt) */
     /* test seam: the cost in seconds of a step of rows rows with drafts on offer (drafting) or
        without, instead of the measured one */
     double (*step_cost)(void *ctx, int drafting, int rows);

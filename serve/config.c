@@ -152,7 +152,7 @@ static const struct key keys[] = {
             "beside it; 0 = as many as the row budget leaves"},
     {K("scheduler", "prefix_blocks", KEY_INT, prefix_blocks), RANGE(0, 16777216), .def = "0",
      .doc = "prefix cache: prompt blocks of 256 tokens kept for reuse (each with its history "
-            "and windows); 0 = off; not yet with mtp or dspark"},
+            "and windows); 0 = off"},
     {K("scheduler", "max_cache_mib", KEY_LONG, max_cache_mib), RANGE(0, 67108864), .def = "0",
      .doc = "KV cache memory in MiB; 0 = automatic"},
     // [sampling]

@@ -24,8 +24,10 @@
  *     then misses, with the same tokens.
  * engine/prefix_concurrent_dedup: the same prompt twice at once: both prefill, the second's
  *     blocks are the first's (published twice), the same tokens.
- * engine/prefix_refuses_model_drafter: the cache with MTP is refused, naming both; a pool past
- *     the cache memory limit is refused with the numbers.
+ * engine/prefix_with_{mtp,dspark}: with a model drafter a hit leaves the drafter's window of the
+ *     prompt to prefill (256 of 520 tokens cached, not 512), which rebuilds its rings: the same
+ *     logits rows and tokens, greedy and sampled, as without the cache (fixed draft policy).
+ * engine/prefix_pool_refused: a pool past the cache memory limit is refused with the numbers.
  * TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
  */
 #include <stdint.h>
@@ -736,7 +738,7 @@ static struct td_engine *prefix_engine(int blocks, int max_seqs, const char *dra
     ep.max_cache_bytes = (size_t)1 << 30;
     ep.prefix_blocks = blocks;
     ep.logits_hook = hash_rows;
-    if (draft) ep.draft = draft;
+    if (draft) ep.draft = draft, ep.max_draft = 3, ep.draft_policy = TD_POLICY_FIXED; // (no clock)
     struct td_engine *e;
     if (td_engine_init(&e, &ep, err, sizeof err)) {
         case_fail("engine init: %s", err);
@@ -854,22 +856,47 @@ static void prefix_cache(void) {
     td_engine_free(two);
     case_end("engine/prefix_concurrent_dedup", "");
 
+    // the model drafters: a hit leaves their window (128) of the prompt to prefill, which
+    // rebuilds their rings (one block of the 520 tokens, not two); the same logits and tokens
+    const char *dr[2] = {"mtp", "dspark"};
+    for (int d = 0; d < 2; d++) {
+        case_begin();
+        struct td_engine *dc = prefix_engine(0, 1, dr[d]), *dw = prefix_engine(8, 1, dr[d]);
+        const int32_t *pp1 = P;
+        int l1 = 520, n1a, n1b, c1a, c1b;
+        static int32_t oa[1][12], ob[1][12];
+        for (int k = 0; dc && dw && k < 2; k++) {
+            const struct td_sampling *sm = k ? &sampled : &greedy;
+            uint64_t hc = prefix_run(dc, 1, &pp1, &l1, sm, oa, &n1a, &c1a);
+            prefix_run(dw, 1, &pp1, &l1, sm, ob, &n1b, &c1b); // cold (k 0) or warm
+            prefix_run(dw, 1, &rp1, &lr, &greedy, orr, &nr, &cr);
+            uint64_t hw = prefix_run(dw, 1, &pp1, &l1, sm, ob, &n1b, &c1b);
+            CHECK(c1b == 256, "%s: %d tokens from the cache, not 256 (its window prefilled)", dr[d],
+                  c1b);
+            CHECK(hc == hw, "%s, %s: other logits than without the cache", dr[d],
+                  k ? "sampled" : "greedy");
+            CHECK(same12(oa[0], n1a, ob[0], n1b), "%s, %s: other tokens", dr[d],
+                  k ? "sampled" : "greedy");
+        }
+        const struct td_engine_stats *es = dw ? td_engine_stats(dw) : NULL;
+        CHECK(es && es->drafted > 0, "%s drafted nothing", dr[d]);
+        td_engine_free(dc), td_engine_free(dw);
+        char name[64];
+        snprintf(name, sizeof name, "engine/prefix_with_%s", dr[d]);
+        case_end(name, "");
+    }
+
     case_begin();
     char err[512] = "";
     struct td_engine_params ep = td_engine_defaults();
     ep.model_dir = "models/tandem-tiny";
     ep.backend = "cpu";
-    ep.draft = "mtp";
-    ep.prefix_blocks = 4;
     struct td_engine *e;
-    CHECK(td_engine_init(&e, &ep, err, sizeof err) && strstr(err, "prefix") && strstr(err, "mtp"),
-          "the cache with MTP: %s", err);
-    ep.draft = "none", ep.prefix_blocks = 1 << 20, ep.max_cache_bytes = (size_t)64 << 20;
-    err[0] = 0;
+    ep.prefix_blocks = 1 << 20, ep.max_cache_bytes = (size_t)64 << 20;
     CHECK(td_engine_init(&e, &ep, err, sizeof err) &&
               strstr(err, "prefix cache's 1048576 blocks") && strstr(err, "limit of 64 MiB"),
           "a pool past the cache limit: %s", err);
-    case_end("engine/prefix_refuses_model_drafter", "");
+    case_end("engine/prefix_pool_refused", "");
 }
 
 int main(void) {
