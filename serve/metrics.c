@@ -357,23 +357,28 @@ static void build_table(struct srv_metrics *m, const struct met_info *in) {
             "Non-finite logits rows met (each fails its request; must stay 0).");
     ser_add(m, VAL_LONG, &v->eng.nan_rows, -1, 0, "where", "target", NULL);
 
-    fam_add(m, "tandem_prefix_cache_queries_total", FAM_COUNTER, 0,
-            "Prefix cache lookups (one a request admitted; 0 with the cache off).");
-    ser_add(m, VAL_LONG, &v->eng.prefix_lookups, -1, 0, NULL);
-    fam_add(m, "tandem_prefix_cache_hits_total", FAM_COUNTER, 0,
-            "Prefix cache lookups that found published blocks.");
-    ser_add(m, VAL_LONG, &v->eng.prefix_hits, -1, 0, NULL);
-    fam_add(m, "tandem_prefix_cache_hit_tokens_total", FAM_COUNTER, 0,
-            "Prompt tokens the prefix cache gave (not prefilled).");
-    ser_add(m, VAL_LONG, &v->eng.prefix_hit_tokens, -1, 0, NULL);
-    fam_add(m, "tandem_prefix_cache_evictions_total", FAM_COUNTER, 0,
-            "Cached prefix blocks taken back for new ones.");
-    ser_add(m, VAL_LONG, &v->eng.prefix_evictions, -1, 0, NULL);
+    // the prefix cache's counters (0 with the cache off) and its blocks by state
+    const struct {
+        const char *name, *help;
+        long *v;
+    } pc[] = {{"tandem_prefix_cache_queries_total",
+               "Prefix cache lookups (one a request admitted).", &v->eng.prefix_lookups},
+              {"tandem_prefix_cache_hits_total",
+               "Prefix cache lookups that found published blocks.", &v->eng.prefix_hits},
+              {"tandem_prefix_cache_hit_tokens_total",
+               "Prompt tokens the prefix cache gave (not prefilled).", &v->eng.prefix_hit_tokens},
+              {"tandem_prefix_cache_evictions_total",
+               "Cached prefix blocks taken back for new ones.", &v->eng.prefix_evictions}};
+    for (size_t i = 0; i < sizeof pc / sizeof *pc; i++) {
+        fam_add(m, pc[i].name, FAM_COUNTER, 0, pc[i].help);
+        ser_add(m, VAL_LONG, pc[i].v, -1, 0, NULL);
+    }
     fam_add(m, "tandem_prefix_cache_blocks", FAM_GAUGE, 0,
             "Prefix cache blocks: held by requests, cached (published, unheld), free.");
-    ser_add(m, VAL_INT, &v->eng.prefix_held, -1, 0, "state", "held", NULL);
-    ser_add(m, VAL_INT, &v->eng.prefix_cached, -1, 0, "state", "cached", NULL);
-    ser_add(m, VAL_INT, &v->eng.prefix_free, -1, 0, "state", "free", NULL);
+    const char *bs[3] = {"held", "cached", "free"};
+    int *bv[3] = {&v->eng.prefix_held, &v->eng.prefix_cached, &v->eng.prefix_free};
+    for (int i = 0; i < 3; i++)
+        ser_add(m, VAL_INT, bv[i], -1, 0, "state", bs[i], NULL);
 
     fam_add(m, "tandem_http_requests_total", FAM_COUNTER, 0,
             "HTTP responses by endpoint and status code.");
