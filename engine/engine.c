@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "draft/drafter.h"
 #include "engine/policy.h"
@@ -330,6 +331,23 @@ static void prefix_publish(struct td_engine *e, struct request *r) {
         TD_ABORT("prefix publish: %s", err);
     int parent = r->n_blocks ? r->blocks[r->n_blocks - 1] : -1;
     r->blocks[r->n_blocks++] = td_prefix_publish(e->prefix, id, parent, r->toks + L - B);
+}
+
+uint64_t td_engine_prefix_checksum(const struct td_engine *e) {
+    if (!e->prefix) return 0;
+    size_t bytes = e->p_hist + e->p_win;
+    unsigned char *h = malloc(bytes);
+    TD_ASSERT(h);
+    uint64_t sum = 0;
+    struct td_prefix_stats st;
+    td_prefix_stats(e->prefix, &st);
+    for (int id = 0; id < st.in_use + st.cached + st.free; id++)
+        if (td_prefix_published(e->prefix, id)) {
+            e->state.backend->to_host(h, prefix_mem(e, id), bytes);
+            sum = XXH3_64bits_withSeed(h, bytes, sum ^ (uint64_t)id);
+        }
+    free(h);
+    return sum;
 }
 
 int td_engine_prefix_stats(const struct td_engine *e, struct td_prefix_stats *out) {

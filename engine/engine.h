@@ -260,6 +260,10 @@ const struct td_engine_stats *td_engine_stats(struct td_engine *e);
 /* the prefix cache's counters (engine/prefix.h); -1 when it is off */
 int td_engine_prefix_stats(const struct td_engine *e, struct td_prefix_stats *out);
 
+/* test seam: XXH3-64 over every published block's bytes in the pool, in block order (0 when
+ * the cache is off or holds none): published blocks never change */
+uint64_t td_engine_prefix_checksum(const struct td_engine *e);
+
 /* The model's vocabulary size. */
 int td_engine_vocab(const struct td_engine *e);
 

@@ -255,3 +255,7 @@ void td_prefix_stats(const struct td_prefix *p, struct td_prefix_stats *s) {
             s->free++;
     }
 }
+
+int td_prefix_published(const struct td_prefix *p, int id) {
+    return id >= 0 && id < p->n && p->b[id].published;
+}

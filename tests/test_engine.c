@@ -27,8 +27,10 @@
  * engine/prefix_with_{mtp,dspark}: with a model drafter a hit leaves the drafter's window of the
  *     prompt to prefill (256 of 520 tokens cached, not 512), which rebuilds its rings: the same
  *     logits rows and tokens, greedy and sampled, as without the cache (fixed draft policy).
- * engine/prefix_pool_refused: a pool past the cache memory limit is refused with the numbers.
- * TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
+ * engine/prefix_blocks_frozen: a hit that decodes past a block boundary with the random drafter
+ *     (rejections around it) leaves the published blocks' bytes unchanged
+ * (td_engine_prefix_checksum). engine/prefix_pool_refused: a pool past the cache memory limit is
+ * refused with the numbers. TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
  */
 #include <stdint.h>
 #include <unistd.h>
@@ -886,12 +888,47 @@ static void prefix_cache(void) {
         case_end(name, "");
     }
 
+    // published blocks are frozen: a request on them that decodes past a block boundary with
+    // the random drafter (rejections on both sides of it) leaves their bytes as they were
     case_begin();
     char err[512] = "";
     struct td_engine_params ep = td_engine_defaults();
     ep.model_dir = "models/tandem-tiny";
     ep.backend = "cpu";
+    ep.max_seqs = 1, ep.max_ctx = 1024, ep.max_cache_bytes = (size_t)1 << 30;
+    ep.prefix_blocks = 4, ep.draft = "random", ep.max_draft = 3;
+    ep.draft_policy = TD_POLICY_FIXED;
     struct td_engine *e;
+    CHECK(!td_engine_init(&e, &ep, err, sizeof err), "engine init: %s", err);
+    if (!check_case_failed) {
+        struct td_request_params rp = {
+            .prompt = P, .n_prompt = 520, .max_tokens = 1, .sampling = greedy, .ignore_eos = 1};
+        int id = td_engine_submit(e, &rp, err, sizeof err);
+        while (td_engine_step(e, err, sizeof err) > 0) {
+        }
+        td_engine_release(e, id);
+        uint64_t before = td_engine_prefix_checksum(e);
+        rp.max_tokens = 300; // positions 520 .. 820: past the boundary at 768
+        id = td_engine_submit(e, &rp, err, sizeof err);
+        while (td_engine_step(e, err, sizeof err) > 0) {
+        }
+        struct td_request_stats rs;
+        const struct td_engine_stats *es = td_engine_stats(e);
+        CHECK(!td_engine_request_stats(e, id, &rs) && rs.cached_tokens == 512,
+              "the second request took %d tokens from the cache", rs.cached_tokens);
+        CHECK(es->drafted > es->accepted && es->accepted >= 0 && es->drafted > 100,
+              "random drafts verified %ld, accepted %ld", es->drafted, es->accepted);
+        CHECK(before != 0 && td_engine_prefix_checksum(e) == before,
+              "the published blocks' bytes changed");
+        td_engine_release(e, id);
+        td_engine_free(e);
+    }
+    case_end("engine/prefix_blocks_frozen", "");
+
+    case_begin();
+    ep = td_engine_defaults();
+    ep.model_dir = "models/tandem-tiny";
+    ep.backend = "cpu";
     ep.prefix_blocks = 1 << 20, ep.max_cache_bytes = (size_t)64 << 20;
     CHECK(td_engine_init(&e, &ep, err, sizeof err) &&
               strstr(err, "prefix cache's 1048576 blocks") && strstr(err, "limit of 64 MiB"),
