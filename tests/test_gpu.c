@@ -2299,6 +2299,82 @@ static void test_deterministic(void) {
     free(alone), free(batch), free(chunk);
 }
 
+/* the prefix cache on the GPU in batch-invariant mode (engine/prefix.h; the CPU has the same
+ * cases in test_engine): a repeated 520-token prompt on tandem-tiny, another prompt run between,
+ * takes 512 tokens from the cache (256 with MTP, whose window it prefills) and gives the logits
+ * rows (their bytes, through the logits hook) and the tokens of an engine without the cache,
+ * greedy and sampled */
+static uint64_t gpu_rows;
+static void gpu_hash_rows(void *ctx, int request, long position, float *row, int vocab) {
+    (void)ctx, (void)request, (void)position;
+    const unsigned char *b = (const unsigned char *)row;
+    for (size_t i = 0; i < (size_t)vocab * sizeof *row; i++)
+        gpu_rows = (gpu_rows ^ b[i]) * 0x100000001b3ull;
+}
+
+static uint64_t gpu_prefix_run(struct td_engine *e, const int32_t *p, int n,
+                               const struct td_sampling *sm, int32_t *out, int *n_out,
+                               int *cached) {
+    char err[512];
+    gpu_rows = 0xcbf29ce484222325ull;
+    struct td_request_params rp = {
+        .prompt = p, .n_prompt = n, .max_tokens = 12, .sampling = *sm, .ignore_eos = 1};
+    int id = td_engine_submit(e, &rp, err, sizeof err);
+    CHECK(id >= 0, "submit: %s", err);
+    for (int s = 0; s < 200 && td_engine_step(e, err, sizeof err) > 0; s++) {
+    }
+    const int32_t *t;
+    struct td_request_stats rs;
+    td_engine_output(e, id, &t, n_out, NULL, NULL, NULL);
+    memcpy(out, t, (size_t)*n_out * sizeof(int32_t));
+    *cached = td_engine_request_stats(e, id, &rs) ? -1 : rs.cached_tokens;
+    td_engine_release(e, id);
+    return gpu_rows;
+}
+
+static void test_prefix_gpu(void) {
+    static int32_t P[520], R[520];
+    for (int i = 0; i < 520; i++)
+        P[i] = (int32_t)((i * 7919 + 13) % 8000 + 2), R[i] = (int32_t)((i * 31 + 17) % 7000 + 100);
+    struct td_sampling sms[2] = {{.temperature = 0.0f, .top_p = 1.0f},
+                                 {.temperature = 1.0f, .top_p = 1.0f, .seed = 7}};
+    const char *drafts[2] = {"none", "mtp"};
+    for (int d = 0; d < 2; d++) {
+        case_begin();
+        char err[512];
+        struct td_engine *e[2] = {NULL, NULL};
+        for (int on = 0; on < 2; on++) {
+            struct td_engine_params ep = td_engine_defaults();
+            ep.model_dir = "models/tandem-tiny";
+            ep.backend = "cuda";
+            ep.deterministic = 1;
+            ep.max_seqs = 1, ep.max_ctx = 640, ep.prefix_blocks = on ? 8 : 0;
+            ep.logits_hook = gpu_hash_rows;
+            ep.draft = drafts[d];
+            if (d) ep.max_draft = 3, ep.draft_policy = TD_POLICY_FIXED;
+            CHECK(!td_engine_init(&e[on], &ep, err, sizeof err), "engine: %s", err);
+        }
+        for (int k = 0; e[0] && e[1] && k < 2; k++) {
+            int32_t a[12], b[12], junk[12];
+            int na, nb, ca, cb, nj, cj;
+            uint64_t hc = gpu_prefix_run(e[0], P, 520, &sms[k], a, &na, &ca);
+            gpu_prefix_run(e[1], P, 520, &sms[k], b, &nb, &cb); // publishes (k 0) or hits
+            gpu_prefix_run(e[1], R, 520, &sms[0], junk, &nj, &cj);
+            uint64_t hw = gpu_prefix_run(e[1], P, 520, &sms[k], b, &nb, &cb);
+            CHECK(cb == (d ? 256 : 512), "%s: %d tokens from the cache", drafts[d], cb);
+            CHECK(hc == hw, "%s, %s: other logits than without the cache", drafts[d],
+                  k ? "sampled" : "greedy");
+            CHECK(na == nb && !memcmp(a, b, (size_t)na * sizeof(int32_t)), "%s, %s: other tokens",
+                  drafts[d], k ? "sampled" : "greedy");
+        }
+        td_engine_free(e[0]), td_engine_free(e[1]);
+        gpu->set_deterministic(0);
+        char name[64];
+        snprintf(name, sizeof name, "deterministic/prefix_cache_warm_equals_cold/%s", drafts[d]);
+        case_end(name, "");
+    }
+}
+
 /* step graphs: captured once per row bucket on a step whose rows sit near max context (what a
  * capture at maximum widths sees), replayed for small live batches with mixed lengths and
  * padded rows; every step's logits must equal the eager run's (bit-identical in the
@@ -2679,6 +2755,7 @@ int main(int argc, char **argv) {
     test_model_kv("b_plain_hc2");
     test_model_kv("c_upstream_sharded");
     test_deterministic();
+    test_prefix_gpu();
     test_graphs();
     test_greedy_spec_gpu();
     char e2[256];
