@@ -259,9 +259,7 @@ static int prefix_init(struct td_engine *e, const struct td_engine_params *p, ch
                        size_t errlen) {
     const struct td_config *c = &e->model.cfg;
     for (int i = 0; i < c->n_layers; i++) {
-        int rate = c->attn[i] == TD_ATTN_CSA   ? c->rate_csa
-                   : c->attn[i] == TD_ATTN_HCA ? c->rate_hca
-                                               : 0;
+        int rate = td_layer_rate(c, i);
         if (rate && TD_PREFIX_BLOCK % rate)
             return td_errf(err, errlen,
                            "engine: layer %d compresses %d tokens an entry, which a prefix block "

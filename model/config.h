@@ -125,6 +125,11 @@ int td_config_dspark_load(struct td_dspark_cfg *d, const char *path, const struc
 
 const char *td_attn_kind_name(enum td_attn_kind k);
 
+/* the tokens a compressed entry of layer i holds (its compress rate), 0 for a sliding layer */
+static inline int td_layer_rate(const struct td_config *c, int i) {
+    return c->attn[i] == TD_ATTN_CSA ? c->rate_csa : c->attn[i] == TD_ATTN_HCA ? c->rate_hca : 0;
+}
+
 #ifdef __cplusplus
 }
 #endif

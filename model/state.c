@@ -10,10 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int layer_rate(const struct td_config *c, int i) {
-    return c->attn[i] == TD_ATTN_CSA ? c->rate_csa : c->attn[i] == TD_ATTN_HCA ? c->rate_hca : 0;
-}
-
 /* the keys a row sees at most: a window past the context is the whole context (no row is at
  * max_ctx or beyond), so rings and plans are sized by the smaller */
 static int window_of(const struct td_config *c, int max_ctx) {
@@ -27,7 +23,7 @@ struct shape {
 
 static struct shape layer_shape(const struct td_config *c, int i, int max_ctx, int max_chunk) {
     struct shape s = {.ring = 0, .width = 0, .n_entries = 0};
-    int rate = layer_rate(c, i), csa = c->attn[i] == TD_ATTN_CSA;
+    int rate = td_layer_rate(c, i), csa = c->attn[i] == TD_ATTN_CSA;
     if (!rate) return s;
     s.ring = (csa ? 2 : 1) * (long long)rate + max_chunk;
     s.width = (csa ? 2 : 1) * (long long)c->head_dim;
@@ -80,7 +76,7 @@ size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, in
 double td_state_token_bytes(const struct td_config *c, int kv) {
     double n = 0.0;
     for (int i = 0; i < c->n_layers; i++) {
-        int rate = layer_rate(c, i);
+        int rate = td_layer_rate(c, i);
         if (!rate) continue;
         n += (double)main_fmt(c, kv).rec / rate;
         if (c->attn[i] == TD_ATTN_CSA) n += (double)index_fmt(c, kv).rec / rate;
@@ -292,7 +288,7 @@ static size_t pieces(const struct td_state *s, int slot, int window, int pos0, i
     } while (0)
     for (int i = 0; i < c->n_layers; i++) {
         const struct td_layer_state *ls = &s->layers[i];
-        int rate = layer_rate(c, i), csa = c->attn[i] == TD_ATTN_CSA;
+        int rate = td_layer_rate(c, i), csa = c->attn[i] == TD_ATTN_CSA;
         size_t ring = (size_t)ls->ring, iw = 2 * (size_t)c->index_head_dim;
         if (window) {
             PIECE(ls->swa, sl * s->swa_ring * km, (size_t)s->swa_ring * km);
@@ -364,7 +360,7 @@ static int history_span(const struct td_state *s, int pos0, int n, const char *w
         return td_errf(err, errlen, "%s: positions %d + %d outside the context of %d", what, pos0,
                        n, s->max_ctx);
     for (int i = 0; i < s->cfg->n_layers; i++) {
-        int rate = layer_rate(s->cfg, i);
+        int rate = td_layer_rate(s->cfg, i);
         if (rate && (pos0 % rate || n % rate))
             return td_errf(err, errlen,
                            "%s: positions %d + %d are not whole entries of layer %d (rate %d)",

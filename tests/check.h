@@ -39,6 +39,14 @@ static inline void case_fail(const char *fmt, ...) {
         if (!(cond)) case_fail(__VA_ARGS__);                                                       \
     } while (0)
 
+/* FNV-1a of n bytes, from h (0xcbf29ce484222325 to start): a digest of a run's bytes */
+static inline uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
 /* print the case's line; extra is printed after OK (may be "") */
 static inline void case_end(const char *name, const char *extra) {
     if (check_case_failed) {

@@ -724,9 +724,7 @@ static void prefill_chunk(void) {
 static uint64_t rows_hash;
 static void hash_rows(void *ctx, int request, long position, float *row, int vocab) {
     (void)ctx, (void)request, (void)position;
-    const unsigned char *b = (const unsigned char *)row;
-    for (size_t i = 0; i < (size_t)vocab * sizeof *row; i++)
-        rows_hash = (rows_hash ^ b[i]) * 0x100000001b3ull;
+    rows_hash = fnv1a(rows_hash, row, (size_t)vocab * sizeof *row);
 }
 
 /* the prefix cache's engine on tandem-tiny (prefix_blocks 0: off) */

@@ -827,10 +827,7 @@ static void snapshot_kv(struct fx *f, int kv) {
     const struct td_config *c = &f->m.cfg;
     int V = c->vocab, R = 1; // the largest rate: H a multiple of every layer's
     for (int i = 0; i < c->n_layers; i++) {
-        int r = c->attn[i] == TD_ATTN_CSA   ? c->rate_csa
-                : c->attn[i] == TD_ATTN_HCA ? c->rate_hca
-                                            : 1;
-        R = r > R ? r : R;
+        R = td_layer_rate(c, i) > R ? td_layer_rate(c, i) : R;
     }
     int H = f->n / 2 / R * R, rest = f->n - H;
     snprintf(name, sizeof name, "snapshot/%s/%s", td_kv_dtype_name(kv), strrchr(f->dir, '/') + 1);

@@ -2307,9 +2307,7 @@ static void test_deterministic(void) {
 static uint64_t gpu_rows;
 static void gpu_hash_rows(void *ctx, int request, long position, float *row, int vocab) {
     (void)ctx, (void)request, (void)position;
-    const unsigned char *b = (const unsigned char *)row;
-    for (size_t i = 0; i < (size_t)vocab * sizeof *row; i++)
-        gpu_rows = (gpu_rows ^ b[i]) * 0x100000001b3ull;
+    gpu_rows = fnv1a(gpu_rows, row, (size_t)vocab * sizeof *row);
 }
 
 static uint64_t gpu_prefix_run(struct td_engine *e, const int32_t *p, int n,
