@@ -60,6 +60,9 @@ void cli_usage(FILE *fp) {
         "  --prefix-blocks N      prefix cache of N prompt blocks of 256 tokens (default 0: off):\n"
         "                         a prompt that begins with cached blocks prefills only the rest\n"
         "                         (with mtp or dspark at least their window of 128 tokens)\n"
+        "  --history-blocks N     the compressed history's pool: N blocks of 256 tokens (default\n"
+        "                         0: --n x max-ctx / 256); a request waits for the blocks its\n"
+        "                         prompt and --max-tokens reach\n"
         "  --max-ctx N            tokens per sequence (default 4096, capped by the model)\n"
         "  --kv-dtype T           key caches in fp32 (default) | bf16 | fp8 (e4m3, per-64 scales)\n"
         "  --backend B            auto | cpu | cuda (default auto: cuda when a GPU is usable)\n"
@@ -244,6 +247,11 @@ int cli_engine_option(const char *a, const char *v, struct td_engine_params *ep,
     if (!strcmp(a, "--prefix-blocks")) {
         if (cli_parse_int(a, v, 0, 1 << 24, &lv)) return -1;
         ep->prefix_blocks = (int)lv;
+        return 1;
+    }
+    if (!strcmp(a, "--history-blocks")) {
+        if (cli_parse_int(a, v, 0, 1 << 24, &lv)) return -1;
+        ep->history_blocks = (int)lv;
         return 1;
     }
     if (!strcmp(a, "--max-ctx")) {

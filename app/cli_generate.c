@@ -92,6 +92,8 @@ static void print_stats(FILE *fp, struct td_engine *e, const struct td_engine_pa
                 wb >= 1000000000 ? "GB" : "MB");
     fprintf(fp, ", %s key caches %.1f MiB (%.0f B a token of context)", td_engine_kv_dtype(e),
             td_engine_cache_bytes(e) / 1048576.0, td_engine_token_bytes(e));
+    if (s->hist_blocks)
+        fprintf(fp, ", history pool %d blocks of %d tokens", s->hist_blocks, s->hist_block);
     fprintf(fp, "\n");
     fprintf(fp, "%s: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n", tag,
             s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
@@ -133,8 +135,8 @@ static void print_stats(FILE *fp, struct td_engine *e, const struct td_engine_pa
         fprintf(fp,
                 "%s: prefix cache: %ld lookups, %ld hits, %ld blocks found (%ld tokens), %ld "
                 "evicted, %ld published twice; blocks held %d, cached %d, free %d\n",
-                tag, ps.lookups, ps.hits, ps.hit_blocks, ps.hit_blocks * TD_PREFIX_BLOCK,
-                ps.evictions, ps.dedups, ps.in_use, ps.cached, ps.free);
+                tag, ps.lookups, ps.hits, ps.hit_blocks, s->prefix_hit_tokens, ps.evictions,
+                ps.dedups, ps.in_use, ps.cached, ps.free);
 }
 
 int cmd_generate(int argc, char **argv) {

@@ -1,5 +1,5 @@
 /* plan_time.c: the host's per-step plan work (meta_plan_build, meta_plan_validate) and the bytes a
- * device copy receives (meta_plan_span), at V4-Flash's plan dimensions (window 128, top-512,
+ * device copy receives (meta_plan_spans), at V4-Flash's plan dimensions (window 128, top-512,
  * CSA 4 / HCA 128), for a few step shapes and row budgets:
  *
  *   make bench-bins && build/bench/plan_time
@@ -18,11 +18,21 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static size_t span_bytes(const struct td_plan *p) {
+    size_t off[2], bytes[2], n = 0;
+    for (int i = 0, k = meta_plan_spans(p, off, bytes); i < k; i++)
+        n += bytes[i];
+    return n;
+}
+
 int main(void) {
     // {max_tok, sequences, rows each}: decode at 64 under the default budget and a long-prompt
     // one, a DSpark verify step of 64 sequences (6 rows), a 4096-row prefill chunk
-    static const int shapes[][3] = {{256, 64, 1}, {4096, 64, 1}, {4096, 1, 1}, {384, 64, 6},
-                                    {4096, 1, 4096}};
+    static const int shapes[][3] = {
+        {256, 64, 1}, {4096, 64, 1}, {4096, 1, 1}, {384, 64, 6}, {4096, 1, 4096}};
+    static int32_t tables[64 * 256]; // slot s's history blocks s * 256 .. (a state's fixed)
+    for (int i = 0; i < 64 * 256; i++)
+        tables[i] = i;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         int max_tok = shapes[i][0], n = shapes[i][1], rows = shapes[i][2];
         struct td_plan_dims d = {.max_tok = max_tok,
@@ -35,7 +45,12 @@ int main(void) {
                                  .swa_ring = 136,
                                  .ring_csa = 8,
                                  .ring_hca = 256,
-                                 .block = 0};
+                                 .block = 0,
+                                 .hist_block = 256,
+                                 .max_blocks = 256,
+                                 .n_blocks = 64 * 256,
+                                 .slots = 64,
+                                 .tables = tables};
         struct td_plan p;
         char err[256];
         if (meta_plan_init(&p, &d, err, sizeof err)) {
@@ -61,9 +76,10 @@ int main(void) {
                 return 1;
             }
         double t2 = now();
-        printf("budget %5d rows, %2d x %4d rows: build %8.1f us, validate %7.1f us, span %6.1f KB\n",
-               max_tok, n, rows, 1e6 * (t1 - t0) / calls, 1e6 * (t2 - t1) / calls,
-               meta_plan_span(&p) / 1024.0);
+        printf(
+            "budget %5d rows, %2d x %4d rows: build %8.1f us, validate %7.1f us, span %6.1f KB\n",
+            max_tok, n, rows, 1e6 * (t1 - t0) / calls, 1e6 * (t2 - t1) / calls,
+            span_bytes(&p) / 1024.0);
         free(ids);
         meta_plan_free(&p);
     }

@@ -53,9 +53,11 @@ struct request {
         *drafts_dev; /* a deferred MTP or DSpark round: the drafts are there, in backend memory */
     char msg[256];
     struct td_request_stats st;
-    int32_t *blocks; /* [max_ctx / TD_PREFIX_BLOCK] the prefix cache's blocks it holds: its
-                        prompt's, in order (a hit's, then the ones it published) */
+    int32_t *blocks; /* [max_blocks] the history blocks it holds from admission to its end, in
+                        position order (its slot's table row): a hit's published ones, then its
+                        own, as many as its positions can reach */
     int n_blocks;
+    int n_pub; /* its leading blocks that are published (a hit's, then the ones it published) */
 };
 
 /* one sequence of the current step */
@@ -129,11 +131,16 @@ struct td_engine {
        the drafts' collection; h[HOST_PHASES] counts the steps */
 #define HOST_PHASES 6
     double h[HOST_PHASES + 1];
-    /* the prefix cache (prefix_blocks > 0): block i's history of TD_PREFIX_BLOCK tokens and the
-       windows at its end at pool + i (p_hist + p_win) in backend memory */
-    struct td_prefix *prefix;
-    char *ppool;
-    size_t p_hist, p_win;
+    /* the history pool's allocator (engine/prefix.h; models with compressed layers), and the
+       prefix cache (prefix_blocks > 0): every published block has a checkpoint of the slot's
+       windows at its end, ckpt_of[block] of the n_ckpt in cpool (p_win bytes each) */
+    struct td_prefix *pool;
+    int caching;
+    int *ckpt_of;   /* [state.n_blocks] a published block's checkpoint, else -1 */
+    int *ckpt_free; /* [n_ckpt] a stack of the free ones */
+    int n_ckpt, n_ckpt_free;
+    char *cpool;
+    size_t p_win;
 };
 
 static double now(void) {
@@ -241,116 +248,169 @@ static void why_dspark_dir(const struct td_engine *e, int in_folder, char *err, 
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The prefix cache, copied in (../shared/design/prefix_cache.md section 3.12, stage 0): the slots
- * keep their own caches; when a prompt chunk ends at the end of a block of TD_PREFIX_BLOCK of its
- * prompt's tokens, the block's history and the slot's windows there are copied into a pool block
- * and published (engine/prefix.h), and a request whose prompt begins with published blocks has
- * them copied into its slot at admission and prefills the rest. A hit stops at least one token
- * before the prompt's end (its last row makes the first token's logits). Every kernel gives a
- * row the same bits in any chunking (test_forward's chunked and snapshot cases), so a warm
- * request's output is the cold one's. Only prompt blocks are published (decode steps' numerics
- * are not shown to be prefill's); a model drafter's rings would need the replay of section 3.8,
- * so that combination is refused for now. */
-static char *prefix_mem(const struct td_engine *e, int id) {
-    return e->ppool + (size_t)id * (e->p_hist + e->p_win);
+ * The history pool and the prefix cache (../shared/design/prefix_cache.md sections 3.2-3.11).
+ * Compressed entries and indexer keys live in the state's pool of bundled blocks of B tokens
+ * (model/state.h); engine/prefix.h allocates them. At admission a request is given every block
+ * its positions can reach (its prompt, max_tokens and a round of drafts, within max_ctx), or
+ * waits, in arrival order, until finished requests give enough back: no request that started
+ * ever runs out. The prefix cache (prefix_blocks > 0) publishes a request's prompt blocks as its
+ * chunks complete them (chunks end at block boundaries), each with a checkpoint of the slot's
+ * windows at its end, and a request whose prompt begins with published blocks shares them (its
+ * table names them: nothing is copied) and loads the last one's checkpoint into its rings, then
+ * prefills the rest. A hit stops at least one token before the prompt's end (its last row makes
+ * the first token's logits), and with a model drafter at least the drafter's window before it,
+ * whose rows rebuild every ring the drafter reads (section 3.8, drafter-state replay). Every
+ * kernel gives a row the same bits in any chunking (test_forward's chunked and snapshot cases),
+ * so a warm request's output is the cold one's. Only prompt blocks are published (decode steps'
+ * numerics are not shown to be prefill's). Published blocks are frozen: every write lands at a
+ * position at or past its sequence's committed length, in a block of its own (the plan's
+ * validator checks it every step). */
+static int ckpt_take(struct td_engine *e) {
+    if (!e->n_ckpt_free) { // the least recently used cached leaf gives its block and checkpoint
+        int id = td_prefix_evict(e->pool);
+        if (id < 0) return -1;
+        e->ckpt_free[e->n_ckpt_free++] = e->ckpt_of[id], e->ckpt_of[id] = -1;
+    }
+    return e->ckpt_free[--e->n_ckpt_free];
 }
 
-static int prefix_init(struct td_engine *e, const struct td_engine_params *p, char *err,
-                       size_t errlen) {
+/* a block the allocator handed out: if it was a cached one, evicted, its checkpoint is free */
+static void ckpt_drop(struct td_engine *e, int id) {
+    if (e->ckpt_of && e->ckpt_of[id] >= 0)
+        e->ckpt_free[e->n_ckpt_free++] = e->ckpt_of[id], e->ckpt_of[id] = -1;
+}
+
+static char *ckpt_mem(const struct td_engine *e, int ck) {
+    return e->cpool + (size_t)ck * e->p_win;
+}
+
+static int pool_init(struct td_engine *e, const struct td_engine_params *p, char *err,
+                     size_t errlen) {
     const struct td_config *c = &e->model.cfg;
-    for (int i = 0; i < c->n_layers; i++) {
-        int rate = td_layer_rate(c, i);
-        if (rate && TD_PREFIX_BLOCK % rate)
-            return td_errf(err, errlen,
-                           "engine: layer %d compresses %d tokens an entry, which a prefix block "
-                           "of %d does not hold whole",
-                           i, rate, TD_PREFIX_BLOCK);
-    }
-    e->p_hist = td_state_history_bytes(&e->state, TD_PREFIX_BLOCK);
-    e->p_win = td_state_window_bytes(&e->state);
-    size_t bytes = (size_t)p->prefix_blocks * (e->p_hist + e->p_win);
-    size_t limit = cache_limit(p->max_cache_bytes, e->b); // the caches' headroom counts it too
-    if (e->state.bytes + bytes > limit)
-        return td_errf(err, errlen,
-                       "engine: the prefix cache's %d blocks need %zu MiB beside the caches' %zu "
-                       "MiB, past their limit of %zu MiB (fewer blocks, or more cache memory)",
-                       p->prefix_blocks, bytes >> 20, e->state.bytes >> 20, limit >> 20);
-    if (!(e->ppool = e->state.backend->alloc(bytes)))
-        return td_errf(err, errlen,
-                       "engine: no room for the prefix cache's %d blocks of %zu KiB (history %zu, "
-                       "windows %zu): %zu MiB",
-                       p->prefix_blocks, (e->p_hist + e->p_win) >> 10, e->p_hist >> 10,
-                       e->p_win >> 10, bytes >> 20);
+    int B = e->state.hist_block;
     // the root: what makes a block's bytes (another model, cache format or numerics never hits)
     char fp[512];
     int n =
-        snprintf(fp, sizeof fp, "tandem prefix v1|%s|%s|kv %s|det %d|block %d|layers %d|vocab %d",
+        snprintf(fp, sizeof fp, "tandem prefix v2|%s|%s|kv %s|det %d|block %d|layers %d|vocab %d",
                  p->model_dir ? p->model_dir : "", e->b->name, td_kv_dtype_name(p->kv_dtype),
-                 p->deterministic, TD_PREFIX_BLOCK, c->n_layers, c->vocab);
-    if (!(e->prefix =
-              td_prefix_new(p->prefix_blocks, TD_PREFIX_BLOCK, td_prefix_root(fp, (size_t)n))))
+                 p->deterministic, B, c->n_layers, c->vocab);
+    if (!(e->pool = td_prefix_new(e->state.n_blocks, B, td_prefix_root(fp, (size_t)n))))
+        return td_errf(err, errlen, "engine: out of memory for the history pool's index");
+    if (p->prefix_blocks <= 0) return 0;
+    e->p_win = td_state_window_bytes(&e->state);
+    e->n_ckpt = p->prefix_blocks < e->state.n_blocks ? p->prefix_blocks : e->state.n_blocks;
+    size_t bytes = (size_t)e->n_ckpt * e->p_win;
+    size_t limit = cache_limit(p->max_cache_bytes, e->b); // the caches' headroom counts it too
+    if (e->state.bytes + bytes > limit)
+        return td_errf(err, errlen,
+                       "engine: the prefix cache's %d window checkpoints need %zu MiB beside the "
+                       "caches' %zu MiB, past their limit of %zu MiB (fewer prefix blocks, or "
+                       "more cache memory)",
+                       e->n_ckpt, bytes >> 20, e->state.bytes >> 20, limit >> 20);
+    if (!(e->cpool = e->state.backend->alloc(bytes)))
+        return td_errf(err, errlen,
+                       "engine: no room for the prefix cache's %d window checkpoints of %zu KiB: "
+                       "%zu MiB",
+                       e->n_ckpt, e->p_win >> 10, bytes >> 20);
+    e->ckpt_of = malloc((size_t)e->state.n_blocks * sizeof *e->ckpt_of);
+    e->ckpt_free = malloc((size_t)e->n_ckpt * sizeof *e->ckpt_free);
+    if (!e->ckpt_of || !e->ckpt_free)
         return td_errf(err, errlen, "engine: out of memory for the prefix cache's index");
+    for (int i = 0; i < e->state.n_blocks; i++)
+        e->ckpt_of[i] = -1;
+    for (int i = 0; i < e->n_ckpt; i++)
+        e->ckpt_free[i] = e->n_ckpt - 1 - i;
+    e->n_ckpt_free = e->n_ckpt;
+    e->caching = 1;
     return 0;
 }
 
-/* at admission: the published blocks r's prompt begins with, held and copied into its slot.
- * With a model drafter the hit leaves at least the drafter's window of the prompt to prefill,
- * whose rows rebuild every ring it reads (prefix_cache.md section 3.8, drafter-state replay) */
-static void prefix_hit(struct td_engine *e, struct request *r) {
-    char err[256];
-    int B = TD_PREFIX_BLOCK, D = e->md.impl ? e->md.state(e->md.impl)->window : 0;
-    int n = r->n_prompt - 1 - D < B ? 0
-                                    : td_prefix_match(e->prefix, r->toks, r->n_prompt, r->blocks,
-                                                      (r->n_prompt - 1 - D) / B);
-    if (!n) return;
-    td_prefix_hold(e->prefix, r->blocks, n);
-    for (int i = 0; i < n; i++)
-        if (td_state_history_load(&e->state, r->slot, i * B, B, prefix_mem(e, r->blocks[i]), err,
-                                  sizeof err))
-            TD_ABORT("prefix hit: %s", err);
-    if (td_state_window_load(&e->state, r->slot, prefix_mem(e, r->blocks[n - 1]) + e->p_hist, n * B,
-                             err, sizeof err))
-        TD_ABORT("prefix hit: %s", err);
-    r->n_blocks = n;
-    r->st.cached_tokens = n * B;
-    if (e->md.impl) e->md.begin(e->md.impl, r->slot, n * B);
+/* the blocks r may reach: its prompt, the tokens it may make and a round of drafts past the
+ * last, within the context */
+static int blocks_needed(const struct td_engine *e, const struct request *r) {
+    long room = (long)e->p.max_ctx + 1 - r->n_prompt;
+    long reach = (long)r->n_prompt + (r->max_tokens < room ? r->max_tokens : room) + e->p.max_draft;
+    if (reach > e->p.max_ctx) reach = e->p.max_ctx;
+    return (int)((reach + e->state.hist_block - 1) / e->state.hist_block);
 }
 
-/* after a step: a prompt chunk of r that ended at the end of its next block publishes it */
+/* At admission into slot: the published blocks r's prompt begins with (prefix cache), then
+ * blocks of its own for the rest it may reach; its slot's table names them all, and a hit's
+ * last checkpoint becomes the slot's windows. -1 (nothing held) when the pool cannot give them
+ * now: r waits. */
+static int pool_admit(struct td_engine *e, struct request *r, int slot) {
+    char err[256];
+    int B = e->state.hist_block, need = blocks_needed(e, r), n = 0;
+    int D = e->md.impl ? e->md.state(e->md.impl)->window : 0;
+    if (e->caching && r->n_prompt - 1 - D >= B)
+        n = td_prefix_match(e->pool, r->toks, r->n_prompt, r->blocks, (r->n_prompt - 1 - D) / B);
+    td_prefix_hold(e->pool, r->blocks, n);
+    if (td_prefix_available(e->pool) < need - n) {
+        td_prefix_release(e->pool, r->blocks, n);
+        return -1;
+    }
+    for (int i = n; i < need; i++) {
+        int id = td_prefix_alloc(e->pool);
+        TD_ASSERT(id >= 0); // available said so
+        ckpt_drop(e, id);
+        r->blocks[i] = id;
+    }
+    r->n_blocks = need;
+    memcpy(td_state_table(&e->state, slot), r->blocks, (size_t)need * sizeof *r->blocks);
+    if (e->caching) td_prefix_count(e->pool, n);
+    r->n_pub = n;
+    if (!n) return 0;
+    if (td_state_window_load(&e->state, slot, ckpt_mem(e, e->ckpt_of[r->blocks[n - 1]]), n * B, err,
+                             sizeof err))
+        TD_ABORT("prefix hit: %s", err);
+    r->st.cached_tokens = n * B;
+    if (e->md.impl) e->md.begin(e->md.impl, slot, n * B);
+    return 0;
+}
+
+/* after a step: a prompt chunk of r that ended at the end of its next block publishes it, with
+ * a checkpoint of the windows there (when one can be had: else nothing more of r's is) */
 static void prefix_publish(struct td_engine *e, struct request *r) {
     char err[256];
-    int B = TD_PREFIX_BLOCK, L = e->state.len[r->slot];
-    if (L % B || L > r->n_prompt || L / B != r->n_blocks + 1) return;
-    int id = td_prefix_alloc(e->prefix);
-    if (id < 0) return; // every block is held: nothing published
-    char *mem = prefix_mem(e, id);
-    if (td_state_history_save(&e->state, r->slot, L - B, B, mem, err, sizeof err) ||
-        td_state_window_save(&e->state, r->slot, mem + e->p_hist, err, sizeof err))
+    int B = e->state.hist_block, L = e->state.len[r->slot], b = r->n_pub;
+    if (L % B || L > r->n_prompt || L / B != b + 1) return;
+    int ck = ckpt_take(e);
+    if (ck < 0) return; // every checkpoint's block is held: nothing published
+    if (td_state_window_save(&e->state, r->slot, ckpt_mem(e, ck), err, sizeof err))
         TD_ABORT("prefix publish: %s", err);
-    int parent = r->n_blocks ? r->blocks[r->n_blocks - 1] : -1;
-    r->blocks[r->n_blocks++] = td_prefix_publish(e->prefix, id, parent, r->toks + L - B);
+    int id = r->blocks[b], parent = b ? r->blocks[b - 1] : -1;
+    int q = td_prefix_publish(e->pool, id, parent, r->toks + L - B);
+    if (q == id) {
+        e->ckpt_of[id] = ck;
+    } else { // the same block was published already: r holds that one now, and its own is free
+        e->ckpt_free[e->n_ckpt_free++] = ck;
+        r->blocks[b] = q;
+        td_state_table(&e->state, r->slot)[b] = q;
+    }
+    r->n_pub++;
 }
 
 uint64_t td_engine_prefix_checksum(const struct td_engine *e) {
-    if (!e->prefix) return 0;
-    size_t bytes = e->p_hist + e->p_win;
-    unsigned char *h = malloc(bytes);
+    if (!e->caching) return 0;
+    char err[256];
+    size_t hb = td_state_block_bytes(&e->model.cfg, e->state.kv_dtype);
+    unsigned char *h = malloc(hb + e->p_win);
     TD_ASSERT(h);
     uint64_t sum = 0;
-    struct td_prefix_stats st;
-    td_prefix_stats(e->prefix, &st);
-    for (int id = 0; id < st.in_use + st.cached + st.free; id++)
-        if (td_prefix_published(e->prefix, id)) {
-            e->state.backend->to_host(h, prefix_mem(e, id), bytes);
-            sum = XXH3_64bits_withSeed(h, bytes, sum ^ (uint64_t)id);
+    for (int id = 0; id < e->state.n_blocks; id++)
+        if (td_prefix_published(e->pool, id)) {
+            if (td_state_block_read(&e->state, id, h, err, sizeof err))
+                TD_ABORT("prefix checksum: %s", err);
+            e->state.backend->to_host(h + hb, ckpt_mem(e, e->ckpt_of[id]), e->p_win);
+            sum = XXH3_64bits_withSeed(h, hb + e->p_win, sum ^ (uint64_t)id);
         }
     free(h);
     return sum;
 }
 
 int td_engine_prefix_stats(const struct td_engine *e, struct td_prefix_stats *out) {
-    if (!e->prefix) return -1;
-    td_prefix_stats(e->prefix, out);
+    if (!e->caching) return -1;
+    td_prefix_stats(e->pool, out);
     return 0;
 }
 
@@ -464,8 +524,27 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (auto_rows && use_mtp) round_rows(e, e->p.max_draft);
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
-    if (td_state_init_kv(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
-                         cache_limit(p->max_cache_bytes, e->b), e->b, p->kv_dtype, err, errlen))
+    // the history pool: history_blocks, else as many as every slot at max_ctx takes and the
+    // prefix cache's blocks beside them
+    int hb = td_history_block(c);
+    long long nb = p->history_blocks > 0 ? p->history_blocks
+                   : hb ? (long long)e->p.max_seqs * ((e->p.max_ctx + hb - 1) / hb) +
+                              (p->prefix_blocks > 0 ? p->prefix_blocks : 0)
+                        : 0;
+    size_t need = td_state_bytes_pool(c, e->p.max_seqs, e->p.max_ctx, max_chunk, p->kv_dtype,
+                                      nb > INT_MAX ? INT_MAX : (int)nb);
+    size_t limit = cache_limit(p->max_cache_bytes, e->b);
+    if (p->prefix_blocks > 0 && hb && need > limit) {
+        td_errf(err, errlen,
+                "engine: the caches of %d sequences x %d tokens and the prefix cache's %d blocks "
+                "need %zu MiB (a history pool of %lld blocks of %d tokens), past their limit of "
+                "%zu MiB (fewer prefix blocks or sequences, or more cache memory)",
+                e->p.max_seqs, e->p.max_ctx, p->prefix_blocks, need >> 20, nb, hb, limit >> 20);
+        goto fail;
+    }
+    if (td_state_init_pool(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
+                           nb > INT_MAX ? INT_MAX : (int)nb, cache_limit(p->max_cache_bytes, e->b),
+                           e->b, p->kv_dtype, err, errlen))
         goto fail;
     e->state.use_graphs = !p->no_graphs;
     e->state.graph_rows = graph_rows(e->p.max_batch_tokens, e->p.max_seqs, e->p.max_draft);
@@ -494,7 +573,13 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         td_errf(err, errlen, "engine: out of memory");
         goto fail;
     }
-    if (p->prefix_blocks > 0 && prefix_init(e, p, err, errlen)) goto fail;
+    if (p->prefix_blocks > 0 && !e->state.hist_block) {
+        td_errf(err, errlen,
+                "engine: the prefix cache keeps blocks of compressed history, and this model has "
+                "no compressed layer (run it with prefix_blocks 0)");
+        goto fail;
+    }
+    if (e->state.hist_block && pool_init(e, p, err, errlen)) goto fail;
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
     struct td_forward_io io = target_io(e);
@@ -588,8 +673,10 @@ void td_engine_free(struct td_engine *e) {
     free(e->dseqs);
     free(e->patches);
     meta_plan_free(&e->plan);
-    td_prefix_free(e->prefix);
-    if (e->ppool) e->state.backend->release(e->ppool);
+    td_prefix_free(e->pool);
+    if (e->cpool) e->state.backend->release(e->cpool);
+    free(e->ckpt_of);
+    free(e->ckpt_free);
     td_state_free(&e->state);
     if (e->dev.backend) td_model_free(&e->dev);
     td_model_free(&e->model);
@@ -637,9 +724,15 @@ const struct td_engine_stats *td_engine_stats(struct td_engine *e) {
     e->stats.graphs = e->state.n_captured + (ds ? ds->n_captured : 0);
     e->stats.t_capture = e->state.t_capture + (ds ? ds->t_capture : 0.0);
     struct td_prefix_stats ps;
+    e->stats.hist_blocks = e->state.n_blocks, e->stats.hist_block = e->state.hist_block;
+    e->stats.hist_held = 0;
+    if (e->pool) {
+        td_prefix_stats(e->pool, &ps);
+        e->stats.hist_held = ps.in_use;
+    }
     if (!td_engine_prefix_stats(e, &ps)) {
         e->stats.prefix_lookups = ps.lookups, e->stats.prefix_hits = ps.hits;
-        e->stats.prefix_hit_tokens = ps.hit_blocks * TD_PREFIX_BLOCK;
+        e->stats.prefix_hit_tokens = ps.hit_blocks * e->state.hist_block;
         e->stats.prefix_evictions = ps.evictions;
         e->stats.prefix_held = ps.in_use, e->stats.prefix_cached = ps.cached;
         e->stats.prefix_free = ps.free;
@@ -695,8 +788,7 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
         free(r);
         return td_errf(err, errlen, "request: out of memory");
     }
-    if (e->prefix &&
-        !(r->blocks = malloc((size_t)(e->p.max_ctx / TD_PREFIX_BLOCK + 1) * sizeof(int32_t)))) {
+    if (e->pool && !(r->blocks = malloc((size_t)e->state.max_blocks * sizeof(int32_t)))) {
         request_free(r);
         return td_errf(err, errlen, "request: out of memory");
     }
@@ -739,8 +831,8 @@ static void finish(struct td_engine *e, struct request *r, enum td_req_status st
     r->st.t_end = now();
     if (r->slot >= 0) td_state_seq_release(&e->state, r->slot);
     r->slot = -1;
-    if (r->n_blocks) td_prefix_release(e->prefix, r->blocks, r->n_blocks);
-    r->n_blocks = 0;
+    if (r->n_blocks) td_prefix_release(e->pool, r->blocks, r->n_blocks);
+    r->n_blocks = r->n_pub = 0;
 }
 
 static int is_done(const struct request *r) {
@@ -974,10 +1066,13 @@ static int schedule(struct td_engine *e) {
         if (r->status != TD_REQ_QUEUED) continue;
         int slot = td_state_seq_alloc(&e->state);
         if (slot < 0) break;
+        if (e->pool && pool_admit(e, r, slot)) { // its history blocks: it waits for them
+            td_state_seq_release(&e->state, slot);
+            break;
+        }
         r->slot = slot;
         r->status = TD_REQ_PREFILL;
         r->st.t_admit = now();
-        if (e->prefix) prefix_hit(e, r);
     }
     // 1. every decoding request's anchor row, oldest first: a request that decodes advances
     //    every step, however many drafts the others would like
@@ -1056,8 +1151,10 @@ static int schedule(struct td_engine *e) {
         if (r->status != TD_REQ_PREFILL) continue;
         int fed = e->state.len[r->slot], chunk = r->n_prompt - fed;
         if (chunk > pf) chunk = pf;
-        int edge = (fed / TD_PREFIX_BLOCK + 1) * TD_PREFIX_BLOCK; // (the prefix cache's blocks)
-        if (e->prefix && fed + chunk > edge) chunk = edge - fed;
+        if (e->caching) { // chunks end at the prefix cache's block boundaries
+            int B = e->state.hist_block, edge = (fed / B + 1) * B;
+            if (fed + chunk > edge) chunk = edge - fed;
+        }
         struct group *g = &e->groups[n];
         g->r = r;
         g->prefill = 1;
@@ -1423,7 +1520,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         e->stats.t_target += t1 - t0;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;
-        for (int i = 0; i < n && e->prefix; i++) // the prompt blocks this step completed
+        for (int i = 0; i < n && e->caching; i++) // the prompt blocks this step completed
             if (e->groups[i].prefill) prefix_publish(e, e->groups[i].r);
         for (int i = 0; i < n; i++) {
             struct group *g = &e->groups[i];

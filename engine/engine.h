@@ -96,12 +96,20 @@ struct td_engine_params {
        is measured on shapes no drafter was trained for. The output is not the model's */
     float synthetic_accept[TD_MAX_DRAFT];
     int n_synthetic;
-    int prefix_blocks; /* the prefix cache: prompt blocks of TD_PREFIX_BLOCK tokens kept, each
-                          with its history and the state windows at its end, in backend memory
-                          (0, the default: off). A request whose prompt begins with published
-                          blocks loads them and prefills only the rest; prompt chunks end at
-                          block boundaries. With a model drafter (mtp, dspark) a hit leaves
-                          at least its window of the prompt to prefill (its rings rebuilt) */
+    int prefix_blocks;  /* the prefix cache: at most this many prompt blocks of the history pool
+                           (state.hist_block tokens) stay published, each with a checkpoint of the
+                           state windows at its end in backend memory (0, the default: off). A
+                           request whose prompt begins with published blocks shares them, loads
+                           the last one's checkpoint and prefills only the rest; prompt chunks
+                           end at block boundaries. With a model drafter (mtp, dspark) a hit
+                           leaves at least its window of the prompt to prefill (its rings
+                           rebuilt) */
+    int history_blocks; /* the history pool (compressed entries and indexer keys of all layers,
+                           model/state.h): blocks of state.hist_block tokens (0, the default:
+                           max_seqs x ceil(max_ctx / block), every slot at max_ctx at once). A
+                           request is admitted with the blocks its prompt, max_tokens and a
+                           round of drafts can reach (within max_ctx), or waits for them;
+                           at least one max_ctx sequence's */
     /* test seam: the cost in seconds of a step of rows rows with drafts on offer (drafting) or
        without, instead of the measured one */
     double (*step_cost)(void *ctx, int drafting, int rows);
@@ -174,6 +182,9 @@ struct td_engine_stats {
        tokens they found, cached blocks evicted; blocks held, cached and free now */
     long prefix_lookups, prefix_hits, prefix_hit_tokens, prefix_evictions;
     int prefix_held, prefix_cached, prefix_free;
+    /* the history pool (model/state.h; zeros for a model without compressed layers): its
+       blocks, the tokens each holds, and the blocks requests hold now */
+    int hist_blocks, hist_block, hist_held;
     int graphs;       /* step graphs captured (target and drafter) */
     double t_capture; /* seconds capturing them (at start-up; any made later
                          count inside t_target or t_draft) */

@@ -24,6 +24,7 @@ struct td_prefix {
     int32_t *tokens; /* [n][B]: each published block's ids */
     int *table;      /* cap slots: -1 empty, -2 a removed entry, else a block */
     int free_top, lru_head, lru_tail;
+    int n_free, n_cached; /* blocks on the free stack and the cached list */
     struct td_prefix_stats st;
 };
 
@@ -153,6 +154,7 @@ struct td_prefix *td_prefix_new(int n_blocks, int block_tokens, struct td_pkey r
     for (int i = n_blocks - 1; i >= 0; i--) // block 0 on top
         p->b[i] = (struct pblock){.parent = -1, .prev = -1, .next = p->free_top, .slot = -1},
         p->free_top = i;
+    p->n_free = n_blocks;
     rebuild(p);
     return p;
 }
@@ -172,29 +174,53 @@ int td_prefix_match(struct td_prefix *p, const int32_t *tokens, int n_tokens, in
                     int max) {
     int n = 0, parent = -1;
     struct td_pkey k = p->root;
-    p->st.lookups++;
     for (int i = 0; n < max && (i + 1) * p->B <= n_tokens; i++) {
         k = td_prefix_key(k, tokens + (size_t)i * p->B, p->B, NULL, 0);
         int q = find(p, k, parent, tokens + (size_t)i * p->B);
         if (q < 0) break;
         ids[n++] = q, parent = q;
     }
-    p->st.hits += n > 0, p->st.hit_blocks += n;
     return n;
+}
+
+void td_prefix_count(struct td_prefix *p, int n) {
+    p->st.lookups++, p->st.hits += n > 0, p->st.hit_blocks += n;
+}
+
+int td_prefix_available(const struct td_prefix *p) {
+    return p->n_free + p->n_cached;
+}
+
+/* the least recently released cached leaf, unpublished and taken off every list (the caller
+ * decides where it goes), or -1 */
+static int take_leaf(struct td_prefix *p) {
+    int id = p->lru_head;
+    while (id >= 0 && p->b[id].children)
+        id = p->b[id].next;
+    if (id < 0) return -1;
+    lru_unlink(p, id);
+    remove_key(p, id);
+    if (p->b[id].parent >= 0) p->b[p->b[id].parent].children--;
+    p->b[id].published = 0;
+    p->n_cached--;
+    p->st.evictions++;
+    return id;
+}
+
+int td_prefix_evict(struct td_prefix *p) {
+    int id = take_leaf(p);
+    if (id < 0) return -1;
+    p->b[id] = (struct pblock){.parent = -1, .prev = -1, .next = p->free_top, .slot = -1};
+    p->free_top = id, p->n_free++;
+    return id;
 }
 
 int td_prefix_alloc(struct td_prefix *p) {
     int id = p->free_top;
     if (id >= 0) {
-        p->free_top = p->b[id].next;
-    } else {
-        for (id = p->lru_head; id >= 0 && p->b[id].children; id = p->b[id].next) {
-        }
-        if (id < 0) return -1; // every block is held (or above a held one)
-        lru_unlink(p, id);
-        remove_key(p, id);
-        if (p->b[id].parent >= 0) p->b[p->b[id].parent].children--;
-        p->st.evictions++;
+        p->free_top = p->b[id].next, p->n_free--;
+    } else if ((id = take_leaf(p)) < 0) {
+        return -1; // every block is held
     }
     p->b[id] = (struct pblock){.parent = -1, .holds = 1, .prev = -1, .next = -1, .slot = -1};
     return id;
@@ -204,7 +230,7 @@ void td_prefix_hold(struct td_prefix *p, const int32_t *ids, int n) {
     for (int i = 0; i < n; i++) {
         struct pblock *x = &p->b[ids[i]];
         TD_ASSERT(x->published); // only a hit's blocks are shared
-        if (!x->holds++) lru_unlink(p, ids[i]);
+        if (!x->holds++) lru_unlink(p, ids[i]), p->n_cached--;
     }
 }
 
@@ -214,9 +240,9 @@ void td_prefix_release(struct td_prefix *p, const int32_t *ids, int n) {
         TD_ASSERT(x->holds > 0);
         if (--x->holds) continue;
         if (x->published) {
-            lru_append(p, ids[i]);
+            lru_append(p, ids[i]), p->n_cached++;
         } else {
-            x->next = p->free_top, p->free_top = ids[i];
+            x->next = p->free_top, p->free_top = ids[i], p->n_free++;
         }
     }
 }

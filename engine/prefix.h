@@ -1,8 +1,8 @@
-/* prefix.h: the prefix cache's index of history blocks (../shared/design/prefix_cache.md
- * sections 3.4, 3.5 and 3.11): which full, committed blocks of B tokens are published under which
- * key, how many sequences hold each, and which block goes when a sequence needs one and none is
- * free. Host bookkeeping only: block i's bytes live in the backend's pool at block i, which this
- * index never reads or writes.
+/* prefix.h: the history pool's allocator and the prefix cache's index of its blocks
+ * (../shared/design/prefix_cache.md sections 3.4, 3.5 and 3.11): which blocks of B tokens each
+ * sequence holds, which full, committed ones are published under which key, and which block goes
+ * when a sequence needs one and none is free. Host bookkeeping only: block i's bytes live in the
+ * state's history pool at block i (model/state.h), which this index never reads or writes.
  *
  * Keys are XXH3-128 chained over the blocks (libxxhash): the root is the hash of a fingerprint
  * of the model, the cache format and the numerics (so a cache written by other numerics never
@@ -21,15 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* tokens a block holds (a multiple of every compressed layer's rate: 128 and 4 in V4) */
-#define TD_PREFIX_BLOCK 256
-
 struct td_pkey {
     uint64_t lo, hi;
 };
 
 struct td_prefix_stats {
-    long lookups;    /* td_prefix_match calls */
+    long lookups;    /* td_prefix_count calls (admissions that looked) */
     long hits;       /* of those, the ones that found a block */
     long hit_blocks; /* blocks found, over all lookups */
     long evictions;  /* cached blocks taken back for a new owner */
@@ -55,9 +52,21 @@ struct td_pkey td_prefix_key(struct td_pkey parent, const int32_t *tokens, int n
                              size_t n_extra);
 
 /* The published blocks that begin tokens (n_tokens ids; only full blocks count): up to max of
- * their ids into ids, in order; returns how many. Takes no hold (td_prefix_hold does). */
+ * their ids into ids, in order; returns how many. Takes no hold (td_prefix_hold does) and counts
+ * nothing (td_prefix_count does: a request that waits may look again). */
 int td_prefix_match(struct td_prefix *p, const int32_t *tokens, int n_tokens, int32_t *ids,
                     int max);
+
+/* one lookup that found n blocks, in the stats */
+void td_prefix_count(struct td_prefix *p, int n);
+
+/* blocks a sequence could be given now: the free ones and the cached ones (every cached block
+ * can go, leaves first: a block some sequence holds has every block before it held too) */
+int td_prefix_available(const struct td_prefix *p);
+
+/* The least recently released cached leaf, evicted (its key leaves the index) and free again:
+ * its id, or -1 when nothing is cached. */
+int td_prefix_evict(struct td_prefix *p);
 
 /* A private block, held once by its caller: a free one, else the least recently released cached
  * leaf (evicted: its key leaves the index). -1 when every block is held. */

@@ -23,7 +23,7 @@ __device__ __forceinline__ const void *key_ptr(const struct attn_args &a, const 
         return (const unsigned char *)(in_ring ? a.swa_ring : a.kv) + row * f.rec;
     }
     int w = a.use_topk ? r.topk[(size_t)t * r.topk_stride + (j - n_swa)] : j - n_swa;
-    return (const unsigned char *)a.entries + ((size_t)slot * a.n_entries + w) * f.rec;
+    return (const unsigned char *)a.entries + rows_entry(&r, r.row_seq[t], w, a.per) * f.rec;
 }
 
 /* column c of key p (key_ptr), the cache's precision KT known at compile time */

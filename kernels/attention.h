@@ -36,11 +36,13 @@ struct attn_args {
                               step copy; an fp32 cache's: the fp32 rows) */
     const void *swa_ring;  /* [max_seqs, swa_rows] older window keys, fmt records */
     int swa_rows;
-    const void *entries; /* [max_seqs, n_entries] compressed entries (fmt), NULL: none */
-    int n_entries;
-    struct kv_fmt fmt;  /* the cached keys' precision (kv.h); fmt.d == d */
-    int use_topk;       /* 1: entries rows.topk picks (CSA); 0: all w < vis (HCA) */
-    const float *sinks; /* [n_heads] */
+    const void *entries; /* [n_blocks * per] compressed entries (fmt), paged: entry w of row t's
+                            sequence s is row rows_entry(&rows, s, w, per); NULL: none */
+    int n_entries;       /* entries a sequence reaches at most */
+    int per;             /* entries a history block holds */
+    struct kv_fmt fmt;   /* the cached keys' precision (kv.h); fmt.d == d */
+    int use_topk;        /* 1: entries rows.topk picks (CSA); 0: all w < vis (HCA) */
+    const float *sinks;  /* [n_heads] */
     int n_heads, d;
     float scale;
     /* V carried rope at its key position: when inv_freq is not NULL, each output row's trailing

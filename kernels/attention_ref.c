@@ -65,8 +65,7 @@ void attention_rows_ref(const struct attn_args *a) {
                                   dec + (dec ? (size_t)nk * a->d : 0));
         }
         if (a->entries) {
-            const unsigned char *ent =
-                (const unsigned char *)a->entries + (size_t)slot * a->n_entries * rec;
+            const unsigned char *ent = (const unsigned char *)a->entries;
             const int32_t *pk = r->topk + (size_t)t * r->topk_stride;
             int n_ent = 0;
             if (a->use_topk)
@@ -75,8 +74,9 @@ void attention_rows_ref(const struct attn_args *a) {
             else
                 n_ent = r->vis[t];
             for (int j = 0; j < n_ent; j++, nk++)
-                keys[nk] = cached_key(ent + (size_t)(a->use_topk ? pk[j] : j) * rec, &fmt,
-                                      dec + (dec ? (size_t)nk * a->d : 0));
+                keys[nk] =
+                    cached_key(ent + rows_entry(r, sq, a->use_topk ? pk[j] : j, a->per) * rec, &fmt,
+                               dec + (dec ? (size_t)nk * a->d : 0));
         }
         attention_sink_ref(a->out + (size_t)t * a->n_heads * a->d,
                            a->q + (size_t)t * a->n_heads * a->d, keys, nk, a->sinks, a->n_heads,

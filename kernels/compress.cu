@@ -101,7 +101,7 @@ __global__ void compress_emit_kernel(struct compress_args a) {
     ss = block_sum(ss);
     float rr = rsqrtf(ss / a.d + a.eps);
     // norm, rope and store, a channel pair per thread: the pair is in no other thread's way
-    float *dst = a.entries + (a.by_row ? (size_t)t : (size_t)slot * a.n_entries + w) * a.d;
+    float *dst = a.entries + (a.by_row ? (long long)t : rows_entry(&a.rows, sq, w, a.per)) * a.d;
     int p0 = (a.d - a.rot_dim) / 2;
 #pragma unroll
     for (int k = 0; k < EMIT_PAIRS; k++) {

@@ -34,8 +34,9 @@ struct compress_args {
     const float *ring_gate; /* [max_seqs, ring, width] */
     int ring, width;        /* width = (1 + overlap) * d */
     int d, rate, overlap;   /* overlap: CSA (previous window's Ca half + own Cb half) */
-    float *entries;         /* [max_seqs, n_entries, d] entry w of a sequence at w */
-    int n_entries;
+    float *entries;         /* [n_blocks * per, d] entry w of row t's sequence s at row
+                               rows_entry(&rows, s, w, per) (paged) */
+    int per;                /* entries a history block holds */
     int by_row;       /* 1: row t's entry at entries + t * d instead ([n_tok, d] step rows, which
                          kv_store encodes into a cache of another precision) */
     const void *norm; /* [d] kv_norm weight */

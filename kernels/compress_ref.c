@@ -46,7 +46,8 @@ void compress_emit_ref(const struct compress_args *a) {
                 gate_rows[n_slots++] = (in_ring ? a->ring_gate : a->gate) + o;
             }
         }
-        float *e = a->entries + (a->by_row ? (size_t)t : (size_t)slot * a->n_entries + w) * a->d;
+        float *e =
+            a->entries + (a->by_row ? (long long)t : rows_entry(&a->rows, sq, w, a->per)) * a->d;
         compress_pool_ref(e, kv_rows, gate_rows, n_slots, a->d);
         rmsnorm_ref(e, e, a->norm, a->norm_dtype, 1, a->d, a->eps);
         rope_cos_sin_ref(cs, sn, a->inv_freq, a->rot_dim / 2, (long)w * a->rate, a->attn_factor);

@@ -21,18 +21,18 @@ template <int KT> __global__ void indexer_score_kernel(struct indexer_args a, fl
     const struct rows_view *r = &a.rows;
     int t = blockIdx.x, w0 = blockIdx.y * IDX_ENTRIES;
     if (r->row_seq[t] < 0) return; // a pad row
-    int n_vis = r->vis[t], slot = r->slot[r->row_seq[t]];
+    int n_vis = r->vis[t], sq = r->row_seq[t];
     if (n_vis <= a.topk || w0 >= n_vis) return;
     int w1 = min(w0 + IDX_ENTRIES, n_vis);
     float *sc = scores + (size_t)t * a.n_entries;
     const float *q = a.q + (size_t)t * a.n_heads * a.d, *wt = a.w + (size_t)t * a.n_heads;
     kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
     f.dtype = KT;
-    const unsigned char *keys = (const unsigned char *)a.keys + (size_t)slot * a.n_entries * f.rec;
+    const unsigned char *keys = (const unsigned char *)a.keys;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float kc[IDX_MAX_D / 32]; // the lane's columns of the key, decoded once for every head
     for (int w = w0 + warp; w < w1; w += nw) {
-        const unsigned char *k = keys + (size_t)w * f.rec;
+        const unsigned char *k = keys + rows_entry(r, sq, w, a.per) * f.rec;
 #pragma unroll
         for (int i = 0; i < IDX_MAX_D / 32; i++) {
             int c = lane + 32 * i;

@@ -32,9 +32,12 @@ struct indexer_args {
     struct rows_view rows; /* uses row_seq, slot, vis, topk (output) */
     const float *q;        /* [n_tok, n_heads, d] roped indexer queries */
     const float *w;        /* [n_tok, n_heads] head weights, scaled by n_heads^-1/2 */
-    const void *keys;      /* [max_seqs, n_entries] indexer keys, fmt records */
+    const void *keys;      /* [n_blocks * per] indexer keys, fmt records, paged: key w of row
+                              t's sequence s is row rows_entry(&rows, s, w, per) */
     struct kv_fmt fmt;     /* their precision (kv.h); zero: fp32 */
-    int n_entries, n_heads, d, topk;
+    int n_entries;         /* keys a sequence reaches at most */
+    int per;               /* keys a history block holds */
+    int n_heads, d, topk;
     float scale; /* d^-1/2 */
 };
 

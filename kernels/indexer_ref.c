@@ -49,8 +49,7 @@ void indexer_topk_ref(const struct indexer_args *a) {
     const struct rows_view *r = &a->rows;
     float *score = td_xmalloc(((size_t)a->n_entries + 1) * sizeof(float));
     struct kv_fmt f = kv_fmt_or_f32(a->fmt, a->d);
-    float *dec =
-        f.dtype == TD_KV_F32 ? NULL : td_xmalloc(((size_t)a->n_entries + 1) * a->d * sizeof *dec);
+    float *keys = td_xmalloc(((size_t)a->n_entries + 1) * a->d * sizeof *keys);
     int *picks = td_xmalloc(((size_t)a->topk + 1) * sizeof(int));
     for (int t = 0; t < r->n_tok; t++) {
         if (r->row_seq[t] < 0) { // a pad row picks nothing
@@ -58,16 +57,12 @@ void indexer_topk_ref(const struct indexer_args *a) {
                 r->topk[(size_t)t * r->topk_stride + j] = -1;
             continue;
         }
-        int slot = r->slot[r->row_seq[t]], n_vis = r->vis[t];
-        // a context shorter than one compressed entry has no keys at all (keys may be NULL)
-        const unsigned char *rec =
-            n_vis > 0 ? (const unsigned char *)a->keys + (size_t)slot * a->n_entries * f.rec : NULL;
-        const float *keys = (const float *)rec;
-        if (dec && rec) { // the cached keys' values
-            for (int w = 0; w < n_vis; w++)
-                for (int c = 0; c < a->d; c++)
-                    dec[(size_t)w * a->d + c] = kv_get(rec + (size_t)w * f.rec, f, c);
-            keys = dec;
+        int sq = r->row_seq[t], n_vis = r->vis[t];
+        for (int w = 0; w < n_vis; w++) { // the cached keys' values, gathered from their blocks
+            const unsigned char *rec =
+                (const unsigned char *)a->keys + rows_entry(r, sq, w, a->per) * f.rec;
+            for (int c = 0; c < a->d; c++)
+                keys[(size_t)w * a->d + c] = kv_get(rec, f, c);
         }
         indexer_score_ref(score, a->q + (size_t)t * a->n_heads * a->d,
                           a->w + (size_t)t * a->n_heads, keys, n_vis, a->n_heads, a->d, a->scale);
@@ -75,7 +70,7 @@ void indexer_topk_ref(const struct indexer_args *a) {
         for (int j = 0; j < a->topk; j++)
             r->topk[(size_t)t * r->topk_stride + j] = picks[j];
     }
-    free(dec);
+    free(keys);
     free(score);
     free(picks);
 }

@@ -16,9 +16,7 @@ __global__ void kv_store_kernel(struct kv_store_args a, int n_chunks) {
     int fp8 = k < nc8, c0 = fp8 ? k * KV_FP8_BLOCK : n8 + (k - nc8) * KV_FP8_BLOCK;
     int c1 = min(c0 + KV_FP8_BLOCK, fp8 ? n8 : f.d);
     int sq = a.rows.row_seq[t], live = a.at && sq >= 0 && a.at[t] >= 0;
-    unsigned char *dst =
-        live ? (unsigned char *)a.cache + ((size_t)a.rows.slot[sq] * a.cache_rows + a.at[t]) * f.rec
-             : NULL;
+    unsigned char *dst = live ? (unsigned char *)a.cache + kv_store_row(&a, t, sq) * f.rec : NULL;
     float *x = a.x + (size_t)t * f.d;
     unsigned char *sr = a.step ? (unsigned char *)a.step + (size_t)t * f.rec : NULL;
     float v[2];

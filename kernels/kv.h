@@ -135,18 +135,26 @@ void kv_put_ref(void *row, float *x, struct kv_fmt f);
 /* A step's rows into a cache: x[t] ([n_tok, d] fp32) is rounded in place to the cache's
  * precision (every row: what reads them reads the cache's values), every row's record goes to
  * step[t] when step is set, and the
- * record of each row with at[t] >= 0 is written at row slot(t) * cache_rows + at[t] of the cache
- * (the sliding-window ring at swa_write, the entries at emit); at NULL: rounded only. */
+ * record of each row with at[t] >= 0 is written at row kv_store_row of the cache (the
+ * sliding-window ring at swa_write, the paged entries at emit); at NULL: rounded only. */
 struct kv_store_args {
     void *cache;
     struct kv_fmt fmt;
-    int cache_rows;
+    int cache_rows; /* a ring's rows a slot: row t goes to row slot(t) * cache_rows + at[t] */
+    int per;        /* > 0: the cache is a paged history of blocks of `per` entries instead, and
+                       row t goes to entry at[t] of its sequence (rows_entry) */
     float *x;
     const int32_t *at;
     void *step; /* [n_tok] every row's record too (what the attention reads this step), or NULL */
     struct rows_view rows; /* n_tok, row_seq, slot */
 };
 void kv_store_ref(const struct kv_store_args *a);
+
+/* the cache row that step row t of sequence sq goes to */
+TD_HD static inline long long kv_store_row(const struct kv_store_args *a, int t, int sq) {
+    return a->per ? rows_entry(&a->rows, sq, a->at[t], a->per)
+                  : (long long)a->rows.slot[sq] * a->cache_rows + a->at[t];
+}
 
 /* CUDA launcher (kernels/kv.cu), queued on the backend's stream; builds with nvcc only. */
 void kv_store_cuda(const struct kv_store_args *a);

@@ -37,8 +37,7 @@ void kv_store_ref(const struct kv_store_args *a) {
         float *x = a->x + (size_t)t * a->fmt.d;
         int live = a->at && r->row_seq[t] >= 0 && a->at[t] >= 0;
         unsigned char *dst =
-            live ? (unsigned char *)a->cache +
-                       ((size_t)r->slot[r->row_seq[t]] * a->cache_rows + a->at[t]) * a->fmt.rec
+            live ? (unsigned char *)a->cache + kv_store_row(a, t, r->row_seq[t]) * a->fmt.rec
                  : sink;
         kv_put_ref(dst, x, a->fmt);
         if (a->step) memcpy((unsigned char *)a->step + (size_t)t * a->fmt.rec, dst, a->fmt.rec);

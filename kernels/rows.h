@@ -35,6 +35,10 @@ struct rows_view {
     const int32_t *write;      /* [n_tok] compressor ring row (this layer's rate) or -1 */
     int32_t *topk;             /* [n_tok, topk_stride] indexer picks, ascending, -1 padded */
     int topk_stride;
+    const int32_t *blocks; /* [n_seq, blocks_stride] each sequence's history blocks (its block
+                              table: block b holds positions [b * B, (b + 1) * B)), -1 past its
+                              context; NULL for models without compressed layers */
+    int blocks_stride;
 };
 
 /* Where the row of position q lives, for a sequence whose committed length is len, whose
@@ -56,6 +60,14 @@ TD_HD static inline const float *rows_key_row(const float *step_rows, const floa
     int in_ring;
     long long row = rows_where(q, len, row0, slot, ring_rows, &in_ring);
     return (in_ring ? ring : step_rows) + row * width;
+}
+
+/* Where compressed entry w of the step's sequence s lives in a paged history pool whose blocks
+ * hold `per` entries each (B / rate: 64 of a CSA layer's and 2 of an HCA layer's at B = 256):
+ * entry w % per of block blocks[s][w / per], as a row of the pool ([n_blocks * per] rows). The
+ * one rule every reader and writer of compressed entries and indexer keys follows. */
+TD_HD static inline long long rows_entry(const struct rows_view *r, int s, int w, int per) {
+    return (long long)r->blocks[(long long)s * r->blocks_stride + w / per] * per + w % per;
 }
 
 #ifdef __cplusplus

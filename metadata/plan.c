@@ -25,6 +25,7 @@ static struct layout plan_layout(const struct td_plan_dims *d) {
     struct layout l;
     size_t T = (size_t)d->max_tok, S = (size_t)d->max_seq, w = 0;
     size_t W = (size_t)d->window + (size_t)d->block, K = (size_t)d->topk;
+    size_t NB = (size_t)d->max_blocks;
     // each region starts on a 16-word (64-byte) boundary
 #define REGION(name, n) l.name = w, w += ((size_t)(n) + 15) / 16 * 16;
     TD_PLAN_REGIONS(REGION)
@@ -37,9 +38,15 @@ size_t meta_plan_bytes(const struct td_plan_dims *d) {
     return plan_layout(d).words * 4;
 }
 
-size_t meta_plan_span(const struct td_plan *p) {
+int meta_plan_spans(const struct td_plan *p, size_t off[2], size_t bytes[2]) {
     const struct td_plan_dims *d = &p->dims;
-    return (plan_layout(d).swa_pos + (size_t)p->n_tok_pad * ((size_t)d->window + d->block)) * 4;
+    struct layout l = plan_layout(d);
+    off[0] = 0;
+    bytes[0] = (l.swa_pos + (size_t)p->n_tok_pad * ((size_t)d->window + d->block)) * 4;
+    if (!d->max_blocks) return 1;
+    off[1] = l.blocks * 4;
+    bytes[1] = (size_t)p->n_seq_pad * d->max_blocks * 4;
+    return 2;
 }
 
 static void bind_arrays(struct td_plan *p) {
@@ -72,9 +79,20 @@ struct rows_view meta_plan_rows(const struct td_plan *p, void *base, enum meta_r
         .write = none ? NULL : AT(csa ? p->write_csa : p->write_hca),
         .topk = AT(p->topk),
         .topk_stride = p->dims.topk,
+        .blocks = p->dims.max_blocks ? AT(p->blocks) : NULL,
+        .blocks_stride = p->dims.max_blocks,
     };
 #undef AT
     return r;
+}
+
+int meta_plan_dims_equal(const struct td_plan_dims *a, const struct td_plan_dims *b) {
+    return a->max_tok == b->max_tok && a->max_seq == b->max_seq && a->max_ctx == b->max_ctx &&
+           a->window == b->window && a->topk == b->topk && a->rate_csa == b->rate_csa &&
+           a->rate_hca == b->rate_hca && a->swa_ring == b->swa_ring && a->ring_csa == b->ring_csa &&
+           a->ring_hca == b->ring_hca && a->block == b->block && a->hist_block == b->hist_block &&
+           a->max_blocks == b->max_blocks && a->n_blocks == b->n_blocks && a->slots == b->slots &&
+           a->tables == b->tables;
 }
 
 int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen) {
@@ -83,6 +101,19 @@ int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, s
         d->max_ctx < 1 || d->block < 0 || (d->block && (d->rate_csa || d->rate_hca)))
         return td_errf(err, errlen, "plan: bad dims (max_tok %d, max_seq %d, window %d, topk %d)",
                        d->max_tok, d->max_seq, d->window, d->topk);
+    // a model with compressed layers reads its history through block tables: whole entries of
+    // every rate a block, a table as wide as the context, and the state's tables to copy from
+    int rates = d->rate_csa || d->rate_hca;
+    if (rates ? d->hist_block < 1 || (d->rate_csa && d->hist_block % d->rate_csa) ||
+                    (d->rate_hca && d->hist_block % d->rate_hca) ||
+                    d->max_blocks != (d->max_ctx + d->hist_block - 1) / d->hist_block ||
+                    d->n_blocks < 1 || d->slots < 1 || !d->tables
+              : d->hist_block || d->max_blocks)
+        return td_errf(err, errlen,
+                       "plan: bad history dims (block %d tokens, rates %d/%d, table width %d for "
+                       "context %d, %d blocks, %d slots, tables %s)",
+                       d->hist_block, d->rate_csa, d->rate_hca, d->max_blocks, d->max_ctx,
+                       d->n_blocks, d->slots, d->tables ? "set" : "none");
     // a step's window keys are indexed by int32 (swa_indptr): rows x (window + block) must fit
     if ((size_t)d->max_tok * ((size_t)d->window + d->block) > INT32_MAX)
         return td_errf(err, errlen,
@@ -95,12 +126,25 @@ int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, s
     if (!p->mem)
         return td_errf(err, errlen, "plan: out of memory for a %zu-byte plan buffer", p->bytes);
     bind_arrays(p);
+    size_t marks = (size_t)d->n_blocks + d->max_blocks; // the marks, then a row of -1s
+    if (d->n_blocks > 0 && !(p->owner = malloc(marks * sizeof *p->owner))) {
+        free(p->mem);
+        return td_errf(err, errlen, "plan: out of memory for the validator's %d block marks",
+                       d->n_blocks);
+    }
+    if (p->owner) memset(p->owner, 0xff, marks * sizeof *p->owner);
     return 0;
 }
 
 void meta_plan_free(struct td_plan *p) {
+    free(p->owner);
     free(p->mem);
     memset(p, 0, sizeof *p);
+}
+
+/* the blocks a context of len tokens reaches */
+static int used_blocks(const struct td_plan_dims *d, int len) {
+    return d->hist_block ? (len + d->hist_block - 1) / d->hist_block : 0;
 }
 
 /* ring row of position pos in a ring of `ring` rows, when the row is among the last `ring`
@@ -134,6 +178,9 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
         if (seqs[s].block && seqs[s].n_new > d->block)
             return td_errf(err, errlen, "plan: sequence %d is a block of %d rows, capacity %d", s,
                            seqs[s].n_new, d->block);
+        if (d->max_blocks && (seqs[s].slot < 0 || seqs[s].slot >= d->slots))
+            return td_errf(err, errlen, "plan: sequence %d names slot %d of %d", s, seqs[s].slot,
+                           d->slots);
         n_tok += seqs[s].n_new;
     }
     if (n_tok > d->max_tok)
@@ -154,6 +201,14 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
         p->block[s] = real && seqs[s].block ? 1 : 0;
         p->qo_indptr[s + 1] = p->qo_indptr[s] + (real ? seqs[s].n_new : 0);
         p->kv_indptr[s + 1] = p->kv_indptr[s] + (real ? seqs[s].len_before + seqs[s].n_new : 0);
+    }
+    // block tables: the state's row for the blocks each context reaches, -1 past them and in
+    // every pad sequence's row, over the step's bucket of sequences (as swa_pos below)
+    size_t NB = (size_t)d->max_blocks;
+    for (int s = 0; NB && s < p->n_seq_pad; s++) {
+        int used = s < n_seq ? used_blocks(d, p->kv_indptr[s + 1] - p->kv_indptr[s]) : 0;
+        if (used) memcpy(p->blocks + s * NB, d->tables + (size_t)seqs[s].slot * NB, used * 4);
+        memset(p->blocks + s * NB + used, 0xff, (NB - used) * 4); // -1
     }
     // rows
     p->swa_indptr[0] = 0;
@@ -212,6 +267,67 @@ int meta_plan_build(struct td_plan *p, const struct td_plan_seq *seqs, int n_seq
     return 0;
 }
 
+/* Block tables, over the step's bucket of sequences: a real sequence's first used_blocks entries
+ * are blocks of the pool, distinct, and the rest -1; a pad sequence's all -1; a block the step
+ * writes (one holding a position at or past its sequence's committed length) is in no other
+ * sequence's table. Blocks read by several sequences (a shared prefix) are fine. p->owner marks
+ * each block's sequence (2 s, + 1 when written) and is -1 again on return. */
+static int check_blocks(const struct td_plan *p, char *err, size_t errlen) {
+    const struct td_plan_dims *d = &p->dims;
+    int NB = d->max_blocks, bad = 0, s = 0, b = 0, id = -1, other = -1;
+    if (!NB) return 0;
+    for (; !bad && s < p->n_seq_pad; s++) {
+        const int32_t *row = p->blocks + (size_t)s * NB;
+        int used = s < p->n_seq ? used_blocks(d, p->kv_indptr[s + 1] - p->kv_indptr[s]) : 0;
+        int first_write = p->len_before[s] / d->hist_block;
+        for (b = 0; !bad && b < used; b++) {
+            id = row[b];
+            if (id < 0 || id >= d->n_blocks) {
+                bad = 2;
+                break;
+            }
+            int mark = 2 * s + (b >= first_write), o = p->owner[id];
+            if (o >= 0 && (o / 2 == s || (o & 1) || (mark & 1))) {
+                bad = o / 2 == s ? 3 : 4, other = o / 2;
+                break;
+            }
+            if (o < 0 || (mark & 1)) p->owner[id] = mark;
+        }
+        if (bad) break;
+        // every entry past the context -1: against the row of -1s after the marks
+        if (memcmp(row + b, p->owner + d->n_blocks, (size_t)(NB - b) * 4)) {
+            while (row[b] == -1)
+                b++;
+            id = row[b], bad = 1;
+            break;
+        }
+    }
+    for (int r = 0; r < p->n_seq && r <= s; r++) // the marks back to -1
+        for (int k = 0; k < NB; k++) {
+            int x = p->blocks[(size_t)r * NB + k];
+            if (x < 0) break;
+            if (x < d->n_blocks) p->owner[x] = -1;
+        }
+    switch (bad) {
+    case 1:
+        return td_errf(err, errlen,
+                       "plan: sequence %d's block table entry %d is %d past its context, not -1", s,
+                       b, id);
+    case 2:
+        return td_errf(err, errlen,
+                       "plan: sequence %d's block %d is %d, outside the pool of %d (a table that "
+                       "ends before its context)",
+                       s, b, id, d->n_blocks);
+    case 3: return td_errf(err, errlen, "plan: sequence %d holds block %d twice", s, id);
+    case 4:
+        return td_errf(err, errlen,
+                       "plan: block %d is written by one sequence and in sequence %d's and %d's "
+                       "tables",
+                       id, other, s);
+    }
+    return 0;
+}
+
 int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
     const struct td_plan_dims *d = &p->dims;
     struct layout l = plan_layout(d);
@@ -256,6 +372,7 @@ int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen) {
                            s, q, kv, p->slot[s]);
         }
     }
+    if (check_blocks(p, err, errlen)) return -1;
     if (p->qo_indptr[p->n_seq] != p->n_tok)
         return td_errf(err, errlen, "plan: qo_indptr ends at %d, %d rows", p->qo_indptr[p->n_seq],
                        p->n_tok);

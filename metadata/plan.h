@@ -14,15 +14,15 @@
  * batch is padded to bucket sizes (td_plan.n_tok_pad, n_seq_pad); pad rows are valid rows:
  * zero-length ranges that start and end at the last real end, slot -1, write slot -1.
  * meta_plan_build rewrites every element of every array (pads included) from the sequences
- * it is given, so nothing from an earlier step survives, except in the window keys swa_pos,
- * which it rewrites over the step's bucket of n_tok_pad rows (the graph of that bucket reads no
- * row past it), and in `topk`. Consumers never write a plan, except the indexer's output region
- * `topk`, which the builder leaves alone: each CSA layer's indexer writes every entry of every
- * row the step runs (its picks, -1 past them; a pad row's all -1) before that layer's attention
- * reads any. Resetting it on the host cost 8 MB of writes a 4096-row prefill step at V4-Flash's
- * top-512 (plan building 1165 -> 306 us on a 2-core EPYC, bench/plan_time), 786 KB a DSpark
- * verify step of 64 sequences (84 -> 29 us), and no device ever read those bytes (they are past
- * the plan's upload span).
+ * it is given, so nothing from an earlier step survives, except in the window keys swa_pos and
+ * the block tables, which it rewrites over the step's bucket of n_tok_pad rows and n_seq_pad
+ * sequences (the graph of that bucket reads no row or sequence past it), and in `topk`. Consumers
+ * never write a plan, except the indexer's output region `topk`, which the builder leaves alone:
+ * each CSA layer's indexer writes every entry of every row the step runs (its picks, -1 past them;
+ * a pad row's all -1) before that layer's attention reads any. Resetting it on the host cost 8 MB
+ * of writes a 4096-row prefill step at V4-Flash's top-512 (plan building 1165 -> 306 us on a 2-core
+ * EPYC, bench/plan_time), 786 KB a DSpark verify step of 64 sequences (84 -> 29 us), and no device
+ * ever read those bytes (they are past the plan's upload span).
  *
  * Rows are token-major: sequence s owns rows [qo_indptr[s], qo_indptr[s+1]).
  */
@@ -51,7 +51,17 @@ struct td_plan_dims {
     int ring_csa; /* rows in a sequence's CSA compressor ring */
     int ring_hca; /* rows in a sequence's HCA compressor ring */
     int block;    /* most rows of a non-causal block (a drafter's, e.g. DSpark), 0: none */
+    /* the paged history (compressed entries and indexer keys; state.h): */
+    int hist_block;        /* tokens a history block holds (B), 0: no compressed layer, no tables */
+    int max_blocks;        /* a sequence's block table width: ceil(max_ctx / hist_block), else 0 */
+    int n_blocks;          /* blocks in the state's pool: ids 0 .. n_blocks - 1 */
+    int slots;             /* the state's sequence slots: the rows of tables */
+    const int32_t *tables; /* [slots, max_blocks] the state's block tables (td_state.table), of
+                              which each step's builder copies its sequences' rows; NULL: none */
 };
+
+/* whether two plans' dims are the same (a plan built for a state fits it) */
+int meta_plan_dims_equal(const struct td_plan_dims *a, const struct td_plan_dims *b);
 
 /* one sequence's part of a step, as the scheduler sees it */
 struct td_plan_seq {
@@ -70,11 +80,12 @@ struct td_plan_seq {
 
 /* Every array of the plan's one buffer, in buffer order, written once: X(name, words), where
  * words is the region's capacity in int32 words from T = max_tok, S = max_seq, W = window +
- * block (the keys a row sees at most) and K = topk. It generates td_plan's fields, the layout
- * (plan.c), the bindings and the checks of meta_plan_validate; meta_plan_rows resolves the row
- * arrays against either base. Each region starts on a 64-byte boundary. The two row-strided regions
- * come last: a step's part of swa_pos is a prefix, and what a device copy needs ends there
- * (meta_plan_span); topk is the indexer's output. */
+ * block (the keys a row sees at most), K = topk and NB = max_blocks. It generates td_plan's fields,
+ * the layout (plan.c), the bindings and the checks of meta_plan_validate; meta_plan_rows resolves
+ * the row arrays against either base. Each region starts on a 64-byte boundary. The strided regions
+ * come last: a step's part of swa_pos is a prefix, and what a device copy needs ends there; then
+ * the step's part of the block tables, a prefix too (meta_plan_spans); topk is the indexer's
+ * output. */
 #define TD_PLAN_REGIONS(X)                                                                         \
     X(input_ids, T)      /* [max_tok], pad 0 */                                                    \
     X(positions, T)      /* [max_tok], pad 0 */                                                    \
@@ -96,6 +107,8 @@ struct td_plan_seq {
     X(logit_indptr, S + 1) /* [max_seq + 1] sequence s's logits are rows [logit_indptr[s],         \
                               logit_indptr[s + 1]) of the step's logits; pad = last real end */    \
     X(swa_pos, T *W) /* [max_tok * (window + block)] key positions, ascending; -1 past end */      \
+    X(blocks, S *NB) /* [max_seq * max_blocks] each sequence's block table: the blocks of its */   \
+                     /* positions [0, kv length), then -1; a pad sequence's all -1 */              \
     X(topk, T *K)    /* [max_tok * topk] indexer output, row stride dims.topk, -1 pad */
 
 struct td_plan {
@@ -105,8 +118,10 @@ struct td_plan {
 #define TD_PLAN_FIELD(name, words) int32_t *name;
     TD_PLAN_REGIONS(TD_PLAN_FIELD)
 #undef TD_PLAN_FIELD
-    int n_logit; /* logits rows this step (== n_tok when no row is skipped) */
-    void *mem;   /* the one buffer behind every array */
+    int n_logit;    /* logits rows this step (== n_tok when no row is skipped) */
+    void *mem;      /* the one buffer behind every array */
+    int32_t *owner; /* [dims.n_blocks + dims.max_blocks] the validator's marks, -1 between
+                       calls, then a row of -1s (host only) */
     size_t bytes;
 };
 
@@ -119,12 +134,14 @@ int meta_bucket(int n, int cap);
 /* Bytes of the buffer for these dims (the same code as meta_plan_init's layout). */
 size_t meta_plan_bytes(const struct td_plan_dims *d);
 
-/* The bytes of the buffer a copy of the plan in device memory needs from the host each step,
- * from its start: every sequence array and row array, then the step's rows of the window keys.
- * Not the top-k region: that is the indexer's output, and the indexer writes every row of the
- * step's bucket there (pad rows -1) before anything reads it, on the device as on the host. One
- * copy: a 6-row verify step of tandem-tiny sends 17 KB of its 209 KB buffer. */
-size_t meta_plan_span(const struct td_plan *p);
+/* The parts of the buffer a copy of the plan in device memory needs from the host each step:
+ * from its start every sequence array and row array, then the step's rows of the window keys;
+ * and the step's sequences' block tables (a model with compressed layers). Not the top-k region:
+ * that is the indexer's output, and the indexer writes every row of the step's bucket there
+ * (pad rows -1) before anything reads it, on the device as on the host. Writes each part's byte
+ * offset and length, returns how many (1 or 2): a 6-row verify step of tandem-tiny sends 17 KB
+ * of its 209 KB buffer. */
+int meta_plan_spans(const struct td_plan *p, size_t off[2], size_t bytes[2]);
 
 /* Allocate the buffer and lay out the arrays. 0, or -1 with a message. */
 int meta_plan_init(struct td_plan *p, const struct td_plan_dims *d, char *err, size_t errlen);
@@ -147,8 +164,10 @@ struct rows_view meta_plan_rows(const struct td_plan *p, void *base, enum meta_r
  * consistent with qo_indptr and len_before; slots distinct; window ranges exactly
  * (pos - window, pos] clipped at 0 (a block's rows: the window before the block and the whole
  * block, nothing written); write slots in range; visible counts and emits consistent
- * with positions; array offsets equal to the layout the dims fix. 0, or -1 naming the first
- * broken invariant and its row. */
+ * with positions; block tables that cover each context with blocks of the pool (-1 after it,
+ * pads all -1), no block twice in a table, and no block the step writes (one holding a position
+ * at or past its sequence's committed length) in another sequence's table; array offsets equal
+ * to the layout the dims fix. 0, or -1 naming the first broken invariant and its row. */
 int meta_plan_validate(const struct td_plan *p, char *err, size_t errlen);
 
 #ifdef __cplusplus

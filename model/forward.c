@@ -93,11 +93,12 @@ static struct rope_params rope_of(const struct td_rope_cfg *r, int rot_dim) {
  * position bias added there) */
 /* a step's rows x into a key cache of format fmt at rows at[t] (NULL: rounded to its precision
  * only); an fp32 cache's stores are made by the ops that make the rows */
-static void kv_store(struct fwd *f, void *cache, struct kv_fmt fmt, int cache_rows, float *x,
-                     const int32_t *at, void *step) {
+static void kv_store(struct fwd *f, void *cache, struct kv_fmt fmt, int cache_rows, int per,
+                     float *x, const int32_t *at, void *step) {
     struct kv_store_args a = {.cache = cache,
                               .fmt = fmt,
                               .cache_rows = cache_rows,
+                              .per = per,
                               .x = x,
                               .at = at,
                               .step = step,
@@ -122,7 +123,7 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
                                .rate = rate,
                                .overlap = csa,
                                .entries = typed ? f->ent : entries,
-                               .n_entries = ls->n_entries,
+                               .per = ls->per,
                                .by_row = typed,
                                .norm = w->norm.data,
                                .norm_dtype = w->norm.dtype,
@@ -131,7 +132,7 @@ static void compressor(struct fwd *f, const struct td_compressor_w *w, int kind,
                                .rot_dim = c->rope_dim,
                                .attn_factor = (float)c->rope_compress.attention_factor};
     f->op->compress_emit(&io);
-    if (typed) kv_store(f, entries, fmt, ls->n_entries, f->ent, f->rows.emit, NULL);
+    if (typed) kv_store(f, entries, fmt, 0, ls->per, f->ent, f->rows.emit, NULL);
 }
 
 /* f->kv (wkv x, made by the caller) = rope(kv_norm(f->kv)) at the rows' positions: the layer's
@@ -237,7 +238,7 @@ static void attention_block(struct fwd *f, int li) {
     // a typed cache: the keys rounded to its precision (the attention reads this step's keys
     // from f->kv, so they are the cache's values too), and stored now when early
     if (typed)
-        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, early ? rows.swa_write : NULL,
+        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, 0, f->kv, early ? rows.swa_write : NULL,
                  f->kvrec);
 
     if (comp)
@@ -255,6 +256,7 @@ static void attention_block(struct fwd *f, int li) {
                                   .keys = ls->ientries,
                                   .fmt = f->st->ifmt,
                                   .n_entries = ls->n_entries,
+                                  .per = ls->per,
                                   .n_heads = IH,
                                   .d = ihd,
                                   .topk = p->dims.topk,
@@ -270,6 +272,7 @@ static void attention_block(struct fwd *f, int li) {
                            .swa_rows = f->st->swa_ring,
                            .entries = comp ? ls->entries : NULL,
                            .n_entries = ls->n_entries,
+                           .per = ls->per,
                            .fmt = f->st->kfmt,
                            .use_topk = csa,
                            .sinks = l->sinks.data,
@@ -288,7 +291,7 @@ static void attention_block(struct fwd *f, int li) {
 
     // the rings learn this step's rows only now, after every read of older positions
     if (!early && typed) // (rounding rounded values again leaves them as they are)
-        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, rows.swa_write, NULL);
+        kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, 0, f->kv, rows.swa_write, NULL);
     if (!early && !typed) {
         struct ring_parts sw = {.m = 1, .ring = {ls->swa}, .rows = {f->kv}, .width = {hd}};
         op->ring_store(&sw, rows.swa_write, &rows, f->st->swa_ring);
@@ -347,7 +350,7 @@ static int check_plan(const struct td_model *m, const struct td_state *st, const
     // chunk on a 2-core EPYC)
     if (meta_plan_validate(p, err, errlen)) return -1;
     struct td_plan_dims want = td_state_plan_dims(st, p->dims.max_tok, p->dims.max_seq);
-    if (memcmp(&want, &p->dims, sizeof want))
+    if (!meta_plan_dims_equal(&want, &p->dims))
         return td_errf(err, errlen, "forward: the plan was laid out for other state dimensions");
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s], rows = p->qo_indptr[s + 1] - p->qo_indptr[s];
@@ -420,7 +423,7 @@ static long long quant_max(const struct td_tensor *const *t, int n) {
 static int ws_make(struct td_state *st, const struct td_model *m, const struct td_plan_dims *d,
                    char *err, size_t errlen) {
     const struct td_config *c = &m->cfg;
-    if (st->ws && !memcmp(&st->ws->dims, d, sizeof *d)) return 0;
+    if (st->ws && meta_plan_dims_equal(&st->ws->dims, d)) return 0;
     ws_free(st);
     const struct td_backend *b = st->backend;
     struct td_fwd_ws *ws = calloc(1, sizeof *ws);
@@ -691,7 +694,7 @@ static void run_store(struct fwd *f) {
                                                  (float)c->rope_main.attention_factor);
         f->op->norm_rope(&a, 1);
         if (typed)
-            kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, f->kv, f->rows.swa_write, NULL);
+            kv_store(f, ls->swa, f->st->kfmt, f->st->swa_ring, 0, f->kv, f->rows.swa_write, NULL);
     }
 }
 
@@ -838,8 +841,10 @@ static struct fwd *begin(const struct td_model *m, struct td_state *st, const st
         f->plan_base = f->plan_dev;
         f->rows = meta_plan_rows(p, f->plan_base, META_RATE_NONE);
     }
-    if (f->plan_base == f->plan_dev) { // the step's rows only, in one copy (meta_plan_span)
-        f->b->to_device(f->plan_dev, p->mem, meta_plan_span(p));
+    if (f->plan_base == f->plan_dev) { // the step's rows and tables only (meta_plan_spans)
+        size_t off[2], bytes[2];
+        for (int i = 0, n = meta_plan_spans(p, off, bytes); i < n; i++)
+            f->b->to_device((char *)f->plan_dev + off[i], (const char *)p->mem + off[i], bytes[i]);
         if (f->b->mark) f->b->mark("upload");
     }
     return f;
@@ -850,7 +855,7 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
                        size_t errlen) {
     if (!st->use_graphs || !st->backend->graph_begin) return 0;
     struct td_plan_dims want = td_state_plan_dims(st, d->max_tok, d->max_seq);
-    if (memcmp(&want, d, sizeof want))
+    if (!meta_plan_dims_equal(&want, d))
         return td_errf(err, errlen, "forward: prepare was given other state dimensions");
     struct td_plan p; // its layout only: capture records the kernels, it runs none of them
     if (meta_plan_init(&p, d, err, errlen)) return -1;

@@ -47,26 +47,74 @@ static struct kv_fmt index_fmt(const struct td_config *c, int kv) {
     return kv_fmt_of(kv, c->index_head_dim, 0);
 }
 
-static size_t per_seq_bytes(const struct td_config *c, int max_ctx, int max_chunk, int kv) {
-    size_t n = 0, swa = (size_t)window_of(c, max_ctx) + (size_t)max_chunk, F = sizeof(float);
-    size_t km = (size_t)main_fmt(c, kv).rec, ki = (size_t)index_fmt(c, kv).rec;
+int td_history_block(const struct td_config *c) {
+    long long B = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        long long rate = td_layer_rate(c, i), x = B ? B : TD_HISTORY_BLOCK, y = rate;
+        if (!rate) continue;
+        while (y) { // B = lcm(B, rate)
+            long long t = x % y;
+            x = y, y = t;
+        }
+        B = (B ? B : TD_HISTORY_BLOCK) / x * rate;
+        if (B > INT_MAX / 2) return INT_MAX / 2; // refused by td_state_init_pool's checks
+    }
+    return (int)B;
+}
+
+static int blocks_of(int max_ctx, int B) {
+    return B ? (int)(((long long)max_ctx + B - 1) / B) : 0;
+}
+
+/* the pool that gives every slot its own max_blocks (INT_MAX past the int range: refused) */
+static int fixed_pool(const struct td_config *c, int max_seqs, int max_ctx) {
+    long long n =
+        (long long)(max_seqs > 0 ? max_seqs : 0) * blocks_of(max_ctx, td_history_block(c));
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
+/* a sequence slot's rings (the window keys and the compressor rows) */
+static size_t ring_bytes(const struct td_config *c, int max_ctx, int max_chunk) {
+    size_t n = 0, F = sizeof(float);
     for (int i = 0; i < c->n_layers; i++) {
         struct shape ls = layer_shape(c, i, max_ctx, max_chunk);
-        n = mad_sat(swa, km, n);
         n = mad_sat(2 * (size_t)ls.ring, (size_t)ls.width * F, n);
-        n = mad_sat((size_t)ls.n_entries, km, n);
-        if (c->attn[i] == TD_ATTN_CSA) {
+        if (c->attn[i] == TD_ATTN_CSA)
             n = mad_sat(4 * (size_t)ls.ring, (size_t)c->index_head_dim * F, n);
-            n = mad_sat((size_t)ls.n_entries, ki, n);
-        }
     }
     return n;
 }
 
+static size_t per_seq_bytes(const struct td_config *c, int max_ctx, int max_chunk, int kv) {
+    size_t swa = (size_t)window_of(c, max_ctx) + (size_t)max_chunk;
+    size_t n = mad_sat(swa * (size_t)c->n_layers, (size_t)main_fmt(c, kv).rec, 0);
+    size_t r = ring_bytes(c, max_ctx, max_chunk);
+    return n > SIZE_MAX - r ? SIZE_MAX : n + r;
+}
+
+size_t td_state_block_bytes(const struct td_config *c, int kv) {
+    size_t n = 0, km = (size_t)main_fmt(c, kv).rec, ki = (size_t)index_fmt(c, kv).rec;
+    int B = td_history_block(c);
+    for (int i = 0; i < c->n_layers; i++) {
+        int rate = td_layer_rate(c, i);
+        if (!rate) continue;
+        n = mad_sat((size_t)(B / rate), km, n);
+        if (c->attn[i] == TD_ATTN_CSA) n = mad_sat((size_t)(B / rate), ki, n);
+    }
+    return n;
+}
+
+size_t td_state_bytes_pool(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk,
+                           int kv_dtype, int n_blocks) {
+    size_t S = (size_t)(max_seqs > 0 ? max_seqs : 0);
+    if (n_blocks < 0) n_blocks = fixed_pool(cfg, max_seqs, max_ctx);
+    size_t n = mad_sat(per_seq_bytes(cfg, max_ctx, max_chunk, kv_dtype), S, 0);
+    return mad_sat((size_t)n_blocks, td_state_block_bytes(cfg, kv_dtype), n);
+}
+
 size_t td_state_bytes_kv(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk,
                          int kv_dtype) {
-    size_t n = per_seq_bytes(cfg, max_ctx, max_chunk, kv_dtype);
-    return mad_sat(n, (size_t)(max_seqs > 0 ? max_seqs : 0), 0);
+    return td_state_bytes_pool(cfg, max_seqs, max_ctx, max_chunk, kv_dtype, -1);
 }
 
 size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk) {
@@ -113,6 +161,13 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
 int td_state_init_kv(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
                      int max_chunk, size_t max_bytes, const struct td_backend *b, int kv_dtype,
                      char *err, size_t errlen) {
+    return td_state_init_pool(s, cfg, max_seqs, max_ctx, max_chunk, -1, max_bytes, b, kv_dtype, err,
+                              errlen);
+}
+
+int td_state_init_pool(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
+                       int max_chunk, int n_blocks, size_t max_bytes, const struct td_backend *b,
+                       int kv_dtype, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     if (kv_dtype < TD_KV_F32 || kv_dtype > TD_KV_FP8)
         return td_errf(err, errlen, "state: key-cache precision %d is none of fp32, bf16, fp8",
@@ -132,13 +187,22 @@ int td_state_init_kv(struct td_state *s, const struct td_config *cfg, int max_se
                 "range; lower max_ctx (%d) or max_chunk (%d)",
                 i, swa_ring, ls.ring, ls.width, max_ctx, max_chunk);
     }
-    size_t bytes = td_state_bytes_kv(cfg, max_seqs, max_ctx, max_chunk, kv_dtype);
+    int B = td_history_block(cfg), NB = blocks_of(max_ctx, B), fixed = n_blocks < 0;
+    if (fixed) n_blocks = fixed_pool(cfg, max_seqs, max_ctx);
+    if (B > INT_MAX / 4 || n_blocks == INT_MAX || (B && n_blocks < NB))
+        return td_errf(err, errlen,
+                       "state: a history pool of %d blocks of %d tokens; one sequence of max_ctx "
+                       "%d needs %d (and the pool's ids must fit an int)",
+                       n_blocks, B, max_ctx, NB);
+    if (!B) n_blocks = 0;
+    size_t bytes = td_state_bytes_pool(cfg, max_seqs, max_ctx, max_chunk, kv_dtype, n_blocks);
     if (bytes > max_bytes)
         return td_errf(err, errlen,
-                       "state: %s caches for %d sequences x %d tokens need %zu MiB, over the %zu "
-                       "MiB allowed (lower max_seqs or max_ctx, take a smaller --kv-dtype, or "
-                       "raise the memory limit)",
-                       td_kv_dtype_name(kv_dtype), max_seqs, max_ctx, bytes >> 20, max_bytes >> 20);
+                       "state: %s caches for %d sequences x %d tokens (%d history blocks of %d "
+                       "tokens) need %zu MiB, over the %zu MiB allowed (lower max_seqs or max_ctx, "
+                       "take a smaller --kv-dtype, or raise the memory limit)",
+                       td_kv_dtype_name(kv_dtype), max_seqs, max_ctx, n_blocks, B, bytes >> 20,
+                       max_bytes >> 20);
     s->cfg = cfg;
     s->backend = b;
     s->max_seqs = max_seqs;
@@ -150,27 +214,37 @@ int td_state_init_kv(struct td_state *s, const struct td_config *cfg, int max_se
     s->kv_dtype = kv_dtype;
     s->kfmt = main_fmt(cfg, kv_dtype);
     s->ifmt = index_fmt(cfg, kv_dtype);
+    s->hist_block = B;
+    s->max_blocks = NB;
+    s->n_blocks = n_blocks;
+    s->fixed_tables = fixed;
     int oom = 0;
     s->len = calloc((size_t)max_seqs, sizeof *s->len);
     s->hi = calloc((size_t)max_seqs, sizeof *s->hi);
     s->in_use = calloc((size_t)max_seqs, 1);
     s->layers = calloc((size_t)cfg->n_layers, sizeof *s->layers);
     if (!s->len || !s->hi || !s->in_use || !s->layers) oom = 1;
+    if (!oom && NB && !(s->table = malloc((size_t)max_seqs * NB * sizeof *s->table))) oom = 1;
+    for (size_t k = 0; !oom && k < (size_t)max_seqs * NB; k++) // fixed: slot i's own blocks
+        s->table[k] = fixed ? (int32_t)k : -1;
     for (int i = 0; !oom && i < cfg->n_layers; i++) {
         struct td_layer_state *ls = &s->layers[i];
         struct shape sh = layer_shape(cfg, i, max_ctx, max_chunk); // checked above
         ls->ring = (int)sh.ring;
         ls->width = (int)sh.width;
         ls->n_entries = (int)sh.n_entries;
+        int rate = td_layer_rate(cfg, i);
+        ls->per = rate ? B / rate : 0;
         size_t S = (size_t)max_seqs, F = sizeof(float), km = (size_t)s->kfmt.rec;
+        size_t E = (size_t)n_blocks * ls->per; // the pool's entries of this layer
         ls->swa = pool(b, S * s->swa_ring, km, &oom);
         ls->raw_kv = pool(b, S * ls->ring * ls->width, F, &oom);
         ls->raw_gate = pool(b, S * ls->ring * ls->width, F, &oom);
-        ls->entries = pool(b, S * ls->n_entries, km, &oom);
+        ls->entries = pool(b, E, km, &oom);
         if (cfg->attn[i] == TD_ATTN_CSA) {
             ls->iraw_kv = pool(b, S * ls->ring * 2 * cfg->index_head_dim, F, &oom);
             ls->iraw_gate = pool(b, S * ls->ring * 2 * cfg->index_head_dim, F, &oom);
-            ls->ientries = pool(b, S * ls->n_entries, (size_t)s->ifmt.rec, &oom);
+            ls->ientries = pool(b, E, (size_t)s->ifmt.rec, &oom);
         }
     }
     if (oom) {
@@ -193,6 +267,7 @@ void td_state_free(struct td_state *s) {
         }
     }
     free(s->layers);
+    free(s->table);
     free(s->len);
     free(s->hi);
     free(s->in_use);
@@ -210,7 +285,15 @@ int td_state_seq_alloc(struct td_state *s) {
 }
 
 void td_state_seq_release(struct td_state *s, int slot) {
-    if (slot >= 0 && slot < s->max_seqs) s->in_use[slot] = 0;
+    if (slot < 0 || slot >= s->max_seqs) return;
+    s->in_use[slot] = 0;
+    for (int b = 0; !s->fixed_tables && b < s->max_blocks; b++) // the caller's blocks go back
+        s->table[(size_t)slot * s->max_blocks + b] = -1;
+}
+
+int32_t *td_state_table(struct td_state *s, int slot) {
+    return s->table && slot >= 0 && slot < s->max_seqs ? s->table + (size_t)slot * s->max_blocks
+                                                       : NULL;
 }
 
 int td_state_rollback(struct td_state *s, int slot, int new_len, char *err, size_t errlen) {
@@ -264,6 +347,11 @@ struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, in
     d.topk = plan_topk(c, s->max_ctx);
     d.swa_ring = s->swa_ring;
     d.block = s->max_block;
+    d.hist_block = s->hist_block;
+    d.max_blocks = s->max_blocks;
+    d.n_blocks = s->hist_block ? s->n_blocks : 0;
+    d.slots = s->hist_block ? s->max_seqs : 0;
+    d.tables = s->hist_block ? s->table : NULL;
     for (int i = 0; i < c->n_layers; i++) {
         if (c->attn[i] == TD_ATTN_CSA) d.rate_csa = c->rate_csa, d.ring_csa = s->layers[i].ring;
         if (c->attn[i] == TD_ATTN_HCA) d.rate_hca = c->rate_hca, d.ring_hca = s->layers[i].ring;
@@ -271,16 +359,16 @@ struct td_plan_dims td_state_plan_dims(const struct td_state *s, int max_tok, in
     return d;
 }
 
-/* The pieces a snapshot holds, in order: a slot's rings (window) or its history of positions
- * [pos0, pos0 + n); f(ctx, address in the pools, offset in the snapshot, bytes) for each
- * (NULL: none). Returns the snapshot's bytes. */
+/* The pieces a snapshot holds, in order: a slot's rings (window) or history block id's entries;
+ * f(ctx, address in the pools, offset in the snapshot, bytes) for each (NULL: none). Returns
+ * the snapshot's bytes. */
 typedef void (*piece_fn)(void *ctx, char *at, size_t off, size_t bytes);
 
-static size_t pieces(const struct td_state *s, int slot, int window, int pos0, int n, piece_fn f,
+static size_t pieces(const struct td_state *s, int slot, int window, int id, piece_fn f,
                      void *ctx) {
     const struct td_config *c = s->cfg;
     size_t off = 0, km = (size_t)s->kfmt.rec, ki = (size_t)s->ifmt.rec, F = sizeof(float);
-    size_t sl = (size_t)(slot < 0 ? 0 : slot);
+    size_t sl = (size_t)(slot < 0 ? 0 : slot), bl = (size_t)(id < 0 ? 0 : id);
 #define PIECE(base, first, bytes)                                                                  \
     do {                                                                                           \
         if (f) f(ctx, (char *)(base) + (first), off, (bytes));                                     \
@@ -289,7 +377,7 @@ static size_t pieces(const struct td_state *s, int slot, int window, int pos0, i
     for (int i = 0; i < c->n_layers; i++) {
         const struct td_layer_state *ls = &s->layers[i];
         int rate = td_layer_rate(c, i), csa = c->attn[i] == TD_ATTN_CSA;
-        size_t ring = (size_t)ls->ring, iw = 2 * (size_t)c->index_head_dim;
+        size_t ring = (size_t)ls->ring, iw = 2 * (size_t)c->index_head_dim, per = (size_t)ls->per;
         if (window) {
             PIECE(ls->swa, sl * s->swa_ring * km, (size_t)s->swa_ring * km);
             if (!rate) continue;
@@ -300,9 +388,8 @@ static size_t pieces(const struct td_state *s, int slot, int window, int pos0, i
                 PIECE(ls->iraw_gate, sl * ring * iw * F, ring * iw * F);
             }
         } else if (rate) {
-            size_t w0 = (size_t)(pos0 / rate), nw = (size_t)(n / rate);
-            PIECE(ls->entries, (sl * ls->n_entries + w0) * km, nw * km);
-            if (csa) PIECE(ls->ientries, (sl * ls->n_entries + w0) * ki, nw * ki);
+            PIECE(ls->entries, bl * per * km, per * km);
+            if (csa) PIECE(ls->ientries, bl * per * ki, per * ki);
         }
     }
 #undef PIECE
@@ -312,13 +399,15 @@ static size_t pieces(const struct td_state *s, int slot, int window, int pos0, i
 struct piece_copy {
     const struct td_backend *b;
     char *snap;
-    int load;
+    int load; /* 1: snapshot -> pools; 0: pools -> snapshot; 2: pools -> host */
 };
 
 static void copy_piece(void *ctx, char *at, size_t off, size_t bytes) {
     struct piece_copy *pc = ctx;
-    if (pc->load)
+    if (pc->load == 1)
         pc->b->ops.copy(at, pc->snap + off, bytes);
+    else if (pc->load == 2)
+        pc->b->to_host(pc->snap + off, at, bytes);
     else
         pc->b->ops.copy(pc->snap + off, at, bytes);
 }
@@ -331,13 +420,13 @@ static int live_slot(const struct td_state *s, int slot, const char *what, char 
 }
 
 size_t td_state_window_bytes(const struct td_state *s) {
-    return pieces(s, -1, 1, 0, 0, NULL, NULL);
+    return pieces(s, -1, 1, -1, NULL, NULL);
 }
 
 int td_state_window_save(const struct td_state *s, int slot, void *dst, char *err, size_t errlen) {
     if (live_slot(s, slot, "window save", err, errlen)) return -1;
     struct piece_copy pc = {s->backend, dst, 0};
-    pieces(s, slot, 1, 0, 0, copy_piece, &pc);
+    pieces(s, slot, 1, -1, copy_piece, &pc);
     return 0;
 }
 
@@ -348,50 +437,15 @@ int td_state_window_load(struct td_state *s, int slot, const void *src, int len,
         return td_errf(err, errlen, "window load: slot %d has length %d, the window %d (max %d)",
                        slot, s->len[slot], len, s->max_ctx);
     struct piece_copy pc = {s->backend, (char *)src, 1};
-    pieces(s, slot, 1, 0, 0, copy_piece, &pc);
+    pieces(s, slot, 1, -1, copy_piece, &pc);
     s->len[slot] = s->hi[slot] = len;
     return 0;
 }
 
-/* positions [pos0, pos0 + n) whole entries of every compressed layer, within the context */
-static int history_span(const struct td_state *s, int pos0, int n, const char *what, char *err,
-                        size_t errlen) {
-    if (pos0 < 0 || n < 0 || pos0 + (long long)n > s->max_ctx)
-        return td_errf(err, errlen, "%s: positions %d + %d outside the context of %d", what, pos0,
-                       n, s->max_ctx);
-    for (int i = 0; i < s->cfg->n_layers; i++) {
-        int rate = td_layer_rate(s->cfg, i);
-        if (rate && (pos0 % rate || n % rate))
-            return td_errf(err, errlen,
-                           "%s: positions %d + %d are not whole entries of layer %d (rate %d)",
-                           what, pos0, n, i, rate);
-    }
-    return 0;
-}
-
-size_t td_state_history_bytes(const struct td_state *s, int n) {
-    return pieces(s, -1, 0, 0, n, NULL, NULL);
-}
-
-int td_state_history_save(const struct td_state *s, int slot, int pos0, int n, void *dst, char *err,
-                          size_t errlen) {
-    if (live_slot(s, slot, "history save", err, errlen) ||
-        history_span(s, pos0, n, "history save", err, errlen))
-        return -1;
-    if (pos0 + n > s->len[slot])
-        return td_errf(err, errlen, "history save: positions to %d, slot %d has %d", pos0 + n, slot,
-                       s->len[slot]);
-    struct piece_copy pc = {s->backend, dst, 0};
-    pieces(s, slot, 0, pos0, n, copy_piece, &pc);
-    return 0;
-}
-
-int td_state_history_load(struct td_state *s, int slot, int pos0, int n, const void *src, char *err,
-                          size_t errlen) {
-    if (live_slot(s, slot, "history load", err, errlen) ||
-        history_span(s, pos0, n, "history load", err, errlen))
-        return -1;
-    struct piece_copy pc = {s->backend, (char *)src, 1};
-    pieces(s, slot, 0, pos0, n, copy_piece, &pc);
+int td_state_block_read(const struct td_state *s, int id, void *dst, char *err, size_t errlen) {
+    if (id < 0 || id >= s->n_blocks)
+        return td_errf(err, errlen, "block read: block %d outside the pool of %d", id, s->n_blocks);
+    struct piece_copy pc = {s->backend, dst, 2};
+    pieces(s, -1, 0, id, copy_piece, &pc);
     return 0;
 }

@@ -4,8 +4,15 @@
  *   sliding-window keys   ring of W + max_chunk rows,               slot p mod ring
  *   compressor raw rows   ring of 2m + max_chunk (CSA) / M + max_chunk (HCA) rows of kv and
  *                         position-biased gate, slot p mod ring (CSA: main and indexer)
- *   compressed entries    append-only by entry w, capacity max_ctx / rate (CSA: + indexer keys)
- * A sequence's truth is its committed length; rollback is td_state_rollback (a length change).
+ * and the history, paged (../shared/design/prefix_cache.md sections 3.2-3.4):
+ *   compressed entries    entry w by position, in blocks of B tokens: B / rate entries a layer
+ *   (CSA: + indexer keys) (64 CSA entries and keys, 2 HCA entries at B = 256); one block id
+ *                         holds every layer's entries of its B positions (a bundled block), and
+ *                         each slot's table names the blocks of its positions [b B, (b + 1) B)
+ * Blocks come from one pool of n_blocks. The table is scheduler state: each step's plan copies
+ * its sequences' rows (plan.h, blocks), so several slots may read one block (a shared prefix)
+ * and a block outlives the slot that wrote it. A sequence's truth is its committed length;
+ * rollback is td_state_rollback (a length change).
  */
 #ifndef TD_STATE_H
 #define TD_STATE_H
@@ -21,17 +28,22 @@
 extern "C" {
 #endif
 
+/* tokens a history block holds at least; a model's block (td_history_block) is the least
+ * multiple of it that every compressed layer's rate divides: 256 for V4 (rates 4 and 128) */
+#define TD_HISTORY_BLOCK 256
+
 struct td_layer_state {
     int ring;         /* compressor raw ring rows (0 for sliding layers) */
     int width;        /* raw row width: 2 * head_dim (CSA), head_dim (HCA) */
-    int n_entries;    /* entry capacity: max_ctx / rate */
+    int n_entries;    /* entries a sequence reaches at most: max_ctx / rate */
+    int per;          /* entries a history block holds: hist_block / rate (0: sliding) */
     void *swa;        /* [max_seqs, swa_ring] keys, td_state.kfmt records */
     float *raw_kv;    /* [max_seqs, ring, width] */
     float *raw_gate;  /* [max_seqs, ring, width] gate + position bias */
-    void *entries;    /* [max_seqs, n_entries] compressed entries, kfmt records */
+    void *entries;    /* [n_blocks, per] compressed entries, kfmt records */
     float *iraw_kv;   /* CSA: [max_seqs, ring, 2 * index_head_dim] */
     float *iraw_gate; /* CSA: [max_seqs, ring, 2 * index_head_dim] */
-    void *ientries;   /* CSA: [max_seqs, n_entries] indexer keys, ifmt records */
+    void *ientries;   /* CSA: [n_blocks, per] indexer keys, ifmt records */
 };
 
 struct td_backend;
@@ -52,6 +64,12 @@ struct td_state {
     int32_t *hi;                   /* [max_seqs] highest position ever written + 1 */
     uint8_t *in_use;               /* [max_seqs] */
     struct td_layer_state *layers; /* [n_layers] */
+    int hist_block;                /* tokens a history block holds (0: no compressed layer) */
+    int max_blocks;                /* a table's width: ceil(max_ctx / hist_block) */
+    int n_blocks;                  /* blocks in the history pool */
+    int32_t *table;                /* [max_seqs, max_blocks] each slot's blocks (host), -1: none */
+    int fixed_tables;              /* 1: slot i's table is blocks i * max_blocks .. for good (a
+                                      pool of max_seqs x max_blocks); 0: the caller fills them */
     size_t bytes;                  /* total pool bytes */
     int use_graphs;                /* replay captured step graphs where the backend has them */
     int graph_rows;                /* steps of up to this many rows replay graphs (0: 128); more
@@ -62,10 +80,18 @@ struct td_state {
     void (*ws_free)(struct td_state *s);
 };
 
-/* Bytes td_state_init (fp32 keys) / td_state_init_kv would allocate for this shape. */
+/* The tokens a history block of this model holds (TD_HISTORY_BLOCK, or the least multiple of it
+ * every compressed layer's rate divides); 0 for a model without compressed layers. */
+int td_history_block(const struct td_config *cfg);
+
+/* Bytes td_state_init (fp32 keys) / td_state_init_kv / td_state_init_pool would allocate for
+ * this shape (n_blocks -1: max_seqs x ceil(max_ctx / B)); the bytes of one bundled block. */
 size_t td_state_bytes(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk);
 size_t td_state_bytes_kv(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk,
                          int kv_dtype);
+size_t td_state_bytes_pool(const struct td_config *cfg, int max_seqs, int max_ctx, int max_chunk,
+                           int kv_dtype, int n_blocks);
+size_t td_state_block_bytes(const struct td_config *cfg, int kv_dtype);
 
 /* Bytes one more token of context costs a sequence: its share of the compressed entries and
  * indexer keys (the windows and compressor rings are fixed per slot). */
@@ -89,6 +115,19 @@ int td_state_init(struct td_state *s, const struct td_config *cfg, int max_seqs,
 int td_state_init_kv(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
                      int max_chunk, size_t max_bytes, const struct td_backend *b, int kv_dtype,
                      char *err, size_t errlen);
+
+/* td_state_init_kv with a history pool of n_blocks blocks whose tables start empty (-1): the
+ * caller gives each slot the blocks its positions reach (td_state_table) before a step writes
+ * them, and takes them back (the engine's allocator, engine/prefix.h). n_blocks -1: a pool of
+ * max_seqs x max_blocks where slot i's table is blocks i * max_blocks .. (i + 1) * max_blocks - 1
+ * for good (fixed_tables: every slot can reach max_ctx, the layout before paging;
+ * td_state_init_kv). Refuses fewer blocks than one sequence of max_ctx needs. */
+int td_state_init_pool(struct td_state *s, const struct td_config *cfg, int max_seqs, int max_ctx,
+                       int max_chunk, int n_blocks, size_t max_bytes, const struct td_backend *b,
+                       int kv_dtype, char *err, size_t errlen);
+
+/* slot's block table row: max_blocks ids (-1: none), the caller's to fill unless fixed_tables */
+int32_t *td_state_table(struct td_state *s, int slot);
 
 void td_state_free(struct td_state *s);
 
@@ -123,14 +162,10 @@ int td_state_window_save(const struct td_state *s, int slot, void *dst, char *er
 int td_state_window_load(struct td_state *s, int slot, const void *src, int len, char *err,
                          size_t errlen);
 
-/* The history of positions [pos0, pos0 + n) (both multiples of every compressed layer's rate):
- * every compressed layer's entries and indexer keys of them, layer by layer. A load writes the
- * slot's entries only; its length is the window's to set. */
-size_t td_state_history_bytes(const struct td_state *s, int n);
-int td_state_history_save(const struct td_state *s, int slot, int pos0, int n, void *dst, char *err,
-                          size_t errlen);
-int td_state_history_load(struct td_state *s, int slot, int pos0, int n, const void *src, char *err,
-                          size_t errlen);
+/* Block id's bytes (td_state_block_bytes: every compressed layer's entries and indexer keys of
+ * its positions, layer by layer) into host memory dst, after the stream's work: what the prefix
+ * cache's checks read. 0, or -1 with a message (id outside the pool). */
+int td_state_block_read(const struct td_state *s, int id, void *dst, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -153,6 +153,10 @@ static const struct key keys[] = {
     {K("scheduler", "prefix_blocks", KEY_INT, prefix_blocks), RANGE(0, 16777216), .def = "0",
      .doc = "prefix cache: prompt blocks of 256 tokens kept for reuse (each with its history "
             "and windows); 0 = off"},
+    {K("scheduler", "history_blocks", KEY_INT, history_blocks), RANGE(0, 16777216), .def = "0",
+     .doc = "the compressed history's pool in blocks of 256 tokens, shared by every request (a "
+            "request waits for the blocks its prompt and max_tokens reach); 0 = max_running x "
+            "max_context / 256"},
     {K("scheduler", "max_cache_mib", KEY_LONG, max_cache_mib), RANGE(0, 67108864), .def = "0",
      .doc = "KV cache memory in MiB; 0 = automatic"},
     // [sampling]
@@ -942,6 +946,7 @@ static const char *const flag_keys[][2] = {
     {"--max-batch-tokens", "scheduler.max_batch_tokens"},
     {"--prefill-chunk", "scheduler.prefill_chunk"},
     {"--prefix-blocks", "scheduler.prefix_blocks"},
+    {"--history-blocks", "scheduler.history_blocks"},
     {"--max-ctx", "model.max_context"},
     {"--kv-dtype", "model.kv_dtype"},
     {"--max-seqs", "scheduler.max_running"},

@@ -1425,6 +1425,7 @@ static int open_engine(struct srv *s) {
     ep.max_batch_tokens = c->max_batch_tokens;
     ep.prefill_chunk = c->prefill_chunk;
     ep.prefix_blocks = c->prefix_blocks;
+    ep.history_blocks = c->history_blocks;
     ep.draft = s->drafter;
     ep.max_draft = c->k;
     ep.dspark_dir = c->dspark_dir[0] ? c->dspark_dir : NULL;

@@ -758,6 +758,7 @@ static void test_window_past_context(const struct fx *f) {
     struct td_plan p;
     struct td_plan_dims big = da;
     big.max_tok = 1 << 16, big.window = 1 << 16, big.max_ctx = 1 << 16;
+    big.max_blocks = big.hist_block ? (big.max_ctx + big.hist_block - 1) / big.hist_block : 0;
     CHECK(meta_plan_init(&p, &big, err, sizeof err) == -1 && strstr(err, "int32"),
           "65536 rows x 65536 window keys: '%s'", err);
     case_end("sliding_window_past_context", "");
@@ -822,61 +823,81 @@ static void test_sinks_dtype_and_alignment(const struct fx *f) {
     case_end("sinks_bf16_and_odd_header", "");
 }
 
+/* the paged history shared: slot a prefills H tokens (whole history blocks) and its windows are
+ * saved; slot w's table names a's first H / B blocks, the windows load, and the rest of the
+ * prompt gives a's very logits (a prefix cache hit, nothing copied but the windows); slot x
+ * shares the blocks without the windows and gives other logits */
 static void snapshot_kv(struct fx *f, int kv) {
     char err[512], name[128];
     const struct td_config *c = &f->m.cfg;
-    int V = c->vocab, R = 1; // the largest rate: H a multiple of every layer's
-    for (int i = 0; i < c->n_layers; i++) {
-        R = td_layer_rate(c, i) > R ? td_layer_rate(c, i) : R;
-    }
-    int H = f->n / 2 / R * R, rest = f->n - H;
+    int V = c->vocab, B = td_history_block(c), H = B ? f->n / 2 / B * B : 0, rest = f->n - H;
     snprintf(name, sizeof name, "snapshot/%s/%s", td_kv_dtype_name(kv), strrchr(f->dir, '/') + 1);
     case_begin();
     if (H == 0) {
-        case_end(name, "(skipped: the prompt is shorter than two entries of the widest rate)");
+        case_end(name, "(skipped: the prompt is shorter than two history blocks)");
         return;
     }
     struct td_state st;
-    CHECK(!td_state_init_kv(&st, c, 3, f->n, 16, (size_t)1 << 31, NULL, kv, err, sizeof err), "%s",
-          err);
+    int NB = (f->n + B - 1) / B;
+    CHECK(!td_state_init_pool(&st, c, 3, f->n, 16, 3 * NB, (size_t)1 << 31, NULL, kv, err,
+                              sizeof err),
+          "%s", err);
+    CHECK(!st.fixed_tables && st.max_blocks == NB && st.hist_block == B, "a pool of %d blocks",
+          st.n_blocks);
     const struct td_backend *b = st.backend;
-    size_t wb = td_state_window_bytes(&st), hb = td_state_history_bytes(&st, H);
-    void *win = b->alloc(wb), *his = b->alloc(hb);
+    size_t wb = td_state_window_bytes(&st), hb = td_state_block_bytes(c, kv);
+    void *win = b->alloc(wb);
+    unsigned char *before = malloc(hb * NB), *after = malloc(hb * NB);
     float *cold = malloc((size_t)rest * V * 4), *warm = malloc((size_t)rest * V * 4),
           *junk = malloc((size_t)H * V * 4);
     int a = td_state_seq_alloc(&st), w = td_state_seq_alloc(&st), x = td_state_seq_alloc(&st);
+    for (int i = 0; i < NB; i++) { // a: blocks 2i; w, x: a's first H / B, then their own
+        td_state_table(&st, a)[i] = 2 * i;
+        td_state_table(&st, w)[i] = i < H / B ? 2 * i : 2 * i + 1;
+        td_state_table(&st, x)[i] = i < H / B ? 2 * i : 2 * NB + i;
+    }
     struct td_plan_seq q = {.slot = a, .len_before = 0, .n_new = H, .ids = f->ids};
     CHECK(!td_forward_seqs(&f->m, &st, &q, 1, junk, NULL, err, sizeof err), "%s", err);
     CHECK(!td_state_window_save(&st, a, win, err, sizeof err), "%s", err);
-    CHECK(!td_state_history_save(&st, a, 0, H, his, err, sizeof err), "%s", err);
     q = (struct td_plan_seq){.slot = a, .len_before = H, .n_new = rest, .ids = f->ids + H};
     CHECK(!td_forward_seqs(&f->m, &st, &q, 1, cold, NULL, err, sizeof err), "%s", err);
     CHECK(kv != TD_KV_F32 || bits_equal(cold, f->oneshot + (size_t)H * V, (size_t)rest * V),
           "the slot that ran it whole differs from one-shot");
-    // a fresh slot: the history, then the window, then the rest of the prompt
-    CHECK(!td_state_history_load(&st, w, 0, H, his, err, sizeof err), "%s", err);
+    for (int i = 0; i < H / B; i++)
+        CHECK(!td_state_block_read(&st, 2 * i, before + i * hb, err, sizeof err), "%s", err);
+    // a fresh slot sharing the blocks: the window, then the rest of the prompt
     CHECK(!td_state_window_load(&st, w, win, H, err, sizeof err), "%s", err);
     CHECK(st.len[w] == H, "the loaded slot's length is %d, not %d", st.len[w], H);
     q = (struct td_plan_seq){.slot = w, .len_before = H, .n_new = rest, .ids = f->ids + H};
     CHECK(!td_forward_seqs(&f->m, &st, &q, 1, warm, NULL, err, sizeof err), "%s", err);
     CHECK(bits_equal(warm, cold, (size_t)rest * V), "warm logits differ from cold (H %d)", H);
+    for (int i = 0; i < H / B; i++)
+        CHECK(!td_state_block_read(&st, 2 * i, after + i * hb, err, sizeof err), "%s", err);
+    CHECK(!memcmp(before, after, hb * (H / B)), "a shared block changed under its reader");
     // the history alone, the window's rows left zero: other logits (the window is needed)
-    CHECK(!td_state_history_load(&st, x, 0, H, his, err, sizeof err), "%s", err);
     st.len[x] = st.hi[x] = H; // as a load without its window would leave it
     q = (struct td_plan_seq){.slot = x, .len_before = H, .n_new = rest, .ids = f->ids + H};
     CHECK(!td_forward_seqs(&f->m, &st, &q, 1, warm, NULL, err, sizeof err), "%s", err);
     CHECK(!bits_equal(warm, cold, (size_t)rest * V), "the same logits without the window");
-    // refusals: a span that splits an entry, a window into a slot that has a length
-    if (R > 1)
-        CHECK(td_state_history_save(&st, a, 0, H - 1, his, err, sizeof err) == -1 &&
-                  strstr(err, "whole entries"),
-              "a span that splits an entry: %s", err);
+    // refusals: a window into a slot that has a length; a block outside the pool; a table that
+    // ends before the context
     CHECK(td_state_window_load(&st, a, win, H, err, sizeof err) == -1 && strstr(err, "length"),
           "a window into a slot of length %d: %s", st.len[a], err);
+    CHECK(td_state_block_read(&st, 3 * NB, before, err, sizeof err) == -1 &&
+              strstr(err, "outside the pool"),
+          "a block outside the pool: %s", err);
+    td_state_seq_release(&st, x);
+    x = td_state_seq_alloc(&st);
+    CHECK(td_state_table(&st, x)[0] == -1, "a released slot kept its table");
+    q = (struct td_plan_seq){.slot = x, .len_before = 0, .n_new = 4, .ids = f->ids};
+    CHECK(td_forward_seqs(&f->m, &st, &q, 1, warm, NULL, err, sizeof err) == -1 &&
+              strstr(err, "outside the pool"),
+          "a slot with no blocks ran: %s", err);
     char extra[96];
-    snprintf(extra, sizeof extra, "(H %d of %d; window %zu B, history %zu B)", H, f->n, wb, hb);
+    snprintf(extra, sizeof extra, "(H %d of %d; window %zu B, a block %zu B)", H, f->n, wb, hb);
     case_end(name, extra);
-    b->release(win), b->release(his);
+    b->release(win);
+    free(before), free(after);
     free(cold), free(warm), free(junk);
     td_state_free(&st);
 }

@@ -1236,11 +1236,12 @@ static void test_indexer_select(void) {
     static const int vis[N] = {5000, 513, 512, 100, 3000, 0, 0};
     static const float vals[6] = {-1.0f, 0.0f, 0.5f, 1.0f, 2.0f, 3.0f};
     case_begin();
-    int32_t row_seq[N], slot[N], topk[N * TOPK];
+    int32_t row_seq[N], slot[N], topk[N * TOPK], blocks[N], blk0 = 0;
     float *keys = malloc((size_t)N * NE * 4), q[N], w[N];
     for (int t = 0; t < N; t++) {
         row_seq[t] = t < N - 1 ? t : -1;
         slot[t] = t;
+        blocks[t] = N - 1 - t; // one history block of NE keys a sequence, in reverse order
         q[t] = 1.0f;
         w[t] = t % 2 ? -1.0f : 1.0f;
         for (int e = 0; e < NE; e++)
@@ -1253,8 +1254,11 @@ static void test_indexer_select(void) {
                            .slot = slot,
                            .vis = vis,
                            .topk = topk,
-                           .topk_stride = TOPK};
+                           .topk_stride = TOPK,
+                           .blocks = blocks,
+                           .blocks_stride = 1};
     struct rows_view rd = rh;
+    rd.blocks = dev_copy(blocks, sizeof blocks);
     rd.row_seq = dev_copy(row_seq, sizeof row_seq);
     rd.slot = dev_copy(slot, sizeof slot);
     rd.vis = dev_copy(vis, sizeof vis);
@@ -1264,6 +1268,7 @@ static void test_indexer_select(void) {
                               .w = w,
                               .keys = keys,
                               .n_entries = NE,
+                              .per = NE,
                               .n_heads = 1,
                               .d = 1,
                               .topk = TOPK,
@@ -1277,7 +1282,8 @@ static void test_indexer_select(void) {
         int32_t rs0 = row_seq[t] < 0 ? -1 : 0; // its sequence 0, slot 0: the row's own keys
 
         one.rows.row_seq = &rs0;
-        one.keys = keys + (size_t)t * NE;
+        one.rows.blocks = &blk0;
+        one.keys = keys + (size_t)(N - 1 - t) * NE;
         indexer_topk_ref(&one);
     }
     struct indexer_args da = ia; // the same arguments on the device
@@ -1291,6 +1297,7 @@ static void test_indexer_select(void) {
               "row %d (%d visible): the picks differ from the reference", t, vis[t]);
     case_end("op/indexer_select", "");
     gpu->release((void *)rd.row_seq), gpu->release((void *)rd.slot), gpu->release((void *)rd.vis);
+    gpu->release((void *)rd.blocks);
     gpu->release(rd.topk), gpu->release((void *)da.q), gpu->release((void *)da.w);
     gpu->release((void *)da.keys);
     free(keys), free(got);
@@ -1707,6 +1714,7 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
         ah.kv = kv, ah.swa_ring = swa, av.kv = dkv, av.swa_ring = dswa;
         ah.entries = k == 3 ? ent4 : k ? ent : NULL, av.entries = k == 3 ? dent4 : k ? dent : NULL;
         ah.n_entries = k == 3 ? ne4 : ne, ah.use_topk = k == 1;
+        ah.per = k == 1 ? 8 : 4; // entries a block of 32 tokens: CSA (rate 4), HCA (8)
         if (k % 2) // csa and hca_split also rotate the output's last 16 dims back (V's rope)
             ah.inv_freq = ainv, av.inv_freq = dainv, ah.rot_dim = 16;
         char name[64];
@@ -1741,6 +1749,7 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
             ah.kv = val[0], ah.swa_ring = val[1], ah.entries = val[2];
             av.kv = drec[0], av.swa_ring = drec[1], av.entries = drec[2], av.fmt = f;
             ah.n_entries = nek, ah.use_topk = k == 1;
+            ah.per = k == 1 ? 8 : 4;
             ah.inv_freq = ainv, av.inv_freq = dainv, ah.rot_dim = 16;
             char name[80];
             snprintf(name, sizeof name, "op/attention_rows_wide/%s/%s", kinds[k],
@@ -1772,7 +1781,17 @@ static void test_plan_ops(void) {
                               .swa_ring = 24,
                               .ring_csa = 24,
                               .ring_hca = 24,
-                              .block = 0};
+                              .block = 0,
+                              .hist_block = 32,
+                              .max_blocks = 4,
+                              .n_blocks = 12,
+                              .slots = 3};
+    // the history paged in blocks of 32 tokens (8 CSA entries, 4 HCA ones), slot s's block b at
+    // (4 s + b) * 7 mod 12: scattered over the pool, which is as large as 3 slots' entries
+    int32_t tables[12];
+    for (int i = 0; i < 12; i++)
+        tables[i] = i * 7 % 12;
+    dm.tables = tables;
     struct td_plan p;
     int32_t ids[16];
     for (int i = 0; i < 16; i++)
@@ -1802,6 +1821,7 @@ static void test_plan_ops(void) {
                               .w = iw,
                               .keys = ik,
                               .n_entries = ne,
+                              .per = 8,
                               .n_heads = IH,
                               .d = ihd,
                               .topk = dm.topk,
@@ -1855,7 +1875,7 @@ static void test_plan_ops(void) {
                                    .rate = 4,
                                    .overlap = 1,
                                    .entries = eh,
-                                   .n_entries = ne,
+                                   .per = 8,
                                    .norm = nw,
                                    .norm_dtype = TD_DTYPE_F32,
                                    .eps = 1e-6f,

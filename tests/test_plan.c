@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "check.h"
+#include "kernels/err.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/state.h"
@@ -40,8 +41,24 @@ static uint32_t rnd(uint32_t n) {
     return (uint32_t)(xorshift64(&rs) % n);
 }
 
+/* block tables where slot s's block b is s * max_blocks + b (a state's fixed tables), for
+ * max_seq x max_blocks of at most 1 << 17 */
+static int32_t ident[1 << 17];
+
+static void fixed_tables(struct td_plan_dims *d, int B) {
+    d->hist_block = B;
+    d->max_blocks = (d->max_ctx + B - 1) / B;
+    d->slots = 4 * d->max_seq; // random_batch's slots reach 3 max_seq + 1
+    d->n_blocks = d->slots * d->max_blocks;
+    TD_ASSERT(d->n_blocks <= (int)(sizeof ident / sizeof *ident));
+    for (int i = 0; i < d->n_blocks; i++)
+        ident[i] = i;
+    d->tables = ident;
+}
+
 static struct td_plan_dims dims_v4(int max_tok, int max_seq, int max_ctx) {
-    // V4-Flash-like: window 128, top-k 512, rates 4 and 128, rings with max_chunk 16
+    // V4-Flash-like: window 128, top-k 512, rates 4 and 128, rings with max_chunk 16, history
+    // blocks of 256 tokens, every slot its own
     struct td_plan_dims d = {.max_tok = max_tok,
                              .max_seq = max_seq,
                              .max_ctx = max_ctx,
@@ -53,6 +70,7 @@ static struct td_plan_dims dims_v4(int max_tok, int max_seq, int max_ctx) {
                              .ring_csa = 24,
                              .ring_hca = 144,
                              .block = 0};
+    fixed_tables(&d, 256);
     return d;
 }
 
@@ -373,7 +391,8 @@ static void with_model(void) {
     // (the builder leaves it alone), the step's logits are the same bits (a prefill chunk with
     // sparse selection active, then a decode step)
     case_begin();
-    float *lp[2] = {malloc((size_t)301 * V * sizeof(float)), malloc((size_t)301 * V * sizeof(float))};
+    float *lp[2] = {malloc((size_t)301 * V * sizeof(float)),
+                    malloc((size_t)301 * V * sizeof(float))};
     for (int pass = 0; pass < 2; pass++) {
         struct td_state sp;
         CHECK(!td_state_init(&sp, c, 1, 400, 16, (size_t)1 << 30, NULL, err, sizeof err), "%s",
@@ -481,10 +500,10 @@ static void with_model(void) {
     td_model_free(&m);
 }
 
-/* What a device copy receives (meta_plan_span) is a function of the step alone: a plan that
- * held a 100-row step and then a 6-row one sends the same bytes as a fresh plan built for the
- * 6-row step, a small step sends a small part of the buffer, and the span ends before the
- * top-k region (the indexer's output) */
+/* What a device copy receives (meta_plan_spans) is a function of the step alone: a plan that
+ * held a 100-row step of 3 sequences and then a 6-row one sends the same bytes as a fresh plan
+ * built for the 6-row step, a small step sends a small part of the buffer, and the spans end
+ * before the top-k region (the indexer's output) */
 static void span_fresh(void) {
     char err[256];
     case_begin();
@@ -504,10 +523,18 @@ static void span_fresh(void) {
               !meta_plan_build(&b, small, 1, err, sizeof err),
           "small: %s", err);
     CHECK(!meta_plan_validate(&a, err, sizeof err), "validate: %s", err);
-    size_t la = meta_plan_span(&a), lb = meta_plan_span(&b);
-    CHECK(la == lb && !memcmp(a.mem, b.mem, la), "the span differs (%zu against %zu bytes)", la,
-          lb);
-    CHECK(la <= (size_t)((char *)a.topk - (char *)a.mem), "the span reaches the top-k region");
+    size_t oa[2], ba[2], ob[2], bb[2], la = 0;
+    int na = meta_plan_spans(&a, oa, ba), nb = meta_plan_spans(&b, ob, bb);
+    CHECK(na == 2 && nb == 2, "%d and %d spans, not 2 (the block tables)", na, nb);
+    for (int i = 0; i < na && i < nb; i++) {
+        CHECK(oa[i] == ob[i] && ba[i] == bb[i] &&
+                  !memcmp((char *)a.mem + oa[i], (char *)b.mem + ob[i], ba[i]),
+              "span %d differs (%zu bytes at %zu against %zu at %zu)", i, ba[i], oa[i], bb[i],
+              ob[i]);
+        CHECK(oa[i] + ba[i] <= (size_t)((char *)a.topk - (char *)a.mem),
+              "span %d reaches the top-k region", i);
+        la += ba[i];
+    }
     CHECK(la < a.bytes / 4, "a 6-row step sends %zu of %zu bytes", la, a.bytes);
     char extra[96];
     snprintf(extra, sizeof extra, "(a 6-row step sends %zu of %zu bytes)", la, a.bytes);
@@ -631,6 +658,72 @@ static void state_advance(void) {
     case_end("state/advance", "");
 }
 
+/* the paged history's block tables: each sequence's row copied from the tables for the blocks its
+ * context reaches, -1 after, pads all -1; two sequences may read one block (a shared prefix);
+ * the validator refuses a block the step writes in another sequence's table, a block twice in a
+ * table, an id outside the pool, a table that ends before its context, an entry past it */
+static void block_tables(void) {
+    char err[256];
+    case_begin();
+    struct td_plan_dims d = dims_v4(32, 4, 2048); // 8 blocks a table
+    int32_t tab[4][8], ids[16] = {0};
+    for (int s = 0; s < 4; s++)
+        for (int b = 0; b < 8; b++)
+            tab[s][b] = -1;
+    int32_t a[8] = {7, 3, 12, 5, -1, -1, -1, -1}, w[8] = {7, 3, 20, -1, -1, -1, -1, -1};
+    memcpy(tab[1], a, sizeof a), memcpy(tab[2], w, sizeof w);
+    d.tables = &tab[0][0], d.slots = 4, d.n_blocks = 32;
+    struct td_plan p;
+    CHECK(!meta_plan_init(&p, &d, err, sizeof err), "init: %s", err);
+    // slot 1 decodes at 1000 (blocks 0..3, writes block 3); slot 2 shares its first two blocks
+    // and prefills 512 .. 520 (writes block 2)
+    struct td_plan_seq q[2] = {{.slot = 1, .len_before = 999, .n_new = 1, .ids = ids},
+                               {.slot = 2, .len_before = 512, .n_new = 8, .ids = ids}};
+    CHECK(!meta_plan_build(&p, q, 2, err, sizeof err) && !meta_plan_validate(&p, err, sizeof err),
+          "%s", err);
+    int NB = d.max_blocks, ok = NB == 8;
+    for (int b = 0; b < NB; b++)
+        ok &= p.blocks[b] == (b < 4 ? a[b] : -1) && p.blocks[NB + b] == (b < 3 ? w[b] : -1);
+    CHECK(ok && p.n_seq_pad == 2, "the tables' rows are not the plan's");
+    struct rows_view rv = meta_plan_rows(&p, p.mem, META_RATE_CSA);
+    CHECK(rv.blocks == p.blocks && rv.blocks_stride == NB &&
+              rows_entry(&rv, 1, 130, 64) == 20 * 64 + 2 &&
+              rows_entry(&rv, 0, 63, 64) == 7 * 64 + 63 && rows_entry(&rv, 0, 1, 2) == 7 * 2 + 1,
+          "rows_entry is not block * per + w %% per");
+    // mutations the validator catches, each on a fresh build
+    struct {
+        int seq, b, id;
+        const char *why;
+    } bad[] = {{1, 2, 12, "written by one sequence"}, // slot 2 writes a block slot 1 reads
+               {1, 1, 5, "written by one sequence"},  // slot 2 reads the block slot 1 writes
+               {0, 3, 20, "written by one sequence"}, // slot 1 writes slot 2's block
+               {0, 2, 7, "twice"},
+               {1, 0, 32, "outside the pool"},
+               {0, 4, 9, "past its context"},
+               {1, 7, 9, "past its context"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(!meta_plan_build(&p, q, 2, err, sizeof err), "%s", err);
+        p.blocks[bad[i].seq * NB + bad[i].b] = bad[i].id;
+        CHECK(meta_plan_validate(&p, err, sizeof err) && strstr(err, bad[i].why),
+              "mutation %zu (sequence %d's block %d = %d): %s", i, bad[i].seq, bad[i].b, bad[i].id,
+              err);
+    }
+    // the validator leaves its marks clear: the plan as built validates again
+    CHECK(!meta_plan_build(&p, q, 2, err, sizeof err) && !meta_plan_validate(&p, err, sizeof err),
+          "after the mutations: %s", err);
+    // a table that ends before its context: slot 2 at 800 tokens has no block 3
+    q[1].len_before = 792;
+    CHECK(!meta_plan_build(&p, q, 2, err, sizeof err) && meta_plan_validate(&p, err, sizeof err) &&
+              strstr(err, "ends before its context"),
+          "a short table: %s", err);
+    meta_plan_free(&p);
+    // dims without tables for a model with compressed layers are refused
+    struct td_plan_dims e = dims_v4(32, 4, 2048);
+    e.tables = NULL;
+    CHECK(meta_plan_init(&p, &e, err, sizeof err) && strstr(err, "history dims"), "%s", err);
+    case_end("block_tables", "");
+}
+
 int main(void) {
     seed000();
     seed001();
@@ -643,5 +736,6 @@ int main(void) {
     rows_at_either_base();
     key_row_rule();
     state_advance();
+    block_tables();
     return check_failures ? 1 : 0;
 }

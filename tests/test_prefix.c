@@ -219,19 +219,25 @@ static void stats(void) {
     struct td_prefix *p = td_prefix_new(5, B, root_of("m"));
     int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8}, u[8] = {1, 2, 3, 4, 0, 0, 0, 0}, a[2], got[2];
     publish_chain(p, t, 2, a);
-    td_prefix_match(p, t, 8, got, 2);     // 2 blocks
-    td_prefix_match(p, u, 8, got, 2);     // 1 block
-    td_prefix_match(p, u + 4, 4, got, 2); // none
+    td_prefix_count(p, td_prefix_match(p, t, 8, got, 2));     // 2 blocks
+    td_prefix_count(p, td_prefix_match(p, u, 8, got, 2));     // 1 block
+    td_prefix_count(p, td_prefix_match(p, u + 4, 4, got, 2)); // none
+    td_prefix_match(p, t, 8, got, 2); // a look that is not counted (a request that waits)
     td_prefix_release(p, a, 2);
+    CHECK(td_prefix_available(p) == 5, "available %d of 5 (3 free, 2 cached)",
+          td_prefix_available(p));
     int h[4];
     for (int i = 0; i < 4; i++) // 3 free, then one eviction
         h[i] = td_prefix_alloc(p);
+    CHECK(td_prefix_available(p) == 1, "available %d, 1 cached left", td_prefix_available(p));
     struct td_prefix_stats s;
     td_prefix_stats(p, &s);
     CHECK(s.lookups == 3 && s.hits == 2 && s.hit_blocks == 3, "lookups %ld hits %ld blocks %ld",
           s.lookups, s.hits, s.hit_blocks);
     CHECK(s.evictions == 1 && s.in_use == 4 && s.cached == 1 && s.free == 0,
           "evictions %ld, in use %d, cached %d, free %d", s.evictions, s.in_use, s.cached, s.free);
+    CHECK(td_prefix_evict(p) >= 0 && td_prefix_available(p) == 1 && td_prefix_evict(p) == -1,
+          "evict: the cached block goes free, then nothing is cached");
     (void)h;
     td_prefix_free(p);
     case_end("prefix/stats", "");
