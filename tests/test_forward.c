@@ -15,12 +15,15 @@
  *                 bit-identical logits to a sequence that never saw them.
  *   batched       sequences of different lengths, mixed prefill/decode/verify rows in one call,
  *                 each bit-identical to running alone.
- *   snapshot      the prefix cache's copies (issue 27), every key-cache precision: a slot's
- *                 history up to H (a multiple of every rate) and its window at H, loaded into a
- *                 fresh slot, give the rest of the prompt bit-identical logits to the slot that
- *                 ran it whole (fp32: to the one-shot call too); without the
- *                 window they differ (the test can fail); refusals of spans that split entries
- *                 and of a loaded slot.
+ *   snapshot      the paged history shared (issue 27), every key-cache precision: a fresh
+ *                 slot whose block table names another's first H / 256 history blocks and
+ *                 whose window is loaded from a copy at H gives the rest of the prompt
+ *                 bit-identical logits to the slot that ran it whole (fp32: to the one-shot
+ *                 call too) and leaves the shared blocks' bytes as they were; without the
+ *                 window they differ (the test can fail); refusals of a window into a slot
+ *                 with a length, a block outside the pool, a slot without blocks.
+ * paged_flash_bytes (V4-Flash's config) the memory of 16 fp32 slots of 32k holds at least 64
+ *                 sequences of 2k tokens with a paged bf16 history (issue 27's target).
  * TD_TEST_QUICK=1 (the sanitizer run) uses fewer random schedules.
  */
 #include <jansson.h>
@@ -358,6 +361,34 @@ static void test_kv_dtypes(struct fx *f) {
     free(one);
     free(out);
     free(junk);
+}
+
+/* Issue 27's memory target on V4-Flash's shapes: at max_ctx 32k, the memory of 16 slots that
+ * each reserve 32k tokens of fp32 history (the layout before paging) holds at least 4 x 16
+ * sequences of 2k tokens (2048 + 256 out and a round of drafts: 10 blocks of 256) with a bf16
+ * paged history; the bytes a sequence costs either way */
+static void test_paged_flash_bytes(void) {
+    char err[512], extra[200];
+    struct td_config c;
+    case_begin();
+    CHECK(!td_config_load(&c, "bench/v4_flash/config.json", err, sizeof err), "%s", err);
+    if (!check_case_failed) {
+        int ctx = 32768, chunk = 16, S0 = 16, per = 10, n = S0;
+        size_t M = td_state_bytes_kv(&c, S0, ctx, chunk, TD_KV_F32);
+        while (td_state_bytes_pool(&c, n + 1, ctx, chunk, TD_KV_BF16, (n + 1) * per) <= M)
+            n++;
+        CHECK(td_history_block(&c) == 256, "V4-Flash's history block is %d tokens",
+              td_history_block(&c));
+        CHECK(n >= 4 * S0, "%d sequences of 2k tokens in the memory of %d fp32 slots of 32k", n,
+              S0);
+        double one = (double)td_state_bytes_pool(&c, 1, ctx, chunk, TD_KV_BF16, per);
+        snprintf(extra, sizeof extra,
+                 "(%d fp32 slots of 32k: %zu MiB; paged bf16: %d sequences of 2k, %.1f MiB each "
+                 "against %.1f, a block %.2f MiB)",
+                 S0, M >> 20, n, one / 1048576.0, (double)M / S0 / 1048576.0,
+                 td_state_block_bytes(&c, TD_KV_BF16) / 1048576.0);
+    }
+    case_end("paged_flash_bytes", extra);
 }
 
 /* the Flash shapes' key caches: a token of context costs fp8 at most 1/3.5 of fp32's bytes
@@ -912,6 +943,7 @@ int main(void) {
     snprintf(vroot, sizeof vroot, "/tmp/td_forward_XXXXXX");
     if (!mkdtemp(vroot)) return 1;
     test_kv_flash_bytes();
+    test_paged_flash_bytes();
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
         struct fx f = {0};
         snprintf(f.dir, sizeof f.dir, "tests/fixtures/%s", fixtures[i]);

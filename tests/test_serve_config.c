@@ -616,6 +616,7 @@ static int all_changed(struct srv_config *c) {
         "scheduler.max_batch_tokens=1048576",
         "scheduler.prefill_chunk=512",
         "scheduler.prefix_blocks=64",
+        "scheduler.history_blocks=4096",
         "scheduler.max_cache_mib=67108864",
         "sampling.temperature=0.1",
         "sampling.top_p=1e-9",
