@@ -861,11 +861,11 @@ static void test_sinks_dtype_and_alignment(const struct fx *f) {
 static void snapshot_kv(struct fx *f, int kv) {
     char err[512], name[128];
     const struct td_config *c = &f->m.cfg;
-    int V = c->vocab, B = td_history_block(c), H = B ? f->n / 2 / B * B : 0, rest = f->n - H;
+    int V = c->vocab, B = td_history_block(c), H = B ? (f->n - 1) / B * B : 0, rest = f->n - H;
     snprintf(name, sizeof name, "snapshot/%s/%s", td_kv_dtype_name(kv), strrchr(f->dir, '/') + 1);
     case_begin();
     if (H == 0) {
-        case_end(name, "(skipped: the prompt is shorter than two history blocks)");
+        case_end(name, "(skipped: the prompt is no longer than a history block)");
         return;
     }
     struct td_state st;
@@ -905,6 +905,15 @@ static void snapshot_kv(struct fx *f, int kv) {
     for (int i = 0; i < H / B; i++)
         CHECK(!td_state_block_read(&st, 2 * i, after + i * hb, err, sizeof err), "%s", err);
     CHECK(!memcmp(before, after, hb * (H / B)), "a shared block changed under its reader");
+    // w's own block after them holds what a's does (the same rows, written where its table says)
+    CHECK(!td_state_block_read(&st, 2 * (H / B), before, err, sizeof err) &&
+              !td_state_block_read(&st, 2 * (H / B) + 1, after, err, sizeof err) &&
+              !memcmp(before, after, hb),
+          "the warm slot's own block differs from the cold one's (%s)", err);
+    int written = 0;
+    for (size_t i = 0; i < hb; i++)
+        written |= after[i];
+    CHECK(written, "nothing was written to the warm slot's own block");
     // the history alone, the window's rows left zero: other logits (the window is needed)
     st.len[x] = st.hi[x] = H; // as a load without its window would leave it
     q = (struct td_plan_seq){.slot = x, .len_before = H, .n_new = rest, .ids = f->ids + H};
