@@ -30,7 +30,10 @@
  * engine/prefix_blocks_frozen: a hit that decodes past a block boundary with the random drafter
  *     (rejections around it) leaves the published blocks' bytes unchanged
  * (td_engine_prefix_checksum). engine/prefix_pool_refused: a pool past the cache memory limit is
- * refused with the numbers. TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
+ * refused with the numbers. engine/history_pool_waits: a history pool of one max_ctx sequence
+ * makes a second long prompt wait for the first's blocks (the tokens of a pool that holds both),
+ * lets two short ones run at once, and is refused under one sequence's blocks. TD_TEST_QUICK=1
+ * (sanitizer run) checks one fixture.
  */
 #include <stdint.h>
 #include <unistd.h>
@@ -934,6 +937,87 @@ static void prefix_cache(void) {
     case_end("engine/prefix_pool_refused", "");
 }
 
+/* an engine on tandem-tiny with two slots of 640 tokens and a history pool of `blocks` (0: the
+ * default) */
+static struct td_engine *pool_engine(int blocks, char *err, size_t errlen) {
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = "models/tandem-tiny";
+    ep.backend = "cpu";
+    ep.max_seqs = 2;
+    ep.max_ctx = 640;
+    ep.history_blocks = blocks;
+    struct td_engine *e;
+    return td_engine_init(&e, &ep, err, errlen) ? NULL : e;
+}
+
+/* two requests of prompts p[0], p[1] (n ids each, 12 tokens out, greedy) submitted together and
+ * run to the end: their tokens, and whether the second was still queued after the first step */
+static int pool_pair(struct td_engine *e, const int32_t *const *p, int n, int32_t (*out)[12],
+                     int *n_out) {
+    char err[512];
+    int ids[2], waited = 0;
+    for (int i = 0; i < 2; i++) {
+        struct td_request_params rp = {.prompt = p[i],
+                                       .n_prompt = n,
+                                       .max_tokens = 12,
+                                       .sampling = {.temperature = 0.0f, .top_p = 1.0f},
+                                       .ignore_eos = 1};
+        ids[i] = td_engine_submit(e, &rp, err, sizeof err);
+        CHECK(ids[i] >= 0, "submit: %s", err);
+    }
+    for (int s = 0; s < 400 && td_engine_step(e, err, sizeof err) > 0; s++)
+        if (!s) {
+            enum td_req_status st;
+            td_engine_output(e, ids[1], NULL, NULL, &st, NULL, NULL);
+            waited = st == TD_REQ_QUEUED;
+        }
+    for (int i = 0; i < 2; i++) {
+        const int32_t *t;
+        td_engine_output(e, ids[i], &t, &n_out[i], NULL, NULL, NULL);
+        memcpy(out[i], t, (size_t)n_out[i] * sizeof(int32_t));
+        td_engine_release(e, ids[i]);
+    }
+    return waited;
+}
+
+/* The history pool: with room for one sequence of max_ctx (3 blocks of 256 at 640 tokens), two
+ * 520-token prompts do not run at once: the second waits for the first's blocks, and both give
+ * the tokens of an engine whose pool holds both; two 100-token prompts (a block each) run at
+ * once. A pool smaller than one max_ctx sequence is refused with the numbers. */
+static void history_pool(void) {
+    char err[512];
+    static int32_t A[520], B[520];
+    for (int i = 0; i < 520; i++)
+        A[i] = (int32_t)((i * 7919 + 13) % 8000 + 2), B[i] = (int32_t)((i * 31 + 17) % 7000 + 100);
+    const int32_t *pp[2] = {A, B};
+    int32_t big[2][12], small[2][12], ref[2][12], rs[2][12];
+    int nb[2], ns[2], nr[2], nrs[2];
+    case_begin();
+    struct td_engine *one = pool_engine(3, err, sizeof err), *all = pool_engine(0, err, sizeof err);
+    CHECK(one && all, "engine init: %s", err);
+    if (one && all) {
+        const struct td_engine_stats *st = td_engine_stats(one);
+        CHECK(st->hist_blocks == 3 && st->hist_block == 256, "a pool of %d blocks of %d",
+              st->hist_blocks, st->hist_block);
+        CHECK(td_engine_stats(all)->hist_blocks == 6, "the default pool: %d blocks, not 2 x 3",
+              td_engine_stats(all)->hist_blocks);
+        CHECK(pool_pair(one, pp, 520, big, nb), "the second 520-token prompt did not wait");
+        CHECK(!pool_pair(all, pp, 520, ref, nr), "with room for both, the second waited");
+        CHECK(nb[0] == 12 && nb[1] == 12 && !memcmp(big, ref, sizeof big),
+              "the tokens differ from a pool that holds both");
+        CHECK(!pool_pair(one, pp, 100, small, ns), "two 100-token prompts did not run at once");
+        pool_pair(all, pp, 100, rs, nrs);
+        CHECK(ns[0] == 12 && !memcmp(small, rs, sizeof small), "short prompts: other tokens");
+        CHECK(td_engine_stats(one)->hist_held == 0, "%d blocks still held at the end",
+              td_engine_stats(one)->hist_held);
+    }
+    td_engine_free(one), td_engine_free(all);
+    CHECK(!pool_engine(2, err, sizeof err) && strstr(err, "2 blocks of 256") &&
+              strstr(err, "needs 3"),
+          "a pool under one max_ctx sequence: %s", err);
+    case_end("engine/history_pool_waits", "");
+}
+
 int main(void) {
     const char *fxs[3] = {"b_plain_hc2", "a_tiny_yarn", "c_upstream_sharded"};
     make_prompts(300);
@@ -946,6 +1030,7 @@ int main(void) {
     auto_rows();
     prefill_chunk();
     prefix_cache();
+    history_pool();
     if (!quick_mode()) {
         drafter_distribution("mtp");
         drafter_distribution("dspark");
