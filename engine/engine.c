@@ -261,10 +261,10 @@ static void why_dspark_dir(const struct td_engine *e, int in_folder, char *err, 
  * the first token's logits), and with a model drafter at least the drafter's window before it,
  * whose rows rebuild every ring the drafter reads (section 3.8, drafter-state replay). Every
  * kernel gives a row the same bits in any chunking (test_forward's chunked and snapshot cases),
- * so a warm request's output is the cold one's. Only prompt blocks are published (decode steps'
- * numerics are not shown to be prefill's). Published blocks are frozen: every write lands at a
- * position at or past its sequence's committed length, in a block of its own (the plan's
- * validator checks it every step). */
+ * so a warm request's output is the cold one's. Blocks that decode steps complete are published
+ * too (a conversation's next turn begins with this one's prompt and reply). Published blocks are
+ * frozen: every write lands at a position at or past its sequence's committed length, in a block of
+ * its own (the plan's validator checks it every step). */
 static int ckpt_take(struct td_engine *e) {
     if (!e->n_ckpt_free) { // the least recently used cached leaf gives its block and checkpoint
         int id = td_prefix_evict(e->pool);
@@ -368,18 +368,23 @@ static int pool_admit(struct td_engine *e, struct request *r, int slot) {
     return 0;
 }
 
-/* after a step: a prompt chunk of r that ended at the end of its next block publishes it, with
- * a checkpoint of the windows there (when one can be had: else nothing more of r's is) */
+/* After a step (a prompt chunk or a decode step): when r's committed length has reached the end
+ * of its next unpublished block, that block is published with a checkpoint of the windows now.
+ * The rings keep the last W + max_chunk positions, stored by position, so a checkpoint taken at
+ * L serves the block's end S as long as L - S <= max_chunk: the rows a hit at S reads (below S)
+ * are there, and the ones past S are never read before the hit's own rows replace them
+ * (rows.h's rule). Decode steps bring fewer rows than that, prompt chunks end at block ends.
+ * (When no checkpoint can be had nothing more of r's is published.) */
 static void prefix_publish(struct td_engine *e, struct request *r) {
     char err[256];
     int B = e->state.hist_block, L = e->state.len[r->slot], b = r->n_pub;
-    if (L % B || L > r->n_prompt || L / B != b + 1) return;
+    if (L < (b + 1) * B || L - (b + 1) * B > e->state.max_chunk) return;
     int ck = ckpt_take(e);
     if (ck < 0) return; // every checkpoint's block is held: nothing published
     if (td_state_window_save(&e->state, r->slot, ckpt_mem(e, ck), err, sizeof err))
         TD_ABORT("prefix publish: %s", err);
     int id = r->blocks[b], parent = b ? r->blocks[b - 1] : -1;
-    int q = td_prefix_publish(e->pool, id, parent, r->toks + L - B);
+    int q = td_prefix_publish(e->pool, id, parent, r->toks + (size_t)b * B);
     if (q == id) {
         e->ckpt_of[id] = ck;
     } else { // the same block was published already: r holds that one now, and its own is free
@@ -1520,8 +1525,6 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         e->stats.t_target += t1 - t0;
         e->stats.steps++;
         e->stats.rows += e->plan.n_tok;
-        for (int i = 0; i < n && e->caching; i++) // the prompt blocks this step completed
-            if (e->groups[i].prefill) prefix_publish(e, e->groups[i].r);
         for (int i = 0; i < n; i++) {
             struct group *g = &e->groups[i];
             // this sequence's logits rows: the last n_rows of its rows
@@ -1530,10 +1533,15 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
             const int32_t *ids = e->ids + l0;
             int fed_rows = e->plan.qo_indptr[i + 1] - e->plan.qo_indptr[i];
             if (rows) hook_rows(e, g->r, rows, e->plan.len_before[i] + fed_rows - n_rows, n_rows);
-            if (g->prefill)
+            // the block this step completed, if any (prefix_publish): a prompt chunk's rows are
+            // all committed; a round's once verified (a request that ended in it publishes none)
+            if (g->prefill) {
+                if (e->caching) prefix_publish(e, g->r);
                 finish_prefill(e, g, rows, ids, n_rows);
-            else
+            } else {
                 finish_round(e, g, rows, ids, e->plan.len_before[i]); // anchor position
+                if (e->caching && g->r->slot >= 0) prefix_publish(e, g->r);
+            }
         }
         double t2 = now();
         e->stats.t_verify += t2 - t1;

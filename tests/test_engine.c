@@ -29,11 +29,13 @@
  *     logits rows and tokens, greedy and sampled, as without the cache (fixed draft policy).
  * engine/prefix_blocks_frozen: a hit that decodes past a block boundary with the random drafter
  *     (rejections around it) leaves the published blocks' bytes unchanged
- * (td_engine_prefix_checksum). engine/prefix_pool_refused: a pool past the cache memory limit is
- * refused with the numbers. engine/history_pool_waits: a history pool of one max_ctx sequence
- * makes a second long prompt wait for the first's blocks (the tokens of a pool that holds both),
- * lets two short ones run at once, and is refused under one sequence's blocks. TD_TEST_QUICK=1
- * (sanitizer run) checks one fixture.
+ * (td_engine_prefix_checksum). engine/prefix_decode_blocks: a block its decode steps complete is
+ * published: a conversation's next turn (prompt, reply, more) hits it with the logits and
+ * tokens of an engine without the cache. engine/prefix_pool_refused: a pool past the cache memory
+ * limit is refused with the numbers. engine/history_pool_waits: a history pool of one max_ctx
+ * sequence makes a second long prompt wait for the first's blocks (the tokens of a pool that holds
+ * both), lets two short ones run at once, and is refused under one sequence's blocks.
+ * TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
  */
 #include <stdint.h>
 #include <unistd.h>
@@ -897,7 +899,9 @@ static void prefix_cache(void) {
     ep.model_dir = "models/tandem-tiny";
     ep.backend = "cpu";
     ep.max_seqs = 1, ep.max_ctx = 1024, ep.max_cache_bytes = (size_t)1 << 30;
-    ep.prefix_blocks = 4, ep.draft = "random", ep.max_draft = 3;
+    // 2 checkpoints: the hit's blocks hold both, so the blocks the decode completes are not
+    // published and the checksum covers the hit's alone
+    ep.prefix_blocks = 2, ep.draft = "random", ep.max_draft = 3;
     ep.draft_policy = TD_POLICY_FIXED;
     struct td_engine *e;
     CHECK(!td_engine_init(&e, &ep, err, sizeof err), "engine init: %s", err);
@@ -925,6 +929,48 @@ static void prefix_cache(void) {
         td_engine_free(e);
     }
     case_end("engine/prefix_blocks_frozen", "");
+
+    // a block its decode steps complete is published too: a 200-token prompt decoding 100
+    // tokens crosses 256, and the next turn (that prompt, the reply, 20 more ids) takes 256
+    // tokens from the cache with the logits and tokens of an engine without it
+    case_begin();
+    {
+        struct td_engine *c0 = prefix_engine(0, 1, NULL), *c1 = prefix_engine(8, 1, NULL);
+        static int32_t turn2[320];
+        int n2 = 0;
+        for (int k = 0; c0 && c1 && k < 2; k++) {
+            struct td_engine *e = k ? c1 : c0;
+            struct td_request_params rp = {.prompt = P,
+                                           .n_prompt = 200,
+                                           .max_tokens = 100,
+                                           .sampling = greedy,
+                                           .ignore_eos = 1};
+            int id = td_engine_submit(e, &rp, err, sizeof err);
+            while (td_engine_step(e, err, sizeof err) > 0) {
+            }
+            const int32_t *t;
+            int nt;
+            td_engine_output(e, id, &t, &nt, NULL, NULL, NULL);
+            CHECK(nt == 100, "the first turn made %d tokens", nt);
+            if (!k) { // the next turn's prompt: the first's, its reply, then 20 more ids
+                memcpy(turn2, P, 200 * sizeof(int32_t));
+                memcpy(turn2 + 200, t, (size_t)nt * sizeof(int32_t));
+                for (n2 = 200 + nt; n2 < 320; n2++)
+                    turn2[n2] = R[n2];
+            }
+            td_engine_release(e, id);
+        }
+        const int32_t *p2 = turn2;
+        int32_t o0[1][12], o1[1][12];
+        int m0, m1, k0, k1;
+        uint64_t h0 = c0 ? prefix_run(c0, 1, &p2, &n2, &greedy, o0, &m0, &k0) : 0;
+        uint64_t h1 = c1 ? prefix_run(c1, 1, &p2, &n2, &greedy, o1, &m1, &k1) : 1;
+        CHECK(c1 && k1 == 256, "the next turn took %d tokens from the cache, not 256", k1);
+        CHECK(h0 == h1 && same12(o0[0], m0, o1[0], m1) && m0 == 12,
+              "the next turn's logits or tokens differ from an engine without the cache");
+        td_engine_free(c0), td_engine_free(c1);
+    }
+    case_end("engine/prefix_decode_blocks", "");
 
     case_begin();
     ep = td_engine_defaults();
