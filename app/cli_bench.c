@@ -44,17 +44,54 @@ struct bench_cell {
     char draft[32], backend[16];
 };
 
+/* --turns 2: each prompt's second turn, asked once its first is answered, as a chat client asks
+ * it: the first turn, the reply decoded to text, the second turn, in the chat format */
+struct bench_turns {
+    const struct tok *tk;
+    const struct chat *ch;
+    char **first, **second; /* [np] the turns' texts */
+};
+
+/* request i's second turn, submitted: the conversation so far (first turn, reply) and the second
+ * turn, encoded; its id, or -1 with a message */
+static int submit_second(struct td_engine *e, const struct bench_turns *tt, int i, int first_id,
+                         const struct td_request_params *rp0, char *err, size_t errlen) {
+    const int32_t *out;
+    int n_out;
+    td_engine_output(e, first_id, &out, &n_out, NULL, NULL, NULL);
+    char *reply = NULL;
+    size_t len;
+    struct tok_ids ids = {0};
+    int id = -1;
+    if (!tok_decode(tt->tk, out, (size_t)n_out, TOK_DECODE_SKIP_SPECIAL, &reply, &len, err,
+                    errlen)) {
+        struct chat_msg m[3] = {{.role = CHAT_ROLE_USER, .content = tt->first[i]},
+                                {.role = CHAT_ROLE_ASSISTANT, .content = reply},
+                                {.role = CHAT_ROLE_USER, .content = tt->second[i]}};
+        if (!chat_encode(tt->ch, m, 3, 1, &ids, err, errlen)) {
+            struct td_request_params rp = *rp0;
+            rp.prompt = ids.ids, rp.n_prompt = (int)ids.n;
+            id = td_engine_submit(e, &rp, err, errlen);
+        }
+    }
+    free(reply);
+    tok_ids_free(&ids);
+    return id;
+}
+
 /* one configuration: every prompt submitted at once, the engine stepped until idle; printed as
  * the report (or the CSV line) unless quiet; 0 or the exit status. late > 0 (--long-prompt): a
  * prompt of that many ids arrives once the first batch of requests decodes, and asks for one
  * token (its prefill beside their decoding shows in the gaps between their tokens) */
 static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
                      const struct tok_ids *ids, int np, const struct cli_req_opts *ro, long late,
-                     int csv, int quiet, struct bench_cell *cell) {
+                     const struct bench_turns *tt, int csv, int quiet, struct bench_cell *cell) {
     char err[1024];
     ep.max_seqs = (int)batch + (late > 0); // (a slot for the late prompt)
     struct td_engine *e;
-    int *rid = NULL, rc = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
+    int *rid = NULL, *rid2 = NULL,
+        rc = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
+    long *first_len = NULL; // --turns 2: each first turn's tokens, prompt and reply
     if (rc) return rc;
     double *ttft = NULL, *done_t = NULL, *last_t = NULL, *gap = NULL, *queue = NULL, *pre = NULL;
     int *last_n = NULL, n_gap = 0, late_id = -1, started = 0;
@@ -66,6 +103,8 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
     if (!rc) cli_print_synthetic(stderr, "bench", &ep);
     if (rc) goto out;
     rid = td_xmalloc((size_t)np * sizeof *rid);
+    rid2 = td_xmalloc((size_t)np * sizeof *rid2);
+    first_len = td_xcalloc((size_t)np, sizeof *first_len);
     ttft = td_xmalloc((size_t)np * sizeof *ttft);
     done_t = td_xmalloc((size_t)np * sizeof *done_t);
     // inter-token latency: a request's gaps between the steps that bring it tokens (one gap a
@@ -86,6 +125,7 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
                                        .ignore_eos = 1};
         prompt_tokens += (long)ids[i].n;
         ttft[i] = done_t[i] = -1;
+        rid2[i] = -1;
         if ((rid[i] = td_engine_submit(e, &rp, err, sizeof err)) < 0) {
             rc = die("%s", err);
             goto out;
@@ -105,7 +145,24 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
                 if (!last_n[i]) started++;
                 last_t[i] = t, last_n[i] = nt;
             }
-            if ((st == TD_REQ_FINISHED || st == TD_REQ_FAILED) && done_t[i] < 0) done_t[i] = t;
+            if ((st == TD_REQ_FINISHED || st == TD_REQ_FAILED) && done_t[i] < 0) {
+                done_t[i] = t;
+                if (tt && st == TD_REQ_FINISHED) { // its second turn, now
+                    struct td_request_params rp = {
+                        .max_tokens = (int)ro->max_tokens,
+                        .sampling = {.temperature = (float)ro->temperature,
+                                     .top_k = (int)ro->top_k,
+                                     .top_p = (float)ro->top_p,
+                                     .seed = (uint64_t)(ro->seed + np + i)},
+                        .ignore_eos = 1};
+                    first_len[i] = (long)ids[i].n + nt;
+                    if ((rid2[i] = submit_second(e, tt, i, rid[i], &rp, err, sizeof err)) < 0) {
+                        rc = die("bench: request %d's second turn: %s", i, err);
+                        goto out;
+                    }
+                    if (!live) live = 1; // (the step before may have seen none)
+                }
+            }
         }
         if (all_at < 0 && started == np && batch >= np) {
             all_at = t;
@@ -220,6 +277,24 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
                    tag, cached, prompt_tokens, prompt_tokens ? 100.0 * cached / prompt_tokens : 0.0,
                    ps.hits, ps.lookups, ps.evictions, ps.in_use, ps.cached, ps.free);
         }
+        if (tt) { // the second turns: what the cache gave of each first turn, and their TTFT
+            long cached = 0, firsts = 0;
+            int n2 = 0;
+            double *t2 = td_xmalloc((size_t)np * sizeof *t2);
+            for (int i = 0; i < np; i++) {
+                struct td_request_stats rs;
+                if (rid2[i] < 0 || td_engine_request_stats(e, rid2[i], &rs) || rs.t_first < 0)
+                    continue;
+                cached += rs.cached_tokens, firsts += first_len[i];
+                t2[n2++] = rs.t_first - rs.t_submit;
+            }
+            qsort(t2, (size_t)n2, sizeof *t2, cmp_double);
+            printf("%s: second turns: %d; %ld of their first turns' %ld tokens (prompt and reply) "
+                   "from the cache (%.1f%%); time to first token p50 %.3f s p90 %.3f s\n",
+                   tag, n2, cached, firsts, firsts ? 100.0 * cached / firsts : 0.0,
+                   n2 ? t2[n2 / 2] : 0.0, n2 ? t2[n2 * 9 / 10] : 0.0);
+            free(t2);
+        }
         if (s->rounds && td_engine_draft_tokens(e)) {
             printf("%s: mean accepted length %.3f, acceptance by draft position:", tag, mal);
             for (int j = 0; j < TD_MAX_DRAFT && s->proposed_at[j]; j++)
@@ -230,6 +305,8 @@ static int bench_run(struct td_engine_params ep, long draft_tokens, long batch,
     }
 out:
     free(rid);
+    free(rid2);
+    free(first_len);
     free(ttft);
     free(done_t);
     free(last_t);
@@ -400,7 +477,7 @@ static int bench_sweep(const struct td_engine_params *ep0, long draft_tokens, co
                             names[d], bs[b], r + 1, repeat);
                 else
                     fprintf(stderr, "bench: sweep: %s at batch %ld ...\n", names[d], bs[b]);
-                int rc = bench_run(eps[d], draft_tokens, bs[b], ids, np, ro, 0, 0, 1, &c);
+                int rc = bench_run(eps[d], draft_tokens, bs[b], ids, np, ro, 0, NULL, 0, 1, &c);
                 if (rc) return rc;
                 if (!r) cells[d][b] = c;
                 tps[d][b][r] = c.tps;
@@ -466,7 +543,7 @@ int cmd_bench(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     const char *prompts_path = NULL;
     struct cli_req_opts ro = {128, 0, 0.0, 0, 1.0};
-    long n_prompts = 64, batch = 16, draft_tokens = -1, repeat = 0, long_prompt = 0;
+    long n_prompts = 64, batch = 16, draft_tokens = -1, repeat = 0, long_prompt = 0, n_turns = 1;
     int raw = 0, csv = 0;
     const char *sweep = NULL, *plot = "bench-sweep.svg";
     for (int i = 0; i < argc; i++) {
@@ -495,6 +572,11 @@ int cmd_bench(int argc, char **argv) {
                 "  --prefill-chunk N    prompt rows a step at most (default 0: no cap)\n"
                 "  --dummy-weights      generated weights of DIR/config.json's shapes\n"
                 "  --csv                one CSV header line and one result line\n"
+                "  --turns 2            each prompt's second turn (\"turns\" lines) is asked once\n"
+                "                       its first is answered: the first turn, the reply as text\n"
+                "                       and the second turn in the chat format (a conversation;\n"
+                "                       with --prefix-blocks, how much of the first turn the\n"
+                "                       cache gives it)\n"
                 "  --long-prompt N      a prompt of N ids arrives once the first batch decodes,\n"
                 "                       in a slot of its own (one token asked): its prefill's\n"
                 "                       effect on their gaps (with --n-prompts = --batch)\n"
@@ -542,6 +624,8 @@ int cmd_bench(int argc, char **argv) {
             rc = cli_parse_int(a, v, 1, REPEAT_MAX, &repeat);
         else if (!strcmp(a, "--long-prompt"))
             rc = cli_parse_int(a, v, 1, 1 << 24, &long_prompt);
+        else if (!strcmp(a, "--turns"))
+            rc = cli_parse_int(a, v, 1, 2, &n_turns);
         else
             return die("bench: unknown option '%s' (see tandem bench --help)", a);
         if (rc) return 2;
@@ -553,6 +637,9 @@ int cmd_bench(int argc, char **argv) {
     if (repeat && !sweep) return die("bench: --repeat R repeats a --sweep; give --sweep B1,B2,...");
     if (long_prompt && sweep)
         return die("bench: --long-prompt N is for one run; it takes no --sweep");
+    if (n_turns > 1 && (sweep || raw || long_prompt))
+        return die("bench: --turns 2 is for one run in the chat format (no --sweep, --raw or "
+                   "--long-prompt)");
     if (!sweep && cli_draft_finish("bench", &ep, draft_tokens)) return 2;
 
     char err[1024];
@@ -561,7 +648,9 @@ int cmd_bench(int argc, char **argv) {
     FILE *fp = fopen(prompts_path, "r");
     if (!fp) return die("bench: cannot open %s", prompts_path);
     struct tok_ids *ids = td_xcalloc((size_t)n_prompts, sizeof *ids);
-    int np = 0, lineno = 0;
+    char **first = td_xcalloc((size_t)n_prompts, sizeof *first),
+         **second = td_xcalloc((size_t)n_prompts, sizeof *second);
+    int np = 0, lineno = 0, bad = 0;
     char *line = NULL;
     size_t cap = 0;
     while (np < n_prompts && getline(&line, &cap, fp) > 0) {
@@ -573,8 +662,13 @@ int cmd_bench(int argc, char **argv) {
                            : doc                ? json_string_value(json_object_get(doc, "text"))
                                                 : NULL;
         json_t *jids = doc ? json_object_get(doc, "ids") : NULL;
+        const char *text2 =
+            json_is_array(turns) ? json_string_value(json_array_get(turns, 1)) : NULL;
         int rc = -1;
-        if (json_is_array(jids) && !text) { // token ids as they are
+        if (n_turns > 1 && (!text || !text2)) {
+            snprintf(err, sizeof err, "%s:%d: --turns 2 needs \"turns\" of two texts at least",
+                     prompts_path, lineno);
+        } else if (json_is_array(jids) && !text) { // token ids as they are
             size_t j, n = json_array_size(jids);
             json_t *v;
             rc = n ? 0 : -1;
@@ -603,35 +697,36 @@ int cmd_bench(int argc, char **argv) {
         } else {
             struct chat_msg msg = {.role = CHAT_ROLE_USER, .content = text};
             rc = chat_encode(&ch, &msg, 1, 1, &ids[np], err, sizeof err);
+            if (!rc && n_turns > 1 &&
+                (!(first[np] = strdup(text)) || !(second[np] = strdup(text2)))) {
+                snprintf(err, sizeof err, "bench: out of memory");
+                rc = -1;
+            }
         }
         json_decref(doc);
+        np++; // (a bad line's partial ids and texts are freed below too)
         if (rc) {
-            fclose(fp);
-            free(line);
-            for (int i = 0; i <= np; i++)
-                tok_ids_free(&ids[i]);
-            free(ids);
-            tok_free(tk);
-            return die("%s", err);
+            bad = 1;
+            break;
         }
-        np++;
     }
     free(line);
     fclose(fp);
-    if (!np) {
-        free(ids);
-        tok_free(tk);
-        return die("bench: %s holds no prompts", prompts_path);
-    }
     int rc = 0;
-    if (!sweep) {
-        rc = bench_run(ep, draft_tokens, batch, ids, np, &ro, long_prompt, csv, 0, NULL);
+    if (bad)
+        rc = die("%s", err);
+    else if (!np)
+        rc = die("bench: %s holds no prompts", prompts_path);
+    else if (!sweep) {
+        struct bench_turns tt = {.tk = tk, .ch = &ch, .first = first, .second = second};
+        rc = bench_run(ep, draft_tokens, batch, ids, np, &ro, long_prompt, n_turns > 1 ? &tt : NULL,
+                       csv, 0, NULL);
     } else {
         rc = bench_sweep(&ep, draft_tokens, sweep, ids, np, &ro, plot, repeat ? (int)repeat : 1);
     }
     for (int i = 0; i < np; i++)
-        tok_ids_free(&ids[i]);
-    free(ids);
+        tok_ids_free(&ids[i]), free(first[i]), free(second[i]);
+    free(ids), free(first), free(second);
     tok_free(tk);
     return rc;
 }

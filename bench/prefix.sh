@@ -9,6 +9,11 @@
 # first wave prefills together (each publishes the same blocks) and later waves hit.
 #   MODEL=models/tandem-tiny BACKEND=cpu S=768 R=8 sh bench/prefix.sh   (its context is 1024)
 #   MODEL=bench/flash_slice S=4096 R=64 B=8 DUMMY=1 sh bench/prefix.sh     (on the GPU)
+# TURNS=FILE runs conversations instead: each "turns" line of FILE (MT-Bench's) asks its first
+# turn, then (tandem bench --turns 2) its second, the first turn and its reply as text before it,
+# with the cache off and on: the second turns' time to first token and the share of their first
+# turns' tokens (prompt and reply, T tokens) the cache gave. A model with a tokenizer:
+#   TURNS=../shared/data/prompts/mt-bench.jsonl BACKEND=cpu R=8 B=8 T=256 sh bench/prefix.sh
 set -e
 M=${MODEL:-models/tandem-tiny}
 S=${S:-2048}
@@ -18,6 +23,19 @@ B=${B:-1}
 T=${T:-16}
 N=${N:-$(( (S / 256 + 2) * 2 + 8 ))}
 V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' $M/config.json)
+if [ -n "$TURNS" ]; then
+    [ "${BACKEND:-cuda}" = cuda ] && nvidia-smi --query-gpu=name --format=csv,noheader
+    T=${T:-256}
+    echo "prefix.sh: $M, $R conversations of $TURNS, the second turn after the first, batch $B, $T tokens out"
+    for P in 0 ${N:-$((R * (T / 256 + 3) + 8))}; do
+        o=$(${TANDEM:-./bin/tandem} bench --model $M --backend ${BACKEND:-cuda} --prompts "$TURNS" \
+            --n-prompts $R --batch $B --max-tokens $T --max-ctx $((2 * T + 1024)) --turns 2 \
+            --prefix-blocks $P 2>&1) || true
+        echo "prefix blocks $P: $(echo "$o" | sed -n 's/^bench: second turns: //p')"
+        echo "$o" | grep -E "tandem:|error" || true
+    done
+    exit 0
+fi
 F=/tmp/prefix_bench.jsonl
 awk -v s="$S" -v q="$Q" -v r="$R" -v v="$V" 'BEGIN {
     srand(11); for (i = 0; i < s; i++) sys[i] = 2 + int(rand() * (v - 2));
