@@ -24,6 +24,8 @@
  *     then misses, with the same tokens.
  * engine/prefix_concurrent_dedup: the same prompt twice at once: both prefill, the second's
  *     blocks are the first's (published twice), the same tokens.
+ * engine/prefix_shared_by_many: six requests at once share a prompt's two published blocks,
+ *     each with the tokens of an engine without the cache.
  * engine/prefix_with_{mtp,dspark}: with a model drafter a hit leaves the drafter's window of the
  *     prompt to prefill (256 of 520 tokens cached, not 512), which rebuilds its rings: the same
  *     logits rows and tokens, greedy and sampled, as without the cache (fixed draft policy).
@@ -42,6 +44,7 @@
 
 #include "check.h"
 #include "engine/engine.h"
+#include "kernels/err.h"
 #include "tokenizer/tokenizer.h"
 
 #define MAX_REQ 16
@@ -759,8 +762,9 @@ static uint64_t prefix_run(struct td_engine *e, int n, const int32_t *const *p, 
                            const struct td_sampling *samp, int32_t (*out)[12], int *n_out,
                            int *cached) {
     char err[512];
+    TD_ASSERT(n <= 8);
     rows_hash = 0xcbf29ce484222325ull;
-    int ids[4];
+    int ids[8];
     for (int i = 0; i < n; i++) {
         struct td_request_params rp = {.prompt = p[i],
                                        .n_prompt = len[i],
@@ -860,6 +864,43 @@ static void prefix_cache(void) {
           "published twice %ld, cached %d", st.dedups, st.cached);
     td_engine_free(two);
     case_end("engine/prefix_concurrent_dedup", "");
+
+    // six requests sharing P's first 512 tokens, each its own last 8, at once after P ran
+    // alone: each takes 512 tokens from the cache (the same two blocks, held six times over),
+    // with the tokens of an engine without it (the logits hash is of rows in step order, which
+    // differs with the steps' rows)
+    case_begin();
+    {
+        struct td_engine *c0 = prefix_engine(0, 6, NULL), *c1 = prefix_engine(8, 6, NULL);
+        static int32_t six[6][520];
+        const int32_t *p6[6];
+        int l6[6], n0[6], n1[6], k0[6], k1[6];
+        static int32_t o0[6][12], o1[6][12];
+        for (int j = 0; j < 6; j++) {
+            memcpy(six[j], P, sizeof six[j]);
+            for (int i = 512; i < 520; i++)
+                six[j][i] = (int32_t)(100 + 37 * j + i);
+            p6[j] = six[j], l6[j] = 520;
+        }
+        if (c0 && c1) {
+            int one = 520, kk, nn;
+            int32_t oo[1][12];
+            const int32_t *pp0 = P;
+            prefix_run(c1, 1, &pp0, &one, &greedy, oo, &nn, &kk);
+            prefix_run(c0, 6, p6, l6, &greedy, o0, n0, k0);
+            prefix_run(c1, 6, p6, l6, &greedy, o1, n1, k1);
+            int all = 1;
+            for (int j = 0; j < 6; j++)
+                all &= k1[j] == 512 && same12(o0[j], n0[j], o1[j], n1[j]) && n0[j] == 12;
+            CHECK(all, "a request took %d %d %d %d %d %d tokens from the cache, or other tokens",
+                  k1[0], k1[1], k1[2], k1[3], k1[4], k1[5]);
+            struct td_prefix_stats st;
+            CHECK(!td_engine_prefix_stats(c1, &st) && st.in_use == 0 && st.dedups == 0,
+                  "held %d, published twice %ld", st.in_use, st.dedups);
+        }
+        td_engine_free(c0), td_engine_free(c1);
+    }
+    case_end("engine/prefix_shared_by_many", "");
 
     // the model drafters: a hit leaves their window (128) of the prompt to prefill, which
     // rebuilds their rings (one block of the 520 tokens, not two); the same logits and tokens
