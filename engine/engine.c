@@ -530,26 +530,34 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
     // the history pool: history_blocks, else as many as every slot at max_ctx takes and the
-    // prefix cache's blocks beside them
-    int hb = td_history_block(c);
-    long long nb = p->history_blocks > 0 ? p->history_blocks
-                   : hb ? (long long)e->p.max_seqs * ((e->p.max_ctx + hb - 1) / hb) +
-                              (p->prefix_blocks > 0 ? p->prefix_blocks : 0)
-                        : 0;
-    size_t need = td_state_bytes_pool(c, e->p.max_seqs, e->p.max_ctx, max_chunk, p->kv_dtype,
-                                      nb > INT_MAX ? INT_MAX : (int)nb);
+    // prefix cache's blocks beside them, or as many as the cache memory holds when that is
+    // less, as long as one sequence of max_ctx and a block for every other slot fit
+    int hb = td_history_block(c), NB = hb ? (e->p.max_ctx + hb - 1) / hb : 0;
+    int ckpts = p->prefix_blocks > 0 ? p->prefix_blocks : 0, S = e->p.max_seqs;
     size_t limit = cache_limit(p->max_cache_bytes, e->b);
-    if (p->prefix_blocks > 0 && hb && need > limit) {
-        td_errf(err, errlen,
-                "engine: the caches of %d sequences x %d tokens and the prefix cache's %d blocks "
-                "need %zu MiB (a history pool of %lld blocks of %d tokens), past their limit of "
-                "%zu MiB (fewer prefix blocks or sequences, or more cache memory)",
-                e->p.max_seqs, e->p.max_ctx, p->prefix_blocks, need >> 20, nb, hb, limit >> 20);
-        goto fail;
+    long long nb = p->history_blocks > 0 ? p->history_blocks : hb ? (long long)S * NB + ckpts : 0;
+    if (hb && p->history_blocks <= 0) {
+        size_t rings = td_state_bytes_pool(c, S, e->p.max_ctx, max_chunk, p->kv_dtype, 0);
+        size_t ck = (size_t)ckpts * td_state_bytes_pool(c, 1, e->p.max_ctx, max_chunk, p->kv_dtype,
+                                                        0); // (a window each)
+        size_t bb = td_state_block_bytes(c, p->kv_dtype);
+        long long fit = limit > rings + ck ? (long long)((limit - rings - ck) / bb) : 0;
+        if (fit < nb) nb = fit;
+        if (nb < (long long)NB + S - 1) {
+            td_errf(err, errlen,
+                    "engine: the cache memory limit of %zu MiB holds %lld history blocks of %d "
+                    "tokens (%.2f MiB each) beside %d sequences' windows (%zu MiB) and the "
+                    "prefix cache's %d blocks' checkpoints (%zu MiB); one sequence of max_ctx "
+                    "%d and a block for every other sequence need %d (fewer sequences or "
+                    "prefix blocks, a shorter max_ctx, a smaller --kv-dtype, or more cache "
+                    "memory)",
+                    limit >> 20, nb, hb, bb / 1048576.0, S, rings >> 20, ckpts, ck >> 20,
+                    e->p.max_ctx, NB + S - 1);
+            goto fail;
+        }
     }
     if (td_state_init_pool(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
-                           nb > INT_MAX ? INT_MAX : (int)nb, cache_limit(p->max_cache_bytes, e->b),
-                           e->b, p->kv_dtype, err, errlen))
+                           nb > INT_MAX ? INT_MAX : (int)nb, limit, e->b, p->kv_dtype, err, errlen))
         goto fail;
     e->state.use_graphs = !p->no_graphs;
     e->state.graph_rows = graph_rows(e->p.max_batch_tokens, e->p.max_seqs, e->p.max_draft);

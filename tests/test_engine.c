@@ -37,6 +37,9 @@
  * limit is refused with the numbers. engine/history_pool_waits: a history pool of one max_ctx
  * sequence makes a second long prompt wait for the first's blocks (the tokens of a pool that holds
  * both), lets two short ones run at once, and is refused under one sequence's blocks.
+ * engine/history_pool_fits_memory: the default pool takes what the cache memory limit holds when
+ * every slot at max_ctx does not fit, and is refused with the numbers under one max_ctx sequence
+ * and a block for every other slot.
  * TD_TEST_QUICK=1 (sanitizer run) checks one fixture.
  */
 #include <stdint.h>
@@ -44,6 +47,8 @@
 
 #include "check.h"
 #include "engine/engine.h"
+#include "model/config.h"
+#include "model/state.h"
 #include "kernels/err.h"
 #include "tokenizer/tokenizer.h"
 
@@ -1103,6 +1108,32 @@ static void history_pool(void) {
               strstr(err, "needs 3"),
           "a pool under one max_ctx sequence: %s", err);
     case_end("engine/history_pool_waits", "");
+
+    // the default pool under a cache memory limit: every slot at max_ctx (8 x 4 blocks at
+    // 1024 tokens) does not fit, 12 blocks do and are taken; 10 are fewer than one max_ctx
+    // sequence and a block for every other slot (4 + 7), refused with the numbers
+    case_begin();
+    struct td_config c;
+    CHECK(!td_config_load(&c, "models/tandem-tiny/config.json", err, sizeof err), "%s", err);
+    if (!check_case_failed) {
+        size_t rings = td_state_bytes_pool(&c, 8, 1024, 16, TD_KV_F32, 0);
+        size_t bb = td_state_block_bytes(&c, TD_KV_F32);
+        struct td_engine_params ep = td_engine_defaults();
+        ep.model_dir = "models/tandem-tiny";
+        ep.backend = "cpu";
+        ep.max_seqs = 8, ep.max_ctx = 1024;
+        ep.max_cache_bytes = rings + 12 * bb + bb / 2;
+        struct td_engine *e = NULL;
+        CHECK(!td_engine_init(&e, &ep, err, sizeof err), "12 blocks' memory: %s", err);
+        CHECK(e && td_engine_stats(e)->hist_blocks == 12, "a pool of %d blocks, not 12",
+              e ? td_engine_stats(e)->hist_blocks : -1);
+        td_engine_free(e);
+        ep.max_cache_bytes = rings + 10 * bb + bb / 2;
+        CHECK(td_engine_init(&e, &ep, err, sizeof err) && strstr(err, "holds 10 history blocks") &&
+                  strstr(err, "need 11"),
+              "10 blocks' memory: %s", err);
+    }
+    case_end("engine/history_pool_fits_memory", "");
 }
 
 int main(void) {
