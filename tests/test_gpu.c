@@ -2412,9 +2412,10 @@ static void test_graphs(void) {
           "%s", err);
     sg.use_graphs = 1;
     se.use_graphs = 0;
-    struct td_plan_dims d = td_state_plan_dims(&sg, 64, S);
+    // each plan laid out for its own state (the dims name the state's block tables)
+    struct td_plan_dims d = td_state_plan_dims(&sg, 64, S), de = td_state_plan_dims(&se, 64, S);
     struct td_plan pg, pe;
-    CHECK(!meta_plan_init(&pg, &d, err, sizeof err) && !meta_plan_init(&pe, &d, err, sizeof err),
+    CHECK(!meta_plan_init(&pg, &d, err, sizeof err) && !meta_plan_init(&pe, &de, err, sizeof err),
           "%s", err);
     int32_t ids[8][512];
     int len[8], slot_g[8], slot_e[8];
