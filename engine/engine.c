@@ -536,6 +536,13 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     int ckpts = p->prefix_blocks > 0 ? p->prefix_blocks : 0, S = e->p.max_seqs;
     size_t limit = cache_limit(p->max_cache_bytes, e->b);
     long long nb = p->history_blocks > 0 ? p->history_blocks : hb ? (long long)S * NB + ckpts : 0;
+    if (hb && p->history_blocks > 0 && p->history_blocks < NB) {
+        td_errf(err, errlen,
+                "engine: a history pool of %d blocks holds %lld tokens; one sequence of max_ctx "
+                "%d needs %d blocks of %d (raise history_blocks or lower max_ctx)",
+                p->history_blocks, (long long)p->history_blocks * hb, e->p.max_ctx, NB, hb);
+        goto fail;
+    }
     if (hb && p->history_blocks <= 0) {
         size_t rings = td_state_bytes_pool(c, S, e->p.max_ctx, max_chunk, p->kv_dtype, 0);
         size_t ck = (size_t)ckpts * td_state_bytes_pool(c, 1, e->p.max_ctx, max_chunk, p->kv_dtype,

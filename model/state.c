@@ -189,10 +189,15 @@ int td_state_init_pool(struct td_state *s, const struct td_config *cfg, int max_
     }
     int B = td_history_block(cfg), NB = blocks_of(max_ctx, B), fixed = n_blocks < 0;
     if (fixed) n_blocks = fixed_pool(cfg, max_seqs, max_ctx);
-    if (B > INT_MAX / 4 || n_blocks == INT_MAX || (B && n_blocks < NB))
+    if (B > INT_MAX / 4 || n_blocks == INT_MAX)
+        return td_errf(err, errlen,
+                       "state: a history pool of %d slots x %d blocks of %d tokens passes the int "
+                       "range of block ids; lower max_seqs or max_ctx",
+                       max_seqs, NB, B);
+    if (B && n_blocks < NB)
         return td_errf(err, errlen,
                        "state: a history pool of %d blocks of %d tokens; one sequence of max_ctx "
-                       "%d needs %d (and the pool's ids must fit an int)",
+                       "%d needs %d",
                        n_blocks, B, max_ctx, NB);
     if (!B) n_blocks = 0;
     size_t bytes = td_state_bytes_pool(cfg, max_seqs, max_ctx, max_chunk, kv_dtype, n_blocks);

@@ -156,7 +156,7 @@ static const struct key keys[] = {
     {K("scheduler", "history_blocks", KEY_INT, history_blocks), RANGE(0, 16777216), .def = "0",
      .doc = "the compressed history's pool in blocks of 256 tokens, shared by every request (a "
             "request waits for the blocks its prompt and max_tokens reach); 0 = max_running x "
-            "max_context / 256"},
+            "max_context / 256, or as many as the cache memory holds when that is less"},
     {K("scheduler", "max_cache_mib", KEY_LONG, max_cache_mib), RANGE(0, 67108864), .def = "0",
      .doc = "KV cache memory in MiB; 0 = automatic"},
     // [sampling]

@@ -1104,8 +1104,8 @@ static void history_pool(void) {
               td_engine_stats(one)->hist_held);
     }
     td_engine_free(one), td_engine_free(all);
-    CHECK(!pool_engine(2, err, sizeof err) && strstr(err, "2 blocks of 256") &&
-              strstr(err, "needs 3"),
+    CHECK(!pool_engine(2, err, sizeof err) && strstr(err, "2 blocks holds 512 tokens") &&
+              strstr(err, "needs 3 blocks of 256"),
           "a pool under one max_ctx sequence: %s", err);
     case_end("engine/history_pool_waits", "");
 
