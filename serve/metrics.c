@@ -379,6 +379,12 @@ static void build_table(struct srv_metrics *m, const struct met_info *in) {
     int *bv[3] = {&v->eng.prefix_held, &v->eng.prefix_cached, &v->eng.prefix_free};
     for (int i = 0; i < 3; i++)
         ser_add(m, VAL_INT, bv[i], -1, 0, "state", bs[i], NULL);
+    // the history pool (every request's compressed history): its blocks, and those held
+    fam_add(m, "tandem_history_blocks", FAM_GAUGE, 0,
+            "History pool blocks (256 tokens of every layer's compressed history each): the "
+            "pool's, and those requests hold (a request waits when too few are left).");
+    ser_add(m, VAL_INT, &v->eng.hist_blocks, -1, 0, "state", "total", NULL);
+    ser_add(m, VAL_INT, &v->eng.hist_held, -1, 0, "state", "held", NULL);
 
     fam_add(m, "tandem_http_requests_total", FAM_COUNTER, 0,
             "HTTP responses by endpoint and status code.");

@@ -31,6 +31,7 @@ const FAMILIES = {
     tandem_spec_accepted_tokens_total: 'counter',
     tandem_spec_accepted_tokens_per_pos_total: 'counter',
     tandem_nonfinite_rows_total: 'counter',
+    tandem_history_blocks: 'gauge',
     tandem_ttft_seconds: 'histogram',
 };
 
@@ -65,6 +66,9 @@ test('the families are present with their types; the text format is well formed'
         seen.add(key);
     }
     assert.ok(r.text.endsWith('\n'));
+    // the history pool: its blocks (every slot at max_context by default), none held when idle
+    assert.ok(mval(m, 'tandem_history_blocks', { state: 'total' }) > 0, 'history pool blocks');
+    assert.equal(mval(m, 'tandem_history_blocks', { state: 'held' }), 0, 'history blocks held when idle');
     // the histogram: cumulative buckets ending at +Inf == _count, a _sum
     const buckets = [...m.entries()].filter(([k]) => k.startsWith('tandem_ttft_seconds_bucket{'));
     assert.ok(buckets.length >= 2, 'ttft buckets');
