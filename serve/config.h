@@ -71,7 +71,7 @@ struct srv_config {
     int max_running;      /* 16, 1..4096 (sequences decoding at once) */
     int max_batch_tokens; /* 256, 1..1048576 */
     int prefill_chunk;    /* 0 = no cap, 0..1048576 (prompt rows a step) */
-    int prefix_blocks;    /* 0 = no prefix cache, else its blocks of 256 prompt tokens */
+    int prefix_blocks;    /* 0 = no prefix cache, else its blocks of 256 tokens */
     int history_blocks;   /* the history pool's blocks; 0 = max_running x max_context / 256, or
                              what the cache memory holds when less */
     long max_cache_mib;   /* 0 = automatic */
