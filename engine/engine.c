@@ -395,6 +395,24 @@ static void prefix_publish(struct td_engine *e, struct request *r) {
     r->n_pub++;
 }
 
+/* What the plan's validator cannot see, before every step: each sequence reads blocks it holds,
+ * and the blocks its rows write (those holding a position at or past its committed length) are
+ * private: held by it alone, unpublished. A break is the engine's bug: it stops there. */
+static void pool_check(const struct td_engine *e, int n) {
+    int B = e->state.hist_block;
+    for (int i = 0; i < n; i++) {
+        const struct request *r = e->groups[i].r;
+        int end = e->plan.kv_indptr[i + 1] - e->plan.kv_indptr[i], w0 = e->plan.len_before[i] / B;
+        for (int b = 0; b < (end + B - 1) / B; b++) {
+            int id = b < r->n_blocks ? r->blocks[b] : -1, h = td_prefix_holds(e->pool, id);
+            if (id < 0 || h < 1 || (b >= w0 && (h != 1 || td_prefix_published(e->pool, id))))
+                TD_ABORT("history pool: request %d's block %d (pool block %d, %d holds%s) is %s",
+                         r->id, b, id, h, td_prefix_published(e->pool, id) ? ", published" : "",
+                         b >= w0 ? "written but not its own" : "read but not held");
+        }
+    }
+}
+
 uint64_t td_engine_prefix_checksum(const struct td_engine *e) {
     if (!e->caching) return 0;
     char err[256];
@@ -1493,6 +1511,7 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         double t0 = now();
         e->h[0] += t0 - ts, e->h[HOST_PHASES]++;
         if (meta_plan_build(&e->plan, e->seqs, n, err, errlen)) return -1;
+        if (e->pool) pool_check(e, n);
         struct td_forward_io io = target_io(e);
         io.id_patches = e->patches;
         for (int i = 0; i < n; i++) { // drafts the last MTP or DSpark round left on the device

@@ -282,6 +282,10 @@ void td_prefix_stats(const struct td_prefix *p, struct td_prefix_stats *s) {
     }
 }
 
+int td_prefix_holds(const struct td_prefix *p, int id) {
+    return id >= 0 && id < p->n ? p->b[id].holds : 0;
+}
+
 int td_prefix_published(const struct td_prefix *p, int id) {
     return id >= 0 && id < p->n && p->b[id].published;
 }

@@ -90,6 +90,9 @@ void td_prefix_stats(const struct td_prefix *p, struct td_prefix_stats *s);
 /* whether block id is published (its bytes frozen) */
 int td_prefix_published(const struct td_prefix *p, int id);
 
+/* the holds on block id (0: free or cached) */
+int td_prefix_holds(const struct td_prefix *p, int id);
+
 /* test seam: keys compared on their low `bits` bits only (1 .. 128; 128 by default), so that
  * different blocks collide and only their tokens tell them apart */
 void td_prefix_set_key_bits(struct td_prefix *p, int bits);
