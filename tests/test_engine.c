@@ -37,6 +37,9 @@
  * limit is refused with the numbers. engine/history_pool_waits: a history pool of one max_ctx
  * sequence makes a second long prompt wait for the first's blocks (the tokens of a pool that holds
  * both), lets two short ones run at once, and is refused under one sequence's blocks.
+ * engine/prefix_boundaries/<fixture>: on every fixture, prompts that begin with a cached one's
+ * first block, of 257, 300, 383, 384 and 385 tokens (past the block, around the window after
+ * it), take its 256 tokens with the logits rows and tokens of an engine without the cache.
  * engine/history_pool_fits_memory: the default pool takes what the cache memory limit holds when
  * every slot at max_ctx does not fit, and is refused with the numbers under one max_ctx sequence
  * and a block for every other slot.
@@ -1008,7 +1011,7 @@ static void prefix_cache(void) {
         }
         const int32_t *p2 = turn2;
         int32_t o0[1][12], o1[1][12];
-        int m0, m1, k0, k1;
+        int m0 = 0, m1 = 0, k0 = 0, k1 = 0;
         uint64_t h0 = c0 ? prefix_run(c0, 1, &p2, &n2, &greedy, o0, &m0, &k0) : 0;
         uint64_t h1 = c1 ? prefix_run(c1, 1, &p2, &n2, &greedy, o1, &m1, &k1) : 1;
         CHECK(c1 && k1 == 256, "the next turn took %d tokens from the cache, not 256", k1);
@@ -1027,6 +1030,47 @@ static void prefix_cache(void) {
               strstr(err, "prefix cache's 1048576 blocks") && strstr(err, "limit of 64 MiB"),
           "a pool past the cache limit: %s", err);
     case_end("engine/prefix_pool_refused", "");
+}
+
+/* The prefix cache on a fixture: after a 400-token prompt, prompts that begin with it, of 257
+ * tokens (just past its first block of 256), 300, and 383, 384 and 385 (around the end of the
+ * window of 128 after the block), each take 256 tokens from the cache and give the logits rows
+ * and tokens of an engine without it */
+static void prefix_fixture(const char *fx) {
+    char model[128], name[160], err[512];
+    snprintf(model, sizeof model, "tests/fixtures/%s", fx);
+    snprintf(name, sizeof name, "engine/prefix_boundaries/%s", fx);
+    case_begin();
+    struct td_engine *e[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        struct td_engine_params ep = td_engine_defaults();
+        ep.model_dir = model;
+        ep.backend = "cpu";
+        ep.max_seqs = 1, ep.max_ctx = 512, ep.prefix_blocks = k ? 4 : 0;
+        ep.logits_hook = hash_rows;
+        CHECK(!td_engine_init(&e[k], &ep, err, sizeof err), "engine init: %s", err);
+    }
+    if (!check_case_failed) {
+        static int32_t base[400];
+        int V = td_engine_vocab(e[1]);
+        for (int i = 0; i < 400; i++)
+            base[i] = (int32_t)((i * 7919 + 13) % (V - 2) + 2);
+        struct td_sampling greedy = {.temperature = 0.0f, .top_p = 1.0f};
+        const int32_t *pb = base;
+        int n400 = 400, lens[5] = {257, 300, 383, 384, 385}, nw = 0, nc = 0, kw = 0, kc = 0;
+        int32_t ow[1][12], oc[1][12];
+        prefix_run(e[1], 1, &pb, &n400, &greedy, ow, &nw, &kw);
+        for (int j = 0; j < 5; j++) {
+            uint64_t hc = prefix_run(e[0], 1, &pb, &lens[j], &greedy, oc, &nc, &kc);
+            uint64_t hw = prefix_run(e[1], 1, &pb, &lens[j], &greedy, ow, &nw, &kw);
+            CHECK(kw == 256 && hc == hw && same12(oc[0], nc, ow[0], nw) && nc == 12,
+                  "a %d-token prompt: %d tokens from the cache, %s logits, %s tokens", lens[j], kw,
+                  hc == hw ? "the same" : "other",
+                  same12(oc[0], nc, ow[0], nw) ? "the same" : "other");
+        }
+    }
+    td_engine_free(e[0]), td_engine_free(e[1]);
+    case_end(name, "");
 }
 
 /* an engine on tandem-tiny with two slots of 640 tokens and a history pool of `blocks` (0: the
@@ -1148,6 +1192,8 @@ int main(void) {
     auto_rows();
     prefill_chunk();
     prefix_cache();
+    for (int i = 0; i < (quick_mode() ? 1 : 3); i++)
+        prefix_fixture(fxs[i]);
     history_pool();
     if (!quick_mode()) {
         drafter_distribution("mtp");
