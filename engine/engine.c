@@ -437,6 +437,42 @@ int td_engine_prefix_stats(const struct td_engine *e, struct td_prefix_stats *ou
     return 0;
 }
 
+/* The history pool's blocks (model/state.h): history_blocks, else as many as every slot at
+ * max_ctx takes and the prefix cache's blocks beside them, or as many as the cache memory holds
+ * when that is less, as long as one sequence of max_ctx and a block for every other slot fit.
+ * 0 for a model without compressed layers; -1 with a message when too few fit. */
+static long long pool_blocks(const struct td_engine *e, const struct td_engine_params *p,
+                             int max_chunk, char *err, size_t errlen) {
+    const struct td_config *c = &e->model.cfg;
+    int hb = td_history_block(c), NB = hb ? (e->p.max_ctx + hb - 1) / hb : 0;
+    int ckpts = p->prefix_blocks > 0 ? p->prefix_blocks : 0, S = e->p.max_seqs;
+    size_t limit = cache_limit(p->max_cache_bytes, e->b);
+    long long nb = p->history_blocks > 0 ? p->history_blocks : hb ? (long long)S * NB + ckpts : 0;
+    if (hb && p->history_blocks > 0 && p->history_blocks < NB)
+        return td_errf(err, errlen,
+                       "engine: a history pool of %d blocks holds %lld tokens; one sequence of "
+                       "max_ctx %d needs %d blocks of %d (raise history_blocks or lower max_ctx)",
+                       p->history_blocks, (long long)p->history_blocks * hb, e->p.max_ctx, NB, hb);
+    if (!hb || p->history_blocks > 0) return nb;
+    size_t rings = td_state_bytes_pool(c, S, e->p.max_ctx, max_chunk, p->kv_dtype, 0);
+    size_t ck = (size_t)ckpts * td_state_bytes_pool(c, 1, e->p.max_ctx, max_chunk, p->kv_dtype,
+                                                    0); // (a window each)
+    size_t bb = td_state_block_bytes(c, p->kv_dtype);
+    long long fit = limit > rings + ck ? (long long)((limit - rings - ck) / bb) : 0;
+    if (fit < nb) nb = fit;
+    if (nb < (long long)NB + S - 1)
+        return td_errf(err, errlen,
+                       "engine: the cache memory limit of %zu MiB holds %lld history blocks of %d "
+                       "tokens (%.2f MiB each) beside %d sequences' windows (%zu MiB) and the "
+                       "prefix cache's %d blocks' checkpoints (%zu MiB); one sequence of max_ctx "
+                       "%d and a block for every other sequence need %d (fewer sequences or "
+                       "prefix blocks, a shorter max_ctx, a smaller --kv-dtype, or more cache "
+                       "memory)",
+                       limit >> 20, nb, hb, bb / 1048576.0, S, rings >> 20, ckpts, ck >> 20,
+                       e->p.max_ctx, NB + S - 1);
+    return nb;
+}
+
 int td_engine_init(struct td_engine **out, const struct td_engine_params *p, char *err,
                    size_t errlen) {
     *out = NULL;
@@ -547,40 +583,9 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (auto_rows && use_mtp) round_rows(e, e->p.max_draft);
     // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
-    // the history pool: history_blocks, else as many as every slot at max_ctx takes and the
-    // prefix cache's blocks beside them, or as many as the cache memory holds when that is
-    // less, as long as one sequence of max_ctx and a block for every other slot fit
-    int hb = td_history_block(c), NB = hb ? (e->p.max_ctx + hb - 1) / hb : 0;
-    int ckpts = p->prefix_blocks > 0 ? p->prefix_blocks : 0, S = e->p.max_seqs;
+    long long nb = pool_blocks(e, p, max_chunk, err, errlen);
+    if (nb < 0) goto fail;
     size_t limit = cache_limit(p->max_cache_bytes, e->b);
-    long long nb = p->history_blocks > 0 ? p->history_blocks : hb ? (long long)S * NB + ckpts : 0;
-    if (hb && p->history_blocks > 0 && p->history_blocks < NB) {
-        td_errf(err, errlen,
-                "engine: a history pool of %d blocks holds %lld tokens; one sequence of max_ctx "
-                "%d needs %d blocks of %d (raise history_blocks or lower max_ctx)",
-                p->history_blocks, (long long)p->history_blocks * hb, e->p.max_ctx, NB, hb);
-        goto fail;
-    }
-    if (hb && p->history_blocks <= 0) {
-        size_t rings = td_state_bytes_pool(c, S, e->p.max_ctx, max_chunk, p->kv_dtype, 0);
-        size_t ck = (size_t)ckpts * td_state_bytes_pool(c, 1, e->p.max_ctx, max_chunk, p->kv_dtype,
-                                                        0); // (a window each)
-        size_t bb = td_state_block_bytes(c, p->kv_dtype);
-        long long fit = limit > rings + ck ? (long long)((limit - rings - ck) / bb) : 0;
-        if (fit < nb) nb = fit;
-        if (nb < (long long)NB + S - 1) {
-            td_errf(err, errlen,
-                    "engine: the cache memory limit of %zu MiB holds %lld history blocks of %d "
-                    "tokens (%.2f MiB each) beside %d sequences' windows (%zu MiB) and the "
-                    "prefix cache's %d blocks' checkpoints (%zu MiB); one sequence of max_ctx "
-                    "%d and a block for every other sequence need %d (fewer sequences or "
-                    "prefix blocks, a shorter max_ctx, a smaller --kv-dtype, or more cache "
-                    "memory)",
-                    limit >> 20, nb, hb, bb / 1048576.0, S, rings >> 20, ckpts, ck >> 20,
-                    e->p.max_ctx, NB + S - 1);
-            goto fail;
-        }
-    }
     if (td_state_init_pool(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
                            nb > INT_MAX ? INT_MAX : (int)nb, limit, e->b, p->kv_dtype, err, errlen))
         goto fail;

@@ -269,17 +269,9 @@ int td_prefix_publish(struct td_prefix *p, int id, int parent, const int32_t *to
 }
 
 void td_prefix_stats(const struct td_prefix *p, struct td_prefix_stats *s) {
-    *s = p->st;
-    s->in_use = s->cached = s->free = 0;
-    for (int i = 0; i < p->n; i++) {
-        const struct pblock *x = &p->b[i];
-        if (x->holds)
-            s->in_use++;
-        else if (x->published)
-            s->cached++;
-        else
-            s->free++;
-    }
+    *s = p->st; // (the counts as kept, not a pass over the blocks: the server asks every step)
+    s->cached = p->n_cached, s->free = p->n_free;
+    s->in_use = p->n - p->n_cached - p->n_free;
 }
 
 int td_prefix_holds(const struct td_prefix *p, int id) {
