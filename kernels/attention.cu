@@ -9,6 +9,7 @@
 #include "attention.h"
 #include "cuda_common.cuh"
 #include "gemm_tile.cuh"
+#include "kv_lane.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -24,64 +25,6 @@ __device__ __forceinline__ const void *key_ptr(const struct attn_args &a, const 
     }
     int w = a.use_topk ? r.topk[(size_t)t * r.topk_stride + (j - n_swa)] : j - n_swa;
     return (const unsigned char *)a.entries + rows_entry(&r, r.row_seq[t], w, a.per) * f.rec;
-}
-
-/* column c of key p (key_ptr), the cache's precision KT known at compile time */
-template <int KT> __device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
-    kv_fmt g = f;
-    g.dtype = KT;
-    return kv_get(p, g, c);
-}
-
-/* A lane's NC contiguous columns c0 .. c0 + NC - 1 of a bf16 or fp8 key p (KT), as the
- * kernel reads typed caches: 8-byte loads (records are 8-byte multiples), a main key's codes
- * within one block of 64 and so one scale byte a lane. e4m3 s.eeee.mmm goes to fp32 bits
- * s.0000eeee.mmm0..., the code times 2^-120 (subnormal codes to fp32 denormals, exactly), then
- * times 2^120 and the block's scale: kv_get's values, bit for bit. A NaN code (low 7 bits all
- * set) and a lane's columns across the codes' end or d take kv_get column by column. */
-template <int NC, int KT>
-__device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0, float *v) {
-    const unsigned char *b = (const unsigned char *)p;
-    if (c0 + NC <= f.d) {
-        if (KT == TD_KV_BF16 || c0 >= f.n8) { // bf16 columns (fp8: the tail, 8-byte aligned)
-            const unsigned char *q =
-                KT == TD_KV_BF16 ? b + 2 * c0 : b + f.tail_at + 2 * (c0 - f.n8);
-            if (((uintptr_t)q & 7) == 0) {
-#pragma unroll
-                for (int j = 0; j < NC / 4; j++) {
-                    uint2 w = ((const uint2 *)q)[j];
-                    v[4 * j] = __uint_as_float(w.x << 16),
-                          v[4 * j + 1] = __uint_as_float(w.x & 0xFFFF0000u);
-                    v[4 * j + 2] = __uint_as_float(w.y << 16),
-                              v[4 * j + 3] = __uint_as_float(w.y & 0xFFFF0000u);
-                }
-                return;
-            }
-        } else if (c0 + NC <= f.n8 && c0 / KV_FP8_BLOCK == (c0 + NC - 1) / KV_FP8_BLOCK) {
-            const uint2 *q = (const uint2 *)(b + c0);
-            float sc = kv_fp8_scale_val(b[f.n8 + c0 / KV_FP8_BLOCK]);
-            unsigned nan = 0;
-            uint2 w[NC / 8];
-#pragma unroll
-            for (int j = 0; j < NC / 8; j++) {
-                w[j] = q[j];
-                nan |=
-                    ((w[j].x & 0x7F7F7F7Fu) + 0x01010101u) | ((w[j].y & 0x7F7F7F7Fu) + 0x01010101u);
-            }
-            if (!(nan & 0x80808080u)) {
-#pragma unroll
-                for (int j = 0; j < NC; j++) {
-                    unsigned c = ((j & 7) < 4 ? w[j / 8].x : w[j / 8].y) >> (8 * (j & 3));
-                    float e = __uint_as_float(((c & 0x80u) << 24) | ((c & 0x7Fu) << 20));
-                    v[j] = e * 0x1p120f * sc;
-                }
-                return;
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < NC; j++)
-        v[j] = c0 + j < f.d ? key_at<KT>(p, f, c0 + j) : 0.0f;
 }
 
 /* The CUDA kernel's blocks. MQA: every head of a row reads the same keys, so a block takes
@@ -364,31 +307,6 @@ extern "C" void attention_cuda_set_deterministic(int on) {
     am_deterministic = on;
 }
 
-/* 16 columns c0 .. c0 + 15 of key p as bf16 pairs into dst (8-byte aligned) */
-template <int KT>
-__device__ __forceinline__ void am_key16(__nv_bfloat16 *dst, const void *p, const kv_fmt &f,
-                                         int c0) {
-    float v[16];
-    if (!p) {
-#pragma unroll
-        for (int i = 0; i < 16; i++)
-            v[i] = 0.0f;
-    } else if constexpr (KT == TD_KV_F32) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float4 x = ((const float4 *)((const float *)p + c0))[i];
-            v[4 * i] = x.x, v[4 * i + 1] = x.y, v[4 * i + 2] = x.z, v[4 * i + 3] = x.w;
-        }
-    } else {
-        key_lane<16, KT>(p, f, c0, v);
-    }
-    uint4 *o = (uint4 *)(dst + c0);
-    o[0] = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
-                      pack_bf16(v[6], v[7]));
-    o[1] = make_uint4(pack_bf16(v[8], v[9]), pack_bf16(v[10], v[11]), pack_bf16(v[12], v[13]),
-                      pack_bf16(v[14], v[15]));
-}
-
 template <int D, int KT>
 __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct attn_args a) {
     prefetch_row_plan(a.rows, blockIdx.x);
@@ -432,7 +350,7 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         const void *p = sm.kp[u];
 #pragma unroll
         for (int c0 = 16 * sub; c0 < D; c0 += 128)
-            am_key16<KT>(&sm.k[b][u][0], p, f, c0);
+            key16_bf16<KT, false>(&sm.k[b][u][0], NULL, p, f, c0);
     };
     int n_chunks = (nk + AM_KEYS - 1) / AM_KEYS;
     if (n_chunks) load(0, 0);

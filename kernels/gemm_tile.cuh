@@ -2,16 +2,19 @@
  * every weight row meets many rows of A and the arithmetic, not the weights' bytes, bounds the
  * step (mma_tile.cuh is the other end: a few rows, the bytes).
  *
- * A: GT_BM rows of bf16, K contiguous, each row from its own address (gathered: an expert's
- * rows); B: GT_BN rows of bf16 weights [N, K], each from its own address too (the caller maps a
- * tile row to a weight row: the gate and up matrices interleave). Stages of GT_BK k go from
- * global to shared memory by cp.async (16 bytes a copy, zeros past a row's end or for a row
- * that is not there), GT_STAGES of them in flight; ldmatrix brings 8 x 8 blocks to
- * mma.m16n8k16 fragments. Four warps: warp w takes A rows 32 (w & 1) .. + 32 and B rows
- * 64 (w >> 1) .. + 64, as 2 x 8 tiles of 16 x 8 accumulators (c[mi][j]: rows 32 (w & 1) +
- * 16 mi + g and + 8, B rows 64 (w >> 1) + 8 j + 2 t and + 1, with g = lane / 4, t = lane % 4).
- * Each output's sum runs over k in ascending 16-wide steps whatever the rows beside it, so a row
- * gets the same bits in any tile. */
+ * A: BM rows of bf16 (32, 64 or 128), K contiguous, each row from its own address (gathered:
+ * an expert's rows); B: GT_BN rows of bf16 weights [N, K], each from its own address too (the
+ * caller maps a tile row to a weight row: the gate and up matrices interleave). Stages of GT_BK k
+ * go from global to shared memory by cp.async (16 bytes a copy, zeros past a row's end or for a
+ * row that is not there), GT_STAGES of them in flight; ldmatrix brings 8 x 8 blocks to
+ * mma.m16n8k16 fragments. Four warps: warp w takes A rows BM / 2 (w & 1) .. + BM / 2 and B
+ * rows 64 (w >> 1) .. + 64, as gt_mi x 8 tiles of 16 x 8 accumulators (c[mi][j]: rows
+ * BM / 2 (w & 1) + 16 mi + g and + 8, B rows 64 (w >> 1) + 8 j + 2 t and + 1, with g = lane / 4,
+ * t = lane % 4). Each output's sum runs over k in ascending 16-wide steps whatever the rows beside
+ * it, so a row gets the same bits in any tile, of any height. The caller picks the height from
+ * the rows a weight tile meets (moe.cu: an expert's entries): a tile reads its weights once,
+ * so taller tiles read them fewer times and shorter ones waste fewer rows of arithmetic. The
+ * shared memory (38 to 61 KB) is dynamic. */
 #ifndef TD_KERNELS_GEMM_TILE_CUH
 #define TD_KERNELS_GEMM_TILE_CUH
 
@@ -21,15 +24,16 @@
 
 /* a shared row (GT_LD): 32 k and 8 of padding, 80 bytes, so ldmatrix's 8 rows fall on distinct
  * banks */
-#define GT_BM      64
 #define GT_BN      128
 #define GT_BK      32
 #define GT_LD      40
 #define GT_STAGES  3
 #define GT_THREADS 128
+/* a tile of BM A rows (32, 64 or 128): a warp's BM / 2 rows are gt_mi<BM> tiles of 16 */
+template <int BM> constexpr int gt_mi = BM / 32;
 
-struct gt_smem {
-    __nv_bfloat16 a[GT_STAGES][GT_BM][GT_LD];
+template <int BM> struct gt_smem {
+    __nv_bfloat16 a[GT_STAGES][BM][GT_LD];
     __nv_bfloat16 b[GT_STAGES][GT_BN][GT_LD];
 };
 
@@ -62,45 +66,47 @@ __device__ __forceinline__ void ldmatrix4_trans(unsigned *r, const void *smem) {
                  : "r"(s));
 }
 
-/* A thread's copies of a stage: A chunks (row, 8 k) i and i + 128 of 64 x 4, B chunks i + 128 u
+/* A thread's copies of a stage: A chunks (row, 8 k) i + 128 u of 128 x 4, B chunks i + 128 u
  * of 128 x 4. a[u] / b[u]: the row's start (any valid address when the row is absent, for a
- * zero fill), ka[u] / kb[u] the chunk's k within a stage. */
-struct gt_src {
-    const __nv_bfloat16 *a[2], *b[4];
-    bool a_on[2], b_on[4];
+ * zero fill). */
+#define GT_BU (GT_BN * 4 / GT_THREADS)
+template <int BM> struct gt_src {
+    static constexpr int AU = BM * 4 / GT_THREADS;
+    const __nv_bfloat16 *a[AU], *b[GT_BU];
+    bool a_on[AU], b_on[GT_BU];
 };
 
 /* rows of A and B: row_a(r) / row_b(r) the address of tile row r, or NULL when it is not there */
-template <typename RowA, typename RowB>
-__device__ __forceinline__ void gt_sources(struct gt_src *s, RowA row_a, RowB row_b,
+template <int BM, typename RowA, typename RowB>
+__device__ __forceinline__ void gt_sources(struct gt_src<BM> *s, RowA row_a, RowB row_b,
                                            const __nv_bfloat16 *any) {
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < gt_src<BM>::AU; u++) {
         const __nv_bfloat16 *p = row_a((threadIdx.x + GT_THREADS * u) >> 2);
         s->a_on[u] = p != NULL, s->a[u] = p ? p : any;
     }
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
+    for (int u = 0; u < GT_BU; u++) {
         const __nv_bfloat16 *p = row_b((threadIdx.x + GT_THREADS * u) >> 2);
         s->b_on[u] = p != NULL, s->b[u] = p ? p : any;
     }
 }
 
 /* a stage's copies: A, and B when its weights are bf16 (B_BF16) */
-template <bool B_BF16>
-__device__ __forceinline__ void gt_load(struct gt_smem *sm, int stage, const struct gt_src *s,
-                                        int k0, int K) {
+template <bool B_BF16, int BM>
+__device__ __forceinline__ void gt_load(struct gt_smem<BM> *sm, int stage,
+                                        const struct gt_src<BM> *s, int k0, int K) {
     int ch = (threadIdx.x & 3) * 8, k = k0 + ch; // K % 8 == 0: a chunk is all in or all out
     bool in = k < K;
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < gt_src<BM>::AU; u++) {
         int r = (threadIdx.x + GT_THREADS * u) >> 2;
         bool on = s->a_on[u] && in;
         cp_async16(&sm->a[stage][r][ch], on ? s->a[u] + k : s->a[u], on);
     }
     if constexpr (B_BF16)
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < GT_BU; u++) {
             int r = (threadIdx.x + GT_THREADS * u) >> 2;
             bool on = s->b_on[u] && in;
             cp_async16(&sm->b[stage][r][ch], on ? s->b[u] + k : s->b[u], on);
@@ -134,23 +140,24 @@ template <int F> __device__ __forceinline__ void gt_qload(gt_qb<F> &q, int k0, i
     if (q.row < 0 || k0 >= K) q.s = 127; // (2^0: zeros stay zeros)
 }
 
-template <int F>
-__device__ __forceinline__ void gt_qstore(struct gt_smem *sm, int stage, const gt_qb<F> &q) {
+template <int F, int BM>
+__device__ __forceinline__ void gt_qstore(struct gt_smem<BM> *sm, int stage, const gt_qb<F> &q) {
 #pragma unroll
     for (int u = 0; u < 4; u++)
         *(uint4 *)&sm->b[stage][threadIdx.x][8 * u] =
             pairs_in_order<F>(wraw_row<F>(q.bits[u], q.s));
 }
 
-/* the block's 64 x 128 tile over k = 0 .. K (K a multiple of 8) into c; B's weights of format F:
- * bf16 rows (s's B rows) or quantized ones (q) */
-template <int F>
-__device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem *sm,
-                                        const struct gt_src *s, gt_qb<F> &q, int K) {
+/* the block's BM x 128 tile over k = 0 .. K (K a multiple of 8) into c; B's weights of format
+ * F: bf16 rows (s's B rows) or quantized ones (q) */
+template <int F, int BM>
+__device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem<BM> *sm,
+                                        const struct gt_src<BM> *s, gt_qb<F> &q, int K) {
     constexpr bool BB = F == WF_BF16;
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = (w & 1) * 32, wn = (w >> 1) * 64;
+    constexpr int MI = gt_mi<BM>;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = (w & 1) * (BM / 2), wn = (w >> 1) * 64;
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int j = 0; j < 8; j++)
             c[mi][j][0] = c[mi][j][1] = c[mi][j][2] = c[mi][j][3] = 0.0f;
@@ -158,8 +165,8 @@ __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem *sm,
 #pragma unroll
     for (int st = 0; st < GT_STAGES - 1; st++) {
         if (st < kt_n) {
-            gt_load<BB>(sm, st, s, st * GT_BK, K);
-            if constexpr (!BB) gt_qload<F>(q, st * GT_BK, K), gt_qstore<F>(sm, st, q);
+            gt_load<BB, BM>(sm, st, s, st * GT_BK, K);
+            if constexpr (!BB) gt_qload<F>(q, st * GT_BK, K), gt_qstore<F, BM>(sm, st, q);
         }
         cp_async_commit();
     }
@@ -172,29 +179,29 @@ __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem *sm,
         __syncthreads(); // stage kt landed for every thread; stage kt - 1 is free to refill
         int nx = kt + GT_STAGES - 1;
         if (nx < kt_n) {
-            gt_load<BB>(sm, nx % GT_STAGES, s, nx * GT_BK, K);
+            gt_load<BB, BM>(sm, nx % GT_STAGES, s, nx * GT_BK, K);
             if constexpr (!BB) gt_qload<F>(q, nx * GT_BK, K); // (decoded after this stage)
         }
         cp_async_commit();
         int st = kt % GT_STAGES;
 #pragma unroll
         for (int kk = 0; kk < GT_BK; kk += 16) {
-            unsigned a[2][4], b[4][4];
+            unsigned a[MI][4], b[4][4];
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++)
+            for (int mi = 0; mi < MI; mi++)
                 ldmatrix4(a[mi], &sm->a[st][wm + 16 * mi + ar][kk + ak]);
 #pragma unroll
             for (int jp = 0; jp < 4; jp++)
                 ldmatrix4(b[jp], &sm->b[st][wn + 16 * jp + br][kk + bk]);
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++)
+            for (int mi = 0; mi < MI; mi++)
 #pragma unroll
                 for (int j = 0; j < 8; j++)
                     mma_bf16(c[mi][j], a[mi][0], a[mi][1], a[mi][2], a[mi][3],
                              b[j >> 1][2 * (j & 1)], b[j >> 1][2 * (j & 1) + 1]);
         }
         if constexpr (!BB)
-            if (nx < kt_n) gt_qstore<F>(sm, nx % GT_STAGES, q); // (stage kt - 1's slot: free)
+            if (nx < kt_n) gt_qstore<F, BM>(sm, nx % GT_STAGES, q); // (stage kt - 1's slot: free)
     }
     cp_async_wait<0>();
     __syncthreads(); // (the shared memory is the next tile's)

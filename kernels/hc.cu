@@ -1,8 +1,12 @@
 /* hc.cu: mHC pre (mixes, Sinkhorn, collapse), post (expand) and head on the GPU (see hc.h).
- * One block per token for pre/head, after one block per column chunk for the mixes of wide
- * tokens; the Sinkhorn in warp 0's registers (nc <= 4) or the block's shared memory, all
- * fp32. The weights are asked into L2 before each kernel waits for the one before it. */
+ * One block per token for pre/head, after the mixes of wide tokens in tiles of tokens by
+ * column chunks on tensor cores; the Sinkhorn in warp 0's registers (nc <= 4) or the block's
+ * shared memory, all fp32. The weights are asked into L2 before each kernel waits for the one
+ * before it. */
+#include <type_traits>
+
 #include "cuda_common.cuh"
+#include "gemm_tile.cuh"
 #include "hc.h"
 
 /* The GPU forms the mixes of a wide token (nc * d > HC_SPLIT_MIN) in column chunks of
@@ -89,11 +93,13 @@ __device__ void mix_part(float *mix, const float *xt, const void *fn, int fn_dt,
     __syncthreads();
 }
 
-/* Steps of at least HC_MIX_WIDE tokens (prefill) give a block HC_MIX_PER tokens, one after
- * another, so the chunk of fn it reads (m x 512 values: 48 KB for the Flash slice's fp32 fn)
- * comes from L1 after the first: one block a token read that chunk from L2 4096 x 32 times a
- * call, 3.1 ms of a 4096-token prefill's layer (Nsight Compute, H100, session 32). Each token's
- * sums are the same sums in the same order either way: the same bits. */
+/* The mixes on the fp32 pipes (hc_mix_f32_kernel), for narrow steps and batch-invariant mode:
+ * a warp an output over the chunk, every load of a lane in flight at once (a decode step's
+ * floor: the tensor-core form below, whose stages wait in turn, took the Flash slice's batch-1
+ * decode from 606.9 to 550.7 tokens/s, H100, session 34). Steps of at least HC_MIX_WIDE
+ * tokens give a block HC_MIX_PER tokens, one after another, so the chunk of fn it reads comes
+ * from L1 after the first; each token's sums are the same sums in the same order either way:
+ * the same bits at any width. */
 #define HC_MIX_WIDE 256
 #define HC_MIX_PER  16
 static int hc_mix_per(int n) {
@@ -103,8 +109,8 @@ static int hc_mix_per(int n) {
 /* grid (splits, ceil(n / per)): chunk b of tokens per y .. per y + per - 1's parts into
  * part[t, b, 0 .. m] */
 __global__ void __launch_bounds__(HC_THREADS)
-    hc_mix_kernel(float *part, const float *x, const void *fn, int fn_dt, int m, int width,
-                  int splits, int n, int per) {
+    hc_mix_f32_kernel(float *part, const float *x, const void *fn, int fn_dt, int m, int width,
+                      int splits, int n, int per) {
     __shared__ float mix[HC_MAX_MIX + 1];
     int b = blockIdx.x, c0 = b * HC_CHUNK;
     int c1 = c0 + HC_CHUNK < width ? c0 + HC_CHUNK : width;
@@ -117,6 +123,124 @@ __global__ void __launch_bounds__(HC_THREADS)
             p[o] = mix[o];
         __syncthreads(); // (mix is the next token's)
     }
+}
+
+/* The mixes of wide tokens on tensor cores (hc_mix_kernel): block (chunk b, tile y, group z)
+ * makes, for tokens HC_TT y .. + HC_TT and outputs HC_TO z .. + HC_TO, the parts
+ * fn[o, c0:c1] . x[c0:c1] over chunk b's columns (and, in group 0, x[c0:c1] . x[c0:c1]) as
+ * mma.m16n8k16 tiles, HC_KS columns a stage, each operand as two bf16 terms (hi = bf16(v),
+ * lo = bf16(v - hi)) and each product as hi.hi + lo.hi + hi.lo: about 16 bits of either
+ * operand, fp32 sums. Warp w takes tokens 16 w .. + 16 and the group's 32 outputs (4 tiles of
+ * 8); the loads split x (two threads a token, HC_KS / 2 columns each, summing its squares as
+ * they go) and fn (four threads an output) into shared memory. Every sum of a token runs in an
+ * order fixed by the width alone (k ascending in each mma chain; x . x as two threads' runs,
+ * then their sum), so a token's parts are the same bits in any wide step, at any place in a
+ * tile. Steps of HC_MIX_WIDE tokens or more take it outside batch-invariant mode: the fp32 form
+ * took 2.5 ms a call of a 4096-token prefill of the Flash slice (22.5 ms of its 115; Nsight
+ * Compute, H100, session 32). */
+#define HC_TT          64 /* tokens a tile */
+#define HC_TO          32 /* outputs a group */
+#define HC_KS          64 /* columns a stage */
+#define HC_LD          (HC_KS + 8)
+#define HC_MIX_THREADS 128
+
+/* v[0 .. 3] <- p[c .. c + 3] of a row whose columns end at c1 (zeros past it, or when dead) */
+template <typename T>
+__device__ __forceinline__ void hc_ld4(float *v, const T *p, int c, int c1, bool live) {
+    if constexpr (std::is_same<T, float>::value) {
+        if (live && c + 4 <= c1 && ((uintptr_t)(p + c) & 15) == 0) {
+            float4 y = *(const float4 *)(p + c);
+            v[0] = y.x, v[1] = y.y, v[2] = y.z, v[3] = y.w;
+            return;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        v[i] = live && c + i < c1 ? as_f32(p[c + i]) : 0.0f;
+}
+
+/* 4 values as hi and lo bf16 pairs at dh and dl (8-byte aligned) */
+__device__ __forceinline__ void hc_split4(__nv_bfloat16 *dh, __nv_bfloat16 *dl, const float *v) {
+    float h[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        h[i] = __bfloat162float(__float2bfloat16_rn(v[i]));
+    *(uint2 *)dh = make_uint2(pack_bf16(h[0], h[1]), pack_bf16(h[2], h[3]));
+    *(uint2 *)dl =
+        make_uint2(pack_bf16(v[0] - h[0], v[1] - h[1]), pack_bf16(v[2] - h[2], v[3] - h[3]));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(HC_MIX_THREADS)
+    hc_mix_kernel(float *part, const float *x, const T *fn, int m, int width, int splits, int n) {
+    __shared__ __align__(16) __nv_bfloat16 xh[HC_TT][HC_LD], xl[HC_TT][HC_LD];
+    __shared__ __align__(16) __nv_bfloat16 fh[HC_TO][HC_LD], fl[HC_TO][HC_LD];
+    __shared__ float ssp[2][HC_TT];
+    int b = blockIdx.x, t0 = blockIdx.y * HC_TT, o0 = blockIdx.z * HC_TO;
+    int c0 = b * HC_CHUNK, c1 = c0 + HC_CHUNK < width ? c0 + HC_CHUNK : width;
+    int n_out = m - o0 < HC_TO ? m - o0 : HC_TO;
+    prefetch_l2_cols(fn + (size_t)o0 * width, sizeof(T), n_out, width, c0, c1);
+    PDL_START();
+    int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    int xr = tid >> 1, xc = (tid & 1) * (HC_KS / 2); // loader: token row, first column
+    int fr = tid >> 2, fc = (tid & 3) * (HC_KS / 4); // loader: output row, first column
+    bool xlive = t0 + xr < n, flive = fr < n_out, live = t0 + 16 * wp < n;
+    const float *xrow = x + (size_t)(xlive ? t0 + xr : 0) * width;
+    const T *frow = fn + (size_t)(o0 + (flive ? fr : 0)) * width;
+    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
+        bk = ((lane >> 3) & 1) * 8;
+    float ss = 0.0f, acc[HC_TO / 8][4] = {};
+    for (int k0 = c0; k0 < c1; k0 += HC_KS) {
+#pragma unroll
+        for (int j = 0; j < HC_KS / 2; j += 4) {
+            float v[4];
+            hc_ld4(v, xrow, k0 + xc + j, c1, xlive);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                ss += v[i] * v[i];
+            hc_split4(&xh[xr][xc + j], &xl[xr][xc + j], v);
+        }
+#pragma unroll
+        for (int j = 0; j < HC_KS / 4; j += 4) {
+            float v[4];
+            hc_ld4(v, frow, k0 + fc + j, c1, flive);
+            hc_split4(&fh[fr][fc + j], &fl[fr][fc + j], v);
+        }
+        __syncthreads();
+        if (live) {
+#pragma unroll
+            for (int kk = 0; kk < HC_KS; kk += 16) {
+                unsigned ah[4], al[4];
+                ldmatrix4(ah, &xh[16 * wp + ar][kk + ak]);
+                ldmatrix4(al, &xl[16 * wp + ar][kk + ak]);
+#pragma unroll
+                for (int jp = 0; jp < HC_TO / 16; jp++) {
+                    unsigned bh[4], bl[4];
+                    ldmatrix4(bh, &fh[16 * jp + br][kk + bk]);
+                    ldmatrix4(bl, &fl[16 * jp + br][kk + bk]);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        float *c = acc[2 * jp + h];
+                        mma_bf16(c, ah[0], ah[1], ah[2], ah[3], bh[2 * h], bh[2 * h + 1]);
+                        mma_bf16(c, al[0], al[1], al[2], al[3], bh[2 * h], bh[2 * h + 1]);
+                        mma_bf16(c, ah[0], ah[1], ah[2], ah[3], bl[2 * h], bl[2 * h + 1]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    ssp[tid & 1][xr] = ss;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < HC_TO / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int t = t0 + 16 * wp + g + 8 * (e >> 1), o = 8 * j + 2 * tq + (e & 1);
+            if (t < n && o < n_out) part[((size_t)t * splits + b) * (m + 1) + o0 + o] = acc[j][e];
+        }
+    if (o0 == 0 && tid < HC_TT && t0 + tid < n)
+        part[((size_t)(t0 + tid) * splits + b) * (m + 1) + m] = ssp[0][tid] + ssp[1][tid];
 }
 
 /* this block's token's mixes before the norm, fn[o, :] . x, into mix[0 .. m - 1], and x . x in
@@ -318,13 +442,18 @@ __global__ void __launch_bounds__(HC_THREADS)
         ct[c] = ct[c] * r * ld_f32(norm, norm_dt, c);
 }
 
+/* V columns c .. c + V - 1 of token t a thread (V = 4 where d % 4 == 0: 16-byte loads and
+ * stores, and each comb and post value loaded once for four columns; one column a thread took
+ * 5.1 ms of a 4096-token prefill of the Flash slice, about a third of the copy bandwidth; Nsight
+ * Compute, H100, session 32). Every column's sums are the same whatever V. */
+template <int V>
 __global__ void hc_post_kernel(float *x, const float *a, const float *post, const float *comb,
                                int n, int nc, int d, float *mean, int mean_stride) {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    int t = (int)(i / d), c = (int)(i % d);
-    // the streams this thread's column reads, and the token's post and comb: written by the
+    int dv = d / V, t = (int)(i / dv), c = (int)(i % dv) * V;
+    // the streams this thread's columns read, and the token's post and comb: written by the
     // previous hc_post and this layer's hc_pre, since pushed out of L2 by the block's weights
-    if (i < (long long)n * d) {
+    if (i < (long long)n * dv) {
         if (c % 32 == 0)
             for (int k = 0; k < nc; k++)
                 prefetch_l2_line(x + ((size_t)t * nc + k) * d + c);
@@ -332,23 +461,54 @@ __global__ void hc_post_kernel(float *x, const float *a, const float *post, cons
             prefetch_l2_line(post + (size_t)t * nc), prefetch_l2_line(comb + (size_t)t * nc * nc);
     }
     PDL_START();
-    if (i >= (long long)n * d) return;
-    float old[16], *xt = x + (size_t)t * nc * d; // unrolled to 16: old stays in registers
+    if (i >= (long long)n * dv) return;
+    float old[16][V], *xt = x + (size_t)t * nc * d; // unrolled to 16: old stays in registers
     const float *ct = comb + (size_t)t * nc * nc, *pt = post + (size_t)t * nc;
+    auto ld = [&](float *v, const float *p) {
+        if constexpr (V == 4) {
+            float4 y = *(const float4 *)p;
+            v[0] = y.x, v[1] = y.y, v[2] = y.z, v[3] = y.w;
+        } else {
+            v[0] = *p;
+        }
+    };
 #pragma unroll
     for (int k = 0; k < 16; k++)
-        if (k < nc) old[k] = xt[(size_t)k * d + c];
-    float at = a[(size_t)t * d + c], sum = 0.0f;
+        if (k < nc) ld(old[k], xt + (size_t)k * d + c);
+    float at[V], sum[V];
+    ld(at, a + (size_t)t * d + c);
+#pragma unroll
+    for (int u = 0; u < V; u++)
+        sum[u] = 0.0f;
     for (int j = 0; j < nc; j++) {
-        float acc = 0.0f;
+        float acc[V], v[V];
+#pragma unroll
+        for (int u = 0; u < V; u++)
+            acc[u] = 0.0f;
 #pragma unroll
         for (int k = 0; k < 16; k++)
-            if (k < nc) acc += ct[k * nc + j] * old[k];
-        float v = pt[j] * at + acc;
-        xt[(size_t)j * d + c] = v;
-        sum += v; // the new streams in order, as mean_streams_ref sums them
+            if (k < nc) {
+                float w = ct[k * nc + j];
+#pragma unroll
+                for (int u = 0; u < V; u++)
+                    acc[u] += w * old[k][u];
+            }
+        float p = pt[j];
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            v[u] = p * at[u] + acc[u];
+            sum[u] += v[u]; // the new streams in order, as mean_streams_ref sums them
+        }
+        float *o = xt + (size_t)j * d + c;
+        if constexpr (V == 4)
+            *(float4 *)o = make_float4(v[0], v[1], v[2], v[3]);
+        else
+            o[0] = v[0];
     }
-    if (mean) mean[(size_t)t * mean_stride + c] = sum / (float)nc;
+    if (mean)
+#pragma unroll
+        for (int u = 0; u < V; u++)
+            mean[(size_t)t * mean_stride + c + u] = sum[u] / (float)nc;
 }
 
 __global__ void __launch_bounds__(HC_THREADS)
@@ -375,6 +535,11 @@ __global__ void __launch_bounds__(HC_THREADS)
 
 static float *parts;
 static size_t parts_cap;
+static int hc_deterministic; /* batch-invariant mode: the fp32 mixes at every width */
+
+extern "C" void hc_cuda_set_deterministic(int on) {
+    hc_deterministic = on;
+}
 
 extern "C" int hc_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
     (void)err, (void)errlen;
@@ -385,11 +550,24 @@ extern "C" int hc_cuda_reserve(const struct td_reserve *r, char *err, size_t err
 /* the chunk parts of n tokens' m mixes when the width is split (returns the split count) */
 static int mix_parts(const float *x, const void *fn, int fn_dt, int n, int m, int width) {
     int splits = hc_mix_splits(width);
-    if (splits > 1) {
+    if (splits > 1 && (n < HC_MIX_WIDE || hc_deterministic)) {
         grow_scratch(&parts, &parts_cap, (size_t)n * splits * (m + 1));
         int per = hc_mix_per(n);
-        launch_k(hc_mix_kernel, dim3(splits, ceil_div(n, per)), hc_threads(width), 0,
+        launch_k(hc_mix_f32_kernel, dim3(splits, ceil_div(n, per)), hc_threads(width), 0,
                  td_cuda_stream(), parts, x, fn, fn_dt, m, width, splits, n, per);
+        LAUNCH_CHECK();
+    } else if (splits > 1) {
+        grow_scratch(&parts, &parts_cap, (size_t)n * splits * (m + 1));
+        dim3 grid(splits, ceil_div(n, HC_TT), ceil_div(m, HC_TO));
+        if (fn_dt == TD_DTYPE_BF16)
+            launch_k(hc_mix_kernel<__nv_bfloat16>, grid, HC_MIX_THREADS, 0, td_cuda_stream(), parts,
+                     x, (const __nv_bfloat16 *)fn, m, width, splits, n);
+        else if (fn_dt == TD_DTYPE_F16)
+            launch_k(hc_mix_kernel<__half>, grid, HC_MIX_THREADS, 0, td_cuda_stream(), parts, x,
+                     (const __half *)fn, m, width, splits, n);
+        else
+            launch_k(hc_mix_kernel<float>, grid, HC_MIX_THREADS, 0, td_cuda_stream(), parts, x,
+                     (const float *)fn, m, width, splits, n);
         LAUNCH_CHECK();
     }
     return splits;
@@ -409,8 +587,12 @@ extern "C" void hc_pre_cuda(float *collapsed, float *post, float *comb, const fl
 extern "C" void hc_post_cuda(float *x, const float *a, const float *post, const float *comb, int n,
                              int nc, int d, float *mean, int mean_stride) {
     if (!n) return;
-    launch_k(hc_post_kernel, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(), x, a, post,
-             comb, n, nc, d, mean, mean_stride);
+    if (d % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a % 16 == 0)
+        launch_k(hc_post_kernel<4>, ceil_div((long long)n * d / 4, 256), 256, 0, td_cuda_stream(),
+                 x, a, post, comb, n, nc, d, mean, mean_stride);
+    else
+        launch_k(hc_post_kernel<1>, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(), x, a,
+                 post, comb, n, nc, d, mean, mean_stride);
     LAUNCH_CHECK();
 }
 

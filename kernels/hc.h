@@ -17,6 +17,10 @@ extern "C" {
  * mixes' chunk parts when the width (hc_mult x dim) is split. */
 int hc_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
+/* Batch-invariant mode (the backend's set_deterministic): the mixes of wide steps on the fp32
+ * pipes, as narrow steps make them, instead of tensor-core tiles (hc.cu). */
+void hc_cuda_set_deterministic(int on);
+
 struct hc_weights {
     const void *fn;    /* [(2 + nc) * nc, nc * d] rows: pre | post | comb (row-major nc x nc) */
     const void *base;  /* [(2 + nc) * nc] */

@@ -3,54 +3,159 @@
  * selection, ties to the lower entry) and writes the picks ascending, exactly the reference's
  * whatever the launch shape; a row that sees no more entries than top-k picks them all without
  * scoring. */
+#include <type_traits>
+
 #include "cuda_common.cuh"
+#include "gemm_tile.cuh"
 #include "indexer.h"
+#include "kv_lane.cuh"
+
+#define IDX_MAX_D 256 /* the widest indexer key (by_width) */
 
 static float *scratch;
 static size_t scratch_cap;
 
-/* grid (rows, entry blocks): the scores of IDX_ENTRIES entries of a row, a warp per entry and
- * head in a fixed order (lanes over d, then a butterfly), so an entry's score does not depend on
- * the grid. A row that sees no more entries than top-k needs no scores. */
-#define IDX_ENTRIES 32
-#define IDX_MAX_D   256 /* the widest indexer key: a lane holds IDX_MAX_D / 32 of its columns */
+/* The scores on tensor cores (indexer_mma_kernel). Block (row t, span y) scores the row's
+ * visible entries y IM_SPAN .. + IM_SPAN, IM_ENT at a time: its heads' queries are the 64-row A
+ * and the chunk's keys the B of S = Q K^T (mma.m16n8k16, fp32 sums), then each entry's column
+ * of S becomes sum_h relu(S[h]) scale w[h]. The operands enter as two bf16 terms, x = hi + lo
+ * (hi = bf16(x), lo = bf16(x - hi)), and each product as hi.hi + lo.hi (+ hi.lo for fp32 keys;
+ * bf16 and fp8 keys are exact in hi): about 16 bits of each operand, near the fp32 dot the
+ * fp32-pipe kernel made before (a 4096-token prefill of the Flash slice spent 14.5 ms in it, 4.7
+ * TFLOP/s, and a 512-row chunk at 32k context about as much). Warp w takes heads 16 w .. + 16
+ * and all IM_ENT entries of the chunk (8 tiles of 8); a lane sums its two heads of an entry,
+ * the warp its 16 (butterfly over g), the block its warps in warp order: every score's sums
+ * run in an order fixed by the shape alone, so a row gets the same scores in any batch and
+ * from any span. Heads past n_heads and columns past d are zeros. Shared memory: the queries
+ * [64][DP + 8] hi and lo, a chunk's keys [IM_ENT][DP + 8] hi and lo (8 of padding: ldmatrix
+ * rows on distinct banks), the warps' sums. */
+#define IM_HEADS   64 /* heads a block takes: the most an indexer may have */
+#define IM_ENT     64 /* entries a chunk */
+#define IM_THREADS 128
 
-template <int KT> __global__ void indexer_score_kernel(struct indexer_args a, float *scores) {
+template <int DP> struct im_smem {
+    static constexpr int LD = DP + 8;
+    __nv_bfloat16 qh[IM_HEADS][LD], ql[IM_HEADS][LD];
+    __nv_bfloat16 kh[IM_ENT][LD], kl[IM_ENT][LD];
+    float part[IM_THREADS / 32][IM_ENT];
+};
+
+template <int DP, int KT>
+__global__ void __launch_bounds__(IM_THREADS)
+    indexer_mma_kernel(struct indexer_args a, int span, float *scores) {
     prefetch_row_plan(a.rows, blockIdx.x);
     PDL_START();
+    extern __shared__ __align__(16) unsigned char smb[];
+    im_smem<DP> &sm = *(im_smem<DP> *)smb;
     const struct rows_view *r = &a.rows;
-    int t = blockIdx.x, w0 = blockIdx.y * IDX_ENTRIES;
+    int t = blockIdx.x, w0 = blockIdx.y * span, tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     if (r->row_seq[t] < 0) return; // a pad row
     int n_vis = r->vis[t], sq = r->row_seq[t];
     if (n_vis <= a.topk || w0 >= n_vis) return;
-    int w1 = min(w0 + IDX_ENTRIES, n_vis);
+    int w1 = min(w0 + span, n_vis);
     float *sc = scores + (size_t)t * a.n_entries;
     const float *q = a.q + (size_t)t * a.n_heads * a.d, *wt = a.w + (size_t)t * a.n_heads;
     kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
     f.dtype = KT;
-    const unsigned char *keys = (const unsigned char *)a.keys;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float kc[IDX_MAX_D / 32]; // the lane's columns of the key, decoded once for every head
-    for (int w = w0 + warp; w < w1; w += nw) {
-        const unsigned char *k = keys + rows_entry(r, sq, w, a.per) * f.rec;
-#pragma unroll
-        for (int i = 0; i < IDX_MAX_D / 32; i++) {
-            int c = lane + 32 * i;
-            kc[i] = c < a.d ? kv_get(k, f, c) : 0.0f;
+    constexpr bool KLO = KT == TD_KV_F32;
+    // the queries as hi and lo terms, pairs of columns a thread at a time
+    for (int i = tid; i < IM_HEADS * DP / 2; i += IM_THREADS) {
+        int h = i / (DP / 2), c = 2 * (i % (DP / 2));
+        float x0 = 0.0f, x1 = 0.0f;
+        if (h < a.n_heads) {
+            const float *qh = q + (size_t)h * a.d;
+            x0 = c < a.d ? qh[c] : 0.0f;
+            x1 = c + 1 < a.d ? qh[c + 1] : 0.0f;
         }
-        float s = 0.0f;
-        for (int h = 0; h < a.n_heads; h++) {
-            float dot = 0.0f;
-#pragma unroll
-            for (int i = 0; i < IDX_MAX_D / 32; i++) {
-                int c = lane + 32 * i;
-                if (c < a.d) dot += q[(size_t)h * a.d + c] * kc[i];
-            }
-            dot = warp_sum(dot);
-            s += fmaxf(dot, 0.0f) * a.scale * wt[h];
-        }
-        if (lane == 0) sc[w] = s;
+        float h0 = __bfloat162float(__float2bfloat16_rn(x0)),
+              h1 = __bfloat162float(__float2bfloat16_rn(x1));
+        *(unsigned *)&sm.qh[h][c] = pack_bf16(h0, h1);
+        *(unsigned *)&sm.ql[h][c] = pack_bf16(x0 - h0, x1 - h1);
     }
+    int g = lane >> 2, tq = lane & 3, hm = 16 * wp;
+    bool live = hm < a.n_heads; // a warp whose heads are all past n_heads adds zeros
+    float wg0 = 0.0f, wg1 = 0.0f;
+    if (hm + g < a.n_heads) wg0 = wt[hm + g];
+    if (hm + g + 8 < a.n_heads) wg1 = wt[hm + g + 8];
+    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
+        bk = ((lane >> 3) & 1) * 8;
+    const unsigned char *keys = (const unsigned char *)a.keys;
+    for (int c0 = w0; c0 < w1; c0 += IM_ENT) {
+        __syncthreads(); // the chunk before is summed: keys and parts are free
+        {                // the chunk's keys: two threads an entry, DP / 2 columns each
+            int u = tid >> 1, w = c0 + u;
+            const void *p = w < w1 ? keys + rows_entry(r, sq, w, a.per) * f.rec : NULL;
+#pragma unroll
+            for (int cc = (tid & 1) * (DP / 2); cc < (tid & 1) * (DP / 2) + DP / 2; cc += 16)
+                key16_bf16<KT, KLO>(&sm.kh[u][0], &sm.kl[u][0], p, f, cc);
+        }
+        __syncthreads();
+        float s[IM_ENT / 8][4];
+#pragma unroll
+        for (int j = 0; j < IM_ENT / 8; j++)
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        if (live) {
+#pragma unroll 2
+            for (int kk = 0; kk < DP; kk += 16) {
+                unsigned qa[4], qb[4];
+                ldmatrix4(qa, &sm.qh[hm + ar][kk + ak]);
+                ldmatrix4(qb, &sm.ql[hm + ar][kk + ak]);
+#pragma unroll
+                for (int jp = 0; jp < IM_ENT / 16; jp++) {
+                    unsigned kb[4];
+                    ldmatrix4(kb, &sm.kh[16 * jp + br][kk + bk]);
+                    mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+                    mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+                    mma_bf16(s[2 * jp], qb[0], qb[1], qb[2], qb[3], kb[0], kb[1]);
+                    mma_bf16(s[2 * jp + 1], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
+                    if constexpr (KLO) {
+                        ldmatrix4(kb, &sm.kl[16 * jp + br][kk + bk]);
+                        mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+                        mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+                    }
+                }
+            }
+        }
+        // entry 8 j + 2 tq + e of the chunk: this lane's heads g and g + 8, then the warp's
+#pragma unroll
+        for (int j = 0; j < IM_ENT / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float v =
+                    fmaxf(s[j][e], 0.0f) * a.scale * wg0 + fmaxf(s[j][2 + e], 0.0f) * a.scale * wg1;
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                if (g == 0) sm.part[wp][8 * j + 2 * tq + e] = v;
+            }
+        __syncthreads();
+        if (tid < IM_ENT && c0 + tid < w1) {
+            float v = sm.part[0][tid];
+#pragma unroll
+            for (int k = 1; k < IM_THREADS / 32; k++)
+                v += sm.part[k][tid];
+            sc[c0 + tid] = v;
+        }
+    }
+}
+
+/* f(DP) with DP, the padded key width, a compile-time constant: d <= DP */
+template <typename F> static void by_width(int d, F &&f) {
+    if (d <= 32)
+        f(std::integral_constant<int, 32>{});
+    else if (d <= 128)
+        f(std::integral_constant<int, 128>{});
+    else
+        f(std::integral_constant<int, 256>{});
+}
+
+template <typename F> static void by_key(int kt, F &&f) {
+    if (kt == TD_KV_FP8)
+        f(std::integral_constant<int, TD_KV_FP8>{});
+    else if (kt == TD_KV_BF16)
+        f(std::integral_constant<int, TD_KV_BF16>{});
+    else
+        f(std::integral_constant<int, TD_KV_F32>{});
 }
 
 /* a score's selection key: ordered_key, NaN below every number */
@@ -142,25 +247,60 @@ __global__ void __launch_bounds__(IDX_SELECT_THREADS)
 #endif
 }
 
+/* the kernels' dynamic shared memory past 48 KB, once: at start-up (outside any capture), and
+ * at the first launch of a caller that made no reservation (the GPU tests) */
+static void im_allow(void) {
+    static bool done;
+    if (done) return;
+    for (int kt = TD_KV_F32; kt <= TD_KV_FP8; kt++)
+        for (int d = 32; d <= IDX_MAX_D; d *= 2)
+            by_width(d, [&](auto dp) {
+                by_key(kt, [&](auto k) {
+                    constexpr int DP = decltype(dp)::value;
+                    CUDA_CHECK(cudaFuncSetAttribute(indexer_mma_kernel<DP, decltype(k)::value>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)sizeof(im_smem<DP>)));
+                });
+            });
+    done = true;
+}
+
 extern "C" int indexer_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
     if (r->index_head_dim > IDX_MAX_D)
         return td_errf(err, errlen,
                        "backend cuda: index_head_dim %d is more than the indexer kernel's %d",
                        r->index_head_dim, IDX_MAX_D);
+    if (r->index_n_heads > IM_HEADS)
+        return td_errf(err, errlen,
+                       "backend cuda: index_n_heads %d is more than the indexer kernel's %d",
+                       r->index_n_heads, IM_HEADS);
+    im_allow();
     grow_scratch(&scratch, &scratch_cap, (size_t)r->rows * (r->entries + 1));
     return 0;
 }
 
+/* the entries a block scores: IM_ENT when the step has few rows (a decode step's blocks spread
+ * its rows' entries over the device), four chunks when it has many (each block splits its
+ * row's queries once for more entries); the scores do not depend on it */
+static int indexer_span(int rows) {
+    return rows >= 64 ? 4 * IM_ENT : IM_ENT;
+}
+
 extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
     if (!a->rows.n_tok) return;
+    TD_ASSERT(a->n_heads <= IM_HEADS && a->d <= IDX_MAX_D); // the reservation refuses more first
     grow_scratch(&scratch, &scratch_cap, (size_t)a->rows.n_tok * (a->n_entries + 1));
-    dim3 grid(a->rows.n_tok, ceil_div(a->n_entries, IDX_ENTRIES));
     if (a->n_entries > a->topk) { // else no row has scores to make
-        int kt = kv_fmt_or_f32(a->fmt, a->d).dtype;
-        launch_k(kt == TD_KV_FP8    ? indexer_score_kernel<TD_KV_FP8>
-                 : kt == TD_KV_BF16 ? indexer_score_kernel<TD_KV_BF16>
-                                    : indexer_score_kernel<TD_KV_F32>,
-                 grid, 256, 0, td_cuda_stream(), *a, scratch);
+        im_allow();
+        int span = indexer_span(a->rows.n_tok);
+        dim3 grid(a->rows.n_tok, ceil_div(a->n_entries, span));
+        by_width(a->d, [&](auto dp) {
+            by_key(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
+                constexpr int DP = decltype(dp)::value;
+                launch_k(indexer_mma_kernel<DP, decltype(k)::value>, grid, IM_THREADS,
+                         sizeof(im_smem<DP>), td_cuda_stream(), *a, span, scratch);
+            });
+        });
         LAUNCH_CHECK();
     }
     launch_k(indexer_select_kernel, a->rows.n_tok, IDX_SELECT_THREADS, 0, td_cuda_stream(), *a,

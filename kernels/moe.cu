@@ -514,8 +514,8 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
 
 /* Wide steps (past MOE_MMA_ENTRIES entries: prefill) of bf16, FP8 and FP4 experts (the latter
  * decoded to bf16 into the tiles' shared memory, exactly; gemm_tile.cuh): an expert's entries meet
- * its weights in tiles of up to 64, so the tensor cores' arithmetic bounds the step and block
- * tiles of 64 entries x 128 weight rows (gemm_tile.cuh) replace the 8-row tiles, which read an
+ * its weights in tiles of up to 128, so the tensor cores' arithmetic bounds the step and block
+ * tiles of 128 entries x 128 weight rows (gemm_tile.cuh) replace the 8-row tiles, which read an
  * expert's weights once for every 8 of its entries. The Flash slice's 4096-token prefill spent
  * 834.7 of its 1023.1 ms in the fp32 tiles these replace (Nsight Compute, H100, session 32).
  * x and h enter as bf16 (the dense GEMMs of such steps round x so for cuBLASLt too; the
@@ -525,7 +525,7 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
  * in registers. A row's sums do not depend on the rows beside it. */
 /* Quantized experts take the block tiles where a step's entries average at least this many an
  * expert (a 4096-token prefill of the Flash slice: 96; a batch-64 DSpark verify step: 9, which
- * keeps the 8-row tiles). The crossover is not measured yet; 32 is half a tile. */
+ * keeps the 8-row tiles). The crossover is not measured yet; 32 is a quarter of a tile. */
 #define MOE_WIDE_PER_EXPERT 32
 
 __global__ void moe_bf16_kernel(__nv_bfloat16 *y, const float *x, long long n8) {
@@ -537,20 +537,21 @@ __global__ void moe_bf16_kernel(__nv_bfloat16 *y, const float *x, long long n8) 
                                  pack_bf16(b.z, b.w));
 }
 
-template <int F>
+template <int F, int BM>
 __global__ void __launch_bounds__(GT_THREADS)
     moe_wide_kernel(void *out, const __nv_bfloat16 *in, const int32_t *perm, int k_per_row,
                     int swiglu, const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex,
                     int K, int N, float limit) {
     PDL_START();
-    __shared__ struct gt_smem sm;
+    extern __shared__ __align__(16) unsigned char smb[];
+    struct gt_smem<BM> &sm = *(struct gt_smem<BM> *)smb;
     int tile = blockIdx.y;
     if (tile >= *n_tiles) return;
     int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
     const __nv_bfloat16 *w1 = (const __nv_bfloat16 *)(swiglu ? ex.w1[e] : ex.w2[e]),
                         *w3 = (const __nv_bfloat16 *)ex.w3[e];
     int f0 = blockIdx.x * (swiglu ? GT_BN / 2 : GT_BN);
-    struct gt_src src;
+    struct gt_src<BM> src;
     gt_sources(
         &src,
         [&](int r) -> const __nv_bfloat16 * {
@@ -573,14 +574,14 @@ __global__ void __launch_bounds__(GT_THREADS)
                       (enum td_dtype)ex.dtype, N, K, 0);
         q.row = f < N ? f : -1;
     }
-    float c[2][8][4];
-    gt_tile<F>(c, &sm, &src, q, K);
+    float c[gt_mi<BM>][8][4];
+    gt_tile<F, BM>(c, &sm, &src, q, K);
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < gt_mi<BM>; mi++)
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) { // rows g and g + 8 of the 16
-            int r = (w & 1) * 32 + 16 * mi + 8 * hf + g;
+            int r = (w & 1) * (BM / 2) + 16 * mi + 8 * hf + g;
             if (r >= rows) continue;
             size_t p = (size_t)(p0 + r);
             if (swiglu) {
@@ -653,6 +654,58 @@ static void ensure_grouped(int entries, int experts, int inter, int dim) {
     CUDA_CHECK(cudaMalloc(&g_xt, xt_rows * (g_dim > g_inter ? g_dim : g_inter) * 4));
 }
 
+/* f(F, BM) for the wide form of experts in format dtype with tiles of BM entries */
+template <typename G> static void by_wide(int dtype, int bm, G &&g) {
+    auto h = [&](auto f) {
+        if (bm == 32)
+            g(f, std::integral_constant<int, 32>{});
+        else if (bm == 64)
+            g(f, std::integral_constant<int, 64>{});
+        else
+            g(f, std::integral_constant<int, 128>{});
+    };
+    if (dtype == TD_DTYPE_Q4)
+        h(std::integral_constant<int, WF_Q4>{});
+    else if (dtype == TD_DTYPE_Q8)
+        h(std::integral_constant<int, WF_Q8>{});
+    else
+        h(std::integral_constant<int, WF_BF16>{});
+}
+
+/* the block tiles' dynamic shared memory (38 to 61 KB), once: at start-up (outside any capture),
+ * and at the first wide step of a caller that made no reservation (the GPU tests) */
+static void wide_allow(void) {
+    static bool done;
+    if (done) return;
+    for (int dt : {TD_DTYPE_BF16, TD_DTYPE_Q8, TD_DTYPE_Q4})
+        for (int bm = 32; bm <= 128; bm *= 2)
+            by_wide(dt, bm, [&](auto f, auto b) {
+                constexpr int F = decltype(f)::value, BM = decltype(b)::value;
+                CUDA_CHECK(cudaFuncSetAttribute(moe_wide_kernel<F, BM>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)sizeof(struct gt_smem<BM>)));
+            });
+    done = true;
+}
+
+/* The block tiles' height: the least of 32, 64 and 128 that holds an expert's mean entries with
+ * a quarter to spare, else 128. An expert's weights are read once a tile and every tile does
+ * its full height's arithmetic: a 4096-token prefill of the Flash slice (96 entries an expert)
+ * reads them once in tiles of 128, where tiles of 64 read them about 1.4 times; a 512-row chunk
+ * (12) in tiles of 128 did 10 times the arithmetic its rows need. A row's bits do not depend
+ * on the height (gemm_tile.cuh). */
+static int wide_forced; /* moe_cuda_set_wide_height */
+
+extern "C" void moe_cuda_set_wide_height(int bm) {
+    wide_forced = bm;
+}
+
+static int wide_height(int entries, int n_experts) {
+    if (wide_forced) return wide_forced;
+    long long mean4 = 5LL * entries / (4LL * n_experts); // the mean, and a quarter
+    return mean4 <= 32 ? 32 : mean4 <= 64 ? 64 : 128;
+}
+
 extern "C" int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
     if (r->moe_k > MOE_MAX_K)
         return td_errf(err, errlen,
@@ -660,6 +713,7 @@ extern "C" int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t er
                        "grouped expert kernels take at most %d",
                        r->moe_k, MOE_MAX_K);
     ensure_grouped(r->rows * r->moe_k, r->moe_experts, r->moe_inter, r->dim);
+    wide_allow();
     return 0;
 }
 
@@ -684,7 +738,8 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
                (ex->dtype == TD_DTYPE_BF16 || (q && m >= MOE_WIDE_PER_EXPERT * n_experts)) &&
                d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
     mma = mma && !wide;
-    int tm = wide ? GT_BM : mma ? 8 : small ? TM_SMALL : TM;
+    int bm = wide ? wide_height(m, n_experts) : 0;
+    int tm = wide ? bm : mma ? 8 : small ? TM_SMALL : TM;
     int max_tiles = m / tm + n_experts + 1;
     ensure_grouped(m, n_experts, inter, d);
     cudaStream_t s = td_cuda_stream();
@@ -693,27 +748,23 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     LAUNCH_CHECK();
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
     if (wide) {
+        wide_allow();
         __nv_bfloat16 *xb = (__nv_bfloat16 *)g_y, *hb = (__nv_bfloat16 *)g_h;
         long long n8 = (long long)n * d / 8;
         launch_k(moe_bf16_kernel, ceil_div(n8, 256), 256, 0, s, xb, x, n8);
         LAUNCH_CHECK();
-        auto go = [&](auto f) {
-            constexpr int F = decltype(f)::value;
-            launch_k(moe_wide_kernel<F>, dim3(ceil_div(inter, GT_BN / 2), ty), GT_THREADS, 0, s,
-                     (void *)hb, (const __nv_bfloat16 *)xb, g_perm, k, 1, g_tiles, g_ntiles, *ex, d,
-                     inter, limit);
+        by_wide(ex->dtype, bm, [&](auto f, auto b) {
+            constexpr int F = decltype(f)::value, BM = decltype(b)::value;
+            size_t smem = sizeof(struct gt_smem<BM>);
+            launch_k(moe_wide_kernel<F, BM>, dim3(ceil_div(inter, GT_BN / 2), ty), GT_THREADS, smem,
+                     s, (void *)hb, (const __nv_bfloat16 *)xb, g_perm, k, 1, g_tiles, g_ntiles, *ex,
+                     d, inter, limit);
             LAUNCH_CHECK();
-            launch_k(moe_wide_kernel<F>, dim3(ceil_div(d, GT_BN), ty), GT_THREADS, 0, s,
+            launch_k(moe_wide_kernel<F, BM>, dim3(ceil_div(d, GT_BN), ty), GT_THREADS, smem, s,
                      (void *)g_y, (const __nv_bfloat16 *)hb, g_perm, k, 0, g_tiles, g_ntiles, *ex,
                      inter, d, limit);
             LAUNCH_CHECK();
-        };
-        if (ex->dtype == TD_DTYPE_Q4)
-            go(std::integral_constant<int, WF_Q4>{});
-        else if (ex->dtype == TD_DTYPE_Q8)
-            go(std::integral_constant<int, WF_Q8>{});
-        else
-            go(std::integral_constant<int, WF_BF16>{});
+        });
     } else if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are
                       // multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;

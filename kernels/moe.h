@@ -69,6 +69,9 @@ void moe_experts_cuda(float *out, const float *x, const int32_t *picks, const fl
 /* batch-invariant mode: every step's experts take the one fp32 tile form (a row's result
  * never depends on the step's size); otherwise small steps run on tensor cores */
 void moe_cuda_set_deterministic(int on);
+/* the block tiles' height of wide steps: 32, 64 or 128 entries, or 0 (the default) by the
+ * step's entries an expert (tests: a row's bits do not depend on it) */
+void moe_cuda_set_wide_height(int bm);
 /* whether a step of `entries` (row, pick) entries, the shared expert's included, had better
  * run the shared expert among the routed ones: when they take the tensor-core tiles (a larger
  * step's shared expert is a dense GEMM), and always in batch-invariant mode (one form for every

@@ -19,6 +19,7 @@ struct td_reserve {
     int n_heads;        /* the attention's heads */
     int head_dim;       /* the attention's d, and the width of its normed and roped vectors */
     int index_head_dim; /* the indexer's d (its compressor's and queries' width); 0: no indexer */
+    int index_n_heads;  /* the indexer's heads */
     int rot_dim;        /* rotary dims of every rope */
     int max_keys;       /* keys a row sees at most: its window ring and the compressed entries
                            (every visible one, or its top-k) */

@@ -305,6 +305,7 @@ static void cu_set_deterministic(int on) {
     matmul_cuda_set_deterministic(on);
     moe_cuda_set_deterministic(on);
     attention_cuda_set_deterministic(on);
+    hc_cuda_set_deterministic(on);
 }
 
 static const struct td_backend cuda_backend = {

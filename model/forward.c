@@ -524,6 +524,7 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
             .n_heads = c->n_heads,
             .head_dim = hd,
             .index_head_dim = c->rate_csa ? c->index_head_dim : 0,
+            .index_n_heads = c->rate_csa ? c->index_n_heads : 0,
             .rot_dim = c->rope_dim,
             .max_keys = st->swa_ring + (ent > d->topk ? ent : d->topk),
             .entries = ent,

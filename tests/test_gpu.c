@@ -601,9 +601,10 @@ static void test_moe_quant(void) {
 /* experts at a wide step (more entries than the 8-row tiles take: prefill), on the block tiles
  * (moe_wide_kernel), bf16, Q8 and Q4 weights: widths that are not multiples of the tiles
  * (bf16 and Q8: hidden 264, a last block of 8 outputs and a last k stage of 8, inter 200
- * likewise; Q4, whose rows are multiples of 32: 288 and 224), experts of 2 to 3 tiles of 64
- * entries; against a reference on the weights' values that rounds x and h to bf16 as the path
- * does (double sums); and a row's bits the same in another batch of wide rows */
+ * likewise; Q4, whose rows are multiples of 32: 288 and 224), experts of 150 entries (a tile
+ * of 128 and one of 22; and in tiles of 32 and 64, the same bits); against a reference on the
+ * weights' values that rounds x and h to bf16 as the path does (double sums); and a row's bits the
+ * same in another batch of wide rows */
 static void test_moe_wide(enum td_dtype t) {
     int E = 8, k = 4, q4 = t == TD_DTYPE_Q4, D = q4 ? 288 : 264, I = q4 ? 224 : 200, n = 300;
     case_begin();
@@ -671,6 +672,15 @@ static void test_moe_wide(enum td_dtype t) {
     char name[64];
     snprintf(name, sizeof name, "op/moe_experts_wide/%s", td_dtype_name(t));
     close_rel(name, g, rf, n, D, 1e-3);
+    for (int bm = 32; bm <= 64; bm *= 2) { // tiles of 32 and 64 entries: the same bits
+        moe_cuda_set_wide_height(bm);
+        moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
+        moe_cuda_set_wide_height(0);
+        float *gb = fetch(dy, (size_t)n * D, "moe_experts wide, other tiles");
+        CHECK(!memcmp(gb, g, (size_t)n * D * 4), "%s: tiles of %d entries give other bits", name,
+              bm);
+        free(gb);
+    }
     int r0 = 40, n2 = n - r0; // 1040 entries: wide too, other rows beside each
     float *d2 = dev_out((size_t)n2 * D);
     moe_experts_cuda(d2, dx + (size_t)r0 * D, dpk + r0 * k, dwt + r0 * k, &ed, n2, D, I, k, E, lim);
@@ -689,11 +699,12 @@ static void test_moe_wide(enum td_dtype t) {
 /* a set of GEMMs over the same x rows (one skinny launch) equals one matmul_ref each: outputs
  * of odd widths, with and without bias, few tiles (a cluster shares k at in 4096) and many;
  * each row's bits are the row's alone; a set with one fp32 matrix takes one call each; one
- * output adds a position bias */
+ * output adds a position bias. A wide step (600 rows: cuBLASLt on x rounded to bf16 once for
+ * the set) against the reference on the rounded x. */
 static void test_matmul_set(void) {
-    int outs[4] = {111, 16, 300, 40}, ins[3] = {264, 4096, 1024}, ns[3] = {1, 3, 8};
+    int outs[4] = {111, 16, 300, 40}, ins[3] = {264, 4096, 1024}, ns[4] = {1, 3, 8, 600};
     for (int ii = 0; ii < 3; ii++)
-        for (int ni = 0; ni < 3; ni++)
+        for (int ni = 0; ni < 4; ni++)
             for (int f32 = 0; f32 < 2; f32++) {
                 int in = ins[ii], n = ns[ni], m = 4;
                 case_begin();
@@ -723,8 +734,8 @@ static void test_matmul_set(void) {
                 }
                 // output 2 takes a position bias of 5 rows (the compressor's gate), the rows at
                 // positions 7, 3, 12, ... (row p % 5)
-                int32_t pos[8];
-                for (int t = 0; t < 8; t++)
+                int32_t pos[600];
+                for (int t = 0; t < 600; t++)
                     pos[t] = (7 + 9 * t) % 17;
                 uint16_t *pb = malloc((size_t)5 * outs[2] * 2);
                 for (int i = 0; i < 5 * outs[2]; i++)
@@ -753,7 +764,14 @@ static void test_matmul_set(void) {
                     if (j == 2)
                         h.pos_bias = pb, h.pos_bias_dtype = TD_DTYPE_BF16, h.positions = pos,
                         h.rate = 5;
-                    matmul_set_ref(x, n, in, 1, &h);
+                    float *xr = x; // a wide step's bf16 matrices read x rounded to bf16
+                    if (n > 8 && !(f32 && j == 3)) {
+                        xr = malloc((size_t)n * in * 4);
+                        for (int i = 0; i < n * in; i++)
+                            xr[i] = td_bf16_to_f32(bf16(x[i]));
+                    }
+                    matmul_set_ref(xr, n, in, 1, &h);
+                    if (xr != x) free(xr);
                     float *g = fetch(dy[j], (size_t)n * outs[j], "matmul_set");
                     char what[64];
                     snprintf(what, sizeof what, "n %d in %d: output %d", n, in, j);
@@ -762,7 +780,7 @@ static void test_matmul_set(void) {
                     free(g);
                 }
                 // row r alone (a set of one row) has the bits it has in the step
-                for (int r = 0; n > 1 && r < n; r++) {
+                for (int r = 0; n > 1 && n <= 8 && r < n; r++) {
                     struct matmul_out o1[4];
                     float *d1[4];
                     for (int j = 0; j < m; j++) {
@@ -832,14 +850,33 @@ static void test_hc(int n, int nc, int d) {
         close_rel("hc_pre collapsed", gc, col, n, d, 1e-4);
         close_rel("hc_pre post", gp, post, n, nc, 1e-4);
         close_rel("hc_pre comb", gm, comb, (long)n * nc, nc, 1e-4);
-        if (n >= 256) { // a wide step's blocks take 16 tokens each: the first 3 rows alone
+        if (n >= 256) { // a token's bits at another place in a wide step: rows 40.. alone
+            // (260 rows: row 130 at place 26 of its tile of 64, not 2); in batch-invariant mode
+            // (the fp32 mixes) rows 130-132 alone, a narrow step
+            int r0 = 40, n2 = n - r0;
+            float *d2 = dev_out((size_t)n2 * d), *p2 = dev_out((size_t)n2 * nc),
+                  *m2 = dev_out((size_t)n2 * nc * nc);
+            hc_pre_cuda(d2, p2, m2, dx + (size_t)r0 * nc * d, &dhw, n2, nc, d, 20, 1e-6f, 1e-6f,
+                        NULL, TD_DTYPE_F32);
+            float *g2 = fetch(d2, (size_t)n2 * d, "hc_pre rows 40..");
+            CHECK(!memcmp(g2, gc + (size_t)r0 * d, (size_t)n2 * d * 4),
+                  "hc_pre: rows 40.. differ in a step without rows 0..39");
+            hc_cuda_set_deterministic(1);
+            hc_pre_cuda(dcol, dpost, dcomb, dx, &dhw, n, nc, d, 20, 1e-6f, 1e-6f, NULL,
+                        TD_DTYPE_F32);
+            float *gd = fetch(dcol, (size_t)n * d, "hc_pre batch-invariant");
+            close_rel("hc_pre collapsed, batch-invariant", gd, col, n, d, 1e-4);
             float *d3 = dev_out((size_t)3 * d), *p3 = dev_out((size_t)3 * nc),
                   *m3 = dev_out((size_t)3 * nc * nc);
-            hc_pre_cuda(d3, p3, m3, dx, &dhw, 3, nc, d, 20, 1e-6f, 1e-6f, NULL, TD_DTYPE_F32);
+            hc_pre_cuda(d3, p3, m3, dx + (size_t)130 * nc * d, &dhw, 3, nc, d, 20, 1e-6f, 1e-6f,
+                        NULL, TD_DTYPE_F32);
+            hc_cuda_set_deterministic(0);
             float *g3 = fetch(d3, (size_t)3 * d, "hc_pre 3 rows");
-            CHECK(!memcmp(g3, gc, (size_t)3 * d * 4), "hc_pre: rows 0-2 differ alone");
-            free(g3);
             release_out(d3), release_out(p3), release_out(m3);
+            CHECK(!memcmp(g3, gd + (size_t)130 * d, (size_t)3 * d * 4),
+                  "hc_pre, batch-invariant: rows 130-132 differ alone");
+            free(g2), free(gd), free(g3);
+            release_out(d2), release_out(p2), release_out(m2);
         }
         // with the layer's norm (bf16 weight) on the collapsed rows
         uint16_t *nw = malloc((size_t)d * 2);
@@ -1165,7 +1202,7 @@ static void test_pointwise(void) {
 
     test_hc(n, 4, d);      // the Sinkhorn in registers, the mixes in one block
     test_hc(3, 4, 1536);   // width 6144: the mixes split over column chunks (HC_SPLIT_MIN)
-    test_hc(300, 4, 1536); // a wide step: 16 tokens a block (HC_MIX_WIDE)
+    test_hc(300, 4, 1536); // a wide step: the mixes in 5 tiles of 64 tokens
     test_hc(5, 6, 40);     // nc > 4: the Sinkhorn in shared memory
     test_hc(2, 5, 1000);   // both, with a last chunk of 8 columns
     test_hc(7, 3, 50);     // nc = 3: the warp's Sinkhorn with padded lanes
@@ -1220,6 +1257,122 @@ static void test_pointwise(void) {
         release_out(d32), release_out(d16);
     }
     case_end("op/fill_uniform_matches_host", "");
+}
+
+/* The indexer's scores on tensor cores at the Flash shapes (64 heads x 128) over fp32, bf16 and
+ * fp8 key records (kt), each sequence's 1600 entries in blocks of 256 scattered over the pool:
+ * 70 rows (a wide step: spans of four chunks) of 5 sequences seeing 1600, 1500, 700, 513, 512,
+ * 100 and 0 entries, and pad rows. The picks must be the reference's (fp32 products, double
+ * sums), but for swaps of entries whose reference scores lie within 1e-5 of the k-th's (the
+ * kernel's sums are fp32 of operands kept to about 16 bits); and every row alone (a narrow step:
+ * spans of one chunk) must pick exactly what it picked in the batch. */
+static void fill(float *x, size_t n, float s);
+
+static int cmp_float_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+static void test_indexer_mma(int kt) {
+    enum { N = 70, S = 5, H = 64, D = 128, NE = 1600, PER = 256, NB = 7, TOPK = 512 };
+    static const int pattern[7] = {1600, 1500, 700, 513, 512, 100, 0};
+    char name[64];
+    snprintf(name, sizeof name, "op/indexer_scores_mma/%s", td_kv_dtype_name(kt));
+    case_begin();
+    struct kv_fmt f = kv_fmt_of(kt, D, 0);
+    int32_t row_seq[N], slot[S], vis[N], blocks[S * NB], *topk = malloc(N * TOPK * 4);
+    int32_t *ref = malloc(N * TOPK * 4);
+    for (int i = 0; i < S * NB; i++)
+        blocks[i] = (i * 11 + 3) % (S * NB); // a permutation of the pool
+    for (int sq = 0; sq < S; sq++)
+        slot[sq] = sq;
+    for (int t = 0; t < N; t++) {
+        row_seq[t] = t % 11 == 10 ? -1 : t % S;
+        vis[t] = pattern[t % 7];
+    }
+    size_t nq = (size_t)N * H * D, nk = (size_t)S * NB * PER;
+    float *q = malloc(nq * 4), *w = malloc((size_t)N * H * 4), *kv = malloc(nk * D * 4);
+    unsigned char *rec = malloc(nk * f.rec);
+    fill(q, nq, 1), fill(w, (size_t)N * H, 1), fill(kv, nk * D, 1);
+    for (size_t i = 0; i < nk; i++) // the records, and the values they hold
+        kv_put_ref(rec + i * f.rec, kv + i * D, f);
+    struct rows_view rh = {.n_tok = N,
+                           .row_seq = row_seq,
+                           .slot = slot,
+                           .vis = vis,
+                           .topk = ref,
+                           .topk_stride = TOPK,
+                           .blocks = blocks,
+                           .blocks_stride = NB};
+    struct indexer_args ia = {.rows = rh,
+                              .q = q,
+                              .w = w,
+                              .keys = rec,
+                              .fmt = f,
+                              .n_entries = NE,
+                              .per = PER,
+                              .n_heads = H,
+                              .d = D,
+                              .topk = TOPK,
+                              .scale = 0.0883883f};
+    indexer_topk_ref(&ia);
+    struct rows_view rd = rh;
+    rd.row_seq = dev_copy(row_seq, sizeof row_seq), rd.slot = dev_copy(slot, sizeof slot);
+    rd.vis = dev_copy(vis, sizeof vis), rd.blocks = dev_copy(blocks, sizeof blocks);
+    rd.topk = dev_copy(ref, (size_t)N * TOPK * 4);
+    struct indexer_args da = ia;
+    da.rows = rd, da.q = dev_copy(q, nq * 4), da.w = dev_copy(w, (size_t)N * H * 4);
+    da.keys = dev_copy(rec, nk * f.rec);
+    indexer_topk_cuda(&da);
+    gpu->to_host(topk, rd.topk, (size_t)N * TOPK * 4);
+    float *keys = malloc((size_t)NE * D * 4), *sc = malloc(NE * 4), *srt = malloc(NE * 4);
+    int swaps = 0;
+    for (int t = 0; t < N && !check_case_failed; t++) {
+        const int32_t *g = topk + (size_t)t * TOPK, *e = ref + (size_t)t * TOPK;
+        if (!memcmp(g, e, TOPK * 4)) continue;
+        CHECK(row_seq[t] >= 0 && vis[t] > TOPK, "row %d (%d visible): picks differ", t, vis[t]);
+        // the reference's scores of the row, and its k-th largest
+        for (int x = 0; x < vis[t]; x++)
+            for (int c = 0; c < D; c++)
+                keys[(size_t)x * D + c] =
+                    kv_get(rec + rows_entry(&rh, row_seq[t], x, PER) * f.rec, f, c);
+        indexer_score_ref(sc, q + (size_t)t * H * D, w + (size_t)t * H, keys, vis[t], H, D,
+                          ia.scale);
+        memcpy(srt, sc, (size_t)vis[t] * 4);
+        qsort(srt, (size_t)vis[t], 4, cmp_float_desc);
+        float kth = srt[TOPK - 1];
+        char *in_g = calloc(NE, 1), *in_e = calloc(NE, 1);
+        for (int j = 0; j < TOPK; j++)
+            in_g[g[j]] = 1, in_e[e[j]] = 1;
+        for (int x = 0; x < vis[t]; x++)
+            if (in_g[x] != in_e[x]) {
+                CHECK(fabsf(sc[x] - kth) <= 1e-5f * fmaxf(1.0f, fabsf(kth)),
+                      "row %d: entry %d (score %.9g, k-th %.9g) picked by one side only", t, x,
+                      sc[x], kth);
+                swaps++;
+            }
+        free(in_g), free(in_e);
+    }
+    // each row alone (its own arguments: one row, a narrow step) picks what it did in the batch
+    for (int t = 0; t < N && !check_case_failed; t += 3) {
+        struct indexer_args one = da;
+        one.rows.n_tok = 1;
+        one.rows.row_seq = rd.row_seq + t, one.rows.vis = rd.vis + t;
+        one.rows.topk = rd.topk + (size_t)t * TOPK;
+        one.q = da.q + (size_t)t * H * D, one.w = da.w + (size_t)t * H;
+        indexer_topk_cuda(&one);
+        int32_t alone[TOPK];
+        gpu->to_host(alone, one.rows.topk, TOPK * 4);
+        CHECK(!memcmp(alone, topk + (size_t)t * TOPK, TOPK * 4),
+              "row %d: alone it picks other entries than in the batch", t);
+    }
+    char note[48];
+    snprintf(note, sizeof note, "%d near-tie swaps", swaps);
+    case_end(name, note);
+    gpu->release((void *)rd.row_seq), gpu->release((void *)rd.slot), gpu->release((void *)rd.vis);
+    gpu->release((void *)rd.blocks), gpu->release(rd.topk), gpu->release((void *)da.q);
+    gpu->release((void *)da.w), gpu->release((void *)da.keys);
+    free(q), free(w), free(kv), free(rec), free(topk), free(ref), free(keys), free(sc), free(srt);
 }
 
 /* The greedy chain slot (kernels/greedy.h) against its reference over a 3-slot chain: 6 rows
@@ -2765,6 +2918,8 @@ int main(int argc, char **argv) {
     test_greedy_slot();
     test_sample_rows();
     test_indexer_select();
+    for (int kt = TD_KV_F32; kt <= TD_KV_FP8; kt++)
+        test_indexer_mma(kt);
     test_route_wide();
     test_plan_ops();
     const char *fxs[5] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded", "c_released",

@@ -1,0 +1,114 @@
+/* kv_lane.cuh: a key record's columns on the device (kv.h's formats), as the kernels that read
+ * the caches load them: one column (key_at), a lane's NC contiguous ones (key_lane), 16 of them
+ * as bf16 operands of tensor-core tiles (key16_bf16). Every form gives kv_get's values. */
+#ifndef TD_KERNELS_KV_LANE_CUH
+#define TD_KERNELS_KV_LANE_CUH
+
+#include "cuda_common.cuh"
+#include "mma_tile.cuh"
+
+/* column c of key record p, the cache's precision KT known at compile time */
+template <int KT> __device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
+    kv_fmt g = f;
+    g.dtype = KT;
+    return kv_get(p, g, c);
+}
+
+/* A lane's NC contiguous columns c0 .. c0 + NC - 1 of a bf16 or fp8 key p (KT), as the
+ * kernel reads typed caches: 8-byte loads (records are 8-byte multiples), a main key's codes
+ * within one block of 64 and so one scale byte a lane. e4m3 s.eeee.mmm goes to fp32 bits
+ * s.0000eeee.mmm0..., the code times 2^-120 (subnormal codes to fp32 denormals, exactly), then
+ * times 2^120 and the block's scale: kv_get's values, bit for bit. A NaN code (low 7 bits all
+ * set) and a lane's columns across the codes' end or d take kv_get column by column. */
+template <int NC, int KT>
+__device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0, float *v) {
+    const unsigned char *b = (const unsigned char *)p;
+    if (c0 + NC <= f.d) {
+        if (KT == TD_KV_BF16 || c0 >= f.n8) { // bf16 columns (fp8: the tail, 8-byte aligned)
+            const unsigned char *q =
+                KT == TD_KV_BF16 ? b + 2 * c0 : b + f.tail_at + 2 * (c0 - f.n8);
+            if (((uintptr_t)q & 7) == 0) {
+#pragma unroll
+                for (int j = 0; j < NC / 4; j++) {
+                    uint2 w = ((const uint2 *)q)[j];
+                    v[4 * j] = __uint_as_float(w.x << 16),
+                          v[4 * j + 1] = __uint_as_float(w.x & 0xFFFF0000u);
+                    v[4 * j + 2] = __uint_as_float(w.y << 16),
+                              v[4 * j + 3] = __uint_as_float(w.y & 0xFFFF0000u);
+                }
+                return;
+            }
+        } else if (c0 + NC <= f.n8 && c0 / KV_FP8_BLOCK == (c0 + NC - 1) / KV_FP8_BLOCK) {
+            const uint2 *q = (const uint2 *)(b + c0);
+            float sc = kv_fp8_scale_val(b[f.n8 + c0 / KV_FP8_BLOCK]);
+            unsigned nan = 0;
+            uint2 w[NC / 8];
+#pragma unroll
+            for (int j = 0; j < NC / 8; j++) {
+                w[j] = q[j];
+                nan |=
+                    ((w[j].x & 0x7F7F7F7Fu) + 0x01010101u) | ((w[j].y & 0x7F7F7F7Fu) + 0x01010101u);
+            }
+            if (!(nan & 0x80808080u)) {
+#pragma unroll
+                for (int j = 0; j < NC; j++) {
+                    unsigned c = ((j & 7) < 4 ? w[j / 8].x : w[j / 8].y) >> (8 * (j & 3));
+                    float e = __uint_as_float(((c & 0x80u) << 24) | ((c & 0x7Fu) << 20));
+                    v[j] = e * 0x1p120f * sc;
+                }
+                return;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NC; j++)
+        v[j] = c0 + j < f.d ? key_at<KT>(p, f, c0 + j) : 0.0f;
+}
+
+/* 16 columns c0 .. c0 + 15 of key p (NULL: zeros; columns past d: zeros) as bf16 pairs into
+ * dst (8-byte aligned): hi = bf16(v), and with LO lo = bf16(v - hi) into dst_lo, so that
+ * hi + lo keeps about 16 bits of an fp32 key (bf16 and fp8 keys are exact in hi alone) */
+template <int KT, bool LO>
+__device__ __forceinline__ void key16_bf16(__nv_bfloat16 *dst, __nv_bfloat16 *dst_lo, const void *p,
+                                           const kv_fmt &f, int c0) {
+    float v[16];
+    if (!p) {
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            v[i] = 0.0f;
+    } else if constexpr (KT == TD_KV_F32) {
+        const float *x = (const float *)p + c0;
+        if (c0 + 16 <= f.d && ((uintptr_t)x & 15) == 0) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float4 y = ((const float4 *)x)[i];
+                v[4 * i] = y.x, v[4 * i + 1] = y.y, v[4 * i + 2] = y.z, v[4 * i + 3] = y.w;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                v[i] = c0 + i < f.d ? x[i] : 0.0f;
+        }
+    } else {
+        key_lane<16, KT>(p, f, c0, v);
+    }
+    unsigned hi[8], lo[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float a = v[2 * i], b = v[2 * i + 1];
+        float ha = __bfloat162float(__float2bfloat16_rn(a)),
+              hb = __bfloat162float(__float2bfloat16_rn(b));
+        hi[i] = pack_bf16(ha, hb);
+        lo[i] = pack_bf16(a - ha, b - hb);
+    }
+    uint4 *o = (uint4 *)(dst + c0);
+    o[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    o[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+    if constexpr (LO) {
+        uint4 *l = (uint4 *)(dst_lo + c0);
+        l[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        l[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+    }
+}
+
+#endif
