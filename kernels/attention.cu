@@ -258,16 +258,6 @@ __global__ void __launch_bounds__(32 * ATT_MAX_HEADS)
     if (ks > 1) cl.sync(); // the other blocks' parts stay until their heads are finished
 }
 
-/* f(KT) with KT, the key cache's precision, a compile-time constant */
-template <typename F> static void by_kv(int kt, F &&f) {
-    if (kt == TD_KV_BF16)
-        f(std::integral_constant<int, TD_KV_BF16>{});
-    else if (kt == TD_KV_FP8)
-        f(std::integral_constant<int, TD_KV_FP8>{});
-    else
-        f(std::integral_constant<int, TD_KV_F32>{});
-}
-
 /* Wide steps (prefill) on tensor cores (attention_mma_kernel): a block per row holds its heads'
  * queries as the 64-row A of two GEMMs, S = Q K^T and O += P V, over chunks of AM_KEYS keys
  * (K = V), with bf16 operands and fp32 accumulators and the same online softmax (running max,

@@ -14,7 +14,7 @@
  * it, so a row gets the same bits in any tile, of any height. The caller picks the height from
  * the rows a weight tile meets (moe.cu: an expert's entries): a tile reads its weights once,
  * so taller tiles read them fewer times and shorter ones waste fewer rows of arithmetic. The
- * shared memory (38 to 61 KB) is dynamic. */
+ * shared memory (51 to 80 KB) is dynamic. */
 #ifndef TD_KERNELS_GEMM_TILE_CUH
 #define TD_KERNELS_GEMM_TILE_CUH
 
@@ -27,7 +27,7 @@
 #define GT_BN      128
 #define GT_BK      32
 #define GT_LD      40
-#define GT_STAGES  3
+#define GT_STAGES  4
 #define GT_THREADS 128
 /* a tile of BM A rows (32, 64 or 128): a warp's BM / 2 rows are gt_mi<BM> tiles of 16 */
 template <int BM> constexpr int gt_mi = BM / 32;

@@ -445,8 +445,10 @@ __global__ void __launch_bounds__(HC_THREADS)
 /* V columns c .. c + V - 1 of token t a thread (V = 4 where d % 4 == 0: 16-byte loads and
  * stores, and each comb and post value loaded once for four columns; one column a thread took
  * 5.1 ms of a 4096-token prefill of the Flash slice, about a third of the copy bandwidth; Nsight
- * Compute, H100, session 32). Every column's sums are the same whatever V. */
-template <int V>
+ * Compute, H100, session 32), its old streams in registers for nc <= NC (4: 16 registers, where
+ * room for 16 streams took 145 and one block a multiprocessor: 3.4 ms). Every column's sums are
+ * the same whatever V and NC. */
+template <int V, int NC>
 __global__ void hc_post_kernel(float *x, const float *a, const float *post, const float *comb,
                                int n, int nc, int d, float *mean, int mean_stride) {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
@@ -462,7 +464,7 @@ __global__ void hc_post_kernel(float *x, const float *a, const float *post, cons
     }
     PDL_START();
     if (i >= (long long)n * dv) return;
-    float old[16][V], *xt = x + (size_t)t * nc * d; // unrolled to 16: old stays in registers
+    float old[NC][V], *xt = x + (size_t)t * nc * d; // unrolled to NC: old stays in registers
     const float *ct = comb + (size_t)t * nc * nc, *pt = post + (size_t)t * nc;
     auto ld = [&](float *v, const float *p) {
         if constexpr (V == 4) {
@@ -473,7 +475,7 @@ __global__ void hc_post_kernel(float *x, const float *a, const float *post, cons
         }
     };
 #pragma unroll
-    for (int k = 0; k < 16; k++)
+    for (int k = 0; k < NC; k++)
         if (k < nc) ld(old[k], xt + (size_t)k * d + c);
     float at[V], sum[V];
     ld(at, a + (size_t)t * d + c);
@@ -486,7 +488,7 @@ __global__ void hc_post_kernel(float *x, const float *a, const float *post, cons
         for (int u = 0; u < V; u++)
             acc[u] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 16; k++)
+        for (int k = 0; k < NC; k++)
             if (k < nc) {
                 float w = ct[k * nc + j];
 #pragma unroll
@@ -587,12 +589,19 @@ extern "C" void hc_pre_cuda(float *collapsed, float *post, float *comb, const fl
 extern "C" void hc_post_cuda(float *x, const float *a, const float *post, const float *comb, int n,
                              int nc, int d, float *mean, int mean_stride) {
     if (!n) return;
+    auto go = [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        if (nc <= 4)
+            launch_k(hc_post_kernel<V, 4>, ceil_div((long long)n * d / V, 256), 256, 0,
+                     td_cuda_stream(), x, a, post, comb, n, nc, d, mean, mean_stride);
+        else
+            launch_k(hc_post_kernel<V, 16>, ceil_div((long long)n * d / V, 256), 256, 0,
+                     td_cuda_stream(), x, a, post, comb, n, nc, d, mean, mean_stride);
+    };
     if (d % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a % 16 == 0)
-        launch_k(hc_post_kernel<4>, ceil_div((long long)n * d / 4, 256), 256, 0, td_cuda_stream(),
-                 x, a, post, comb, n, nc, d, mean, mean_stride);
+        go(std::integral_constant<int, 4>{});
     else
-        launch_k(hc_post_kernel<1>, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(), x, a,
-                 post, comb, n, nc, d, mean, mean_stride);
+        go(std::integral_constant<int, 1>{});
     LAUNCH_CHECK();
 }
 

@@ -149,15 +149,6 @@ template <typename F> static void by_width(int d, F &&f) {
         f(std::integral_constant<int, 256>{});
 }
 
-template <typename F> static void by_key(int kt, F &&f) {
-    if (kt == TD_KV_FP8)
-        f(std::integral_constant<int, TD_KV_FP8>{});
-    else if (kt == TD_KV_BF16)
-        f(std::integral_constant<int, TD_KV_BF16>{});
-    else
-        f(std::integral_constant<int, TD_KV_F32>{});
-}
-
 /* a score's selection key: ordered_key, NaN below every number */
 __device__ __forceinline__ unsigned score_key(float v) {
     return v != v ? 0u : ordered_key(v);
@@ -255,7 +246,7 @@ static void im_allow(void) {
     for (int kt = TD_KV_F32; kt <= TD_KV_FP8; kt++)
         for (int d = 32; d <= IDX_MAX_D; d *= 2)
             by_width(d, [&](auto dp) {
-                by_key(kt, [&](auto k) {
+                by_kv(kt, [&](auto k) {
                     constexpr int DP = decltype(dp)::value;
                     CUDA_CHECK(cudaFuncSetAttribute(indexer_mma_kernel<DP, decltype(k)::value>,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -295,7 +286,7 @@ extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
         int span = indexer_span(a->rows.n_tok);
         dim3 grid(a->rows.n_tok, ceil_div(a->n_entries, span));
         by_width(a->d, [&](auto dp) {
-            by_key(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
+            by_kv(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
                 constexpr int DP = decltype(dp)::value;
                 launch_k(indexer_mma_kernel<DP, decltype(k)::value>, grid, IM_THREADS,
                          sizeof(im_smem<DP>), td_cuda_stream(), *a, span, scratch);

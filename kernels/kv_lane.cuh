@@ -4,8 +4,20 @@
 #ifndef TD_KERNELS_KV_LANE_CUH
 #define TD_KERNELS_KV_LANE_CUH
 
+#include <type_traits>
+
 #include "cuda_common.cuh"
 #include "mma_tile.cuh"
+
+/* f(KT) with KT, the key cache's precision, a compile-time constant */
+template <typename F> static void by_kv(int kt, F &&f) {
+    if (kt == TD_KV_BF16)
+        f(std::integral_constant<int, TD_KV_BF16>{});
+    else if (kt == TD_KV_FP8)
+        f(std::integral_constant<int, TD_KV_FP8>{});
+    else
+        f(std::integral_constant<int, TD_KV_F32>{});
+}
 
 /* column c of key record p, the cache's precision KT known at compile time */
 template <int KT> __device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {

@@ -672,7 +672,7 @@ template <typename G> static void by_wide(int dtype, int bm, G &&g) {
         h(std::integral_constant<int, WF_BF16>{});
 }
 
-/* the block tiles' dynamic shared memory (38 to 61 KB), once: at start-up (outside any capture),
+/* the block tiles' dynamic shared memory (51 to 80 KB), once: at start-up (outside any capture),
  * and at the first wide step of a caller that made no reservation (the GPU tests) */
 static void wide_allow(void) {
     static bool done;
