@@ -336,17 +336,26 @@ static int blocks_needed(const struct td_engine *e, const struct request *r) {
 
 /* At admission into slot: the published blocks r's prompt begins with (prefix cache), then
  * blocks of its own for the rest it may reach; its slot's table names them all, and a hit's
- * last checkpoint becomes the slot's windows. -1 (nothing held) when the pool cannot give them
- * now: r waits. */
+ * last checkpoint becomes the slot's windows. After the full blocks a published tail (a
+ * finished request's last, part-filled block: a conversation's next turn) may give more: its
+ * bytes are copied into r's own block there, which r goes on writing. A hit ends at least the
+ * drafter's window D before the prompt's last token (drafter-state replay). -1 (nothing held)
+ * when the pool cannot give the blocks now: r waits. */
 static int pool_admit(struct td_engine *e, struct request *r, int slot) {
     char err[256];
-    int B = e->state.hist_block, need = blocks_needed(e, r), n = 0;
-    int D = e->md.impl ? e->md.state(e->md.impl)->window : 0;
-    if (e->caching && r->n_prompt - 1 - D >= B)
-        n = td_prefix_match(e->pool, r->toks, r->n_prompt, r->blocks, (r->n_prompt - 1 - D) / B);
+    int B = e->state.hist_block, need = blocks_needed(e, r), n = 0, tail = -1, n_tail = 0;
+    int D = e->md.impl ? e->md.state(e->md.impl)->window : 0, most = r->n_prompt - 1 - D;
+    if (e->caching && most >= 1) {
+        n = td_prefix_match(e->pool, r->toks, r->n_prompt, r->blocks, most / B);
+        if (most - n * B >= 1)
+            tail = td_prefix_match_tail(e->pool, n ? r->blocks[n - 1] : -1, r->toks + (size_t)n * B,
+                                        most - n * B, &n_tail);
+    }
     td_prefix_hold(e->pool, r->blocks, n);
+    if (tail >= 0) td_prefix_hold(e->pool, &tail, 1); // (no allocation below may evict it)
     if (td_prefix_available(e->pool) < need - n) {
         td_prefix_release(e->pool, r->blocks, n);
+        if (tail >= 0) td_prefix_release(e->pool, &tail, 1);
         return -1;
     }
     for (int i = n; i < need; i++) {
@@ -357,14 +366,40 @@ static int pool_admit(struct td_engine *e, struct request *r, int slot) {
     }
     r->n_blocks = need;
     memcpy(td_state_table(&e->state, slot), r->blocks, (size_t)need * sizeof *r->blocks);
-    if (e->caching) td_prefix_count(e->pool, n);
+    int hit = n * B + n_tail, last = tail >= 0 ? tail : n ? r->blocks[n - 1] : -1;
+    if (e->caching) td_prefix_count(e->pool, n + (tail >= 0), hit);
     r->n_pub = n;
-    if (!n) return 0;
-    if (td_state_window_load(&e->state, slot, ckpt_mem(e, e->ckpt_of[r->blocks[n - 1]]), n * B, err,
-                             sizeof err))
+    if (!hit) return 0;
+    if (tail >= 0 && td_state_block_copy(&e->state, r->blocks[n], tail, err, sizeof err))
         TD_ABORT("prefix hit: %s", err);
-    r->st.cached_tokens = n * B;
-    if (e->md.impl) e->md.begin(e->md.impl, slot, n * B);
+    if (td_state_window_load(&e->state, slot, ckpt_mem(e, e->ckpt_of[last]), hit, err, sizeof err))
+        TD_ABORT("prefix hit: %s", err);
+    if (tail >= 0) td_prefix_release(e->pool, &tail, 1); // (its copy and checkpoint are queued)
+    r->st.cached_tokens = hit;
+    if (e->md.impl) e->md.begin(e->md.impl, slot, hit);
+    return 0;
+}
+
+/* block b of r, holding n of its committed tokens (B, or fewer: a tail), published with a
+ * checkpoint of the windows now; 0, or -1 when no checkpoint can be had (every checkpoint's
+ * block is held: nothing published) */
+static int publish_block(struct td_engine *e, struct request *r, int b, int n) {
+    char err[256];
+    int ck = ckpt_take(e);
+    if (ck < 0) return -1;
+    if (td_state_window_save(&e->state, r->slot, ckpt_mem(e, ck), err, sizeof err))
+        TD_ABORT("prefix publish: %s", err);
+    int id = r->blocks[b], parent = b ? r->blocks[b - 1] : -1, B = e->state.hist_block;
+    const int32_t *t = r->toks + (size_t)b * B;
+    int q = n == B ? td_prefix_publish(e->pool, id, parent, t)
+                   : td_prefix_publish_tail(e->pool, id, parent, t, n);
+    if (q == id) {
+        e->ckpt_of[id] = ck;
+    } else { // the same block was published already: r holds that one now, and its own is free
+        e->ckpt_free[e->n_ckpt_free++] = ck;
+        r->blocks[b] = q;
+        td_state_table(&e->state, r->slot)[b] = q;
+    }
     return 0;
 }
 
@@ -376,23 +411,23 @@ static int pool_admit(struct td_engine *e, struct request *r, int slot) {
  * (rows.h's rule). Decode steps bring fewer rows than that, prompt chunks end at block ends.
  * (When no checkpoint can be had nothing more of r's is published.) */
 static void prefix_publish(struct td_engine *e, struct request *r) {
-    char err[256];
     int B = e->state.hist_block, L = e->state.len[r->slot], b = r->n_pub;
     if (L < (b + 1) * B || L - (b + 1) * B > e->state.max_chunk) return;
-    int ck = ckpt_take(e);
-    if (ck < 0) return; // every checkpoint's block is held: nothing published
-    if (td_state_window_save(&e->state, r->slot, ckpt_mem(e, ck), err, sizeof err))
-        TD_ABORT("prefix publish: %s", err);
-    int id = r->blocks[b], parent = b ? r->blocks[b - 1] : -1;
-    int q = td_prefix_publish(e->pool, id, parent, r->toks + (size_t)b * B);
-    if (q == id) {
-        e->ckpt_of[id] = ck;
-    } else { // the same block was published already: r holds that one now, and its own is free
-        e->ckpt_free[e->n_ckpt_free++] = ck;
-        r->blocks[b] = q;
-        td_state_table(&e->state, r->slot)[b] = q;
-    }
-    r->n_pub++;
+    if (!publish_block(e, r, b, B)) r->n_pub++;
+}
+
+/* At a request's finish (not a failure): the blocks its committed tokens filled since the last
+ * step (prefix_publish), then what it committed past its last full block, as a published tail
+ * with a checkpoint of the windows at its end: the next turn of a conversation (the prompt, the
+ * reply, more) then finds every committed token, not only the full blocks. Nothing when a stop
+ * cut the output below the committed length (td_engine_stop_at), when an earlier block went
+ * unpublished, or when no checkpoint can be had. */
+static void prefix_publish_tail(struct td_engine *e, struct request *r) {
+    int B = e->state.hist_block, L = e->state.len[r->slot];
+    if (r->n_toks < L) return;
+    prefix_publish(e, r);
+    int b = r->n_pub, n = L - b * B;
+    if (n >= 1 && n < B && b < r->n_blocks) publish_block(e, r, b, n);
 }
 
 /* What the plan's validator cannot see, before every step: each sequence reads blocks it holds,
@@ -775,7 +810,7 @@ const struct td_engine_stats *td_engine_stats(struct td_engine *e) {
     }
     if (!td_engine_prefix_stats(e, &ps)) {
         e->stats.prefix_lookups = ps.lookups, e->stats.prefix_hits = ps.hits;
-        e->stats.prefix_hit_tokens = ps.hit_blocks * e->state.hist_block;
+        e->stats.prefix_hit_tokens = ps.hit_tokens;
         e->stats.prefix_evictions = ps.evictions;
         e->stats.prefix_held = ps.in_use, e->stats.prefix_cached = ps.cached;
         e->stats.prefix_free = ps.free;
@@ -872,6 +907,7 @@ static void finish(struct td_engine *e, struct request *r, enum td_req_status st
     r->status = st;
     r->finish = why;
     r->st.t_end = now();
+    if (e->caching && st == TD_REQ_FINISHED && r->slot >= 0) prefix_publish_tail(e, r);
     if (r->slot >= 0) td_state_seq_release(&e->state, r->slot);
     r->slot = -1;
     if (r->n_blocks) td_prefix_release(e->pool, r->blocks, r->n_blocks);

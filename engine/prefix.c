@@ -13,6 +13,8 @@
 struct pblock {
     struct td_pkey key;
     int parent, children, holds, published;
+    int ntok;       /* the tokens it holds: B, or fewer for a tail (td_prefix_publish_tail) */
+    int tails;      /* its published tail blocks (children of fewer than B tokens) */
     int prev, next; /* the cached list (published, no holds), or the free stack (next) */
     int slot;       /* its table slot while published */
 };
@@ -25,6 +27,7 @@ struct td_prefix {
     int *table;      /* cap slots: -1 empty, -2 a removed entry, else a block */
     int free_top, lru_head, lru_tail;
     int n_free, n_cached; /* blocks on the free stack and the cached list */
+    int root_tails;       /* published tails of no parent (prompts shorter than a block) */
     struct td_prefix_stats st;
 };
 
@@ -77,18 +80,24 @@ static const int32_t *toks(const struct td_prefix *p, int id) {
     return p->tokens + (size_t)id * p->B;
 }
 
-/* the published block of this key, parent and tokens, or -1 */
-static int find(const struct td_prefix *p, struct td_pkey key, int parent, const int32_t *tokens) {
+/* the published block of this key, parent and n tokens, or -1 */
+static int find(const struct td_prefix *p, struct td_pkey key, int parent, const int32_t *tokens,
+                int n) {
     struct td_pkey m = masked(p, key);
     for (int s = home(p, key);; s = (s + 1) & (p->cap - 1)) {
         int q = p->table[s];
         if (q == -1) return -1;
         if (q < 0) continue;
         struct td_pkey mq = masked(p, p->b[q].key);
-        if (mq.lo == m.lo && mq.hi == m.hi && p->b[q].parent == parent &&
-            !memcmp(toks(p, q), tokens, (size_t)p->B * sizeof *tokens))
+        if (mq.lo == m.lo && mq.hi == m.hi && p->b[q].parent == parent && p->b[q].ntok == n &&
+            !memcmp(toks(p, q), tokens, (size_t)n * sizeof *tokens))
             return q;
     }
+}
+
+/* the count of published tails after parent (-1: the root) */
+static int *tails_of(struct td_prefix *p, int parent) {
+    return parent < 0 ? &p->root_tails : &p->b[parent].tails;
 }
 
 static void insert(struct td_prefix *p, int id) {
@@ -176,15 +185,28 @@ int td_prefix_match(struct td_prefix *p, const int32_t *tokens, int n_tokens, in
     struct td_pkey k = p->root;
     for (int i = 0; n < max && (i + 1) * p->B <= n_tokens; i++) {
         k = td_prefix_key(k, tokens + (size_t)i * p->B, p->B, NULL, 0);
-        int q = find(p, k, parent, tokens + (size_t)i * p->B);
+        int q = find(p, k, parent, tokens + (size_t)i * p->B, p->B);
         if (q < 0) break;
         ids[n++] = q, parent = q;
     }
     return n;
 }
 
-void td_prefix_count(struct td_prefix *p, int n) {
-    p->st.lookups++, p->st.hits += n > 0, p->st.hit_blocks += n;
+int td_prefix_match_tail(struct td_prefix *p, int parent, const int32_t *tokens, int max, int *n) {
+    if (!*tails_of(p, parent)) return -1;
+    struct td_pkey k = parent < 0 ? p->root : p->b[parent].key;
+    for (int m = max < p->B - 1 ? max : p->B - 1; m >= 1; m--) {
+        int q = find(p, td_prefix_key(k, tokens, m, NULL, 0), parent, tokens, m);
+        if (q >= 0) {
+            *n = m;
+            return q;
+        }
+    }
+    return -1;
+}
+
+void td_prefix_count(struct td_prefix *p, int n, int tokens) {
+    p->st.lookups++, p->st.hits += n > 0, p->st.hit_blocks += n, p->st.hit_tokens += tokens;
 }
 
 int td_prefix_available(const struct td_prefix *p) {
@@ -201,6 +223,7 @@ static int take_leaf(struct td_prefix *p) {
     lru_unlink(p, id);
     remove_key(p, id);
     if (p->b[id].parent >= 0) p->b[p->b[id].parent].children--;
+    if (p->b[id].ntok < p->B) (*tails_of(p, p->b[id].parent))--;
     p->b[id].published = 0;
     p->n_cached--;
     p->st.evictions++;
@@ -247,25 +270,35 @@ void td_prefix_release(struct td_prefix *p, const int32_t *ids, int n) {
     }
 }
 
-int td_prefix_publish(struct td_prefix *p, int id, int parent, const int32_t *tokens) {
+/* publication of private block id holding n tokens (B, or fewer: a tail) after parent */
+static int publish_n(struct td_prefix *p, int id, int parent, const int32_t *tokens, int n) {
     struct pblock *x = &p->b[id];
-    TD_ASSERT(x->holds > 0 && !x->published);
-    TD_ASSERT(parent < 0 || p->b[parent].published);
-    struct td_pkey k =
-        td_prefix_key(parent < 0 ? p->root : p->b[parent].key, tokens, p->B, NULL, 0);
-    int q = find(p, k, parent, tokens);
+    TD_ASSERT(x->holds > 0 && !x->published && n >= 1 && n <= p->B);
+    TD_ASSERT(parent < 0 || (p->b[parent].published && p->b[parent].ntok == p->B));
+    struct td_pkey k = td_prefix_key(parent < 0 ? p->root : p->b[parent].key, tokens, n, NULL, 0);
+    int q = find(p, k, parent, tokens, n);
     if (q >= 0) {
         p->st.dedups++;
         td_prefix_hold(p, &q, 1);
         td_prefix_release(p, (int32_t[]){id}, 1);
         return q;
     }
-    x->key = k, x->parent = parent, x->published = 1, x->children = 0;
-    memcpy(p->tokens + (size_t)id * p->B, tokens, (size_t)p->B * sizeof *tokens);
+    x->key = k, x->parent = parent, x->published = 1, x->children = 0, x->tails = 0, x->ntok = n;
+    memcpy(p->tokens + (size_t)id * p->B, tokens, (size_t)n * sizeof *tokens);
     if (parent >= 0) p->b[parent].children++;
+    if (n < p->B) (*tails_of(p, parent))++;
     insert(p, id);
     if (p->live + p->tombs > p->cap / 2) rebuild(p);
     return id;
+}
+
+int td_prefix_publish(struct td_prefix *p, int id, int parent, const int32_t *tokens) {
+    return publish_n(p, id, parent, tokens, p->B);
+}
+
+int td_prefix_publish_tail(struct td_prefix *p, int id, int parent, const int32_t *tokens, int n) {
+    TD_ASSERT(n < p->B);
+    return publish_n(p, id, parent, tokens, n);
 }
 
 void td_prefix_stats(const struct td_prefix *p, struct td_prefix_stats *s) {

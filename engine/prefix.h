@@ -13,8 +13,13 @@
  * A block is free, private (held by the one sequence writing it, unpublished) or published
  * (frozen; held by any number of sequences, or by none: cached). Cached blocks go in the order
  * they were last released, and only leaves (no published block after them) go: a chain is
- * shortened from its end. A private block released unpublished (a finished request's partial
- * block, a rolled-back one) is free again and the first to be reused. */
+ * shortened from its end. A private block released unpublished (a rolled-back one, a tail no
+ * checkpoint could be had for) is free again and the first to be reused.
+ *
+ * A tail is a published block of fewer than B tokens: what a finished request committed past
+ * its last full block (a conversation's next turn begins with all of it). Its key is the same
+ * chain over its n ids, so it never matches a full block; it is always a leaf, and a hit on it
+ * takes a copy of its bytes (the sequence goes on writing that block). */
 #ifndef TD_ENGINE_PREFIX_H
 #define TD_ENGINE_PREFIX_H
 
@@ -28,7 +33,8 @@ struct td_pkey {
 struct td_prefix_stats {
     long lookups;    /* td_prefix_count calls (admissions that looked) */
     long hits;       /* of those, the ones that found a block */
-    long hit_blocks; /* blocks found, over all lookups */
+    long hit_blocks; /* blocks found, over all lookups (tails included) */
+    long hit_tokens; /* tokens those blocks gave */
     long evictions;  /* cached blocks taken back for a new owner */
     long dedups;     /* publications that found the same block already published */
     int in_use;      /* blocks some sequence holds (private or published) */
@@ -57,8 +63,12 @@ struct td_pkey td_prefix_key(struct td_pkey parent, const int32_t *tokens, int n
 int td_prefix_match(struct td_prefix *p, const int32_t *tokens, int n_tokens, int32_t *ids,
                     int max);
 
-/* one lookup that found n blocks, in the stats */
-void td_prefix_count(struct td_prefix *p, int n);
+/* The published tail after parent (a full block, or -1: none) that tokens begin with, the
+ * longest of at most max (< B) ids: its id, its length in *n; or -1. Takes no hold. */
+int td_prefix_match_tail(struct td_prefix *p, int parent, const int32_t *tokens, int max, int *n);
+
+/* one lookup that found n blocks (a tail counted) giving tokens tokens, in the stats */
+void td_prefix_count(struct td_prefix *p, int n, int tokens);
 
 /* blocks a sequence could be given now: the free ones and the cached ones (every cached block
  * can go, leaves first: a block some sequence holds has every block before it held too) */
@@ -84,6 +94,10 @@ void td_prefix_release(struct td_prefix *p, const int32_t *ids, int n);
  * the sequence holds that one and id is released: two sequences prefilled the same prefix). The
  * index's blocks carry no extra bytes: a tenant's salt goes into its root. */
 int td_prefix_publish(struct td_prefix *p, int id, int parent, const int32_t *tokens);
+
+/* The same for a tail: private block id holding n < block_tokens committed ids after full block
+ * parent (-1: none), published as it is (a finished sequence's last block). */
+int td_prefix_publish_tail(struct td_prefix *p, int id, int parent, const int32_t *tokens, int n);
 
 void td_prefix_stats(const struct td_prefix *p, struct td_prefix_stats *s);
 

@@ -454,3 +454,24 @@ int td_state_block_read(const struct td_state *s, int id, void *dst, char *err, 
     pieces(s, -1, 0, id, copy_piece, &pc);
     return 0;
 }
+
+struct block_move {
+    const struct td_backend *b;
+    long long delta; /* dst - src, in blocks */
+};
+
+/* a block's piece is its layer's array at block id, per entries of the piece's bytes each */
+static void move_piece(void *ctx, char *at, size_t off, size_t bytes) {
+    struct block_move *m = ctx;
+    (void)off;
+    m->b->ops.copy(at + m->delta * (long long)bytes, at, bytes);
+}
+
+int td_state_block_copy(const struct td_state *s, int dst, int src, char *err, size_t errlen) {
+    if (dst < 0 || dst >= s->n_blocks || src < 0 || src >= s->n_blocks || dst == src)
+        return td_errf(err, errlen, "block copy: blocks %d <- %d in a pool of %d", dst, src,
+                       s->n_blocks);
+    struct block_move m = {s->backend, (long long)dst - src};
+    pieces(s, -1, 0, src, move_piece, &m);
+    return 0;
+}

@@ -167,6 +167,11 @@ int td_state_window_load(struct td_state *s, int slot, const void *src, int len,
  * cache's checks read. 0, or -1 with a message (id outside the pool). */
 int td_state_block_read(const struct td_state *s, int id, void *dst, char *err, size_t errlen);
 
+/* Block src's bytes into block dst, queued on the backend (a hit on a published tail: the
+ * sequence writes on in a copy of it). 0, or -1 with a message (an id outside the pool, or the
+ * same block). */
+int td_state_block_copy(const struct td_state *s, int dst, int src, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,7 +23,7 @@
  * engine/prefix_eviction: a pool of 2 blocks: another prompt evicts the first's blocks, which
  *     then misses, with the same tokens.
  * engine/prefix_concurrent_dedup: the same prompt twice at once: both prefill, the second's
- *     blocks are the first's (published twice), the same tokens.
+ *     blocks and tail are the first's (published twice), the same tokens.
  * engine/prefix_shared_by_many: six requests at once share a prompt's two published blocks,
  *     each with the tokens of an engine without the cache.
  * engine/prefix_with_{mtp,dspark}: with a model drafter a hit leaves the drafter's window of the
@@ -32,8 +32,11 @@
  * engine/prefix_blocks_frozen: a hit that decodes past a block boundary with the random drafter
  *     (rejections around it) leaves the published blocks' bytes unchanged
  * (td_engine_prefix_checksum). engine/prefix_decode_blocks: a block its decode steps complete is
- * published: a conversation's next turn (prompt, reply, more) hits it with the logits and
- * tokens of an engine without the cache. engine/prefix_pool_refused: a pool past the cache memory
+ * published, and at the finish the committed tokens past the last full block as a tail: a
+ * conversation's next turn (prompt, reply, more) takes every committed token from the cache
+ * (299, not the 256 of the full block) with the logits and tokens of an engine without it;
+ * engine/prefix_tail_with_{mtp,dspark}: the same with a model drafter (the hit ends 128 tokens
+ * or more before the prompt's end). engine/prefix_pool_refused: a pool past the cache memory
  * limit is refused with the numbers. engine/history_pool_waits: a history pool of one max_ctx
  * sequence makes a second long prompt wait for the first's blocks (the tokens of a pool that holds
  * both), lets two short ones run at once, and is refused under one sequence's blocks.
@@ -836,8 +839,10 @@ static void prefix_cache(void) {
     }
     CHECK(!same12(cold[4], nc[4], cold[0], nc[0]), "the sampled run drew the greedy tokens");
     struct td_prefix_stats st;
+    // cached: every one of the 8 checkpoints' blocks (R's, P's and Q's full blocks and the
+    // requests' tails, 10 in all, the least recently used leaves evicted)
     CHECK(on && !td_engine_prefix_stats(on, &st) && st.lookups == 10 && st.hits == 8 &&
-              st.cached == 5,
+              st.cached == 8,
           "lookups %ld, hits %ld, cached %d", st.lookups, st.hits, st.cached);
     CHECK(off && td_engine_prefix_stats(off, &st) == -1, "stats of an engine without the cache");
     td_engine_free(off), td_engine_free(on);
@@ -868,7 +873,8 @@ static void prefix_cache(void) {
     CHECK(c2[0] == 0 && c2[1] == 0, "cached %d and %d at once", c2[0], c2[1]);
     CHECK(same12(o2[0], n2[0], cold[0], nc[0]) && same12(o2[1], n2[1], cold[0], nc[0]),
           "other tokens");
-    CHECK(two && !td_engine_prefix_stats(two, &st) && st.dedups == 2 && st.cached == 2,
+    // the two blocks and the tail, each published twice
+    CHECK(two && !td_engine_prefix_stats(two, &st) && st.dedups == 3 && st.cached == 3,
           "published twice %ld, cached %d", st.dedups, st.cached);
     td_engine_free(two);
     case_end("engine/prefix_concurrent_dedup", "");
@@ -979,13 +985,17 @@ static void prefix_cache(void) {
     }
     case_end("engine/prefix_blocks_frozen", "");
 
-    // a block its decode steps complete is published too: a 200-token prompt decoding 100
-    // tokens crosses 256, and the next turn (that prompt, the reply, 20 more ids) takes 256
-    // tokens from the cache with the logits and tokens of an engine without it
-    case_begin();
-    {
-        struct td_engine *c0 = prefix_engine(0, 1, NULL), *c1 = prefix_engine(8, 1, NULL);
-        static int32_t turn2[320];
+    // a block its decode steps complete is published too, and at its finish what it committed
+    // past its last full block (a tail): a 200-token prompt decoding 100 tokens crosses 256 and
+    // commits 299; the next turn (that prompt, the reply, 150 more ids) takes all 299 tokens
+    // from the cache (the full block and a copy of the tail) with the logits and tokens of an
+    // engine without it; with a model drafter too, whose window (128) before the prompt's end
+    // the hit leaves to prefill
+    const char *tdr[3] = {NULL, "mtp", "dspark"};
+    for (int d = 0; d < 3; d++) {
+        case_begin();
+        struct td_engine *c0 = prefix_engine(0, 1, tdr[d]), *c1 = prefix_engine(8, 1, tdr[d]);
+        static int32_t turn2[450];
         int n2 = 0;
         for (int k = 0; c0 && c1 && k < 2; k++) {
             struct td_engine *e = k ? c1 : c0;
@@ -1001,10 +1011,10 @@ static void prefix_cache(void) {
             int nt;
             td_engine_output(e, id, &t, &nt, NULL, NULL, NULL);
             CHECK(nt == 100, "the first turn made %d tokens", nt);
-            if (!k) { // the next turn's prompt: the first's, its reply, then 20 more ids
+            if (!k) { // the next turn's prompt: the first's, its reply, then 150 more ids
                 memcpy(turn2, P, 200 * sizeof(int32_t));
                 memcpy(turn2 + 200, t, (size_t)nt * sizeof(int32_t));
-                for (n2 = 200 + nt; n2 < 320; n2++)
+                for (n2 = 200 + nt; n2 < 450; n2++)
                     turn2[n2] = R[n2];
             }
             td_engine_release(e, id);
@@ -1014,12 +1024,15 @@ static void prefix_cache(void) {
         int m0 = 0, m1 = 0, k0 = 0, k1 = 0;
         uint64_t h0 = c0 ? prefix_run(c0, 1, &p2, &n2, &greedy, o0, &m0, &k0) : 0;
         uint64_t h1 = c1 ? prefix_run(c1, 1, &p2, &n2, &greedy, o1, &m1, &k1) : 1;
-        CHECK(c1 && k1 == 256, "the next turn took %d tokens from the cache, not 256", k1);
+        CHECK(c1 && k1 == 299, "the next turn took %d tokens from the cache, not 299", k1);
         CHECK(h0 == h1 && same12(o0[0], m0, o1[0], m1) && m0 == 12,
               "the next turn's logits or tokens differ from an engine without the cache");
         td_engine_free(c0), td_engine_free(c1);
+        char name[64];
+        snprintf(name, sizeof name, "engine/prefix_%s%s", d ? "tail_with_" : "decode_blocks",
+                 d ? tdr[d] : "");
+        case_end(name, "");
     }
-    case_end("engine/prefix_decode_blocks", "");
 
     case_begin();
     ep = td_engine_defaults();

@@ -2538,6 +2538,25 @@ static void test_prefix_gpu(void) {
             CHECK(na == nb && !memcmp(a, b, (size_t)na * sizeof(int32_t)), "%s, %s: other tokens",
                   drafts[d], k ? "sampled" : "greedy");
         }
+        // a conversation's next turn (a 290-token turn, its 12 tokens, 148 more ids) takes the
+        // first turn's tail too: its 301 committed tokens, the tail's block copied on the device
+        if (e[0] && e[1]) {
+            static int32_t t2[450];
+            int32_t o[12], a[12], b[12];
+            int no, co, na, nb, ca, cb;
+            gpu_prefix_run(e[1], P, 290, &sms[0], o, &no, &co);
+            memcpy(t2, P, 290 * sizeof(int32_t));
+            memcpy(t2 + 290, o, (size_t)no * sizeof(int32_t));
+            for (int i = 290 + no; i < 450; i++)
+                t2[i] = R[i];
+            uint64_t hc = gpu_prefix_run(e[0], t2, 450, &sms[0], a, &na, &ca);
+            uint64_t hw = gpu_prefix_run(e[1], t2, 450, &sms[0], b, &nb, &cb);
+            CHECK(cb == 290 + no - 1, "%s: the next turn took %d tokens from the cache, not %d",
+                  drafts[d], cb, 290 + no - 1);
+            CHECK(hc == hw && na == nb && !memcmp(a, b, (size_t)na * sizeof(int32_t)),
+                  "%s: the next turn's logits or tokens differ from an engine without the cache",
+                  drafts[d]);
+        }
         td_engine_free(e[0]), td_engine_free(e[1]);
         gpu->set_deterministic(0);
         char name[64];

@@ -219,9 +219,9 @@ static void stats(void) {
     struct td_prefix *p = td_prefix_new(5, B, root_of("m"));
     int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8}, u[8] = {1, 2, 3, 4, 0, 0, 0, 0}, a[2], got[2];
     publish_chain(p, t, 2, a);
-    td_prefix_count(p, td_prefix_match(p, t, 8, got, 2));     // 2 blocks
-    td_prefix_count(p, td_prefix_match(p, u, 8, got, 2));     // 1 block
-    td_prefix_count(p, td_prefix_match(p, u + 4, 4, got, 2)); // none
+    td_prefix_count(p, td_prefix_match(p, t, 8, got, 2), 8);     // 2 blocks
+    td_prefix_count(p, td_prefix_match(p, u, 8, got, 2), 4);     // 1 block
+    td_prefix_count(p, td_prefix_match(p, u + 4, 4, got, 2), 0); // none
     td_prefix_match(p, t, 8, got, 2); // a look that is not counted (a request that waits)
     td_prefix_release(p, a, 2);
     CHECK(td_prefix_available(p) == 5, "available %d of 5 (3 free, 2 cached)",
@@ -232,8 +232,9 @@ static void stats(void) {
     CHECK(td_prefix_available(p) == 1, "available %d, 1 cached left", td_prefix_available(p));
     struct td_prefix_stats s;
     td_prefix_stats(p, &s);
-    CHECK(s.lookups == 3 && s.hits == 2 && s.hit_blocks == 3, "lookups %ld hits %ld blocks %ld",
-          s.lookups, s.hits, s.hit_blocks);
+    CHECK(s.lookups == 3 && s.hits == 2 && s.hit_blocks == 3 && s.hit_tokens == 12,
+          "lookups %ld hits %ld blocks %ld tokens %ld", s.lookups, s.hits, s.hit_blocks,
+          s.hit_tokens);
     CHECK(s.evictions == 1 && s.in_use == 4 && s.cached == 1 && s.free == 0,
           "evictions %ld, in use %d, cached %d, free %d", s.evictions, s.in_use, s.cached, s.free);
     CHECK(td_prefix_evict(p) >= 0 && td_prefix_available(p) == 1 && td_prefix_evict(p) == -1,
@@ -241,6 +242,47 @@ static void stats(void) {
     (void)h;
     td_prefix_free(p);
     case_end("prefix/stats", "");
+}
+
+/* tails: a finished sequence's last block of fewer than B tokens, published after its full
+ * blocks (or after none). The longest tail the tokens begin with is found (not a shorter
+ * prefix of it, not one whose ids differ); a tail never matches as a full block, nor a full
+ * block as a tail; the same tail twice is one block; a tail is a leaf: the block before it is
+ * evicted only after it. */
+static void tails(void) {
+    case_begin();
+    struct td_prefix *p = td_prefix_new(6, B, root_of("m"));
+    int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8}, a[1];
+    int n = 0;
+    publish_chain(p, t, 1, a);
+    int x = td_prefix_alloc(p), y = td_prefix_alloc(p), z = td_prefix_alloc(p);
+    int tx = td_prefix_publish_tail(p, x, a[0], t + 4, 2);              // 1 2 3 4 | 5 6
+    int ty = td_prefix_publish_tail(p, y, -1, (int32_t[]){9, 8, 7}, 3); // 9 8 7
+    CHECK(tx == x && ty == y, "tails published as %d, %d (blocks %d, %d)", tx, ty, x, y);
+    int32_t more[4] = {5, 6, 0, 0}, other[3] = {5, 0, 0}, root3[4] = {9, 8, 7, 6};
+    CHECK(td_prefix_match_tail(p, a[0], more, 3, &n) == x && n == 2, "a tail of 2: %d", n);
+    CHECK(td_prefix_match_tail(p, a[0], more, 1, &n) == -1, "a tail longer than max was found");
+    CHECK(td_prefix_match_tail(p, a[0], other, 3, &n) == -1, "a tail of other ids was found");
+    CHECK(td_prefix_match_tail(p, -1, root3, 3, &n) == y && n == 3, "the root's tail: %d", n);
+    CHECK(td_prefix_match_tail(p, -1, t, 3, &n) == -1, "a tail after the root that is not there");
+    int32_t got[2];
+    CHECK(td_prefix_match(p, (int32_t[]){1, 2, 3, 4, 5, 6, 0, 0}, 8, got, 2) == 1,
+          "a tail matched as a full block");
+    // the same tail again: the first one, the second's block free again
+    int tz = td_prefix_publish_tail(p, z, a[0], t + 4, 2);
+    CHECK(tz == x, "the same tail published as %d, not %d", tz, x);
+    struct td_prefix_stats s;
+    td_prefix_stats(p, &s);
+    CHECK(s.dedups == 1, "dedups %ld", s.dedups);
+    // release everything: the full block goes only after its tail (a leaf first)
+    td_prefix_release(p, (int32_t[]){x, x, y, a[0]}, 4);
+    int first = td_prefix_evict(p), second = td_prefix_evict(p), third = td_prefix_evict(p);
+    CHECK(first == x && second == y && third == a[0],
+          "evicted %d, %d, %d: the tail %d, the root's tail %d, then the block %d", first, second,
+          third, x, y, a[0]);
+    CHECK(td_prefix_match_tail(p, -1, root3, 3, &n) == -1, "an evicted tail was found");
+    td_prefix_free(p);
+    case_end("prefix/tails", "");
 }
 
 int main(void) {
@@ -251,5 +293,6 @@ int main(void) {
     private_reused_first();
     forced_collisions();
     stats();
+    tails();
     return check_failures ? 1 : 0;
 }
