@@ -12,7 +12,9 @@
 # TURNS=FILE runs conversations instead: each "turns" line of FILE (MT-Bench's) asks its first
 # turn, then (tandem bench --turns 2) its second, the first turn and its reply as text before it,
 # with the cache off and on: the second turns' time to first token and the share of their first
-# turns' tokens (prompt and reply, T tokens) the cache gave. A model with a tokenizer:
+# turns' tokens (prompt and reply, T tokens) the cache gave (N: blocks, by default enough for
+# every conversation's blocks and tail; DRAFT=mtp|dspark: with a drafter, whose window of 128
+# tokens before a prompt's end a hit leaves to prefill). A model with a tokenizer:
 #   TURNS=../shared/data/prompts/mt-bench.jsonl BACKEND=cpu R=8 B=8 T=256 sh bench/prefix.sh
 set -e
 M=${MODEL:-models/tandem-tiny}
@@ -21,16 +23,17 @@ Q=${Q:-64}
 R=${R:-16}
 B=${B:-1}
 T=${T:-16}
+N0=$N
 N=${N:-$(( (S / 256 + 2) * 2 + 8 ))}
 V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' $M/config.json)
 if [ -n "$TURNS" ]; then
     [ "${BACKEND:-cuda}" = cuda ] && nvidia-smi --query-gpu=name --format=csv,noheader
     T=${T:-256}
     echo "prefix.sh: $M, $R conversations of $TURNS, the second turn after the first, batch $B, $T tokens out"
-    for P in 0 ${N:-$((R * (T / 256 + 3) + 8))}; do
+    for P in 0 ${N0:-$((R * (2 * (T / 256) + 5) + 8))}; do
         o=$(${TANDEM:-./bin/tandem} bench --model $M --backend ${BACKEND:-cuda} --prompts "$TURNS" \
             --n-prompts $R --batch $B --max-tokens $T --max-ctx $((2 * T + 1024)) --turns 2 \
-            --prefix-blocks $P 2>&1) || true
+            --prefix-blocks $P ${DRAFT:+--draft $DRAFT} 2>&1) || true
         echo "prefix blocks $P: $(echo "$o" | sed -n 's/^bench: second turns: //p')"
         echo "$o" | grep -E "tandem:|error" || true
     done

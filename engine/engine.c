@@ -265,9 +265,11 @@ static void why_dspark_dir(const struct td_engine *e, int in_folder, char *err, 
  * too (a conversation's next turn begins with this one's prompt and reply). Published blocks are
  * frozen: every write lands at a position at or past its sequence's committed length, in a block of
  * its own (the plan's validator checks it every step). */
-static int ckpt_take(struct td_engine *e) {
+static int ckpt_take(struct td_engine *e, int tail) {
     if (!e->n_ckpt_free) { // the least recently used cached leaf gives its block and checkpoint
-        int id = td_prefix_evict(e->pool);
+        // (a tail's only another tail: a tail never pushes a full block out, so a cache whose
+        // checkpoints the full blocks fill keeps them as it would without tails)
+        int id = td_prefix_evict(e->pool, tail);
         if (id < 0) return -1;
         e->ckpt_free[e->n_ckpt_free++] = e->ckpt_of[id], e->ckpt_of[id] = -1;
     }
@@ -385,7 +387,7 @@ static int pool_admit(struct td_engine *e, struct request *r, int slot) {
  * block is held: nothing published) */
 static int publish_block(struct td_engine *e, struct request *r, int b, int n) {
     char err[256];
-    int ck = ckpt_take(e);
+    int ck = ckpt_take(e, n < e->state.hist_block);
     if (ck < 0) return -1;
     if (td_state_window_save(&e->state, r->slot, ckpt_mem(e, ck), err, sizeof err))
         TD_ABORT("prefix publish: %s", err);

@@ -213,11 +213,11 @@ int td_prefix_available(const struct td_prefix *p) {
     return p->n_free + p->n_cached;
 }
 
-/* the least recently released cached leaf, unpublished and taken off every list (the caller
- * decides where it goes), or -1 */
-static int take_leaf(struct td_prefix *p) {
+/* the least recently released cached leaf (a tail, with tails_only), unpublished and taken off
+ * every list (the caller decides where it goes), or -1 */
+static int take_leaf(struct td_prefix *p, int tails_only) {
     int id = p->lru_head;
-    while (id >= 0 && p->b[id].children)
+    while (id >= 0 && (p->b[id].children || (tails_only && p->b[id].ntok == p->B)))
         id = p->b[id].next;
     if (id < 0) return -1;
     lru_unlink(p, id);
@@ -230,8 +230,8 @@ static int take_leaf(struct td_prefix *p) {
     return id;
 }
 
-int td_prefix_evict(struct td_prefix *p) {
-    int id = take_leaf(p);
+int td_prefix_evict(struct td_prefix *p, int tails_only) {
+    int id = take_leaf(p, tails_only);
     if (id < 0) return -1;
     p->b[id] = (struct pblock){.parent = -1, .prev = -1, .next = p->free_top, .slot = -1};
     p->free_top = id, p->n_free++;
@@ -242,7 +242,7 @@ int td_prefix_alloc(struct td_prefix *p) {
     int id = p->free_top;
     if (id >= 0) {
         p->free_top = p->b[id].next, p->n_free--;
-    } else if ((id = take_leaf(p)) < 0) {
+    } else if ((id = take_leaf(p, 0)) < 0) {
         return -1; // every block is held
     }
     p->b[id] = (struct pblock){.parent = -1, .holds = 1, .prev = -1, .next = -1, .slot = -1};

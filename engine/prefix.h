@@ -74,9 +74,9 @@ void td_prefix_count(struct td_prefix *p, int n, int tokens);
  * can go, leaves first: a block some sequence holds has every block before it held too) */
 int td_prefix_available(const struct td_prefix *p);
 
-/* The least recently released cached leaf, evicted (its key leaves the index) and free again:
- * its id, or -1 when nothing is cached. */
-int td_prefix_evict(struct td_prefix *p);
+/* The least recently released cached leaf (with tails_only, the least recently released cached
+ * tail), evicted (its key leaves the index) and free again: its id, or -1 when there is none. */
+int td_prefix_evict(struct td_prefix *p, int tails_only);
 
 /* A private block, held once by its caller: a free one, else the least recently released cached
  * leaf (evicted: its key leaves the index). -1 when every block is held. */

@@ -237,7 +237,7 @@ static void stats(void) {
           s.hit_tokens);
     CHECK(s.evictions == 1 && s.in_use == 4 && s.cached == 1 && s.free == 0,
           "evictions %ld, in use %d, cached %d, free %d", s.evictions, s.in_use, s.cached, s.free);
-    CHECK(td_prefix_evict(p) >= 0 && td_prefix_available(p) == 1 && td_prefix_evict(p) == -1,
+    CHECK(td_prefix_evict(p, 0) >= 0 && td_prefix_available(p) == 1 && td_prefix_evict(p, 0) == -1,
           "evict: the cached block goes free, then nothing is cached");
     (void)h;
     td_prefix_free(p);
@@ -248,7 +248,7 @@ static void stats(void) {
  * blocks (or after none). The longest tail the tokens begin with is found (not a shorter
  * prefix of it, not one whose ids differ); a tail never matches as a full block, nor a full
  * block as a tail; the same tail twice is one block; a tail is a leaf: the block before it is
- * evicted only after it. */
+ * evicted only after it; an eviction for a tail takes only a tail. */
 static void tails(void) {
     case_begin();
     struct td_prefix *p = td_prefix_new(6, B, root_of("m"));
@@ -274,12 +274,20 @@ static void tails(void) {
     struct td_prefix_stats s;
     td_prefix_stats(p, &s);
     CHECK(s.dedups == 1, "dedups %ld", s.dedups);
-    // release everything: the full block goes only after its tail (a leaf first)
+    // release everything, another chain's full block c first: the least recently released
+    // tail goes before c when only a tail may go; a full block goes only after its tail (a
+    // leaf first)
+    int32_t c[1];
+    publish_chain(p, (int32_t[]){4, 4, 4, 4}, 1, c);
+    CHECK(td_prefix_evict(p, 1) == -1, "a tail was evicted while none was cached");
+    td_prefix_release(p, c, 1);
     td_prefix_release(p, (int32_t[]){x, x, y, a[0]}, 4);
-    int first = td_prefix_evict(p), second = td_prefix_evict(p), third = td_prefix_evict(p);
-    CHECK(first == x && second == y && third == a[0],
-          "evicted %d, %d, %d: the tail %d, the root's tail %d, then the block %d", first, second,
-          third, x, y, a[0]);
+    int first = td_prefix_evict(p, 1), second = td_prefix_evict(p, 0);
+    int third = td_prefix_evict(p, 0), fourth = td_prefix_evict(p, 0);
+    CHECK(
+        first == x && second == c[0] && third == y && fourth == a[0],
+        "evicted %d, %d, %d, %d: the tail %d, the block %d, the root's tail %d, then the block %d",
+        first, second, third, fourth, x, c[0], y, a[0]);
     CHECK(td_prefix_match_tail(p, -1, root3, 3, &n) == -1, "an evicted tail was found");
     td_prefix_free(p);
     case_end("prefix/tails", "");
