@@ -138,6 +138,7 @@ struct td_engine {
     int caching;
     int *ckpt_of;   /* [state.n_blocks] a published block's checkpoint, else -1 */
     int *ckpt_free; /* [n_ckpt] a stack of the free ones */
+    int *ckpt_pos;  /* [n_ckpt] the length its slot had when it was taken */
     int n_ckpt, n_ckpt_free;
     char *cpool;
     size_t p_win;
@@ -316,7 +317,8 @@ static int pool_init(struct td_engine *e, const struct td_engine_params *p, char
                        e->n_ckpt, e->p_win >> 10, bytes >> 20);
     e->ckpt_of = malloc((size_t)e->state.n_blocks * sizeof *e->ckpt_of);
     e->ckpt_free = malloc((size_t)e->n_ckpt * sizeof *e->ckpt_free);
-    if (!e->ckpt_of || !e->ckpt_free)
+    e->ckpt_pos = malloc((size_t)e->n_ckpt * sizeof *e->ckpt_pos);
+    if (!e->ckpt_of || !e->ckpt_free || !e->ckpt_pos)
         return td_errf(err, errlen, "engine: out of memory for the prefix cache's index");
     for (int i = 0; i < e->state.n_blocks; i++)
         e->ckpt_of[i] = -1;
@@ -338,20 +340,28 @@ static int blocks_needed(const struct td_engine *e, const struct request *r) {
 
 /* At admission into slot: the published blocks r's prompt begins with (prefix cache), then
  * blocks of its own for the rest it may reach; its slot's table names them all, and a hit's
- * last checkpoint becomes the slot's windows. After the full blocks a published tail (a
- * finished request's last, part-filled block: a conversation's next turn) may give more: its
- * bytes are copied into r's own block there, which r goes on writing. A hit ends at least the
- * drafter's window D before the prompt's last token (drafter-state replay). -1 (nothing held)
- * when the pool cannot give the blocks now: r waits. */
+ * last checkpoint becomes the slot's windows. After the full blocks the hit may end inside the
+ * next published block, full or a tail (a finished request's last, part-filled block: a
+ * conversation's next turn): its bytes are copied into r's own block there, which r goes on
+ * writing, and its checkpoint serves the hit's end S when it was taken at most max_chunk
+ * positions past S (prefix_publish's rule: the rows below S are in the rings, those past S are
+ * rewritten before they are read, as after a rollback). A hit ends at least the drafter's
+ * window D before the prompt's last token (drafter-state replay). -1 (nothing held) when the
+ * pool cannot give the blocks now: r waits. */
 static int pool_admit(struct td_engine *e, struct request *r, int slot) {
     char err[256];
     int B = e->state.hist_block, need = blocks_needed(e, r), n = 0, tail = -1, n_tail = 0;
     int D = e->md.impl ? e->md.state(e->md.impl)->window : 0, most = r->n_prompt - 1 - D;
     if (e->caching && most >= 1) {
         n = td_prefix_match(e->pool, r->toks, r->n_prompt, r->blocks, most / B);
-        if (most - n * B >= 1)
-            tail = td_prefix_match_tail(e->pool, n ? r->blocks[n - 1] : -1, r->toks + (size_t)n * B,
-                                        most - n * B, &n_tail);
+        int ids[16], common[16], k = 0, lim = most - n * B;
+        if (lim >= 1)
+            k = td_prefix_within(e->pool, n ? r->blocks[n - 1] : -1, r->toks + (size_t)n * B, lim,
+                                 ids, common, 16);
+        for (int i = 0; i < k; i++) // the longest whose checkpoint serves its end
+            if (common[i] > n_tail &&
+                e->ckpt_pos[e->ckpt_of[ids[i]]] - (n * B + common[i]) <= e->state.max_chunk)
+                tail = ids[i], n_tail = common[i];
     }
     td_prefix_hold(e->pool, r->blocks, n);
     if (tail >= 0) td_prefix_hold(e->pool, &tail, 1); // (no allocation below may evict it)
@@ -391,6 +401,7 @@ static int publish_block(struct td_engine *e, struct request *r, int b, int n) {
     if (ck < 0) return -1;
     if (td_state_window_save(&e->state, r->slot, ckpt_mem(e, ck), err, sizeof err))
         TD_ABORT("prefix publish: %s", err);
+    e->ckpt_pos[ck] = e->state.len[r->slot];
     int id = r->blocks[b], parent = b ? r->blocks[b - 1] : -1, B = e->state.hist_block;
     const int32_t *t = r->toks + (size_t)b * B;
     int q = n == B ? td_prefix_publish(e->pool, id, parent, t)
@@ -618,8 +629,14 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         !(e->drafter = draft_init(di->name, c->vocab, err, errlen)))
         goto fail;
     if (auto_rows && use_mtp) round_rows(e, e->p.max_draft);
-    // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15
+    // rollback depth is at most max_draft rows; 16 leaves room for the verify pass of k <= 15.
+    // With the prefix cache and a model drafter, the rings keep the drafter's window (the target's
+    // sliding window) more: a hit ends that window before its prompt's end (drafter-state
+    // replay), and a checkpoint taken at L serves a hit's end S when L - S <= max_chunk, so a
+    // conversation's next turn, however short, can end its hit inside the last turn's tail
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
+    if (p->prefix_blocks > 0 && (use_mtp || use_dspark) && c->sliding_window + 1 > max_chunk)
+        max_chunk = c->sliding_window + 1;
     long long nb = pool_blocks(e, p, max_chunk, err, errlen);
     if (nb < 0) goto fail;
     size_t limit = cache_limit(p->max_cache_bytes, e->b);
@@ -757,6 +774,7 @@ void td_engine_free(struct td_engine *e) {
     if (e->cpool) e->state.backend->release(e->cpool);
     free(e->ckpt_of);
     free(e->ckpt_free);
+    free(e->ckpt_pos);
     td_state_free(&e->state);
     if (e->dev.backend) td_model_free(&e->dev);
     td_model_free(&e->model);

@@ -14,7 +14,7 @@ struct pblock {
     struct td_pkey key;
     int parent, children, holds, published;
     int ntok;       /* the tokens it holds: B, or fewer for a tail (td_prefix_publish_tail) */
-    int tails;      /* its published tail blocks (children of fewer than B tokens) */
+    int kid, sib;   /* its first published child, and its next sibling (-1: none) */
     int prev, next; /* the cached list (published, no holds), or the free stack (next) */
     int slot;       /* its table slot while published */
 };
@@ -27,7 +27,7 @@ struct td_prefix {
     int *table;      /* cap slots: -1 empty, -2 a removed entry, else a block */
     int free_top, lru_head, lru_tail;
     int n_free, n_cached; /* blocks on the free stack and the cached list */
-    int root_tails;       /* published tails of no parent (prompts shorter than a block) */
+    int root_kid;         /* the first published block of no parent */
     struct td_prefix_stats st;
 };
 
@@ -95,9 +95,16 @@ static int find(const struct td_prefix *p, struct td_pkey key, int parent, const
     }
 }
 
-/* the count of published tails after parent (-1: the root) */
-static int *tails_of(struct td_prefix *p, int parent) {
-    return parent < 0 ? &p->root_tails : &p->b[parent].tails;
+/* the head of parent's list of published children (-1: the root's) */
+static int *kids_of(struct td_prefix *p, int parent) {
+    return parent < 0 ? &p->root_kid : &p->b[parent].kid;
+}
+
+static void kid_unlink(struct td_prefix *p, int id) {
+    int *q = kids_of(p, p->b[id].parent);
+    while (*q != id)
+        q = &p->b[*q].sib;
+    *q = p->b[id].sib, p->b[id].sib = -1;
 }
 
 static void insert(struct td_prefix *p, int id) {
@@ -158,7 +165,7 @@ struct td_prefix *td_prefix_new(int n_blocks, int block_tokens, struct td_pkey r
         td_prefix_free(p);
         return NULL;
     }
-    p->lru_head = p->lru_tail = -1;
+    p->lru_head = p->lru_tail = p->root_kid = -1;
     p->free_top = -1;
     for (int i = n_blocks - 1; i >= 0; i--) // block 0 on top
         p->b[i] = (struct pblock){.parent = -1, .prev = -1, .next = p->free_top, .slot = -1},
@@ -192,17 +199,17 @@ int td_prefix_match(struct td_prefix *p, const int32_t *tokens, int n_tokens, in
     return n;
 }
 
-int td_prefix_match_tail(struct td_prefix *p, int parent, const int32_t *tokens, int max, int *n) {
-    if (!*tails_of(p, parent)) return -1;
-    struct td_pkey k = parent < 0 ? p->root : p->b[parent].key;
-    for (int m = max < p->B - 1 ? max : p->B - 1; m >= 1; m--) {
-        int q = find(p, td_prefix_key(k, tokens, m, NULL, 0), parent, tokens, m);
-        if (q >= 0) {
-            *n = m;
-            return q;
-        }
+int td_prefix_within(struct td_prefix *p, int parent, const int32_t *tokens, int max, int *ids,
+                     int *common, int cap) {
+    int n = 0;
+    for (int q = *kids_of(p, parent); q >= 0 && n < cap; q = p->b[q].sib) {
+        const int32_t *t = toks(p, q);
+        int m = max < p->b[q].ntok ? max : p->b[q].ntok, c = 0;
+        while (c < m && t[c] == tokens[c])
+            c++;
+        if (c) ids[n] = q, common[n++] = c;
     }
-    return -1;
+    return n;
 }
 
 void td_prefix_count(struct td_prefix *p, int n, int tokens) {
@@ -223,7 +230,7 @@ static int take_leaf(struct td_prefix *p, int tails_only) {
     lru_unlink(p, id);
     remove_key(p, id);
     if (p->b[id].parent >= 0) p->b[p->b[id].parent].children--;
-    if (p->b[id].ntok < p->B) (*tails_of(p, p->b[id].parent))--;
+    kid_unlink(p, id);
     p->b[id].published = 0;
     p->n_cached--;
     p->st.evictions++;
@@ -283,10 +290,10 @@ static int publish_n(struct td_prefix *p, int id, int parent, const int32_t *tok
         td_prefix_release(p, (int32_t[]){id}, 1);
         return q;
     }
-    x->key = k, x->parent = parent, x->published = 1, x->children = 0, x->tails = 0, x->ntok = n;
+    x->key = k, x->parent = parent, x->published = 1, x->children = 0, x->ntok = n;
     memcpy(p->tokens + (size_t)id * p->B, tokens, (size_t)n * sizeof *tokens);
     if (parent >= 0) p->b[parent].children++;
-    if (n < p->B) (*tails_of(p, parent))++;
+    x->kid = -1, x->sib = *kids_of(p, parent), *kids_of(p, parent) = id;
     insert(p, id);
     if (p->live + p->tombs > p->cap / 2) rebuild(p);
     return id;

@@ -18,8 +18,9 @@
  *
  * A tail is a published block of fewer than B tokens: what a finished request committed past
  * its last full block (a conversation's next turn begins with all of it). Its key is the same
- * chain over its n ids, so it never matches a full block; it is always a leaf, and a hit on it
- * takes a copy of its bytes (the sequence goes on writing that block). */
+ * chain over its n ids, so it never matches a full block; it is always a leaf. A hit may end
+ * inside any published block, a tail or a full one (td_prefix_within): it takes a copy of the
+ * block's bytes, as the sequence goes on writing that block. */
 #ifndef TD_ENGINE_PREFIX_H
 #define TD_ENGINE_PREFIX_H
 
@@ -63,9 +64,13 @@ struct td_pkey td_prefix_key(struct td_pkey parent, const int32_t *tokens, int n
 int td_prefix_match(struct td_prefix *p, const int32_t *tokens, int n_tokens, int32_t *ids,
                     int max);
 
-/* The published tail after parent (a full block, or -1: none) that tokens begin with, the
- * longest of at most max (< B) ids: its id, its length in *n; or -1. Takes no hold. */
-int td_prefix_match_tail(struct td_prefix *p, int parent, const int32_t *tokens, int max, int *n);
+/* The published blocks after parent (a full block, or -1: none), full ones and tails, whose
+ * first ids tokens begin with: up to cap of them into ids, each with how many of its ids (at
+ * most max) the tokens share in common; returns how many. A hit may end inside one of them
+ * (the engine copies it and loads its checkpoint when that checkpoint serves the hit's end).
+ * Takes no hold. */
+int td_prefix_within(struct td_prefix *p, int parent, const int32_t *tokens, int max, int *ids,
+                     int *common, int cap);
 
 /* one lookup that found n blocks (a tail counted) giving tokens tokens, in the stats */
 void td_prefix_count(struct td_prefix *p, int n, int tokens);

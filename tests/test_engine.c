@@ -16,10 +16,11 @@
  *     takes at most prefill_chunk rows a step, the decode advances every step, and the tokens
  *     are those of an uncapped run.
  * engine/prefix_warm_equals_cold: the prefix cache (tandem-tiny, prompts of 520 and 512 tokens,
- *     blocks of 256, one slot, another prompt run between any two): a repeated prompt takes 512
- *     tokens from the cache, a prompt sharing 300 tokens 256, a prompt of exactly 512 only 256
- *     (its last token is fed), and each gives the logits rows (their bytes) and the tokens
- *     (greedy and sampled) of an engine without the cache.
+ *     blocks of 256, one slot, another prompt run between any two): a repeated prompt takes 519
+ *     tokens from the cache (its last is fed; inside the first run's tail), a prompt sharing
+ *     300 tokens 256, a prompt of exactly 512 511 (inside the second block), and each gives the
+ *     logits rows (their bytes) and the tokens (greedy and sampled) of an engine without the
+ *     cache.
  * engine/prefix_eviction: a pool of 2 blocks: another prompt evicts the first's blocks, which
  *     then misses, with the same tokens.
  * engine/prefix_concurrent_dedup: the same prompt twice at once: both prefill, the second's
@@ -27,8 +28,9 @@
  * engine/prefix_shared_by_many: six requests at once share a prompt's two published blocks,
  *     each with the tokens of an engine without the cache.
  * engine/prefix_with_{mtp,dspark}: with a model drafter a hit leaves the drafter's window of the
- *     prompt to prefill (256 of 520 tokens cached, not 512), which rebuilds its rings: the same
- *     logits rows and tokens, greedy and sampled, as without the cache (fixed draft policy).
+ *     prompt to prefill (391 of 520 tokens cached, inside the second block, not 519), which
+ *     rebuilds its rings: the same logits rows and tokens, greedy and sampled, as without the
+ *     cache (fixed draft policy).
  * engine/prefix_blocks_frozen: a hit that decodes past a block boundary with the random drafter
  *     (rejections around it) leaves the published blocks' bytes unchanged
  * (td_engine_prefix_checksum). engine/prefix_decode_blocks: a block its decode steps complete is
@@ -36,13 +38,15 @@
  * conversation's next turn (prompt, reply, more) takes every committed token from the cache
  * (299, not the 256 of the full block) with the logits and tokens of an engine without it;
  * engine/prefix_tail_with_{mtp,dspark}: the same with a model drafter (the hit ends 128 tokens
- * or more before the prompt's end). engine/prefix_pool_refused: a pool past the cache memory
- * limit is refused with the numbers. engine/history_pool_waits: a history pool of one max_ctx
- * sequence makes a second long prompt wait for the first's blocks (the tokens of a pool that holds
- * both), lets two short ones run at once, and is refused under one sequence's blocks.
- * engine/prefix_boundaries/<fixture>: on every fixture, prompts that begin with a cached one's
- * first block, of 257, 300, 383, 384 and 385 tokens (past the block, around the window after
- * it), take its 256 tokens with the logits rows and tokens of an engine without the cache.
+ * or more before the prompt's end); a short next turn (20 ids after the reply) takes 299
+ * without a drafter and 191 with one, inside the first block. engine/prefix_pool_refused: a pool
+ * past the cache memory limit is refused with the numbers. engine/history_pool_waits: a history
+ * pool of one max_ctx sequence makes a second long prompt wait for the first's blocks (the tokens
+ * of a pool that holds both), lets two short ones run at once, and is refused under one sequence's
+ * blocks. engine/prefix_boundaries/<fixture>: on every fixture, prompts that begin with a cached
+ * one's first block, of 257, 300, 383, 384 and 385 tokens (past the block, around the window after
+ * it), take the block and then the part of the tail before them that they share (256, 257,
+ * 300, 383, 384 tokens) with the logits rows and tokens of an engine without the cache.
  * engine/history_pool_fits_memory: the default pool takes what the cache memory limit holds when
  * every slot at max_ctx does not fit, and is refused with the numbers under one max_ctx sequence
  * and a block for every other slot.
@@ -816,7 +820,11 @@ static void prefix_cache(void) {
     const int32_t *ps[5] = {P, P, Q, E, P};
     int lens[5] = {520, 520, 520, 512, 520};
     const struct td_sampling *smp[5] = {&greedy, &greedy, &greedy, &greedy, &sampled};
-    int want[5] = {0, 512, 256, 256, 512};
+    // what each takes: P again all but its last token (inside the first P's tail, whose
+    // checkpoint at 531 serves 519); Q, sharing 300 with P, the first block (P's second block
+    // shares 44 more, but its checkpoint at 512 is more than the chunk past 300); E (P's first
+    // 512) 511, inside P's second block; P sampled its two blocks (P's tail gone for E's)
+    int want[5] = {0, 519, 256, 511, 512};
     static int32_t cold[5][12], warm[5][12];
     int nc[5], nw[5], cc[5], cw[5];
 
@@ -931,7 +939,7 @@ static void prefix_cache(void) {
             prefix_run(dw, 1, &pp1, &l1, sm, ob, &n1b, &c1b); // cold (k 0) or warm
             prefix_run(dw, 1, &rp1, &lr, &greedy, orr, &nr, &cr);
             uint64_t hw = prefix_run(dw, 1, &pp1, &l1, sm, ob, &n1b, &c1b);
-            CHECK(c1b == 256, "%s: %d tokens from the cache, not 256 (its window prefilled)", dr[d],
+            CHECK(c1b == 391, "%s: %d tokens from the cache, not 391 (its window prefilled)", dr[d],
                   c1b);
             CHECK(hc == hw, "%s, %s: other logits than without the cache", dr[d],
                   k ? "sampled" : "greedy");
@@ -1027,6 +1035,16 @@ static void prefix_cache(void) {
         CHECK(c1 && k1 == 299, "the next turn took %d tokens from the cache, not 299", k1);
         CHECK(h0 == h1 && same12(o0[0], m0, o1[0], m1) && m0 == 12,
               "the next turn's logits or tokens differ from an engine without the cache");
+        // a short next turn (20 ids after the reply): with a drafter the hit ends 128 before
+        // its end, at 191, inside the first block, whose checkpoint (taken as the decode crossed
+        // 256) serves it: the rings keep the drafter's window more than a verify step's rows
+        int ns = 320, want = d ? 191 : 299;
+        h0 = c0 ? prefix_run(c0, 1, &p2, &ns, &greedy, o0, &m0, &k0) : 0;
+        h1 = c1 ? prefix_run(c1, 1, &p2, &ns, &greedy, o1, &m1, &k1) : 1;
+        CHECK(c1 && k1 == want, "a short next turn took %d tokens from the cache, not %d", k1,
+              want);
+        CHECK(h0 == h1 && same12(o0[0], m0, o1[0], m1) && m0 == 12,
+              "a short next turn's logits or tokens differ from an engine without the cache");
         td_engine_free(c0), td_engine_free(c1);
         char name[64];
         snprintf(name, sizeof name, "engine/prefix_%s%s", d ? "tail_with_" : "decode_blocks",
@@ -1047,8 +1065,9 @@ static void prefix_cache(void) {
 
 /* The prefix cache on a fixture: after a 400-token prompt, prompts that begin with it, of 257
  * tokens (just past its first block of 256), 300, and 383, 384 and 385 (around the end of the
- * window of 128 after the block), each take 256 tokens from the cache and give the logits rows
- * and tokens of an engine without it */
+ * window of 128 after the block), each take from the cache what the run before it committed
+ * in common with it (the first block, then inside the tail each run publishes) and give the
+ * logits rows and tokens of an engine without it */
 static void prefix_fixture(const char *fx) {
     char model[128], name[160], err[512];
     snprintf(model, sizeof model, "tests/fixtures/%s", fx);
@@ -1070,13 +1089,16 @@ static void prefix_fixture(const char *fx) {
             base[i] = (int32_t)((i * 7919 + 13) % (V - 2) + 2);
         struct td_sampling greedy = {.temperature = 0.0f, .top_p = 1.0f};
         const int32_t *pb = base;
-        int n400 = 400, lens[5] = {257, 300, 383, 384, 385}, nw = 0, nc = 0, kw = 0, kc = 0;
+        // each takes what the run before it committed in common with it: the 400-token run's
+        // first block, then each shorter run's tail (whose checkpoint at its end serves it)
+        int n400 = 400, lens[5] = {257, 300, 383, 384, 385}, want[5] = {256, 257, 300, 383, 384};
+        int nw = 0, nc = 0, kw = 0, kc = 0;
         int32_t ow[1][12], oc[1][12];
         prefix_run(e[1], 1, &pb, &n400, &greedy, ow, &nw, &kw);
         for (int j = 0; j < 5; j++) {
             uint64_t hc = prefix_run(e[0], 1, &pb, &lens[j], &greedy, oc, &nc, &kc);
             uint64_t hw = prefix_run(e[1], 1, &pb, &lens[j], &greedy, ow, &nw, &kw);
-            CHECK(kw == 256 && hc == hw && same12(oc[0], nc, ow[0], nw) && nc == 12,
+            CHECK(kw == want[j] && hc == hw && same12(oc[0], nc, ow[0], nw) && nc == 12,
                   "a %d-token prompt: %d tokens from the cache, %s logits, %s tokens", lens[j], kw,
                   hc == hw ? "the same" : "other",
                   same12(oc[0], nc, ow[0], nw) ? "the same" : "other");

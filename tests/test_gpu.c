@@ -2532,7 +2532,9 @@ static void test_prefix_gpu(void) {
             gpu_prefix_run(e[1], P, 520, &sms[k], b, &nb, &cb); // publishes (k 0) or hits
             gpu_prefix_run(e[1], R, 520, &sms[0], junk, &nj, &cj);
             uint64_t hw = gpu_prefix_run(e[1], P, 520, &sms[k], b, &nb, &cb);
-            CHECK(cb == (d ? 256 : 512), "%s: %d tokens from the cache", drafts[d], cb);
+            // all but the last token (inside the first run's tail), or with mtp all but its
+            // window (inside the second block)
+            CHECK(cb == (d ? 391 : 519), "%s: %d tokens from the cache", drafts[d], cb);
             CHECK(hc == hw, "%s, %s: other logits than without the cache", drafts[d],
                   k ? "sampled" : "greedy");
             CHECK(na == nb && !memcmp(a, b, (size_t)na * sizeof(int32_t)), "%s, %s: other tokens",

@@ -245,26 +245,31 @@ static void stats(void) {
 }
 
 /* tails: a finished sequence's last block of fewer than B tokens, published after its full
- * blocks (or after none). The longest tail the tokens begin with is found (not a shorter
- * prefix of it, not one whose ids differ); a tail never matches as a full block, nor a full
- * block as a tail; the same tail twice is one block; a tail is a leaf: the block before it is
- * evicted only after it; an eviction for a tail takes only a tail. */
+ * blocks (or after none). The published blocks after a parent, tails and full ones, are found
+ * with the ids the tokens share with each (a hit may end inside any of them); a tail never
+ * matches as a full block; the same tail twice is one block; a tail is a leaf: the block
+ * before it is evicted only after it; an eviction for a tail takes only a tail. */
 static void tails(void) {
     case_begin();
     struct td_prefix *p = td_prefix_new(6, B, root_of("m"));
     int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8}, a[1];
-    int n = 0;
     publish_chain(p, t, 1, a);
     int x = td_prefix_alloc(p), y = td_prefix_alloc(p), z = td_prefix_alloc(p);
     int tx = td_prefix_publish_tail(p, x, a[0], t + 4, 2);              // 1 2 3 4 | 5 6
     int ty = td_prefix_publish_tail(p, y, -1, (int32_t[]){9, 8, 7}, 3); // 9 8 7
     CHECK(tx == x && ty == y, "tails published as %d, %d (blocks %d, %d)", tx, ty, x, y);
     int32_t more[4] = {5, 6, 0, 0}, other[3] = {5, 0, 0}, root3[4] = {9, 8, 7, 6};
-    CHECK(td_prefix_match_tail(p, a[0], more, 3, &n) == x && n == 2, "a tail of 2: %d", n);
-    CHECK(td_prefix_match_tail(p, a[0], more, 1, &n) == -1, "a tail longer than max was found");
-    CHECK(td_prefix_match_tail(p, a[0], other, 3, &n) == -1, "a tail of other ids was found");
-    CHECK(td_prefix_match_tail(p, -1, root3, 3, &n) == y && n == 3, "the root's tail: %d", n);
-    CHECK(td_prefix_match_tail(p, -1, t, 3, &n) == -1, "a tail after the root that is not there");
+    int ids[4], com[4];
+    CHECK(td_prefix_within(p, a[0], more, 3, ids, com, 4) == 1 && ids[0] == x && com[0] == 2,
+          "the tail after the block: all 2 of its ids");
+    CHECK(td_prefix_within(p, a[0], more, 1, ids, com, 4) == 1 && ids[0] == x && com[0] == 1,
+          "at most 1 id: 1 of the tail's");
+    CHECK(td_prefix_within(p, a[0], other, 3, ids, com, 4) == 1 && ids[0] == x && com[0] == 1,
+          "ids that part after 1: 1 of the tail's");
+    CHECK(td_prefix_within(p, -1, root3, 3, ids, com, 4) == 1 && ids[0] == y && com[0] == 3,
+          "the root's tail");
+    CHECK(td_prefix_within(p, -1, t, 3, ids, com, 4) == 1 && ids[0] == a[0] && com[0] == 3,
+          "3 ids inside the full block after the root");
     int32_t got[2];
     CHECK(td_prefix_match(p, (int32_t[]){1, 2, 3, 4, 5, 6, 0, 0}, 8, got, 2) == 1,
           "a tail matched as a full block");
@@ -288,7 +293,7 @@ static void tails(void) {
         first == x && second == c[0] && third == y && fourth == a[0],
         "evicted %d, %d, %d, %d: the tail %d, the block %d, the root's tail %d, then the block %d",
         first, second, third, fourth, x, c[0], y, a[0]);
-    CHECK(td_prefix_match_tail(p, -1, root3, 3, &n) == -1, "an evicted tail was found");
+    CHECK(td_prefix_within(p, -1, root3, 3, ids, com, 4) == 0, "an evicted tail was found");
     td_prefix_free(p);
     case_end("prefix/tails", "");
 }
