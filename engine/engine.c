@@ -350,7 +350,7 @@ static int blocks_needed(const struct td_engine *e, const struct request *r) {
  * pool cannot give the blocks now: r waits. */
 static int pool_admit(struct td_engine *e, struct request *r, int slot) {
     char err[256];
-    int B = e->state.hist_block, need = blocks_needed(e, r), n = 0, tail = -1, n_tail = 0;
+    int B = e->state.hist_block, need = blocks_needed(e, r), n = 0, part = -1, n_part = 0;
     int D = e->md.impl ? e->md.state(e->md.impl)->window : 0, most = r->n_prompt - 1 - D;
     if (e->caching && most >= 1) {
         n = td_prefix_match(e->pool, r->toks, r->n_prompt, r->blocks, most / B);
@@ -359,15 +359,15 @@ static int pool_admit(struct td_engine *e, struct request *r, int slot) {
             k = td_prefix_within(e->pool, n ? r->blocks[n - 1] : -1, r->toks + (size_t)n * B, lim,
                                  ids, common, 16);
         for (int i = 0; i < k; i++) // the longest whose checkpoint serves its end
-            if (common[i] > n_tail &&
+            if (common[i] > n_part &&
                 e->ckpt_pos[e->ckpt_of[ids[i]]] - (n * B + common[i]) <= e->state.max_chunk)
-                tail = ids[i], n_tail = common[i];
+                part = ids[i], n_part = common[i];
     }
     td_prefix_hold(e->pool, r->blocks, n);
-    if (tail >= 0) td_prefix_hold(e->pool, &tail, 1); // (no allocation below may evict it)
+    if (part >= 0) td_prefix_hold(e->pool, &part, 1); // (no allocation below may evict it)
     if (td_prefix_available(e->pool) < need - n) {
         td_prefix_release(e->pool, r->blocks, n);
-        if (tail >= 0) td_prefix_release(e->pool, &tail, 1);
+        if (part >= 0) td_prefix_release(e->pool, &part, 1);
         return -1;
     }
     for (int i = n; i < need; i++) {
@@ -378,15 +378,15 @@ static int pool_admit(struct td_engine *e, struct request *r, int slot) {
     }
     r->n_blocks = need;
     memcpy(td_state_table(&e->state, slot), r->blocks, (size_t)need * sizeof *r->blocks);
-    int hit = n * B + n_tail, last = tail >= 0 ? tail : n ? r->blocks[n - 1] : -1;
-    if (e->caching) td_prefix_count(e->pool, n + (tail >= 0), hit);
+    int hit = n * B + n_part, last = part >= 0 ? part : n ? r->blocks[n - 1] : -1;
+    if (e->caching) td_prefix_count(e->pool, n + (part >= 0), hit);
     r->n_pub = n;
     if (!hit) return 0;
-    if (tail >= 0 && td_state_block_copy(&e->state, r->blocks[n], tail, err, sizeof err))
+    if (part >= 0 && td_state_block_copy(&e->state, r->blocks[n], part, err, sizeof err))
         TD_ABORT("prefix hit: %s", err);
     if (td_state_window_load(&e->state, slot, ckpt_mem(e, e->ckpt_of[last]), hit, err, sizeof err))
         TD_ABORT("prefix hit: %s", err);
-    if (tail >= 0) td_prefix_release(e->pool, &tail, 1); // (its copy and checkpoint are queued)
+    if (part >= 0) td_prefix_release(e->pool, &part, 1); // (its copy and checkpoint are queued)
     r->st.cached_tokens = hit;
     if (e->md.impl) e->md.begin(e->md.impl, slot, hit);
     return 0;
