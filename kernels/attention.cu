@@ -516,9 +516,11 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
         LAUNCH_CHECK();
         return;
     }
-    // capacity: the window plus every compressed entry a row may see (top-k or all visible)
+    // capacity: the window plus every compressed entry a row may see (top-k or all visible);
+    // the configuration's, not the ring's (whose slack an engine sets: with a drafter and the
+    // prefix cache it holds 129 rows more, and the split of a row's keys must not move with it)
     int max_keys =
-        a->swa_rows + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
+        a->swa_keys + (a->entries ? (a->use_topk ? a->rows.topk_stride : a->n_entries) : 0);
     size_t smem = attention_smem(a->d, max_keys, a->n_heads);
     ensure_smem(smem);
     // V's rope pairs columns (p0 + 2i, p0 + 2i + 1): the kernel finds a partner at lane ^ 1

@@ -36,6 +36,9 @@ struct attn_args {
                               step copy; an fp32 cache's: the fp32 rows) */
     const void *swa_ring;  /* [max_seqs, swa_rows] older window keys, fmt records */
     int swa_rows;
+    int swa_keys;        /* window keys a row has at most (the plan's window + block): with
+                            the entries, what the CUDA kernel splits a row's keys by, so a
+                            row's sums follow the model, never the ring's slack */
     const void *entries; /* [n_blocks * per] compressed entries (fmt), paged: entry w of row t's
                             sequence s is row rows_entry(&rows, s, w, per); NULL: none */
     int n_entries;       /* entries a sequence reaches at most */

@@ -270,6 +270,7 @@ static void attention_block(struct fwd *f, int li) {
                            .kv = typed ? f->kvrec : (const void *)f->kv,
                            .swa_ring = ls->swa,
                            .swa_rows = f->st->swa_ring,
+                           .swa_keys = f->p->dims.window + f->p->dims.block,
                            .entries = comp ? ls->entries : NULL,
                            .n_entries = ls->n_entries,
                            .per = ls->per,
@@ -526,7 +527,7 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
             .index_head_dim = c->rate_csa ? c->index_head_dim : 0,
             .index_n_heads = c->rate_csa ? c->index_n_heads : 0,
             .rot_dim = c->rope_dim,
-            .max_keys = st->swa_ring + (ent > d->topk ? ent : d->topk),
+            .max_keys = d->window + d->block + (ent > d->topk ? ent : d->topk),
             .entries = ent,
             .comp_slots = csa_slots > c->rate_hca ? csa_slots : c->rate_hca,
             .moe_k = c->n_experts_tok + 1, // + the shared expert, when folded in
