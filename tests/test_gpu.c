@@ -2510,9 +2510,9 @@ static void test_deterministic(void) {
 
 /* the prefix cache on the GPU in batch-invariant mode (engine/prefix.h; the CPU has the same
  * cases in test_engine): a repeated 520-token prompt on tandem-tiny, another prompt run between,
- * takes 512 tokens from the cache (256 with MTP, whose window it prefills) and gives the logits
- * rows (their bytes, through the logits hook) and the tokens of an engine without the cache,
- * greedy and sampled */
+ * takes 519 tokens from the cache (391 with MTP or DSpark, whose window it prefills) and gives
+ * the logits rows (their bytes, through the logits hook) and the tokens of an engine without the
+ * cache, greedy and sampled; a conversation's next turn takes the first turn's tail */
 static uint64_t gpu_rows;
 static struct gpu_row {
     long pos;
@@ -2572,8 +2572,8 @@ static void test_prefix_gpu(void) {
         P[i] = (int32_t)((i * 7919 + 13) % 8000 + 2), R[i] = (int32_t)((i * 31 + 17) % 7000 + 100);
     struct td_sampling sms[2] = {{.temperature = 0.0f, .top_p = 1.0f},
                                  {.temperature = 1.0f, .top_p = 1.0f, .seed = 7}};
-    const char *drafts[2] = {"none", "mtp"};
-    for (int d = 0; d < 2; d++) {
+    const char *drafts[3] = {"none", "mtp", "dspark"};
+    for (int d = 0; d < 3; d++) {
         case_begin();
         char err[512];
         struct td_engine *e[2] = {NULL, NULL};
