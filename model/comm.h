@@ -1,0 +1,72 @@
+/* comm.h: the ranks of one model split over several workers, and what they exchange
+ * (parallel.md section 5.3). A small table beside td_backend: each op works on raw buffers of
+ * the rank's backend, in the backend's queue order, and returns 0, or -1 once the world has
+ * failed (a rank aborted, ranks disagreed about the op, or one did not come in time), with the
+ * reason from poll_error. No op ever waits for ever: a rank that dies ends the others' ops.
+ *
+ *   struct td_comm_world *w;                      // threads: W ranks in one process (CPU tests)
+ *   td_comm_threads_world(&w, 4, 10.0, err, sizeof err);
+ *   ... in rank r's thread:
+ *   struct td_comm c;
+ *   td_comm_threads(&c, w, r);
+ *   if (c.ops->all_reduce_sum_f32(&c, buf, n)) c.ops->poll_error(&c, err, sizeof err);
+ *   ... after every thread is done:
+ *   td_comm_world_free(w);
+ *
+ *   struct td_comm one;                            // self: one rank, every op a no-op
+ *   td_comm_self(&one);
+ *
+ * Sums are exact functions of their inputs: all_reduce_sum_f32 adds the ranks' values in rank
+ * order 0, 1, .., W - 1 (the same bits on every rank and in every run); the expert combine that
+ * needs bits equal to one rank's sends disjoint slots (one nonzero addend each), which any order
+ * sums exactly.
+ */
+#ifndef TD_COMM_H
+#define TD_COMM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct td_comm;
+
+struct td_comm_ops {
+    const char *name;
+    /* buf[0 .. n) = the sum over ranks of each rank's buf, added in rank order */
+    int (*all_reduce_sum_f32)(struct td_comm *c, float *buf, size_t n);
+    /* recv[r * bytes .. (r + 1) * bytes) = rank r's send[0 .. bytes), on every rank */
+    int (*all_gather)(struct td_comm *c, const void *send, void *recv, size_t bytes);
+    /* every rank's buf[0 .. bytes) = root's */
+    int (*broadcast)(struct td_comm *c, void *buf, size_t bytes, int root);
+    int (*barrier)(struct td_comm *c);
+    /* ends the world: every rank's waiting and later ops return -1 with this reason */
+    void (*abort)(struct td_comm *c, const char *reason);
+    /* 0 while the world is whole; else -1 and why it failed */
+    int (*poll_error)(struct td_comm *c, char *err, size_t errlen);
+};
+
+struct td_comm {
+    int rank, world;
+    const struct td_comm_ops *ops;
+    void *impl;
+};
+
+/* one rank: the ops do nothing (the one-GPU and CPU engines) */
+void td_comm_self(struct td_comm *c);
+
+/* W ranks as threads of one process, each calling the ops from its own thread. An op that waits
+ * longer than timeout_s seconds for the other ranks fails the world, naming the op, its number
+ * in the rank's sequence and the ranks that had not come. Ranks that call different ops (or the
+ * same op with other sizes or roots) at the same point fail it too, naming both calls. */
+struct td_comm_world;
+int td_comm_threads_world(struct td_comm_world **out, int world, double timeout_s, char *err,
+                          size_t errlen);
+void td_comm_threads(struct td_comm *c, struct td_comm_world *w, int rank);
+void td_comm_world_free(struct td_comm_world *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
