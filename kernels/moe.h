@@ -45,17 +45,33 @@ void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, con
 /* the routed experts: arrays of n_experts weight pointers, one dtype for all (the shared
  * expert may be one more, picked by moe_route_rows' shared) */
 struct expert_set {
-    const void *const *w1; /* [n_experts] -> [inter, d] gate */
-    const void *const *w3; /* [n_experts] -> [inter, d] up */
-    const void *const *w2; /* [n_experts] -> [d, inter] down */
+    const void *const *w1;    /* [n_experts] -> [inter, d] gate */
+    const void *const *w3;    /* [n_experts] -> [inter, d] up */
+    const void *const *w2;    /* [n_experts] -> [d, inter] down */
+    const unsigned char *own; /* [n_experts] the experts this rank runs (1), of a model split
+                                 over ranks (parallel.md 5.2; host memory); NULL: every one */
     enum td_dtype dtype;
 };
 
 /* out[n, d] = sum over row t's picks, in ascending expert order (then pick order), of
- * weights[t, j] * expert(x[t]). Batch-invariant: a row's sum never depends on other rows. */
+ * weights[t, j] * expert(x[t]). Batch-invariant: a row's sum never depends on other rows.
+ * It is moe_experts_slots_ref, then moe_combine_slots_ref: the one order a split model's
+ * ranks sum in too. */
 void moe_experts_ref(float *out, const float *x, const int32_t *picks, const float *weights,
                      const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                      float limit);
+
+/* slots[t * k + j, :] ([n * k, d]) = expert picks[t, j] of x[t], unweighted, for every pick whose
+ * expert this rank runs (ex->own), zeros for the others: the ranks' slots are disjoint, so one
+ * all-reduce sum of them is exact in any order. Each expert runs once over its rows. */
+void moe_experts_slots_ref(float *slots, const float *x, const int32_t *picks,
+                           const struct expert_set *ex, int n, int d, int inter, int k,
+                           int n_experts, float limit);
+
+/* out[t, :] = 0 + the sum over row t's picks, in ascending expert order (then pick order), of
+ * slots[t * k + j, :] * weights[t, j] */
+void moe_combine_slots_ref(float *out, const float *slots, const int32_t *picks,
+                           const float *weights, int n, int d, int k);
 
 /* CUDA launchers (kernels/<op>.cu): the same contract on device pointers, queued on the
  * backend's stream. Defined only in builds with nvcc. */

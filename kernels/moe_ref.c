@@ -99,13 +99,22 @@ void moe_route_rows_ref(int32_t *picks, float *weights, const float *logits, con
 void moe_experts_ref(float *out, const float *x, const int32_t *picks, const float *weights,
                      const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                      float limit) {
+    float *slots = td_xmalloc((size_t)n * k * d * sizeof(float));
+    moe_experts_slots_ref(slots, x, picks, ex, n, d, inter, k, n_experts, limit);
+    moe_combine_slots_ref(out, slots, picks, weights, n, d, k);
+    free(slots);
+}
+
+void moe_experts_slots_ref(float *slots, const float *x, const int32_t *picks,
+                           const struct expert_set *ex, int n, int d, int inter, int k,
+                           int n_experts, float limit) {
     int *rows = td_xmalloc((size_t)n * k * sizeof(int));
     float *xe = td_xmalloc((size_t)n * k * d * sizeof(float));
     float *ye = td_xmalloc((size_t)n * k * d * sizeof(float));
-    for (size_t i = 0; i < (size_t)n * d; i++)
-        out[i] = 0.0f;
-    // gather each expert's rows, run it once, add in ascending expert order
+    memset(slots, 0, (size_t)n * k * d * sizeof(float));
+    // gather each expert's rows, run it once, place its outputs in their picks' slots
     for (int e = 0; e < n_experts; e++) {
+        if (ex->own && !ex->own[e]) continue;
         int m = 0;
         for (int t = 0; t < n; t++)
             for (int j = 0; j < k; j++)
@@ -128,14 +137,36 @@ void moe_experts_ref(float *out, const float *x, const int32_t *picks, const flo
                                     .b3_dtype = 0,
                                     .b2_dtype = 0};
         swiglu_ref(ye, xe, &sw, m, d, inter, limit);
-        for (int r = 0; r < m; r++) {
-            int t = rows[r] / k;
-            float w = weights[rows[r]];
-            for (int c = 0; c < d; c++)
-                out[(size_t)t * d + c] += ye[(size_t)r * d + c] * w;
-        }
+        for (int r = 0; r < m; r++)
+            memcpy(slots + (size_t)rows[r] * d, ye + (size_t)r * d, (size_t)d * sizeof(float));
     }
     free(rows);
     free(xe);
     free(ye);
+}
+
+void moe_combine_slots_ref(float *out, const float *slots, const int32_t *picks,
+                           const float *weights, int n, int d, int k) {
+    for (int t = 0; t < n; t++) {
+        const int32_t *p = picks + (size_t)t * k;
+        float *o = out + (size_t)t * d;
+        for (int c = 0; c < d; c++)
+            o[c] = 0.0f;
+        // the picks in ascending expert order, ties in pick order (an insertion sort of k)
+        int ord[64];
+        for (int j = 0; j < k; j++) {
+            int i = j;
+            while (i > 0 && p[ord[i - 1]] > p[j]) {
+                ord[i] = ord[i - 1];
+                i--;
+            }
+            ord[i] = j;
+        }
+        for (int i = 0; i < k; i++) {
+            const float *y = slots + ((size_t)t * k + ord[i]) * d;
+            float w = weights[(size_t)t * k + ord[i]];
+            for (int c = 0; c < d; c++)
+                o[c] += y[c] * w;
+        }
+    }
 }

@@ -71,6 +71,14 @@ struct td_ops {
     void (*moe_experts)(float *out, const float *x, const int32_t *picks, const float *weights,
                         const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                         float limit);
+    /* a model split over ranks (split.h): the picks' unweighted outputs of this rank's experts
+     * into their slots, zeros elsewhere; then, after the all-reduce, the slots' weighted sum in
+     * ascending expert order (moe.h); NULL: the backend runs no split model yet */
+    void (*moe_experts_slots)(float *slots, const float *x, const int32_t *picks,
+                              const struct expert_set *ex, int n, int d, int inter, int k,
+                              int n_experts, float limit);
+    void (*moe_combine_slots)(float *out, const float *slots, const int32_t *picks,
+                              const float *weights, int n, int d, int k);
     void (*add)(float *y, const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
     void (*swiglu_act)(float *g, const float *u, size_t n, float limit);

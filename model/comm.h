@@ -4,17 +4,14 @@
  * failed (a rank aborted, ranks disagreed about the op, or one did not come in time), with the
  * reason from poll_error. No op ever waits for ever: a rank that dies ends the others' ops.
  *
- *   struct td_comm_world *w;                      // threads: W ranks in one process (CPU tests)
- *   td_comm_threads_world(&w, 4, 10.0, err, sizeof err);
- *   ... in rank r's thread:
- *   struct td_comm c;
+ *   struct td_comm_world *w;  // W ranks as threads of one process (the CPU tests)
+ *   if (td_comm_threads_world(&w, world, 10.0, err, sizeof err)) return -1;
+ *   struct td_comm c;         // in rank r's thread (each rank its own)
  *   td_comm_threads(&c, w, r);
  *   if (c.ops->all_reduce_sum_f32(&c, buf, n)) c.ops->poll_error(&c, err, sizeof err);
- *   ... after every thread is done:
- *   td_comm_world_free(w);
+ *   td_comm_world_free(w);    // once every rank's thread is done
  *
- *   struct td_comm one;                            // self: one rank, every op a no-op
- *   td_comm_self(&one);
+ * td_comm_self makes the one-rank communicator, whose ops do nothing.
  *
  * Sums are exact functions of their inputs: all_reduce_sum_f32 adds the ranks' values in rank
  * order 0, 1, .., W - 1 (the same bits on every rank and in every run); the expert combine that

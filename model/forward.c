@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "model/backend.h"
+#include "model/split.h"
 #include "kernels/err.h"
 #include "kernels/rope.h"
 
@@ -50,6 +51,7 @@ struct fwd {
     float *router;              /* [n, n_experts] */
     int32_t *picks;             /* [n, experts per token] */
     float *weights;             /* [n, experts per token] */
+    float *slots;               /* [n, experts per token, dim] a split model's expert outputs */
     float *logits;              /* [n, vocab] */
     float *inv_main, *inv_comp; /* [rope_dim / 2] */
     void *plan_dev;    /* the plan's copy in backend memory: every step's on a device backend; on
@@ -328,8 +330,18 @@ static void moe_block(struct fwd *f, int li) {
                        l->gate_bias.dtype, hash ? l->tid2eid.data : NULL, l->tid2eid.dtype, n, k, E,
                        c->routed_scaling, sh);
     struct expert_set ex = {.w1 = l->ex_w1, .w3 = l->ex_w3, .w2 = l->ex_w2, .dtype = l->ex_dtype};
-    op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k + sh, E + sh,
-                    c->swiglu_limit);
+    const struct td_split *sp = f->m->split;
+    if (sp && sp->comm->world > 1) { // this rank's experts into their slots, summed over ranks
+        ex.own = sp->own + (size_t)li * sp->per_layer;
+        op->moe_experts_slots(f->slots, f->xn, f->picks, &ex, n, D, I, k + sh, E + sh,
+                              c->swiglu_limit);
+        // (a failed world fails every later op at once; the call's end reports it)
+        sp->comm->ops->all_reduce_sum_f32(sp->comm, f->slots, (size_t)n * (k + sh) * D);
+        op->moe_combine_slots(f->a, f->slots, f->picks, f->weights, n, D, k + sh);
+    } else {
+        op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k + sh, E + sh,
+                        c->swiglu_limit);
+    }
     // the shared expert ran there as one more pick of weight 1, added last (expert E), as the
     // add below would add it; it has its own GEMMs with biases, another dtype, or in steps the
     // backend runs faster so (moe_fold_shared: a tandem-tiny verify step of 16 sequences took
@@ -467,6 +479,8 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         {.dst = (void **)&f->picks,
          .bytes = N * (c->n_experts_tok + 1) * sizeof(int32_t)}, // + the shared
         {.dst = (void **)&f->weights, .bytes = N * (c->n_experts_tok + 1) * F},
+        {.dst = (void **)&f->slots, // (a float when the model is not split)
+         .bytes = m->split ? N * (c->n_experts_tok + 1) * D * F : F},
         {.dst = (void **)&f->logits, .bytes = N * c->vocab * F},
         {.dst = (void **)&f->inv_main, .bytes = (size_t)(half + 1) * F},
         {.dst = (void **)&f->inv_comp, .bytes = (size_t)(half + 1) * F},
@@ -800,6 +814,14 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
                 m->quantized);
         return NULL;
     }
+    if (m->split && m->split->comm->world > 1 &&
+        (!b->ops.moe_experts_slots || !b->ops.moe_combine_slots)) {
+        td_errf(err, errlen,
+                "forward: the %s backend cannot run a model split over %d ranks yet (it has no "
+                "expert slots)",
+                b->name, m->split->comm->world);
+        return NULL;
+    }
     if (ws_make(st, m, &p->dims, err, errlen)) return NULL;
     struct fwd *f = &st->ws->f;
     f->b = b;
@@ -870,6 +892,12 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
     return f && !st->backend->finish(err, errlen) ? 0 : -1;
 }
 
+/* a split model's ranks: has their world failed (a rank aborted, disagreed or timed out)? */
+static int world_failed(const struct td_model *m, char *err, size_t errlen) {
+    struct td_comm *c = m->split ? m->split->comm : NULL;
+    return c && c->ops->poll_error(c, err, errlen);
+}
+
 static void commit(struct td_state *st, const struct td_plan *p) {
     for (int s = 0; s < p->n_seq; s++) {
         int slot = p->slot[s];
@@ -898,6 +926,7 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
         }
     }
     run_step(f, st->ws, topk_trace);
+    if (world_failed(m, err, errlen)) return -1;
     if (logits) { // else they stay in the backend (td_forward_logits) and nothing waits here
         f->b->to_host(logits, f->logits, (size_t)p->n_logit * f->c->vocab * sizeof(float));
         if (f->b->finish(err, errlen)) return -1;
@@ -942,6 +971,7 @@ int td_forward_store_kv(const struct td_model *m, struct td_state *st, const str
     struct fwd *f = begin(m, st, p, io, err, errlen);
     if (!f) return -1;
     run_step(f, st->ws, NULL);
+    if (world_failed(m, err, errlen)) return -1;
     commit(st, p); // queued: the next forward on this state runs after it
     return 0;
 }

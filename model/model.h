@@ -87,6 +87,8 @@ struct td_dummy {
     uint8_t qscale;      /* its scale byte */
 };
 
+struct td_split;
+
 struct td_model {
     struct td_config cfg;
     struct st_set st;
@@ -109,6 +111,8 @@ struct td_model {
                             from a placed copy (td_model_upload decodes or packs them) */
     void **owned;        /* a dummy model's host allocations (generators, tid2eid) */
     int n_owned;
+    const struct td_split *split; /* this rank's experts of a model split over ranks (split.h),
+                                     not owned; NULL: one rank runs every one */
 };
 
 /* Load DIR/config.json and DIR's safetensors. 0 on success; -1 with a message (nothing held). */

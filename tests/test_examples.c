@@ -33,11 +33,13 @@
 #include "engine/policy.h"
 #include "metadata/plan.h"
 #include "model/backend.h"
+#include "model/comm.h"
 #include "model/config.h"
 #include "model/fileio.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "model/split.h"
 #include "model/state.h"
 #include "serve/config.h"
 #include "serve/metrics.h"
@@ -208,6 +210,54 @@ static int ex_forward(void) {
     else if (memcmp(logits, one + (size_t)3 * V, (size_t)2 * V * sizeof *logits))
         rc = fail("the step's logits differ from the one-shot pass's rows 3..4");
     free(logits), free(one), td_state_free(&st), td_model_free(&model);
+    return rc;
+}
+
+/* a world of one rank (threads): the sum over one rank is its own buffer */
+static int ex_comm(void) {
+    int world = 1, r = 0;
+    size_t n = 2;
+    float buf[2] = {1.5f, -2.0f};
+    // sketch: model/comm.h
+    struct td_comm_world *w; // W ranks as threads of one process (the CPU tests)
+    if (td_comm_threads_world(&w, world, 10.0, err, sizeof err)) return -1;
+    struct td_comm c; // in rank r's thread (each rank its own)
+    td_comm_threads(&c, w, r);
+    if (c.ops->all_reduce_sum_f32(&c, buf, n)) c.ops->poll_error(&c, err, sizeof err);
+    td_comm_world_free(w); // once every rank's thread is done
+    // end sketch
+    if (buf[0] != 1.5f || buf[1] != -2.0f) return fail("the sum over one rank changed its buffer");
+    return 0;
+}
+
+/* one rank's split (td_comm_self) runs every expert: the logits of the model unsplit */
+static int ex_split(void) {
+    struct td_model model;
+    struct td_state st;
+    if (load_yarn(&model, &st)) return fail("%s", err);
+    int V = model.cfg.vocab;
+    int32_t ids[4];
+    ramp(ids, 4, 5, V);
+    int a = td_state_seq_alloc(&st), b = td_state_seq_alloc(&st);
+    float *logits = malloc((size_t)4 * V * sizeof *logits), *whole = malloc((size_t)4 * V * 4);
+    struct td_plan_seq seq = {.slot = a, .n_new = 4, .ids = ids},
+                       ref = {.slot = b, .n_new = 4, .ids = ids};
+    if (td_forward_seqs(&model, &st, &ref, 1, whole, NULL, err, sizeof err)) return fail("%s", err);
+    struct td_comm comm;
+    td_comm_self(&comm);
+    // sketch: model/split.h
+    struct td_split sp; // this rank's experts (comm: its rank and the world)
+    if (td_split_init(&sp, &model.cfg, &comm, err, sizeof err)) return -1;
+    struct td_model rank_model = model; // this rank's view: the weights shared, its experts
+    rank_model.split = &sp;             // the same plans on every rank:
+    int rc = td_forward_seqs(&rank_model, &st, &seq, 1, logits, NULL, err, sizeof err);
+    td_split_free(&sp);
+    // end sketch
+    if (rc)
+        rc = fail("%s", err);
+    else if (memcmp(logits, whole, (size_t)4 * V * sizeof *logits))
+        rc = fail("one rank's split gave other logits than the model");
+    free(logits), free(whole), td_state_free(&st), td_model_free(&model);
     return rc;
 }
 
@@ -595,6 +645,8 @@ static const struct example {
     {"model/model.h", ex_model, NULL},
     {"model/backend.h", ex_backend, NULL},
     {"model/forward.h", ex_forward, NULL},
+    {"model/comm.h", ex_comm, NULL},
+    {"model/split.h", ex_split, NULL},
     {"metadata/plan.h", ex_plan, NULL},
     {"engine/engine.h", ex_engine, NULL},
     {"engine/policy.h", ex_policy, NULL},

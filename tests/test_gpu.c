@@ -2527,8 +2527,8 @@ static void gpu_hash_rows(void *ctx, int request, long position, float *row, int
         int top = 0;
         for (int v = 1; v < vocab; v++)
             top = row[v] > row[top] ? v : top;
-        gpu_row_log[gpu_n_rows++] =
-            (struct gpu_row){position, fnv1a(0xcbf29ce484222325ull, row, (size_t)vocab * 4), top};
+        gpu_row_log[gpu_n_rows++] = (struct gpu_row){
+            .pos = position, .h = fnv1a(0xcbf29ce484222325ull, row, (size_t)vocab * 4), .top = top};
     }
 }
 

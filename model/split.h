@@ -1,0 +1,45 @@
+/* split.h: a model split over ranks, experts first (parallel.md section 5.1 P1). Every rank
+ * holds every non-expert weight and runs the whole step on the same rows; rank r runs the routed
+ * experts [r E / W, (r + 1) E / W) of every MoE layer, and a layer's shared expert, where it
+ * runs as one more pick (model.h ex_shared), on rank layer mod W. A layer's experts write their
+ * outputs into the picks' slots, zeros elsewhere, one all-reduce sums the ranks' slots (each
+ * element has one nonzero addend, so any order gives the same bits) and each rank then sums a
+ * row's slots in ascending expert order, as the one-rank path does: the logits are the same
+ * bits at every world size (moe.h moe_experts_slots_ref, moe_combine_slots_ref).
+ *
+ *   struct td_split sp; // this rank's experts (comm: its rank and the world)
+ *   if (td_split_init(&sp, &model.cfg, &comm, err, sizeof err)) return -1;
+ *   struct td_model rank_model = model; // this rank's view: the weights shared, its experts
+ *   rank_model.split = &sp;             // the same plans on every rank:
+ *   int rc = td_forward_seqs(&rank_model, &st, &seq, 1, logits, NULL, err, sizeof err);
+ *   td_split_free(&sp);
+ */
+#ifndef TD_SPLIT_H
+#define TD_SPLIT_H
+
+#include <stddef.h>
+
+#include "model/comm.h"
+#include "model/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct td_split {
+    struct td_comm *comm;
+    int lo, hi;         /* the routed experts this rank runs */
+    int per_layer;      /* own's row: n_experts + 1 (the shared expert's index n_experts) */
+    unsigned char *own; /* [n_layers][per_layer] 1: this rank runs the expert of the layer */
+};
+
+/* this rank's part of cfg's experts; -1 with a message when the world does not divide the
+ * routed experts (each rank the same count) */
+int td_split_init(struct td_split *s, const struct td_config *cfg, struct td_comm *comm, char *err,
+                  size_t errlen);
+void td_split_free(struct td_split *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

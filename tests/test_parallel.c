@@ -1,0 +1,208 @@
+/* test_parallel.c: a model split over ranks, experts first (model/split.h), its ranks threads
+ * of this process on the CPU backend (model/comm.h's threads world). parallel.md section 4's L1.
+ *
+ *   make build/tests/test_parallel && build/tests/test_parallel
+ *
+ * parallel/logits_equal_one_rank/<model>/W<w>
+ *     two sequences through prefill (23 and 9 rows in one step), decode (a row each), verify
+ *     chunks (4 and 3 rows), a rollback (2 and 1 rows back) and the rows again: every rank of W
+ *     gives the logits (their bytes) of the model unsplit, on the fixtures and tandem-tiny, at
+ *     every world size that divides the model's experts; each rank runs a W-th of the routed
+ *     experts (the test checks the parts are disjoint and cover them), so a missing or
+ *     inexact combine gives other bits
+ * parallel/refuses_uneven_split     4 ranks for 6 experts: refused with the numbers
+ * parallel/rank_abort_fails_others  rank 1 aborts before its step: rank 0's step returns -1
+ *                                   naming the abort (no hang)
+ * parallel/desync_fails_all         rank 1 is given a plan of one row fewer: every rank's
+ *                                   step fails, naming both ranks' calls
+ */
+#include <pthread.h>
+
+#include "check.h"
+#include "model/backend.h"
+#include "model/comm.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/split.h"
+#include "model/state.h"
+
+#define MAXW 8
+
+struct step {
+    int n[2];    /* rows of sequences A and B */
+    int back[2]; /* rows each rolls back before the step */
+};
+static const struct step steps[] = {
+    {.n = {23, 9}}, {.n = {1, 1}}, {.n = {4, 3}}, {.n = {2, 1}, .back = {2, 1}}, {.n = {1, 1}}};
+#define N_STEPS (int)(sizeof steps / sizeof *steps)
+
+/* the steps on model m in a fresh state; the hash of every step's logits bytes; 0 with err set
+ * when a step fails. short_by: rows fewer for sequence A of the first step (a desync). */
+static uint64_t run_steps(const struct td_model *m, int short_by, char *err, size_t errlen) {
+    const struct td_config *c = &m->cfg;
+    struct td_state st;
+    if (td_state_init(&st, c, 2, 64, 16, (size_t)1 << 30, NULL, err, errlen)) return 0;
+    int32_t ids[2][64];
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 64; i++)
+            ids[s][i] = (int32_t)((i * 37 + s * 101 + 11) % c->vocab);
+    int slot[2] = {td_state_seq_alloc(&st), td_state_seq_alloc(&st)};
+    float *logits = malloc((size_t)64 * c->vocab * sizeof(float));
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int k = 0; k < N_STEPS && h; k++) {
+        struct td_plan_seq q[2];
+        int rows = 0;
+        for (int s = 0; s < 2; s++) {
+            int len = st.len[slot[s]] - steps[k].back[s];
+            if (steps[k].back[s] && td_state_rollback(&st, slot[s], len, err, errlen)) h = 0;
+            int n = steps[k].n[s] - (k == 0 && s == 0 ? short_by : 0);
+            q[s] = (struct td_plan_seq){
+                .slot = slot[s], .len_before = len, .n_new = n, .ids = ids[s] + len};
+            rows += n;
+        }
+        if (h && td_forward_seqs(m, &st, q, 2, logits, NULL, err, errlen)) h = 0;
+        if (h) h = fnv1a(h, logits, (size_t)rows * c->vocab * sizeof(float)) | 1;
+    }
+    free(logits);
+    td_state_free(&st);
+    return h;
+}
+
+struct rank_job {
+    const struct td_model *host;
+    struct td_comm comm;
+    int short_by, abort_first;
+    uint64_t hash;
+    int lo, hi, owned;
+    char err[512];
+};
+
+static void *rank_main(void *p) {
+    struct rank_job *j = p;
+    struct td_split sp;
+    j->hash = 0;
+    if (td_split_init(&sp, &j->host->cfg, &j->comm, j->err, sizeof j->err)) return NULL;
+    j->lo = sp.lo, j->hi = sp.hi;
+    for (int e = 0; e < sp.per_layer; e++)
+        j->owned += sp.own[e];
+    struct td_model m = *j->host; // this rank's view: the host weights, its experts
+    m.split = &sp;
+    if (j->abort_first)
+        j->comm.ops->abort(&j->comm, "rank 1 lost its GPU");
+    else
+        j->hash = run_steps(&m, j->short_by, j->err, sizeof j->err);
+    td_split_free(&sp);
+    return NULL;
+}
+
+/* W ranks run the steps; jobs[r] says what rank r saw */
+static void run_world(const struct td_model *m, int W, double timeout_s, struct rank_job *jobs,
+                      int short_rank, int abort_rank) {
+    char err[256];
+    struct td_comm_world *w;
+    if (td_comm_threads_world(&w, W, timeout_s, err, sizeof err)) {
+        case_fail("%s", err);
+        return;
+    }
+    pthread_t th[MAXW];
+    for (int r = 0; r < W; r++) {
+        jobs[r] = (struct rank_job){
+            .host = m, .short_by = r == short_rank ? 1 : 0, .abort_first = r == abort_rank};
+        td_comm_threads(&jobs[r].comm, w, r);
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    for (int r = 0; r < W; r++)
+        pthread_join(th[r], NULL);
+    td_comm_world_free(w);
+}
+
+struct model_case {
+    const char *dir;
+    int worlds[3];
+};
+
+static void parity(void) {
+    const struct model_case mc[] = {{"tests/fixtures/a_tiny_yarn", {2, 4, 8}},
+                                    {"tests/fixtures/b_plain_hc2", {2, 3, 6}},
+                                    {"tests/fixtures/d_released", {2, 3, 0}},
+                                    {"models/tandem-tiny", {2, 4, 0}}};
+    char err[512];
+    for (size_t i = 0; i < sizeof mc / sizeof *mc; i++) {
+        struct td_model loaded, m;
+        int ok = !td_model_load(&loaded, mc[i].dir, err, sizeof err);
+        if (ok && loaded.quantized) { // FP8/FP4: its CPU placement, decoded exactly
+            ok = !td_model_upload(&loaded, td_backend_cpu(), &m, err, sizeof err);
+        } else {
+            m = loaded;
+        }
+        uint64_t one = ok ? run_steps(&m, 0, err, sizeof err) : 0;
+        const char *name = strrchr(mc[i].dir, '/') + 1;
+        for (int k = 0; k < 3 && mc[i].worlds[k]; k++) {
+            case_begin();
+            int W = mc[i].worlds[k];
+            CHECK(ok && one, "%s: %s", mc[i].dir, err);
+            struct rank_job jobs[MAXW];
+            memset(jobs, 0, sizeof jobs);
+            if (ok && one) run_world(&m, W, 30.0, jobs, -1, -1);
+            int E = m.cfg.n_experts, next = 0;
+            for (int r = 0; r < W && ok && one; r++) {
+                CHECK(jobs[r].hash, "rank %d: %s", r, jobs[r].err);
+                CHECK(jobs[r].hash == one, "rank %d's logits differ from one rank's", r);
+                CHECK(jobs[r].lo == next && jobs[r].hi - jobs[r].lo == E / W &&
+                          jobs[r].owned == E / W + (r == 0),
+                      "rank %d runs experts [%d, %d) (%d of layer 0's), not a %d-th after %d", r,
+                      jobs[r].lo, jobs[r].hi, jobs[r].owned, W, next);
+                next = jobs[r].hi;
+            }
+            CHECK(!ok || !one || next == E, "the ranks run experts up to %d of %d", next, E);
+            char cname[96];
+            snprintf(cname, sizeof cname, "parallel/logits_equal_one_rank/%s/W%d", name, W);
+            case_end(cname, "");
+        }
+        if (ok && loaded.quantized) td_model_free(&m);
+        if (ok) td_model_free(&loaded);
+    }
+}
+
+static void failures(void) {
+    char err[512];
+    struct td_model m;
+    case_begin();
+    CHECK(!td_model_load(&m, "tests/fixtures/b_plain_hc2", err, sizeof err), "%s", err);
+    struct td_comm_world *w = NULL;
+    struct td_comm c;
+    struct td_split sp;
+    CHECK(!td_comm_threads_world(&w, 4, 1.0, err, sizeof err), "%s", err);
+    if (w) td_comm_threads(&c, w, 0);
+    CHECK(w && td_split_init(&sp, &m.cfg, &c, err, sizeof err) &&
+              strstr(err, "4 ranks do not divide the model's 6 routed experts"),
+          "4 ranks for 6 experts: '%s'", err);
+    td_comm_world_free(w);
+    case_end("parallel/refuses_uneven_split", "");
+
+    case_begin();
+    struct rank_job jobs[MAXW];
+    memset(jobs, 0, sizeof jobs);
+    run_world(&m, 2, 30.0, jobs, -1, 1);
+    CHECK(!jobs[0].hash && strstr(jobs[0].err, "rank 1 aborted: rank 1 lost its GPU"),
+          "rank 0: hash %llx, '%s'", (unsigned long long)jobs[0].hash, jobs[0].err);
+    case_end("parallel/rank_abort_fails_others", "");
+
+    case_begin();
+    memset(jobs, 0, sizeof jobs);
+    run_world(&m, 3, 30.0, jobs, 1, -1);
+    for (int r = 0; r < 3; r++)
+        CHECK(!jobs[r].hash && strstr(jobs[r].err, "the ranks disagree at op 1: rank 0 called "
+                                                   "all_reduce of"),
+              "rank %d: hash %llx, '%s'", r, (unsigned long long)jobs[r].hash, jobs[r].err);
+    char extra[600];
+    snprintf(extra, sizeof extra, "(%s)", jobs[0].err);
+    case_end("parallel/desync_fails_all", extra);
+    td_model_free(&m);
+}
+
+int main(void) {
+    parity();
+    failures();
+    return check_failures ? 1 : 0;
+}
