@@ -43,6 +43,13 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool fu
                  "r"(full ? 16 : 0));
 }
 
+/* 4 bytes (src 4-byte aligned), zeros when !full */
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool full) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem),
+                 "r"(full ? 4 : 0));
+}
+
 __device__ __forceinline__ void cp_async_commit(void) {
     asm volatile("cp.async.commit_group;");
 }
@@ -148,11 +155,110 @@ __device__ __forceinline__ void gt_qstore(struct gt_smem<BM> *sm, int stage, con
             pairs_in_order<F>(wraw_row<F>(q.bits[u], q.s));
 }
 
+/* Q4 weights streamed as bf16 ones are: a stage's 32 codes of the thread's row (16 bytes) and,
+ * every fourth stage, the row's next four scale bytes go to shared memory by cp.async
+ * GT_STAGES - 1 stages ahead, with the stage's A rows; after the block's multiplication of a
+ * stage each thread decodes its row of the next one (waiting for its own copies only) into one
+ * of two bf16 stages. gt_qload's register loads were issued a stage ahead, which the tensor
+ * cores waited for: the released slice's 4096-token prefill spent 50.4 ms in the FP4 expert
+ * tiles against 30.5 ms for the bf16 ones (H100, session 35). The ring lies over b[2 ..]: the
+ * bf16 stages are b[0] and b[1]. The same decode as gt_qstore's: the same bits. */
+/* 1: Q4 tiles take gt_tile_q4 where they can (the default); 0: gt_qload's register loads
+ * (moe_cuda_set_q4_async, TD_Q4_ASYNC=0 at start-up: A/B and tests) */
+static __device__ int gt_q4_tiles_async = 1;
+
+struct gt_q4_ring {
+    uint4 codes[GT_STAGES][GT_THREADS];
+    unsigned scales[2][GT_THREADS]; /* stages 4 j .. 4 j + 3: word j % 2 */
+};
+
+/* K % 128 == 0 (a row's scale words are whole), codes 16-byte and scales 4-byte aligned */
+__device__ __forceinline__ bool gt_q4_async_ok(const gt_qb<WF_Q4> &q, int K) {
+    return K % 128 == 0 && (uintptr_t)q.m.p % 16 == 0 && (uintptr_t)q.m.s % 4 == 0;
+}
+
+template <int BM>
+__device__ __forceinline__ void gt_tile_q4(float (*c)[8][4], struct gt_smem<BM> *sm,
+                                           const struct gt_src<BM> *s, const gt_qb<WF_Q4> &q,
+                                           int K) {
+    static_assert(2 * sizeof(sm->b[0]) >= sizeof(struct gt_q4_ring), "the ring fits b[2 ..]");
+    constexpr int MI = gt_mi<BM>;
+    struct gt_q4_ring *rg = (struct gt_q4_ring *)&sm->b[2][0][0];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = (w & 1) * (BM / 2), wn = (w >> 1) * 64;
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            c[mi][j][0] = c[mi][j][1] = c[mi][j][2] = c[mi][j][3] = 0.0f;
+    int kt_n = K / GT_BK;
+    bool on = q.row >= 0; // (an absent row: zeros, any valid address)
+    const uint8_t *codes = (const uint8_t *)q.m.p + (size_t)(on ? q.row : 0) * (K / 2);
+    const uint8_t *scl = q.m.s + (size_t)(on ? q.row : 0) * q.m.srow;
+    auto issue = [&](int st) { // stage st's A rows, the row's codes, every fourth its scales
+        gt_load<false, BM>(sm, st % GT_STAGES, s, st * GT_BK, K);
+        cp_async16(&rg->codes[st % GT_STAGES][threadIdx.x], codes + (size_t)st * 16, on);
+        if (st % 4 == 0) cp_async4(&rg->scales[(st / 4) % 2][threadIdx.x], scl + st, on);
+    };
+    auto decode = [&](int st) { // the row of stage st, from the ring into b[st % 2]
+        uint4 v = rg->codes[st % GT_STAGES][threadIdx.x];
+        unsigned sc = on ? (rg->scales[(st / 4) % 2][threadIdx.x] >> (8 * (st % 4))) & 0xffu : 127u;
+        unsigned g[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            *(uint4 *)&sm->b[st % 2][threadIdx.x][8 * u] =
+                pairs_in_order<WF_Q4>(wraw_row<WF_Q4>(g[u], sc));
+    };
+#pragma unroll
+    for (int st = 0; st < GT_STAGES - 1; st++) {
+        if (st < kt_n) issue(st);
+        cp_async_commit();
+    }
+    cp_async_wait<GT_STAGES - 2>(); // this thread's copies of stage 0
+    decode(0);
+    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
+        bk = ((lane >> 3) & 1) * 8;
+    for (int kt = 0; kt < kt_n; kt++) {
+        cp_async_wait<GT_STAGES - 2>();
+        __syncthreads(); // A of stage kt and b[kt % 2] from every thread; kt - 1's slots free
+        int nx = kt + GT_STAGES - 1;
+        if (nx < kt_n) issue(nx);
+        cp_async_commit();
+        int st = kt % GT_STAGES, sb = kt % 2;
+#pragma unroll
+        for (int kk = 0; kk < GT_BK; kk += 16) {
+            unsigned a[MI][4], b[4][4];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+                ldmatrix4(a[mi], &sm->a[st][wm + 16 * mi + ar][kk + ak]);
+#pragma unroll
+            for (int jp = 0; jp < 4; jp++)
+                ldmatrix4(b[jp], &sm->b[sb][wn + 16 * jp + br][kk + bk]);
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    mma_bf16(c[mi][j], a[mi][0], a[mi][1], a[mi][2], a[mi][3],
+                             b[j >> 1][2 * (j & 1)], b[j >> 1][2 * (j & 1) + 1]);
+        }
+        if (kt + 1 < kt_n) { // (b[(kt + 1) % 2]: stage kt - 1's, read before this barrier)
+            cp_async_wait<GT_STAGES - 2>(); // this thread's copies of stage kt + 1
+            decode(kt + 1);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads(); // (the shared memory is the next tile's)
+}
+
 /* the block's BM x 128 tile over k = 0 .. K (K a multiple of 8) into c; B's weights of format
  * F: bf16 rows (s's B rows) or quantized ones (q) */
 template <int F, int BM>
 __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem<BM> *sm,
                                         const struct gt_src<BM> *s, gt_qb<F> &q, int K) {
+    if constexpr (F == WF_Q4)
+        if (gt_q4_tiles_async && gt_q4_async_ok(q, K)) {
+            gt_tile_q4<BM>(c, sm, s, q, K);
+            return;
+        }
     constexpr bool BB = F == WF_BF16;
     constexpr int MI = gt_mi<BM>;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = (w & 1) * (BM / 2), wn = (w >> 1) * 64;

@@ -677,6 +677,8 @@ template <typename G> static void by_wide(int dtype, int bm, G &&g) {
 static void wide_allow(void) {
     static bool done;
     if (done) return;
+    const char *qa = getenv("TD_Q4_ASYNC");
+    if (qa && !strcmp(qa, "0")) moe_cuda_set_q4_async(0);
     for (int dt : {TD_DTYPE_BF16, TD_DTYPE_Q8, TD_DTYPE_Q4})
         for (int bm = 32; bm <= 128; bm *= 2)
             by_wide(dt, bm, [&](auto f, auto b) {
@@ -698,6 +700,11 @@ static int wide_forced; /* moe_cuda_set_wide_height */
 
 extern "C" void moe_cuda_set_wide_height(int bm) {
     wide_forced = bm;
+}
+
+extern "C" void moe_cuda_set_q4_async(int on) {
+    int v = on ? 1 : 0;
+    CUDA_CHECK(cudaMemcpyToSymbol(gt_q4_tiles_async, &v, sizeof v));
 }
 
 static int wide_height(int entries, int n_experts) {

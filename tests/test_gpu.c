@@ -604,9 +604,13 @@ static void test_moe_quant(void) {
  * likewise; Q4, whose rows are multiples of 32: 288 and 224), experts of 150 entries (a tile
  * of 128 and one of 22; and in tiles of 32 and 64, the same bits); against a reference on the
  * weights' values that rounds x and h to bf16 as the path does (double sums); and a row's bits the
- * same in another batch of wide rows */
-static void test_moe_wide(enum td_dtype t) {
-    int E = 8, k = 4, q4 = t == TD_DTYPE_Q4, D = q4 ? 288 : 264, I = q4 ? 224 : 200, n = 300;
+ * same in another batch of wide rows. Q4 at inputs of multiples of 128 too (hidden 384, inter
+ * 256; and inter 224: a last tile of absent rows in the up projection, the down one the other
+ * form), where the tiles stream their codes by cp.async stages ahead (gemm_tile.cuh gt_tile_q4):
+ * the bits of the register loads' form (moe_cuda_set_q4_async(0)) */
+static void test_moe_wide(enum td_dtype t, int wide128) {
+    int E = 8, k = 4, q4 = t == TD_DTYPE_Q4, n = 300;
+    int D = wide128 ? 384 : q4 ? 288 : 264, I = wide128 == 1 ? 256 : q4 ? 224 : 200;
     case_begin();
     rs = 0x6a09e667f3bcc908ull + (uint64_t)t;
     float *wf[3][8];
@@ -670,8 +674,20 @@ static void test_moe_wide(enum td_dtype t) {
     moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
     float *g = fetch(dy, (size_t)n * D, "moe_experts wide");
     char name[64];
-    snprintf(name, sizeof name, "op/moe_experts_wide/%s", td_dtype_name(t));
+    snprintf(name, sizeof name, "op/moe_experts_wide/%s%s", td_dtype_name(t),
+             wide128 == 1 ? "/D384_I256"
+             : wide128    ? "/D384_I224"
+                          : "");
     close_rel(name, g, rf, n, D, 1e-3);
+    if (q4) { // the register loads' form: the same bits
+        moe_cuda_set_q4_async(0);
+        moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
+        moe_cuda_set_q4_async(1);
+        float *gr = fetch(dy, (size_t)n * D, "moe_experts wide, register loads");
+        CHECK(!memcmp(gr, g, (size_t)n * D * 4),
+              "%s: the tiles' register loads and their copies ahead give other bits", name);
+        free(gr);
+    }
     for (int bm = 32; bm <= 64; bm *= 2) { // tiles of 32 and 64 entries: the same bits
         moe_cuda_set_wide_height(bm);
         moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
@@ -2998,9 +3014,11 @@ int main(int argc, char **argv) {
     test_matmul_quant();
     test_q8h_xt();
     test_moe_quant();
-    test_moe_wide(TD_DTYPE_BF16);
-    test_moe_wide(TD_DTYPE_Q8);
-    test_moe_wide(TD_DTYPE_Q4);
+    test_moe_wide(TD_DTYPE_BF16, 0);
+    test_moe_wide(TD_DTYPE_Q8, 0);
+    test_moe_wide(TD_DTYPE_Q4, 0);
+    test_moe_wide(TD_DTYPE_Q4, 1);
+    test_moe_wide(TD_DTYPE_Q4, 2);
     test_pointwise();
     test_markov();
     test_copy_bytes();
