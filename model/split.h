@@ -8,7 +8,7 @@
  * bits at every world size (moe.h moe_experts_slots_ref, moe_combine_slots_ref).
  *
  *   struct td_split sp; // this rank's experts (comm: its rank and the world)
- *   if (td_split_init(&sp, &model.cfg, &comm, err, sizeof err)) return -1;
+ *   if (td_split_init(&sp, &model, &comm, err, sizeof err)) return -1;
  *   struct td_model rank_model = model; // this rank's view: the weights shared, its experts
  *   rank_model.split = &sp;             // the same plans on every rank:
  *   int rc = td_forward_seqs(&rank_model, &st, &seq, 1, logits, NULL, err, sizeof err);
@@ -20,7 +20,7 @@
 #include <stddef.h>
 
 #include "model/comm.h"
-#include "model/config.h"
+#include "model/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,10 +33,17 @@ struct td_split {
     unsigned char *own; /* [n_layers][per_layer] 1: this rank runs the expert of the layer */
 };
 
-/* this rank's part of cfg's experts; -1 with a message when the world does not divide the
- * routed experts (each rank the same count) */
-int td_split_init(struct td_split *s, const struct td_config *cfg, struct td_comm *comm, char *err,
+/* this rank's part of model m's experts. Collective: every rank calls it, and the ranks'
+ * manifests (world, model shapes, a fingerprint of the weights: every tensor's name, dtype,
+ * shape and first and last bytes, or a dummy model's seed; the build) are gathered and compared.
+ * -1 with a message, on every rank, when the world does not divide the routed experts (each rank
+ * the same count), a rank's manifest differs from rank 0's (naming the rank and what differs),
+ * or the gather fails (the communicator's reason). */
+int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *comm, char *err,
                   size_t errlen);
+
+/* the fingerprint of m's weights the manifests compare (XXH3-64) */
+unsigned long long td_split_fingerprint(const struct td_model *m);
 void td_split_free(struct td_split *s);
 
 #ifdef __cplusplus

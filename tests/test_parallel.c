@@ -10,7 +10,10 @@
  *     every world size that divides the model's experts; each rank runs a W-th of the routed
  *     experts (the test checks the parts are disjoint and cover them), so a missing or
  *     inexact combine gives other bits
- * parallel/refuses_uneven_split     4 ranks for 6 experts: refused with the numbers
+ * parallel/refuses_uneven_split     4 ranks for 6 experts: every rank refuses, with the numbers
+ * parallel/manifest_refuses_other_model    rank 1 loaded another checkpoint: every rank
+ * parallel/manifest_refuses_other_weights  refuses at start-up, naming it (the manifests'
+ *                                   weights fingerprints: names, shapes, first and last bytes)
  * parallel/rank_abort_fails_others  rank 1 aborts before its step: rank 0's step returns -1
  *                                   naming the abort (no hang)
  * parallel/desync_fails_all         rank 1 is given a plan of one row fewer: every rank's
@@ -81,7 +84,7 @@ static void *rank_main(void *p) {
     struct rank_job *j = p;
     struct td_split sp;
     j->hash = 0;
-    if (td_split_init(&sp, &j->host->cfg, &j->comm, j->err, sizeof j->err)) return NULL;
+    if (td_split_init(&sp, j->host, &j->comm, j->err, sizeof j->err)) return NULL;
     j->lo = sp.lo, j->hi = sp.hi;
     for (int e = 0; e < sp.per_layer; e++)
         j->owned += sp.own[e];
@@ -95,6 +98,8 @@ static void *rank_main(void *p) {
     return NULL;
 }
 
+static const struct td_model *rank1_model; /* rank 1 loads this one instead (a mismatch) */
+
 /* W ranks run the steps; jobs[r] says what rank r saw */
 static void run_world(const struct td_model *m, int W, double timeout_s, struct rank_job *jobs,
                       int short_rank, int abort_rank) {
@@ -106,8 +111,9 @@ static void run_world(const struct td_model *m, int W, double timeout_s, struct 
     }
     pthread_t th[MAXW];
     for (int r = 0; r < W; r++) {
-        jobs[r] = (struct rank_job){
-            .host = m, .short_by = r == short_rank ? 1 : 0, .abort_first = r == abort_rank};
+        jobs[r] = (struct rank_job){.host = r == 1 && rank1_model ? rank1_model : m,
+                                    .short_by = r == short_rank ? 1 : 0,
+                                    .abort_first = r == abort_rank};
         td_comm_threads(&jobs[r].comm, w, r);
         pthread_create(&th[r], NULL, rank_main, &jobs[r]);
     }
@@ -169,19 +175,44 @@ static void failures(void) {
     struct td_model m;
     case_begin();
     CHECK(!td_model_load(&m, "tests/fixtures/b_plain_hc2", err, sizeof err), "%s", err);
-    struct td_comm_world *w = NULL;
-    struct td_comm c;
-    struct td_split sp;
-    CHECK(!td_comm_threads_world(&w, 4, 1.0, err, sizeof err), "%s", err);
-    if (w) td_comm_threads(&c, w, 0);
-    CHECK(w && td_split_init(&sp, &m.cfg, &c, err, sizeof err) &&
-              strstr(err, "4 ranks do not divide the model's 6 routed experts"),
-          "4 ranks for 6 experts: '%s'", err);
-    td_comm_world_free(w);
+    struct rank_job jobs[MAXW];
+    memset(jobs, 0, sizeof jobs);
+    run_world(&m, 4, 30.0, jobs, -1, -1); // every rank refuses, none waits for the others
+    for (int r = 0; r < 4; r++)
+        CHECK(!jobs[r].hash && strstr(jobs[r].err, "4 ranks do not divide the model's 6 routed "
+                                                   "experts"),
+              "rank %d of 4 for 6 experts: '%s'", r, jobs[r].err);
     case_end("parallel/refuses_uneven_split", "");
 
+    // rank 1 loads another checkpoint (another model; the same shapes with other weights)
+    const char *other_dir[2] = {"tests/fixtures/a_tiny_yarn", "tests/fixtures/b_plain_hc2"};
+    for (int o = 0; o < 2; o++) {
+        case_begin();
+        struct td_model other, placed;
+        int ok = o ? !td_model_load_dummy(&other, other_dir[o], 7, err, sizeof err) &&
+                         !td_model_upload(&other, td_backend_cpu(), &placed, err, sizeof err)
+                   : !td_model_load(&other, other_dir[o], err, sizeof err);
+        CHECK(ok, "%s", err);
+        if (ok) {
+            rank1_model = o ? &placed : &other;
+            memset(jobs, 0, sizeof jobs);
+            run_world(&m, 2, 30.0, jobs, -1, -1);
+            rank1_model = NULL;
+            for (int r = 0; r < 2; r++)
+                CHECK(!jobs[r].hash && strstr(jobs[r].err, "split: rank 1 loaded another model "
+                                                           "than rank 0"),
+                      "rank %d: '%s'", r, jobs[r].err);
+            if (o) td_model_free(&placed);
+            td_model_free(&other);
+        }
+        char extra[600];
+        snprintf(extra, sizeof extra, "(%s)", jobs[0].err);
+        case_end(o ? "parallel/manifest_refuses_other_weights"
+                   : "parallel/manifest_refuses_other_model",
+                 extra);
+    }
+
     case_begin();
-    struct rank_job jobs[MAXW];
     memset(jobs, 0, sizeof jobs);
     run_world(&m, 2, 30.0, jobs, -1, 1);
     CHECK(!jobs[0].hash && strstr(jobs[0].err, "rank 1 aborted: rank 1 lost its GPU"),
@@ -192,7 +223,7 @@ static void failures(void) {
     memset(jobs, 0, sizeof jobs);
     run_world(&m, 3, 30.0, jobs, 1, -1);
     for (int r = 0; r < 3; r++)
-        CHECK(!jobs[r].hash && strstr(jobs[r].err, "the ranks disagree at op 1: rank 0 called "
+        CHECK(!jobs[r].hash && strstr(jobs[r].err, "the ranks disagree at op 2: rank 0 called "
                                                    "all_reduce of"),
               "rank %d: hash %llx, '%s'", r, (unsigned long long)jobs[r].hash, jobs[r].err);
     char extra[600];
