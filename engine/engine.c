@@ -25,6 +25,7 @@
 #include "kernels/err.h"
 #include "model/backend.h"
 #include "model/fileio.h"
+#include "model/split.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/state.h"
@@ -76,7 +77,10 @@ struct td_engine {
     const struct td_backend *b;
     struct td_model model;      /* on the host (mapped files) */
     struct td_model dev;        /* its mirror on a device backend */
-    const struct td_model *run; /* the one the forward reads: model or dev */
+    const struct td_model *run; /* the one the forward reads: model or dev (or ranked) */
+    struct td_model ranked;     /* a split model's: run's weights, this rank's experts */
+    struct td_split split;
+    int follower; /* a split model's rank past 0: runs the leader's steps (td_engine_follow) */
     struct td_state state;
     struct td_plan plan;
     struct td_drafter *drafter;
@@ -285,6 +289,31 @@ static void ckpt_drop(struct td_engine *e, int id) {
 
 static char *ckpt_mem(const struct td_engine *e, int ck) {
     return e->cpool + (size_t)ck * e->p_win;
+}
+
+/* A split model's ranks run the leader's plans on states of their own: every rank's must have
+ * the leader's dims (collective: each gathers every rank's and refuses any that differs) */
+static int same_state(struct td_engine *e, char *err, size_t errlen) {
+    struct td_comm *c = e->split.comm;
+    const struct td_state *st = &e->state;
+    int32_t me[7] = {st->max_seqs,          st->max_ctx,    st->max_chunk,        st->n_blocks,
+                     (int32_t)st->kv_dtype, st->hist_block, e->p.max_batch_tokens};
+    static const char *what[7] = {"sequences",      "max_ctx",         "max_chunk",
+                                  "history blocks", "key-cache dtype", "history block tokens",
+                                  "rows a step"};
+    int32_t *all = calloc((size_t)c->world, sizeof me);
+    if (!all) return td_errf(err, errlen, "engine: out of memory");
+    int rc = c->ops->all_gather(c, me, all, sizeof me);
+    if (rc) c->ops->poll_error(c, err, errlen);
+    for (int r = 1; !rc && r < c->world; r++)
+        for (int i = 0; !rc && i < 7; i++)
+            if (all[7 * r + i] != all[i])
+                rc = td_errf(err, errlen,
+                             "engine: rank %d's state has %d %s where rank 0's has %d: every rank "
+                             "must start with the same settings",
+                             r, all[7 * r + i], what[i], all[i]);
+    free(all);
+    return rc ? -1 : 0;
 }
 
 static int pool_init(struct td_engine *e, const struct td_engine_params *p, char *err,
@@ -574,6 +603,21 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         if (td_model_upload(&e->model, e->b, &e->dev, err, errlen)) goto fail;
         e->run = &e->dev;
     }
+    if (p->comm && p->comm->world > 1) { // a split model: this rank's experts (collective)
+        if (p->prefix_blocks > 0) {
+            td_errf(err, errlen,
+                    "engine: the prefix cache does not run on a model split over %d ranks yet "
+                    "(prefix_blocks 0)",
+                    p->comm->world);
+            goto fail;
+        }
+        if (td_split_init(&e->split, e->run, p->comm, err, errlen)) goto fail;
+        e->split.leads = 1;
+        e->ranked = *e->run;
+        e->ranked.split = &e->split;
+        e->run = &e->ranked;
+        e->follower = p->comm->rank > 0;
+    }
     const struct td_config *c = &e->model.cfg;
     if (p->max_ctx > c->max_position_embeddings) e->p.max_ctx = (int)c->max_position_embeddings;
     if (di->kind == DRAFT_KIND_NONE) e->p.max_draft = 0;
@@ -645,7 +689,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         goto fail;
     e->state.use_graphs = !p->no_graphs;
     e->state.graph_rows = graph_rows(e->p.max_batch_tokens, e->p.max_seqs, e->p.max_draft);
-    if (use_dspark) {
+    if (use_dspark && !e->follower) { // (the leader runs the drafters, whole)
         struct draft_dspark *ds;
         if (draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
                               e->p.max_batch_tokens, e->state.swa_ring, p->dspark_threshold,
@@ -657,7 +701,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         e->md = draft_dspark_model(ds);
         draft_dspark_defer(ds, 1); // greedy drafts go from the drafter to the verify
     }
-    if (use_mtp) {
+    if (use_mtp && !e->follower) {
         struct draft_mtp *mtp;
         if (draft_mtp_init(&mtp, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
                            e->p.max_batch_tokens, e->p.max_draft, e->state.swa_ring, !p->no_graphs,
@@ -677,6 +721,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         goto fail;
     }
     if (e->state.hist_block && pool_init(e, p, err, errlen)) goto fail;
+    if (e->split.comm && same_state(e, err, errlen)) goto fail;
     struct td_plan_dims d = td_state_plan_dims(&e->state, e->p.max_batch_tokens, e->p.max_seqs);
     if (meta_plan_init(&e->plan, &d, err, errlen)) goto fail;
     struct td_forward_io io = target_io(e);
@@ -715,6 +760,11 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     *out = e;
     return 0;
 fail:
+    if (e->split.comm && e->follower) { // the leader's next step fails with the reason
+        char why[600];
+        snprintf(why, sizeof why, "rank %d's engine: %s", e->split.comm->rank, err);
+        e->split.comm->ops->abort(e->split.comm, why);
+    }
     td_engine_free(e);
     return -1;
 }
@@ -726,8 +776,15 @@ static void request_free(struct request *r) {
     free(r);
 }
 
+int td_engine_follow(struct td_engine *e, char *err, size_t errlen) {
+    if (!e->follower)
+        return td_errf(err, errlen, "engine: only a split model's rank past 0 follows");
+    return td_forward_follow(e->run, &e->state, err, errlen);
+}
+
 void td_engine_free(struct td_engine *e) {
     if (!e) return;
+    if (e->split.comm && !e->follower) td_forward_stop(e->run);
     for (int i = 0; i < e->n_reqs; i++)
         request_free(e->reqs[i]);
     for (int i = 0; i < e->n_doomed; i++)
@@ -776,6 +833,7 @@ void td_engine_free(struct td_engine *e) {
     free(e->ckpt_free);
     free(e->ckpt_pos);
     td_state_free(&e->state);
+    td_split_free(&e->split);
     if (e->dev.backend) td_model_free(&e->dev);
     td_model_free(&e->model);
     free(e);
@@ -841,6 +899,9 @@ const struct td_engine_stats *td_engine_stats(struct td_engine *e) {
 int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, char *err,
                      size_t errlen) {
     const struct td_sampling *s = &rp->sampling;
+    if (e->follower)
+        return td_errf(err, errlen, "request: rank %d follows; requests go to rank 0",
+                       e->split.comm->rank);
     if (rp->n_prompt < 1 || !rp->prompt) return td_errf(err, errlen, "request: empty prompt");
     if (rp->n_prompt > e->p.max_ctx)
         return td_errf(err, errlen, "request: prompt of %d tokens exceeds the context of %d",
@@ -1564,6 +1625,9 @@ static int sample_plan(struct td_engine *e, int n, int *cut) {
 }
 
 int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
+    if (e->follower)
+        return td_errf(err, errlen, "engine: rank %d follows (td_engine_follow), it takes no steps",
+                       e->split.comm->rank);
     double ts = now();
     int n = schedule(e), V = e->model.cfg.vocab;
     if (n > 0) {

@@ -110,6 +110,13 @@ struct td_engine_params {
                            request is admitted with the blocks its prompt, max_tokens and a
                            round of drafts can reach (within max_ctx), or waits for them;
                            at least one max_ctx sequence's */
+    /* NULL or a world of one rank: the engine runs the model whole. Else this engine is rank
+       comm->rank of the model split over comm->world ranks, experts first (model/split.h; each
+       rank makes its engine with the same params, and td_engine_init is collective): rank 0
+       leads (requests, scheduling, verification and the drafters, whose models run whole on
+       it) and sends each target step to the others, which run it in td_engine_follow. The
+       CPU backend only for now, and no prefix cache yet (refused) */
+    struct td_comm *comm;
     /* test seam: the cost in seconds of a step of rows rows with drafts on offer (drafting) or
        without, instead of the measured one */
     double (*step_cost)(void *ctx, int drafting, int rows);
@@ -210,6 +217,7 @@ struct td_engine_load {
 };
 
 struct td_engine;
+struct td_comm;
 
 struct td_engine_params td_engine_defaults(void);
 
@@ -307,6 +315,12 @@ int td_engine_kv_dtype_parse(const char *name); /* "fp32" | "bf16" | "fp8" -> kv
 size_t td_engine_cache_bytes(const struct td_engine *e);
 double td_engine_token_bytes(const struct td_engine *e);
 
+/* A follower (params.comm's rank past 0): runs the leader's target steps until the leader's
+ * engine is freed (0), or the world fails (-1 with the reason: a rank aborted, died or timed
+ * out). Submit nothing to a follower. */
+int td_engine_follow(struct td_engine *e, char *err, size_t errlen);
+
+/* Frees everything; a split model's leader first ends its followers' td_engine_follow. */
 void td_engine_free(struct td_engine *e);
 
 #ifdef __cplusplus

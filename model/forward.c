@@ -892,6 +892,113 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
     return f && !st->backend->finish(err, errlen) ? 0 : -1;
 }
 
+/* A step as rank 0 sends it to the followers: then the parts of the plan's buffer it reads */
+struct step_msg {
+    int32_t kind; /* 1: a step follows, 0: stop */
+    int32_t max_tok, max_seq, n_tok, n_seq, n_tok_pad, n_seq_pad, n_logit, n_spans;
+    uint64_t off[2], bytes[2];
+};
+
+static struct td_comm *leader_comm(const struct td_model *m) {
+    const struct td_split *sp = m->split;
+    return sp && sp->leads && sp->comm->world > 1 && sp->comm->rank == 0 ? sp->comm : NULL;
+}
+
+/* rank 0: the step's plan to the followers, from the buffer the kernels read (base) */
+static int send_step(struct td_comm *c, const struct td_plan *p, const void *base, char *err,
+                     size_t errlen) {
+    struct step_msg h = {.kind = 1,
+                         .max_tok = p->dims.max_tok,
+                         .max_seq = p->dims.max_seq,
+                         .n_tok = p->n_tok,
+                         .n_seq = p->n_seq,
+                         .n_tok_pad = p->n_tok_pad,
+                         .n_seq_pad = p->n_seq_pad,
+                         .n_logit = p->n_logit};
+    size_t off[2], bytes[2];
+    h.n_spans = meta_plan_spans(p, off, bytes);
+    for (int i = 0; i < h.n_spans; i++)
+        h.off[i] = off[i], h.bytes[i] = bytes[i];
+    int rc = c->ops->broadcast(c, &h, sizeof h, 0);
+    for (int i = 0; !rc && i < h.n_spans; i++)
+        rc = c->ops->broadcast(c, (char *)base + off[i], bytes[i], 0);
+    if (rc) c->ops->poll_error(c, err, errlen);
+    return rc ? -1 : 0;
+}
+
+void td_forward_stop(const struct td_model *m) {
+    struct td_comm *c = leader_comm(m);
+    struct step_msg h = {.kind = 0};
+    if (c) c->ops->broadcast(c, &h, sizeof h, 0);
+}
+
+/* a follower's failure ends the world, with its reason */
+static int follower_fails(struct td_comm *c, char *err) {
+    char why[600];
+    snprintf(why, sizeof why, "rank %d: %s", c->rank, err);
+    c->ops->abort(c, why);
+    return -1;
+}
+
+int td_forward_follow(const struct td_model *m, struct td_state *st, char *err, size_t errlen) {
+    struct td_comm *c = m->split ? m->split->comm : NULL;
+    if (!c || c->world < 2 || c->rank == 0 || !m->split->leads)
+        return td_errf(err, errlen,
+                       "forward: a follower is a rank past 0 of a split model whose rank 0 leads");
+    struct td_plan p;
+    int have = 0, rc = 0;
+    for (;;) {
+        struct step_msg h;
+        if (c->ops->broadcast(c, &h, sizeof h, 0)) {
+            c->ops->poll_error(c, err, errlen);
+            rc = -1;
+            break;
+        }
+        if (h.kind == 0) break;
+        if (!have || p.dims.max_tok != h.max_tok || p.dims.max_seq != h.max_seq) {
+            if (have) meta_plan_free(&p);
+            struct td_plan_dims d = td_state_plan_dims(st, h.max_tok, h.max_seq);
+            have = !meta_plan_init(&p, &d, err, errlen);
+            if (!have) {
+                rc = follower_fails(c, err);
+                break;
+            }
+        }
+        int bad = h.n_spans < 0 || h.n_spans > 2;
+        for (int i = 0; !bad && i < h.n_spans; i++)
+            bad = h.off[i] > p.bytes || h.bytes[i] > p.bytes - h.off[i];
+        if (bad) {
+            td_errf(err, errlen, "forward: a step of %d parts outside the plan's %zu bytes",
+                    h.n_spans, p.bytes);
+            rc = follower_fails(c, err);
+            break;
+        }
+        for (int i = 0; !rc && i < h.n_spans; i++)
+            if (c->ops->broadcast(c, (char *)p.mem + h.off[i], h.bytes[i], 0)) {
+                c->ops->poll_error(c, err, errlen);
+                rc = -1;
+            }
+        if (rc) break;
+        p.n_tok = h.n_tok, p.n_seq = h.n_seq, p.n_tok_pad = h.n_tok_pad;
+        p.n_seq_pad = h.n_seq_pad, p.n_logit = h.n_logit;
+        for (int s = 0; s < p.n_seq && !rc; s++) { // the state by position: only the lengths
+            int slot = p.slot[s], len = p.len_before[s];
+            if (slot < 0 || slot >= st->max_seqs || len < 0 || len > st->max_ctx) {
+                td_errf(err, errlen, "forward: a step names slot %d at length %d", slot, len);
+                rc = follower_fails(c, err);
+                break;
+            }
+            if (!st->in_use[slot] || !len) st->in_use[slot] = 1, st->hi[slot] = 0;
+            st->len[slot] = len;
+        }
+        if (!rc && td_forward_ex(m, st, &p, NULL, NULL, NULL, err, errlen))
+            rc = follower_fails(c, err);
+        if (rc) break;
+    }
+    if (have) meta_plan_free(&p);
+    return rc;
+}
+
 /* a split model's ranks: has their world failed (a rank aborted, disagreed or timed out)? */
 static int world_failed(const struct td_model *m, char *err, size_t errlen) {
     struct td_comm *c = m->split ? m->split->comm : NULL;
@@ -925,6 +1032,8 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
             batch.n = 0;
         }
     }
+    struct td_comm *lead = leader_comm(m);
+    if (lead && send_step(lead, p, f->plan_base, err, errlen)) return -1;
     run_step(f, st->ws, topk_trace);
     if (world_failed(m, err, errlen)) return -1;
     if (logits) { // else they stay in the backend (td_forward_logits) and nothing waits here

@@ -132,6 +132,19 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                         const struct td_forward_io *io, char *err, size_t errlen);
 
+/* A model split over ranks (split.h) with a leader and followers (parallel.md 5.4): on rank 0
+ * every td_forward_ex of the split model first sends the step to the other ranks (its plan's
+ * dims, counts and the parts of its buffer the step reads, draft ids patched in), and each
+ * follower runs td_forward_follow: it takes each step into a plan of its own, sets its state's
+ * lengths from the plan's (a rollback is only the length: state by position), and runs the same
+ * forward (no drafter outputs, no logits read), until rank 0 calls td_forward_stop. The
+ * followers' state must be made as the leader's (the same dims). 0 when stopped, -1 with a
+ * message when the world failed (a follower's own failure aborts the world, so the leader's step
+ * fails with its reason). */
+int td_forward_follow(const struct td_model *m, struct td_state *st, char *err, size_t errlen);
+/* rank 0: the followers' td_forward_follow returns (nothing when the model is not split) */
+void td_forward_stop(const struct td_model *m);
+
 /* Convenience for one-off calls (CLI, tests): build a plan for seqs (bucketed capacity),
  * run td_forward, free the plan. Same return contract. */
 int td_forward_seqs(const struct td_model *m, struct td_state *st, const struct td_plan_seq *seqs,

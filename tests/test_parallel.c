@@ -16,6 +16,13 @@
  *                                   weights fingerprints: names, shapes, first and last bytes)
  * parallel/rank_abort_fails_others  rank 1 aborts before its step: rank 0's step returns -1
  *                                   naming the abort (no hang)
+ * parallel/engine/<draft>/W<w>  tandem-tiny's engine split over W ranks (2, 4), rank 0 leading
+ *     (scheduling, verification, the drafter whole) and the others following its target steps:
+ *     three requests at once, greedy and sampled, give rank 0 the tokens of an engine on one
+ *     rank, with draft none, mtp and dspark (fixed policy: their rounds, rejections and
+ *     rollbacks included)
+ * parallel/engine_refuses_other_settings  a rank started with another history pool than rank
+ *     0's: every rank's engine refuses to start, naming the rank and the setting
  * parallel/desync_fails_all         rank 1 is given a plan of one row fewer: every rank's
  *                                   step fails, naming both ranks' calls
  */
@@ -28,6 +35,7 @@
 #include "model/model.h"
 #include "model/split.h"
 #include "model/state.h"
+#include "engine/engine.h"
 
 #define MAXW 8
 
@@ -232,8 +240,133 @@ static void failures(void) {
     td_model_free(&m);
 }
 
+/* ---- engines ---- */
+
+struct eng_job {
+    struct td_comm comm;
+    const char *draft;
+    int sampled, rank, bad_pool;
+    int32_t out[3][16];
+    int n_out[3];
+    int rc;
+    char err[512];
+};
+
+static struct td_engine_params eng_params(const char *draft, struct td_comm *comm) {
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = "models/tandem-tiny";
+    ep.backend = "cpu";
+    ep.max_seqs = 3, ep.max_ctx = 256;
+    ep.max_cache_bytes = (size_t)1 << 30;
+    ep.draft = draft;
+    if (strcmp(draft, "none")) ep.max_draft = 3, ep.draft_policy = TD_POLICY_FIXED;
+    ep.comm = comm;
+    return ep;
+}
+
+/* rank 0 (or the whole model when comm is NULL): three requests to the end */
+static void eng_lead(struct eng_job *j, struct td_comm *comm) {
+    struct td_engine_params ep = eng_params(j->draft, comm);
+    struct td_engine *e;
+    j->rc = -1;
+    if (td_engine_init(&e, &ep, j->err, sizeof j->err)) return;
+    int32_t prompts[3][40];
+    int ids[3], ok = 1;
+    for (int q = 0; q < 3; q++) {
+        for (int i = 0; i < 40; i++)
+            prompts[q][i] = (int32_t)((q * 977 + i * 131 + i / 3) % 8000 + 2);
+        struct td_request_params rp = {.prompt = prompts[q],
+                                       .n_prompt = 20 + 10 * q,
+                                       .max_tokens = 16,
+                                       .ignore_eos = 1,
+                                       .sampling = {.temperature = j->sampled ? 1.0f : 0.0f,
+                                                    .top_p = 1.0f,
+                                                    .seed = (uint64_t)(5 + q)}};
+        ids[q] = td_engine_submit(e, &rp, j->err, sizeof j->err);
+        ok &= ids[q] >= 0;
+    }
+    int n = 1;
+    for (int s = 0; ok && n > 0 && s < 400; s++)
+        n = td_engine_step(e, j->err, sizeof j->err);
+    for (int q = 0; ok && !n && q < 3; q++) {
+        const int32_t *t;
+        td_engine_output(e, ids[q], &t, &j->n_out[q], NULL, NULL, NULL);
+        memcpy(j->out[q], t, (size_t)j->n_out[q] * sizeof *t);
+    }
+    j->rc = ok && !n ? 0 : -1;
+    td_engine_free(e); // (rank 0: ends the followers)
+}
+
+static void *eng_rank(void *p) {
+    struct eng_job *j = p;
+    if (j->rank == 0) {
+        eng_lead(j, &j->comm);
+        return NULL;
+    }
+    struct td_engine_params ep = eng_params(j->draft, &j->comm);
+    if (j->bad_pool) ep.history_blocks = 1; // under one max_ctx sequence's blocks: refused
+    struct td_engine *e;
+    j->rc = td_engine_init(&e, &ep, j->err, sizeof j->err);
+    if (!j->rc) j->rc = td_engine_follow(e, j->err, sizeof j->err), td_engine_free(e);
+    return NULL;
+}
+
+static void eng_world(int W, struct eng_job *jobs, const char *draft, int sampled, int bad_rank) {
+    char err[256];
+    struct td_comm_world *w;
+    if (td_comm_threads_world(&w, W, 60.0, err, sizeof err)) {
+        case_fail("%s", err);
+        return;
+    }
+    pthread_t th[MAXW];
+    for (int r = 0; r < W; r++) {
+        jobs[r] = (struct eng_job){
+            .draft = draft, .sampled = sampled, .rank = r, .bad_pool = r == bad_rank};
+        td_comm_threads(&jobs[r].comm, w, r);
+        pthread_create(&th[r], NULL, eng_rank, &jobs[r]);
+    }
+    for (int r = 0; r < W; r++)
+        pthread_join(th[r], NULL);
+    td_comm_world_free(w);
+}
+
+static void engines(void) {
+    const char *drafts[3] = {"none", "mtp", "dspark"};
+    for (int d = 0; d < 3; d++)
+        for (int W = 2; W <= 4; W += 2) {
+            case_begin();
+            for (int sampled = 0; sampled < 2; sampled++) {
+                struct eng_job one = {.draft = drafts[d], .sampled = sampled}, jobs[MAXW];
+                eng_lead(&one, NULL);
+                CHECK(!one.rc, "one rank: %s", one.err);
+                eng_world(W, jobs, drafts[d], sampled, -1);
+                for (int r = 0; r < W; r++)
+                    CHECK(!jobs[r].rc, "rank %d: %s", r, jobs[r].err);
+                for (int q = 0; q < 3 && !one.rc && !jobs[0].rc; q++)
+                    CHECK(jobs[0].n_out[q] == one.n_out[q] && one.n_out[q] == 16 &&
+                              !memcmp(jobs[0].out[q], one.out[q], 16 * sizeof(int32_t)),
+                          "%s: request %d's %d tokens differ from one rank's %d",
+                          sampled ? "sampled" : "greedy", q, jobs[0].n_out[q], one.n_out[q]);
+            }
+            char name[64];
+            snprintf(name, sizeof name, "parallel/engine/%s/W%d", drafts[d], W);
+            case_end(name, "");
+        }
+    case_begin();
+    struct eng_job jobs[MAXW];
+    eng_world(2, jobs, "none", 0, 1);
+    for (int r = 0; r < 2; r++)
+        CHECK(jobs[r].rc && strstr(jobs[r].err, "engine: rank 1's state has 1 history blocks "
+                                                "where rank 0's has"),
+              "rank %d: rc %d, '%s'", r, jobs[r].rc, jobs[r].err);
+    char extra[600];
+    snprintf(extra, sizeof extra, "(%s)", jobs[0].err);
+    case_end("parallel/engine_refuses_other_settings", extra);
+}
+
 int main(void) {
     parity();
     failures();
+    engines();
     return check_failures ? 1 : 0;
 }
