@@ -679,11 +679,11 @@ static void test_moe_wide(enum td_dtype t, int wide128) {
              : wide128    ? "/D384_I224"
                           : "");
     close_rel(name, g, rf, n, D, 1e-3);
-    if (q4) { // the register loads' form: the same bits
-        moe_cuda_set_q4_async(0);
-        moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
+    if (q4) { // the codes copied stages ahead (gt_tile_q4): the register loads' bits
         moe_cuda_set_q4_async(1);
-        float *gr = fetch(dy, (size_t)n * D, "moe_experts wide, register loads");
+        moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
+        moe_cuda_set_q4_async(0);
+        float *gr = fetch(dy, (size_t)n * D, "moe_experts wide, codes copied ahead");
         CHECK(!memcmp(gr, g, (size_t)n * D * 4),
               "%s: the tiles' register loads and their copies ahead give other bits", name);
         free(gr);
