@@ -10,7 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/err.h"
 
@@ -317,4 +321,274 @@ void td_comm_world_free(struct td_comm_world *w) {
     pthread_cond_destroy(&w->cv);
     free(w->r);
     free(w);
+}
+
+// ---------------------------------------------------------------------------------------------
+// sockets: W processes, rank 0 joined to each other rank by a stream socket. Every op goes
+// through rank 0: each other rank sends its call (and its data), rank 0 checks that the calls
+// match its own, sums or gathers in rank order and sends each the result. A closed socket is a
+// rank that ended; an abort travels as a message.
+
+enum { MSG_CALL = 1, MSG_RESULT, MSG_ABORT };
+#define SOCK_MAGIC 0x434d4454u /* "TDMC" */
+
+struct sock_msg {
+    uint32_t magic;
+    int32_t type, op, root;
+    uint64_t n; /* floats or bytes of the call; an abort: its reason's bytes */
+    int64_t seq;
+};
+
+struct sock_comm {
+    int *fd; /* rank 0: [world] (fd[q] to rank q, fd[0] unused); others: fd[0] to rank 0 */
+    double timeout_s;
+    int failed;
+    char why[384];
+    long seq;
+    float *tmp;
+    size_t tmp_n;
+};
+
+static void sock_fail(struct td_comm *c, const char *fmt, ...) {
+    struct sock_comm *s = c->impl;
+    if (s->failed) return;
+    s->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->why, sizeof s->why, fmt, ap);
+    va_end(ap);
+}
+
+/* all n bytes, or -1 (the peer closed, an error, or no byte for timeout_s when it is set) */
+static int sock_read(struct td_comm *c, int q, int fd, void *buf, size_t n) {
+    struct sock_comm *s = c->impl;
+    for (size_t got = 0; got < n;) {
+        if (s->timeout_s > 0) {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            int r = poll(&pf, 1, (int)(s->timeout_s * 1000));
+            if (r == 0) {
+                sock_fail(c, "comm: rank %d waited %.1f s for rank %d, which did not answer",
+                          c->rank, s->timeout_s, q);
+                return -1;
+            }
+            if (r < 0 && errno == EINTR) continue;
+        }
+        ssize_t r = recv(fd, (char *)buf + got, n - got, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            sock_fail(c, "comm: rank %d's connection closed (its process ended)", q);
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int sock_write(struct td_comm *c, int q, int fd, const void *buf, size_t n) {
+    for (size_t put = 0; put < n;) {
+        ssize_t r = send(fd, (const char *)buf + put, n - put, MSG_NOSIGNAL);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            sock_fail(c, "comm: rank %d's connection closed (its process ended)", q);
+            return -1;
+        }
+        put += (size_t)r;
+    }
+    return 0;
+}
+
+/* rank 0: the failure's reason to every other rank (best effort: some may be gone) */
+static void sock_tell_all(struct td_comm *c) {
+    struct sock_comm *s = c->impl;
+    struct sock_msg m = {.magic = SOCK_MAGIC, .type = MSG_ABORT, .n = strlen(s->why)};
+    for (int q = 1; q < c->world; q++)
+        if (send(s->fd[q], &m, sizeof m, MSG_NOSIGNAL) == (ssize_t)sizeof m)
+            send(s->fd[q], s->why, m.n, MSG_NOSIGNAL);
+}
+
+/* a header from rank q (an abort's reason read and taken): 0, or -1 */
+static int sock_header(struct td_comm *c, int q, int fd, struct sock_msg *m) {
+    if (sock_read(c, q, fd, m, sizeof *m)) return -1;
+    if (m->magic != SOCK_MAGIC) {
+        sock_fail(c, "comm: rank %d sent a message that is not ours", q);
+        return -1;
+    }
+    if (m->type == MSG_ABORT) {
+        char why[384] = "";
+        size_t n = m->n < sizeof why - 1 ? m->n : sizeof why - 1;
+        if (!sock_read(c, q, fd, why, n)) sock_fail(c, "%s", why);
+        return -1;
+    }
+    return 0;
+}
+
+/* a rank past 0: its call (and data) to rank 0, then rank 0's result into res */
+static int sock_call(struct td_comm *c, int op, size_t n, int root, const void *data, size_t data_n,
+                     void *res, size_t res_n) {
+    struct sock_comm *s = c->impl;
+    if (s->failed) return -1;
+    struct sock_msg me = {
+        .magic = SOCK_MAGIC, .type = MSG_CALL, .op = op, .root = root, .n = n, .seq = ++s->seq};
+    struct sock_msg r;
+    if (sock_write(c, 0, s->fd[0], &me, sizeof me) ||
+        (data_n && sock_write(c, 0, s->fd[0], data, data_n)) || sock_header(c, 0, s->fd[0], &r))
+        return -1;
+    return res_n && sock_read(c, 0, s->fd[0], res, res_n) ? -1 : 0;
+}
+
+/* rank 0: every other rank's call, checked against its own, its data (data_n(q) bytes, when
+ * root allows) into dst + (q - 1) * stride */
+static int sock_gather(struct td_comm *c, int op, size_t n, int root, char *dst, size_t stride,
+                       size_t data_n, int only_root) {
+    struct sock_comm *s = c->impl;
+    if (s->failed) return -1;
+    long seq = ++s->seq;
+    for (int q = 1; q < c->world; q++) {
+        struct sock_msg m;
+        if (sock_header(c, q, s->fd[q], &m)) {
+            sock_tell_all(c);
+            return -1;
+        }
+        if (m.op != op || m.n != n || m.root != root) {
+            struct call a = {.op = op, .n = n, .root = root};
+            struct call b = {.op = m.op, .n = m.n, .root = m.root};
+            char da[96], db[96];
+            describe(&a, da, sizeof da), describe(&b, db, sizeof db);
+            sock_fail(c, "comm: the ranks disagree at op %ld: rank 0 called %s, rank %d %s", seq,
+                      da, q, db);
+            sock_tell_all(c);
+            return -1;
+        }
+        if (data_n && (!only_root || q == root) &&
+            sock_read(c, q, s->fd[q], dst + (size_t)(q - 1) * stride, data_n)) {
+            sock_tell_all(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* rank 0: each other rank's result (bytes of data, but none to skip) */
+static int sock_results(struct td_comm *c, const void *data, size_t bytes, int skip) {
+    struct sock_comm *s = c->impl;
+    struct sock_msg r = {.magic = SOCK_MAGIC, .type = MSG_RESULT, .seq = s->seq};
+    for (int q = 1; q < c->world; q++)
+        if (sock_write(c, q, s->fd[q], &r, sizeof r) ||
+            (bytes && q != skip && sock_write(c, q, s->fd[q], data, bytes))) {
+            sock_tell_all(c);
+            return -1;
+        }
+    return 0;
+}
+
+static int sock_tmp(struct td_comm *c, size_t bytes) {
+    struct sock_comm *s = c->impl;
+    if (bytes <= s->tmp_n) return 0;
+    void *t = realloc(s->tmp, bytes);
+    if (!t) {
+        sock_fail(c, "comm: rank 0 is out of memory for %zu bytes of an op", bytes);
+        sock_tell_all(c);
+        return -1;
+    }
+    s->tmp = t, s->tmp_n = bytes;
+    return 0;
+}
+
+static int sock_all_reduce(struct td_comm *c, float *buf, size_t n) {
+    struct sock_comm *s = c->impl;
+    size_t b = n * sizeof(float);
+    if (c->rank) return sock_call(c, OP_ALL_REDUCE, n, 0, buf, b, buf, b);
+    if (sock_tmp(c, b * (size_t)(c->world - 1)) ||
+        sock_gather(c, OP_ALL_REDUCE, n, 0, (char *)s->tmp, b, b, 0))
+        return -1;
+    const float *t = (const float *)s->tmp;
+    for (size_t i = 0; i < n; i++) { // rank order: the threads world's bits
+        float v = buf[i];
+        for (int q = 1; q < c->world; q++)
+            v += t[(size_t)(q - 1) * n + i];
+        buf[i] = v;
+    }
+    return sock_results(c, buf, b, 0);
+}
+
+static int sock_all_gather(struct td_comm *c, const void *send, void *recv, size_t bytes) {
+    if (c->rank) return sock_call(c, OP_ALL_GATHER, bytes, 0, send, bytes, recv, bytes * c->world);
+    memmove(recv, send, bytes);
+    if (sock_gather(c, OP_ALL_GATHER, bytes, 0, (char *)recv + bytes, bytes, bytes, 0)) return -1;
+    return sock_results(c, recv, bytes * c->world, 0);
+}
+
+static int sock_broadcast(struct td_comm *c, void *buf, size_t bytes, int root) {
+    if (root < 0 || root >= c->world) {
+        sock_fail(c, "comm: rank %d broadcast from rank %d of a world of %d", c->rank, root,
+                  c->world);
+        return -1;
+    }
+    if (c->rank)
+        return sock_call(c, OP_BROADCAST, bytes, root, c->rank == root ? buf : NULL,
+                         c->rank == root ? bytes : 0, c->rank == root ? NULL : buf,
+                         c->rank == root ? 0 : bytes);
+    // a root past 0 sends its bytes to rank 0 first (into buf), which sends them on
+    if (sock_gather(c, OP_BROADCAST, bytes, root, (char *)buf, 0, root ? bytes : 0, 1)) return -1;
+    return sock_results(c, buf, bytes, root);
+}
+
+static int sock_barrier(struct td_comm *c) {
+    if (c->rank) return sock_call(c, OP_BARRIER, 0, 0, NULL, 0, NULL, 0);
+    return sock_gather(c, OP_BARRIER, 0, 0, NULL, 0, 0, 0) || sock_results(c, NULL, 0, 0) ? -1 : 0;
+}
+
+static void sock_abort(struct td_comm *c, const char *reason) {
+    struct sock_comm *s = c->impl;
+    sock_fail(c, "comm: rank %d aborted: %s", c->rank, reason ? reason : "(no reason)");
+    if (!c->rank) {
+        sock_tell_all(c);
+        return;
+    }
+    struct sock_msg m = {.magic = SOCK_MAGIC, .type = MSG_ABORT, .n = strlen(s->why)};
+    send(s->fd[0], &m, sizeof m, MSG_NOSIGNAL);
+    send(s->fd[0], s->why, m.n, MSG_NOSIGNAL);
+}
+
+static int sock_poll_error(struct td_comm *c, char *err, size_t errlen) {
+    struct sock_comm *s = c->impl;
+    if (s->failed) td_errf(err, errlen, "%s", s->why);
+    return s->failed ? -1 : 0;
+}
+
+static const struct td_comm_ops sock_ops = {.name = "sockets",
+                                            .all_reduce_sum_f32 = sock_all_reduce,
+                                            .all_gather = sock_all_gather,
+                                            .broadcast = sock_broadcast,
+                                            .barrier = sock_barrier,
+                                            .abort = sock_abort,
+                                            .poll_error = sock_poll_error};
+
+int td_comm_sockets(struct td_comm *c, int rank, int world, const int *fds, double timeout_s,
+                    char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    if (world < 1 || world > 1024 || rank < 0 || rank >= world)
+        return td_errf(err, errlen, "comm: rank %d of a world of %d (1 to 1024 ranks)", rank,
+                       world);
+    struct sock_comm *s = calloc(1, sizeof *s);
+    if (!s || !(s->fd = calloc((size_t)world, sizeof(int)))) {
+        free(s);
+        return td_errf(err, errlen, "comm: out of memory");
+    }
+    for (int q = 0; q < world; q++)
+        s->fd[q] = rank ? (q ? -1 : fds[0]) : (q ? fds[q] : -1);
+    s->timeout_s = timeout_s;
+    *c = (struct td_comm){.rank = rank, .world = world, .ops = &sock_ops, .impl = s};
+    return 0;
+}
+
+void td_comm_sockets_free(struct td_comm *c) {
+    struct sock_comm *s = c ? c->impl : NULL;
+    if (!s) return;
+    for (int q = 0; q < c->world; q++)
+        if (s->fd[q] >= 0) close(s->fd[q]);
+    free(s->fd);
+    free(s->tmp);
+    free(s);
+    c->impl = NULL;
 }

@@ -63,6 +63,18 @@ int td_comm_threads_world(struct td_comm_world **out, int world, double timeout_
 void td_comm_threads(struct td_comm *c, struct td_comm_world *w, int rank);
 void td_comm_world_free(struct td_comm_world *w);
 
+/* W processes joined by stream sockets (a socketpair made before a fork, later a TCP
+ * rendezvous): rank 0 holds fds[q], its socket to rank q (fds[0] unused); another rank holds
+ * fds[0], its socket to rank 0. Every op goes through rank 0, which checks that the calls match,
+ * sums in rank order (the threads world's bits) or gathers, and answers each rank. A rank whose
+ * process ends closes its socket: the others' ops fail naming it. timeout_s > 0: an op that
+ * waits longer for a rank fails too; 0: it waits (a follower waits for the leader's next step
+ * as long as the leader lives). The sockets are the communicator's from here (closed by
+ * td_comm_sockets_free). */
+int td_comm_sockets(struct td_comm *c, int rank, int world, const int *fds, double timeout_s,
+                    char *err, size_t errlen);
+void td_comm_sockets_free(struct td_comm *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,9 +15,15 @@
  *                                  -1 with its reason, long before the timeout
  * comm/missing_rank                rank 3 never comes: the others fail after the timeout (0.2 s),
  *                                  naming it, and nobody hangs
+ * comm/.../sockets               the same cases on the sockets communicator (socketpairs: rank 0
+ *                                  answers every op; an abort travels as a message, a rank learns
+ *                                  of a failure at its next op)
+ * comm/closed_rank/sockets         rank 2 closes its socket: every other rank's op fails naming it
  * comm/refuses                     a world of 0 ranks, a timeout of 0 s
  */
+#include <errno.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "check.h"
@@ -39,25 +45,50 @@ static void *run_rank(void *p) {
     return NULL;
 }
 
-/* fn in W threads of one world; 0 on success */
+static int sockets; /* 1: the cases run on the sockets communicator (socketpairs) */
+
+/* fn in W threads of one world (threads, or sockets joined by socketpairs); 0 on success */
 static int run_world(int W, double timeout_s, rank_fn fn, void *arg) {
     char err[256];
-    struct td_comm_world *w;
-    if (td_comm_threads_world(&w, W, timeout_s, err, sizeof err)) {
+    struct td_comm_world *w = NULL;
+    pthread_t th[MAXW];
+    struct job jobs[MAXW];
+    int fd[MAXW][MAXW];
+    if (sockets) {
+        for (int q = 1; q < W; q++) {
+            int sv[2];
+            if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
+                case_fail("socketpair: %s", strerror(errno));
+                return -1;
+            }
+            fd[0][q] = sv[0], fd[q][0] = sv[1];
+        }
+    } else if (td_comm_threads_world(&w, W, timeout_s, err, sizeof err)) {
         case_fail("world: %s", err);
         return -1;
     }
-    pthread_t th[MAXW];
-    struct job jobs[MAXW];
     for (int r = 0; r < W; r++) {
         jobs[r] = (struct job){.fn = fn, .arg = arg};
-        td_comm_threads(&jobs[r].c, w, r);
-        pthread_create(&th[r], NULL, run_rank, &jobs[r]);
+        if (!sockets)
+            td_comm_threads(&jobs[r].c, w, r);
+        else if (td_comm_sockets(&jobs[r].c, r, W, fd[r], timeout_s, err, sizeof err))
+            case_fail("sockets: %s", err);
     }
     for (int r = 0; r < W; r++)
+        pthread_create(&th[r], NULL, run_rank, &jobs[r]);
+    for (int r = 0; r < W; r++)
         pthread_join(th[r], NULL);
+    for (int r = 0; sockets && r < W; r++)
+        td_comm_sockets_free(&jobs[r].c);
     td_comm_world_free(w);
     return 0;
+}
+
+/* a case's name, with "/sockets" on the sockets communicator */
+static const char *cname(const char *name) {
+    static char b[128];
+    snprintf(b, sizeof b, "%s%s", name, sockets ? "/sockets" : "");
+    return b;
 }
 
 static double now_s(void) {
@@ -142,7 +173,7 @@ static void all_reduce_cases(void) {
         CHECK(W <= 2 || differ > 0, "the test's values sum alike in either order");
         char name[48];
         snprintf(name, sizeof name, "comm/all_reduce/W%d", W);
-        case_end(name, "");
+        case_end(cname(name), "");
     }
 }
 
@@ -187,7 +218,7 @@ static void gather_cases(void) {
             CHECK(!o.bad[r], "rank %d: %d gathers or broadcasts wrong", r, o.bad[r]);
         char name[48];
         snprintf(name, sizeof name, "comm/all_gather_broadcast/W%d", W);
-        case_end(name, "");
+        case_end(cname(name), "");
     }
 }
 
@@ -226,13 +257,15 @@ static void fail_rank(struct td_comm *c, void *arg) {
     o->secs[r] = now_s() - t0;
     c->ops->poll_error(c, o->why[r], sizeof o->why[r]);
     o->later[r] = c->ops->barrier(c) != 0 ? 1 : 0; // the world stays failed
+    if (!o->why[r][0]) // (a socket rank learns of it at its next op)
+        c->ops->poll_error(c, o->why[r], sizeof o->why[r]);
 }
 
 static void failure_cases(void) {
     const char *names[3] = {"comm/disagree", "comm/abort", "comm/missing_rank"};
     const char *want[3] = {"rank 0 called all_reduce of 5 floats, rank 1 all_reduce of 6 floats",
                            "rank 2 aborted: rank 2 found its weights corrupt",
-                           "for rank 3, which did not come"};
+                           sockets ? "waited 0.2 s for rank" : "for rank 3, which did not come"};
     for (int m = 0; m < 3; m++) {
         case_begin();
         struct fail_out o;
@@ -252,7 +285,8 @@ static void failure_cases(void) {
         CHECK(wall < (m == 2 ? 3.0 : 2.0), "the world took %.2f s to fail", wall);
         char extra[300];
         snprintf(extra, sizeof extra, "(%s)", o.why[0]);
-        case_end(names[m], extra);
+        CHECK(m != 2 || !sockets || strstr(o.why[0], "for rank 3"), "rank 0 says '%s'", o.why[0]);
+        case_end(cname(names[m]), extra);
     }
 }
 
@@ -267,11 +301,45 @@ static void refuses(void) {
     case_end("comm/refuses", "");
 }
 
+/* sockets: a rank whose process ends (its socket closed, no op called) fails the others' op,
+ * naming it */
+static void closed_rank(struct td_comm *c, void *arg) {
+    struct fail_out *o = arg;
+    if (c->rank == 2) {
+        td_comm_sockets_free(c); // (run_world's free is then a no-op)
+        o->rc[2] = -1;
+        snprintf(o->why[2], sizeof o->why[2], "closed");
+        return;
+    }
+    o->rc[c->rank] = c->ops->barrier(c);
+    c->ops->poll_error(c, o->why[c->rank], sizeof o->why[c->rank]);
+}
+
+static void closed_case(void) {
+    case_begin();
+    struct fail_out o;
+    memset(&o, 0, sizeof o);
+    run_world(4, 0.0, closed_rank, &o); // (no timeout: the closed socket ends the wait)
+    for (int r = 0; r < 4; r++)
+        CHECK(o.rc[r] == -1, "rank %d's op returned %d", r, o.rc[r]);
+    CHECK(strstr(o.why[0], "rank 2's connection closed (its process ended)"), "rank 0: '%s'",
+          o.why[0]);
+    CHECK(strstr(o.why[1], "rank 2's connection closed") && strstr(o.why[3], "rank 2's"),
+          "ranks 1 and 3: '%s', '%s'", o.why[1], o.why[3]);
+    char extra[300];
+    snprintf(extra, sizeof extra, "(%s)", o.why[1]);
+    case_end("comm/closed_rank/sockets", extra);
+}
+
 int main(void) {
     self_case();
-    all_reduce_cases();
-    gather_cases();
-    failure_cases();
+    for (sockets = 0; sockets < 2; sockets++) {
+        all_reduce_cases();
+        gather_cases();
+        failure_cases();
+    }
+    sockets = 1;
+    closed_case();
     refuses();
     return check_failures ? 1 : 0;
 }
