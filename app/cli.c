@@ -2,13 +2,19 @@
  * the default model, and the engine, request and drafter options of generate, chat, bench and
  * serve. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "app/cli.h"
+#include "model/comm.h"
 #include "draft/drafter.h"
 #include "engine/engine.h"
 #include "kernels/err.h"
@@ -45,7 +51,11 @@ void cli_usage(FILE *fp) {
         "  --top-p P              nucleus mass in (0, 1] (default 1 = off)\n"
         "  --seed S               seed of completion 0; completion i uses S + i (default 0)\n"
         "  --n N                  independent completions decoded together (default "
-        "1)\n" CLI_DRAFT_USAGE
+        "1)\n"
+        "  --ranks N              split the model's experts over N processes of this host\n"
+        "                         (N divides the routed experts; the CPU backend for now):\n"
+        "                         the same tokens, each rank holding a part of every MoE "
+        "layer\n" CLI_DRAFT_USAGE
         "  --synthetic-acceptance P1,P2,...  LOSSY, for measurements: draft j is accepted with\n"
         "                         probability Pj whatever the target says (the output is not\n"
         "                         the model's; every stats line says so)\n"
@@ -176,6 +186,102 @@ const char *cli_default_model(const char *argv0) {
 }
 
 const char *cli_argv0 = "tandem";
+int cli_argc;
+char **cli_argv;
+
+#define CLI_MAX_RANKS 64
+
+/* fd with its close-on-exec flag cleared (a follower's end of its socket survives the exec) */
+static int fcntl_keep(int fd) {
+    int fl = fcntl(fd, F_GETFD);
+    if (fl >= 0) fcntl(fd, F_SETFD, fl & ~FD_CLOEXEC);
+    return fd;
+}
+
+int cli_ranks_start(struct cli_ranks *rk, long n, int *follower, char *err, size_t errlen) {
+    memset(rk, 0, sizeof *rk);
+    *follower = 0;
+    static struct td_comm comm;
+    const char *er = getenv("TANDEM_RANK"), *ew = getenv("TANDEM_WORLD"),
+               *ef = getenv("TANDEM_COMM_FD");
+    if (er) { // a follower: its leader's socket
+        int r = atoi(er), w = ew ? atoi(ew) : 0, fd = ef ? atoi(ef) : -1;
+        if (r < 1 || w < 2 || r >= w || fd < 0)
+            return td_errf(err, errlen,
+                           "ranks: TANDEM_RANK %s of TANDEM_WORLD %s with TANDEM_COMM_FD %s: a "
+                           "follower is started by its leader (--ranks N)",
+                           er, ew ? ew : "(unset)", ef ? ef : "(unset)");
+        prctl(PR_SET_PDEATHSIG, SIGTERM); // (and its socket closes when the leader ends)
+        if (td_comm_sockets(&comm, r, w, &fd, 0.0, err, errlen)) return -1;
+        *rk = (struct cli_ranks){.comm = &comm, .active = 1, .world = w};
+        *follower = 1;
+        return 0;
+    }
+    if (n <= 1) return 0;
+    if (n > CLI_MAX_RANKS)
+        return td_errf(err, errlen, "ranks: %ld ranks, at most %d", n, CLI_MAX_RANKS);
+    int fds[CLI_MAX_RANKS];
+    for (int q = 1; q < n; q++) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+            return td_errf(err, errlen, "ranks: socketpair: %s", strerror(errno));
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) return td_errf(err, errlen, "ranks: fork: %s", strerror(errno));
+        if (!pid) { // the follower: this command line again, its end of the socket kept open
+            int fd = fcntl_keep(sv[1]);
+            char rank[16], world[16], fdv[16];
+            snprintf(rank, sizeof rank, "%d", q), snprintf(world, sizeof world, "%ld", n);
+            snprintf(fdv, sizeof fdv, "%d", fd);
+            setenv("TANDEM_RANK", rank, 1), setenv("TANDEM_WORLD", world, 1);
+            setenv("TANDEM_COMM_FD", fdv, 1);
+            execv("/proc/self/exe", cli_argv);
+            fprintf(stderr, "tandem: ranks: exec: %s\n", strerror(errno));
+            _exit(127);
+        }
+        close(sv[1]);
+        fds[q] = sv[0];
+        rk->pid[q] = (int)pid;
+    }
+    if (td_comm_sockets(&comm, 0, (int)n, fds, 0.0, err, errlen)) return -1;
+    rk->comm = &comm, rk->active = 1, rk->world = (int)n;
+    return 0;
+}
+
+int cli_ranks_finish(struct cli_ranks *rk) {
+    if (!rk->active) return 0;
+    int rc = 0;
+    td_comm_sockets_free(rk->comm); // (a follower still following reads the end of its socket)
+    for (int q = 1; q < rk->world && rk->pid[q]; q++) {
+        int st = 0;
+        while (waitpid(rk->pid[q], &st, 0) < 0 && errno == EINTR) {
+        }
+        if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+            if (WIFSIGNALED(st))
+                fprintf(stderr, "tandem: rank %d ended by signal %d\n", q, WTERMSIG(st));
+            else
+                fprintf(stderr, "tandem: rank %d exited with %d\n", q, WEXITSTATUS(st));
+            rc = 1;
+        }
+    }
+    rk->active = 0;
+    return rc;
+}
+
+int cli_ranks_follow(struct td_engine_params *ep) {
+    char err[1024];
+    struct td_engine *e;
+    if (td_engine_init(&e, ep, err, sizeof err)) {
+        fprintf(stderr, "tandem: rank %d: %s\n", ep->comm->rank, err);
+        return 1;
+    }
+    const char *dies = getenv("TD_TEST_RANK_DIES"); // test seam: this rank ends after start-up
+    if (dies && atoi(dies) == ep->comm->rank) _exit(3);
+    int rc = td_engine_follow(e, err, sizeof err);
+    if (rc) fprintf(stderr, "tandem: rank %d: %s\n", ep->comm->rank, err);
+    td_engine_free(e);
+    return rc ? 1 : 0;
+}
 
 int cli_value_option(const char *cmd, const char *a, const char *v, struct td_engine_params *ep,
                      long *draft_tokens, struct cli_req_opts *ro) {

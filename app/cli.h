@@ -80,8 +80,28 @@ void cli_print_policy(FILE *fp, const char *prefix, const struct td_engine_param
 /* with --synthetic-acceptance, one line saying the output is lossy (nothing otherwise) */
 void cli_print_synthetic(FILE *fp, const char *cmd, const struct td_engine_params *ep);
 
-/* argv[0] of the process (main sets it), where cli_default_model looks beside the binary */
+/* argv[0] of the process (main sets it), where cli_default_model looks beside the binary;
+ * the whole command line too (a --ranks leader starts its followers with it) */
 extern const char *cli_argv0;
+extern int cli_argc;
+extern char **cli_argv;
+
+/* --ranks N: the model split over N ranks (model/split.h), processes of this host joined by
+ * sockets. cli_ranks_start: when this process is a follower (TANDEM_RANK set by its leader), it
+ * joins (*follower = 1); else with n > 1 it starts n - 1 followers, copies of this command line,
+ * each joined to it by a socketpair (TANDEM_RANK, TANDEM_WORLD, TANDEM_COMM_FD), and leads.
+ * rk->comm is then the engine's params.comm; with n = 1 and no TANDEM_RANK nothing happens
+ * (rk->active 0). cli_ranks_finish closes the sockets (a follower still running ends) and waits
+ * for every follower: 0, or 1 after printing which one failed. 0, or -1 with a message. */
+struct cli_ranks {
+    struct td_comm *comm;
+    int active, world;
+    int pid[64];
+};
+int cli_ranks_start(struct cli_ranks *rk, long n, int *follower, char *err, size_t errlen);
+int cli_ranks_finish(struct cli_ranks *rk);
+/* a follower's whole life: the engine of ep (its comm set) follows its leader; the exit code */
+int cli_ranks_follow(struct td_engine_params *ep);
 
 /* the default model: models/tandem-tiny under the working directory, else beside the binary
  * argv0; NULL when neither has one */

@@ -144,7 +144,7 @@ int cmd_generate(int argc, char **argv) {
     ep.draft = "auto";
     const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
     struct cli_req_opts ro = {64, 0, 0.0, 0, 1.0};
-    long n = 1, draft_tokens = -1;
+    long n = 1, draft_tokens = -1, ranks = 1;
     int print_ids = 0, stats = 0, ignore_eos = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -180,6 +180,8 @@ int cmd_generate(int argc, char **argv) {
             prompt_file = v;
         else if (!strcmp(a, "--n"))
             rc = cli_parse_int(a, v, 1, 4096, &n);
+        else if (!strcmp(a, "--ranks"))
+            rc = cli_parse_int(a, v, 1, 64, &ranks);
         else
             return die("generate: unknown option '%s' (see tandem generate --help)", a);
         if (rc) return 2;
@@ -218,6 +220,19 @@ int cmd_generate(int argc, char **argv) {
         tok_free(tk);
         return 2;
     }
+    struct cli_ranks rk; // --ranks: the model split over processes, this one leading
+    int follower;
+    if (cli_ranks_start(&rk, ranks, &follower, err, sizeof err)) {
+        free(prompt);
+        tok_free(tk);
+        return die("%s", err);
+    }
+    ep.comm = rk.comm;
+    if (follower) {
+        free(prompt);
+        tok_free(tk);
+        return cli_ranks_follow(&ep);
+    }
     struct td_engine *e;
     int bad = td_engine_init(&e, &ep, err, sizeof err) ? die("%s", err) : 0;
     if (!bad)
@@ -227,6 +242,7 @@ int cmd_generate(int argc, char **argv) {
         td_engine_free(e);
         free(prompt);
         tok_free(tk);
+        cli_ranks_finish(&rk);
         return bad;
     }
     int *ids = td_xmalloc((size_t)n * sizeof *ids), rc = 0;
@@ -290,7 +306,8 @@ done:
     free(ids);
     free(prompt);
     tok_free(tk);
-    td_engine_free(e);
+    td_engine_free(e); // (a leader's followers end their steps here)
+    if (cli_ranks_finish(&rk) && !rc) rc = 1;
     return rc;
 }
 

@@ -317,6 +317,7 @@ static int cmd_serve(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     cli_argv0 = argv[0];
+    cli_argc = argc, cli_argv = argv;
     if (argc < 2) {
         cli_usage(stderr);
         return 2;

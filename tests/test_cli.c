@@ -6,7 +6,8 @@
  * Bad arguments must exit non-zero with one line on stderr, never crash; a good run with
  * --chunks must write the same bits as the one-call run, and both must match HF. generate with
  * --draft dspark on the default model with its head moved into its own files prints what it
- * prints with the head in dspark/ (ids and acceptance).
+ * prints with the head in dspark/ (ids and acceptance). cli/generate_ranks: --ranks N (the
+ * model split over N processes) prints one rank's tokens, and fails closed.
  */
 #include <stdint.h>
 #include <sys/stat.h>
@@ -118,6 +119,49 @@ static void bad(const char *name, const char *args, const char *want) {
         lines += *p == '\n';
     CHECK(lines == 1, "%d lines on stderr: '%s'", lines, msg);
     case_end(name, "");
+}
+
+/* --ranks N: the model split over N processes (rank 0 leading, each follower this command
+ * again, joined by a socketpair): one rank's tokens at 2 and 4 ranks (MTP, sampled); 3 ranks of
+ * 8 experts refused; a follower that ends (TD_TEST_RANK_DIES) ends the run with its reason and
+ * every rank's exit status, no hang; a follower started by hand refused */
+static void ranks_cases(void) {
+    case_begin();
+    const char *bin = getenv("TD_TANDEM") ? getenv("TD_TANDEM") : "./bin/tandem";
+    char args[1024], out[3][1024], msg[4096], cmd[2048];
+    const char *gen = "generate --backend cpu --model models/tandem-tiny --prompt-ids \"5 17 99 "
+                      "1023 44 8 300 12 7 7 9\" --max-tokens 16 --print-ids --draft mtp "
+                      "--temperature 1 --seed 3";
+    const int ranks[3] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "%s --ranks %d", gen, ranks[i]);
+        char name[32];
+        snprintf(name, sizeof name, "ranks%d.txt", ranks[i]);
+        CHECK(tandem_stdout(args, name, out[i], sizeof out[i]) == 0, "--ranks %d failed", ranks[i]);
+    }
+    CHECK(strlen(out[0]) > 20 && !strcmp(out[0], out[1]) && !strcmp(out[0], out[2]),
+          "--ranks 1, 2 and 4 printed '%s', '%s', '%s'", out[0], out[1], out[2]);
+    snprintf(args, sizeof args, "%s --ranks 3", gen);
+    CHECK(tandem(args, msg, sizeof msg) != 0 &&
+              strstr(msg, "3 ranks do not divide the model's 8 routed experts"),
+          "--ranks 3: '%s'", msg);
+    char errf[160];
+    snprintf(errf, sizeof errf, "%s/ranks_dies.txt", root);
+    snprintf(cmd, sizeof cmd, "env TD_TEST_RANK_DIES=1 timeout 60 %s %s --ranks 4 >/dev/null 2>%s",
+             bin, gen, errf);
+    int st = system(cmd);
+    slurp(errf, msg, sizeof msg);
+    CHECK(st != 0 && WEXITSTATUS(st) != 124 &&
+              strstr(msg, "tandem: comm: rank 1's connection closed (its process ended)") &&
+              strstr(msg, "tandem: rank 1 exited with 3") &&
+              strstr(msg, "tandem: rank 2 exited with 1"),
+          "a follower that ends: status %d, '%s'", st, msg);
+    snprintf(cmd, sizeof cmd, "env TANDEM_RANK=1 timeout 60 %s %s >/dev/null 2>%s", bin, gen, errf);
+    st = system(cmd);
+    slurp(errf, msg, sizeof msg);
+    CHECK(st != 0 && strstr(msg, "a follower is started by its leader (--ranks N)"),
+          "a follower by hand: '%s'", msg);
+    case_end("cli/generate_ranks", "");
 }
 
 int main(void) {
@@ -696,6 +740,7 @@ int main(void) {
         "--think needs a DeepSeek vocabulary with <think> and </think>");
     bad("chat_bad_reasoning_effort", "chat --reasoning-effort extreme",
         "--reasoning-effort 'extreme': expected high or max");
+    ranks_cases();
 
     snprintf(args, sizeof args, "rm -rf %s", root);
     if (system(args)) return 1;
