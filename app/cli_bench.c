@@ -543,7 +543,8 @@ int cmd_bench(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     const char *prompts_path = NULL;
     struct cli_req_opts ro = {128, 0, 0.0, 0, 1.0};
-    long n_prompts = 64, batch = 16, draft_tokens = -1, repeat = 0, long_prompt = 0, n_turns = 1;
+    long n_prompts = 64, batch = 16, draft_tokens = -1, repeat = 0, long_prompt = 0, n_turns = 1,
+         ranks = 1;
     int raw = 0, csv = 0;
     const char *sweep = NULL, *plot = "bench-sweep.svg";
     for (int i = 0; i < argc; i++) {
@@ -577,6 +578,7 @@ int cmd_bench(int argc, char **argv) {
                 "                       and the second turn in the chat format (a conversation;\n"
                 "                       with --prefix-blocks, how much of the first turn the\n"
                 "                       cache gives it)\n"
+                "  --ranks N            split the model's experts over N processes (as generate)\n"
                 "  --long-prompt N      a prompt of N ids arrives once the first batch decodes,\n"
                 "                       in a slot of its own (one token asked): its prefill's\n"
                 "                       effect on their gaps (with --n-prompts = --batch)\n"
@@ -616,6 +618,8 @@ int cmd_bench(int argc, char **argv) {
             rc = cli_parse_int(a, v, 1, 1 << 20, &n_prompts);
         else if (!strcmp(a, "--batch"))
             rc = cli_parse_int(a, v, 1, 4096, &batch);
+        else if (!strcmp(a, "--ranks"))
+            rc = cli_parse_int(a, v, 1, 64, &ranks);
         else if (!strcmp(a, "--sweep"))
             sweep = v;
         else if (!strcmp(a, "--plot"))
@@ -712,18 +716,29 @@ int cmd_bench(int argc, char **argv) {
     }
     free(line);
     fclose(fp);
-    int rc = 0;
+    int rc = 0, follower = 0;
+    struct cli_ranks rk = {0}; // --ranks: the model split over processes, this one leading
     if (bad)
         rc = die("%s", err);
     else if (!np)
         rc = die("bench: %s holds no prompts", prompts_path);
-    else if (!sweep) {
+    else if (ranks > 1 && sweep)
+        rc = die("bench: --ranks runs one bench; it takes no --sweep");
+    else if (cli_ranks_start(&rk, ranks, &follower, err, sizeof err))
+        rc = die("%s", err);
+    ep.comm = rk.comm;
+    if (rc) {
+    } else if (follower) { // the leader's engine's steps (bench_run's params)
+        ep.max_seqs = (int)batch + (long_prompt > 0);
+        rc = cli_ranks_follow(&ep);
+    } else if (!sweep) {
         struct bench_turns tt = {.tk = tk, .ch = &ch, .first = first, .second = second};
         rc = bench_run(ep, draft_tokens, batch, ids, np, &ro, long_prompt, n_turns > 1 ? &tt : NULL,
                        csv, 0, NULL);
     } else {
         rc = bench_sweep(&ep, draft_tokens, sweep, ids, np, &ro, plot, repeat ? (int)repeat : 1);
     }
+    if (!follower && cli_ranks_finish(&rk) && !rc) rc = 1;
     for (int i = 0; i < np; i++)
         tok_ids_free(&ids[i]), free(first[i]), free(second[i]);
     free(ids), free(first), free(second);
