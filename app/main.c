@@ -312,7 +312,17 @@ static int cmd_serve(int argc, char **argv) {
         free(ini);
         return 0;
     }
-    return srv_run(&c);
+    struct cli_ranks rk; // model.ranks: the model split over processes, this one serving
+    int follower;
+    if (cli_ranks_start(&rk, c.ranks, &follower, err, sizeof err)) return die("%s", err);
+    if (follower) { // the server's engine, following (its params as the server makes them)
+        struct td_engine_params fp = srv_engine_params(&c, c.path, c.method);
+        fp.comm = rk.comm;
+        return cli_ranks_follow(&fp);
+    }
+    int rc = srv_run(&c, rk.comm);
+    if (cli_ranks_finish(&rk) && !rc) rc = 1;
+    return rc;
 }
 
 int main(int argc, char **argv) {

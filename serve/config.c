@@ -127,6 +127,9 @@ static const struct key keys[] = {
      .doc = "on = batch-invariant kernels (GPU; the CPU always is)"},
     {K("model", "graphs", KEY_BOOL, graphs), .def = "on",
      .doc = "off = run every GPU step eagerly (no CUDA graph replay)"},
+    {K("model", "ranks", KEY_INT, ranks), RANGE(1, 64), .def = "1",
+     .doc = "split the model's experts over this many processes of this host, started by the "
+            "server (a divisor of the routed experts; the CPU backend for now; no prefix cache)"},
     // [speculation]
     {K("speculation", "method", KEY_STRING, method), .names = draft_names, .def = "auto",
      .doc = "the drafter; auto, on the GPU: dspark when the model has one (its own files or "
@@ -939,6 +942,7 @@ static const char *const flag_keys[][2] = {
     {"-m", "model.path"},
     {"--host", "server.host"},
     {"--backend", "model.backend"},
+    {"--ranks", "model.ranks"},
     {"--draft-tokens", "speculation.k"},
     {"--dspark-dir", "speculation.dspark_dir"},
     {"--dspark-threshold", "speculation.confidence_min"},

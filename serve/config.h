@@ -61,6 +61,7 @@ struct srv_config {
     int dummy_weights;      /* off */
     int deterministic;      /* off */
     int graphs;             /* on */
+    int ranks;              /* 1, 1..64: the model's experts split over this many processes */
     /* [speculation] */
     char method[SRV_STR];     /* auto | none | ngram | random | mtp | dspark ; default auto */
     int k;                    /* 0 = the drafter's default, 0..16 */

@@ -111,6 +111,7 @@ struct srv {
     struct srv_metrics *m;
     struct MHD_Daemon *d;
     char model_name[SRV_STR], model_dir[SRV_STR], drafter[SRV_STR], fingerprint[64];
+    struct td_comm *comm; /* --ranks: the model split over processes, this one leading */
     int max_ctx, max_prompt, vocab, draft_k;
     const char *page; /* the chat page served at / (NULL: server.web_ui is off) */
     size_t n_page;

@@ -1414,10 +1414,10 @@ static int load_keys(struct srv *s, const char *path) {
     return 0;
 }
 
-static int open_engine(struct srv *s) {
-    const struct srv_config *c = &s->cfg;
+struct td_engine_params srv_engine_params(const struct srv_config *c, const char *model_dir,
+                                          const char *drafter) {
     struct td_engine_params ep = td_engine_defaults();
-    ep.model_dir = s->model_dir;
+    ep.model_dir = model_dir;
     ep.backend = c->backend;
     ep.max_seqs = c->max_running;
     ep.max_ctx = c->max_context;
@@ -1426,7 +1426,7 @@ static int open_engine(struct srv *s) {
     ep.prefill_chunk = c->prefill_chunk;
     ep.prefix_blocks = c->prefix_blocks;
     ep.history_blocks = c->history_blocks;
-    ep.draft = s->drafter;
+    ep.draft = drafter;
     ep.max_draft = c->k;
     ep.dspark_dir = c->dspark_dir[0] ? c->dspark_dir : NULL;
     ep.dspark_threshold = (float)c->confidence_min;
@@ -1438,6 +1438,13 @@ static int open_engine(struct srv *s) {
     const struct draft_info *di = draft_lookup(c->method, NULL, 0); // (srv_config_check: known)
     if (!ep.max_draft && di) ep.max_draft = di->default_tokens;     // as generate does
     if (ep.max_batch_tokens < 1 + ep.max_draft) ep.max_batch_tokens = 1 + ep.max_draft;
+    return ep;
+}
+
+static int open_engine(struct srv *s) {
+    const struct srv_config *c = &s->cfg;
+    struct td_engine_params ep = srv_engine_params(c, s->model_dir, s->drafter);
+    ep.comm = s->comm;
     const char *nan = getenv("TANDEM_TEST_NAN");
     if (nan && *nan) {
         s->nan_on = 1;
@@ -1516,11 +1523,12 @@ static int open_page(struct srv *s, const struct sockaddr_storage *addr) {
     return 0;
 }
 
-int srv_run(const struct srv_config *cfg) {
+int srv_run(const struct srv_config *cfg, struct td_comm *comm) {
     struct srv *s = calloc(1, sizeof *s);
     int rc = 1;
     if (!s) return 1;
     s->cfg = *cfg;
+    s->comm = comm;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->log_mu, NULL);
     pthread_cond_init(&s->cv, NULL);

@@ -608,8 +608,8 @@ static int ex_metrics(void) {
 static int ex_server(void) {
     // sketch: serve/server.h
     struct srv_config c;
-    srv_config_defaults(&c); // then srv_config_load / _env / _set (serve/config.h)
-    return srv_run(&c);      // blocks until SIGTERM/SIGINT; the exit code
+    srv_config_defaults(&c);  // then srv_config_load / _env / _set (serve/config.h)
+    return srv_run(&c, NULL); // blocks until SIGTERM/SIGINT; the exit code
     // end sketch
 }
 
