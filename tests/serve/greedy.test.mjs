@@ -1,6 +1,7 @@
 // tests/serve/greedy.test.mjs: greedy output through the server equals `tandem generate`'s for
 // the same prompt ids: completions and chat, streamed and not, on servers without a drafter and
-// with each drafter (speculation is lossless, so every server must give the no-draft ids).
+// with each drafter (speculation is lossless, so every server must give the no-draft ids), and
+// with the experts split over two processes.
 //
 //   node --test tests/serve/greedy.test.mjs
 
@@ -10,7 +11,16 @@ import {
     startServer, client, solo, soloText, detokenize, tokenize, chatIds, collect, stripEos, settled, mval,
 } from './harness.mjs';
 
-const DRAFTERS = ['none', 'mtp', 'dspark', 'ngram'];
+// each server's name and its arguments: every drafter, and DSpark with the model's experts split
+// over 2 processes (model.ranks: rank 0 serves, a follower it starts runs its half of the experts)
+const ARGS = {
+    none: ['--draft', 'none'],
+    mtp: ['--draft', 'mtp'],
+    dspark: ['--draft', 'dspark'],
+    ngram: ['--draft', 'ngram'],
+    'dspark, 2 ranks': ['--draft', 'dspark', '--ranks', '2'],
+};
+const DRAFTERS = Object.keys(ARGS);
 const MAXT = 32;
 const TEXTS = ['Once upon a time there was a', 'The king said to his son', 'In the morning the'];
 const CHAT = [{ role: 'user', content: 'What did the king say?' }];
@@ -19,7 +29,7 @@ let prompts, refs, chatPrompt, chatRef;
 
 before(async () => {
     // the servers load side by side; an idle server costs nothing
-    const started = await Promise.allSettled(DRAFTERS.map((d) => startServer(['--draft', d])));
+    const started = await Promise.allSettled(DRAFTERS.map((d) => startServer(ARGS[d])));
     started.forEach((r, i) => (servers[DRAFTERS[i]] = r.status === 'fulfilled' ? r.value : r.reason));
     prompts = await Promise.all(TEXTS.map((t) => tokenize(t)));
     refs = [];
