@@ -613,6 +613,11 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         }
         if (td_split_init(&e->split, e->run, p->comm, err, errlen)) goto fail;
         e->split.leads = 1;
+#ifdef TD_DEBUG
+        e->split.check = 1; // (every step: a copy of the residual streams to the host)
+#endif
+        const char *rck = getenv("TD_RANK_CHECK");
+        if (rck && *rck) e->split.check = atoi(rck) != 0;
         e->ranked = *e->run;
         e->ranked.split = &e->split;
         e->run = &e->ranked;

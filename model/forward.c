@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "model/backend.h"
 #include "model/split.h"
@@ -999,6 +1000,37 @@ int td_forward_follow(const struct td_model *m, struct td_state *st, char *err, 
     return rc;
 }
 
+/* The ranks' last residual streams of the step (every row, every stream) compared by hash:
+ * they run the same rows on the same weights, so a rank that differs has diverged (another
+ * weight, a state that moved apart, a kernel that is not the same function): the world fails,
+ * naming it and the step. */
+static int check_ranks(struct fwd *f, char *err, size_t errlen) {
+    const struct td_split *sp = f->m->split;
+    struct td_comm *c = sp->comm;
+    size_t bytes = (size_t)f->n * f->c->hc_mult * f->c->dim * sizeof(float);
+    void *host = malloc(bytes ? bytes : 1);
+    uint64_t h[2] = {0, 0}, *all = calloc((size_t)c->world, sizeof h);
+    if (!host || !all) {
+        free(host), free(all);
+        return td_errf(err, errlen, "forward: out of memory for the ranks' check");
+    }
+    f->b->to_host(host, f->X, bytes);
+    int rc = f->b->finish(err, errlen);
+    h[0] = XXH3_64bits(host, bytes), h[1] = (uint64_t)f->st->n_steps;
+    if (!rc && c->ops->all_gather(c, h, all, sizeof h)) rc = c->ops->poll_error(c, err, errlen);
+    for (int r = 1; !rc && r < c->world; r++)
+        if (all[2 * r] != all[0]) {
+            rc = td_errf(err, errlen,
+                         "forward: rank %d's residual streams differ from rank 0's at its step "
+                         "%llu (hash %016llx against %016llx): the ranks have diverged",
+                         r, (unsigned long long)all[2 * r + 1], (unsigned long long)all[2 * r],
+                         (unsigned long long)all[0]);
+            c->ops->abort(c, err);
+        }
+    free(host), free(all);
+    return rc ? -1 : 0;
+}
+
 /* a split model's ranks: has their world failed (a rank aborted, disagreed or timed out)? */
 static int world_failed(const struct td_model *m, char *err, size_t errlen) {
     struct td_comm *c = m->split ? m->split->comm : NULL;
@@ -1036,6 +1068,9 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
     if (lead && send_step(lead, p, f->plan_base, err, errlen)) return -1;
     run_step(f, st->ws, topk_trace);
     if (world_failed(m, err, errlen)) return -1;
+    if (m->split && m->split->check && m->split->comm->world > 1 && check_ranks(f, err, errlen))
+        return -1;
+    st->n_steps++;
     if (logits) { // else they stay in the backend (td_forward_logits) and nothing waits here
         f->b->to_host(logits, f->logits, (size_t)p->n_logit * f->c->vocab * sizeof(float));
         if (f->b->finish(err, errlen)) return -1;

@@ -31,6 +31,9 @@ struct td_split {
     int lo, hi;         /* the routed experts this rank runs */
     int per_layer;      /* own's row: n_experts + 1 (the shared expert's index n_experts) */
     unsigned char *own; /* [n_layers][per_layer] 1: this rank runs the expert of the layer */
+    int check;          /* 1: after every step the ranks compare a hash of its last residual
+                           streams and the world fails at the first that differs (the engine:
+                           debug builds, or TD_RANK_CHECK=1) */
     int leads;          /* 1: rank 0 sends each step to the others, which follow it
                            (forward.h td_forward_follow: the engine's way); 0 (td_split_init's):
                            every rank runs its own plans, the same ones (tests) */

@@ -52,6 +52,7 @@ struct td_fwd_ws;
 struct td_state {
     const struct td_config *cfg;
     const struct td_backend *backend; /* where the pools live */
+    long n_steps; /* forwards run on this state (a split model's ranks' check names it) */
     int max_seqs, max_ctx, max_chunk;
     int window;                    /* keys a row sees at most: min(sliding_window, max_ctx) */
     int swa_ring;                  /* window + max_chunk */

@@ -23,6 +23,9 @@
  *     rollbacks included)
  * parallel/engine_refuses_other_settings  a rank started with another history pool than rank
  *     0's: every rank's engine refuses to start, naming the rank and the setting
+ * parallel/diverged_rank_caught  rank 1's weights differ in one byte of a replicated tensor
+ *     (past what the manifest reads): the ranks' check of every step's residual streams
+ *     fails every rank at the first step, naming rank 1
  * parallel/desync_fails_all         rank 1 is given a plan of one row fewer: every rank's
  *                                   step fails, naming both ranks' calls
  */
@@ -97,6 +100,7 @@ static void *rank_main(void *p) {
     for (int e = 0; e < sp.per_layer; e++)
         j->owned += sp.own[e];
     struct td_model m = *j->host; // this rank's view: the host weights, its experts
+    sp.check = 1;                 // (every step's residual streams compared across ranks)
     m.split = &sp;
     if (j->abort_first)
         j->comm.ops->abort(&j->comm, "rank 1 lost its GPU");
@@ -218,6 +222,36 @@ static void failures(void) {
         case_end(o ? "parallel/manifest_refuses_other_weights"
                    : "parallel/manifest_refuses_other_model",
                  extra);
+    }
+
+    // rank 1's copy of the weights differs in one replicated byte, in the middle of a tensor
+    // (the manifest's fingerprint reads only each tensor's first and last bytes): the ranks'
+    // residual check fails every rank at the first step, naming rank 1
+    case_begin();
+    {
+        struct td_model d0, d1, p0, p1;
+        int ok = !td_model_load_dummy(&d0, "tests/fixtures/b_plain_hc2", 7, err, sizeof err) &&
+                 !td_model_upload(&d0, td_backend_cpu(), &p0, err, sizeof err) &&
+                 !td_model_load_dummy(&d1, "tests/fixtures/b_plain_hc2", 7, err, sizeof err) &&
+                 !td_model_upload(&d1, td_backend_cpu(), &p1, err, sizeof err);
+        CHECK(ok, "%s", err);
+        if (ok) {
+            const struct td_tensor *t = &p1.layers[1].attn_norm;
+            size_t nb = (size_t)td_tensor_numel(t) * td_dtype_size(t->dtype);
+            ((unsigned char *)t->data)[nb / 2 + 1] ^= 0x20;
+            rank1_model = &p1;
+            memset(jobs, 0, sizeof jobs);
+            run_world(&p0, 2, 30.0, jobs, -1, -1);
+            rank1_model = NULL;
+            for (int r = 0; r < 2; r++)
+                CHECK(!jobs[r].hash && strstr(jobs[r].err, "rank 1's residual streams differ "
+                                                           "from rank 0's at its step 0"),
+                      "rank %d: '%s'", r, jobs[r].err);
+            td_model_free(&p0), td_model_free(&p1), td_model_free(&d0), td_model_free(&d1);
+        }
+        char extra[600];
+        snprintf(extra, sizeof extra, "(%s)", jobs[0].err);
+        case_end("parallel/diverged_rank_caught", extra);
     }
 
     case_begin();
