@@ -611,6 +611,14 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
                     p->comm->world);
             goto fail;
         }
+        const char *try_gpu = getenv("TD_RANKS_CUDA"); // (its first run on a GPU: next session)
+        if (e->b->on_device && !(try_gpu && !strcmp(try_gpu, "1"))) {
+            td_errf(err, errlen,
+                    "engine: a model split over ranks runs on the CPU backend for now (the %s "
+                    "backend's path is written, not yet run on a GPU: --backend cpu)",
+                    e->b->name);
+            goto fail;
+        }
         if (td_split_init(&e->split, e->run, p->comm, err, errlen)) goto fail;
         e->split.leads = 1;
 #ifdef TD_DEBUG

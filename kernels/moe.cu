@@ -232,7 +232,7 @@ __global__ void moe_group_kernel(const int32_t *picks, const float *weights, int
         for (int u = 0; u < k; u++)
             rank += row[u] < e || (row[u] == e && u < j);
         ord_pos[i - j + rank] = p;
-        ord_w[i - j + rank] = weights[i];
+        ord_w[i - j + rank] = weights ? weights[i] : 0.0f; // (none: the slots' form)
     }
 }
 
@@ -728,10 +728,11 @@ extern "C" int moe_cuda_fold_shared(int entries) {
     return moe_deterministic || entries <= MOE_MMA_ENTRIES;
 }
 
-extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *picks,
-                                 const float *weights, const struct expert_set *ex, int n, int d,
-                                 int inter, int k, int n_experts, float limit) {
-    if (!n) return;
+/* every entry's expert output, unweighted, into g_y by its place in g_perm (and the combine's
+ * order in g_ord_pos / g_ord_w): moe_experts_cuda's and moe_experts_slots_cuda's first part */
+static void experts_y(const float *x, const int32_t *picks, const float *weights,
+                      const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
+                      float limit) {
     TD_ASSERT(k <= MOE_MAX_K); // moe_cuda_reserve refuses such models first
     // quantized experts take the 8-row tensor-core tiles at every width but the wide steps'
     // block tiles: their decode in registers needs the fewer, wider loads
@@ -782,7 +783,78 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
         moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, tm, g_h, x, 1, k, ex, d, inter, limit);
         moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, tm, g_y, g_h, 0, k, ex, inter, d, limit);
     }
-    launch_k(moe_combine_kernel, ceil_div((long long)n * d, 256), 256, 0, s, out, g_y, g_ord_pos,
-             g_ord_w, n, k, d);
+}
+
+extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *picks,
+                                 const float *weights, const struct expert_set *ex, int n, int d,
+                                 int inter, int k, int n_experts, float limit) {
+    if (!n) return;
+    experts_y(x, picks, weights, ex, n, d, inter, k, n_experts, limit);
+    launch_k(moe_combine_kernel, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(), out,
+             g_y, g_ord_pos, g_ord_w, n, k, d);
+    LAUNCH_CHECK();
+}
+
+/* a split model's slots (moe.h): entry i = perm[p]'s output where its expert is this rank's
+ * (own, a device copy of the host mask), zeros elsewhere */
+__global__ void moe_slots_kernel(float *slots, const float *y, const int32_t *perm,
+                                 const int32_t *picks, const unsigned char *own, int m, int d) {
+    PDL_START();
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)m * d) return;
+    int p = (int)(i / d), c = (int)(i % d), e = perm[p];
+    slots[(size_t)e * d + c] = own[picks[e]] ? y[(size_t)p * d + c] : 0.0f;
+}
+
+/* out[t, c] = the row's slots times their weights, summed in ascending expert order (then pick
+ * position) from 0, as moe_combine_kernel sums (a multiply-add each) */
+__global__ void moe_combine_slots_kernel(float *out, const float *slots, const int32_t *picks,
+                                         const float *weights, int n, int k, int d) {
+    PDL_START();
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)n * d) return;
+    int t = (int)(i / d), c = (int)(i % d), ord[MOE_MAX_K];
+    const int32_t *row = picks + (size_t)t * k;
+    for (int j = 0; j < k; j++) {
+        int rank = 0;
+        for (int u = 0; u < k; u++)
+            rank += row[u] < row[j] || (row[u] == row[j] && u < j);
+        ord[rank] = j;
+    }
+    float acc = 0.0f;
+    for (int r = 0; r < k; r++)
+        acc = fmaf(slots[((size_t)t * k + ord[r]) * d + c], weights[(size_t)t * k + ord[r]], acc);
+    out[i] = acc;
+}
+
+static unsigned char *g_own; /* the slots' ownership mask, on the device */
+static int g_own_n;
+
+extern "C" void moe_experts_slots_cuda(float *slots, const float *x, const int32_t *picks,
+                                       const struct expert_set *ex, int n, int d, int inter, int k,
+                                       int n_experts, float limit) {
+    if (!n) return;
+    if (n_experts > g_own_n) { // (a split model runs eagerly: no graph keeps the address)
+        if (g_own) CUDA_CHECK(cudaFree(g_own));
+        CUDA_CHECK(cudaMalloc(&g_own, (size_t)n_experts));
+        g_own_n = n_experts;
+    }
+    cudaStream_t s = td_cuda_stream();
+    if (ex->own)
+        CUDA_CHECK(cudaMemcpyAsync(g_own, ex->own, (size_t)n_experts, cudaMemcpyHostToDevice, s));
+    else
+        CUDA_CHECK(cudaMemsetAsync(g_own, 1, (size_t)n_experts, s));
+    // (the weights only order the combine, which comes after the all-reduce: any will do)
+    experts_y(x, picks, NULL, ex, n, d, inter, k, n_experts, limit);
+    launch_k(moe_slots_kernel, ceil_div((long long)n * k * d, 256), 256, 0, s, slots, g_y, g_perm,
+             picks, g_own, n * k, d);
+    LAUNCH_CHECK();
+}
+
+extern "C" void moe_combine_slots_cuda(float *out, const float *slots, const int32_t *picks,
+                                       const float *weights, int n, int d, int k) {
+    if (!n) return;
+    launch_k(moe_combine_slots_kernel, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(),
+             out, slots, picks, weights, n, k, d);
     LAUNCH_CHECK();
 }

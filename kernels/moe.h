@@ -82,6 +82,14 @@ void moe_route_rows_cuda(int32_t *picks, float *weights, const float *logits, co
 void moe_experts_cuda(float *out, const float *x, const int32_t *picks, const float *weights,
                       const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                       float limit);
+/* a split model's slots and their combine (moe_experts_slots_ref, moe_combine_slots_ref): the
+ * entries' outputs as moe_experts_cuda makes them, then the weighted sum in its order; own is
+ * host memory, copied to the device each call (a split model's steps run eagerly) */
+void moe_experts_slots_cuda(float *slots, const float *x, const int32_t *picks,
+                            const struct expert_set *ex, int n, int d, int inter, int k,
+                            int n_experts, float limit);
+void moe_combine_slots_cuda(float *out, const float *slots, const int32_t *picks,
+                            const float *weights, int n, int d, int k);
 /* batch-invariant mode: every step's experts take the one fp32 tile form (a row's result
  * never depends on the step's size); otherwise small steps run on tensor cores */
 void moe_cuda_set_deterministic(int on);

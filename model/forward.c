@@ -53,6 +53,8 @@ struct fwd {
     int32_t *picks;             /* [n, experts per token] */
     float *weights;             /* [n, experts per token] */
     float *slots;               /* [n, experts per token, dim] a split model's expert outputs */
+    float *slots_host;          /* the same on the host: a device backend's all-reduce goes
+                                   through it (a split model's ranks join by host sockets) */
     float *logits;              /* [n, vocab] */
     float *inv_main, *inv_comp; /* [rope_dim / 2] */
     void *plan_dev;    /* the plan's copy in backend memory: every step's on a device backend; on
@@ -337,7 +339,16 @@ static void moe_block(struct fwd *f, int li) {
         op->moe_experts_slots(f->slots, f->xn, f->picks, &ex, n, D, I, k + sh, E + sh,
                               c->swiglu_limit);
         // (a failed world fails every later op at once; the call's end reports it)
-        sp->comm->ops->all_reduce_sum_f32(sp->comm, f->slots, (size_t)n * (k + sh) * D);
+        size_t cnt = (size_t)n * (k + sh) * D;
+        if (f->b->on_device) { // through the host (the step runs eagerly: graphs_on)
+            char e2[8];
+            f->b->to_host(f->slots_host, f->slots, cnt * sizeof(float));
+            f->b->finish(e2, sizeof e2);
+            sp->comm->ops->all_reduce_sum_f32(sp->comm, f->slots_host, cnt);
+            f->b->to_device(f->slots, f->slots_host, cnt * sizeof(float));
+        } else {
+            sp->comm->ops->all_reduce_sum_f32(sp->comm, f->slots, cnt);
+        }
         op->moe_combine_slots(f->a, f->slots, f->picks, f->weights, n, D, k + sh);
     } else {
         op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k + sh, E + sh,
@@ -419,6 +430,7 @@ static void ws_free(struct td_state *st) {
         if (ws->graphs[i].exec) ws->b->graph_free(ws->graphs[i].exec);
     for (int i = 0; i < ws->n_bufs; i++)
         ws->b->release(ws->bufs[i]);
+    if (ws->f.slots_host) ws->b->release_host(ws->f.slots_host);
     free(ws->bufs);
     free(ws);
     st->ws = NULL;
@@ -498,6 +510,9 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         if (!(*want[i].dst = b->alloc(want[i].bytes))) goto oom;
         ws->bufs[ws->n_bufs++] = *want[i].dst;
     }
+    if (m->split && b->on_device &&
+        !(f->slots_host = b->alloc_host(N * (c->n_experts_tok + 1) * D * F)))
+        goto oom;
     float inv[256];
     struct rope_params pm = rope_of(&c->rope_main, c->rope_dim);
     struct rope_params pc = rope_of(&c->rope_compress, c->rope_dim);
@@ -773,7 +788,8 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
 }
 
 static int graphs_on(const struct fwd *f) {
-    return f->st->use_graphs && f->b->graph_begin;
+    const struct td_split *sp = f->m->split; // (a split model's all-reduce waits on the host)
+    return f->st->use_graphs && f->b->graph_begin && !(sp && sp->comm->world > 1);
 }
 
 /* decode and verify steps and context stores (up to 128 rows) replay a graph captured once per
@@ -879,6 +895,7 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
                        const struct td_forward_io *io, int min_rows, int max_rows, char *err,
                        size_t errlen) {
     if (!st->use_graphs || !st->backend->graph_begin) return 0;
+    if (m->split && m->split->comm->world > 1) return 0; // (its steps run eagerly: graphs_on)
     struct td_plan_dims want = td_state_plan_dims(st, d->max_tok, d->max_seq);
     if (!meta_plan_dims_equal(&want, d))
         return td_errf(err, errlen, "forward: prepare was given other state dimensions");
@@ -906,8 +923,9 @@ static struct td_comm *leader_comm(const struct td_model *m) {
 }
 
 /* rank 0: the step's plan to the followers, from the buffer the kernels read (base) */
-static int send_step(struct td_comm *c, const struct td_plan *p, const void *base, char *err,
+static int send_step(struct td_comm *c, const struct td_plan *p, const struct fwd *f, char *err,
                      size_t errlen) {
+    const char *base = (const char *)f->plan_base;
     struct step_msg h = {.kind = 1,
                          .max_tok = p->dims.max_tok,
                          .max_seq = p->dims.max_seq,
@@ -921,8 +939,24 @@ static int send_step(struct td_comm *c, const struct td_plan *p, const void *bas
     for (int i = 0; i < h.n_spans; i++)
         h.off[i] = off[i], h.bytes[i] = bytes[i];
     int rc = c->ops->broadcast(c, &h, sizeof h, 0);
-    for (int i = 0; !rc && i < h.n_spans; i++)
-        rc = c->ops->broadcast(c, (char *)base + off[i], bytes[i], 0);
+    for (int i = 0; !rc && i < h.n_spans; i++) {
+        if (!f->b->on_device) {
+            rc = c->ops->broadcast(c, (char *)base + off[i], bytes[i], 0);
+            continue;
+        }
+        // a device's copy, its draft ids patched in there: back to the host first
+        char *host = malloc(bytes[i] ? bytes[i] : 1);
+        if (!host) {
+            c->ops->abort(c, "rank 0: out of memory for a step's plan");
+            free(host);
+            return td_errf(err, errlen, "forward: out of memory for a step's plan");
+        }
+        f->b->to_host(host, base + off[i], bytes[i]);
+        rc = f->b->finish(err, errlen);
+        if (rc) c->ops->abort(c, err);
+        if (!rc) rc = c->ops->broadcast(c, host, bytes[i], 0);
+        free(host);
+    }
     if (rc) c->ops->poll_error(c, err, errlen);
     return rc ? -1 : 0;
 }
@@ -1065,7 +1099,7 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
         }
     }
     struct td_comm *lead = leader_comm(m);
-    if (lead && send_step(lead, p, f->plan_base, err, errlen)) return -1;
+    if (lead && send_step(lead, p, f, err, errlen)) return -1;
     run_step(f, st->ws, topk_trace);
     if (world_failed(m, err, errlen)) return -1;
     if (m->split && m->split->check && m->split->comm->world > 1 && check_ranks(f, err, errlen))

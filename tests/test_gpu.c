@@ -697,6 +697,29 @@ static void test_moe_wide(enum td_dtype t, int wide128) {
               bm);
         free(gb);
     }
+    if (t == TD_DTYPE_BF16) { // a split model's slots (two ranks' halves of the experts, their
+                              // sum on the host) and combine: moe_experts_cuda's bits
+        float *ds = dev_out((size_t)n * k * D), *dc = dev_out((size_t)n * D);
+        float *sum = calloc((size_t)n * k * D, sizeof(float));
+        unsigned char own[2][8];
+        for (int e = 0; e < E; e++)
+            own[0][e] = e < E / 2, own[1][e] = e >= E / 2;
+        for (int h = 0; h < 2; h++) {
+            struct expert_set eh = ed;
+            eh.own = own[h];
+            moe_experts_slots_cuda(ds, dx, dpk, &eh, n, D, I, k, E, lim);
+            float *sl = fetch(ds, (size_t)n * k * D, "moe_experts_slots");
+            for (size_t i = 0; i < (size_t)n * k * D; i++)
+                sum[i] += sl[i];
+            free(sl);
+        }
+        gpu->to_device(ds, sum, (size_t)n * k * D * sizeof(float));
+        moe_combine_slots_cuda(dc, ds, dpk, dwt, n, D, k);
+        float *gc = fetch(dc, (size_t)n * D, "moe_combine_slots");
+        CHECK(!memcmp(gc, g, (size_t)n * D * 4),
+              "%s: two halves' slots, summed and combined, give other bits than the experts", name);
+        free(gc), free(sum), release_out(ds), release_out(dc);
+    }
     int r0 = 40, n2 = n - r0; // 1040 entries: wide too, other rows beside each
     float *d2 = dev_out((size_t)n2 * D);
     moe_experts_cuda(d2, dx + (size_t)r0 * D, dpk + r0 * k, dwt + r0 * k, &ed, n2, D, I, k, E, lim);
