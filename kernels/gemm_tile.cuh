@@ -120,44 +120,6 @@ __device__ __forceinline__ void gt_load(struct gt_smem<BM> *sm, int stage,
         }
 }
 
-/* the warp's accumulators of a tile, zeroed */
-template <int BM> __device__ __forceinline__ void gt_zero(float (*c)[8][4]) {
-#pragma unroll
-    for (int mi = 0; mi < gt_mi<BM>; mi++)
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            c[mi][j][0] = c[mi][j][1] = c[mi][j][2] = c[mi][j][3] = 0.0f;
-}
-
-/* one stage's product into the warp's accumulators: its A rows of stage a by its B rows of stage
- * b, k ascending. ldmatrix's lane addresses: A rows lane & 15, k (lane >> 4) 8; B rows
- * (lane & 7) + (lane >> 4) 8, k ((lane >> 3) & 1) 8 (blocks: j's k 0-7, j's k 8-15, j + 1's,
- * j + 1's) */
-template <int BM>
-__device__ __forceinline__ void gt_mma_stage(float (*c)[8][4], const __nv_bfloat16 (*a)[GT_LD],
-                                             const __nv_bfloat16 (*b)[GT_LD]) {
-    constexpr int MI = gt_mi<BM>;
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = (w & 1) * (BM / 2), wn = (w >> 1) * 64;
-    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
-        bk = ((lane >> 3) & 1) * 8;
-#pragma unroll
-    for (int kk = 0; kk < GT_BK; kk += 16) {
-        unsigned af[MI][4], bf[4][4];
-#pragma unroll
-        for (int mi = 0; mi < MI; mi++)
-            ldmatrix4(af[mi], &a[wm + 16 * mi + ar][kk + ak]);
-#pragma unroll
-        for (int jp = 0; jp < 4; jp++)
-            ldmatrix4(bf[jp], &b[wn + 16 * jp + br][kk + bk]);
-#pragma unroll
-        for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                mma_bf16(c[mi][j], af[mi][0], af[mi][1], af[mi][2], af[mi][3],
-                         bf[j >> 1][2 * (j & 1)], bf[j >> 1][2 * (j & 1) + 1]);
-    }
-}
-
 /* Quantized B (Q8 / Q4, quant.cuh): thread i holds tile row i (a matrix row, or none: row < 0).
  * A stage's 32 codes of the row (four groups of 8, one scale byte: a stage lies in one scale
  * block of either format) are loaded into registers a stage ahead and decoded to bf16 into shared
@@ -221,8 +183,14 @@ __device__ __forceinline__ void gt_tile_q4(float (*c)[8][4], struct gt_smem<BM> 
                                            const struct gt_src<BM> *s, const gt_qb<WF_Q4> &q,
                                            int K) {
     static_assert(2 * sizeof(sm->b[0]) >= sizeof(struct gt_q4_ring), "the ring fits b[2 ..]");
+    constexpr int MI = gt_mi<BM>;
     struct gt_q4_ring *rg = (struct gt_q4_ring *)&sm->b[2][0][0];
-    gt_zero<BM>(c);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = (w & 1) * (BM / 2), wn = (w >> 1) * 64;
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            c[mi][j][0] = c[mi][j][1] = c[mi][j][2] = c[mi][j][3] = 0.0f;
     int kt_n = K / GT_BK;
     bool on = q.row >= 0; // (an absent row: zeros, any valid address)
     const uint8_t *codes = (const uint8_t *)q.m.p + (size_t)(on ? q.row : 0) * (K / 2);
@@ -248,13 +216,31 @@ __device__ __forceinline__ void gt_tile_q4(float (*c)[8][4], struct gt_smem<BM> 
     }
     cp_async_wait<GT_STAGES - 2>(); // this thread's copies of stage 0
     decode(0);
+    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
+        bk = ((lane >> 3) & 1) * 8;
     for (int kt = 0; kt < kt_n; kt++) {
         cp_async_wait<GT_STAGES - 2>();
         __syncthreads(); // A of stage kt and b[kt % 2] from every thread; kt - 1's slots free
         int nx = kt + GT_STAGES - 1;
         if (nx < kt_n) issue(nx);
         cp_async_commit();
-        gt_mma_stage<BM>(c, sm->a[kt % GT_STAGES], sm->b[kt % 2]);
+        int st = kt % GT_STAGES, sb = kt % 2;
+#pragma unroll
+        for (int kk = 0; kk < GT_BK; kk += 16) {
+            unsigned a[MI][4], b[4][4];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+                ldmatrix4(a[mi], &sm->a[st][wm + 16 * mi + ar][kk + ak]);
+#pragma unroll
+            for (int jp = 0; jp < 4; jp++)
+                ldmatrix4(b[jp], &sm->b[sb][wn + 16 * jp + br][kk + bk]);
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    mma_bf16(c[mi][j], a[mi][0], a[mi][1], a[mi][2], a[mi][3],
+                             b[j >> 1][2 * (j & 1)], b[j >> 1][2 * (j & 1) + 1]);
+        }
         if (kt + 1 < kt_n) { // (b[(kt + 1) % 2]: stage kt - 1's, read before this barrier)
             cp_async_wait<GT_STAGES - 2>(); // this thread's copies of stage kt + 1
             decode(kt + 1);
@@ -275,7 +261,13 @@ __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem<BM> *sm
             return;
         }
     constexpr bool BB = F == WF_BF16;
-    gt_zero<BM>(c);
+    constexpr int MI = gt_mi<BM>;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = (w & 1) * (BM / 2), wn = (w >> 1) * 64;
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            c[mi][j][0] = c[mi][j][1] = c[mi][j][2] = c[mi][j][3] = 0.0f;
     int kt_n = (K + GT_BK - 1) / GT_BK;
 #pragma unroll
     for (int st = 0; st < GT_STAGES - 1; st++) {
@@ -285,6 +277,10 @@ __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem<BM> *sm
         }
         cp_async_commit();
     }
+    // ldmatrix's lane addresses: A rows lane & 15, k (lane >> 4) 8; B rows (lane & 7) +
+    // (lane >> 4) 8, k ((lane >> 3) & 1) 8 (blocks: j's k 0-7, j's k 8-15, j + 1's, j + 1's)
+    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
+        bk = ((lane >> 3) & 1) * 8;
     for (int kt = 0; kt < kt_n; kt++) {
         cp_async_wait<GT_STAGES - 2>();
         __syncthreads(); // stage kt landed for every thread; stage kt - 1 is free to refill
@@ -294,7 +290,23 @@ __device__ __forceinline__ void gt_tile(float (*c)[8][4], struct gt_smem<BM> *sm
             if constexpr (!BB) gt_qload<F>(q, nx * GT_BK, K); // (decoded after this stage)
         }
         cp_async_commit();
-        gt_mma_stage<BM>(c, sm->a[kt % GT_STAGES], sm->b[kt % GT_STAGES]);
+        int st = kt % GT_STAGES;
+#pragma unroll
+        for (int kk = 0; kk < GT_BK; kk += 16) {
+            unsigned a[MI][4], b[4][4];
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+                ldmatrix4(a[mi], &sm->a[st][wm + 16 * mi + ar][kk + ak]);
+#pragma unroll
+            for (int jp = 0; jp < 4; jp++)
+                ldmatrix4(b[jp], &sm->b[st][wn + 16 * jp + br][kk + bk]);
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    mma_bf16(c[mi][j], a[mi][0], a[mi][1], a[mi][2], a[mi][3],
+                             b[j >> 1][2 * (j & 1)], b[j >> 1][2 * (j & 1) + 1]);
+        }
         if constexpr (!BB)
             if (nx < kt_n) gt_qstore<F, BM>(sm, nx % GT_STAGES, q); // (stage kt - 1's slot: free)
     }
