@@ -598,11 +598,6 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     }
     e->p.draft = di->name; // (td_engine_draft)
     if (e->b->set_deterministic) e->b->set_deterministic(p->deterministic);
-    e->run = &e->model;
-    if (td_model_needs_placing(&e->model, e->b)) { // a device, a dummy's values, FP8 / FP4
-        if (td_model_upload(&e->model, e->b, &e->dev, err, errlen)) goto fail;
-        e->run = &e->dev;
-    }
     if (p->comm && p->comm->world > 1) { // a split model: this rank's experts (collective)
         if (p->prefix_blocks > 0) {
             td_errf(err, errlen,
@@ -619,17 +614,27 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
                     e->b->name);
             goto fail;
         }
-        if (td_split_init(&e->split, e->run, p->comm, err, errlen)) goto fail;
+        if (td_split_init(&e->split, &e->model, p->comm, err, errlen)) goto fail;
         e->split.leads = 1;
 #ifdef TD_DEBUG
         e->split.check = 1; // (every step: a copy of the residual streams to the host)
 #endif
         const char *rck = getenv("TD_RANK_CHECK");
         if (rck && *rck) e->split.check = atoi(rck) != 0;
+        e->follower = p->comm->rank > 0;
+    }
+    e->run = &e->model;
+    if (td_model_needs_placing(&e->model, e->b)) { // a device, a dummy's values, FP8 / FP4
+        // (a split model's rank places its own experts only)
+        if (td_model_upload_part(&e->model, e->b, e->split.own, e->split.per_layer, &e->dev, err,
+                                 errlen))
+            goto fail;
+        e->run = &e->dev;
+    }
+    if (e->split.comm) { // this rank's view: its placed weights, its experts
         e->ranked = *e->run;
         e->ranked.split = &e->split;
         e->run = &e->ranked;
-        e->follower = p->comm->rank > 0;
     }
     const struct td_config *c = &e->model.cfg;
     if (p->max_ctx > c->max_position_embeddings) e->p.max_ctx = (int)c->max_position_embeddings;
@@ -869,7 +874,7 @@ double td_engine_token_bytes(const struct td_engine *e) {
 }
 
 size_t td_engine_weight_bytes(const struct td_engine *e) {
-    return e->run == &e->dev ? e->dev.placed_bytes : 0;
+    return e->dev.backend ? e->dev.placed_bytes : 0; // (placed: run is dev, or its rank's view)
 }
 
 const char *td_engine_backend(const struct td_engine *e) {

@@ -1194,7 +1194,8 @@ static enum td_dtype upload_dtype(const struct td_tensor *t, const struct wdesc 
 }
 
 static int place(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
-                 struct progress *pg, void *arena, size_t arena_bytes, char *err, size_t errlen) {
+                 const unsigned char *own, int own_stride, struct progress *pg, void *arena,
+                 size_t arena_bytes, char *err, size_t errlen) {
     const struct td_config *c = &host->cfg;
     memset(dev, 0, sizeof *dev);
     dev->cfg = *c;
@@ -1256,10 +1257,16 @@ static int place(const struct td_model *host, const struct td_backend *b, struct
         size_t E1 = E + 1;
         const void **ptrs = calloc(3 * E1, sizeof *ptrs);
         if (!ptrs) goto oom;
+        int first = -1; // the first expert placed (its dtype is the set's)
         for (size_t e = 0; e < E; e++) {
             l->w1[e] = host->layers[i].w1[e];
             l->w3[e] = host->layers[i].w3[e];
             l->w2[e] = host->layers[i].w2[e];
+            if (own && !own[(size_t)i * own_stride + e]) { // another rank's: not placed
+                l->w1[e].data = l->w3[e].data = l->w2[e].data = NULL;
+                continue;
+            }
+            if (first < 0) first = (int)e;
             if (upload_tensor(&u, &l->w1[e], TD_DTYPE_BF16) ||
                 upload_tensor(&u, &l->w3[e], TD_DTYPE_BF16) ||
                 upload_tensor(&u, &l->w2[e], TD_DTYPE_BF16)) {
@@ -1270,7 +1277,7 @@ static int place(const struct td_model *host, const struct td_backend *b, struct
             ptrs[E1 + e] = l->w3[e].data;
             ptrs[2 * E1 + e] = l->w2[e].data;
         }
-        l->ex_dtype = E ? l->w1[0].dtype : TD_DTYPE_BF16;
+        l->ex_dtype = first >= 0 ? l->w1[first].dtype : TD_DTYPE_BF16;
         share_expert(l, ptrs, E); // its uploaded copy
         const void **dp = dev_alloc(&u, 3 * E1 * sizeof *dp);
         if (!dp) {
@@ -1312,8 +1319,9 @@ static void count_fill_quant(void *dst, enum td_dtype t, int64_t rows, int64_t i
 }
 
 /* the bytes the weights take placed on device b (a dry run of place) */
-static int placed_size(const struct td_model *host, const struct td_backend *b, size_t *bytes,
-                       char *err, size_t errlen) {
+static int placed_size(const struct td_model *host, const struct td_backend *b,
+                       const unsigned char *own, int own_stride, size_t *bytes, char *err,
+                       size_t errlen) {
     struct td_backend counter = *b;
     counter.alloc = count_alloc;
     counter.release = count_release;
@@ -1321,7 +1329,7 @@ static int placed_size(const struct td_model *host, const struct td_backend *b, 
     counter.ops.fill_uniform = count_fill;
     counter.ops.fill_quant = count_fill_quant;
     struct td_model dry;
-    if (place(host, &counter, &dry, NULL, NULL, 0, err, errlen)) return -1;
+    if (place(host, &counter, &dry, own, own_stride, NULL, NULL, 0, err, errlen)) return -1;
     *bytes = dry.placed_bytes;
     td_model_free(&dry);
     return 0;
@@ -1333,11 +1341,17 @@ static int placed_size(const struct td_model *host, const struct td_backend *b, 
 
 int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
                     char *err, size_t errlen) {
-    if (!b->on_device) return place(host, b, dev, NULL, NULL, 0, err, errlen);
+    return td_model_upload_part(host, b, NULL, 0, dev, err, errlen);
+}
+
+int td_model_upload_part(const struct td_model *host, const struct td_backend *b,
+                         const unsigned char *own, int own_stride, struct td_model *dev, char *err,
+                         size_t errlen) {
+    if (!b->on_device) return place(host, b, dev, own, own_stride, NULL, NULL, 0, err, errlen);
     // fail closed: the whole placement is sized first, and refused before anything is made
     size_t need, avail = b->free_bytes ? b->free_bytes() : SIZE_MAX;
     memset(dev, 0, sizeof *dev);
-    if (placed_size(host, b, &need, err, errlen)) return -1;
+    if (placed_size(host, b, own, own_stride, &need, err, errlen)) return -1;
     if (avail < PLACE_HEADROOM || need > avail - PLACE_HEADROOM) {
         double g = 1073741824.0, sn = need >= ((size_t)1 << 30) ? need / g : need / 1048576.0;
         return td_errf(err, errlen,
@@ -1358,7 +1372,7 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
                        "the model's weights need %.2f GiB on %s in one buffer, and %s could not "
                        "allocate it (%.2f GiB was free; nothing was placed)",
                        need / 1073741824.0, b->name, b->name, avail / 1073741824.0);
-    return place(host, b, dev, &pg, arena, need, err, errlen);
+    return place(host, b, dev, own, own_stride, &pg, arena, need, err, errlen);
 }
 
 int td_model_needs_placing(const struct td_model *m, const struct td_backend *b) {

@@ -176,6 +176,15 @@ enum td_own_drafter td_model_own_drafter(const struct td_model *m);
 int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
                     char *err, size_t errlen);
 
+/* td_model_upload of a rank's part of a model split over ranks (split.h): the routed experts
+ * own marks ([n_layers][own_stride], 1: the layer's expert e is this rank's) and every other
+ * weight; another rank's experts are not placed (their views' data NULL), so a rank's device
+ * holds the replicated weights and its part of the experts, and the fail-closed sizing counts
+ * only those. own NULL: the whole model. */
+int td_model_upload_part(const struct td_model *host, const struct td_backend *b,
+                         const unsigned char *own, int own_stride, struct td_model *dev, char *err,
+                         size_t errlen);
+
 /* A drafter's model (td_model_load_mtp/_dspark) ready to run on b: *run = its device mirror in
  * dev when b is a device, else host itself; either way with the embedding and head of the
  * target as it runs on b (target_run). 0, or -1 with a message. */

@@ -21,6 +21,9 @@
  *     three requests at once, greedy and sampled, give rank 0 the tokens of an engine on one
  *     rank, with draft none, mtp and dspark (fixed policy: their rounds, rejections and
  *     rollbacks included)
+ * parallel/engine/placed_part/W2  a dummy model, placed by the engine: each rank places the
+ *     replicated weights and its half of the experts (rank 0's bytes less than the whole
+ *     model's, more than half), and rank 0 gets one rank's tokens
  * parallel/engine_refuses_other_settings  a rank started with another history pool than rank
  *     0's: every rank's engine refuses to start, naming the rank and the setting
  * parallel/diverged_rank_caught  rank 1's weights differ in one byte of a replicated tensor
@@ -279,14 +282,15 @@ static void failures(void) {
 struct eng_job {
     struct td_comm comm;
     const char *draft;
-    int sampled, rank, bad_pool;
+    int sampled, rank, bad_pool, dummy;
+    size_t weight_bytes; /* the engine's placed weights (rank 0, or the whole model) */
     int32_t out[3][16];
     int n_out[3];
     int rc;
     char err[512];
 };
 
-static struct td_engine_params eng_params(const char *draft, struct td_comm *comm) {
+static struct td_engine_params eng_params(const char *draft, struct td_comm *comm, int dummy) {
     struct td_engine_params ep = td_engine_defaults();
     ep.model_dir = "models/tandem-tiny";
     ep.backend = "cpu";
@@ -295,15 +299,17 @@ static struct td_engine_params eng_params(const char *draft, struct td_comm *com
     ep.draft = draft;
     if (strcmp(draft, "none")) ep.max_draft = 3, ep.draft_policy = TD_POLICY_FIXED;
     ep.comm = comm;
+    ep.dummy_weights = dummy; // (placed: a split rank places its own experts only)
     return ep;
 }
 
 /* rank 0 (or the whole model when comm is NULL): three requests to the end */
 static void eng_lead(struct eng_job *j, struct td_comm *comm) {
-    struct td_engine_params ep = eng_params(j->draft, comm);
+    struct td_engine_params ep = eng_params(j->draft, comm, j->dummy);
     struct td_engine *e;
     j->rc = -1;
     if (td_engine_init(&e, &ep, j->err, sizeof j->err)) return;
+    j->weight_bytes = td_engine_weight_bytes(e);
     int32_t prompts[3][40];
     int ids[3], ok = 1;
     for (int q = 0; q < 3; q++) {
@@ -337,7 +343,7 @@ static void *eng_rank(void *p) {
         eng_lead(j, &j->comm);
         return NULL;
     }
-    struct td_engine_params ep = eng_params(j->draft, &j->comm);
+    struct td_engine_params ep = eng_params(j->draft, &j->comm, j->dummy);
     if (j->bad_pool) ep.history_blocks = 1; // under one max_ctx sequence's blocks: refused
     struct td_engine *e;
     j->rc = td_engine_init(&e, &ep, j->err, sizeof j->err);
@@ -345,7 +351,8 @@ static void *eng_rank(void *p) {
     return NULL;
 }
 
-static void eng_world(int W, struct eng_job *jobs, const char *draft, int sampled, int bad_rank) {
+static void eng_world(int W, struct eng_job *jobs, const char *draft, int sampled, int bad_rank,
+                      int dummy) {
     char err[256];
     struct td_comm_world *w;
     if (td_comm_threads_world(&w, W, 60.0, err, sizeof err)) {
@@ -354,8 +361,11 @@ static void eng_world(int W, struct eng_job *jobs, const char *draft, int sample
     }
     pthread_t th[MAXW];
     for (int r = 0; r < W; r++) {
-        jobs[r] = (struct eng_job){
-            .draft = draft, .sampled = sampled, .rank = r, .bad_pool = r == bad_rank};
+        jobs[r] = (struct eng_job){.draft = draft,
+                                   .sampled = sampled,
+                                   .rank = r,
+                                   .bad_pool = r == bad_rank,
+                                   .dummy = dummy};
         td_comm_threads(&jobs[r].comm, w, r);
         pthread_create(&th[r], NULL, eng_rank, &jobs[r]);
     }
@@ -373,7 +383,7 @@ static void engines(void) {
                 struct eng_job one = {.draft = drafts[d], .sampled = sampled}, jobs[MAXW];
                 eng_lead(&one, NULL);
                 CHECK(!one.rc, "one rank: %s", one.err);
-                eng_world(W, jobs, drafts[d], sampled, -1);
+                eng_world(W, jobs, drafts[d], sampled, -1, 0);
                 for (int r = 0; r < W; r++)
                     CHECK(!jobs[r].rc, "rank %d: %s", r, jobs[r].err);
                 for (int q = 0; q < 3 && !one.rc && !jobs[0].rc; q++)
@@ -386,9 +396,27 @@ static void engines(void) {
             snprintf(name, sizeof name, "parallel/engine/%s/W%d", drafts[d], W);
             case_end(name, "");
         }
+    // weights the engine places (a dummy model's): each rank places its part of the experts
+    case_begin();
+    {
+        struct eng_job one = {.draft = "none", .dummy = 1}, jw[MAXW];
+        eng_lead(&one, NULL);
+        eng_world(2, jw, "none", 0, -1, 1);
+        CHECK(!one.rc && !jw[0].rc && !jw[1].rc, "%s / %s / %s", one.err, jw[0].err, jw[1].err);
+        for (int q = 0; q < 3 && !one.rc && !jw[0].rc; q++)
+            CHECK(!memcmp(jw[0].out[q], one.out[q], 16 * sizeof(int32_t)),
+                  "request %d: other tokens than one rank's", q);
+        CHECK(jw[0].weight_bytes < one.weight_bytes && 2 * jw[0].weight_bytes > one.weight_bytes,
+              "rank 0 placed %zu bytes of weights, the whole model %zu", jw[0].weight_bytes,
+              one.weight_bytes);
+        char extra[128];
+        snprintf(extra, sizeof extra, "(rank 0 places %zu of the model's %zu bytes)",
+                 jw[0].weight_bytes, one.weight_bytes);
+        case_end("parallel/engine/placed_part/W2", extra);
+    }
     case_begin();
     struct eng_job jobs[MAXW];
-    eng_world(2, jobs, "none", 0, 1);
+    eng_world(2, jobs, "none", 0, 1, 0);
     for (int r = 0; r < 2; r++)
         CHECK(jobs[r].rc && strstr(jobs[r].err, "engine: rank 1's state has 1 history blocks "
                                                 "where rank 0's has"),
