@@ -212,6 +212,9 @@ int cli_ranks_start(struct cli_ranks *rk, long n, int *follower, char *err, size
                            "follower is started by its leader (--ranks N)",
                            er, ew ? ew : "(unset)", ef ? ef : "(unset)");
         prctl(PR_SET_PDEATHSIG, SIGTERM); // (and its socket closes when the leader ends)
+        // a terminal's Ctrl-C reaches the whole process group: the leader decides (a server
+        // drains its requests, which still need this rank), and its end ends this one
+        signal(SIGINT, SIG_IGN);
         if (td_comm_sockets(&comm, r, w, &fd, 0.0, err, errlen)) return -1;
         *rk = (struct cli_ranks){.comm = &comm, .active = 1, .world = w};
         *follower = 1;
