@@ -46,12 +46,12 @@ int cmd_detokenize(int argc, char **argv);
 
 /* "tandem: <fmt ...>" and a newline on stderr; returns 2 (bad arguments): `return die(...)` */
 __attribute__((format(printf, 1, 2))) static inline int die(const char *fmt, ...) {
+    char line[4096]; // one write: a --ranks run's processes share the stream
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "tandem: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "tandem: %s\n", line);
     return 2;
 }
 

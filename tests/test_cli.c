@@ -152,7 +152,7 @@ static void ranks_cases(void) {
     int st = system(cmd);
     slurp(errf, msg, sizeof msg);
     CHECK(st != 0 && WEXITSTATUS(st) != 124 &&
-              strstr(msg, "tandem: comm: rank 1's connection closed (its process ended)") &&
+              strstr(msg, "comm: rank 1's connection closed (its process ended)") &&
               strstr(msg, "tandem: rank 1 exited with 3") &&
               strstr(msg, "tandem: rank 2 exited with 1"),
           "a follower that ends: status %d, '%s'", st, msg);
