@@ -95,6 +95,12 @@ static void print_stats(FILE *fp, struct td_engine *e, const struct td_engine_pa
     if (s->hist_blocks)
         fprintf(fp, ", history pool %d blocks of %d tokens", s->hist_blocks, s->hist_block);
     fprintf(fp, "\n");
+    size_t rw, rc;
+    for (int r = 0, W = td_engine_ranks(e, -1, &rw, &rc); W > 1 && r < W; r++) {
+        td_engine_ranks(e, r, &rw, &rc);
+        fprintf(fp, "%s: rank %d of %d: weights %.2f MB placed, key caches %.1f MiB\n", tag, r, W,
+                rw / 1e6, rc / 1048576.0);
+    }
     fprintf(fp, "%s: %ld tokens in %.3f s = %.1f tokens/s, %ld steps, %ld rows fed\n", tag,
             s->tokens_out, sec, s->tokens_out / (sec > 0 ? sec : 1e-9), s->steps, s->rows);
     // decode alone: the tokens after every completion's first, over the time after it

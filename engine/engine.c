@@ -81,6 +81,7 @@ struct td_engine {
     struct td_model ranked;     /* a split model's: run's weights, this rank's experts */
     struct td_split split;
     int follower; /* a split model's rank past 0: runs the leader's steps (td_engine_follow) */
+    uint64_t *rank_bytes; /* a split model's [world][2]: each rank's placed weights and caches */
     struct td_state state;
     struct td_plan plan;
     struct td_drafter *drafter;
@@ -313,6 +314,12 @@ static int same_state(struct td_engine *e, char *err, size_t errlen) {
                              "must start with the same settings",
                              r, all[7 * r + i], what[i], all[i]);
     free(all);
+    // and what each rank holds, for its leader to print (parallel.md 5.6)
+    uint64_t mine[2] = {e->dev.backend ? e->dev.placed_bytes : 0, st->bytes};
+    if (!rc && !(e->rank_bytes = calloc((size_t)c->world, sizeof mine)))
+        rc = td_errf(err, errlen, "engine: out of memory");
+    if (!rc && c->ops->all_gather(c, mine, e->rank_bytes, sizeof mine))
+        rc = c->ops->poll_error(c, err, errlen);
     return rc ? -1 : 0;
 }
 
@@ -853,6 +860,7 @@ void td_engine_free(struct td_engine *e) {
     free(e->ckpt_pos);
     td_state_free(&e->state);
     td_split_free(&e->split);
+    free(e->rank_bytes);
     if (e->dev.backend) td_model_free(&e->dev);
     td_model_free(&e->model);
     free(e);
@@ -872,6 +880,14 @@ size_t td_engine_cache_bytes(const struct td_engine *e) {
 
 double td_engine_token_bytes(const struct td_engine *e) {
     return td_state_token_bytes(&e->model.cfg, e->state.kv_dtype);
+}
+
+int td_engine_ranks(const struct td_engine *e, int r, size_t *weights, size_t *caches) {
+    int W = e->split.comm ? e->split.comm->world : 1;
+    if (r < 0 || r >= W) return W;
+    *weights = W > 1 ? (size_t)e->rank_bytes[2 * r] : td_engine_weight_bytes(e);
+    *caches = W > 1 ? (size_t)e->rank_bytes[2 * r + 1] : e->state.bytes;
+    return W;
 }
 
 size_t td_engine_weight_bytes(const struct td_engine *e) {

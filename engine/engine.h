@@ -308,6 +308,10 @@ const char *td_engine_backend(const struct td_engine *e);
  * FP8 / FP4 weights); 0 when the CPU runs the loaded files in place */
 size_t td_engine_weight_bytes(const struct td_engine *e);
 
+/* A model split over ranks: how many (1 when whole), and rank r's placed weights and key-cache
+ * bytes (gathered at start-up; r outside the ranks: only the count) */
+int td_engine_ranks(const struct td_engine *e, int r, size_t *weights, size_t *caches);
+
 /* The target's key caches: their precision's name, their bytes, and what a token of context
  * costs a sequence in them. */
 const char *td_engine_kv_dtype(const struct td_engine *e);

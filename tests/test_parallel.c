@@ -23,7 +23,8 @@
  *     rollbacks included)
  * parallel/engine/placed_part/W2  a dummy model, placed by the engine: each rank places the
  *     replicated weights and its half of the experts (rank 0's bytes less than the whole
- *     model's, more than half), and rank 0 gets one rank's tokens
+ *     model's, more than half; rank 1's, gathered at start-up, the same), and rank 0 gets one
+ *     rank's tokens
  * parallel/engine_refuses_other_settings  a rank started with another history pool than rank
  *     0's: every rank's engine refuses to start, naming the rank and the setting
  * parallel/diverged_rank_caught  rank 1's weights differ in one byte of a replicated tensor
@@ -284,6 +285,8 @@ struct eng_job {
     const char *draft;
     int sampled, rank, bad_pool, dummy;
     size_t weight_bytes; /* the engine's placed weights (rank 0, or the whole model) */
+    int ranks;           /* td_engine_ranks: how many, and rank 1's weights as rank 0 sees them */
+    size_t rank1_weights;
     int32_t out[3][16];
     int n_out[3];
     int rc;
@@ -310,6 +313,9 @@ static void eng_lead(struct eng_job *j, struct td_comm *comm) {
     j->rc = -1;
     if (td_engine_init(&e, &ep, j->err, sizeof j->err)) return;
     j->weight_bytes = td_engine_weight_bytes(e);
+    size_t cb;
+    j->ranks = td_engine_ranks(e, -1, &j->rank1_weights, &cb);
+    if (j->ranks > 1) td_engine_ranks(e, 1, &j->rank1_weights, &cb);
     int32_t prompts[3][40];
     int ids[3], ok = 1;
     for (int q = 0; q < 3; q++) {
@@ -409,6 +415,9 @@ static void engines(void) {
         CHECK(jw[0].weight_bytes < one.weight_bytes && 2 * jw[0].weight_bytes > one.weight_bytes,
               "rank 0 placed %zu bytes of weights, the whole model %zu", jw[0].weight_bytes,
               one.weight_bytes);
+        CHECK(one.ranks == 1 && jw[0].ranks == 2 && jw[0].rank1_weights == jw[0].weight_bytes,
+              "ranks %d and %d; rank 1 placed %zu bytes as rank 0 sees it, rank 0 %zu", one.ranks,
+              jw[0].ranks, jw[0].rank1_weights, jw[0].weight_bytes);
         char extra[128];
         snprintf(extra, sizeof extra, "(rank 0 places %zu of the model's %zu bytes)",
                  jw[0].weight_bytes, one.weight_bytes);
