@@ -397,13 +397,18 @@ static int sock_write(struct td_comm *c, int q, int fd, const void *buf, size_t 
     return 0;
 }
 
-/* rank 0: the failure's reason to every other rank (best effort: some may be gone) */
-static void sock_tell_all(struct td_comm *c) {
-    struct sock_comm *s = c->impl;
+/* the failure's reason to the rank at fd (best effort: it may be gone) */
+static void sock_tell(const struct sock_comm *s, int fd) {
     struct sock_msg m = {.magic = SOCK_MAGIC, .type = MSG_ABORT, .n = strlen(s->why)};
+    if (send(fd, &m, sizeof m, MSG_NOSIGNAL) == (ssize_t)sizeof m)
+        send(fd, s->why, m.n, MSG_NOSIGNAL);
+}
+
+/* rank 0: the failure's reason to every other rank */
+static void sock_tell_all(struct td_comm *c) {
+    const struct sock_comm *s = c->impl;
     for (int q = 1; q < c->world; q++)
-        if (send(s->fd[q], &m, sizeof m, MSG_NOSIGNAL) == (ssize_t)sizeof m)
-            send(s->fd[q], s->why, m.n, MSG_NOSIGNAL);
+        sock_tell(s, s->fd[q]);
 }
 
 /* a header from rank q (an abort's reason read and taken): 0, or -1 */
@@ -541,13 +546,10 @@ static int sock_barrier(struct td_comm *c) {
 static void sock_abort(struct td_comm *c, const char *reason) {
     struct sock_comm *s = c->impl;
     sock_fail(c, "comm: rank %d aborted: %s", c->rank, reason ? reason : "(no reason)");
-    if (!c->rank) {
+    if (c->rank)
+        sock_tell(s, s->fd[0]);
+    else
         sock_tell_all(c);
-        return;
-    }
-    struct sock_msg m = {.magic = SOCK_MAGIC, .type = MSG_ABORT, .n = strlen(s->why)};
-    send(s->fd[0], &m, sizeof m, MSG_NOSIGNAL);
-    send(s->fd[0], s->why, m.n, MSG_NOSIGNAL);
 }
 
 static int sock_poll_error(struct td_comm *c, char *err, size_t errlen) {
