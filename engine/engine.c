@@ -632,13 +632,13 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     }
     e->run = &e->model;
     if (td_model_needs_placing(&e->model, e->b)) { // a device, a dummy's values, FP8 / FP4
-        // (a split model's rank places its own experts only; on a device all of them for now:
-        // the CUDA slots run every pick's expert, then keep the rank's)
-        const unsigned char *own = e->b->on_device ? NULL : e->split.own;
-        if (td_model_upload_part(&e->model, e->b, own, e->split.per_layer, &e->dev, err, errlen))
+        // (a split model's rank places its own experts only, and its kernels read no other)
+        if (td_model_upload_part(&e->model, e->b, e->split.own, e->split.per_layer, &e->dev, err,
+                                 errlen))
             goto fail;
         e->run = &e->dev;
     }
+    if (e->split.comm && td_split_place(&e->split, e->b, err, errlen)) goto fail;
     if (e->split.comm) { // this rank's view: its placed weights, its experts
         e->ranked = *e->run;
         e->ranked.split = &e->split;

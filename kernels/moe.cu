@@ -192,9 +192,10 @@ extern "C" void moe_cuda_set_deterministic(int on) {
 static float *g_h, *g_y;
 static int g_entries, g_experts, g_inter, g_dim;
 
-__global__ void moe_group_kernel(const int32_t *picks, const float *weights, int m, int k, int E,
-                                 int tm, int32_t *perm, int32_t *ord_pos, float *ord_w,
-                                 int32_t *tiles, int32_t *n_tiles) {
+__global__ void moe_group_kernel(const int32_t *picks, const float *weights,
+                                 const unsigned char *own, int m, int k, int E, int tm,
+                                 int32_t *perm, int32_t *ord_pos, float *ord_w, int32_t *tiles,
+                                 int32_t *n_tiles) {
     PDL_START();
     extern __shared__ int sh[]; // count[E], off[E + 1], cur[E]
     int *count = sh, *off = sh + E, *cur = sh + 2 * E + 1;
@@ -208,12 +209,14 @@ __global__ void moe_group_kernel(const int32_t *picks, const float *weights, int
     // of the runs (one thread walking all 256 experts of the Flash slice took 15 us a call)
     int tid = threadIdx.x, per = (E + blockDim.x - 1) / blockDim.x;
     int e0 = tid * per < E ? tid * per : E, e1 = e0 + per < E ? e0 + per : E, c = 0, nt = 0;
+    // (a split model's rank tiles only its own experts: the others' entries keep their places
+    // and are never computed, so the tiles of the rest are the one-rank step's)
     for (int e = e0; e < e1; e++)
-        c += count[e], nt += (count[e] + tm - 1) / tm;
+        c += count[e], nt += own && !own[e] ? 0 : (count[e] + tm - 1) / tm;
     int total, o = block_excl_scan(c, &total), t = block_excl_scan(nt, &total);
     for (int e = e0; e < e1; e++) {
         off[e] = o;
-        for (int r = 0; r < count[e]; r += tm, t++) { // tile: expert, first entry, rows
+        for (int r = 0; r < (own && !own[e] ? 0 : count[e]); r += tm, t++) { // expert, first, rows
             tiles[3 * t] = e;
             tiles[3 * t + 1] = o + r;
             tiles[3 * t + 2] = count[e] - r < tm ? count[e] - r : tm;
@@ -732,8 +735,8 @@ extern "C" int moe_cuda_fold_shared(int entries) {
  * order in g_ord_pos / g_ord_w): moe_experts_cuda's and moe_experts_slots_cuda's first part */
 static void experts_y(const float *x, const int32_t *picks, const float *weights,
                       const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
-                      float limit) {
-    TD_ASSERT(k <= MOE_MAX_K); // moe_cuda_reserve refuses such models first
+                      float limit) { // (ex->own: device memory)
+    TD_ASSERT(k <= MOE_MAX_K);       // moe_cuda_reserve refuses such models first
     // quantized experts take the 8-row tensor-core tiles at every width but the wide steps'
     // block tiles: their decode in registers needs the fewer, wider loads
     int m = n * k, small = m <= MOE_SMALL_ENTRIES,
@@ -752,7 +755,8 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
     ensure_grouped(m, n_experts, inter, d);
     cudaStream_t s = td_cuda_stream();
     launch_k(moe_group_kernel, 1, MOE_GROUP_THREADS, (size_t)(3 * n_experts + 1) * sizeof(int), s,
-             picks, weights, m, k, n_experts, tm, g_perm, g_ord_pos, g_ord_w, g_tiles, g_ntiles);
+             picks, weights, ex->own, m, k, n_experts, tm, g_perm, g_ord_pos, g_ord_w, g_tiles,
+             g_ntiles);
     LAUNCH_CHECK();
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
     if (wide) {
@@ -796,14 +800,14 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
 }
 
 /* a split model's slots (moe.h): entry i = perm[p]'s output where its expert is this rank's
- * (own, a device copy of the host mask), zeros elsewhere */
+ * (own; NULL: every expert), zeros elsewhere (those entries were never computed) */
 __global__ void moe_slots_kernel(float *slots, const float *y, const int32_t *perm,
                                  const int32_t *picks, const unsigned char *own, int m, int d) {
     PDL_START();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= (long long)m * d) return;
     int p = (int)(i / d), c = (int)(i % d), e = perm[p];
-    slots[(size_t)e * d + c] = own[picks[e]] ? y[(size_t)p * d + c] : 0.0f;
+    slots[(size_t)e * d + c] = !own || own[picks[e]] ? y[(size_t)p * d + c] : 0.0f;
 }
 
 /* out[t, c] = the row's slots times their weights, summed in ascending expert order (then pick
@@ -827,27 +831,15 @@ __global__ void moe_combine_slots_kernel(float *out, const float *slots, const i
     out[i] = acc;
 }
 
-static unsigned char *g_own; /* the slots' ownership mask, on the device */
-static int g_own_n;
-
 extern "C" void moe_experts_slots_cuda(float *slots, const float *x, const int32_t *picks,
                                        const struct expert_set *ex, int n, int d, int inter, int k,
                                        int n_experts, float limit) {
     if (!n) return;
-    if (n_experts > g_own_n) { // (a split model runs eagerly: no graph keeps the address)
-        if (g_own) CUDA_CHECK(cudaFree(g_own));
-        CUDA_CHECK(cudaMalloc(&g_own, (size_t)n_experts));
-        g_own_n = n_experts;
-    }
     cudaStream_t s = td_cuda_stream();
-    if (ex->own)
-        CUDA_CHECK(cudaMemcpyAsync(g_own, ex->own, (size_t)n_experts, cudaMemcpyHostToDevice, s));
-    else
-        CUDA_CHECK(cudaMemsetAsync(g_own, 1, (size_t)n_experts, s));
     // (the weights only order the combine, which comes after the all-reduce: any will do)
     experts_y(x, picks, NULL, ex, n, d, inter, k, n_experts, limit);
     launch_k(moe_slots_kernel, ceil_div((long long)n * k * d, 256), 256, 0, s, slots, g_y, g_perm,
-             picks, g_own, n * k, d);
+             picks, ex->own, n * k, d);
     LAUNCH_CHECK();
 }
 

@@ -49,7 +49,9 @@ struct expert_set {
     const void *const *w3;    /* [n_experts] -> [inter, d] up */
     const void *const *w2;    /* [n_experts] -> [d, inter] down */
     const unsigned char *own; /* [n_experts] the experts this rank runs (1), of a model split
-                                 over ranks (parallel.md 5.2; host memory); NULL: every one */
+                                 over ranks (parallel.md 5.2), in the backend's memory like the
+                                 weights; NULL: every one. Another rank's experts are never
+                                 read: their pointers may be NULL (not placed) */
     enum td_dtype dtype;
 };
 
@@ -83,8 +85,8 @@ void moe_experts_cuda(float *out, const float *x, const int32_t *picks, const fl
                       const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                       float limit);
 /* a split model's slots and their combine (moe_experts_slots_ref, moe_combine_slots_ref): the
- * entries' outputs as moe_experts_cuda makes them, then the weighted sum in its order; own is
- * host memory, copied to the device each call (a split model's steps run eagerly) */
+ * own experts' entries as moe_experts_cuda makes them (the same tiles: only the others' are
+ * left out), then the weighted sum in its order */
 void moe_experts_slots_cuda(float *slots, const float *x, const int32_t *picks,
                             const struct expert_set *ex, int n, int d, int inter, int k,
                             int n_experts, float limit);

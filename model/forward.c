@@ -335,7 +335,7 @@ static void moe_block(struct fwd *f, int li) {
     struct expert_set ex = {.w1 = l->ex_w1, .w3 = l->ex_w3, .w2 = l->ex_w2, .dtype = l->ex_dtype};
     const struct td_split *sp = f->m->split;
     if (sp && sp->comm->world > 1) { // this rank's experts into their slots, summed over ranks
-        ex.own = sp->own + (size_t)li * sp->per_layer;
+        ex.own = sp->own_run + (size_t)li * sp->per_layer;
         op->moe_experts_slots(f->slots, f->xn, f->picks, &ex, n, D, I, k + sh, E + sh,
                               c->swiglu_limit);
         // (a failed world fails every later op at once; the call's end reports it)

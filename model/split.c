@@ -101,6 +101,7 @@ int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *
     s->lo = me.lo;
     s->hi = me.hi;
     s->per_layer = E + 1;
+    s->n_layers = cfg->n_layers;
     if (!(s->own = calloc((size_t)cfg->n_layers * (size_t)s->per_layer, 1)))
         return td_errf(err, errlen, "split: out of memory");
     for (int li = 0; li < cfg->n_layers; li++) {
@@ -109,10 +110,22 @@ int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *
             o[e] = 1;
         o[E] = li % W == r; // the shared expert, as one more pick
     }
+    s->own_run = s->own;
+    return 0;
+}
+
+int td_split_place(struct td_split *s, const struct td_backend *b, char *err, size_t errlen) {
+    if (!b->on_device || s->placed) return 0;
+    size_t bytes = (size_t)s->n_layers * (size_t)s->per_layer;
+    void *d = b->alloc(bytes);
+    if (!d) return td_errf(err, errlen, "split: out of %s memory for the experts' mask", b->name);
+    b->to_device(d, s->own, bytes);
+    s->own_run = d, s->placed = b;
     return 0;
 }
 
 void td_split_free(struct td_split *s) {
+    if (s->placed) s->placed->release((void *)s->own_run);
     free(s->own);
     memset(s, 0, sizeof *s);
 }

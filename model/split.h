@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 
+#include "model/backend.h"
 #include "model/comm.h"
 #include "model/model.h"
 
@@ -30,13 +31,17 @@ struct td_split {
     struct td_comm *comm;
     int lo, hi;         /* the routed experts this rank runs */
     int per_layer;      /* own's row: n_experts + 1 (the shared expert's index n_experts) */
+    int n_layers;       /* own's rows */
     unsigned char *own; /* [n_layers][per_layer] 1: this rank runs the expert of the layer */
-    int check;          /* 1: after every step the ranks compare a hash of its last residual
-                           streams and the world fails at the first that differs (the engine:
-                           debug builds, or TD_RANK_CHECK=1) */
-    int leads;          /* 1: rank 0 sends each step to the others, which follow it
-                           (forward.h td_forward_follow: the engine's way); 0 (td_split_init's):
-                           every rank runs its own plans, the same ones (tests) */
+    const unsigned char *own_run;    /* own where the forward's backend reads it: own itself, or
+                                        td_split_place's copy on a device */
+    const struct td_backend *placed; /* the backend holding own_run, when not own */
+    int check; /* 1: after every step the ranks compare a hash of its last residual
+                  streams and the world fails at the first that differs (the engine:
+                  debug builds, or TD_RANK_CHECK=1) */
+    int leads; /* 1: rank 0 sends each step to the others, which follow it
+                  (forward.h td_forward_follow: the engine's way); 0 (td_split_init's):
+                  every rank runs its own plans, the same ones (tests) */
 };
 
 /* this rank's part of model m's experts. Collective: every rank calls it, and the ranks'
@@ -47,6 +52,10 @@ struct td_split {
  * or the gather fails (the communicator's reason). */
 int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *comm, char *err,
                   size_t errlen);
+
+/* own copied to backend b's memory (a device), for the forward's expert kernels: -1 with a
+ * message when it cannot be allocated. A CPU backend reads own itself. */
+int td_split_place(struct td_split *s, const struct td_backend *b, char *err, size_t errlen);
 
 /* the fingerprint of m's weights the manifests compare (XXH3-64) */
 unsigned long long td_split_fingerprint(const struct td_model *m);

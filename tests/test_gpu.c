@@ -697,27 +697,45 @@ static void test_moe_wide(enum td_dtype t, int wide128) {
               bm);
         free(gb);
     }
-    if (t == TD_DTYPE_BF16) { // a split model's slots (two ranks' halves of the experts, their
-                              // sum on the host) and combine: moe_experts_cuda's bits
-        float *ds = dev_out((size_t)n * k * D), *dc = dev_out((size_t)n * D);
-        float *sum = calloc((size_t)n * k * D, sizeof(float));
-        unsigned char own[2][8];
-        for (int e = 0; e < E; e++)
-            own[0][e] = e < E / 2, own[1][e] = e >= E / 2;
-        for (int h = 0; h < 2; h++) {
-            struct expert_set eh = ed;
-            eh.own = own[h];
-            moe_experts_slots_cuda(ds, dx, dpk, &eh, n, D, I, k, E, lim);
-            float *sl = fetch(ds, (size_t)n * k * D, "moe_experts_slots");
-            for (size_t i = 0; i < (size_t)n * k * D; i++)
+    // a split model's slots: two ranks' halves of the experts, the other half's pointers NULL
+    // (not placed: never read), their sum on the host, combined: moe_experts_cuda's bits, wide
+    // (300 rows) and at 6 rows (the narrow tiles)
+    for (int rows = n, once = 0; !once; once = rows == 6, rows = 6) {
+        float *ds = dev_out((size_t)rows * k * D), *dc = dev_out((size_t)rows * D);
+        float *sum = calloc((size_t)rows * k * D, sizeof(float)), *g1 = g;
+        if (rows != n) {
+            moe_experts_cuda(dc, dx, dpk, dwt, &ed, rows, D, I, k, E, lim);
+            g1 = fetch(dc, (size_t)rows * D, "moe_experts, 6 rows");
+        }
+        for (int half = 0; half < 2; half++) {
+            unsigned char own[8];
+            const void *hp[3][8];
+            for (int e = 0; e < E; e++) {
+                own[e] = (e < E / 2) == !half;
+                for (int mtx = 0; mtx < 3; mtx++)
+                    hp[mtx][e] = own[e] ? dp[mtx][e] : NULL;
+            }
+            struct expert_set eh = {.w1 = dev_copy(hp[0], sizeof hp[0]),
+                                    .w3 = dev_copy(hp[1], sizeof hp[1]),
+                                    .w2 = dev_copy(hp[2], sizeof hp[2]),
+                                    .own = dev_copy(own, sizeof own),
+                                    .dtype = t};
+            moe_experts_slots_cuda(ds, dx, dpk, &eh, rows, D, I, k, E, lim);
+            float *sl = fetch(ds, (size_t)rows * k * D, "moe_experts_slots");
+            for (size_t i = 0; i < (size_t)rows * k * D; i++)
                 sum[i] += sl[i];
             free(sl);
+            gpu->release((void *)eh.w1), gpu->release((void *)eh.w3);
+            gpu->release((void *)eh.w2), gpu->release((void *)eh.own);
         }
-        gpu->to_device(ds, sum, (size_t)n * k * D * sizeof(float));
-        moe_combine_slots_cuda(dc, ds, dpk, dwt, n, D, k);
-        float *gc = fetch(dc, (size_t)n * D, "moe_combine_slots");
-        CHECK(!memcmp(gc, g, (size_t)n * D * 4),
-              "%s: two halves' slots, summed and combined, give other bits than the experts", name);
+        gpu->to_device(ds, sum, (size_t)rows * k * D * sizeof(float));
+        moe_combine_slots_cuda(dc, ds, dpk, dwt, rows, D, k);
+        float *gc = fetch(dc, (size_t)rows * D, "moe_combine_slots");
+        CHECK(!memcmp(gc, g1, (size_t)rows * D * 4),
+              "%s: two halves' slots of %d rows, summed and combined, give other bits than the "
+              "experts",
+              name, rows);
+        if (g1 != g) free(g1);
         free(gc), free(sum), release_out(ds), release_out(dc);
     }
     int r0 = 40, n2 = n - r0; // 1040 entries: wide too, other rows beside each
