@@ -58,6 +58,20 @@ endif
 ifneq ($(CU_SRC),)
 LDLIBS  += $(CUDA_LDLIBS)
 CFLAGS  += -DTD_HAVE_CUDA=1
+# NCCL (--gpus N): nccl.h and libnccl.so.2 from NVIDIA's wheel (pip's nvidia-nccl-cu13, which
+# torch installs too) or beside the toolkit, found by NCCL_HOME=DIR, python3's nvidia.nccl
+# package, or nvcc's TOP
+NCCL_TRY  := $(shell python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null) \
+             $(shell $(NVCC) -dryrun -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ TOP= *//p')
+NCCL_HOME ?= $(abspath $(firstword $(foreach d,$(NCCL_TRY),$(if $(wildcard $(d)/include/nccl.h),$(d)))))
+ifneq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
+$(info ✓ NCCL from $(NCCL_HOME))
+NVFLAGS += -DTD_HAVE_NCCL=1 -I$(NCCL_HOME)/include
+CFLAGS  += -DTD_HAVE_NCCL=1
+LDLIBS  += -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib -l:libnccl.so.2
+else
+$(info ✗ NCCL not found (NCCL_HOME, or pip's nvidia-nccl-cu13): one GPU a model, --gpus N unavailable)
+endif
 endif
 endif
 endif

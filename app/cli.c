@@ -53,9 +53,10 @@ void cli_usage(FILE *fp) {
         "  --n N                  independent completions decoded together (default "
         "1)\n"
         "  --ranks N              split the model's experts over N processes of this host\n"
-        "                         (N divides the routed experts; the CPU backend for now):\n"
-        "                         the same tokens, each rank holding a part of every MoE "
-        "layer\n" CLI_DRAFT_USAGE
+        "                         (N divides the routed experts; the CPU backend): the same\n"
+        "                         tokens, each rank holding a part of every MoE layer\n"
+        "  --gpus N               the same split over N GPUs of this host, one process each,\n"
+        "                         their experts summed by NCCL (the cuda backend)\n" CLI_DRAFT_USAGE
         "  --synthetic-acceptance P1,P2,...  LOSSY, for measurements: draft j is accepted with\n"
         "                         probability Pj whatever the target says (the output is not\n"
         "                         the model's; every stats line says so)\n"
@@ -198,10 +199,13 @@ static int fcntl_keep(int fd) {
     return fd;
 }
 
-int cli_ranks_start(struct cli_ranks *rk, long n, int *follower, char *err, size_t errlen) {
+int cli_ranks_start(struct cli_ranks *rk, long n, int gpus, int *follower, char *err,
+                    size_t errlen) {
     memset(rk, 0, sizeof *rk);
     *follower = 0;
     static struct td_comm comm;
+    const char *eg = getenv("TANDEM_GPUS");
+    rk->gpus = eg ? atoi(eg) != 0 : gpus;
     const char *er = getenv("TANDEM_RANK"), *ew = getenv("TANDEM_WORLD"),
                *ef = getenv("TANDEM_COMM_FD");
     if (er) { // a follower: its leader's socket
@@ -216,8 +220,15 @@ int cli_ranks_start(struct cli_ranks *rk, long n, int *follower, char *err, size
         // drains its requests, which still need this rank), and its end ends this one
         signal(SIGINT, SIG_IGN);
         if (td_comm_sockets(&comm, r, w, &fd, 0.0, err, errlen)) return -1;
-        *rk = (struct cli_ranks){.comm = &comm, .active = 1, .world = w};
+        rk->comm = &comm, rk->active = 1, rk->world = w;
+        snprintf(rk->backend, sizeof rk->backend, "cuda:%d", r);
         *follower = 1;
+        return 0;
+    }
+    snprintf(rk->backend, sizeof rk->backend, "cuda:0");
+    if (n <= 1 && gpus) { // one rank, the split path over NCCL on GPU 0
+        td_comm_self(&comm);
+        rk->comm = &comm, rk->world = 1;
         return 0;
     }
     if (n <= 1) return 0;
@@ -238,6 +249,7 @@ int cli_ranks_start(struct cli_ranks *rk, long n, int *follower, char *err, size
             snprintf(fdv, sizeof fdv, "%d", fd);
             setenv("TANDEM_RANK", rank, 1), setenv("TANDEM_WORLD", world, 1);
             setenv("TANDEM_COMM_FD", fdv, 1);
+            if (gpus) setenv("TANDEM_GPUS", "1", 1);
             execv("/proc/self/exe", cli_argv);
             fprintf(stderr, "tandem: ranks: exec: %s\n", strerror(errno));
             _exit(127);
@@ -249,6 +261,31 @@ int cli_ranks_start(struct cli_ranks *rk, long n, int *follower, char *err, size
     if (td_comm_sockets(&comm, 0, (int)n, fds, 0.0, err, errlen)) return -1;
     rk->comm = &comm, rk->active = 1, rk->world = (int)n;
     return 0;
+}
+
+int cli_ranks_options(const char *cmd, long ranks, long gpus, const struct td_engine_params *ep) {
+    if (ranks > 1 && gpus)
+        return die("%s: --ranks %ld and --gpus %ld: one of them (--gpus splits over GPUs, "
+                   "--ranks over CPU processes)",
+                   cmd, ranks, gpus);
+#ifndef TD_HAVE_CUDA
+    if (gpus) return die("%s: --gpus %ld: this build has no CUDA (nvcc was not found)", cmd, gpus);
+#endif
+    if (gpus && !td_comm_nccl_version())
+        return die("%s: --gpus %ld: this build has no NCCL (make found no nccl.h: pip's "
+                   "nvidia-nccl-cu13, or make NCCL_HOME=DIR)",
+                   cmd, gpus);
+    if (gpus && ep->backend && strcmp(ep->backend, "cuda") && strcmp(ep->backend, "auto"))
+        return die("%s: --gpus %ld runs rank r on GPU r (the cuda backend), not --backend %s", cmd,
+                   gpus, ep->backend);
+    return 0;
+}
+
+void cli_ranks_params(const struct cli_ranks *rk, struct td_engine_params *ep) {
+    ep->comm = rk->comm;
+    if (!rk->gpus) return;
+    ep->backend = rk->backend;
+    ep->nccl = 1;
 }
 
 int cli_ranks_finish(struct cli_ranks *rk) {

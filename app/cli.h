@@ -96,9 +96,18 @@ extern char **cli_argv;
 struct cli_ranks {
     struct td_comm *comm;
     int active, world;
+    int gpus;         /* 1: one GPU a rank, NCCL between them (--gpus N) */
+    char backend[24]; /* with gpus: this rank's, "cuda:<rank>" */
     int pid[64];
 };
-int cli_ranks_start(struct cli_ranks *rk, long n, int *follower, char *err, size_t errlen);
+/* gpus: --gpus N rather than --ranks N: rank r runs on GPU r and the followers learn it
+ * (TANDEM_GPUS); with n = 1 the one rank runs the split path over NCCL too */
+int cli_ranks_start(struct cli_ranks *rk, long n, int gpus, int *follower, char *err,
+                    size_t errlen);
+/* --ranks and --gpus as given (0: absent) against each other and --backend: 0, or die's code */
+int cli_ranks_options(const char *cmd, long ranks, long gpus, const struct td_engine_params *ep);
+/* the engine's params of this rank: its communicator, and with --gpus its GPU and NCCL */
+void cli_ranks_params(const struct cli_ranks *rk, struct td_engine_params *ep);
 int cli_ranks_finish(struct cli_ranks *rk);
 /* a follower's whole life: the engine of ep (its comm set) follows its leader; the exit code */
 int cli_ranks_follow(struct td_engine_params *ep);

@@ -544,7 +544,7 @@ int cmd_bench(int argc, char **argv) {
     const char *prompts_path = NULL;
     struct cli_req_opts ro = {128, 0, 0.0, 0, 1.0};
     long n_prompts = 64, batch = 16, draft_tokens = -1, repeat = 0, long_prompt = 0, n_turns = 1,
-         ranks = 1;
+         ranks = 1, gpus = 0;
     int raw = 0, csv = 0;
     const char *sweep = NULL, *plot = "bench-sweep.svg";
     for (int i = 0; i < argc; i++) {
@@ -579,6 +579,7 @@ int cmd_bench(int argc, char **argv) {
                 "                       with --prefix-blocks, how much of the first turn the\n"
                 "                       cache gives it)\n"
                 "  --ranks N            split the model's experts over N processes (as generate)\n"
+                "  --gpus N             split them over N GPUs, NCCL between (as generate)\n"
                 "  --long-prompt N      a prompt of N ids arrives once the first batch decodes,\n"
                 "                       in a slot of its own (one token asked): its prefill's\n"
                 "                       effect on their gaps (with --n-prompts = --batch)\n"
@@ -620,6 +621,8 @@ int cmd_bench(int argc, char **argv) {
             rc = cli_parse_int(a, v, 1, 4096, &batch);
         else if (!strcmp(a, "--ranks"))
             rc = cli_parse_int(a, v, 1, 64, &ranks);
+        else if (!strcmp(a, "--gpus"))
+            rc = cli_parse_int(a, v, 1, 64, &gpus);
         else if (!strcmp(a, "--sweep"))
             sweep = v;
         else if (!strcmp(a, "--plot"))
@@ -722,11 +725,13 @@ int cmd_bench(int argc, char **argv) {
         rc = die("%s", err);
     else if (!np)
         rc = die("bench: %s holds no prompts", prompts_path);
-    else if (ranks > 1 && sweep)
-        rc = die("bench: --ranks runs one bench; it takes no --sweep");
-    else if (cli_ranks_start(&rk, ranks, &follower, err, sizeof err))
+    else if ((ranks > 1 || gpus) && sweep)
+        rc = die("bench: --ranks and --gpus run one bench; they take no --sweep");
+    else if ((rc = cli_ranks_options("bench", ranks, gpus, &ep)))
+        ;
+    else if (cli_ranks_start(&rk, gpus ? gpus : ranks, gpus > 0, &follower, err, sizeof err))
         rc = die("%s", err);
-    ep.comm = rk.comm;
+    cli_ranks_params(&rk, &ep);
     if (rc) {
     } else if (follower) { // the leader's engine's steps (bench_run's params)
         ep.max_seqs = (int)batch + (long_prompt > 0);

@@ -150,7 +150,7 @@ int cmd_generate(int argc, char **argv) {
     ep.draft = "auto";
     const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
     struct cli_req_opts ro = {64, 0, 0.0, 0, 1.0};
-    long n = 1, draft_tokens = -1, ranks = 1;
+    long n = 1, draft_tokens = -1, ranks = 1, gpus = 0;
     int print_ids = 0, stats = 0, ignore_eos = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -188,6 +188,8 @@ int cmd_generate(int argc, char **argv) {
             rc = cli_parse_int(a, v, 1, 4096, &n);
         else if (!strcmp(a, "--ranks"))
             rc = cli_parse_int(a, v, 1, 64, &ranks);
+        else if (!strcmp(a, "--gpus"))
+            rc = cli_parse_int(a, v, 1, 64, &gpus);
         else
             return die("generate: unknown option '%s' (see tandem generate --help)", a);
         if (rc) return 2;
@@ -228,12 +230,14 @@ int cmd_generate(int argc, char **argv) {
     }
     struct cli_ranks rk; // --ranks: the model split over processes, this one leading
     int follower;
-    if (cli_ranks_start(&rk, ranks, &follower, err, sizeof err)) {
+    int bad_ranks = cli_ranks_options("generate", ranks, gpus, &ep);
+    if (bad_ranks ||
+        cli_ranks_start(&rk, gpus ? gpus : ranks, gpus > 0, &follower, err, sizeof err)) {
         free(prompt);
         tok_free(tk);
-        return die("%s", err);
+        return bad_ranks ? bad_ranks : die("%s", err);
     }
-    ep.comm = rk.comm;
+    cli_ranks_params(&rk, &ep);
     if (follower) {
         free(prompt);
         tok_free(tk);

@@ -80,6 +80,7 @@ struct td_engine {
     const struct td_model *run; /* the one the forward reads: model or dev (or ranked) */
     struct td_model ranked;     /* a split model's: run's weights, this rank's experts */
     struct td_split split;
+    struct td_comm dcomm; /* the split's device communicator (params.nccl) */
     int follower; /* a split model's rank past 0: runs the leader's steps (td_engine_follow) */
     uint64_t *rank_bytes; /* a split model's [world][2]: each rank's placed weights and caches */
     struct td_state state;
@@ -292,27 +293,59 @@ static char *ckpt_mem(const struct td_engine *e, int ck) {
     return e->cpool + (size_t)ck * e->p_win;
 }
 
+/* A change of the state outside a step (the prefix cache's), made here; on a split model's rank
+ * 0 then sent to the followers, which make it in their td_engine_follow (state_apply). A
+ * failure to send fails the world, which the next step reports. */
+static int state_apply(void *ctx, const struct td_state_op *op, char *err, size_t errlen) {
+    struct td_engine *e = ctx;
+    int n_ck = e->cpool ? e->n_ckpt : 0;
+    if ((op->kind == TD_OP_WINDOW_SAVE || op->kind == TD_OP_WINDOW_LOAD) &&
+        (op->b < 0 || op->b >= n_ck))
+        return td_errf(err, errlen, "engine: checkpoint %d outside the pool of %d", op->b, n_ck);
+    switch (op->kind) {
+    case TD_OP_BLOCK_COPY: return td_state_block_copy(&e->state, op->a, op->b, err, errlen);
+    case TD_OP_WINDOW_SAVE:
+        return td_state_window_save(&e->state, op->a, ckpt_mem(e, op->b), err, errlen);
+    case TD_OP_WINDOW_LOAD:
+        if (e->follower && td_state_seq_take(&e->state, op->a))
+            return td_errf(err, errlen, "engine: a window load into slot %d", op->a);
+        return td_state_window_load(&e->state, op->a, ckpt_mem(e, op->b), op->c, err, errlen);
+    }
+    return td_errf(err, errlen, "engine: state op %d", op->kind);
+}
+
+static int state_op(struct td_engine *e, int kind, int a, int b, int c, char *err, size_t errlen) {
+    struct td_state_op op = {.kind = kind, .a = a, .b = b, .c = c};
+    if (state_apply(e, &op, err, errlen)) return -1;
+    char e2[8];
+    if (e->split.comm && !e->follower) td_forward_send_op(e->run, &op, e2, sizeof e2);
+    return 0;
+}
+
 /* A split model's ranks run the leader's plans on states of their own: every rank's must have
  * the leader's dims (collective: each gathers every rank's and refuses any that differs) */
 static int same_state(struct td_engine *e, char *err, size_t errlen) {
     struct td_comm *c = e->split.comm;
     const struct td_state *st = &e->state;
-    int32_t me[7] = {st->max_seqs,          st->max_ctx,    st->max_chunk,        st->n_blocks,
-                     (int32_t)st->kv_dtype, st->hist_block, e->p.max_batch_tokens};
-    static const char *what[7] = {"sequences",      "max_ctx",         "max_chunk",
-                                  "history blocks", "key-cache dtype", "history block tokens",
-                                  "rows a step"};
+    enum { N = 8 };
+    int32_t me[N] = {
+        st->max_seqs,          st->max_ctx,    st->max_chunk,         st->n_blocks,
+        (int32_t)st->kv_dtype, st->hist_block, e->p.max_batch_tokens, e->cpool ? e->n_ckpt : 0};
+    static const char *what[N] = {"sequences",       "max_ctx",
+                                  "max_chunk",       "history blocks",
+                                  "key-cache dtype", "history block tokens",
+                                  "rows a step",     "prefix-cache checkpoints"};
     int32_t *all = calloc((size_t)c->world, sizeof me);
     if (!all) return td_errf(err, errlen, "engine: out of memory");
     int rc = c->ops->all_gather(c, me, all, sizeof me);
     if (rc) c->ops->poll_error(c, err, errlen);
     for (int r = 1; !rc && r < c->world; r++)
-        for (int i = 0; !rc && i < 7; i++)
-            if (all[7 * r + i] != all[i])
+        for (int i = 0; !rc && i < N; i++)
+            if (all[N * r + i] != all[i])
                 rc = td_errf(err, errlen,
                              "engine: rank %d's state has %d %s where rank 0's has %d: every rank "
                              "must start with the same settings",
-                             r, all[7 * r + i], what[i], all[i]);
+                             r, all[N * r + i], what[i], all[i]);
     free(all);
     // and what each rank holds, for its leader to print (parallel.md 5.6)
     uint64_t mine[2] = {e->dev.backend ? e->dev.placed_bytes : 0, st->bytes};
@@ -418,9 +451,9 @@ static int pool_admit(struct td_engine *e, struct request *r, int slot) {
     if (e->caching) td_prefix_count(e->pool, n + (part >= 0), hit);
     r->n_pub = n;
     if (!hit) return 0;
-    if (part >= 0 && td_state_block_copy(&e->state, r->blocks[n], part, err, sizeof err))
+    if (part >= 0 && state_op(e, TD_OP_BLOCK_COPY, r->blocks[n], part, 0, err, sizeof err))
         TD_ABORT("prefix hit: %s", err);
-    if (td_state_window_load(&e->state, slot, ckpt_mem(e, e->ckpt_of[last]), hit, err, sizeof err))
+    if (state_op(e, TD_OP_WINDOW_LOAD, slot, e->ckpt_of[last], hit, err, sizeof err))
         TD_ABORT("prefix hit: %s", err);
     if (part >= 0) td_prefix_release(e->pool, &part, 1); // (its copy and checkpoint are queued)
     r->st.cached_tokens = hit;
@@ -435,7 +468,7 @@ static int publish_block(struct td_engine *e, struct request *r, int b, int n) {
     char err[256];
     int ck = ckpt_take(e, n < e->state.hist_block);
     if (ck < 0) return -1;
-    if (td_state_window_save(&e->state, r->slot, ckpt_mem(e, ck), err, sizeof err))
+    if (state_op(e, TD_OP_WINDOW_SAVE, r->slot, ck, 0, err, sizeof err))
         TD_ABORT("prefix publish: %s", err);
     e->ckpt_pos[ck] = e->state.len[r->slot];
     int id = r->blocks[b], parent = b ? r->blocks[b - 1] : -1, B = e->state.hist_block;
@@ -605,23 +638,25 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     }
     e->p.draft = di->name; // (td_engine_draft)
     if (e->b->set_deterministic) e->b->set_deterministic(p->deterministic);
-    if (p->comm && p->comm->world > 1) { // a split model: this rank's experts (collective)
-        if (p->prefix_blocks > 0) {
+    if (p->comm && (p->comm->world > 1 || p->nccl)) {  // a split model (collective)
+        const char *try_gpu = getenv("TD_RANKS_CUDA"); // (host sums on a GPU: not yet run)
+        if (e->b->on_device && !p->nccl && !(try_gpu && !strcmp(try_gpu, "1"))) {
             td_errf(err, errlen,
-                    "engine: the prefix cache does not run on a model split over %d ranks yet "
-                    "(prefix_blocks 0)",
-                    p->comm->world);
-            goto fail;
-        }
-        const char *try_gpu = getenv("TD_RANKS_CUDA"); // (its first run on a GPU: next session)
-        if (e->b->on_device && !(try_gpu && !strcmp(try_gpu, "1"))) {
-            td_errf(err, errlen,
-                    "engine: a model split over ranks runs on the CPU backend for now (the %s "
-                    "backend's path is written, not yet run on a GPU: --backend cpu)",
+                    "engine: a model split over ranks on the %s backend sums its experts by NCCL, "
+                    "one GPU a rank (--gpus N); --ranks N runs on the CPU backend",
                     e->b->name);
             goto fail;
         }
-        if (td_split_init(&e->split, &e->model, p->comm, err, errlen)) goto fail;
+        if (p->nccl && !e->b->queue) {
+            td_errf(err, errlen, "engine: NCCL (--gpus) needs the cuda backend, not %s",
+                    e->b->name);
+            goto fail;
+        }
+        if (p->nccl && td_comm_nccl(&e->dcomm, p->comm, e->b->queue(), 120.0, err, errlen))
+            goto fail;
+        if (td_split_init(&e->split, &e->model, p->comm, p->nccl ? &e->dcomm : NULL, e->b, err,
+                          errlen))
+            goto fail;
         e->split.leads = 1;
 #ifdef TD_DEBUG
         e->split.check = 1; // (every step: a copy of the residual streams to the host)
@@ -805,7 +840,8 @@ static void request_free(struct request *r) {
 int td_engine_follow(struct td_engine *e, char *err, size_t errlen) {
     if (!e->follower)
         return td_errf(err, errlen, "engine: only a split model's rank past 0 follows");
-    return td_forward_follow(e->run, &e->state, err, errlen);
+    struct td_follow_ops ops = {.apply = state_apply, .ctx = e};
+    return td_forward_follow(e->run, &e->state, &ops, err, errlen);
 }
 
 void td_engine_free(struct td_engine *e) {
@@ -860,6 +896,7 @@ void td_engine_free(struct td_engine *e) {
     free(e->ckpt_pos);
     td_state_free(&e->state);
     td_split_free(&e->split);
+    td_comm_nccl_free(&e->dcomm);
     free(e->rank_bytes);
     if (e->dev.backend) td_model_free(&e->dev);
     td_model_free(&e->model);
@@ -1711,6 +1748,8 @@ int td_engine_step(struct td_engine *e, char *err, size_t errlen) {
         }
         double tq = now();
         if (b->wait_queued(err, errlen)) return -1;
+        // (a device communicator's failure: the ids came from a step it did not finish)
+        if (e->split.data && e->split.data->ops->poll_error(e->split.data, err, errlen)) return -1;
         double tw = now();
         if (collect_drafts(e, n, err, errlen)) return -1;
         double t1 = now();

@@ -114,9 +114,14 @@ struct td_engine_params {
        comm->rank of the model split over comm->world ranks, experts first (model/split.h; each
        rank makes its engine with the same params, and td_engine_init is collective): rank 0
        leads (requests, scheduling, verification and the drafters, whose models run whole on
-       it) and sends each target step to the others, which run it in td_engine_follow. The
-       CPU backend only for now, and no prefix cache yet (refused) */
+       it) and sends each target step to the others, which run it in td_engine_follow. On the
+       CPU backend comm sums the experts too; on a GPU nccl must be set. With the prefix
+       cache, its state changes go to the followers too (forward.h td_forward_send_op) */
     struct td_comm *comm;
+    /* 1: one GPU a rank (the backend cuda:N): the experts' slots are summed by NCCL in the
+       device's queue (model/comm.h td_comm_nccl, joined over comm), and steps replay graphs;
+       with a world of one rank too (the split path on one GPU: a test). --gpus N */
+    int nccl;
     /* test seam: the cost in seconds of a step of rows rows with drafts on offer (drafting) or
        without, instead of the measured one */
     double (*step_cost)(void *ctx, int drafting, int rows);

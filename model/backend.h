@@ -139,12 +139,19 @@ struct td_backend {
     /* whether a step of `entries` expert entries runs a layer's shared expert as one more pick
      * of the routed experts (model.h ex_shared) rather than as its own GEMMs; NULL: always */
     int (*moe_fold_shared)(int entries);
+    /* the queue ops run on (a cudaStream_t), where a device communicator queues its collectives
+     * (comm.h td_comm_nccl); NULL: the backend has none */
+    void *(*queue)(void);
+    /* the device's identity for a split model's manifests: its PCI bus id into id, and its
+     * compute capability (major * 10 + minor) returned; NULL on a backend without one */
+    int (*identify)(char *id, size_t idlen);
 };
 
 const struct td_backend *td_backend_cpu(void);
 
-/* "cpu", "cuda", or "auto" (cuda when a device is usable, else cpu). NULL + message when the
- * named backend is unavailable (no GPU, built without nvcc). */
+/* "cpu", "cuda", "cuda:N" (the process's GPU N; "cuda" is GPU 0), or "auto" (cuda when a
+ * device is usable, else cpu). NULL + message when the named backend is unavailable (no GPU,
+ * no GPU N, built without nvcc, or this process already runs on another GPU). */
 const struct td_backend *td_backend_get(const char *name, char *err, size_t errlen);
 
 #ifdef __cplusplus

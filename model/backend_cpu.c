@@ -86,23 +86,35 @@ const struct td_backend *td_backend_cpu(void) {
 }
 
 #ifdef TD_HAVE_CUDA
-const struct td_backend *td_backend_cuda(char *err, size_t errlen);
+const struct td_backend *td_backend_cuda(int device, char *err, size_t errlen);
 #endif
 
 const struct td_backend *td_backend_get(const char *name, char *err, size_t errlen) {
     if (!strcmp(name, "cpu")) return &cpu;
-    if (!strcmp(name, "cuda") || !strcmp(name, "auto")) {
+    int device = 0;
+    if (!strncmp(name, "cuda:", 5)) {
+        char *end;
+        long v = strtol(name + 5, &end, 10);
+        if (!name[5] || *end || v < 0 || v > 1023) {
+            td_errf(err, errlen, "backend '%s': expected cuda:N with N a GPU's number", name);
+            return NULL;
+        }
+        device = (int)v;
+    }
+    int cuda = !strcmp(name, "cuda") || !strncmp(name, "cuda:", 5);
+    if (cuda || !strcmp(name, "auto")) {
 #ifdef TD_HAVE_CUDA
-        const struct td_backend *b = td_backend_cuda(err, errlen);
-        if (b || !strcmp(name, "cuda")) return b;
+        const struct td_backend *b = td_backend_cuda(device, err, errlen);
+        if (b || cuda) return b;
 #else
-        if (!strcmp(name, "cuda")) {
+        (void)device;
+        if (cuda) {
             td_errf(err, errlen, "backend cuda: this build has no CUDA (nvcc was not found)");
             return NULL;
         }
 #endif
         return &cpu;
     }
-    td_errf(err, errlen, "unknown backend '%s' (cpu, cuda or auto)", name);
+    td_errf(err, errlen, "unknown backend '%s' (cpu, cuda, cuda:N or auto)", name);
     return NULL;
 }

@@ -308,6 +308,22 @@ static void cu_set_deterministic(int on) {
     hc_cuda_set_deterministic(on);
 }
 
+static void *cu_queue(void) {
+    return stream;
+}
+
+static int cu_identify(char *id, size_t idlen) {
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(id, (int)idlen, dev) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(id, idlen, "?");
+        return 0;
+    }
+    return prop.major * 10 + prop.minor;
+}
+
 static const struct td_backend cuda_backend = {
     .name = "cuda",
     .on_device = 1,
@@ -361,10 +377,20 @@ static const struct td_backend cuda_backend = {
     .to_host_queued = cu_to_host_queued,
     .wait_queued = cu_wait_queued,
     .moe_fold_shared = moe_cuda_fold_shared,
+    .queue = cu_queue,
+    .identify = cu_identify,
 };
 
-extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
-    if (stream) return &cuda_backend;
+static int the_device = -1; /* the process's GPU: its stream and kernels' scratch live there */
+
+extern "C" const struct td_backend *td_backend_cuda(int device, char *err, size_t errlen) {
+    if (stream && device == the_device) return &cuda_backend;
+    if (stream) {
+        snprintf(err, errlen,
+                 "backend cuda:%d: this process already runs on GPU %d (one GPU a process)", device,
+                 the_device);
+        return NULL;
+    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
@@ -373,14 +399,25 @@ extern "C" const struct td_backend *td_backend_cuda(char *err, size_t errlen) {
         cudaGetLastError();
         return NULL;
     }
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 9) {
-        snprintf(err, errlen,
-                 "backend cuda: device 0 is compute capability %d.%d; this build "
-                 "targets sm_90a (rebuild with make CUARCH=...)",
-                 prop.major, prop.minor);
+    if (device >= n) {
+        snprintf(err, errlen, "backend cuda:%d: this host shows %d GPU%s (0 .. %d)", device, n,
+                 n == 1 ? "" : "s", n - 1);
         return NULL;
     }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || prop.major < 9) {
+        snprintf(err, errlen,
+                 "backend cuda: device %d is compute capability %d.%d; this build "
+                 "targets sm_90a (rebuild with make CUARCH=...)",
+                 device, prop.major, prop.minor);
+        return NULL;
+    }
+    if (cudaSetDevice(device) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, errlen, "backend cuda: cannot use device %d", device);
+        return NULL;
+    }
+    the_device = device;
     if (cudaStreamCreate(&stream) != cudaSuccess) {
         snprintf(err, errlen, "backend cuda: cannot create a stream");
         return NULL;

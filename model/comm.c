@@ -558,13 +558,25 @@ static int sock_poll_error(struct td_comm *c, char *err, size_t errlen) {
     return s->failed ? -1 : 0;
 }
 
+static int sock_peers_gone(struct td_comm *c, char *err, size_t errlen) {
+    struct sock_comm *s = c->impl;
+    for (int q = 0; q < c->world; q++) {
+        // (a unix socket whose peer closed shows POLLHUP whatever is asked for)
+        struct pollfd p = {.fd = s->fd[q], .events = 0};
+        if (s->fd[q] >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)))
+            return td_errf(err, errlen, "comm: rank %d's connection closed (its process ended)", q);
+    }
+    return 0;
+}
+
 static const struct td_comm_ops sock_ops = {.name = "sockets",
                                             .all_reduce_sum_f32 = sock_all_reduce,
                                             .all_gather = sock_all_gather,
                                             .broadcast = sock_broadcast,
                                             .barrier = sock_barrier,
                                             .abort = sock_abort,
-                                            .poll_error = sock_poll_error};
+                                            .poll_error = sock_poll_error,
+                                            .peers_gone = sock_peers_gone};
 
 int td_comm_sockets(struct td_comm *c, int rank, int world, const int *fds, double timeout_s,
                     char *err, size_t errlen) {
@@ -594,3 +606,25 @@ void td_comm_sockets_free(struct td_comm *c) {
     free(s);
     c->impl = NULL;
 }
+
+#ifndef TD_HAVE_NCCL
+// ---------------------------------------------------------------------------------------------
+// NCCL: not in this build (comm_nccl.cu)
+
+int td_comm_nccl(struct td_comm *c, struct td_comm *ctrl, void *stream, double timeout_s, char *err,
+                 size_t errlen) {
+    (void)ctrl, (void)stream, (void)timeout_s;
+    memset(c, 0, sizeof *c);
+    return td_errf(err, errlen,
+                   "comm: this build has no NCCL (make found no nccl.h: NVIDIA's wheel, pip's "
+                   "nvidia-nccl-cu13, or NCCL_HOME=DIR)");
+}
+
+void td_comm_nccl_free(struct td_comm *c) {
+    (void)c;
+}
+
+int td_comm_nccl_version(void) {
+    return 0;
+}
+#endif

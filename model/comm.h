@@ -42,10 +42,17 @@ struct td_comm_ops {
     void (*abort)(struct td_comm *c, const char *reason);
     /* 0 while the world is whole; else -1 and why it failed */
     int (*poll_error)(struct td_comm *c, char *err, size_t errlen);
+    /* -1 and which when another rank's process has ended, read without taking any message and
+     * safe beside the rank's own ops from another thread (a device communicator's watchdog);
+     * NULL where the implementation cannot tell */
+    int (*peers_gone)(struct td_comm *c, char *err, size_t errlen);
 };
 
 struct td_comm {
     int rank, world;
+    int device; /* 1: the ops take device buffers and are queued on the backend's stream: they
+                   return once queued (legal inside a graph capture), a failure shows later in
+                   poll_error; 0: host buffers, done when the op returns */
     const struct td_comm_ops *ops;
     void *impl;
 };
@@ -74,6 +81,21 @@ void td_comm_world_free(struct td_comm_world *w);
 int td_comm_sockets(struct td_comm *c, int rank, int world, const int *fds, double timeout_s,
                     char *err, size_t errlen);
 void td_comm_sockets_free(struct td_comm *c);
+
+/* NCCL: W processes, one GPU each (built where NCCL's header is found: td_comm_nccl_version()
+ * is then its version). Collective: rank 0 makes NCCL's unique id and sends it over ctrl, the
+ * ranks' host communicator (which stays theirs for control traffic: plans, manifests); every
+ * rank joins non-blocking on its current GPU, and a join that takes longer than timeout_s fails
+ * on every rank. NCCL_NVLS_ENABLE=0 is set first (no NVLink multicast: parallel.md 2.5). The
+ * ops take device buffers on stream (a cudaStream_t: the backend's queue) and return once
+ * queued (c->device is 1); sums are NCCL's, exact where one rank's addend is nonzero (the
+ * experts' slots). A watchdog thread aborts the communicator (ncclCommAbort, which ends
+ * kernels waiting on a rank) when NCCL reports an error or ctrl's peers_gone names a rank
+ * whose process ended, so a rank that dies ends the others' waits with its reason. */
+int td_comm_nccl(struct td_comm *c, struct td_comm *ctrl, void *stream, double timeout_s, char *err,
+                 size_t errlen);
+void td_comm_nccl_free(struct td_comm *c);
+int td_comm_nccl_version(void); /* NCCL's version code (e.g. 22805), 0 when built without it */
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,13 @@
 
 #define W(t) (t).data, (t).dtype
 
+/* the model's split when it runs split: over several ranks, or over a device communicator
+ * (which one rank runs too: --gpus 1) */
+static const struct td_split *split_of(const struct td_model *m) {
+    const struct td_split *sp = m->split;
+    return sp && (sp->comm->world > 1 || sp->data) ? sp : NULL;
+}
+
 // ---------------------------------------------------------------------------------------------
 // one call's buffers, all in backend memory
 
@@ -333,14 +340,16 @@ static void moe_block(struct fwd *f, int li) {
                        l->gate_bias.dtype, hash ? l->tid2eid.data : NULL, l->tid2eid.dtype, n, k, E,
                        c->routed_scaling, sh);
     struct expert_set ex = {.w1 = l->ex_w1, .w3 = l->ex_w3, .w2 = l->ex_w2, .dtype = l->ex_dtype};
-    const struct td_split *sp = f->m->split;
-    if (sp && sp->comm->world > 1) { // this rank's experts into their slots, summed over ranks
+    const struct td_split *sp = split_of(f->m);
+    if (sp) { // this rank's experts into their slots, summed over ranks
         ex.own = sp->own_run + (size_t)li * sp->per_layer;
         op->moe_experts_slots(f->slots, f->xn, f->picks, &ex, n, D, I, k + sh, E + sh,
                               c->swiglu_limit);
         // (a failed world fails every later op at once; the call's end reports it)
         size_t cnt = (size_t)n * (k + sh) * D;
-        if (f->b->on_device) { // through the host (the step runs eagerly: graphs_on)
+        if (sp->data) { // on the devices, in the queue (a graph keeps it)
+            sp->data->ops->all_reduce_sum_f32(sp->data, f->slots, cnt);
+        } else if (f->b->on_device) { // through the host (the step runs eagerly: graphs_on)
             char e2[8];
             f->b->to_host(f->slots_host, f->slots, cnt * sizeof(float));
             f->b->finish(e2, sizeof e2);
@@ -510,7 +519,7 @@ static int ws_make(struct td_state *st, const struct td_model *m, const struct t
         if (!(*want[i].dst = b->alloc(want[i].bytes))) goto oom;
         ws->bufs[ws->n_bufs++] = *want[i].dst;
     }
-    if (m->split && b->on_device &&
+    if (m->split && !m->split->data && b->on_device &&
         !(f->slots_host = b->alloc_host(N * (c->n_experts_tok + 1) * D * F)))
         goto oom;
     float inv[256];
@@ -788,8 +797,8 @@ static int graph_for(struct fwd *f, struct td_fwd_ws *ws, int n_pad) {
 }
 
 static int graphs_on(const struct fwd *f) {
-    const struct td_split *sp = f->m->split; // (a split model's all-reduce waits on the host)
-    return f->st->use_graphs && f->b->graph_begin && !(sp && sp->comm->world > 1);
+    const struct td_split *sp = split_of(f->m); // (a host all-reduce waits: no graph)
+    return f->st->use_graphs && f->b->graph_begin && !(sp && !sp->data);
 }
 
 /* decode and verify steps and context stores (up to 128 rows) replay a graph captured once per
@@ -831,12 +840,16 @@ static struct fwd *setup(const struct td_model *m, struct td_state *st, const st
                 m->quantized);
         return NULL;
     }
-    if (m->split && m->split->comm->world > 1 &&
-        (!b->ops.moe_experts_slots || !b->ops.moe_combine_slots)) {
+    if (split_of(m) && (!b->ops.moe_experts_slots || !b->ops.moe_combine_slots)) {
         td_errf(err, errlen,
                 "forward: the %s backend cannot run a model split over %d ranks yet (it has no "
                 "expert slots)",
                 b->name, m->split->comm->world);
+        return NULL;
+    }
+    if (split_of(m) && m->split->data && !b->queue) {
+        td_errf(err, errlen, "forward: a device communicator needs a device backend, not %s",
+                b->name);
         return NULL;
     }
     if (ws_make(st, m, &p->dims, err, errlen)) return NULL;
@@ -895,7 +908,8 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
                        const struct td_forward_io *io, int min_rows, int max_rows, char *err,
                        size_t errlen) {
     if (!st->use_graphs || !st->backend->graph_begin) return 0;
-    if (m->split && m->split->comm->world > 1) return 0; // (its steps run eagerly: graphs_on)
+    const struct td_split *sp = split_of(m);
+    if (sp && !sp->data) return 0; // (its steps run eagerly: graphs_on)
     struct td_plan_dims want = td_state_plan_dims(st, d->max_tok, d->max_seq);
     if (!meta_plan_dims_equal(&want, d))
         return td_errf(err, errlen, "forward: prepare was given other state dimensions");
@@ -912,9 +926,10 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
 
 /* A step as rank 0 sends it to the followers: then the parts of the plan's buffer it reads */
 struct step_msg {
-    int32_t kind; /* 1: a step follows, 0: stop */
+    int32_t kind; /* 1: a step follows, 2: a state op (op), 0: stop */
     int32_t max_tok, max_seq, n_tok, n_seq, n_tok_pad, n_seq_pad, n_logit, n_spans;
     uint64_t off[2], bytes[2];
+    struct td_state_op op;
 };
 
 static struct td_comm *leader_comm(const struct td_model *m) {
@@ -961,6 +976,14 @@ static int send_step(struct td_comm *c, const struct td_plan *p, const struct fw
     return rc ? -1 : 0;
 }
 
+int td_forward_send_op(const struct td_model *m, const struct td_state_op *op, char *err,
+                       size_t errlen) {
+    struct td_comm *c = leader_comm(m);
+    struct step_msg h = {.kind = 2, .op = *op};
+    if (c && c->ops->broadcast(c, &h, sizeof h, 0)) return c->ops->poll_error(c, err, errlen);
+    return 0;
+}
+
 void td_forward_stop(const struct td_model *m) {
     struct td_comm *c = leader_comm(m);
     struct step_msg h = {.kind = 0};
@@ -975,7 +998,8 @@ static int follower_fails(struct td_comm *c, char *err) {
     return -1;
 }
 
-int td_forward_follow(const struct td_model *m, struct td_state *st, char *err, size_t errlen) {
+int td_forward_follow(const struct td_model *m, struct td_state *st,
+                      const struct td_follow_ops *ops, char *err, size_t errlen) {
     struct td_comm *c = m->split ? m->split->comm : NULL;
     if (!c || c->world < 2 || c->rank == 0 || !m->split->leads)
         return td_errf(err, errlen,
@@ -990,6 +1014,16 @@ int td_forward_follow(const struct td_model *m, struct td_state *st, char *err, 
             break;
         }
         if (h.kind == 0) break;
+        if (h.kind == 2) {
+            if (!ops || !ops->apply)
+                td_errf(err, errlen, "forward: rank 0 sent a state op (%d) this rank cannot make",
+                        h.op.kind);
+            if (!ops || !ops->apply || ops->apply(ops->ctx, &h.op, err, errlen)) {
+                rc = follower_fails(c, err);
+                break;
+            }
+            continue;
+        }
         if (!have || p.dims.max_tok != h.max_tok || p.dims.max_seq != h.max_seq) {
             if (have) meta_plan_free(&p);
             struct td_plan_dims d = td_state_plan_dims(st, h.max_tok, h.max_seq);
@@ -1065,10 +1099,11 @@ static int check_ranks(struct fwd *f, char *err, size_t errlen) {
     return rc ? -1 : 0;
 }
 
-/* a split model's ranks: has their world failed (a rank aborted, disagreed or timed out)? */
+/* a split model's ranks: has their world failed (a rank aborted, disagreed or timed out, or
+ * the device communicator failed)? */
 static int world_failed(const struct td_model *m, char *err, size_t errlen) {
-    struct td_comm *c = m->split ? m->split->comm : NULL;
-    return c && c->ops->poll_error(c, err, errlen);
+    struct td_comm *c = m->split ? m->split->comm : NULL, *d = m->split ? m->split->data : NULL;
+    return (c && c->ops->poll_error(c, err, errlen)) || (d && d->ops->poll_error(d, err, errlen));
 }
 
 static void commit(struct td_state *st, const struct td_plan *p) {
@@ -1107,7 +1142,7 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
     st->n_steps++;
     if (logits) { // else they stay in the backend (td_forward_logits) and nothing waits here
         f->b->to_host(logits, f->logits, (size_t)p->n_logit * f->c->vocab * sizeof(float));
-        if (f->b->finish(err, errlen)) return -1;
+        if (f->b->finish(err, errlen) || world_failed(m, err, errlen)) return -1;
     }
     commit(st, p);
     return 0;

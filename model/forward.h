@@ -132,18 +132,45 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
 int td_forward_store_kv(const struct td_model *m, struct td_state *st, const struct td_plan *p,
                         const struct td_forward_io *io, char *err, size_t errlen);
 
+/* A change of the state outside a step that every rank makes where rank 0 makes it, in the
+ * order of the steps (the engine's prefix cache: a published block's copy into a request's own,
+ * a checkpoint of a slot's windows and its load). The values are the engine's (blocks of the
+ * history pool, slots, checkpoint numbers of its checkpoint pool, which every rank sizes
+ * alike). */
+struct td_state_op {
+    int32_t kind; /* TD_OP_* */
+    int32_t a, b, c;
+};
+enum {
+    TD_OP_BLOCK_COPY = 1, /* block a <- block b */
+    TD_OP_WINDOW_SAVE,    /* slot a's windows into checkpoint b */
+    TD_OP_WINDOW_LOAD
+}; /* slot a, taken fresh, from checkpoint b at length c */
+/* a follower's part: apply(ctx, op) makes each op rank 0 sends (0, or -1 with a message) */
+struct td_follow_ops {
+    int (*apply)(void *ctx, const struct td_state_op *op, char *err, size_t errlen);
+    void *ctx;
+};
+
 /* A model split over ranks (split.h) with a leader and followers (parallel.md 5.4): on rank 0
  * every td_forward_ex of the split model first sends the step to the other ranks (its plan's
  * dims, counts and the parts of its buffer the step reads, draft ids patched in), and each
  * follower runs td_forward_follow: it takes each step into a plan of its own, sets its state's
  * lengths from the plan's (a rollback is only the length: state by position), and runs the same
- * forward (no drafter outputs, no logits read), until rank 0 calls td_forward_stop. The
+ * forward (no drafter outputs, no logits read), and makes each state op rank 0 sends between
+ * them (ops->apply; ops may be NULL where none come), until rank 0 calls td_forward_stop. The
  * followers' state must be made as the leader's (the same dims). 0 when stopped, -1 with a
  * message when the world failed (a follower's own failure aborts the world, so the leader's step
  * fails with its reason). */
-int td_forward_follow(const struct td_model *m, struct td_state *st, char *err, size_t errlen);
+int td_forward_follow(const struct td_model *m, struct td_state *st,
+                      const struct td_follow_ops *ops, char *err, size_t errlen);
 /* rank 0: the followers' td_forward_follow returns (nothing when the model is not split) */
 void td_forward_stop(const struct td_model *m);
+
+/* rank 0 leading a split model: op to the followers, before the next step (0 when the model is
+ * not split). A failure fails the world (the next step reports it): -1 with the reason. */
+int td_forward_send_op(const struct td_model *m, const struct td_state_op *op, char *err,
+                       size_t errlen);
 
 /* Convenience for one-off calls (CLI, tests): build a plan for seqs (bucketed capacity),
  * run td_forward, free the plan. Same return contract. */

@@ -38,7 +38,9 @@ unsigned long long td_split_fingerprint(const struct td_model *m) {
 /* what every rank must agree on (but its rank and experts) */
 struct manifest {
     char build[32];
+    char gpu[32]; /* the device's PCI bus id ("" without one) */
     int32_t world, rank, lo, hi, n_layers, n_experts;
+    int32_t cc, nccl; /* compute capability, NCCL's version (0: none) */
     uint64_t model;
 };
 
@@ -69,12 +71,27 @@ static int check_manifests(const struct manifest *all, int W, char *err, size_t 
         if (b->lo != (r ? all[r - 1].hi : 0) || (r == W - 1 && b->hi != b->n_experts))
             return td_errf(err, errlen, "split: rank %d runs experts [%d, %d), not the next part",
                            r, b->lo, b->hi);
+        if (b->cc != a->cc)
+            return td_errf(err, errlen,
+                           "split: rank %d's GPU is compute capability %d.%d, rank 0's %d.%d: "
+                           "every rank needs the same kind of GPU",
+                           r, b->cc / 10, b->cc % 10, a->cc / 10, a->cc % 10);
+        if (!a->nccl) continue;
+        if (b->nccl != a->nccl)
+            return td_errf(err, errlen, "split: rank %d runs NCCL %d, rank 0 NCCL %d", r, b->nccl,
+                           a->nccl);
+        for (int q = 0; q < r; q++) // (NCCL runs one rank a GPU)
+            if (!strncmp(all[q].gpu, b->gpu, sizeof b->gpu))
+                return td_errf(err, errlen,
+                               "split: ranks %d and %d are on one GPU (%.32s): with NCCL every "
+                               "rank needs its own",
+                               q, r, b->gpu);
     }
     return 0;
 }
 
-int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *comm, char *err,
-                  size_t errlen) {
+int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *comm,
+                  struct td_comm *data, const struct td_backend *b, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     const struct td_config *cfg = &m->cfg;
     int W = comm->world, r = comm->rank, E = cfg->n_experts;
@@ -88,6 +105,8 @@ int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *
                           .n_experts = E,
                           .model = td_split_fingerprint(m)};
     strncpy(me.build, __DATE__ " " __TIME__, sizeof me.build - 1);
+    if (b && b->identify) me.cc = b->identify(me.gpu, sizeof me.gpu);
+    me.nccl = data ? td_comm_nccl_version() : 0;
     struct manifest *all = calloc((size_t)W, sizeof *all);
     if (!all) return td_errf(err, errlen, "split: out of memory");
     int rc = comm->ops->all_gather(comm, &me, all, sizeof me);
@@ -98,6 +117,7 @@ int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *
     free(all);
     if (rc) return -1;
     s->comm = comm;
+    s->data = data;
     s->lo = me.lo;
     s->hi = me.hi;
     s->per_layer = E + 1;

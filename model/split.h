@@ -8,7 +8,7 @@
  * bits at every world size (moe.h moe_experts_slots_ref, moe_combine_slots_ref).
  *
  *   struct td_split sp; // this rank's experts (comm: its rank and the world)
- *   if (td_split_init(&sp, &model, &comm, err, sizeof err)) return -1;
+ *   if (td_split_init(&sp, &model, &comm, NULL, NULL, err, sizeof err)) return -1;
  *   struct td_model rank_model = model; // this rank's view: the weights shared, its experts
  *   rank_model.split = &sp;             // the same plans on every rank:
  *   int rc = td_forward_seqs(&rank_model, &st, &seq, 1, logits, NULL, err, sizeof err);
@@ -28,11 +28,14 @@ extern "C" {
 #endif
 
 struct td_split {
-    struct td_comm *comm;
-    int lo, hi;         /* the routed experts this rank runs */
-    int per_layer;      /* own's row: n_experts + 1 (the shared expert's index n_experts) */
-    int n_layers;       /* own's rows */
-    unsigned char *own; /* [n_layers][per_layer] 1: this rank runs the expert of the layer */
+    struct td_comm *comm; /* the ranks' host communicator: plans, manifests, checks */
+    struct td_comm *data; /* NULL: the experts' slots are summed over comm, through the host;
+                             else a device communicator (comm.h td_comm_nccl, one GPU a rank)
+                             sums them in the backend's queue, and steps replay graphs */
+    int lo, hi;           /* the routed experts this rank runs */
+    int per_layer;        /* own's row: n_experts + 1 (the shared expert's index n_experts) */
+    int n_layers;         /* own's rows */
+    unsigned char *own;   /* [n_layers][per_layer] 1: this rank runs the expert of the layer */
     const unsigned char *own_run;    /* own where the forward's backend reads it: own itself, or
                                         td_split_place's copy on a device */
     const struct td_backend *placed; /* the backend holding own_run, when not own */
@@ -46,12 +49,14 @@ struct td_split {
 
 /* this rank's part of model m's experts. Collective: every rank calls it, and the ranks'
  * manifests (world, model shapes, a fingerprint of the weights: every tensor's name, dtype,
- * shape and first and last bytes, or a dummy model's seed; the build) are gathered and compared.
- * -1 with a message, on every rank, when the world does not divide the routed experts (each rank
- * the same count), a rank's manifest differs from rank 0's (naming the rank and what differs),
- * or the gather fails (the communicator's reason). */
-int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *comm, char *err,
-                  size_t errlen);
+ * shape and first and last bytes, or a dummy model's seed; the build; the device b runs on, and
+ * with data the NCCL version) are gathered and compared over comm. -1 with a message, on every
+ * rank, when the world does not divide the routed experts (each rank the same count), a rank's
+ * manifest differs from rank 0's (naming the rank and what differs), ranks with a device
+ * communicator share a GPU or differ in compute capability or NCCL version, or the gather
+ * fails (the communicator's reason). data and b may be NULL (host sums; no device). */
+int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *comm,
+                  struct td_comm *data, const struct td_backend *b, char *err, size_t errlen);
 
 /* own copied to backend b's memory (a device), for the forward's expert kernels: -1 with a
  * message when it cannot be allocated. A CPU backend reads own itself. */

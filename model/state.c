@@ -289,6 +289,13 @@ int td_state_seq_alloc(struct td_state *s) {
     return -1;
 }
 
+int td_state_seq_take(struct td_state *s, int slot) {
+    if (slot < 0 || slot >= s->max_seqs) return -1;
+    s->in_use[slot] = 1;
+    s->len[slot] = s->hi[slot] = 0;
+    return 0;
+}
+
 void td_state_seq_release(struct td_state *s, int slot) {
     if (slot < 0 || slot >= s->max_seqs) return;
     s->in_use[slot] = 0;

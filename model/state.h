@@ -136,6 +136,9 @@ void td_state_free(struct td_state *s);
 int td_state_seq_alloc(struct td_state *s);
 
 void td_state_seq_release(struct td_state *s, int slot);
+/* slot, live and empty whatever it held (a split model's follower takes the slot its leader
+ * chose): -1 when slot is not one of the state's */
+int td_state_seq_take(struct td_state *s, int slot);
 
 /* Plan dims matching this state's rings and context, for batches of up to max_tok rows from
  * max_seq sequences. The forward refuses a plan laid out for anything else. */

@@ -129,7 +129,10 @@ static const struct key keys[] = {
      .doc = "off = run every GPU step eagerly (no CUDA graph replay)"},
     {K("model", "ranks", KEY_INT, ranks), RANGE(1, 64), .def = "1",
      .doc = "split the model's experts over this many processes of this host, started by the "
-            "server (a divisor of the routed experts; the CPU backend for now; no prefix cache)"},
+            "server (a divisor of the routed experts; the CPU backend)"},
+    {K("model", "gpus", KEY_INT, gpus), RANGE(0, 64), .def = "0",
+     .doc = "split the model's experts over this many GPUs of this host, one process each, "
+            "summed by NCCL (the cuda backend); 0 = one GPU, no split"},
     // [speculation]
     {K("speculation", "method", KEY_STRING, method), .names = draft_names, .def = "auto",
      .doc = "the drafter; auto, on the GPU: dspark when the model has one (its own files or "
@@ -943,6 +946,7 @@ static const char *const flag_keys[][2] = {
     {"--host", "server.host"},
     {"--backend", "model.backend"},
     {"--ranks", "model.ranks"},
+    {"--gpus", "model.gpus"},
     {"--draft-tokens", "speculation.k"},
     {"--dspark-dir", "speculation.dspark_dir"},
     {"--dspark-threshold", "speculation.confidence_min"},

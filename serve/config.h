@@ -62,6 +62,7 @@ struct srv_config {
     int deterministic;      /* off */
     int graphs;             /* on */
     int ranks;              /* 1, 1..64: the model's experts split over this many processes */
+    int gpus;               /* 0, 0..64: ... over this many GPUs, NCCL between (0: no split) */
     /* [speculation] */
     char method[SRV_STR];     /* auto | none | ngram | random | mtp | dspark ; default auto */
     int k;                    /* 0 = the drafter's default, 0..16 */

@@ -1438,6 +1438,7 @@ struct td_engine_params srv_engine_params(const struct srv_config *c, const char
     const struct draft_info *di = draft_lookup(c->method, NULL, 0); // (srv_config_check: known)
     if (!ep.max_draft && di) ep.max_draft = di->default_tokens;     // as generate does
     if (ep.max_batch_tokens < 1 + ep.max_draft) ep.max_batch_tokens = 1 + ep.max_draft;
+    if (c->gpus) ep.nccl = 1, ep.backend = "cuda:0"; // (a follower's: its own GPU, app/cli.c)
     return ep;
 }
 

@@ -124,7 +124,8 @@ static void bad(const char *name, const char *args, const char *want) {
 /* --ranks N: the model split over N processes (rank 0 leading, each follower this command
  * again, joined by a socketpair): one rank's tokens at 2 and 4 ranks (MTP, sampled); 3 ranks of
  * 8 experts refused; a follower that ends (TD_TEST_RANK_DIES) ends the run with its reason and
- * every rank's exit status, no hang; a follower started by hand refused */
+ * every rank's exit status, no hang; a follower started by hand refused; --gpus beside --ranks
+ * or on the CPU refused */
 static void ranks_cases(void) {
     case_begin();
     const char *bin = getenv("TD_TANDEM") ? getenv("TD_TANDEM") : "./bin/tandem";
@@ -145,6 +146,15 @@ static void ranks_cases(void) {
     CHECK(tandem(args, msg, sizeof msg) != 0 &&
               strstr(msg, "3 ranks do not divide the model's 8 routed experts"),
           "--ranks 3: '%s'", msg);
+    // --gpus: beside --ranks, and on the CPU backend (or a build without CUDA or NCCL), refused
+    // before any follower starts
+    snprintf(args, sizeof args, "%s --ranks 2 --gpus 2", gen);
+    CHECK(tandem(args, msg, sizeof msg) != 0 && strstr(msg, "--ranks 2 and --gpus 2: one of them"),
+          "--ranks 2 --gpus 2: '%s'", msg);
+    snprintf(args, sizeof args, "%s --gpus 2", gen);
+    CHECK(tandem(args, msg, sizeof msg) != 0 && strstr(msg, "generate: --gpus 2") &&
+              !strstr(msg, "rank 1"),
+          "--gpus 2 --backend cpu: '%s'", msg);
     char errf[160];
     snprintf(errf, sizeof errf, "%s/ranks_dies.txt", root);
     snprintf(cmd, sizeof cmd, "env TD_TEST_RANK_DIES=1 timeout 60 %s %s --ranks 4 >/dev/null 2>%s",

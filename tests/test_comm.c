@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "model/comm.h"
@@ -257,7 +258,7 @@ static void fail_rank(struct td_comm *c, void *arg) {
     o->secs[r] = now_s() - t0;
     c->ops->poll_error(c, o->why[r], sizeof o->why[r]);
     o->later[r] = c->ops->barrier(c) != 0 ? 1 : 0; // the world stays failed
-    if (!o->why[r][0]) // (a socket rank learns of it at its next op)
+    if (!o->why[r][0])                             // (a socket rank learns of it at its next op)
         c->ops->poll_error(c, o->why[r], sizeof o->why[r]);
 }
 
@@ -331,6 +332,35 @@ static void closed_case(void) {
     case_end("comm/closed_rank/sockets", extra);
 }
 
+/* sockets: peers_gone (a device communicator's watchdog asks it from another thread) is 0
+ * while every rank's process lives, and names the rank whose socket closed, taking no message */
+static void gone_rank(struct td_comm *c, void *arg) {
+    struct fail_out *o = arg;
+    o->rc[c->rank] = c->ops->barrier(c);
+    if (c->rank == 0 && c->ops->peers_gone(c, o->why[0], sizeof o->why[0])) o->rc[0] = 1;
+    if (c->ops->barrier(c)) o->rc[c->rank] = 2;
+    if (c->rank == 2) td_comm_sockets_free(c);
+    if (c->rank) return;
+    for (int i = 0; i < 500; i++) { // at most 5 s for rank 2's close
+        if (c->ops->peers_gone(c, o->why[0], sizeof o->why[0])) return;
+        usleep(10000);
+    }
+    o->rc[0] = 3;
+}
+
+static void gone_case(void) {
+    case_begin();
+    struct fail_out o;
+    memset(&o, 0, sizeof o);
+    run_world(3, 10.0, gone_rank, &o);
+    CHECK(o.rc[0] != 1, "peers_gone named a rank while all lived: '%s'", o.why[0]);
+    CHECK(o.rc[0] != 3, "peers_gone did not see rank 2's socket close in 5 s");
+    for (int r = 0; r < 3; r++)
+        CHECK(o.rc[r] != 2 && (r == 0 || !o.rc[r]), "rank %d: %d", r, o.rc[r]);
+    CHECK(strstr(o.why[0], "rank 2's connection closed"), "rank 0: '%s'", o.why[0]);
+    case_end("comm/peers_gone/sockets", "");
+}
+
 int main(void) {
     self_case();
     for (sockets = 0; sockets < 2; sockets++) {
@@ -340,6 +370,7 @@ int main(void) {
     }
     sockets = 1;
     closed_case();
+    gone_case();
     refuses();
     return check_failures ? 1 : 0;
 }

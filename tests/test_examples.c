@@ -247,7 +247,7 @@ static int ex_split(void) {
     td_comm_self(&comm);
     // sketch: model/split.h
     struct td_split sp; // this rank's experts (comm: its rank and the world)
-    if (td_split_init(&sp, &model, &comm, err, sizeof err)) return -1;
+    if (td_split_init(&sp, &model, &comm, NULL, NULL, err, sizeof err)) return -1;
     struct td_model rank_model = model; // this rank's view: the weights shared, its experts
     rank_model.split = &sp;             // the same plans on every rank:
     int rc = td_forward_seqs(&rank_model, &st, &seq, 1, logits, NULL, err, sizeof err);

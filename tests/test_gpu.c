@@ -27,6 +27,7 @@
 #include "check.h"
 #include "embed_dspark.h"
 #include "model/backend.h"
+#include "model/comm.h"
 #include "kernels/attention.h"
 #include "engine/engine.h"
 #include "model/forward.h"
@@ -2799,9 +2800,11 @@ static void test_graphs(void) {
 /* greedy speculation equals plain greedy decoding on the GPU, 32 prompts decoded together */
 static const char *engine_model = "tests/fixtures/a_tiny_yarn";
 static int engine_vocab = 512;
-static float engine_threshold; /* --dspark-threshold */
-static int engine_policy;      /* --draft-policy (TD_POLICY_ADAPTIVE by default) */
-static char engine_ran[32];    /* the drafter the last run ran (td_engine_draft: auto's pick) */
+static float engine_threshold;      /* --dspark-threshold */
+static int engine_policy;           /* --draft-policy (TD_POLICY_ADAPTIVE by default) */
+static struct td_comm *engine_comm; /* params.comm, and params.nccl */
+static int engine_nccl;
+static char engine_ran[32]; /* the drafter the last run ran (td_engine_draft: auto's pick) */
 
 /* every one of n requests gave the same tokens in both runs */
 static void check_same(int32_t (*a)[64], const int *na, int32_t (*b)[64], const int *nb, int n,
@@ -2826,6 +2829,8 @@ static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[6
     ep.max_ctx = 256;
     ep.dspark_threshold = engine_threshold;
     ep.draft_policy = engine_policy;
+    ep.comm = engine_comm;
+    ep.nccl = engine_nccl;
     struct td_engine *e;
     if (td_engine_init(&e, &ep, err, sizeof err)) {
         case_fail("%s", err);
@@ -2859,6 +2864,84 @@ static double run_engine(const char *draft, int det, int n_req, int32_t (*out)[6
     td_engine_free(e);
     gpu->set_deterministic(0);
     return tok / ((t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+}
+
+/* NCCL at one rank (a second rank needs a second GPU): every op queued on the backend's
+ * stream, device buffers unchanged but where they must be, an all-reduce replayed from a graph,
+ * an abort that fails the world with its reason; then the split path of the engine (the
+ * experts' slots, their all-reduce in the step's graphs) against the whole model: the same
+ * tokens, with and without MTP. Not in a build without NCCL. */
+static void test_comm_nccl(void) {
+    if (!td_comm_nccl_version()) {
+        printf("SKIP parallel/nccl_one_rank: this build has no NCCL\n");
+        return;
+    }
+    case_begin();
+    char err[600];
+    struct td_comm self, c;
+    td_comm_self(&self);
+    if (td_comm_nccl(&c, &self, gpu->queue(), 60.0, err, sizeof err)) {
+        case_fail("td_comm_nccl: %s", err);
+        case_end("parallel/nccl_one_rank/ops", "");
+        return;
+    }
+    int n = 1000;
+    float *h = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++)
+        h[i] = frand() - 0.5f;
+    float *d = dev_out((size_t)n), *d2 = dev_out((size_t)n);
+    gpu->to_device(d, h, (size_t)n * 4);
+    CHECK(!c.ops->all_reduce_sum_f32(&c, d, (size_t)n), "all-reduce");
+    CHECK(!c.ops->broadcast(&c, d, (size_t)n * 4, 0), "broadcast");
+    CHECK(!c.ops->all_gather(&c, d, d2, (size_t)n * 4), "all-gather");
+    CHECK(!c.ops->barrier(&c), "barrier");
+    float *g = fetch(d, (size_t)n, "nccl ops"), *g2 = fetch(d2, (size_t)n, "nccl all-gather");
+    CHECK(!memcmp(g, h, (size_t)n * 4) && !memcmp(g2, h, (size_t)n * 4),
+          "one rank's all-reduce, broadcast or all-gather changed its buffer");
+    free(g), free(g2);
+    int cap = gpu->graph_begin();
+    CHECK(!cap, "graph capture did not begin");
+    CHECK(!c.ops->all_reduce_sum_f32(&c, d2, (size_t)n), "all-reduce in a capture");
+    void *gr = gpu->graph_end();
+    CHECK(gr != NULL, "a graph with an all-reduce did not instantiate");
+    if (gr) {
+        gpu->graph_launch(gr);
+        gpu->graph_launch(gr);
+        g = fetch(d2, (size_t)n, "nccl all-reduce from a graph");
+        CHECK(!memcmp(g, h, (size_t)n * 4), "a graph's all-reduce changed its buffer");
+        free(g);
+        gpu->graph_free(gr);
+    }
+    CHECK(!c.ops->poll_error(&c, err, sizeof err), "a world without a failure reports: %s", err);
+    c.ops->abort(&c, "a test's abort");
+    CHECK(c.ops->poll_error(&c, err, sizeof err) && strstr(err, "a test's abort"),
+          "after an abort: '%s'", err);
+    CHECK(c.ops->all_reduce_sum_f32(&c, d, (size_t)n), "an op after the abort succeeded");
+    td_comm_nccl_free(&c);
+    free(h), release_out(d), release_out(d2);
+    char extra[64];
+    snprintf(extra, sizeof extra, "(NCCL %d)", td_comm_nccl_version());
+    case_end("parallel/nccl_one_rank/ops", extra);
+
+    static int32_t whole[ENGINE_MAX_REQ][64], split[ENGINE_MAX_REQ][64];
+    int nw[ENGINE_MAX_REQ], ns[ENGINE_MAX_REQ];
+    const char *drafts[2] = {"none", "mtp"};
+    engine_model = "models/tandem-tiny";
+    engine_vocab = 8192;
+    for (int k = 0; k < 2; k++) {
+        case_begin();
+        double tw = run_engine(drafts[k], 0, 8, whole, nw);
+        engine_comm = &self, engine_nccl = 1;
+        double ts = run_engine(drafts[k], 0, 8, split, ns);
+        engine_comm = NULL, engine_nccl = 0;
+        check_same(whole, nw, split, ns, 8, "the split (NCCL, one rank)");
+        char name[64];
+        snprintf(extra, sizeof extra, "(tokens/s %.0f whole, %.0f split)", tw, ts);
+        snprintf(name, sizeof name, "parallel/nccl_one_rank/engine/%s", drafts[k]);
+        case_end(name, extra);
+    }
+    engine_model = "tests/fixtures/a_tiny_yarn";
+    engine_vocab = 512;
 }
 
 static void test_greedy_spec_gpu(void) {
@@ -3082,6 +3165,7 @@ int main(int argc, char **argv) {
     test_prefix_gpu();
     test_graphs();
     test_greedy_spec_gpu();
+    test_comm_nccl();
     char e2[256];
     CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
     return check_failures ? 1 : 0;

@@ -99,7 +99,7 @@ static void *rank_main(void *p) {
     struct rank_job *j = p;
     struct td_split sp;
     j->hash = 0;
-    if (td_split_init(&sp, j->host, &j->comm, j->err, sizeof j->err)) return NULL;
+    if (td_split_init(&sp, j->host, &j->comm, NULL, NULL, j->err, sizeof j->err)) return NULL;
     j->lo = sp.lo, j->hi = sp.hi;
     for (int e = 0; e < sp.per_layer; e++)
         j->owned += sp.own[e];
@@ -284,6 +284,9 @@ struct eng_job {
     struct td_comm comm;
     const char *draft;
     int sampled, rank, bad_pool, dummy;
+    int prefix;          /* 1: the prefix cache on, and requests that find their prefixes there;
+                            2: the same requests, the cache off */
+    long hit_tokens;     /* the prefix cache's, rank 0's */
     size_t weight_bytes; /* the engine's placed weights (rank 0, or the whole model) */
     int ranks;           /* td_engine_ranks: how many, and rank 1's weights as rank 0 sees them */
     size_t rank1_weights;
@@ -293,7 +296,8 @@ struct eng_job {
     char err[512];
 };
 
-static struct td_engine_params eng_params(const char *draft, struct td_comm *comm, int dummy) {
+static struct td_engine_params eng_params(const char *draft, struct td_comm *comm, int dummy,
+                                          int prefix) {
     struct td_engine_params ep = td_engine_defaults();
     ep.model_dir = "models/tandem-tiny";
     ep.backend = "cpu";
@@ -303,12 +307,13 @@ static struct td_engine_params eng_params(const char *draft, struct td_comm *com
     if (strcmp(draft, "none")) ep.max_draft = 3, ep.draft_policy = TD_POLICY_FIXED;
     ep.comm = comm;
     ep.dummy_weights = dummy; // (placed: a split rank places its own experts only)
+    if (prefix) ep.max_ctx = 1024, ep.prefix_blocks = prefix == 1 ? 16 : 0; // 2: the cache off
     return ep;
 }
 
 /* rank 0 (or the whole model when comm is NULL): three requests to the end */
 static void eng_lead(struct eng_job *j, struct td_comm *comm) {
-    struct td_engine_params ep = eng_params(j->draft, comm, j->dummy);
+    struct td_engine_params ep = eng_params(j->draft, comm, j->dummy, j->prefix);
     struct td_engine *e;
     j->rc = -1;
     if (td_engine_init(&e, &ep, j->err, sizeof j->err)) return;
@@ -316,13 +321,31 @@ static void eng_lead(struct eng_job *j, struct td_comm *comm) {
     size_t cb;
     j->ranks = td_engine_ranks(e, -1, &j->rank1_weights, &cb);
     if (j->ranks > 1) td_engine_ranks(e, 1, &j->rank1_weights, &cb);
-    int32_t prompts[3][40];
-    int ids[3], ok = 1;
-    for (int q = 0; q < 3; q++) {
-        for (int i = 0; i < 40; i++)
+    int32_t prompts[3][700];
+    int ids[3], ok = 1, n = 1, np[3] = {20, 30, 40};
+    for (int q = 0; q < 3; q++)
+        for (int i = 0; i < 700; i++)
             prompts[q][i] = (int32_t)((q * 977 + i * 131 + i / 3) % 8000 + 2);
+    if (j->prefix) { // request 0 alone; then 1: its prompt, its reply and 24 more (a
+                     // conversation's next turn: full blocks and a tail), 2: its first 600 and
+                     // others (a hit inside a block)
+        np[0] = 600, np[1] = 640, np[2] = 640;
+        for (int i = 0; i < 600; i++)
+            prompts[1][i] = prompts[2][i] = prompts[0][i];
+    }
+    for (int q = 0; q < 3; q++) {
+        if (j->prefix && q == 1) { // request 0 to its end first, its reply into prompt 1
+            for (int s = 0; ok && n > 0 && s < 400; s++)
+                n = td_engine_step(e, j->err, sizeof j->err);
+            const int32_t *t;
+            int nt = 0;
+            if (ok && !n) td_engine_output(e, ids[0], &t, &nt, NULL, NULL, NULL);
+            for (int i = 0; i < nt && i < 16; i++)
+                prompts[1][600 + i] = t[i];
+            n = 1;
+        }
         struct td_request_params rp = {.prompt = prompts[q],
-                                       .n_prompt = 20 + 10 * q,
+                                       .n_prompt = np[q],
                                        .max_tokens = 16,
                                        .ignore_eos = 1,
                                        .sampling = {.temperature = j->sampled ? 1.0f : 0.0f,
@@ -331,7 +354,6 @@ static void eng_lead(struct eng_job *j, struct td_comm *comm) {
         ids[q] = td_engine_submit(e, &rp, j->err, sizeof j->err);
         ok &= ids[q] >= 0;
     }
-    int n = 1;
     for (int s = 0; ok && n > 0 && s < 400; s++)
         n = td_engine_step(e, j->err, sizeof j->err);
     for (int q = 0; ok && !n && q < 3; q++) {
@@ -339,6 +361,8 @@ static void eng_lead(struct eng_job *j, struct td_comm *comm) {
         td_engine_output(e, ids[q], &t, &j->n_out[q], NULL, NULL, NULL);
         memcpy(j->out[q], t, (size_t)j->n_out[q] * sizeof *t);
     }
+    struct td_prefix_stats ps;
+    j->hit_tokens = td_engine_prefix_stats(e, &ps) ? 0 : ps.hit_tokens;
     j->rc = ok && !n ? 0 : -1;
     td_engine_free(e); // (rank 0: ends the followers)
 }
@@ -349,7 +373,7 @@ static void *eng_rank(void *p) {
         eng_lead(j, &j->comm);
         return NULL;
     }
-    struct td_engine_params ep = eng_params(j->draft, &j->comm, j->dummy);
+    struct td_engine_params ep = eng_params(j->draft, &j->comm, j->dummy, j->prefix);
     if (j->bad_pool) ep.history_blocks = 1; // under one max_ctx sequence's blocks: refused
     struct td_engine *e;
     j->rc = td_engine_init(&e, &ep, j->err, sizeof j->err);
@@ -358,7 +382,7 @@ static void *eng_rank(void *p) {
 }
 
 static void eng_world(int W, struct eng_job *jobs, const char *draft, int sampled, int bad_rank,
-                      int dummy) {
+                      int dummy, int prefix) {
     char err[256];
     struct td_comm_world *w;
     if (td_comm_threads_world(&w, W, 60.0, err, sizeof err)) {
@@ -371,7 +395,8 @@ static void eng_world(int W, struct eng_job *jobs, const char *draft, int sample
                                    .sampled = sampled,
                                    .rank = r,
                                    .bad_pool = r == bad_rank,
-                                   .dummy = dummy};
+                                   .dummy = dummy,
+                                   .prefix = prefix};
         td_comm_threads(&jobs[r].comm, w, r);
         pthread_create(&th[r], NULL, eng_rank, &jobs[r]);
     }
@@ -389,7 +414,7 @@ static void engines(void) {
                 struct eng_job one = {.draft = drafts[d], .sampled = sampled}, jobs[MAXW];
                 eng_lead(&one, NULL);
                 CHECK(!one.rc, "one rank: %s", one.err);
-                eng_world(W, jobs, drafts[d], sampled, -1, 0);
+                eng_world(W, jobs, drafts[d], sampled, -1, 0, 0);
                 for (int r = 0; r < W; r++)
                     CHECK(!jobs[r].rc, "rank %d: %s", r, jobs[r].err);
                 for (int q = 0; q < 3 && !one.rc && !jobs[0].rc; q++)
@@ -407,7 +432,7 @@ static void engines(void) {
     {
         struct eng_job one = {.draft = "none", .dummy = 1}, jw[MAXW];
         eng_lead(&one, NULL);
-        eng_world(2, jw, "none", 0, -1, 1);
+        eng_world(2, jw, "none", 0, -1, 1, 0);
         CHECK(!one.rc && !jw[0].rc && !jw[1].rc, "%s / %s / %s", one.err, jw[0].err, jw[1].err);
         for (int q = 0; q < 3 && !one.rc && !jw[0].rc; q++)
             CHECK(!memcmp(jw[0].out[q], one.out[q], 16 * sizeof(int32_t)),
@@ -423,9 +448,35 @@ static void engines(void) {
                  jw[0].weight_bytes, one.weight_bytes);
         case_end("parallel/engine/placed_part/W2", extra);
     }
+    // the prefix cache on a split model: the followers make rank 0's copies and checkpoints,
+    // so a request that finds its prefix gives one rank's tokens, which are the cold ones, and
+    // every step's residual streams are the same on both ranks (TD_RANK_CHECK)
+    setenv("TD_RANK_CHECK", "1", 1);
+    for (int d = 0; d < 2; d++) {
+        case_begin();
+        struct eng_job cold = {.draft = drafts[d], .prefix = 2},
+                       one = {.draft = drafts[d], .prefix = 1}, jp[MAXW];
+        eng_lead(&cold, NULL);
+        eng_lead(&one, NULL);
+        eng_world(2, jp, drafts[d], 0, -1, 0, 1);
+        CHECK(!cold.rc && !one.rc && !jp[0].rc && !jp[1].rc, "%s / %s / %s / %s", cold.err, one.err,
+              jp[0].err, jp[1].err);
+        for (int q = 0; q < 3 && !one.rc && !jp[0].rc; q++)
+            CHECK(jp[0].n_out[q] == 16 && !memcmp(jp[0].out[q], one.out[q], 16 * sizeof(int32_t)) &&
+                      !memcmp(cold.out[q], one.out[q], 16 * sizeof(int32_t)),
+                  "request %d: other tokens than one rank's with the cache, or without it", q);
+        CHECK(one.hit_tokens > 0 && jp[0].hit_tokens == one.hit_tokens,
+              "tokens from the cache: %ld on one rank, %ld on two", one.hit_tokens,
+              jp[0].hit_tokens);
+        char name[64], extra[96];
+        snprintf(name, sizeof name, "parallel/engine/prefix_cache/%s/W2", drafts[d]);
+        snprintf(extra, sizeof extra, "(%ld prompt tokens from the cache)", jp[0].hit_tokens);
+        case_end(name, extra);
+    }
+    unsetenv("TD_RANK_CHECK");
     case_begin();
     struct eng_job jobs[MAXW];
-    eng_world(2, jobs, "none", 0, 1, 0);
+    eng_world(2, jobs, "none", 0, 1, 0, 0);
     for (int r = 0; r < 2; r++)
         CHECK(jobs[r].rc && strstr(jobs[r].err, "engine: rank 1's state has 1 history blocks "
                                                 "where rank 0's has"),

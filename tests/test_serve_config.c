@@ -609,6 +609,7 @@ static int all_changed(struct srv_config *c) {
         "model.deterministic=on",
         "model.graphs=off",
         "model.ranks=2",
+        "model.gpus=4",
         "speculation.method=dspark",
         "speculation.k=16",
         "speculation.dspark_dir=/d",
