@@ -11,7 +11,7 @@
 #include "model/backend.h"
 
 /* the CUDA backend, or NULL after the SKIP line (the program then exits 77) */
-static const struct td_backend *bench_cuda(const char *prog) {
+static inline const struct td_backend *bench_cuda(const char *prog) {
     char err[256];
     const struct td_backend *b = td_backend_get("cuda", err, sizeof err);
     if (!b) printf("SKIP %s: %s\n", prog, err);
@@ -19,7 +19,7 @@ static const struct td_backend *bench_cuda(const char *prog) {
 }
 
 /* microseconds per call of `calls` calls of body(ctx), or -1 when the graph or a replay fails */
-static double graph_us(const struct td_backend *b, void (*body)(void *ctx), void *ctx, int calls,
+static inline double graph_us(const struct td_backend *b, void (*body)(void *ctx), void *ctx, int calls,
                        int reps) {
     char err[256];
     body(ctx); // once eagerly: what a first call sets up happens outside the capture
