@@ -163,10 +163,11 @@ __device__ __forceinline__ void gt_qstore(struct gt_smem<BM> *sm, int stage, con
  * cores waited for: the released slice's 4096-token prefill spent 50.4 ms in the FP4 expert
  * tiles against 30.5 ms for the bf16 ones (H100, session 35). The ring lies over b[2 ..]: the
  * bf16 stages are b[0] and b[1]. The same decode as gt_qstore's: the same bits. */
-/* 1: Q4 tiles take gt_tile_q4 where they can; 0 (the default until it is measured on a GPU:
- * written in session 35, whose device time ran out first): gt_qload's register loads
- * (moe_cuda_set_q4_async, TD_Q4_ASYNC=1 at start-up: A/B and tests) */
-static __device__ int gt_q4_tiles_async = 0;
+/* 1 (the default): Q4 tiles take gt_tile_q4 where they can; 0: gt_qload's register loads
+ * (moe_cuda_set_q4_async, TD_Q4_ASYNC=0 at start-up: A/B and tests). The released slice's
+ * 4096-token prefill: 0.089 s with the register loads, 0.065 and 0.067 s copied ahead (H100,
+ * session 36, generate --max-tokens 1, twice each in one call; the BF16 slice 0.068 s). */
+static __device__ int gt_q4_tiles_async = 1;
 
 struct gt_q4_ring {
     uint4 codes[GT_STAGES][GT_THREADS];

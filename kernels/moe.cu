@@ -681,7 +681,7 @@ static void wide_allow(void) {
     static bool done;
     if (done) return;
     const char *qa = getenv("TD_Q4_ASYNC");
-    if (qa && !strcmp(qa, "1")) moe_cuda_set_q4_async(1);
+    if (qa && *qa) moe_cuda_set_q4_async(atoi(qa) != 0);
     for (int dt : {TD_DTYPE_BF16, TD_DTYPE_Q8, TD_DTYPE_Q4})
         for (int bm = 32; bm <= 128; bm *= 2)
             by_wide(dt, bm, [&](auto f, auto b) {

@@ -98,9 +98,8 @@ void moe_cuda_set_deterministic(int on);
 /* the block tiles' height of wide steps: 32, 64 or 128 entries, or 0 (the default) by the
  * step's entries an expert (tests: a row's bits do not depend on it) */
 void moe_cuda_set_wide_height(int bm);
-/* FP4 block tiles stream their codes and scales by cp.async, stages ahead (1; TD_Q4_ASYNC=1 at
- * start-up), or load them into registers a stage ahead (0, the default until measured): the
- * same bits */
+/* FP4 block tiles stream their codes and scales by cp.async, stages ahead (1, the default), or
+ * load them into registers a stage ahead (0; TD_Q4_ASYNC=0 at start-up): the same bits */
 void moe_cuda_set_q4_async(int on);
 /* whether a step of `entries` (row, pick) entries, the shared expert's included, had better
  * run the shared expert among the routed ones: when they take the tensor-core tiles (a larger

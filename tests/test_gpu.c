@@ -608,7 +608,8 @@ static void test_moe_quant(void) {
  * same in another batch of wide rows. Q4 at inputs of multiples of 128 too (hidden 384, inter
  * 256; and inter 224: a last tile of absent rows in the up projection, the down one the other
  * form), where the tiles stream their codes by cp.async stages ahead (gemm_tile.cuh gt_tile_q4):
- * the bits of the register loads' form (moe_cuda_set_q4_async(0)) */
+ * the bits of the register loads' form (moe_cuda_set_q4_async(0)) and the copies ahead's (the
+ * default) */
 static void test_moe_wide(enum td_dtype t, int wide128) {
     int E = 8, k = 4, q4 = t == TD_DTYPE_Q4, n = 300;
     int D = wide128 ? 384 : q4 ? 288 : 264, I = wide128 == 1 ? 256 : q4 ? 224 : 200;
@@ -680,11 +681,11 @@ static void test_moe_wide(enum td_dtype t, int wide128) {
              : wide128    ? "/D384_I224"
                           : "");
     close_rel(name, g, rf, n, D, 1e-3);
-    if (q4) { // the codes copied stages ahead (gt_tile_q4): the register loads' bits
-        moe_cuda_set_q4_async(1);
-        moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
+    if (q4) { // the register loads (gt_qload): the bits of the codes copied stages ahead
         moe_cuda_set_q4_async(0);
-        float *gr = fetch(dy, (size_t)n * D, "moe_experts wide, codes copied ahead");
+        moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
+        moe_cuda_set_q4_async(1);
+        float *gr = fetch(dy, (size_t)n * D, "moe_experts wide, register loads");
         CHECK(!memcmp(gr, g, (size_t)n * D * 4),
               "%s: the tiles' register loads and their copies ahead give other bits", name);
         free(gr);
