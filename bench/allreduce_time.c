@@ -6,8 +6,9 @@
  *
  *   make bench-bins && build/bench/allreduce_time 2 [hidden picks]   (default 4096 7)
  *
- * Rows 1, 6 and 64 (a decode step, an MTP/DSpark round, batch 64). Every rank prints nothing;
- * rank 0 prints one line a size. SKIP (77) without CUDA, NCCL or N GPUs. */
+ * Rows 1, 6 and 64 (a decode step, an MTP/DSpark round, batch 64). Each size's sum is checked
+ * first on every rank (disjoint slots, as the experts write them). Rank 0 prints one line a
+ * size; a rank whose sums are wrong says so and the exit status is 1. SKIP (77) without NCCL. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -47,8 +48,25 @@ static int rank_main(int rank, int world, const int *fds, int hidden, int picks)
             rc = 1;
             break;
         }
-        double us = graph_us(b, ar_call, &a, 50, 20);
-        if (us < 0 || c.ops->poll_error(&c, err, sizeof err)) {
+        // first the sum's values: each rank's slot rows (row r of every W) hold its rank + 1,
+        // the others zeros, as the experts' slots are disjoint: every element is its owner's
+        float *h = calloc(a.n, sizeof(float));
+        size_t row = (size_t)hidden, bad = 0;
+        for (size_t i = 0; h && i < a.n; i++)
+            h[i] = (int)(i / row % (size_t)world) == rank ? (float)(rank + 1) : 0.0f;
+        if (h) b->to_device(a.buf, h, a.n * sizeof(float));
+        ar_call(&a);
+        if (h) b->to_host(h, a.buf, a.n * sizeof(float));
+        for (size_t i = 0; h && i < a.n; i++)
+            bad += h[i] != (float)(i / row % (size_t)world + 1);
+        int no_mem = !h;
+        free(h);
+        if (no_mem || bad || b->finish(err, sizeof err)) {
+            fprintf(stderr, "allreduce_time: rank %d: %zu of %zu sums wrong\n", rank, bad, a.n);
+            rc = 1;
+        }
+        double us = rc ? -1.0 : graph_us(b, ar_call, &a, 50, 20);
+        if (!rc && (us < 0 || c.ops->poll_error(&c, err, sizeof err))) {
             fprintf(stderr, "allreduce_time: rank %d: %s\n", rank, us < 0 ? "graph failed" : err);
             rc = 1;
         }

@@ -2945,6 +2945,56 @@ static void test_comm_nccl(void) {
     engine_vocab = 512;
 }
 
+/* a tandem command line's stdout (its stderr after it when err), and its exit status */
+static int run_tandem(const char *args, char *out, size_t cap, int err) {
+    char cmd[2048];
+    const char *bin = getenv("TD_TANDEM") ? getenv("TD_TANDEM") : "./bin/tandem";
+    snprintf(cmd, sizeof cmd, "timeout 300 %s %s %s", bin, args, err ? "2>&1" : "2>/dev/null");
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = 0;
+    return f ? pclose(f) : -1;
+}
+
+/* Several GPUs (--gpus N, NCCL; each case a SKIP line where the host shows fewer): the model
+ * split over N processes, one GPU each, gives one GPU's tokens, greedy and sampled, with MTP and
+ * without: tandem-tiny, and the released-precision Flash slice (dummy weights, its experts
+ * placed a part a GPU). */
+static void test_gpus(void) {
+    static char one[8192], split[8192], msg[8192];
+    const char *tiny = "generate --model models/tandem-tiny --prompt-ids \"5 17 99 1023 44 8 300 "
+                       "12 7 7 9\" --max-tokens 24 --print-ids --draft mtp";
+    const char *slice =
+        "generate --dummy-weights --model bench/flash_slice_fp8 --prompt-ids "
+        "\"5 17 99 1023 44 8 300 12 7 7 9\" --max-tokens 16 --print-ids --draft none";
+    for (int W = 2; W <= 4; W += 2) {
+        char args[1024], name[64];
+        snprintf(args, sizeof args, "%s --gpus %d", tiny, W);
+        int st = run_tandem(args, msg, sizeof msg, 1);
+        if (st && strstr(msg, "this host shows")) {
+            const char *why = strstr(msg, "this host shows");
+            printf("SKIP parallel/gpus/%d: %.*s\n", W, (int)strcspn(why, "\n"), why);
+            continue;
+        }
+        for (int k = 0; k < 3; k++) {
+            case_begin();
+            const char *base = k < 2 ? tiny : slice,
+                       *samp = k == 1 ? " --temperature 1 --seed 3" : "";
+            snprintf(args, sizeof args, "%s%s --backend cuda", base, samp);
+            int s1 = run_tandem(args, one, sizeof one, 0);
+            snprintf(args, sizeof args, "%s%s --gpus %d", base, samp, W);
+            int s2 = run_tandem(args, split, sizeof split, 0);
+            CHECK(!s1 && !s2 && strlen(one) > 10 && !strcmp(one, split),
+                  "one GPU (status %d): '%s'; %d GPUs (status %d): '%s'", s1, one, W, s2, split);
+            snprintf(name, sizeof name, "parallel/gpus/%d/%s", W,
+                     k == 0   ? "tiny_mtp_greedy"
+                     : k == 1 ? "tiny_mtp_sampled"
+                              : "flash_slice_fp8");
+            case_end(name, "");
+        }
+    }
+}
+
 static void test_greedy_spec_gpu(void) {
     static int32_t plain[ENGINE_MAX_REQ][64], spec[ENGINE_MAX_REQ][64];
     int np[ENGINE_MAX_REQ], ns[ENGINE_MAX_REQ];
@@ -3167,6 +3217,7 @@ int main(int argc, char **argv) {
     test_graphs();
     test_greedy_spec_gpu();
     test_comm_nccl();
+    test_gpus();
     char e2[256];
     CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
     return check_failures ? 1 : 0;
