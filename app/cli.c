@@ -275,6 +275,10 @@ int cli_ranks_options(const char *cmd, long ranks, long gpus, const struct td_en
         return die("%s: --gpus %ld: this build has no NCCL (make found no nccl.h: pip's "
                    "nvidia-nccl-cu13, or make NCCL_HOME=DIR)",
                    cmd, gpus);
+    int have = gpus ? td_engine_gpus() : 0;
+    if (gpus > have)
+        return die("%s: --gpus %ld: this host shows %d GPU%s", cmd, gpus, have,
+                   have == 1 ? "" : "s");
     if (gpus && ep->backend && strcmp(ep->backend, "cuda") && strcmp(ep->backend, "auto"))
         return die("%s: --gpus %ld runs rank r on GPU r (the cuda backend), not --backend %s", cmd,
                    gpus, ep->backend);

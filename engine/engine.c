@@ -907,6 +907,10 @@ const char *td_engine_kv_dtype(const struct td_engine *e) {
     return td_kv_dtype_name(e->state.kv_dtype);
 }
 
+int td_engine_gpus(void) {
+    return td_backend_gpus();
+}
+
 int td_engine_kv_dtype_parse(const char *name) {
     return td_kv_dtype_parse(name);
 }

@@ -317,6 +317,9 @@ size_t td_engine_weight_bytes(const struct td_engine *e);
  * bytes (gathered at start-up; r outside the ranks: only the count) */
 int td_engine_ranks(const struct td_engine *e, int r, size_t *weights, size_t *caches);
 
+/* the GPUs this process could run on, for --gpus N (0: none, or a build without CUDA) */
+int td_engine_gpus(void);
+
 /* The target's key caches: their precision's name, their bytes, and what a token of context
  * costs a sequence in them. */
 const char *td_engine_kv_dtype(const struct td_engine *e);

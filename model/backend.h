@@ -154,6 +154,9 @@ const struct td_backend *td_backend_cpu(void);
  * no GPU N, built without nvcc, or this process already runs on another GPU). */
 const struct td_backend *td_backend_get(const char *name, char *err, size_t errlen);
 
+/* the GPUs this process could run on (0: none, or a build without CUDA); uses none of them */
+int td_backend_gpus(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -87,6 +87,10 @@ const struct td_backend *td_backend_cpu(void) {
 
 #ifdef TD_HAVE_CUDA
 const struct td_backend *td_backend_cuda(int device, char *err, size_t errlen);
+#else
+int td_backend_gpus(void) {
+    return 0;
+}
 #endif
 
 const struct td_backend *td_backend_get(const char *name, char *err, size_t errlen) {

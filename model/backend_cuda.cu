@@ -381,6 +381,15 @@ static const struct td_backend cuda_backend = {
     .identify = cu_identify,
 };
 
+extern "C" int td_backend_gpus(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 static int the_device = -1; /* the process's GPU: its stream and kernels' scratch live there */
 
 extern "C" const struct td_backend *td_backend_cuda(int device, char *err, size_t errlen) {
