@@ -361,6 +361,20 @@ static void gone_case(void) {
     case_end("comm/peers_gone/sockets", "");
 }
 
+/* a build without NCCL (CI's): td_comm_nccl refuses with why, and leaves nothing to free */
+static void nccl_absent(void) {
+    if (td_comm_nccl_version()) return; // (a build with NCCL: test_gpu runs it)
+    case_begin();
+    struct td_comm self, c;
+    char err[300] = "";
+    td_comm_self(&self);
+    CHECK(td_comm_nccl(&c, &self, NULL, 1.0, err, sizeof err) == -1 &&
+              strstr(err, "this build has no NCCL") && !c.impl,
+          "'%s'", err);
+    td_comm_nccl_free(&c);
+    case_end("comm/nccl_absent", "");
+}
+
 int main(void) {
     self_case();
     for (sockets = 0; sockets < 2; sockets++) {
@@ -371,6 +385,7 @@ int main(void) {
     sockets = 1;
     closed_case();
     gone_case();
+    nccl_absent();
     refuses();
     return check_failures ? 1 : 0;
 }
