@@ -2,7 +2,9 @@
 // the same 520-token prompt twice, the second takes 519 tokens from the cache (all but its last,
 // inside the first's tail)
 // (usage.prompt_tokens_details.cached_tokens) and gives the first's ids, which are
-// `tandem generate`'s, and /metrics counts it; a server without the cache reports 0.
+// `tandem generate`'s, and /metrics counts it; a server without the cache reports 0; a server
+// whose model is split over 2 processes (--ranks 2: the follower makes the cache's copies and
+// checkpoints too) finds the same tokens and gives the same ids.
 //
 //   node --test tests/serve/prefix.test.mjs
 
@@ -11,19 +13,21 @@ import assert from 'node:assert/strict';
 import { startServer, client, solo, scrape, mval } from './harness.mjs';
 
 const MAXT = 8;
-let on, off, prompt, ref;
+let on, off, split, prompt, ref;
 
 before(async () => {
-    [on, off] = await Promise.all([
+    [on, off, split] = await Promise.all([
         startServer(['--draft', 'none', '--prefix-blocks', '8']),
         startServer(['--draft', 'none']),
+        // (TD_RANK_CHECK: every step's residual streams compared across the ranks)
+        startServer(['--draft', 'none', '--prefix-blocks', '8', '--ranks', '2'], { env: { TD_RANK_CHECK: '1' } }),
     ]);
     prompt = Array.from({ length: 520 }, (_, i) => ((i * 7919 + 13) % 8000) + 2);
     ref = await solo(prompt, { maxTokens: MAXT });
 }, { timeout: 120000 });
 
 after(async () => {
-    for (const s of [on, off]) if (s && s.stop) assert.equal(await s.stop(), 0, 'server exit code');
+    for (const s of [on, off, split]) if (s && s.stop) assert.equal(await s.stop(), 0, 'server exit code');
 }, { timeout: 60000 });
 
 const T = { timeout: 60000 };
@@ -58,4 +62,13 @@ test('without the cache: cached_tokens 0', T, async () => {
     assert.equal(a.cached, 0);
     assert.equal(b.cached, 0);
     assert.deepEqual(b.ids, a.ids);
+});
+
+test('split over 2 ranks: the same cached tokens and ids', T, async () => {
+    const a = await complete(split);
+    const b = await complete(split);
+    assert.equal(a.cached, 0, 'the first request found nothing');
+    assert.equal(b.cached, 519, 'the second: as one process');
+    assert.deepEqual(b.ids, a.ids, 'the same ids warm and cold');
+    assert.deepEqual(a.ids, ref.slice(0, a.ids.length), 'the ids of tandem generate');
 });
