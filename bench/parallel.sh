@@ -18,7 +18,7 @@ G=${GPUS:-1 2 4}
 ACC=${ACC:-0.8,0.6,0.4}
 T=${TANDEM:-./bin/tandem}
 have=$(nvidia-smi -L 2>/dev/null | wc -l)
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || true
 echo "GPUs: $have"
 ids() { awk -v n="$1" -v s="$2" -v v=129280 'BEGIN { srand(s); for (i = 0; i < n; i++) printf "%d ", 2 + int(rand() * (v - 2)); print "" }'; }
 rate() { sed -n "s/^$1: decode .*= \([0-9.]*\) tokens\/s.*/\1/p" | head -1; }
