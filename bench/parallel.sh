@@ -7,15 +7,17 @@
 #      (bench, distinct prompts), the speedup over one GPU, and its efficiency;
 #   3. the released V4-Flash shape (bench/v4_flash: 43 layers, FP8 / FP4, dummy weights, about
 #      149 GiB: two H200s at least) on 2 and 4 GPUs: time per output token at batch 1 with no
-#      drafter and with MTP, at synthetic acceptance ACC (default 0.8,0.6,0.4: lossy, a
-#      measurement of cost), against SGLang's 3.26 ms (MTP, TP4, H200; parallel.md 1.6).
+#      drafter, MTP k = 3 and DSpark (bench/flash_depth/dspark, V4-Flash-0731's head shape) at
+#      synthetic acceptance (spec_depth.sh's published rates: lossy, a measurement of cost),
+#      against SGLang's 3.26 ms (MTP) and 1.72 ms (DSpark) at TP4 on H200 (parallel.md 1.6).
 #   sh bench/parallel.sh            (GPUS="1 2 4", N=64 tokens, TANDEM=path)
 # Each rank prints its placed bytes with --stats (rank 0 gathers them). A row whose GPUs are
 # missing says so and the script goes on.
 set -e
 N=${N:-64}
 G=${GPUS:-1 2 4}
-ACC=${ACC:-0.8,0.6,0.4}
+ACC=${ACC:-0.80,0.80,0.797}                         # MTP k = 3 (spec_depth.sh's rates)
+ACC_DSPARK=${ACC_DSPARK:-0.82,0.817,0.821,0.818,0.822} # DSpark, block 5 (the same)
 T=${TANDEM:-./bin/tandem}
 have=$(nvidia-smi -L 2>/dev/null | wc -l)
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || true
@@ -54,13 +56,15 @@ done
 echo "== 3. bench/v4_flash (released shape) over GPUs: time per output token at batch 1"
 for W in 2 4; do
     if [ "$W" -gt "$have" ]; then echo "GPUs $W: not run ($have GPUs)"; continue; fi
-    for D in none mtp; do
-        A=""; [ "$D" != none ] && A="--synthetic-acceptance $ACC"
+    for D in none mtp dspark; do
+        A=""
+        [ "$D" = mtp ] && A="--draft-tokens 3 --synthetic-acceptance $ACC"
+        [ "$D" = dspark ] && A="--dspark-dir bench/flash_depth/dspark --synthetic-acceptance $ACC_DSPARK"
         o=$($T generate --dummy-weights --model bench/v4_flash --gpus $W --draft $D $A \
             --ignore-eos --print-ids --stats --prompt-ids "$P" --max-tokens $N --max-ctx 4096 \
             2>&1 >/dev/null || true)
         r=$(echo "$o" | rate stats)
         if [ -z "$r" ]; then echo "GPUs $W, $D: failed:"; echo "$o" | tail -3; continue; fi
-        echo "GPUs $W, $D${A:+ ($ACC, lossy)}: $r tokens/s = $(awk -v r="$r" 'BEGIN { printf "%.2f", 1000 / r }') ms a token"
+        echo "GPUs $W, $D${A:+ (synthetic acceptance, lossy)}: $r tokens/s = $(awk -v r="$r" 'BEGIN { printf "%.2f", 1000 / r }') ms a token"
     done
 done
