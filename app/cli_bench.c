@@ -566,7 +566,7 @@ int cmd_bench(int argc, char **argv) {
                 "  --temperature T      default 0 (greedy);  --top-k K;  --top-p P\n"
                 "  --seed S             request i uses S + i\n"
                 "  --raw                prompts as plain text (default: the chat format)\n"
-                "  --backend B          auto | cpu | cuda;  --deterministic;  --no-graphs\n"
+                "  --backend B          auto | cpu | cuda | cuda:N;  --deterministic;  --no-graphs\n"
                 "  --max-batch-tokens N rows per step (default: 256, or with MTP or DSpark a\n"
                 "                       full round of every sequence, batch x (1 + drafts), if\n"
                 "                       more);  --max-ctx N\n"
