@@ -200,8 +200,38 @@ static int fcntl_keep(int fd) {
     return fd;
 }
 
-int cli_ranks_start(struct cli_ranks *rk, long n, int gpus, int *follower, char *err,
-                    size_t errlen) {
+/* --ranks and --gpus as given (0: absent) against each other, the build, the host and backend */
+static int ranks_options(const char *cmd, long ranks, long gpus, const char *backend, char *err,
+                         size_t errlen) {
+    if (ranks > 1 && gpus)
+        return td_errf(err, errlen,
+                       "%s: --ranks %ld and --gpus %ld: one of them (--gpus splits over GPUs, "
+                       "--ranks over CPU processes)",
+                       cmd, ranks, gpus);
+#ifndef TD_HAVE_CUDA
+    if (gpus)
+        return td_errf(err, errlen, "%s: --gpus %ld: this build has no CUDA (nvcc was not found)",
+                       cmd, gpus);
+#endif
+    if (gpus && !td_comm_nccl_version())
+        return td_errf(err, errlen,
+                       "%s: --gpus %ld: this build has no NCCL (make found no nccl.h: pip's "
+                       "nvidia-nccl-cu13, or make NCCL_HOME=DIR)",
+                       cmd, gpus);
+    int have = gpus ? td_engine_gpus() : 0;
+    if (gpus > have)
+        return td_errf(err, errlen, "%s: --gpus %ld: this host shows %d GPU%s", cmd, gpus, have,
+                       have == 1 ? "" : "s");
+    if (gpus && backend && strcmp(backend, "cuda") && strcmp(backend, "auto"))
+        return td_errf(err, errlen,
+                       "%s: --gpus %ld runs rank r on GPU r (the cuda backend), not --backend %s",
+                       cmd, gpus, backend);
+    return 0;
+}
+
+int cli_ranks_start(struct cli_ranks *rk, const char *cmd, long ranks, long gpus,
+                    const char *backend, int *follower, char *err, size_t errlen) {
+    long n = gpus ? gpus : ranks;
     memset(rk, 0, sizeof *rk);
     *follower = 0;
     static struct td_comm comm;
@@ -226,6 +256,7 @@ int cli_ranks_start(struct cli_ranks *rk, long n, int gpus, int *follower, char 
         *follower = 1;
         return 0;
     }
+    if (ranks_options(cmd, ranks, gpus, backend, err, errlen)) return -1;
     snprintf(rk->backend, sizeof rk->backend, "cuda:0");
     if (n <= 1 && gpus) { // one rank, the split path over NCCL on GPU 0
         td_comm_self(&comm);
@@ -245,7 +276,7 @@ int cli_ranks_start(struct cli_ranks *rk, long n, int gpus, int *follower, char 
         if (pid < 0) return td_errf(err, errlen, "ranks: fork: %s", strerror(errno));
         if (!pid) { // the follower: this command line again, its end of the socket kept open
             int fd = fcntl_keep(sv[1]);
-            char rank[16], world[16], fdv[16];
+            char rank[16], world[24], fdv[16];
             snprintf(rank, sizeof rank, "%d", q), snprintf(world, sizeof world, "%ld", n);
             snprintf(fdv, sizeof fdv, "%d", fd);
             setenv("TANDEM_RANK", rank, 1), setenv("TANDEM_WORLD", world, 1);
@@ -261,28 +292,6 @@ int cli_ranks_start(struct cli_ranks *rk, long n, int gpus, int *follower, char 
     }
     if (td_comm_sockets(&comm, 0, (int)n, fds, 0.0, err, errlen)) return -1;
     rk->comm = &comm, rk->active = 1, rk->world = (int)n;
-    return 0;
-}
-
-int cli_ranks_options(const char *cmd, long ranks, long gpus, const struct td_engine_params *ep) {
-    if (ranks > 1 && gpus)
-        return die("%s: --ranks %ld and --gpus %ld: one of them (--gpus splits over GPUs, "
-                   "--ranks over CPU processes)",
-                   cmd, ranks, gpus);
-#ifndef TD_HAVE_CUDA
-    if (gpus) return die("%s: --gpus %ld: this build has no CUDA (nvcc was not found)", cmd, gpus);
-#endif
-    if (gpus && !td_comm_nccl_version())
-        return die("%s: --gpus %ld: this build has no NCCL (make found no nccl.h: pip's "
-                   "nvidia-nccl-cu13, or make NCCL_HOME=DIR)",
-                   cmd, gpus);
-    int have = gpus ? td_engine_gpus() : 0;
-    if (gpus > have)
-        return die("%s: --gpus %ld: this host shows %d GPU%s", cmd, gpus, have,
-                   have == 1 ? "" : "s");
-    if (gpus && ep->backend && strcmp(ep->backend, "cuda") && strcmp(ep->backend, "auto"))
-        return die("%s: --gpus %ld runs rank r on GPU r (the cuda backend), not --backend %s", cmd,
-                   gpus, ep->backend);
     return 0;
 }
 

@@ -100,12 +100,12 @@ struct cli_ranks {
     char backend[24]; /* with gpus: this rank's, "cuda:<rank>" */
     int pid[64];
 };
-/* gpus: --gpus N rather than --ranks N: rank r runs on GPU r and the followers learn it
- * (TANDEM_GPUS); with n = 1 the one rank runs the split path over NCCL too */
-int cli_ranks_start(struct cli_ranks *rk, long n, int gpus, int *follower, char *err,
-                    size_t errlen);
-/* --ranks and --gpus as given (0: absent) against each other and --backend: 0, or die's code */
-int cli_ranks_options(const char *cmd, long ranks, long gpus, const struct td_engine_params *ep);
+/* ranks and gpus: --ranks N and --gpus N as given (1 and 0 when absent); with gpus, rank r runs
+ * on GPU r and the followers learn it (TANDEM_GPUS), and --gpus 1 runs the split path over NCCL
+ * at one rank. Refused, before any follower starts, with cmd's name: both given, --gpus in a
+ * build without CUDA or NCCL, past the host's GPUs, or beside another backend than cuda */
+int cli_ranks_start(struct cli_ranks *rk, const char *cmd, long ranks, long gpus,
+                    const char *backend, int *follower, char *err, size_t errlen);
 /* the engine's params of this rank: its communicator, and with --gpus its GPU and NCCL */
 void cli_ranks_params(const struct cli_ranks *rk, struct td_engine_params *ep);
 int cli_ranks_finish(struct cli_ranks *rk);

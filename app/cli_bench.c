@@ -566,7 +566,8 @@ int cmd_bench(int argc, char **argv) {
                 "  --temperature T      default 0 (greedy);  --top-k K;  --top-p P\n"
                 "  --seed S             request i uses S + i\n"
                 "  --raw                prompts as plain text (default: the chat format)\n"
-                "  --backend B          auto | cpu | cuda | cuda:N;  --deterministic;  --no-graphs\n"
+                "  --backend B          auto | cpu | cuda | cuda:N;  --deterministic;  "
+                "--no-graphs\n"
                 "  --max-batch-tokens N rows per step (default: 256, or with MTP or DSpark a\n"
                 "                       full round of every sequence, batch x (1 + drafts), if\n"
                 "                       more);  --max-ctx N\n"
@@ -727,9 +728,7 @@ int cmd_bench(int argc, char **argv) {
         rc = die("bench: %s holds no prompts", prompts_path);
     else if ((ranks > 1 || gpus) && sweep)
         rc = die("bench: --ranks and --gpus run one bench; they take no --sweep");
-    else if ((rc = cli_ranks_options("bench", ranks, gpus, &ep)))
-        ;
-    else if (cli_ranks_start(&rk, gpus ? gpus : ranks, gpus > 0, &follower, err, sizeof err))
+    else if (cli_ranks_start(&rk, "bench", ranks, gpus, ep.backend, &follower, err, sizeof err))
         rc = die("%s", err);
     cli_ranks_params(&rk, &ep);
     if (rc) {

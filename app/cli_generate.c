@@ -230,12 +230,10 @@ int cmd_generate(int argc, char **argv) {
     }
     struct cli_ranks rk; // --ranks: the model split over processes, this one leading
     int follower;
-    int bad_ranks = cli_ranks_options("generate", ranks, gpus, &ep);
-    if (bad_ranks ||
-        cli_ranks_start(&rk, gpus ? gpus : ranks, gpus > 0, &follower, err, sizeof err)) {
+    if (cli_ranks_start(&rk, "generate", ranks, gpus, ep.backend, &follower, err, sizeof err)) {
         free(prompt);
         tok_free(tk);
-        return bad_ranks ? bad_ranks : die("%s", err);
+        return die("%s", err);
     }
     cli_ranks_params(&rk, &ep);
     if (follower) {

@@ -314,10 +314,7 @@ static int cmd_serve(int argc, char **argv) {
     }
     struct cli_ranks rk; // model.ranks: the model split over processes, this one serving
     int follower;
-    struct td_engine_params bp = {.backend = c.backend};
-    int bad = cli_ranks_options("serve", c.ranks, c.gpus, &bp);
-    if (bad) return bad;
-    if (cli_ranks_start(&rk, c.gpus ? c.gpus : c.ranks, c.gpus > 0, &follower, err, sizeof err))
+    if (cli_ranks_start(&rk, "serve", c.ranks, c.gpus, c.backend, &follower, err, sizeof err))
         return die("%s", err);
     if (follower) { // the server's engine, following (its params as the server makes them)
         struct td_engine_params fp = srv_engine_params(&c, c.path, c.method);
