@@ -39,13 +39,19 @@ async function complete(srv) {
     return { ids: r.choices[0].token_ids, cached: r.usage.prompt_tokens_details?.cached_tokens };
 }
 
-test('a repeated prompt: 519 cached tokens, the same ids as generate', T, async () => {
-    const a = await complete(on);
-    const b = await complete(on);
+// the prompt twice on srv: the second takes 519 tokens from the cache (two blocks of 256 and 7
+// of the tail: its last token is fed), both give tandem generate's ids
+async function repeated(srv) {
+    const a = await complete(srv);
+    const b = await complete(srv);
     assert.equal(a.cached, 0, 'the first request found nothing');
-    assert.equal(b.cached, 519, 'the second: two blocks of 256 and 7 of the tail (its last token is fed)');
+    assert.equal(b.cached, 519, 'the second: two blocks of 256 and 7 of the tail');
     assert.deepEqual(b.ids, a.ids, 'the same ids warm and cold');
     assert.deepEqual(a.ids, ref.slice(0, a.ids.length), 'the ids of tandem generate');
+}
+
+test('a repeated prompt: 519 cached tokens, the same ids as generate', T, async () => {
+    await repeated(on);
     // the engine's counters reach /metrics once a step has run after them
     await complete(on);
     const m = await scrape(on);
@@ -65,10 +71,5 @@ test('without the cache: cached_tokens 0', T, async () => {
 });
 
 test('split over 2 ranks: the same cached tokens and ids', T, async () => {
-    const a = await complete(split);
-    const b = await complete(split);
-    assert.equal(a.cached, 0, 'the first request found nothing');
-    assert.equal(b.cached, 519, 'the second: as one process');
-    assert.deepEqual(b.ids, a.ids, 'the same ids warm and cold');
-    assert.deepEqual(a.ids, ref.slice(0, a.ids.length), 'the ids of tandem generate');
+    await repeated(split);
 });
