@@ -40,7 +40,10 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* the first failure's reason is kept; the communicator is aborted once (any thread) */
+/* Every NCCL call on the communicator is made under mu, so the watchdog's abort (which frees
+ * it) never runs beside another call, and a call after the abort sees the failure first. */
+
+/* the first failure's reason is kept; the communicator is aborted once (any thread, mu not held) */
 static void fail_abort(struct nccl_comm *s, const char *fmt, ...) {
     pthread_mutex_lock(&s->mu);
     if (!s->failed) {
@@ -50,10 +53,9 @@ static void fail_abort(struct nccl_comm *s, const char *fmt, ...) {
         va_end(ap);
         s->failed = 1;
     }
-    int abort_now = !s->aborted && s->comm;
+    if (!s->aborted && s->comm) ncclCommAbort(s->comm); // (frees it: no call uses it after)
     s->aborted = 1;
     pthread_mutex_unlock(&s->mu);
-    if (abort_now) ncclCommAbort(s->comm); // (the handle stays set: every later op fails first)
 }
 
 static int is_failed(struct nccl_comm *s) {
@@ -63,25 +65,44 @@ static int is_failed(struct nccl_comm *s) {
     return f;
 }
 
-/* a call's result: in progress -> poll until queued (at most timeout_s), else its error */
-static int settle(struct nccl_comm *s, ncclResult_t r, const char *what) {
+/* r once NCCL has settled it: ncclInProgress is polled (the communicator's error) until it is
+ * something else or limit_s seconds have passed (0: no limit); ncclInternalError when the
+ * communicator was aborted meanwhile */
+static ncclResult_t settled(struct nccl_comm *s, ncclResult_t r, double limit_s) {
     double t0 = now_s();
-    while (r == ncclInProgress) {
-        if (ncclCommGetAsyncError(s->comm, &r) != ncclSuccess) break;
-        if (r != ncclInProgress) break;
-        if (s->timeout_s > 0 && now_s() - t0 > s->timeout_s) {
-            fail_abort(s, "comm: NCCL's %s did not complete in %.0f s (a rank did not join)", what,
-                       s->timeout_s);
-            return -1;
-        }
+    while (r == ncclInProgress && !(limit_s > 0 && now_s() - t0 > limit_s)) {
         usleep(100);
+        pthread_mutex_lock(&s->mu);
+        if (s->aborted || ncclCommGetAsyncError(s->comm, &r) != ncclSuccess) r = ncclInternalError;
+        pthread_mutex_unlock(&s->mu);
     }
-    if (r != ncclSuccess) {
-        fail_abort(s, "comm: NCCL's %s failed: %s (%s)", what, ncclGetErrorString(r),
-                   ncclGetLastError(s->comm));
-        return -1;
+    return r;
+}
+
+/* a call's result: 0 once queued (or done), else the world fails with what and why */
+static int settle(struct nccl_comm *s, ncclResult_t r, const char *what) {
+    r = settled(s, r, s->timeout_s);
+    if (r == ncclSuccess) return 0;
+    if (r == ncclInProgress)
+        fail_abort(s, "comm: NCCL's %s did not complete in %.0f s (a rank did not join)", what,
+                   s->timeout_s);
+    else if (!is_failed(s)) { // (an abort's own reason stays)
+        char last[300] = "";
+        pthread_mutex_lock(&s->mu);
+        if (!s->aborted) snprintf(last, sizeof last, "%s", ncclGetLastError(s->comm));
+        pthread_mutex_unlock(&s->mu);
+        fail_abort(s, "comm: NCCL's %s failed: %s (%s)", what, ncclGetErrorString(r), last);
     }
-    return 0;
+    return -1;
+}
+
+/* call() on the communicator under mu, then settled: 0, or -1 once the world has failed */
+template <class F> static int nc_call(struct nccl_comm *s, const char *what, F call) {
+    pthread_mutex_lock(&s->mu);
+    int failed = s->failed;
+    ncclResult_t r = failed ? ncclInternalError : call();
+    pthread_mutex_unlock(&s->mu);
+    return failed ? -1 : settle(s, r, what);
 }
 
 static void *watchdog(void *arg) {
@@ -93,11 +114,15 @@ static void *watchdog(void *arg) {
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
         ncclResult_t r = ncclSuccess;
-        char why[400];
-        if (ncclCommGetAsyncError(s->comm, &r) == ncclSuccess && r != ncclSuccess &&
-            r != ncclInProgress)
+        char why[400], last[300] = "";
+        pthread_mutex_lock(&s->mu);
+        if (s->aborted || ncclCommGetAsyncError(s->comm, &r) != ncclSuccess) r = ncclSuccess;
+        if (r != ncclSuccess && r != ncclInProgress)
+            snprintf(last, sizeof last, "%s", ncclGetLastError(s->comm));
+        pthread_mutex_unlock(&s->mu);
+        if (r != ncclSuccess && r != ncclInProgress)
             fail_abort(s, "comm: NCCL failed on rank %d: %s (%s)", c->rank, ncclGetErrorString(r),
-                       ncclGetLastError(s->comm));
+                       last);
         else if (s->ctrl && s->ctrl->ops->peers_gone &&
                  s->ctrl->ops->peers_gone(s->ctrl, why, sizeof why))
             fail_abort(s, "%s", why);
@@ -108,15 +133,15 @@ static void *watchdog(void *arg) {
 
 static int nc_all_reduce(struct td_comm *c, float *buf, size_t n) {
     struct nccl_comm *s = (struct nccl_comm *)c->impl;
-    if (is_failed(s)) return -1;
-    return settle(s, ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, s->comm, s->stream),
-                  "all-reduce");
+    return nc_call(s, "all-reduce", [&] {
+        return ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, s->comm, s->stream);
+    });
 }
 
 static int nc_all_gather(struct td_comm *c, const void *send, void *recv, size_t bytes) {
     struct nccl_comm *s = (struct nccl_comm *)c->impl;
-    if (is_failed(s)) return -1;
-    return settle(s, ncclAllGather(send, recv, bytes, ncclUint8, s->comm, s->stream), "all-gather");
+    return nc_call(s, "all-gather",
+                   [&] { return ncclAllGather(send, recv, bytes, ncclUint8, s->comm, s->stream); });
 }
 
 static int nc_broadcast(struct td_comm *c, void *buf, size_t bytes, int root) {
@@ -127,8 +152,9 @@ static int nc_broadcast(struct td_comm *c, void *buf, size_t bytes, int root) {
                    c->world);
         return -1;
     }
-    return settle(s, ncclBroadcast(buf, buf, bytes, ncclUint8, root, s->comm, s->stream),
-                  "broadcast");
+    return nc_call(s, "broadcast", [&] {
+        return ncclBroadcast(buf, buf, bytes, ncclUint8, root, s->comm, s->stream);
+    });
 }
 
 /* an all-reduce of one float, waited for on the host (the watchdog ends a wait on a dead rank) */
@@ -221,12 +247,7 @@ extern "C" void td_comm_nccl_free(struct td_comm *c) {
     }
     if (s->comm && !s->aborted) { // finalized (its queued work done), then destroyed; an abort
                                   // frees it itself, and ends a finalize that hangs
-        ncclResult_t r = ncclCommFinalize(s->comm);
-        double t0 = now_s();
-        while (r == ncclInProgress && now_s() - t0 < 10.0) {
-            usleep(100);
-            if (ncclCommGetAsyncError(s->comm, &r) != ncclSuccess) break;
-        }
+        ncclResult_t r = settled(s, ncclCommFinalize(s->comm), 10.0);
         if (r == ncclSuccess)
             ncclCommDestroy(s->comm);
         else
