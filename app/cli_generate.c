@@ -88,8 +88,8 @@ static void print_stats(FILE *fp, struct td_engine *e, const struct td_engine_pa
             td_engine_draft(e), td_engine_draft_tokens(e));
     size_t wb = td_engine_weight_bytes(e);
     if (wb)
-        fprintf(fp, ", target weights %.2f %s placed", wb >= 1000000000 ? wb / 1e9 : wb / 1e6,
-                wb >= 1000000000 ? "GB" : "MB");
+        fprintf(fp, ", weights %.2f %s placed (target and drafter)",
+                wb >= 1000000000 ? wb / 1e9 : wb / 1e6, wb >= 1000000000 ? "GB" : "MB");
     fprintf(fp, ", %s key caches %.1f MiB (%.0f B a token of context)", td_engine_kv_dtype(e),
             td_engine_cache_bytes(e) / 1048576.0, td_engine_token_bytes(e));
     if (s->hist_blocks)

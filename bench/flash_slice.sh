@@ -39,7 +39,7 @@ tps() { sed -n 's/.*= \([0-9.]*\) tokens\/s.*/\1/p' | head -1; }
 [ "${BACKEND:-cuda}" = cuda ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 P=$(ids 64 1)
 o=$($T --prompt-ids "$P" --max-tokens "$N" --max-ctx 4096 2>&1 >/dev/null)
-echo "$o" | sed -n 's/^stats: backend .*, target weights \(.*\) placed/weights on the device: \1/p'
+echo "$o" | sed -n 's/^stats: backend .*, weights \(.*\) placed.*/weights on the device: \1/p'
 R1=$(echo "$o" | sed -n 's/^stats: decode .*= \([0-9.]*\) tokens\/s.*/\1/p')
 echo "decode batch 1: $R1 tokens/s ($(echo "$o" | tps) with the prefill step)"
 J=/tmp/flash_prompts.jsonl

@@ -110,6 +110,8 @@ struct td_model_drafter {
     void (*begin)(void *impl, int slot, int len);
     /* its own caches (its graphs' counts live there) */
     const struct td_state *(*state)(const void *impl);
+    /* the bytes its placed weights take (0: it runs the loaded files in place) */
+    size_t (*weight_bytes)(const void *impl);
     void (*free)(void *impl);
 };
 

@@ -12,6 +12,7 @@
 #include "model/fileio.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/split.h"
 #include "model/state.h"
 #include "metadata/plan.h"
 
@@ -23,6 +24,8 @@ struct draft_dspark {
     struct td_model host;       /* the stages and heads (its own mapped files, or views into
                                    the target's when the checkpoint carries them) */
     struct td_model dev;        /* its device mirror, when b is a device */
+    struct td_split sp;         /* a split target's: its experts here (split.h td_split_serve) */
+    struct td_model view;       /* then the placed model with sp */
     const struct td_model *run; /* the one the forward reads */
     struct td_state st;
     struct td_plan plan;
@@ -102,6 +105,25 @@ int dspark_config_load(struct td_dspark_cfg *c, const char *dir, const struct td
 // ---------------------------------------------------------------------------------------------
 // life cycle
 
+/* the drafter's config and stages (dir: its folder, or NULL: the target's own files) */
+static int load(struct td_dspark_cfg *cfg, struct td_model *host, const char *dir,
+                const struct td_model *target_host, char *err, size_t errlen) {
+    return dspark_config_load(cfg, dir, target_host, err, errlen) ||
+                   td_model_load_dspark(target_host, dir, cfg->n_stages, cfg->n_capture, cfg->rank,
+                                        host, err, errlen)
+               ? -1
+               : 0;
+}
+
+int draft_dspark_serve(struct td_serve **out, const char *dir, const struct td_model *target_host,
+                       const struct td_model *target_run, const struct td_backend *b, int max_rows,
+                       char *err, size_t errlen) {
+    struct td_dspark_cfg cfg;
+    struct td_model host;
+    if (load(&cfg, &host, dir, target_host, err, errlen)) return -1;
+    return td_serve_init(out, &host, target_run, b, max_rows, err, errlen);
+}
+
 int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_model *target_host, const struct td_model *target_run,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
@@ -111,15 +133,15 @@ int draft_dspark_init(struct draft_dspark **out, const char *dir,
     struct draft_dspark *d = calloc(1, sizeof *d);
     if (!d) return td_errf(err, errlen, "dspark: out of memory");
     d->b = b;
-    if (dspark_config_load(&d->cfg, dir, target_host, err, errlen) ||
-        td_model_load_dspark(target_host, dir, d->cfg.n_stages, d->cfg.n_capture, d->cfg.rank,
-                             &d->host, err, errlen)) {
+    if (load(&d->cfg, &d->host, dir, target_host, err, errlen)) {
         free(d);
         return -1;
     }
     d->cfg.n_stages = d->host.cfg.n_layers;
     const struct td_dspark_cfg *dc = &d->cfg;
-    if (td_model_place_drafter(&d->host, &d->dev, target_run, b, &d->run, err, errlen)) goto fail;
+    if (td_model_place_drafter(&d->host, &d->dev, &d->sp, &d->view, target_run, b, &d->run, err,
+                               errlen))
+        goto fail;
     const struct td_config *c = &d->host.cfg;
     d->max_rows = max_rows;
     d->max_seqs = max_seqs;
@@ -258,6 +280,7 @@ void draft_dspark_free(struct draft_dspark *d) {
     free(d->on);
     meta_plan_free(&d->plan);
     td_state_free(&d->st);
+    td_split_free(&d->sp);
     if (d->dev.backend) td_model_free(&d->dev);
     td_model_free(&d->host);
     free(d);
@@ -611,6 +634,11 @@ static void dspark_begin(void *impl, int slot, int len) {
     d->on[slot] = 0;
 }
 
+static size_t dspark_weight_bytes(const void *impl) {
+    const struct draft_dspark *d = impl;
+    return d->dev.backend ? d->dev.placed_bytes : 0;
+}
+
 struct td_model_drafter draft_dspark_model(struct draft_dspark *d) {
     return (struct td_model_drafter){.impl = d,
                                      .target_io = dspark_target_io,
@@ -619,5 +647,6 @@ struct td_model_drafter draft_dspark_model(struct draft_dspark *d) {
                                      .collect = dspark_collect,
                                      .begin = dspark_begin,
                                      .state = dspark_state,
+                                     .weight_bytes = dspark_weight_bytes,
                                      .free = dspark_free};
 }

@@ -85,12 +85,23 @@ int dspark_config_load(struct td_dspark_cfg *c, const char *dir, const struct td
  * stream_ring: the target's window ring rows (td_state.swa_ring), which its captured rows by
  * position keep (at least the stages' window).
  * threshold: the confidence cut (0: off); kv: its key caches' precision (the target's,
- * model/state.h). 0, or -1 with a message. */
+ * model/state.h). When target_run is rank 0 of a split model (its split set), the stages'
+ * experts are split likewise: each stage's MoE sends its rows to the other ranks, whose
+ * draft_dspark_serve run their part (forward.h td_serve). 0, or -1 with a message. */
 int draft_dspark_init(struct draft_dspark **out, const char *dir,
                       const struct td_model *target_host, const struct td_model *target_run,
                       const struct td_backend *b, int max_seqs, int max_ctx, int max_rows,
                       int stream_ring, float threshold, int use_graphs, size_t max_bytes,
                       enum td_kv_dtype kv, char *err, size_t errlen);
+
+/* A split model's rank past 0 (target_run: its rank's view): its part of the stages' experts,
+ * which rank 0's drafter runs with it, loaded as draft_dspark_init loads them (dir, target_host)
+ * and placed on b, for steps of up to max_rows rows (the drafter's widest: the row budget, or a
+ * block for every sequence). 0, or -1 with a message. */
+struct td_serve;
+int draft_dspark_serve(struct td_serve **out, const char *dir, const struct td_model *target_host,
+                       const struct td_model *target_run, const struct td_backend *b, int max_rows,
+                       char *err, size_t errlen);
 
 /* The target step just queued (plan p: its sequences and positions; their captured rows by
  * position): the rows of each sequence that drafted in the last run and is not behind,

@@ -9,6 +9,7 @@
 #include "model/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/split.h"
 #include "model/state.h"
 #include "metadata/plan.h"
 
@@ -18,6 +19,8 @@ struct draft_mtp {
     const struct td_backend *b;
     struct td_model host;       /* mtp.0.* views (host) */
     struct td_model dev;        /* its device mirror, when b is a device */
+    struct td_split sp;         /* a split target's: its experts here (split.h td_split_serve) */
+    struct td_model view;       /* then the placed model with sp */
     const struct td_model *run; /* the one the forward reads */
     struct td_state st;
     struct td_plan plan;
@@ -72,7 +75,9 @@ int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
         free(d);
         return -1;
     }
-    if (td_model_place_drafter(&d->host, &d->dev, target_run, b, &d->run, err, errlen)) goto fail;
+    if (td_model_place_drafter(&d->host, &d->dev, &d->sp, &d->view, target_run, b, &d->run, err,
+                               errlen))
+        goto fail;
     const struct td_config *c = &d->host.cfg;
     d->max_rows = max_rows;
     d->max_k = max_k;
@@ -146,6 +151,14 @@ fail:
     return -1;
 }
 
+int draft_mtp_serve(struct td_serve **out, const struct td_model *target_host,
+                    const struct td_model *target_run, const struct td_backend *b, int max_rows,
+                    char *err, size_t errlen) {
+    struct td_model host;
+    if (td_model_load_mtp(target_host, &host, err, errlen)) return -1;
+    return td_serve_init(out, &host, target_run, b, max_rows, err, errlen);
+}
+
 void draft_mtp_free(struct draft_mtp *d) {
     if (!d) return;
     const struct td_backend *b = d->b;
@@ -164,6 +177,7 @@ void draft_mtp_free(struct draft_mtp *d) {
     free(d->from);
     meta_plan_free(&d->plan);
     td_state_free(&d->st);
+    td_split_free(&d->sp);
     if (d->dev.backend) td_model_free(&d->dev);
     td_model_free(&d->host);
     free(d);
@@ -465,6 +479,11 @@ static void mtp_begin(void *impl, int slot, int len) {
     d->st.len[slot] = d->st.hi[slot] = len;
 }
 
+static size_t mtp_weight_bytes(const void *impl) {
+    const struct draft_mtp *d = impl;
+    return d->dev.backend ? d->dev.placed_bytes : 0;
+}
+
 struct td_model_drafter draft_mtp_model(struct draft_mtp *d) {
     return (struct td_model_drafter){.impl = d,
                                      .target_io = mtp_target_io,
@@ -473,5 +492,6 @@ struct td_model_drafter draft_mtp_model(struct draft_mtp *d) {
                                      .collect = mtp_collect,
                                      .begin = mtp_begin,
                                      .state = mtp_state,
+                                     .weight_bytes = mtp_weight_bytes,
                                      .free = mtp_free};
 }

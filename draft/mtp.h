@@ -47,11 +47,22 @@ struct draft_mtp;
  * backend b (== target_host on the CPU). Pools for max_seqs sequences of max_ctx tokens;
  * catch-up calls of up to max_rows rows; its key caches in kv's precision (the target's,
  * model/state.h); stream_ring: the target state's swa_ring (its streams are kept by position
- * in rings of that many rows, draft_mtp_hidden). 0, or -1 with a message. */
+ * in rings of that many rows, draft_mtp_hidden). When target_run is rank 0 of a split model
+ * (its split set), the layer's experts are split likewise: its MoE layer sends its rows to the
+ * other ranks, whose draft_mtp_serve run their part (forward.h td_serve). 0, or -1 with a
+ * message. */
 int draft_mtp_init(struct draft_mtp **out, const struct td_model *target_host,
                    const struct td_model *target_run, const struct td_backend *b, int max_seqs,
                    int max_ctx, int max_rows, int max_k, int stream_ring, int use_graphs,
                    size_t max_bytes, enum td_kv_dtype kv, char *err, size_t errlen);
+
+/* A split model's rank past 0 (target_run: its rank's view): its part of the MTP layer's
+ * experts, which rank 0's drafter runs with it, loaded from target_host and placed on b, for
+ * steps of up to max_rows rows (the engine's row budget). 0, or -1 with a message. */
+struct td_serve;
+int draft_mtp_serve(struct td_serve **out, const struct td_model *target_host,
+                    const struct td_model *target_run, const struct td_backend *b, int max_rows,
+                    char *err, size_t errlen);
 
 /* Deferred greedy rounds, as DSpark's: when every drafting sequence of a call is greedy (the
  * others, k = 0, fall behind), draft_mtp_run queues the whole chain, to the largest k (each

@@ -87,6 +87,7 @@ struct td_engine {
     struct td_plan plan;
     struct td_drafter *drafter;
     struct td_model_drafter md;  /* MTP or DSpark (md.impl NULL: neither) */
+    struct td_serve *serve;      /* a split model's follower: its part of the drafter's experts */
     struct td_draft_seq *dseqs;  /* [max_seqs] the sequences of its last call */
     int n_live;                  /* requests in the last drafter call (live, dseqs) */
     struct td_id_patch *patches; /* [max_seqs] */
@@ -327,14 +328,25 @@ static int state_op(struct td_engine *e, int kind, int a, int b, int c, char *er
 static int same_state(struct td_engine *e, char *err, size_t errlen) {
     struct td_comm *c = e->split.comm;
     const struct td_state *st = &e->state;
-    enum { N = 8 };
-    int32_t me[N] = {
-        st->max_seqs,          st->max_ctx,    st->max_chunk,         st->n_blocks,
-        (int32_t)st->kv_dtype, st->hist_block, e->p.max_batch_tokens, e->cpool ? e->n_ckpt : 0};
-    static const char *what[N] = {"sequences",       "max_ctx",
-                                  "max_chunk",       "history blocks",
-                                  "key-cache dtype", "history block tokens",
-                                  "rows a step",     "prefix-cache checkpoints"};
+    enum { N = 9 };
+    int32_t me[N] = {st->max_seqs,
+                     st->max_ctx,
+                     st->max_chunk,
+                     st->n_blocks,
+                     (int32_t)st->kv_dtype,
+                     st->hist_block,
+                     e->p.max_batch_tokens,
+                     e->cpool ? e->n_ckpt : 0,
+                     e->md.impl || e->serve ? 1 + !e->mtp : 0};
+    static const char *what[N] = {"sequences",
+                                  "max_ctx",
+                                  "max_chunk",
+                                  "history blocks",
+                                  "key-cache dtype",
+                                  "history block tokens",
+                                  "rows a step",
+                                  "prefix-cache checkpoints",
+                                  "model drafter (1 MTP, 2 DSpark)"};
     int32_t *all = calloc((size_t)c->world, sizeof me);
     if (!all) return td_errf(err, errlen, "engine: out of memory");
     int rc = c->ops->all_gather(c, me, all, sizeof me);
@@ -348,7 +360,7 @@ static int same_state(struct td_engine *e, char *err, size_t errlen) {
                              r, all[N * r + i], what[i], all[i]);
     free(all);
     // and what each rank holds, for its leader to print (parallel.md 5.6)
-    uint64_t mine[2] = {e->dev.backend ? e->dev.placed_bytes : 0, st->bytes};
+    uint64_t mine[2] = {td_engine_weight_bytes(e), st->bytes};
     if (!rc && !(e->rank_bytes = calloc((size_t)c->world, sizeof mine)))
         rc = td_errf(err, errlen, "engine: out of memory");
     if (!rc && c->ops->all_gather(c, mine, e->rank_bytes, sizeof mine))
@@ -712,6 +724,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     // (NULL), else model_dir/dspark/
     char dir[TD_PATH_MAX];
     const char *ddir = p->dspark_dir;
+    int dspark_block = 0;
     if (use_dspark) {
         if (!ddir && own != TD_OWN_DSPARK) {
             if (td_path_join(dir, sizeof dir, p->model_dir, "dspark", err, errlen)) goto fail;
@@ -722,6 +735,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             why_dspark_dir(e, ddir == dir, err, errlen);
             goto fail;
         }
+        dspark_block = dc.block;
         if (e->p.max_draft < 1 || e->p.max_draft > dc.block) e->p.max_draft = dc.block;
         if (auto_rows) round_rows(e, e->p.max_draft);
         if (e->p.max_batch_tokens < 1 + e->p.max_draft) {
@@ -770,6 +784,16 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             goto fail;
         e->md = draft_mtp_model(mtp);
         draft_mtp_defer(mtp, 1); // greedy drafts go from the drafter to the verify step
+    }
+    if (e->follower && (use_mtp || use_dspark)) { // its part of rank 0's drafter's experts
+        int rows = e->p.max_batch_tokens, blocks = e->p.max_seqs * dspark_block;
+        if (use_dspark && blocks > rows) rows = blocks; // (a block for every sequence)
+        if (use_mtp
+                ? draft_mtp_serve(&e->serve, &e->model, e->run, e->b, rows, err, errlen)
+                : draft_dspark_serve(&e->serve, ddir, &e->model, e->run, e->b, rows, err, errlen)) {
+            if (use_dspark) why_dspark_dir(e, ddir == dir, err, errlen);
+            goto fail;
+        }
     }
     if (e->md.impl && !(e->dseqs = calloc((size_t)e->p.max_seqs, sizeof *e->dseqs))) {
         td_errf(err, errlen, "engine: out of memory");
@@ -840,7 +864,7 @@ static void request_free(struct request *r) {
 int td_engine_follow(struct td_engine *e, char *err, size_t errlen) {
     if (!e->follower)
         return td_errf(err, errlen, "engine: only a split model's rank past 0 follows");
-    struct td_follow_ops ops = {.apply = state_apply, .ctx = e};
+    struct td_follow_ops ops = {.apply = state_apply, .ctx = e, .serve = e->serve};
     return td_forward_follow(e->run, &e->state, &ops, err, errlen);
 }
 
@@ -886,6 +910,7 @@ void td_engine_free(struct td_engine *e) {
     free(e->pend_k);
     draft_free(e->drafter);
     if (e->md.impl) e->md.free(e->md.impl);
+    td_serve_free(e->serve);
     free(e->dseqs);
     free(e->patches);
     meta_plan_free(&e->plan);
@@ -932,7 +957,9 @@ int td_engine_ranks(const struct td_engine *e, int r, size_t *weights, size_t *c
 }
 
 size_t td_engine_weight_bytes(const struct td_engine *e) {
-    return e->dev.backend ? e->dev.placed_bytes : 0; // (placed: run is dev, or its rank's view)
+    size_t t = e->dev.backend ? e->dev.placed_bytes : 0; // (placed: run is dev, or its rank's view)
+    return t + (e->md.impl && e->md.weight_bytes ? e->md.weight_bytes(e->md.impl) : 0) +
+           td_serve_weight_bytes(e->serve);
 }
 
 const char *td_engine_backend(const struct td_engine *e) {

@@ -113,8 +113,9 @@ struct td_engine_params {
     /* NULL or a world of one rank: the engine runs the model whole. Else this engine is rank
        comm->rank of the model split over comm->world ranks, experts first (model/split.h; each
        rank makes its engine with the same params, and td_engine_init is collective): rank 0
-       leads (requests, scheduling, verification and the drafters, whose models run whole on
-       it) and sends each target step to the others, which run it in td_engine_follow. On the
+       leads (requests, scheduling, verification and the drafters' rounds) and sends each
+       target step to the others, which run it in td_engine_follow and serve their part of a
+       model drafter's experts (forward.h td_serve). On the
        CPU backend comm sums the experts too; on a GPU nccl must be set. With the prefix
        cache, its state changes go to the followers too (forward.h td_forward_send_op) */
     struct td_comm *comm;
@@ -309,8 +310,9 @@ int td_engine_graph_rows(const struct td_engine *e);
 /* The backend the engine runs on ("cpu" or "cuda"). */
 const char *td_engine_backend(const struct td_engine *e);
 
-/* bytes the target's weights take where they were placed (a device, or the CPU's decode of
- * FP8 / FP4 weights); 0 when the CPU runs the loaded files in place */
+/* bytes the weights take where they were placed (a device, or the CPU's decode of FP8 / FP4
+ * weights): the target's and its model drafter's, a split model's rank its part of both; 0
+ * when the CPU runs the loaded files in place */
 size_t td_engine_weight_bytes(const struct td_engine *e);
 
 /* A model split over ranks: how many (1 when whole), and rank r's placed weights and key-cache

@@ -327,6 +327,26 @@ static void attention_block(struct fwd *f, int li) {
 // ---------------------------------------------------------------------------------------------
 // MoE block
 
+/* the split's collective over buf (backend b's memory): sum (f32 elements) or, 0, rank 0's bytes
+ * to every rank. On the devices in b's queue (a graph keeps it), or through host (bytes of the
+ * host's memory) when a device's ranks sum through the host (the step runs eagerly: graphs_on),
+ * or on buf itself on the CPU. A failure fails the world, which the call's end reports. */
+static void split_collective(const struct td_backend *b, const struct td_split *sp, void *host,
+                             int sum, void *buf, size_t bytes) {
+    struct td_comm *c = sp->data ? sp->data : sp->comm;
+    void *at = !sp->data && b->on_device ? host : buf;
+    if (at != buf) {
+        char e2[8];
+        b->to_host(at, buf, bytes);
+        b->finish(e2, sizeof e2);
+    }
+    if (sum)
+        c->ops->all_reduce_sum_f32(c, at, bytes / sizeof(float));
+    else
+        c->ops->broadcast(c, at, bytes, 0);
+    if (at != buf) b->to_device(buf, at, bytes);
+}
+
 static void moe_block(struct fwd *f, int li) {
     const struct td_config *c = f->c;
     const struct td_layer *l = &f->m->layers[li];
@@ -342,22 +362,18 @@ static void moe_block(struct fwd *f, int li) {
     struct expert_set ex = {.w1 = l->ex_w1, .w3 = l->ex_w3, .w2 = l->ex_w2, .dtype = l->ex_dtype};
     const struct td_split *sp = split_of(f->m);
     if (sp) { // this rank's experts into their slots, summed over ranks
+        // (a failed world fails every later op at once; the call's end reports it)
+        size_t cnt = (size_t)n * (k + sh) * D;
+        if (sp->serves) { // the rows and picks to the ranks that serve the experts (td_serve)
+            size_t xb = (size_t)n * D * sizeof(float), pb = (size_t)n * (k + sh) * sizeof(int32_t);
+            op->copy(f->slots, f->xn, xb); // (the slots' room: the experts write there after)
+            op->copy((char *)f->slots + xb, f->picks, pb);
+            split_collective(f->b, sp, f->slots_host, 0, f->slots, xb + pb);
+        }
         ex.own = sp->own_run + (size_t)li * sp->per_layer;
         op->moe_experts_slots(f->slots, f->xn, f->picks, &ex, n, D, I, k + sh, E + sh,
                               c->swiglu_limit);
-        // (a failed world fails every later op at once; the call's end reports it)
-        size_t cnt = (size_t)n * (k + sh) * D;
-        if (sp->data) { // on the devices, in the queue (a graph keeps it)
-            sp->data->ops->all_reduce_sum_f32(sp->data, f->slots, cnt);
-        } else if (f->b->on_device) { // through the host (the step runs eagerly: graphs_on)
-            char e2[8];
-            f->b->to_host(f->slots_host, f->slots, cnt * sizeof(float));
-            f->b->finish(e2, sizeof e2);
-            sp->comm->ops->all_reduce_sum_f32(sp->comm, f->slots_host, cnt);
-            f->b->to_device(f->slots, f->slots_host, cnt * sizeof(float));
-        } else {
-            sp->comm->ops->all_reduce_sum_f32(sp->comm, f->slots, cnt);
-        }
+        split_collective(f->b, sp, f->slots_host, 1, f->slots, cnt * sizeof(float));
         op->moe_combine_slots(f->a, f->slots, f->picks, f->weights, n, D, k + sh);
     } else {
         op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k + sh, E + sh,
@@ -801,24 +817,46 @@ static int graphs_on(const struct fwd *f) {
     return f->st->use_graphs && f->b->graph_begin && !(sp && !sp->data);
 }
 
+/* A step as rank 0 sends it to the followers: then the parts of the plan's buffer it reads */
+struct step_msg {
+    int32_t kind; /* 1: a step follows, 2: a state op (op), 3: a served model's step of n_tok
+                    rows (td_serve_step), 0: stop */
+    int32_t max_tok, max_seq, n_tok, n_seq, n_tok_pad, n_seq_pad, n_logit, n_spans;
+    uint64_t off[2], bytes[2];
+    struct td_state_op op;
+};
+
+static struct td_comm *leader_comm(const struct td_model *m) {
+    const struct td_split *sp = m->split;
+    return sp && sp->leads && sp->comm->world > 1 && sp->comm->rank == 0 ? sp->comm : NULL;
+}
+
+/* rank 0 of a split whose other ranks serve its experts (split.h serves): the rows this step's
+ * MoE layers run, to them, before the step's collectives (td_serve_step) */
+static void serve_rows(const struct fwd *f) {
+    struct td_comm *c = leader_comm(f->m);
+    if (!c || !f->m->split->serves || f->keys_only) return; // (keys only: no MoE layer)
+    struct step_msg h = {.kind = 3, .n_tok = f->n};
+    c->ops->broadcast(c, &h, sizeof h, 0); // (a failure fails the world: the call's end says)
+}
+
 /* decode and verify steps and context stores (up to 128 rows) replay a graph captured once per
  * row bucket */
 static void run_step(struct fwd *f, struct td_fwd_ws *ws, int32_t *topk_trace) {
-    int n_pad = f->p->n_tok_pad;
-    if (!graphs_on(f) || topk_trace || n_pad > graph_max_rows(f->st)) {
-        run_pass(f, topk_trace);
-        return;
-    }
-    int g = graph_for(f, ws, n_pad);
-    if (g >= 0) {
-        f->b->graph_launch(ws->graphs[g].exec);
-        if (!f->keys_only) compact_rows(f, f->logits, f->c->vocab); // the head ran on every row
-    } else {
+    int n_pad = f->p->n_tok_pad, g = -1;
+    if (graphs_on(f) && !topk_trace && n_pad <= graph_max_rows(f->st) &&
+        (g = graph_for(f, ws, n_pad)) < 0) { // none for the bucket: eagerly, on its own rows
         f->n = f->p->n_tok;
         f->rows.n_tok = f->p->n_tok;
         f->head_all_rows = 0;
-        run_pass(f, NULL);
     }
+    serve_rows(f);
+    if (g < 0) {
+        run_pass(f, topk_trace);
+        return;
+    }
+    f->b->graph_launch(ws->graphs[g].exec);
+    if (!f->keys_only) compact_rows(f, f->logits, f->c->vocab); // the head ran on every row
 }
 
 int td_forward(const struct td_model *m, struct td_state *st, const struct td_plan *p,
@@ -924,19 +962,6 @@ int td_forward_prepare(const struct td_model *m, struct td_state *st, const stru
     return f && !st->backend->finish(err, errlen) ? 0 : -1;
 }
 
-/* A step as rank 0 sends it to the followers: then the parts of the plan's buffer it reads */
-struct step_msg {
-    int32_t kind; /* 1: a step follows, 2: a state op (op), 0: stop */
-    int32_t max_tok, max_seq, n_tok, n_seq, n_tok_pad, n_seq_pad, n_logit, n_spans;
-    uint64_t off[2], bytes[2];
-    struct td_state_op op;
-};
-
-static struct td_comm *leader_comm(const struct td_model *m) {
-    const struct td_split *sp = m->split;
-    return sp && sp->leads && sp->comm->world > 1 && sp->comm->rank == 0 ? sp->comm : NULL;
-}
-
 /* rank 0: the step's plan to the followers, from the buffer the kernels read (base) */
 static int send_step(struct td_comm *c, const struct td_plan *p, const struct fwd *f, char *err,
                      size_t errlen) {
@@ -1014,6 +1039,16 @@ int td_forward_follow(const struct td_model *m, struct td_state *st,
             break;
         }
         if (h.kind == 0) break;
+        if (h.kind == 3) {
+            if (!ops || !ops->serve)
+                td_errf(err, errlen,
+                        "forward: rank 0 runs a drafter whose experts this rank does not serve");
+            if (!ops || !ops->serve || td_serve_step(ops->serve, h.n_tok, err, errlen)) {
+                rc = follower_fails(c, err);
+                break;
+            }
+            continue;
+        }
         if (h.kind == 2) {
             if (!ops || !ops->apply)
                 td_errf(err, errlen, "forward: rank 0 sent a state op (%d) this rank cannot make",
@@ -1134,10 +1169,11 @@ int td_forward_ex(const struct td_model *m, struct td_state *st, const struct td
         }
     }
     struct td_comm *lead = leader_comm(m);
-    if (lead && send_step(lead, p, f, err, errlen)) return -1;
+    if (lead && !m->split->serves && send_step(lead, p, f, err, errlen)) return -1;
     run_step(f, st->ws, topk_trace);
     if (world_failed(m, err, errlen)) return -1;
-    if (m->split && m->split->check && m->split->comm->world > 1 && check_ranks(f, err, errlen))
+    if (m->split && m->split->check && !m->split->serves && m->split->comm->world > 1 &&
+        check_ranks(f, err, errlen))
         return -1;
     st->n_steps++;
     if (logits) { // else they stay in the backend (td_forward_logits) and nothing waits here
@@ -1214,4 +1250,108 @@ int td_forward_seqs_io(const struct td_model *m, struct td_state *st,
                        const struct td_plan_seq *seqs, int n_seq, const struct td_forward_io *io,
                        float *logits, char *err, size_t errlen) {
     return forward_seqs(m, st, seqs, n_seq, io, logits, NULL, err, errlen);
+}
+
+// ---------------------------------------------------------------------------------------------
+// a drafter's experts on a rank past 0 (forward.h td_serve)
+
+struct td_serve {
+    struct td_model host, dev, view; /* the drafter: loaded, placed (dev.backend: a copy) */
+    struct td_split sp;              /* its experts here (serves) */
+    const struct td_model *run;      /* view: the placed model with sp */
+    const struct td_backend *b;
+    int max_rows;
+    float *in;      /* [max_rows, dim] normed rows, then [max_rows, k + 1] picks (int32) */
+    float *slots;   /* [max_rows, k + 1, dim] */
+    void *host_buf; /* a device's sums through the host: the larger of in and slots */
+};
+
+void td_serve_free(struct td_serve *s) {
+    if (!s) return;
+    if (s->in) s->b->release(s->in);
+    if (s->slots) s->b->release(s->slots);
+    if (s->host_buf) s->b->release_host(s->host_buf);
+    td_split_free(&s->sp);
+    if (s->dev.backend) td_model_free(&s->dev);
+    td_model_free(&s->host);
+    free(s);
+}
+
+int td_serve_init(struct td_serve **out, struct td_model *host, const struct td_model *target_run,
+                  const struct td_backend *b, int max_rows, char *err, size_t errlen) {
+    *out = NULL;
+    struct td_serve *s = calloc(1, sizeof *s);
+    if (!s) {
+        td_model_free(host);
+        return td_errf(err, errlen, "serve: out of memory");
+    }
+    s->host = *host; // (taken)
+    memset(host, 0, sizeof *host);
+    s->b = b;
+    s->max_rows = max_rows;
+    if (!target_run->split || !target_run->split->comm || target_run->split->comm->rank == 0) {
+        td_errf(err, errlen,
+                "serve: a drafter's experts are served by a split model's rank past 0");
+        goto fail;
+    }
+    if (td_model_place_drafter(&s->host, &s->dev, &s->sp, &s->view, target_run, b, &s->run, err,
+                               errlen))
+        goto fail;
+    const struct td_config *c = &s->host.cfg;
+    size_t N = (size_t)max_rows, K = (size_t)c->n_experts_tok + 1, D = (size_t)c->dim;
+    size_t in_bytes = N * (D + K) * sizeof(float), slot_bytes = N * K * D * sizeof(float);
+    s->in = b->alloc(in_bytes);
+    s->slots = b->alloc(slot_bytes);
+    if (!s->sp.data && b->on_device)
+        s->host_buf = b->alloc_host(in_bytes > slot_bytes ? in_bytes : slot_bytes);
+    if (!s->in || !s->slots || (!s->sp.data && b->on_device && !s->host_buf)) {
+        td_errf(err, errlen, "serve: out of %s memory for a drafter's experts over %d rows",
+                b->name, max_rows);
+        goto fail;
+    }
+    if (b->reserve) { // the expert kernels' scratch for its widest step
+        struct td_reserve rs = {.rows = max_rows,
+                                .gemm_in = (int)D,
+                                .dim = (int)D,
+                                .hc_mult = 1,
+                                .moe_k = (int)K,
+                                .moe_experts = c->n_experts + 1,
+                                .moe_inter = c->moe_inter};
+        if (b->reserve(&rs, err, errlen)) goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    td_serve_free(s);
+    return -1;
+}
+
+size_t td_serve_weight_bytes(const struct td_serve *s) {
+    return s && s->dev.backend ? s->dev.placed_bytes : 0;
+}
+
+int td_serve_step(struct td_serve *s, int n, char *err, size_t errlen) {
+    const struct td_model *m = s->run;
+    const struct td_config *c = &m->cfg;
+    const struct td_backend *b = s->b;
+    if (n < 1 || n > s->max_rows)
+        return td_errf(err, errlen, "serve: rank 0's drafter step of %d rows (this rank: 1 .. %d)",
+                       n, s->max_rows);
+    int D = c->dim, E = c->n_experts, k = c->n_experts_tok, I = c->moe_inter;
+    for (int li = 0; li < c->n_layers; li++) { // every layer's MoE, in the forward's order
+        const struct td_layer *l = &m->layers[li];
+        int sh = l->ex_shared && (!b->moe_fold_shared || b->moe_fold_shared(n * (k + 1)));
+        size_t xb = (size_t)n * D * sizeof(float), pb = (size_t)n * (k + sh) * sizeof(int32_t);
+        split_collective(b, &s->sp, s->host_buf, 0, s->in, xb + pb);
+        struct expert_set ex = {.w1 = l->ex_w1,
+                                .w3 = l->ex_w3,
+                                .w2 = l->ex_w2,
+                                .dtype = l->ex_dtype,
+                                .own = s->sp.own_run + (size_t)li * s->sp.per_layer};
+        b->ops.moe_experts_slots(s->slots, s->in, (const int32_t *)((char *)s->in + xb), &ex, n, D,
+                                 I, k + sh, E + sh, c->swiglu_limit);
+        split_collective(b, &s->sp, s->host_buf, 1, s->slots,
+                         (size_t)n * (k + sh) * D * sizeof(float));
+    }
+    return world_failed(m, err, errlen) ? -1 : 0;
 }

@@ -146,11 +146,30 @@ enum {
     TD_OP_WINDOW_SAVE,    /* slot a's windows into checkpoint b */
     TD_OP_WINDOW_LOAD
 }; /* slot a, taken fresh, from checkpoint b at length c */
-/* a follower's part: apply(ctx, op) makes each op rank 0 sends (0, or -1 with a message) */
+struct td_serve;
+/* a follower's part: apply(ctx, op) makes each op rank 0 sends (0, or -1 with a message); serve
+ * runs this rank's experts of rank 0's drafter (NULL: it has none) */
 struct td_follow_ops {
     int (*apply)(void *ctx, const struct td_state_op *op, char *err, size_t errlen);
     void *ctx;
+    struct td_serve *serve;
 };
+
+/* A drafter's experts over the ranks of a split target (split.h td_split_serve): rank 0 alone runs
+ * the drafter (its state, rounds and drafts); each of its MoE layers sends the layer's normed rows
+ * and picks to the other ranks, each rank runs its part of the experts into the slots and one sum
+ * combines them, as the target's layers do, so the drafts are the same bits at every world size.
+ * A rank past 0 holds a server: the drafter's model, loaded (host, taken by the call: freed with
+ * the server, also on failure), placed on b as td_model_place_drafter places a drafter of
+ * target_run (a split model's rank: its experts of the drafter only), and buffers for max_rows
+ * rows (rank 0's drafter plan's widest step). td_forward_follow runs td_serve_step for each of
+ * rank 0's drafter steps (n rows): every MoE layer's rows and picks from rank 0, this rank's
+ * experts, the sum. 0, or -1 with a message. */
+int td_serve_init(struct td_serve **out, struct td_model *host, const struct td_model *target_run,
+                  const struct td_backend *b, int max_rows, char *err, size_t errlen);
+int td_serve_step(struct td_serve *s, int n, char *err, size_t errlen);
+size_t td_serve_weight_bytes(const struct td_serve *s); /* the drafter's weights placed here */
+void td_serve_free(struct td_serve *s);
 
 /* A model split over ranks (split.h) with a leader and followers (parallel.md 5.4): on rank 0
  * every td_forward_ex of the split model first sends the step to the other ranks (its plan's

@@ -18,6 +18,7 @@
 
 #include "kernels/err.h"
 #include "kernels/quant.h"
+#include "model/split.h"
 #include "fileio.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -1379,16 +1380,26 @@ int td_model_needs_placing(const struct td_model *m, const struct td_backend *b)
     return b->on_device || m->dummy_seed || m->quantized;
 }
 
-int td_model_place_drafter(struct td_model *host, struct td_model *dev,
-                           const struct td_model *target_run, const struct td_backend *b,
-                           const struct td_model **run, char *err, size_t errlen) {
+int td_model_place_drafter(struct td_model *host, struct td_model *dev, struct td_split *sp,
+                           struct td_model *view, const struct td_model *target_run,
+                           const struct td_backend *b, const struct td_model **run, char *err,
+                           size_t errlen) {
+    const struct td_split *ts = target_run->split;
+    memset(sp, 0, sizeof *sp);
+    if (ts && td_split_serve(sp, ts, host, err, errlen)) return -1;
     struct td_model *m = host;
     if (td_model_needs_placing(host, b)) {
-        if (td_model_upload(host, b, dev, err, errlen)) return -1;
+        if (td_model_upload_part(host, b, sp->own, sp->per_layer, dev, err, errlen)) return -1;
         m = dev;
     }
     m->embed = target_run->embed; // shared with the target, on the same backend
     m->head = target_run->head;
+    if (ts) { // this rank's view: the placed weights, its experts
+        if (td_split_place(sp, b, err, errlen)) return -1;
+        *view = *m;
+        view->split = sp;
+        m = view;
+    }
     *run = m;
     return 0;
 }

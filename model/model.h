@@ -187,10 +187,15 @@ int td_model_upload_part(const struct td_model *host, const struct td_backend *b
 
 /* A drafter's model (td_model_load_mtp/_dspark) ready to run on b: *run = its device mirror in
  * dev when b is a device, else host itself; either way with the embedding and head of the
- * target as it runs on b (target_run). 0, or -1 with a message. */
-int td_model_place_drafter(struct td_model *host, struct td_model *dev,
-                           const struct td_model *target_run, const struct td_backend *b,
-                           const struct td_model **run, char *err, size_t errlen);
+ * target as it runs on b (target_run). When target_run is a split model's rank (its split
+ * set), the drafter's experts are split over the same ranks (split.h td_split_serve into sp),
+ * only this rank's are placed, and *run is view: the placed model with sp (free sp with
+ * td_split_free; it is zeroed otherwise). 0, or -1 with a message. */
+struct td_split;
+int td_model_place_drafter(struct td_model *host, struct td_model *dev, struct td_split *sp,
+                           struct td_model *view, const struct td_model *target_run,
+                           const struct td_backend *b, const struct td_model **run, char *err,
+                           size_t errlen);
 
 /* whether m must be placed (td_model_upload) before it runs on b: a device, a dummy model, or
  * FP8 / FP4 weights */

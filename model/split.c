@@ -90,6 +90,25 @@ static int check_manifests(const struct manifest *all, int W, char *err, size_t 
     return 0;
 }
 
+/* s's experts and mask for cfg's layers on its communicator's rank */
+static int own_init(struct td_split *s, const struct td_config *cfg, char *err, size_t errlen) {
+    int W = s->comm->world, r = s->comm->rank, E = cfg->n_experts;
+    s->lo = r * (E / W);
+    s->hi = (r + 1) * (E / W);
+    s->per_layer = E + 1;
+    s->n_layers = cfg->n_layers;
+    if (!(s->own = calloc((size_t)cfg->n_layers * (size_t)s->per_layer, 1)))
+        return td_errf(err, errlen, "split: out of memory");
+    for (int li = 0; li < cfg->n_layers; li++) {
+        unsigned char *o = s->own + (size_t)li * s->per_layer;
+        for (int e = s->lo; e < s->hi; e++)
+            o[e] = 1;
+        o[E] = li % W == r; // the shared expert, as one more pick
+    }
+    s->own_run = s->own;
+    return 0;
+}
+
 int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *comm,
                   struct td_comm *data, const struct td_backend *b, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
@@ -118,20 +137,22 @@ int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *
     if (rc) return -1;
     s->comm = comm;
     s->data = data;
-    s->lo = me.lo;
-    s->hi = me.hi;
-    s->per_layer = E + 1;
-    s->n_layers = cfg->n_layers;
-    if (!(s->own = calloc((size_t)cfg->n_layers * (size_t)s->per_layer, 1)))
-        return td_errf(err, errlen, "split: out of memory");
-    for (int li = 0; li < cfg->n_layers; li++) {
-        unsigned char *o = s->own + (size_t)li * s->per_layer;
-        for (int e = s->lo; e < s->hi; e++)
-            o[e] = 1;
-        o[E] = li % W == r; // the shared expert, as one more pick
-    }
-    s->own_run = s->own;
-    return 0;
+    return own_init(s, cfg, err, errlen);
+}
+
+int td_split_serve(struct td_split *s, const struct td_split *target, const struct td_model *m,
+                   char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    int W = target->comm->world, E = m->cfg.n_experts;
+    if (E < 1 || E % W)
+        return td_errf(err, errlen,
+                       "split: %d ranks do not divide the drafter's %d routed experts (each rank "
+                       "runs the same number)",
+                       W, E);
+    s->comm = target->comm;
+    s->data = target->data;
+    s->leads = s->serves = 1;
+    return own_init(s, &m->cfg, err, errlen);
 }
 
 int td_split_place(struct td_split *s, const struct td_backend *b, char *err, size_t errlen) {

@@ -39,12 +39,15 @@ struct td_split {
     const unsigned char *own_run;    /* own where the forward's backend reads it: own itself, or
                                         td_split_place's copy on a device */
     const struct td_backend *placed; /* the backend holding own_run, when not own */
-    int check; /* 1: after every step the ranks compare a hash of its last residual
-                  streams and the world fails at the first that differs (the engine:
-                  debug builds, or TD_RANK_CHECK=1) */
-    int leads; /* 1: rank 0 sends each step to the others, which follow it
-                  (forward.h td_forward_follow: the engine's way); 0 (td_split_init's):
-                  every rank runs its own plans, the same ones (tests) */
+    int check;  /* 1: after every step the ranks compare a hash of its last residual
+                   streams and the world fails at the first that differs (the engine:
+                   debug builds, or TD_RANK_CHECK=1) */
+    int leads;  /* 1: rank 0 sends each step to the others, which follow it
+                   (forward.h td_forward_follow: the engine's way); 0 (td_split_init's):
+                   every rank runs its own plans, the same ones (tests) */
+    int serves; /* 1 (td_split_serve's): only rank 0 runs the model (a drafter); each of its
+                   MoE layers sends the layer's normed rows and picks to the other ranks, which
+                   run their experts on them (forward.h td_serve) for the one sum */
 };
 
 /* this rank's part of model m's experts. Collective: every rank calls it, and the ranks'
@@ -57,6 +60,14 @@ struct td_split {
  * fails (the communicator's reason). data and b may be NULL (host sums; no device). */
 int td_split_init(struct td_split *s, const struct td_model *m, struct td_comm *comm,
                   struct td_comm *data, const struct td_backend *b, char *err, size_t errlen);
+
+/* this rank's part of the experts of m, a model that rank 0 alone runs (a drafter) on the ranks
+ * and communicators of target's split, whose manifests were compared: experts [r E / W,
+ * (r + 1) E / W) of every MoE layer, the shared expert of layer li on rank li mod W, as
+ * td_split_init's; serves and leads set. Not collective. -1 with a message when the world does
+ * not divide m's routed experts. */
+int td_split_serve(struct td_split *s, const struct td_split *target, const struct td_model *m,
+                   char *err, size_t errlen);
 
 /* own copied to backend b's memory (a device), for the forward's expert kernels: -1 with a
  * message when it cannot be allocated. A CPU backend reads own itself. */

@@ -17,14 +17,16 @@
  * parallel/rank_abort_fails_others  rank 1 aborts before its step: rank 0's step returns -1
  *                                   naming the abort (no hang)
  * parallel/engine/<draft>/W<w>  tandem-tiny's engine split over W ranks (2, 4), rank 0 leading
- *     (scheduling, verification, the drafter whole) and the others following its target steps:
+ *     (scheduling, verification, the drafter's rounds) and the others following its target
+ *     steps and serving their part of the drafter's experts:
  *     three requests at once, greedy and sampled, give rank 0 the tokens of an engine on one
  *     rank, with draft none, mtp and dspark (fixed policy: their rounds, rejections and
  *     rollbacks included)
- * parallel/engine/placed_part/W2  a dummy model, placed by the engine: each rank places the
- *     replicated weights and its half of the experts (rank 0's bytes less than the whole
- *     model's, more than half; rank 1's, gathered at start-up, the same), and rank 0 gets one
- *     rank's tokens
+ * parallel/engine/placed_part/<draft>/W2  a dummy model, placed by the engine: each rank
+ *     places the replicated weights and its half of the experts (rank 0's bytes less than the
+ *     whole model's, more than half; rank 1's, gathered at start-up, the same), and rank 0
+ *     gets one rank's tokens; with mtp and dspark the drafter's experts are split too (each
+ *     rank's part of the drafter's bytes less than the whole drafter's, the two more)
  * parallel/engine_refuses_other_settings  a rank started with another history pool than rank
  *     0's: every rank's engine refuses to start, naming the rank and the setting
  * parallel/diverged_rank_caught  rank 1's weights differ in one byte of a replicated tensor
@@ -427,26 +429,46 @@ static void engines(void) {
             snprintf(name, sizeof name, "parallel/engine/%s/W%d", drafts[d], W);
             case_end(name, "");
         }
-    // weights the engine places (a dummy model's): each rank places its part of the experts
-    case_begin();
-    {
-        struct eng_job one = {.draft = "none", .dummy = 1}, jw[MAXW];
+    // weights the engine places (a dummy model's): each rank places its part of the experts,
+    // of the target and of a model drafter (which rank 0 alone runs: the other ranks run their
+    // experts of its MoE layers on the rows it sends)
+    size_t whole_none = 0, part_none = 0, rank1_none = 0;
+    for (int d = 0; d < 3; d++) {
+        case_begin();
+        struct eng_job one = {.draft = drafts[d], .dummy = 1}, jw[MAXW];
         eng_lead(&one, NULL);
-        eng_world(2, jw, "none", 0, -1, 1, 0);
+        eng_world(2, jw, drafts[d], 0, -1, 1, 0);
         CHECK(!one.rc && !jw[0].rc && !jw[1].rc, "%s / %s / %s", one.err, jw[0].err, jw[1].err);
         for (int q = 0; q < 3 && !one.rc && !jw[0].rc; q++)
-            CHECK(!memcmp(jw[0].out[q], one.out[q], 16 * sizeof(int32_t)),
+            CHECK(jw[0].n_out[q] == 16 && !memcmp(jw[0].out[q], one.out[q], 16 * sizeof(int32_t)),
                   "request %d: other tokens than one rank's", q);
         CHECK(jw[0].weight_bytes < one.weight_bytes && 2 * jw[0].weight_bytes > one.weight_bytes,
               "rank 0 placed %zu bytes of weights, the whole model %zu", jw[0].weight_bytes,
               one.weight_bytes);
-        CHECK(one.ranks == 1 && jw[0].ranks == 2 && jw[0].rank1_weights == jw[0].weight_bytes,
-              "ranks %d and %d; rank 1 placed %zu bytes as rank 0 sees it, rank 0 %zu", one.ranks,
-              jw[0].ranks, jw[0].rank1_weights, jw[0].weight_bytes);
-        char extra[128];
-        snprintf(extra, sizeof extra, "(rank 0 places %zu of the model's %zu bytes)",
-                 jw[0].weight_bytes, one.weight_bytes);
-        case_end("parallel/engine/placed_part/W2", extra);
+        CHECK(one.ranks == 1 && jw[0].ranks == 2, "ranks %d and %d", one.ranks, jw[0].ranks);
+        char extra[192];
+        if (d == 0) {
+            CHECK(jw[0].rank1_weights == jw[0].weight_bytes,
+                  "rank 1 placed %zu bytes as rank 0 sees it, rank 0 %zu", jw[0].rank1_weights,
+                  jw[0].weight_bytes);
+            whole_none = one.weight_bytes, part_none = jw[0].weight_bytes;
+            rank1_none = jw[0].rank1_weights;
+            snprintf(extra, sizeof extra, "(rank 0 places %zu of the model's %zu bytes)",
+                     jw[0].weight_bytes, one.weight_bytes);
+        } else { // the drafter's experts split too: each rank holds a part of them
+            size_t whole = one.weight_bytes - whole_none, r0 = jw[0].weight_bytes - part_none,
+                   r1 = jw[0].rank1_weights - rank1_none;
+            CHECK(whole > 0 && r0 < whole && r1 > 0 && r1 < whole && r0 + r1 > whole,
+                  "the drafter's weights: %zu whole, rank 0 %zu and rank 1 %zu of them", whole, r0,
+                  r1);
+            snprintf(extra, sizeof extra,
+                     "(the drafter's %zu bytes: rank 0 places %zu, rank 1 %zu: its experts split, "
+                     "the rest on both)",
+                     whole, r0, r1);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "parallel/engine/placed_part/%s/W2", drafts[d]);
+        case_end(name, extra);
     }
     // the prefix cache on a split model: the followers make rank 0's copies and checkpoints,
     // so a request that finds its prefix gives one rank's tokens, which are the cold ones, and
