@@ -286,15 +286,22 @@ template <int D> struct am_smem {
     const void *kp[AM_KEYS];
 };
 
-static int am_mode;          /* 0: by the step's rows; 1: every step; 2: never (tests, A/B) */
-static int am_deterministic; /* batch-invariant mode: never */
+static int am_mode; /* 0: by the step's rows; 1: every step; 2: never (tests, A/B) */
+/* a context's (cuda_ctx.h): batch-invariant mode (the wide form never) */
+struct am_state {
+    int deterministic;
+};
+
+static struct am_state &as(void) {
+    return td_cuda_ctx_state<struct am_state>(TD_CTX_ATTENTION);
+}
 
 extern "C" void attention_cuda_set_wide(int mode) {
     am_mode = mode;
 }
 
 extern "C" void attention_cuda_set_deterministic(int on) {
-    am_deterministic = on;
+    as().deterministic = on;
 }
 
 template <int D, int KT>
@@ -506,7 +513,7 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (!a->rows.n_tok) return;
     TD_ASSERT(a->d <= ATTENTION_MAX_D); // attention_cuda_reserve refuses such models first
     bool wide = am_mode == 1 || (am_mode == 0 && a->rows.n_tok >= AM_ROWS);
-    if (wide && !am_deterministic && a->d == 512 && a->n_heads <= AM_HEADS &&
+    if (wide && !as().deterministic && a->d == 512 && a->n_heads <= AM_HEADS &&
         (!a->inv_freq || (a->d - a->rot_dim) % 2 == 0)) {
         am_allow();
         by_kv(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {

@@ -30,9 +30,31 @@
  * is reported at the kernel that caused it */
 #define LAUNCH_CHECK() td_cuda_after_launch(__FILE__, __LINE__)
 
-extern "C" cudaStream_t td_cuda_stream(void);
 extern "C" void td_cuda_after_launch(const char *file, int line);
 extern "C" int td_cuda_pdl(void);
+
+/* The calling thread's CUDA context (cuda_ctx.h; cuda_ctx.cu): the stream every launch goes to,
+ * and each op's state in its slot, zeroed at its first use and, when the context is freed,
+ * given to release (its device buffers) then freed. The state's address is stable for the
+ * context's life. */
+enum td_ctx_slot {
+    TD_CTX_BACKEND, /* model/backend_cuda.cu: the staging arena, the side stream */
+    TD_CTX_MATMUL,
+    TD_CTX_MOE,
+    TD_CTX_GREEDY,
+    TD_CTX_HC,
+    TD_CTX_INDEXER,
+    TD_CTX_ATTENTION,
+    TD_CTX_SLOTS
+};
+extern "C" cudaStream_t td_cuda_stream(void);
+void *td_cuda_state(int slot, size_t bytes, void (*release)(void *state));
+template <class T> static inline T &td_cuda_ctx_state(int slot, void (*release)(void *) = nullptr) {
+    return *(T *)td_cuda_state(slot, sizeof(T), release);
+}
+/* the process's context's stream, made once (the backend's start): 0, or -1 */
+int td_cuda_process_stream(void);
+int td_cuda_has_process_stream(void);
 
 /* Programmatic dependent launch. Every kernel starts with PDL_START(): it waits until the grid
  * before it in the stream has finished and its writes are visible (griddepcontrol.wait; at

@@ -60,11 +60,23 @@ struct sr_span {
     double s;
 };
 
-static unsigned long long *ar_key;
-static int *ar_bad, *ar_done;
-static struct sr_span *sr_spans;
-static int ar_rows;
-static long long sr_cap;
+/* a context's (cuda_ctx.h) */
+struct greedy_state {
+    unsigned long long *ar_key;
+    int *ar_bad, *ar_done;
+    struct sr_span *sr_spans;
+    int ar_rows;
+    long long sr_cap;
+};
+
+static void greedy_release(void *p) {
+    struct greedy_state *g = (struct greedy_state *)p;
+    cudaFree(g->ar_key), cudaFree(g->ar_bad), cudaFree(g->ar_done), cudaFree(g->sr_spans);
+}
+
+static struct greedy_state &gs(void) {
+    return td_cuda_ctx_state<struct greedy_state>(TD_CTX_GREEDY, greedy_release);
+}
 
 __device__ __forceinline__ double block_sum_f64(double v) {
     __shared__ double part[32];
@@ -370,24 +382,24 @@ __global__ void __launch_bounds__(SC_THREADS)
  * (never inside a capture: steps call the op eagerly) */
 static void ensure_rows(int rows, int V) {
     long long spans = (long long)rows * ceil_div(V, AR_SPAN);
-    if (spans > sr_cap) {
-        if (sr_spans) CUDA_CHECK(cudaFree(sr_spans));
-        sr_cap = spans > 2 * sr_cap ? spans : 2 * sr_cap;
-        CUDA_CHECK(cudaMalloc(&sr_spans, (size_t)sr_cap * sizeof *sr_spans));
+    if (spans > gs().sr_cap) {
+        if (gs().sr_spans) CUDA_CHECK(cudaFree(gs().sr_spans));
+        gs().sr_cap = spans > 2 * gs().sr_cap ? spans : 2 * gs().sr_cap;
+        CUDA_CHECK(cudaMalloc(&gs().sr_spans, (size_t)gs().sr_cap * sizeof *gs().sr_spans));
     }
-    if (rows <= ar_rows) return;
-    if (ar_key) {
-        CUDA_CHECK(cudaFree(ar_key));
-        CUDA_CHECK(cudaFree(ar_bad));
-        CUDA_CHECK(cudaFree(ar_done));
+    if (rows <= gs().ar_rows) return;
+    if (gs().ar_key) {
+        CUDA_CHECK(cudaFree(gs().ar_key));
+        CUDA_CHECK(cudaFree(gs().ar_bad));
+        CUDA_CHECK(cudaFree(gs().ar_done));
     }
-    ar_rows = rows > 2 * ar_rows ? rows : 2 * ar_rows;
-    CUDA_CHECK(cudaMalloc(&ar_key, (size_t)ar_rows * sizeof *ar_key));
-    CUDA_CHECK(cudaMalloc(&ar_bad, (size_t)ar_rows * sizeof *ar_bad));
-    CUDA_CHECK(cudaMalloc(&ar_done, (size_t)ar_rows * sizeof *ar_done));
-    CUDA_CHECK(cudaMemset(ar_key, 0, (size_t)ar_rows * sizeof *ar_key));
-    CUDA_CHECK(cudaMemset(ar_bad, 0, (size_t)ar_rows * sizeof *ar_bad));
-    CUDA_CHECK(cudaMemset(ar_done, 0, (size_t)ar_rows * sizeof *ar_done));
+    gs().ar_rows = rows > 2 * gs().ar_rows ? rows : 2 * gs().ar_rows;
+    CUDA_CHECK(cudaMalloc(&gs().ar_key, (size_t)gs().ar_rows * sizeof *gs().ar_key));
+    CUDA_CHECK(cudaMalloc(&gs().ar_bad, (size_t)gs().ar_rows * sizeof *gs().ar_bad));
+    CUDA_CHECK(cudaMalloc(&gs().ar_done, (size_t)gs().ar_rows * sizeof *gs().ar_done));
+    CUDA_CHECK(cudaMemset(gs().ar_key, 0, (size_t)gs().ar_rows * sizeof *gs().ar_key));
+    CUDA_CHECK(cudaMemset(gs().ar_bad, 0, (size_t)gs().ar_rows * sizeof *gs().ar_bad));
+    CUDA_CHECK(cudaMemset(gs().ar_done, 0, (size_t)gs().ar_rows * sizeof *gs().ar_done));
 }
 
 extern "C" int sample_rows_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
@@ -401,7 +413,7 @@ extern "C" void sample_rows_cuda(int32_t *ids, const float *x, int n, int V,
     if (!n) return;
     ensure_rows(n, V);
     launch_k(sample_rows_kernel, dim3(ceil_div(V, AR_SPAN), n), SR_THREADS, 0, td_cuda_stream(),
-             ids, x, V, s, ar_key, ar_bad, ar_done, sr_spans);
+             ids, x, V, s, gs().ar_key, gs().ar_bad, gs().ar_done, gs().sr_spans);
     LAUNCH_CHECK();
     if (!cuts) return;
     launch_k(sample_cut_kernel, n, SC_THREADS, 0, td_cuda_stream(), ids, x, V, s);

@@ -535,40 +535,52 @@ __global__ void __launch_bounds__(HC_THREADS)
     }
 }
 
-static float *parts;
-static size_t parts_cap;
-static int hc_deterministic; /* batch-invariant mode: the fp32 mixes at every width */
+/* a context's (cuda_ctx.h): the chunk parts, and batch-invariant mode (the fp32 mixes at every
+ * width) */
+struct hc_state {
+    float *parts;
+    size_t parts_cap;
+    int deterministic;
+};
+
+static void hc_release(void *p) {
+    cudaFree(((struct hc_state *)p)->parts);
+}
+
+static struct hc_state &hs(void) {
+    return td_cuda_ctx_state<struct hc_state>(TD_CTX_HC, hc_release);
+}
 
 extern "C" void hc_cuda_set_deterministic(int on) {
-    hc_deterministic = on;
+    hs().deterministic = on;
 }
 
 extern "C" int hc_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
     (void)err, (void)errlen;
-    grow_scratch(&parts, &parts_cap, hc_mix_parts(r->rows, r->hc_mult, r->dim));
+    grow_scratch(&hs().parts, &hs().parts_cap, hc_mix_parts(r->rows, r->hc_mult, r->dim));
     return 0;
 }
 
 /* the chunk parts of n tokens' m mixes when the width is split (returns the split count) */
 static int mix_parts(const float *x, const void *fn, int fn_dt, int n, int m, int width) {
     int splits = hc_mix_splits(width);
-    if (splits > 1 && (n < HC_MIX_WIDE || hc_deterministic)) {
-        grow_scratch(&parts, &parts_cap, (size_t)n * splits * (m + 1));
+    if (splits > 1 && (n < HC_MIX_WIDE || hs().deterministic)) {
+        grow_scratch(&hs().parts, &hs().parts_cap, (size_t)n * splits * (m + 1));
         int per = hc_mix_per(n);
         launch_k(hc_mix_f32_kernel, dim3(splits, ceil_div(n, per)), hc_threads(width), 0,
-                 td_cuda_stream(), parts, x, fn, fn_dt, m, width, splits, n, per);
+                 td_cuda_stream(), hs().parts, x, fn, fn_dt, m, width, splits, n, per);
         LAUNCH_CHECK();
     } else if (splits > 1) {
-        grow_scratch(&parts, &parts_cap, (size_t)n * splits * (m + 1));
+        grow_scratch(&hs().parts, &hs().parts_cap, (size_t)n * splits * (m + 1));
         dim3 grid(splits, ceil_div(n, HC_TT), ceil_div(m, HC_TO));
         if (fn_dt == TD_DTYPE_BF16)
-            launch_k(hc_mix_kernel<__nv_bfloat16>, grid, HC_MIX_THREADS, 0, td_cuda_stream(), parts,
-                     x, (const __nv_bfloat16 *)fn, m, width, splits, n);
+            launch_k(hc_mix_kernel<__nv_bfloat16>, grid, HC_MIX_THREADS, 0, td_cuda_stream(),
+                     hs().parts, x, (const __nv_bfloat16 *)fn, m, width, splits, n);
         else if (fn_dt == TD_DTYPE_F16)
-            launch_k(hc_mix_kernel<__half>, grid, HC_MIX_THREADS, 0, td_cuda_stream(), parts, x,
-                     (const __half *)fn, m, width, splits, n);
+            launch_k(hc_mix_kernel<__half>, grid, HC_MIX_THREADS, 0, td_cuda_stream(), hs().parts,
+                     x, (const __half *)fn, m, width, splits, n);
         else
-            launch_k(hc_mix_kernel<float>, grid, HC_MIX_THREADS, 0, td_cuda_stream(), parts, x,
+            launch_k(hc_mix_kernel<float>, grid, HC_MIX_THREADS, 0, td_cuda_stream(), hs().parts, x,
                      (const float *)fn, m, width, splits, n);
         LAUNCH_CHECK();
     }
@@ -582,7 +594,7 @@ extern "C" void hc_pre_cuda(float *collapsed, float *post, float *comb, const fl
     if (!n) return;
     int splits = mix_parts(x, w->fn, w->fn_dtype, n, (2 + nc) * nc, nc * d);
     launch_k(hc_pre_kernel, n, hc_threads(nc * d), 0, td_cuda_stream(), collapsed, post, comb, x,
-             parts, splits, *w, nc, d, sinkhorn_iters, hc_eps, rms_eps, norm, norm_dtype);
+             hs().parts, splits, *w, nc, d, sinkhorn_iters, hc_eps, rms_eps, norm, norm_dtype);
     LAUNCH_CHECK();
 }
 
@@ -611,7 +623,7 @@ extern "C" void hc_head_cuda(float *y, const float *x, const void *fn, enum td_d
                              float rms_eps) {
     if (!n) return;
     int splits = mix_parts(x, fn, fn_dtype, n, nc, nc * d);
-    launch_k(hc_head_kernel, n, hc_threads(nc * d), 0, td_cuda_stream(), y, x, parts, splits, fn,
-             fn_dtype, base, base_dtype, scale, scale_dtype, nc, d, hc_eps, rms_eps);
+    launch_k(hc_head_kernel, n, hc_threads(nc * d), 0, td_cuda_stream(), y, x, hs().parts, splits,
+             fn, fn_dtype, base, base_dtype, scale, scale_dtype, nc, d, hc_eps, rms_eps);
     LAUNCH_CHECK();
 }

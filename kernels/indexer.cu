@@ -12,8 +12,19 @@
 
 #define IDX_MAX_D 256 /* the widest indexer key (by_width) */
 
-static float *scratch;
-static size_t scratch_cap;
+/* a context's (cuda_ctx.h): the scores */
+struct idx_state {
+    float *scratch;
+    size_t scratch_cap;
+};
+
+static void idx_release(void *p) {
+    cudaFree(((struct idx_state *)p)->scratch);
+}
+
+static struct idx_state &is(void) {
+    return td_cuda_ctx_state<struct idx_state>(TD_CTX_INDEXER, idx_release);
+}
 
 /* The scores on tensor cores (indexer_mma_kernel). Block (row t, span y) scores the row's
  * visible entries y IM_SPAN .. + IM_SPAN, IM_ENT at a time: its heads' queries are the 64-row A
@@ -266,7 +277,7 @@ extern "C" int indexer_cuda_reserve(const struct td_reserve *r, char *err, size_
                        "backend cuda: index_n_heads %d is more than the indexer kernel's %d",
                        r->index_n_heads, IM_HEADS);
     im_allow();
-    grow_scratch(&scratch, &scratch_cap, (size_t)r->rows * (r->entries + 1));
+    grow_scratch(&is().scratch, &is().scratch_cap, (size_t)r->rows * (r->entries + 1));
     return 0;
 }
 
@@ -280,7 +291,7 @@ static int indexer_span(int rows) {
 extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
     if (!a->rows.n_tok) return;
     TD_ASSERT(a->n_heads <= IM_HEADS && a->d <= IDX_MAX_D); // the reservation refuses more first
-    grow_scratch(&scratch, &scratch_cap, (size_t)a->rows.n_tok * (a->n_entries + 1));
+    grow_scratch(&is().scratch, &is().scratch_cap, (size_t)a->rows.n_tok * (a->n_entries + 1));
     if (a->n_entries > a->topk) { // else no row has scores to make
         im_allow();
         int span = indexer_span(a->rows.n_tok);
@@ -289,12 +300,12 @@ extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
             by_kv(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
                 constexpr int DP = decltype(dp)::value;
                 launch_k(indexer_mma_kernel<DP, decltype(k)::value>, grid, IM_THREADS,
-                         sizeof(im_smem<DP>), td_cuda_stream(), *a, span, scratch);
+                         sizeof(im_smem<DP>), td_cuda_stream(), *a, span, is().scratch);
             });
         });
         LAUNCH_CHECK();
     }
     launch_k(indexer_select_kernel, a->rows.n_tok, IDX_SELECT_THREADS, 0, td_cuda_stream(), *a,
-             (const float *)scratch);
+             (const float *)is().scratch);
     LAUNCH_CHECK();
 }

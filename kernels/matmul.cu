@@ -25,25 +25,67 @@ namespace cg = cooperative_groups;
     TD_STATUS_CHECK(x, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusName,               \
                     cublasLtGetStatusString)
 
-static cublasLtHandle_t lt;
-static int deterministic; /* batch-invariant mode: no cuBLASLt, fixed-order dots */
+/* one GEMM shape's descriptors and algorithm, made once: the heuristic query is a host-side
+ * search that cost more than the GEMM itself on small steps, on every call. Plans are made for
+ * row buckets (the power of two at or above n) and run at each call's own n: eager steps (long
+ * prefill chunks, a drafter's catch-up) come in every width, and a new width's queries, about
+ * 0.3 ms each, once cost a tandem-tiny step of 238 rows 10 ms against 1.7 (TD_POLICY_TRACE).
+ * An algorithm the library refuses at a smaller n gets that n's own plan (exact). */
+struct lt_plan {
+    int n, in, out, ldb, ldc, exact;
+    int cols; /* the width lb and lc are set to now */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+};
+#define LT_PLANS 512
+
+/* a context's (cuda_ctx.h): cuBLASLt's handle, workspace and plans, the scratch below, and
+ * batch-invariant mode */
+struct mm_state {
+    cublasLtHandle_t lt;
+    int deterministic; /* batch-invariant mode: no cuBLASLt, fixed-order dots */
+    void *lt_ws;
+    __nv_bfloat16 *xbuf; /* x rounded to bf16 for cuBLASLt */
+    size_t xbuf_cap;
+    unsigned *xt_buf; /* FP8 steps' x terms (ensure_xt) */
+    float *xt_inv;
+    size_t xt_cap;       /* rows x chunks the buffers hold */
+    __nv_bfloat16 *wbuf; /* a quantized matrix decoded to bf16 (matmul_cuda_reserve) */
+    size_t wbuf_cap;
+    struct lt_plan lt_plans[LT_PLANS];
+    int n_lt_plans;
+};
+
+static void mm_release(void *p) {
+    struct mm_state *m = (struct mm_state *)p;
+    for (int i = 0; i < m->n_lt_plans; i++) {
+        struct lt_plan *q = &m->lt_plans[i];
+        cublasLtMatrixLayoutDestroy(q->la), cublasLtMatrixLayoutDestroy(q->lb);
+        cublasLtMatrixLayoutDestroy(q->lc), cublasLtMatmulDescDestroy(q->op);
+    }
+    if (m->lt) cublasLtDestroy(m->lt);
+    cudaFree(m->lt_ws), cudaFree(m->xbuf), cudaFree(m->xt_buf), cudaFree(m->xt_inv);
+    cudaFree(m->wbuf);
+}
+
+static struct mm_state &mm(void) {
+    return td_cuda_ctx_state<struct mm_state>(TD_CTX_MATMUL, mm_release);
+}
 
 extern "C" void matmul_cuda_set_deterministic(int on) {
-    deterministic = on;
+    mm().deterministic = on;
 }
-static void *lt_ws;
 static const size_t lt_ws_bytes = (size_t)32 << 20;
-static __nv_bfloat16 *xbuf;
-static size_t xbuf_cap;
 
 static void ensure_lt(size_t x_elems) {
-    if (!lt) {
-        CUBLAS_CHECK(cublasLtCreate(&lt));
-        CUDA_CHECK(cudaMalloc(&lt_ws, lt_ws_bytes));
+    if (!mm().lt) {
+        CUBLAS_CHECK(cublasLtCreate(&mm().lt));
+        CUDA_CHECK(cudaMalloc(&mm().lt_ws, lt_ws_bytes));
     }
-    if (x_elems > xbuf_cap) { // grow only, never free: captured graphs keep the old address
-        xbuf_cap = x_elems + (x_elems >> 1);
-        CUDA_CHECK(cudaMalloc(&xbuf, xbuf_cap * sizeof(__nv_bfloat16)));
+    if (x_elems > mm().xbuf_cap) { // grow only, never free: captured graphs keep the old address
+        mm().xbuf_cap = x_elems + (x_elems >> 1);
+        CUDA_CHECK(cudaMalloc(&mm().xbuf, mm().xbuf_cap * sizeof(__nv_bfloat16)));
     }
 }
 
@@ -405,19 +447,16 @@ static bool q8h_xt_on(long long tiles) {
     int m = q8h_xt_mode();
     return m == 1 || (!m && tiles >= Q8H_XT_TILES);
 }
-static unsigned *xt_buf;
-static float *xt_inv;
-static size_t xt_cap; /* rows x chunks the buffers hold */
 
 static void ensure_xt(size_t cells) {
-    if (cells <= xt_cap) return;
-    if (xt_buf) {
-        CUDA_CHECK(cudaFree(xt_buf));
-        CUDA_CHECK(cudaFree(xt_inv));
+    if (cells <= mm().xt_cap) return;
+    if (mm().xt_buf) {
+        CUDA_CHECK(cudaFree(mm().xt_buf));
+        CUDA_CHECK(cudaFree(mm().xt_inv));
     }
-    xt_cap = cells;
-    CUDA_CHECK(cudaMalloc(&xt_buf, xt_cap * 64 * sizeof *xt_buf));
-    CUDA_CHECK(cudaMalloc(&xt_inv, xt_cap * sizeof *xt_inv));
+    mm().xt_cap = cells;
+    CUDA_CHECK(cudaMalloc(&mm().xt_buf, mm().xt_cap * 64 * sizeof *mm().xt_buf));
+    CUDA_CHECK(cudaMalloc(&mm().xt_inv, mm().xt_cap * sizeof *mm().xt_inv));
 }
 
 /* a warp a (row, chunk of 64): lane l makes the pair k 2l, 2l + 1 (zeros past in) as hi and lo
@@ -465,10 +504,10 @@ static void skinny_mma(struct sk_set &s, int fmt, const float *x, int n, int gro
     if (xr == 8 && n > 8 && n <= QUANT_MMA_ROWS && groups == 1 && q8h_xt_on(tiles)) {
         int chunks = ceil_div(in, 64);
         ensure_xt((size_t)n * chunks); // (sized at start-up by matmul_cuda_reserve)
-        launch_k(q8h_terms_kernel, dim3(chunks, n), 32, 0, td_cuda_stream(), x, in, chunks, xt_buf,
-                 xt_inv);
+        launch_k(q8h_terms_kernel, dim3(chunks, n), 32, 0, td_cuda_stream(), x, in, chunks,
+                 mm().xt_buf, mm().xt_inv);
         LAUNCH_CHECK();
-        s.xt = xt_buf, s.xinv = xt_inv, s.xchunks = chunks;
+        s.xt = mm().xt_buf, s.xinv = mm().xt_inv, s.xchunks = chunks;
     }
     s.rb = ceil_div(n, 8);
     tiles *= groups;
@@ -508,22 +547,6 @@ __global__ void add_bias_kernel(float *y, const void *b, int dt, int n, int out)
     if (i < (long long)n * out) y[i] += ld_f32(b, dt, i % out);
 }
 
-/* one GEMM shape's descriptors and algorithm, made once: the heuristic query is a host-side
- * search that cost more than the GEMM itself on small steps, on every call. Plans are made for
- * row buckets (the power of two at or above n) and run at each call's own n: eager steps (long
- * prefill chunks, a drafter's catch-up) come in every width, and a new width's queries, about
- * 0.3 ms each, once cost a tandem-tiny step of 238 rows 10 ms against 1.7 (TD_POLICY_TRACE).
- * An algorithm the library refuses at a smaller n gets that n's own plan (exact). */
-struct lt_plan {
-    int n, in, out, ldb, ldc, exact;
-    int cols; /* the width lb and lc are set to now */
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo;
-};
-#define LT_PLANS 512
-static struct lt_plan lt_plans[LT_PLANS];
-static int n_lt_plans;
 static int lt_trace = -1; /* TD_LT_TRACE=1: each plan made, and its query's time, on stderr */
 static int lt_exact = -1; /* TD_LT_EXACT=1: a plan for every width (measuring the buckets) */
 
@@ -536,14 +559,14 @@ static int lt_bucket(int n) {
 
 static struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc, int exact) {
     int nb = exact ? n : lt_bucket(n);
-    for (int i = 0; i < n_lt_plans; i++) {
-        struct lt_plan *q = &lt_plans[i];
+    for (int i = 0; i < mm().n_lt_plans; i++) {
+        struct lt_plan *q = &mm().lt_plans[i];
         if (q->n == nb && q->exact == exact && q->in == in && q->out == out && q->ldb == ldb &&
             q->ldc == ldc)
             return q;
     }
-    static struct lt_plan spare; // a full table: the spare is remade for each new shape
-    struct lt_plan *q = n_lt_plans < LT_PLANS ? &lt_plans[n_lt_plans] : &spare;
+    static thread_local struct lt_plan spare; // a full table: the spare is remade for each shape
+    struct lt_plan *q = mm().n_lt_plans < LT_PLANS ? &mm().lt_plans[mm().n_lt_plans] : &spare;
     if (q == &spare && spare.op) {
         cublasLtMatrixLayoutDestroy(spare.la);
         cublasLtMatrixLayoutDestroy(spare.lb);
@@ -571,16 +594,16 @@ static struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc, int
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes, sizeof lt_ws_bytes));
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    CUBLAS_CHECK(
-        cublasLtMatmulAlgoGetHeuristic(lt, q->op, q->la, q->lb, q->lc, q->lc, pref, 1, &h, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(mm().lt, q->op, q->la, q->lb, q->lc, q->lc, pref, 1,
+                                                &h, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     if (!found) TD_ABORT("cuBLASLt has no algorithm for %d x %d x %d", out, nb, in);
     q->algo = h.algo;
-    if (q != &spare) n_lt_plans++;
+    if (q != &spare) mm().n_lt_plans++;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (lt_trace)
-        fprintf(stderr, "cuBLASLt: plan %d of %d x %d (rows %d%s): %.1f us\n", n_lt_plans, in, out,
-                nb, exact ? ", exact" : "",
+        fprintf(stderr, "cuBLASLt: plan %d of %d x %d (rows %d%s): %.1f us\n", mm().n_lt_plans, in,
+                out, nb, exact ? ", exact" : "",
                 1e6 * (double)(t1.tv_sec - t0.tv_sec) + 1e-3 * (double)(t1.tv_nsec - t0.tv_nsec));
     return q;
 }
@@ -605,8 +628,8 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
         struct lt_plan *q = lt_plan_for(n, in, out, ldb, ldc, exact);
         lt_set_cols(q, n);
         cublasStatus_t st =
-            cublasLtMatmul(lt, q->op, &alpha, w, q->la, xb, q->lb, &beta, y, q->lc, y, q->lc,
-                           &q->algo, lt_ws, lt_ws_bytes, td_cuda_stream());
+            cublasLtMatmul(mm().lt, q->op, &alpha, w, q->la, xb, q->lb, &beta, y, q->lc, y, q->lc,
+                           &q->algo, mm().lt_ws, lt_ws_bytes, td_cuda_stream());
         if (st == CUBLAS_STATUS_SUCCESS) return;
         if (exact || st != CUBLAS_STATUS_NOT_SUPPORTED)
             TD_ABORT("cuBLASLt: %d x %d x %d: status %d", out, n, in, (int)st);
@@ -617,8 +640,6 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
  * blocks of 8 rows whose reads of a tile follow each other (L2 serves all but the first);
  * wider steps (prefill) decode the matrix into a bf16 copy and run cuBLASLt on it, which at
  * such widths is bound by its arithmetic, not by the extra pass (quant_mma_rows, above). */
-static __nv_bfloat16 *wbuf;
-static size_t wbuf_cap;
 
 extern "C" int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen) {
     (void)err, (void)errlen;
@@ -626,19 +647,19 @@ extern "C" int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t
     if (r->quant_weight && q8h_xt_mode() != 2)
         ensure_xt((size_t)(r->rows < QUANT_MMA_ROWS ? r->rows : QUANT_MMA_ROWS) *
                   ceil_div(r->gemm_in, 64));
-    if (r->rows > quant_mma_rows() && (size_t)r->quant_weight > wbuf_cap) {
-        wbuf_cap = (size_t)r->quant_weight; // grow only: captured graphs keep the old address
-        CUDA_CHECK(cudaMalloc(&wbuf, wbuf_cap * sizeof(__nv_bfloat16)));
+    if (r->rows > quant_mma_rows() && (size_t)r->quant_weight > mm().wbuf_cap) {
+        mm().wbuf_cap = (size_t)r->quant_weight; // grow only: captured graphs keep the old address
+        CUDA_CHECK(cudaMalloc(&mm().wbuf, mm().wbuf_cap * sizeof(__nv_bfloat16)));
     }
     return 0;
 }
 
 static const __nv_bfloat16 *x_as_bf16(const float *x, size_t elems) {
     ensure_lt(elems);
-    launch_k(to_bf16_kernel, ceil_div(ceil_div(elems, 8), 256), 256, 0, td_cuda_stream(), xbuf, x,
-             elems);
+    launch_k(to_bf16_kernel, ceil_div(ceil_div(elems, 8), 256), 256, 0, td_cuda_stream(), mm().xbuf,
+             x, elems);
     LAUNCH_CHECK();
-    return xbuf;
+    return mm().xbuf;
 }
 
 /* 8 weights of a row a thread: the packed matrix [rows, in] as bf16 */
@@ -663,14 +684,16 @@ __global__ void dequant_bf16_kernel(__nv_bfloat16 *y, const void *w, long long r
 }
 
 static const __nv_bfloat16 *w_as_bf16(const void *w, enum td_dtype dt, long long rows, int in) {
-    TD_ASSERT((size_t)(rows * in) <= wbuf_cap); // matmul_cuda_reserve sized it
+    TD_ASSERT((size_t)(rows * in) <= mm().wbuf_cap); // matmul_cuda_reserve sized it
     unsigned blocks = (unsigned)ceil_div(rows * ((in + 7) / 8), 256);
     if (dt == TD_DTYPE_Q8)
-        launch_k(dequant_bf16_kernel<WF_Q8>, blocks, 256, 0, td_cuda_stream(), wbuf, w, rows, in);
+        launch_k(dequant_bf16_kernel<WF_Q8>, blocks, 256, 0, td_cuda_stream(), mm().wbuf, w, rows,
+                 in);
     else
-        launch_k(dequant_bf16_kernel<WF_Q4>, blocks, 256, 0, td_cuda_stream(), wbuf, w, rows, in);
+        launch_k(dequant_bf16_kernel<WF_Q4>, blocks, 256, 0, td_cuda_stream(), mm().wbuf, w, rows,
+                 in);
     LAUNCH_CHECK();
-    return wbuf;
+    return mm().wbuf;
 }
 
 static bool quantized(enum td_dtype t) {
@@ -708,7 +731,7 @@ static bool skinny(enum td_dtype t, int n, int in, long long out) {
 }
 
 extern "C" int matmul_cuda_reads_f32(enum td_dtype t, int n, int in, long long out) {
-    return deterministic || skinny(t, n, in, out) || (t != TD_DTYPE_BF16 && !quantized(t));
+    return mm().deterministic || skinny(t, n, in, out) || (t != TD_DTYPE_BF16 && !quantized(t));
 }
 
 /* the wide steps' form (cuBLASLt on bf16 x, quantized weights decoded first) */
@@ -731,7 +754,7 @@ static void add_bias(float *y, const void *bias, enum td_dtype bias_dtype, int n
 extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dtype w_dtype, int n,
                             int in, int out, const void *bias, enum td_dtype bias_dtype) {
     if (!n || !out) return;
-    if (deterministic) {
+    if (mm().deterministic) {
         launch_k(matmul_warp_kernel, ceil_div((long long)n * out * 32, 256), 256, 0,
                  td_cuda_stream(), y, x, w, w_dtype, (long long)out, 0, n, in, out, in, out);
         LAUNCH_CHECK();
@@ -752,7 +775,7 @@ extern "C" void matmul_grouped_cuda(float *y, const float *x, const void *w, enu
                                     int n, int groups, int in, int out) {
     if (!n) return;
     long long rows = (long long)groups * out;
-    if (deterministic) {
+    if (mm().deterministic) {
         for (int j = 0; j < groups; j++) {
             launch_k(matmul_warp_kernel, ceil_div((long long)n * out * 32, 256), 256, 0,
                      td_cuda_stream(), y + (size_t)j * out, x + (size_t)j * in, w, w_dtype, rows,
@@ -809,8 +832,8 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
     const __nv_bfloat16 *xb = NULL; // x as bf16, made once for the set's wide matrices
     for (int i = 0; i < m; i++) {
         if (done[i]) continue;
-        if (deterministic || !skinny(o[i].dtype, n, in, o[i].out)) {
-            if (!deterministic && lt_takes(o[i].dtype)) {
+        if (mm().deterministic || !skinny(o[i].dtype, n, in, o[i].out)) {
+            if (!mm().deterministic && lt_takes(o[i].dtype)) {
                 if (!xb) xb = x_as_bf16(x, (size_t)n * in);
                 lt_one(o[i].y, xb, o[i].w, o[i].dtype, n, in, o[i].out);
                 if (o[i].bias) add_bias(o[i].y, o[i].bias, o[i].bias_dtype, n, o[i].out);

@@ -182,15 +182,30 @@ extern "C" void moe_route_rows_cuda(int32_t *picks, float *weights, const float 
 #define TM                16
 #define MOE_GROUP_THREADS 256
 
-static int32_t *g_perm, *g_ord_pos, *g_tiles, *g_ntiles;
-static float *g_ord_w;
-static int moe_deterministic; /* batch-invariant mode: every step takes the fp32 tiles */
+/* a context's (cuda_ctx.h): the grouping's and the tiles' buffers (ensure_grouped: grown, never
+ * freed while it lives: a captured graph keeps the addresses it was captured with), and
+ * batch-invariant mode (every step takes the fp32 tiles) */
+struct moe_state {
+    int32_t *perm, *ord_pos, *tiles, *ntiles;
+    float *ord_w, *h, *y;
+    int entries, experts, inter, dim;
+    uint4 *xt; /* x's terms for XS 2: MOE_MMA_ENTRIES rows of the widest K */
+    int deterministic;
+};
+
+static void moe_release(void *p) {
+    struct moe_state *m = (struct moe_state *)p;
+    cudaFree(m->perm), cudaFree(m->ord_pos), cudaFree(m->tiles), cudaFree(m->ntiles);
+    cudaFree(m->ord_w), cudaFree(m->h), cudaFree(m->y), cudaFree(m->xt);
+}
+
+static struct moe_state &me(void) {
+    return td_cuda_ctx_state<struct moe_state>(TD_CTX_MOE, moe_release);
+}
 
 extern "C" void moe_cuda_set_deterministic(int on) {
-    moe_deterministic = on;
+    me().deterministic = on;
 }
-static float *g_h, *g_y;
-static int g_entries, g_experts, g_inter, g_dim;
 
 __global__ void moe_group_kernel(const int32_t *picks, const float *weights,
                                  const unsigned char *own, int m, int k, int E, int tm,
@@ -339,11 +354,11 @@ template <typename T>
 static void moe_gemm_t(dim3 grid, cudaStream_t s, int tm, float *out, const float *in, int swiglu,
                        int k, const struct expert_set *ex, int K, int N, float limit) {
     if (tm == TM_SMALL)
-        launch_k(moe_gemm_kernel<T, TM_SMALL, 16>, grid, 32 * MOE_FEATS, 0, s, out, in, g_perm, k,
-                 swiglu, g_tiles, g_ntiles, *ex, K, N, limit);
+        launch_k(moe_gemm_kernel<T, TM_SMALL, 16>, grid, 32 * MOE_FEATS, 0, s, out, in, me().perm,
+                 k, swiglu, me().tiles, me().ntiles, *ex, K, N, limit);
     else
-        launch_k(moe_gemm_kernel<T, TM, 8>, grid, 32 * MOE_FEATS, 0, s, out, in, g_perm, k, swiglu,
-                 g_tiles, g_ntiles, *ex, K, N, limit);
+        launch_k(moe_gemm_kernel<T, TM, 8>, grid, 32 * MOE_FEATS, 0, s, out, in, me().perm, k,
+                 swiglu, me().tiles, me().ntiles, *ex, K, N, limit);
     LAUNCH_CHECK();
 }
 
@@ -459,8 +474,6 @@ template <int F> __global__ void moe_terms_kernel(uint4 *t, const float *x, int 
     if (i < groups) x_terms8<F>(t + 2 * (size_t)i, x + (size_t)i * 8);
 }
 
-static uint4 *g_xt; /* x's terms for XS 2: MOE_MMA_ENTRIES rows of the widest K (ensure_grouped) */
-
 /* rows: the most x rows a tile has (a step's rows, at most 8); xrows: the rows of in (the
  * step's rows for the up projection, its entries for the down one). The tile's x rows are
  * staged in shared memory (XS 1, mma_tile.cuh: split into their bf16 terms once for the block,
@@ -480,8 +493,8 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
     size_t smem = xs_bytes(tr, K);
     int xs = !vec ? 0 : smem <= MOE_XS_MAX ? 1 : xrows <= MOE_MMA_ENTRIES ? 2 : 0;
     auto go = [&](auto kern) {
-        launch_k(kern, grid, 32 * MOE_MMA_KW, xs == 1 ? smem : 0, s, out, in, g_perm, k, swiglu,
-                 g_tiles, g_ntiles, *ex, K, N, limit, (const uint4 *)g_xt);
+        launch_k(kern, grid, 32 * MOE_MMA_KW, xs == 1 ? smem : 0, s, out, in, me().perm, k, swiglu,
+                 me().tiles, me().ntiles, *ex, K, N, limit, (const uint4 *)me().xt);
         LAUNCH_CHECK();
     };
     auto by_x = [&](auto f, auto v) {
@@ -490,7 +503,8 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
         if constexpr (V) {
             if (xs == 2) {
                 int groups = xrows * (K / 8);
-                launch_k(moe_terms_kernel<F>, ceil_div(groups, 256), 256, 0, s, g_xt, in, groups);
+                launch_k(moe_terms_kernel<F>, ceil_div(groups, 256), 256, 0, s, me().xt, in,
+                         groups);
                 LAUNCH_CHECK();
                 if constexpr (F == WF_Q4)
                     go(moe_mma_occ_kernel<F>);
@@ -522,10 +536,10 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
  * expert's weights once for every 8 of its entries. The Flash slice's 4096-token prefill spent
  * 834.7 of its 1023.1 ms in the fp32 tiles these replace (Nsight Compute, H100, session 32).
  * x and h enter as bf16 (the dense GEMMs of such steps round x so for cuBLASLt too; the
- * reference casts h so before w2): x's copy xb lives in g_y's memory (the up projection reads
- * it before the down one writes y there), h in g_h's. The up projection's tile rows interleave
- * gate and up rows 32 at a time, so a warp holds both of its 32 features and applies the SwiGLU
- * in registers. A row's sums do not depend on the rows beside it. */
+ * reference casts h so before w2): x's copy xb lives in y's memory (the up projection reads
+ * it before the down one writes y there), h in h's (moe_state). The up projection's tile rows
+ * interleave gate and up rows 32 at a time, so a warp holds both of its 32 features and applies the
+ * SwiGLU in registers. A row's sums do not depend on the rows beside it. */
 /* Quantized experts take the block tiles where a step's entries average at least this many an
  * expert (a 4096-token prefill of the Flash slice: 96; a batch-64 DSpark verify step: 9, which
  * keeps the 8-row tiles). The crossover is not measured yet; 32 is a quarter of a tile. */
@@ -639,22 +653,24 @@ __global__ void moe_combine_kernel(float *out, const float *y, const int32_t *or
 }
 
 static void ensure_grouped(int entries, int experts, int inter, int dim) {
-    if (entries <= g_entries && experts <= g_experts && inter <= g_inter && dim <= g_dim) return;
+    if (entries <= me().entries && experts <= me().experts && inter <= me().inter &&
+        dim <= me().dim)
+        return;
     // grow only, and never free: a captured graph keeps the addresses it was captured with
-    g_entries = entries > g_entries ? entries : g_entries;
-    g_experts = experts > g_experts ? experts : g_experts;
-    g_inter = inter > g_inter ? inter : g_inter;
-    g_dim = dim > g_dim ? dim : g_dim;
-    int max_tiles = g_entries / TM_SMALL + g_experts + 1;
-    CUDA_CHECK(cudaMalloc(&g_perm, (size_t)g_entries * sizeof(int32_t)));
-    CUDA_CHECK(cudaMalloc(&g_ord_pos, (size_t)g_entries * sizeof(int32_t)));
-    CUDA_CHECK(cudaMalloc(&g_ord_w, (size_t)g_entries * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&g_tiles, (size_t)max_tiles * 3 * sizeof(int32_t)));
-    CUDA_CHECK(cudaMalloc(&g_ntiles, sizeof(int32_t)));
-    CUDA_CHECK(cudaMalloc(&g_h, (size_t)g_entries * g_inter * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&g_y, (size_t)g_entries * g_dim * sizeof(float)));
-    size_t xt_rows = g_entries < MOE_MMA_ENTRIES ? g_entries : MOE_MMA_ENTRIES;
-    CUDA_CHECK(cudaMalloc(&g_xt, xt_rows * (g_dim > g_inter ? g_dim : g_inter) * 4));
+    me().entries = entries > me().entries ? entries : me().entries;
+    me().experts = experts > me().experts ? experts : me().experts;
+    me().inter = inter > me().inter ? inter : me().inter;
+    me().dim = dim > me().dim ? dim : me().dim;
+    int max_tiles = me().entries / TM_SMALL + me().experts + 1;
+    CUDA_CHECK(cudaMalloc(&me().perm, (size_t)me().entries * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&me().ord_pos, (size_t)me().entries * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&me().ord_w, (size_t)me().entries * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&me().tiles, (size_t)max_tiles * 3 * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&me().ntiles, sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&me().h, (size_t)me().entries * me().inter * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&me().y, (size_t)me().entries * me().dim * sizeof(float)));
+    size_t xt_rows = me().entries < MOE_MMA_ENTRIES ? me().entries : MOE_MMA_ENTRIES;
+    CUDA_CHECK(cudaMalloc(&me().xt, xt_rows * (me().dim > me().inter ? me().dim : me().inter) * 4));
 }
 
 /* f(F, BM) for the wide form of experts in format dtype with tiles of BM entries */
@@ -728,11 +744,12 @@ extern "C" int moe_cuda_reserve(const struct td_reserve *r, char *err, size_t er
 }
 
 extern "C" int moe_cuda_fold_shared(int entries) {
-    return moe_deterministic || entries <= MOE_MMA_ENTRIES;
+    return me().deterministic || entries <= MOE_MMA_ENTRIES;
 }
 
-/* every entry's expert output, unweighted, into g_y by its place in g_perm (and the combine's
- * order in g_ord_pos / g_ord_w): moe_experts_cuda's and moe_experts_slots_cuda's first part */
+/* every entry's expert output, unweighted, into y by its place in perm (and the combine's
+ * order in ord_pos / ord_w; moe_state): moe_experts_cuda's and moe_experts_slots_cuda's first part
+ */
 static void experts_y(const float *x, const int32_t *picks, const float *weights,
                       const struct expert_set *ex, int n, int d, int inter, int k, int n_experts,
                       float limit) { // (ex->own: device memory)
@@ -741,11 +758,11 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
     // block tiles: their decode in registers needs the fewer, wider loads
     int m = n * k, small = m <= MOE_SMALL_ENTRIES,
         q = ex->dtype == TD_DTYPE_Q8 || ex->dtype == TD_DTYPE_Q4;
-    int mma = !moe_deterministic && ((m <= MOE_MMA_ENTRIES && ex->dtype == TD_DTYPE_BF16) || q);
+    int mma = !me().deterministic && ((m <= MOE_MMA_ENTRIES && ex->dtype == TD_DTYPE_BF16) || q);
     // the block tiles for wide bf16 steps (the alternative is the fp32 tiles), and for quantized
     // ones whose experts average MOE_WIDE_PER_EXPERT entries (their alternative, the 8-row tiles,
     // reads an expert once per 8 of its entries, but a 64-entry tile of a few does 64 rows' work)
-    int wide = !moe_deterministic && m > MOE_MMA_ENTRIES &&
+    int wide = !me().deterministic && m > MOE_MMA_ENTRIES &&
                (ex->dtype == TD_DTYPE_BF16 || (q && m >= MOE_WIDE_PER_EXPERT * n_experts)) &&
                d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
     mma = mma && !wide;
@@ -755,13 +772,13 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
     ensure_grouped(m, n_experts, inter, d);
     cudaStream_t s = td_cuda_stream();
     launch_k(moe_group_kernel, 1, MOE_GROUP_THREADS, (size_t)(3 * n_experts + 1) * sizeof(int), s,
-             picks, weights, ex->own, m, k, n_experts, tm, g_perm, g_ord_pos, g_ord_w, g_tiles,
-             g_ntiles);
+             picks, weights, ex->own, m, k, n_experts, tm, me().perm, me().ord_pos, me().ord_w,
+             me().tiles, me().ntiles);
     LAUNCH_CHECK();
     int ty = m < max_tiles ? m : max_tiles; // no step has more tiles than entries
     if (wide) {
         wide_allow();
-        __nv_bfloat16 *xb = (__nv_bfloat16 *)g_y, *hb = (__nv_bfloat16 *)g_h;
+        __nv_bfloat16 *xb = (__nv_bfloat16 *)me().y, *hb = (__nv_bfloat16 *)me().h;
         long long n8 = (long long)n * d / 8;
         launch_k(moe_bf16_kernel, ceil_div(n8, 256), 256, 0, s, xb, x, n8);
         LAUNCH_CHECK();
@@ -769,23 +786,24 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
             constexpr int F = decltype(f)::value, BM = decltype(b)::value;
             size_t smem = sizeof(struct gt_smem<BM>);
             launch_k(moe_wide_kernel<F, BM>, dim3(ceil_div(inter, GT_BN / 2), ty), GT_THREADS, smem,
-                     s, (void *)hb, (const __nv_bfloat16 *)xb, g_perm, k, 1, g_tiles, g_ntiles, *ex,
-                     d, inter, limit);
+                     s, (void *)hb, (const __nv_bfloat16 *)xb, me().perm, k, 1, me().tiles,
+                     me().ntiles, *ex, d, inter, limit);
             LAUNCH_CHECK();
             launch_k(moe_wide_kernel<F, BM>, dim3(ceil_div(d, GT_BN), ty), GT_THREADS, smem, s,
-                     (void *)g_y, (const __nv_bfloat16 *)hb, g_perm, k, 0, g_tiles, g_ntiles, *ex,
-                     inter, d, limit);
+                     (void *)me().y, (const __nv_bfloat16 *)hb, me().perm, k, 0, me().tiles,
+                     me().ntiles, *ex, inter, d, limit);
             LAUNCH_CHECK();
         });
     } else if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are
                       // multiples of 8
         bool vec = d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
-        moe_mma(vec, n, n, dim3(ceil_div(inter, 16), ty), s, g_h, x, 1, k, ex, d, inter, limit);
-        moe_mma(vec, n, m, dim3(d % 32 == 0 ? d / 32 : ceil_div(d, 16), ty), s, g_y, g_h, 0, k, ex,
-                inter, d, limit);
+        moe_mma(vec, n, n, dim3(ceil_div(inter, 16), ty), s, me().h, x, 1, k, ex, d, inter, limit);
+        moe_mma(vec, n, m, dim3(d % 32 == 0 ? d / 32 : ceil_div(d, 16), ty), s, me().y, me().h, 0,
+                k, ex, inter, d, limit);
     } else {
-        moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, tm, g_h, x, 1, k, ex, d, inter, limit);
-        moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, tm, g_y, g_h, 0, k, ex, inter, d, limit);
+        moe_gemm(dim3(ceil_div(inter, MOE_FEATS), ty), s, tm, me().h, x, 1, k, ex, d, inter, limit);
+        moe_gemm(dim3(ceil_div(d, MOE_FEATS), ty), s, tm, me().y, me().h, 0, k, ex, inter, d,
+                 limit);
     }
 }
 
@@ -795,7 +813,7 @@ extern "C" void moe_experts_cuda(float *out, const float *x, const int32_t *pick
     if (!n) return;
     experts_y(x, picks, weights, ex, n, d, inter, k, n_experts, limit);
     launch_k(moe_combine_kernel, ceil_div((long long)n * d, 256), 256, 0, td_cuda_stream(), out,
-             g_y, g_ord_pos, g_ord_w, n, k, d);
+             me().y, me().ord_pos, me().ord_w, n, k, d);
     LAUNCH_CHECK();
 }
 
@@ -838,8 +856,8 @@ extern "C" void moe_experts_slots_cuda(float *slots, const float *x, const int32
     cudaStream_t s = td_cuda_stream();
     // (the weights only order the combine, which comes after the all-reduce: any will do)
     experts_y(x, picks, NULL, ex, n, d, inter, k, n_experts, limit);
-    launch_k(moe_slots_kernel, ceil_div((long long)n * k * d, 256), 256, 0, s, slots, g_y, g_perm,
-             picks, ex->own, n * k, d);
+    launch_k(moe_slots_kernel, ceil_div((long long)n * k * d, 256), 256, 0, s, slots, me().y,
+             me().perm, picks, ex->own, n * k, d);
     LAUNCH_CHECK();
 }
 

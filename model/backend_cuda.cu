@@ -13,12 +13,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 
-static cudaStream_t stream;
 static int sync_each = -1;
-
-extern "C" cudaStream_t td_cuda_stream(void) {
-    return stream;
-}
 
 extern "C" int td_cuda_pdl(void) {
     static int on = -1;
@@ -35,9 +30,9 @@ extern "C" void td_cuda_after_launch(const char *file, int line) {
 #endif
     if (sync_each < 0) sync_each = getenv("TD_SYNC") ? atoi(getenv("TD_SYNC")) != 0 : sync_default;
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(stream, &cap);
+    cudaStreamIsCapturing(td_cuda_stream(), &cap);
     if (e == cudaSuccess && sync_each && cap == cudaStreamCaptureStatusNone)
-        e = cudaStreamSynchronize(stream);
+        e = cudaStreamSynchronize(td_cuda_stream());
     if (e != cudaSuccess)
         td_abort(file, line, "%s (%s) after this launch", cudaGetErrorName(e),
                  cudaGetErrorString(e));
@@ -76,32 +71,52 @@ static void cu_release(void *p) {
  * cudaMemcpy here waited for every queued kernel first: each step's plan upload and each
  * DSpark round's inputs cost a full pipeline drain. */
 #define STAGE_KERNEL (64 << 10)
-static char *stage, *stage_dev; /* the arena, and its address on the device */
-static size_t stage_cap, stage_used;
+/* a context's (kernels/cuda_ctx.h): the arena, and the side stream below */
+struct cu_state {
+    char *stage, *stage_dev; /* the arena, and its address on the device */
+    size_t stage_cap, stage_used;
+    cudaStream_t side;
+    cudaEvent_t side_ready, side_done;
+};
+
+static void cu_state_release(void *p) {
+    struct cu_state *c = (struct cu_state *)p;
+    if (c->stage) cudaFreeHost(c->stage);
+    if (c->side) {
+        cudaStreamSynchronize(c->side);
+        cudaEventDestroy(c->side_ready), cudaEventDestroy(c->side_done);
+        cudaStreamDestroy(c->side);
+    }
+}
+
+static struct cu_state &cs(void) {
+    return td_cuda_ctx_state<struct cu_state>(TD_CTX_BACKEND, cu_state_release);
+}
 
 static void cu_to_device(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(stream, &cap);
+    cudaStreamIsCapturing(td_cuda_stream(), &cap);
     // a graph would replay the arena's later bytes
     if (cap != cudaStreamCaptureStatusNone)
         TD_ABORT("a host-to-device copy inside a graph capture");
-    if (stage_used + bytes > stage_cap) {
-        CUDA_CHECK(cudaStreamSynchronize(stream)); // the staged copies have landed
-        stage_used = 0;
-        if (bytes > stage_cap) {
-            if (stage) cudaFreeHost(stage);
-            stage_cap = bytes > ((size_t)8 << 20) ? bytes : (size_t)8 << 20;
-            CUDA_CHECK(cudaHostAlloc((void **)&stage, stage_cap, cudaHostAllocMapped));
-            CUDA_CHECK(cudaHostGetDevicePointer((void **)&stage_dev, stage, 0));
+    if (cs().stage_used + bytes > cs().stage_cap) {
+        CUDA_CHECK(cudaStreamSynchronize(td_cuda_stream())); // the staged copies have landed
+        cs().stage_used = 0;
+        if (bytes > cs().stage_cap) {
+            if (cs().stage) cudaFreeHost(cs().stage);
+            cs().stage_cap = bytes > ((size_t)8 << 20) ? bytes : (size_t)8 << 20;
+            CUDA_CHECK(cudaHostAlloc((void **)&cs().stage, cs().stage_cap, cudaHostAllocMapped));
+            CUDA_CHECK(cudaHostGetDevicePointer((void **)&cs().stage_dev, cs().stage, 0));
         }
     }
-    memcpy(stage + stage_used, src, bytes);
-    if (bytes <= STAGE_KERNEL && cudaStreamQuery(stream) == cudaErrorNotReady)
-        copy_bytes_cuda(dst, stage_dev + stage_used, bytes);
+    memcpy(cs().stage + cs().stage_used, src, bytes);
+    if (bytes <= STAGE_KERNEL && cudaStreamQuery(td_cuda_stream()) == cudaErrorNotReady)
+        copy_bytes_cuda(dst, cs().stage_dev + cs().stage_used, bytes);
     else
-        CUDA_CHECK(cudaMemcpyAsync(dst, stage + stage_used, bytes, cudaMemcpyHostToDevice, stream));
-    stage_used += (bytes + 255) & ~(size_t)255;
+        CUDA_CHECK(cudaMemcpyAsync(dst, cs().stage + cs().stage_used, bytes, cudaMemcpyHostToDevice,
+                                   td_cuda_stream()));
+    cs().stage_used += (bytes + 255) & ~(size_t)255;
 }
 
 static void *cu_alloc_host(size_t bytes) {
@@ -121,28 +136,26 @@ static void cu_release_host(void *p) {
 /* on a side stream that waits for the work queued so far: the copy's own latency (6 us per
  * DSpark round in the main stream, TD_TIMELINE) is off the path of the kernels queued next.
  * finish and to_host wait for it too; wait_queued for it alone (side_done, after the last). */
-static cudaStream_t side;
-static cudaEvent_t side_ready, side_done;
 
 static void cu_to_host_queued(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
-    if (!side) {
-        CUDA_CHECK(cudaStreamCreate(&side));
-        CUDA_CHECK(cudaEventCreateWithFlags(&side_ready, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&side_done, cudaEventDisableTiming));
+    if (!cs().side) {
+        CUDA_CHECK(cudaStreamCreate(&cs().side));
+        CUDA_CHECK(cudaEventCreateWithFlags(&cs().side_ready, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&cs().side_done, cudaEventDisableTiming));
     }
-    CUDA_CHECK(cudaEventRecord(side_ready, stream));
-    CUDA_CHECK(cudaStreamWaitEvent(side, side_ready, 0));
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, side));
-    CUDA_CHECK(cudaEventRecord(side_done, side));
+    CUDA_CHECK(cudaEventRecord(cs().side_ready, td_cuda_stream()));
+    CUDA_CHECK(cudaStreamWaitEvent(cs().side, cs().side_ready, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cs().side));
+    CUDA_CHECK(cudaEventRecord(cs().side_done, cs().side));
 }
 
 static void tl_after_wait(void);
 static int cu_wait_queued(char *err, size_t errlen) {
-    cudaError_t e = side ? cudaEventSynchronize(side_done) : cudaSuccess;
+    cudaError_t e = cs().side ? cudaEventSynchronize(cs().side_done) : cudaSuccess;
     // the queued copy follows every point recorded so far (a step's "target" last): their times
     // are known (a run of steps that only waits here printed no timeline)
-    if (e == cudaSuccess && side) tl_after_wait();
+    if (e == cudaSuccess && cs().side) tl_after_wait();
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
         snprintf(err, errlen, "cuda: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
@@ -151,15 +164,16 @@ static int cu_wait_queued(char *err, size_t errlen) {
     return 0;
 }
 
-// cudaMemcpy on the legacy stream orders itself with our (blocking) stream and returns after
-// everything queued before it
+// cudaMemcpy on the legacy stream orders itself with our (blocking) streams and returns after
+// everything queued before it (another context's too, in a process of several)
 static void cu_to_host(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
-    stage_used = 0;
+    cs().stage_used = 0;
 }
 
-/* the timeline (TD_TIMELINE=1): events recorded at named points, read back at each finish */
+/* the timeline (TD_TIMELINE=1): events recorded at named points, read back at each finish (the
+ * process's, whichever context records: a tool for one) */
 #define TL_EVENTS 256
 #define TL_NAMES  16
 static int tl_on = -1, tl_n, tl_names;
@@ -225,7 +239,7 @@ static void cu_mark(const char *name) {
         if (tl_on) atexit(tl_print);
     }
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (!tl_on || cudaStreamIsCapturing(stream, &cap) != cudaSuccess ||
+    if (!tl_on || cudaStreamIsCapturing(td_cuda_stream(), &cap) != cudaSuccess ||
         cap != cudaStreamCaptureStatusNone)
         return;
     int a = 0;
@@ -234,17 +248,17 @@ static void cu_mark(const char *name) {
     if (a == TL_NAMES) return;
     if (a == tl_names) tl_name[tl_names++] = name;
     if (tl_n == TL_EVENTS) { // more points than events between two finishes: read them now
-        cudaStreamSynchronize(stream);
+        cudaStreamSynchronize(td_cuda_stream());
         tl_collect();
     }
-    cudaEventRecord(tl_ev[tl_n], stream);
+    cudaEventRecord(tl_ev[tl_n], td_cuda_stream());
     tl_at[tl_n++] = a;
 }
 
 static int cu_finish(char *err, size_t errlen) {
-    cudaError_t e = cudaStreamSynchronize(stream);
-    if (e == cudaSuccess && side) e = cudaStreamSynchronize(side);
-    if (e == cudaSuccess) stage_used = 0;
+    cudaError_t e = cudaStreamSynchronize(td_cuda_stream());
+    if (e == cudaSuccess && cs().side) e = cudaStreamSynchronize(cs().side);
+    if (e == cudaSuccess) cs().stage_used = 0;
     if (e == cudaSuccess && tl_on > 0) tl_collect();
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
@@ -261,13 +275,15 @@ static size_t cu_free_bytes(void) {
 }
 
 static int cu_graph_begin(void) {
-    return cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
+    return cudaStreamBeginCapture(td_cuda_stream(), cudaStreamCaptureModeThreadLocal) == cudaSuccess
+               ? 0
+               : -1;
 }
 
 static void *cu_graph_end(void) {
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
-    if (cudaStreamEndCapture(stream, &g) != cudaSuccess || !g) {
+    if (cudaStreamEndCapture(td_cuda_stream(), &g) != cudaSuccess || !g) {
         cudaGetLastError();
         return NULL;
     }
@@ -281,7 +297,7 @@ static void *cu_graph_end(void) {
 }
 
 static void cu_graph_launch(void *g) {
-    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, stream));
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, td_cuda_stream()));
 }
 
 static void cu_graph_free(void *g) {
@@ -309,7 +325,7 @@ static void cu_set_deterministic(int on) {
 }
 
 static void *cu_queue(void) {
-    return stream;
+    return td_cuda_stream();
 }
 
 static int cu_identify(char *id, size_t idlen) {
@@ -390,11 +406,11 @@ extern "C" int td_backend_gpus(void) {
     return n;
 }
 
-static int the_device = -1; /* the process's GPU: its stream and kernels' scratch live there */
+static int the_device = -1; /* the process's GPU: its contexts' queues and state live there */
 
 extern "C" const struct td_backend *td_backend_cuda(int device, char *err, size_t errlen) {
-    if (stream && device == the_device) return &cuda_backend;
-    if (stream) {
+    if (td_cuda_has_process_stream() && device == the_device) return &cuda_backend;
+    if (td_cuda_has_process_stream()) {
         snprintf(err, errlen,
                  "backend cuda:%d: this process already runs on GPU %d (one GPU a process)", device,
                  the_device);
@@ -427,7 +443,7 @@ extern "C" const struct td_backend *td_backend_cuda(int device, char *err, size_
         return NULL;
     }
     the_device = device;
-    if (cudaStreamCreate(&stream) != cudaSuccess) {
+    if (td_cuda_process_stream()) {
         snprintf(err, errlen, "backend cuda: cannot create a stream");
         return NULL;
     }

@@ -20,6 +20,7 @@
  * guarantee only an fp32-sized gap), hence the looser worst-row bound. The top-1 token must
  * equal HF's on >= 97% of rows, and chunked runs must stay within 5e-2 of the one-shot run.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@
 #include "model/backend.h"
 #include "model/comm.h"
 #include "kernels/attention.h"
+#include "kernels/cuda_ctx.h"
 #include "engine/engine.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -2995,6 +2997,104 @@ static void test_gpus(void) {
     }
 }
 
+/* Two ranks of a split model in one process on one GPU, each a thread with its own CUDA
+ * context (kernels/cuda_ctx.h: its queue, cuBLASLt plans, every op's scratch) and the threads
+ * communicator (the slots summed through the host): rank 0's tokens are the whole model's, made
+ * in the process's context; MTP, greedy (parallel.md's one-GPU multi-rank rung). */
+struct ctx_rank {
+    struct td_comm comm;
+    int rank, rc, n_out[3];
+    int32_t out[3][24];
+    char err[512];
+};
+
+static void ctx_engine(struct ctx_rank *j, struct td_comm *comm) {
+    struct td_engine_params ep = td_engine_defaults();
+    ep.model_dir = "models/tandem-tiny";
+    ep.backend = "cuda";
+    ep.draft = "mtp";
+    ep.max_draft = 3;
+    ep.draft_policy = TD_POLICY_FIXED;
+    ep.max_seqs = 3, ep.max_ctx = 256;
+    ep.comm = comm;
+    struct td_engine *e;
+    j->rc = -1;
+    if (td_engine_init(&e, &ep, j->err, sizeof j->err)) return;
+    if (comm && comm->rank) {
+        j->rc = td_engine_follow(e, j->err, sizeof j->err);
+        td_engine_free(e);
+        return;
+    }
+    int32_t prompts[3][40];
+    int ids[3], n = 1, ok = 1;
+    for (int q = 0; q < 3; q++) {
+        for (int i = 0; i < 40; i++)
+            prompts[q][i] = (int32_t)((q * 977 + i * 131 + i / 3) % 8000 + 2);
+        struct td_request_params rp = {.prompt = prompts[q],
+                                       .n_prompt = 20 + 10 * q,
+                                       .max_tokens = 24,
+                                       .ignore_eos = 1,
+                                       .sampling = {.temperature = 0.0f, .top_p = 1.0f}};
+        ids[q] = td_engine_submit(e, &rp, j->err, sizeof j->err);
+        ok &= ids[q] >= 0;
+    }
+    for (int s = 0; ok && n > 0 && s < 400; s++)
+        n = td_engine_step(e, j->err, sizeof j->err);
+    for (int q = 0; ok && !n && q < 3; q++) {
+        const int32_t *t;
+        td_engine_output(e, ids[q], &t, &j->n_out[q], NULL, NULL, NULL);
+        memcpy(j->out[q], t, (size_t)j->n_out[q] * sizeof *t);
+    }
+    j->rc = ok && !n ? 0 : -1;
+    td_engine_free(e);
+}
+
+static void *ctx_rank_main(void *p) {
+    struct ctx_rank *j = p;
+    struct td_cuda_ctx *c = td_cuda_ctx_new(j->err, sizeof j->err);
+    if (!c) {
+        j->rc = -1;
+        return NULL;
+    }
+    td_cuda_ctx_use(c);
+    ctx_engine(j, &j->comm);
+    td_cuda_ctx_use(NULL);
+    td_cuda_ctx_free(c);
+    return NULL;
+}
+
+static void test_contexts(void) {
+    case_begin();
+    struct ctx_rank whole = {.rank = 0}, r[2];
+    ctx_engine(&whole, NULL);
+    CHECK(!whole.rc, "the whole model: %s", whole.err);
+    char err[256];
+    struct td_comm_world *w;
+    setenv("TD_RANKS_CUDA", "1", 1); // (host sums on a GPU: engine.c's test switch)
+    setenv("TD_RANK_CHECK", "1", 1);
+    if (td_comm_threads_world(&w, 2, 120.0, err, sizeof err)) {
+        case_fail("%s", err);
+        return;
+    }
+    pthread_t th[2];
+    for (int q = 0; q < 2; q++) {
+        r[q] = (struct ctx_rank){.rank = q};
+        td_comm_threads(&r[q].comm, w, q);
+        pthread_create(&th[q], NULL, ctx_rank_main, &r[q]);
+    }
+    for (int q = 0; q < 2; q++)
+        pthread_join(th[q], NULL);
+    td_comm_world_free(w);
+    unsetenv("TD_RANKS_CUDA"), unsetenv("TD_RANK_CHECK");
+    for (int q = 0; q < 2; q++)
+        CHECK(!r[q].rc, "rank %d: %s", q, r[q].err);
+    for (int q = 0; q < 3 && !whole.rc && !r[0].rc; q++)
+        CHECK(r[0].n_out[q] == 24 && whole.n_out[q] == 24 &&
+                  !memcmp(r[0].out[q], whole.out[q], 24 * sizeof(int32_t)),
+              "request %d: two contexts' split gives other tokens than the whole model", q);
+    case_end("parallel/one_gpu_two_contexts/mtp", "");
+}
+
 static void test_greedy_spec_gpu(void) {
     static int32_t plain[ENGINE_MAX_REQ][64], spec[ENGINE_MAX_REQ][64];
     int np[ENGINE_MAX_REQ], ns[ENGINE_MAX_REQ];
@@ -3218,6 +3318,7 @@ int main(int argc, char **argv) {
     test_greedy_spec_gpu();
     test_comm_nccl();
     test_gpus();
+    test_contexts();
     char e2[256];
     CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
     return check_failures ? 1 : 0;
