@@ -544,6 +544,9 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
  * expert (a 4096-token prefill of the Flash slice: 96; a batch-64 DSpark verify step: 9, which
  * keeps the 8-row tiles). The crossover is not measured yet; 32 is a quarter of a tile. */
 #define MOE_WIDE_PER_EXPERT 32
+/* the entries an expert averages from which quantized experts take the block tiles
+ * (TD_MOE_WIDE=N: N instead, read at start-up; A/B of the bound) */
+static int wide_per_expert = MOE_WIDE_PER_EXPERT;
 
 __global__ void moe_bf16_kernel(__nv_bfloat16 *y, const float *x, long long n8) {
     PDL_START();
@@ -696,8 +699,9 @@ template <typename G> static void by_wide(int dtype, int bm, G &&g) {
 static void wide_allow(void) {
     static bool done;
     if (done) return;
-    const char *qa = getenv("TD_Q4_ASYNC");
+    const char *qa = getenv("TD_Q4_ASYNC"), *pe = getenv("TD_MOE_WIDE");
     if (qa && *qa) moe_cuda_set_q4_async(atoi(qa) != 0);
+    if (pe && atoi(pe) > 0) wide_per_expert = atoi(pe);
     for (int dt : {TD_DTYPE_BF16, TD_DTYPE_Q8, TD_DTYPE_Q4})
         for (int bm = 32; bm <= 128; bm *= 2)
             by_wide(dt, bm, [&](auto f, auto b) {
@@ -763,7 +767,7 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
     // ones whose experts average MOE_WIDE_PER_EXPERT entries (their alternative, the 8-row tiles,
     // reads an expert once per 8 of its entries, but a 64-entry tile of a few does 64 rows' work)
     int wide = !me().deterministic && m > MOE_MMA_ENTRIES &&
-               (ex->dtype == TD_DTYPE_BF16 || (q && m >= MOE_WIDE_PER_EXPERT * n_experts)) &&
+               (ex->dtype == TD_DTYPE_BF16 || (q && m >= wide_per_expert * n_experts)) &&
                d % 8 == 0 && inter % 8 == 0 && (uintptr_t)x % 16 == 0;
     mma = mma && !wide;
     int bm = wide ? wide_height(m, n_experts) : 0;
