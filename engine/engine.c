@@ -1320,6 +1320,30 @@ static float *q_rows(const struct td_engine *e, int slot) {
     return e->q + (size_t)slot * e->p.max_draft * e->model.cfg.vocab;
 }
 
+/* A step that replays a graph runs its bucket's rows: the prompt rows of groups n_dec .. n - 1
+ * that would take it just past a bucket wait for the next step instead (metadata/plan.h
+ * meta_bucket_fit), from the last chunk back (a chunk cut short ends inside the prompt, so it
+ * returns no logits). fixed: the decode and verify rows. The groups that remain. */
+static int fit_bucket(struct td_engine *e, int n_dec, int n, int fixed) {
+    static int off = -1; // TD_BUCKET_FIT=0: the chunks as they come (an A/B)
+    if (off < 0) off = getenv("TD_BUCKET_FIT") && !atoi(getenv("TD_BUCKET_FIT"));
+    if (off || !e->state.use_graphs || !e->b->graph_begin || n == n_dec) return n;
+    int flex = 0;
+    for (int i = n_dec; i < n; i++)
+        flex += e->seqs[i].n_new;
+    int keep = meta_bucket_fit(fixed, flex, e->p.max_batch_tokens, e->state.graph_rows, 128);
+    for (int cut = flex - keep; cut > 0 && n > n_dec; n--) {
+        struct td_plan_seq *q = &e->seqs[n - 1];
+        if (q->n_new > cut) {
+            q->n_new -= cut;
+            q->skip_logits = q->n_new; // (it ends before its prompt's end now)
+            break;
+        }
+        cut -= q->n_new; // the whole chunk waits
+    }
+    return n;
+}
+
 /* pack this step's groups; returns how many */
 static int schedule(struct td_engine *e) {
     int budget = e->p.max_batch_tokens, n = 0;
@@ -1432,7 +1456,7 @@ static int schedule(struct td_engine *e) {
         pf -= chunk;
         n++;
     }
-    return n;
+    return fit_bucket(e, n_dec, n, e->p.max_batch_tokens - budget);
 }
 
 static void hook_rows(struct td_engine *e, const struct request *r, float *rows, long pos0, int n) {

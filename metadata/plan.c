@@ -13,6 +13,16 @@ int meta_bucket(int n, int cap) {
     return b < cap ? b : cap;
 }
 
+int meta_bucket_fit(int fixed, int flex, int cap, int graph_rows, int floor) {
+    int n = fixed + flex, pad = meta_bucket(n, cap);
+    if (flex < 1 || pad == n || pad > graph_rows || pad <= floor) return flex;
+    int below = 1; // the bucket below: the largest power of two under n
+    while (2 * below < n)
+        below *= 2;
+    int over = n - below; // the flex rows past it
+    return over < pad - n && below > fixed ? below - fixed : flex;
+}
+
 /* offsets (in int32 words) of every array; depends on the dims alone */
 struct layout {
 #define LAYOUT_FIELD(name, words) size_t name;

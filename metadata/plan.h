@@ -131,6 +131,16 @@ enum meta_rate { META_RATE_NONE, META_RATE_CSA, META_RATE_HCA };
 /* Round n up to the next bucket (1, 2, 4, ... powers of two), capped at cap. */
 int meta_bucket(int n, int cap);
 
+/* Of flex rows that may wait (prompt chunks) beside fixed rows that may not (decode and verify
+ * rows), how many to run in this step. A step of n rows whose bucket (meta_bucket(n, cap)) is
+ * at most graph_rows replays that bucket's graph, padding rows included: a step just past a
+ * bucket runs about twice its rows (a 512-row chunk beside 16 decodes: 1024). When fewer flex
+ * rows would go over the bucket below than the padding would add, and the bucket is past
+ * floor (below it a step's cost is its weights', whatever its rows), the step stops at that
+ * bucket and those rows wait for the next; never all of them (at least one flex row runs when
+ * any was given). Otherwise flex. */
+int meta_bucket_fit(int fixed, int flex, int cap, int graph_rows, int floor);
+
 /* Bytes of the buffer for these dims (the same code as meta_plan_init's layout). */
 size_t meta_plan_bytes(const struct td_plan_dims *d);
 

@@ -22,6 +22,10 @@
  *        a copy of it, each rate's arrays; an array off the layout is named by the validator.
  * key_row_rule                        rows.h's rule for where a position's key row lives (the
  *        step's rows or the ring), which the attention and the compressors share.
+ * bucket_fit                          prompt rows beside decode rows stop at a bucket when rows
+ *        past it would make the replayed graph mostly padding (512 + 16: 496 of the 512
+ *        prompt rows, a step of 512, not 528 run as 1024); not when few would be padded, past
+ *        the widest graph, under the floor, or when no prompt row would remain.
  * block_rows                          a DSpark block (non-causal, nothing stored) beside causal
  *        rows: every block row sees the window before the block and the whole block, writes
  *        nothing, pads stay inert; a block over capacity or in a model with compressed layers
@@ -724,8 +728,35 @@ static void block_tables(void) {
     case_end("block_tables", "");
 }
 
+static void bucket_fit(void) {
+    case_begin();
+    static const struct {
+        int fixed, flex, cap, graph_rows, floor, want;
+    } t[] = {
+        {16, 512, 4096, 1024, 128, 496},   // 528 -> 1024 padded: stop at 512
+        {16, 496, 4096, 1024, 128, 496},   // exactly a bucket
+        {24, 976, 4096, 1024, 128, 976},   // 1000 of 1024: few padded, keep
+        {256, 512, 4096, 1024, 128, 512},  // 768: as many past 512 as padded, keep
+        {16, 1024, 4096, 1024, 128, 1024}, // 1040 rows: past the widest graph, eager
+        {2, 120, 4096, 1024, 128, 120},    // under the floor
+        {2, 129, 4096, 1024, 128, 126},    // 131 -> 256: stop at 128
+        {600, 10, 4096, 1024, 128, 10},    // the bucket below holds no prompt row: keep
+        {16, 0, 4096, 1024, 128, 0},       // no prompt rows
+        {16, 600, 600, 1024, 128, 600},    // cap 600: the bucket is the step itself
+        {16, 514, 700, 1024, 128, 496},    // 530 in a bucket of 700 (the cap): stop at 512
+        {16, 600, 700, 1024, 128, 600},    // 616 of 700: fewer padded than past 512, keep
+    };
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        int got = meta_bucket_fit(t[i].fixed, t[i].flex, t[i].cap, t[i].graph_rows, t[i].floor);
+        CHECK(got == t[i].want, "fixed %d, flex %d, cap %d, graph rows %d: %d prompt rows, not %d",
+              t[i].fixed, t[i].flex, t[i].cap, t[i].graph_rows, got, t[i].want);
+    }
+    case_end("bucket_fit", "");
+}
+
 int main(void) {
     seed000();
+    bucket_fit();
     seed001();
     draft_substeps();
     random_plans();
