@@ -8,7 +8,7 @@ __global__ void embed_kernel(float *X, const int32_t *ids, const void *emb, int 
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x, total = (long long)n * nc * d;
     if (i >= total) return;
     int c = (int)(i % d), t = (int)(i / ((long long)nc * d));
-    X[i] = ld_f32(emb, dt, (long long)ids[t] * d + c);
+    X[i] = ids[t] < 0 ? 0.0f : ld_f32(emb, dt, (long long)ids[t] * d + c);
 }
 
 __global__ void add_kernel(float *y, const float *x, size_t n) {

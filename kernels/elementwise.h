@@ -11,7 +11,8 @@
 extern "C" {
 #endif
 
-/* X[t, i, :] = emb[ids[t], :] for each of the nc streams i. */
+/* X[t, i, :] = emb[ids[t], :] for each of the nc streams i; zeros where ids[t] < 0 (a pad row's
+ * -1: the forward gathers the rows whose logits a step returns so) */
 void embed_ref(float *X, const int32_t *ids, const void *emb, enum td_dtype emb_dtype, int n,
                int nc, int d);
 

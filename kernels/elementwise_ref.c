@@ -7,8 +7,13 @@
 void embed_ref(float *X, const int32_t *ids, const void *emb, enum td_dtype emb_dtype, int n,
                int nc, int d) {
     for (int t = 0; t < n; t++)
-        for (int i = 0; i < nc; i++)
-            td_load_row_f32(X + ((size_t)t * nc + i) * d, emb, emb_dtype, (int64_t)ids[t] * d, d);
+        for (int i = 0; i < nc; i++) {
+            float *x = X + ((size_t)t * nc + i) * d;
+            if (ids[t] < 0)
+                memset(x, 0, (size_t)d * sizeof *x);
+            else
+                td_load_row_f32(x, emb, emb_dtype, (int64_t)ids[t] * d, d);
+        }
 }
 
 void add_ref(float *y, const float *x, size_t n) {

@@ -22,6 +22,7 @@ extern "C" {
 struct rows_view {
     int n_tok;
     const int32_t *input_ids;  /* [n_tok] */
+    const int32_t *logit_rows; /* [max_tok] rows whose logits the step returns, then -1 */
     const int32_t *positions;  /* [n_tok] */
     const int32_t *row_seq;    /* [n_tok] */
     const int32_t *qo_indptr;  /* [n_seq + 1] */

@@ -76,6 +76,7 @@ struct rows_view meta_plan_rows(const struct td_plan *p, void *base, enum meta_r
     struct rows_view r = {
         .n_tok = p->n_tok,
         .input_ids = AT(p->input_ids),
+        .logit_rows = AT(p->logit_rows),
         .positions = AT(p->positions),
         .row_seq = AT(p->row_seq),
         .qo_indptr = AT(p->qo_indptr),

@@ -75,6 +75,9 @@ struct td_state {
     int use_graphs;                /* replay captured step graphs where the backend has them */
     int graph_rows;                /* steps of up to this many rows replay graphs (0: 128); more
                                       run eagerly (long prefill chunks) */
+    int logit_rows;                /* the most rows a step returns logits for, which a graph's
+                                      head runs on, gathered (0: a graph's head runs on every
+                                      row, then they are compacted) */
     struct td_fwd_ws *ws;          /* the forward's step buffers (forward.c), made on first use */
     int n_captured;                /* step graphs captured so far, and the seconds it took */
     double t_capture;

@@ -1279,6 +1279,20 @@ static void test_pointwise(void) {
         float *g = fetch(dX, (size_t)n * nc * d, "embed");
         CHECK(!memcmp(g, ref, (size_t)n * nc * d * 4), "embed differs");
         free(g);
+        // a -1 (a pad row of the step's logit rows, which a graph's head gathers): zeros
+        int32_t *neg = malloc((size_t)n * sizeof *neg);
+        memcpy(neg, ids, (size_t)n * sizeof *neg);
+        neg[n / 2] = -1;
+        embed_ref(ref, neg, emb, TD_DTYPE_F32, n, nc, d);
+        embed_cuda(dX, dev_copy(neg, (size_t)n * sizeof *neg), dev_copy(emb, sizeof emb),
+                   TD_DTYPE_F32, n, nc, d);
+        g = fetch(dX, (size_t)n * nc * d, "embed");
+        int zero = 1;
+        for (int i = 0; i < nc * d; i++)
+            zero &= ref[(size_t)(n / 2) * nc * d + i] == 0.0f;
+        CHECK(zero && !memcmp(g, ref, (size_t)n * nc * d * 4),
+              "embed of a -1: not a zero row, or the device's differs");
+        free(g), free(neg);
         float *u = malloc((size_t)n * d * 4);
         for (int i = 0; i < n * d; i++)
             u[i] = frand() * 20;
