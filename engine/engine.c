@@ -764,10 +764,11 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         goto fail;
     e->state.use_graphs = !p->no_graphs;
     e->state.graph_rows = graph_rows(e->p.max_batch_tokens, e->p.max_seqs, e->p.max_draft);
-    // a step's logits: a round of every sequence at most (a prompt chunk returns one row's)
-    e->state.logit_rows = e->p.max_seqs * (1 + e->p.max_draft);
-    if (getenv("TD_HEAD_GATHER") && !atoi(getenv("TD_HEAD_GATHER"))) // (an A/B: every row)
-        e->state.logit_rows = 0;
+    // a step's logits: a round of every sequence at most (a prompt chunk returns one row's).
+    // Off until the GPU suite has run it (TD_HEAD_GATHER=1: on; written in session 37, whose
+    // device time ran out first): a graph's head then runs on every row, as before
+    if (getenv("TD_HEAD_GATHER") && atoi(getenv("TD_HEAD_GATHER")))
+        e->state.logit_rows = e->p.max_seqs * (1 + e->p.max_draft);
     if (use_dspark && !e->follower) { // (the leader runs the drafters, whole)
         struct draft_dspark *ds;
         if (draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
