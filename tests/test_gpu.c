@@ -32,6 +32,7 @@
 #include "kernels/attention.h"
 #include "kernels/cuda_ctx.h"
 #include "engine/engine.h"
+#include "tests/engine_run.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "app/npy.h"
@@ -3040,7 +3041,7 @@ static void ctx_engine(struct ctx_rank *j, struct td_comm *comm) {
         return;
     }
     int32_t prompts[3][40];
-    int ids[3], n = 1, ok = 1;
+    int ids[3], ok = 1;
     for (int q = 0; q < 3; q++) {
         for (int i = 0; i < 40; i++)
             prompts[q][i] = (int32_t)((q * 977 + i * 131 + i / 3) % 8000 + 2);
@@ -3052,14 +3053,8 @@ static void ctx_engine(struct ctx_rank *j, struct td_comm *comm) {
         ids[q] = td_engine_submit(e, &rp, j->err, sizeof j->err);
         ok &= ids[q] >= 0;
     }
-    for (int s = 0; ok && n > 0 && s < 400; s++)
-        n = td_engine_step(e, j->err, sizeof j->err);
-    for (int q = 0; ok && !n && q < 3; q++) {
-        const int32_t *t;
-        td_engine_output(e, ids[q], &t, &j->n_out[q], NULL, NULL, NULL);
-        memcpy(j->out[q], t, (size_t)j->n_out[q] * sizeof *t);
-    }
-    j->rc = ok && !n ? 0 : -1;
+    int rc = engine_drain(e, ok, ids, 3, j->out[0], 24, j->n_out, j->err, sizeof j->err);
+    j->rc = rc;
     td_engine_free(e);
 }
 

@@ -45,6 +45,7 @@
 #include "model/split.h"
 #include "model/state.h"
 #include "engine/engine.h"
+#include "tests/engine_run.h"
 
 #define MAXW 8
 
@@ -356,16 +357,10 @@ static void eng_lead(struct eng_job *j, struct td_comm *comm) {
         ids[q] = td_engine_submit(e, &rp, j->err, sizeof j->err);
         ok &= ids[q] >= 0;
     }
-    for (int s = 0; ok && n > 0 && s < 400; s++)
-        n = td_engine_step(e, j->err, sizeof j->err);
-    for (int q = 0; ok && !n && q < 3; q++) {
-        const int32_t *t;
-        td_engine_output(e, ids[q], &t, &j->n_out[q], NULL, NULL, NULL);
-        memcpy(j->out[q], t, (size_t)j->n_out[q] * sizeof *t);
-    }
+    int rc = engine_drain(e, ok, ids, 3, j->out[0], 16, j->n_out, j->err, sizeof j->err);
     struct td_prefix_stats ps;
     j->hit_tokens = td_engine_prefix_stats(e, &ps) ? 0 : ps.hit_tokens;
-    j->rc = ok && !n ? 0 : -1;
+    j->rc = rc;
     td_engine_free(e); // (rank 0: ends the followers)
 }
 
