@@ -1336,7 +1336,9 @@ static int fit_bucket(struct td_engine *e, int n_dec, int n, int fixed) {
     int flex = 0;
     for (int i = n_dec; i < n; i++)
         flex += e->seqs[i].n_new;
-    int keep = meta_bucket_fit(fixed, flex, e->p.max_batch_tokens, e->state.graph_rows, 128);
+    // (buckets of 512 rows and more, where a step's cost follows its rows: below, a step's
+    // weights cost more than its padding, and a prompt's rows would wait for little)
+    int keep = meta_bucket_fit(fixed, flex, e->p.max_batch_tokens, e->state.graph_rows, 256);
     for (int cut = flex - keep; cut > 0 && n > n_dec; n--) {
         struct td_plan_seq *q = &e->seqs[n - 1];
         if (q->n_new > cut) {
