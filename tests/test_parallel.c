@@ -21,7 +21,7 @@
  *     steps and serving their part of the drafter's experts:
  *     three requests at once, greedy and sampled, give rank 0 the tokens of an engine on one
  *     rank, with draft none, mtp and dspark (fixed policy: their rounds, rejections and
- *     rollbacks included)
+ *     rollbacks included), and the same drafts verified and accepted
  * parallel/engine/placed_part/<draft>/W2  a dummy model, placed by the engine: each rank
  *     places the replicated weights and its half of the experts (rank 0's bytes less than the
  *     whole model's, more than half; rank 1's, gathered at start-up, the same), and rank 0
@@ -295,6 +295,7 @@ struct eng_job {
     size_t rank1_weights;
     int32_t out[3][16];
     int n_out[3];
+    long drafted, accepted; /* the drafts verified and accepted (rank 0's) */
     int rc;
     char err[512];
 };
@@ -358,6 +359,8 @@ static void eng_lead(struct eng_job *j, struct td_comm *comm) {
         ok &= ids[q] >= 0;
     }
     int rc = engine_drain(e, ok, ids, 3, j->out[0], 16, j->n_out, j->err, sizeof j->err);
+    const struct td_engine_stats *es = td_engine_stats(e);
+    j->drafted = es->drafted, j->accepted = es->accepted;
     struct td_prefix_stats ps;
     j->hit_tokens = td_engine_prefix_stats(e, &ps) ? 0 : ps.hit_tokens;
     j->rc = rc;
@@ -419,6 +422,11 @@ static void engines(void) {
                               !memcmp(jobs[0].out[q], one.out[q], 16 * sizeof(int32_t)),
                           "%s: request %d's %d tokens differ from one rank's %d",
                           sampled ? "sampled" : "greedy", q, jobs[0].n_out[q], one.n_out[q]);
+                // the same drafts too (greedy tokens would hide a drafter gone wrong)
+                CHECK(jobs[0].drafted == one.drafted && jobs[0].accepted == one.accepted,
+                      "%s: %ld of %ld drafts accepted, one rank %ld of %ld",
+                      sampled ? "sampled" : "greedy", jobs[0].accepted, jobs[0].drafted,
+                      one.accepted, one.drafted);
             }
             char name[64];
             snprintf(name, sizeof name, "parallel/engine/%s/W%d", drafts[d], W);
