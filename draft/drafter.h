@@ -112,6 +112,8 @@ struct td_model_drafter {
     const struct td_state *(*state)(const void *impl);
     /* the bytes its placed weights take (0: it runs the loaded files in place) */
     size_t (*weight_bytes)(const void *impl);
+    /* its model as loaded (the ranks of a split model compare its fingerprint) */
+    const struct td_model *(*model)(const void *impl);
     void (*free)(void *impl);
 };
 

@@ -634,6 +634,10 @@ static void dspark_begin(void *impl, int slot, int len) {
     d->on[slot] = 0;
 }
 
+static const struct td_model *dspark_loaded(const void *impl) {
+    return &((const struct draft_dspark *)impl)->host;
+}
+
 static size_t dspark_weight_bytes(const void *impl) {
     const struct draft_dspark *d = impl;
     return d->dev.backend ? d->dev.placed_bytes : 0;
@@ -648,5 +652,6 @@ struct td_model_drafter draft_dspark_model(struct draft_dspark *d) {
                                      .begin = dspark_begin,
                                      .state = dspark_state,
                                      .weight_bytes = dspark_weight_bytes,
+                                     .model = dspark_loaded,
                                      .free = dspark_free};
 }

@@ -479,6 +479,10 @@ static void mtp_begin(void *impl, int slot, int len) {
     d->st.len[slot] = d->st.hi[slot] = len;
 }
 
+static const struct td_model *mtp_loaded(const void *impl) {
+    return &((const struct draft_mtp *)impl)->host;
+}
+
 static size_t mtp_weight_bytes(const void *impl) {
     const struct draft_mtp *d = impl;
     return d->dev.backend ? d->dev.placed_bytes : 0;
@@ -493,5 +497,6 @@ struct td_model_drafter draft_mtp_model(struct draft_mtp *d) {
                                      .begin = mtp_begin,
                                      .state = mtp_state,
                                      .weight_bytes = mtp_weight_bytes,
+                                     .model = mtp_loaded,
                                      .free = mtp_free};
 }

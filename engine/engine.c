@@ -328,7 +328,11 @@ static int state_op(struct td_engine *e, int kind, int a, int b, int c, char *er
 static int same_state(struct td_engine *e, char *err, size_t errlen) {
     struct td_comm *c = e->split.comm;
     const struct td_state *st = &e->state;
-    enum { N = 9 };
+    enum { N = 11 };
+    const struct td_model *dm = e->md.impl && e->md.model ? e->md.model(e->md.impl)
+                                : e->serve                ? td_serve_model(e->serve)
+                                                          : NULL;
+    uint64_t fp = dm ? td_split_fingerprint(dm) : 0; // the drafter's weights, as the target's
     int32_t me[N] = {st->max_seqs,
                      st->max_ctx,
                      st->max_chunk,
@@ -337,7 +341,9 @@ static int same_state(struct td_engine *e, char *err, size_t errlen) {
                      st->hist_block,
                      e->p.max_batch_tokens,
                      e->cpool ? e->n_ckpt : 0,
-                     e->md.impl || e->serve ? 1 + !e->mtp : 0};
+                     e->md.impl || e->serve ? 1 + !e->mtp : 0,
+                     (int32_t)(fp & 0xffffffffu),
+                     (int32_t)(fp >> 32)};
     static const char *what[N] = {"sequences",
                                   "max_ctx",
                                   "max_chunk",
@@ -346,18 +352,28 @@ static int same_state(struct td_engine *e, char *err, size_t errlen) {
                                   "history block tokens",
                                   "rows a step",
                                   "prefix-cache checkpoints",
-                                  "model drafter (1 MTP, 2 DSpark)"};
+                                  "model drafter (1 MTP, 2 DSpark)",
+                                  "",
+                                  ""}; // (the drafter's fingerprint: its own message)
     int32_t *all = calloc((size_t)c->world, sizeof me);
     if (!all) return td_errf(err, errlen, "engine: out of memory");
     int rc = c->ops->all_gather(c, me, all, sizeof me);
     if (rc) c->ops->poll_error(c, err, errlen);
     for (int r = 1; !rc && r < c->world; r++)
-        for (int i = 0; !rc && i < N; i++)
-            if (all[N * r + i] != all[i])
+        for (int i = 0; !rc && i < N; i++) {
+            const int32_t *a = all + N * r;
+            if (i >= N - 2 && a[i] != all[i]) // the drafter's fingerprint
+                rc = td_errf(err, errlen,
+                             "engine: rank %d loaded another drafter than rank 0 (weights "
+                             "%08x%08x against %08x%08x): every rank must load the same one",
+                             r, (unsigned)a[N - 1], (unsigned)a[N - 2], (unsigned)all[N - 1],
+                             (unsigned)all[N - 2]);
+            else if (a[i] != all[i])
                 rc = td_errf(err, errlen,
                              "engine: rank %d's state has %d %s where rank 0's has %d: every rank "
                              "must start with the same settings",
-                             r, all[N * r + i], what[i], all[i]);
+                             r, a[i], what[i], all[i]);
+        }
     free(all);
     // and what each rank holds, for its leader to print (parallel.md 5.6)
     uint64_t mine[2] = {td_engine_weight_bytes(e), st->bytes};

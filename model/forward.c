@@ -1342,6 +1342,10 @@ fail:
     return -1;
 }
 
+const struct td_model *td_serve_model(const struct td_serve *s) {
+    return &s->host;
+}
+
 size_t td_serve_weight_bytes(const struct td_serve *s) {
     return s && s->dev.backend ? s->dev.placed_bytes : 0;
 }

@@ -169,6 +169,7 @@ int td_serve_init(struct td_serve **out, struct td_model *host, const struct td_
                   const struct td_backend *b, int max_rows, char *err, size_t errlen);
 int td_serve_step(struct td_serve *s, int n, char *err, size_t errlen);
 size_t td_serve_weight_bytes(const struct td_serve *s); /* the drafter's weights placed here */
+const struct td_model *td_serve_model(const struct td_serve *s); /* the drafter as loaded */
 void td_serve_free(struct td_serve *s);
 
 /* A model split over ranks (split.h) with a leader and followers (parallel.md 5.4): on rank 0

@@ -29,6 +29,8 @@
  *     rank's part of the drafter's bytes less than the whole drafter's, the two more)
  * parallel/engine_refuses_other_settings  a rank started with another history pool than rank
  *     0's: every rank's engine refuses to start, naming the rank and the setting
+ * parallel/engine_refuses_other_drafter  rank 1 given a DSpark head one byte different (its own
+ *     folder): every rank refuses to start, naming the rank and the drafter
  * parallel/diverged_rank_caught  rank 1's weights differ in one byte of a replicated tensor
  *     (past what the manifest reads): the ranks' check of every step's residual streams
  *     fails every rank at the first step, naming rank 1
@@ -287,11 +289,12 @@ struct eng_job {
     struct td_comm comm;
     const char *draft;
     int sampled, rank, bad_pool, dummy;
-    int prefix;          /* 1: the prefix cache on, and requests that find their prefixes there;
-                            2: the same requests, the cache off */
-    long hit_tokens;     /* the prefix cache's, rank 0's */
-    size_t weight_bytes; /* the engine's placed weights (rank 0, or the whole model) */
-    int ranks;           /* td_engine_ranks: how many, and rank 1's weights as rank 0 sees them */
+    const char *dspark_dir; /* a rank's own DSpark folder (NULL: the model's) */
+    int prefix;             /* 1: the prefix cache on, and requests that find their prefixes there;
+                               2: the same requests, the cache off */
+    long hit_tokens;        /* the prefix cache's, rank 0's */
+    size_t weight_bytes;    /* the engine's placed weights (rank 0, or the whole model) */
+    int ranks; /* td_engine_ranks: how many, and rank 1's weights as rank 0 sees them */
     size_t rank1_weights;
     int32_t out[3][16];
     int n_out[3];
@@ -375,11 +378,14 @@ static void *eng_rank(void *p) {
     }
     struct td_engine_params ep = eng_params(j->draft, &j->comm, j->dummy, j->prefix);
     if (j->bad_pool) ep.history_blocks = 1; // under one max_ctx sequence's blocks: refused
+    if (j->dspark_dir) ep.dspark_dir = j->dspark_dir;
     struct td_engine *e;
     j->rc = td_engine_init(&e, &ep, j->err, sizeof j->err);
     if (!j->rc) j->rc = td_engine_follow(e, j->err, sizeof j->err), td_engine_free(e);
     return NULL;
 }
+
+static const char *rank1_dspark; /* rank 1's own DSpark folder, or NULL */
 
 static void eng_world(int W, struct eng_job *jobs, const char *draft, int sampled, int bad_rank,
                       int dummy, int prefix) {
@@ -395,6 +401,7 @@ static void eng_world(int W, struct eng_job *jobs, const char *draft, int sample
                                    .sampled = sampled,
                                    .rank = r,
                                    .bad_pool = r == bad_rank,
+                                   .dspark_dir = r == 1 ? rank1_dspark : NULL,
                                    .dummy = dummy,
                                    .prefix = prefix};
         td_comm_threads(&jobs[r].comm, w, r);
@@ -509,6 +516,31 @@ static void engines(void) {
     char extra[600];
     snprintf(extra, sizeof extra, "(%s)", jobs[0].err);
     case_end("parallel/engine_refuses_other_settings", extra);
+    // rank 1 given another DSpark head (one byte of its weights): every rank refuses to start
+    case_begin();
+    char dir[] = "/tmp/td_dspark_XXXXXX", cmd[512], path[600];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(cmd, sizeof cmd, "cp models/tandem-tiny/dspark/* %s/", dir);
+    CHECK(!system(cmd), "%s", cmd);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    uint64_t hl = 0;
+    unsigned char byte = 0;
+    CHECK(f && fread(&hl, 8, 1, f) == 1 && !fseek(f, (long)(8 + hl), SEEK_SET) &&
+              fread(&byte, 1, 1, f) == 1 && !fseek(f, (long)(8 + hl), SEEK_SET),
+          "%s", path);
+    byte ^= 1; // the first tensor's first byte, which the fingerprint reads
+    if (f) fwrite(&byte, 1, 1, f), fclose(f);
+    rank1_dspark = dir;
+    eng_world(2, jobs, "dspark", 0, -1, 0, 0);
+    rank1_dspark = NULL;
+    for (int r = 0; r < 2; r++)
+        CHECK(jobs[r].rc && strstr(jobs[r].err, "loaded another drafter than rank 0"),
+              "rank %d: rc %d, '%s'", r, jobs[r].rc, jobs[r].err);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) fprintf(stderr, "%s failed\n", cmd);
+    snprintf(extra, sizeof extra, "(%s)", jobs[0].err);
+    case_end("parallel/engine_refuses_other_drafter", extra);
 }
 
 int main(void) {
