@@ -348,13 +348,35 @@ static void split_collective(const struct td_backend *b, const struct td_split *
     if (at != buf) b->to_device(buf, at, bytes);
 }
 
+/* whether layer l's shared expert runs as one more pick in a step of n rows (moe_fold_shared) */
+static int shared_as_pick(const struct td_backend *b, const struct td_layer *l, int n, int k) {
+    return l->ex_shared && (!b->moe_fold_shared || b->moe_fold_shared(n * (k + 1)));
+}
+
+/* this rank's experts of layer li (of a model with config c) over n rows x and their picks (the
+ * shared expert one more where sh), into slots, summed over the split's ranks: every rank's part
+ * of a split MoE layer, the leader's and a server's */
+static void own_experts_summed(const struct td_backend *b, const struct td_split *sp, void *host,
+                               const struct td_config *c, const struct td_layer *l, int li, int n,
+                               int sh, const float *x, const int32_t *picks, float *slots) {
+    int k = c->n_experts_tok + sh;
+    struct expert_set ex = {.w1 = l->ex_w1,
+                            .w3 = l->ex_w3,
+                            .w2 = l->ex_w2,
+                            .dtype = l->ex_dtype,
+                            .own = sp->own_run + (size_t)li * sp->per_layer};
+    b->ops.moe_experts_slots(slots, x, picks, &ex, n, c->dim, c->moe_inter, k, c->n_experts + sh,
+                             c->swiglu_limit);
+    split_collective(b, sp, host, 1, slots, (size_t)n * k * c->dim * sizeof(float));
+}
+
 static void moe_block(struct fwd *f, int li) {
     const struct td_config *c = f->c;
     const struct td_layer *l = &f->m->layers[li];
     const struct td_ops *op = f->op;
     int n = f->n, D = c->dim, E = c->n_experts, k = c->n_experts_tok, I = c->moe_inter;
     int hash = c->mlp[li] == TD_MLP_HASH;
-    int sh = l->ex_shared && (!f->b->moe_fold_shared || f->b->moe_fold_shared(n * (k + 1)));
+    int sh = shared_as_pick(f->b, l, n, k);
     op->matmul(f->router, f->xn, W(l->gate), n, D, E, NULL, 0);
     op->moe_route_rows(f->picks, f->weights, f->router, f->rows.input_ids,
                        (enum moe_score)c->score_fn, hash ? NULL : l->gate_bias.data,
@@ -364,17 +386,13 @@ static void moe_block(struct fwd *f, int li) {
     const struct td_split *sp = split_of(f->m);
     if (sp) { // this rank's experts into their slots, summed over ranks
         // (a failed world fails every later op at once; the call's end reports it)
-        size_t cnt = (size_t)n * (k + sh) * D;
         if (sp->serves) { // the rows and picks to the ranks that serve the experts (td_serve)
             size_t xb = (size_t)n * D * sizeof(float), pb = (size_t)n * (k + sh) * sizeof(int32_t);
             op->copy(f->slots, f->xn, xb); // (the slots' room: the experts write there after)
             op->copy((char *)f->slots + xb, f->picks, pb);
             split_collective(f->b, sp, f->slots_host, 0, f->slots, xb + pb);
         }
-        ex.own = sp->own_run + (size_t)li * sp->per_layer;
-        op->moe_experts_slots(f->slots, f->xn, f->picks, &ex, n, D, I, k + sh, E + sh,
-                              c->swiglu_limit);
-        split_collective(f->b, sp, f->slots_host, 1, f->slots, cnt * sizeof(float));
+        own_experts_summed(f->b, sp, f->slots_host, c, l, li, n, sh, f->xn, f->picks, f->slots);
         op->moe_combine_slots(f->a, f->slots, f->picks, f->weights, n, D, k + sh);
     } else {
         op->moe_experts(f->a, f->xn, f->picks, f->weights, &ex, n, D, I, k + sh, E + sh,
@@ -1357,21 +1375,14 @@ int td_serve_step(struct td_serve *s, int n, char *err, size_t errlen) {
     if (n < 1 || n > s->max_rows)
         return td_errf(err, errlen, "serve: rank 0's drafter step of %d rows (this rank: 1 .. %d)",
                        n, s->max_rows);
-    int D = c->dim, E = c->n_experts, k = c->n_experts_tok, I = c->moe_inter;
+    int D = c->dim, k = c->n_experts_tok;
     for (int li = 0; li < c->n_layers; li++) { // every layer's MoE, in the forward's order
         const struct td_layer *l = &m->layers[li];
-        int sh = l->ex_shared && (!b->moe_fold_shared || b->moe_fold_shared(n * (k + 1)));
+        int sh = shared_as_pick(b, l, n, k);
         size_t xb = (size_t)n * D * sizeof(float), pb = (size_t)n * (k + sh) * sizeof(int32_t);
-        split_collective(b, &s->sp, s->host_buf, 0, s->in, xb + pb);
-        struct expert_set ex = {.w1 = l->ex_w1,
-                                .w3 = l->ex_w3,
-                                .w2 = l->ex_w2,
-                                .dtype = l->ex_dtype,
-                                .own = s->sp.own_run + (size_t)li * s->sp.per_layer};
-        b->ops.moe_experts_slots(s->slots, s->in, (const int32_t *)((char *)s->in + xb), &ex, n, D,
-                                 I, k + sh, E + sh, c->swiglu_limit);
-        split_collective(b, &s->sp, s->host_buf, 1, s->slots,
-                         (size_t)n * (k + sh) * D * sizeof(float));
+        split_collective(b, &s->sp, s->host_buf, 0, s->in, xb + pb); // rank 0's rows and picks
+        own_experts_summed(b, &s->sp, s->host_buf, c, l, li, n, sh, s->in,
+                           (const int32_t *)((char *)s->in + xb), s->slots);
     }
     return world_failed(m, err, errlen) ? -1 : 0;
 }
