@@ -735,9 +735,8 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
         goto fail;
     }
     // DSpark's config first: its block bounds a round's drafts, which size the row budget; the
-    // drafter is made once the target's state is (it keeps the target's captured rows in the
-    // target's window ring's rows). Its folder: the one named, else the checkpoint's own stages
-    // (NULL), else model_dir/dspark/
+    // drafter is made before the target's state (below). Its folder: the one named, else the
+    // checkpoint's own stages (NULL), else model_dir/dspark/
     char dir[TD_PATH_MAX];
     const char *ddir = p->dspark_dir;
     int dspark_block = 0;
@@ -772,25 +771,17 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     int max_chunk = e->p.max_draft + 1 > 16 ? e->p.max_draft + 1 : 16;
     if (p->prefix_blocks > 0 && (use_mtp || use_dspark) && c->sliding_window + 1 > max_chunk)
         max_chunk = c->sliding_window + 1;
-    long long nb = pool_blocks(e, p, max_chunk, err, errlen);
-    if (nb < 0) goto fail;
-    size_t limit = cache_limit(p->max_cache_bytes, e->b);
-    if (td_state_init_pool(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
-                           nb > INT_MAX ? INT_MAX : (int)nb, limit, e->b, p->kv_dtype, err, errlen))
-        goto fail;
-    e->state.use_graphs = !p->no_graphs;
-    e->state.graph_rows = graph_rows(e->p.max_batch_tokens, e->p.max_seqs, e->p.max_draft);
-    // a step's logits: a round of every sequence at most (a prompt chunk returns one row's).
-    // Off until the GPU suite has run it (TD_HEAD_GATHER=1: on; written in session 37, whose
-    // device time ran out first): a graph's head then runs on every row, as before
-    if (getenv("TD_HEAD_GATHER") && atoi(getenv("TD_HEAD_GATHER")))
-        e->state.logit_rows = e->p.max_seqs * (1 + e->p.max_draft);
+    // the drafter before the caches: its weights (and its part of a split drafter's experts)
+    // are placed first, so the history pool is sized in the memory they leave, not they in the
+    // headroom kept for step buffers. It keeps rows by the target's window ring's rows, a
+    // function of the shape alone
+    long long ring_rows = td_state_swa_ring(c, e->p.max_ctx, max_chunk);
+    int ring = ring_rows > INT_MAX ? INT_MAX : (int)ring_rows; // (the state refuses it below)
     if (use_dspark && !e->follower) { // (the leader runs the drafters, whole)
         struct draft_dspark *ds;
         if (draft_dspark_init(&ds, ddir, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
-                              e->p.max_batch_tokens, e->state.swa_ring, p->dspark_threshold,
-                              !p->no_graphs, cache_limit(p->max_cache_bytes, e->b), p->kv_dtype,
-                              err, errlen)) {
+                              e->p.max_batch_tokens, ring, p->dspark_threshold, !p->no_graphs,
+                              cache_limit(p->max_cache_bytes, e->b), p->kv_dtype, err, errlen)) {
             why_dspark_dir(e, ddir == dir, err, errlen);
             goto fail;
         }
@@ -800,7 +791,7 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
     if (use_mtp && !e->follower) {
         struct draft_mtp *mtp;
         if (draft_mtp_init(&mtp, &e->model, e->run, e->b, e->p.max_seqs, e->p.max_ctx,
-                           e->p.max_batch_tokens, e->p.max_draft, e->state.swa_ring, !p->no_graphs,
+                           e->p.max_batch_tokens, e->p.max_draft, ring, !p->no_graphs,
                            cache_limit(p->max_cache_bytes, e->b), p->kv_dtype, err, errlen))
             goto fail;
         e->md = draft_mtp_model(mtp);
@@ -816,6 +807,19 @@ int td_engine_init(struct td_engine **out, const struct td_engine_params *p, cha
             goto fail;
         }
     }
+    long long nb = pool_blocks(e, p, max_chunk, err, errlen);
+    if (nb < 0) goto fail;
+    size_t limit = cache_limit(p->max_cache_bytes, e->b);
+    if (td_state_init_pool(&e->state, c, e->p.max_seqs, e->p.max_ctx, max_chunk,
+                           nb > INT_MAX ? INT_MAX : (int)nb, limit, e->b, p->kv_dtype, err, errlen))
+        goto fail;
+    e->state.use_graphs = !p->no_graphs;
+    e->state.graph_rows = graph_rows(e->p.max_batch_tokens, e->p.max_seqs, e->p.max_draft);
+    // a step's logits: a round of every sequence at most (a prompt chunk returns one row's), so
+    // a graph's head runs on those rows, gathered, not on every row (TD_HEAD_GATHER=0: every
+    // row, measuring only)
+    if (!getenv("TD_HEAD_GATHER") || atoi(getenv("TD_HEAD_GATHER")))
+        e->state.logit_rows = e->p.max_seqs * (1 + e->p.max_draft);
     if (e->md.impl && !(e->dseqs = calloc((size_t)e->p.max_seqs, sizeof *e->dseqs))) {
         td_errf(err, errlen, "engine: out of memory");
         goto fail;

@@ -541,9 +541,11 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
  * interleave gate and up rows 32 at a time, so a warp holds both of its 32 features and applies the
  * SwiGLU in registers. A row's sums do not depend on the rows beside it. */
 /* Quantized experts take the block tiles where a step's entries average at least this many an
- * expert (a 4096-token prefill of the Flash slice: 96; a batch-64 DSpark verify step: 9, which
- * keeps the 8-row tiles). The crossover is not measured yet; 32 is a quarter of a tile. */
-#define MOE_WIDE_PER_EXPERT 32
+ * expert (a 4096-token prefill of the Flash slice: 96; a 512-row prompt chunk: 12; a batch-64
+ * DSpark verify step: 9). Measured in session 38 (H100, released slice, a 32k prompt in chunks
+ * of 512): from 8, 1.267 s; from 32 (the 8-row tiles, each expert's weights decoded once per 8
+ * of its entries), 1.767 s. */
+#define MOE_WIDE_PER_EXPERT 8
 /* the entries an expert averages from which quantized experts take the block tiles
  * (TD_MOE_WIDE=N: N instead, read at start-up; A/B of the bound) */
 static int wide_per_expert = MOE_WIDE_PER_EXPERT;

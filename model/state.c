@@ -16,6 +16,10 @@ static int window_of(const struct td_config *c, int max_ctx) {
     return c->sliding_window < max_ctx ? c->sliding_window : max_ctx;
 }
 
+long long td_state_swa_ring(const struct td_config *cfg, int max_ctx, int max_chunk) {
+    return (long long)window_of(cfg, max_ctx) + max_chunk;
+}
+
 /* one layer's pool shape for one sequence, in 64 bits: ring rows, row width, entries */
 struct shape {
     long long ring, width, n_entries;
@@ -177,7 +181,7 @@ int td_state_init_pool(struct td_state *s, const struct td_config *cfg, int max_
         return td_errf(err, errlen, "state: max_seqs %d, max_ctx %d, max_chunk %d must all be >= 1",
                        max_seqs, max_ctx, max_chunk);
     // ring rows are int positions: max_chunk past the window (or the compressor's span) fits
-    long long swa_ring = (long long)window_of(cfg, max_ctx) + max_chunk;
+    long long swa_ring = td_state_swa_ring(cfg, max_ctx, max_chunk);
     for (int i = 0; i < cfg->n_layers; i++) {
         struct shape ls = layer_shape(cfg, i, max_ctx, max_chunk);
         if (swa_ring > INT_MAX || ls.ring > INT_MAX || ls.width > INT_MAX)

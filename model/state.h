@@ -84,6 +84,11 @@ struct td_state {
     void (*ws_free)(struct td_state *s);
 };
 
+/* The rows of a state's window ring (td_state.swa_ring: the window, at most max_ctx, and
+ * max_chunk past it), known before the state is made (a drafter made first keeps rows by it);
+ * past INT_MAX, td_state_init* refuse the shape. */
+long long td_state_swa_ring(const struct td_config *cfg, int max_ctx, int max_chunk);
+
 /* The tokens a history block of this model holds (TD_HISTORY_BLOCK, or the least multiple of it
  * every compressed layer's rate divides); 0 for a model without compressed layers. */
 int td_history_block(const struct td_config *cfg);
