@@ -542,10 +542,12 @@ static void moe_mma(bool vec, int rows, int xrows, dim3 grid, cudaStream_t s, fl
  * SwiGLU in registers. A row's sums do not depend on the rows beside it. */
 /* Quantized experts take the block tiles where a step's entries average at least this many an
  * expert (a 4096-token prefill of the Flash slice: 96; a 512-row prompt chunk: 12; a batch-64
- * DSpark verify step: 9). Measured in session 38 (H100, released slice, a 32k prompt in chunks
- * of 512): from 8, 1.267 s; from 32 (the 8-row tiles, each expert's weights decoded once per 8
- * of its entries), 1.767 s. */
-#define MOE_WIDE_PER_EXPERT 8
+ * DSpark verify step: 9; a 256-row chunk: 6). Session 38 (H100, released slice, a 32k prompt):
+ * in chunks of 512, from 8 entries 1.267 s, from 32 (the 8-row tiles, each expert's weights
+ * decoded once per 8 of its entries) 1.767 s; in chunks of 256, from 4 1.909 s, from 8 2.194 s
+ * (a 256-row step's experts 7.59 ms in the block tiles against 10.37 in the 8-row ones, Nsight
+ * Compute). Steps of at most MOE_MMA_ENTRIES entries keep the 8-row tiles whatever this is. */
+#define MOE_WIDE_PER_EXPERT 4
 /* the entries an expert averages from which quantized experts take the block tiles
  * (TD_MOE_WIDE=N: N instead, read at start-up; A/B of the bound) */
 static int wide_per_expert = MOE_WIDE_PER_EXPERT;
