@@ -40,11 +40,12 @@ void cli_usage(FILE *fp) {
         "  tokenize   text -> token ids (tandem tokenize --help)\n"
         "  detokenize token ids -> text (tandem detokenize --help)\n"
         "\n"
-        "tandem generate [--model DIR] (\"TEXT\" | --prompt-ids \"1 2 3\" | --prompt-ids-file F)\n"
-        "                [options]\n"
+        "tandem generate [--model DIR] (\"TEXT\" | --prompt-file F | --prompt-ids \"1 2 3\" |\n"
+        "                --prompt-ids-file F) [options]\n"
         "  --model DIR            default: models/tandem-tiny (here, or beside the binary)\n"
-        "  TEXT                   a text prompt, encoded with DIR/tokenizer.json; the output is\n"
+        "  TEXT, --prompt TEXT    a text prompt, encoded with DIR/tokenizer.json; the output is\n"
         "                         text (streamed for one completion) unless --print-ids\n"
+        "  --prompt-file F        the text prompt read from file F (- : standard input)\n"
         "  --max-tokens N         tokens to generate per completion (default 64, >= 1)\n"
         "  --temperature T        0 = greedy (default 0), else sampled; >= 0\n"
         "  --top-k K              keep the K most likely tokens (default 0 = off)\n"
@@ -147,6 +148,44 @@ int cli_read_ids(const char *path, int32_t **out, int *n_out, char *err, size_t 
     int rc = cli_scan_ids(fp, path, out, n_out, err, errlen);
     fclose(fp);
     return rc;
+}
+
+#define READ_MAX (256 << 20) /* bytes of text a file gives (tokenizing them: about 10 s) */
+
+char *cli_read_text(const char *path, size_t *n, char *err, size_t errlen) {
+    FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!fp) {
+        td_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    // a pipe or FIFO is fine (process substitution), endless input is not: /dev/zero is refused
+    // at READ_MAX instead of reading until memory runs out
+    size_t cap = 1 << 16, len = 0, k;
+    char *buf = malloc(cap);
+    while (buf && (k = fread(buf + len, 1, cap - 1 - len, fp)) > 0) { // (room for the 0)
+        len += k;
+        if (len >= READ_MAX) {
+            free(buf);
+            if (fp != stdin) fclose(fp);
+            td_errf(err, errlen, "%s: more than %d MiB of text", path, READ_MAX >> 20);
+            return NULL;
+        }
+        if (len == cap - 1) {
+            char *p = realloc(buf, cap *= 2);
+            if (!p) free(buf);
+            buf = p;
+        }
+    }
+    int bad_read = ferror(fp);
+    if (fp != stdin) fclose(fp);
+    if (!buf || bad_read) {
+        free(buf);
+        td_errf(err, errlen, "cannot read %s", path);
+        return NULL;
+    }
+    buf[len] = 0;
+    *n = len;
+    return buf;
 }
 
 int cli_parse_int(const char *flag, const char *v, long lo, long hi, long *out) {

@@ -122,6 +122,11 @@ const char *cli_default_model(const char *argv0);
 int cli_scan_ids(FILE *fp, const char *what, int32_t **out, int *n_out, char *err, size_t errlen);
 int cli_read_ids(const char *path, int32_t **out, int *n_out, char *err, size_t errlen);
 
+/* the bytes of the file at path ("-": standard input; a pipe is fine, more than 256 MiB is
+ * refused), 0-terminated: malloc'd, their count in *n (the text may hold 0 bytes of its own), or
+ * NULL with a message */
+char *cli_read_text(const char *path, size_t *n, char *err, size_t errlen);
+
 /* flag's value v as an integer in [lo, hi] / a number in [lo, hi]: 0, or -1 after printing
  * "tandem: FLAG 'V': expected ..." */
 int cli_parse_int(const char *flag, const char *v, long lo, long hi, long *out);

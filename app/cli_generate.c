@@ -148,7 +148,7 @@ static void print_stats(FILE *fp, struct td_engine *e, const struct td_engine_pa
 int cmd_generate(int argc, char **argv) {
     struct td_engine_params ep = td_engine_defaults();
     ep.draft = "auto";
-    const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL;
+    const char *prompt_text = NULL, *prompt_file = NULL, *text = NULL, *text_file = NULL;
     struct cli_req_opts ro = {64, 0, 0.0, 0, 1.0};
     long n = 1, draft_tokens = -1, ranks = 1, gpus = 0;
     int print_ids = 0, stats = 0, ignore_eos = 0;
@@ -180,7 +180,12 @@ int cmd_generate(int argc, char **argv) {
         if (rc < 0) return 2;
         i++;
         if (rc) continue;
-        if (!strcmp(a, "--prompt-ids"))
+        if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { // TEXT, which may begin with '-'
+            if (text) return die("generate: more than one text prompt ('%s')", v);
+            text = v;
+        } else if (!strcmp(a, "--prompt-file"))
+            text_file = v;
+        else if (!strcmp(a, "--prompt-ids"))
             prompt_text = v;
         else if (!strcmp(a, "--prompt-ids-file"))
             prompt_file = v;
@@ -196,9 +201,9 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!ep.model_dir && !(ep.model_dir = cli_default_model(cli_argv0)))
         return die("generate: no model: give --model DIR (models/tandem-tiny was not found)");
-    if ((text != NULL) + (prompt_text != NULL) + (prompt_file != NULL) != 1)
-        return die("generate: give exactly one of a text prompt, --prompt-ids and "
-                   "--prompt-ids-file");
+    if ((text != NULL) + (text_file != NULL) + (prompt_text != NULL) + (prompt_file != NULL) != 1)
+        return die("generate: give exactly one of a text prompt (TEXT or --prompt TEXT), "
+                   "--prompt-file F, --prompt-ids and --prompt-ids-file");
     if (cli_draft_finish("generate", &ep, draft_tokens)) return 2;
     ep.max_seqs = (int)(n < 256 ? n : 256);
 
@@ -207,15 +212,25 @@ int cmd_generate(int argc, char **argv) {
     int n_prompt = 0;
     struct tok *tk = NULL;
     // text in (and out, unless --print-ids) needs the model's tokenizer
+    size_t text_len = text ? strlen(text) : 0;
+    char *owned = NULL; // --prompt-file's text
+    if (text_file) {
+        if (!(owned = cli_read_text(text_file, &text_len, err, sizeof err)))
+            return die("generate: --prompt-file: %s", err);
+        text = owned;
+    }
     if ((text || !print_ids) && tok_load(&tk, ep.model_dir, err, sizeof err) != 0) {
+        free(owned);
         if (text) return die("%s", err);
         tk = NULL; // ids in, ids out
     }
     if (text) {
         struct tok_ids ti = {0};
-        if (tok_encode(tk, text, strlen(text), TOK_ENCODE_ADD_SPECIAL, &ti, err, sizeof err)) {
+        int bad = tok_encode(tk, text, text_len, TOK_ENCODE_ADD_SPECIAL, &ti, err, sizeof err);
+        free(owned);
+        if (bad) {
             tok_free(tk);
-            return die("%s", err);
+            return die("%s%s%s", text_file ? text_file : "", text_file ? ": " : "", err);
         }
         prompt = ti.ids;
         n_prompt = (int)ti.n;

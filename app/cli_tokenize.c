@@ -78,43 +78,6 @@ static int parse(const char *cmd, int argc, char **argv, const char *flag, const
     return 0;
 }
 
-#define READ_MAX (256 << 20) /* bytes of text --file takes (tokenizing them: about 10 s) */
-
-static char *read_all(const char *path, size_t *n, char *err, size_t errlen) {
-    FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!fp) {
-        td_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    // a pipe or FIFO is fine (process substitution), endless input is not: /dev/zero is refused
-    // at READ_MAX instead of reading until memory runs out
-    size_t cap = 1 << 16, len = 0, k;
-    char *buf = malloc(cap);
-    while (buf && (k = fread(buf + len, 1, cap - len, fp)) > 0) {
-        len += k;
-        if (len >= READ_MAX) {
-            free(buf);
-            if (fp != stdin) fclose(fp);
-            td_errf(err, errlen, "%s: more than %d MiB of text", path, READ_MAX >> 20);
-            return NULL;
-        }
-        if (len == cap) {
-            char *p = realloc(buf, cap *= 2);
-            if (!p) free(buf);
-            buf = p;
-        }
-    }
-    int bad_read = ferror(fp);
-    if (fp != stdin) fclose(fp);
-    if (!buf || bad_read) {
-        free(buf);
-        td_errf(err, errlen, "cannot read %s", path);
-        return NULL;
-    }
-    *n = len;
-    return buf;
-}
-
 int cmd_tokenize(int argc, char **argv) {
     struct opts o;
     int rc = parse("tokenize", argc, argv, "--no-special", "tf", &o, usage_tokenize);
@@ -131,7 +94,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *owned = NULL;
     const char *text = o.text;
     if (o.file) {
-        if (!(owned = read_all(o.file, &n, err, sizeof err))) {
+        if (!(owned = cli_read_text(o.file, &n, err, sizeof err))) {
             fprintf(stderr, "tandem: tokenize: %s\n", err);
             tok_free(t);
             return 1;

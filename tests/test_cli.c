@@ -356,6 +356,36 @@ int main(void) {
     CHECK(dn == 33 && dt > 0 && dr > 0, "decode %ld tokens in %g s = %g tokens/s", dn, dt, dr);
     case_end("generate_stats_decode_rate", "");
 
+    // a text prompt three ways, the same ids: TEXT, --prompt TEXT and --prompt-file F (a file,
+    // and standard input); --prompt takes a text that begins with '-'; a missing file is named
+    case_begin();
+    {
+        const char *tiny = "models/tandem-tiny", *gen = "generate --max-tokens 6 --print-ids "
+                                                        "--ignore-eos --draft none --model";
+        char o[4][256], cmd[1024], m[1024];
+        write_text("prompt.txt", "The capital of France is");
+        snprintf(cmd, sizeof cmd, "%s %s \"The capital of France is\"", gen, tiny);
+        int r0 = tandem_stdout(cmd, "pt0.txt", o[0], sizeof o[0]);
+        snprintf(cmd, sizeof cmd, "%s %s --prompt \"The capital of France is\"", gen, tiny);
+        int r1 = tandem_stdout(cmd, "pt1.txt", o[1], sizeof o[1]);
+        snprintf(cmd, sizeof cmd, "%s %s --prompt-file %s/prompt.txt", gen, tiny, root);
+        int r2 = tandem_stdout(cmd, "pt2.txt", o[2], sizeof o[2]);
+        snprintf(cmd, sizeof cmd, "%s %s --prompt-file - < %s/prompt.txt", gen, tiny, root);
+        int r3 = tandem_stdout(cmd, "pt3.txt", o[3], sizeof o[3]);
+        CHECK(!r0 && !r1 && !r2 && !r3 && strlen(o[0]) > 6 && !strcmp(o[0], o[1]) &&
+                  !strcmp(o[0], o[2]) && !strcmp(o[0], o[3]),
+              "exit %d %d %d %d, ids '%s' '%s' '%s' '%s'", r0, r1, r2, r3, o[0], o[1], o[2], o[3]);
+        snprintf(cmd, sizeof cmd, "%s %s --prompt \"-5 degrees\"", gen, tiny);
+        CHECK(tandem(cmd, m, sizeof m) == 0, "--prompt '-5 degrees': %s", m);
+        snprintf(cmd, sizeof cmd, "%s %s --prompt-file %s/no_such_prompt.txt", gen, tiny, root);
+        CHECK(tandem(cmd, m, sizeof m) != 0 && strstr(m, "--prompt-file: cannot open") &&
+                  strstr(m, "no_such_prompt.txt"),
+              "a missing prompt file: '%s'", m);
+        snprintf(cmd, sizeof cmd, "%s %s --prompt-file %s/prompt.txt \"more\"", gen, tiny, root);
+        CHECK(tandem(cmd, m, sizeof m) != 0 && strstr(m, "exactly one of"), "two prompts: '%s'", m);
+    }
+    case_end("generate_prompt_file", "");
+
     // --kv-dtype: the caches' precision reaches the engine (the stats line names it and its
     // bytes a token, fp8 fewer than fp32)
     case_begin();
