@@ -274,7 +274,8 @@ __global__ void __launch_bounds__(32 * ATT_MAX_HEADS)
 #define AM_HEADS   64
 #define AM_KEYS    32
 #define AM_THREADS 256
-#define AM_ROWS    256 /* steps of at least this many rows take it (attention_cuda_set_wide) */
+#define AM_ROWS    256 /* steps of at least this many rows take it (attention_cuda_set_wide;
+                          TD_ATT_WIDE_ROWS=N: from N rows, measuring only) */
 
 template <int D> struct am_smem {
     static constexpr int LD = D + 8, LS = AM_KEYS + 1, LP = AM_KEYS + 8;
@@ -512,7 +513,9 @@ extern "C" int attention_cuda_reserve(const struct td_reserve *r, char *err, siz
 extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (!a->rows.n_tok) return;
     TD_ASSERT(a->d <= ATTENTION_MAX_D); // attention_cuda_reserve refuses such models first
-    bool wide = am_mode == 1 || (am_mode == 0 && a->rows.n_tok >= AM_ROWS);
+    static int from = -1; // (TD_ATT_WIDE_ROWS, read once)
+    if (from < 0) from = getenv("TD_ATT_WIDE_ROWS") ? atoi(getenv("TD_ATT_WIDE_ROWS")) : AM_ROWS;
+    bool wide = am_mode == 1 || (am_mode == 0 && a->rows.n_tok >= (from > 0 ? from : AM_ROWS));
     if (wide && !as().deterministic && a->d == 512 && a->n_heads <= AM_HEADS &&
         (!a->inv_freq || (a->d - a->rot_dim) % 2 == 0)) {
         am_allow();
