@@ -150,6 +150,159 @@ __global__ void __launch_bounds__(IM_THREADS)
     }
 }
 
+/* The same scores, R rows a block (indexer_mma_rows_kernel): the rows of a prompt chunk share
+ * their sequence's keys, which the kernel above loads and splits into hi and lo terms once a row;
+ * here once for the block's R rows (4 R warps: warp w takes row w / 4's heads 16 (w % 4) ..
+ * + 16). The block's rows may belong to several sequences (a step's last rows of one and first
+ * of the next, pad rows): it takes them a sequence at a time, its chunks of keys for the rows
+ * of that sequence. Every score's products and sums run in the kernel above's order (the same
+ * mma steps into the same accumulators, the same butterfly, the warps summed in head order), so
+ * a row's scores are the same bits either way, in any block. */
+template <int DP, int R> struct imr_smem {
+    static constexpr int LD = DP + 8;
+    __nv_bfloat16 qh[R * IM_HEADS][LD], ql[R * IM_HEADS][LD];
+    __nv_bfloat16 kh[IM_ENT][LD], kl[IM_ENT][LD];
+    float part[R * (IM_THREADS / 32)][IM_ENT];
+};
+
+template <int DP, int KT, int R>
+__global__ void __launch_bounds__(IM_THREADS *R)
+    indexer_mma_rows_kernel(struct indexer_args a, int span, float *scores) {
+    prefetch_row_plan(a.rows, blockIdx.x * R); // (the lines hold its R rows)
+    PDL_START();
+    extern __shared__ __align__(16) unsigned char smb[];
+    imr_smem<DP, R> &sm = *(imr_smem<DP, R> *)smb;
+    constexpr int NT = IM_THREADS * R, WR = IM_THREADS / 32; // threads, warps a row
+    const struct rows_view *r = &a.rows;
+    int t0 = blockIdx.x * R, w0 = blockIdx.y * span, tid = threadIdx.x, lane = tid & 31,
+        wp = tid >> 5;
+    // the block's rows: sequence (-1: none to score) and the end of the span's entries it scores
+    int seq[R], end[R];
+    bool any = false;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        int t = t0 + i, n_vis = t < r->n_tok && r->row_seq[t] >= 0 ? r->vis[t] : 0;
+        bool on = n_vis > a.topk && w0 < n_vis;
+        seq[i] = on ? r->row_seq[t] : -1;
+        end[i] = on ? min(w0 + span, n_vis) : w0;
+        any |= on;
+    }
+    if (!any) return;
+    kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
+    f.dtype = KT;
+    constexpr bool KLO = KT == TD_KV_F32;
+    // every row's queries as hi and lo terms (a row not scored: zeros, never read from q)
+    for (int i = tid; i < R * IM_HEADS * DP / 2; i += NT) {
+        int rr = i / (IM_HEADS * DP / 2), h = (i / (DP / 2)) % IM_HEADS, c = 2 * (i % (DP / 2));
+        float x0 = 0.0f, x1 = 0.0f;
+        if (seq[rr] >= 0 && h < a.n_heads) {
+            const float *qh = a.q + ((size_t)(t0 + rr) * a.n_heads + h) * a.d;
+            x0 = c < a.d ? qh[c] : 0.0f;
+            x1 = c + 1 < a.d ? qh[c + 1] : 0.0f;
+        }
+        float h0 = __bfloat162float(__float2bfloat16_rn(x0)),
+              h1 = __bfloat162float(__float2bfloat16_rn(x1));
+        *(unsigned *)&sm.qh[rr * IM_HEADS + h][c] = pack_bf16(h0, h1);
+        *(unsigned *)&sm.ql[rr * IM_HEADS + h][c] = pack_bf16(x0 - h0, x1 - h1);
+    }
+    int my = wp / WR, g = lane >> 2, tq = lane & 3, hm = 16 * (wp % WR);
+    bool heads = hm < a.n_heads; // a warp whose heads are all past n_heads adds zeros
+    float wg0 = 0.0f, wg1 = 0.0f;
+    if (seq[my] >= 0) {
+        const float *wt = a.w + (size_t)(t0 + my) * a.n_heads;
+        if (hm + g < a.n_heads) wg0 = wt[hm + g];
+        if (hm + g + 8 < a.n_heads) wg1 = wt[hm + g + 8];
+    }
+    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
+        bk = ((lane >> 3) & 1) * 8;
+    const unsigned char *keys = (const unsigned char *)a.keys;
+    for (int i0 = 0; i0 < R; i0++) { // a sequence at a time, at its first row in the block
+        int sq = seq[i0], w1 = w0;
+        bool first = sq >= 0;
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            if (i < i0 && seq[i] == sq) first = false;
+            if (seq[i] == sq) w1 = max(w1, end[i]);
+        }
+        if (!first) continue; // (block-uniform: every thread knows every row)
+        bool mine = seq[my] == sq;
+        for (int c0 = w0; c0 < w1; c0 += IM_ENT) {
+            __syncthreads(); // the chunk before is summed: keys and parts are free
+            for (int i = tid; i < IM_ENT * (DP / 16); i += NT) { // 16 columns a copy
+                int u = i / (DP / 16), cc = 16 * (i % (DP / 16)), w = c0 + u;
+                const void *p = w < w1 ? keys + rows_entry(r, sq, w, a.per) * f.rec : NULL;
+                key16_bf16<KT, KLO>(&sm.kh[u][0], &sm.kl[u][0], p, f, cc);
+            }
+            __syncthreads();
+            float s[IM_ENT / 8][4];
+#pragma unroll
+            for (int j = 0; j < IM_ENT / 8; j++)
+                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            if (mine && heads) {
+                int qr = my * IM_HEADS + hm + ar;
+#pragma unroll 2
+                for (int kk = 0; kk < DP; kk += 16) {
+                    unsigned qa[4], qb[4];
+                    ldmatrix4(qa, &sm.qh[qr][kk + ak]);
+                    ldmatrix4(qb, &sm.ql[qr][kk + ak]);
+#pragma unroll
+                    for (int jp = 0; jp < IM_ENT / 16; jp++) {
+                        unsigned kb[4];
+                        ldmatrix4(kb, &sm.kh[16 * jp + br][kk + bk]);
+                        mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+                        mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+                        mma_bf16(s[2 * jp], qb[0], qb[1], qb[2], qb[3], kb[0], kb[1]);
+                        mma_bf16(s[2 * jp + 1], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
+                        if constexpr (KLO) {
+                            ldmatrix4(kb, &sm.kl[16 * jp + br][kk + bk]);
+                            mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+                            mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+                        }
+                    }
+                }
+            }
+            if (mine) // entry 8 j + 2 tq + e of the chunk: this lane's heads g and g + 8
+#pragma unroll
+                for (int j = 0; j < IM_ENT / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float v = fmaxf(s[j][e], 0.0f) * a.scale * wg0 +
+                                  fmaxf(s[j][2 + e], 0.0f) * a.scale * wg1;
+                        v += __shfl_xor_sync(0xffffffffu, v, 4);
+                        v += __shfl_xor_sync(0xffffffffu, v, 8);
+                        v += __shfl_xor_sync(0xffffffffu, v, 16);
+                        if (g == 0) sm.part[wp][8 * j + 2 * tq + e] = v;
+                    }
+            __syncthreads();
+            for (int i = tid; i < R * IM_ENT; i += NT) { // each row of the sequence: its warps
+                int rr = i / IM_ENT, e = i % IM_ENT;
+                if (seq[rr] != sq || c0 + e >= end[rr]) continue;
+                float v = sm.part[rr * WR][e];
+#pragma unroll
+                for (int k = 1; k < WR; k++)
+                    v += sm.part[rr * WR + k][e];
+                scores[(size_t)(t0 + rr) * a.n_entries + c0 + e] = v;
+            }
+        }
+    }
+}
+
+/* rows a block of the scores takes (indexer_cuda_set_rows, TD_INDEXER_ROWS=R at the first
+ * launch): 1, the kernel above; 2 or 4, indexer_mma_rows_kernel (2 for keys of more than 128
+ * columns: four rows' queries pass the shared memory). Not yet run on a GPU (session 38): 1
+ * until the GPU suite compares them and a prefill measures them. */
+static int idx_rows = -1;
+
+extern "C" void indexer_cuda_set_rows(int rows) {
+    idx_rows = rows == 2 || rows == 4 ? rows : 1;
+}
+
+static int rows_a_block(int d) {
+    if (idx_rows < 0)
+        indexer_cuda_set_rows(getenv("TD_INDEXER_ROWS") ? atoi(getenv("TD_INDEXER_ROWS")) : 1);
+    return d > 128 && idx_rows > 2 ? 2 : idx_rows;
+}
+
 /* f(DP) with DP, the padded key width, a compile-time constant: d <= DP */
 template <typename F> static void by_width(int d, F &&f) {
     if (d <= 32)
@@ -258,10 +411,17 @@ static void im_allow(void) {
         for (int d = 32; d <= IDX_MAX_D; d *= 2)
             by_width(d, [&](auto dp) {
                 by_kv(kt, [&](auto k) {
-                    constexpr int DP = decltype(dp)::value;
-                    CUDA_CHECK(cudaFuncSetAttribute(indexer_mma_kernel<DP, decltype(k)::value>,
+                    constexpr int DP = decltype(dp)::value, KT = decltype(k)::value;
+                    CUDA_CHECK(cudaFuncSetAttribute(indexer_mma_kernel<DP, KT>,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)sizeof(im_smem<DP>)));
+                    CUDA_CHECK(cudaFuncSetAttribute(indexer_mma_rows_kernel<DP, KT, 2>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)sizeof(imr_smem<DP, 2>)));
+                    if constexpr (DP <= 128)
+                        CUDA_CHECK(cudaFuncSetAttribute(indexer_mma_rows_kernel<DP, KT, 4>,
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        (int)sizeof(imr_smem<DP, 4>)));
                 });
             });
     done = true;
@@ -294,13 +454,20 @@ extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
     grow_scratch(&is().scratch, &is().scratch_cap, (size_t)a->rows.n_tok * (a->n_entries + 1));
     if (a->n_entries > a->topk) { // else no row has scores to make
         im_allow();
-        int span = indexer_span(a->rows.n_tok);
-        dim3 grid(a->rows.n_tok, ceil_div(a->n_entries, span));
+        int span = indexer_span(a->rows.n_tok), R = rows_a_block(a->d);
+        dim3 grid(ceil_div(a->rows.n_tok, R), ceil_div(a->n_entries, span));
         by_width(a->d, [&](auto dp) {
             by_kv(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
-                constexpr int DP = decltype(dp)::value;
-                launch_k(indexer_mma_kernel<DP, decltype(k)::value>, grid, IM_THREADS,
-                         sizeof(im_smem<DP>), td_cuda_stream(), *a, span, is().scratch);
+                constexpr int DP = decltype(dp)::value, KT = decltype(k)::value;
+                if (R == 1)
+                    launch_k(indexer_mma_kernel<DP, KT>, grid, IM_THREADS, sizeof(im_smem<DP>),
+                             td_cuda_stream(), *a, span, is().scratch);
+                else if (R == 2)
+                    launch_k(indexer_mma_rows_kernel<DP, KT, 2>, grid, 2 * IM_THREADS,
+                             sizeof(imr_smem<DP, 2>), td_cuda_stream(), *a, span, is().scratch);
+                else if constexpr (DP <= 128)
+                    launch_k(indexer_mma_rows_kernel<DP, KT, 4>, grid, 4 * IM_THREADS,
+                             sizeof(imr_smem<DP, 4>), td_cuda_stream(), *a, span, is().scratch);
             });
         });
         LAUNCH_CHECK();
@@ -308,4 +475,8 @@ extern "C" void indexer_topk_cuda(const struct indexer_args *a) {
     launch_k(indexer_select_kernel, a->rows.n_tok, IDX_SELECT_THREADS, 0, td_cuda_stream(), *a,
              (const float *)is().scratch);
     LAUNCH_CHECK();
+}
+
+extern "C" const float *indexer_cuda_scores(void) {
+    return is().scratch;
 }

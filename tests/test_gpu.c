@@ -1442,6 +1442,41 @@ static void test_indexer_mma(int kt) {
         CHECK(!memcmp(alone, topk + (size_t)t * TOPK, TOPK * 4),
               "row %d: alone it picks other entries than in the batch", t);
     }
+    // R rows a block (indexer_cuda_set_rows): the same scores, bit for bit, and so the same
+    // picks, with the rows as above (every block's rows of several sequences) and with each
+    // sequence's rows together (a prompt chunk's: a block's rows share their keys)
+    int32_t *seq2 = malloc(N * 4), *vis2 = malloc(N * 4);
+    for (int t = 0; t < N; t++) // 14 rows a sequence, its last a pad row
+        seq2[t] = t % 14 == 13 ? -1 : t / 14, vis2[t] = pattern[(t / 2) % 7];
+    size_t ns = (size_t)N * NE;
+    float *s1 = malloc(ns * 4), *sr = malloc(ns * 4);
+    int32_t *p1 = malloc(N * TOPK * 4), *pr = malloc(N * TOPK * 4);
+    unsigned char *nan = malloc(ns * 4);
+    memset(nan, 0xff, ns * 4);
+    for (int lay = 0; lay < 2 && !check_case_failed; lay++) {
+        const int32_t *sq_h = lay ? seq2 : row_seq, *vis_h = lay ? vis2 : vis;
+        struct indexer_args la = da;
+        la.rows.row_seq = dev_copy(sq_h, N * 4), la.rows.vis = dev_copy(vis_h, N * 4);
+        for (int R = 1; R <= 4 && !check_case_failed; R *= 2) {
+            indexer_cuda_set_rows(R);
+            gpu->to_device((void *)indexer_cuda_scores(), nan, ns * 4);
+            indexer_topk_cuda(&la);
+            gpu->to_host(R == 1 ? s1 : sr, indexer_cuda_scores(), ns * 4);
+            gpu->to_host(R == 1 ? p1 : pr, la.rows.topk, (size_t)N * TOPK * 4);
+            for (int t = 0; R > 1 && t < N && !check_case_failed; t++) {
+                if (sq_h[t] < 0 || vis_h[t] <= TOPK) continue;
+                CHECK(!memcmp(s1 + (size_t)t * NE, sr + (size_t)t * NE, (size_t)vis_h[t] * 4),
+                      "%s rows, %d rows a block: row %d's scores differ from one row a block's",
+                      lay ? "grouped" : "interleaved", R, t);
+                CHECK(!memcmp(p1 + (size_t)t * TOPK, pr + (size_t)t * TOPK, TOPK * 4),
+                      "%s rows, %d rows a block: row %d's picks differ",
+                      lay ? "grouped" : "interleaved", R, t);
+            }
+        }
+        indexer_cuda_set_rows(1);
+        gpu->release((void *)la.rows.row_seq), gpu->release((void *)la.rows.vis);
+    }
+    free(seq2), free(vis2), free(s1), free(sr), free(p1), free(pr), free(nan);
     char note[48];
     snprintf(note, sizeof note, "%d near-tie swaps", swaps);
     case_end(name, note);
