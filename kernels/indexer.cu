@@ -51,6 +51,57 @@ template <int DP> struct im_smem {
     float part[IM_THREADS / 32][IM_ENT];
 };
 
+/* a warp's chunk: its 16 heads (query rows qr .. qr + 15 of qh / ql) against the chunk's IM_ENT
+ * keys, s[j] the 16 x 8 tile of entries 8 j .. + 8; each product as hi.hi + lo.hi (+ hi.lo for
+ * fp32 keys: KLO) in that order, k ascending; zeros when !on (heads all past n_heads) */
+template <int DP, bool KLO, int LD>
+__device__ __forceinline__ void
+im_chunk(float (*s)[4], const __nv_bfloat16 (*qh)[LD], const __nv_bfloat16 (*ql)[LD],
+         const __nv_bfloat16 (*kh)[LD], const __nv_bfloat16 (*kl)[LD], int qr, bool on, int lane) {
+    int ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8, bk = ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int j = 0; j < IM_ENT / 8; j++)
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    if (!on) return;
+#pragma unroll 2
+    for (int kk = 0; kk < DP; kk += 16) {
+        unsigned qa[4], qb[4];
+        ldmatrix4(qa, &qh[qr + (lane & 15)][kk + ak]);
+        ldmatrix4(qb, &ql[qr + (lane & 15)][kk + ak]);
+#pragma unroll
+        for (int jp = 0; jp < IM_ENT / 16; jp++) {
+            unsigned kb[4];
+            ldmatrix4(kb, &kh[16 * jp + br][kk + bk]);
+            mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+            mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+            mma_bf16(s[2 * jp], qb[0], qb[1], qb[2], qb[3], kb[0], kb[1]);
+            mma_bf16(s[2 * jp + 1], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
+            if constexpr (KLO) {
+                ldmatrix4(kb, &kl[16 * jp + br][kk + bk]);
+                mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+                mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+            }
+        }
+    }
+}
+
+/* the warp's score parts of the chunk: entry 8 j + 2 tq + e summed over its heads, this lane's
+ * g and g + 8 (weights wg0, wg1) first, then across the warp, into part[IM_ENT] */
+__device__ __forceinline__ void im_parts(const float (*s)[4], float wg0, float wg1, float scale,
+                                         float *part, int lane) {
+    int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int j = 0; j < IM_ENT / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float v = fmaxf(s[j][e], 0.0f) * scale * wg0 + fmaxf(s[j][2 + e], 0.0f) * scale * wg1;
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            if (g == 0) part[8 * j + 2 * tq + e] = v;
+        }
+}
+
 template <int DP, int KT>
 __global__ void __launch_bounds__(IM_THREADS)
     indexer_mma_kernel(struct indexer_args a, int span, float *scores) {
@@ -83,13 +134,11 @@ __global__ void __launch_bounds__(IM_THREADS)
         *(unsigned *)&sm.qh[h][c] = pack_bf16(h0, h1);
         *(unsigned *)&sm.ql[h][c] = pack_bf16(x0 - h0, x1 - h1);
     }
-    int g = lane >> 2, tq = lane & 3, hm = 16 * wp;
+    int g = lane >> 2, hm = 16 * wp;
     bool live = hm < a.n_heads; // a warp whose heads are all past n_heads adds zeros
     float wg0 = 0.0f, wg1 = 0.0f;
     if (hm + g < a.n_heads) wg0 = wt[hm + g];
     if (hm + g + 8 < a.n_heads) wg1 = wt[hm + g + 8];
-    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
-        bk = ((lane >> 3) & 1) * 8;
     const unsigned char *keys = (const unsigned char *)a.keys;
     for (int c0 = w0; c0 < w1; c0 += IM_ENT) {
         __syncthreads(); // the chunk before is summed: keys and parts are free
@@ -102,43 +151,8 @@ __global__ void __launch_bounds__(IM_THREADS)
         }
         __syncthreads();
         float s[IM_ENT / 8][4];
-#pragma unroll
-        for (int j = 0; j < IM_ENT / 8; j++)
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        if (live) {
-#pragma unroll 2
-            for (int kk = 0; kk < DP; kk += 16) {
-                unsigned qa[4], qb[4];
-                ldmatrix4(qa, &sm.qh[hm + ar][kk + ak]);
-                ldmatrix4(qb, &sm.ql[hm + ar][kk + ak]);
-#pragma unroll
-                for (int jp = 0; jp < IM_ENT / 16; jp++) {
-                    unsigned kb[4];
-                    ldmatrix4(kb, &sm.kh[16 * jp + br][kk + bk]);
-                    mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
-                    mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
-                    mma_bf16(s[2 * jp], qb[0], qb[1], qb[2], qb[3], kb[0], kb[1]);
-                    mma_bf16(s[2 * jp + 1], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
-                    if constexpr (KLO) {
-                        ldmatrix4(kb, &sm.kl[16 * jp + br][kk + bk]);
-                        mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
-                        mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
-                    }
-                }
-            }
-        }
-        // entry 8 j + 2 tq + e of the chunk: this lane's heads g and g + 8, then the warp's
-#pragma unroll
-        for (int j = 0; j < IM_ENT / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float v =
-                    fmaxf(s[j][e], 0.0f) * a.scale * wg0 + fmaxf(s[j][2 + e], 0.0f) * a.scale * wg1;
-                v += __shfl_xor_sync(0xffffffffu, v, 4);
-                v += __shfl_xor_sync(0xffffffffu, v, 8);
-                v += __shfl_xor_sync(0xffffffffu, v, 16);
-                if (g == 0) sm.part[wp][8 * j + 2 * tq + e] = v;
-            }
+        im_chunk<DP, KLO>(s, sm.qh, sm.ql, sm.kh, sm.kl, hm, live, lane);
+        im_parts(s, wg0, wg1, a.scale, sm.part[wp], lane);
         __syncthreads();
         if (tid < IM_ENT && c0 + tid < w1) {
             float v = sm.part[0][tid];
@@ -205,7 +219,7 @@ __global__ void __launch_bounds__(IM_THREADS *R)
         *(unsigned *)&sm.qh[rr * IM_HEADS + h][c] = pack_bf16(h0, h1);
         *(unsigned *)&sm.ql[rr * IM_HEADS + h][c] = pack_bf16(x0 - h0, x1 - h1);
     }
-    int my = wp / WR, g = lane >> 2, tq = lane & 3, hm = 16 * (wp % WR);
+    int my = wp / WR, g = lane >> 2, hm = 16 * (wp % WR);
     bool heads = hm < a.n_heads; // a warp whose heads are all past n_heads adds zeros
     float wg0 = 0.0f, wg1 = 0.0f;
     if (seq[my] >= 0) {
@@ -213,8 +227,6 @@ __global__ void __launch_bounds__(IM_THREADS *R)
         if (hm + g < a.n_heads) wg0 = wt[hm + g];
         if (hm + g + 8 < a.n_heads) wg1 = wt[hm + g + 8];
     }
-    int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
-        bk = ((lane >> 3) & 1) * 8;
     const unsigned char *keys = (const unsigned char *)a.keys;
     for (int i0 = 0; i0 < R; i0++) { // a sequence at a time, at its first row in the block
         int sq = seq[i0], w1 = w0;
@@ -234,45 +246,11 @@ __global__ void __launch_bounds__(IM_THREADS *R)
                 key16_bf16<KT, KLO>(&sm.kh[u][0], &sm.kl[u][0], p, f, cc);
             }
             __syncthreads();
-            float s[IM_ENT / 8][4];
-#pragma unroll
-            for (int j = 0; j < IM_ENT / 8; j++)
-                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-            if (mine && heads) {
-                int qr = my * IM_HEADS + hm + ar;
-#pragma unroll 2
-                for (int kk = 0; kk < DP; kk += 16) {
-                    unsigned qa[4], qb[4];
-                    ldmatrix4(qa, &sm.qh[qr][kk + ak]);
-                    ldmatrix4(qb, &sm.ql[qr][kk + ak]);
-#pragma unroll
-                    for (int jp = 0; jp < IM_ENT / 16; jp++) {
-                        unsigned kb[4];
-                        ldmatrix4(kb, &sm.kh[16 * jp + br][kk + bk]);
-                        mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
-                        mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
-                        mma_bf16(s[2 * jp], qb[0], qb[1], qb[2], qb[3], kb[0], kb[1]);
-                        mma_bf16(s[2 * jp + 1], qb[0], qb[1], qb[2], qb[3], kb[2], kb[3]);
-                        if constexpr (KLO) {
-                            ldmatrix4(kb, &sm.kl[16 * jp + br][kk + bk]);
-                            mma_bf16(s[2 * jp], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
-                            mma_bf16(s[2 * jp + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
-                        }
-                    }
-                }
+            if (mine) { // (the rows of other sequences wait for their own pass)
+                float s[IM_ENT / 8][4];
+                im_chunk<DP, KLO>(s, sm.qh, sm.ql, sm.kh, sm.kl, my * IM_HEADS + hm, heads, lane);
+                im_parts(s, wg0, wg1, a.scale, sm.part[wp], lane);
             }
-            if (mine) // entry 8 j + 2 tq + e of the chunk: this lane's heads g and g + 8
-#pragma unroll
-                for (int j = 0; j < IM_ENT / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float v = fmaxf(s[j][e], 0.0f) * a.scale * wg0 +
-                                  fmaxf(s[j][2 + e], 0.0f) * a.scale * wg1;
-                        v += __shfl_xor_sync(0xffffffffu, v, 4);
-                        v += __shfl_xor_sync(0xffffffffu, v, 8);
-                        v += __shfl_xor_sync(0xffffffffu, v, 16);
-                        if (g == 0) sm.part[wp][8 * j + 2 * tq + e] = v;
-                    }
             __syncthreads();
             for (int i = tid; i < R * IM_ENT; i += NT) { // each row of the sequence: its warps
                 int rr = i / IM_ENT, e = i % IM_ENT;
