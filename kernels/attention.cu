@@ -274,8 +274,13 @@ __global__ void __launch_bounds__(32 * ATT_MAX_HEADS)
 #define AM_HEADS   64
 #define AM_KEYS    32
 #define AM_THREADS 256
-#define AM_ROWS    256 /* steps of at least this many rows take it (attention_cuda_set_wide;
-                          TD_ATT_WIDE_ROWS=N: from N rows, measuring only) */
+/* Steps of at least AM_ROWS rows take it (attention_cuda_set_wide; TD_ATT_WIDE_ROWS=N: from N
+ * rows, measuring only). Session 38 (H100, released Flash slice, tandem bench on distinct
+ * prompts, tokens/s, the fp32-pipe kernel below against this one from 16 rows): batch 8 2833.5,
+ * 2825.8 against 2758.2, 2751.9 (from 8); batch 16 3530.9, 3520.7 against 3568.5, 3576.4; batch
+ * 32 4283.4, 4273.1 against 4491.0, 4458.7; batch 64 5584.8, 5570.5 against 6034.6, 6028.8 (from
+ * 64). It was 256: prefill only. */
+#define AM_ROWS 16
 
 template <int D> struct am_smem {
     static constexpr int LD = D + 8, LS = AM_KEYS + 1, LP = AM_KEYS + 8;
@@ -513,7 +518,7 @@ extern "C" int attention_cuda_reserve(const struct td_reserve *r, char *err, siz
 extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (!a->rows.n_tok) return;
     TD_ASSERT(a->d <= ATTENTION_MAX_D); // attention_cuda_reserve refuses such models first
-    static int from = -1; // (TD_ATT_WIDE_ROWS, read once)
+    static int from = -1;               // (TD_ATT_WIDE_ROWS, read once)
     if (from < 0) from = getenv("TD_ATT_WIDE_ROWS") ? atoi(getenv("TD_ATT_WIDE_ROWS")) : AM_ROWS;
     bool wide = am_mode == 1 || (am_mode == 0 && a->rows.n_tok >= (from > 0 ? from : AM_ROWS));
     if (wide && !as().deterministic && a->d == 512 && a->n_heads <= AM_HEADS &&

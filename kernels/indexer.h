@@ -21,8 +21,9 @@ extern "C" {
  * most 256 (a lane holds 8 of its columns); sizes the scores (rows x (entries + 1)). */
 int indexer_cuda_reserve(const struct td_reserve *r, char *err, size_t errlen);
 
-/* Rows a block of the CUDA scores takes: 1 (the default), 2 or 4 (the same scores, bit for bit;
- * measuring and tests). Call outside any capture; TD_INDEXER_ROWS=R sets it at the first step. */
+/* Rows a block of the CUDA scores takes: 1, 2 (the default) or 4, the same scores bit for bit
+ * (measuring and tests); 0: the default again. Call outside any capture; TD_INDEXER_ROWS=R sets
+ * the default at the first step. */
 void indexer_cuda_set_rows(int rows);
 
 /* The CUDA scores of the last indexer_topk_cuda call: [rows, entries] on the device, row t's

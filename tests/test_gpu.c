@@ -1473,7 +1473,7 @@ static void test_indexer_mma(int kt) {
                       lay ? "grouped" : "interleaved", R, t);
             }
         }
-        indexer_cuda_set_rows(1);
+        indexer_cuda_set_rows(0);
         gpu->release((void *)la.rows.row_seq), gpu->release((void *)la.rows.vis);
     }
     free(seq2), free(vis2), free(s1), free(sr), free(p1), free(pr), free(nan);
