@@ -100,8 +100,16 @@ __device__ void mix_part(float *mix, const float *xt, const void *fn, int fn_dt,
  * tokens give a block HC_MIX_PER tokens, one after another, so the chunk of fn it reads comes
  * from L1 after the first; each token's sums are the same sums in the same order either way:
  * the same bits at any width. */
-#define HC_MIX_WIDE 256
+#define HC_MIX_WIDE 256 /* (TD_HC_MIX_WIDE=N: the tensor-core form from N tokens, measuring) */
 #define HC_MIX_PER  16
+static int hc_mix_wide(void) {
+    static int w = -1;
+    if (w < 0)
+        w = getenv("TD_HC_MIX_WIDE") && atoi(getenv("TD_HC_MIX_WIDE")) > 0
+                ? atoi(getenv("TD_HC_MIX_WIDE"))
+                : HC_MIX_WIDE;
+    return w;
+}
 static int hc_mix_per(int n) {
     return n >= HC_MIX_WIDE ? HC_MIX_PER : 1;
 }
@@ -564,7 +572,7 @@ extern "C" int hc_cuda_reserve(const struct td_reserve *r, char *err, size_t err
 /* the chunk parts of n tokens' m mixes when the width is split (returns the split count) */
 static int mix_parts(const float *x, const void *fn, int fn_dt, int n, int m, int width) {
     int splits = hc_mix_splits(width);
-    if (splits > 1 && (n < HC_MIX_WIDE || hs().deterministic)) {
+    if (splits > 1 && (n < hc_mix_wide() || hs().deterministic)) {
         grow_scratch(&hs().parts, &hs().parts_cap, (size_t)n * splits * (m + 1));
         int per = hc_mix_per(n);
         launch_k(hc_mix_f32_kernel, dim3(splits, ceil_div(n, per)), hc_threads(width), 0,
