@@ -13,6 +13,7 @@
 #include <time.h>
 #include <type_traits>
 #include <cublasLt.h>
+#include <cuda_fp8.h>
 
 #include "compress.h"
 #include "cuda_common.cuh"
@@ -33,6 +34,7 @@ namespace cg = cooperative_groups;
  * An algorithm the library refuses at a smaller n gets that n's own plan (exact). */
 struct lt_plan {
     int n, in, out, ldb, ldc, exact;
+    int fp8;  /* the FP8 block-scaled form (lt_fp8) */
     int cols; /* the width lb and lc are set to now */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
@@ -53,6 +55,9 @@ struct mm_state {
     size_t xt_cap;       /* rows x chunks the buffers hold */
     __nv_bfloat16 *wbuf; /* a quantized matrix decoded to bf16 (matmul_cuda_reserve) */
     size_t wbuf_cap;
+    uint8_t *f8_x; /* lt_fp8: x's e4m3 codes, their scales, the weight's scales as fp32 */
+    float *f8_xs, *f8_ws;
+    size_t f8_x_cap, f8_xs_cap, f8_ws_cap;
     struct lt_plan lt_plans[LT_PLANS];
     int n_lt_plans;
 };
@@ -66,7 +71,7 @@ static void mm_release(void *p) {
     }
     if (m->lt) cublasLtDestroy(m->lt);
     cudaFree(m->lt_ws), cudaFree(m->xbuf), cudaFree(m->xt_buf), cudaFree(m->xt_inv);
-    cudaFree(m->wbuf);
+    cudaFree(m->wbuf), cudaFree(m->f8_x), cudaFree(m->f8_xs), cudaFree(m->f8_ws);
 }
 
 static struct mm_state &mm(void) {
@@ -557,12 +562,12 @@ static int lt_bucket(int n) {
     return b;
 }
 
-static struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc, int exact) {
+static struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc, int exact, int fp8) {
     int nb = exact ? n : lt_bucket(n);
     for (int i = 0; i < mm().n_lt_plans; i++) {
         struct lt_plan *q = &mm().lt_plans[i];
         if (q->n == nb && q->exact == exact && q->in == in && q->out == out && q->ldb == ldb &&
-            q->ldc == ldc)
+            q->ldc == ldc && q->fp8 == fp8)
             return q;
     }
     static thread_local struct lt_plan spare; // a full table: the spare is remade for each shape
@@ -578,15 +583,29 @@ static struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc, int
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *q = lt_plan(); // every member zero (C++ warns about a partial designated list)
     q->n = nb, q->in = in, q->out = out, q->ldb = ldb, q->ldc = ldc, q->exact = exact;
-    q->cols = nb;
+    q->cols = nb, q->fp8 = fp8;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&q->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->la, CUDA_R_16BF, in, out, in));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lb, CUDA_R_16BF, in, nb, ldb));
+    if (fp8) { // the weight's 128 x 128 scales, x's per 128 columns (a context's fixed buffers)
+        int32_t am = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                bm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        const float *ws = mm().f8_ws, *xs = mm().f8_xs;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am,
+                                                    sizeof am));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm,
+                                                    sizeof bm));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                    &ws, sizeof ws));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(q->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                    &xs, sizeof xs));
+    }
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->la, ab, in, out, in));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lb, ab, in, nb, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&q->lc, CUDA_R_32F, out, nb, ldc));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -594,9 +613,17 @@ static struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc, int
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes, sizeof lt_ws_bytes));
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(mm().lt, q->op, q->la, q->lb, q->lc, q->lc, pref, 1,
-                                                &h, &found));
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(mm().lt, q->op, q->la, q->lb, q->lc, q->lc,
+                                                       pref, 1, &h, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS && !fp8) CUBLAS_CHECK(hs);
+    if (hs != CUBLAS_STATUS_SUCCESS) found = 0;
     cublasLtMatmulPreferenceDestroy(pref);
+    if (!found && fp8) { // (lt_fp8 falls back to the bf16 copy)
+        cublasLtMatrixLayoutDestroy(q->la), cublasLtMatrixLayoutDestroy(q->lb);
+        cublasLtMatrixLayoutDestroy(q->lc), cublasLtMatmulDescDestroy(q->op);
+        *q = lt_plan();
+        return NULL;
+    }
     if (!found) TD_ABORT("cuBLASLt has no algorithm for %d x %d x %d", out, nb, in);
     q->algo = h.algo;
     if (q != &spare) mm().n_lt_plans++;
@@ -625,7 +652,7 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
     float alpha = 1.0f, beta = 0.0f;
     if (lt_exact < 0) lt_exact = getenv("TD_LT_EXACT") && atoi(getenv("TD_LT_EXACT"));
     for (int exact = lt_exact;; exact = 1) {
-        struct lt_plan *q = lt_plan_for(n, in, out, ldb, ldc, exact);
+        struct lt_plan *q = lt_plan_for(n, in, out, ldb, ldc, exact, 0);
         lt_set_cols(q, n);
         cublasStatus_t st =
             cublasLtMatmul(mm().lt, q->op, &alpha, w, q->la, xb, q->lb, &beta, y, q->lc, y, q->lc,
@@ -634,6 +661,102 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
         if (exact || st != CUBLAS_STATUS_NOT_SUPPORTED)
             TD_ABORT("cuBLASLt: %d x %d x %d: status %d", out, n, in, (int)st);
     }
+}
+
+/* FP8 weights on FP8 tensor cores (lt_fp8; TD_FP8_LT=1 at the first step, or
+ * matmul_cuda_set_fp8_lt; off by default): the reference's own numerics for its FP8 linears
+ * (released_formats.md 2.3-2.4): each row of x quantized to e4m3 per 128 columns with a
+ * power-of-two scale (act_quant: amax floored at 1e-4, s = 2^ceil(log2(amax / 448))), the
+ * weight's codes with their 128 x 128 scales, cuBLASLt's block-scaled FP8 GEMM (Hopper), fp32
+ * sums. It reads the codes, not a bf16 copy made each step, and runs at FP8's rate; x loses the
+ * bits e4m3 drops, which the bf16 path (and the HF oracle) keep. Written in session 38 without
+ * a GPU run: the scale grids' orders are cuBLASLt's (TD_FP8_LT_LAYOUT bits, measuring: 1 the
+ * weight's grid k-block fastest, 2 x's k-block fastest; 0 the out / token index fastest).
+ * Steps of more than quant_mma_rows() rows of one [out, in] Q8 matrix with in % 128 == 0 take it;
+ * a shape cuBLASLt refuses takes the bf16 copy (said once). */
+#define F8_BLOCK 128
+static int f8_mode = -1;   /* TD_FP8_LT */
+static int f8_layout = -1; /* TD_FP8_LT_LAYOUT */
+
+extern "C" void matmul_cuda_set_fp8_lt(int on) {
+    f8_mode = on ? 1 : 0;
+}
+
+static bool f8_on(void) {
+    if (f8_mode < 0) f8_mode = getenv("TD_FP8_LT") && atoi(getenv("TD_FP8_LT")) ? 1 : 0;
+    if (f8_layout < 0)
+        f8_layout = getenv("TD_FP8_LT_LAYOUT") ? atoi(getenv("TD_FP8_LT_LAYOUT")) & 3 : 0;
+    return f8_mode == 1;
+}
+
+/* x rows [n, in] to e4m3 codes q [n, in] and a power-of-two scale a row's 128 columns (act_quant):
+ * warp w of block (kb, y) takes row 4 y + w, 4 columns a lane */
+__global__ void f8_act_quant_kernel(uint8_t *q, float *s, const float *x, int n, int in,
+                                    int layout) {
+    PDL_START();
+    int lane = threadIdx.x & 31, t = blockIdx.y * 4 + (threadIdx.x >> 5), kb = blockIdx.x;
+    if (t >= n) return;
+    int c = kb * F8_BLOCK + 4 * lane, kblk = (in + F8_BLOCK - 1) / F8_BLOCK;
+    const float *xr = x + (size_t)t * in;
+    float v[4], m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        v[i] = c + i < in ? xr[c + i] : 0.0f, m = fmaxf(m, fabsf(v[i]));
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    m = fmaxf(m, 1e-4f); // (a NaN x stays NaN in its codes, as the reference's does)
+    unsigned r = __float_as_uint(m / 448.0f);
+    int e = (int)((r >> 23) & 255u) + ((r & 0x7fffffu) != 0); // the biased exponent, rounded up
+    float sc = __uint_as_float((unsigned)e << 23), inv = __uint_as_float((unsigned)(254 - e) << 23);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (c + i < in)
+            q[(size_t)t * in + c + i] =
+                (uint8_t)__nv_cvt_float_to_fp8(v[i] * inv, __NV_SATFINITE, __NV_E4M3);
+    if (lane == 0) s[layout & 2 ? (size_t)t * kblk + kb : (size_t)kb * n + t] = sc;
+}
+
+/* the weight's e8m0 scale bytes [oblk, kblk] as fp32 in cuBLASLt's order */
+__global__ void f8_w_scales_kernel(float *ws, const uint8_t *sb, int oblk, int kblk, int layout) {
+    PDL_START();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= oblk * kblk) return;
+    int ob = i / kblk, kb = i % kblk;
+    unsigned b = sb[i];
+    float v = b ? __uint_as_float(b << 23) : __uint_as_float(0x00400000u); // 2^(b - 127)
+    ws[layout & 1 ? (size_t)kb + (size_t)ob * kblk : (size_t)ob + (size_t)kb * oblk] = v;
+}
+
+/* y [n, out] = x [n, in] . W^T on FP8 tensor cores; false when cuBLASLt refuses the shape */
+static bool lt_fp8(float *y, const float *x, const void *w, int n, int in, int out) {
+    int kblk = in / F8_BLOCK, oblk = (out + F8_BLOCK - 1) / F8_BLOCK;
+    if ((size_t)n * in > mm().f8_x_cap || (size_t)n * kblk > mm().f8_xs_cap ||
+        (size_t)oblk * kblk > mm().f8_ws_cap)
+        return false; // (matmul_cuda_reserve sized them: a caller that reserved nothing)
+    struct lt_plan *q = lt_plan_for(n, in, out, in, out, 0, 1);
+    if (!q) {
+        static bool said;
+        if (!said)
+            fprintf(stderr,
+                    "tandem: cuBLASLt has no block-scaled FP8 GEMM for %d x %d x %d here: "
+                    "FP8 weights take their bf16 copies\n",
+                    out, n, in);
+        said = true;
+        return false;
+    }
+    struct wmat m = wmat_of(w, TD_DTYPE_Q8, out, in, 0);
+    launch_k(f8_act_quant_kernel, dim3(kblk, ceil_div(n, 4)), 128, 0, td_cuda_stream(), mm().f8_x,
+             mm().f8_xs, x, n, in, f8_layout);
+    LAUNCH_CHECK();
+    launch_k(f8_w_scales_kernel, ceil_div(oblk * kblk, 256), 256, 0, td_cuda_stream(), mm().f8_ws,
+             m.s, oblk, kblk, f8_layout);
+    LAUNCH_CHECK();
+    lt_set_cols(q, n);
+    float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(mm().lt, q->op, &alpha, w, q->la, mm().f8_x, q->lb, &beta, y, q->lc,
+                                y, q->lc, &q->algo, mm().lt_ws, lt_ws_bytes, td_cuda_stream()));
+    return true;
 }
 
 /* Quantized weights (quant.h): steps of up to quant_mma_rows() rows take the skinny kernel, in
@@ -650,6 +773,16 @@ extern "C" int matmul_cuda_reserve(const struct td_reserve *r, char *err, size_t
     if (r->rows > quant_mma_rows() && (size_t)r->quant_weight > mm().wbuf_cap) {
         mm().wbuf_cap = (size_t)r->quant_weight; // grow only: captured graphs keep the old address
         CUDA_CHECK(cudaMalloc(&mm().wbuf, mm().wbuf_cap * sizeof(__nv_bfloat16)));
+    }
+    if (r->rows > quant_mma_rows() && r->quant_weight && f8_on() && !mm().f8_x) {
+        // (made once, before any plan: the plans hold the scales' addresses)
+        size_t kb = (size_t)ceil_div(r->gemm_in, F8_BLOCK);
+        mm().f8_x_cap = (size_t)r->rows * r->gemm_in, mm().f8_xs_cap = (size_t)r->rows * kb;
+        mm().f8_ws_cap = (size_t)r->quant_weight / (F8_BLOCK * F8_BLOCK) +
+                         2 * (size_t)r->quant_weight / F8_BLOCK + 1;
+        CUDA_CHECK(cudaMalloc(&mm().f8_x, mm().f8_x_cap));
+        CUDA_CHECK(cudaMalloc(&mm().f8_xs, mm().f8_xs_cap * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&mm().f8_ws, mm().f8_ws_cap * sizeof(float)));
     }
     return 0;
 }
@@ -761,6 +894,8 @@ extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dty
     } else if (skinny(w_dtype, n, in, out)) {
         skinny_one(y, x, w, w_dtype, n, 1, in, out, bias, bias_dtype);
         return; // bias added
+    } else if (w_dtype == TD_DTYPE_Q8 && in % F8_BLOCK == 0 && out % 16 == 0 && f8_on() &&
+               lt_fp8(y, x, w, n, in, out)) {
     } else if (lt_takes(w_dtype)) {
         lt_one(y, x_as_bf16(x, (size_t)n * in), w, w_dtype, n, in, out);
     } else {

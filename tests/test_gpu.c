@@ -438,6 +438,74 @@ static void test_matmul_quant(void) {
     }
 }
 
+/* v to the nearest e4m3 value (ties to the even code), saturating at +-448 */
+static float e4m3_round(float v) {
+    float a = fabsf(v), best = 0.0f, bd = INFINITY;
+    int bc = 0;
+    for (int c = 0; c < 0x7f; c++) { // (0x7f is NaN)
+        float e = td_e4m3_to_f32((uint8_t)c), d = fabsf(e - (a > 448.0f ? 448.0f : a));
+        if (d < bd || (d == bd && (c & 1) == 0 && (bc & 1))) bd = d, best = e, bc = c;
+    }
+    return v < 0 ? -best : best;
+}
+
+/* the reference's act_quant (released_formats.md 2.3) on x [n, in], in % 128 == 0: each row's
+ * 128 columns as e4m3 codes times a power-of-two scale, returned as their values */
+static void act_quant_values(float *xq, const float *x, int n, int in) {
+    for (int t = 0; t < n; t++)
+        for (int k0 = 0; k0 < in; k0 += 128) {
+            const float *r = x + (size_t)t * in + k0;
+            float m = 1e-4f;
+            for (int k = 0; k < 128; k++)
+                m = fmaxf(m, fabsf(r[k]));
+            int e;
+            float f = frexpf(m / 448.0f, &e); // m / 448 = f 2^e, f in [0.5, 1)
+            float sc = ldexpf(1.0f, f == 0.5f ? e - 1 : e);
+            for (int k = 0; k < 128; k++)
+                xq[(size_t)t * in + k0 + k] = e4m3_round(r[k] / sc) * sc;
+        }
+}
+
+/* FP8 weights on FP8 tensor cores (matmul_cuda_set_fp8_lt, cuBLASLt's block-scaled GEMM): x
+ * quantized as the reference's act_quant, so the result is the reference GEMM of those values
+ * within fp32 summation (every product of two codes and two powers of two is exact). Scales
+ * differ block by block on both sides (the weight's 2^-7 .. 2^9, x's blocks 2^-1 .. 2^2 and by
+ * row), so a scale grid read in another order shows; 100 and 98 rows (not a multiple of 4),
+ * 384 x 512 (3 x 4 blocks). */
+static void test_matmul_fp8_lt(void) {
+    char rerr[256];
+    matmul_cuda_set_fp8_lt(1);
+    struct td_reserve rv = {.rows = 128, .gemm_in = 4096, .quant_weight = 4096 * 256};
+    CHECK(!matmul_cuda_reserve(&rv, rerr, sizeof rerr), "%s", rerr);
+    int ns[2] = {100, 98}, in = 512, out = 384;
+    for (int ni = 0; ni < 2; ni++) {
+        int n = ns[ni];
+        case_begin();
+        uint16_t *wb;
+        float *wf, *x = malloc((size_t)n * in * 4), *xq = malloc((size_t)n * in * 4);
+        uint8_t *q = rand_quant_s(TD_DTYPE_Q8, out, in, 120, &wb, &wf);
+        for (int t = 0; t < n; t++)
+            for (int k = 0; k < in; k++)
+                x[(size_t)t * in + k] = frand() * ldexpf(1.0f, k / 128 - 1) * (float)(1 + t % 3);
+        act_quant_values(xq, x, n, in);
+        float *y = malloc((size_t)n * out * 4);
+        matmul_ref(y, xq, wf, TD_DTYPE_F32, n, in, out, NULL, TD_DTYPE_F32);
+        float *dx = dev_copy(x, (size_t)n * in * 4), *dy = dev_out((size_t)n * out);
+        void *dq = dev_copy(q, td_quant_bytes(TD_DTYPE_Q8, out, in));
+        matmul_cuda(dy, dx, dq, TD_DTYPE_Q8, n, in, out, NULL, TD_DTYPE_F32);
+        float *g = fetch(dy, (size_t)n * out, "matmul fp8");
+        char what[64];
+        snprintf(what, sizeof what, "FP8 tensor cores, %d x %d x %d", n, in, out);
+        close_rel(what, g, y, n, out, 1e-4);
+        char name[64];
+        snprintf(name, sizeof name, "op/matmul_fp8_lt/%d", n);
+        case_end(name, "");
+        free(x), free(xq), free(y), free(g), free(q), free(wb), free(wf);
+        gpu->release(dx), gpu->release(dq), release_out(dy);
+    }
+    matmul_cuda_set_fp8_lt(0);
+}
+
 /* x's half-precision terms made once a launch (matmul_cuda_set_q8h_xt) against made in every
  * block: the same bits at 9, 24, 37 and 48 rows (a last row block of 1, 0, 5 and 0 rows past
  * the others; 48 the widest skinny step), for one FP8 matrix of an input that is not a multiple of
@@ -3332,6 +3400,7 @@ int main(int argc, char **argv) {
     test_matmul_set();
     test_matmul_quant();
     test_q8h_xt();
+    test_matmul_fp8_lt();
     test_moe_quant();
     test_moe_wide(TD_DTYPE_BF16, 0);
     test_moe_wide(TD_DTYPE_Q8, 0);
