@@ -728,27 +728,36 @@ __global__ void f8_w_scales_kernel(float *ws, const uint8_t *sb, int oblk, int k
     ws[layout & 1 ? (size_t)kb + (size_t)ob * kblk : (size_t)ob + (size_t)kb * oblk] = v;
 }
 
-/* y [n, out] = x [n, in] . W^T on FP8 tensor cores; false when cuBLASLt refuses the shape */
-static bool lt_fp8(float *y, const float *x, const void *w, int n, int in, int out) {
-    int kblk = in / F8_BLOCK, oblk = (out + F8_BLOCK - 1) / F8_BLOCK;
-    if ((size_t)n * in > mm().f8_x_cap || (size_t)n * kblk > mm().f8_xs_cap ||
-        (size_t)oblk * kblk > mm().f8_ws_cap)
-        return false; // (matmul_cuda_reserve sized them: a caller that reserved nothing)
+/* whether a step of n rows of an [out, in] matrix of dtype t takes the FP8 tensor cores: the
+ * plan (NULL: not this form; a shape cuBLASLt refuses keeps the bf16 copy, said once) */
+static struct lt_plan *f8_plan(enum td_dtype t, int n, int in, int out) {
+    if (t != TD_DTYPE_Q8 || in % F8_BLOCK || out % 16 || !f8_on() || mm().deterministic ||
+        (size_t)n * in > mm().f8_x_cap || (size_t)n * (in / F8_BLOCK) > mm().f8_xs_cap ||
+        (size_t)ceil_div(out, F8_BLOCK) * (in / F8_BLOCK) > mm().f8_ws_cap)
+        return NULL; // (matmul_cuda_reserve sized the buffers: a caller that reserved nothing)
     struct lt_plan *q = lt_plan_for(n, in, out, in, out, 0, 1);
-    if (!q) {
-        static bool said;
-        if (!said)
-            fprintf(stderr,
-                    "tandem: cuBLASLt has no block-scaled FP8 GEMM for %d x %d x %d here: "
-                    "FP8 weights take their bf16 copies\n",
-                    out, n, in);
-        said = true;
-        return false;
-    }
-    struct wmat m = wmat_of(w, TD_DTYPE_Q8, out, in, 0);
-    launch_k(f8_act_quant_kernel, dim3(kblk, ceil_div(n, 4)), 128, 0, td_cuda_stream(), mm().f8_x,
-             mm().f8_xs, x, n, in, f8_layout);
+    static bool said;
+    if (!q && !said)
+        fprintf(stderr,
+                "tandem: cuBLASLt has no block-scaled FP8 GEMM for %d x %d x %d here: FP8 "
+                "weights take their bf16 copies\n",
+                out, n, in);
+    said = said || !q;
+    return q;
+}
+
+/* x [n, in] as e4m3 codes and scales into the context's buffers, once for every FP8 matrix of a
+ * step over that x */
+static void f8_quant_x(const float *x, int n, int in) {
+    launch_k(f8_act_quant_kernel, dim3(in / F8_BLOCK, ceil_div(n, 4)), 128, 0, td_cuda_stream(),
+             mm().f8_x, mm().f8_xs, x, n, in, f8_layout);
     LAUNCH_CHECK();
+}
+
+/* y [n, out] = x [n, in] . W^T on FP8 tensor cores, x quantized (f8_quant_x) */
+static void lt_fp8(struct lt_plan *q, float *y, const void *w, int n, int in, int out) {
+    int kblk = in / F8_BLOCK, oblk = ceil_div(out, F8_BLOCK);
+    struct wmat m = wmat_of(w, TD_DTYPE_Q8, out, in, 0);
     launch_k(f8_w_scales_kernel, ceil_div(oblk * kblk, 256), 256, 0, td_cuda_stream(), mm().f8_ws,
              m.s, oblk, kblk, f8_layout);
     LAUNCH_CHECK();
@@ -756,7 +765,6 @@ static bool lt_fp8(float *y, const float *x, const void *w, int n, int in, int o
     float alpha = 1.0f, beta = 0.0f;
     CUBLAS_CHECK(cublasLtMatmul(mm().lt, q->op, &alpha, w, q->la, mm().f8_x, q->lb, &beta, y, q->lc,
                                 y, q->lc, &q->algo, mm().lt_ws, lt_ws_bytes, td_cuda_stream()));
-    return true;
 }
 
 /* Quantized weights (quant.h): steps of up to quant_mma_rows() rows take the skinny kernel, in
@@ -894,8 +902,9 @@ extern "C" void matmul_cuda(float *y, const float *x, const void *w, enum td_dty
     } else if (skinny(w_dtype, n, in, out)) {
         skinny_one(y, x, w, w_dtype, n, 1, in, out, bias, bias_dtype);
         return; // bias added
-    } else if (w_dtype == TD_DTYPE_Q8 && in % F8_BLOCK == 0 && out % 16 == 0 && f8_on() &&
-               lt_fp8(y, x, w, n, in, out)) {
+    } else if (struct lt_plan *f8 = f8_plan(w_dtype, n, in, out)) {
+        f8_quant_x(x, n, in);
+        lt_fp8(f8, y, w, n, in, out);
     } else if (lt_takes(w_dtype)) {
         lt_one(y, x_as_bf16(x, (size_t)n * in), w, w_dtype, n, in, out);
     } else {
@@ -965,10 +974,16 @@ extern "C" void matmul_set_cuda(const float *x, int n, int in, int m, const stru
         return mix && (f == WF_Q8 || f == WF_BF16) && (uintptr_t)q.w % 16 == 0 ? SK_MIX : f;
     };
     const __nv_bfloat16 *xb = NULL; // x as bf16, made once for the set's wide matrices
+    bool xq = false;                // x as e4m3 codes, the same for its FP8 ones (f8_plan)
     for (int i = 0; i < m; i++) {
         if (done[i]) continue;
         if (mm().deterministic || !skinny(o[i].dtype, n, in, o[i].out)) {
-            if (!mm().deterministic && lt_takes(o[i].dtype)) {
+            struct lt_plan *f8 = f8_plan(o[i].dtype, n, in, o[i].out);
+            if (f8) {
+                if (!xq) f8_quant_x(x, n, in), xq = true;
+                lt_fp8(f8, o[i].y, o[i].w, n, in, o[i].out);
+                if (o[i].bias) add_bias(o[i].y, o[i].bias, o[i].bias_dtype, n, o[i].out);
+            } else if (!mm().deterministic && lt_takes(o[i].dtype)) {
                 if (!xb) xb = x_as_bf16(x, (size_t)n * in);
                 lt_one(o[i].y, xb, o[i].w, o[i].dtype, n, in, o[i].out);
                 if (o[i].bias) add_bias(o[i].y, o[i].bias, o[i].bias_dtype, n, o[i].out);
