@@ -292,7 +292,22 @@ template <int D> struct am_smem {
     const void *kp[AM_KEYS];
 };
 
-static int am_mode; /* 0: by the step's rows; 1: every step; 2: never (tests, A/B) */
+/* STAGE (attention_cuda_set_stage, TD_ATT_STAGE=1; off until run on a GPU): a chunk's key
+ * records are copied into shared memory by cp.async two chunks ahead (st, a chunk's records),
+ * and made bf16 from there, so their loads wait behind the chunks before them instead of between
+ * S and the softmax; the same records made bf16 the same way: the same bits */
+template <int KT> constexpr int am_stage_bytes = KT == TD_KV_F32 ? 4 * 512 : 2 * 512;
+template <int D, int KT> struct am_stage_smem {
+    am_smem<D> m;
+    __align__(16) unsigned char st[AM_KEYS][am_stage_bytes<KT>];
+};
+
+static int am_mode;       /* 0: by the step's rows; 1: every step; 2: never (tests, A/B) */
+static int am_stage = -1; /* TD_ATT_STAGE */
+
+extern "C" void attention_cuda_set_stage(int on) {
+    am_stage = on ? 1 : 0;
+}
 /* a context's (cuda_ctx.h): batch-invariant mode (the wide form never) */
 struct am_state {
     int deterministic;
@@ -310,12 +325,18 @@ extern "C" void attention_cuda_set_deterministic(int on) {
     as().deterministic = on;
 }
 
-template <int D, int KT>
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem));
+}
+
+template <int D, int KT, bool STAGE>
 __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct attn_args a) {
     prefetch_row_plan(a.rows, blockIdx.x);
     PDL_START();
     extern __shared__ __align__(16) unsigned char smb[];
     am_smem<D> &sm = *(am_smem<D> *)smb;
+    unsigned char(*st)[am_stage_bytes<KT>] = ((am_stage_smem<D, KT> *)smb)->st; // (STAGE)
     const struct rows_view &r = a.rows;
     int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     if (r.row_seq[t] < 0) return; // a pad row: inert
@@ -355,8 +376,39 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         for (int c0 = 16 * sub; c0 < D; c0 += 128)
             key16_bf16<KT, false>(&sm.k[b][u][0], NULL, p, f, c0);
     };
+    // STAGE: chunk c's records into st (8 threads a key; sm.kp: its staged record or NULL)
+    auto issue = [&](int c) {
+        int u = tid >> 3, sub = tid & 7, j = c * AM_KEYS + u;
+        const unsigned char *src =
+            j < nk ? (const unsigned char *)key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
+        if (sub == 0) sm.kp[u] = src ? (const void *)st[u] : NULL;
+        if constexpr (KT == TD_KV_FP8) { // (records of 8-byte multiples)
+            for (int o = 8 * sub; src && o < f.rec; o += 64)
+                cp_async8(&st[u][o], src + o);
+        } else {
+            for (int o = 16 * sub; src && o < f.rec; o += 128)
+                cp_async16(&st[u][o], src + o, true);
+        }
+        cp_async_commit();
+    };
+    auto convert = [&](int b) { // the staged chunk into buffer b
+        int u = tid >> 3, sub = tid & 7;
+        const void *p = sm.kp[u];
+#pragma unroll
+        for (int c0 = 16 * sub; c0 < D; c0 += 128)
+            key16_bf16<KT, false>(&sm.k[b][u][0], NULL, p, f, c0);
+    };
     int n_chunks = (nk + AM_KEYS - 1) / AM_KEYS;
-    if (n_chunks) load(0, 0);
+    if (STAGE && n_chunks) {
+        issue(0);
+        cp_async_wait<0>();
+        __syncthreads();
+        convert(0);
+        __syncthreads(); // (st and kp free)
+        if (n_chunks > 1) issue(1);
+    } else if (n_chunks) {
+        load(0, 0);
+    }
     constexpr int NT = D / 16; // O's tiles of 8 columns a warp (D / 2 columns)
     float o[NT][4];
 #pragma unroll
@@ -388,10 +440,17 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
                     sm.s[h][col] = c * AM_KEYS + col < nk ? sc[j][e] * a.scale : -INFINITY;
                 }
         }
-        if (c + 1 < n_chunks)
+        if (STAGE && c + 1 < n_chunks) {
+            cp_async_wait<0>(); // chunk c + 1's records, copied while chunk c - 1 was multiplied
+            __syncthreads();    // (every thread's: also orders S before the softmax)
+            convert(b ^ 1);
+            __syncthreads(); // (st and kp free)
+            if (c + 2 < n_chunks) issue(c + 2);
+        } else if (c + 1 < n_chunks) {
             load(c + 1, b ^ 1); // (its sync also orders S before the softmax)
-        else
+        } else {
             __syncthreads();
+        }
         { // the online softmax: 4 threads a head, 8 keys each
             int h = tid >> 2, q = tid & 3;
             float sv[8], mx = -INFINITY;
@@ -487,9 +546,13 @@ static void am_allow(void) {
     if (done) return;
     for (int kt = TD_KV_F32; kt <= TD_KV_FP8; kt++)
         by_kv(kt, [&](auto k) {
-            CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<512, decltype(k)::value>,
+            constexpr int KT = decltype(k)::value;
+            CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<512, KT, false>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)sizeof(am_smem<512>)));
+            CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<512, KT, true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)sizeof(am_stage_smem<512, KT>)));
         });
     done = true;
 }
@@ -524,9 +587,16 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (wide && !as().deterministic && a->d == 512 && a->n_heads <= AM_HEADS &&
         (!a->inv_freq || (a->d - a->rot_dim) % 2 == 0)) {
         am_allow();
-        by_kv(kv_fmt_or_f32(a->fmt, a->d).dtype, [&](auto k) {
-            launch_k(attention_mma_kernel<512, decltype(k)::value>, a->rows.n_tok, AM_THREADS,
-                     sizeof(am_smem<512>), td_cuda_stream(), *a);
+        if (am_stage < 0) am_stage = getenv("TD_ATT_STAGE") && atoi(getenv("TD_ATT_STAGE")) ? 1 : 0;
+        kv_fmt f = kv_fmt_or_f32(a->fmt, a->d);
+        by_kv(f.dtype, [&](auto k) {
+            constexpr int KT = decltype(k)::value;
+            if (am_stage && f.rec <= am_stage_bytes<KT>)
+                launch_k(attention_mma_kernel<512, KT, true>, a->rows.n_tok, AM_THREADS,
+                         sizeof(am_stage_smem<512, KT>), td_cuda_stream(), *a);
+            else
+                launch_k(attention_mma_kernel<512, KT, false>, a->rows.n_tok, AM_THREADS,
+                         sizeof(am_smem<512>), td_cuda_stream(), *a);
         });
         LAUNCH_CHECK();
         return;

@@ -66,6 +66,10 @@ void attention_rows_cuda(const struct attn_args *a);
  * 512 columns: mode 0 from AM_ROWS rows (the default), 1 at every step, 2 never (tests, A/B);
  * batch-invariant mode (set_deterministic) never */
 void attention_cuda_set_wide(int mode);
+/* 1: the tensor-core kernel copies each chunk's key records ahead by cp.async (the same bits);
+ * 0 (the default until run on a GPU): it loads them as it reaches them. TD_ATT_STAGE=1 at the
+ * first wide step sets it. */
+void attention_cuda_set_stage(int on);
 void attention_cuda_set_deterministic(int on);
 
 #ifdef __cplusplus

@@ -1986,13 +1986,20 @@ static void test_route_wide(void) {
 /* one attention case: the reference on host arguments h (writing h.out), the kernel on the same
  * arguments with v's device rows, queries, keys, sinks, rope frequencies and key format, both
  * compared over the plan's n_real real rows (a pad row is inert); out_n: the output's floats */
+/* the device arguments of a case: h's, with v's device rows, buffers and key format, and a fresh
+ * guarded output of out_n floats */
+static struct attn_args attention_dev(struct attn_args h, struct attn_args v, size_t out_n) {
+    struct attn_args ad = h;
+    ad.rows = v.rows, ad.out = dev_out(out_n), ad.q = v.q, ad.kv = v.kv, ad.swa_ring = v.swa_ring;
+    ad.entries = v.entries, ad.sinks = v.sinks, ad.inv_freq = v.inv_freq, ad.fmt = v.fmt;
+    return ad;
+}
+
 static void attention_case(const char *name, struct attn_args h, struct attn_args v, int n_real,
                            size_t out_n, double rel) {
     memset(h.out, 0, out_n * sizeof(float));
     attention_rows_ref(&h);
-    struct attn_args ad = h;
-    ad.rows = v.rows, ad.out = dev_out(out_n), ad.q = v.q, ad.kv = v.kv, ad.swa_ring = v.swa_ring;
-    ad.entries = v.entries, ad.sinks = v.sinks, ad.inv_freq = v.inv_freq, ad.fmt = v.fmt;
+    struct attn_args ad = attention_dev(h, v, out_n);
     attention_rows_cuda(&ad);
     float *g = fetch(ad.out, out_n, "attention");
     close_rel(name, g, h.out, (long)n_real * h.n_heads, h.d, rel);
@@ -2124,6 +2131,19 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
                      td_kv_dtype_name(kt));
             attention_cuda_set_wide(1);
             attention_case(name, ah, av, p->n_tok, (size_t)n * H * d, 1e-2);
+            // the key records copied ahead (attention_cuda_set_stage): the same bits
+            float *ob[2];
+            for (int sg = 0; sg < 2; sg++) {
+                attention_cuda_set_stage(sg);
+                struct attn_args ad = attention_dev(ah, av, (size_t)n * H * d);
+                attention_rows_cuda(&ad);
+                ob[sg] = fetch(ad.out, (size_t)n * H * d, "attention staged");
+                release_out(ad.out);
+            }
+            attention_cuda_set_stage(0);
+            CHECK(!memcmp(ob[0], ob[1], (size_t)p->n_tok * H * d * 4),
+                  "%s: the records copied ahead give other bits", name);
+            free(ob[0]), free(ob[1]);
             attention_cuda_set_wide(0);
             case_end(name, "");
             for (int b = 0; b < 3; b++)
