@@ -306,7 +306,7 @@ static int am_mode;       /* 0: by the step's rows; 1: every step; 2: never (tes
 static int am_stage = -1; /* TD_ATT_STAGE */
 
 extern "C" void attention_cuda_set_stage(int on) {
-    am_stage = on ? 1 : 0;
+    am_stage = on < 0 ? -1 : on ? 1 : 0; // (-1: TD_ATT_STAGE's again)
 }
 /* a context's (cuda_ctx.h): batch-invariant mode (the wide form never) */
 struct am_state {

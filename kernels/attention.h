@@ -67,8 +67,8 @@ void attention_rows_cuda(const struct attn_args *a);
  * batch-invariant mode (set_deterministic) never */
 void attention_cuda_set_wide(int mode);
 /* 1: the tensor-core kernel copies each chunk's key records ahead by cp.async (the same bits);
- * 0 (the default until run on a GPU): it loads them as it reaches them. TD_ATT_STAGE=1 at the
- * first wide step sets it. */
+ * 0 (the default until run on a GPU): it loads them as it reaches them; -1: as TD_ATT_STAGE says
+ * (read at the next wide step; unset: 0). */
 void attention_cuda_set_stage(int on);
 void attention_cuda_set_deterministic(int on);
 

@@ -679,7 +679,7 @@ static int f8_mode = -1;   /* TD_FP8_LT */
 static int f8_layout = -1; /* TD_FP8_LT_LAYOUT */
 
 extern "C" void matmul_cuda_set_fp8_lt(int on) {
-    f8_mode = on ? 1 : 0;
+    f8_mode = on < 0 ? -1 : on ? 1 : 0; // (-1: TD_FP8_LT's again)
 }
 
 static bool f8_on(void) {

@@ -81,8 +81,8 @@ void matmul_cuda_set_q8h_nt(int nt);
  * tiles (the default). The same bits either way. */
 void matmul_cuda_set_q8h_xt(int on);
 /* 1: FP8 matrices' steps past the skinny kernel's rows run on FP8 tensor cores, x quantized per
- * 128 columns as the reference does (TD_FP8_LT=1 at the start; matmul.cu lt_fp8); 0 (the
- * default): on the matrix's bf16 copy. Set it before the backend's reservation. */
+ * 128 columns as the reference does (matmul.cu lt_fp8); 0 (the default): on the matrix's bf16
+ * copy; -1: as TD_FP8_LT=1 says (unset: 0). Set it before the backend's reservation. */
 void matmul_cuda_set_fp8_lt(int on);
 
 #ifdef __cplusplus

@@ -503,7 +503,7 @@ static void test_matmul_fp8_lt(void) {
         free(x), free(xq), free(y), free(g), free(q), free(wb), free(wf);
         gpu->release(dx), gpu->release(dq), release_out(dy);
     }
-    matmul_cuda_set_fp8_lt(0);
+    matmul_cuda_set_fp8_lt(-1);
 }
 
 /* x's half-precision terms made once a launch (matmul_cuda_set_q8h_xt) against made in every
@@ -2140,7 +2140,7 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
                 ob[sg] = fetch(ad.out, (size_t)n * H * d, "attention staged");
                 release_out(ad.out);
             }
-            attention_cuda_set_stage(0);
+            attention_cuda_set_stage(-1);
             CHECK(!memcmp(ob[0], ob[1], (size_t)p->n_tok * H * d * 4),
                   "%s: the records copied ahead give other bits", name);
             free(ob[0]), free(ob[1]);
