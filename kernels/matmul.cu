@@ -689,7 +689,8 @@ static bool f8_on(void) {
     return f8_mode == 1;
 }
 
-/* x rows [n, in] to e4m3 codes q [n, in] and a power-of-two scale a row's 128 columns (act_quant):
+/* x rows [n, in] to e4m3 codes q [n, in] and a power-of-two scale a row's 128 columns (quant.h
+ * act_quant_ref, the same rules):
  * warp w of block (kb, y) takes row 4 y + w, 4 columns a lane */
 __global__ void f8_act_quant_kernel(uint8_t *q, float *s, const float *x, int n, int in,
                                     int layout) {

@@ -35,6 +35,16 @@ float td_e8m0_to_f32(uint8_t b);
 float td_e4m3_to_f32(uint8_t q);
 float td_e2m1_to_f32(uint8_t code); /* the low 4 bits */
 
+/* the e4m3 code nearest v (ties to the even code), saturating at +-448 (the largest finite);
+ * NaN: 0x7F */
+uint8_t td_f32_to_e4m3(float v);
+
+/* The reference's act_quant (released_formats.md 2.3) on x [n, in], in % 128 == 0: each row's
+ * 128 columns as e4m3 codes times a power-of-two scale s = 2^ceil(log2(amax / 448)), amax (the
+ * largest |x| of the 128) floored at 1e-4; xq gets their values, code x s (what an FP8 GEMM on
+ * the reference's path multiplies) */
+void act_quant_ref(float *xq, const float *x, int n, int in);
+
 /* the index of the first NaN scale byte (255) in s[0..n), or -1 */
 long td_e8m0_find_nan(const uint8_t *s, size_t n);
 

@@ -25,6 +25,39 @@ float td_e2m1_to_f32(uint8_t code) {
     return code & 8 ? -v : v;
 }
 
+uint8_t td_f32_to_e4m3(float v) {
+    if (isnan(v)) return 0x7F;
+    uint8_t sign = signbit(v) ? 0x80 : 0;
+    float a = fabsf(v);
+    if (a >= 448.0f) return sign | 0x7E;
+    int lo = 0, hi = 0x7E; // the positive codes' values rise with the code: the last at or below a
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (td_e4m3_to_f32((uint8_t)mid) <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    float below = td_e4m3_to_f32((uint8_t)lo), above = td_e4m3_to_f32((uint8_t)(lo + 1));
+    int up = a - below > above - a || (a - below == above - a && (lo & 1));
+    return sign | (uint8_t)(lo + up);
+}
+
+void act_quant_ref(float *xq, const float *x, int n, int in) {
+    for (int t = 0; t < n; t++)
+        for (int k0 = 0; k0 < in; k0 += 128) {
+            const float *r = x + (size_t)t * in + k0;
+            float m = 1e-4f;
+            for (int k = 0; k < 128; k++)
+                m = fmaxf(m, fabsf(r[k]));
+            int e;
+            float f = frexpf(m / 448.0f, &e); // m / 448 = f 2^e, f in [0.5, 1)
+            float sc = ldexpf(1.0f, f == 0.5f ? e - 1 : e);
+            for (int k = 0; k < 128; k++)
+                xq[(size_t)t * in + k0 + k] = td_e4m3_to_f32(td_f32_to_e4m3(r[k] / sc)) * sc;
+        }
+}
+
 long td_e8m0_find_nan(const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (s[i] == 255) return (long)i;

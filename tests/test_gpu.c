@@ -438,34 +438,6 @@ static void test_matmul_quant(void) {
     }
 }
 
-/* v to the nearest e4m3 value (ties to the even code), saturating at +-448 */
-static float e4m3_round(float v) {
-    float a = fabsf(v), best = 0.0f, bd = INFINITY;
-    int bc = 0;
-    for (int c = 0; c < 0x7f; c++) { // (0x7f is NaN)
-        float e = td_e4m3_to_f32((uint8_t)c), d = fabsf(e - (a > 448.0f ? 448.0f : a));
-        if (d < bd || (d == bd && (c & 1) == 0 && (bc & 1))) bd = d, best = e, bc = c;
-    }
-    return v < 0 ? -best : best;
-}
-
-/* the reference's act_quant (released_formats.md 2.3) on x [n, in], in % 128 == 0: each row's
- * 128 columns as e4m3 codes times a power-of-two scale, returned as their values */
-static void act_quant_values(float *xq, const float *x, int n, int in) {
-    for (int t = 0; t < n; t++)
-        for (int k0 = 0; k0 < in; k0 += 128) {
-            const float *r = x + (size_t)t * in + k0;
-            float m = 1e-4f;
-            for (int k = 0; k < 128; k++)
-                m = fmaxf(m, fabsf(r[k]));
-            int e;
-            float f = frexpf(m / 448.0f, &e); // m / 448 = f 2^e, f in [0.5, 1)
-            float sc = ldexpf(1.0f, f == 0.5f ? e - 1 : e);
-            for (int k = 0; k < 128; k++)
-                xq[(size_t)t * in + k0 + k] = e4m3_round(r[k] / sc) * sc;
-        }
-}
-
 /* FP8 weights on FP8 tensor cores (matmul_cuda_set_fp8_lt, cuBLASLt's block-scaled GEMM): x
  * quantized as the reference's act_quant, so the result is the reference GEMM of those values
  * within fp32 summation (every product of two codes and two powers of two is exact). Scales
@@ -487,7 +459,7 @@ static void test_matmul_fp8_lt(void) {
         for (int t = 0; t < n; t++)
             for (int k = 0; k < in; k++)
                 x[(size_t)t * in + k] = frand() * ldexpf(1.0f, k / 128 - 1) * (float)(1 + t % 3);
-        act_quant_values(xq, x, n, in);
+        act_quant_ref(xq, x, n, in);
         float *y = malloc((size_t)n * out * 4);
         matmul_ref(y, xq, wf, TD_DTYPE_F32, n, in, out, NULL, TD_DTYPE_F32);
         float *dx = dev_copy(x, (size_t)n * in * 4), *dy = dev_out((size_t)n * out);

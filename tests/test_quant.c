@@ -8,6 +8,10 @@
  * fp8_block_dequant                   a [130, 200] weight with partial 128x128 blocks on both axes
  * fp4_packed_dequant                  a [6, 64] weight packed two codes a byte, low nibble first
  * e8m0_nan_found                      a scale byte 255 is found at its index
+ * e4m3_encode                         every code back to itself; midpoints to the even code;
+ *        saturation at 448; NaN
+ * act_quant_rules                     the reference's per-128 activation quantization: power-of-two
+ *        scales rounded up (amax 448 keeps scale 1, 449 takes 2), amax floored at 1e-4
  * (fixtures: tools/make_quant_fixtures.py, on the GPU box with torch)
  */
 #include <stdint.h>
@@ -99,6 +103,50 @@ static void test_nan_scale(void) {
     case_end("e8m0_nan_found", "");
 }
 
+static void test_e4m3_encode(void) {
+    case_begin();
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7F) == 0x7F) continue; // NaN
+        float v = td_e4m3_to_f32((uint8_t)c);
+        CHECK(td_f32_to_e4m3(v) == c, "code 0x%02x (%g) encodes as 0x%02x", c, v,
+              td_f32_to_e4m3(v));
+    }
+    // between codes 2 (2^-8) and 3 (1.5 2^-8): to 2; between 3 and 4: to 4; 1.0625 between 1
+    // (0x38) and 1.125 (0x39): to 0x38; just above a midpoint: up
+    CHECK(td_f32_to_e4m3(1.25f * 0x1p-8f) == 2 && td_f32_to_e4m3(1.75f * 0x1p-8f) == 4 &&
+              td_f32_to_e4m3(1.0625f) == 0x38 && td_f32_to_e4m3(1.0626f) == 0x39,
+          "midpoints: %d %d 0x%02x 0x%02x", td_f32_to_e4m3(1.25f * 0x1p-8f),
+          td_f32_to_e4m3(1.75f * 0x1p-8f), td_f32_to_e4m3(1.0625f), td_f32_to_e4m3(1.0626f));
+    CHECK(td_f32_to_e4m3(1000.0f) == 0x7E && td_f32_to_e4m3(-1e30f) == 0xFE &&
+              td_f32_to_e4m3(NAN) == 0x7F && td_f32_to_e4m3(464.0f) == 0x7E,
+          "saturation or NaN");
+    case_end("e4m3_encode", "(every code, midpoints, saturation)");
+}
+
+static void test_act_quant(void) {
+    case_begin();
+    float x[4 * 128], q[4 * 128];
+    for (int k = 0; k < 128; k++) {
+        x[k] = k == 5 ? 448.0f : 0.5f * k;                 // amax 448: scale 1, codes as they are
+        x[128 + k] = k == 9 ? -449.0f : 3.0f;              // amax 449: scale 2
+        x[256 + k] = k == 0 ? 3e-5f : 0.0f;                // amax floored at 1e-4: scale 2^-22
+        x[384 + k] = (float)k / 128.0f * (k % 2 ? 1 : -1); // amax 127/128: scale 2^-8
+    }
+    act_quant_ref(q, x, 1, 512);
+    int bad = -1;
+    for (int k = 0; k < 128 && bad < 0; k++)
+        if (q[k] != td_e4m3_to_f32(td_f32_to_e4m3(x[k]))) bad = k;
+    CHECK(bad < 0, "block 0 (scale 1): column %d %g -> %g", bad, bad < 0 ? 0.0 : x[bad],
+          bad < 0 ? 0.0 : q[bad]);
+    CHECK(q[128 + 9] == -448.0f && q[128] == 3.0f, "block 1 (scale 2): %g %g", q[128 + 9], q[128]);
+    CHECK(q[256] == td_e4m3_to_f32(td_f32_to_e4m3(3e-5f * 0x1p22f)) * 0x1p-22f, "block 2: %g",
+          q[256]);
+    float s3 = 0x1p-8f, want = td_e4m3_to_f32(td_f32_to_e4m3(x[384 + 101] / s3)) * s3;
+    CHECK(q[384 + 101] == want && q[384 + 101] != x[384 + 101], "block 3: %g -> %g, want %g",
+          x[384 + 101], q[384 + 101], want);
+    case_end("act_quant_rules", "");
+}
+
 int main(void) {
     every_byte("e4m3_every_byte", "e4m3.f32", td_e4m3_to_f32);
     every_byte("e8m0_every_byte", "e8m0.f32", td_e8m0_to_f32);
@@ -106,5 +154,7 @@ int main(void) {
     dequant_case("fp8_block_dequant", 0, 130, 200);
     dequant_case("fp4_packed_dequant", 1, 6, 64);
     test_nan_scale();
+    test_e4m3_encode();
+    test_act_quant();
     return check_failures ? 1 : 0;
 }
