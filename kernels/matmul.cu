@@ -678,6 +678,10 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
 static int f8_mode = -1;   /* TD_FP8_LT */
 static int f8_layout = -1; /* TD_FP8_LT_LAYOUT */
 
+extern "C" void matmul_cuda_set_fp8_layout(int bits) {
+    f8_layout = bits < 0 ? -1 : bits & 3; // (-1: TD_FP8_LT_LAYOUT's again)
+}
+
 extern "C" void matmul_cuda_set_fp8_lt(int on) {
     f8_mode = on < 0 ? -1 : on ? 1 : 0; // (-1: TD_FP8_LT's again)
 }

@@ -84,6 +84,10 @@ void matmul_cuda_set_q8h_xt(int on);
  * 128 columns as the reference does (matmul.cu lt_fp8); 0 (the default): on the matrix's bf16
  * copy; -1: as TD_FP8_LT=1 says (unset: 0). Set it before the backend's reservation. */
 void matmul_cuda_set_fp8_lt(int on);
+/* the order of its scale grids (measuring and tests): bit 1 the weight's k-block fastest, bit 2
+ * x's k-block fastest, else the out / token index fastest (0, TD_FP8_LT_LAYOUT unset); -1: as
+ * TD_FP8_LT_LAYOUT says */
+void matmul_cuda_set_fp8_layout(int bits);
 
 #ifdef __cplusplus
 }
