@@ -1031,9 +1031,18 @@ int td_engine_submit(struct td_engine *e, const struct td_request_params *rp, ch
         return td_errf(err, errlen, "request: rank %d follows; requests go to rank 0",
                        e->split.comm->rank);
     if (rp->n_prompt < 1 || !rp->prompt) return td_errf(err, errlen, "request: empty prompt");
-    if (rp->n_prompt > e->p.max_ctx)
-        return td_errf(err, errlen, "request: prompt of %d tokens exceeds the context of %d",
+    if (rp->n_prompt > e->p.max_ctx) {
+        long most = e->model.cfg.max_position_embeddings;
+        if (most > e->p.max_ctx)
+            return td_errf(err, errlen,
+                           "request: prompt of %d tokens exceeds the context of %d (max_ctx; the "
+                           "model takes up to %ld)",
+                           rp->n_prompt, e->p.max_ctx, most);
+        return td_errf(err, errlen,
+                       "request: prompt of %d tokens exceeds the context of %d (the model's own "
+                       "limit)",
                        rp->n_prompt, e->p.max_ctx);
+    }
     if (rp->max_tokens < 1)
         return td_errf(err, errlen, "request: max_tokens %d, must be >= 1", rp->max_tokens);
     if (!(s->temperature >= 0.0f) || s->top_k < 0 || !(s->top_p > 0.0f && s->top_p <= 1.0f))
