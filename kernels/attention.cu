@@ -363,18 +363,21 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         *(uint2 *)&sm.q[h][c] = make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
     }
     if (tid < AM_HEADS) sm.m[tid] = -INFINITY, sm.l[tid] = 0.0f;
-    // chunk c's keys into buffer b: their addresses by the first warp, then 8 threads a key
-    auto load = [&](int c, int b) {
-        if (tid < AM_KEYS) {
-            int j = c * AM_KEYS + tid;
-            sm.kp[tid] = j < nk ? key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
-        }
-        __syncthreads();
+    // chunk c's keys into buffer b: kp (the key's record, or NULL), made bf16 by 8 threads a key
+    auto convert = [&](int b) {
         int u = tid >> 3, sub = tid & 7;
         const void *p = sm.kp[u];
 #pragma unroll
         for (int c0 = 16 * sub; c0 < D; c0 += 128)
             key16_bf16<KT, false>(&sm.k[b][u][0], NULL, p, f, c0);
+    };
+    auto load = [&](int c, int b) { // their addresses by the first warp, then read in place
+        if (tid < AM_KEYS) {
+            int j = c * AM_KEYS + tid;
+            sm.kp[tid] = j < nk ? key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
+        }
+        __syncthreads();
+        convert(b);
     };
     // STAGE: chunk c's records into st (8 threads a key; sm.kp: its staged record or NULL)
     auto issue = [&](int c) {
@@ -390,13 +393,6 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
                 cp_async16(&st[u][o], src + o, true);
         }
         cp_async_commit();
-    };
-    auto convert = [&](int b) { // the staged chunk into buffer b
-        int u = tid >> 3, sub = tid & 7;
-        const void *p = sm.kp[u];
-#pragma unroll
-        for (int c0 = 16 * sub; c0 < D; c0 += 128)
-            key16_bf16<KT, false>(&sm.k[b][u][0], NULL, p, f, c0);
     };
     int n_chunks = (nk + AM_KEYS - 1) / AM_KEYS;
     if (STAGE && n_chunks) {
