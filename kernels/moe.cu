@@ -8,6 +8,7 @@
 #include "gemm_tile.cuh"
 #include "mma_tile.cuh"
 #include "moe.h"
+#include "wgmma_tile.cuh"
 
 __device__ __forceinline__ float score_of(float z, int fn) {
     if (fn == MOE_SCORE_SIGMOID) return 1.0f / (1.0f + expf(-z));
@@ -630,6 +631,67 @@ __global__ void __launch_bounds__(GT_THREADS)
         }
 }
 
+/* moe_wide_kernel's tile on wgmma (wgmma_tile.cuh): bf16 or Q4 experts, tiles of 64 or 128
+ * entries, the same outputs in the same places */
+template <int F, int BM>
+__global__ void __launch_bounds__(WG_THREADS, 2)
+    moe_wg_kernel(void *out, const __nv_bfloat16 *in, const int32_t *perm, int k_per_row,
+                  int swiglu, const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex,
+                  int K, int N, float limit) {
+    PDL_START();
+    extern __shared__ __align__(16) unsigned char smb[];
+    struct wg_smem<BM> *sm = wg_smem_of<BM>(smb);
+    int tile = blockIdx.y;
+    if (tile >= *n_tiles) return;
+    int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
+    const void *w1 = swiglu ? ex.w1[e] : ex.w2[e], *w3 = ex.w3[e];
+    int f0 = blockIdx.x * (swiglu ? WG_BN / 2 : WG_BN), tid = threadIdx.x;
+    // B row r: the up projection's 32 gate rows, their 32 up rows, twice; the down one's in order
+    int f = swiglu ? f0 + (tid >> 6) * 32 + (tid & 31) : f0 + tid;
+    const void *wr = swiglu && (tid & 32) ? w3 : w1;
+    for (int r = tid; r < BM; r += WG_THREADS)
+        sm->arow[r] =
+            r < rows ? in + (size_t)(swiglu ? perm[p0 + r] / k_per_row : p0 + r) * K : NULL;
+    gt_qb<F> q;
+    if constexpr (F == WF_BF16)
+        sm->brow[tid] = f < N ? (const __nv_bfloat16 *)wr + (size_t)f * K : NULL;
+    else
+        q.m = wmat_of(wr, (enum td_dtype)ex.dtype, N, K, 0), q.row = f < N ? f : -1;
+    __syncthreads();
+    float c[BM / 64][64];
+    wg_tile<F, BM>(c, sm, q, K, w1);
+    int lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mb = 0; mb < BM / 64; mb++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int r = 64 * mb + 16 * w + 8 * h + g;
+            if (r >= rows) continue;
+            size_t p = (size_t)(p0 + r);
+            if (swiglu) {
+#pragma unroll
+                for (int jj = 0; jj < 8; jj++) { // gate block j, its up block j + 4
+                    int j = (jj & 3) + (jj >> 2) * 8,
+                        o = f0 + (jj >> 2) * 32 + 8 * (jj & 3) + 2 * t;
+                    if (o >= N) continue; // N % 8 == 0: o + 1 < N too
+                    float h0 = swiglu_clamped(c[mb][4 * j + 2 * h], c[mb][4 * j + 16 + 2 * h],
+                                              limit),
+                          h1 = swiglu_clamped(c[mb][4 * j + 2 * h + 1], c[mb][4 * j + 17 + 2 * h],
+                                              limit);
+                    *(unsigned *)((__nv_bfloat16 *)out + p * N + o) = pack_bf16(h0, h1);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    int o = f0 + 8 * j + 2 * t;
+                    if (o < N)
+                        *(float2 *)((float *)out + p * N + o) =
+                            make_float2(c[mb][4 * j + 2 * h], c[mb][4 * j + 2 * h + 1]);
+                }
+            }
+        }
+}
+
 /* out[t, c] = the row's entries' y[p, c] * weight, in ascending expert order (the reference's;
  * the group kernel laid the row's positions and weights out in it): every load first, then the
  * sum. A selection of the next expert inside the loop of dependent loads took 7.7 us a call on
@@ -698,6 +760,11 @@ template <typename G> static void by_wide(int dtype, int bm, G &&g) {
         h(std::integral_constant<int, WF_BF16>{});
 }
 
+/* bf16 and Q4 experts' block tiles on wgmma (moe_wg_kernel; 0: moe_wide_kernel's mma.sync;
+ * TD_MOE_WGMMA=0|1 at start-up, moe_cuda_set_wgmma) */
+#define MOE_WGMMA 0
+static int wg_start = MOE_WGMMA, wg_on = MOE_WGMMA;
+
 /* the block tiles' dynamic shared memory (51 to 80 KB), once: at start-up (outside any capture),
  * and at the first wide step of a caller that made no reservation (the GPU tests) */
 static void wide_allow(void) {
@@ -706,6 +773,8 @@ static void wide_allow(void) {
     const char *qa = getenv("TD_Q4_ASYNC"), *pe = getenv("TD_MOE_WIDE");
     if (qa && *qa) moe_cuda_set_q4_async(atoi(qa) != 0);
     if (pe && atoi(pe) > 0) wide_per_expert = atoi(pe);
+    const char *wg = getenv("TD_MOE_WGMMA");
+    if (wg && *wg) wg_start = wg_on = atoi(wg) != 0;
     for (int dt : {TD_DTYPE_BF16, TD_DTYPE_Q8, TD_DTYPE_Q4})
         for (int bm = 32; bm <= 128; bm *= 2)
             by_wide(dt, bm, [&](auto f, auto b) {
@@ -713,6 +782,10 @@ static void wide_allow(void) {
                 CUDA_CHECK(cudaFuncSetAttribute(moe_wide_kernel<F, BM>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sizeof(struct gt_smem<BM>)));
+                if constexpr (F != WF_Q8 && BM >= 64)
+                    CUDA_CHECK(cudaFuncSetAttribute(moe_wg_kernel<F, BM>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)wg_smem_bytes<BM>));
             });
     done = true;
 }
@@ -727,6 +800,11 @@ static int wide_forced; /* moe_cuda_set_wide_height */
 
 extern "C" void moe_cuda_set_wide_height(int bm) {
     wide_forced = bm;
+}
+
+extern "C" void moe_cuda_set_wgmma(int on) {
+    wide_allow();
+    wg_on = on < 0 ? wg_start : on != 0;
 }
 
 extern "C" void moe_cuda_set_q4_async(int on) {
@@ -790,17 +868,32 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
         long long n8 = (long long)n * d / 8;
         launch_k(moe_bf16_kernel, ceil_div(n8, 256), 256, 0, s, xb, x, n8);
         LAUNCH_CHECK();
+        // each projection (up: K = d, down: K = inter) on wgmma where it takes the weights: bf16,
+        // or Q4 (its rows whole scale words); tiles of 32 take 64 there
+        auto wg_takes = [&](int K) {
+            return wg_on &&
+                   (ex->dtype == TD_DTYPE_BF16 || (ex->dtype == TD_DTYPE_Q4 && K % 32 == 0));
+        };
         by_wide(ex->dtype, bm, [&](auto f, auto b) {
             constexpr int F = decltype(f)::value, BM = decltype(b)::value;
-            size_t smem = sizeof(struct gt_smem<BM>);
-            launch_k(moe_wide_kernel<F, BM>, dim3(ceil_div(inter, GT_BN / 2), ty), GT_THREADS, smem,
-                     s, (void *)hb, (const __nv_bfloat16 *)xb, me().perm, k, 1, me().tiles,
-                     me().ntiles, *ex, d, inter, limit);
-            LAUNCH_CHECK();
-            launch_k(moe_wide_kernel<F, BM>, dim3(ceil_div(d, GT_BN), ty), GT_THREADS, smem, s,
-                     (void *)me().y, (const __nv_bfloat16 *)hb, me().perm, k, 0, me().tiles,
-                     me().ntiles, *ex, inter, d, limit);
-            LAUNCH_CHECK();
+            constexpr int WB = BM < 64 ? 64 : BM;
+            for (int up = 1; up >= 0; up--) {
+                void *o = up ? (void *)hb : (void *)me().y;
+                const __nv_bfloat16 *a = up ? (const __nv_bfloat16 *)xb : hb;
+                int K = up ? d : inter, N = up ? inter : d;
+                dim3 grid(ceil_div(N, up ? GT_BN / 2 : GT_BN), ty);
+                if constexpr (F != WF_Q8) {
+                    if (wg_takes(K)) {
+                        launch_k(moe_wg_kernel<F, WB>, grid, WG_THREADS, wg_smem_bytes<WB>, s, o, a,
+                                 me().perm, k, up, me().tiles, me().ntiles, *ex, K, N, limit);
+                        LAUNCH_CHECK();
+                        continue;
+                    }
+                }
+                launch_k(moe_wide_kernel<F, BM>, grid, GT_THREADS, sizeof(struct gt_smem<BM>), s, o,
+                         a, me().perm, k, up, me().tiles, me().ntiles, *ex, K, N, limit);
+                LAUNCH_CHECK();
+            }
         });
     } else if (mma) { // x rows and every expert's rows 16-byte aligned when the widths are
                       // multiples of 8

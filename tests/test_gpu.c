@@ -671,9 +671,11 @@ static void test_moe_quant(void) {
  * 256; and inter 224: a last tile of absent rows in the up projection, the down one the other
  * form), where the tiles stream their codes by cp.async stages ahead (gemm_tile.cuh gt_tile_q4):
  * the bits of the register loads' form (moe_cuda_set_q4_async(0)) and the copies ahead's (the
- * default) */
-static void test_moe_wide(enum td_dtype t, int wide128) {
+ * default). bf16 and Q4 twice: the mma.sync tiles, then the wgmma ones (moe_cuda_set_wgmma; tiles
+ * of 32 take 64 there), each against the reference and its own bits at every height */
+static void test_moe_wide(enum td_dtype t, int wide128, int wg) {
     int E = 8, k = 4, q4 = t == TD_DTYPE_Q4, n = 300;
+    moe_cuda_set_wgmma(wg);
     int D = wide128 ? 384 : q4 ? 288 : 264, I = wide128 == 1 ? 256 : q4 ? 224 : 200;
     case_begin();
     rs = 0x6a09e667f3bcc908ull + (uint64_t)t;
@@ -738,10 +740,11 @@ static void test_moe_wide(enum td_dtype t, int wide128) {
     moe_experts_cuda(dy, dx, dpk, dwt, &ed, n, D, I, k, E, lim);
     float *g = fetch(dy, (size_t)n * D, "moe_experts wide");
     char name[64];
-    snprintf(name, sizeof name, "op/moe_experts_wide/%s%s", td_dtype_name(t),
+    snprintf(name, sizeof name, "op/moe_experts_wide/%s%s%s", td_dtype_name(t),
              wide128 == 1 ? "/D384_I256"
              : wide128    ? "/D384_I224"
-                          : "");
+                          : "",
+             wg ? "/wgmma" : "");
     close_rel(name, g, rf, n, D, 1e-3);
     if (q4) { // the register loads (gt_qload): the bits of the codes copied stages ahead
         moe_cuda_set_q4_async(0);
@@ -809,6 +812,7 @@ static void test_moe_wide(enum td_dtype t, int wide128) {
     CHECK(!memcmp(g2, g + (size_t)r0 * D, (size_t)n2 * D * 4),
           "%s: rows 40.. differ in a batch without rows 0..39", name);
     case_end(name, "");
+    moe_cuda_set_wgmma(-1);
     free(pk), free(wt), free(x), free(ref), free(h), free(rf), free(g), free(g2);
     for (int mtx = 0; mtx < 3; mtx++)
         for (int e = 0; e < E; e++)
@@ -3413,11 +3417,13 @@ int main(int argc, char **argv) {
     test_q8h_xt();
     test_matmul_fp8_lt();
     test_moe_quant();
-    test_moe_wide(TD_DTYPE_BF16, 0);
-    test_moe_wide(TD_DTYPE_Q8, 0);
-    test_moe_wide(TD_DTYPE_Q4, 0);
-    test_moe_wide(TD_DTYPE_Q4, 1);
-    test_moe_wide(TD_DTYPE_Q4, 2);
+    for (int wg = 0; wg < 2; wg++) { // mma.sync, wgmma (Q8 takes mma.sync either way)
+        test_moe_wide(TD_DTYPE_BF16, 0, wg);
+        if (!wg) test_moe_wide(TD_DTYPE_Q8, 0, wg);
+        test_moe_wide(TD_DTYPE_Q4, 0, wg);
+        test_moe_wide(TD_DTYPE_Q4, 1, wg);
+        test_moe_wide(TD_DTYPE_Q4, 2, wg);
+    }
     test_pointwise();
     test_markov();
     test_copy_bytes();
