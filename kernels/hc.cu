@@ -198,23 +198,30 @@ __global__ void __launch_bounds__(HC_MIX_THREADS)
     int ar = lane & 15, ak = (lane >> 4) * 8, br = (lane & 7) + (lane >> 4) * 8,
         bk = ((lane >> 3) & 1) * 8;
     float ss = 0.0f, acc[HC_TO / 8][4] = {};
+    // a stage's x and fn in registers, the next one's loads in flight while this one multiplies
+    float xv[HC_KS / 2], fv[HC_KS / 4];
+    auto fetch = [&](int k0) {
+#pragma unroll
+        for (int j = 0; j < HC_KS / 2; j += 4)
+            hc_ld4(&xv[j], xrow, k0 + xc + j, c1, xlive);
+#pragma unroll
+        for (int j = 0; j < HC_KS / 4; j += 4)
+            hc_ld4(&fv[j], frow, k0 + fc + j, c1, flive);
+    };
+    fetch(c0);
     for (int k0 = c0; k0 < c1; k0 += HC_KS) {
 #pragma unroll
         for (int j = 0; j < HC_KS / 2; j += 4) {
-            float v[4];
-            hc_ld4(v, xrow, k0 + xc + j, c1, xlive);
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                ss += v[i] * v[i];
-            hc_split4(&xh[xr][xc + j], &xl[xr][xc + j], v);
+                ss += xv[j + i] * xv[j + i];
+            hc_split4(&xh[xr][xc + j], &xl[xr][xc + j], &xv[j]);
         }
 #pragma unroll
-        for (int j = 0; j < HC_KS / 4; j += 4) {
-            float v[4];
-            hc_ld4(v, frow, k0 + fc + j, c1, flive);
-            hc_split4(&fh[fr][fc + j], &fl[fr][fc + j], v);
-        }
+        for (int j = 0; j < HC_KS / 4; j += 4)
+            hc_split4(&fh[fr][fc + j], &fl[fr][fc + j], &fv[j]);
         __syncthreads();
+        if (k0 + HC_KS < c1) fetch(k0 + HC_KS);
         if (live) {
 #pragma unroll
             for (int kk = 0; kk < HC_KS; kk += 16) {
