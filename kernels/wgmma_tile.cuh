@@ -125,24 +125,20 @@ __device__ __forceinline__ void wg_tile(float (*c)[64], struct wg_smem<BM> *sm, 
         codes = (const uint8_t *)q.m.p + (size_t)(on ? q.row : 0) * (K / 2);
         scl = q.m.s + (size_t)(on ? q.row : 0) * q.m.srow;
     }
+    // chunk ch of rows r0, r0 + 16, .. of a stage: 16 bytes of k each, zeros past K or a row
+    auto rows_in = [&](__nv_bfloat16 *dst, const __nv_bfloat16 *const *rowp, int units, int k) {
+        for (int u = 0; u < units; u++) {
+            int r = r0 + 16 * u;
+            const __nv_bfloat16 *p = rowp[r];
+            bool ok = p && k < K;
+            cp_async16(&dst[wg_swz(r, ch)], ok ? p + k : any, ok);
+        }
+    };
     auto issue = [&](int st) { // stage st's copies
         int slot = st % WG_STAGES, k = st * WG_BK + 8 * ch;
-        bool in = k < K;
-#pragma unroll
-        for (int u = 0; u < AU; u++) {
-            int r = r0 + 16 * u;
-            const __nv_bfloat16 *p = sm->arow[r];
-            bool ok = p && in;
-            cp_async16(&sm->a[slot][wg_swz(r, ch)], ok ? p + k : any, ok);
-        }
+        rows_in(sm->a[slot], sm->arow, AU, k);
         if constexpr (F == WF_BF16) {
-#pragma unroll
-            for (int u = 0; u < BU; u++) {
-                int r = r0 + 16 * u;
-                const __nv_bfloat16 *p = sm->brow[r];
-                bool ok = p && in;
-                cp_async16(&sm->b[slot][wg_swz(r, ch)], ok ? p + k : any, ok);
-            }
+            rows_in(sm->b[slot], sm->brow, BU, k);
         } else if (async) {
             cp_async16(&rg->codes[slot][tid][0], codes + (size_t)st * 32, on);
             cp_async16(&rg->codes[slot][tid][1], codes + (size_t)st * 32 + 16, on);
