@@ -10,6 +10,7 @@
 #include "cuda_common.cuh"
 #include "gemm_tile.cuh"
 #include "kv_lane.cuh"
+#include "wgmma_tile.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -519,6 +520,218 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
     }
 }
 
+/* The same on wgmma (attention_cuda_set_wg, TD_ATT_WGMMA=1; off until run on a GPU): a block
+ * per row, two warpgroups, chunks of AW_KEYS keys. Shared memory holds the queries (64 heads x
+ * 512, bf16) and two chunks of keys (64 x 512), each as 8 blocks of 64 columns, every row of a
+ * block 128 bytes in the 128-byte swizzle (wgmma_tile.cuh), and P (64 heads x 64 keys). For S
+ * = Q K^T warpgroup g takes keys 32 g .. + 32 (m64 n32, k over the 512 columns), K read
+ * K-major; the softmax joins the two halves' row maxima and sums through shared memory (both
+ * warpgroups hold every head's running max and sum, the same values); for O += P V warpgroup g
+ * takes columns 256 g .. + 256 (m64 n256 over the chunk's keys), the same key buffer read
+ * MN-major as V. The next chunk's keys are made bf16 while S runs. A row's result follows its
+ * own keys only. */
+#define AW_KEYS    64
+#define AW_THREADS 256
+struct aw_smem {
+    __nv_bfloat16 q[8][64 * 64];         /* column block kb: heads x 64 columns */
+    __nv_bfloat16 k[2][8][AW_KEYS * 64]; /* chunk buffer, column block: keys x 64 columns */
+    __nv_bfloat16 p[64 * AW_KEYS];       /* heads x keys */
+    float mx[2][64], sum[2][64];         /* each warpgroup's row maxima and sums of a chunk */
+    const void *kp[2][AW_KEYS];          /* a chunk's key records (NULL: none) */
+};
+static constexpr size_t aw_smem_bytes = sizeof(struct aw_smem) + 1024;
+
+static int aw_mode = -1; /* TD_ATT_WGMMA, attention_cuda_set_wg */
+/* V's descriptor offsets swapped (tests: which order wgmma reads them in), device side */
+static __device__ int aw_v_swap;
+
+extern "C" void attention_cuda_set_wg(int on) {
+    aw_mode = on < 0 ? -1 : on ? 1 : 0;
+}
+
+extern "C" void attention_cuda_set_wg_v_swap(int on) {
+    CUDA_CHECK(cudaMemcpyToSymbol(aw_v_swap, &on, sizeof on));
+}
+
+template <int KT>
+__global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_kernel(struct attn_args a) {
+    prefetch_row_plan(a.rows, blockIdx.x);
+    PDL_START();
+    extern __shared__ __align__(16) unsigned char smb[];
+    struct aw_smem &sm = *(struct aw_smem *)wg_align(smb);
+    const struct rows_view &r = a.rows;
+    int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, w = (tid >> 5) & 3;
+    if (r.row_seq[t] < 0) return; // a pad row: inert
+    int sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
+    int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
+    if (a.entries) {
+        if (a.use_topk) {
+            const int32_t *pk = r.topk + (size_t)t * r.topk_stride;
+            for (int j0 = 0; j0 < r.topk_stride; j0 += blockDim.x) {
+                int j = j0 + tid;
+                n_ent += __syncthreads_count(j < r.topk_stride && pk[j] >= 0);
+            }
+        } else {
+            n_ent = r.vis[t];
+        }
+    }
+    int nk = n_swa + n_ent, n_chunks = (nk + AW_KEYS - 1) / AW_KEYS;
+    const kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
+    // the queries (heads past n_heads zero), 8 columns a store
+    for (int i = tid; i < 64 * 64; i += AW_THREADS) {
+        int h = i >> 6, c = 8 * (i & 63);
+        float4 x0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), x1 = x0;
+        if (h < a.n_heads) {
+            const float4 *src = (const float4 *)(a.q + ((size_t)t * a.n_heads + h) * 512 + c);
+            x0 = src[0], x1 = src[1];
+        }
+        *(uint4 *)&sm.q[c >> 6][wg_swz(h, (c & 63) >> 3)] =
+            make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
+                       pack_bf16(x1.z, x1.w));
+    }
+    auto addrs = [&](int c) { // chunk c's key records into kp[c % 2], by the first 64 threads
+        if (tid < AW_KEYS) {
+            int j = c * AW_KEYS + tid;
+            sm.kp[c & 1][tid] = j < nk ? key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
+        }
+    };
+    auto convert = [&](int c) { // chunk c's keys as bf16 into k[c % 2]: 4 threads a key
+        int u = tid >> 2, sub = tid & 3;
+        const void *p = sm.kp[c & 1][u];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int c0 = 16 * (sub + 4 * i); // columns c0 .. c0 + 15: block c0 / 64, chunks 2 i'..
+            uint4 hi[2];
+            key16_terms<KT, false>(hi, NULL, p, f, c0);
+            __nv_bfloat16 *blk = sm.k[c & 1][c0 >> 6];
+            int ch = (c0 & 63) >> 3;
+            *(uint4 *)&blk[wg_swz(u, ch)] = hi[0];
+            *(uint4 *)&blk[wg_swz(u, ch + 1)] = hi[1];
+        }
+    };
+    if (n_chunks) addrs(0);
+    __syncthreads();
+    if (n_chunks) convert(0);
+    if (n_chunks > 1) addrs(1);
+    wg_proxy_fence();
+    __syncthreads();
+    // this thread's rows: heads 16 w + g and + 8 (the same in both warpgroups)
+    int g = lane >> 2, tq = lane & 3;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++)
+        o[i] = 0.0f;
+    unsigned v_lbo = aw_v_swap ? 1024u : 64u * 128u, v_sbo = aw_v_swap ? 64u * 128u : 1024u;
+    for (int c = 0; c < n_chunks; c++) {
+        int b = c & 1;
+        float s[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            s[i] = 0.0f;
+        wg_fence();
+#pragma unroll
+        for (int kb = 0; kb < 8; kb++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wg_mma_n32(s, wg_desc(&sm.q[kb][16 * kk]),
+                           wg_desc(&sm.k[b][kb][32 * wg * 64 + 16 * kk]));
+        wg_commit();
+        if (c + 1 < n_chunks) convert(c + 1); // (k[b ^ 1]: chunk c - 1's, done)
+        if (c + 2 < n_chunks) addrs(c + 2);   // (kp[b]: chunk c's, converted)
+        wg_proxy_fence();
+        wg_wait<0>();
+        wg_touch(s);
+        // S: s[4 j + 2 e2 + e] is head 16 w + g + 8 e2, key 32 wg + 8 j + 2 tq + e
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = c * AW_KEYS + 32 * wg + 8 * j + 2 * tq + (e & 1);
+                float v = key < nk ? s[4 * j + e] * a.scale : -INFINITY;
+                s[4 * j + e] = v, mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            mx[e2] = fmaxf(mx[e2], __shfl_xor_sync(0xffffffffu, mx[e2], 1));
+            mx[e2] = fmaxf(mx[e2], __shfl_xor_sync(0xffffffffu, mx[e2], 2));
+            if (tq == 0) sm.mx[wg][16 * w + g + 8 * e2] = mx[e2];
+        }
+        __syncthreads();
+        float mn[2], cor[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            int h = 16 * w + g + 8 * e2;
+            mn[e2] = fmaxf(m[e2], fmaxf(sm.mx[0][h], sm.mx[1][h]));
+            cor[e2] = mn[e2] == -INFINITY ? 1.0f : m[e2] == -INFINITY ? 0.0f : expf(m[e2] - mn[e2]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                float p0 = s[4 * j + 2 * e2], p1 = s[4 * j + 2 * e2 + 1];
+                p0 = p0 == -INFINITY ? 0.0f : expf(p0 - mn[e2]);
+                p1 = p1 == -INFINITY ? 0.0f : expf(p1 - mn[e2]);
+                sum[e2] += p0 + p1;
+                int h = 16 * w + g + 8 * e2, key = 32 * wg + 8 * j + 2 * tq;
+                *(unsigned *)&sm.p[h * 64 + (((key >> 3) ^ (h & 7)) << 3) + (key & 7)] =
+                    pack_bf16(p0, p1);
+            }
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            sum[e2] += __shfl_xor_sync(0xffffffffu, sum[e2], 1);
+            sum[e2] += __shfl_xor_sync(0xffffffffu, sum[e2], 2);
+            if (tq == 0) sm.sum[wg][16 * w + g + 8 * e2] = sum[e2];
+        }
+        wg_proxy_fence();
+        __syncthreads();
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            int h = 16 * w + g + 8 * e2;
+            l[e2] = l[e2] * cor[e2] + (sm.sum[0][h] + sm.sum[1][h]), m[e2] = mn[e2];
+        }
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            o[4 * j] *= cor[0], o[4 * j + 1] *= cor[0], o[4 * j + 2] *= cor[1],
+                o[4 * j + 3] *= cor[1];
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < AW_KEYS / 16; ks++)
+            wg_mma_n256t(o, wg_desc(&sm.p[16 * ks]),
+                         wg_desc_mn(&sm.k[b][4 * wg][16 * ks * 64], v_lbo, v_sbo));
+        wg_commit();
+        wg_wait<0>();
+        wg_touch(o);
+        __syncthreads(); // k[b], p, mx and sum free
+    }
+    // out = O exp(m - M) / (l exp(m - M) + exp(sink - M)), M = max(m, sink); the trailing
+    // rot_dim columns rotated back at the row's position (pairs (c, c + 1), c even)
+    int p0 = a.inv_freq ? 512 - a.rot_dim : 512;
+#pragma unroll
+    for (int e2 = 0; e2 < 2; e2++) {
+        int h = 16 * w + g + 8 * e2;
+        if (h >= a.n_heads) continue;
+        float sink = a.sinks[h], M = fmaxf(m[e2], sink);
+        float sc = m[e2] == -INFINITY ? 0.0f : expf(m[e2] - M), tot = l[e2] * sc + expf(sink - M);
+        float *oh = a.out + ((size_t)t * a.n_heads + h) * 512;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            int cc = 256 * wg + 8 * j + 2 * tq;
+            float v0 = M == -INFINITY ? 0.0f : o[4 * j + 2 * e2] * sc / tot,
+                  v1 = M == -INFINITY ? 0.0f : o[4 * j + 2 * e2 + 1] * sc / tot;
+            if (cc >= p0) {
+                float cs, sn;
+                rope_cos_sin((float)r.positions[t], a.inv_freq, (cc - p0) >> 1, a.attn_factor, &cs,
+                             &sn);
+                float2 y = rope_pair(v0, v1, cs, -sn);
+                v0 = y.x, v1 = y.y;
+            }
+            *(float2 *)(oh + cc) = make_float2(v0, v1);
+        }
+    }
+}
+
 static size_t smem_set;
 
 static void ensure_smem(size_t smem) {
@@ -549,6 +762,9 @@ static void am_allow(void) {
             CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<512, KT, true>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)sizeof(am_stage_smem<512, KT>)));
+            CUDA_CHECK(cudaFuncSetAttribute(attention_wg_kernel<KT>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)aw_smem_bytes));
         });
     done = true;
 }
@@ -584,10 +800,14 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
         (!a->inv_freq || (a->d - a->rot_dim) % 2 == 0)) {
         am_allow();
         if (am_stage < 0) am_stage = getenv("TD_ATT_STAGE") && atoi(getenv("TD_ATT_STAGE")) ? 1 : 0;
+        if (aw_mode < 0) aw_mode = getenv("TD_ATT_WGMMA") && atoi(getenv("TD_ATT_WGMMA")) ? 1 : 0;
         kv_fmt f = kv_fmt_or_f32(a->fmt, a->d);
         by_kv(f.dtype, [&](auto k) {
             constexpr int KT = decltype(k)::value;
-            if (am_stage && f.rec <= am_stage_bytes<KT>)
+            if (aw_mode)
+                launch_k(attention_wg_kernel<KT>, a->rows.n_tok, AW_THREADS, aw_smem_bytes,
+                         td_cuda_stream(), *a);
+            else if (am_stage && f.rec <= am_stage_bytes<KT>)
                 launch_k(attention_mma_kernel<512, KT, true>, a->rows.n_tok, AM_THREADS,
                          sizeof(am_stage_smem<512, KT>), td_cuda_stream(), *a);
             else

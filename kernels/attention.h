@@ -70,6 +70,11 @@ void attention_cuda_set_wide(int mode);
  * 0 (the default until run on a GPU): it loads them as it reaches them; -1: as TD_ATT_STAGE says
  * (read at the next wide step; unset: 0). */
 void attention_cuda_set_stage(int on);
+/* 1: the tensor-core steps on Hopper's wgmma (attention_wg_kernel: chunks of 64 keys, two
+ * warpgroups); 0 (the default until run on a GPU): mma.sync; -1: as TD_ATT_WGMMA says */
+void attention_cuda_set_wg(int on);
+/* tests: V's descriptor byte offsets in the other order (1), to name the order wgmma reads */
+void attention_cuda_set_wg_v_swap(int on);
 void attention_cuda_set_deterministic(int on);
 
 #ifdef __cplusplus

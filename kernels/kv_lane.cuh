@@ -77,12 +77,12 @@ __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0,
         v[j] = c0 + j < f.d ? key_at<KT>(p, f, c0 + j) : 0.0f;
 }
 
-/* 16 columns c0 .. c0 + 15 of key p (NULL: zeros; columns past d: zeros) as bf16 pairs into
- * dst (8-byte aligned): hi = bf16(v), and with LO lo = bf16(v - hi) into dst_lo, so that
+/* 16 columns c0 .. c0 + 15 of key p (NULL: zeros; columns past d: zeros) as bf16 pairs, two
+ * 16-byte chunks of 8 columns each: hi = bf16(v), and with LO lo = bf16(v - hi), so that
  * hi + lo keeps about 16 bits of an fp32 key (bf16 and fp8 keys are exact in hi alone) */
 template <int KT, bool LO>
-__device__ __forceinline__ void key16_bf16(__nv_bfloat16 *dst, __nv_bfloat16 *dst_lo, const void *p,
-                                           const kv_fmt &f, int c0) {
+__device__ __forceinline__ void key16_terms(uint4 *hi2, uint4 *lo2, const void *p, const kv_fmt &f,
+                                            int c0) {
     float v[16];
     if (!p) {
 #pragma unroll
@@ -113,14 +113,22 @@ __device__ __forceinline__ void key16_bf16(__nv_bfloat16 *dst, __nv_bfloat16 *ds
         hi[i] = pack_bf16(ha, hb);
         lo[i] = pack_bf16(a - ha, b - hb);
     }
-    uint4 *o = (uint4 *)(dst + c0);
-    o[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    o[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+    hi2[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    hi2[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
     if constexpr (LO) {
-        uint4 *l = (uint4 *)(dst_lo + c0);
-        l[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-        l[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+        lo2[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        lo2[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
     }
+}
+
+/* the same into dst + c0 (16-byte aligned), and with LO dst_lo + c0 */
+template <int KT, bool LO>
+__device__ __forceinline__ void key16_bf16(__nv_bfloat16 *dst, __nv_bfloat16 *dst_lo, const void *p,
+                                           const kv_fmt &f, int c0) {
+    uint4 hi[2], lo[2];
+    key16_terms<KT, LO>(hi, lo, p, f, c0);
+    ((uint4 *)(dst + c0))[0] = hi[0], ((uint4 *)(dst + c0))[1] = hi[1];
+    if constexpr (LO) ((uint4 *)(dst_lo + c0))[0] = lo[0], ((uint4 *)(dst_lo + c0))[1] = lo[1];
 }
 
 #endif

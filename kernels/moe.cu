@@ -640,7 +640,7 @@ __global__ void __launch_bounds__(WG_THREADS, 2)
                   int K, int N, float limit) {
     PDL_START();
     extern __shared__ __align__(16) unsigned char smb[];
-    struct wg_smem<BM> *sm = wg_smem_of<BM>(smb);
+    struct wg_smem<BM> *sm = (struct wg_smem<BM> *)wg_align(smb);
     int tile = blockIdx.y;
     if (tile >= *n_tiles) return;
     int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];

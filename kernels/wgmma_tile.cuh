@@ -37,9 +37,11 @@ template <int BM> struct wg_smem {
 /* dynamic shared memory a tile asks for: the struct and room to align it to 1024 bytes */
 template <int BM> constexpr size_t wg_smem_bytes = sizeof(struct wg_smem<BM>) + 1024;
 
-template <int BM> __device__ __forceinline__ struct wg_smem<BM> *wg_smem_of(unsigned char *p) {
+/* p moved to the next 1024-byte boundary of the shared window (a dynamic buffer asks for 1024
+ * bytes more) */
+__device__ __forceinline__ unsigned char *wg_align(unsigned char *p) {
     uintptr_t s = (uintptr_t)__cvta_generic_to_shared(p), a = (s + 1023) & ~(uintptr_t)1023;
-    return (struct wg_smem<BM> *)(p + (a - s));
+    return p + (a - s);
 }
 
 struct wg_q4_ring {
@@ -61,6 +63,15 @@ __device__ __forceinline__ unsigned long long wg_desc(const void *smem) {
            (1ull << 62);
 }
 
+/* the same with the two byte offsets given: lbo, the leading dimension's (for an MN-major
+ * operand, between atoms of 64 elements along MN), and sbo, between groups of 8 rows */
+__device__ __forceinline__ unsigned long long wg_desc_mn(const void *smem, unsigned lbo,
+                                                         unsigned sbo) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+
 __device__ __forceinline__ void wg_fence(void) {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -75,9 +86,9 @@ __device__ __forceinline__ void wg_proxy_fence(void) {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 /* the accumulators are written here as far as the compiler knows: no read of them moves above */
-__device__ __forceinline__ void wg_touch(float (&d)[64]) {
+template <int N> __device__ __forceinline__ void wg_touch(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
@@ -96,6 +107,38 @@ __device__ __forceinline__ void wg_mma(float (&d)[64], unsigned long long da,
                  "%64, %65, p, 1, 1, 0, 0;\n}\n"
                  : WG_R8(0), WG_R8(8), WG_R8(16), WG_R8(24), WG_R8(32), WG_R8(40), WG_R8(48),
                    WG_R8(56)
+                 : "l"(da), "l"(db), "r"(1));
+}
+/* d (64 x 32, f32) += A (64 x 16 at da) . B (32 x 16 at db, K-major)^T */
+__device__ __forceinline__ void wg_mma_n32(float (&d)[16], unsigned long long da,
+                                           unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "%16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : WG_R8(0), WG_R8(8)
+                 : "l"(da), "l"(db), "r"(1));
+}
+/* d (64 x 256, f32) += A (64 x 16 at da) . B (16 x 256 at db, MN-major: a row of k holds
+ * 256 n) */
+__device__ __forceinline__ void wg_mma_n256t(float (&d)[128], unsigned long long da,
+                                             unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, "
+                 "%110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "
+                 "%125, %126, %127}, "
+                 "%128, %129, p, 1, 1, 0, 1;\n}\n"
+                 : WG_R8(0), WG_R8(8), WG_R8(16), WG_R8(24), WG_R8(32), WG_R8(40), WG_R8(48),
+                   WG_R8(56), WG_R8(64), WG_R8(72), WG_R8(80), WG_R8(88), WG_R8(96), WG_R8(104),
+                   WG_R8(112), WG_R8(120)
                  : "l"(da), "l"(db), "r"(1));
 }
 #undef WG_R8

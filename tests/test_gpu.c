@@ -2139,6 +2139,32 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
             CHECK(!memcmp(ob[0], ob[1], (size_t)p->n_tok * H * d * 4),
                   "%s: the records copied ahead give other bits", name);
             free(ob[0]), free(ob[1]);
+            // the wgmma kernel (attention_cuda_set_wg) within the same bound; V's descriptor
+            // offsets tried in both orders too, and the error of each printed (which order
+            // wgmma reads them in: the kernel's must be the one that fits)
+            double werr[2];
+            for (int sw = 0; sw < 2; sw++) {
+                attention_cuda_set_wg(1), attention_cuda_set_wg_v_swap(sw);
+                struct attn_args ad = attention_dev(ah, av, (size_t)n * H * d);
+                attention_rows_cuda(&ad);
+                float *gw = fetch(ad.out, (size_t)n * H * d, "attention wgmma");
+                double e = 0, sc = 1e-6;
+                for (size_t i = 0; i < (size_t)p->n_tok * H * d; i++) {
+                    double df = fabs((double)gw[i] - ah.out[i]);
+                    e = df > e || df != df ? df : e, sc = fmax(sc, fabs(ah.out[i]));
+                }
+                werr[sw] = e / sc;
+                if (!sw) {
+                    char wn[96];
+                    snprintf(wn, sizeof wn, "%s/wgmma", name);
+                    close_rel(wn, gw, ah.out, (long)p->n_tok * H, d, 1e-2);
+                }
+                free(gw), release_out(ad.out);
+            }
+            attention_cuda_set_wg_v_swap(0), attention_cuda_set_wg(-1);
+            printf("# %s: wgmma, max error over max |ref|: %.3g (V's offsets as the kernel "
+                   "has them), %.3g (swapped)\n",
+                   name, werr[0], werr[1]);
             attention_cuda_set_wide(0);
             case_end(name, "");
             for (int b = 0; b < 3; b++)
