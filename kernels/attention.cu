@@ -85,6 +85,34 @@ static size_t attention_smem(int d, int max_keys, int n_heads) {
            (ATT_TILE * cw + hg * cw + 2 * hg) * sizeof(float);
 }
 
+/* a real row t's place and its keys: the window's, then the compressed entries it sees (the
+ * picks come first, then -1s: their count, every thread of the block counting together, since a
+ * thread walking up to top-k picks alone made as many dependent loads; or all visible ones).
+ * Every thread of the block calls it. */
+struct row_keys {
+    int slot, len, row0, n_swa, nk;
+};
+__device__ __forceinline__ struct row_keys row_keys_of(const struct attn_args &a, int t) {
+    const struct rows_view &r = a.rows;
+    int sq = r.row_seq[t], n_ent = 0;
+    struct row_keys w;
+    w.slot = r.slot[sq], w.len = r.len_before[sq], w.row0 = r.qo_indptr[sq];
+    w.n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t];
+    if (a.entries) {
+        if (a.use_topk) {
+            const int32_t *pk = r.topk + (size_t)t * r.topk_stride;
+            for (int j0 = 0; j0 < r.topk_stride; j0 += blockDim.x) {
+                int j = j0 + threadIdx.x;
+                n_ent += __syncthreads_count(j < r.topk_stride && pk[j] >= 0);
+            }
+        } else {
+            n_ent = r.vis[t];
+        }
+    }
+    w.nk = w.n_swa + n_ent;
+    return w;
+}
+
 /* Block (row t, slice rank, head group y) of a cluster of ks: it resolves its slice's key
  * addresses once into shared memory, then stages ATT_TILE keys at a time (its warps loading
  * them: fp32 keys a lane's columns l, l + 32, ..; typed caches NC contiguous ones, key_lane),
@@ -106,21 +134,9 @@ __global__ void __launch_bounds__(32 * ATT_MAX_HEADS)
     const struct rows_view &r = a.rows;
     int t = blockIdx.x / ks, rank = blockIdx.x % ks;
     if (r.row_seq[t] < 0) return; // a pad row: inert (the whole cluster returns)
-    int sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
-    int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
-    if (a.entries) {
-        if (a.use_topk) { // the picks come first, then -1s: their count, the block counting
-            // together (a thread walking up to top-k picks alone made as many dependent loads)
-            const int32_t *pk = r.topk + (size_t)t * r.topk_stride;
-            for (int j0 = 0; j0 < r.topk_stride; j0 += blockDim.x) {
-                int j = j0 + threadIdx.x;
-                n_ent += __syncthreads_count(j < r.topk_stride && pk[j] >= 0);
-            }
-        } else {
-            n_ent = r.vis[t];
-        }
-    }
-    int nk = n_swa + n_ent, per = (nk + ks - 1) / ks;
+    const struct row_keys rk = row_keys_of(a, t);
+    int slot = rk.slot, len = rk.len, row0 = rk.row0, n_swa = rk.n_swa;
+    int nk = rk.nk, per = (nk + ks - 1) / ks;
     int j0 = min(nk, rank * per), nj = min(nk, j0 + per) - j0;
     int slice = (max_keys + ks - 1) / ks;
     TD_DEV_ASSERT(nj <= slice); // kp[] holds a slice: the plan's and the rings' sizes promise it
@@ -341,20 +357,9 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
     const struct rows_view &r = a.rows;
     int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     if (r.row_seq[t] < 0) return; // a pad row: inert
-    int sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
-    int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
-    if (a.entries) {
-        if (a.use_topk) {
-            const int32_t *pk = r.topk + (size_t)t * r.topk_stride;
-            for (int j0 = 0; j0 < r.topk_stride; j0 += blockDim.x) {
-                int j = j0 + tid;
-                n_ent += __syncthreads_count(j < r.topk_stride && pk[j] >= 0);
-            }
-        } else {
-            n_ent = r.vis[t];
-        }
-    }
-    int nk = n_swa + n_ent;
+    const struct row_keys rk = row_keys_of(a, t);
+    int slot = rk.slot, len = rk.len, row0 = rk.row0, n_swa = rk.n_swa;
+    int nk = rk.nk;
     const kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
     // the queries (heads past n_heads zero), the running statistics
     for (int i = tid; i < AM_HEADS * D / 4; i += AM_THREADS) {
@@ -562,20 +567,9 @@ __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_kernel(struct attn
     const struct rows_view &r = a.rows;
     int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, w = (tid >> 5) & 3;
     if (r.row_seq[t] < 0) return; // a pad row: inert
-    int sq = r.row_seq[t], slot = r.slot[sq], len = r.len_before[sq];
-    int row0 = r.qo_indptr[sq], n_swa = r.swa_indptr[t + 1] - r.swa_indptr[t], n_ent = 0;
-    if (a.entries) {
-        if (a.use_topk) {
-            const int32_t *pk = r.topk + (size_t)t * r.topk_stride;
-            for (int j0 = 0; j0 < r.topk_stride; j0 += blockDim.x) {
-                int j = j0 + tid;
-                n_ent += __syncthreads_count(j < r.topk_stride && pk[j] >= 0);
-            }
-        } else {
-            n_ent = r.vis[t];
-        }
-    }
-    int nk = n_swa + n_ent, n_chunks = (nk + AW_KEYS - 1) / AW_KEYS;
+    const struct row_keys rk = row_keys_of(a, t);
+    int slot = rk.slot, len = rk.len, row0 = rk.row0, n_swa = rk.n_swa;
+    int nk = rk.nk, n_chunks = (nk + AW_KEYS - 1) / AW_KEYS;
     const kv_fmt f = kv_fmt_or_f32(a.fmt, a.d);
     // the queries (heads past n_heads zero), 8 columns a store
     for (int i = tid; i < 64 * 64; i += AW_THREADS) {
