@@ -347,6 +347,23 @@ __device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem));
 }
 
+/* the tensor-core kernels' output pair at columns cc, cc + 1 of a head's row oh: o sc / tot
+ * (zeros when neither a key nor the sink counts: dead), the columns from p0 on rotated back at
+ * row t's position (pairs (c, c + 1), c even) */
+__device__ __forceinline__ void am_pair_out(const struct attn_args &a, int t, float *oh, int cc,
+                                            float o0, float o1, float sc, float tot, bool dead,
+                                            int p0) {
+    float v0 = dead ? 0.0f : o0 * sc / tot, v1 = dead ? 0.0f : o1 * sc / tot;
+    if (cc >= p0) {
+        float cs, sn;
+        rope_cos_sin((float)a.rows.positions[t], a.inv_freq, (cc - p0) >> 1, a.attn_factor, &cs,
+                     &sn);
+        float2 y = rope_pair(v0, v1, cs, -sn);
+        v0 = y.x, v1 = y.y;
+    }
+    *(float2 *)(oh + cc) = make_float2(v0, v1);
+}
+
 template <int D, int KT, bool STAGE>
 __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct attn_args a) {
     prefetch_row_plan(a.rows, blockIdx.x);
@@ -510,17 +527,8 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         float *oh = a.out + ((size_t)t * a.n_heads + h) * D;
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            int cc = cn + 8 * j + 2 * tq;
-            float v0 = M == -INFINITY ? 0.0f : o[j][2 * e2] * sc / tot,
-                  v1 = M == -INFINITY ? 0.0f : o[j][2 * e2 + 1] * sc / tot;
-            if (cc >= p0) {
-                float cs, sn;
-                rope_cos_sin((float)r.positions[t], a.inv_freq, (cc - p0) >> 1, a.attn_factor, &cs,
-                             &sn);
-                float2 y = rope_pair(v0, v1, cs, -sn);
-                v0 = y.x, v1 = y.y;
-            }
-            *(float2 *)(oh + cc) = make_float2(v0, v1);
+            am_pair_out(a, t, oh, cn + 8 * j + 2 * tq, o[j][2 * e2], o[j][2 * e2 + 1], sc, tot,
+                        M == -INFINITY, p0);
         }
     }
 }
@@ -711,17 +719,8 @@ __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_kernel(struct attn
         float *oh = a.out + ((size_t)t * a.n_heads + h) * 512;
 #pragma unroll
         for (int j = 0; j < 32; j++) {
-            int cc = 256 * wg + 8 * j + 2 * tq;
-            float v0 = M == -INFINITY ? 0.0f : o[4 * j + 2 * e2] * sc / tot,
-                  v1 = M == -INFINITY ? 0.0f : o[4 * j + 2 * e2 + 1] * sc / tot;
-            if (cc >= p0) {
-                float cs, sn;
-                rope_cos_sin((float)r.positions[t], a.inv_freq, (cc - p0) >> 1, a.attn_factor, &cs,
-                             &sn);
-                float2 y = rope_pair(v0, v1, cs, -sn);
-                v0 = y.x, v1 = y.y;
-            }
-            *(float2 *)(oh + cc) = make_float2(v0, v1);
+            am_pair_out(a, t, oh, 256 * wg + 8 * j + 2 * tq, o[4 * j + 2 * e2],
+                        o[4 * j + 2 * e2 + 1], sc, tot, M == -INFINITY, p0);
         }
     }
 }
