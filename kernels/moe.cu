@@ -868,12 +868,8 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
         long long n8 = (long long)n * d / 8;
         launch_k(moe_bf16_kernel, ceil_div(n8, 256), 256, 0, s, xb, x, n8);
         LAUNCH_CHECK();
-        // each projection (up: K = d, down: K = inter) on wgmma where it takes the weights: bf16,
-        // or Q4 (its rows whole scale words); tiles of 32 take 64 there
-        auto wg_takes = [&](int K) {
-            return wg_on &&
-                   (ex->dtype == TD_DTYPE_BF16 || (ex->dtype == TD_DTYPE_Q4 && K % 32 == 0));
-        };
+        // both projections (up: K = d, down: K = inter) on wgmma when it is on and the weights
+        // are bf16 or Q4 (moe_wg_kernel's formats); tiles of 32 take 64 there
         by_wide(ex->dtype, bm, [&](auto f, auto b) {
             constexpr int F = decltype(f)::value, BM = decltype(b)::value;
             constexpr int WB = BM < 64 ? 64 : BM;
@@ -883,7 +879,7 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
                 int K = up ? d : inter, N = up ? inter : d;
                 dim3 grid(ceil_div(N, up ? GT_BN / 2 : GT_BN), ty);
                 if constexpr (F != WF_Q8) {
-                    if (wg_takes(K)) {
+                    if (wg_on) {
                         launch_k(moe_wg_kernel<F, WB>, grid, WG_THREADS, wg_smem_bytes<WB>, s, o, a,
                                  me().perm, k, up, me().tiles, me().ntiles, *ex, K, N, limit);
                         LAUNCH_CHECK();

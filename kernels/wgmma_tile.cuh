@@ -26,6 +26,7 @@
 #define WG_BK      64
 #define WG_STAGES  3
 #define WG_THREADS 128
+static_assert(WG_BN == GT_BN, "both block tiles cover 128 weight rows: one grid for either");
 
 template <int BM> struct wg_smem {
     __nv_bfloat16 a[WG_STAGES][BM * WG_BK];    /* 16 KB a stage at BM 128 */
