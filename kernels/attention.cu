@@ -381,8 +381,9 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
     // the queries (heads past n_heads zero), the running statistics
     for (int i = tid; i < AM_HEADS * D / 4; i += AM_THREADS) {
         int h = i / (D / 4), c = 4 * (i % (D / 4));
-        float4 x = h < a.n_heads ? *(const float4 *)(a.q + ((size_t)t * a.n_heads + h) * D + c)
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 x = h < a.n_heads
+                       ? __ldg((const float4 *)(a.q + ((size_t)t * a.n_heads + h) * D + c))
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         *(uint2 *)&sm.q[h][c] = make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
     }
     if (tid < AM_HEADS) sm.m[tid] = -INFINITY, sm.l[tid] = 0.0f;
@@ -390,9 +391,13 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
     auto convert = [&](int b) {
         int u = tid >> 3, sub = tid & 7;
         const void *p = sm.kp[u];
+        uint4 hi[D / 128][2]; // columns 16 sub + 128 i, every load before the stores
+        key16_terms_n<KT, false, D / 128>(hi, NULL, p, f, 16 * sub, 128);
 #pragma unroll
-        for (int c0 = 16 * sub; c0 < D; c0 += 128)
-            key16_bf16<KT, false>(&sm.k[b][u][0], NULL, p, f, c0);
+        for (int i = 0; i < D / 128; i++) {
+            uint4 *dst = (uint4 *)&sm.k[b][u][16 * sub + 128 * i];
+            dst[0] = hi[i][0], dst[1] = hi[i][1];
+        }
     };
     auto load = [&](int c, int b) { // their addresses by the first warp, then read in place
         if (tid < AM_KEYS) {
@@ -585,7 +590,7 @@ __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_kernel(struct attn
         float4 x0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), x1 = x0;
         if (h < a.n_heads) {
             const float4 *src = (const float4 *)(a.q + ((size_t)t * a.n_heads + h) * 512 + c);
-            x0 = src[0], x1 = src[1];
+            x0 = __ldg(src), x1 = __ldg(src + 1); // (ld.global.nc: not held behind the stores)
         }
         *(uint4 *)&sm.q[c >> 6][wg_swz(h, (c & 63) >> 3)] =
             make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
@@ -601,14 +606,17 @@ __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_kernel(struct attn
         int u = tid >> 2, sub = tid & 3;
         const void *p = sm.kp[c & 1][u];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int c0 = 16 * (sub + 4 * i); // columns c0 .. c0 + 15: block c0 / 64, chunks 2 i'..
-            uint4 hi[2];
-            key16_terms<KT, false>(hi, NULL, p, f, c0);
-            __nv_bfloat16 *blk = sm.k[c & 1][c0 >> 6];
-            int ch = (c0 & 63) >> 3;
-            *(uint4 *)&blk[wg_swz(u, ch)] = hi[0];
-            *(uint4 *)&blk[wg_swz(u, ch + 1)] = hi[1];
+        for (int h = 0; h < 2; h++) { // columns 16 sub + 64 i, i < 8: two passes of four loads
+            uint4 hi[4][2];
+            key16_terms_n<KT, false, 4>(hi, NULL, p, f, 16 * sub + 256 * h, 64);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int c0 = 16 * sub + 256 * h + 64 * i; // columns c0 .. + 15: block c0 / 64
+                __nv_bfloat16 *blk = sm.k[c & 1][c0 >> 6];
+                int ch = (c0 & 63) >> 3;
+                *(uint4 *)&blk[wg_swz(u, ch)] = hi[i][0];
+                *(uint4 *)&blk[wg_swz(u, ch + 1)] = hi[i][1];
+            }
         }
     };
     if (n_chunks) addrs(0);

@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(IM_THREADS)
         float x0 = 0.0f, x1 = 0.0f;
         if (h < a.n_heads) {
             const float *qh = q + (size_t)h * a.d;
-            x0 = c < a.d ? qh[c] : 0.0f;
-            x1 = c + 1 < a.d ? qh[c + 1] : 0.0f;
+            x0 = c < a.d ? __ldg(qh + c) : 0.0f; // (ld.global.nc, kv_lane.cuh key_ld)
+            x1 = c + 1 < a.d ? __ldg(qh + c + 1) : 0.0f;
         }
         float h0 = __bfloat162float(__float2bfloat16_rn(x0)),
               h1 = __bfloat162float(__float2bfloat16_rn(x1));
@@ -145,9 +145,15 @@ __global__ void __launch_bounds__(IM_THREADS)
         {                // the chunk's keys: two threads an entry, DP / 2 columns each
             int u = tid >> 1, w = c0 + u;
             const void *p = w < w1 ? keys + rows_entry(r, sq, w, a.per) * f.rec : NULL;
+            int c1 = (tid & 1) * (DP / 2);
+            uint4 hi[DP / 32][2], lo[DP / 32][2]; // every load before the stores
+            key16_terms_n<KT, KLO, DP / 32>(hi, lo, p, f, c1, 16);
 #pragma unroll
-            for (int cc = (tid & 1) * (DP / 2); cc < (tid & 1) * (DP / 2) + DP / 2; cc += 16)
-                key16_bf16<KT, KLO>(&sm.kh[u][0], &sm.kl[u][0], p, f, cc);
+            for (int i = 0; i < DP / 32; i++) {
+                uint4 *dh = (uint4 *)&sm.kh[u][c1 + 16 * i], *dl = (uint4 *)&sm.kl[u][c1 + 16 * i];
+                dh[0] = hi[i][0], dh[1] = hi[i][1];
+                if (KLO) dl[0] = lo[i][0], dl[1] = lo[i][1];
+            }
         }
         __syncthreads();
         float s[IM_ENT / 8][4];
@@ -211,8 +217,8 @@ __global__ void __launch_bounds__(IM_THREADS *R)
         float x0 = 0.0f, x1 = 0.0f;
         if (seq[rr] >= 0 && h < a.n_heads) {
             const float *qh = a.q + ((size_t)(t0 + rr) * a.n_heads + h) * a.d;
-            x0 = c < a.d ? qh[c] : 0.0f;
-            x1 = c + 1 < a.d ? qh[c + 1] : 0.0f;
+            x0 = c < a.d ? __ldg(qh + c) : 0.0f; // (ld.global.nc, kv_lane.cuh key_ld)
+            x1 = c + 1 < a.d ? __ldg(qh + c + 1) : 0.0f;
         }
         float h0 = __bfloat162float(__float2bfloat16_rn(x0)),
               h1 = __bfloat162float(__float2bfloat16_rn(x1));

@@ -19,11 +19,27 @@ template <typename F> static void by_kv(int kt, F &&f) {
         f(std::integral_constant<int, TD_KV_F32>{});
 }
 
-/* column c of key record p, the cache's precision KT known at compile time */
+/* Every read of a key record is a read-only load of global memory (ld.global.nc: the caches
+ * and a step's rows are written by earlier kernels, never by the one that reads them). A
+ * generic load might alias the shared-memory stores of the tiles the keys go into, so the
+ * compiler keeps each one behind the store before it: a thread's loads of a chunk then wait
+ * for each other, one trip to L2 each. These may be issued together. */
+template <typename T> __device__ __forceinline__ T key_ld(const void *p, size_t i) {
+    return __ldg((const T *)p + i);
+}
+
+/* column c of key record p, the cache's precision KT known at compile time: kv_get's value */
 template <int KT> __device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
-    kv_fmt g = f;
-    g.dtype = KT;
-    return kv_get(p, g, c);
+    const unsigned char *b = (const unsigned char *)p;
+    if constexpr (KT == TD_KV_F32)
+        return key_ld<float>(p, c);
+    else if constexpr (KT == TD_KV_BF16)
+        return kv_bf16_val(key_ld<unsigned short>(p, c));
+    else if (c >= f.n8)
+        return kv_bf16_val(key_ld<unsigned short>(b + f.tail_at, c - f.n8));
+    else
+        return kv_e4m3_val(key_ld<unsigned char>(b, c)) *
+               kv_fp8_scale_val(key_ld<unsigned char>(b, f.n8 + c / KV_FP8_BLOCK));
 }
 
 /* A lane's NC contiguous columns c0 .. c0 + NC - 1 of a bf16 or fp8 key p (KT), as the
@@ -42,7 +58,7 @@ __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0,
             if (((uintptr_t)q & 7) == 0) {
 #pragma unroll
                 for (int j = 0; j < NC / 4; j++) {
-                    uint2 w = ((const uint2 *)q)[j];
+                    uint2 w = key_ld<uint2>(q, j);
                     v[4 * j] = __uint_as_float(w.x << 16),
                           v[4 * j + 1] = __uint_as_float(w.x & 0xFFFF0000u);
                     v[4 * j + 2] = __uint_as_float(w.y << 16),
@@ -51,13 +67,13 @@ __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0,
                 return;
             }
         } else if (c0 + NC <= f.n8 && c0 / KV_FP8_BLOCK == (c0 + NC - 1) / KV_FP8_BLOCK) {
-            const uint2 *q = (const uint2 *)(b + c0);
-            float sc = kv_fp8_scale_val(b[f.n8 + c0 / KV_FP8_BLOCK]);
+            const unsigned char *q = b + c0;
+            float sc = kv_fp8_scale_val(key_ld<unsigned char>(b, f.n8 + c0 / KV_FP8_BLOCK));
             unsigned nan = 0;
             uint2 w[NC / 8];
 #pragma unroll
             for (int j = 0; j < NC / 8; j++) {
-                w[j] = q[j];
+                w[j] = key_ld<uint2>(q, j);
                 nan |=
                     ((w[j].x & 0x7F7F7F7Fu) + 0x01010101u) | ((w[j].y & 0x7F7F7F7Fu) + 0x01010101u);
             }
@@ -77,13 +93,9 @@ __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0,
         v[j] = c0 + j < f.d ? key_at<KT>(p, f, c0 + j) : 0.0f;
 }
 
-/* 16 columns c0 .. c0 + 15 of key p (NULL: zeros; columns past d: zeros) as bf16 pairs, two
- * 16-byte chunks of 8 columns each: hi = bf16(v), and with LO lo = bf16(v - hi), so that
- * hi + lo keeps about 16 bits of an fp32 key (bf16 and fp8 keys are exact in hi alone) */
-template <int KT, bool LO>
-__device__ __forceinline__ void key16_terms(uint4 *hi2, uint4 *lo2, const void *p, const kv_fmt &f,
-                                            int c0) {
-    float v[16];
+/* 16 columns c0 .. c0 + 15 of key p (NULL: zeros; columns past d: zeros) as floats */
+template <int KT>
+__device__ __forceinline__ void key16_vals(float *v, const void *p, const kv_fmt &f, int c0) {
     if (!p) {
 #pragma unroll
         for (int i = 0; i < 16; i++)
@@ -93,17 +105,24 @@ __device__ __forceinline__ void key16_terms(uint4 *hi2, uint4 *lo2, const void *
         if (c0 + 16 <= f.d && ((uintptr_t)x & 15) == 0) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                float4 y = ((const float4 *)x)[i];
+                float4 y = key_ld<float4>(x, i);
                 v[4 * i] = y.x, v[4 * i + 1] = y.y, v[4 * i + 2] = y.z, v[4 * i + 3] = y.w;
             }
         } else {
 #pragma unroll
             for (int i = 0; i < 16; i++)
-                v[i] = c0 + i < f.d ? x[i] : 0.0f;
+                v[i] = c0 + i < f.d ? key_ld<float>(x, i) : 0.0f;
         }
     } else {
         key_lane<16, KT>(p, f, c0, v);
     }
+}
+
+/* 16 values as bf16 pairs, two 16-byte chunks of 8 columns each: hi = bf16(v), and with LO
+ * lo = bf16(v - hi), so that hi + lo keeps about 16 bits of an fp32 key (bf16 and fp8 keys are
+ * exact in hi alone) */
+template <bool LO>
+__device__ __forceinline__ void key16_pack(uint4 *hi2, uint4 *lo2, const float *v) {
     unsigned hi[8], lo[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -118,6 +137,56 @@ __device__ __forceinline__ void key16_terms(uint4 *hi2, uint4 *lo2, const void *
     if constexpr (LO) {
         lo2[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         lo2[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+    }
+}
+
+/* columns c0 .. c0 + 15 of key p as bf16 terms (key16_pack) */
+template <int KT, bool LO>
+__device__ __forceinline__ void key16_terms(uint4 *hi2, uint4 *lo2, const void *p, const kv_fmt &f,
+                                            int c0) {
+    float v[16];
+    key16_vals<KT>(v, p, f, c0);
+    key16_pack<LO>(hi2, lo2, v);
+}
+
+/* N groups of 16 columns of key p, group i from column c0 + s i (c0 and s multiples of 16), as
+ * key16_terms gives each. A plain record (fp32 16-byte aligned or bf16 8-byte aligned, every
+ * column within d) has all N groups' loads issued before the first value is used: one trip to
+ * L2 for the lot where group by group takes N (each group's bounds and alignment tests are
+ * branches the compiler keeps loads behind). Other records (fp8, NULL, odd shapes) go group by
+ * group. */
+template <int KT, bool LO, int N>
+__device__ __forceinline__ void key16_terms_n(uint4 (*hi)[2], uint4 (*lo)[2], const void *p,
+                                              const kv_fmt &f, int c0, int s) {
+    bool plain =
+        p && c0 + s * (N - 1) + 16 <= f.d &&
+        (KT == TD_KV_F32 ? ((uintptr_t)p & 15) == 0 : KT == TD_KV_BF16 && ((uintptr_t)p & 7) == 0);
+    if (plain) {
+        float v[N][16];
+#pragma unroll
+        for (int i = 0; i < N; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                size_t at = (size_t)(c0 + s * i) / 4 + j; // 4 columns: a float4 or a uint2
+                if constexpr (KT == TD_KV_F32) {
+                    float4 y = key_ld<float4>(p, at);
+                    v[i][4 * j] = y.x, v[i][4 * j + 1] = y.y, v[i][4 * j + 2] = y.z,
+                             v[i][4 * j + 3] = y.w;
+                } else {
+                    uint2 w = key_ld<uint2>(p, at);
+                    v[i][4 * j] = __uint_as_float(w.x << 16),
+                             v[i][4 * j + 1] = __uint_as_float(w.x & 0xFFFF0000u);
+                    v[i][4 * j + 2] = __uint_as_float(w.y << 16),
+                                 v[i][4 * j + 3] = __uint_as_float(w.y & 0xFFFF0000u);
+                }
+            }
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            key16_pack<LO>(hi[i], LO ? lo[i] : NULL, v[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            key16_terms<KT, LO>(hi[i], LO ? lo[i] : NULL, p, f, c0 + s * i);
     }
 }
 
