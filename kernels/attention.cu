@@ -560,19 +560,21 @@ struct aw_smem {
 static constexpr size_t aw_smem_bytes = sizeof(struct aw_smem) + 1024;
 
 static int aw_mode = -1; /* TD_ATT_WGMMA, attention_cuda_set_wg */
-/* V's descriptor offsets swapped (tests: which order wgmma reads them in), device side */
-static __device__ int aw_v_swap;
+/* V's descriptor offsets swapped (tests: which order wgmma reads them in), passed to each launch
+ * (a __device__ flag set by cudaMemcpyToSymbol failed on an H100: cudaErrorInvalidAddressSpace) */
+static int aw_v_swap;
 
 extern "C" void attention_cuda_set_wg(int on) {
     aw_mode = on < 0 ? -1 : on ? 1 : 0;
 }
 
 extern "C" void attention_cuda_set_wg_v_swap(int on) {
-    CUDA_CHECK(cudaMemcpyToSymbol(aw_v_swap, &on, sizeof on));
+    aw_v_swap = on;
 }
 
 template <int KT>
-__global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_kernel(struct attn_args a) {
+__global__ void __launch_bounds__(AW_THREADS, 1)
+    attention_wg_kernel(struct attn_args a, int v_swap) {
     prefetch_row_plan(a.rows, blockIdx.x);
     PDL_START();
     extern __shared__ __align__(16) unsigned char smb[];
@@ -632,7 +634,7 @@ __global__ void __launch_bounds__(AW_THREADS, 1) attention_wg_kernel(struct attn
 #pragma unroll
     for (int i = 0; i < 128; i++)
         o[i] = 0.0f;
-    unsigned v_lbo = aw_v_swap ? 1024u : 64u * 128u, v_sbo = aw_v_swap ? 64u * 128u : 1024u;
+    unsigned v_lbo = v_swap ? 1024u : 64u * 128u, v_sbo = v_swap ? 64u * 128u : 1024u;
     for (int c = 0; c < n_chunks; c++) {
         int b = c & 1;
         float s[16];
@@ -807,7 +809,7 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
             constexpr int KT = decltype(k)::value;
             if (aw_mode)
                 launch_k(attention_wg_kernel<KT>, a->rows.n_tok, AW_THREADS, aw_smem_bytes,
-                         td_cuda_stream(), *a);
+                         td_cuda_stream(), *a, aw_v_swap);
             else if (am_stage && f.rec <= am_stage_bytes<KT>)
                 launch_k(attention_mma_kernel<512, KT, true>, a->rows.n_tok, AM_THREADS,
                          sizeof(am_stage_smem<512, KT>), td_cuda_stream(), *a);

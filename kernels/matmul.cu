@@ -669,11 +669,14 @@ static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const v
  * power-of-two scale (act_quant: amax floored at 1e-4, s = 2^ceil(log2(amax / 448))), the
  * weight's codes with their 128 x 128 scales, cuBLASLt's block-scaled FP8 GEMM (Hopper), fp32
  * sums. It reads the codes, not a bf16 copy made each step, and runs at FP8's rate; x loses the
- * bits e4m3 drops, which the bf16 path (and the HF oracle) keep. Written in session 38 without
- * a GPU run: the scale grids' orders are cuBLASLt's (TD_FP8_LT_LAYOUT bits, measuring: 1 the
- * weight's grid k-block fastest, 2 x's k-block fastest; 0 the out / token index fastest).
- * Steps of more than quant_mma_rows() rows of one [out, in] Q8 matrix with in % 128 == 0 take it;
- * a shape cuBLASLt refuses takes the bf16 copy (said once). */
+ * bits e4m3 drops, which the bf16 path (and the HF oracle) keep. The scale grids' orders
+ * (TD_FP8_LT_LAYOUT bits: 1 the weight's grid k-block fastest, 2 x's k-block fastest, else the
+ * out / token index fastest) are 1, as a probe of cuBLASLt 13 on an H100 read them (session 40:
+ * the weight's [out / 128][in / 128], x's [in / 128][n]); it refused every row count that is not a
+ * multiple of 4 (x's scale columns are 16-byte aligned), and D in bf16 beside D in fp32 for
+ * these modes. Steps of more than quant_mma_rows() rows, a multiple of 4, of one [out, in] Q8
+ * matrix with in % 512 == 0 (the weight grid's rows then need no padding to 4 blocks) take it;
+ * other steps and a shape cuBLASLt refuses take the bf16 copy (said once). */
 #define F8_BLOCK 128
 static int f8_mode = -1;   /* TD_FP8_LT */
 static int f8_layout = -1; /* TD_FP8_LT_LAYOUT */
@@ -689,7 +692,7 @@ extern "C" void matmul_cuda_set_fp8_lt(int on) {
 static bool f8_on(void) {
     if (f8_mode < 0) f8_mode = getenv("TD_FP8_LT") && atoi(getenv("TD_FP8_LT")) ? 1 : 0;
     if (f8_layout < 0)
-        f8_layout = getenv("TD_FP8_LT_LAYOUT") ? atoi(getenv("TD_FP8_LT_LAYOUT")) & 3 : 0;
+        f8_layout = getenv("TD_FP8_LT_LAYOUT") ? atoi(getenv("TD_FP8_LT_LAYOUT")) & 3 : 1;
     return f8_mode == 1;
 }
 
@@ -736,8 +739,9 @@ __global__ void f8_w_scales_kernel(float *ws, const uint8_t *sb, int oblk, int k
 /* whether a step of n rows of an [out, in] matrix of dtype t takes the FP8 tensor cores: the
  * plan (NULL: not this form; a shape cuBLASLt refuses keeps the bf16 copy, said once) */
 static struct lt_plan *f8_plan(enum td_dtype t, int n, int in, int out) {
-    if (t != TD_DTYPE_Q8 || in % F8_BLOCK || out % 16 || !f8_on() || mm().deterministic ||
-        (size_t)n * in > mm().f8_x_cap || (size_t)n * (in / F8_BLOCK) > mm().f8_xs_cap ||
+    if (t != TD_DTYPE_Q8 || in % (4 * F8_BLOCK) || out % 16 || n % 4 || !f8_on() ||
+        mm().deterministic || (size_t)n * in > mm().f8_x_cap ||
+        (size_t)n * (in / F8_BLOCK) > mm().f8_xs_cap ||
         (size_t)ceil_div(out, F8_BLOCK) * (in / F8_BLOCK) > mm().f8_ws_cap)
         return NULL; // (matmul_cuda_reserve sized the buffers: a caller that reserved nothing)
     struct lt_plan *q = lt_plan_for(n, in, out, in, out, 0, 1);

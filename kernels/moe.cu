@@ -762,7 +762,7 @@ template <typename G> static void by_wide(int dtype, int bm, G &&g) {
 
 /* bf16 and Q4 experts' block tiles on wgmma (moe_wg_kernel; 0: moe_wide_kernel's mma.sync;
  * TD_MOE_WGMMA=0|1 at start-up, moe_cuda_set_wgmma) */
-#define MOE_WGMMA 0
+#define MOE_WGMMA 1
 static int wg_start = MOE_WGMMA, wg_on = MOE_WGMMA;
 
 /* the block tiles' dynamic shared memory (51 to 80 KB), once: at start-up (outside any capture),

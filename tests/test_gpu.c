@@ -440,14 +440,16 @@ static void test_matmul_quant(void) {
 
 /* FP8 weights on FP8 tensor cores (matmul_cuda_set_fp8_lt, cuBLASLt's block-scaled GEMM): x
  * quantized as the reference's act_quant, so the result is the reference GEMM of those values
- * within fp32 summation (every product of two codes and two powers of two is exact). Scales
- * differ block by block on both sides (the weight's 2^-7 .. 2^9, x's blocks 2^-1 .. 2^2 and by
- * row), so a scale grid read in another order shows; 100 and 98 rows (not a multiple of 4),
- * 384 x 512 (3 x 4 blocks). */
+ * within the tensor cores' sums (every product of two codes and two powers of two is exact;
+ * Hopper's FP8 sums keep about 14 bits within a 128-column block: within 2e-3 of the output's
+ * scale here). Scales differ block by block on both sides (the weight's 2^-7 .. 2^9, x's blocks
+ * 2^-1 .. 2^2 and by row), so a scale grid read in another order shows: each order's error is
+ * printed, and the default (1) must fit. 100 rows take it; 98 (not a multiple of 4, which
+ * cuBLASLt refuses) take the bf16 copy, within its tolerance of the unquantized x. 384 x 512:
+ * 3 x 4 blocks. */
 static void test_matmul_fp8_lt(void) {
     char rerr[256];
-    if (!getenv("TD_TEST_FP8_LT")) { // (session 39, H100: no order fit, and 98 rows abort in
-                                     // cuBLASLt: NOT_SUPPORTED; the path stays off)
+    if (!getenv("TD_TEST_FP8_LT")) { // (the path is off by default: TD_FP8_LT=1)
         printf("SKIP op/matmul_fp8_lt (TD_TEST_FP8_LT=1 runs it)\n");
         return;
     }
@@ -457,6 +459,7 @@ static void test_matmul_fp8_lt(void) {
     int ns[2] = {100, 98}, in = 512, out = 384;
     for (int ni = 0; ni < 2; ni++) {
         int n = ns[ni];
+        int f8 = n % 4 == 0;
         case_begin();
         uint16_t *wb;
         float *wf, *x = malloc((size_t)n * in * 4), *xq = malloc((size_t)n * in * 4);
@@ -466,15 +469,16 @@ static void test_matmul_fp8_lt(void) {
                 x[(size_t)t * in + k] = frand() * ldexpf(1.0f, k / 128 - 1) * (float)(1 + t % 3);
         act_quant_ref(xq, x, n, in);
         float *y = malloc((size_t)n * out * 4);
-        matmul_ref(y, xq, wf, TD_DTYPE_F32, n, in, out, NULL, TD_DTYPE_F32);
+        matmul_ref(y, f8 ? xq : x, wf, TD_DTYPE_F32, n, in, out, NULL, TD_DTYPE_F32);
         float *dx = dev_copy(x, (size_t)n * in * 4);
         void *dq = dev_copy(q, td_quant_bytes(TD_DTYPE_Q8, out, in));
-        // the scale grids' orders (matmul_cuda_set_fp8_layout): which ones give the reference,
-        // so that a wrong guess of cuBLASLt's order names the right one
-        char fits[32] = "", what[64];
+        // every scale grid order's error (matmul_cuda_set_fp8_layout), so that a wrong order
+        // names the right one; the default's output is the one checked
+        char errs[160] = "", what[200];
         float *g = NULL;
-        for (int l = 0; l < 4; l++) {
-            matmul_cuda_set_fp8_layout(l);
+        double sc = ref_scale(y, (long)n * out);
+        for (int l = 0; l < (f8 ? 4 : 1); l++) {
+            matmul_cuda_set_fp8_layout(f8 ? l : -1);
             float *dy = dev_out((size_t)n * out);
             matmul_cuda(dy, dx, dq, TD_DTYPE_Q8, n, in, out, NULL, TD_DTYPE_F32);
             float *gl = fetch(dy, (size_t)n * out, "matmul fp8");
@@ -482,20 +486,20 @@ static void test_matmul_fp8_lt(void) {
             double worst = 0;
             for (size_t i = 0; i < (size_t)n * out; i++)
                 worst = isfinite(gl[i]) ? fmax(worst, fabs((double)gl[i] - y[i])) : INFINITY;
-            if (worst <= 1e-4 * ref_scale(y, (long)n * out))
-                snprintf(fits + strlen(fits), sizeof fits - strlen(fits), " %d", l);
-            if (l == 0)
+            snprintf(errs + strlen(errs), sizeof errs - strlen(errs), " %d: %.2g", l, worst / sc);
+            if (!f8 || l == 1)
                 g = gl;
             else
                 free(gl);
         }
         matmul_cuda_set_fp8_layout(-1);
-        snprintf(what, sizeof what, "FP8 tensor cores, %d x %d x %d (orders that fit:%s)", n, in,
-                 out, fits[0] ? fits : " none");
-        close_rel(what, g, y, n, out, 1e-4);
+        snprintf(what, sizeof what, "%s, %d x %d x %d (error / scale by order:%s)",
+                 f8 ? "FP8 tensor cores" : "bf16 copy", n, in, out, errs);
+        printf("  %s\n", what);
+        close_rel(what, g, y, n, out, f8 ? 2e-3 : 1e-2);
         char name[64];
         snprintf(name, sizeof name, "op/matmul_fp8_lt/%d", n);
-        case_end(name, fits);
+        case_end(name, errs);
         free(x), free(xq), free(y), free(g), free(q), free(wb), free(wf);
         gpu->release(dx), gpu->release(dq);
     }
