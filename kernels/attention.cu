@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         int u = tid >> 3, sub = tid & 7;
         const void *p = sm.kp[u];
         uint4 hi[D / 128][2]; // columns 16 sub + 128 i, every load before the stores
-        key16_terms_n<KT, false, D / 128>(hi, NULL, p, f, 16 * sub, 128);
+        key16_terms_n<KT, false, D / 128, STAGE>(hi, NULL, p, f, 16 * sub, 128);
 #pragma unroll
         for (int i = 0; i < D / 128; i++) {
             uint4 *dst = (uint4 *)&sm.k[b][u][16 * sub + 128 * i];

@@ -24,22 +24,27 @@ template <typename F> static void by_kv(int kt, F &&f) {
  * generic load might alias the shared-memory stores of the tiles the keys go into, so the
  * compiler keeps each one behind the store before it: a thread's loads of a chunk then wait
  * for each other, one trip to L2 each. These may be issued together. */
-template <typename T> __device__ __forceinline__ T key_ld(const void *p, size_t i) {
-    return __ldg((const T *)p + i);
+template <typename T, bool SM = false>
+__device__ __forceinline__ T key_ld(const void *p, size_t i) {
+    if constexpr (SM)
+        return ((const T *)p)[i]; // a record staged in shared memory (ld.global.nc would fault)
+    else
+        return __ldg((const T *)p + i);
 }
 
 /* column c of key record p, the cache's precision KT known at compile time: kv_get's value */
-template <int KT> __device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
+template <int KT, bool SM = false>
+__device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
     const unsigned char *b = (const unsigned char *)p;
     if constexpr (KT == TD_KV_F32)
-        return key_ld<float>(p, c);
+        return key_ld<float, SM>(p, c);
     else if constexpr (KT == TD_KV_BF16)
-        return kv_bf16_val(key_ld<unsigned short>(p, c));
+        return kv_bf16_val(key_ld<unsigned short, SM>(p, c));
     else if (c >= f.n8)
-        return kv_bf16_val(key_ld<unsigned short>(b + f.tail_at, c - f.n8));
+        return kv_bf16_val(key_ld<unsigned short, SM>(b + f.tail_at, c - f.n8));
     else
-        return kv_e4m3_val(key_ld<unsigned char>(b, c)) *
-               kv_fp8_scale_val(key_ld<unsigned char>(b, f.n8 + c / KV_FP8_BLOCK));
+        return kv_e4m3_val(key_ld<unsigned char, SM>(b, c)) *
+               kv_fp8_scale_val(key_ld<unsigned char, SM>(b, f.n8 + c / KV_FP8_BLOCK));
 }
 
 /* A lane's NC contiguous columns c0 .. c0 + NC - 1 of a bf16 or fp8 key p (KT), as the
@@ -48,7 +53,7 @@ template <int KT> __device__ __forceinline__ float key_at(const void *p, const k
  * s.0000eeee.mmm0..., the code times 2^-120 (subnormal codes to fp32 denormals, exactly), then
  * times 2^120 and the block's scale: kv_get's values, bit for bit. A NaN code (low 7 bits all
  * set) and a lane's columns across the codes' end or d take kv_get column by column. */
-template <int NC, int KT>
+template <int NC, int KT, bool SM = false>
 __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0, float *v) {
     const unsigned char *b = (const unsigned char *)p;
     if (c0 + NC <= f.d) {
@@ -58,7 +63,7 @@ __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0,
             if (((uintptr_t)q & 7) == 0) {
 #pragma unroll
                 for (int j = 0; j < NC / 4; j++) {
-                    uint2 w = key_ld<uint2>(q, j);
+                    uint2 w = key_ld<uint2, SM>(q, j);
                     v[4 * j] = __uint_as_float(w.x << 16),
                           v[4 * j + 1] = __uint_as_float(w.x & 0xFFFF0000u);
                     v[4 * j + 2] = __uint_as_float(w.y << 16),
@@ -68,12 +73,12 @@ __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0,
             }
         } else if (c0 + NC <= f.n8 && c0 / KV_FP8_BLOCK == (c0 + NC - 1) / KV_FP8_BLOCK) {
             const unsigned char *q = b + c0;
-            float sc = kv_fp8_scale_val(key_ld<unsigned char>(b, f.n8 + c0 / KV_FP8_BLOCK));
+            float sc = kv_fp8_scale_val(key_ld<unsigned char, SM>(b, f.n8 + c0 / KV_FP8_BLOCK));
             unsigned nan = 0;
             uint2 w[NC / 8];
 #pragma unroll
             for (int j = 0; j < NC / 8; j++) {
-                w[j] = key_ld<uint2>(q, j);
+                w[j] = key_ld<uint2, SM>(q, j);
                 nan |=
                     ((w[j].x & 0x7F7F7F7Fu) + 0x01010101u) | ((w[j].y & 0x7F7F7F7Fu) + 0x01010101u);
             }
@@ -90,11 +95,11 @@ __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0,
     }
 #pragma unroll
     for (int j = 0; j < NC; j++)
-        v[j] = c0 + j < f.d ? key_at<KT>(p, f, c0 + j) : 0.0f;
+        v[j] = c0 + j < f.d ? key_at<KT, SM>(p, f, c0 + j) : 0.0f;
 }
 
 /* 16 columns c0 .. c0 + 15 of key p (NULL: zeros; columns past d: zeros) as floats */
-template <int KT>
+template <int KT, bool SM = false>
 __device__ __forceinline__ void key16_vals(float *v, const void *p, const kv_fmt &f, int c0) {
     if (!p) {
 #pragma unroll
@@ -105,16 +110,16 @@ __device__ __forceinline__ void key16_vals(float *v, const void *p, const kv_fmt
         if (c0 + 16 <= f.d && ((uintptr_t)x & 15) == 0) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                float4 y = key_ld<float4>(x, i);
+                float4 y = key_ld<float4, SM>(x, i);
                 v[4 * i] = y.x, v[4 * i + 1] = y.y, v[4 * i + 2] = y.z, v[4 * i + 3] = y.w;
             }
         } else {
 #pragma unroll
             for (int i = 0; i < 16; i++)
-                v[i] = c0 + i < f.d ? key_ld<float>(x, i) : 0.0f;
+                v[i] = c0 + i < f.d ? key_ld<float, SM>(x, i) : 0.0f;
         }
     } else {
-        key_lane<16, KT>(p, f, c0, v);
+        key_lane<16, KT, SM>(p, f, c0, v);
     }
 }
 
@@ -141,11 +146,11 @@ __device__ __forceinline__ void key16_pack(uint4 *hi2, uint4 *lo2, const float *
 }
 
 /* columns c0 .. c0 + 15 of key p as bf16 terms (key16_pack) */
-template <int KT, bool LO>
+template <int KT, bool LO, bool SM = false>
 __device__ __forceinline__ void key16_terms(uint4 *hi2, uint4 *lo2, const void *p, const kv_fmt &f,
                                             int c0) {
     float v[16];
-    key16_vals<KT>(v, p, f, c0);
+    key16_vals<KT, SM>(v, p, f, c0);
     key16_pack<LO>(hi2, lo2, v);
 }
 
@@ -155,7 +160,7 @@ __device__ __forceinline__ void key16_terms(uint4 *hi2, uint4 *lo2, const void *
  * L2 for the lot where group by group takes N (each group's bounds and alignment tests are
  * branches the compiler keeps loads behind). Other records (fp8, NULL, odd shapes) go group by
  * group. */
-template <int KT, bool LO, int N>
+template <int KT, bool LO, int N, bool SM = false>
 __device__ __forceinline__ void key16_terms_n(uint4 (*hi)[2], uint4 (*lo)[2], const void *p,
                                               const kv_fmt &f, int c0, int s) {
     bool plain =
@@ -169,11 +174,11 @@ __device__ __forceinline__ void key16_terms_n(uint4 (*hi)[2], uint4 (*lo)[2], co
             for (int j = 0; j < 4; j++) {
                 size_t at = (size_t)(c0 + s * i) / 4 + j; // 4 columns: a float4 or a uint2
                 if constexpr (KT == TD_KV_F32) {
-                    float4 y = key_ld<float4>(p, at);
+                    float4 y = key_ld<float4, SM>(p, at);
                     v[i][4 * j] = y.x, v[i][4 * j + 1] = y.y, v[i][4 * j + 2] = y.z,
                              v[i][4 * j + 3] = y.w;
                 } else {
-                    uint2 w = key_ld<uint2>(p, at);
+                    uint2 w = key_ld<uint2, SM>(p, at);
                     v[i][4 * j] = __uint_as_float(w.x << 16),
                              v[i][4 * j + 1] = __uint_as_float(w.x & 0xFFFF0000u);
                     v[i][4 * j + 2] = __uint_as_float(w.y << 16),
@@ -186,7 +191,7 @@ __device__ __forceinline__ void key16_terms_n(uint4 (*hi)[2], uint4 (*lo)[2], co
     } else {
 #pragma unroll
         for (int i = 0; i < N; i++)
-            key16_terms<KT, LO>(hi[i], LO ? lo[i] : NULL, p, f, c0 + s * i);
+            key16_terms<KT, LO, SM>(hi[i], LO ? lo[i] : NULL, p, f, c0 + s * i);
     }
 }
 
