@@ -58,12 +58,12 @@ def load(path):
 
 
 # the op a kernel belongs to (by name), for --flops
-OPS = [('routed experts', ('moe_wide', 'moe_gemm', 'moe_mma')),
+OPS = [('routed experts', ('moe_wide', 'moe_wg', 'moe_gemm', 'moe_mma')),
        ('attention', ('attention_',)),
        ('indexer scores', ('indexer_score', 'indexer_mma')),
        ('mHC mixes', ('hc_mix', 'hc_pre', 'hc_head')),
        ('dense projections', ('nvjet', 'skinny_mma', 'matmul_', 'dequant_bf16', 'to_bf16',
-                              'cutlass', 'gemm'))]
+                              'f8_act_quant', 'cutlass', 'gemm'))]
 
 
 def op_of(name):
