@@ -3432,6 +3432,7 @@ static void test_dev_assert(const char *self) {
 }
 #endif
 
+#ifdef TD_HAVE_CUDA
 /* TD_TEST_SKIP=a,b skips main's groups a and b (a kernel's fault is sticky and ends the run: the
  * groups after it can still run), TD_TEST_ONLY=a,b runs them alone; a group is its test
  * function's name without test_ (e.g. route_wide, which holds the attention cases). */
@@ -3456,6 +3457,7 @@ static int group_on(const char *g) {
             __VA_ARGS__;                                                                           \
         }                                                                                          \
     } while (0)
+#endif
 
 int main(int argc, char **argv) {
     char err[256];
