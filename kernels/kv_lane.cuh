@@ -47,6 +47,12 @@ __device__ __forceinline__ float key_at(const void *p, const kv_fmt &f, int c) {
                kv_fp8_scale_val(key_ld<unsigned char, SM>(b, f.n8 + c / KV_FP8_BLOCK));
 }
 
+/* 4 bf16 values (8 bytes, in column order) as floats v[0 .. 3] */
+__device__ __forceinline__ void bf16x4_vals(float *v, uint2 w) {
+    v[0] = __uint_as_float(w.x << 16), v[1] = __uint_as_float(w.x & 0xFFFF0000u);
+    v[2] = __uint_as_float(w.y << 16), v[3] = __uint_as_float(w.y & 0xFFFF0000u);
+}
+
 /* A lane's NC contiguous columns c0 .. c0 + NC - 1 of a bf16 or fp8 key p (KT), as the
  * kernel reads typed caches: 8-byte loads (records are 8-byte multiples), a main key's codes
  * within one block of 64 and so one scale byte a lane. e4m3 s.eeee.mmm goes to fp32 bits
@@ -62,13 +68,8 @@ __device__ __forceinline__ void key_lane(const void *p, const kv_fmt &f, int c0,
                 KT == TD_KV_BF16 ? b + 2 * c0 : b + f.tail_at + 2 * (c0 - f.n8);
             if (((uintptr_t)q & 7) == 0) {
 #pragma unroll
-                for (int j = 0; j < NC / 4; j++) {
-                    uint2 w = key_ld<uint2, SM>(q, j);
-                    v[4 * j] = __uint_as_float(w.x << 16),
-                          v[4 * j + 1] = __uint_as_float(w.x & 0xFFFF0000u);
-                    v[4 * j + 2] = __uint_as_float(w.y << 16),
-                              v[4 * j + 3] = __uint_as_float(w.y & 0xFFFF0000u);
-                }
+                for (int j = 0; j < NC / 4; j++)
+                    bf16x4_vals(&v[4 * j], key_ld<uint2, SM>(q, j));
                 return;
             }
         } else if (c0 + NC <= f.n8 && c0 / KV_FP8_BLOCK == (c0 + NC - 1) / KV_FP8_BLOCK) {
@@ -178,11 +179,7 @@ __device__ __forceinline__ void key16_terms_n(uint4 (*hi)[2], uint4 (*lo)[2], co
                     v[i][4 * j] = y.x, v[i][4 * j + 1] = y.y, v[i][4 * j + 2] = y.z,
                              v[i][4 * j + 3] = y.w;
                 } else {
-                    uint2 w = key_ld<uint2, SM>(p, at);
-                    v[i][4 * j] = __uint_as_float(w.x << 16),
-                             v[i][4 * j + 1] = __uint_as_float(w.x & 0xFFFF0000u);
-                    v[i][4 * j + 2] = __uint_as_float(w.y << 16),
-                                 v[i][4 * j + 3] = __uint_as_float(w.y & 0xFFFF0000u);
+                    bf16x4_vals(&v[i][4 * j], key_ld<uint2, SM>(p, at));
                 }
             }
 #pragma unroll
