@@ -692,6 +692,62 @@ __global__ void __launch_bounds__(WG_THREADS, 2)
         }
 }
 
+/* FP4 experts' block tiles with the weights in registers (wgmma_tile.cuh wr_tile): the same
+ * outputs in the same places as moe_wg_kernel's. The up projection's A rows pair each feature's
+ * gate row (g) with its up row (g + 8), so a thread holds both of every output it writes: a
+ * block's 64 features are 32 a warpgroup, 8 a warp. */
+template <int BM>
+__global__ void __launch_bounds__(WR_THREADS, 1)
+    moe_wr_kernel(void *out, const __nv_bfloat16 *in, const int32_t *perm, int k_per_row,
+                  int swiglu, const int32_t *tiles, const int32_t *n_tiles, struct expert_set ex,
+                  int K, int N, float limit) {
+    PDL_START();
+    extern __shared__ __align__(16) unsigned char smb[];
+    struct wr_smem<BM> *sm = (struct wr_smem<BM> *)wg_align(smb);
+    int tile = blockIdx.y;
+    if (tile >= *n_tiles) return;
+    int e = tiles[3 * tile], p0 = tiles[3 * tile + 1], rows = tiles[3 * tile + 2];
+    int tid = threadIdx.x, wgi = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2,
+        t = lane & 3;
+    for (int r = tid; r < BM; r += WR_THREADS)
+        sm->xrow[r] =
+            r < rows ? in + (size_t)(swiglu ? perm[p0 + r] / k_per_row : p0 + r) * K : NULL;
+    // the thread's weight rows: up, feature f's gate and up rows; down, features f and f + 8
+    int f = swiglu ? blockIdx.x * 64 + 32 * wgi + 8 * w + g
+                   : blockIdx.x * 128 + 64 * wgi + 16 * w + g;
+    int fb = swiglu ? f : f + 8;
+    struct wmat ma = wmat_of(swiglu ? ex.w1[e] : ex.w2[e], TD_DTYPE_Q4, N, K, 0),
+                mb = swiglu ? wmat_of(ex.w3[e], TD_DTYPE_Q4, N, K, 0) : ma;
+    bool oa = f < N, ob = fb < N;
+    const uint8_t *ca = (const uint8_t *)ma.p + (size_t)(oa ? f : 0) * (K / 2),
+                  *cb = (const uint8_t *)mb.p + (size_t)(ob ? fb : 0) * (K / 2),
+                  *sa = ma.s + (size_t)(oa ? f : 0) * ma.srow,
+                  *sb = mb.s + (size_t)(ob ? fb : 0) * mb.srow;
+    __syncthreads();
+    float c[BM / 64][32];
+    wr_tile<BM>(c, sm, ca, sa, oa, cb, sb, ob, K, ma.p);
+#pragma unroll
+    for (int nb = 0; nb < BM / 64; nb++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                int r = 64 * nb + 8 * j + 2 * t + q;
+                if (r >= rows) continue;
+                size_t p = (size_t)(p0 + r);
+                if (swiglu) {
+                    if (oa) {
+                        __nv_bfloat16 h = __float2bfloat16_rn(
+                            swiglu_clamped(c[nb][4 * j + q], c[nb][4 * j + 2 + q], limit));
+                        ((__nv_bfloat16 *)out)[p * N + f] = h;
+                    }
+                } else {
+                    if (oa) ((float *)out)[p * N + f] = c[nb][4 * j + q];
+                    if (ob) ((float *)out)[p * N + fb] = c[nb][4 * j + 2 + q];
+                }
+            }
+}
+
 /* out[t, c] = the row's entries' y[p, c] * weight, in ascending expert order (the reference's;
  * the group kernel laid the row's positions and weights out in it): every load first, then the
  * sum. A selection of the next expert inside the loop of dependent loads took 7.7 us a call on
@@ -760,8 +816,9 @@ template <typename G> static void by_wide(int dtype, int bm, G &&g) {
         h(std::integral_constant<int, WF_BF16>{});
 }
 
-/* bf16 and Q4 experts' block tiles on wgmma (moe_wg_kernel; 0: moe_wide_kernel's mma.sync;
- * TD_MOE_WGMMA=0|1 at start-up, moe_cuda_set_wgmma) */
+/* bf16 and Q4 experts' block tiles on wgmma (moe_wg_kernel; 0: moe_wide_kernel's mma.sync; 2:
+ * Q4 projections of K % 128 == 0 with the weights in registers, moe_wr_kernel; TD_MOE_WGMMA=0|1|2
+ * at start-up, moe_cuda_set_wgmma) */
 #define MOE_WGMMA 1
 static int wg_start = MOE_WGMMA, wg_on = MOE_WGMMA;
 
@@ -774,7 +831,7 @@ static void wide_allow(void) {
     if (qa && *qa) moe_cuda_set_q4_async(atoi(qa) != 0);
     if (pe && atoi(pe) > 0) wide_per_expert = atoi(pe);
     const char *wg = getenv("TD_MOE_WGMMA");
-    if (wg && *wg) wg_start = wg_on = atoi(wg) != 0;
+    if (wg && *wg) wg_start = wg_on = atoi(wg) < 0 ? 0 : atoi(wg) > 2 ? 2 : atoi(wg);
     for (int dt : {TD_DTYPE_BF16, TD_DTYPE_Q8, TD_DTYPE_Q4})
         for (int bm = 32; bm <= 128; bm *= 2)
             by_wide(dt, bm, [&](auto f, auto b) {
@@ -786,6 +843,10 @@ static void wide_allow(void) {
                     CUDA_CHECK(cudaFuncSetAttribute(moe_wg_kernel<F, BM>,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)wg_smem_bytes<BM>));
+                if constexpr (F == WF_Q4 && BM >= 64)
+                    CUDA_CHECK(cudaFuncSetAttribute(moe_wr_kernel<BM>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)wr_smem_bytes<BM>));
             });
     done = true;
 }
@@ -804,7 +865,7 @@ extern "C" void moe_cuda_set_wide_height(int bm) {
 
 extern "C" void moe_cuda_set_wgmma(int on) {
     wide_allow();
-    wg_on = on < 0 ? wg_start : on != 0;
+    wg_on = on < 0 ? wg_start : on > 2 ? 2 : on;
 }
 
 extern "C" void moe_cuda_set_q4_async(int on) {
@@ -869,7 +930,8 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
         launch_k(moe_bf16_kernel, ceil_div(n8, 256), 256, 0, s, xb, x, n8);
         LAUNCH_CHECK();
         // both projections (up: K = d, down: K = inter) on wgmma when it is on and the weights
-        // are bf16 or Q4 (moe_wg_kernel's formats); tiles of 32 take 64 there
+        // are bf16 or Q4 (moe_wg_kernel's formats; in mode 2, Q4 ones of K % 128 == 0 take
+        // moe_wr_kernel); tiles of 32 take 64 there
         by_wide(ex->dtype, bm, [&](auto f, auto b) {
             constexpr int F = decltype(f)::value, BM = decltype(b)::value;
             constexpr int WB = BM < 64 ? 64 : BM;
@@ -878,6 +940,14 @@ static void experts_y(const float *x, const int32_t *picks, const float *weights
                 const __nv_bfloat16 *a = up ? (const __nv_bfloat16 *)xb : hb;
                 int K = up ? d : inter, N = up ? inter : d;
                 dim3 grid(ceil_div(N, up ? GT_BN / 2 : GT_BN), ty);
+                if constexpr (F == WF_Q4) {
+                    if (wg_on == 2 && K % 128 == 0) {
+                        launch_k(moe_wr_kernel<WB>, grid, WR_THREADS, wr_smem_bytes<WB>, s, o, a,
+                                 me().perm, k, up, me().tiles, me().ntiles, *ex, K, N, limit);
+                        LAUNCH_CHECK();
+                        continue;
+                    }
+                }
                 if constexpr (F != WF_Q8) {
                     if (wg_on) {
                         launch_k(moe_wg_kernel<F, WB>, grid, WG_THREADS, wg_smem_bytes<WB>, s, o, a,

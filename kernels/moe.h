@@ -101,9 +101,10 @@ void moe_cuda_set_wide_height(int bm);
 /* FP4 block tiles stream their codes and scales by cp.async, stages ahead (1, the default), or
  * load them into registers a stage ahead (0; TD_Q4_ASYNC=0 at start-up): the same bits */
 void moe_cuda_set_q4_async(int on);
-/* bf16 and FP4 experts' block tiles on wgmma (1) or mma.sync (0), or as at start-up (-1: the
- * default, or TD_MOE_WGMMA=0|1): each form's bits the same at every tile height, the two forms'
- * not necessarily the same */
+/* bf16 and FP4 experts' block tiles on wgmma (1) or mma.sync (0), or FP4 projections whose
+ * input is a multiple of 128 with the weights decoded into wgmma's register operand (2; the rest
+ * as 1), or as at start-up (-1: the default, or TD_MOE_WGMMA=0|1|2): each form's bits the same at
+ * every tile height, the forms' not necessarily the same */
 void moe_cuda_set_wgmma(int on);
 /* whether a step of `entries` (row, pick) entries, the shared expert's included, had better
  * run the shared expert among the routed ones: when they take the tensor-core tiles (a larger

@@ -142,6 +142,18 @@ __device__ __forceinline__ void wg_mma_n256t(float (&d)[128], unsigned long long
                    WG_R8(112), WG_R8(120)
                  : "l"(da), "l"(db), "r"(1));
 }
+/* d (64 x 64, f32) += A (64 x 16, bf16 pairs in registers: mma.sync's A fragment for each warp's
+ * 16 rows) . B (64 x 16 at db, K-major)^T */
+__device__ __forceinline__ void wg_mma_ra_n64(float (&d)[32], const unsigned (&a)[4],
+                                              unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : WG_R8(0), WG_R8(8), WG_R8(16), WG_R8(24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
 #undef WG_R8
 
 /* The block's BM x 128 tile over k = 0 .. K (K a multiple of 8; of 128 for Q4) into c. A's rows
@@ -245,6 +257,170 @@ __device__ __forceinline__ void wg_tile(float (*c)[64], struct wg_smem<BM> *sm, 
 #pragma unroll
     for (int mb = 0; mb < MB; mb++)
         wg_touch(c[mb]);
+}
+
+/* The FP4 experts' tile with the weights as wgmma's A operand, in registers (TD_MOE_WGMMA=2):
+ * no stage of decoded bf16 weights in shared memory, so a stage's shared traffic is x's copy
+ * and wgmma's reads of it, and every code is decoded once by one thread straight into the
+ * fragment that multiplies it.
+ *
+ * Two warpgroups (WR_THREADS) a block, each 64 weight rows (A: warp w's rows 16 w .. 16 w + 15,
+ * a thread's rows g and g + 8) by BM x rows (B: the stage's gathered x rows, K-major, swizzled
+ * as wg_tile's A), in instructions of m64 n64 k16 whatever BM, k ascending: an output's bits do
+ * not depend on the tile's height. A stage of 64 k: each thread copies 8 code bytes of each of
+ * its two rows (chunks 2 t and 2 t + 1 of 8 codes; t = lane % 4) and the rows' scale word into
+ * its own slots of a ring, WR_STAGES - 2 stages ahead with x. The fragment wants byte t of every
+ * chunk (k 2 t, 2 t + 1 of it), so the quad transposes its bytes (two shuffles, wr_quad_t) and
+ * each byte becomes one bf16 pair (wr_q4_pair: the bit placement and power-of-two products of
+ * quant.cuh, the same values). The next stage's fragments are decoded while this one's
+ * instructions run (two register sets; wgmma.wait_group 1 frees the older).
+ *
+ * Needs K % 128 == 0 and the codes and scales 4-byte aligned (as wg_tile's register loads do);
+ * codes 8-byte aligned take one copy a row, else two.
+ * c[nb][4 j + 2 h + e]: weight row 16 w + 8 h + g of the warpgroup, x row 64 nb + 8 j + 2 t + e. */
+#define WR_STAGES  6
+#define WR_THREADS 256
+
+template <int BM> struct wr_smem {
+    __nv_bfloat16 x[WR_STAGES][BM * WG_BK]; /* 16 KB a stage at BM 128 */
+    uint4 codes[WR_STAGES][WR_THREADS];     /* the thread's rows' 8 code bytes: a (x, y), b (z, w) */
+    uint2 sc[WR_STAGES][WR_THREADS];        /* their scale words (bytes 2 st & ~3 ..) */
+    const __nv_bfloat16 *xrow[BM];          /* x's rows (NULL: absent) */
+};
+template <int BM> constexpr size_t wr_smem_bytes = sizeof(struct wr_smem<BM>) + 1024;
+
+/* the quad's 4 x 4 byte transpose: lane t of the quad holds bytes 0..3 of word r_i of lane i;
+ * returns byte t of r_0, r_1, r_2, r_3 (as bytes 0..3) */
+__device__ __forceinline__ unsigned wr_quad_t(unsigned r) {
+    int i = threadIdx.x & 3;
+    unsigned p = __shfl_xor_sync(0xffffffffu, r, 1);
+    unsigned n = __byte_perm(r, p, (i & 1) ? 0x3715 : 0x6240);
+    unsigned q = __shfl_xor_sync(0xffffffffu, n, 2);
+    return __byte_perm(n, q, (i & 2) ? 0x3276 : 0x5410);
+}
+
+/* byte i of w (two e2m1 codes, k even in the low nibble) as a bf16 pair times 2^(s - 127):
+ * the byte at bits 0 and 12 (one multiply-add) puts the two nibbles where q4_pairs's pair
+ * (0, 4) has them */
+template <bool ONE>
+__device__ __forceinline__ unsigned wr_q4_pair(unsigned w, int i, unsigned s) {
+    unsigned y = __byte_perm(w, 0, 0x4440 | i) * 0x1001u;
+    unsigned r[1] = {((y << 6) & 0x01C001C0u) | ((y << 12) & 0x80008000u)};
+    if constexpr (ONE)
+        return bf16x2_mul(r[0], ((s + 126) << 7) * 0x10001u);
+    else
+        return bf16x2_mul(bf16x2_mul(r[0], ((127 + 126) << 7) * 0x10001u), e8m0_bf16x2(s));
+}
+
+/* The block's tile over k = 0 .. K into c: x's rows are sm->xrow (set, then a barrier, before the
+ * call); the thread's weight rows a and b: codes ca / cb, scale bytes sa / sb (absent: oa / ob
+ * false, read as zeros). any: a valid address for the copies that copy nothing. */
+template <int BM>
+__device__ __forceinline__ void wr_tile(float (*c)[32], struct wr_smem<BM> *sm, const uint8_t *ca,
+                                        const uint8_t *sa, bool oa, const uint8_t *cb,
+                                        const uint8_t *sb, bool ob, int K, const void *any) {
+    static_assert(BM == 64 || BM == 128, "tiles of 64 or 128 rows");
+    constexpr int NB = BM / 64, XU = BM * 8 / WR_THREADS, S = WR_STAGES;
+    int tid = threadIdx.x, ch = tid & 7, r0 = tid >> 3, t = tid & 3;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            c[nb][i] = 0.0f;
+    int kt_n = K / WG_BK;
+    bool a8 = (uintptr_t)ca % 8 == 0 && (uintptr_t)cb % 8 == 0;
+    auto codes_in = [&](unsigned *dst, const uint8_t *src, bool on) {
+        if (a8) {
+            unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(d),
+                         "l"(on ? (const void *)src : any), "r"(on ? 8 : 0));
+        } else {
+            cp_async4(dst, on ? (const void *)src : any, on);
+            cp_async4(dst + 1, on ? (const void *)(src + 4) : any, on);
+        }
+    };
+    auto issue = [&](int st) { // stage st's copies: x rows, the thread's codes and scale words
+        int slot = st % S, k = st * WG_BK + 8 * ch;
+#pragma unroll
+        for (int u = 0; u < XU; u++) {
+            int r = r0 + 32 * u;
+            const __nv_bfloat16 *p = sm->xrow[r];
+            cp_async16(&sm->x[slot][wg_swz(r, ch)], p ? p + k : any, p != NULL);
+        }
+        unsigned *cw = (unsigned *)&sm->codes[slot][tid];
+        codes_in(cw, ca + (size_t)st * 32 + 8 * t, oa);
+        codes_in(cw + 2, cb + (size_t)st * 32 + 8 * t, ob);
+        int so = (2 * st) & ~3;
+        cp_async4(&sm->sc[slot][tid].x, oa ? (const void *)(sa + so) : any, oa);
+        cp_async4(&sm->sc[slot][tid].y, ob ? (const void *)(sb + so) : any, ob);
+    };
+    // stage st's fragments: f[kk] the four registers of its k16 step kk
+    auto decode = [&](int st, unsigned (&f)[4][4]) {
+        uint4 v = sm->codes[st % S][tid];
+        uint2 sw = sm->sc[st % S][tid];
+        unsigned ta0 = wr_quad_t(v.x), ta1 = wr_quad_t(v.y), tb0 = wr_quad_t(v.z),
+                 tb1 = wr_quad_t(v.w);
+        int sh = 16 * (st & 1);
+        unsigned s[2][2] = {{(sw.x >> sh) & 0xffu, (sw.x >> (sh + 8)) & 0xffu},
+                            {(sw.y >> sh) & 0xffu, (sw.y >> (sh + 8)) & 0xffu}};
+        auto fill = [&](auto one) {
+            constexpr bool ONE = decltype(one)::value;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                f[kk][0] = wr_q4_pair<ONE>(ta0, kk, s[0][kk >> 1]);
+                f[kk][1] = wr_q4_pair<ONE>(tb0, kk, s[1][kk >> 1]);
+                f[kk][2] = wr_q4_pair<ONE>(ta1, kk, s[0][kk >> 1]);
+                f[kk][3] = wr_q4_pair<ONE>(tb1, kk, s[1][kk >> 1]);
+            }
+        };
+        if (quant_one(s[0][0] | s[0][1] | s[1][0] | s[1][1]))
+            fill(std::true_type{});
+        else
+            fill(std::false_type{});
+    };
+    auto mma = [&](int kt, const unsigned (&f)[4][4]) {
+        int slot = kt % S;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+                wg_mma_ra_n64(c[nb], f[kk], wg_desc(&sm->x[slot][nb * 64 * WG_BK + 16 * kk]));
+        wg_commit();
+    };
+    // one stage: everyone's x of stage kt (waited for by its copier last stage), the copies of
+    // stage kt + S - 2 into stage kt - 2's slots (its instructions done in both warpgroups: each
+    // waited for them before the barrier), kt's instructions, then kt + 1's fragments into the
+    // registers kt - 1's instructions read
+    auto stage = [&](int kt, const unsigned (&f)[4][4], unsigned (&fn)[4][4]) {
+        wg_proxy_fence();
+        __syncthreads();
+        if (kt + S - 2 < kt_n) issue(kt + S - 2);
+        cp_async_commit();
+        mma(kt, f);
+        wg_wait<1>();
+        if (kt + 1 < kt_n) {
+            cp_async_wait<S - 3>(); // this thread's copies of stage kt + 1
+            decode(kt + 1, fn);
+        }
+    };
+#pragma unroll
+    for (int st = 0; st < S - 2; st++) {
+        if (st < kt_n) issue(st);
+        cp_async_commit();
+    }
+    unsigned f0[4][4], f1[4][4];
+    cp_async_wait<S - 3>(); // stage 0
+    decode(0, f0);
+    for (int kt = 0; kt < kt_n; kt += 2) {
+        stage(kt, f0, f1);
+        if (kt + 1 < kt_n) stage(kt + 1, f1, f0);
+    }
+    wg_wait<0>();
+    cp_async_wait<0>();
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+        wg_touch(c[nb]);
 }
 
 #endif

@@ -681,7 +681,9 @@ static void test_moe_quant(void) {
  * form), where the tiles stream their codes by cp.async stages ahead (gemm_tile.cuh gt_tile_q4):
  * the bits of the register loads' form (moe_cuda_set_q4_async(0)) and the copies ahead's (the
  * default). bf16 and Q4 twice: the mma.sync tiles, then the wgmma ones (moe_cuda_set_wgmma; tiles
- * of 32 take 64 there), each against the reference and its own bits at every height */
+ * of 32 take 64 there), each against the reference and its own bits at every height; Q4 at
+ * inputs of multiples of 128 a third time, wg 2: the weights in registers (moe_wr_kernel; the
+ * down projection of inter 224 keeps the wgmma tiles) */
 static void test_moe_wide(enum td_dtype t, int wide128, int wg) {
     int E = 8, k = 4, q4 = t == TD_DTYPE_Q4, n = 300;
     moe_cuda_set_wgmma(wg);
@@ -753,7 +755,9 @@ static void test_moe_wide(enum td_dtype t, int wide128, int wg) {
              wide128 == 1 ? "/D384_I256"
              : wide128    ? "/D384_I224"
                           : "",
-             wg ? "/wgmma" : "");
+             wg == 2 ? "/wgmma_ra"
+             : wg    ? "/wgmma"
+                     : "");
     close_rel(name, g, rf, n, D, 1e-3);
     if (q4) { // the register loads (gt_qload): the bits of the codes copied stages ahead
         moe_cuda_set_q4_async(0);
@@ -3485,6 +3489,10 @@ int main(int argc, char **argv) {
         test_moe_wide(TD_DTYPE_Q4, 0, wg);
         test_moe_wide(TD_DTYPE_Q4, 1, wg);
         test_moe_wide(TD_DTYPE_Q4, 2, wg);
+    }
+    if (group_on("moe_wide")) { // Q4 with the weights in registers (inputs of multiples of 128)
+        test_moe_wide(TD_DTYPE_Q4, 1, 2);
+        test_moe_wide(TD_DTYPE_Q4, 2, 2);
     }
     GROUP("pointwise", test_pointwise());
     GROUP("markov", test_markov());
