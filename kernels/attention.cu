@@ -307,6 +307,9 @@ template <int D> struct am_smem {
     __nv_bfloat16 p[AM_HEADS][LP];
     float m[AM_HEADS], l[AM_HEADS], cor[AM_HEADS];
     const void *kp[AM_KEYS];
+    /* the row's key records (NULL: past its keys), AM_THREADS keys (8 chunks) a batch, batch bt
+       in half bt % 2: resolved by every thread at once, one key each, a batch ahead */
+    const void *kr[2][AM_THREADS];
 };
 
 /* STAGE (attention_cuda_set_stage, TD_ATT_STAGE=1; off until run on a GPU): a chunk's key
@@ -387,10 +390,21 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         *(uint2 *)&sm.q[h][c] = make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
     }
     if (tid < AM_HEADS) sm.m[tid] = -INFINITY, sm.l[tid] = 0.0f;
+    // batch bt of the key records: a chain of dependent loads each (the plan's picks and pages),
+    // so one wait for 8 chunks, where a warp resolving a chunk's 32 held every chunk up
+    static_assert(AM_THREADS % AM_KEYS == 0, "a batch of whole chunks");
+    auto resolve = [&](int bt) {
+        int j = bt * AM_THREADS + tid;
+        sm.kr[bt & 1][tid] = j < nk ? key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
+    };
+    auto rec = [&](int c, int u) { // chunk c's key u (resolved a barrier before)
+        int j = c * AM_KEYS + u;
+        return sm.kr[(j / AM_THREADS) & 1][j % AM_THREADS];
+    };
     // chunk c's keys into buffer b: kp (the key's record, or NULL), made bf16 by 8 threads a key
-    auto convert = [&](int b) {
+    auto convert = [&](int c, int b) {
         int u = tid >> 3, sub = tid & 7;
-        const void *p = sm.kp[u];
+        const void *p = STAGE ? sm.kp[u] : rec(c, u);
         uint4 hi[D / 128][2]; // columns 16 sub + 128 i, every load before the stores
         key16_terms_n<KT, false, D / 128, STAGE>(hi, NULL, p, f, 16 * sub, 128);
 #pragma unroll
@@ -399,19 +413,10 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
             dst[0] = hi[i][0], dst[1] = hi[i][1];
         }
     };
-    auto load = [&](int c, int b) { // their addresses by the first warp, then read in place
-        if (tid < AM_KEYS) {
-            int j = c * AM_KEYS + tid;
-            sm.kp[tid] = j < nk ? key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
-        }
-        __syncthreads();
-        convert(b);
-    };
     // STAGE: chunk c's records into st (8 threads a key; sm.kp: its staged record or NULL)
     auto issue = [&](int c) {
-        int u = tid >> 3, sub = tid & 7, j = c * AM_KEYS + u;
-        const unsigned char *src =
-            j < nk ? (const unsigned char *)key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
+        int u = tid >> 3, sub = tid & 7;
+        const unsigned char *src = (const unsigned char *)rec(c, u);
         if (sub == 0) sm.kp[u] = src ? (const void *)st[u] : NULL;
         if constexpr (KT == TD_KV_FP8) { // (records of 8-byte multiples)
             for (int o = 8 * sub; src && o < f.rec; o += 64)
@@ -423,15 +428,19 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         cp_async_commit();
     };
     int n_chunks = (nk + AM_KEYS - 1) / AM_KEYS;
+    constexpr int CB = AM_THREADS / AM_KEYS; // chunks a batch
+    resolve(0);
+    if (n_chunks > CB) resolve(1);
+    __syncthreads();
     if (STAGE && n_chunks) {
         issue(0);
         cp_async_wait<0>();
         __syncthreads();
-        convert(0);
+        convert(0, 0);
         __syncthreads(); // (st and kp free)
         if (n_chunks > 1) issue(1);
     } else if (n_chunks) {
-        load(0, 0);
+        convert(0, 0);
     }
     constexpr int NT = D / 16; // O's tiles of 8 columns a warp (D / 2 columns)
     float o[NT][4];
@@ -444,6 +453,9 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
     for (int c = 0; c < n_chunks; c++) {
         int b = c & 1;
         __syncthreads(); // chunk c's keys and the queries are in; S and P are free
+        // batch c / CB + 1 into the half of batch c / CB - 1, whose chunks are all read (the
+        // last, c - 1, before this barrier; STAGE's copies run a chunk further ahead)
+        if (c % CB == 0 && c >= CB && c + CB < n_chunks) resolve(c / CB + 1);
         // S = Q K^T: heads 16 (w >> 1), keys 16 (w & 1) .. + 16
         {
             int hm = (w >> 1) * 16, kn = (w & 1) * 16;
@@ -467,13 +479,12 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         if (STAGE && c + 1 < n_chunks) {
             cp_async_wait<0>(); // chunk c + 1's records, copied while chunk c - 1 was multiplied
             __syncthreads();    // (every thread's: also orders S before the softmax)
-            convert(b ^ 1);
+            convert(c + 1, b ^ 1);
             __syncthreads(); // (st and kp free)
             if (c + 2 < n_chunks) issue(c + 2);
-        } else if (c + 1 < n_chunks) {
-            load(c + 1, b ^ 1); // (its sync also orders S before the softmax)
         } else {
-            __syncthreads();
+            __syncthreads(); // S before the softmax (and k[b ^ 1]: chunk c - 1's, done)
+            if (c + 1 < n_chunks) convert(c + 1, b ^ 1);
         }
         { // the online softmax: 4 threads a head, 8 keys each
             int h = tid >> 2, q = tid & 3;
