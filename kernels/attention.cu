@@ -324,6 +324,14 @@ template <int D, int KT> struct am_stage_smem {
 
 static int am_mode;       /* 0: by the step's rows; 1: every step; 2: never (tests, A/B) */
 static int am_stage = -1; /* TD_ATT_STAGE */
+/* the row's key records resolved a batch ahead (am_smem kr; TD_ATT_RING=1,
+ * attention_cuda_set_ring; off until run on a GPU), else a chunk's by one warp before its
+ * conversion: the same records, the same bits */
+static int am_ring = -1;
+
+extern "C" void attention_cuda_set_ring(int on) {
+    am_ring = on < 0 ? -1 : on ? 1 : 0; // (-1: TD_ATT_RING's again)
+}
 
 extern "C" void attention_cuda_set_stage(int on) {
     am_stage = on < 0 ? -1 : on ? 1 : 0; // (-1: TD_ATT_STAGE's again)
@@ -368,7 +376,8 @@ __device__ __forceinline__ void am_pair_out(const struct attn_args &a, int t, fl
 }
 
 template <int D, int KT, bool STAGE>
-__global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct attn_args a) {
+__global__ void __launch_bounds__(AM_THREADS, 1)
+    attention_mma_kernel(struct attn_args a, int ring) {
     prefetch_row_plan(a.rows, blockIdx.x);
     PDL_START();
     extern __shared__ __align__(16) unsigned char smb[];
@@ -397,14 +406,21 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         int j = bt * AM_THREADS + tid;
         sm.kr[bt & 1][tid] = j < nk ? key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
     };
-    auto rec = [&](int c, int u) { // chunk c's key u (resolved a barrier before)
-        int j = c * AM_KEYS + u;
-        return sm.kr[(j / AM_THREADS) & 1][j % AM_THREADS];
+    auto rec = [&](int c, int u) -> const void * { // chunk c's key u (ring: resolved a barrier
+        int j = c * AM_KEYS + u;                   // before; else now, by the caller)
+        if (ring) return sm.kr[(j / AM_THREADS) & 1][j % AM_THREADS];
+        return j < nk ? key_ptr(a, f, t, j, n_swa, slot, len, row0) : NULL;
+    };
+    // without the ring: chunk c's records into kp by the first warp, then a barrier (the form
+    // before the ring, kept to measure it against)
+    auto chunk_kp = [&](int c) {
+        if (tid < AM_KEYS) sm.kp[tid] = rec(c, tid);
+        __syncthreads();
     };
     // chunk c's keys into buffer b: kp (the key's record, or NULL), made bf16 by 8 threads a key
     auto convert = [&](int c, int b) {
         int u = tid >> 3, sub = tid & 7;
-        const void *p = STAGE ? sm.kp[u] : rec(c, u);
+        const void *p = STAGE || !ring ? sm.kp[u] : rec(c, u);
         uint4 hi[D / 128][2]; // columns 16 sub + 128 i, every load before the stores
         key16_terms_n<KT, false, D / 128, STAGE>(hi, NULL, p, f, 16 * sub, 128);
 #pragma unroll
@@ -429,9 +445,11 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
     };
     int n_chunks = (nk + AM_KEYS - 1) / AM_KEYS;
     constexpr int CB = AM_THREADS / AM_KEYS; // chunks a batch
-    resolve(0);
-    if (n_chunks > CB) resolve(1);
-    __syncthreads();
+    if (ring) {
+        resolve(0);
+        if (n_chunks > CB) resolve(1);
+        __syncthreads();
+    }
     if (STAGE && n_chunks) {
         issue(0);
         cp_async_wait<0>();
@@ -440,6 +458,7 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         __syncthreads(); // (st and kp free)
         if (n_chunks > 1) issue(1);
     } else if (n_chunks) {
+        if (!ring) chunk_kp(0);
         convert(0, 0);
     }
     constexpr int NT = D / 16; // O's tiles of 8 columns a warp (D / 2 columns)
@@ -455,7 +474,7 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
         __syncthreads(); // chunk c's keys and the queries are in; S and P are free
         // batch c / CB + 1 into the half of batch c / CB - 1, whose chunks are all read (the
         // last, c - 1, before this barrier; STAGE's copies run a chunk further ahead)
-        if (c % CB == 0 && c >= CB && c + CB < n_chunks) resolve(c / CB + 1);
+        if (ring && c % CB == 0 && c >= CB && c + CB < n_chunks) resolve(c / CB + 1);
         // S = Q K^T: heads 16 (w >> 1), keys 16 (w & 1) .. + 16
         {
             int hm = (w >> 1) * 16, kn = (w & 1) * 16;
@@ -483,8 +502,13 @@ __global__ void __launch_bounds__(AM_THREADS, 1) attention_mma_kernel(struct att
             __syncthreads(); // (st and kp free)
             if (c + 2 < n_chunks) issue(c + 2);
         } else {
-            __syncthreads(); // S before the softmax (and k[b ^ 1]: chunk c - 1's, done)
-            if (c + 1 < n_chunks) convert(c + 1, b ^ 1);
+            // S before the softmax (and k[b ^ 1]: chunk c - 1's, done); without the ring
+            // chunk_kp's barrier is that one
+            if (ring || c + 1 >= n_chunks) __syncthreads();
+            if (c + 1 < n_chunks) {
+                if (!ring) chunk_kp(c + 1);
+                convert(c + 1, b ^ 1);
+            }
         }
         { // the online softmax: 4 threads a head, 8 keys each
             int h = tid >> 2, q = tid & 3;
@@ -814,6 +838,7 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
         (!a->inv_freq || (a->d - a->rot_dim) % 2 == 0)) {
         am_allow();
         if (am_stage < 0) am_stage = getenv("TD_ATT_STAGE") && atoi(getenv("TD_ATT_STAGE")) ? 1 : 0;
+        if (am_ring < 0) am_ring = getenv("TD_ATT_RING") && atoi(getenv("TD_ATT_RING")) ? 1 : 0;
         if (aw_mode < 0) aw_mode = getenv("TD_ATT_WGMMA") && atoi(getenv("TD_ATT_WGMMA")) ? 1 : 0;
         kv_fmt f = kv_fmt_or_f32(a->fmt, a->d);
         by_kv(f.dtype, [&](auto k) {
@@ -823,10 +848,10 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
                          td_cuda_stream(), *a, aw_v_swap);
             else if (am_stage && f.rec <= am_stage_bytes<KT>)
                 launch_k(attention_mma_kernel<512, KT, true>, a->rows.n_tok, AM_THREADS,
-                         sizeof(am_stage_smem<512, KT>), td_cuda_stream(), *a);
+                         sizeof(am_stage_smem<512, KT>), td_cuda_stream(), *a, am_ring);
             else
                 launch_k(attention_mma_kernel<512, KT, false>, a->rows.n_tok, AM_THREADS,
-                         sizeof(am_smem<512>), td_cuda_stream(), *a);
+                         sizeof(am_smem<512>), td_cuda_stream(), *a, am_ring);
         });
         LAUNCH_CHECK();
         return;

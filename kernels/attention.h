@@ -70,6 +70,10 @@ void attention_cuda_set_wide(int mode);
  * 0 (the default until run on a GPU): it loads them as it reaches them; -1: as TD_ATT_STAGE says
  * (read at the next wide step; unset: 0). */
 void attention_cuda_set_stage(int on);
+/* 1: the tensor-core kernel resolves the row's key records 256 at a time, a batch ahead (the
+ * same bits); 0 (the default until run on a GPU): a chunk's 32 by one warp before its keys are
+ * read; -1: as TD_ATT_RING says (read at the next wide step; unset: 0). */
+void attention_cuda_set_ring(int on);
 /* 1: the tensor-core steps on Hopper's wgmma (attention_wg_kernel: chunks of 64 keys, two
  * warpgroups); 0 (the default until run on a GPU): mma.sync; -1: as TD_ATT_WGMMA says */
 void attention_cuda_set_wg(int on);

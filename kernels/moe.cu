@@ -713,8 +713,8 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
         sm->xrow[r] =
             r < rows ? in + (size_t)(swiglu ? perm[p0 + r] / k_per_row : p0 + r) * K : NULL;
     // the thread's weight rows: up, feature f's gate and up rows; down, features f and f + 8
-    int f = swiglu ? blockIdx.x * 64 + 32 * wgi + 8 * w + g
-                   : blockIdx.x * 128 + 64 * wgi + 16 * w + g;
+    int f =
+        swiglu ? blockIdx.x * 64 + 32 * wgi + 8 * w + g : blockIdx.x * 128 + 64 * wgi + 16 * w + g;
     int fb = swiglu ? f : f + 8;
     struct wmat ma = wmat_of(swiglu ? ex.w1[e] : ex.w2[e], TD_DTYPE_Q4, N, K, 0),
                 mb = swiglu ? wmat_of(ex.w3[e], TD_DTYPE_Q4, N, K, 0) : ma;

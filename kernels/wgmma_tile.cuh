@@ -283,9 +283,9 @@ __device__ __forceinline__ void wg_tile(float (*c)[64], struct wg_smem<BM> *sm, 
 
 template <int BM> struct wr_smem {
     __nv_bfloat16 x[WR_STAGES][BM * WG_BK]; /* 16 KB a stage at BM 128 */
-    uint4 codes[WR_STAGES][WR_THREADS];     /* the thread's rows' 8 code bytes: a (x, y), b (z, w) */
-    uint2 sc[WR_STAGES][WR_THREADS];        /* their scale words (bytes 2 st & ~3 ..) */
-    const __nv_bfloat16 *xrow[BM];          /* x's rows (NULL: absent) */
+    uint4 codes[WR_STAGES][WR_THREADS]; /* the thread's rows' 8 code bytes: a (x, y), b (z, w) */
+    uint2 sc[WR_STAGES][WR_THREADS];    /* their scale words (bytes 2 st & ~3 ..) */
+    const __nv_bfloat16 *xrow[BM];      /* x's rows (NULL: absent) */
 };
 template <int BM> constexpr size_t wr_smem_bytes = sizeof(struct wr_smem<BM>) + 1024;
 
@@ -302,14 +302,13 @@ __device__ __forceinline__ unsigned wr_quad_t(unsigned r) {
 /* byte i of w (two e2m1 codes, k even in the low nibble) as a bf16 pair times 2^(s - 127):
  * the byte at bits 0 and 12 (one multiply-add) puts the two nibbles where q4_pairs's pair
  * (0, 4) has them */
-template <bool ONE>
-__device__ __forceinline__ unsigned wr_q4_pair(unsigned w, int i, unsigned s) {
+template <bool ONE> __device__ __forceinline__ unsigned wr_q4_pair(unsigned w, int i, unsigned s) {
     unsigned y = __byte_perm(w, 0, 0x4440 | i) * 0x1001u;
-    unsigned r[1] = {((y << 6) & 0x01C001C0u) | ((y << 12) & 0x80008000u)};
+    unsigned r = ((y << 6) & 0x01C001C0u) | ((y << 12) & 0x80008000u);
     if constexpr (ONE)
-        return bf16x2_mul(r[0], ((s + 126) << 7) * 0x10001u);
+        return bf16x2_mul(r, ((s + 126) << 7) * 0x10001u);
     else
-        return bf16x2_mul(bf16x2_mul(r[0], ((127 + 126) << 7) * 0x10001u), e8m0_bf16x2(s));
+        return bf16x2_mul(bf16x2_mul(r, ((127 + 126) << 7) * 0x10001u), e8m0_bf16x2(s));
 }
 
 /* The block's tile over k = 0 .. K into c: x's rows are sm->xrow (set, then a barrier, before the
@@ -355,7 +354,7 @@ __device__ __forceinline__ void wr_tile(float (*c)[32], struct wr_smem<BM> *sm, 
         cp_async4(&sm->sc[slot][tid].y, ob ? (const void *)(sb + so) : any, ob);
     };
     // stage st's fragments: f[kk] the four registers of its k16 step kk
-    auto decode = [&](int st, unsigned (&f)[4][4]) {
+    auto decode = [&](int st, unsigned(&f)[4][4]) {
         uint4 v = sm->codes[st % S][tid];
         uint2 sw = sm->sc[st % S][tid];
         unsigned ta0 = wr_quad_t(v.x), ta1 = wr_quad_t(v.y), tb0 = wr_quad_t(v.z),
@@ -378,7 +377,7 @@ __device__ __forceinline__ void wr_tile(float (*c)[32], struct wr_smem<BM> *sm, 
         else
             fill(std::false_type{});
     };
-    auto mma = [&](int kt, const unsigned (&f)[4][4]) {
+    auto mma = [&](int kt, const unsigned(&f)[4][4]) {
         int slot = kt % S;
         wg_fence();
 #pragma unroll
@@ -392,7 +391,7 @@ __device__ __forceinline__ void wr_tile(float (*c)[32], struct wr_smem<BM> *sm, 
     // stage kt + S - 2 into stage kt - 2's slots (its instructions done in both warpgroups: each
     // waited for them before the barrier), kt's instructions, then kt + 1's fragments into the
     // registers kt - 1's instructions read
-    auto stage = [&](int kt, const unsigned (&f)[4][4], unsigned (&fn)[4][4]) {
+    auto stage = [&](int kt, const unsigned(&f)[4][4], unsigned(&fn)[4][4]) {
         wg_proxy_fence();
         __syncthreads();
         if (kt + S - 2 < kt_n) issue(kt + S - 2);

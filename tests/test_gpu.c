@@ -2139,19 +2139,25 @@ static void attention_cases(const struct td_plan *p, struct rows_view rh, struct
                      td_kv_dtype_name(kt));
             attention_cuda_set_wide(1);
             attention_case(name, ah, av, p->n_tok, (size_t)n * H * d, 1e-2);
-            // the key records copied ahead (attention_cuda_set_stage): the same bits
-            float *ob[2];
-            for (int sg = 0; sg < 2; sg++) {
-                attention_cuda_set_stage(sg);
+            // the key records copied ahead (attention_cuda_set_stage) and resolved a batch
+            // ahead (attention_cuda_set_ring), each and both: the same bits
+            float *ob[4];
+            for (int v = 0; v < 4; v++) {
+                attention_cuda_set_stage(v & 1), attention_cuda_set_ring(v >> 1);
                 struct attn_args ad = attention_dev(ah, av, (size_t)n * H * d);
                 attention_rows_cuda(&ad);
-                ob[sg] = fetch(ad.out, (size_t)n * H * d, "attention staged");
+                ob[v] = fetch(ad.out, (size_t)n * H * d, "attention staged");
                 release_out(ad.out);
             }
-            attention_cuda_set_stage(-1);
-            CHECK(!memcmp(ob[0], ob[1], (size_t)p->n_tok * H * d * 4),
-                  "%s: the records copied ahead give other bits", name);
-            free(ob[0]), free(ob[1]);
+            attention_cuda_set_stage(-1), attention_cuda_set_ring(-1);
+            for (int v = 1; v < 4; v++)
+                CHECK(!memcmp(ob[0], ob[v], (size_t)p->n_tok * H * d * 4),
+                      "%s: the records %s give other bits", name,
+                      v == 1   ? "copied ahead"
+                      : v == 2 ? "resolved a batch ahead"
+                               : "copied ahead and resolved a batch ahead");
+            for (int v = 0; v < 4; v++)
+                free(ob[v]);
             // the wgmma kernel (attention_cuda_set_wg) within the same bound; V's descriptor
             // offsets tried in both orders too, and the error of each printed (which order
             // wgmma reads them in: the kernel's must be the one that fits)
