@@ -821,6 +821,9 @@ template <typename G> static void by_wide(int dtype, int bm, G &&g) {
  * at start-up, moe_cuda_set_wgmma) */
 #define MOE_WGMMA 1
 static int wg_start = MOE_WGMMA, wg_on = MOE_WGMMA;
+static int wg_mode(int v) { // a mode asked for, as one of 0, 1, 2
+    return v < 0 ? 0 : v > 2 ? 2 : v;
+}
 
 /* the block tiles' dynamic shared memory (51 to 80 KB), once: at start-up (outside any capture),
  * and at the first wide step of a caller that made no reservation (the GPU tests) */
@@ -831,7 +834,7 @@ static void wide_allow(void) {
     if (qa && *qa) moe_cuda_set_q4_async(atoi(qa) != 0);
     if (pe && atoi(pe) > 0) wide_per_expert = atoi(pe);
     const char *wg = getenv("TD_MOE_WGMMA");
-    if (wg && *wg) wg_start = wg_on = atoi(wg) < 0 ? 0 : atoi(wg) > 2 ? 2 : atoi(wg);
+    if (wg && *wg) wg_start = wg_on = wg_mode(atoi(wg));
     for (int dt : {TD_DTYPE_BF16, TD_DTYPE_Q8, TD_DTYPE_Q4})
         for (int bm = 32; bm <= 128; bm *= 2)
             by_wide(dt, bm, [&](auto f, auto b) {
@@ -865,7 +868,7 @@ extern "C" void moe_cuda_set_wide_height(int bm) {
 
 extern "C" void moe_cuda_set_wgmma(int on) {
     wide_allow();
-    wg_on = on < 0 ? wg_start : on > 2 ? 2 : on;
+    wg_on = on < 0 ? wg_start : wg_mode(on);
 }
 
 extern "C" void moe_cuda_set_q4_async(int on) {
