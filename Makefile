@@ -84,6 +84,17 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 all: bin/tandem
 
+# Objects are rebuilt when the flags change (a CPU-only build before nvcc or NCCL was found,
+# DEPS=, CFLAGS=...): the flags live in $(BUILD)/flags, rewritten when they differ, and every
+# object depends on that file. Otherwise a stale object built without TD_HAVE_NCCL links beside
+# the NCCL one and the link fails.
+FLAGS_FILE := $(BUILD)/flags
+FLAGS_NOW  := $(CC) $(CFLAGS) $(if $(CU_SRC),; $(NVCC) $(NVFLAGS)) ; $(LDFLAGS) $(LDLIBS)
+ifneq ($(FLAGS_NOW),$(file <$(FLAGS_FILE)))
+$(shell mkdir -p $(BUILD))
+$(file >$(FLAGS_FILE),$(FLAGS_NOW))
+endif
+
 # the program: bin/tandem, and beside each build's objects (build-san/tandem for test-san)
 bin/tandem $(BUILD)/tandem: $(BUILD)/app/main.c.o $(BUILD)/libtandem.a
 	@mkdir -p $(@D)
@@ -93,7 +104,7 @@ $(BUILD)/libtandem.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/%.c.o: %.c
+$(BUILD)/%.c.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -102,7 +113,7 @@ $(BUILD)/serve/web.S.o: serve/web.S serve/web/index.html
 	@mkdir -p $(@D)
 	$(CC) -c -o $@ $<
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(FLAGS_FILE)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
@@ -121,9 +132,9 @@ bench-bins: $(BENCH_BIN)
 
 # every test binary prints OK/FAIL lines; tests/run.sh sums them into "N passed, N failed"
 # tests/serve/run.sh: the server driven by real clients (Node's test runner, the openai package)
-# tests/test_literals.sh: every (struct x){...} names its fields
+# tests/test_literals.sh: every (struct x){...} names its fields; tests/test_make.sh: new flags rebuild
 test-cpu: bin/tandem $(TEST_BIN)
-	@TD_TANDEM=bin/tandem sh tests/run.sh $(BUILD) $(TEST_BIN) tests/serve/run.sh tests/test_literals.sh
+	@TD_TANDEM=bin/tandem sh tests/run.sh $(BUILD) $(TEST_BIN) tests/serve/run.sh tests/test_literals.sh tests/test_make.sh
 
 test: test-cpu
 	@$(MAKE) --no-print-directory SANITIZER=address,undefined test-san

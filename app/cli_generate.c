@@ -56,6 +56,7 @@ static void stream_finish(struct td_engine *e, int id, struct tok_stream *ts, in
     tok_stream_flush(ts, &txt, &len);
     if (len) fwrite(txt, 1, len, stdout);
     printf("\n");
+    fflush(stdout); // before any stats line on stderr, when both go to one pipe
     tok_stream_free(ts);
 }
 
