@@ -78,21 +78,24 @@ endif
 
 LIB_SRC  := $(wildcard model/*.c kernels/*.c metadata/*.c draft/*.c verify/*.c engine/*.c tokenizer/*.c serve/*.c app/*.c)
 LIB_SRC  := $(filter-out app/main.c,$(LIB_SRC))
-LIB_OBJ  := $(LIB_SRC:%=$(BUILD)/%.o) $(CU_SRC:%=$(BUILD)/%.o) $(BUILD)/serve/web.S.o
+LIB_ASM  := serve/web.S
+LIB_OBJ  := $(LIB_SRC:%=$(BUILD)/%.o) $(CU_SRC:%=$(BUILD)/%.o) $(LIB_ASM:%=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 all: bin/tandem
 
 # Objects are rebuilt when the flags change (a CPU-only build before nvcc or NCCL was found,
-# DEPS=, CFLAGS=...): the flags live in $(BUILD)/flags, rewritten when they differ, and every
-# object depends on that file. Otherwise a stale object built without TD_HAVE_NCCL links beside
-# the NCCL one and the link fails.
+# DEPS=, CFLAGS=...): the flags live in $(BUILD)/flags, rewritten when they differ (not by the
+# print-% goals, which only read), and every object depends on that file. Otherwise a stale
+# object built without TD_HAVE_NCCL links beside the NCCL one and the link fails.
 FLAGS_FILE := $(BUILD)/flags
 FLAGS_NOW  := $(CC) $(CFLAGS) $(if $(CU_SRC),; $(NVCC) $(NVFLAGS)) ; $(LDFLAGS) $(LDLIBS)
+ifeq ($(filter print-%,$(MAKECMDGOALS)),)
 ifneq ($(FLAGS_NOW),$(file <$(FLAGS_FILE)))
 $(shell mkdir -p $(BUILD))
 $(file >$(FLAGS_FILE),$(FLAGS_NOW))
+endif
 endif
 
 # the program: bin/tandem, and beside each build's objects (build-san/tandem for test-san)
@@ -153,6 +156,10 @@ sanitize-gpu: $(BUILD)/tests/test_gpu
 FUZZ_SECONDS ?= 30
 fuzz:
 	sh tests/fuzz.sh $(FUZZ_SECONDS)
+
+# what tests/fuzz.sh links, from this file: make -s NVCC=/nonexistent print-LDLIBS
+print-%:
+	@echo '$($*)'
 
 format:
 	clang-format -i $(wildcard */*.c */*.h */*.cu */*.cuh)

@@ -15,15 +15,20 @@ SECONDS_EACH=${1:-30}
 TARGETS=${*:-$(ls tests/fuzz_*.c | sed 's|tests/||; s|\.c$||')}
 OUTDIR=build-fuzz
 CFLAGS="-std=c11 -g -O1 -D_DEFAULT_SOURCE -I. -fsanitize=address,undefined -fno-sanitize-recover=all"
-LIBS="-lmicrohttpd -linih -ljansson -lpcre2-8 -lutf8proc -lm -lpthread"
-SRC=$(ls model/*.c kernels/*.c metadata/*.c draft/*.c verify/*.c engine/*.c tokenizer/*.c serve/*.c app/*.c | grep -v app/main.c | sort -u)
+# the library's sources and link flags as the Makefile has them (CPU-only: no nvcc)
+mkvar() { env -u MAKEFLAGS -u MAKELEVEL make -s --no-print-directory NVCC=/nonexistent "print-$1" | tail -1; }
+LIBS=$(mkvar LDLIBS)
+SRC=$(mkvar LIB_SRC)
+ASM=$(mkvar LIB_ASM)
+[ -n "$LIBS" ] && [ -n "$SRC" ] || { echo "fuzz: no sources or libraries from the Makefile"; exit 1; }
 mkdir -p $OUTDIR/obj
 
 # the library once, instrumented for coverage, shared by every target's link
 echo "fuzz: building the library ($(echo $SRC | wc -w) files)"
 echo $SRC | tr ' ' '\n' | xargs -P "$(nproc)" -I{} sh -c \
     'o='$OUTDIR'/obj/$(echo {} | tr / _).o; clang '"$CFLAGS"' -fsanitize=fuzzer-no-link -c -o $o {}'
-OBJ=$(for s in $SRC; do echo $OUTDIR/obj/$(echo $s | tr / _).o; done)
+for s in $ASM; do clang -c -o "$OUTDIR/obj/$(echo "$s" | tr / _).o" "$s"; done # the chat page
+OBJ=$(for s in $SRC $ASM; do echo $OUTDIR/obj/$(echo $s | tr / _).o; done)
 
 failed=
 for name in $TARGETS; do

@@ -249,6 +249,16 @@ static void test_tools(struct chat *c) {
                         "tool_calls>" EOS USER
                         "<tool_result>sunny</tool_result>\n\n<tool_result>12:00</tool_result>\n\n"
                         "Thanks. Dress code?" ASST "</think>");
+    // an empty name and an empty string (a document whose strings are all empty: the fuzzer's
+    // find, an offset taken from a NULL buffer)
+    const struct chat_tool_call empty[] = {{.id = "c", .name = "f", .arguments = "{\"\": \"\"}"}};
+    const struct chat_msg em[] = {
+        {.role = CHAT_ROLE_USER, .content = "U"},
+        {.role = CHAT_ROLE_ASSISTANT, .tool_calls = empty, .n_tool_calls = 1}};
+    expect(c, "tool_call_empty_strings", em, N(em), 0,
+           BOS USER "U" ASST "</think>\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"f\">\n<" DSML
+                    "parameter name=\"\" string=\"true\"></" DSML "parameter>\n</" DSML
+                    "invoke>\n</" DSML "tool_calls>" EOS);
     // a system message with tools gets the Tools section, one json.dumps line per function
     const char *tools =
         "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":"

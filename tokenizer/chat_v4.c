@@ -261,6 +261,9 @@ static int jparse(struct jdoc *d, const char *text, const char *what, char *err,
     d->what = what;
     d->err = err;
     d->errlen = errlen;
+    // the strings' buffer exists even when every string is empty ("{\"\": 1}"): offsets into it
+    // are taken from d->str.p, never from NULL
+    if (tok_buf_put(&d->str, "", 0)) return td_errf(err, errlen, "%s: out of memory", what);
     if (jvalue(d, 0) < 0) return -1;
     jspace(d);
     if (d->at < d->n_src) return jerr(d, "text after the value");
