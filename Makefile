@@ -150,7 +150,7 @@ test-gpu: bin/tandem $(BUILD)/tests/test_gpu
 	@sh tests/run.sh $(BUILD) $(BUILD)/tests/test_gpu
 
 sanitize-gpu: $(BUILD)/tests/test_gpu
-	compute-sanitizer --tool memcheck --error-exitcode 1 $(BUILD)/tests/test_gpu
+	TD_TEST_FORK=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BUILD)/tests/test_gpu
 
 # coverage-guided fuzzing of the parsers (clang libFuzzer): make fuzz [FUZZ_SECONDS=30]
 FUZZ_SECONDS ?= 30

@@ -6,6 +6,7 @@
 #ifndef TD_TESTS_CHECK_H
 #define TD_TESTS_CHECK_H
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int check_failures;    /* cases failed so far */
@@ -194,6 +196,87 @@ static inline int link_fixture(const char *from_dir, const char *name, const cha
     if (!realpath(rel, from)) return -1;
     snprintf(to, sizeof to, "%s/%s", dir, name);
     return symlink(from, to);
+}
+
+/* Groups of cases, each in a process of its own (fork) unless TD_TEST_FORK=0: whatever ends a
+ * process (a kernel's sticky error, an abort, a segfault, a hang past TD_TEST_GROUP_S seconds,
+ * default 300) ends only its group, which the parent reports as one FAIL line, and the next
+ * group still runs. The parent never opens the device: open() runs in each child, since CUDA
+ * does not survive a fork. open() returns 1 when there is something to run on, else 0 after
+ * printing its SKIP line; then no later group runs and group_status() is 77 (skipped).
+ *
+ *   if (group_start("matmul", open)) { test_matmul(); group_end(); }  // GROUP() in test_gpu.c
+ *   ...
+ *   return group_status();
+ */
+static int group_inproc = -1; /* TD_TEST_FORK=0: every group in this process */
+static int group_none;        /* open() found nothing to run on */
+static int group_ran;         /* a group ran (passed or not) */
+
+/* 1: run the group's cases here (in its child, or in-process); 0: go on to the next group (the
+ * parent, once the child has ended and been reported) */
+static inline int group_start(const char *name, int (*open)(void)) {
+    if (group_none) return 0;
+    if (group_inproc < 0) {
+        const char *f = getenv("TD_TEST_FORK");
+        group_inproc = f && !strcmp(f, "0");
+    }
+    if (group_inproc) {
+        if (open()) return group_ran = 1;
+        group_none = 1;
+        return 0;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        printf("FAIL group/%s: fork: %s\n", name, strerror(errno));
+        check_failures++;
+        return 0;
+    }
+    if (pid == 0) {
+        const char *lim = getenv("TD_TEST_GROUP_S");
+        alarm(lim && atoi(lim) > 0 ? (unsigned)atoi(lim) : 300u); // SIGALRM ends the child
+        if (open()) return 1;
+        fflush(stdout);
+        _exit(77);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+        group_none = 1;
+        return 0;
+    }
+    group_ran = 1;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+    check_failures++;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) return 0; // its cases printed their FAIL lines
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+        printf("FAIL group/%s: still running after TD_TEST_GROUP_S (hung?); the next group runs\n",
+               name);
+    else if (WIFSIGNALED(st))
+        printf("FAIL group/%s: its process died of signal %d (%s); the next group runs\n", name,
+               WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        printf("FAIL group/%s: its process exited with %d; the next group runs\n", name,
+               WEXITSTATUS(st));
+    fflush(stdout);
+    return 0;
+}
+
+/* a group's last step, after its cases: the child exits, 2 if a case failed (not 1, which is
+ * also a sanitizer's report) */
+static inline void group_end(void) {
+    if (group_inproc) return;
+    fflush(stdout);
+    fflush(stderr);
+    _exit(check_failures ? 2 : 0);
+}
+
+/* main's exit status: 77 when no group found anything to run on, 1 when any failed */
+static inline int group_status(void) {
+    return group_none && !group_ran ? 77 : check_failures ? 1 : 0;
 }
 
 #endif

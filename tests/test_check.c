@@ -14,6 +14,12 @@
  * close/check_close_fails_the_case        check_close records the case's failure with the message
  * close/ref_scale_keeps_max_rel           atol = b * ref_scale(ref), rtol 0 passes exactly what
  *                                         test_gpu.c's old max_rel(got, ref) < b passed
+ * groups/a_fault_ends_only_its_group      check.h's groups (the GPU suite's): an abort, a
+ *                                         segfault, a failed case and a hang each end their own
+ *                                         group with one FAIL line, and the groups after them
+ *                                         run; exit 1 (this program run with --groups-demo)
+ * groups/in_process                       TD_TEST_FORK=0: the same groups in one process
+ * groups/nothing_to_run_on                open() finds no device: SKIP, no group runs, exit 77
  */
 #include <stdint.h>
 
@@ -199,7 +205,117 @@ done:
     report("close/ref_scale_keeps_max_rel", why[0] ? why : NULL);
 }
 
-int main(void) {
+/* --groups-demo MODE: groups as test_gpu.c runs them; MODE crash: some end badly, none: open()
+ * finds nothing, inproc: every group passes (TD_TEST_FORK=0 runs them in one process) */
+static const char *demo_mode;
+static int demo_open(void) {
+    if (!strcmp(demo_mode, "none")) {
+        printf("SKIP demo: nothing to run on\n");
+        return 0;
+    }
+    return 1;
+}
+static void demo_ok(const char *name) {
+    case_begin();
+    case_end(name, "");
+}
+static int groups_demo(void) {
+    int crash = !strcmp(demo_mode, "crash");
+    if (group_start("first", demo_open)) {
+        demo_ok("demo/first");
+        group_end();
+    }
+    if (crash && group_start("aborts", demo_open)) {
+        demo_ok("demo/before_abort");
+        abort();
+    }
+    if (crash && group_start("segfaults", demo_open)) {
+        raise(SIGSEGV);
+        group_end();
+    }
+    if (crash && group_start("fails", demo_open)) {
+        case_begin();
+        CHECK(0, "on purpose");
+        case_end("demo/fails", "");
+        group_end();
+    }
+    if (crash && group_start("hangs", demo_open)) {
+        pause(); // until TD_TEST_GROUP_S's alarm
+        group_end();
+    }
+    if (group_start("last", demo_open)) {
+        demo_ok("demo/last");
+        group_end();
+    }
+    return group_status();
+}
+
+/* runs this program with --groups-demo MODE and env, into out; returns its exit status */
+static int demo_run(const char *self, const char *env, const char *mode, char *out, size_t cap) {
+    char cmd[PATH_MAX + 128];
+    snprintf(cmd, sizeof cmd, "%s %s --groups-demo %s 2>/dev/null", env, self, mode);
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = 0;
+    int st = f ? pclose(f) : -1;
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* the lines of want (separated by '|') appear in out in this order */
+static int in_order(const char *out, const char *want) {
+    char w[1024];
+    snprintf(w, sizeof w, "%s", want);
+    const char *at = out;
+    for (char *l = strtok(w, "|"); l; l = strtok(NULL, "|")) {
+        const char *p = strstr(at, l);
+        if (!p) return 0;
+        at = p + strlen(l);
+    }
+    return 1;
+}
+
+static void groups_crash(const char *self) {
+    char why[4608] = "", out[4096];
+    int st = demo_run(self, "TD_TEST_GROUP_S=1", "crash", out, sizeof out);
+    REQUIRE(st == 1);
+    REQUIRE(in_order(out, "OK demo/first\n|OK demo/before_abort\n"
+                          "|FAIL group/aborts: its process died of signal 6"
+                          "|FAIL group/segfaults: its process " // (a sanitizer's handler exits 1)
+                          "|FAIL demo/fails: on purpose\n"
+                          "|FAIL group/hangs: still running after TD_TEST_GROUP_S"
+                          "|OK demo/last\n"));
+    REQUIRE(!strstr(out, "FAIL group/fails")); // its own FAIL line says it all
+done:
+    if (why[0]) snprintf(why + strlen(why), sizeof why - strlen(why), "; output:\n%s", out);
+    report("groups/a_fault_ends_only_its_group", why[0] ? why : NULL);
+}
+
+static void groups_inproc(const char *self) {
+    char why[4608] = "", out[4096];
+    int st = demo_run(self, "TD_TEST_FORK=0", "inproc", out, sizeof out);
+    REQUIRE(st == 0 && in_order(out, "OK demo/first\n|OK demo/last\n"));
+done:
+    if (why[0]) snprintf(why + strlen(why), sizeof why - strlen(why), "; output:\n%s", out);
+    report("groups/in_process", why[0] ? why : NULL);
+}
+
+static void groups_none(const char *self) {
+    char why[4608] = "", out[4096];
+    int st = demo_run(self, "", "none", out, sizeof out);
+    REQUIRE(st == 77 && in_order(out, "SKIP demo: nothing to run on\n") && !strstr(out, "OK "));
+done:
+    if (why[0]) snprintf(why + strlen(why), sizeof why - strlen(why), "; output:\n%s", out);
+    report("groups/nothing_to_run_on", why[0] ? why : NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[1], "--groups-demo")) {
+        demo_mode = argv[2];
+        return groups_demo();
+    }
+    groups_crash(argv[0]);
+    groups_inproc(argv[0]);
+    groups_none(argv[0]);
     equal_pass();
     one_off();
     nan_vs_number();

@@ -3424,6 +3424,17 @@ static int dev_assert_probe(void) {
     return 3; // reached only when the kernel was not stopped (err says what the launch saw)
 }
 
+/* every expert format and mode's block tiles: mma.sync, wgmma (Q8: mma.sync only) */
+static void test_moe_wide_all(void) {
+    for (int wg = 0; wg < 2; wg++) {
+        test_moe_wide(TD_DTYPE_BF16, 0, wg);
+        if (!wg) test_moe_wide(TD_DTYPE_Q8, 0, wg);
+        test_moe_wide(TD_DTYPE_Q4, 0, wg);
+        test_moe_wide(TD_DTYPE_Q4, 1, wg);
+        test_moe_wide(TD_DTYPE_Q4, 2, wg);
+    }
+}
+
 static void test_dev_assert(const char *self) {
 #ifdef TD_DEBUG
     case_begin();
@@ -3443,9 +3454,10 @@ static void test_dev_assert(const char *self) {
 #endif
 
 #ifdef TD_HAVE_CUDA
-/* TD_TEST_SKIP=a,b skips main's groups a and b (a kernel's fault is sticky and ends the run: the
- * groups after it can still run), TD_TEST_ONLY=a,b runs them alone; a group is its test
- * function's name without test_ (e.g. route_wide, which holds the attention cases). */
+/* TD_TEST_SKIP=a,b skips main's groups a and b, TD_TEST_ONLY=a,b runs them alone; a group is
+ * its test function's name without test_ (e.g. route_wide, which holds the attention cases).
+ * Each group runs in a process of its own (check.h group_start; TD_TEST_FORK=0: all in this
+ * one): a kernel's fault is sticky and ends its process, so it ends only its group. */
 static int in_list(const char *list, const char *g) {
     size_t n = strlen(g);
     for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
@@ -3461,45 +3473,50 @@ static int group_on(const char *g) {
     }
     return 1;
 }
+/* the device, opened in each group's process (never in the parent: CUDA does not survive a
+ * fork); 0 after a SKIP line when there is none */
+static int gpu_open(void) {
+    char err[256];
+    if (!gpu && !(gpu = td_backend_get("cuda", err, sizeof err))) printf("SKIP gpu: %s\n", err);
+    return gpu != NULL;
+}
+
+/* a group's end: its queue drained without an error (an asynchronous fault shows here) */
+static void gpu_group_end(const char *g) {
+    char err[256];
+    if (gpu->finish(err, sizeof err)) {
+        printf("FAIL group/%s: the queue's end: %s\n", g, err);
+        check_failures++;
+    }
+    group_end();
+}
 #define GROUP(g, ...)                                                                              \
     do {                                                                                           \
-        if (group_on(g)) {                                                                         \
+        if (group_on(g) && group_start(g, gpu_open)) {                                             \
             __VA_ARGS__;                                                                           \
+            gpu_group_end(g);                                                                      \
         }                                                                                          \
     } while (0)
 #endif
 
 int main(int argc, char **argv) {
-    char err[256];
 #ifndef TD_HAVE_CUDA
     printf("SKIP gpu: this build has no CUDA (nvcc was not found)\n");
-    (void)err, (void)argc, (void)argv;
+    (void)argc, (void)argv;
     return 77;
 #else
-    gpu = td_backend_get("cuda", err, sizeof err);
-    if (!gpu) {
-        printf("SKIP gpu: %s\n", err);
-        return 77;
-    }
-    if (argc > 1 && !strcmp(argv[1], "--dev-assert-probe")) return dev_assert_probe();
-    test_dev_assert(argv[0]);
+    if (argc > 1 && !strcmp(argv[1], "--dev-assert-probe"))
+        return gpu_open() ? dev_assert_probe() : 77;
+    GROUP("dev_assert", test_dev_assert(argv[0]));
     GROUP("matmul", test_matmul());
     GROUP("matmul_set", test_matmul_set());
     GROUP("matmul_quant", test_matmul_quant());
     GROUP("q8h_xt", test_q8h_xt());
     GROUP("matmul_fp8_lt", test_matmul_fp8_lt());
     GROUP("moe_quant", test_moe_quant());
-    for (int wg = 0; wg < 2 && group_on("moe_wide"); wg++) { // mma.sync, wgmma (Q8: mma.sync)
-        test_moe_wide(TD_DTYPE_BF16, 0, wg);
-        if (!wg) test_moe_wide(TD_DTYPE_Q8, 0, wg);
-        test_moe_wide(TD_DTYPE_Q4, 0, wg);
-        test_moe_wide(TD_DTYPE_Q4, 1, wg);
-        test_moe_wide(TD_DTYPE_Q4, 2, wg);
-    }
-    if (group_on("moe_wide")) { // Q4 with the weights in registers (inputs of multiples of 128)
-        test_moe_wide(TD_DTYPE_Q4, 1, 2);
-        test_moe_wide(TD_DTYPE_Q4, 2, 2);
-    }
+    GROUP("moe_wide", test_moe_wide_all());
+    // Q4 with the weights in registers (inputs of multiples of 128)
+    GROUP("moe_wide_ra", test_moe_wide(TD_DTYPE_Q4, 1, 2); test_moe_wide(TD_DTYPE_Q4, 2, 2));
     GROUP("pointwise", test_pointwise());
     GROUP("markov", test_markov());
     GROUP("copy_bytes", test_copy_bytes());
@@ -3508,14 +3525,12 @@ int main(int argc, char **argv) {
     GROUP("greedy_slot", test_greedy_slot());
     GROUP("sample_rows", test_sample_rows());
     GROUP("indexer_select", test_indexer_select());
-    for (int kt = TD_KV_F32; kt <= TD_KV_FP8 && group_on("indexer_mma"); kt++)
-        test_indexer_mma(kt);
+    GROUP("indexer_mma", for (int kt = TD_KV_F32; kt <= TD_KV_FP8; kt++) test_indexer_mma(kt));
     GROUP("route_wide", test_route_wide());
     GROUP("plan_ops", test_plan_ops());
     const char *fxs[5] = {"a_tiny_yarn", "b_plain_hc2", "c_upstream_sharded", "c_released",
                           "d_released"};
-    for (int i = 0; i < 5 && group_on("model"); i++)
-        test_model(fxs[i]);
+    GROUP("model", for (int i = 0; i < 5; i++) test_model(fxs[i]));
     GROUP("model_kv", test_model_kv("b_plain_hc2"); test_model_kv("c_upstream_sharded"));
     GROUP("deterministic", test_deterministic());
     GROUP("prefix_gpu", test_prefix_gpu());
@@ -3524,8 +3539,6 @@ int main(int argc, char **argv) {
     GROUP("comm_nccl", test_comm_nccl());
     GROUP("gpus", test_gpus());
     GROUP("contexts", test_contexts());
-    char e2[256];
-    CHECK(!gpu->finish(e2, sizeof e2), "%s", e2);
-    return check_failures ? 1 : 0;
+    return group_status();
 #endif
 }
