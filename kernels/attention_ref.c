@@ -62,7 +62,7 @@ void attention_rows_ref(const struct attn_args *a) {
             long long row = rows_where(r->swa_pos[k], len, row0, slot, a->swa_rows, &in_ring);
             const void *rows = in_ring ? a->swa_ring : a->kv;
             keys[nk] = cached_key((const unsigned char *)rows + row * rec, &fmt,
-                                  dec + (dec ? (size_t)nk * a->d : 0));
+                                  dec ? dec + (size_t)nk * a->d : NULL);
         }
         if (a->entries) {
             const unsigned char *ent = (const unsigned char *)a->entries;
@@ -76,7 +76,7 @@ void attention_rows_ref(const struct attn_args *a) {
             for (int j = 0; j < n_ent; j++, nk++)
                 keys[nk] =
                     cached_key(ent + rows_entry(r, sq, a->use_topk ? pk[j] : j, a->per) * rec, &fmt,
-                               dec + (dec ? (size_t)nk * a->d : 0));
+                               dec ? dec + (size_t)nk * a->d : NULL);
         }
         attention_sink_ref(a->out + (size_t)t * a->n_heads * a->d,
                            a->q + (size_t)t * a->n_heads * a->d, keys, nk, a->sinks, a->n_heads,

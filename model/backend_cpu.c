@@ -26,7 +26,16 @@ static int cpu_finish(char *err, size_t errlen) {
     (void)errlen;
     return 0;
 }
+/* memory the host can still give: Linux's MemAvailable (free pages and the page cache it can
+ * drop), else the free pages */
 static size_t cpu_free_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb) return (size_t)kb << 10;
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)1 << 32;
 }

@@ -1070,6 +1070,11 @@ static uint16_t f32_to_bf16(float f) { // round to nearest even
 
 static void *count_alloc(size_t bytes);
 
+/* a dry run (placed_size): allocations are counted, and nothing is read, decoded or written */
+static int dry_run(const struct uploader *u) {
+    return u->b->alloc == count_alloc;
+}
+
 static int upload_oom(struct uploader *u, size_t bytes) {
     snprintf(u->err, u->errlen, "upload: out of %s memory for a %zu-byte tensor (%zu bytes free)",
              u->b->name, bytes, u->b->free_bytes ? u->b->free_bytes() : (size_t)0);
@@ -1087,7 +1092,7 @@ static int decode_packed(struct uploader *u, struct td_tensor *t, enum td_dtype 
     size_t bytes = (size_t)(rows * in) * sizeof(float);
     void *dst = dev_alloc(u, bytes);
     if (!dst) return upload_oom(u, bytes);
-    dequant_packed_ref(dst, packed, q, (int)rows, (int)in);
+    if (!dry_run(u)) dequant_packed_ref(dst, packed, q, (int)rows, (int)in);
     t->data = dst;
     t->dtype = TD_DTYPE_F32;
     return 0;
@@ -1111,9 +1116,9 @@ static int place_quantized(struct uploader *u, struct td_tensor *t) {
     }
     float *dst = dev_alloc(u, (size_t)(rows * in) * sizeof *dst);
     if (!dst) return upload_oom(u, (size_t)(rows * in) * sizeof *dst);
-    if (q == TD_DTYPE_Q4)
+    if (!dry_run(u) && q == TD_DTYPE_Q4)
         dequant_fp4_ref(dst, t->data, t->scale, (int)rows, (int)in);
-    else
+    else if (!dry_run(u))
         dequant_fp8_ref(dst, t->data, t->scale, (int)rows, (int)in);
     t->data = dst;
     t->dtype = TD_DTYPE_F32;
@@ -1141,6 +1146,7 @@ static int upload_tensor(struct uploader *u, struct td_tensor *t, enum td_dtype 
                 t->dtype = g->quant;
                 return 0;
             }
+            if (dry_run(u)) return decode_packed(u, t, g->quant, NULL);
             size_t qb = td_quant_bytes(g->quant, t->shape[0], t->shape[1]);
             void *packed = malloc(qb);
             if (!packed) return upload_oom(u, qb);
@@ -1158,7 +1164,7 @@ static int upload_tensor(struct uploader *u, struct td_tensor *t, enum td_dtype 
     }
     void *dst = dev_alloc(u, bytes);
     if (!dst) return upload_oom(u, bytes);
-    if (u->b->alloc == count_alloc) { // a dry run (placed_size): nothing to read
+    if (dry_run(u)) { // nothing to read
         t->data = dst;
         t->dtype = to;
         return 0;
@@ -1337,8 +1343,10 @@ static int placed_size(const struct td_model *host, const struct td_backend *b,
 }
 
 /* what a device keeps free beside the weights: the engine's step buffers, activations and the
- * GEMM workspace (engine.c sizes the caches in what is left) */
-#define PLACE_HEADROOM ((size_t)2 << 30)
+ * GEMM workspace (engine.c sizes the caches in what is left); the host, for the rest of the
+ * process (its caches are sized against physical memory) */
+#define PLACE_HEADROOM      ((size_t)2 << 30)
+#define PLACE_HEADROOM_HOST ((size_t)512 << 20)
 
 int td_model_upload(const struct td_model *host, const struct td_backend *b, struct td_model *dev,
                     char *err, size_t errlen) {
@@ -1348,21 +1356,25 @@ int td_model_upload(const struct td_model *host, const struct td_backend *b, str
 int td_model_upload_part(const struct td_model *host, const struct td_backend *b,
                          const unsigned char *own, int own_stride, struct td_model *dev, char *err,
                          size_t errlen) {
-    if (!b->on_device) return place(host, b, dev, own, own_stride, NULL, NULL, 0, err, errlen);
-    // fail closed: the whole placement is sized first, and refused before anything is made
+    // fail closed: the whole placement is sized first, and refused before anything is made (on
+    // the host too: dummy weights and dequantized checkpoints are made there in fp32)
     size_t need, avail = b->free_bytes ? b->free_bytes() : SIZE_MAX;
+    size_t keep = b->on_device ? PLACE_HEADROOM : PLACE_HEADROOM_HOST;
     memset(dev, 0, sizeof *dev);
     if (placed_size(host, b, own, own_stride, &need, err, errlen)) return -1;
-    if (avail < PLACE_HEADROOM || need > avail - PLACE_HEADROOM) {
+    if (avail < keep || need > avail - keep) {
         double g = 1073741824.0, sn = need >= ((size_t)1 << 30) ? need / g : need / 1048576.0;
         return td_errf(err, errlen,
-                       "the model's weights need %.2f %s on %s and %.2f GiB is free: with %.0f "
-                       "GiB kept for step buffers and the caches they do not fit (nothing was "
-                       "placed; a smaller model, or a released checkpoint split over several "
-                       "GPUs, is needed)",
+                       "the model's weights need %.2f %s on %s and %.2f GiB is %s: with %.2f "
+                       "GiB kept for %s they do not fit (nothing was placed; %s)",
                        sn, need >= ((size_t)1 << 30) ? "GiB" : "MiB", b->name, avail / g,
-                       PLACE_HEADROOM / g);
+                       b->on_device ? "free" : "available", keep / g,
+                       b->on_device ? "step buffers and the caches" : "the rest of the process",
+                       b->on_device ? "a smaller model, or a released checkpoint split over "
+                                      "several GPUs, is needed"
+                                    : "a smaller model, or a GPU, is needed");
     }
+    if (!b->on_device) return place(host, b, dev, own, own_stride, NULL, NULL, 0, err, errlen);
     struct progress pg = {.on = isatty(STDERR_FILENO) && need >= ((size_t)1 << 30),
                           .total = need,
                           .t0 = now_s(),

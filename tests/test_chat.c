@@ -577,6 +577,10 @@ static void test_parse_calls(struct chat *c) {
     refuse_reply("empty_non_string", CALLS(INVOKE("f", PARAM("n", "false", ""))),
                  "is not valid JSON");
     refuse_reply("two_values", CALLS(INVOKE("f", PARAM("n", "false", "1 2"))), "not valid JSON");
+    // a NUL byte inside a non-string value (the fuzzer's find: jansson read past it, and the
+    // arguments, a C string, ended there)
+    static const char nul[] = CALLS(INVOKE("f", PARAM("n", "false", "[2\0, 3]")));
+    refuse_reply_n("nul_in_non_string", nul, sizeof nul - 1, "it holds a NUL byte");
     refuse_reply("duplicate_parameter",
                  CALLS(INVOKE("f", PARAM("a", "true", "1") "\n" PARAM("a", "false", "2"))),
                  "call 0: the parameter \"a\" is given twice");

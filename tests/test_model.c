@@ -704,6 +704,37 @@ static void test_place_sizing(void) {
     case_end("place/sized_before_anything_is_placed", refused);
 }
 
+/* The same on the host (the CPU backend places dummy weights and dequantized checkpoints in
+ * fp32, which for a large config is more than the machine has): refused with the figures
+ * before anything is allocated, where it used to allocate until the kernel's OOM killer came */
+static void test_place_sizing_host(void) {
+    char err[512] = "";
+    struct td_model m, dev;
+    case_begin();
+    CHECK(!td_model_load(&m, "tests/fixtures/c_released", err, sizeof err), "%s", err);
+    struct td_backend fake = *td_backend_cpu();
+    fake.alloc = fake_alloc;
+    fake.free_bytes = fake_free_bytes;
+    size_t headroom = (size_t)512 << 20;
+    fake_free = SIZE_MAX, fake_allocs = 0;
+    CHECK(!td_model_upload(&m, &fake, &dev, err, sizeof err), "%s", err);
+    size_t need = dev.placed_bytes;
+    CHECK(need > 0 && fake_allocs > 0, "nothing was placed");
+    td_model_free(&dev);
+    fake_free = need + headroom - 1, fake_allocs = 0;
+    err[0] = 0;
+    CHECK(td_model_upload(&m, &fake, &dev, err, sizeof err) && strstr(err, "do not fit") &&
+              strstr(err, "available") && fake_allocs == 0,
+          "one byte short: rc, %d allocations, \"%s\"", fake_allocs, err);
+    char refused[512];
+    snprintf(refused, sizeof refused, "%s", err);
+    fake_free = need + headroom, fake_allocs = 0;
+    CHECK(!td_model_upload(&m, &fake, &dev, err, sizeof err), "exactly enough: %s", err);
+    td_model_free(&dev);
+    td_model_free(&m);
+    case_end("place/host_sized_before_anything_is_placed", refused);
+}
+
 /* A checkpoint in DeepSeek's released precision (tools/make_quant_fixtures.py --released: FP8
  * dense linears with 128x128 e8m0 scales, FP4 routed experts with per-32 scales, the rest as
  * released) gives the bits of the same model stored as the F32 decode of its weights; each way
@@ -1063,6 +1094,7 @@ int main(void) {
     test_sinks_bf16(&hb);
     test_released();
     test_place_sizing();
+    test_place_sizing_host();
     test_dummy_released();
     test_mtp_layer();
 

@@ -141,6 +141,11 @@ static int put_param(struct dsml *d, const char *s, const char *e, int first) {
         return td_errf(d->err, d->errlen, "out of memory");
     if ((!first && put(d, ", ", 2)) || put_json_str(d, k, nk) || put(d, ": ", 2)) return -1;
     if (str) return put_json_str(d, v, (size_t)(e - v));
+    if (memchr(v, 0, (size_t)(e - v))) // jansson reads past it; the copy below would end there
+        return td_errf(d->err, d->errlen,
+                       "call %zu: the parameter \"%.*s\" (string=\"false\") is not valid JSON: "
+                       "it holds a NUL byte",
+                       c, shown, k);
     json_error_t je;
     json_t *j = json_loadb(v, (size_t)(e - v),
                            JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &je);
