@@ -274,38 +274,33 @@ static int in_order(const char *out, const char *want) {
     return 1;
 }
 
-static void groups_crash(const char *self) {
+/* a run of the demo: its exit status is status, its output holds the lines of want in order
+ * (in_order) and not the text absent */
+static void groups_case(const char *self, const char *name, const char *env, const char *mode,
+                        int status, const char *want, const char *absent) {
     char why[4608] = "", out[4096];
-    int st = demo_run(self, "TD_TEST_GROUP_S=1", "crash", out, sizeof out);
-    REQUIRE(st == 1);
-    REQUIRE(in_order(out, "OK demo/first\n|OK demo/before_abort\n"
-                          "|FAIL group/aborts: its process died of signal 6"
-                          "|FAIL group/segfaults: its process " // (a sanitizer's handler exits 1)
-                          "|FAIL demo/fails: on purpose\n"
-                          "|FAIL group/hangs: still running after TD_TEST_GROUP_S"
-                          "|OK demo/last\n"));
-    REQUIRE(!strstr(out, "FAIL group/fails")); // its own FAIL line says it all
+    int st = demo_run(self, env, mode, out, sizeof out);
+    REQUIRE(st == status);
+    REQUIRE(in_order(out, want));
+    REQUIRE(!strstr(out, absent));
 done:
     if (why[0]) snprintf(why + strlen(why), sizeof why - strlen(why), "; output:\n%s", out);
-    report("groups/a_fault_ends_only_its_group", why[0] ? why : NULL);
+    report(name, why[0] ? why : NULL);
 }
 
-static void groups_inproc(const char *self) {
-    char why[4608] = "", out[4096];
-    int st = demo_run(self, "TD_TEST_FORK=0", "inproc", out, sizeof out);
-    REQUIRE(st == 0 && in_order(out, "OK demo/first\n|OK demo/last\n"));
-done:
-    if (why[0]) snprintf(why + strlen(why), sizeof why - strlen(why), "; output:\n%s", out);
-    report("groups/in_process", why[0] ? why : NULL);
-}
-
-static void groups_none(const char *self) {
-    char why[4608] = "", out[4096];
-    int st = demo_run(self, "", "none", out, sizeof out);
-    REQUIRE(st == 77 && in_order(out, "SKIP demo: nothing to run on\n") && !strstr(out, "OK "));
-done:
-    if (why[0]) snprintf(why + strlen(why), sizeof why - strlen(why), "; output:\n%s", out);
-    report("groups/nothing_to_run_on", why[0] ? why : NULL);
+static void groups(const char *self) {
+    groups_case(self, "groups/a_fault_ends_only_its_group", "TD_TEST_GROUP_S=1", "crash", 1,
+                "OK demo/first\n|OK demo/before_abort\n"
+                "|FAIL group/aborts: its process died of signal 6"
+                "|FAIL group/segfaults: its process " // (a sanitizer's handler exits 1)
+                "|FAIL demo/fails: on purpose\n"
+                "|FAIL group/hangs: still running after TD_TEST_GROUP_S"
+                "|OK demo/last\n",
+                "FAIL group/fails"); // its own FAIL line says it all
+    groups_case(self, "groups/in_process", "TD_TEST_FORK=0", "inproc", 0,
+                "OK demo/first\n|OK demo/last\n", "FAIL");
+    groups_case(self, "groups/nothing_to_run_on", "", "none", 77, "SKIP demo: nothing to run on\n",
+                "OK ");
 }
 
 int main(int argc, char **argv) {
@@ -313,9 +308,7 @@ int main(int argc, char **argv) {
         demo_mode = argv[2];
         return groups_demo();
     }
-    groups_crash(argv[0]);
-    groups_inproc(argv[0]);
-    groups_none(argv[0]);
+    groups(argv[0]);
     equal_pass();
     one_off();
     nan_vs_number();
