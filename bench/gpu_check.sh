@@ -2,7 +2,7 @@
 # gpu_check.sh: what a session's first device call runs, as one command, so that the call reports
 # everything even when a new kernel faults. Output to stdout and to $OUT/suite.log, $OUT/ab.log:
 #   1. the GPU suite, every group in a process of its own (a fault or a hang ends only its
-#      group; TD_TEST_GROUP_S=150 each), the off-by-default FP8 tensor-core case included
+#      group; TD_TEST_GROUP_S=240 each), the off-by-default FP8 tensor-core case included
 #   2. the 4096-token prefill of the Flash slice, released precision and BF16, by default and
 #      with each switch that is off until the suite has checked it, one run each in turn,
 #      PASSES times (default 2): the A/B in one binary on one card
@@ -34,7 +34,7 @@ fi
 
 echo "== 1. the GPU suite"
 start=$(date +%s)
-TD_TEST_GROUP_S=${TD_TEST_GROUP_S:-150} TD_TEST_FP8_LT=1 sh tests/run.sh build build/tests/test_gpu \
+TD_TEST_GROUP_S=${TD_TEST_GROUP_S:-240} TD_TEST_FP8_LT=1 sh tests/run.sh build build/tests/test_gpu \
     > "$OUT/suite.log" 2>&1
 grep -v '^OK ' "$OUT/suite.log"
 echo "suite: $(grep -c '^OK ' "$OUT/suite.log") OK, $(($(date +%s) - start)) s"

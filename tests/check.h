@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int check_failures;    /* cases failed so far */
@@ -201,9 +202,10 @@ static inline int link_fixture(const char *from_dir, const char *name, const cha
 /* Groups of cases, each in a process of its own (fork) unless TD_TEST_FORK=0: whatever ends a
  * process (a kernel's sticky error, an abort, a segfault, a hang past TD_TEST_GROUP_S seconds,
  * default 300) ends only its group, which the parent reports as one FAIL line, and the next
- * group still runs. The parent never opens the device: open() runs in each child, since CUDA
- * does not survive a fork. open() returns 1 when there is something to run on, else 0 after
- * printing its SKIP line; then no later group runs and group_status() is 77 (skipped).
+ * group still runs. The parent prints each group's wall time ("group NAME: S s"). It never
+ * opens the device: open() runs in each child, since CUDA does not survive a fork. open()
+ * returns 1 when there is something to run on, else 0 after printing its SKIP line; then no
+ * later group runs and group_status() is 77 (skipped).
  *
  *   if (group_start("matmul", open)) { test_matmul(); group_end(); }  // GROUP() in test_gpu.c
  *   ...
@@ -242,8 +244,13 @@ static inline int group_start(const char *name, int (*open)(void)) {
         _exit(77);
     }
     int st = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("group %s: %.1f s\n", name, // (what a device call's budget needs to know)
+           (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
         group_none = 1;
         return 0;
