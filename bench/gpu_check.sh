@@ -1,6 +1,7 @@
 #!/bin/sh
 # gpu_check.sh: what a session's first device call runs, as one command, so that the call reports
 # everything even when a new kernel faults. Output to stdout and to $OUT/suite.log, $OUT/ab.log:
+#   0. bench/wr_probe: the FP4 experts' register-operand tile (TD_MOE_WGMMA=2) alone
 #   1. the GPU suite, every group in a process of its own (a fault or a hang ends only its
 #      group; TD_TEST_GROUP_S=240 each), the off-by-default FP8 tensor-core case included
 #   2. the 4096-token prefill of the Flash slice, released precision and BF16, by default and
@@ -25,12 +26,18 @@ if [ -f build-cu/pack.tar.xz ]; then
     mkdir -p bin build/tests build-cu/pk
     xz -dc build-cu/pack.tar.xz | tar xf - -C build-cu/pk
     cp build-cu/pk/tandem bin/tandem && cp build-cu/pk/test_gpu build/tests/test_gpu
+    mkdir -p build/bench && cp build-cu/pk/wr_probe build/bench/wr_probe
     echo "binaries of $(tr '\n' ' ' < build-cu/pk/COMMIT)(build-cu/pack.tar.xz)"
 elif [ ! -x bin/tandem ] || [ ! -x build/tests/test_gpu ]; then
     echo "building (make -j$(nproc)${DEBS:+ DEPS=$DEBS/root})"
     make -j"$(nproc)" ${DEBS:+DEPS=$DEBS/root} bin/tandem build/tests/test_gpu > "$OUT/build.log" 2>&1 ||
         { tail -30 "$OUT/build.log"; exit 1; }
 fi
+
+echo "== 0. the FP4 register-operand tile alone (bench/wr_probe.cu)"
+[ -x build/bench/wr_probe ] || { mkdir -p build/bench && nvcc -std=c++17 -O3 \
+    -gencode=arch=compute_90a,code=sm_90a -I. bench/wr_probe.cu kernels/err.c -o build/bench/wr_probe; }
+timeout 120 build/bench/wr_probe
 
 echo "== 1. the GPU suite"
 start=$(date +%s)
