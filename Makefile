@@ -86,12 +86,13 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 all: bin/tandem
 
 # Objects are rebuilt when the flags change (a CPU-only build before nvcc or NCCL was found,
-# DEPS=, CFLAGS=...): the flags live in $(BUILD)/flags, rewritten when they differ (not by the
-# print-% goals, which only read), and every object depends on that file. Otherwise a stale
-# object built without TD_HAVE_NCCL links beside the NCCL one and the link fails.
+# DEPS=, CFLAGS=...): the flags live in $(BUILD)/flags, rewritten when they differ (not by goals
+# that build nothing here: print-%, fuzz, format, clean), and every object depends on that file.
+# Otherwise a stale object built without TD_HAVE_NCCL links beside the NCCL one, and the link
+# fails.
 FLAGS_FILE := $(BUILD)/flags
 FLAGS_NOW  := $(CC) $(CFLAGS) $(if $(CU_SRC),; $(NVCC) $(NVFLAGS)) ; $(LDFLAGS) $(LDLIBS)
-ifeq ($(filter print-%,$(MAKECMDGOALS)),)
+ifeq ($(filter print-% fuzz format clean,$(MAKECMDGOALS)),)
 ifneq ($(FLAGS_NOW),$(file <$(FLAGS_FILE)))
 $(shell mkdir -p $(BUILD))
 $(file >$(FLAGS_FILE),$(FLAGS_NOW))
