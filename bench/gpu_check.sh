@@ -33,6 +33,10 @@ elif [ ! -x bin/tandem ] || [ ! -x build/tests/test_gpu ]; then
     make -j"$(nproc)" ${DEBS:+DEPS=$DEBS/root} bin/tandem build/tests/test_gpu > "$OUT/build.log" 2>&1 ||
         { tail -30 "$OUT/build.log"; exit 1; }
 fi
+# NCCL: a pack built here links libnccl.so.2 by this host's path; there, pip's (torch's) copy
+NL=$(python3 -c 'import nvidia.nccl as n, os; print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null)
+[ -n "$NL" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$NL"
+ldd bin/tandem | grep "not found" && echo "gpu_check: bin/tandem misses the libraries above"
 
 echo "== 0. the FP4 register-operand tile alone (bench/wr_probe.cu)"
 [ -x build/bench/wr_probe ] || { mkdir -p build/bench && nvcc -std=c++17 -O3 \
