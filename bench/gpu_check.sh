@@ -40,7 +40,8 @@ ldd bin/tandem | grep "not found" && echo "gpu_check: bin/tandem misses the libr
 
 echo "== 0. the FP4 register-operand tile alone (bench/wr_probe.cu)"
 [ -x build/bench/wr_probe ] || { mkdir -p build/bench && nvcc -std=c++17 -O3 \
-    -gencode=arch=compute_90a,code=sm_90a -I. bench/wr_probe.cu kernels/err.c -o build/bench/wr_probe; }
+    -gencode=arch=compute_90a,code=sm_90a -I. bench/wr_probe.cu kernels/err.c kernels/quant_ref.c \
+    -o build/bench/wr_probe; }
 timeout 120 build/bench/wr_probe
 
 echo "== 1. the GPU suite"

@@ -9,7 +9,7 @@ command -v nvcc > /dev/null || { echo "gpu_pack: no nvcc here"; exit 1; }
 make -j"$(nproc)" BUILD=build-cu build-cu/tandem build-cu/tests/test_gpu
 rm -rf build-cu/pk && mkdir -p build-cu/pk
 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I. bench/wr_probe.cu kernels/err.c \
-    -o build-cu/pk/wr_probe
+    kernels/quant_ref.c -o build-cu/pk/wr_probe
 cp build-cu/tandem build-cu/tests/test_gpu build-cu/pk/
 strip build-cu/pk/tandem build-cu/pk/test_gpu build-cu/pk/wr_probe
 git rev-parse HEAD > build-cu/pk/COMMIT

@@ -12,7 +12,7 @@
  *      decode paths, quant_one's and the two-product one)
  *
  *   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I. bench/wr_probe.cu kernels/err.c \
- *       -o build/bench/wr_probe && build/bench/wr_probe
+ *       kernels/quant_ref.c -o build/bench/wr_probe && build/bench/wr_probe
  * Exits 1 when anything is wrong. (bench/gpu_pack.sh builds it; bench/gpu_check.sh runs it.)
  */
 #include <math.h>
@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/quant.h"
 #include "kernels/wgmma_tile.cuh"
 
 #define CK(x)                                                                                      \
@@ -58,17 +59,8 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
             }
 }
 
-static float e2m1(int code) {
-    static const float v[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    return (code & 8 ? -1.0f : 1.0f) * v[code & 7];
-}
-static float bf16_round(float f) { // to nearest even, as the host reference's x
-    unsigned u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1);
-    u &= 0xffff0000u;
-    memcpy(&f, &u, 4);
-    return f;
+static float bf16_round(float f) { // the x the kernel reads
+    return __bfloat162float(__float2bfloat16(f));
 }
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {
@@ -81,6 +73,7 @@ struct tile {
     uint8_t *codes, *scales; /* host: 128 rows */
     float *x;                /* host: BM x K, bf16 values */
     float *out;              /* host: 128 x BM */
+    float *w;                /* the weights, decoded by the CPU reference (dequant_fp4_ref) */
 };
 
 static void run(struct tile *tl) {
@@ -116,12 +109,6 @@ static void run(struct tile *tl) {
     free(hx);
 }
 
-static double weight(const struct tile *tl, int r, int k) {
-    int byte = tl->codes[(size_t)r * (tl->K / 2) + k / 2], code = k & 1 ? byte >> 4 : byte & 15;
-    return (double)e2m1(code) *
-           ldexp(1.0, (int)tl->scales[(size_t)r * (tl->K / 32) + k / 32] - 127);
-}
-
 static struct tile make(int K, int BM) {
     struct tile tl;
     tl.K = K, tl.BM = BM;
@@ -130,10 +117,11 @@ static struct tile make(int K, int BM) {
     memset(tl.scales, 127, (size_t)128 * K / 32);
     tl.x = (float *)calloc((size_t)BM * K, sizeof(float));
     tl.out = (float *)malloc((size_t)128 * BM * sizeof(float));
+    tl.w = (float *)malloc((size_t)128 * K * sizeof(float));
     return tl;
 }
 static void drop(struct tile *tl) {
-    free(tl->codes), free(tl->scales), free(tl->x), free(tl->out);
+    free(tl->codes), free(tl->scales), free(tl->x), free(tl->out), free(tl->w);
 }
 
 /* 1: random tiles; 0 when every output is within tol of the reference */
@@ -146,13 +134,14 @@ static int random_case(int K, int BM) {
     for (size_t i = 0; i < (size_t)BM * K; i++)
         tl.x[i] = bf16_round((float)((double)(rnd() >> 11) * 0x1p-53 * 2.0 - 1.0));
     run(&tl);
+    dequant_fp4_ref(tl.w, tl.codes, tl.scales, 128, K);
     double worst = 0;
     int wr = 0, wn = 0;
     for (int r = 0; r < 128; r++)
         for (int n = 0; n < BM; n++) {
             double ref = 0, mag = 1e-30;
             for (int k = 0; k < K; k++) {
-                double p = weight(&tl, r, k) * tl.x[(size_t)n * K + k];
+                double p = (double)tl.w[(size_t)r * K + k] * tl.x[(size_t)n * K + k];
                 ref += p, mag += fabs(p);
             }
             double e = fabs(tl.out[(size_t)r * BM + n] - ref) / mag;

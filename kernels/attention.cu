@@ -837,9 +837,9 @@ extern "C" void attention_rows_cuda(const struct attn_args *a) {
     if (wide && !as().deterministic && a->d == 512 && a->n_heads <= AM_HEADS &&
         (!a->inv_freq || (a->d - a->rot_dim) % 2 == 0)) {
         am_allow();
-        if (am_stage < 0) am_stage = getenv("TD_ATT_STAGE") && atoi(getenv("TD_ATT_STAGE")) ? 1 : 0;
-        if (am_ring < 0) am_ring = getenv("TD_ATT_RING") && atoi(getenv("TD_ATT_RING")) ? 1 : 0;
-        if (aw_mode < 0) aw_mode = getenv("TD_ATT_WGMMA") && atoi(getenv("TD_ATT_WGMMA")) ? 1 : 0;
+        if (am_stage < 0) am_stage = td_env_on("TD_ATT_STAGE");
+        if (am_ring < 0) am_ring = td_env_on("TD_ATT_RING");
+        if (aw_mode < 0) aw_mode = td_env_on("TD_ATT_WGMMA");
         kv_fmt f = kv_fmt_or_f32(a->fmt, a->d);
         by_kv(f.dtype, [&](auto k) {
             constexpr int KT = decltype(k)::value;

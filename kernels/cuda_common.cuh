@@ -359,6 +359,12 @@ static inline int reserve_widths(const struct td_reserve *r, bool (*ok)(int, int
     return 0;
 }
 
+/* a measuring switch from the environment: 1 when NAME is set to a non-zero integer */
+static inline int td_env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && atoi(v) != 0;
+}
+
 static inline int ceil_div(long long a, int b) {
     return (int)((a + b - 1) / b);
 }

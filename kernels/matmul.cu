@@ -578,7 +578,7 @@ static struct lt_plan *lt_plan_for(int n, int in, int out, int ldb, int ldc, int
         cublasLtMatrixLayoutDestroy(spare.lc);
         cublasLtMatmulDescDestroy(spare.op);
     }
-    if (lt_trace < 0) lt_trace = getenv("TD_LT_TRACE") && atoi(getenv("TD_LT_TRACE"));
+    if (lt_trace < 0) lt_trace = td_env_on("TD_LT_TRACE");
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *q = lt_plan(); // every member zero (C++ warns about a partial designated list)
@@ -650,7 +650,7 @@ static void lt_set_cols(struct lt_plan *q, int n) {
 static void lt_gemm(float *y, int ldc, const __nv_bfloat16 *xb, int ldb, const void *w, int n,
                     int in, int out) {
     float alpha = 1.0f, beta = 0.0f;
-    if (lt_exact < 0) lt_exact = getenv("TD_LT_EXACT") && atoi(getenv("TD_LT_EXACT"));
+    if (lt_exact < 0) lt_exact = td_env_on("TD_LT_EXACT");
     for (int exact = lt_exact;; exact = 1) {
         struct lt_plan *q = lt_plan_for(n, in, out, ldb, ldc, exact, 0);
         lt_set_cols(q, n);

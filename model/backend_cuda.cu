@@ -233,7 +233,7 @@ static void profile_window(const char *name) {
 static void cu_mark(const char *name) {
     profile_window(name);
     if (tl_on < 0) {
-        tl_on = getenv("TD_TIMELINE") && atoi(getenv("TD_TIMELINE"));
+        tl_on = td_env_on("TD_TIMELINE");
         for (int i = 0; tl_on && i < TL_EVENTS; i++)
             if (cudaEventCreate(&tl_ev[i]) != cudaSuccess) tl_on = 0;
         if (tl_on) atexit(tl_print);
